@@ -1,0 +1,1 @@
+"""Rollscope web app: storage, queries and the dashboard."""

@@ -1,0 +1,73 @@
+"""Plotly figures as plain data (`{"data": [...], "layout": {...}}`), drawn by static/app.js.
+
+Every point carries `customdata` = the URL of the rollouts behind it, so a click drills down.
+"""
+from __future__ import annotations
+
+from urllib.parse import quote, urlencode
+
+from app.queries import ENDINGS, StepRow
+
+ENDING_COLORS = {
+    "submitted": "#2e7d32",
+    "task_detected": "#66bb6a",
+    "truncated": "#f9a825",
+    "length_cut": "#ef6c00",
+    "error": "#c62828",
+    "unknown": "#9e9e9e",
+}
+
+
+def _rollouts_url(run_id: str, **params) -> str:
+    q = urlencode({k: v for k, v in params.items() if v is not None})
+    return f"/runs/{quote(run_id, safe='')}/rollouts" + (f"?{q}" if q else "")
+
+
+def _layout(title: str, yaxis: dict) -> dict:
+    return {
+        "title": {"text": title, "font": {"size": 14}},
+        "xaxis": {"title": {"text": "training step"}},
+        "yaxis": yaxis,
+        "margin": {"l": 50, "r": 10, "t": 40, "b": 40},
+        "legend": {"orientation": "h", "y": -0.25},
+        "hovermode": "closest",
+        "height": 320,
+    }
+
+
+def ending_rates(run_id: str, steps: list[StepRow]) -> dict:
+    """Stacked bars: fraction of rollouts per ending at each training step."""
+    rows = [s for s in steps if s.step is not None]
+    data = []
+    for ending in ENDINGS:
+        if not any(s.endings.get(ending) for s in rows):
+            continue
+        data.append({
+            "type": "bar", "name": ending,
+            "x": [s.step for s in rows],
+            "y": [s.endings.get(ending, 0) / s.rollouts if s.rollouts else 0 for s in rows],
+            "text": [f"{s.endings.get(ending, 0)} of {s.rollouts}" for s in rows],
+            "hovertemplate": "step %{x}<br>" + ending + ": %{y:.1%} (%{text})<extra></extra>",
+            "marker": {"color": ENDING_COLORS[ending]},
+            "customdata": [_rollouts_url(run_id, step=s.step, ending=ending) for s in rows],
+        })
+    layout = _layout("Ending-type rates per step", {"title": {"text": "share of rollouts"}, "tickformat": ".0%", "range": [0, 1]})
+    layout["barmode"] = "stack"
+    return {"data": data, "layout": layout}
+
+
+def reward_trend(run_id: str, steps: list[StepRow]) -> dict:
+    """Mean reward per step: errored rollouts scored 0, and errored rollouts dropped."""
+    rows = [s for s in steps if s.step is not None]
+    urls = [_rollouts_url(run_id, step=s.step) for s in rows]
+    data = [
+        {"type": "scatter", "mode": "lines+markers", "name": "errors scored 0",
+         "x": [s.step for s in rows], "y": [s.mean_reward for s in rows], "customdata": urls,
+         "hovertemplate": "step %{x}<br>mean reward %{y:.3f} (errors = 0)<extra></extra>",
+         "line": {"color": "#1565c0"}},
+        {"type": "scatter", "mode": "lines+markers", "name": "errors dropped",
+         "x": [s.step for s in rows], "y": [s.mean_reward_no_errors for s in rows], "customdata": urls,
+         "hovertemplate": "step %{x}<br>mean reward %{y:.3f} (errors dropped)<extra></extra>",
+         "line": {"color": "#6a1b9a", "dash": "dot"}},
+    ]
+    return {"data": data, "layout": _layout("Mean reward per step", {"title": {"text": "mean reward"}})}

@@ -1,0 +1,29 @@
+"""Alembic environment: target = the SQLModel tables in app/models.py."""
+from __future__ import annotations
+
+from alembic import context
+from sqlmodel import SQLModel
+
+import app.models  # noqa: F401  (registers the tables)
+from app.config import get_settings
+from app.db import make_engine
+
+target_metadata = SQLModel.metadata
+
+
+def run() -> None:
+    connection = context.config.attributes.get("connection")
+    if connection is not None:
+        context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    url = context.config.get_main_option("sqlalchemy.url") or get_settings().database_url
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        context.configure(connection=conn, target_metadata=target_metadata, render_as_batch=True)
+        with context.begin_transaction():
+            context.run_migrations()
+
+
+run()

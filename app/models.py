@@ -1,0 +1,159 @@
+"""Tables. List pages read only `run` and `rollout` (summary columns); message bodies live in
+`node` and the envelope in `rollout_detail`, so a list query can never load them.
+
+Schema changes go through Alembic (app/migrations); `SQLModel.metadata` is its target.
+"""
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import BYTEA, JSONB
+from sqlmodel import Column, Field, SQLModel
+
+# Portable column types, defined once: JSONB and BYTEA on Postgres, JSON text and BLOB on SQLite.
+JSONType = sa.JSON().with_variant(JSONB(), "postgresql")
+BlobType = sa.LargeBinary().with_variant(BYTEA(), "postgresql")
+UTCDateTime = sa.DateTime(timezone=True)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _json(nullable: bool = True) -> Any:
+    return Field(default=None, sa_column=Column(JSONType, nullable=nullable))
+
+
+def _blob() -> Any:
+    return Field(default=None, sa_column=Column(BlobType, nullable=True))
+
+
+class Tokenizer(SQLModel, table=True):
+    """A run's tokenizer, reduced to its vocabulary (id → bytes), so pages need no download."""
+
+    sha256: str = Field(primary_key=True, max_length=64)
+    name: str
+    kind: str  # "sentencepiece" | "tokenizer.json"
+    n_vocab: int
+    vocab: bytes = Field(sa_column=Column(BlobType, nullable=False))  # zlib(JSON list of [hex, special])
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
+
+
+class Run(SQLModel, table=True):
+    """One training run; everything else belongs to exactly one run."""
+
+    id: str = Field(primary_key=True, max_length=200)
+    name: str | None = None
+    type: str = "train"
+    tokenizer_sha256: str | None = Field(default=None, foreign_key="tokenizer.sha256")
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
+    extra: dict | None = _json()
+
+
+class Rollout(SQLModel, table=True):
+    """Summary of one rollout: everything a list, filter, chart or group page needs."""
+
+    __table_args__ = (
+        sa.UniqueConstraint("run_id", "rollout_id", "attempt", name="uq_rollout_identity"),
+        sa.Index("ix_rollout_run_step", "run_id", "step"),
+        sa.Index("ix_rollout_run_group", "run_id", "group_id"),
+        sa.Index("ix_rollout_run_ending", "run_id", "ending"),
+    )
+
+    pk: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="run.id", max_length=200)
+    rollout_id: str = Field(max_length=300)
+    attempt: int = 0
+    step: int | None = None
+    group_id: str | None = Field(default=None, max_length=300)
+    group_index: int | None = None
+    group_size: int | None = None
+    episode_id: str | None = Field(default=None, max_length=300)
+    agent: str | None = None
+    task_key: str | None = Field(default=None, max_length=500)
+    ending: str = "unknown"
+    ending_detail: str | None = None
+    reward: float | None = None  # NULL when missing or non-finite; see reward_status
+    reward_status: str = "ok"  # ok | nan | inf | unscored
+    stop_condition: str | None = None
+    policy_version_min: int | None = None
+    policy_version_max: int | None = None
+    n_nodes: int = 0
+    n_turns: int = 0  # assistant messages
+    n_tool_calls: int = 0
+    n_tokens: int = 0
+    n_trained_tokens: int = 0  # loss mask = 1
+    n_branches: int = 0
+    flags: list | None = _json()  # kinds of findings, for filtering
+    content_hash: str = Field(max_length=64)
+    source_format: str | None = None
+    source_file: str | None = None
+    source_line: int | None = None
+    ingested_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
+
+
+class RolloutDetail(SQLModel, table=True):
+    """The envelope of one rollout (calls, rewards, errors, timing, task, tools, extra)."""
+
+    __tablename__ = "rollout_detail"
+
+    rollout_pk: int = Field(primary_key=True, foreign_key="rollout.pk", ondelete="CASCADE")
+    envelope: dict | None = _json()
+
+
+class Node(SQLModel, table=True):
+    """One message of the message graph with its token arrays (compact binary)."""
+
+    __table_args__ = (sa.Index("ix_node_rollout_idx", "rollout_pk", "idx", unique=True),)
+
+    pk: int | None = Field(default=None, primary_key=True)
+    rollout_pk: int = Field(foreign_key="rollout.pk", ondelete="CASCADE")
+    idx: int
+    parent: int | None = None
+    role: str
+    sampled: bool = False
+    timestamp: float | None = None
+    content_len: int = 0  # characters of the message text
+    tool_call_id: str | None = None  # tool messages: the call this answers
+    tool_calls: list | None = _json()  # assistant messages: [{id, name}] (pairing without bodies)
+    message: dict | None = _json()
+    n_tokens: int = 0
+    token_ids: bytes | None = _blob()  # int32 LE
+    mask: bytes | None = _blob()  # packed bits
+    is_content: bytes | None = _blob()  # packed bits, empty = unknown
+    logprobs: bytes | None = _blob()  # float32 LE, NaN = missing
+    advantages: bytes | None = _blob()
+    reference_logprobs: bytes | None = _blob()
+    loss_weights: dict | None = _json()
+    policy_version: int | None = None
+    extra: dict | None = _json()
+
+
+class Finding(SQLModel, table=True):
+    """One result of a trace check (token drift, logprob length, unanswered call, ...)."""
+
+    pk: int | None = Field(default=None, primary_key=True)
+    rollout_pk: int = Field(foreign_key="rollout.pk", ondelete="CASCADE", index=True)
+    kind: str
+    severity: str = "warning"  # info | warning | error
+    node_idx: int | None = None
+    position: int | None = None
+    message: str = ""
+    detail: dict | None = _json()
+
+
+class Quarantine(SQLModel, table=True):
+    """A record that could not be ingested, with where it was and why; nothing is dropped silently."""
+
+    __table_args__ = (sa.UniqueConstraint("source_file", "line", "raw_sha256", name="uq_quarantine_record"),)
+
+    pk: int | None = Field(default=None, primary_key=True)
+    source_file: str
+    line: int | None = None
+    field: str | None = None
+    error: str
+    raw: str | None = None  # first 4 KB of the record
+    raw_sha256: str = Field(max_length=64)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))

@@ -1,0 +1,56 @@
+"""One view, two faces: the same data rendered as HTML or returned as its JSON twin.
+
+A request wants JSON when its last path segment ends in `.json` or its Accept header asks for
+`application/json` (and not HTML). An htmx request (`HX-Request: true`) with a `block` gets only
+that named block of the page template (jinja2-fragments).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from fastapi import HTTPException, Request
+from fastapi.responses import JSONResponse, Response
+from jinja2_fragments.fastapi import Jinja2Blocks
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+templates = Jinja2Blocks(directory=str(TEMPLATES))  # autoescape on for .html (Starlette default)
+
+
+def split_twin(value: str) -> tuple[str, bool]:
+    """`"abc.json"` → `("abc", True)`; anything else → `(value, False)`."""
+    if value.endswith(".json"):
+        return value[: -len(".json")], True
+    return value, False
+
+
+def wants_json(request: Request, suffix_json: bool) -> bool:
+    if suffix_json:
+        return True
+    accept = request.headers.get("accept", "")
+    return "application/json" in accept and "text/html" not in accept
+
+
+def _strict(value: Any) -> Any:
+    """Replace NaN/inf with None so the JSON twin is strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict(v) for v in value]
+    return value
+
+
+def respond(request: Request, template: str, data: dict | None, *, json: bool, block: str | None = None,
+            alternate: str | None = None) -> Response:
+    """Render `data` with `template`, or return it as JSON. 404 when `data` is None."""
+    if data is None:
+        raise HTTPException(status_code=404, detail="not found")
+    if json:
+        return JSONResponse(_strict(data))
+    ctx = {"d": data, "alternate": alternate or (request.url.path + ".json" + (("?" + request.url.query) if request.url.query else ""))}
+    if block and request.headers.get("hx-request") == "true":
+        return templates.TemplateResponse(request, template, ctx, block_name=block)
+    return templates.TemplateResponse(request, template, ctx)

@@ -1,0 +1,307 @@
+"""Page data: each function returns one plain, JSON-safe structure that the HTML template renders
+and the JSON twin returns as is. Nothing here formats HTML.
+"""
+from __future__ import annotations
+
+import math
+from urllib.parse import quote
+
+from sqlmodel import Session
+
+from app import analytics, charts, queries
+from app.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
+from ingest.graph import branches, pair_tool_calls
+
+PREVIEW_CHARS = 2000  # message text shown inline; the rest behind "show full"
+MESSAGES_PER_PAGE = 50
+TOKENS_INLINE = 4096  # tokens drawn per message; the JSON twin has them all
+
+
+def q(s: str) -> str:
+    return quote(str(s), safe="")
+
+
+def run_url(run_id: str) -> str:
+    return f"/runs/{q(run_id)}"
+
+
+def rollout_url(run_id: str, rollout_id: str) -> str:
+    return f"/runs/{q(run_id)}/rollouts/{q(rollout_id)}"
+
+
+def group_url(run_id: str, group_id: str) -> str:
+    return f"/runs/{q(run_id)}/groups/{q(group_id)}"
+
+
+def _num(x):
+    """JSON-safe number: NaN/inf → None."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def summary_row(row) -> dict:
+    d = dict(row._mapping)
+    d.pop("pk", None)
+    d["reward"] = _num(d.get("reward"))
+    if d.get("ingested_at") is not None:
+        d["ingested_at"] = d["ingested_at"].isoformat()
+    d["url"] = rollout_url(d["run_id"], d["rollout_id"])
+    d["group_url"] = group_url(d["run_id"], d["group_id"]) if d.get("group_id") is not None else None
+    return d
+
+
+# --- runs -----------------------------------------------------------------------------------
+
+def runs_page(session: Session) -> dict:
+    runs = queries.list_runs(session=session)
+    for r in runs:
+        r["url"] = run_url(r["id"])
+    return {"runs": runs, "endings": queries.ENDINGS}
+
+
+def run_page(session: Session, run_id: str) -> dict | None:
+    run = queries.get_run(session=session, run_id=run_id)
+    if run is None:
+        return None
+    steps = queries.run_steps(session=session, run_id=run_id)
+    step_rows = []
+    for s in steps:
+        d = s.as_dict()
+        d["url"] = f"{run_url(run_id)}/rollouts" + (f"?step={s.step}" if s.step is not None else "")
+        step_rows.append(d)
+    return {
+        "run": {"id": run.id, "name": run.name, "type": run.type, "tokenizer": run.tokenizer_sha256,
+                "url": run_url(run.id), "rollouts_url": f"{run_url(run.id)}/rollouts"},
+        "endings": queries.ENDINGS,
+        "steps": step_rows,
+        "totals": {"rollouts": sum(s.rollouts for s in steps),
+                   "endings": {e: sum(s.endings.get(e, 0) for s in steps) for e in queries.ENDINGS}},
+        "charts": {"ending_rates": charts.ending_rates(run_id, steps), "reward": charts.reward_trend(run_id, steps)},
+    }
+
+
+def rollouts_page(session: Session, run_id: str, filters: queries.RolloutFilters, after: str | None,
+                  limit: int) -> dict | None:
+    run = queries.get_run(session=session, run_id=run_id)
+    if run is None:
+        return None
+    rows, nxt = queries.list_rollouts(session=session, run_id=run_id, filters=filters, after=after, limit=limit)
+    from urllib.parse import urlencode
+
+    base = f"{run_url(run_id)}/rollouts"
+    return {
+        "run": {"id": run.id, "name": run.name, "url": run_url(run.id)},
+        "filters": filters.as_query(),
+        "endings": queries.ENDINGS,
+        "rollouts": [summary_row(r) for r in rows],
+        "next": nxt,
+        "next_url": f"{base}?{urlencode({**filters.as_query(), 'after': nxt})}" if nxt else None,
+        "limit": limit,
+    }
+
+
+# --- one rollout ----------------------------------------------------------------------------
+
+class Pieces:
+    """Token id → display piece, from the run's stored vocabulary (None = show ids)."""
+
+    def __init__(self, vocab):
+        self.vocab = vocab
+
+    def tokens(self, ids, source_hex: list | None) -> list[dict]:
+        if self.vocab is not None:
+            from ingest.tokenizer import decode_pieces
+
+            return [{"text": p.text, "hex": p.hex, "partial": p.partial, "special": p.special, "unknown": p.unknown}
+                    for p in decode_pieces(self.vocab, [int(i) for i in ids])]
+        if source_hex and len(source_hex) == len(ids):
+            return _pieces_from_hex(source_hex)
+        return [None] * len(ids)
+
+
+def _pieces_from_hex(hexes: list) -> list[dict]:
+    """Source-supplied bytes per token → pieces; bytes of a character split across tokens are
+    shown as hex and marked partial (never decoded alone into U+FFFD)."""
+    out = []
+    raw = [bytes.fromhex(h.replace(" ", "")) if isinstance(h, str) else b"" for h in hexes]
+    for b in raw:
+        try:
+            text = b.decode("utf-8")
+            out.append({"text": text, "hex": None, "partial": False, "special": False, "unknown": False,
+                        "lost": "\ufffd" in text})
+        except UnicodeDecodeError:
+            out.append({"text": "", "hex": b.hex(" "), "partial": True, "special": False, "unknown": False})
+    return out
+
+
+def _load_vocab(session: Session, sha256: str | None):
+    if not sha256:
+        return None
+    from ingest.tokenizer import cached_from_blob, from_blob
+
+    def loader():
+        t = queries.get_tokenizer(session=session, sha256=sha256)
+        if t is None:
+            raise LookupError(sha256)
+        return from_blob(t.vocab, t.name, t.kind, t.sha256)
+
+    try:
+        return cached_from_blob(sha256, loader)
+    except LookupError:
+        return None
+
+
+def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findings_by_node: dict,
+               run_id: str, rollout_pk: int, all_tokens: bool) -> dict:
+    msg = node.message or {}
+    content = msg.get("content")
+    if isinstance(content, list):
+        text = "\n".join(str(p.get("text", "")) if p.get("type") == "text" else f"[{p.get('type', 'part')}]"
+                         for p in content)
+    else:
+        text = content or ""
+    ids = unpack_ids(node.token_ids)
+    n = len(ids)
+    mask = unpack_bits(node.mask, n) if node.mask else None
+    logprobs = unpack_floats(node.logprobs)
+    extra = node.extra or {}
+    shown = n if all_tokens else min(n, TOKENS_INLINE)
+    piece_list = pieces.tokens(ids[:shown], (extra.get("token_bytes") or [])[:shown] if extra.get("token_bytes") else None)
+    tokens = []
+    for i in range(shown):
+        lp = float(logprobs[i]) if logprobs is not None and i < len(logprobs) and not math.isnan(logprobs[i]) else None
+        tokens.append({"i": i, "id": int(ids[i]), "trained": bool(mask[i]) if mask is not None else False,
+                       "logprob": lp, "piece": piece_list[i]})
+    n_trained = int(mask.sum()) if mask is not None else 0
+    view = {
+        "idx": node.idx, "parent": node.parent, "role": node.role, "sampled": node.sampled,
+        "timestamp": node.timestamp, "policy_version": node.policy_version,
+        "content": text[:PREVIEW_CHARS], "content_len": node.content_len,
+        "content_truncated": node.content_len > PREVIEW_CHARS,
+        "content_url": f"{run_url(run_id)}/nodes/{rollout_pk}/{node.idx}.txt",
+        "reasoning": msg.get("reasoning_content"),
+        "tool_calls": calls_by_node.get(node.idx, []),
+        "answers": answer_of.get(node.idx),
+        "name": msg.get("name"),
+        "n_tokens": n, "n_trained": n_trained, "tokens": tokens, "tokens_shown": shown,
+        "token_ids": [int(x) for x in ids] if all_tokens else None,
+        "mask": [bool(x) for x in mask] if (all_tokens and mask is not None) else None,
+        "logprobs": floats_or_none(logprobs) if all_tokens else None,
+        "advantages": floats_or_none(unpack_floats(node.advantages)) if all_tokens else None,
+        "empty_response": node.role == "assistant" and not text.strip() and not msg.get("tool_calls")
+                          and not (msg.get("reasoning_content") or "").strip(),
+        "findings": findings_by_node.get(node.idx, []),
+        "extra": {k: v for k, v in extra.items() if k not in ("token_bytes",)},
+    }
+    return view
+
+
+def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int = 0, offset: int = 0,
+                 attempt: int | None = None, all_tokens: bool = False, limit: int = MESSAGES_PER_PAGE) -> dict | None:
+    """The rollout page: header, findings, branches, one page of messages of one branch."""
+    row = queries.get_rollout(session=session, run_id=run_id, rollout_id=rollout_id, attempt=attempt)
+    if row is None:
+        return None
+    pk = row.pk
+    run = queries.get_run(session=session, run_id=run_id)
+    envelope = queries.get_envelope(session=session, rollout_pk=pk)
+    findings = [{"kind": f.kind, "severity": f.severity, "node": f.node_idx, "position": f.position,
+                 "message": f.message, "detail": f.detail} for f in queries.get_findings(session=session, rollout_pk=pk)]
+    findings_by_node: dict[int, list] = {}
+    for f in findings:
+        if f["node"] is not None:
+            findings_by_node.setdefault(f["node"], []).append(f)
+
+    class _N:  # parent-only view for ingest.graph.branches
+        __slots__ = ("parent",)
+
+        def __init__(self, parent):
+            self.parent = parent
+
+    graph = queries.node_graph(session=session, rollout_pk=pk)
+    paths = branches([_N(p) for _, p in graph]) if graph else []
+    branch = max(0, min(branch, len(paths) - 1)) if paths else 0
+    path = paths[branch] if paths else []
+    headers = queries.node_headers(session=session, rollout_pk=pk, idxs=path)
+    messages = [headers.get(i, {"role": "user"}) for i in range(len(graph))] if graph else []
+    for i, h in headers.items():
+        messages[i] = h
+    pairs = pair_tool_calls(path, messages)
+    calls_by_node: dict[int, list] = {}
+    answer_of: dict[int, dict] = {}
+    for c in pairs:
+        calls_by_node.setdefault(c.node, []).append(
+            {"id": c.id, "name": c.name, "position": c.position, "result_node": c.result_node})
+        if c.result_node is not None:
+            answer_of[c.result_node] = {"node": c.node, "id": c.id, "name": c.name}
+    page = path[offset:offset + limit]
+    nodes = queries.get_nodes(session=session, rollout_pk=pk, idxs=page)
+    vocab = _load_vocab(session, run.tokenizer_sha256 if run else None)
+    pieces = Pieces(vocab)
+    # add the raw arguments of each call to its pairing info
+    node_views = []
+    for node in nodes:
+        v = _node_view(node, pieces, calls_by_node, answer_of, findings_by_node, run_id, pk, all_tokens)
+        raw_calls = (node.message or {}).get("tool_calls") or []
+        for c in v["tool_calls"]:
+            if c["position"] < len(raw_calls):
+                c["arguments"] = raw_calls[c["position"]].get("arguments", "")
+        node_views.append(v)
+    summary = summary_row(row)
+    base = rollout_url(run_id, rollout_id)
+    nxt = offset + limit if offset + limit < len(path) else None
+    sampled_text_len = None  # reserved
+    del sampled_text_len
+    return {
+        "run": {"id": run_id, "name": run.name if run else None, "url": run_url(run_id),
+                "tokenizer": bool(vocab)},
+        "rollout": summary,
+        "ending": envelope.get("ending", {"type": summary["ending"]}),
+        "rewards": envelope.get("rewards", {}),
+        "reward": _num(summary["reward"]),
+        "reward_status": summary["reward_status"],
+        "task": envelope.get("task"),
+        "calls": envelope.get("calls", []),
+        "errors": envelope.get("errors", []),
+        "timing": envelope.get("timing", {}),
+        "metrics": envelope.get("metrics", {}),
+        "extra": envelope.get("extra", {}),
+        "findings": findings,
+        "branches": [{"index": b, "nodes": len(p), "leaf": p[-1] if p else None,
+                      "url": f"{base}?branch={b}"} for b, p in enumerate(paths)],
+        "branch": branch,
+        "offset": offset,
+        "messages": node_views,
+        "messages_total": len(path),
+        "next_offset": nxt,
+        "next_url": f"{base}?branch={branch}&offset={nxt}" if nxt is not None else None,
+    }
+
+
+# --- group ----------------------------------------------------------------------------------
+
+def group_page(session: Session, run_id: str, group_id: str) -> dict | None:
+    """Siblings of one group with reward, ending and advantage under both policies."""
+    rows = queries.group_members(session=session, run_id=run_id, group_id=group_id)
+    if not rows:
+        return None
+    members = [summary_row(r) for r in rows]
+    keys = [f"{m['rollout_id']}#{m['attempt']}" for m in members]
+    result = analytics.group_advantages([
+        analytics.Member(k, m["reward"], m["ending"]) for k, m in zip(keys, members)])
+    for k, m in zip(keys, members):
+        m["advantage"] = {"errors_as_zero": result["errors_as_zero"].advantages[k],
+                          "errors_dropped": result["errors_dropped"].advantages[k]}
+        m["excluded"] = k in result["excluded"]
+
+    def pol(p: analytics.PolicyResult) -> dict:
+        return {"mean": p.mean, "std": p.std, "n": p.n}
+
+    return {
+        "run": {"id": run_id, "url": run_url(run_id)},
+        "group": {"id": group_id, "size": len(members), "steps": sorted({m["step"] for m in members if m["step"] is not None})},
+        "policies": {"errors_as_zero": pol(result["errors_as_zero"]), "errors_dropped": pol(result["errors_dropped"])},
+        "excluded": {"count": len(result["excluded"]), "of": len(members)},
+        "members": members,
+    }

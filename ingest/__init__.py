@@ -1,0 +1,1 @@
+"""Ingest: collector files → native rollouts → the store."""

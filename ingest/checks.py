@@ -1,0 +1,150 @@
+"""Trace checks run at ingest. Each check reads one native rollout and returns findings; a
+finding never changes the data (nothing is "repaired"). Registry at the bottom: one function and
+one line per check.
+
+Kinds (docs/checks.md):
+- `logprob_len_mismatch` (error): a per-token array did not have one entry per token in the
+  source; it was padded with missing values (a short logprob array shifts every later position).
+- `suspected_logprob_padding` (warning): a trailing run of >= 2 exact 0.0 logprobs on sampled
+  tokens (0.0 = probability 1; writers pad with it).
+- `token_drift` (warning): the next request's prompt is not the previous prompt plus what was
+  sampled; the reader kept both sequences as branches.
+- `duplicate_tool_call_id` (warning), `unanswered_tool_call` (warning): see ingest/graph.py.
+- `empty_response` (warning): an assistant message with no text, no reasoning, no tool call.
+- `non_finite_reward` (error): reward is NaN or infinite; stored as NULL with reward_status.
+- `bytes_lost_upstream` (warning): source token bytes are U+FFFD replacement bytes.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ingest.graph import branches, pair_tool_calls
+from ingest.schema import Rollout
+
+REPLACEMENT_HEX = "efbfbd"
+
+
+@dataclass
+class FindingData:
+    kind: str
+    message: str
+    severity: str = "warning"
+    node_idx: int | None = None
+    position: int | None = None
+    detail: dict = field(default_factory=dict)
+
+
+def check_lockstep(r: Rollout) -> list[FindingData]:
+    out = []
+    for i, node in enumerate(r.nodes):
+        for name, n_src in (node.extra.get("source_lengths") or {}).items():
+            out.append(FindingData(
+                "logprob_len_mismatch" if name == "logprobs" else f"{name}_len_mismatch",
+                f"node {i}: {name} has {n_src} entries for {len(node.token_ids)} tokens",
+                "error", i, min(n_src, len(node.token_ids)),
+                {"array": name, "source_length": n_src, "tokens": len(node.token_ids)}))
+    return out
+
+
+def check_padded_logprobs(r: Rollout) -> list[FindingData]:
+    out = []
+    for i, node in enumerate(r.nodes):
+        sampled = [lp for lp, m in zip(node.logprobs, node.mask) if m] if node.mask else []
+        run = 0
+        for lp in reversed(sampled):
+            if lp is not None and lp == 0.0:
+                run += 1
+            else:
+                break
+        if run >= 2:
+            out.append(FindingData(
+                "suspected_logprob_padding",
+                f"node {i}: last {run} sampled logprobs are exactly 0.0 (suspected padding)",
+                "warning", i, len(sampled) - run, {"run": run}))
+    return out
+
+
+def check_token_drift(r: Rollout) -> list[FindingData]:
+    out = []
+    for i, node in enumerate(r.nodes):
+        drift = node.extra.get("token_drift")
+        if drift:
+            out.append(FindingData(
+                "token_drift",
+                f"node {i}: prompt diverges from previous prompt + completion at index "
+                f"{drift.get('index')} (expected {drift.get('expected')}, found {drift.get('found')})",
+                "warning", i, drift.get("index"), dict(drift)))
+    return out
+
+
+def check_tool_calls(r: Rollout) -> list[FindingData]:
+    out = []
+    messages = [n.message.model_dump() for n in r.nodes]
+    seen_unanswered: set[tuple[int, int]] = set()
+    seen_dupes: set[str] = set()
+    for path in branches(r.nodes):
+        calls = pair_tool_calls(path, messages)
+        ids = Counter(c.id for c in calls if c.id)
+        for cid, n in ids.items():
+            if n > 1 and cid not in seen_dupes:
+                seen_dupes.add(cid)
+                where = [(c.node, c.position) for c in calls if c.id == cid]
+                out.append(FindingData("duplicate_tool_call_id", f"tool-call id {cid!r} used by {n} calls",
+                                       "warning", where[0][0], None, {"id": cid, "calls": where}))
+        for c in calls:
+            if c.result_node is None and (c.node, c.position) not in seen_unanswered:
+                seen_unanswered.add((c.node, c.position))
+                out.append(FindingData("unanswered_tool_call", f"call {c.id or c.name!r} has no recorded result",
+                                       "warning", c.node, c.position, {"id": c.id, "name": c.name}))
+    return out
+
+
+def check_empty_response(r: Rollout) -> list[FindingData]:
+    out = []
+    for i, node in enumerate(r.nodes):
+        m = node.message
+        if m.role == "assistant" and not m.text().strip() and not m.tool_calls and not (m.reasoning_content or "").strip():
+            out.append(FindingData("empty_response", f"node {i}: empty model response ({len(node.token_ids)} tokens)",
+                                   "warning", i, None, {"tokens": len(node.token_ids)}))
+    return out
+
+
+def check_reward(r: Rollout) -> list[FindingData]:
+    status = r.reward_status()
+    if status in ("nan", "inf"):
+        return [FindingData("non_finite_reward", f"reward is {status}; stored as missing", "error", None, None,
+                            {"reward_status": status})]
+    return []
+
+
+def check_lost_bytes(r: Rollout) -> list[FindingData]:
+    out = []
+    for i, node in enumerate(r.nodes):
+        pieces = node.extra.get("token_bytes") or []
+        lost = [k for k, h in enumerate(pieces) if isinstance(h, str) and REPLACEMENT_HEX in h.replace(" ", "")]
+        if lost:
+            out.append(FindingData("bytes_lost_upstream",
+                                   f"node {i}: {len(lost)} token(s) carry U+FFFD; the true bytes are gone",
+                                   "warning", i, lost[0], {"positions": lost}))
+    return out
+
+
+CHECKS: list[Callable[[Rollout], list[FindingData]]] = [
+    check_lockstep,
+    check_padded_logprobs,
+    check_token_drift,
+    check_tool_calls,
+    check_empty_response,
+    check_reward,
+    check_lost_bytes,
+]
+
+
+def run_checks(rollout: Rollout) -> list[FindingData]:
+    """All findings for one rollout, in registry order."""
+    out: list[FindingData] = []
+    for check in CHECKS:
+        out.extend(check(rollout))
+    return out

@@ -1,0 +1,143 @@
+"""The `rollscope` command: ingest, serve, demo, schema.
+
+Configuration comes from the environment (`ROLLSCOPE_DATABASE_URL`, see app/config.py).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Rollscope: a trace inspector for agentic RL.")
+console = Console(stderr=True)
+
+
+def _engine():
+    from app.config import Settings
+    from app.db import make_engine
+    from app.migrate import upgrade
+
+    engine = make_engine(Settings().database_url)
+    upgrade(engine)
+    return engine
+
+
+def _parse_added(values: list[str]) -> dict[int, str]:
+    added = {}
+    for v in values:
+        tid, _, piece = v.partition("=")
+        if not tid.strip().isdigit() or not piece:
+            raise typer.BadParameter(f"--added-token expects ID=PIECE, got {v!r}")
+        added[int(tid)] = piece
+    return added
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="Files or folders (walked recursively).", exists=True)],
+    run: Annotated[str | None, typer.Option(help="Run id for records that name none (default: the file's folder name).")] = None,
+    step: Annotated[int | None, typer.Option(help="Training step for records that carry none.")] = None,
+    tokenizer: Annotated[Path | None, typer.Option(help="tokenizer.json or SentencePiece .model of the run.", exists=True)] = None,
+    added_token: Annotated[list[str], typer.Option("--added-token", help="Extra vocabulary entry ID=PIECE (repeatable).")] = [],  # noqa: B006
+) -> None:
+    """Read trace files in any supported format into the store.
+
+    The format is detected by content. Re-ingesting the same data adds nothing. A bad record is
+    reported with file, line and field, quarantined, and skipped; the good records around it are
+    kept. Exits 1 when anything was rejected, 0 otherwise.
+    """
+    from ingest.formats import ReadContext
+    from ingest.pipeline import ingest_paths, register_tokenizer
+
+    engine = _engine()
+    key = None
+    if tokenizer is not None:
+        try:
+            key = register_tokenizer(engine, tokenizer, _parse_added(added_token))
+        except ValueError as exc:
+            console.print(Text.assemble(("error: ", "red"), str(exc)), soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        current: dict = {}
+
+        def on_file(path, source):
+            if "task" in current:
+                progress.remove_task(current["task"])
+            n = source.line_count() if source.kind in ("jsonl", "csv") else None
+            current["task"] = progress.add_task(path.name, total=n)
+
+        report = ingest_paths(engine, paths, ReadContext(run_id=run, step=step), tokenizer_key=key,
+                              on_file=on_file, on_item=lambda _i: progress.advance(current["task"]))
+    total, errors, skipped = report.total, report.errors, report.skipped
+    rows = [(f.path, f.format, f.result) for f in report.files]
+
+    table = Table(title="ingest summary", show_lines=False)
+    for col in ("file", "format", "new", "replaced", "unchanged", "rejected", "findings"):
+        table.add_column(col, justify="right" if col not in ("file", "format") else "left")
+    for name, fmt, r in rows:
+        table.add_row(Text(name), fmt, str(r.inserted), str(r.replaced), str(r.unchanged), str(r.rejected), str(r.findings))
+    console.print(table)
+    # File names and messages are data, not markup; soft_wrap keeps "file:line" greppable.
+    for path, why in skipped:
+        console.print(Text.assemble(("skipped ", "yellow"), f"{path}: {why}"), soft_wrap=True)
+    for err in errors:
+        console.print(Text.assemble(("rejected ", "red"), str(err)), soft_wrap=True)
+    console.print(Text(
+        f"{total.inserted} new, {total.replaced} replaced, {total.unchanged} unchanged, "
+        f"{len(errors)} rejected, {len(skipped)} skipped; runs: {', '.join(sorted(total.runs)) or '-'}"), soft_wrap=True)
+    raise typer.Exit(1 if errors else 0)
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+) -> None:
+    """Serve the dashboard and its JSON twins with uvicorn."""
+    import uvicorn
+
+    _engine()  # migrate before serving
+    uvicorn.run("app.main:create_app", factory=True, host=host, port=port, log_level="info")
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option(help="Where to write the demo run (native JSONL).")] = Path("demo-run.jsonl"),
+    steps: int = 30, groups: int = 8, group_size: int = 8, seed: int = 0,
+) -> None:
+    """Write the deterministic synthetic demo run (docs/demo.md) as native JSONL."""
+    from ingest.demo import write
+
+    n = write(out, steps=steps, groups=groups, group_size=group_size, seed=seed)
+    console.print(f"wrote {n} rollouts to {out}")
+
+
+@app.command()
+def schema(out: Annotated[Path | None, typer.Option(help="Write to this file instead of stdout.")] = None) -> None:
+    """Print the JSON Schema of one native JSONL line (generated from ingest/schema.py)."""
+    import json
+
+    from ingest.schema import json_schema
+
+    text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+    if out:
+        out.write_text(text)
+    else:
+        typer.echo(text, nl=False)
+
+
+def main() -> None:
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    app()
+
+
+if __name__ == "__main__":
+    main()

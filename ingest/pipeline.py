@@ -1,0 +1,111 @@
+"""File → reader → store: the one ingest path, used by the CLI (and later the worker and HTTP).
+
+`ingest_paths` walks files and folders, detects each file's format by content, streams its
+records into the store, and returns a report per file. It never raises for bad input: a file
+no reader knows, or a bad record, becomes a RecordError in the report (and bad records are
+quarantined in the database).
+"""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy.engine import Engine
+
+from ingest import formats
+from ingest.formats import ReadContext
+from ingest.source import RecordError, Source, open_source
+from ingest.store import StoreResult, ensure_run, store, store_tokenizer
+
+
+@dataclass
+class FileReport:
+    path: str
+    format: str
+    result: StoreResult
+    errors: list[RecordError] = field(default_factory=list)
+
+
+@dataclass
+class IngestReport:
+    files: list[FileReport] = field(default_factory=list)
+    errors: list[RecordError] = field(default_factory=list)  # every rejection, all files
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why): found by walking, not a trace
+    total: StoreResult = field(default_factory=StoreResult)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def walk(paths: list[Path]) -> list[tuple[Path, bool]]:
+    """(file, given explicitly) for each path; folders are walked recursively in sorted order,
+    skipping hidden files."""
+    out = []
+    for p in paths:
+        if p.is_dir():
+            out += [(f, False) for f in sorted(p.rglob("*")) if f.is_file() and not any(
+                part.startswith(".") for part in f.relative_to(p).parts)]
+        else:
+            out.append((p, True))
+    return out
+
+
+def register_tokenizer(engine: Engine, path: Path, added: dict[int, str] | None = None) -> str:
+    """Load a tokenizer file, store its vocabulary, and return the key runs refer to.
+
+    The key is the sha256 of the stored vocabulary, not of the file: the same file with other
+    added tokens is another vocabulary. Raises ValueError naming the file when it is neither a
+    tokenizer.json nor a SentencePiece model.
+    """
+    from ingest.tokenizer import load, to_blob
+
+    vocab = load(path, added or {})
+    blob = to_blob(vocab)
+    key = hashlib.sha256(blob).hexdigest()
+    store_tokenizer(engine, sha256=key, name=vocab.name, kind=vocab.kind, n_vocab=len(vocab.pieces), blob=blob)
+    return key
+
+
+def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokenizer_key: str | None = None,
+                 on_file: Callable[[Path, Source], None] | None = None,
+                 on_item: Callable[[object], None] | None = None) -> IngestReport:
+    """Ingest every file under `paths`. `on_file`/`on_item` drive progress displays."""
+    report = IngestReport()
+    for path, explicit in walk(paths):
+        try:
+            source = open_source(path)
+        except RecordError as exc:
+            (report.errors.append(exc) if explicit else report.skipped.append((str(path), exc.message)))
+            continue
+        reader = formats.detect(source)
+        if reader is None:
+            msg = "no reader recognises this file (formats: " + ", ".join(formats.names()) + ")"
+            if explicit:
+                report.errors.append(RecordError(str(path), None, None, msg))
+            else:
+                report.skipped.append((str(path), msg))
+            continue
+        if on_file:
+            on_file(path, source)
+        file_errors: list[RecordError] = []
+
+        def items(reader=reader, source=source, file_errors=file_errors):
+            for item in reader.read(source, ctx):
+                if isinstance(item, RecordError):
+                    file_errors.append(item)
+                elif ctx.step is not None and item.step is None:
+                    item.step = ctx.step
+                yield item
+
+        result = store(engine, items(), on_item=on_item)
+        report.files.append(FileReport(str(path), reader.NAME, result, file_errors))
+        report.errors += file_errors
+        report.total.add(result)
+    if tokenizer_key:
+        with engine.begin() as conn:
+            for run_id in report.total.runs:
+                ensure_run(conn, run_id, tokenizer_sha256=tokenizer_key)
+    return report

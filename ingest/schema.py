@@ -1,0 +1,321 @@
+"""The native Rollscope trace format, v1 (`schema: "rollscope/1"`): one rollout per JSONL line.
+
+The body is the verifiers v1 trace graph (PrimeIntellect-ai/verifiers `verifiers/v1/trace.py`,
+`graph.py`), field for field: `nodes[]` with `parent`, `message`, `sampled`, `timestamp`,
+`token_ids`, `mask`, `is_content`, `logprobs`, `advantages`, `reference_logprobs`,
+`loss_weights`; `calls[]`; `rewards`; `stop_condition`; `errors`; `timing`. Around it sits the RL
+envelope verifiers lacks: schema version, run, training step, group `{id, index, size}`,
+attempt, episode, agent, policy version per call, and a normalized `ending`.
+
+One deliberate difference from verifiers: every per-token array of a node (`mask`, `is_content`,
+`logprobs`, `advantages`, `reference_logprobs`, `loss_weights[*]`) has exactly
+`len(token_ids)` entries, with `null` where the source gave no value. verifiers stores
+`logprobs`/`advantages` only over mask-true tokens; aligning them makes lockstep checkable and
+keeps the behaviour logprobs of a rollout whose mask a filter zeroed. The verifiers reader and
+writer convert at the edge. See docs/trace-format.md.
+
+Every model takes `extra: dict` so unknown fields survive a round trip.
+"""
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SCHEMA_VERSION = "rollscope/1"
+
+
+class Model(BaseModel):
+    """Base: unknown keys are collected into `extra` instead of being dropped."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    extra: dict[str, Any] = Field(default_factory=dict, description="Fields Rollscope does not model; kept verbatim.")
+
+    @model_validator(mode="after")
+    def _fold_unknown_into_extra(self) -> "Model":
+        unknown = self.__pydantic_extra__
+        if unknown:
+            self.extra.update(unknown)
+            unknown.clear()
+        return self
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The JSON form: aliases, no None-valued optionals, `extra` last."""
+        return _dump(self)
+
+
+# --- messages -------------------------------------------------------------------------------
+
+class ToolCall(Model):
+    """One tool call as sampled. `arguments` is the raw JSON string (malformed JSON is kept)."""
+
+    id: str | None = None
+    name: str
+    arguments: str = ""
+
+
+class Message(Model):
+    """An OpenAI/verifiers-shaped chat message. `content` is a string or a list of parts."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        """The message body as plain text (text parts joined; other parts named)."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        out = []
+        for part in self.content:
+            if part.get("type") == "text":
+                out.append(str(part.get("text", "")))
+            else:
+                out.append(f"[{part.get('type', 'part')}]")
+        return "\n".join(out)
+
+
+class Node(Model):
+    """One message in the message graph, with its own tokens (a delta: the concatenation of
+    `token_ids` along a root-to-leaf path is exactly the sequence the model saw).
+
+    Per-token arrays all have `len(token_ids)` entries; `null` marks a missing value.
+    `mask[i]` is the loss mask (1 = sampled by the policy and carries gradient).
+    """
+
+    parent: int | None = None
+    message: Message
+    sampled: bool = False
+    timestamp: float | None = Field(None, description="epoch seconds")
+    token_ids: list[int] = Field(default_factory=list)
+    mask: list[bool] = Field(default_factory=list)
+    is_content: list[bool] = Field(default_factory=list)
+    logprobs: list[float | None] = Field(default_factory=list)
+    advantages: list[float | None] | None = None
+    reference_logprobs: list[float | None] | None = None
+    loss_weights: dict[str, list[float]] | None = None
+    policy_version: int | None = None
+
+    @model_validator(mode="after")
+    def _lockstep(self) -> "Node":
+        """Fit non-empty per-token arrays to `token_ids`; record the source length when they
+        did not fit (the lockstep check reports it). Empty arrays mean "not given"."""
+        n = len(self.token_ids)
+        for name, fill in (("mask", False), ("is_content", False), ("logprobs", None),
+                           ("advantages", None), ("reference_logprobs", None)):
+            values = getattr(self, name)
+            if not values or len(values) == n:
+                continue
+            self.extra.setdefault("source_lengths", {})[name] = len(values)
+            if len(values) < n:
+                setattr(self, name, list(values) + [fill] * (n - len(values)))
+            else:
+                self.extra.setdefault("overflow", {})[name] = list(values[n:])
+                setattr(self, name, list(values[:n]))
+        return self
+
+
+class Usage(Model):
+    """Token usage of one call, with OTel GenAI names (`input_tokens` includes cache reads)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
+    reasoning_output_tokens: int | None = None
+    cost: float | None = None
+
+
+class Span(Model):
+    start: float | None = None
+    end: float | None = None
+
+
+class Error(Model):
+    type: str = "error"
+    message: str = ""
+    status_code: int | None = None
+    traceback: str | None = None
+
+
+FinishReason = Literal["stop", "length", "tool_call", "content_filter", "compaction", "error"]
+
+
+class Call(Model):
+    """One model request (verifiers `ModelCall`), plus the policy version that served it."""
+
+    node: int | None = Field(None, description="index of the node this call produced")
+    model: str | None = None
+    endpoint: str | None = None
+    sampling: dict[str, Any] | None = None
+    finish_reason: FinishReason | None = None
+    finish_reason_raw: str | None = None
+    usage: Usage | None = None
+    time: Span | None = None
+    error: Error | None = None
+    policy_version: int | None = None
+
+
+class Reward(Model):
+    score: float | None
+    weight: float = 1.0
+
+
+# --- envelope -------------------------------------------------------------------------------
+
+class Ending(StrEnum):
+    """How a rollout ended; exactly one per rollout (docs/trace-format.md, domain.md)."""
+
+    submitted = "submitted"
+    task_detected = "task_detected"
+    truncated = "truncated"
+    length_cut = "length_cut"
+    error = "error"
+    unknown = "unknown"
+
+
+TASK_OUTCOMES = frozenset({Ending.submitted, Ending.task_detected})
+
+
+class EndingEvidence(Model):
+    """What an ending rests on. Budgets: `output_tokens` against `output_token_cap` is the whole
+    rollout's sampled tokens against its budget; `last_output_tokens` against
+    `last_output_token_cap` is the last generation against its own `max_tokens`."""
+
+    last_finish_reason: str | None = None
+    output_tokens: int | None = None
+    output_token_cap: int | None = None
+    last_output_tokens: int | None = None
+    last_output_token_cap: int | None = None
+    turns: int | None = None
+    max_turns: int | None = None
+
+
+class EndingInfo(Model):
+    """The normalized ending, the source's own reason (`detail`) and the evidence for it."""
+
+    type: Ending = Ending.unknown
+    detail: str | None = Field(None, description="the source's own reason, verbatim (e.g. Tunix ENV_TIMEOUT)")
+    message: str | None = None
+    evidence: EndingEvidence = Field(default_factory=EndingEvidence)
+
+
+class RunRef(Model):
+    id: str
+    name: str | None = None
+    type: Literal["train", "eval"] = "train"
+
+
+class GroupRef(Model):
+    id: str
+    index: int | None = Field(None, description="position of this rollout within its group")
+    size: int | None = None
+
+
+class EpisodeRef(Model):
+    id: str
+    agent: str = "agent"
+    trainable: bool = True
+
+
+class PolicySpan(Model):
+    start: int | None = None
+    end: int | None = None
+
+
+class Task(Model):
+    type: str | None = None
+    key: str | None = None
+    data: Any = None
+    hash: str | None = None
+
+
+class Rollout(Model):
+    """One rollout: one agent's attempt at one task. One JSONL line of the native format."""
+
+    schema_: str = Field(SCHEMA_VERSION, alias="schema")
+    id: str = Field(description="rollout id; unique within the run")
+    run: RunRef
+    step: int | None = Field(None, description="training step (the learner's counter)")
+    policy: PolicySpan | None = None
+    group: GroupRef | None = None
+    attempt: int = 0
+    episode: EpisodeRef | None = None
+    task: Task | None = None
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    nodes: list[Node] = Field(default_factory=list)
+    calls: list[Call] = Field(default_factory=list)
+    rewards: dict[str, Reward | None] = Field(default_factory=dict)
+    reward: float | None = Field(None, description="total reward; Σ score·weight when `rewards` is given")
+    reward_non_finite: Literal["nan", "inf", "-inf"] | None = Field(
+        None, description="set (with reward null) when the source reward was NaN or ±Infinity: "
+                          "the native format is strict JSON")
+    metrics: dict[str, float | None] = Field(default_factory=dict)
+    stop_condition: str | None = None
+    ending: EndingInfo = Field(default_factory=EndingInfo)
+    errors: list[Error] = Field(default_factory=list)
+    timing: dict[str, Any] = Field(default_factory=dict)
+    source: dict[str, Any] = Field(default_factory=dict, description="where the record came from: format, file, line")
+
+    def total_reward(self) -> float | None:
+        """`reward` if given, else Σ score·weight over `rewards` (None if any score is None)."""
+        if self.reward is not None or not self.rewards:
+            return self.reward
+        total = 0.0
+        for r in self.rewards.values():
+            if r is None or r.score is None:
+                return None
+            total += r.score * r.weight
+        return total
+
+    def reward_status(self) -> str:
+        """'ok', 'nan', 'inf' or 'unscored' (reward missing). Non-finite rewards are stored as NULL."""
+        r = self.total_reward()
+        if r is None:
+            return {"nan": "nan", "inf": "inf", "-inf": "inf"}.get(self.reward_non_finite or "", "unscored")
+        if math.isnan(r):
+            return "nan"
+        if math.isinf(r):
+            return "inf"
+        return "ok"
+
+
+def _dump(model: BaseModel) -> Any:
+    if isinstance(model, Rollout) and model.reward is not None and not math.isfinite(model.reward):
+        note = "nan" if math.isnan(model.reward) else ("inf" if model.reward > 0 else "-inf")
+        model = model.model_copy(update={"reward": None, "reward_non_finite": note})
+    out: dict[str, Any] = {}
+    for name, field in type(model).model_fields.items():
+        value = getattr(model, name)
+        if name == "extra" or (value is None and field.default is None):
+            continue
+        out[field.alias or name] = _dump_value(value)
+    if getattr(model, "extra", None):
+        out["extra"] = _dump_value(model.extra)
+    return out
+
+
+def _dump_value(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return _dump(value)
+    if isinstance(value, list):
+        return [_dump_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _dump_value(v) for k, v in value.items()}
+    if isinstance(value, StrEnum):
+        return value.value
+    return value
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema (draft 2020-12) of one native JSONL line, generated from the models."""
+    schema = Rollout.model_json_schema(by_alias=True)
+    schema["$id"] = "https://rollscope.dev/schema/rollscope-1.json"
+    schema["title"] = "Rollscope rollout (rollscope/1)"
+    return schema

@@ -1,0 +1,38 @@
+"""Building native rollouts and ingesting them through the real pipeline, for tests."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ingest.formats import ReadContext
+from ingest.formats.native import write_line
+from ingest.pipeline import IngestReport, ingest_paths
+from ingest.schema import Rollout
+
+
+def rollout(rid: str, *, run: str = "r1", step: int | None = 0, group: str | None = None, index: int | None = None,
+            reward: float | None = 1.0, ending: str = "submitted", messages=None, tokens: bool = True, **kw) -> Rollout:
+    """A small native rollout: user → assistant (sampled tokens) unless `messages` is given."""
+    messages = messages or [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4"}]
+    nodes = []
+    for i, m in enumerate(messages):
+        node = {"parent": i - 1 if i else None, "message": m, "sampled": m["role"] == "assistant"}
+        if tokens:
+            n = 3
+            node["token_ids"] = [100 + i * 10 + k for k in range(n)]
+            node["mask"] = [m["role"] == "assistant"] * n
+            node["logprobs"] = [-0.5] * n if m["role"] == "assistant" else [None] * n
+        nodes.append(node)
+    body = {"schema": "rollscope/1", "id": rid, "run": {"id": run}, "step": step, "nodes": nodes,
+            "reward": reward, "ending": {"type": ending}, **kw}
+    if group is not None:
+        body["group"] = {"id": group, "index": index}
+    return Rollout.model_validate(body)
+
+
+def write_jsonl(path: Path, rollouts: list[Rollout]) -> Path:
+    path.write_bytes(b"".join(write_line(r) for r in rollouts))
+    return path
+
+
+def ingest(engine, *paths: Path, run: str | None = None, tokenizer_key: str | None = None) -> IngestReport:
+    return ingest_paths(engine, list(paths), ReadContext(run_id=run), tokenizer_key=tokenizer_key)
