@@ -110,13 +110,15 @@ class Pieces:
         self.vocab = vocab
 
     def tokens(self, ids, source_hex: list | None) -> list[dict]:
+        """The source's own bytes win when it recorded them (they are what the server
+        returned); else the run's vocabulary; else None (show the id)."""
+        if source_hex and len(source_hex) == len(ids):
+            return _pieces_from_hex(source_hex)
         if self.vocab is not None:
             from ingest.tokenizer import decode_pieces
 
             return [{"text": p.text, "hex": p.hex, "partial": p.partial, "special": p.special, "unknown": p.unknown}
                     for p in decode_pieces(self.vocab, [int(i) for i in ids])]
-        if source_hex and len(source_hex) == len(ids):
-            return _pieces_from_hex(source_hex)
         return [None] * len(ids)
 
 
@@ -168,11 +170,13 @@ def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findi
     extra = node.extra or {}
     shown = n if all_tokens else min(n, TOKENS_INLINE)
     piece_list = pieces.tokens(ids[:shown], (extra.get("token_bytes") or [])[:shown] if extra.get("token_bytes") else None)
+    drift = extra.get("token_drift") or {}
+    drift_at = drift.get("index") if isinstance(drift.get("index"), int) else None
     tokens = []
     for i in range(shown):
         lp = float(logprobs[i]) if logprobs is not None and i < len(logprobs) and not math.isnan(logprobs[i]) else None
         tokens.append({"i": i, "id": int(ids[i]), "trained": bool(mask[i]) if mask is not None else False,
-                       "logprob": lp, "piece": piece_list[i]})
+                       "logprob": lp, "piece": piece_list[i], "drift": i == drift_at})
     n_trained = int(mask.sum()) if mask is not None else 0
     view = {
         "idx": node.idx, "parent": node.parent, "role": node.role, "sampled": node.sampled,
@@ -189,6 +193,7 @@ def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findi
         "mask": [bool(x) for x in mask] if (all_tokens and mask is not None) else None,
         "logprobs": floats_or_none(logprobs) if all_tokens else None,
         "advantages": floats_or_none(unpack_floats(node.advantages)) if all_tokens else None,
+        "bytes_lost": any(p and p.get("lost") for p in piece_list),
         "empty_response": node.role == "assistant" and not text.strip() and not msg.get("tool_calls")
                           and not (msg.get("reasoning_content") or "").strip(),
         "findings": findings_by_node.get(node.idx, []),

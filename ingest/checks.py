@@ -105,6 +105,8 @@ def check_empty_response(r: Rollout) -> list[FindingData]:
     out = []
     for i, node in enumerate(r.nodes):
         m = node.message
+        if m.content is None and node.token_ids:
+            continue  # the source recorded tokens but no text: not an empty response
         if m.role == "assistant" and not m.text().strip() and not m.tool_calls and not (m.reasoning_content or "").strip():
             out.append(FindingData("empty_response", f"node {i}: empty model response ({len(node.token_ids)} tokens)",
                                    "warning", i, None, {"tokens": len(node.token_ids)}))

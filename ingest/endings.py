@@ -1,4 +1,5 @@
-"""Normalizing how a rollout ended. Every rule here is documented in docs/formats.md.
+"""Normalizing how a rollout ended. Rules are documented in docs/trace-format.md
+(derivation) and docs/formats-<name>.md (per format).
 
 `Ending` values: submitted, task_detected, truncated, length_cut, error, unknown
 (../shared/domain.md). The source's own reason is kept as `ending.detail`.

@@ -232,8 +232,9 @@ def test_case08_openai_logprobs_bytes():
     hexes = na.extra["token_bytes"]
     assert hexes == ["4869", "20", "f09f", "9880", "21"]
     assert bytes.fromhex("".join(hexes)).decode("utf-8") == "Hi 😀!"
-    assert na.extra["token_logprobs"] == [-0.02, -0.3, -0.9, -0.05, -0.4]
-    assert na.token_ids == []  # OpenAI gives no ids; none are invented
+    assert na.logprobs == [-0.02, -0.3, -0.9, -0.05, -0.4]
+    assert na.token_ids == [-1] * 5  # OpenAI gives no ids; none are invented (-1 = not recorded)
+    assert na.mask == [True] * 5
     (nb,) = b.nodes
     assert nb.message.text() == "😊"  # message-level text as given
     assert nb.extra["token_bytes"] == ["efbfbd"] * 4

@@ -24,9 +24,9 @@ dropped before parsing and kept in `rollout.extra["_case"]`):
    - `turn_tokens: [{completion_ids, logprobs, completion_pieces?}]` aligned, in order, to the
      assistant messages of `messages` (so are `turns` when `messages` is also given).
    - OpenAI logprobs: `{response: str, logprobs: {content: [{token, logprob, bytes,
-     top_logprobs?}]} | [...]}`. OpenAI gives no token ids, so none are invented: the per-token
-     values go to `node.extra` (`token_text`, `token_bytes`, `token_logprobs`,
-     `top_logprobs`), unless every entry carries an integer `token_id`.
+     top_logprobs?}]} | [...]}`. OpenAI gives no token ids, so none are invented: each token's
+     id is -1 ("not recorded"), with its bytes in `node.extra["token_bytes"]`, its logprob in
+     `logprobs` and `mask` 1, unless every entry carries an integer `token_id`.
    - An object whose every value is one of the records above (`{variant_a: {...}, ...}`)
      gives one rollout per key.
 
@@ -901,12 +901,11 @@ def _append_openai_logprobs(nodes: list[Node], calls: list[Call], rec: dict) -> 
         ids.append(tid if isinstance(tid, int) and not isinstance(tid, bool) else None)
     node = Node(parent=len(nodes) - 1 if nodes else None, message=Message(role="assistant", content=response),
                 sampled=True)
-    if entries and all(i is not None for i in ids):
-        _set_tokens(node, ids, sampled=True, logprobs=values, hexes=hexes)
-        node.extra["token_text"] = texts
-    else:
-        # No token ids in the source: none are invented; per-token data stays side by side here.
-        node.extra.update(token_text=texts, token_bytes=hexes, token_logprobs=values)
+    # OpenAI gives no token ids. None are invented: an unrecorded id is -1 (docs/trace-format.md),
+    # which keeps mask, logprobs and the source's bytes in lockstep per position.
+    known = bool(entries) and all(i is not None for i in ids)
+    _set_tokens(node, ids if known else [-1] * len(entries), sampled=True, logprobs=values, hexes=hexes)
+    node.extra["token_text"] = texts
     if any(t for t in tops):
         node.extra["top_logprobs"] = tops
     nodes.append(node)

@@ -131,7 +131,7 @@ def _is_steps(value: list) -> bool:
 
 def _is_conversation(value: list) -> bool:
     """A bare message list, claimed only when it carries Tunix's Gemma turn marker."""
-    if not all(isinstance(m, dict) and m.get("role") in _ROLES for m in value):
+    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) and m["role"] in _ROLES for m in value):
         return False
     return any(m["role"] == "assistant" and isinstance(m.get("content"), str) and END_OF_TURN in m["content"]
                for m in value)
@@ -395,7 +395,7 @@ def _message(m: Any, field: str) -> Message:
         raise _Bad(field, f"expected a message object, got {type(m).__name__}")
     role = m.get("role")
     extra = {k: v for k, v in m.items() if k not in ("role", "content", "tool_call_id", "name")}
-    if role not in _ROLES:
+    if not isinstance(role, str) or role not in _ROLES:
         extra["source_role"] = role
         role = "user"
     content = m.get("content")
