@@ -75,6 +75,7 @@ class Source:
         csv.field_size_limit(sys.maxsize)
         text = self._data.decode("utf-8", "replace").splitlines(keepends=True)
         reader = csv.DictReader(text)
+        _ = reader.fieldnames  # read the header first, so line_num counts from it
         while True:
             line = reader.line_num + 1
             try:

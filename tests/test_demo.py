@@ -153,12 +153,13 @@ def test_calls_and_evidence(run):
         ev = r.ending.evidence
         assert ev.last_finish_reason == r.calls[-1].finish_reason
         assert ev.turns == len(assistants) and ev.max_turns == demo.MAX_TURNS
-        assert ev.output_token_cap == demo.MAX_TOKENS
+        assert ev.last_output_token_cap == demo.MAX_TOKENS
+        assert ev.output_tokens == sum(sum(n.mask) for n in r.nodes)
         assert r.policy.start <= r.policy.end
         if r.ending.type == Ending.length_cut:
-            assert ev.last_finish_reason == "length" and ev.output_tokens == demo.MAX_TOKENS
+            assert ev.last_finish_reason == "length" and ev.last_output_tokens == demo.MAX_TOKENS
         else:
-            assert ev.output_tokens < demo.MAX_TOKENS
+            assert ev.last_output_tokens < demo.MAX_TOKENS
         if r.ending.type == Ending.truncated:
             assert ev.turns == demo.MAX_TURNS and ev.last_finish_reason == "tool_call"
         if r.ending.type == Ending.submitted:
