@@ -47,6 +47,7 @@ def ending_rates(run_id: str, steps: list[StepRow]) -> dict:
             "x": [s.step for s in rows],
             "y": [s.endings.get(ending, 0) / s.rollouts if s.rollouts else 0 for s in rows],
             "text": [f"{s.endings.get(ending, 0)} of {s.rollouts}" for s in rows],
+            "textposition": "none",
             "hovertemplate": "step %{x}<br>" + ending + ": %{y:.1%} (%{text})<extra></extra>",
             "marker": {"color": ENDING_COLORS[ending]},
             "customdata": [_rollouts_url(run_id, step=s.step, ending=ending) for s in rows],

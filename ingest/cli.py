@@ -45,6 +45,7 @@ def ingest(
     step: Annotated[int | None, typer.Option(help="Training step for records that carry none.")] = None,
     tokenizer: Annotated[Path | None, typer.Option(help="tokenizer.json or SentencePiece .model of the run.", exists=True)] = None,
     added_token: Annotated[list[str], typer.Option("--added-token", help="Extra vocabulary entry ID=PIECE (repeatable).")] = [],  # noqa: B006
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List every skipped file.")] = False,
 ) -> None:
     """Read trace files in any supported format into the store.
 
@@ -81,13 +82,19 @@ def ingest(
 
     table = Table(title="ingest summary", show_lines=False)
     for col in ("file", "format", "new", "replaced", "unchanged", "rejected", "findings"):
-        table.add_column(col, justify="right" if col not in ("file", "format") else "left")
+        table.add_column(col, justify="right" if col not in ("file", "format") else "left",
+                         overflow="fold" if col == "file" else "ellipsis")
     for name, fmt, r in rows:
         table.add_row(Text(name), fmt, str(r.inserted), str(r.replaced), str(r.unchanged), str(r.rejected), str(r.findings))
     console.print(table)
     # File names and messages are data, not markup; soft_wrap keeps "file:line" greppable.
-    for path, why in skipped:
-        console.print(Text.assemble(("skipped ", "yellow"), f"{path}: {why}"), soft_wrap=True)
+    if verbose or len(skipped) <= 5:
+        for path, why in skipped:
+            console.print(Text.assemble(("skipped ", "yellow"), f"{path}: {why}"), soft_wrap=True)
+    else:
+        names = ", ".join(Path(p).name for p, _ in skipped[:3])
+        console.print(Text.assemble(("skipped ", "yellow"), f"{len(skipped)} files found in folders that are not "
+                                    f"traces (e.g. {names}); --verbose lists them"), soft_wrap=True)
     for err in errors:
         console.print(Text.assemble(("rejected ", "red"), str(err)), soft_wrap=True)
     console.print(Text(
