@@ -98,6 +98,9 @@ def open_source(path: Path) -> Source:
     if stripped[:1] in (b"{", b"["):
         try:
             doc = loads(data)
+            if isinstance(doc, dict) and b"\n" not in stripped.rstrip():
+                # One object on one line: a one-record JSONL file, so errors can say "line 1".
+                return Source(path, "jsonl", doc, None, data)
             return Source(path, "json", doc, doc, data)
         except (ValueError, UnicodeDecodeError) as whole_exc:
             first_line = stripped.split(b"\n", 1)[0]
