@@ -128,6 +128,8 @@ class Node(SQLModel, table=True):
     reference_logprobs: bytes | None = _blob()
     loss_weights: dict | None = _json()
     policy_version: int | None = None
+    reward: float | None = None  # step reward r_t credited here
+    mc_return: float | None = None  # discounted return G_t
     extra: dict | None = _json()
 
 

@@ -4,7 +4,7 @@ and the JSON twin returns as is. Nothing here formats HTML.
 from __future__ import annotations
 
 import math
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from sqlmodel import Session
 
@@ -87,8 +87,6 @@ def rollouts_page(session: Session, run_id: str, filters: queries.RolloutFilters
     if run is None:
         return None
     rows, nxt = queries.list_rollouts(session=session, run_id=run_id, filters=filters, after=after, limit=limit)
-    from urllib.parse import urlencode
-
     base = f"{run_url(run_id)}/rollouts"
     return {
         "run": {"id": run.id, "name": run.name, "url": run_url(run.id)},
@@ -181,6 +179,7 @@ def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findi
     view = {
         "idx": node.idx, "parent": node.parent, "role": node.role, "sampled": node.sampled,
         "timestamp": node.timestamp, "policy_version": node.policy_version,
+        "reward": node.reward, "mc_return": node.mc_return,
         "content": text[:PREVIEW_CHARS], "content_len": node.content_len,
         "content_truncated": node.content_len > PREVIEW_CHARS,
         "content_url": f"{run_url(run_id)}/nodes/{rollout_pk}/{node.idx}.txt",
@@ -244,11 +243,10 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
     nodes = queries.get_nodes(session=session, rollout_pk=pk, idxs=page)
     vocab = _load_vocab(session, run.tokenizer_sha256 if run else None)
     pieces = Pieces(vocab)
-    # add the raw arguments of each call to its pairing info
     node_views = []
     for node in nodes:
         v = _node_view(node, pieces, calls_by_node, answer_of, findings_by_node, run_id, pk, all_tokens)
-        raw_calls = (node.message or {}).get("tool_calls") or []
+        raw_calls = (node.message or {}).get("tool_calls") or []  # the raw arguments, as sampled
         for c in v["tool_calls"]:
             if c["position"] < len(raw_calls):
                 c["arguments"] = raw_calls[c["position"]].get("arguments", "")
@@ -256,8 +254,6 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
     summary = summary_row(row)
     base = rollout_url(run_id, rollout_id)
     nxt = offset + limit if offset + limit < len(path) else None
-    sampled_text_len = None  # reserved
-    del sampled_text_len
     return {
         "run": {"id": run_id, "name": run.name if run else None, "url": run_url(run_id),
                 "tokenizer": bool(vocab)},
@@ -273,6 +269,9 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
         "metrics": envelope.get("metrics", {}),
         "extra": envelope.get("extra", {}),
         "findings": findings,
+        # Tokens were recorded but none carries loss: a filter (Tunix overlong_filter) zeroed the
+        # mask. Shown, but it trains on nothing.
+        "trains_on_nothing": summary["n_tokens"] > 0 and summary["n_trained_tokens"] == 0 and summary["n_turns"] > 0,
         "branches": [{"index": b, "nodes": len(p), "leaf": p[-1] if p else None,
                       "url": f"{base}?branch={b}"} for b, p in enumerate(paths)],
         "branch": branch,

@@ -102,6 +102,8 @@ class Node(Model):
     reference_logprobs: list[float | None] | None = None
     loss_weights: dict[str, list[float]] | None = None
     policy_version: int | None = None
+    reward: float | None = Field(None, description="reward credited at this node (the step's reward r_t)")
+    mc_return: float | None = Field(None, description="discounted Monte Carlo return G_t = r_t + γ·G_{t+1} at this node")
 
     @model_validator(mode="after")
     def _lockstep(self) -> "Node":

@@ -125,6 +125,7 @@ def _node_rows(rollout_pk: int, r: Rollout) -> list[dict]:
             logprobs=pack_floats(n.logprobs) if n.logprobs else None,
             advantages=pack_floats(n.advantages), reference_logprobs=pack_floats(n.reference_logprobs),
             loss_weights=n.loss_weights, policy_version=n.policy_version,
+            reward=_finite(n.reward), mc_return=_finite(n.mc_return),
             extra=orjson.loads(orjson.dumps(n.extra)) if n.extra else None,
         ))
     return rows

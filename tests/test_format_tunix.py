@@ -154,8 +154,8 @@ def test_case_matches_summary(case):
     # per-turn rewards and returns, on the assistant node of each turn
     if mode in ("Trajectory", "Steps"):
         nodes = assistants(r)
-        assert [n.extra["reward"] for n in nodes] == pytest.approx(case["step_rewards"])
-        assert [n.extra["mc_return"] for n in nodes] == pytest.approx(case["mc_returns"])
+        assert [n.reward for n in nodes] == pytest.approx(case["step_rewards"])
+        assert [n.mc_return for n in nodes] == pytest.approx(case["mc_returns"])
         assert r.extra["turn_rewards"] == pytest.approx(case["step_rewards"])
         assert r.extra["mc_returns"] == pytest.approx(case["mc_returns"])
         assert r.metrics["mc_return"] == pytest.approx(case["mc_returns"][0])

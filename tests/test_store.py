@@ -123,3 +123,14 @@ def test_cli_ingest_exit_codes_and_summary(db_url, tmp_path, monkeypatch):
     notrace = tmp_path / "notes.txt"
     notrace.write_text("hello")
     assert runner.invoke(cli, ["ingest", str(notrace)]).exit_code == 1
+
+
+def test_overlong_filtered_rollout_is_shown_but_trains_on_nothing(client, engine):
+    assert ingest(engine, TUNIX / "max_steps_reached_overlong_filter.Token.json", run="t").ok
+    d = client.get("/runs/t/rollouts/max_steps_reached_overlong_filter.Token.json").json()
+    assert d["trains_on_nothing"] and d["rollout"]["n_trained_tokens"] == 0 and d["rollout"]["n_tokens"] > 0
+    assert d["ending"]["type"] == "truncated" and d["ending"]["detail"] == "MAX_STEPS_REACHED"
+    tokens = [t for m in d["messages"] for t in m["tokens"]]
+    assert tokens and not any(t["trained"] for t in tokens)
+    assert any(t["logprob"] is not None for t in tokens)  # behaviour logprobs kept
+    assert "trains on nothing" in client.get("/runs/t/rollouts/max_steps_reached_overlong_filter.Token").text

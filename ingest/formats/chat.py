@@ -53,6 +53,7 @@ from pydantic import ValidationError
 
 from ingest import endings
 from ingest.align import fill_node, fit
+from ingest.fields import FieldError, floats, ints, is_number_or_none
 from ingest.formats import ReadContext
 from ingest.schema import (
     Call,
@@ -99,14 +100,6 @@ _ENVELOPE = frozenset({
     "rollout_id", "reward", "reward_components", "ending", "group_id", "group_index", "group_size", "step",
     "run", "task", "task_id", "tools", "metrics", "stop_condition",
 })
-
-
-class _Invalid(Exception):
-    """A validation failure inside one record: `field` is the path relative to the record."""
-
-    def __init__(self, field: str | None, message: str):
-        super().__init__(message)
-        self.field, self.message = field, message
 
 
 @dataclass
@@ -324,7 +317,7 @@ def _read_dict(value: dict, source: Source, ctx: ReadContext, line: int | None, 
 
 
 def _error(source: Source, line: int | None, prefix: str, exc: Exception) -> RecordError:
-    if isinstance(exc, _Invalid):
+    if isinstance(exc, FieldError):
         return RecordError(source.name, line, _join(prefix, exc.field), exc.message)
     assert isinstance(exc, ValidationError)
     err = exc.errors()[0]
@@ -338,7 +331,7 @@ def _record(source: Source, ctx: ReadContext, value: dict, line: int | None, pre
             defaults: _Defaults, variant: str | None = None) -> Rollout | RecordError:
     try:
         return _build_record(source, ctx, value, line, prefix, default_id, defaults, variant)
-    except (_Invalid, ValidationError) as exc:
+    except (FieldError, ValidationError) as exc:
         return _error(source, line, prefix, exc)
     except Exception as exc:  # one odd record must not stop the file
         return RecordError(source.name, line, prefix or None, f"cannot read record: {type(exc).__name__}: {exc}")
@@ -356,7 +349,7 @@ def _build_record(source: Source, ctx: ReadContext, value: dict, line: int | Non
     msgs = rec.get("messages")
     if msgs is not None:
         if not isinstance(msgs, list):
-            raise _Invalid("messages", f"expected a list of messages, got {type(msgs).__name__}")
+            raise FieldError("messages", f"expected a list of messages, got {type(msgs).__name__}")
         _append_messages(nodes, calls, msgs, "messages")
         used.add("messages")
 
@@ -388,7 +381,7 @@ def _build_record(source: Source, ctx: ReadContext, value: dict, line: int | Non
 
     rollout_id = rec.get("rollout_id")
     if rollout_id is not None and (not isinstance(rollout_id, (str, int)) or isinstance(rollout_id, bool)):
-        raise _Invalid("rollout_id", "expected a string")
+        raise FieldError("rollout_id", "expected a string")
     group = _group(rec, defaults)
     task = None
     if rec.get("task") is not None or rec.get("task_id") is not None:
@@ -413,9 +406,9 @@ def _assemble(source: Source, ctx: ReadContext, rec: dict, rollout_id: str, node
     metrics: dict[str, float | None] = {}
     if rec.get("metrics") is not None:
         if not isinstance(rec["metrics"], dict):
-            raise _Invalid("metrics", "expected an object")
+            raise FieldError("metrics", "expected an object")
         for k, v in rec["metrics"].items():
-            if _is_number_or_none(v):
+            if is_number_or_none(v):
                 metrics[str(k)] = None if v is None else float(v)
             else:
                 extra.setdefault("metrics", {})[k] = v
@@ -424,7 +417,7 @@ def _assemble(source: Source, ctx: ReadContext, rec: dict, rollout_id: str, node
         extra["reward_components"] = components
         if isinstance(components, dict):
             for k, v in components.items():
-                if _is_number_or_none(v):
+                if is_number_or_none(v):
                     metrics[f"reward_components.{k}"] = None if v is None else float(v)
     tools = rec.get("tools")
     if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
@@ -432,10 +425,10 @@ def _assemble(source: Source, ctx: ReadContext, rec: dict, rollout_id: str, node
         tools = None
     stop_condition = rec.get("stop_condition")
     if stop_condition is not None and not isinstance(stop_condition, str):
-        raise _Invalid("stop_condition", "expected a string")
+        raise FieldError("stop_condition", "expected a string")
     step = rec.get("step") if isinstance(rec.get("step"), int) and not isinstance(rec.get("step"), bool) else None
     if rec.get("step") is not None and step is None:
-        raise _Invalid("step", "expected an integer training step")
+        raise FieldError("step", "expected an integer training step")
     if case is not None:
         extra["_case"] = case
     if variant is not None:
@@ -476,17 +469,13 @@ def _group(rec: dict, defaults: _Defaults) -> GroupRef | None:
     if gid is None and defaults.group_id is None:
         return None
     if gid is not None and not isinstance(gid, (str, int)):
-        raise _Invalid("group_id", "expected a string or integer")
+        raise FieldError("group_id", "expected a string or integer")
     index = rec.get("group_index", defaults.group_index)
     size = rec.get("group_size", defaults.group_size)
     for name, v in (("group_index", index), ("group_size", size)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
-            raise _Invalid(name, "expected an integer")
+            raise FieldError(name, "expected an integer")
     return GroupRef(id=str(gid) if gid is not None else defaults.group_id, index=index, size=size)
-
-
-def _is_number_or_none(v: Any) -> bool:
-    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
 
 
 def _reward(v: Any, path: str) -> float | None:
@@ -498,7 +487,7 @@ def _reward(v: Any, path: str) -> float | None:
         return float(v)
     if isinstance(v, (int, float)):
         return float(v)
-    raise _Invalid(path, f"expected a number or null, got {type(v).__name__}")
+    raise FieldError(path, f"expected a number or null, got {type(v).__name__}")
 
 
 def _ending(v: Any, path: str) -> tuple[EndingInfo, list[Error]]:
@@ -508,11 +497,11 @@ def _ending(v: Any, path: str) -> tuple[EndingInfo, list[Error]]:
         info = EndingInfo(type=endings.from_reason(v), detail=v)
         return info, ([Error(type="error")] if info.type == Ending.error else [])
     if not isinstance(v, dict):
-        raise _Invalid(path, f"expected a string or an object, got {type(v).__name__}")
+        raise FieldError(path, f"expected a string or an object, got {type(v).__name__}")
     reason, message, error_type = v.get("reason"), v.get("message"), v.get("error_type")
     for name, x in (("reason", reason), ("message", message), ("error_type", error_type)):
         if x is not None and not isinstance(x, str):
-            raise _Invalid(f"{path}.{name}", "expected a string")
+            raise FieldError(f"{path}.{name}", "expected a string")
     kind = endings.from_reason(reason)
     if reason is None and error_type:
         kind = Ending.error
@@ -539,12 +528,12 @@ def _append_messages(nodes: list[Node], calls: list[Call], msgs: list, path: str
 def _message(m: Any, path: str) -> tuple[Message, float | None, str | None]:
     """One OpenAI-shaped message → (Message, timestamp, finish_reason)."""
     if not isinstance(m, dict):
-        raise _Invalid(path, f"expected a message object, got {type(m).__name__}")
+        raise FieldError(path, f"expected a message object, got {type(m).__name__}")
     if "role" not in m or m["role"] is None:
-        raise _Invalid(f"{path}.role", "message has no role")
+        raise FieldError(f"{path}.role", "message has no role")
     role = m["role"]
     if not isinstance(role, str):
-        raise _Invalid(f"{path}.role", f"role must be a string, got {type(role).__name__}")
+        raise FieldError(f"{path}.role", f"role must be a string, got {type(role).__name__}")
     key = role.strip().lower()
     mapped = key if key in CORE_ROLES else ROLE_MAP.get(key, "user")
     extra = {k: v for k, v in m.items()
@@ -559,15 +548,15 @@ def _message(m: Any, path: str) -> tuple[Message, float | None, str | None]:
         if isinstance(tool_call_id, int) and not isinstance(tool_call_id, bool):
             tool_call_id = str(tool_call_id)
         elif not isinstance(tool_call_id, str):
-            raise _Invalid(f"{path}.tool_call_id", "expected a string")
+            raise FieldError(f"{path}.tool_call_id", "expected a string")
     name = m.get("name")
     if name is not None and not isinstance(name, str):
-        raise _Invalid(f"{path}.name", "expected a string")
+        raise FieldError(f"{path}.name", "expected a string")
     reasoning = m.get("reasoning_content")
     if reasoning is not None and not isinstance(reasoning, str):
-        raise _Invalid(f"{path}.reasoning_content", "expected a string")
+        raise FieldError(f"{path}.reasoning_content", "expected a string")
     timestamp = m.get("timestamp")
-    if not _is_number_or_none(timestamp):
+    if not is_number_or_none(timestamp):
         extra["timestamp"] = timestamp
         timestamp = None
     finish = m.get("finish_reason")
@@ -591,9 +580,9 @@ def _content(content: Any, path: str) -> str | list[dict] | None:
             elif isinstance(part, str):
                 parts.append({"type": "text", "text": part})
             else:
-                raise _Invalid(f"{path}[{k}]", f"expected a content part object, got {type(part).__name__}")
+                raise FieldError(f"{path}[{k}]", f"expected a content part object, got {type(part).__name__}")
         return parts
-    raise _Invalid(path, f"expected a string, a list of parts or null, got {type(content).__name__}")
+    raise FieldError(path, f"expected a string, a list of parts or null, got {type(content).__name__}")
 
 
 def _tool_calls(m: dict, path: str) -> list[ToolCall]:
@@ -601,16 +590,16 @@ def _tool_calls(m: dict, path: str) -> list[ToolCall]:
     raw = m.get("tool_calls")
     if raw is not None:
         if not isinstance(raw, list):
-            raise _Invalid(f"{path}.tool_calls", f"expected a list, got {type(raw).__name__}")
+            raise FieldError(f"{path}.tool_calls", f"expected a list, got {type(raw).__name__}")
         for j, tc in enumerate(raw):
             out.append(_tool_call(tc, f"{path}.tool_calls[{j}]"))
     legacy = m.get("function_call")
     if legacy is not None:
         if not isinstance(legacy, dict):
-            raise _Invalid(f"{path}.function_call", "expected an object")
+            raise FieldError(f"{path}.function_call", "expected an object")
         name = legacy.get("name")
         if not isinstance(name, str) or not name:
-            raise _Invalid(f"{path}.function_call.name", "tool call has no function name")
+            raise FieldError(f"{path}.function_call.name", "tool call has no function name")
         out.append(ToolCall(id=None, name=name, arguments=_arguments(legacy.get("arguments")),
                             extra={"source_field": "function_call"}))
     return out
@@ -618,26 +607,26 @@ def _tool_calls(m: dict, path: str) -> list[ToolCall]:
 
 def _tool_call(tc: Any, path: str) -> ToolCall:
     if not isinstance(tc, dict):
-        raise _Invalid(path, f"expected a tool call object, got {type(tc).__name__}")
+        raise FieldError(path, f"expected a tool call object, got {type(tc).__name__}")
     extra = {k: v for k, v in tc.items() if k not in ("id", "type", "function", "name", "arguments")}
     if tc.get("type") not in (None, "function"):
         extra["type"] = tc["type"]
     fn = tc.get("function")
     if fn is not None:
         if not isinstance(fn, dict):
-            raise _Invalid(f"{path}.function", f"expected an object, got {type(fn).__name__}")
+            raise FieldError(f"{path}.function", f"expected an object, got {type(fn).__name__}")
         name, args, name_path = fn.get("name"), fn.get("arguments"), f"{path}.function.name"
         extra.update({f"function.{k}": v for k, v in fn.items() if k not in ("name", "arguments")})
     else:
         name, args, name_path = tc.get("name"), tc.get("arguments"), f"{path}.name"
     if not isinstance(name, str) or not name:
-        raise _Invalid(name_path, "tool call has no function name")
+        raise FieldError(name_path, "tool call has no function name")
     cid = tc.get("id")
     if cid is not None:
         if isinstance(cid, int) and not isinstance(cid, bool):
             cid = str(cid)
         elif not isinstance(cid, str):
-            raise _Invalid(f"{path}.id", "expected a string")
+            raise FieldError(f"{path}.id", "expected a string")
     return ToolCall(id=cid, name=name, arguments=_arguments(args), extra=extra)
 
 
@@ -656,32 +645,6 @@ def _call(node: int, raw: str | None, usage: Usage | None = None) -> Call:
 
 
 # --- tokens --------------------------------------------------------------------------------
-
-def _ints(v: Any, path: str) -> list[int] | None:
-    if v is None:
-        return None
-    if not isinstance(v, list):
-        raise _Invalid(path, f"expected a list of token ids, got {type(v).__name__}")
-    out = []
-    for k, x in enumerate(v):
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or (isinstance(x, float) and not x.is_integer()):
-            raise _Invalid(f"{path}[{k}]", f"expected an integer token id, got {x!r}")
-        out.append(int(x))
-    return out
-
-
-def _floats(v: Any, path: str) -> list[float | None] | None:
-    if v is None:
-        return None
-    if not isinstance(v, list):
-        raise _Invalid(path, f"expected a list of numbers, got {type(v).__name__}")
-    out: list[float | None] = []
-    for k, x in enumerate(v):
-        if not _is_number_or_none(x):
-            raise _Invalid(f"{path}[{k}]", f"expected a number or null, got {x!r}")
-        out.append(None if x is None else float(x))
-    return out
-
 
 def piece_hex(piece: Any) -> str | None:
     """One token's source text as lowercase hex of its bytes. Text is UTF-8 encoded (lone
@@ -707,13 +670,13 @@ def _pieces(v: Any, path: str) -> list[str | None] | None:
     if v is None:
         return None
     if not isinstance(v, list):
-        raise _Invalid(path, f"expected a list of token pieces, got {type(v).__name__}")
+        raise FieldError(path, f"expected a list of token pieces, got {type(v).__name__}")
     out = []
     for k, p in enumerate(v):
         try:
             out.append(piece_hex(p))
         except ValueError as exc:
-            raise _Invalid(f"{path}[{k}]", str(exc)) from None
+            raise FieldError(f"{path}[{k}]", str(exc)) from None
     return out
 
 
@@ -730,22 +693,22 @@ class _Turn:
 
 def _turn_list(v: Any, path: str) -> list[_Turn]:
     if not isinstance(v, list):
-        raise _Invalid(path, f"expected a list of turns, got {type(v).__name__}")
+        raise FieldError(path, f"expected a list of turns, got {type(v).__name__}")
     out = []
     for t, turn in enumerate(v):
         p = _join(path, f"[{t}]") if path else ""
         if not isinstance(turn, dict):
-            raise _Invalid(p, f"expected a turn object, got {type(turn).__name__}")
+            raise FieldError(p, f"expected a turn object, got {type(turn).__name__}")
         sub = (lambda name: _join(p, name)) if p else (lambda name: name)
         finish = turn.get("finish_reason")
         if finish is not None and not isinstance(finish, str):
-            raise _Invalid(sub("finish_reason"), "expected a string")
+            raise FieldError(sub("finish_reason"), "expected a string")
         out.append(_Turn(
-            prompt_ids=_ints(turn.get("prompt_ids"), sub("prompt_ids")),
+            prompt_ids=ints(turn.get("prompt_ids"), sub("prompt_ids")),
             prompt_hex=_pieces(turn.get("prompt_pieces"), sub("prompt_pieces")),
-            completion_ids=_ints(turn.get("completion_ids"), sub("completion_ids")),
+            completion_ids=ints(turn.get("completion_ids"), sub("completion_ids")),
             completion_hex=_pieces(turn.get("completion_pieces"), sub("completion_pieces")),
-            logprobs=_floats(turn.get("logprobs"), sub("logprobs")),
+            logprobs=floats(turn.get("logprobs"), sub("logprobs")),
             finish_reason=finish,
             rest={k: x for k, x in turn.items() if k not in (
                 "prompt_ids", "prompt_pieces", "completion_ids", "completion_pieces", "logprobs", "finish_reason")},
@@ -878,22 +841,22 @@ def _append_openai_logprobs(nodes: list[Node], calls: list[Call], rec: dict) -> 
     entries, base = (lp["content"], "logprobs.content") if isinstance(lp, dict) else (lp, "logprobs")
     response = rec.get("response")
     if response is not None and not isinstance(response, str):
-        raise _Invalid("response", "expected a string")
+        raise FieldError("response", "expected a string")
     texts, hexes, values, tops, ids = [], [], [], [], []
     for k, e in enumerate(entries):
         p = f"{base}[{k}]"
         if not isinstance(e, dict):
-            raise _Invalid(p, f"expected a token object, got {type(e).__name__}")
+            raise FieldError(p, f"expected a token object, got {type(e).__name__}")
         token = e.get("token")
         if token is not None and not isinstance(token, str):
-            raise _Invalid(f"{p}.token", "expected a string")
-        if not _is_number_or_none(e.get("logprob")):
-            raise _Invalid(f"{p}.logprob", "expected a number or null")
+            raise FieldError(f"{p}.token", "expected a string")
+        if not is_number_or_none(e.get("logprob")):
+            raise FieldError(f"{p}.logprob", "expected a number or null")
         raw_bytes = e.get("bytes")
         try:
             hexes.append(piece_hex(raw_bytes) if raw_bytes is not None else piece_hex(token))
         except ValueError as exc:
-            raise _Invalid(f"{p}.bytes", str(exc)) from None
+            raise FieldError(f"{p}.bytes", str(exc)) from None
         texts.append(token)
         values.append(None if e.get("logprob") is None else float(e["logprob"]))
         tops.append(e.get("top_logprobs"))
@@ -922,16 +885,16 @@ def _tau_record(source: Source, ctx: ReadContext, value: dict, line: int | None,
         rec = _strip_case(value)
         info = rec.get("info") or {}
         if not isinstance(info, dict):
-            raise _Invalid("info", "expected an object")
+            raise FieldError("info", "expected an object")
         traj = rec["traj"]
         nodes: list[Node] = []
         calls: list[Call] = []
         _append_messages(nodes, calls, traj, "traj")
         task_id, trial = rec.get("task_id"), rec.get("trial")
         if not isinstance(task_id, (str, int)) or isinstance(task_id, bool):
-            raise _Invalid("task_id", "expected an integer or string")
+            raise FieldError("task_id", "expected an integer or string")
         if trial is not None and (not isinstance(trial, int) or isinstance(trial, bool)):
-            raise _Invalid("trial", "expected an integer")
+            raise FieldError("trial", "expected an integer")
         rid = f"task{task_id}-trial{trial}" if trial is not None else f"task{task_id}"
         extra = {k: v for k, v in rec.items() if k not in ("traj", "task_id", "trial", "reward")}
         group = GroupRef(id=str(task_id), index=trial)
@@ -943,7 +906,7 @@ def _tau_record(source: Source, ctx: ReadContext, value: dict, line: int | None,
         rollout.errors.extend(errors)
         endings.fill_evidence(rollout)
         return rollout
-    except (_Invalid, ValidationError) as exc:
+    except (FieldError, ValidationError) as exc:
         return _error(source, line, prefix, exc)
     except Exception as exc:  # one odd record must not stop the file
         return RecordError(source.name, line, prefix or None, f"cannot read record: {type(exc).__name__}: {exc}")

@@ -40,7 +40,7 @@ columns, each cell a Python repr (single-quoted dicts, lists), parsed with `ast.
 Mapping (docs/formats-tunix.md has the full table and the ending rules): one Rollout per
 episode, a linear message chain: prompt messages (the prompt tokens, left padding stripped, on the
 last of them, mask 0), then per turn an assistant node (sampled, assistant tokens / mask /
-logprobs, per-turn `reward` and `mc_return` in its extra) and its observation as tool nodes
+logprobs, per-turn `reward` and `mc_return` as node fields) and its observation as tool nodes
 (env tokens on the last of them). ToolAgent's implicit `finish` call is the final answer, not a
 tool call.
 """
@@ -57,6 +57,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ingest.align import fill_node
+from ingest.fields import FieldError, floats, ints, is_number_or_none
 from ingest.formats import ReadContext
 from ingest.schema import (
     Call,
@@ -92,14 +93,6 @@ _CSV_COLUMNS = frozenset({"conversation_text", "conversation_tokens", "conversat
 _CSV_STRING_COLUMNS = frozenset({"status"})
 # Per-token arrays newer Tunix versions add (MoE routing); large and not modelled.
 _DROPPED = frozenset({"routed_experts", "prompt_routed_experts", "assistant_routed_experts", "env_routed_experts"})
-
-
-class _Bad(Exception):
-    """A field of the record does not have the documented shape."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field, self.message = field, message
 
 
 # --- detection ------------------------------------------------------------------------------
@@ -256,7 +249,7 @@ def _read_csv(source: Source, where: _Where) -> Iterator[Rollout | RecordError]:
     for row_no, (line, row) in enumerate(source.csv_rows()):
         try:
             rec = _parse_csv_row(row)
-        except _Bad as exc:
+        except FieldError as exc:
             yield RecordError(source.name, line, exc.field, exc.message)
             continue
         if not _is_token(rec):
@@ -309,7 +302,7 @@ def _parse_csv_row(row: dict[str, str | None]) -> dict[str, Any]:
         try:
             out[column] = ast.literal_eval(unwrapped)
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as exc:
-            raise _Bad(column, f"cell is not a Python literal: {exc}") from None
+            raise FieldError(column, f"cell is not a Python literal: {exc}") from None
     return out
 
 
@@ -331,7 +324,7 @@ def _convert(shape: str, data: Any, where: _Where, group: GroupRef | None = None
         if item_extra:
             rollout.extra["item"] = item_extra
         return rollout
-    except _Bad as exc:
+    except FieldError as exc:
         return RecordError(where.file, where.line, prefix + exc.field, exc.message)
     except ValidationError as exc:
         err = exc.errors()[0]
@@ -343,42 +336,11 @@ def _convert(shape: str, data: Any, where: _Where, group: GroupRef | None = None
 
 # --- field helpers --------------------------------------------------------------------------
 
-def _ints(value: Any, field: str) -> list[int] | None:
-    """A token / mask array: list of integers (integral floats accepted), or None."""
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise _Bad(field, f"expected a list of integers, got {type(value).__name__}")
-    out = []
-    for i, x in enumerate(value):
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or (isinstance(x, float) and not x.is_integer()):
-            raise _Bad(f"{field}[{i}]", f"expected an integer, got {x!r}")
-        out.append(int(x))
-    return out
-
-
-def _floats(value: Any, field: str) -> list[float | None] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise _Bad(field, f"expected a list of numbers, got {type(value).__name__}")
-    out: list[float | None] = []
-    for i, x in enumerate(value):
-        if x is None:
-            out.append(None)
-        elif isinstance(x, (int, float)) and not isinstance(x, bool):
-            out.append(float(x))
-        else:
-            raise _Bad(f"{field}[{i}]", f"expected a number, got {x!r}")
-    return out
-
-
 def _number(value: Any, field: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _Bad(field, f"expected a number, got {value!r}")
-    return float(value)
+    """A scalar number (reward, per-step value) or None; booleans are rejected."""
+    if not is_number_or_none(value):
+        raise FieldError(field, f"expected a number, got {value!r}")
+    return None if value is None else float(value)
 
 
 def _status(value: Any) -> str | None:
@@ -392,7 +354,7 @@ def _status(value: Any) -> str | None:
 def _message(m: Any, field: str) -> Message:
     """An OpenAI-shaped Tunix message; unknown roles become `user` (kept in extra)."""
     if not isinstance(m, dict):
-        raise _Bad(field, f"expected a message object, got {type(m).__name__}")
+        raise FieldError(field, f"expected a message object, got {type(m).__name__}")
     role = m.get("role")
     extra = {k: v for k, v in m.items() if k not in ("role", "content", "tool_call_id", "name")}
     if not isinstance(role, str) or role not in _ROLES:
@@ -473,16 +435,16 @@ def _action_calls(action: Any, field: str) -> tuple[list[ToolCall], str, dict]:
     if isinstance(inner, str):
         return [], "single_turn", {}
     if not isinstance(inner, list):
-        raise _Bad(field, f"expected a list of tool calls or a string, got {type(inner).__name__}")
+        raise FieldError(field, f"expected a list of tool calls or a string, got {type(inner).__name__}")
     calls: list[ToolCall] = []
     finish: dict = {}
     for i, c in enumerate(inner):
         if not isinstance(c, dict):
-            raise _Bad(f"{field}.action[{i}]", "expected a tool call object")
+            raise FieldError(f"{field}.action[{i}]", "expected a tool call object")
         fn = c.get("function") if isinstance(c.get("function"), dict) else c
         name = fn.get("name")
         if not isinstance(name, str):
-            raise _Bad(f"{field}.action[{i}].function.name", "missing tool name")
+            raise FieldError(f"{field}.action[{i}].function.name", "missing tool name")
         args = fn.get("arguments")
         raw = "" if args is None else args if isinstance(args, str) else json.dumps(args)
         if name == FINISH:
@@ -536,8 +498,10 @@ class _Chain:
     def add(self, message: Message, tokens: list[int] | None = None, *, sampled: bool = False,
             mask: Sequence[Any] | None = None, logprobs: Sequence[Any] | None = None,
             extra: dict | None = None) -> Node:
+        extra = dict(extra or {})
         node = Node(parent=len(self.nodes) - 1 if self.nodes else None, message=message, sampled=sampled,
-                    token_ids=list(tokens or []), extra=dict(extra or {}))
+                    token_ids=list(tokens or []), reward=extra.pop("reward", None),
+                    mc_return=extra.pop("mc_return", None), extra=extra)
         fill_node(node, mask=mask, logprobs=logprobs)
         if sampled:
             node.policy_version = self.policy_version
@@ -550,7 +514,7 @@ class _Chain:
     def prompt(self, messages: list[Message], prompt_tokens: Any, prompt_length: Any, field_name: str) -> None:
         """The system/user messages as the root chain; the prompt tokens (unpadded) on the
         last of them, mask 0. Prompt tokens without prompt messages get a placeholder node."""
-        tokens = _ints(prompt_tokens, field_name)
+        tokens = ints(prompt_tokens, field_name)
         if tokens is not None and not messages:
             messages = [Message(role="user", content=None, extra={"synthetic": "prompt tokens without messages"})]
         for i, msg in enumerate(messages):
@@ -673,7 +637,7 @@ def _context(steps: list[dict], k: int) -> list[Message]:
     """The messages of `steps[k].chat_completions` (the context of that turn's request)."""
     context = steps[k].get("chat_completions")
     if context is not None and not isinstance(context, list):
-        raise _Bad(f"steps[{k}].chat_completions", "expected a list of messages")
+        raise FieldError(f"steps[{k}].chat_completions", "expected a list of messages")
     return [_message(m, f"steps[{k}].chat_completions[{i}]") for i, m in enumerate(context or [])]
 
 
@@ -689,7 +653,7 @@ def _from_trajectory(traj: dict, head: dict) -> Rollout:
     chain = _Chain(policy_version=_policy_version(task.get("policy_version")) if isinstance(task, dict) else None)
     for k, step in enumerate(steps):
         if not isinstance(step, dict):
-            raise _Bad(f"steps[{k}]", "expected a step object")
+            raise FieldError(f"steps[{k}]", "expected a step object")
     # The prompt as the first request saw it (what `prompt_tokens` encode); the turns from the
     # last request's context, the only one that shows every earlier observation.
     prompt = _split_prompt(_context(steps, 0))[0] if steps else []
@@ -717,9 +681,9 @@ def _from_trajectory(traj: dict, head: dict) -> Rollout:
         if finish and isinstance(finish.get("arguments"), dict) and \
                 finish["arguments"].get("response") != step.get("model_response"):
             extra["finish_arguments"] = finish["arguments"]
-        tokens = _ints(step.get("assistant_tokens"), f"{f}.assistant_tokens")
-        chain.add(msg, tokens, sampled=True, mask=_ints(step.get("assistant_masks"), f"{f}.assistant_masks"),
-                  logprobs=_floats(step.get("logprobs"), f"{f}.logprobs"), extra=extra)
+        tokens = ints(step.get("assistant_tokens"), f"{f}.assistant_tokens")
+        chain.add(msg, tokens, sampled=True, mask=ints(step.get("assistant_masks"), f"{f}.assistant_masks"),
+                  logprobs=floats(step.get("logprobs"), f"{f}.logprobs"), extra=extra)
 
         terminal = k == len(steps) - 1
         if use_context and turns[k][1]:
@@ -728,8 +692,8 @@ def _from_trajectory(traj: dict, head: dict) -> Rollout:
             env_msgs = []  # env.step never returned: any observation here is not this turn's
         else:
             env_msgs = _observation_messages(step.get("observation"))
-        chain.env(env_msgs, _ints(step.get("env_tokens"), f"{f}.env_tokens"),
-                  _ints(step.get("env_masks"), f"{f}.env_masks"))
+        chain.env(env_msgs, ints(step.get("env_tokens"), f"{f}.env_tokens"),
+                  ints(step.get("env_masks"), f"{f}.env_masks"))
 
     rollout = Rollout(**head, task=_task(task), reward=_number(traj.get("reward"), "reward"),
                       ending=_ending(status, last_kind), timing=_timing(traj),
@@ -755,7 +719,7 @@ def _from_steps(steps: list, head: dict) -> Rollout:
     for k, step in enumerate(steps):
         f = f"[{k}]"
         if not isinstance(step, dict):
-            raise _Bad(f, "expected a step object")
+            raise FieldError(f, "expected a step object")
         obs = step.get("env_text")
         env_msgs = _observation_messages(obs)
         calls = _text_tool_calls(step.get("assistant_text"), [m.tool_call_id for m in env_msgs if m.role == "tool"])
@@ -767,11 +731,11 @@ def _from_steps(steps: list, head: dict) -> Rollout:
         elif calls is None:
             extra["tool_calls_unpaired"] = "tool-call blocks and tool results differ in number"
         extra.update(_extra(step, _STEP_KEYS))
-        chain.add(msg, _ints(step.get("assistant_tokens"), f"{f}.assistant_tokens"), sampled=True,
-                  mask=_ints(step.get("assistant_masks"), f"{f}.assistant_masks"),
-                  logprobs=_floats(step.get("logprobs"), f"{f}.logprobs"), extra=extra)
-        chain.env(env_msgs, _ints(step.get("env_tokens"), f"{f}.env_tokens"),
-                  _ints(step.get("env_masks"), f"{f}.env_masks"))
+        chain.add(msg, ints(step.get("assistant_tokens"), f"{f}.assistant_tokens"), sampled=True,
+                  mask=ints(step.get("assistant_masks"), f"{f}.assistant_masks"),
+                  logprobs=floats(step.get("logprobs"), f"{f}.logprobs"), extra=extra)
+        chain.env(env_msgs, ints(step.get("env_tokens"), f"{f}.env_tokens"),
+                  ints(step.get("env_masks"), f"{f}.env_masks"))
 
     rewards = [_number(s.get("reward"), f"[{k}].reward") for k, s in enumerate(steps)]
     reward = math.fsum(rewards) if rewards and all(r is not None for r in rewards) else None  # type: ignore[arg-type]
@@ -843,12 +807,12 @@ def _from_token(d: dict, head: dict) -> Rollout:
     chain = _Chain(policy_version=pv)
     text = d.get("conversation_text")
     if text is not None and not isinstance(text, list):
-        raise _Bad("conversation_text", "expected a list of messages")
+        raise FieldError("conversation_text", "expected a list of messages")
     messages = [_message(m, f"conversation_text[{i}]") for i, m in enumerate(text or [])]
     prompt, rest = _split_prompt(messages)
-    tokens = _ints(d.get("conversation_tokens"), "conversation_tokens") or []
-    masks = _ints(d.get("conversation_masks"), "conversation_masks") or []
-    logprobs = _floats(d.get("old_logprobs"), "old_logprobs")
+    tokens = ints(d.get("conversation_tokens"), "conversation_tokens") or []
+    masks = ints(d.get("conversation_masks"), "conversation_masks") or []
+    logprobs = floats(d.get("old_logprobs"), "old_logprobs")
     chain.prompt(prompt, d.get("prompt_tokens"), d.get("prompt_length"), "prompt_tokens")
 
     segments = _segments(rest)
