@@ -1,12 +1,16 @@
 """The FastAPI application: `create_app(settings)` builds it (uvicorn factory)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from urllib.parse import parse_qsl, unquote
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import HTTPException
-from fastapi.responses import JSONResponse
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.config import Settings, get_settings
 from app.db import make_engine
@@ -18,6 +22,60 @@ STATIC = Path(__file__).resolve().parent.parent / "static"
 # Trace text is untrusted: no inline scripts, nothing from other origins.
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
+
+_KEPT_ESCAPES = re.compile(r"(%2[fF]|%25)")
+
+
+def routing_path(raw_path: str) -> str:
+    """The raw path percent-decoded except `%2F` and `%25`.
+
+    Starlette routes on the fully decoded path, where `/runs/team%2Fexp-12` is indistinguishable
+    from `/runs/team/exp-12`. Routing on this form keeps an encoded slash inside its segment, so
+    run, rollout and group ids may contain `/`; the handlers unquote the ids they receive (which
+    is exact: `%25` stays encoded too). No UTF-8 sequence contains the bytes of `/` or `%`, so
+    decoding the pieces between the kept escapes separately is safe.
+    """
+    parts = _KEPT_ESCAPES.split(raw_path)
+    return "".join(p.upper() if i % 2 else unquote(p) for i, p in enumerate(parts))
+
+
+def _wants_json(request: Request) -> bool:
+    return request.url.path.endswith(".json") or "application/json" in request.headers.get("accept", "")
+
+
+def error_response(request: Request, status: int, detail) -> Response:
+    """The error page for browsers, `{"detail": ...}` for JSON clients."""
+    if _wants_json(request):
+        return JSONResponse({"detail": jsonable_encoder(detail)}, status_code=status)
+    from app.render import templates
+
+    if isinstance(detail, list):  # validation errors: one readable line each
+        detail = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ())[1:]) or 'request'}: {e.get('msg', '')}"
+                           for e in detail)
+    return templates.TemplateResponse(request, "error.html", {"status": status, "detail": detail, "alternate": None},
+                                      status_code=status)
+
+
+class RoutingPath:
+    """ASGI middleware: route on `routing_path(raw_path)` and refuse NUL anywhere in the target
+    (Postgres rejects NUL in text, and no id or filter legitimately holds one)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            raw = scope.get("raw_path")
+            # Without raw_path the slashes are already decoded; escaping `%` keeps unquoting exact.
+            path = routing_path(raw.decode("latin-1")) if raw else scope["path"].replace("%", "%25")
+            scope = dict(scope, path=path)
+            query = scope.get("query_string", b"").decode("latin-1")
+            if "\x00" in unquote(path) or any("\x00" in k or "\x00" in v
+                                               for k, v in parse_qsl(query, keep_blank_values=True)):
+                response = error_response(Request(scope), 400, "NUL character in the URL")
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -32,6 +90,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.include_router(pages.router)
 
+    app.add_middleware(RoutingPath)  # inside security_headers, so its 400s get the headers too
+
     @app.middleware("http")
     async def security_headers(request: Request, call_next):
         response = await call_next(request)
@@ -39,14 +99,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
         return response
 
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, exc: HTTPException):
-        if request.url.path.endswith(".json") or "application/json" in request.headers.get("accept", ""):
-            return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
-        from app.render import templates
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        return error_response(request, exc.status_code, exc.detail)
 
-        return templates.TemplateResponse(request, "error.html", {"status": exc.status_code, "detail": exc.detail},
-                                          status_code=exc.status_code)
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError):
+        return error_response(request, 422, exc.errors())
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict:

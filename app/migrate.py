@@ -1,13 +1,20 @@
-"""Bring a database to the latest schema with Alembic (the one way the schema is created)."""
+"""Bring a database to the latest schema with Alembic (the one way the schema is created).
+
+Several processes may start at once (workers, the dashboard, an ingest): the upgrade holds a
+lock for its whole transaction, a Postgres advisory lock or SQLite's write lock, so exactly one
+of them migrates and the others then find the schema current.
+"""
 from __future__ import annotations
 
 from pathlib import Path
 
+import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import Engine
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+LOCK_KEY = 0x526F6C6C73636F70  # "Rollscop": the advisory lock id for migrations
 
 
 def alembic_config() -> Config:
@@ -17,8 +24,14 @@ def alembic_config() -> Config:
 
 
 def upgrade(engine: Engine) -> None:
-    """`alembic upgrade head` on `engine`. Idempotent."""
+    """`alembic upgrade head` on `engine`, serialized across processes. Idempotent."""
+    from app.db import make_engine
+
     cfg = alembic_config()
+    if engine.dialect.name == "sqlite":
+        engine = make_engine(engine.url.render_as_string(hide_password=False), writer=True)
     with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": LOCK_KEY})
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")

@@ -10,9 +10,11 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
+
+MAX_ERRORS_SHOWN = 20
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Rollscope: a trace inspector for agentic RL.")
 console = Console(stderr=True)
@@ -23,7 +25,7 @@ def _engine():
     from app.db import make_engine
     from app.migrate import upgrade
 
-    engine = make_engine(Settings().database_url)
+    engine = make_engine(Settings().database_url, writer=True)
     upgrade(engine)
     return engine
 
@@ -65,18 +67,21 @@ def ingest(
             console.print(Text.assemble(("error: ", "red"), str(exc)), soft_wrap=True)
             raise typer.Exit(2) from None
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
         current: dict = {}
 
         def on_file(path, source):
             if "task" in current:
                 progress.remove_task(current["task"])
-            n = source.line_count() if source.kind in ("jsonl", "csv") else None
-            current["task"] = progress.add_task(path.name, total=n)
+            current["source"] = source
+            current["task"] = progress.add_task(path.name, total=source.size or None)
+
+        def on_item(_item):
+            progress.update(current["task"], completed=current["source"].position)
 
         report = ingest_paths(engine, paths, ReadContext(run_id=run, step=step), tokenizer_key=key,
-                              on_file=on_file, on_item=lambda _i: progress.advance(current["task"]))
+                              on_file=on_file, on_item=on_item)
     total, errors, skipped = report.total, report.errors, report.skipped
     rows = [(f.path, f.format, f.result) for f in report.files]
 
@@ -93,10 +98,17 @@ def ingest(
             console.print(Text.assemble(("skipped ", "yellow"), f"{path}: {why}"), soft_wrap=True)
     else:
         names = ", ".join(Path(p).name for p, _ in skipped[:3])
-        console.print(Text.assemble(("skipped ", "yellow"), f"{len(skipped)} files found in folders that are not "
-                                    f"traces (e.g. {names}); --verbose lists them"), soft_wrap=True)
-    for err in errors:
+        console.print(Text.assemble(("skipped ", "yellow"), f"{len(skipped)} files in the folders given that no "
+                                    f"reader recognises (e.g. {names}); --verbose lists them"), soft_wrap=True)
+    shown = errors if verbose else errors[:MAX_ERRORS_SHOWN]
+    for err in shown:
         console.print(Text.assemble(("rejected ", "red"), str(err)), soft_wrap=True)
+    if len(errors) > len(shown):
+        console.print(Text(f"... and {len(errors) - len(shown)} more rejected records (--verbose lists them; "
+                           "the dashboard's /quarantine page has them all)"), soft_wrap=True)
+    if total.repeated:
+        console.print(Text.assemble(("warning ", "yellow"), f"{total.repeated} records repeated a rollout id already "
+                                    "read in this ingest (the later one wins)"), soft_wrap=True)
     console.print(Text(
         f"{total.inserted} new, {total.replaced} replaced, {total.unchanged} unchanged, "
         f"{len(errors)} rejected, {len(skipped)} skipped; runs: {', '.join(sorted(total.runs)) or '-'}"), soft_wrap=True)

@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 from ingest import formats
 from ingest.formats import ReadContext
 from ingest.source import RecordError, Source, open_source
-from ingest.store import StoreResult, ensure_run, store, store_tokenizer
+from ingest.store import StoreResult, ensure_run, quarantine, store, store_tokenizer
 
 
 @dataclass
@@ -72,21 +72,26 @@ def register_tokenizer(engine: Engine, path: Path, added: dict[int, str] | None 
 def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokenizer_key: str | None = None,
                  on_file: Callable[[Path, Source], None] | None = None,
                  on_item: Callable[[object], None] | None = None) -> IngestReport:
-    """Ingest every file under `paths`. `on_file`/`on_item` drive progress displays."""
+    """Ingest every file under `paths`. `on_file`/`on_item` drive progress displays.
+
+    A file given explicitly that cannot be read, or that no reader recognises, is rejected and
+    quarantined (line None); one found by walking a folder is skipped and reported. A failure
+    inside one file (a reader bug, a database refusal) is reported for that file and the next
+    file is still read.
+    """
     report = IngestReport()
     for path, explicit in walk(paths):
         try:
             source = open_source(path)
+            reader = formats.detect(source)
+            if reader is None:
+                raise RecordError(str(path), None, None,
+                                  "no reader recognises this file (formats: " + ", ".join(formats.names()) + ")")
         except RecordError as exc:
-            (report.errors.append(exc) if explicit else report.skipped.append((str(path), exc.message)))
-            continue
-        reader = formats.detect(source)
-        if reader is None:
-            msg = "no reader recognises this file (formats: " + ", ".join(formats.names()) + ")"
             if explicit:
-                report.errors.append(RecordError(str(path), None, None, msg))
+                _reject_file(engine, report, exc)
             else:
-                report.skipped.append((str(path), msg))
+                report.skipped.append((str(path), exc.message))
             continue
         if on_file:
             on_file(path, source)
@@ -95,12 +100,21 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
         def items(reader=reader, source=source, file_errors=file_errors):
             for item in reader.read(source, ctx):
                 if isinstance(item, RecordError):
+                    if item.raw is None and item.line is not None and item.line == source.last_line:
+                        item.raw = source.last_raw
                     file_errors.append(item)
                 elif ctx.step is not None and item.step is None:
                     item.step = ctx.step
                 yield item
 
-        result = store(engine, items(), on_item=on_item)
+        try:
+            result = store(engine, items(), on_item=on_item)
+        except Exception as exc:  # noqa: BLE001 - one file must not stop the others
+            err = RecordError(str(path), source.last_line, None,
+                              f"ingest of this file stopped: {type(exc).__name__}: {exc}", source.last_raw)
+            _reject_file(engine, report, err)
+            continue
+        file_errors += result.errors
         report.files.append(FileReport(str(path), reader.NAME, result, file_errors))
         report.errors += file_errors
         report.total.add(result)
@@ -109,3 +123,9 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
             for run_id in report.total.runs:
                 ensure_run(conn, run_id, tokenizer_sha256=tokenizer_key)
     return report
+
+
+def _reject_file(engine: Engine, report: IngestReport, err: RecordError) -> None:
+    report.errors.append(err)
+    with engine.begin() as conn:
+        quarantine(conn, err)

@@ -20,11 +20,16 @@ from __future__ import annotations
 
 import math
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = "rollscope/1"
+
+# Counters are whole numbers, never booleans or 2.0; ids are non-empty and carry no NUL (which
+# Postgres text cannot hold).
+Count = Annotated[int, Field(strict=True, ge=0)]
+Id = Annotated[str, Field(min_length=1, max_length=300, pattern=r"^[^\x00]*$")]
 
 
 class Model(BaseModel):
@@ -209,19 +214,19 @@ class EndingInfo(Model):
 
 
 class RunRef(Model):
-    id: str
+    id: Id
     name: str | None = None
     type: Literal["train", "eval"] = "train"
 
 
 class GroupRef(Model):
-    id: str
-    index: int | None = Field(None, description="position of this rollout within its group")
-    size: int | None = None
+    id: Id
+    index: Count | None = Field(None, description="position of this rollout within its group")
+    size: Annotated[int, Field(strict=True, ge=1)] | None = None
 
 
 class EpisodeRef(Model):
-    id: str
+    id: Id
     agent: str = "agent"
     trainable: bool = True
 
@@ -242,12 +247,12 @@ class Rollout(Model):
     """One rollout: one agent's attempt at one task. One JSONL line of the native format."""
 
     schema_: str = Field(SCHEMA_VERSION, alias="schema")
-    id: str = Field(description="rollout id; unique within the run")
+    id: Id = Field(description="rollout id; unique within the run")
     run: RunRef
-    step: int | None = Field(None, description="training step (the learner's counter)")
+    step: Count | None = Field(None, description="training step (the learner's counter)")
     policy: PolicySpan | None = None
     group: GroupRef | None = None
-    attempt: int = 0
+    attempt: Count = 0
     episode: EpisodeRef | None = None
     task: Task | None = None
     tools: list[dict[str, Any]] = Field(default_factory=list)
@@ -264,6 +269,17 @@ class Rollout(Model):
     errors: list[Error] = Field(default_factory=list)
     timing: dict[str, Any] = Field(default_factory=dict)
     source: dict[str, Any] = Field(default_factory=dict, description="where the record came from: format, file, line")
+
+    @model_validator(mode="after")
+    def _graph_is_well_formed(self) -> "Rollout":
+        """A node's parent comes before it (so the graph has no cycles); calls name real nodes."""
+        for i, node in enumerate(self.nodes):
+            if node.parent is not None and not 0 <= node.parent < i:
+                raise ValueError(f"nodes[{i}].parent = {node.parent}: a parent must be an earlier node (0..{i - 1}) or null")
+        for k, call in enumerate(self.calls):
+            if call.node is not None and not 0 <= call.node < len(self.nodes):
+                raise ValueError(f"calls[{k}].node = {call.node}: no such node ({len(self.nodes)} nodes)")
+        return self
 
     def total_reward(self) -> float | None:
         """`reward` if given, else Σ score·weight over `rewards` (None if any score is None)."""

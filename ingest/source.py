@@ -1,13 +1,23 @@
 """Opening a trace file: JSON document, JSONL, or CSV, read leniently and with positions.
 
-JSON is parsed with orjson; when orjson refuses (bare NaN/Infinity, which Python's json.dumps
-writes), the standard library parser takes over, so such files load and the non-finite values
-reach the reader as float('nan') / float('inf').
+- Only regular files are read (a FIFO or a link to /dev/zero would never end).
+- JSONL and CSV are streamed line by line, so memory stays bounded by the longest record;
+  a JSON document is read whole (it is one value).
+- The format is decided by content: a first line that is a JSON value followed by more lines is
+  JSONL. A JSONL file whose first line is broken is still JSONL when a later line parses, so one
+  bad first line costs one record, not the file.
+- JSON is parsed with orjson; when orjson refuses (bare NaN/Infinity, which Python's json.dumps
+  writes; lone surrogates), the standard library parser takes over, so such files load: the
+  non-finite values reach the reader as float('nan') / float('inf'), and lone surrogates (which
+  UTF-8 cannot carry) become U+FFFD. Nesting deeper than the parser allows is a RecordError.
+- A UTF-8 byte-order mark is ignored.
 """
 from __future__ import annotations
 
 import csv
+import io
 import json
+import stat
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -15,6 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+HEAD_BYTES = 1 << 16  # what is read to decide the format of a file
+PROBE_LINES = 50  # lines tried for a first good record when the first line is broken
+BOM = b"\xef\xbb\xbf"
 
 
 class RecordError(Exception):
@@ -29,90 +43,158 @@ class RecordError(Exception):
         return f"{where}: {self.field + ': ' if self.field else ''}{self.message}"
 
 
+def _fix_surrogates(value: Any) -> Any:
+    """Lone UTF-16 surrogates (valid JSON escapes, invalid Unicode) → U+FFFD; pairs are joined."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, list):
+        return [_fix_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_fix_surrogates(k): _fix_surrogates(v) for k, v in value.items()}
+    return value
+
+
 def loads(data: bytes | str) -> Any:
-    """Parse one JSON value; accepts NaN/Infinity/-Infinity (non-strict JSON)."""
+    """Parse one JSON value; accepts NaN/Infinity/-Infinity (non-strict JSON).
+
+    Raises ValueError for anything that is not JSON, including nesting too deep to parse.
+    """
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
-        return json.loads(data)
+        pass
+    try:
+        return _fix_surrogates(json.loads(data))
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to read") from None
 
 
 @dataclass
 class Source:
     """One input file, opened. `kind` is 'json' (one document), 'jsonl' or 'csv'.
 
-    `first` is the first record (the whole document for 'json'), which readers sniff.
+    `first` is the first good record (the whole document for 'json'), which readers sniff.
+    `position` is the number of bytes consumed so far (for progress bars); `last_raw` the text
+    of the line most recently read (for quarantining a record a reader rejects).
     """
 
     path: Path
     kind: str
     first: Any
     document: Any = None
-    _data: bytes = field(default=b"", repr=False)
+    size: int = 0
+    position: int = 0
+    last_line: int | None = None
+    last_raw: str | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
         return str(self.path)
 
-    def line_count(self) -> int:
-        return self._data.count(b"\n") + (0 if self._data.endswith(b"\n") else 1)
+    def _binary_lines(self) -> Iterator[tuple[int, bytes]]:
+        with self.path.open("rb") as f:
+            for lineno, raw in enumerate(f, start=1):
+                if lineno == 1 and raw.startswith(BOM):
+                    raw = raw[len(BOM):]
+                self.position += len(raw)
+                yield lineno, raw
 
     def lines(self) -> Iterator[tuple[int, Any]]:
         """JSONL: (line number, parsed value or RecordError) for each non-empty line."""
-        for lineno, raw in enumerate(self._data.split(b"\n"), start=1):
+        for lineno, raw in self._binary_lines():
             if not raw.strip():
                 continue
+            self.last_line = lineno
+            self.last_raw = raw[:4096].decode("utf-8", "replace")
             try:
                 yield lineno, loads(raw)
             except (ValueError, UnicodeDecodeError) as exc:
-                text = raw[:4096].decode("utf-8", "replace")
                 torn = not raw.rstrip().endswith((b"}", b"]"))
-                msg = ("torn line (writer stopped mid-record): " if torn else "invalid JSON: ") + str(exc)
-                yield lineno, RecordError(self.name, lineno, None, msg, text)
+                msg = ("torn line: the record is truncated (the writer stopped mid-line): " if torn else "invalid JSON: ") + str(exc)
+                yield lineno, RecordError(self.name, lineno, None, msg, self.last_raw)
 
     def csv_rows(self) -> Iterator[tuple[int, dict[str, str]]]:
-        """CSV: (line number of the row's first line, row dict)."""
+        """CSV: (line number of the row's first line, row dict), streamed."""
         csv.field_size_limit(sys.maxsize)
-        text = self._data.decode("utf-8", "replace").splitlines(keepends=True)
-        reader = csv.DictReader(text)
-        _ = reader.fieldnames  # read the header first, so line_num counts from it
-        while True:
-            line = reader.line_num + 1
-            try:
-                row = next(reader)
-            except StopIteration:
-                return
-            yield line, row
+        with self.path.open("rb") as fb:
+            text = io.TextIOWrapper(fb, encoding="utf-8-sig", errors="replace", newline="")
+            reader = csv.DictReader(text)
+            _ = reader.fieldnames  # read the header first, so line_num counts from it
+            while True:
+                line = reader.line_num + 1
+                try:
+                    row = next(reader)
+                except StopIteration:
+                    return
+                self.position = fb.tell()
+                self.last_line, self.last_raw = line, None
+                yield line, row
+
+
+def _regular(path: Path) -> int:
+    """Size of `path` if it is a regular file (links followed); RecordError otherwise."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise RecordError(str(path), None, None, f"cannot read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise RecordError(str(path), None, None, "not a regular file (a device, FIFO or socket is never read)")
+    return st.st_size
 
 
 def open_source(path: Path) -> Source:
-    """Read `path` and decide JSON / JSONL / CSV by content, not by extension.
+    """Read enough of `path` to decide JSON / JSONL / CSV by content, not by extension.
 
-    Raises RecordError when the file is neither.
+    Raises RecordError (naming the file) when the file is none of them.
     """
-    data = path.read_bytes()
-    stripped = data.lstrip()
     name = str(path)
+    size = _regular(path)
+    with path.open("rb") as f:
+        head = f.read(HEAD_BYTES)
+    if head.startswith(BOM):
+        head = head[len(BOM):]
+    stripped = head.lstrip()
     if not stripped:
         raise RecordError(name, None, None, "empty file")
+    if b"\x00" in head[:4096]:
+        raise RecordError(name, None, None, "binary file (NUL bytes): not JSON, JSONL or CSV")
     if stripped[:1] in (b"{", b"["):
-        try:
-            doc = loads(data)
-            if isinstance(doc, dict) and b"\n" not in stripped.rstrip():
-                # One object on one line: a one-record JSONL file, so errors can say "line 1".
-                return Source(path, "jsonl", doc, None, data)
-            return Source(path, "json", doc, doc, data)
-        except (ValueError, UnicodeDecodeError) as whole_exc:
-            first_line = stripped.split(b"\n", 1)[0]
-            try:
-                first = loads(first_line)
-            except (ValueError, UnicodeDecodeError):
-                lineno = getattr(whole_exc, "lineno", None)
-                raise RecordError(name, lineno, None, f"not JSON or JSONL: {whole_exc}") from None
-            return Source(path, "jsonl", first, None, data)
-    head = stripped[:4096].decode("utf-8", "replace").splitlines()[0] if stripped else ""
-    if "," in head:
-        src = Source(path, "csv", None, None, data)
+        return _open_json(path, size)
+    first_line = stripped.split(b"\n", 1)[0].decode("utf-8", "replace")
+    if "," in first_line:
+        src = Source(path, "csv", None, size=size)
         src.first = next((row for _, row in src.csv_rows()), None)
+        src.position = 0
         return src
     raise RecordError(name, 1, None, "unrecognised file: not JSON, JSONL or CSV")
+
+
+def _open_json(path: Path, size: int) -> Source:
+    name = str(path)
+    probe = Source(path, "jsonl", None, size=size)
+    first_good = None  # (line, value) of the first line that parses on its own
+    lines_seen = 0
+    for lineno, value in probe.lines():
+        lines_seen += 1
+        if not isinstance(value, RecordError) and first_good is None:
+            first_good = (lineno, value)
+        if (first_good is not None and lines_seen >= 2) or lines_seen >= PROBE_LINES:
+            break
+    one_line = lines_seen <= 1
+    if first_good is not None and first_good[0] == 1 and not one_line:
+        return Source(path, "jsonl", first_good[1], size=size)  # JSONL, first line good
+    if first_good is not None and one_line and isinstance(first_good[1], dict):
+        return Source(path, "jsonl", first_good[1], size=size)  # one object on one line
+    # A document (pretty-printed JSON, a one-line array), or JSONL with a broken first line.
+    try:
+        doc = loads(path.read_bytes().removeprefix(BOM))
+        return Source(path, "json", doc, doc, size=size)
+    except (ValueError, UnicodeDecodeError) as whole_exc:
+        if first_good is not None and isinstance(first_good[1], dict | list):
+            return Source(path, "jsonl", first_good[1], size=size)
+        lineno = getattr(whole_exc, "lineno", None)
+        raise RecordError(name, lineno, None, f"not JSON or JSONL: {whole_exc}") from None

@@ -34,9 +34,13 @@ class StoreResult:
     unchanged: int = 0
     rejected: int = 0
     findings: int = 0
+    repeated: int = 0  # a rollout identity seen earlier in the same call
     runs: set[str] = field(default_factory=set)
+    errors: list[RecordError] = field(default_factory=list)  # records the database refused
 
     def add(self, other: "StoreResult") -> None:
+        self.repeated += other.repeated
+        self.errors += other.errors
         self.inserted += other.inserted
         self.replaced += other.replaced
         self.unchanged += other.unchanged
@@ -51,6 +55,26 @@ def content_hash(rollout: Rollout) -> str:
     return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
+def _json_safe(value):
+    """A JSON-ready copy: strict (NaN/inf → null) and without NUL characters, which Postgres
+    text and JSONB cannot hold; NUL becomes U+FFFD on every database (one rule)."""
+    return _no_nul(orjson.loads(orjson.dumps(value)))
+
+
+def _no_nul(value):
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, list):
+        return [_no_nul(v) for v in value]
+    if isinstance(value, dict):
+        return {_text(k): _no_nul(v) for k, v in value.items()}
+    return value
+
+
+def _text(value: str | None) -> str | None:
+    return value.replace("\x00", "\ufffd") if isinstance(value, str) and "\x00" in value else value
+
+
 def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
@@ -61,10 +85,20 @@ def ensure_run(conn: sa.Connection, run_id: str, *, name: str | None = None, typ
     t = models.Run.__table__
     row = conn.execute(sa.select(t.c.id, t.c.tokenizer_sha256).where(t.c.id == run_id)).first()
     if row is None:
-        conn.execute(t.insert().values(id=run_id, name=name, type=type_, tokenizer_sha256=tokenizer_sha256,
-                                       created_at=models.utcnow()))
+        # Another writer may create the same run at the same moment: insert-or-ignore.
+        conn.execute(_insert(conn, t).values(id=run_id, name=name, type=type_, tokenizer_sha256=tokenizer_sha256,
+                                             created_at=models.utcnow()).on_conflict_do_nothing(index_elements=["id"]))
     elif tokenizer_sha256 and row.tokenizer_sha256 != tokenizer_sha256:
         conn.execute(t.update().where(t.c.id == run_id).values(tokenizer_sha256=tokenizer_sha256))
+
+
+def _insert(conn: sa.Connection, table: sa.Table):
+    """The dialect's INSERT, which has ON CONFLICT on both SQLite and Postgres."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert(table)
 
 
 def store_tokenizer(engine: Engine, *, sha256: str, name: str, kind: str, n_vocab: int, blob: bytes) -> None:
@@ -86,10 +120,10 @@ def _summary(r: Rollout, flags: list[str], chash: str) -> dict:
         group_size=r.group.size if r.group else None,
         episode_id=r.episode.id if r.episode else None,
         agent=r.episode.agent if r.episode else None,
-        task_key=(r.task.key if r.task else None),
-        ending=r.ending.type.value, ending_detail=r.ending.detail,
+        task_key=_text(r.task.key if r.task else None),
+        ending=r.ending.type.value, ending_detail=_text(r.ending.detail),
         reward=_finite(reward), reward_status=r.reward_status(),
-        stop_condition=r.stop_condition,
+        stop_condition=_text(r.stop_condition),
         policy_version_min=min(versions) if versions else None,
         policy_version_max=max(versions) if versions else None,
         n_nodes=len(r.nodes),
@@ -107,18 +141,19 @@ def _summary(r: Rollout, flags: list[str], chash: str) -> dict:
 def _envelope(r: Rollout) -> dict:
     body = r.to_json_dict()
     body.pop("nodes", None)
-    return orjson.loads(orjson.dumps(body))  # strict JSON: NaN/inf → null
+    return _json_safe(body)
 
 
 def _node_rows(rollout_pk: int, r: Rollout) -> list[dict]:
     rows = []
     for i, n in enumerate(r.nodes):
-        msg = orjson.loads(orjson.dumps(n.message.to_json_dict()))
+        msg = _json_safe(n.message.to_json_dict())
         rows.append(dict(
             rollout_pk=rollout_pk, idx=i, parent=n.parent, role=n.message.role, sampled=n.sampled,
             timestamp=_finite(n.timestamp), content_len=len(n.message.text()), message=msg,
-            tool_call_id=n.message.tool_call_id,
-            tool_calls=[{"id": tc.id, "name": tc.name} for tc in n.message.tool_calls] if n.message.tool_calls else None,
+            tool_call_id=_text(n.message.tool_call_id),
+            tool_calls=_json_safe([{"id": tc.id, "name": tc.name} for tc in n.message.tool_calls])
+            if n.message.tool_calls else None,
             n_tokens=len(n.token_ids), token_ids=pack_ids(n.token_ids),
             mask=pack_bits(n.mask) if n.mask else None,
             is_content=pack_bits(n.is_content) if n.is_content else None,
@@ -126,7 +161,7 @@ def _node_rows(rollout_pk: int, r: Rollout) -> list[dict]:
             advantages=pack_floats(n.advantages), reference_logprobs=pack_floats(n.reference_logprobs),
             loss_weights=n.loss_weights, policy_version=n.policy_version,
             reward=_finite(n.reward), mc_return=_finite(n.mc_return),
-            extra=orjson.loads(orjson.dumps(n.extra)) if n.extra else None,
+            extra=_json_safe(n.extra) if n.extra else None,
         ))
     return rows
 
@@ -137,42 +172,72 @@ def _prepare(r: Rollout) -> Rollout:
     return r
 
 
-def store_batch(conn: sa.Connection, rollouts: list[Rollout]) -> StoreResult:
-    """Write one batch inside the caller's transaction."""
-    res = StoreResult()
+def _write_one(conn: sa.Connection, r: Rollout) -> tuple[str, int]:
+    """Insert, replace or skip one prepared rollout: ("inserted" | "replaced" | "unchanged",
+    number of findings)."""
     ro, det, nd, fi = (models.Rollout.__table__, models.RolloutDetail.__table__,
                        models.Node.__table__, models.Finding.__table__)
+    ensure_run(conn, r.run.id, name=r.run.name, type_=r.run.type)
+    chash = content_hash(r)
+    existing = conn.execute(
+        sa.select(ro.c.pk, ro.c.content_hash).where(
+            ro.c.run_id == r.run.id, ro.c.rollout_id == r.id, ro.c.attempt == r.attempt)
+    ).first()
+    if existing is not None and existing.content_hash == chash:
+        return "unchanged", 0
+    if existing is not None:
+        for table in (fi, nd, det):
+            conn.execute(table.delete().where(table.c.rollout_pk == existing.pk))
+        conn.execute(ro.delete().where(ro.c.pk == existing.pk))
+    findings = run_checks(r)
+    flags = sorted({f.kind for f in findings})
+    pk = conn.execute(ro.insert().values(**_summary(r, flags, chash)).returning(ro.c.pk)).scalar_one()
+    conn.execute(det.insert().values(rollout_pk=pk, envelope=_envelope(r)))
+    rows = _node_rows(pk, r)
+    if rows:
+        conn.execute(nd.insert(), rows)
+    if findings:
+        conn.execute(fi.insert(), [dict(rollout_pk=pk, kind=f.kind, severity=f.severity, node_idx=f.node_idx,
+                                        position=f.position, message=f.message,
+                                        detail=_json_safe(f.detail)) for f in findings])
+    return ("replaced" if existing is not None else "inserted"), len(findings)
+
+
+def store_batch(conn: sa.Connection, rollouts: list[Rollout], seen: set | None = None) -> StoreResult:
+    """Write one batch inside the caller's transaction, each rollout in its own savepoint.
+
+    A rollout another writer inserted meanwhile is retried once (it is then unchanged or
+    replaced); one the database refuses becomes a RecordError in `errors` and is quarantined,
+    and the rest of the batch is kept.
+    """
+    res = StoreResult()
+    seen = seen if seen is not None else set()
     for r in rollouts:
         _prepare(r)
-        ensure_run(conn, r.run.id, name=r.run.name, type_=r.run.type)
         res.runs.add(r.run.id)
-        chash = content_hash(r)
-        existing = conn.execute(
-            sa.select(ro.c.pk, ro.c.content_hash).where(
-                ro.c.run_id == r.run.id, ro.c.rollout_id == r.id, ro.c.attempt == r.attempt)
-        ).first()
-        if existing is not None and existing.content_hash == chash:
-            res.unchanged += 1
-            continue
-        if existing is not None:
-            for table in (fi, nd, det):
-                conn.execute(table.delete().where(table.c.rollout_pk == existing.pk))
-            conn.execute(ro.delete().where(ro.c.pk == existing.pk))
-            res.replaced += 1
-        else:
-            res.inserted += 1
-        findings = run_checks(r)
-        flags = sorted({f.kind for f in findings})
-        pk = conn.execute(ro.insert().values(**_summary(r, flags, chash)).returning(ro.c.pk)).scalar_one()
-        conn.execute(det.insert().values(rollout_pk=pk, envelope=_envelope(r)))
-        rows = _node_rows(pk, r)
-        if rows:
-            conn.execute(nd.insert(), rows)
-        if findings:
-            conn.execute(fi.insert(), [dict(rollout_pk=pk, kind=f.kind, severity=f.severity, node_idx=f.node_idx,
-                                            position=f.position, message=f.message,
-                                            detail=orjson.loads(orjson.dumps(f.detail))) for f in findings])
-            res.findings += len(findings)
+        identity = (r.run.id, r.id, r.attempt)
+        if identity in seen:
+            res.repeated += 1
+        seen.add(identity)
+        for attempt in range(2):
+            try:
+                with conn.begin_nested():
+                    outcome, n_findings = _write_one(conn, r)
+                setattr(res, outcome, getattr(res, outcome) + 1)  # counted once it is committed
+                res.findings += n_findings
+                break
+            except sa.exc.IntegrityError:
+                if attempt == 1:
+                    raise
+            except (sa.exc.DataError, sa.exc.StatementError) as exc:
+                src = r.source or {}
+                err = RecordError(str(src.get("file") or "?"), src.get("line"), None,
+                                  f"the database refused rollout {r.id!r}: {str(getattr(exc, 'orig', exc)).splitlines()[0]}")
+                with conn.begin_nested():
+                    quarantine(conn, err)
+                res.errors.append(err)
+                res.rejected += 1
+                break
     return res
 
 
@@ -197,11 +262,12 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     """
     total = StoreResult()
     batch: list[Rollout] = []
+    seen: set = set()
 
     def flush() -> None:
         if batch:
             with engine.begin() as conn:
-                total.add(store_batch(conn, batch))
+                total.add(store_batch(conn, batch, seen))
             batch.clear()
 
     for item in items:

@@ -56,7 +56,7 @@ def db_url(request, tmp_path):
 
 @pytest.fixture
 def engine(db_url):
-    eng = make_engine(db_url)
+    eng = make_engine(db_url, writer=True)
     upgrade(eng)
     yield eng
     eng.dispose()

@@ -44,8 +44,8 @@ def parse_record(value: object, file: str, line: int | None, ctx: ReadContext) -
         rollout = Rollout.model_validate(value)
     except ValidationError as exc:
         err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        return RecordError(file, line, field, err["msg"])
+        field = ".".join(str(p) for p in err["loc"]) or None  # whole-record checks name the field in msg
+        return RecordError(file, line, field, err["msg"].removeprefix("Value error, "))
     if ctx.run_id:
         rollout.run.id = ctx.run_id
     rollout.source = {"format": NAME, "file": file, "line": line}

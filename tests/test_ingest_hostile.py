@@ -1,0 +1,121 @@
+"""Ingest under hostile input: one bad file or record never stops the rest, nothing crashes,
+nothing is lost silently, and two writers at once both succeed (SQLite and Postgres)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from app import models
+from tests.helpers import ingest, rollout, write_jsonl
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def count(engine, table) -> int:
+    with engine.connect() as conn:
+        return conn.execute(sa.select(sa.func.count()).select_from(table)).scalar()
+
+
+def chat_line(rid: str, content: str = "hi") -> str:
+    return json.dumps({"rollout_id": rid, "reward": 1.0,
+                       "messages": [{"role": "user", "content": content}, {"role": "assistant", "content": "ok"}]})
+
+
+def test_one_bad_file_does_not_stop_the_others(engine, tmp_path):
+    tmp_path = tmp_path / "in"
+    tmp_path.mkdir()
+    (tmp_path / "a-deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "b-binary.json").write_bytes(b"{\x00\x01\x02")
+    (tmp_path / "c-empty.jsonl").write_text("")
+    (tmp_path / "d-good.jsonl").write_text(chat_line("good-1") + "\n")
+    files = sorted(tmp_path.iterdir())
+    report = ingest(engine, *files, run="h")
+    assert report.total.inserted == 1
+    bad = {Path(e.file).name: e.message for e in report.errors}
+    assert set(bad) == {"a-deep.json", "b-binary.json", "c-empty.jsonl"}
+    assert "nested too deeply" in bad["a-deep.json"] or "not JSON" in bad["a-deep.json"]
+    # whole-file rejections are quarantined too (line unknown)
+    with engine.connect() as conn:
+        q = conn.execute(sa.select(models.Quarantine.__table__)).all()
+    assert {Path(r.source_file).name for r in q} == set(bad) and all(r.line is None for r in q)
+
+
+def test_fifo_is_refused_not_read(engine, tmp_path):
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    report = ingest(engine, fifo, run="h")
+    assert "not a regular file" in report.errors[0].message
+
+
+def test_surrogates_nul_and_bom_are_stored(engine, client, tmp_path):
+    path = tmp_path / "odd.jsonl"
+    lone = '{"rollout_id": "s1", "messages": [{"role": "user", "content": "a\\ud800b"}, {"role": "assistant", "content": "x"}]}'
+    nul = chat_line("n1", "before\u0000after")
+    path.write_bytes(b"\xef\xbb\xbf" + (lone + "\n" + nul + "\n").encode())
+    report = ingest(engine, path, run="odd")
+    assert report.ok and report.total.inserted == 2, [str(e) for e in report.errors]
+    s1 = client.get("/runs/odd/rollouts/s1.json").json()["messages"][0]["content"]
+    assert s1 == "a\ufffdb"
+    n1 = client.get("/runs/odd/rollouts/n1.json").json()["messages"][0]["content"]
+    assert n1 == "before\ufffdafter"  # one rule on both databases: NUL → U+FFFD
+
+
+def test_broken_first_line_costs_one_record(engine, tmp_path):
+    good = [json.dumps(rollout(f"g{i}").to_json_dict()) for i in range(3)]
+    path = tmp_path / "first-bad.jsonl"
+    path.write_text("\n".join(['{"schema": "rollscope/1", "id": ', *good]) + "\n")
+    report = ingest(engine, path)
+    assert report.total.inserted == 3
+    assert [e.line for e in report.errors] == [1]
+
+
+def test_invalid_graphs_and_counters_are_rejected_with_the_field(engine, tmp_path):
+    base = rollout("ok").to_json_dict()
+    bad = [dict(base, id="cycle", nodes=[dict(base["nodes"][0], parent=0)]),
+           dict(base, id="far", nodes=[base["nodes"][0], dict(base["nodes"][1], parent=99)]),
+           dict(base, id="call", calls=[{"node": 7}]),
+           dict(base, id=""),
+           dict(base, id="boolstep", step=True),
+           dict(base, id="neg", attempt=-1)]
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in [base, *bad]) + "\n")
+    report = ingest(engine, path)
+    assert report.total.inserted == 1
+    msgs = {e.line: (e.field, e.message) for e in report.errors}
+    assert len(msgs) == 6
+    assert "nodes[0].parent" in msgs[2][1] and "nodes[1].parent = 99" in msgs[3][1]
+    assert "calls[0].node = 7" in msgs[4][1]
+    assert msgs[5][0] == "id" and msgs[6][0] == "step" and msgs[7][0] == "attempt"
+    with engine.connect() as conn:
+        raws = [r.raw for r in conn.execute(sa.select(models.Quarantine.__table__))]
+    assert all(raw and raw.startswith("{") for raw in raws)  # the record itself is kept
+
+
+def test_two_writers_at_once_both_succeed(db_url, tmp_path):
+    from ingest.demo import write
+
+    full = tmp_path / "demo.jsonl"
+    write(full, steps=4, groups=4, group_size=8)
+    lines = full.read_text().splitlines(keepends=True)
+    half_a, half_b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    half_a.write_text("".join(lines[::2]))
+    half_b.write_text("".join(lines[1::2]))
+    env = {**os.environ, "ROLLSCOPE_DATABASE_URL": db_url}
+    cli = [sys.executable, "-m", "ingest.cli", "ingest"]
+    # warm the schema first so the two writers race on data, not on migrations
+    subprocess.run([*cli, str(tmp_path / "nothing")], env=env, capture_output=True, cwd=ROOT)
+    procs = [subprocess.Popen([*cli, str(p)], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for p in (half_a, half_b, full)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [o[1].decode()[-2000:] for o in outs]
+    from app.db import make_engine
+
+    eng = make_engine(db_url)
+    assert count(eng, models.Rollout.__table__) == len(lines) == 128
+    assert count(eng, models.Run.__table__) == 1
+    eng.dispose()
