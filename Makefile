@@ -26,8 +26,8 @@ demo-data: $(STAMP)
 	mkdir -p build
 	$(RS) demo --out build/demo-run.jsonl
 	$(RS) ingest build/demo-run.jsonl
-	$(RS) ingest $(FIX)/tunix/v0.1.7 --run tunix-v0.1.7 $(TUNIX_TOKENS)
-	$(RS) ingest $(FIX)/tau-bench --run tau-bench-airline
+	$(RS) ingest $(FIX)/realdata/tunix/v0.1.7 --run tunix-v0.1.7 $(TUNIX_TOKENS)
+	$(RS) ingest $(FIX)/realdata/tau-bench --run tau-bench-airline
 
 ## ... then serve the dashboard on http://$(HOST):$(PORT)
 demo: demo-data

@@ -33,6 +33,27 @@ class PolicyResult:
     advantages: dict[str, float | None]  # key → advantage; None = no gradient / not scored
 
 
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and population std of finite values, without overflow.
+
+    The direct formula is used when it stays finite (it is what the worked examples check);
+    huge finite rewards (1e308) overflow it (`(v - mean) ** 2` raises), so those are computed
+    scaled by the largest magnitude. A result beyond the float range is inf (null in JSON)."""
+    n = len(values)
+    try:
+        mean = sum(values) / n
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / n)
+        if math.isfinite(mean) and math.isfinite(std):
+            return mean, std
+    except OverflowError:
+        pass
+    scale = max(abs(v) for v in values)
+    scaled = [v / scale for v in values]
+    m = sum(s / n for s in scaled)
+    var = sum((s - m) ** 2 for s in scaled) / n
+    return m * scale, math.sqrt(var) * scale
+
+
 def _policy(members: Sequence[Member], *, drop_errors: bool) -> PolicyResult:
     scored: dict[str, float] = {}
     for m in members:
@@ -44,11 +65,9 @@ def _policy(members: Sequence[Member], *, drop_errors: bool) -> PolicyResult:
             scored[m.key] = m.reward
     if not scored:
         return PolicyResult(None, None, 0, {m.key: None for m in members})
-    values = list(scored.values())
-    mean = sum(values) / len(values)
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    mean, std = _mean_std(list(scored.values()))
     adv = {m.key: (scored[m.key] - mean if m.key in scored else None) for m in members}
-    return PolicyResult(mean, std, len(values), adv)
+    return PolicyResult(mean, std, len(scored), adv)
 
 
 def group_advantages(members: Sequence[Member]) -> dict:

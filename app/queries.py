@@ -11,6 +11,14 @@ from sqlmodel import Session
 from app.models import Finding, Node, Quarantine, Rollout, RolloutDetail, Run, Tokenizer
 
 ENDINGS = ["submitted", "task_detected", "truncated", "length_cut", "error", "unknown"]
+# Finding kinds the trace checks produce (ingest/checks.py); the rollouts filter offers these.
+FINDING_KINDS = ["logprob_len_mismatch", "suspected_logprob_padding", "token_drift", "duplicate_tool_call_id",
+                 "unanswered_tool_call", "empty_response", "non_finite_reward", "bytes_lost_upstream"]
+# INTEGER columns are int32 on Postgres: a query value outside this range is refused (422), not sent.
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+# Rewards are summed scaled down by a power of two, which is exact for any reward above ~1e-289,
+# so sums of huge finite rewards (1e308) cannot overflow (Postgres raises on float overflow).
+_SCALE = 2.0 ** -64
 R = Rollout.__table__
 N = Node.__table__
 
@@ -18,18 +26,48 @@ N = Node.__table__
 SUMMARY_COLUMNS = [c for c in R.c if c.name not in ("content_hash",)]
 
 
+def _reward_columns():
+    """Scaled reward sums and counts, errors scored 0 (s0, c0) and errors dropped (s1, c1).
+
+    An errored rollout's stored reward is ignored; missing (NULL) rewards count in neither."""
+    is_err = R.c.ending == "error"
+    return [
+        sa.func.sum(sa.case((is_err, 0.0), else_=R.c.reward * _SCALE)),
+        sa.func.count(sa.case((is_err, 0.0), else_=R.c.reward)),
+        sa.func.sum(sa.case((is_err, None), else_=R.c.reward * _SCALE)),
+        sa.func.count(sa.case((is_err, None), else_=R.c.reward)),
+    ]
+
+
+def _mean(scaled_sum, count) -> float | None:
+    return (float(scaled_sum or 0) / count) / _SCALE if count else None
+
+
+def reward_means(*, session: Session, run_ids: list[str] | None = None) -> dict[str, dict]:
+    """Per run: mean reward with errors scored 0 and with errors dropped (the run page's and the
+    runs list's figures, one computation)."""
+    q = sa.select(R.c.run_id, sa.func.count(), *_reward_columns()).group_by(R.c.run_id)
+    if run_ids is not None:
+        q = q.where(R.c.run_id.in_(run_ids))
+    return {rid: {"rollouts": n, "mean_reward": _mean(s0, c0), "mean_reward_no_errors": _mean(s1, c1),
+                  "scored": c0, "excluded": n - c0}
+            for rid, n, s0, c0, s1, c1 in session.execute(q).all()}
+
+
 def list_runs(*, session: Session) -> list[dict]:
-    """Every run with rollout counts, step range, mean reward and ending counts."""
+    """Every run with rollout counts, step range, mean rewards and ending counts."""
     runs = {r.id: r for r in session.exec(sa.select(Run).order_by(Run.created_at, Run.id)).scalars()}
     stats = session.execute(
         sa.select(R.c.run_id, sa.func.count(), sa.func.min(R.c.step), sa.func.max(R.c.step),
-                  sa.func.count(sa.distinct(R.c.step)), sa.func.avg(R.c.reward))
+                  sa.func.count(sa.distinct(R.c.step)))
         .group_by(R.c.run_id)).all()
     by_run = {s[0]: s for s in stats}
+    means = reward_means(session=session)
     endings = session.execute(sa.select(R.c.run_id, R.c.ending, sa.func.count()).group_by(R.c.run_id, R.c.ending)).all()
     out = []
     for run_id, run in runs.items():
         s = by_run.get(run_id)
+        m = means.get(run_id, {})
         counts = {e: 0 for e in ENDINGS}
         for rid, ending, n in endings:
             if rid == run_id:
@@ -39,7 +77,8 @@ def list_runs(*, session: Session) -> list[dict]:
             "rollouts": s[1] if s else 0,
             "first_step": s[2] if s else None, "last_step": s[3] if s else None,
             "steps": s[4] if s else 0,
-            "mean_reward": float(s[5]) if s and s[5] is not None else None,
+            "mean_reward": m.get("mean_reward"),  # errors scored 0
+            "mean_reward_no_errors": m.get("mean_reward_no_errors"),  # errored rollouts dropped
             "endings": counts,
             "tokenizer": run.tokenizer_sha256,
             "created_at": run.created_at.isoformat() if run.created_at else None,
@@ -72,15 +111,9 @@ def run_steps(*, session: Session, run_id: str) -> list[StepRow]:
     errored rollouts. Rollouts with a missing or non-finite reward are excluded from both means
     and counted in `excluded`.
     """
-    is_err = R.c.ending == "error"
-    reward_err0 = sa.case((is_err, 0.0), else_=R.c.reward)
     rows = session.execute(
-        sa.select(
-            R.c.step, R.c.ending, sa.func.count(),
-            sa.func.sum(reward_err0), sa.func.count(reward_err0),
-            sa.func.sum(sa.case((is_err, None), else_=R.c.reward)),
-            sa.func.count(sa.case((is_err, None), else_=R.c.reward)),
-        ).where(R.c.run_id == run_id).group_by(R.c.step, R.c.ending)
+        sa.select(R.c.step, R.c.ending, sa.func.count(), *_reward_columns())
+        .where(R.c.run_id == run_id).group_by(R.c.step, R.c.ending)
     ).all()
     steps: dict[int | None, dict] = {}
     for step, ending, n, s0, c0, s1, c1 in rows:
@@ -96,8 +129,8 @@ def run_steps(*, session: Session, run_id: str) -> list[StepRow]:
         d = steps[step]
         out.append(StepRow(
             step=step, rollouts=d["n"], endings=d["endings"],
-            mean_reward=d["s0"] / d["c0"] if d["c0"] else None,
-            mean_reward_no_errors=d["s1"] / d["c1"] if d["c1"] else None,
+            mean_reward=_mean(d["s0"], d["c0"]),
+            mean_reward_no_errors=_mean(d["s1"], d["c1"]),
             scored=d["c0"], excluded=d["n"] - d["c0"],
         ))
     return out
@@ -128,9 +161,12 @@ def encode_cursor(row) -> str:
 
 
 def decode_cursor(cursor: str) -> tuple[int, int]:
-    """'step:pk' → (step, pk). Raises ValueError on anything else."""
+    """'step:pk' → (step, pk). Raises ValueError on anything else, or out of the int32 range."""
     a, _, b = cursor.partition(":")
-    return int(a), int(b)
+    step, pk = int(a), int(b)
+    if not (INT32_MIN <= step <= INT32_MAX and 0 <= pk <= INT32_MAX):
+        raise ValueError(cursor)
+    return step, pk
 
 
 def list_rollouts(*, session: Session, run_id: str, filters: RolloutFilters, after: str | None = None,
@@ -156,7 +192,8 @@ def list_rollouts(*, session: Session, run_id: str, filters: RolloutFilters, aft
     if f.flag:
         # flags is a JSON list of kinds; a LIKE on its text form is portable and exact for
         # quoted kind names.
-        q = q.where(sa.cast(R.c.flags, sa.Text).like(f'%"{f.flag}"%'))
+        kind = f.flag.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        q = q.where(sa.cast(R.c.flags, sa.Text).like(f'%"{kind}"%', escape="\\"))
     if after:
         s, pk = decode_cursor(after)
         q = q.where(sa.tuple_(*_sort_key()) > sa.tuple_(sa.literal(s), sa.literal(pk)))
@@ -207,8 +244,17 @@ def get_nodes(*, session: Session, rollout_pk: int, idxs: list[int]) -> list[Nod
     return [rows[i] for i in idxs if i in rows]
 
 
-def get_node(*, session: Session, rollout_pk: int, idx: int) -> Node | None:
-    return session.exec(sa.select(Node).where(Node.rollout_pk == rollout_pk, Node.idx == idx)).scalars().first()
+def get_node(*, session: Session, run_id: str, rollout_pk: int, idx: int) -> Node | None:
+    """One node, only if its rollout belongs to `run_id`."""
+    return session.exec(sa.select(Node).join(R, R.c.pk == Node.rollout_pk).where(
+        Node.rollout_pk == rollout_pk, Node.idx == idx, R.c.run_id == run_id)).scalars().first()
+
+
+def run_finding_kinds(*, session: Session, run_id: str) -> list[str]:
+    """The kinds of finding present in a run."""
+    F = Finding.__table__
+    return sorted(session.execute(sa.select(F.c.kind).distinct().join(R, R.c.pk == F.c.rollout_pk)
+                                  .where(R.c.run_id == run_id)).scalars())
 
 
 def group_members(*, session: Session, run_id: str, group_id: str) -> list:
@@ -222,5 +268,22 @@ def get_tokenizer(*, session: Session, sha256: str) -> Tokenizer | None:
     return session.get(Tokenizer, sha256)
 
 
-def list_quarantine(*, session: Session, limit: int = 200) -> list[Quarantine]:
-    return list(session.exec(sa.select(Quarantine).order_by(Quarantine.pk.desc()).limit(limit)).scalars())
+def list_quarantine(*, session: Session, file: str | None = None, before: int | None = None,
+                    limit: int = 50) -> tuple[list[Quarantine], int | None]:
+    """One page of quarantined records, newest first, and the `before` cursor of the next page.
+
+    Keyset pagination on the primary key; `file` keeps one source file's records."""
+    q = sa.select(Quarantine).order_by(Quarantine.pk.desc()).limit(limit + 1)
+    if file is not None:
+        q = q.where(Quarantine.source_file == file)
+    if before is not None:
+        q = q.where(Quarantine.pk < before)
+    rows = list(session.exec(q).scalars())
+    return rows[:limit], (rows[limit - 1].pk if len(rows) > limit else None)
+
+
+def count_quarantine(*, session: Session, file: str | None = None) -> int:
+    q = sa.select(sa.func.count()).select_from(Quarantine)
+    if file is not None:
+        q = q.where(Quarantine.source_file == file)
+    return session.execute(q).scalar_one()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import HTTPException, Request
 from fastapi.responses import JSONResponse, Response
@@ -32,6 +33,13 @@ def wants_json(request: Request, suffix_json: bool) -> bool:
     return "application/json" in accept and "text/html" not in accept
 
 
+def twin_url(request: Request) -> str:
+    """This page's JSON twin: the path as the client sent it (ids keep their escapes), + `.json`."""
+    raw = request.scope.get("raw_path")
+    path = raw.decode("latin-1") if raw else quote(request.url.path)
+    return path + ".json" + (("?" + request.url.query) if request.url.query else "")
+
+
 def _strict(value: Any) -> Any:
     """Replace NaN/inf with None so the JSON twin is strict JSON."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -50,7 +58,7 @@ def respond(request: Request, template: str, data: dict | None, *, json: bool, b
         raise HTTPException(status_code=404, detail="not found")
     if json:
         return JSONResponse(_strict(data))
-    ctx = {"d": data, "alternate": alternate or (request.url.path + ".json" + (("?" + request.url.query) if request.url.query else ""))}
+    ctx = {"d": data, "alternate": alternate or twin_url(request)}
     if block and request.headers.get("hx-request") == "true":
         return templates.TemplateResponse(request, template, ctx, block_name=block)
     return templates.TemplateResponse(request, template, ctx)

@@ -4,6 +4,7 @@ and the JSON twin returns as is. Nothing here formats HTML.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from urllib.parse import quote, urlencode
 
 from sqlmodel import Session
@@ -70,32 +71,65 @@ def run_page(session: Session, run_id: str) -> dict | None:
         d = s.as_dict()
         d["url"] = f"{run_url(run_id)}/rollouts" + (f"?step={s.step}" if s.step is not None else "")
         step_rows.append(d)
+    means = queries.reward_means(session=session, run_ids=[run_id]).get(run_id, {})
+    # Without a training step (Tunix files, tau-bench) a per-step chart has no axis to draw on.
+    steps_recorded = any(s.step is not None for s in steps)
     return {
         "run": {"id": run.id, "name": run.name, "type": run.type, "tokenizer": run.tokenizer_sha256,
                 "url": run_url(run.id), "rollouts_url": f"{run_url(run.id)}/rollouts"},
         "endings": queries.ENDINGS,
         "steps": step_rows,
+        "steps_recorded": steps_recorded,
         "totals": {"rollouts": sum(s.rollouts for s in steps),
-                   "endings": {e: sum(s.endings.get(e, 0) for s in steps) for e in queries.ENDINGS}},
-        "charts": {"ending_rates": charts.ending_rates(run_id, steps), "reward": charts.reward_trend(run_id, steps)},
+                   "endings": {e: sum(s.endings.get(e, 0) for s in steps) for e in queries.ENDINGS},
+                   "mean_reward": means.get("mean_reward"),
+                   "mean_reward_no_errors": means.get("mean_reward_no_errors"),
+                   "excluded": means.get("excluded", 0)},
+        "charts": {"ending_rates": charts.ending_rates(run_id, steps), "reward": charts.reward_trend(run_id, steps)}
+                  if steps_recorded else None,
     }
 
 
 def rollouts_page(session: Session, run_id: str, filters: queries.RolloutFilters, after: str | None,
-                  limit: int) -> dict | None:
+                  limit: int, *, keep_limit: int | None = None, twin: bool = False) -> dict | None:
+    """One page of a run's rollouts. The next link stays on the same face (HTML or JSON twin) and
+    keeps an explicit `limit`."""
     run = queries.get_run(session=session, run_id=run_id)
     if run is None:
         return None
     rows, nxt = queries.list_rollouts(session=session, run_id=run_id, filters=filters, after=after, limit=limit)
-    base = f"{run_url(run_id)}/rollouts"
+    base = f"{run_url(run_id)}/rollouts" + (".json" if twin else "")
+    params = {**filters.as_query(), **({"limit": keep_limit} if keep_limit else {}), "after": nxt}
+    present = queries.run_finding_kinds(session=session, run_id=run_id)
     return {
         "run": {"id": run.id, "name": run.name, "url": run_url(run.id)},
         "filters": filters.as_query(),
         "endings": queries.ENDINGS,
+        "finding_kinds": sorted(set(present) | set(queries.FINDING_KINDS)),
         "rollouts": [summary_row(r) for r in rows],
         "next": nxt,
-        "next_url": f"{base}?{urlencode({**filters.as_query(), 'after': nxt})}" if nxt else None,
+        "next_url": f"{base}?{urlencode(params)}" if nxt else None,
         "limit": limit,
+    }
+
+
+# --- quarantine -----------------------------------------------------------------------------
+
+def quarantine_page(session: Session, *, file: str | None, before: int | None, limit: int,
+                    keep_limit: int | None = None, twin: bool = False) -> dict:
+    rows, nxt = queries.list_quarantine(session=session, file=file, before=before, limit=limit)
+    base = "/quarantine" + (".json" if twin else "")
+    params = {**({"file": file} if file is not None else {}), **({"limit": keep_limit} if keep_limit else {})}
+    return {
+        "total": queries.count_quarantine(session=session),
+        "matching": queries.count_quarantine(session=session, file=file) if file is not None else None,
+        "file": file,
+        "records": [{"id": q.pk, "file": q.source_file, "line": q.line, "field": q.field, "error": q.error,
+                     "raw": q.raw, "at": q.created_at.isoformat(),
+                     "file_url": f"/quarantine?{urlencode({'file': q.source_file})}"} for q in rows],
+        "next": nxt,
+        "next_url": f"{base}?{urlencode({**params, 'before': nxt})}" if nxt is not None else None,
+        "clear_url": "/quarantine",
     }
 
 
@@ -170,12 +204,15 @@ def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findi
     piece_list = pieces.tokens(ids[:shown], (extra.get("token_bytes") or [])[:shown] if extra.get("token_bytes") else None)
     drift = extra.get("token_drift") or {}
     drift_at = drift.get("index") if isinstance(drift.get("index"), int) else None
+    node_findings = findings_by_node.get(node.idx, [])
+    suspect = _suspected_padding(node_findings)
     tokens = []
     for i in range(shown):
         lp = float(logprobs[i]) if logprobs is not None and i < len(logprobs) and not math.isnan(logprobs[i]) else None
         tokens.append({"i": i, "id": int(ids[i]), "trained": bool(mask[i]) if mask is not None else False,
-                       "logprob": lp, "piece": piece_list[i], "drift": i == drift_at})
+                       "logprob": lp, "piece": piece_list[i], "drift": i == drift_at, "suspect": i in suspect})
     n_trained = int(mask.sum()) if mask is not None else 0
+    bytes_lost = any(p and p.get("lost") for p in piece_list)
     view = {
         "idx": node.idx, "parent": node.parent, "role": node.role, "sampled": node.sampled,
         "timestamp": node.timestamp, "policy_version": node.policy_version,
@@ -192,13 +229,68 @@ def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findi
         "mask": [bool(x) for x in mask] if (all_tokens and mask is not None) else None,
         "logprobs": floats_or_none(logprobs) if all_tokens else None,
         "advantages": floats_or_none(unpack_floats(node.advantages)) if all_tokens else None,
-        "bytes_lost": any(p and p.get("lost") for p in piece_list),
+        "bytes_lost": bytes_lost,
+        # The bytes_lost_upstream finding already names this on the node: one badge, not two.
+        "bytes_lost_badge": bytes_lost and not any(f["kind"] == "bytes_lost_upstream" for f in node_findings),
         "empty_response": node.role == "assistant" and not text.strip() and not msg.get("tool_calls")
                           and not (msg.get("reasoning_content") or "").strip(),
-        "findings": findings_by_node.get(node.idx, []),
+        "findings": node_findings,
         "extra": {k: v for k, v in extra.items() if k not in ("token_bytes",)},
     }
     return view
+
+
+FINDING_LABELS = {"bytes_lost_upstream": "bytes lost upstream"}
+
+
+def _suspected_padding(node_findings: list[dict]) -> set[int]:
+    """Token indices of a node flagged by `suspected_logprob_padding`: `position` is where the
+    trailing run of 0.0 logprobs starts, `detail.run` its length."""
+    out: set[int] = set()
+    for f in node_findings:
+        run = (f.get("detail") or {}).get("run")
+        if f["kind"] == "suspected_logprob_padding" and isinstance(f["position"], int) and isinstance(run, int):
+            out.update(range(f["position"], f["position"] + run))
+    return out
+
+
+class NodeLinks:
+    """Where a link to node N must go: `#node-N` when N is on the page being viewed, else
+    `?branch=B&offset=O#node-N` with B the current branch if it holds N (else the first branch
+    that does) and O the start of the page holding N. A node's position is its depth, the same
+    on every branch that holds it."""
+
+    def __init__(self, base: str, paths: list[list[int]], branch: int, offset: int, limit: int,
+                 attempt: int | None):
+        self.base, self.paths, self.branch, self.offset, self.limit = base, paths, branch, offset, limit
+        self.attempt = attempt
+        self.current = {idx: p for p, idx in enumerate(paths[branch])} if paths else {}
+        self._first: dict[int, tuple[int, int]] | None = None
+
+    def _locate(self, idx: int) -> tuple[int, int] | None:
+        if idx in self.current:
+            return self.branch, self.current[idx]
+        if self._first is None:  # built once, only when a link leaves the current branch
+            self._first = {}
+            for b, path in enumerate(self.paths):
+                for p, i in enumerate(path):
+                    self._first.setdefault(i, (b, p))
+        return self._first.get(idx)
+
+    def page_url(self, branch: int, offset: int) -> str:
+        params = {"branch": branch, "offset": offset, **({"attempt": self.attempt} if self.attempt is not None else {})}
+        return f"{self.base}?{urlencode(params)}"
+
+    def __call__(self, idx) -> str | None:
+        if not isinstance(idx, int):
+            return None
+        where = self._locate(idx)
+        if where is None:
+            return None
+        b, p = where
+        if b == self.branch and self.offset <= p < self.offset + self.limit:
+            return f"#node-{idx}"
+        return f"{self.page_url(b, p // self.limit * self.limit)}#node-{idx}"
 
 
 def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int = 0, offset: int = 0,
@@ -210,8 +302,9 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
     pk = row.pk
     run = queries.get_run(session=session, run_id=run_id)
     envelope = queries.get_envelope(session=session, rollout_pk=pk)
-    findings = [{"kind": f.kind, "severity": f.severity, "node": f.node_idx, "position": f.position,
-                 "message": f.message, "detail": f.detail} for f in queries.get_findings(session=session, rollout_pk=pk)]
+    findings = [{"kind": f.kind, "label": FINDING_LABELS.get(f.kind, f.kind), "severity": f.severity,
+                 "node": f.node_idx, "position": f.position, "message": f.message, "detail": f.detail}
+                for f in queries.get_findings(session=session, rollout_pk=pk)]
     findings_by_node: dict[int, list] = {}
     for f in findings:
         if f["node"] is not None:
@@ -227,6 +320,14 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
     paths = branches([_N(p) for _, p in graph]) if graph else []
     branch = max(0, min(branch, len(paths) - 1)) if paths else 0
     path = paths[branch] if paths else []
+    base = rollout_url(run_id, rollout_id)
+    link = NodeLinks(base, paths, branch, offset, limit, attempt)
+    for f in findings:
+        f["url"] = link(f["node"])
+        calls = (f["detail"] or {}).get("calls") if f["kind"] == "duplicate_tool_call_id" else None
+        if isinstance(calls, list):  # every call that shares the id, not only the first
+            f["calls"] = [{"node": c[0], "position": c[1], "url": link(c[0])} for c in calls
+                          if isinstance(c, list | tuple) and len(c) == 2]
     headers = queries.node_headers(session=session, rollout_pk=pk, idxs=path)
     messages = [headers.get(i, {"role": "user"}) for i in range(len(graph))] if graph else []
     for i, h in headers.items():
@@ -236,9 +337,10 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
     answer_of: dict[int, dict] = {}
     for c in pairs:
         calls_by_node.setdefault(c.node, []).append(
-            {"id": c.id, "name": c.name, "position": c.position, "result_node": c.result_node})
+            {"id": c.id, "name": c.name, "position": c.position, "result_node": c.result_node,
+             "result_url": link(c.result_node)})
         if c.result_node is not None:
-            answer_of[c.result_node] = {"node": c.node, "id": c.id, "name": c.name}
+            answer_of[c.result_node] = {"node": c.node, "id": c.id, "name": c.name, "url": link(c.node)}
     page = path[offset:offset + limit]
     nodes = queries.get_nodes(session=session, rollout_pk=pk, idxs=page)
     vocab = _load_vocab(session, run.tokenizer_sha256 if run else None)
@@ -251,8 +353,9 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
             if c["position"] < len(raw_calls):
                 c["arguments"] = raw_calls[c["position"]].get("arguments", "")
         node_views.append(v)
+    model_calls = [dict(c, node_url=link(c.get("node"))) if isinstance(c, dict) else c
+                   for c in envelope.get("calls", [])]
     summary = summary_row(row)
-    base = rollout_url(run_id, rollout_id)
     nxt = offset + limit if offset + limit < len(path) else None
     return {
         "run": {"id": run_id, "name": run.name if run else None, "url": run_url(run_id),
@@ -263,7 +366,7 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
         "reward": _num(summary["reward"]),
         "reward_status": summary["reward_status"],
         "task": envelope.get("task"),
-        "calls": envelope.get("calls", []),
+        "calls": model_calls,
         "errors": envelope.get("errors", []),
         "timing": envelope.get("timing", {}),
         "metrics": envelope.get("metrics", {}),
@@ -272,18 +375,49 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
         # Tokens were recorded but none carries loss: a filter (Tunix overlong_filter) zeroed the
         # mask. Shown, but it trains on nothing.
         "trains_on_nothing": summary["n_tokens"] > 0 and summary["n_trained_tokens"] == 0 and summary["n_turns"] > 0,
+        # The token legend explains what is drawn: only when there are tokens, and the tokenizer
+        # note only when some token on this page is drawn as a bare id.
+        "has_tokens": summary["n_tokens"] > 0,
+        "bare_ids": any(t["piece"] is None for m in node_views for t in m["tokens"]),
         "branches": [{"index": b, "nodes": len(p), "leaf": p[-1] if p else None,
-                      "url": f"{base}?branch={b}"} for b, p in enumerate(paths)],
+                      "url": link.page_url(b, 0)} for b, p in enumerate(paths)],
         "branch": branch,
         "offset": offset,
         "messages": node_views,
         "messages_total": len(path),
         "next_offset": nxt,
-        "next_url": f"{base}?branch={branch}&offset={nxt}" if nxt is not None else None,
+        "next_url": link.page_url(branch, nxt) if nxt is not None else None,
+        "all_tokens_url": link.page_url(branch, offset) + "&tokens=all",
     }
 
 
 # --- group ----------------------------------------------------------------------------------
+
+def _no_advantage_reason(member: dict, advantage: float | None, *, drop_errors: bool) -> str | None:
+    """Why a member has no advantage under a policy, as a code the page spells out (None when
+    it has one): `error_dropped` (no gradient) or `reward_excluded` (missing or non-finite)."""
+    if advantage is not None:
+        return None
+    if member["ending"] == "error":
+        return "error_dropped" if drop_errors else None
+    return "reward_excluded"
+
+
+def _group_warnings(members: list[dict]) -> list[str]:
+    """A group that holds more members than it declares, or repeats an index (the same episodes
+    ingested from several files), has a baseline over the wrong set: say so."""
+    out = []
+    declared = sorted({m["group_size"] for m in members if m.get("group_size") is not None})
+    if len(declared) > 1:
+        out.append("members declare different sizes: " + ", ".join(str(d) for d in declared))
+    if declared and len(members) > declared[-1]:
+        out.append(f"declared size {declared[-1]} but {len(members)} members")
+    counts = Counter(m["group_index"] for m in members if m.get("group_index") is not None)
+    dupes = sorted((i, n) for i, n in counts.items() if n > 1)
+    if dupes:
+        out.append("duplicate indices " + ", ".join(f"#{i} ×{n}" for i, n in dupes))
+    return out
+
 
 def group_page(session: Session, run_id: str, group_id: str) -> dict | None:
     """Siblings of one group with reward, ending and advantage under both policies."""
@@ -297,14 +431,20 @@ def group_page(session: Session, run_id: str, group_id: str) -> dict | None:
     for k, m in zip(keys, members):
         m["advantage"] = {"errors_as_zero": result["errors_as_zero"].advantages[k],
                           "errors_dropped": result["errors_dropped"].advantages[k]}
+        m["no_advantage"] = {
+            "errors_as_zero": _no_advantage_reason(m, m["advantage"]["errors_as_zero"], drop_errors=False),
+            "errors_dropped": _no_advantage_reason(m, m["advantage"]["errors_dropped"], drop_errors=True)}
         m["excluded"] = k in result["excluded"]
 
     def pol(p: analytics.PolicyResult) -> dict:
         return {"mean": p.mean, "std": p.std, "n": p.n}
 
+    declared = {m["group_size"] for m in members if m.get("group_size") is not None}
     return {
         "run": {"id": run_id, "url": run_url(run_id)},
-        "group": {"id": group_id, "size": len(members), "steps": sorted({m["step"] for m in members if m["step"] is not None})},
+        "group": {"id": group_id, "size": len(members), "declared_size": max(declared) if declared else None,
+                  "steps": sorted({m["step"] for m in members if m["step"] is not None})},
+        "warnings": _group_warnings(members),
         "policies": {"errors_as_zero": pol(result["errors_as_zero"]), "errors_dropped": pol(result["errors_dropped"])},
         "excluded": {"count": len(result["excluded"]), "of": len(members)},
         "members": members,

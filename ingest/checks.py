@@ -49,20 +49,26 @@ def check_lockstep(r: Rollout) -> list[FindingData]:
 
 
 def check_padded_logprobs(r: Rollout) -> list[FindingData]:
+    """A trailing run (>= 2) of exact 0.0 logprobs on a node's sampled tokens. `position` is
+    the token index within the node where the run starts."""
     out = []
     for i, node in enumerate(r.nodes):
-        sampled = [lp for lp, m in zip(node.logprobs, node.mask) if m] if node.mask else []
+        if not node.mask or not node.logprobs:
+            continue
+        sampled = [k for k, m in enumerate(node.mask) if m]
         run = 0
-        for lp in reversed(sampled):
+        for k in reversed(sampled):
+            lp = node.logprobs[k]
             if lp is not None and lp == 0.0:
                 run += 1
             else:
                 break
         if run >= 2:
+            start = sampled[len(sampled) - run]
             out.append(FindingData(
                 "suspected_logprob_padding",
                 f"node {i}: last {run} sampled logprobs are exactly 0.0 (suspected padding)",
-                "warning", i, len(sampled) - run, {"run": run}))
+                "warning", i, start, {"run": run}))
     return out
 
 

@@ -39,7 +39,7 @@ def server(tmp_path_factory):
     upgrade(engine)
     key = register_tokenizer(engine, data_path("tokenizers", "mistral-v1-tokenizer.model"),
                              {32000: "<pad>", 32001: "<start_of_turn>", 32002: "<end_of_turn>"})
-    assert ingest(engine, data_path("tunix", "v0.1.7", "submitted.Trajectory.json"), run="tunix", tokenizer_key=key).ok
+    assert ingest(engine, data_path("realdata", "tunix", "v0.1.7", "submitted.Trajectory.json"), run="tunix", tokenizer_key=key).ok
     hostile = [{"role": "user", "content": '<img src=x onerror="window.__xss=1">'},
                {"role": "assistant", "content": '<script>window.__xss=2</script>done'}]
     tmp = tmp_path_factory.mktemp("hostile")
@@ -93,8 +93,14 @@ def test_sampled_and_context_tokens_look_different(server, browser):
 
 
 def test_run_page_draws_charts_without_console_errors(server, browser):
-    page, problems = _open(browser, f"{server}/runs/tunix")
+    page, problems = _open(browser, f"{server}/runs/h")  # run "h" has training step 0
     page.locator("figure.chart .plot .main-svg").first.wait_for()
+    assert problems == []
+    page.close()
+    # the Tunix file records no training step: no empty charts, a note instead
+    page, problems = _open(browser, f"{server}/runs/tunix")
+    assert page.locator("figure.chart").count() == 0
+    assert "No training steps recorded" in page.locator("main").inner_text()
     assert problems == []
     page.close()
 

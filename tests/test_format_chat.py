@@ -8,21 +8,20 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import data_path
+
 from ingest import graph
 from ingest.formats import ReadContext, chat
 from ingest.schema import Ending, Rollout
 from ingest.source import RecordError, open_source
 
 HERE = Path(__file__).resolve().parent
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 
 def data(rel: str) -> Path:
-    """`tests/fixtures/<rel>` when a copy is checked in, else `../shared/<rel>`."""
-    local = HERE / "fixtures" / rel
-    path = local if local.exists() else SHARED / rel
-    if not path.exists():
-        pytest.skip(f"{rel} not available")
+    """`tests/fixtures/<rel>` (committed copies of ../shared), else `../shared/<rel>`."""
+    path = data_path(*rel.split("/"))
+    assert path.exists(), f"test input missing: {rel}"
     return path
 
 

@@ -16,19 +16,10 @@ import pytest
 from ingest.formats import ReadContext, tunix
 from ingest.graph import branches
 from ingest.schema import Ending, Rollout
+from tests.conftest import data_path
 from ingest.source import RecordError, open_source
 
-REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tunix" / "v0.1.7"
-
-
-def tunix_dir() -> Path:
-    """The copied fixtures when present, else the shared real-data folder."""
-    return FIXTURES if FIXTURES.is_dir() else REALDATA / "tunix" / "v0.1.7"
-
-
-DATA = tunix_dir()
-pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"no Tunix data at {DATA}")
+DATA = data_path("realdata", "tunix", "v0.1.7")  # committed copy of ../shared/realdata/tunix/v0.1.7
 
 SUMMARY = json.loads((DATA / "summary.json").read_text()) if DATA.is_dir() else {"cases": []}
 CASES = {c["file"]: c for c in SUMMARY["cases"]}

@@ -13,7 +13,7 @@ from ingest.cli import app as cli
 from tests.conftest import data_path
 from tests.helpers import ingest, rollout, write_jsonl
 
-TUNIX = data_path("tunix", "v0.1.7")
+TUNIX = data_path("realdata", "tunix", "v0.1.7")
 SUMMARY = json.loads((TUNIX / "summary.json").read_text())
 STATUS_TO_ENDING = {"SUCCEEDED": None, "MAX_STEPS_REACHED": "truncated", "MAX_CONTEXT_LIMIT_REACHED": "truncated",
                     "TIMEOUT": "truncated", "ENV_TIMEOUT": "error"}
@@ -112,10 +112,10 @@ def test_native_validation_error_names_line_and_field(engine, tmp_path):
 def test_cli_ingest_exit_codes_and_summary(db_url, tmp_path, monkeypatch):
     monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
     runner = CliRunner()
-    ok = runner.invoke(cli, ["ingest", str(data_path("tau-bench")), "--run", "tau"])
+    ok = runner.invoke(cli, ["ingest", str(data_path("realdata", "tau-bench")), "--run", "tau"])
     assert ok.exit_code == 0, ok.output
     assert "3 new" in ok.output
-    again = runner.invoke(cli, ["ingest", str(data_path("tau-bench")), "--run", "tau"])
+    again = runner.invoke(cli, ["ingest", str(data_path("realdata", "tau-bench")), "--run", "tau"])
     assert again.exit_code == 0 and "0 new" in again.output and "3 unchanged" in again.output
     bad = runner.invoke(cli, ["ingest", str(data_path("cases", "11b-malformed-middle-line.jsonl")), "--run", "c"])
     assert bad.exit_code == 1

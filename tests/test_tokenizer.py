@@ -6,12 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import data_path
+
 from ingest import tokenizer as tok
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tokenizers"
 MISTRAL_V1 = FIXTURES / "mistral-v1-tokenizer.model"
 TINY_QWEN3 = FIXTURES / "tiny-qwen3-bytelevel.tokenizer.json"
-REALDATA = Path("/work/shared/realdata")
+REALDATA = data_path("realdata")
 TUNIX_SUBMITTED = REALDATA / "tunix/v0.1.7/submitted.Trajectory.json"
 VERIFIERS_MULTI_TOOL = REALDATA / "verifiers/train_multi_tool.jsonl"
 
@@ -25,8 +27,6 @@ def mistral() -> tok.Vocab:
 
 @pytest.fixture(scope="module")
 def tunix_steps() -> list[dict]:
-    if not TUNIX_SUBMITTED.exists():
-        pytest.skip(f"realdata missing: {TUNIX_SUBMITTED}")
     return json.loads(TUNIX_SUBMITTED.read_text())["steps"]
 
 
