@@ -2,29 +2,13 @@
 SQLite file with real Tunix traces and hostile trace text."""
 from __future__ import annotations
 
-import socket
-import threading
-import time
-
 import pytest
-import uvicorn
-from playwright.sync_api import sync_playwright
 
-from app.config import Settings
-from app.main import create_app
+from tests.browser import live_server, open_page
 from tests.conftest import data_path
 from tests.helpers import ingest, rollout, write_jsonl
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 pytestmark = pytest.mark.browser
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -45,40 +29,12 @@ def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hostile")
     assert ingest(engine, write_jsonl(tmp / "h.jsonl", [rollout("hostile", run="h", messages=hostile)])).ok
     engine.dispose()
-    port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(create_app(Settings(database_url=url)), host="127.0.0.1", port=port,
-                                        log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    for _ in range(100):
-        if srv.started:
-            break
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    thread.join(5)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
-
-
-def _open(browser, url):
-    page = browser.new_page()
-    problems = []
-    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: problems.append(str(e)))
-    page.goto(url)
-    page.wait_for_load_state("networkidle")
-    return page, problems
+    with live_server(url) as base:
+        yield base
 
 
 def test_sampled_and_context_tokens_look_different(server, browser):
-    page, problems = _open(browser, f"{server}/runs/tunix/rollouts/submitted.Trajectory")
+    page, problems = open_page(browser, f"{server}/runs/tunix/rollouts/submitted.Trajectory")
     trained = page.locator(".messages .tok-trained").first
     context = page.locator(".messages .tok-context").first
     trained.wait_for()
@@ -93,12 +49,12 @@ def test_sampled_and_context_tokens_look_different(server, browser):
 
 
 def test_run_page_draws_charts_without_console_errors(server, browser):
-    page, problems = _open(browser, f"{server}/runs/h")  # run "h" has training step 0
+    page, problems = open_page(browser, f"{server}/runs/h")  # run "h" has training step 0
     page.locator("figure.chart .plot .main-svg").first.wait_for()
     assert problems == []
     page.close()
     # the Tunix file records no training step: no empty charts, a note instead
-    page, problems = _open(browser, f"{server}/runs/tunix")
+    page, problems = open_page(browser, f"{server}/runs/tunix")
     assert page.locator("figure.chart").count() == 0
     assert "No training steps recorded" in page.locator("main").inner_text()
     assert problems == []
@@ -106,7 +62,7 @@ def test_run_page_draws_charts_without_console_errors(server, browser):
 
 
 def test_hostile_trace_text_is_shown_not_run(server, browser):
-    page, problems = _open(browser, f"{server}/runs/h/rollouts/hostile")
+    page, problems = open_page(browser, f"{server}/runs/h/rollouts/hostile")
     text = page.locator(".messages").inner_text()
     assert '<img src=x onerror="window.__xss=1">' in text
     assert "<script>window.__xss=2</script>done" in text

@@ -1,0 +1,56 @@
+"""Browser-test support: a live uvicorn server on a real SQLite file, Debian's chromium driven by
+Playwright, and a page opener that collects console errors."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import uvicorn
+
+from app.config import Settings
+from app.main import create_app
+
+CHROMIUM = "/usr/bin/chromium"
+# No downloads, no background traffic: this machine's network is closed.
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def live_server(database_url: str) -> Iterator[str]:
+    """Serve the real app on a free port in a thread; yields its base URL."""
+    port = _free_port()
+    srv = uvicorn.Server(uvicorn.Config(create_app(Settings(database_url=database_url)), host="127.0.0.1",
+                                        port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    for _ in range(200):
+        if srv.started:
+            break
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        srv.should_exit = True
+        thread.join(5)
+
+
+def open_page(browser, url: str):
+    """A new page at `url`, loaded; returns (page, problems) where problems collects console
+    errors and uncaught exceptions from then on."""
+    page = browser.new_page()
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.goto(url)
+    page.wait_for_load_state("networkidle")
+    return page, problems
