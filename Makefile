@@ -25,7 +25,7 @@ install: $(STAMP)
 demo-data: $(STAMP)
 	mkdir -p build
 	$(RS) demo --out build/demo-run.jsonl
-	$(RS) ingest build/demo-run.jsonl
+	$(RS) ingest build/demo-run.jsonl --tokenizer build/demo-run.tokenizer.json
 	$(RS) ingest $(FIX)/realdata/tunix/v0.1.7 --run tunix-v0.1.7 $(TUNIX_TOKENS)
 	$(RS) ingest $(FIX)/realdata/tau-bench --run tau-bench-airline
 

@@ -132,11 +132,15 @@ def demo(
     out: Annotated[Path, typer.Option(help="Where to write the demo run (native JSONL).")] = Path("demo-run.jsonl"),
     steps: int = 30, groups: int = 8, group_size: int = 8, seed: int = 0,
 ) -> None:
-    """Write the deterministic synthetic demo run (docs/demo.md) as native JSONL."""
-    from ingest.demo import write
+    """Write the deterministic synthetic demo run (docs/demo.md) as native JSONL, and its
+    tokenizer as OUT.tokenizer.json beside it (for `rollscope ingest OUT --tokenizer ...`)."""
+    from ingest.demo import tokenizer_path, write
 
-    n = write(out, steps=steps, groups=groups, group_size=group_size, seed=seed)
-    console.print(f"wrote {n} rollouts to {out}")
+    tok = tokenizer_path(out)
+    n = write(out, tokenizer=tok, steps=steps, groups=groups, group_size=group_size, seed=seed)
+    console.print(f"wrote {n} rollouts to {out}", markup=False, soft_wrap=True)
+    console.print(f"wrote its tokenizer to {tok} (ingest with: rollscope ingest {out} --tokenizer {tok})",
+                  markup=False, soft_wrap=True)
 
 
 @app.command()

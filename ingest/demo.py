@@ -10,9 +10,11 @@ must show it as text). docs/demo.md describes the model and its distributions.
 
 Determinism: all randomness comes from one `random.Random(seed)`, drawn in a fixed order, and
 all timestamps are offsets from a fixed epoch. The same arguments give a byte-identical file.
-Token ids come from a toy tokenizer (`tokenize`): words and punctuation hashed with CRC-32 into
-ids below 32000, so they are stable across processes (Python's `hash()` is salted; CRC-32 is
-not).
+Token ids come from a toy word-level tokenizer (`ToyTokenizer`): words and punctuation (with
+their leading space) hashed with CRC-32 into ids below 32000, stable across processes (Python's
+`hash()` is salted; CRC-32 is not), with collisions resolved by probing in first-seen order.
+`write()` also writes the run's vocabulary as a HuggingFace tokenizer.json, so the viewer can
+show token text (`rollscope ingest RUN.jsonl --tokenizer RUN.tokenizer.json`).
 """
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ from typing import Any
 
 from ingest.schema import SCHEMA_VERSION, Rollout
 
-__all__ = ["generate", "write", "tokenize", "TASKS", "MAX_TURNS", "MAX_TOKENS", "MODEL"]
+__all__ = ["generate", "write", "write_tokenizer", "tokenizer_path", "tokenize", "ToyTokenizer",
+           "TASKS", "MAX_TURNS", "MAX_TOKENS", "MODEL"]
 
 RUN_NAME = "Demo GRPO run (synthetic)"
 MODEL = "rollscope/toy-agent-1b"
@@ -41,22 +44,107 @@ EPOCH = 1_767_225_600.0   # 2026-01-01T00:00:00Z: fixed, so timestamps never dep
 STEP_SECONDS = 150.0      # wall-clock spacing of training steps
 
 # --- toy tokenizer ---------------------------------------------------------------------------
+#
+# One token per piece of `_PIECE`: a word or a punctuation mark, each with the single space in
+# front of it if there was one (" look", " ("), a newline, or a run of other whitespace (the
+# indentation in front of a word keeps its last space for the word: "    x" = "   " + " x").
+# The pieces of a text concatenate back to the text exactly, so a vocabulary of pieces decodes
+# every body losslessly. A piece's id is `16 + crc32(piece) mod 31984`, stable across processes
+# (Python's `hash()` is salted; CRC-32 is not); when that id is already taken by another piece,
+# the piece takes the next free id (linear probing, wrapping within 16..31999). A `ToyTokenizer`
+# remembers its assignments, so one tokenizer used for one whole run is collision-free and
+# its vocabulary (`to_json()`) decodes every id of the run.
 
 VOCAB_SIZE = 32_000
-IM_START, IM_END = 1, 2                                   # chat-template scaffold
+UNK, IM_START, IM_END = 0, 1, 2                           # chat-template scaffold (+ unknown)
 ROLE_TOKEN = {"system": 3, "user": 4, "assistant": 5, "tool": 6}
-_FIRST_WORD_ID = 16                                       # ids below this are special
-_PIECE = re.compile(r"\w+|[^\w\s]")
+_FIRST_WORD_ID = 16                                       # ids below this are reserved
+_PIECE_PATTERN = r" ?\w+| ?[^\w\s]|\n|[^\S\n]+(?!\S)|[^\S\n]+"
+_PIECE = re.compile(_PIECE_PATTERN)
+# Reserved ids and their pieces. Role pieces end in "\n" as in ChatML ("<|im_start|>user\n");
+# `_PIECE` always yields a newline as a piece of its own, so no text piece can equal them.
+_RESERVED: dict[int, str] = {UNK: "<unk>", IM_START: "<|im_start|>", IM_END: "<|im_end|>",
+                             **{i: f"{role}\n" for role, i in ROLE_TOKEN.items()}}
+_SPECIAL_IDS = (UNK, IM_START, IM_END)
 
 
-@lru_cache(maxsize=None)
-def _piece_id(piece: str) -> int:
+def _crc_id(piece: str) -> int:
     return _FIRST_WORD_ID + zlib.crc32(piece.encode()) % (VOCAB_SIZE - _FIRST_WORD_ID)
 
 
+class ToyTokenizer:
+    """The demo's word-level tokenizer; ids are assigned on first sight, collision-free.
+
+    Deterministic: the same texts encoded in the same order give the same ids. A piece keeps its
+    CRC-32 id unless an earlier piece of this tokenizer already holds it (then it probes on).
+    """
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int] = {}       # piece → id
+        self._pieces: dict[int, str] = {}    # id → piece (word ids only)
+
+    def encode(self, text: str) -> list[int]:
+        ids = self._ids
+        out = []
+        for p in _PIECE.findall(text):
+            i = ids.get(p)
+            out.append(self._assign(p) if i is None else i)
+        return out
+
+    def _assign(self, piece: str) -> int:
+        if len(self._pieces) >= VOCAB_SIZE - _FIRST_WORD_ID:
+            raise ValueError(f"toy vocabulary is full ({VOCAB_SIZE} ids)")
+        i = _crc_id(piece)
+        while i in self._pieces:
+            i = _FIRST_WORD_ID + (i + 1 - _FIRST_WORD_ID) % (VOCAB_SIZE - _FIRST_WORD_ID)
+        self._ids[piece] = i
+        self._pieces[i] = piece
+        return i
+
+    def pieces(self) -> dict[int, str]:
+        """Every id this tokenizer can emit → its piece (reserved ids included), sorted by id."""
+        return dict(sorted({**_RESERVED, **self._pieces}.items()))
+
+    def to_json(self) -> str:
+        """A HuggingFace tokenizer.json (WordLevel) for the ids assigned so far.
+
+        `tokenizers.Tokenizer.from_file` loads it; its `Split` pre-tokenizer is `_PIECE`, so
+        encoding a text seen by this tokenizer gives the same ids, and its `Fuse` decoder joins
+        pieces without adding spaces. Pieces are stored as text, with a real space in front of a
+        word (`ingest.tokenizer` maps a non-byte-level piece to its UTF-8 bytes).
+        """
+        vocab = {p: i for i, p in self.pieces().items()}
+        doc = {
+            "version": "1.0",
+            "truncation": None,
+            "padding": None,
+            "added_tokens": [{"id": i, "content": _RESERVED[i], "single_word": False, "lstrip": False,
+                              "rstrip": False, "normalized": False, "special": True}
+                             for i in _SPECIAL_IDS],
+            "normalizer": None,
+            "pre_tokenizer": {"type": "Split", "pattern": {"Regex": _PIECE_PATTERN},
+                              "behavior": "Isolated", "invert": False},
+            "post_processor": None,
+            "decoder": {"type": "Fuse"},
+            "model": {"type": "WordLevel", "vocab": vocab, "unk_token": _RESERVED[UNK]},
+        }
+        return json.dumps(doc, ensure_ascii=False, indent=1) + "\n"
+
+    def write(self, path: str | Path) -> None:
+        Path(path).write_bytes(self.to_json().encode("utf-8"))
+
+
 def tokenize(text: str) -> list[int]:
-    """Toy token ids for `text`: one id per word or punctuation mark, stable across runs."""
-    return [_piece_id(p) for p in _PIECE.findall(text)]
+    """Toy token ids for `text` alone (a fresh `ToyTokenizer`): one id per piece.
+
+    In a generated run a piece whose CRC-32 id collides with an earlier piece of the run gets a
+    probed id, so ids there can differ from this for the (rare) colliding pieces.
+    """
+    return ToyTokenizer().encode(text)
+
+
+def _count(text: str) -> int:
+    return len(_PIECE.findall(text))
 
 
 def _cut(text: str, n: int) -> str:
@@ -447,7 +535,7 @@ def _runaway(task: CalcTask | EditTask) -> _Turn:
         unit = f"Wait, let me re-check {expr} = {_fmt(_eval(expr))} before answering. "
     else:
         unit = f"Hmm, maybe the problem is elsewhere in {task.path}; let me reconsider the edit. "
-    text = unit * (MAX_TOKENS // max(1, len(tokenize(unit))) + 2)
+    text = unit * (MAX_TOKENS // max(1, _count(unit.rstrip())) + 2)   # " Wait" takes the space
     return _Turn(content=_cut(text, MAX_TOKENS), finish="length")
 
 
@@ -465,11 +553,11 @@ def _sampled_text(turn: _Turn) -> str:
     return "\n".join(parts)
 
 
-def _prompt_node(role: str, message: dict[str, Any], parent: int | None, ts: float,
+def _prompt_node(tok: ToyTokenizer, role: str, message: dict[str, Any], parent: int | None, ts: float,
                  tokenized: bool = True) -> dict[str, Any]:
     if not tokenized:  # the environment message of a terminal step: nothing follows it
         return {"parent": parent, "message": message, "timestamp": ts}
-    body = tokenize(message.get("content") or "")
+    body = tok.encode(message.get("content") or "")
     ids = [IM_START, ROLE_TOKEN[role], *body, IM_END]
     n = len(body)
     return {"parent": parent, "message": message, "timestamp": ts, "token_ids": ids,
@@ -495,12 +583,13 @@ class _Plan:
     error: dict[str, Any] | None = None
 
 
-def _render(plan: _Plan, versions: list[int], t0: float, rate: float, rng: random.Random) -> dict[str, Any]:
+def _render(plan: _Plan, versions: list[int], t0: float, rate: float, rng: random.Random,
+            tok: ToyTokenizer) -> dict[str, Any]:
     """Nodes, calls, timing and ending of one rollout (advantages are filled in later)."""
     task = plan.task
     system = _CALC_SYSTEM if isinstance(task, CalcTask) else _EDIT_SYSTEM
-    nodes = [_prompt_node("system", {"role": "system", "content": system}, None, t0),
-             _prompt_node("user", {"role": "user", "content": task.prompt}, 0, t0)]
+    nodes = [_prompt_node(tok, "system", {"role": "system", "content": system}, None, t0),
+             _prompt_node(tok, "user", {"role": "user", "content": task.prompt}, 0, t0)]
     calls: list[dict[str, Any]] = []
     context = len(nodes[0]["token_ids"]) + len(nodes[1]["token_ids"])
     cached = len(nodes[0]["token_ids"])      # the system prompt is shared across the group
@@ -511,7 +600,7 @@ def _render(plan: _Plan, versions: list[int], t0: float, rate: float, rng: rando
     for ti, turn in enumerate(plan.turns):
         last_turn = ti == len(plan.turns) - 1
         call_ids = [f"call_{rng.getrandbits(40):010x}" for _ in turn.calls]
-        body = tokenize(_sampled_text(turn))
+        body = tok.encode(_sampled_text(turn))
         if turn.finish == "length":
             body = body[:MAX_TOKENS]
         n = len(body)
@@ -555,7 +644,7 @@ def _render(plan: _Plan, versions: list[int], t0: float, rate: float, rng: rando
             tool_s += dur
             msg = {"role": "tool", "content": c.result, "tool_call_id": cid, "name": c.name}
             terminal = last_turn and plan.terminal_result
-            node = _prompt_node("tool", msg, len(nodes) - 1, clock, tokenized=not terminal)
+            node = _prompt_node(tok, "tool", msg, len(nodes) - 1, clock, tokenized=not terminal)
             nodes.append(node)
             context += len(node.get("token_ids", ()))
     agent_end = clock
@@ -670,16 +759,20 @@ def _versions(step: int, n_turns: int, rng: random.Random) -> list[int]:
 
 
 def generate(*, run_id: str = "demo-grpo", steps: int = 30, groups: int = 8, group_size: int = 8,
-             seed: int = 0) -> Iterator[Rollout]:
+             seed: int = 0, tokenizer: ToyTokenizer | None = None) -> Iterator[Rollout]:
     """Yield the rollouts of a synthetic GRPO run, step by step, group by group.
 
     Rollout ids are `s{step:03d}-g{group}-r{index}`; groups are `s{step:03d}-g{group}`. Advantages
     use the errors-dropped baseline: reward minus the mean reward of the group's non-error
     rollouts; error rollouts get none.
+
+    Token ids come from `tokenizer` (a fresh `ToyTokenizer` if not given); pass one to get the
+    run's vocabulary afterwards (`tokenizer.to_json()`), as `write` does.
     """
     if steps < 0 or groups < 1 or group_size < 1:
         raise ValueError("steps must be >= 0, groups and group_size >= 1")
     rng = random.Random(seed)
+    tok = tokenizer if tokenizer is not None else ToyTokenizer()
     run = {"id": run_id, "name": RUN_NAME, "type": "train"}
     incidents = _incidents(steps, rng)
     weights = [t.weight for t in TASKS]
@@ -702,7 +795,7 @@ def generate(*, run_id: str = "demo-grpo", steps: int = 30, groups: int = 8, gro
                 rid = f"{group_id}-r{i}"
                 versions = _versions(s, len(plan.turns), rng)
                 t0 = round(step_t0 + rng.uniform(0.0, 6.0), 3)
-                body = _render(plan, versions, t0, rate, rng)
+                body = _render(plan, versions, t0, rate, rng, tok)
                 reward = round(plan.correct * 1.0 + plan.fmt * 0.1, 6)
                 record = {
                     "schema": SCHEMA_VERSION, "id": rid, "run": run, "step": s,
@@ -743,13 +836,38 @@ def _assign_advantages(records: list[dict[str, Any]]) -> None:
                 node["advantages"] = [adv if m else None for m in node["mask"]]
 
 
-def write(path: str | Path, **kw: Any) -> int:
-    """Write `generate(**kw)` to `path` as native JSONL; return the number of rollouts."""
+def tokenizer_path(path: str | Path) -> Path:
+    """Where `write(path)` puts the run's tokenizer: `X.jsonl` → `X.tokenizer.json` beside it."""
+    p = Path(path)
+    stem = p.name[: -len(".jsonl")] if p.name.endswith(".jsonl") else p.name
+    return p.with_name(f"{stem}.tokenizer.json")
+
+
+def write(path: str | Path, *, tokenizer: str | Path | bool = True, **kw: Any) -> int:
+    """Write `generate(**kw)` to `path` as native JSONL; return the number of rollouts.
+
+    tokenizer: also write the run's HuggingFace tokenizer.json (every id of the run → its piece;
+        give it to `rollscope ingest --tokenizer`): `True` → `tokenizer_path(path)`, a path →
+        there, `False` → not at all.
+    """
     from ingest.formats.native import write_line
 
+    tok = ToyTokenizer()
     n = 0
     with open(path, "wb") as f:
-        for rollout in generate(**kw):
+        for rollout in generate(tokenizer=tok, **kw):
             f.write(write_line(rollout))
             n += 1
+    if tokenizer is not False:
+        tok.write(tokenizer_path(path) if tokenizer is True else tokenizer)
     return n
+
+
+def write_tokenizer(path: str | Path, **kw: Any) -> Path:
+    """Write only the tokenizer.json of the run `generate(**kw)` (it generates the run again);
+    byte-identical to the one `write(..., **kw)` writes. Returns `path`."""
+    tok = ToyTokenizer()
+    for _ in generate(tokenizer=tok, **kw):
+        pass
+    tok.write(path)
+    return Path(path)

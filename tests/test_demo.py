@@ -1,7 +1,12 @@
 """The synthetic demo run (ingest/demo.py): size, determinism, dynamics and trace invariants."""
 from __future__ import annotations
 
+import json
+import os
+import re
 import statistics
+import subprocess
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -14,15 +19,22 @@ from ingest.formats import native
 from ingest.schema import Ending, Rollout
 from ingest.source import open_source
 
+ROOT = Path(__file__).resolve().parents[1]
 PER_TOKEN = ("mask", "is_content", "logprobs", "advantages", "reference_logprobs")
 
 
 @pytest.fixture(scope="module")
-def run() -> list[Rollout]:
+def generated() -> tuple[list[Rollout], demo.ToyTokenizer]:
     start = time.perf_counter()
-    rollouts = list(demo.generate())
+    tok = demo.ToyTokenizer()
+    rollouts = list(demo.generate(tokenizer=tok))
     assert time.perf_counter() - start < 10, "default demo generation should take a few seconds"
-    return rollouts
+    return rollouts, tok
+
+
+@pytest.fixture(scope="module")
+def run(generated) -> list[Rollout]:
+    return generated[0]
 
 
 def test_default_run_has_30_steps_of_8_groups_of_8(run):
@@ -47,6 +59,8 @@ def test_same_seed_gives_identical_bytes(tmp_path: Path):
     assert demo.write(b) == 1920
     assert a.read_bytes() == b.read_bytes()
     assert a.read_bytes().count(b"\n") == 1920
+    ta, tb = tmp_path / "a.tokenizer.json", tmp_path / "b.tokenizer.json"
+    assert ta.read_bytes() == tb.read_bytes()
 
 
 def test_different_seed_differs(tmp_path: Path):
@@ -225,8 +239,147 @@ def test_written_file_reads_back_through_the_native_reader(tmp_path: Path):
         assert got == want
 
 
-def test_tokenizer_is_stable():
+def test_tokenizer_is_stable_and_lossless():
     assert demo.tokenize("Answer: 395") == demo.tokenize("Answer: 395")
     ids = demo.tokenize("hello world")
     assert len(ids) == 2 and all(16 <= i < 32000 for i in ids)
-    assert ids == [demo.tokenize("hello")[0], demo.tokenize("world")[0]]
+    assert ids == [demo.tokenize("hello")[0], demo.tokenize(" world")[0]]
+    assert demo.tokenize(" world") != demo.tokenize("world")   # the leading space is part of it
+    text = 'def f(x):\n    return {"a": x}  \n\n\tdone. '
+    pieces = demo._PIECE.findall(text)
+    assert "".join(pieces) == text
+    assert pieces[:6] == ["def", " f", "(", "x", ")", ":"] and "   " in pieces and " return" in pieces
+
+
+def _colliding_pair() -> tuple[str, str]:
+    seen: dict[int, str] = {}
+    for i in range(100_000):
+        w = f"w{i}"
+        j = demo._crc_id(w)
+        if j in seen:
+            return seen[j], w
+        seen[j] = w
+    raise AssertionError("no CRC-32 collision found")
+
+
+def test_colliding_pieces_get_distinct_ids_first_seen_keeps_its_hash():
+    a, b = _colliding_pair()
+    tok = demo.ToyTokenizer()
+    ia, _, ib, _, ia2 = tok.encode(f"{a}\n{b}\n{a}")
+    assert ia == ia2 == demo._crc_id(a) and ib != ia and 16 <= ib < 32000
+    assert tok.encode(b) == [ib] and tok.pieces()[ia] == a and tok.pieces()[ib] == b
+    other = demo.ToyTokenizer()
+    assert other.encode(b)[0] == demo._crc_id(b) and other.encode(a)[0] != demo._crc_id(a)
+
+
+def _expected_body(node) -> str:
+    """The text a node's body tokens stand for (assistant: what the model sampled)."""
+    m = node.message
+    if m.role != "assistant":
+        return m.text()
+    parts = [f"<think>{m.reasoning_content}</think>"] if m.reasoning_content else []
+    if m.content:
+        parts.append(m.content)
+    parts += [f'<tool_call>{{"name": "{c.name}", "arguments": {c.arguments}}}</tool_call>'
+              for c in m.tool_calls or []]
+    return "\n".join(parts)
+
+
+def _words_in_order(words: list[str], text: str) -> bool:
+    pos = 0
+    for w in words:
+        pos = text.find(w, pos)
+        if pos < 0:
+            return False
+        pos += len(w)
+    return True
+
+
+def test_run_tokenizer_decodes_every_id(generated, tmp_path: Path):
+    from ingest.tokenizer import decode_pieces, decode_text, load
+
+    run, tok = generated
+    path = tmp_path / "demo.tokenizer.json"
+    tok.write(path)
+    vocab = load(path)
+    assert vocab.kind == "tokenizer.json" and not vocab.dummy_prefix
+    assert {demo.IM_START, demo.IM_END} <= vocab.special
+    assert decode_pieces(vocab, [demo.IM_START, demo.ROLE_TOKEN["tool"]])[1].text == "tool\n"
+    used = {i for r in run for n in r.nodes for i in n.token_ids or ()}
+    assert all(vocab.piece(i) is not None for i in used)
+    sample = [r for r in run if r.id == "s000-g7-r0" or r.step % 7 == 3]
+    assert any(r.ending.type == Ending.length_cut for r in sample)
+    checked = 0
+    for r in sample:
+        for node in r.nodes:
+            if not node.token_ids:
+                continue
+            role = node.message.role
+            text = decode_text(vocab, node.token_ids)
+            assert text.startswith(f"<|im_start|>{role}\n") and text.endswith("<|im_end|>")
+            body = decode_text(vocab, node.token_ids[2:-1])
+            expected = _expected_body(node)
+            assert _words_in_order(re.findall(r"\w+", expected), text)
+            assert body == expected     # a length cut's content is cut at exactly MAX_TOKENS
+            checked += 1
+    assert checked > 500
+
+
+def test_run_tokenizer_is_a_real_huggingface_tokenizer(generated, tmp_path: Path):
+    from tokenizers import Tokenizer
+
+    run, tok = generated
+    path = tmp_path / "demo.tokenizer.json"
+    tok.write(path)
+    hf = Tokenizer.from_file(str(path))
+    for r in run[::97]:
+        for node in r.nodes:
+            if node.token_ids:
+                body = node.token_ids[2:-1]
+                text = hf.decode(body)
+                assert hf.encode(text, add_special_tokens=False).ids == body
+    assert hf.token_to_id("<|im_end|>") == demo.IM_END
+
+
+def test_write_writes_the_tokenizer_beside_the_run(tmp_path: Path):
+    kw = dict(steps=2, groups=2, group_size=4, seed=3)
+    assert demo.tokenizer_path(tmp_path / "x.jsonl") == tmp_path / "x.tokenizer.json"
+    demo.write(tmp_path / "x.jsonl", **kw)
+    demo.write(tmp_path / "y.jsonl", tokenizer=tmp_path / "other.json", **kw)
+    demo.write(tmp_path / "z.jsonl", tokenizer=False, **kw)
+    demo.write_tokenizer(tmp_path / "only.json", **kw)
+    tj = (tmp_path / "x.tokenizer.json").read_bytes()
+    assert tj == (tmp_path / "other.json").read_bytes() == (tmp_path / "only.json").read_bytes()
+    assert not (tmp_path / "y.tokenizer.json").exists() and not (tmp_path / "z.tokenizer.json").exists()
+    tok = demo.ToyTokenizer()
+    list(demo.generate(tokenizer=tok, **kw))
+    assert tj == tok.to_json().encode()
+    assert json.loads(tj)["model"]["type"] == "WordLevel"
+
+
+def test_cli_demo_writes_tokenizer_and_pages_show_text(tmp_path: Path):
+    from fastapi.testclient import TestClient
+
+    from app.config import Settings
+    from app.main import create_app
+
+    out = tmp_path / "run.jsonl"
+    db = f"sqlite:///{tmp_path / 'demo.db'}"
+    env = {**os.environ, "ROLLSCOPE_DATABASE_URL": db}
+    cli = [sys.executable, "-m", "ingest.cli"]
+    done = subprocess.run([*cli, "demo", "--out", str(out), "--steps", "1", "--groups", "8",
+                           "--group-size", "2"], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    tok = tmp_path / "run.tokenizer.json"
+    assert tok.exists() and str(tok) in done.stdout + done.stderr
+    done = subprocess.run([*cli, "ingest", str(out), "--tokenizer", str(tok)], env=env,
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    app = create_app(Settings(database_url=db))
+    with TestClient(app) as client:
+        d = client.get("/runs/demo-grpo/rollouts/s000-g7-r0.json").json()
+    app.state.engine.dispose()
+    tokens = [t for m in d["messages"] for t in m["tokens"]]
+    assert tokens and all(t["piece"] is not None and not t["piece"]["unknown"] for t in tokens)
+    text = "".join(t["piece"]["text"] for t in tokens)
+    assert "<|im_start|>user\nA user registered with the name <img src=x onerror=alert(1)>" in text
