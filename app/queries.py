@@ -3,6 +3,7 @@ message bodies and token arrays are read one rollout (and one page of nodes) at 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -16,9 +17,6 @@ FINDING_KINDS = ["logprob_len_mismatch", "suspected_logprob_padding", "token_dri
                  "unanswered_tool_call", "empty_response", "non_finite_reward", "bytes_lost_upstream"]
 # INTEGER columns are int32 on Postgres: a query value outside this range is refused (422), not sent.
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-# Rewards are summed scaled down by a power of two, which is exact for any reward above ~1e-289,
-# so sums of huge finite rewards (1e308) cannot overflow (Postgres raises on float overflow).
-_SCALE = 2.0 ** -64
 R = Rollout.__table__
 N = Node.__table__
 
@@ -26,30 +24,45 @@ N = Node.__table__
 SUMMARY_COLUMNS = [c for c in R.c if c.name not in ("content_hash",)]
 
 
-def _reward_columns():
-    """Scaled reward sums and counts, errors scored 0 (s0, c0) and errors dropped (s1, c1).
+# SQLite sums REAL and would overflow to inf on huge finite rewards (1e308 + 1e308): there the
+# sum is taken scaled down by 2**-64 (exact for normal floats). Postgres raises on float8
+# overflow and underflow alike, so there the sum is taken in NUMERIC, which is exact.
+_SQLITE_SCALE = 2.0 ** -64
+
+
+def _reward_columns(session: Session) -> tuple[list, float]:
+    """Reward sums and counts, errors scored 0 (s0, c0) and errors dropped (s1, c1), and the
+    scale the sums carry.
 
     An errored rollout's stored reward is ignored; missing (NULL) rewards count in neither."""
     is_err = R.c.ending == "error"
+    if session.get_bind().dialect.name == "postgresql":
+        reward, scale = sa.cast(R.c.reward, sa.Numeric), 1.0
+    else:
+        reward, scale = R.c.reward * _SQLITE_SCALE, _SQLITE_SCALE
     return [
-        sa.func.sum(sa.case((is_err, 0.0), else_=R.c.reward * _SCALE)),
+        sa.func.sum(sa.case((is_err, 0), else_=reward)),
         sa.func.count(sa.case((is_err, 0.0), else_=R.c.reward)),
-        sa.func.sum(sa.case((is_err, None), else_=R.c.reward * _SCALE)),
+        sa.func.sum(sa.case((is_err, None), else_=reward)),
         sa.func.count(sa.case((is_err, None), else_=R.c.reward)),
-    ]
+    ], scale
 
 
-def _mean(scaled_sum, count) -> float | None:
-    return (float(scaled_sum or 0) / count) / _SCALE if count else None
+def _mean(total, count: int, scale: float) -> float | None:
+    """The mean of a (scaled) sum; beyond the float range it is ±inf (null in JSON)."""
+    if not count:
+        return None
+    return float((total or 0) / count) / scale
 
 
 def reward_means(*, session: Session, run_ids: list[str] | None = None) -> dict[str, dict]:
     """Per run: mean reward with errors scored 0 and with errors dropped (the run page's and the
     runs list's figures, one computation)."""
-    q = sa.select(R.c.run_id, sa.func.count(), *_reward_columns()).group_by(R.c.run_id)
+    columns, scale = _reward_columns(session)
+    q = sa.select(R.c.run_id, sa.func.count(), *columns).group_by(R.c.run_id)
     if run_ids is not None:
         q = q.where(R.c.run_id.in_(run_ids))
-    return {rid: {"rollouts": n, "mean_reward": _mean(s0, c0), "mean_reward_no_errors": _mean(s1, c1),
+    return {rid: {"rollouts": n, "mean_reward": _mean(s0, c0, scale), "mean_reward_no_errors": _mean(s1, c1, scale),
                   "scored": c0, "excluded": n - c0}
             for rid, n, s0, c0, s1, c1 in session.execute(q).all()}
 
@@ -111,26 +124,27 @@ def run_steps(*, session: Session, run_id: str) -> list[StepRow]:
     errored rollouts. Rollouts with a missing or non-finite reward are excluded from both means
     and counted in `excluded`.
     """
+    columns, scale = _reward_columns(session)
     rows = session.execute(
-        sa.select(R.c.step, R.c.ending, sa.func.count(), *_reward_columns())
+        sa.select(R.c.step, R.c.ending, sa.func.count(), *columns)
         .where(R.c.run_id == run_id).group_by(R.c.step, R.c.ending)
     ).all()
     steps: dict[int | None, dict] = {}
     for step, ending, n, s0, c0, s1, c1 in rows:
-        d = steps.setdefault(step, {"n": 0, "endings": {e: 0 for e in ENDINGS}, "s0": 0.0, "c0": 0, "s1": 0.0, "c1": 0})
+        d = steps.setdefault(step, {"n": 0, "endings": {e: 0 for e in ENDINGS}, "s0": 0, "c0": 0, "s1": 0, "c1": 0})
         d["n"] += n
         d["endings"][ending] = d["endings"].get(ending, 0) + n
-        d["s0"] += float(s0 or 0)
+        d["s0"] += s0 or 0  # Decimal on Postgres, scaled float on SQLite
         d["c0"] += c0
-        d["s1"] += float(s1 or 0)
+        d["s1"] += s1 or 0
         d["c1"] += c1
     out = []
     for step in sorted(steps, key=lambda s: (s is None, s if s is not None else 0)):
         d = steps[step]
         out.append(StepRow(
             step=step, rollouts=d["n"], endings=d["endings"],
-            mean_reward=_mean(d["s0"], d["c0"]),
-            mean_reward_no_errors=_mean(d["s1"], d["c1"]),
+            mean_reward=_mean(d["s0"], d["c0"], scale),
+            mean_reward_no_errors=_mean(d["s1"], d["c1"], scale),
             scored=d["c0"], excluded=d["n"] - d["c0"],
         ))
     return out

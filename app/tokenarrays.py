@@ -40,8 +40,15 @@ def unpack_bits(blob: bytes | None, n: int) -> np.ndarray:
     return np.unpackbits(np.frombuffer(blob, dtype=np.uint8), count=n).astype(bool)
 
 
+def f32(x) -> float | None:
+    """A stored float32 as the shortest float that reads back to it (-0.21, not
+    -0.20999999344348907); NaN → None."""
+    v = np.float32(x)
+    return None if np.isnan(v) else float(str(v))
+
+
 def floats_or_none(arr: np.ndarray | None) -> list[float | None] | None:
-    """float32 array → JSON-safe list (NaN → None), rounded to float32 precision."""
+    """float32 array → JSON-safe list (NaN → None), each value as `f32` gives it."""
     if arr is None:
         return None
-    return [None if np.isnan(x) else float(x) for x in arr.tolist()]
+    return [f32(x) for x in arr]

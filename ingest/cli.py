@@ -15,6 +15,10 @@ from rich.table import Table
 from rich.text import Text
 
 MAX_ERRORS_SHOWN = 20
+MAX_FILES_SHOWN = 50
+MAX_ADDED_ID = 4_000_000  # larger than any real vocabulary; the table is a list indexed by id
+INT32_MAX = 2**31 - 1
+out = Console(soft_wrap=True)  # results: stdout; progress and problems: stderr
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Rollscope: a trace inspector for agentic RL.")
 console = Console(stderr=True)
@@ -36,6 +40,8 @@ def _parse_added(values: list[str]) -> dict[int, str]:
         tid, _, piece = v.partition("=")
         if not tid.strip().isdigit() or not piece:
             raise typer.BadParameter(f"--added-token expects ID=PIECE, got {v!r}")
+        if int(tid) > MAX_ADDED_ID:
+            raise typer.BadParameter(f"--added-token id {tid} is beyond any vocabulary (max {MAX_ADDED_ID})")
         added[int(tid)] = piece
     return added
 
@@ -44,10 +50,10 @@ def _parse_added(values: list[str]) -> dict[int, str]:
 def ingest(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders (walked recursively).", exists=True)],
     run: Annotated[str | None, typer.Option(help="Run id for records that name none (default: the file's folder name).")] = None,
-    step: Annotated[int | None, typer.Option(help="Training step for records that carry none.")] = None,
+    step: Annotated[int | None, typer.Option(help="Training step for records that carry none.", min=0, max=INT32_MAX)] = None,
     tokenizer: Annotated[Path | None, typer.Option(help="tokenizer.json or SentencePiece .model of the run.", exists=True)] = None,
     added_token: Annotated[list[str], typer.Option("--added-token", help="Extra vocabulary entry ID=PIECE (repeatable).")] = [],  # noqa: B006
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List every skipped file.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List every file, skipped file and rejection.")] = False,
 ) -> None:
     """Read trace files in any supported format into the store.
 
@@ -57,6 +63,16 @@ def ingest(
     """
     from ingest.formats import ReadContext
     from ingest.pipeline import ingest_paths, register_tokenizer
+    from ingest.schema import RunRef
+
+    if added_token and tokenizer is None:
+        raise typer.BadParameter("--added-token extends a tokenizer: give --tokenizer too", param_hint="--added-token")
+    if run is not None:
+        try:
+            RunRef(id=run)
+        except ValueError:
+            raise typer.BadParameter(f"{run!r}: a run id is 1-300 characters without control characters",
+                                     param_hint="--run") from None
 
     engine = _engine()
     key = None
@@ -89,9 +105,15 @@ def ingest(
     for col in ("file", "format", "new", "replaced", "unchanged", "rejected", "findings"):
         table.add_column(col, justify="right" if col not in ("file", "format") else "left",
                          overflow="fold" if col == "file" else "ellipsis")
-    for name, fmt, r in rows:
+    # Files with something to say first; a long tail of clean files is summed up in one row.
+    rows.sort(key=lambda x: x[2].inserted + x[2].replaced + x[2].rejected == 0)
+    shown_rows = rows if verbose else rows[:MAX_FILES_SHOWN]
+    for name, fmt, r in shown_rows:
         table.add_row(Text(name), fmt, str(r.inserted), str(r.replaced), str(r.unchanged), str(r.rejected), str(r.findings))
-    console.print(table)
+    if len(rows) > len(shown_rows):
+        table.add_row(Text(f"... {len(rows) - len(shown_rows)} more files (--verbose lists them)"), "", "", "", "", "", "")
+    if rows:
+        out.print(table)
     # File names and messages are data, not markup; soft_wrap keeps "file:line" greppable.
     if verbose or len(skipped) <= 5:
         for path, why in skipped:
@@ -109,10 +131,32 @@ def ingest(
     if total.repeated:
         console.print(Text.assemble(("warning ", "yellow"), f"{total.repeated} records repeated a rollout id already "
                                     "read in this ingest (the later one wins)"), soft_wrap=True)
-    console.print(Text(
+    out.print(Text(
         f"{total.inserted} new, {total.replaced} replaced, {total.unchanged} unchanged, "
-        f"{len(errors)} rejected, {len(skipped)} skipped; runs: {', '.join(sorted(total.runs)) or '-'}"), soft_wrap=True)
+        f"{len(errors)} rejected, {len(skipped)} skipped; runs: {', '.join(sorted(total.runs)) or '-'}"))
     raise typer.Exit(1 if errors else 0)
+
+
+@app.command()
+def quarantine(
+    file: Annotated[str | None, typer.Option(help="Only records from this file (the path as ingested).")] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="Delete the records instead of listing them.")] = False,
+) -> None:
+    """List the quarantined records per file, or clear them (after fixing and re-ingesting)."""
+    from ingest.store import clear_quarantine, quarantine_counts
+
+    engine = _engine()
+    if clear:
+        n = clear_quarantine(engine, file=file)
+        out.print(Text(f"cleared {n} quarantined record{'s' if n != 1 else ''}"))
+        return
+    counts = quarantine_counts(engine, file=file)
+    table = Table(title="quarantine")
+    table.add_column("file", overflow="fold")
+    table.add_column("records", justify="right")
+    for name, n in counts:
+        table.add_row(Text(name), str(n))
+    out.print(table if counts else Text("nothing quarantined"))
 
 
 @app.command()

@@ -20,6 +20,9 @@ from ingest.source import RecordError, Source, open_source
 from ingest.store import StoreResult, ensure_run, quarantine, store, store_tokenizer
 
 
+TRACE_SUFFIXES = {".json", ".jsonl", ".csv", ".ndjson"}
+
+
 @dataclass
 class FileReport:
     path: str
@@ -75,12 +78,15 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
     """Ingest every file under `paths`. `on_file`/`on_item` drive progress displays.
 
     A file given explicitly that cannot be read, or that no reader recognises, is rejected and
-    quarantined (line None); one found by walking a folder is skipped and reported. A failure
+    quarantined (line None). In a folder, a file with a trace file's suffix that cannot be parsed
+    is rejected the same way; a readable file no reader recognises (a sidecar such as Tunix's
+    `*.meta.json`) and any other file is skipped and reported. A failure
     inside one file (a reader bug, a database refusal) is reported for that file and the next
     file is still read.
     """
     report = IngestReport()
     for path, explicit in walk(paths):
+        source = None
         try:
             source = open_source(path)
             reader = formats.detect(source)
@@ -88,7 +94,9 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
                 raise RecordError(str(path), None, None,
                                   "no reader recognises this file (formats: " + ", ".join(formats.names()) + ")")
         except RecordError as exc:
-            if explicit:
+            # Named on the command line: rejected. Found in a folder: a broken file with a trace
+            # file's name (.json, .jsonl, .csv) is rejected too; anything else is skipped (not a trace).
+            if explicit or (source is None and path.suffix.lower() in TRACE_SUFFIXES):
                 _reject_file(engine, report, exc)
             else:
                 report.skipped.append((str(path), exc.message))

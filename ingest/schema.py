@@ -26,10 +26,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = "rollscope/1"
 
-# Counters are whole numbers, never booleans or 2.0; ids are non-empty and carry no NUL (which
-# Postgres text cannot hold).
-Count = Annotated[int, Field(strict=True, ge=0)]
-Id = Annotated[str, Field(min_length=1, max_length=300, pattern=r"^[^\x00]*$")]
+# Counters are whole numbers, never booleans or 2.0, within int32 (Postgres INTEGER; one rule on
+# both databases). Ids are non-empty and carry no control characters (NUL cannot be stored in
+# Postgres text; tabs and newlines in an id are always a writer bug).
+INT32_MAX = 2**31 - 1
+Count = Annotated[int, Field(strict=True, ge=0, le=INT32_MAX)]
+Version = Annotated[int, Field(strict=True, ge=-INT32_MAX, le=INT32_MAX)]
+Id = Annotated[str, Field(min_length=1, max_length=300, pattern=r"^[^\x00-\x1f\x7f]*$")]
+TOKEN_ID_MIN, TOKEN_ID_MAX = -1, INT32_MAX  # stored as int32; -1 = id not recorded by the source
 
 
 class Model(BaseModel):
@@ -106,7 +110,7 @@ class Node(Model):
     advantages: list[float | None] | None = None
     reference_logprobs: list[float | None] | None = None
     loss_weights: dict[str, list[float]] | None = None
-    policy_version: int | None = None
+    policy_version: Version | None = None
     reward: float | None = Field(None, description="reward credited at this node (the step's reward r_t)")
     mc_return: float | None = Field(None, description="discounted Monte Carlo return G_t = r_t + γ·G_{t+1} at this node")
 
@@ -115,6 +119,9 @@ class Node(Model):
         """Fit non-empty per-token arrays to `token_ids`; record the source length when they
         did not fit (the lockstep check reports it). Empty arrays mean "not given"."""
         n = len(self.token_ids)
+        if n and (min(self.token_ids) < TOKEN_ID_MIN or max(self.token_ids) > TOKEN_ID_MAX):
+            bad = next(i for i, t in enumerate(self.token_ids) if not TOKEN_ID_MIN <= t <= TOKEN_ID_MAX)
+            raise ValueError(f"token_ids[{bad}] = {self.token_ids[bad]}: token ids are int32 (-1 = not recorded)")
         for name, fill in (("mask", False), ("is_content", False), ("logprobs", None),
                            ("advantages", None), ("reference_logprobs", None)):
             values = getattr(self, name)
@@ -166,7 +173,7 @@ class Call(Model):
     usage: Usage | None = None
     time: Span | None = None
     error: Error | None = None
-    policy_version: int | None = None
+    policy_version: Version | None = None
 
 
 class Reward(Model):
@@ -222,7 +229,7 @@ class RunRef(Model):
 class GroupRef(Model):
     id: Id
     index: Count | None = Field(None, description="position of this rollout within its group")
-    size: Annotated[int, Field(strict=True, ge=1)] | None = None
+    size: Annotated[int, Field(strict=True, ge=1, le=INT32_MAX)] | None = None
 
 
 class EpisodeRef(Model):
@@ -232,8 +239,8 @@ class EpisodeRef(Model):
 
 
 class PolicySpan(Model):
-    start: int | None = None
-    end: int | None = None
+    start: Version | None = None
+    end: Version | None = None
 
 
 class Task(Model):
@@ -275,7 +282,8 @@ class Rollout(Model):
         """A node's parent comes before it (so the graph has no cycles); calls name real nodes."""
         for i, node in enumerate(self.nodes):
             if node.parent is not None and not 0 <= node.parent < i:
-                raise ValueError(f"nodes[{i}].parent = {node.parent}: a parent must be an earlier node (0..{i - 1}) or null")
+                allowed = "null (it is the first node)" if i == 0 else f"an earlier node (0..{i - 1}) or null"
+                raise ValueError(f"nodes[{i}].parent = {node.parent}: the parent must be {allowed}")
         for k, call in enumerate(self.calls):
             if call.node is not None and not 0 <= call.node < len(self.nodes):
                 raise ValueError(f"calls[{k}].node = {call.node}: no such node ({len(self.nodes)} nodes)")

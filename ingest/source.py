@@ -180,7 +180,7 @@ def _open_json(path: Path, size: int) -> Source:
     lines_seen = 0
     for lineno, value in probe.lines():
         lines_seen += 1
-        if not isinstance(value, RecordError) and first_good is None:
+        if isinstance(value, dict) and first_good is None:  # a JSONL record is an object
             first_good = (lineno, value)
         if (first_good is not None and lines_seen >= 2) or lines_seen >= PROBE_LINES:
             break
@@ -194,7 +194,7 @@ def _open_json(path: Path, size: int) -> Source:
         doc = loads(path.read_bytes().removeprefix(BOM))
         return Source(path, "json", doc, doc, size=size)
     except (ValueError, UnicodeDecodeError) as whole_exc:
-        if first_good is not None and isinstance(first_good[1], dict | list):
+        if first_good is not None:
             return Source(path, "jsonl", first_good[1], size=size)
         lineno = getattr(whole_exc, "lineno", None)
         raise RecordError(name, lineno, None, f"not JSON or JSONL: {whole_exc}") from None

@@ -207,13 +207,13 @@ def store_batch(conn: sa.Connection, rollouts: list[Rollout], seen: set | None =
     """Write one batch inside the caller's transaction, each rollout in its own savepoint.
 
     A rollout another writer inserted meanwhile is retried once (it is then unchanged or
-    replaced); one the database refuses becomes a RecordError in `errors` and is quarantined,
-    and the rest of the batch is kept.
+    replaced); one that cannot be stored (the database refuses it, a value no column can hold)
+    becomes a RecordError in `errors`, naming its file and line, and is quarantined; the rest of
+    the batch is kept.
     """
     res = StoreResult()
     seen = seen if seen is not None else set()
     for r in rollouts:
-        _prepare(r)
         res.runs.add(r.run.id)
         identity = (r.run.id, r.id, r.attempt)
         if identity in seen:
@@ -222,6 +222,7 @@ def store_batch(conn: sa.Connection, rollouts: list[Rollout], seen: set | None =
         for attempt in range(2):
             try:
                 with conn.begin_nested():
+                    _prepare(r)
                     outcome, n_findings = _write_one(conn, r)
                 setattr(res, outcome, getattr(res, outcome) + 1)  # counted once it is committed
                 res.findings += n_findings
@@ -229,16 +230,27 @@ def store_batch(conn: sa.Connection, rollouts: list[Rollout], seen: set | None =
             except sa.exc.IntegrityError:
                 if attempt == 1:
                     raise
-            except (sa.exc.DataError, sa.exc.StatementError) as exc:
+                # another writer stored this rollout meanwhile: look again (unchanged or replace)
+            except Exception as exc:  # noqa: BLE001 - one rollout must not cost its neighbours
                 src = r.source or {}
+                detail = str(getattr(exc, "orig", None) or exc).splitlines()[0][:500]
                 err = RecordError(str(src.get("file") or "?"), src.get("line"), None,
-                                  f"the database refused rollout {r.id!r}: {str(getattr(exc, 'orig', exc)).splitlines()[0]}")
+                                  f"cannot store rollout {r.id!r}: {type(exc).__name__}: {detail}", _raw(r))
                 with conn.begin_nested():
                     quarantine(conn, err)
                 res.errors.append(err)
                 res.rejected += 1
                 break
     return res
+
+
+def _raw(r: Rollout) -> str | None:
+    """The first 4 KB of a rollout's native JSON, for the quarantine (None if it cannot be
+    serialized at all, e.g. nested deeper than the serializer allows)."""
+    try:
+        return orjson.dumps(r.to_json_dict(), default=str)[:4096].decode("utf-8", "replace")
+    except (TypeError, ValueError):
+        return None
 
 
 def quarantine(conn: sa.Connection, err: RecordError) -> bool:
@@ -283,3 +295,23 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
             on_item(item)
     flush()
     return total
+
+
+def quarantine_counts(engine: Engine, *, file: str | None = None) -> list[tuple[str, int]]:
+    """(file, number of quarantined records) per file, most first."""
+    q = models.Quarantine.__table__
+    stmt = sa.select(q.c.source_file, sa.func.count()).group_by(q.c.source_file)
+    if file is not None:
+        stmt = stmt.where(q.c.source_file == file)
+    with engine.connect() as conn:
+        return sorted(((f, n) for f, n in conn.execute(stmt)), key=lambda x: (-x[1], x[0]))
+
+
+def clear_quarantine(engine: Engine, *, file: str | None = None) -> int:
+    """Delete quarantined records (of one file, or all); returns how many."""
+    q = models.Quarantine.__table__
+    stmt = q.delete()
+    if file is not None:
+        stmt = stmt.where(q.c.source_file == file)
+    with engine.begin() as conn:
+        return conn.execute(stmt).rowcount

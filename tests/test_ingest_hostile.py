@@ -119,3 +119,44 @@ def test_two_writers_at_once_both_succeed(db_url, tmp_path):
     assert count(eng, models.Rollout.__table__) == len(lines) == 128
     assert count(eng, models.Run.__table__) == 1
     eng.dispose()
+
+
+def test_a_record_no_column_can_hold_costs_only_itself(engine, tmp_path):
+    base = rollout("ok").to_json_dict()
+    deep: dict = {}
+    cur = deep
+    for _ in range(300):  # deeper than the JSON serializer allows
+        cur["x"] = {}
+        cur = cur["x"]
+    big_id = dict(base, id="bigtok", nodes=[dict(base["nodes"][0], token_ids=[1, 2**31, 3])])
+    path = tmp_path / "mixed.jsonl"
+    lines = [json.dumps(base), json.dumps(big_id), json.dumps(dict(base, id="deep", task={"data": deep})),
+             json.dumps(dict(base, id="ok2"))]
+    path.write_text("\n".join(lines) + "\n")
+    report = ingest(engine, path)
+    assert report.total.inserted == 2
+    errs = {e.line: e for e in report.errors}
+    assert set(errs) == {2, 3}
+    assert errs[2].field == "nodes[0].token_ids[1]" and "int32" in errs[2].message
+    assert "cannot store rollout 'deep'" in errs[3].message
+    assert count(engine, models.Quarantine.__table__) == 2
+
+
+def test_broken_trace_files_in_a_folder_are_rejected_sidecars_skipped(engine, tmp_path):
+    folder = tmp_path / "spool"
+    folder.mkdir()
+    (folder / "good.jsonl").write_text(chat_line("g1") + "\n")
+    (folder / "torn.json").write_text('[{"rollout_id": "a", "messages": [{"role": "us')
+    (folder / "notes.meta.json").write_text('{"case": "x", "mode": "Token"}')
+    (folder / "readme.txt").write_text("hello")
+    report = ingest(engine, folder, run="f")
+    assert report.total.inserted == 1
+    assert [Path(e.file).name for e in report.errors] == ["torn.json"]
+    assert sorted(Path(p).name for p, _ in report.skipped) == ["notes.meta.json", "readme.txt"]
+
+
+def test_jsonl_whose_first_line_is_not_an_object(engine, tmp_path):
+    path = tmp_path / "arr-first.jsonl"
+    path.write_text("[1, 2]\n" + chat_line("x1") + "\n" + chat_line("x2") + "\n")
+    report = ingest(engine, path, run="a")
+    assert report.total.inserted == 2 and report.errors and {e.line for e in report.errors} == {1}

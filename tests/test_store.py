@@ -106,7 +106,7 @@ def test_native_validation_error_names_line_and_field(engine, tmp_path):
     report = ingest(engine, path)
     assert report.total.inserted == 2
     (err,) = report.errors
-    assert err.line == 2 and err.field == "nodes.0.message.role" and str(path) in str(err)
+    assert err.line == 2 and err.field == "nodes[0].message.role" and str(path) in str(err)
 
 
 def test_cli_ingest_exit_codes_and_summary(db_url, tmp_path, monkeypatch):
@@ -134,3 +134,26 @@ def test_overlong_filtered_rollout_is_shown_but_trains_on_nothing(client, engine
     assert tokens and not any(t["trained"] for t in tokens)
     assert any(t["logprob"] is not None for t in tokens)  # behaviour logprobs kept
     assert "trains on nothing" in client.get("/runs/t/rollouts/max_steps_reached_overlong_filter.Token").text
+
+
+def test_cli_quarantine_lists_and_clears(db_url, monkeypatch):
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    runner = CliRunner()
+    bad = str(data_path("cases", "11b-malformed-middle-line.jsonl"))
+    assert runner.invoke(cli, ["ingest", bad, "--run", "c"]).exit_code == 1
+    listed = runner.invoke(cli, ["quarantine"])
+    assert listed.exit_code == 0 and "11b-malformed-middle-line.jsonl" in listed.output
+    cleared = runner.invoke(cli, ["quarantine", "--clear", "--file", bad])
+    assert cleared.exit_code == 0 and "cleared 1 quarantined record" in cleared.output
+    assert "nothing quarantined" in runner.invoke(cli, ["quarantine"]).output
+
+
+def test_cli_refuses_bad_options(db_url, monkeypatch, tmp_path):
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    runner = CliRunner()
+    tau = str(data_path("realdata", "tau-bench"))
+    assert runner.invoke(cli, ["ingest", tau, "--added-token", "5=x"]).exit_code == 2  # no --tokenizer
+    tok = str(data_path("tokenizers", "mistral-v1-tokenizer.model"))
+    assert runner.invoke(cli, ["ingest", tau, "--tokenizer", tok, "--added-token", "200000000=x"]).exit_code == 2
+    assert runner.invoke(cli, ["ingest", tau, "--run", "bad\nrun"]).exit_code == 2
+    assert runner.invoke(cli, ["ingest", tau, "--step", "99999999999"]).exit_code == 2

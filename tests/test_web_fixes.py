@@ -158,6 +158,15 @@ def test_huge_finite_rewards_do_not_overflow(client, engine, tmp_path):
     assert client.get("/runs").status_code == 200 and client.get("/runs/r1").status_code == 200
 
 
+def test_subnormal_rewards_do_not_underflow(client, engine, tmp_path):
+    """Postgres raises on float8 underflow too (5e-324 arithmetic): sums run in NUMERIC there."""
+    rs = [rollout(f"t{i}", step=0, group="g", index=i, reward=rw) for i, rw in enumerate([5e-324, 1e-310, 0.5])]
+    ingest(engine, write_jsonl(tmp_path / "t.jsonl", rs))
+    for url in ("/runs", "/runs.json", "/runs/r1", "/runs/r1.json", "/runs/r1/groups/g.json"):
+        assert client.get(url).status_code == 200, url
+    assert client.get("/runs/r1.json").json()["steps"][0]["mean_reward"] == pytest.approx(0.5 / 3)
+
+
 # --- 5. the runs list shows the run page's two means --------------------------------------------------
 
 def test_runs_list_means_match_the_run_page(client, engine, tmp_path):

@@ -1,6 +1,7 @@
 """The native format: JSONL, one `rollscope/1` rollout per line (docs/trace-format.md)."""
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from pydantic import ValidationError
@@ -10,6 +11,7 @@ from ingest.schema import SCHEMA_VERSION, Rollout
 from ingest.source import RecordError, Source
 
 NAME = "native"
+_NAMED_FIELD = re.compile(r"^([A-Za-z_][\w.\[\]]*) = ")
 
 
 def sniff(source: Source) -> bool:
@@ -44,12 +46,27 @@ def parse_record(value: object, file: str, line: int | None, ctx: ReadContext) -
         rollout = Rollout.model_validate(value)
     except ValidationError as exc:
         err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or None  # whole-record checks name the field in msg
-        return RecordError(file, line, field, err["msg"].removeprefix("Value error, "))
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "string_pattern_mismatch":
+            msg = "ids must not contain control characters (tab, newline, NUL, ...)"
+        field = field_path(err["loc"])
+        # A whole-record check (graph shape) names its field first: "nodes[3].parent = 9: ...".
+        named = _NAMED_FIELD.match(msg)
+        if named:
+            field = ".".join(x for x in (field, named.group(1)) if x)
+        return RecordError(file, line, field or None, msg)
     if ctx.run_id:
         rollout.run.id = ctx.run_id
     rollout.source = {"format": NAME, "file": file, "line": line}
     return rollout
+
+
+def field_path(loc: tuple) -> str:
+    """pydantic's error location as a readable path: ("nodes", 3, "parent") → "nodes[3].parent"."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
 
 
 def write_line(rollout: Rollout) -> bytes:
