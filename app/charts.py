@@ -23,12 +23,32 @@ def _rollouts_url(run_id: str, **params) -> str:
     return f"/runs/{quote(run_id, safe='')}/rollouts" + (f"?{q}" if q else "")
 
 
-def _layout(title: str, yaxis: dict) -> dict:
+MAX_STEP_TICKS = 10
+
+
+def step_dtick(steps: list[int]) -> int:
+    """Spacing of the step axis ticks: whole steps (1, 2, 5, 10, 20, 50, ...), at most
+    MAX_STEP_TICKS + 1 ticks over the run's step range. Plotly's own choice puts ticks at 2.5 or
+    2.6 when a run has few steps."""
+    span = max(steps) - min(steps) if steps else 0
+    base = 1
+    while True:
+        for m in (1, 2, 5):
+            if span <= MAX_STEP_TICKS * base * m:
+                return base * m
+        base *= 10
+
+
+def _layout(title: str, yaxis: dict, steps: list[int]) -> dict:
     return {
         "title": {"text": title, "font": {"size": 14}},
-        "xaxis": {"title": {"text": "training step"}},
+        # Integer ticks only: a training step is a whole number.
+        "xaxis": {"title": {"text": "training step"}, "tickmode": "linear", "tick0": 0,
+                  "dtick": step_dtick(steps), "tickformat": "d"},
         "yaxis": yaxis,
         "margin": {"l": 50, "r": 10, "t": 40, "b": 40},
+        # Plotly hides the legend of a one-trace figure; a run with one ending type still names it.
+        "showlegend": True,
         "legend": {"orientation": "h", "y": -0.25},
         "hovermode": "closest",
         "height": 320,
@@ -52,7 +72,9 @@ def ending_rates(run_id: str, steps: list[StepRow]) -> dict:
             "marker": {"color": ENDING_COLORS[ending]},
             "customdata": [_rollouts_url(run_id, step=s.step, ending=ending) for s in rows],
         })
-    layout = _layout("Ending-type rates per step", {"title": {"text": "share of rollouts"}, "tickformat": ".0%", "range": [0, 1]})
+    layout = _layout("Ending-type rates per step",
+                     {"title": {"text": "share of rollouts"}, "tickformat": ".0%", "range": [0, 1]},
+                     [s.step for s in rows])
     layout["barmode"] = "stack"
     return {"data": data, "layout": layout}
 
@@ -71,4 +93,5 @@ def reward_trend(run_id: str, steps: list[StepRow]) -> dict:
          "hovertemplate": "step %{x}<br>mean reward %{y:.3f} (errors dropped)<extra></extra>",
          "line": {"color": "#6a1b9a", "dash": "dot"}},
     ]
-    return {"data": data, "layout": _layout("Mean reward per step", {"title": {"text": "mean reward"}})}
+    layout = _layout("Mean reward per step", {"title": {"text": "mean reward"}}, [s.step for s in rows])
+    return {"data": data, "layout": layout}

@@ -78,6 +78,29 @@ class RoutingPath:
         await self.app(scope, receive, send)
 
 
+class HeadAsGet:
+    """ASGI middleware: answer HEAD wherever GET answers, with GET's status and headers
+    (Content-Length included) and no body. The app sees a GET; only the body is dropped on the
+    way out. Outermost, so every page, JSON twin, error and static file gets the same."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_head(message):
+            if message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+            await send(message)
+
+        await self.app(dict(scope, method="GET"), receive, send_head)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app for `settings` (default: from the environment); migrates the database."""
     settings = settings or get_settings()
@@ -98,6 +121,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         response.headers.setdefault("Content-Security-Policy", CSP)
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
         return response
+
+    app.add_middleware(HeadAsGet)  # added last: outermost
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):

@@ -24,6 +24,15 @@ N = Node.__table__
 SUMMARY_COLUMNS = [c for c in R.c if c.name not in ("content_hash",)]
 
 
+def _attempt_columns() -> list:
+    """Per row: how many attempts its rollout id has in its run, and the latest attempt number
+    (correlated lookups on the (run_id, rollout_id, attempt) unique index)."""
+    A = R.alias("other_attempt")
+    same = (A.c.run_id == R.c.run_id, A.c.rollout_id == R.c.rollout_id)
+    return [sa.select(sa.func.count()).select_from(A).where(*same).scalar_subquery().label("n_attempts"),
+            sa.select(sa.func.max(A.c.attempt)).where(*same).scalar_subquery().label("latest_attempt")]
+
+
 # SQLite sums REAL and would overflow to inf on huge finite rewards (1e308 + 1e308): there the
 # sum is taken scaled down by 2**-64 (exact for normal floats). Postgres raises on float8
 # overflow and underflow alike, so there the sum is taken in NUMERIC, which is exact.
@@ -120,6 +129,10 @@ class StepRow:
 def run_steps(*, session: Session, run_id: str) -> list[StepRow]:
     """Per training step: counts per ending and mean reward with and without errored rollouts.
 
+    Every attempt counts: a rollout that errored and was retried is one error and one more
+    rollout at that step (the error rate shows what the infrastructure did). Group baselines,
+    in contrast, use only the latest attempt of each rollout (what the trainer used).
+
     "With errors" scores an errored rollout 0 (its stored reward is ignored); "without" drops
     errored rollouts. Rollouts with a missing or non-finite reward are excluded from both means
     and counted in `excluded`.
@@ -189,7 +202,7 @@ def list_rollouts(*, session: Session, run_id: str, filters: RolloutFilters, aft
 
     Keyset pagination: `after` is the cursor of the last row of the previous page.
     """
-    q = sa.select(*SUMMARY_COLUMNS).where(R.c.run_id == run_id)
+    q = sa.select(*SUMMARY_COLUMNS, *_attempt_columns()).where(R.c.run_id == run_id)
     f = filters
     if f.step is not None:
         q = q.where(R.c.step == f.step)
@@ -222,6 +235,13 @@ def get_rollout(*, session: Session, run_id: str, rollout_id: str, attempt: int 
     if attempt is not None:
         q = q.where(R.c.attempt == attempt)
     return session.execute(q.order_by(R.c.attempt.desc()).limit(1)).first()
+
+
+def rollout_attempts(*, session: Session, run_id: str, rollout_id: str) -> list:
+    """Every attempt of a rollout id in a run (summary columns of each), by attempt."""
+    cols = [R.c.attempt, R.c.ending, R.c.ending_detail, R.c.reward, R.c.reward_status, R.c.step]
+    return session.execute(sa.select(*cols).where(R.c.run_id == run_id, R.c.rollout_id == rollout_id)
+                           .order_by(R.c.attempt)).all()
 
 
 def get_envelope(*, session: Session, rollout_pk: int) -> dict:
@@ -272,9 +292,10 @@ def run_finding_kinds(*, session: Session, run_id: str) -> list[str]:
 
 
 def group_members(*, session: Session, run_id: str, group_id: str) -> list:
-    """Summary rows of a group's rollouts, by group index then ingest order."""
+    """Summary rows of a group's rollouts (every attempt, each with `n_attempts` and
+    `latest_attempt` of its rollout id across the run), by group index then ingest order."""
     return session.execute(
-        sa.select(*SUMMARY_COLUMNS).where(R.c.run_id == run_id, R.c.group_id == group_id)
+        sa.select(*SUMMARY_COLUMNS, *_attempt_columns()).where(R.c.run_id == run_id, R.c.group_id == group_id)
         .order_by(sa.func.coalesce(R.c.group_index, 1 << 30), R.c.pk)).all()
 
 

@@ -19,6 +19,25 @@ TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 templates = Jinja2Blocks(directory=str(TEMPLATES))  # autoescape on for .html (Starlette default)
 
 
+def compact_number(x, fmt: str = "%.3f") -> str:
+    """`fmt % x`, except magnitudes ≥ 1e6 or below 1e-3 (and not 0), which print as "%.4g"
+    ("%+.4g" when `fmt` shows the sign): a reward of 1e308 is `1e+308`, not 309 digits."""
+    if isinstance(x, int | float) and not isinstance(x, bool):
+        ax = abs(x)
+        if ax >= 1e6 or 0 < ax < 1e-3:
+            return ("%+.4g" if fmt.startswith("%+") else "%.4g") % x
+    return fmt % x
+
+
+def plural(n, one: str, many: str | None = None) -> str:
+    """`1 turn`, `2 turns`; `many` for irregular plurals (`branch`, `branches`)."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+templates.env.filters["compact"] = compact_number
+templates.env.filters["plural"] = plural
+
+
 def split_twin(value: str) -> tuple[str, bool]:
     """`"abc.json"` → `("abc", True)`; anything else → `(value, False)`."""
     if value.endswith(".json"):

@@ -10,7 +10,7 @@ from urllib.parse import quote, urlencode
 from sqlmodel import Session
 
 from app import analytics, charts, queries
-from app.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
+from app.tokenarrays import f32, floats_or_none, unpack_bits, unpack_floats, unpack_ids
 from ingest.graph import branches, pair_tool_calls
 
 PREVIEW_CHARS = 2000  # message text shown inline; the rest behind "show full"
@@ -26,8 +26,15 @@ def run_url(run_id: str) -> str:
     return f"/runs/{q(run_id)}"
 
 
-def rollout_url(run_id: str, rollout_id: str) -> str:
-    return f"/runs/{q(run_id)}/rollouts/{q(rollout_id)}"
+def rollout_url(run_id: str, rollout_id: str, attempt: int | None = None) -> str:
+    """A rollout's page; with `attempt`, that attempt's (without, the latest attempt's)."""
+    return f"/runs/{q(run_id)}/rollouts/{q(rollout_id)}" + (f"?attempt={attempt}" if attempt is not None else "")
+
+
+def _pins_attempt(attempt: int, n_attempts: int | None) -> bool:
+    """A link names its attempt when the rollout id has several, or when it is a retry (> 0):
+    the bare rollout URL shows only the latest attempt."""
+    return attempt > 0 or (n_attempts or 1) > 1
 
 
 def group_url(run_id: str, group_id: str) -> str:
@@ -41,13 +48,20 @@ def _num(x):
     return x
 
 
-def summary_row(row) -> dict:
+def summary_row(row, n_attempts: int | None = None) -> dict:
+    """A rollout summary row as page data. Its `url` carries `?attempt=N` when the rollout id
+    has several attempts (`n_attempts`, else the row's own column) or this one is a retry."""
     d = dict(row._mapping)
     d.pop("pk", None)
+    d.pop("latest_attempt", None)
     d["reward"] = _num(d.get("reward"))
     if d.get("ingested_at") is not None:
         d["ingested_at"] = d["ingested_at"].isoformat()
-    d["url"] = rollout_url(d["run_id"], d["rollout_id"])
+    if n_attempts is not None:
+        d["n_attempts"] = n_attempts
+    attempt = d.get("attempt") or 0
+    pinned = _pins_attempt(attempt, d.get("n_attempts"))
+    d["url"] = rollout_url(d["run_id"], d["rollout_id"], attempt if pinned else None)
     d["group_url"] = group_url(d["run_id"], d["group_id"]) if d.get("group_id") is not None else None
     return d
 
@@ -199,6 +213,7 @@ def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findi
     n = len(ids)
     mask = unpack_bits(node.mask, n) if node.mask else None
     logprobs = unpack_floats(node.logprobs)
+    advantages = unpack_floats(node.advantages)
     extra = node.extra or {}
     shown = n if all_tokens else min(n, TOKENS_INLINE)
     piece_list = pieces.tokens(ids[:shown], (extra.get("token_bytes") or [])[:shown] if extra.get("token_bytes") else None)
@@ -208,9 +223,9 @@ def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findi
     suspect = _suspected_padding(node_findings)
     tokens = []
     for i in range(shown):
-        lp = float(logprobs[i]) if logprobs is not None and i < len(logprobs) and not math.isnan(logprobs[i]) else None
         tokens.append({"i": i, "id": int(ids[i]), "trained": bool(mask[i]) if mask is not None else False,
-                       "logprob": lp, "piece": piece_list[i], "drift": i == drift_at, "suspect": i in suspect})
+                       "logprob": _at(logprobs, i), "advantage": _at(advantages, i),
+                       "piece": piece_list[i], "drift": i == drift_at, "suspect": i in suspect})
     n_trained = int(mask.sum()) if mask is not None else 0
     bytes_lost = any(p and p.get("lost") for p in piece_list)
     view = {
@@ -228,7 +243,7 @@ def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findi
         "token_ids": [int(x) for x in ids] if all_tokens else None,
         "mask": [bool(x) for x in mask] if (all_tokens and mask is not None) else None,
         "logprobs": floats_or_none(logprobs) if all_tokens else None,
-        "advantages": floats_or_none(unpack_floats(node.advantages)) if all_tokens else None,
+        "advantages": floats_or_none(advantages) if all_tokens else None,
         "bytes_lost": bytes_lost,
         # The bytes_lost_upstream finding already names this on the node: one badge, not two.
         "bytes_lost_badge": bytes_lost and not any(f["kind"] == "bytes_lost_upstream" for f in node_findings),
@@ -238,6 +253,13 @@ def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findi
         "extra": {k: v for k, v in extra.items() if k not in ("token_bytes",)},
     }
     return view
+
+
+def _at(values, i: int) -> float | None:
+    """values[i] (float32) as the float it was written as, None when absent or NaN."""
+    if values is None or i >= len(values):
+        return None
+    return f32(values[i])
 
 
 FINDING_LABELS = {"bytes_lost_upstream": "bytes lost upstream"}
@@ -295,11 +317,21 @@ class NodeLinks:
 
 def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int = 0, offset: int = 0,
                  attempt: int | None = None, all_tokens: bool = False, limit: int = MESSAGES_PER_PAGE) -> dict | None:
-    """The rollout page: header, findings, branches, one page of messages of one branch."""
+    """The rollout page: header, findings, branches, one page of messages of one branch.
+
+    `attempt=None` shows the latest attempt. Every attempt of the rollout id is listed with its
+    link (the one shown marked `current`); when there are several, the page's own links (branches,
+    pages, nodes) name the attempt shown."""
     row = queries.get_rollout(session=session, run_id=run_id, rollout_id=rollout_id, attempt=attempt)
     if row is None:
         return None
     pk = row.pk
+    tries = queries.rollout_attempts(session=session, run_id=run_id, rollout_id=rollout_id)
+    attempts = [{"attempt": a.attempt, "step": a.step, "ending": a.ending, "ending_detail": a.ending_detail,
+                 "reward": _num(a.reward), "reward_status": a.reward_status,
+                 "url": rollout_url(run_id, rollout_id, a.attempt if _pins_attempt(a.attempt, len(tries)) else None),
+                 "current": a.attempt == row.attempt, "latest": i == len(tries) - 1}
+                for i, a in enumerate(tries)]
     run = queries.get_run(session=session, run_id=run_id)
     envelope = queries.get_envelope(session=session, rollout_pk=pk)
     findings = [{"kind": f.kind, "label": FINDING_LABELS.get(f.kind, f.kind), "severity": f.severity,
@@ -321,7 +353,8 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
     branch = max(0, min(branch, len(paths) - 1)) if paths else 0
     path = paths[branch] if paths else []
     base = rollout_url(run_id, rollout_id)
-    link = NodeLinks(base, paths, branch, offset, limit, attempt)
+    link = NodeLinks(base, paths, branch, offset, limit,
+                     row.attempt if attempt is not None or len(attempts) > 1 else None)
     for f in findings:
         f["url"] = link(f["node"])
         calls = (f["detail"] or {}).get("calls") if f["kind"] == "duplicate_tool_call_id" else None
@@ -355,12 +388,13 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
         node_views.append(v)
     model_calls = [dict(c, node_url=link(c.get("node"))) if isinstance(c, dict) else c
                    for c in envelope.get("calls", [])]
-    summary = summary_row(row)
+    summary = summary_row(row, n_attempts=len(attempts))
     nxt = offset + limit if offset + limit < len(path) else None
     return {
         "run": {"id": run_id, "name": run.name if run else None, "url": run_url(run_id),
                 "tokenizer": bool(vocab)},
         "rollout": summary,
+        "attempts": attempts,
         "ending": envelope.get("ending", {"type": summary["ending"]}),
         "rewards": envelope.get("rewards", {}),
         "reward": _num(summary["reward"]),
@@ -404,8 +438,9 @@ def _no_advantage_reason(member: dict, advantage: float | None, *, drop_errors: 
 
 
 def _group_warnings(members: list[dict]) -> list[str]:
-    """A group that holds more members than it declares, or repeats an index (the same episodes
-    ingested from several files), has a baseline over the wrong set: say so."""
+    """A group that holds more members than it declares, repeats an index (the same episodes
+    ingested from several files) or has a member whose index is outside its declared size has a
+    baseline over the wrong set: say so."""
     out = []
     declared = sorted({m["group_size"] for m in members if m.get("group_size") is not None})
     if len(declared) > 1:
@@ -416,15 +451,29 @@ def _group_warnings(members: list[dict]) -> list[str]:
     dupes = sorted((i, n) for i, n in counts.items() if n > 1)
     if dupes:
         out.append("duplicate indices " + ", ".join(f"#{i} ×{n}" for i, n in dupes))
+    outside: dict[int, set[int]] = {}  # declared size → indices at or beyond it
+    for m in members:
+        size, index = m.get("group_size"), m.get("group_index")
+        if size is not None and index is not None and index >= size:
+            outside.setdefault(size, set()).add(index)
+    for size, idxs in sorted(outside.items()):
+        out.append(f"{'index' if len(idxs) == 1 else 'indices'} " + ", ".join(f"#{i}" for i in sorted(idxs))
+                   + f" outside declared size {size}")
     return out
 
 
 def group_page(session: Session, run_id: str, group_id: str) -> dict | None:
-    """Siblings of one group with reward, ending and advantage under both policies."""
+    """Siblings of one group with reward, ending and advantage under both policies.
+
+    A rollout id retried (several attempts) counts once: only its latest attempt in the run is a
+    member and enters the baselines and the warnings; earlier attempts of the group are listed
+    in `superseded`, each with a link to its own attempt."""
     rows = queries.group_members(session=session, run_id=run_id, group_id=group_id)
     if not rows:
         return None
-    members = [summary_row(r) for r in rows]
+    members, superseded = [], []
+    for r in rows:
+        (members if r.latest_attempt is None or r.attempt >= r.latest_attempt else superseded).append(summary_row(r))
     keys = [f"{m['rollout_id']}#{m['attempt']}" for m in members]
     result = analytics.group_advantages([
         analytics.Member(k, m["reward"], m["ending"]) for k, m in zip(keys, members)])
@@ -448,4 +497,5 @@ def group_page(session: Session, run_id: str, group_id: str) -> dict | None:
         "policies": {"errors_as_zero": pol(result["errors_as_zero"]), "errors_dropped": pol(result["errors_dropped"])},
         "excluded": {"count": len(result["excluded"]), "of": len(members)},
         "members": members,
+        "superseded": superseded,
     }

@@ -9,6 +9,12 @@ stay encoded (app.main.routing_path), so every id parameter is unquoted here, on
 a fixed tail come before the catch-all run page, and `{run_id:path}` also accepts ids typed with
 bare slashes.
 
+Every page answers HEAD as it answers GET, headers without the body (app.main.HeadAsGet).
+
+A rollout is identified by (run, rollout id, attempt): `/runs/{run}/rollouts/{id}` shows the
+latest attempt, `?attempt=N` attempt N. Links to a retried rollout (attempt > 0, or an id with
+several attempts) always name their attempt.
+
 Query values: an empty value means "no filter" (an HTML form submits every field); integers are
 bounded to int32, the range of Postgres INTEGER columns, so an out-of-range value is a 422.
 """
@@ -90,7 +96,10 @@ def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
             branch: OptCount = None, offset: OptCount = None, attempt: OptInt = None, tokens: OptStr = None):
     """One rollout: ending, reward, findings, branches, and one page (50) of the messages of one
     branch with tool calls paired to results and the token strip. `tokens=all` (or the JSON twin)
-    gives every token with ids, loss mask and behaviour logprobs."""
+    gives every token with ids, loss mask, behaviour logprobs and advantages.
+
+    `attempt=N` shows attempt N of the rollout id; without it, the latest attempt. `attempts`
+    lists every attempt of the id with its link, the one shown marked `current`."""
     rollout_id, js = split_twin(unquote(rollout_id))
     want_json = wants_json(request, js)
     data = views.rollout_page(session, unquote(run_id), rollout_id, branch=branch or 0, offset=offset or 0,
@@ -100,7 +109,12 @@ def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
 
 @router.get("/runs/{run_id:path}/groups/{group_id:path}")
 def group(request: Request, session: SessionDep, run_id: str, group_id: str):
-    """A group's rollouts side by side, with advantages under both baseline policies."""
+    """A group's rollouts side by side, with advantages under both baseline policies.
+
+    Members are the latest attempt of each rollout id: a retried rollout counts once, in the
+    member list, the baselines and the warnings. Its earlier attempts in the group are listed
+    under `superseded`, each linking to its own attempt (`?attempt=N`). Warnings name a size
+    other than the declared one, duplicate indices, and indices at or beyond the declared size."""
     group_id, js = split_twin(unquote(group_id))
     return respond(request, "group.html", views.group_page(session, unquote(run_id), group_id),
                    json=wants_json(request, js))
@@ -114,7 +128,10 @@ def rollouts(
     reward_min: OptFloat = None, reward_max: OptFloat = None, flag: OptStr = None,
     after: OptStr = None, limit: OptLimit = None,
 ):
-    """Rollout summaries of a run, filtered, by (step, ingest order); keyset pages via `after`."""
+    """Rollout summaries of a run, filtered, by (step, ingest order); keyset pages via `after`.
+
+    Every attempt is a row; `n_attempts` counts the attempts of its rollout id, and the row's
+    `url` names its attempt (`?attempt=N`) when that is > 0 or the id has several."""
     if ending is not None and ending not in ENDINGS:
         raise HTTPException(422, f"ending must be one of {ENDINGS}")
     if after:
