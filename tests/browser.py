@@ -44,6 +44,23 @@ def live_server(database_url: str) -> Iterator[str]:
         thread.join(5)
 
 
+@contextmanager
+def served_rollouts(folder, rollouts) -> Iterator[str]:
+    """A fresh SQLite file in `folder` holding `rollouts` (ingested through the real pipeline),
+    served live; yields the base URL."""
+    from app.db import make_engine
+    from app.migrate import upgrade
+    from tests.helpers import ingest, write_jsonl
+
+    url = f"sqlite:///{folder / 'rollscope.db'}"
+    engine = make_engine(url, writer=True)
+    upgrade(engine)
+    assert ingest(engine, write_jsonl(folder / "input.jsonl", rollouts)).ok
+    engine.dispose()
+    with live_server(url) as base:
+        yield base
+
+
 def open_page(browser, url: str):
     """A new page at `url`, loaded; returns (page, problems) where problems collects console
     errors and uncaught exceptions from then on."""

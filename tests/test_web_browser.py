@@ -4,26 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser import live_server, open_page
-from tests.helpers import ingest, rollout, write_jsonl
+from tests.browser import open_page, served_rollouts
+from tests.helpers import rollout
 
 pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from app.db import make_engine
-    from app.migrate import upgrade
-
-    tmp = tmp_path_factory.mktemp("web")
-    url = f"sqlite:///{tmp / 'rollscope.db'}"
-    engine = make_engine(url)
-    upgrade(engine)
     rs = [rollout("a/b", run="team/exp-12", group="g/1", index=0, step=2),
           rollout("c", run="team/exp-12", group="g/1", index=1, step=2, reward=0.0)]
-    assert ingest(engine, write_jsonl(tmp / "s.jsonl", rs)).ok
-    engine.dispose()
-    with live_server(url) as base:
+    with served_rollouts(tmp_path_factory.mktemp("web"), rs) as base:
         yield base
 
 

@@ -7,29 +7,20 @@ import re
 
 import pytest
 
-from tests.browser import live_server, open_page
-from tests.helpers import ingest, rollout, write_jsonl
+from tests.browser import open_page, served_rollouts
+from tests.helpers import rollout
 
 pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from app.db import make_engine
-    from app.migrate import upgrade
-
-    tmp = tmp_path_factory.mktemp("web2")
-    url = f"sqlite:///{tmp / 'rollscope.db'}"
-    engine = make_engine(url)
-    upgrade(engine)
     wide = rollout("wide", run="few", step=2)
     n = 120  # long ids, many of them: the strip must wrap, each chip stays whole
     wide.nodes[1].token_ids = [1_000_000_000 + i for i in range(n)]
     wide.nodes[1].mask, wide.nodes[1].logprobs = [True] * n, [-0.5] * n
     rs = [wide, rollout("b", run="few", step=3), rollout("c", run="few", step=3, reward=0.0)]
-    assert ingest(engine, write_jsonl(tmp / "s.jsonl", rs)).ok
-    engine.dispose()
-    with live_server(url) as base:
+    with served_rollouts(tmp_path_factory.mktemp("web2"), rs) as base:
         yield base
 
 
