@@ -10,6 +10,13 @@ FIX    := tests/fixtures
 TUNIX_TOKENS := --tokenizer $(FIX)/tokenizers/mistral-v1-tokenizer.model \
 	--added-token '32000=<pad>' --added-token '32001=<start_of_turn>' --added-token '32002=<end_of_turn>'
 
+# Tunix: one run of the single-episode files (every case in all four collect modes), and the
+# orchestrator's GRPO groups in their own runs, one per rendering (Token batches, Trajectory
+# batches, the learner's CSV log), at the learner's global step 3 (orchestrator_group.*.meta.json): the same episodes
+# in one run would make each group look three times its size.
+TUNIX          := $(FIX)/realdata/tunix/v0.1.7
+TUNIX_EPISODES := $(filter-out %.meta.json %/summary.json %/orchestrator_group.Token.json %/orchestrator_group.Trajectory.json,$(wildcard $(TUNIX)/*.json))
+
 .PHONY: install demo demo-data serve test bench clean schema
 
 $(STAMP): pyproject.toml
@@ -26,7 +33,10 @@ demo-data: $(STAMP)
 	mkdir -p build
 	$(RS) demo --out build/demo-run.jsonl
 	$(RS) ingest build/demo-run.jsonl --tokenizer build/demo-run.tokenizer.json
-	$(RS) ingest $(FIX)/realdata/tunix/v0.1.7 --run tunix-v0.1.7 $(TUNIX_TOKENS)
+	$(RS) ingest $(TUNIX_EPISODES) --run tunix-v0.1.7 $(TUNIX_TOKENS)
+	$(RS) ingest $(TUNIX)/orchestrator_group.Token.json --run tunix-grpo-orchestrator --step 3 $(TUNIX_TOKENS)
+	$(RS) ingest $(TUNIX)/orchestrator_group.Trajectory.json --run tunix-grpo-orchestrator-trajectories --step 3 $(TUNIX_TOKENS)
+	$(RS) ingest $(TUNIX)/trajectory_log_orchestrator_group.csv --run tunix-grpo-learner-log --step 3 $(TUNIX_TOKENS)
 	$(RS) ingest $(FIX)/realdata/tau-bench --run tau-bench-airline
 
 ## ... then serve the dashboard on http://$(HOST):$(PORT)

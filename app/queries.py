@@ -13,7 +13,7 @@ from app.models import Finding, Node, Quarantine, Rollout, RolloutDetail, Run, T
 
 ENDINGS = ["submitted", "task_detected", "truncated", "length_cut", "error", "unknown"]
 # Finding kinds the trace checks produce (ingest/checks.py); the rollouts filter offers these.
-FINDING_KINDS = ["logprob_len_mismatch", "suspected_logprob_padding", "token_drift", "duplicate_tool_call_id",
+FINDING_KINDS = ["logprob_len_mismatch", "suspected_logprob_padding", "invalid_logprob", "token_drift", "duplicate_tool_call_id",
                  "unanswered_tool_call", "empty_response", "non_finite_reward", "bytes_lost_upstream"]
 # INTEGER columns are int32 on Postgres: a query value outside this range is refused (422), not sent.
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -289,6 +289,15 @@ def run_finding_kinds(*, session: Session, run_id: str) -> list[str]:
     F = Finding.__table__
     return sorted(session.execute(sa.select(F.c.kind).distinct().join(R, R.c.pk == F.c.rollout_pk)
                                   .where(R.c.run_id == run_id)).scalars())
+
+
+def count_retries(*, session: Session, run_id: str) -> int:
+    """Rollouts of the run that are a retry (attempt > 0)."""
+    return session.execute(sa.select(sa.func.count()).where(R.c.run_id == run_id, R.c.attempt > 0)).scalar_one()
+
+
+def group_exists(*, session: Session, run_id: str, group_id: str) -> bool:
+    return session.execute(sa.select(R.c.pk).where(R.c.run_id == run_id, R.c.group_id == group_id).limit(1)).first() is not None
 
 
 def group_members(*, session: Session, run_id: str, group_id: str) -> list:

@@ -21,7 +21,8 @@ def pack_floats(values: Sequence[float | None] | None) -> bytes | None:
     """float32; `None` becomes NaN. Returns None for an absent array."""
     if values is None:
         return None
-    return np.asarray([np.nan if v is None else v for v in values], dtype="<f4").tobytes()
+    with np.errstate(over="ignore"):  # beyond float32 becomes ±inf; the invalid_logprob check reports it
+        return np.asarray([np.nan if v is None else v for v in values], dtype="<f4").tobytes()
 
 
 def unpack_floats(blob: bytes | None) -> np.ndarray | None:

@@ -98,7 +98,8 @@ def run_page(session: Session, run_id: str) -> dict | None:
                    "endings": {e: sum(s.endings.get(e, 0) for s in steps) for e in queries.ENDINGS},
                    "mean_reward": means.get("mean_reward"),
                    "mean_reward_no_errors": means.get("mean_reward_no_errors"),
-                   "excluded": means.get("excluded", 0)},
+                   "excluded": means.get("excluded", 0),
+                   "retries": queries.count_retries(session=session, run_id=run_id)},
         "charts": {"ending_rates": charts.ending_rates(run_id, steps), "reward": charts.reward_trend(run_id, steps)}
                   if steps_recorded else None,
     }
@@ -239,6 +240,8 @@ def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findi
         "tool_calls": calls_by_node.get(node.idx, []),
         "answers": answer_of.get(node.idx),
         "name": msg.get("name"),
+        # a role the source used that the native model has no word for (kept by the reader)
+        "source_role": (msg.get("extra") or {}).get("source_role"),
         "n_tokens": n, "n_trained": n_trained, "tokens": tokens, "tokens_shown": shown,
         "token_ids": [int(x) for x in ids] if all_tokens else None,
         "mask": [bool(x) for x in mask] if (all_tokens and mask is not None) else None,

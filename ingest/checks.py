@@ -11,6 +11,7 @@ Kinds (docs/checks.md):
   sampled; the reader kept both sequences as branches.
 - `duplicate_tool_call_id` (warning), `unanswered_tool_call` (warning): see ingest/graph.py.
 - `empty_response` (warning): an assistant message with no text, no reasoning, no tool call.
+- `invalid_logprob` (error): a logprob above 0 or not finite (or beyond float32).
 - `non_finite_reward` (error): reward is NaN or infinite; stored as NULL with reward_status.
 - `bytes_lost_upstream` (warning): source token bytes are U+FFFD replacement bytes.
 """
@@ -24,6 +25,8 @@ from ingest.graph import branches, pair_tool_calls
 from ingest.schema import Rollout
 
 REPLACEMENT_HEX = "efbfbd"
+FLOAT32_MAX = 3.4028234663852886e38  # logprobs are stored as float32
+LOGPROB_EPS = 1e-6  # rounding can leave a certain token's logprob a hair above 0
 
 
 @dataclass
@@ -72,6 +75,20 @@ def check_padded_logprobs(r: Rollout) -> list[FindingData]:
     return out
 
 
+def check_logprob_values(r: Rollout) -> list[FindingData]:
+    """A log-probability is ≤ 0 and finite; anything else (positive, NaN, ±inf, or beyond the
+    float32 range the store keeps) is a writer bug. The values are kept and reported."""
+    out = []
+    for i, node in enumerate(r.nodes):
+        bad = [k for k, lp in enumerate(node.logprobs)
+               if lp is not None and not (-FLOAT32_MAX <= lp <= LOGPROB_EPS)]
+        if bad:
+            out.append(FindingData("invalid_logprob",
+                                   f"node {i}: {len(bad)} logprob{'s' if len(bad) != 1 else ''} outside (-inf, 0]",
+                                   "error", i, bad[0], {"positions": bad[:50], "values": [str(node.logprobs[k]) for k in bad[:5]]}))
+    return out
+
+
 def check_token_drift(r: Rollout) -> list[FindingData]:
     out = []
     for i, node in enumerate(r.nodes):
@@ -114,7 +131,8 @@ def check_empty_response(r: Rollout) -> list[FindingData]:
         if m.content is None and node.token_ids:
             continue  # the source recorded tokens but no text: not an empty response
         if m.role == "assistant" and not m.text().strip() and not m.tool_calls and not (m.reasoning_content or "").strip():
-            out.append(FindingData("empty_response", f"node {i}: empty model response ({len(node.token_ids)} tokens)",
+            n = len(node.token_ids)
+            out.append(FindingData("empty_response", f"node {i}: empty model response ({n} token{'s' if n != 1 else ''})",
                                    "warning", i, None, {"tokens": len(node.token_ids)}))
     return out
 
@@ -142,6 +160,7 @@ def check_lost_bytes(r: Rollout) -> list[FindingData]:
 CHECKS: list[Callable[[Rollout], list[FindingData]]] = [
     check_lockstep,
     check_padded_logprobs,
+    check_logprob_values,
     check_token_drift,
     check_tool_calls,
     check_empty_response,

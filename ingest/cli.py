@@ -5,6 +5,7 @@ Configuration comes from the environment (`ROLLSCOPE_DATABASE_URL`, see app/conf
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -18,7 +19,9 @@ MAX_ERRORS_SHOWN = 20
 MAX_FILES_SHOWN = 50
 MAX_ADDED_ID = 4_000_000  # larger than any real vocabulary; the table is a list indexed by id
 INT32_MAX = 2**31 - 1
-out = Console(soft_wrap=True)  # results: stdout; progress and problems: stderr
+# Results go to stdout, progress and problems to stderr. Off a terminal (make, CI logs) rich
+# would wrap tables at 80 columns; give them room instead.
+out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Rollscope: a trace inspector for agentic RL.")
 console = Console(stderr=True)
@@ -162,7 +165,7 @@ def quarantine(
 @app.command()
 def serve(
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    port: Annotated[int, typer.Option(help="TCP port.", min=1, max=65535)] = 8000,
 ) -> None:
     """Serve the dashboard and its JSON twins with uvicorn."""
     import uvicorn
@@ -174,14 +177,21 @@ def serve(
 @app.command()
 def demo(
     out: Annotated[Path, typer.Option(help="Where to write the demo run (native JSONL).")] = Path("demo-run.jsonl"),
-    steps: int = 30, groups: int = 8, group_size: int = 8, seed: int = 0,
+    steps: Annotated[int, typer.Option(min=1, max=10_000, help="Training steps.")] = 30,
+    groups: Annotated[int, typer.Option(min=1, max=10_000, help="Groups per step.")] = 8,
+    group_size: Annotated[int, typer.Option(min=1, max=1_000, help="Rollouts per group.")] = 8,
+    seed: int = 0,
 ) -> None:
     """Write the deterministic synthetic demo run (docs/demo.md) as native JSONL, and its
     tokenizer as OUT.tokenizer.json beside it (for `rollscope ingest OUT --tokenizer ...`)."""
     from ingest.demo import tokenizer_path, write
 
     tok = tokenizer_path(out)
-    n = write(out, tokenizer=tok, steps=steps, groups=groups, group_size=group_size, seed=seed)
+    try:
+        n = write(out, tokenizer=tok, steps=steps, groups=groups, group_size=group_size, seed=seed)
+    except OSError as exc:
+        console.print(Text.assemble(("error: ", "red"), f"cannot write {exc.filename}: {exc.strerror}"), soft_wrap=True)
+        raise typer.Exit(2) from None
     console.print(f"wrote {n} rollouts to {out}", markup=False, soft_wrap=True)
     console.print(f"wrote its tokenizer to {tok} (ingest with: rollscope ingest {out} --tokenizer {tok})",
                   markup=False, soft_wrap=True)

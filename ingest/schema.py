@@ -22,7 +22,7 @@ import math
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = "rollscope/1"
 
@@ -32,8 +32,19 @@ SCHEMA_VERSION = "rollscope/1"
 INT32_MAX = 2**31 - 1
 Count = Annotated[int, Field(strict=True, ge=0, le=INT32_MAX)]
 Version = Annotated[int, Field(strict=True, ge=-INT32_MAX, le=INT32_MAX)]
-Id = Annotated[str, Field(min_length=1, max_length=300, pattern=r"^[^\x00-\x1f\x7f]*$")]
+# "." and ".." are not ids: browsers collapse them as URL path segments, so their pages could not
+# be opened.
+def _not_a_dot_segment(v: str) -> str:
+    if v in (".", ".."):
+        raise ValueError(f"{v!r} cannot be an id: browsers collapse it as a URL path segment")
+    return v
+
+
+Id = Annotated[str, Field(min_length=1, max_length=300, pattern=r"^[^\x00-\x1f\x7f]*$"),
+               AfterValidator(_not_a_dot_segment)]
 TOKEN_ID_MIN, TOKEN_ID_MAX = -1, INT32_MAX  # stored as int32; -1 = id not recorded by the source
+TokenId = Annotated[int, Field(strict=True)]  # never true or "7"
+Number = Annotated[float, Field(strict=True)]  # a JSON number (ints accepted), never true or "1.0"
 
 
 class Model(BaseModel):
@@ -103,7 +114,7 @@ class Node(Model):
     message: Message
     sampled: bool = False
     timestamp: float | None = Field(None, description="epoch seconds")
-    token_ids: list[int] = Field(default_factory=list)
+    token_ids: list[TokenId] = Field(default_factory=list)
     mask: list[bool] = Field(default_factory=list)
     is_content: list[bool] = Field(default_factory=list)
     logprobs: list[float | None] = Field(default_factory=list)
@@ -177,7 +188,7 @@ class Call(Model):
 
 
 class Reward(Model):
-    score: float | None
+    score: Number | None
     weight: float = 1.0
 
 
@@ -266,7 +277,7 @@ class Rollout(Model):
     nodes: list[Node] = Field(default_factory=list)
     calls: list[Call] = Field(default_factory=list)
     rewards: dict[str, Reward | None] = Field(default_factory=dict)
-    reward: float | None = Field(None, description="total reward; Σ score·weight when `rewards` is given")
+    reward: Number | None = Field(None, description="total reward; Σ score·weight when `rewards` is given")
     reward_non_finite: Literal["nan", "inf", "-inf"] | None = Field(
         None, description="set (with reward null) when the source reward was NaN or ±Infinity: "
                           "the native format is strict JSON")

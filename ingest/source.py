@@ -114,7 +114,7 @@ class Source:
                 yield lineno, loads(raw)
             except (ValueError, UnicodeDecodeError) as exc:
                 torn = not raw.rstrip().endswith((b"}", b"]"))
-                msg = ("torn line: the record is truncated (the writer stopped mid-line): " if torn else "invalid JSON: ") + str(exc)
+                msg = ("torn or malformed line: the record ends mid-JSON (as when a writer stops mid-line): " if torn else "invalid JSON: ") + str(exc)
                 yield lineno, RecordError(self.name, lineno, None, msg, self.last_raw)
 
     def csv_rows(self) -> Iterator[tuple[int, dict[str, str]]]:

@@ -160,3 +160,27 @@ def test_jsonl_whose_first_line_is_not_an_object(engine, tmp_path):
     path.write_text("[1, 2]\n" + chat_line("x1") + "\n" + chat_line("x2") + "\n")
     report = ingest(engine, path, run="a")
     assert report.total.inserted == 2 and report.errors and {e.line for e in report.errors} == {1}
+
+
+def test_impossible_logprobs_are_kept_and_reported(engine, client, tmp_path):
+    r = rollout("lp").to_json_dict()
+    r["nodes"][1]["logprobs"] = [-0.5, 1e308, 0.7]
+    path = tmp_path / "lp.jsonl"
+    path.write_text(json.dumps(r) + "\n")
+    assert ingest(engine, path, run="lp").ok
+    d = client.get("/runs/lp/rollouts/lp.json").json()
+    (f,) = [f for f in d["findings"] if f["kind"] == "invalid_logprob"]
+    assert f["detail"]["positions"] == [1, 2] and f["severity"] == "error"
+
+
+def test_numbers_are_numbers(engine, tmp_path):
+    base = rollout("ok").to_json_dict()
+    loose = [dict(base, id="t1", nodes=[dict(base["nodes"][0], token_ids=[True, 2, 3])]),
+             dict(base, id="t2", nodes=[dict(base["nodes"][0], token_ids=["7", 2, 3])]),
+             dict(base, id="t3", reward="1.0"), dict(base, id="t4", reward=True)]
+    path = tmp_path / "loose.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in [base, *loose]) + "\n")
+    report = ingest(engine, path)
+    assert report.total.inserted == 1
+    assert {e.line: e.field for e in report.errors} == {2: "nodes[0].token_ids[0]", 3: "nodes[0].token_ids[0]",
+                                                        4: "reward", 5: "reward"}

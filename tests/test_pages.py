@@ -139,3 +139,44 @@ def test_non_finite_rewards_stay_strict_json(client, engine):
     assert d["policies"]["errors_dropped"]["mean"] == 1.0
     html = client.get("/runs/r10/groups/g1").text
     assert "excluded from the baseline: 3 of 4" in html
+
+
+def test_ids_ending_in_json_open_as_pages(client, engine, tmp_path):
+    """`.json` asks for the twin, unless the id itself ends in `.json`."""
+    rs = [rollout("x.json", run="r.json", group="g.json", index=0), rollout("y", run="r.json", group="g.json", index=1)]
+    assert ingest(engine, write_jsonl(tmp_path / "j.jsonl", rs)).ok
+    for url in ("/runs/r.json", "/runs/r.json/rollouts/x.json", "/runs/r.json/groups/g.json"):
+        page = client.get(url)
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html"), url
+        twin = client.get(url + ".json")
+        assert twin.status_code == 200 and twin.headers["content-type"] == "application/json", url
+    assert client.get("/runs/r.json/rollouts/y.json").json()["rollout"]["rollout_id"] == "y"
+    assert client.get("/runs/r.json/rollouts/x.json.json").json()["rollout"]["rollout_id"] == "x.json"
+
+
+def test_dot_segments_are_not_ids(engine, tmp_path):
+    """"." and ".." would be collapsed by browsers as path segments: refused at ingest."""
+    import json
+
+    path = tmp_path / "dots.jsonl"
+    lines = [json.dumps(dict(rollout("fine").to_json_dict(), id=i)) for i in (".", "..", "fine")]
+    path.write_text("\n".join(lines) + "\n")
+    report = ingest(engine, path)
+    assert report.total.inserted == 1 and [e.line for e in report.errors] == [1, 2]
+    assert all(e.field == "id" for e in report.errors)
+
+
+def test_source_roles_and_retries_are_explained(client, engine, tmp_path):
+    import json
+
+    path = tmp_path / "roles.jsonl"
+    path.write_text(json.dumps({"rollout_id": "w", "reward": 1.0, "messages": [
+        {"role": "wizard", "content": "abracadabra"}, {"role": "assistant", "content": "ok"}]}) + "\n")
+    assert ingest(engine, path, run="roles").ok
+    d = client.get("/runs/roles/rollouts/w.json").json()
+    assert d["messages"][0]["role"] == "user" and d["messages"][0]["source_role"] == "wizard"
+    assert "source role: wizard" in client.get("/runs/roles/rollouts/w").text
+    rs = [rollout("a", run="rt", attempt=0, ending="error"), rollout("a", run="rt", attempt=1)]
+    assert ingest(engine, write_jsonl(tmp_path / "rt.jsonl", rs)).ok
+    assert client.get("/runs/rt.json").json()["totals"]["retries"] == 1
+    assert "1 rollout is a retry" in client.get("/runs/rt").text

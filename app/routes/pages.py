@@ -27,7 +27,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse
 from pydantic import BeforeValidator, Field
 
-from app import views
+from app import queries, views
 from app.deps import SessionDep
 from app.queries import ENDINGS, INT32_MAX, INT32_MIN, RolloutFilters, decode_cursor, get_node
 from app.render import respond, split_twin, wants_json
@@ -50,6 +50,17 @@ OptLimit = Annotated[Annotated[int, Field(ge=1, le=1000)] | None, BeforeValidato
 
 def _json_path(request: Request) -> bool:
     return wants_json(request, request.url.path.endswith(".json"))
+
+
+def _twin(value: str, exists) -> tuple[str, bool]:
+    """The id in the last path segment and whether the JSON twin is asked for. A trailing `.json`
+    asks for the twin, unless the id itself ends in `.json` (it exists and the stripped id does
+    not): then the segment is the id and the twin is `<id>.json.json` or `Accept: application/json`."""
+    value = unquote(value)
+    stripped, js = split_twin(value)
+    if js and not exists(stripped) and exists(value):
+        return value, False
+    return stripped, js
 
 
 @router.get("/", include_in_schema=False)
@@ -100,7 +111,8 @@ def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
 
     `attempt=N` shows attempt N of the rollout id; without it, the latest attempt. `attempts`
     lists every attempt of the id with its link, the one shown marked `current`."""
-    rollout_id, js = split_twin(unquote(rollout_id))
+    rollout_id, js = _twin(rollout_id, lambda rid: queries.get_rollout(
+        session=session, run_id=unquote(run_id), rollout_id=rid) is not None)
     want_json = wants_json(request, js)
     data = views.rollout_page(session, unquote(run_id), rollout_id, branch=branch or 0, offset=offset or 0,
                               attempt=attempt, all_tokens=want_json or tokens == "all")
@@ -115,7 +127,8 @@ def group(request: Request, session: SessionDep, run_id: str, group_id: str):
     member list, the baselines and the warnings. Its earlier attempts in the group are listed
     under `superseded`, each linking to its own attempt (`?attempt=N`). Warnings name a size
     other than the declared one, duplicate indices, and indices at or beyond the declared size."""
-    group_id, js = split_twin(unquote(group_id))
+    group_id, js = _twin(group_id, lambda gid: queries.group_exists(session=session, run_id=unquote(run_id),
+                                                                      group_id=gid))
     return respond(request, "group.html", views.group_page(session, unquote(run_id), group_id),
                    json=wants_json(request, js))
 
@@ -151,5 +164,5 @@ def rollouts(
 def run(request: Request, session: SessionDep, run_id: str):
     """A run: per training step, counts per ending and mean reward (errors scored 0 / dropped),
     and the two charts as Plotly figure data."""
-    run_id, js = split_twin(unquote(run_id))
+    run_id, js = _twin(run_id, lambda rid: queries.get_run(session=session, run_id=rid) is not None)
     return respond(request, "run.html", views.run_page(session, run_id), json=wants_json(request, js))
