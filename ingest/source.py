@@ -170,7 +170,7 @@ def open_source(path: Path) -> Source:
         src.first = next((row for _, row in src.csv_rows()), None)
         src.position = 0
         return src
-    raise RecordError(name, 1, None, "unrecognised file: not JSON, JSONL or CSV")
+    raise RecordError(name, 1, None, "not a trace file: expected a JSON object or array, JSONL records, or CSV")
 
 
 def _open_json(path: Path, size: int) -> Source:
