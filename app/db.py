@@ -1,11 +1,9 @@
-"""Engine and sessions. SQLite pragmas live here, in one place."""
+"""Engines: SQLite pragmas and transaction modes live here, in one place."""
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, create_engine
+from sqlmodel import create_engine
 
 
 def make_engine(url: str, *, writer: bool = False) -> Engine:
@@ -39,8 +37,3 @@ def make_engine(url: str, *, writer: bool = False) -> Engine:
 
         return engine
     return create_engine(url, pool_pre_ping=True)
-
-
-def session_scope(engine: Engine) -> Iterator[Session]:
-    with Session(engine) as session:
-        yield session

@@ -159,29 +159,20 @@ class Pieces:
     def tokens(self, ids, source_hex: list | None) -> list[dict]:
         """The source's own bytes win when it recorded them (they are what the server
         returned); else the run's vocabulary; else None (show the id)."""
-        if source_hex and len(source_hex) == len(ids):
-            return _pieces_from_hex(source_hex)
-        if self.vocab is not None:
-            from ingest.tokenizer import decode_pieces
+        from ingest.tokenizer import decode_pieces, piece_from_bytes
 
-            return [{"text": p.text, "hex": p.hex, "partial": p.partial, "special": p.special, "unknown": p.unknown}
-                    for p in decode_pieces(self.vocab, [int(i) for i in ids])]
+        if source_hex and len(source_hex) == len(ids):
+            return [_piece_dict(piece_from_bytes(int(i), bytes.fromhex(h.replace(" ", "")) if isinstance(h, str) else b""))
+                    for i, h in zip(ids, source_hex)]
+        if self.vocab is not None:
+            return [_piece_dict(p) for p in decode_pieces(self.vocab, [int(i) for i in ids])]
         return [None] * len(ids)
 
 
-def _pieces_from_hex(hexes: list) -> list[dict]:
-    """Source-supplied bytes per token → pieces; bytes of a character split across tokens are
-    shown as hex and marked partial (never decoded alone into U+FFFD)."""
-    out = []
-    raw = [bytes.fromhex(h.replace(" ", "")) if isinstance(h, str) else b"" for h in hexes]
-    for b in raw:
-        try:
-            text = b.decode("utf-8")
-            out.append({"text": text, "hex": None, "partial": False, "special": False, "unknown": False,
-                        "lost": "\ufffd" in text})
-        except UnicodeDecodeError:
-            out.append({"text": "", "hex": b.hex(" "), "partial": True, "special": False, "unknown": False})
-    return out
+def _piece_dict(p) -> dict:
+    """A TokenPiece for the page; `lost` marks U+FFFD, bytes the source had already lost."""
+    return {"text": p.text, "hex": p.hex, "partial": p.partial, "special": p.special, "unknown": p.unknown,
+            "lost": "\ufffd" in p.text}
 
 
 def _load_vocab(session: Session, sha256: str | None):

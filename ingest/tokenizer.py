@@ -408,14 +408,19 @@ def decode_pieces(vocab: Vocab, ids: Iterable[int]) -> list[TokenPiece]:
         b = vocab.piece(i)
         if b is None:
             out.append(TokenPiece(id=i, text=f"<{i}>", hex="", unknown=True))
-            continue
-        special = i in vocab.special
-        try:
-            text, partial = b.decode("utf-8"), False
-        except UnicodeDecodeError:
-            text, partial = "", True
-        out.append(TokenPiece(id=i, text=text, hex=b.hex(" "), partial=partial, special=special))
+        else:
+            out.append(piece_from_bytes(i, b, special=i in vocab.special))
     return out
+
+
+def piece_from_bytes(token_id: int, b: bytes, *, special: bool = False) -> TokenPiece:
+    """The chip for one token's bytes: text when they are valid UTF-8 alone, else ``partial``
+    with ``hex`` (a character split across tokens). Also used for bytes a source recorded."""
+    try:
+        text, partial = b.decode("utf-8"), False
+    except UnicodeDecodeError:
+        text, partial = "", True
+    return TokenPiece(id=token_id, text=text, hex=b.hex(" "), partial=partial, special=special)
 
 
 def decode_text(
