@@ -13,8 +13,8 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.config import Settings, get_settings
-from app.db import make_engine
-from app.migrate import upgrade
+from app.db.engine import make_engine
+from app.db.migrate import upgrade
 from app.routes import pages
 
 STATIC = Path(__file__).resolve().parent.parent / "static"

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from app.models import Finding, Node, Quarantine, Rollout, RolloutDetail, Run, Tokenizer
+from app.db.models import Finding, Node, Quarantine, Rollout, RolloutDetail, Run, Tokenizer
 
 ENDINGS = ["submitted", "task_detected", "truncated", "length_cut", "error", "unknown"]
 # Finding kinds the trace checks produce (ingest/checks.py); the rollouts filter offers these.

@@ -9,8 +9,9 @@ from urllib.parse import quote, urlencode
 
 from sqlmodel import Session
 
-from app import analytics, charts, queries
-from app.tokenarrays import f32, floats_or_none, unpack_bits, unpack_floats, unpack_ids
+from app import charts, queries
+from ingest import advantages
+from app.db.tokenarrays import f32, floats_or_none, unpack_bits, unpack_floats, unpack_ids
 from ingest.graph import branches, pair_tool_calls
 
 PREVIEW_CHARS = 2000  # message text shown inline; the rest behind "show full"
@@ -469,8 +470,8 @@ def group_page(session: Session, run_id: str, group_id: str) -> dict | None:
     for r in rows:
         (members if r.latest_attempt is None or r.attempt >= r.latest_attempt else superseded).append(summary_row(r))
     keys = [f"{m['rollout_id']}#{m['attempt']}" for m in members]
-    result = analytics.group_advantages([
-        analytics.Member(k, m["reward"], m["ending"]) for k, m in zip(keys, members)])
+    result = advantages.group_advantages([
+        advantages.Member(k, m["reward"], m["ending"]) for k, m in zip(keys, members)])
     for k, m in zip(keys, members):
         m["advantage"] = {"errors_as_zero": result["errors_as_zero"].advantages[k],
                           "errors_dropped": result["errors_dropped"].advantages[k]}
@@ -479,7 +480,7 @@ def group_page(session: Session, run_id: str, group_id: str) -> dict | None:
             "errors_dropped": _no_advantage_reason(m, m["advantage"]["errors_dropped"], drop_errors=True)}
         m["excluded"] = k in result["excluded"]
 
-    def pol(p: analytics.PolicyResult) -> dict:
+    def pol(p: advantages.PolicyResult) -> dict:
         return {"mean": p.mean, "std": p.std, "n": p.n}
 
     declared = {m["group_size"] for m in members if m.get("group_size") is not None}

@@ -22,14 +22,14 @@ from fastapi.testclient import TestClient
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app import models  # noqa: E402
+from app.db import models  # noqa: E402
 from app.config import Settings  # noqa: E402
-from app.db import make_engine  # noqa: E402
+from app.db.engine import make_engine  # noqa: E402
 from app.main import create_app  # noqa: E402
-from app.migrate import upgrade  # noqa: E402
+from app.db.migrate import upgrade  # noqa: E402
 from ingest import demo  # noqa: E402
 from ingest.formats import ReadContext  # noqa: E402
-from ingest.pipeline import ingest_paths  # noqa: E402
+from app.worker.sync import ingest_paths  # noqa: E402
 
 PG = os.environ.get("ROLLSCOPE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
@@ -84,7 +84,7 @@ def bench(url: str, label: str, work: Path) -> None:
     with engine.connect() as c:
         rows = c.execute(sa.select(models.Node.__table__.c.token_ids, models.Node.__table__.c.mask,
                                    models.Node.__table__.c.logprobs, models.Node.__table__.c.n_tokens)).all()
-    from app.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
+    from app.db.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
 
     binary = sum(len(r.token_ids or b"") + len(r.mask or b"") + len(r.logprobs or b"") for r in rows)
     as_json = sum(len(json.dumps(unpack_ids(r.token_ids).tolist())) + len(json.dumps(unpack_bits(r.mask, r.n_tokens).tolist()))

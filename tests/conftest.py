@@ -16,9 +16,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy.engine import make_url
 
 from app.config import Settings
-from app.db import make_engine
+from app.db.engine import make_engine
 from app.main import create_app
-from app.migrate import upgrade
+from app.db.migrate import upgrade
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"

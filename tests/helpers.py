@@ -5,7 +5,7 @@ from pathlib import Path
 
 from ingest.formats import ReadContext
 from ingest.formats.native import write_line
-from ingest.pipeline import IngestReport, ingest_paths
+from app.worker.sync import IngestReport, ingest_paths
 from ingest.schema import Rollout
 
 

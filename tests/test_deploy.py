@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from ingest.cli import app as cli
+from app.cli import app as cli
 
 ROOT = Path(__file__).resolve().parents[1]
 

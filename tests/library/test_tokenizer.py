@@ -10,7 +10,7 @@ from tests.conftest import data_path
 
 from ingest import tokenizer as tok
 
-FIXTURES = Path(__file__).parent / "fixtures" / "tokenizers"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tokenizers"
 MISTRAL_V1 = FIXTURES / "mistral-v1-tokenizer.model"
 TINY_QWEN3 = FIXTURES / "tiny-qwen3-bytelevel.tokenizer.json"
 REALDATA = data_path("realdata")

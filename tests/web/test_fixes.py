@@ -9,7 +9,7 @@ from urllib.parse import quote
 import pytest
 from sqlmodel import Session
 
-from app.models import Quarantine
+from app.db.models import Quarantine
 from tests.conftest import data_path
 from tests.helpers import ingest, rollout, write_jsonl
 

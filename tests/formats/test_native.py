@@ -13,7 +13,7 @@ from ingest.schema import Rollout, json_schema
 from ingest.source import open_source
 from tests.helpers import rollout
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_round_trip_keeps_unknown_fields_at_every_level(tmp_path):

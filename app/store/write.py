@@ -7,8 +7,6 @@ rollout with advantages filled in). Quarantined records are unique by file, line
 """
 from __future__ import annotations
 
-import hashlib
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -16,11 +14,10 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from app import models
-from app.tokenarrays import pack_bits, pack_floats, pack_ids
+from app.db import models
+from app.store.prepare import _envelope, _json_safe, _node_rows, _summary, content_hash, prepare
+from app.store.quarantine import quarantine
 from ingest.checks import run_checks
-from ingest.endings import derive, fill_evidence
-from ingest.graph import branches
 from ingest.schema import Rollout
 from ingest.source import RecordError
 
@@ -47,36 +44,6 @@ class StoreResult:
         self.rejected += other.rejected
         self.findings += other.findings
         self.runs |= other.runs
-
-
-def content_hash(rollout: Rollout) -> str:
-    body = rollout.to_json_dict()
-    body.pop("source", None)
-    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
-
-
-def _json_safe(value):
-    """A JSON-ready copy: strict (NaN/inf → null) and without NUL characters, which Postgres
-    text and JSONB cannot hold; NUL becomes U+FFFD on every database (one rule)."""
-    return _no_nul(orjson.loads(orjson.dumps(value)))
-
-
-def _no_nul(value):
-    if isinstance(value, str):
-        return _text(value)
-    if isinstance(value, list):
-        return [_no_nul(v) for v in value]
-    if isinstance(value, dict):
-        return {_text(k): _no_nul(v) for k, v in value.items()}
-    return value
-
-
-def _text(value: str | None) -> str | None:
-    return value.replace("\x00", "\ufffd") if isinstance(value, str) and "\x00" in value else value
-
-
-def _finite(x: float | None) -> float | None:
-    return x if x is not None and math.isfinite(x) else None
 
 
 def ensure_run(conn: sa.Connection, run_id: str, *, name: str | None = None, type_: str = "train",
@@ -107,69 +74,6 @@ def store_tokenizer(engine: Engine, *, sha256: str, name: str, kind: str, n_voca
         if conn.execute(sa.select(t.c.sha256).where(t.c.sha256 == sha256)).first() is None:
             conn.execute(t.insert().values(sha256=sha256, name=name, kind=kind, n_vocab=n_vocab, vocab=blob,
                                            created_at=models.utcnow()))
-
-
-def _summary(r: Rollout, flags: list[str], chash: str) -> dict:
-    versions = [c.policy_version for c in r.calls if c.policy_version is not None]
-    versions += [n.policy_version for n in r.nodes if n.policy_version is not None]
-    reward = r.total_reward()
-    return dict(
-        run_id=r.run.id, rollout_id=r.id, attempt=r.attempt, step=r.step,
-        group_id=r.group.id if r.group else None,
-        group_index=r.group.index if r.group else None,
-        group_size=r.group.size if r.group else None,
-        episode_id=r.episode.id if r.episode else None,
-        agent=r.episode.agent if r.episode else None,
-        task_key=_text(r.task.key if r.task else None),
-        ending=r.ending.type.value, ending_detail=_text(r.ending.detail),
-        reward=_finite(reward), reward_status=r.reward_status(),
-        stop_condition=_text(r.stop_condition),
-        policy_version_min=min(versions) if versions else None,
-        policy_version_max=max(versions) if versions else None,
-        n_nodes=len(r.nodes),
-        n_turns=sum(1 for n in r.nodes if n.message.role == "assistant"),
-        n_tool_calls=sum(len(n.message.tool_calls or []) for n in r.nodes),
-        n_tokens=sum(len(n.token_ids) for n in r.nodes),
-        n_trained_tokens=sum(sum(1 for m in n.mask if m) for n in r.nodes),
-        n_branches=len(branches(r.nodes)) if r.nodes else 0,
-        flags=flags, content_hash=chash,
-        source_format=r.source.get("format"), source_file=r.source.get("file"), source_line=r.source.get("line"),
-        ingested_at=models.utcnow(),
-    )
-
-
-def _envelope(r: Rollout) -> dict:
-    body = r.to_json_dict()
-    body.pop("nodes", None)
-    return _json_safe(body)
-
-
-def _node_rows(rollout_pk: int, r: Rollout) -> list[dict]:
-    rows = []
-    for i, n in enumerate(r.nodes):
-        msg = _json_safe(n.message.to_json_dict())
-        rows.append(dict(
-            rollout_pk=rollout_pk, idx=i, parent=n.parent, role=n.message.role, sampled=n.sampled,
-            timestamp=_finite(n.timestamp), content_len=len(n.message.text()), message=msg,
-            tool_call_id=_text(n.message.tool_call_id),
-            tool_calls=_json_safe([{"id": tc.id, "name": tc.name} for tc in n.message.tool_calls])
-            if n.message.tool_calls else None,
-            n_tokens=len(n.token_ids), token_ids=pack_ids(n.token_ids),
-            mask=pack_bits(n.mask) if n.mask else None,
-            is_content=pack_bits(n.is_content) if n.is_content else None,
-            logprobs=pack_floats(n.logprobs) if n.logprobs else None,
-            advantages=pack_floats(n.advantages), reference_logprobs=pack_floats(n.reference_logprobs),
-            loss_weights=n.loss_weights, policy_version=n.policy_version,
-            reward=_finite(n.reward), mc_return=_finite(n.mc_return),
-            extra=_json_safe(n.extra) if n.extra else None,
-        ))
-    return rows
-
-
-def _prepare(r: Rollout) -> Rollout:
-    derive(r)
-    fill_evidence(r)
-    return r
 
 
 def _write_one(conn: sa.Connection, r: Rollout) -> tuple[str, int]:
@@ -222,7 +126,7 @@ def store_batch(conn: sa.Connection, rollouts: list[Rollout], seen: set | None =
         for attempt in range(2):
             try:
                 with conn.begin_nested():
-                    _prepare(r)
+                    prepare(r)
                     outcome, n_findings = _write_one(conn, r)
                 setattr(res, outcome, getattr(res, outcome) + 1)  # counted once it is committed
                 res.findings += n_findings
@@ -251,20 +155,6 @@ def _raw(r: Rollout) -> str | None:
         return orjson.dumps(r.to_json_dict(), default=str)[:4096].decode("utf-8", "replace")
     except (TypeError, ValueError):
         return None
-
-
-def quarantine(conn: sa.Connection, err: RecordError) -> bool:
-    """Record a rejected record once. Returns False when it was already quarantined."""
-    q = models.Quarantine.__table__
-    raw = err.raw or ""
-    sha = hashlib.sha256(raw.encode("utf-8", "replace") + str(err).encode()).hexdigest()
-    hit = conn.execute(sa.select(q.c.pk).where(q.c.source_file == err.file, q.c.line == err.line,
-                                               q.c.raw_sha256 == sha)).first()
-    if hit is not None:
-        return False
-    conn.execute(q.insert().values(source_file=err.file, line=err.line, field=err.field, error=err.message,
-                                   raw=raw[:4096], raw_sha256=sha, created_at=models.utcnow()))
-    return True
 
 
 def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=None) -> StoreResult:
@@ -297,21 +187,3 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     return total
 
 
-def quarantine_counts(engine: Engine, *, file: str | None = None) -> list[tuple[str, int]]:
-    """(file, number of quarantined records) per file, most first."""
-    q = models.Quarantine.__table__
-    stmt = sa.select(q.c.source_file, sa.func.count()).group_by(q.c.source_file)
-    if file is not None:
-        stmt = stmt.where(q.c.source_file == file)
-    with engine.connect() as conn:
-        return sorted(((f, n) for f, n in conn.execute(stmt)), key=lambda x: (-x[1], x[0]))
-
-
-def clear_quarantine(engine: Engine, *, file: str | None = None) -> int:
-    """Delete quarantined records (of one file, or all); returns how many."""
-    q = models.Quarantine.__table__
-    stmt = q.delete()
-    if file is not None:
-        stmt = stmt.where(q.c.source_file == file)
-    with engine.begin() as conn:
-        return conn.execute(stmt).rowcount

@@ -25,7 +25,7 @@ def alembic_config() -> Config:
 
 def upgrade(engine: Engine) -> None:
     """`alembic upgrade head` on `engine`, serialized across processes. Idempotent."""
-    from app.db import make_engine
+    from app.db.engine import make_engine
 
     cfg = alembic_config()
     if engine.dialect.name == "sqlite":

@@ -48,8 +48,8 @@ def live_server(database_url: str) -> Iterator[str]:
 def served_rollouts(folder, rollouts) -> Iterator[str]:
     """A fresh SQLite file in `folder` holding `rollouts` (ingested through the real pipeline),
     served live; yields the base URL."""
-    from app.db import make_engine
-    from app.migrate import upgrade
+    from app.db.engine import make_engine
+    from app.db.migrate import upgrade
     from tests.helpers import ingest, write_jsonl
 
     url = f"sqlite:///{folder / 'rollscope.db'}"

@@ -19,7 +19,7 @@ from ingest.formats import native
 from ingest.schema import Ending, Rollout
 from ingest.source import open_source
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PER_TOKEN = ("mask", "is_content", "logprobs", "advantages", "reference_logprobs")
 
 
@@ -366,7 +366,7 @@ def test_cli_demo_writes_tokenizer_and_pages_show_text(tmp_path: Path):
     out = tmp_path / "run.jsonl"
     db = f"sqlite:///{tmp_path / 'demo.db'}"
     env = {**os.environ, "ROLLSCOPE_DATABASE_URL": db}
-    cli = [sys.executable, "-m", "ingest.cli"]
+    cli = [sys.executable, "-m", "app.cli"]
     done = subprocess.run([*cli, "demo", "--out", str(out), "--steps", "1", "--groups", "8",
                            "--group-size", "2"], env=env, capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr

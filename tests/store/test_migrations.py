@@ -6,8 +6,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlmodel import SQLModel
 
-import app.models  # noqa: F401
-from app.migrate import upgrade
+import app.db.models  # noqa: F401
+from app.db.migrate import upgrade
 
 
 def test_migrations_match_models(engine):

@@ -13,9 +13,9 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from app.db import make_engine
-    from app.migrate import upgrade
-    from ingest.pipeline import register_tokenizer
+    from app.db.engine import make_engine
+    from app.db.migrate import upgrade
+    from app.worker.sync import register_tokenizer
 
     db = tmp_path_factory.mktemp("browser") / "rollscope.db"
     url = f"sqlite:///{db}"

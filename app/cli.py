@@ -29,8 +29,8 @@ console = Console(stderr=True)
 
 def _engine():
     from app.config import Settings
-    from app.db import make_engine
-    from app.migrate import upgrade
+    from app.db.engine import make_engine
+    from app.db.migrate import upgrade
 
     engine = make_engine(Settings().database_url, writer=True)
     upgrade(engine)
@@ -65,7 +65,7 @@ def ingest(
     kept. Exits 1 when anything was rejected, 0 otherwise.
     """
     from ingest.formats import ReadContext
-    from ingest.pipeline import ingest_paths, register_tokenizer
+    from app.worker.sync import ingest_paths, register_tokenizer
     from ingest.schema import RunRef
 
     if added_token and tokenizer is None:
@@ -146,7 +146,7 @@ def quarantine(
     clear: Annotated[bool, typer.Option("--clear", help="Delete the records instead of listing them.")] = False,
 ) -> None:
     """List the quarantined records per file, or clear them (after fixing and re-ingesting)."""
-    from ingest.store import clear_quarantine, quarantine_counts
+    from app.store.quarantine import clear_quarantine, quarantine_counts
 
     engine = _engine()
     if clear:

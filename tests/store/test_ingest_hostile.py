@@ -10,10 +10,10 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from app import models
+from app.db import models
 from tests.helpers import ingest, rollout, write_jsonl
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def count(engine, table) -> int:
@@ -106,14 +106,14 @@ def test_two_writers_at_once_both_succeed(db_url, tmp_path):
     half_a.write_text("".join(lines[::2]))
     half_b.write_text("".join(lines[1::2]))
     env = {**os.environ, "ROLLSCOPE_DATABASE_URL": db_url}
-    cli = [sys.executable, "-m", "ingest.cli", "ingest"]
+    cli = [sys.executable, "-m", "app.cli", "ingest"]
     # warm the schema first so the two writers race on data, not on migrations
     subprocess.run([*cli, str(tmp_path / "nothing")], env=env, capture_output=True, cwd=ROOT)
     procs = [subprocess.Popen([*cli, str(p)], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
              for p in (half_a, half_b, full)]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], [o[1].decode()[-2000:] for o in outs]
-    from app.db import make_engine
+    from app.db.engine import make_engine
 
     eng = make_engine(db_url)
     assert count(eng, models.Rollout.__table__) == len(lines) == 128

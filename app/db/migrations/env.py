@@ -4,9 +4,9 @@ from __future__ import annotations
 from alembic import context
 from sqlmodel import SQLModel
 
-import app.models  # noqa: F401  (registers the tables)
+import app.db.models  # noqa: F401  (registers the tables)
 from app.config import get_settings
-from app.db import make_engine
+from app.db.engine import make_engine
 
 target_metadata = SQLModel.metadata
 

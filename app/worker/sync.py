@@ -1,4 +1,4 @@
-"""File → reader → store: the one ingest path, used by the CLI (and later the worker and HTTP).
+"""File → reader → store: the synchronous ingest path the CLI uses (the worker and HTTP follow).
 
 `ingest_paths` walks files and folders, detects each file's format by content, streams its
 records into the store, and returns a report per file. It never raises for bad input: a file
@@ -16,11 +16,10 @@ from sqlalchemy.engine import Engine
 
 from ingest import formats
 from ingest.formats import ReadContext
+from ingest.files import TRACE_SUFFIXES, read_records, walk
 from ingest.source import RecordError, Source, open_source
-from ingest.store import StoreResult, ensure_run, quarantine, store, store_tokenizer
-
-
-TRACE_SUFFIXES = {".json", ".jsonl", ".csv", ".ndjson"}
+from app.store.quarantine import quarantine
+from app.store.write import StoreResult, ensure_run, store, store_tokenizer
 
 
 @dataclass
@@ -41,19 +40,6 @@ class IngestReport:
     @property
     def ok(self) -> bool:
         return not self.errors
-
-
-def walk(paths: list[Path]) -> list[tuple[Path, bool]]:
-    """(file, given explicitly) for each path; folders are walked recursively in sorted order,
-    skipping hidden files."""
-    out = []
-    for p in paths:
-        if p.is_dir():
-            out += [(f, False) for f in sorted(p.rglob("*")) if f.is_file() and not any(
-                part.startswith(".") for part in f.relative_to(p).parts)]
-        else:
-            out.append((p, True))
-    return out
 
 
 def register_tokenizer(engine: Engine, path: Path, added: dict[int, str] | None = None) -> str:
@@ -105,18 +91,8 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
             on_file(path, source)
         file_errors: list[RecordError] = []
 
-        def items(reader=reader, source=source, file_errors=file_errors):
-            for item in reader.read(source, ctx):
-                if isinstance(item, RecordError):
-                    if item.raw is None and item.line is not None and item.line == source.last_line:
-                        item.raw = source.last_raw
-                    file_errors.append(item)
-                elif ctx.step is not None and item.step is None:
-                    item.step = ctx.step
-                yield item
-
         try:
-            result = store(engine, items(), on_item=on_item)
+            result = store(engine, read_records(reader, source, ctx, file_errors), on_item=on_item)
         except Exception as exc:  # noqa: BLE001 - one file must not stop the others
             err = RecordError(str(path), source.last_line, None,
                               f"ingest of this file stopped: {type(exc).__name__}: {exc}", source.last_raw)

@@ -1,0 +1,41 @@
+"""Files → readers, with no database: walk paths, detect each file's reader, stream its records.
+
+The service (`app/worker/sync.py`) stores what this yields; a notebook can use it directly.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from ingest.formats import ReadContext, Reader
+from ingest.schema import Rollout
+from ingest.source import RecordError, Source
+
+TRACE_SUFFIXES = {".json", ".jsonl", ".csv", ".ndjson"}
+
+
+def walk(paths: list[Path]) -> list[tuple[Path, bool]]:
+    """(file, given explicitly) for each path; folders are walked recursively in sorted order,
+    skipping hidden files."""
+    out = []
+    for p in paths:
+        if p.is_dir():
+            out += [(f, False) for f in sorted(p.rglob("*")) if f.is_file() and not any(
+                part.startswith(".") for part in f.relative_to(p).parts)]
+        else:
+            out.append((p, True))
+    return out
+
+
+def read_records(reader: Reader, source: Source, ctx: ReadContext,
+                 errors: list[RecordError]) -> Iterator[Rollout | RecordError]:
+    """The reader's records, with the context's step filled in and each rejection given its raw
+    line; rejections are also appended to `errors`."""
+    for item in reader.read(source, ctx):
+        if isinstance(item, RecordError):
+            if item.raw is None and item.line is not None and item.line == source.last_line:
+                item.raw = source.last_raw
+            errors.append(item)
+        elif ctx.step is not None and item.step is None:
+            item.step = ctx.step
+        yield item
