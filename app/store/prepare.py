@@ -21,7 +21,7 @@ import orjson
 from app.db import models
 from app.db.engine import JSONText
 from app.db.tokenarrays import pack_bits, pack_floats, pack_ids
-from ingest.checks import run_checks
+from ingest.checks import run_rollout_checks
 from ingest.endings import derive, fill_evidence
 from ingest.graph import branches
 from ingest.schema import Rollout
@@ -42,6 +42,11 @@ class Prepared:
     envelope: JSONText  # the `rollout_detail.envelope`
     nodes: list[tuple]  # `node` rows in NODE_COLUMNS order (no rollout_pk)
     findings: list[tuple] = field(default_factory=list)  # `finding` rows in FINDING_COLUMNS order
+    n_findings: int = 0  # findings that fired (checks that could not decide are stored, not counted)
+
+    @property
+    def group_id(self) -> str | None:
+        return self.summary["group_id"]
 
     @property
     def content_hash(self) -> str:
@@ -60,8 +65,8 @@ def prepare(r: Rollout) -> Prepared:
     derive(r)
     fill_evidence(r)
     chash = hashlib.sha256(r.to_json(exclude=_NOT_HASHED, sort_keys=True)).hexdigest()
-    findings = run_checks(r)
-    flags = sorted({f.kind for f in findings})
+    checked = run_rollout_checks(r)
+    findings, flags = checked.all, checked.kinds()
     return Prepared(
         rollout=r, identity=(r.run.id, r.id, r.attempt),
         run={"id": r.run.id, "name": r.run.name, "type": r.run.type},
@@ -69,6 +74,7 @@ def prepare(r: Rollout) -> Prepared:
         nodes=_node_rows(r),
         findings=[(f.kind, f.severity, f.node_idx, f.position, f.message, _json_text(orjson.dumps(f.detail)))
                   for f in findings],
+        n_findings=len(checked.findings),
     )
 
 

@@ -30,6 +30,7 @@ from sqlalchemy.engine import Engine
 from app.db import models
 from app.db.engine import insert_for as _insert
 from app.store.prepare import FINDING_COLUMNS, NODE_COLUMNS, Identity, Prepared, prepare_or_error, storage_error
+from app.store.groups import recheck_groups
 from app.store.quarantine import quarantine_many
 from ingest.schema import Rollout
 from ingest.source import RecordError
@@ -49,6 +50,7 @@ class StoreResult:
     findings: int = 0
     repeated: int = 0  # a rollout identity seen earlier in the same call
     runs: set[str] = field(default_factory=set)
+    groups: set[tuple[str, str]] = field(default_factory=set)  # (run, group) with a member inserted/replaced
     errors: list[RecordError] = field(default_factory=list)  # records the database refused
     replaced_ids: list[Identity] = field(default_factory=list)  # (run, rollout id, attempt) replaced
     batches: int = 0  # transactions that wrote a batch
@@ -63,6 +65,7 @@ class StoreResult:
         self.rejected += other.rejected
         self.findings += other.findings
         self.runs |= other.runs
+        self.groups |= other.groups
         self.replaced_ids += other.replaced_ids
         self.batches += other.batches
         self.fallbacks += other.fallbacks
@@ -195,13 +198,20 @@ def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordE
         deleted = _delete(conn, replaced)
         inserted = _insert_rows(conn, todo)
         res.replaced, res.inserted = len(replaced), len(todo) - len(replaced)
-        res.findings = sum(len(p.findings) for p in todo)
+        res.findings = sum(p.n_findings for p in todo)
         res.runs = {p.identity[0] for p in batch}
+        res.groups = _groups(inserted, deleted)
+        recheck_groups(conn, res.groups)
         _run_hooks(conn, Written(inserted, deleted))
     if errors:
         quarantine_many(conn, errors)
         res.rejected += len(errors)
     return res
+
+
+def _groups(*row_lists: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """(run, group) of summary rows: the groups whose findings a write changes."""
+    return {(r["run_id"], r["group_id"]) for rows in row_lists for r in rows if r["group_id"] is not None}
 
 
 def _run_hooks(conn: sa.Connection, written: Written) -> None:
@@ -212,9 +222,9 @@ def _run_hooks(conn: sa.Connection, written: Written) -> None:
 
 # --- the fallback: one savepoint per rollout --------------------------------------------------
 
-def _write_one(conn: sa.Connection, p: Prepared) -> str:
+def _write_one(conn: sa.Connection, p: Prepared, groups: set[tuple[str, str]]) -> str:
     """Insert, replace or skip one prepared rollout, hooks included: "inserted" | "replaced" |
-    "unchanged"."""
+    "unchanged". The groups whose findings change are added to `groups`."""
     ensure_run(conn, p.run["id"], name=p.run["name"], type_=p.run["type"])
     run_id, rollout_id, attempt = p.identity
     existing = conn.execute(sa.select(RO.c.pk, RO.c.content_hash).where(
@@ -226,7 +236,9 @@ def _write_one(conn: sa.Connection, p: Prepared) -> str:
         for table in (FIND, NODE, DET):
             conn.execute(table.delete().where(table.c.rollout_pk == existing.pk))
         deleted = _delete(conn, [existing.pk])
-    _run_hooks(conn, Written(_insert_rows(conn, [p]), deleted))
+    written = Written(_insert_rows(conn, [p]), deleted)
+    _run_hooks(conn, written)
+    groups.update(_groups(written.inserted, written.deleted))
     return "replaced" if existing is not None else "inserted"
 
 
@@ -245,11 +257,13 @@ def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[Re
         res.runs.add(p.identity[0])
         for attempt in range(2):
             try:
+                groups: set[tuple[str, str]] = set()
                 with conn.begin_nested():
-                    outcome = _write_one(conn, p)
+                    outcome = _write_one(conn, p, groups)
                 setattr(res, outcome, getattr(res, outcome) + 1)  # counted once it is committed
+                res.groups |= groups
                 if outcome != "unchanged":
-                    res.findings += len(p.findings)
+                    res.findings += p.n_findings
                 if outcome == "replaced":
                     res.replaced_ids.append(p.identity)
                 break
@@ -260,6 +274,7 @@ def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[Re
             except Exception as exc:  # noqa: BLE001 - one rollout must not cost its neighbours
                 refused.append(storage_error(p.rollout, exc))
                 break
+    recheck_groups(conn, res.groups)
     if errors or refused:
         quarantine_many(conn, [*errors, *refused])
     res.errors += refused
