@@ -13,12 +13,15 @@ class Settings(BaseSettings):
     - `ROLLSCOPE_DATABASE_URL`: SQLAlchemy URL; `sqlite:///./rollscope.db` (default) or
       `postgresql+psycopg://user@host:5432/db`. A bare `postgresql://` URL is accepted.
     - `ROLLSCOPE_PAGE_SIZE`: rows per list page (default 50, 1..1000).
+    - `ROLLSCOPE_REQUIRE_READ_TOKEN`: when true, reading (pages, JSON twins, API) needs a read
+      token too (app/auth.py); writing always needs a write token.
     """
 
     model_config = SettingsConfigDict(env_prefix="ROLLSCOPE_")
 
     database_url: str = "sqlite:///./rollscope.db"
     page_size: int = 50
+    require_read_token: bool = False
 
     @field_validator("database_url")
     @classmethod
