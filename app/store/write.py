@@ -35,7 +35,7 @@ from app.store.quarantine import quarantine_many
 from ingest.schema import Rollout
 from ingest.source import RecordError
 
-BATCH = 200
+BATCH = 200  # default of `ROLLSCOPE_WORKER__BATCH_SIZE` (app.config.WorkerSettings)
 
 RO, DET, NODE, FIND = (models.Rollout.__table__, models.RolloutDetail.__table__,
                        models.Node.__table__, models.Finding.__table__)
