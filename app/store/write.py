@@ -53,6 +53,7 @@ class StoreResult:
     groups: set[tuple[str, str]] = field(default_factory=set)  # (run, group) with a member inserted/replaced
     errors: list[RecordError] = field(default_factory=list)  # records the database refused
     replaced_ids: list[Identity] = field(default_factory=list)  # (run, rollout id, attempt) replaced
+    outcomes: dict[Identity, str] = field(default_factory=dict)  # inserted | replaced | unchanged | rejected
     batches: int = 0  # transactions that wrote a batch
     fallbacks: int = 0  # batches written again one rollout per savepoint
 
@@ -67,6 +68,7 @@ class StoreResult:
         self.runs |= other.runs
         self.groups |= other.groups
         self.replaced_ids += other.replaced_ids
+        self.outcomes.update(other.outcomes)
         self.batches += other.batches
         self.fallbacks += other.fallbacks
 
@@ -190,10 +192,12 @@ def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordE
             old = existing.get(p.identity)
             if old is not None and old[1] == p.content_hash:
                 res.unchanged += 1
+                res.outcomes[p.identity] = "unchanged"
                 continue
             if old is not None:
                 replaced.append(old[0])
                 res.replaced_ids.append(p.identity)
+            res.outcomes[p.identity] = "replaced" if old is not None else "inserted"
             todo.append(p)
         deleted = _delete(conn, replaced)
         inserted = _insert_rows(conn, todo)
@@ -261,6 +265,7 @@ def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[Re
                 with conn.begin_nested():
                     outcome = _write_one(conn, p, groups)
                 setattr(res, outcome, getattr(res, outcome) + 1)  # counted once it is committed
+                res.outcomes[p.identity] = outcome
                 res.groups |= groups
                 if outcome != "unchanged":
                     res.findings += p.n_findings
@@ -273,6 +278,7 @@ def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[Re
                 # another writer stored this rollout meanwhile: look again (unchanged or replace)
             except Exception as exc:  # noqa: BLE001 - one rollout must not cost its neighbours
                 refused.append(storage_error(p.rollout, exc))
+                res.outcomes[p.identity] = "rejected"
                 break
     recheck_groups(conn, res.groups)
     if errors or refused:
