@@ -28,14 +28,56 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Rollscope: a
 console = Console(stderr=True)
 
 
+@app.callback()
+def _options(
+    db: Annotated[str | None, typer.Option("--db", help="Database URL (sqlite:///path.db or postgresql://...); "
+                                           "overrides ROLLSCOPE_DATABASE_URL.", show_default=False)] = None,
+) -> None:
+    """Choose the database once for every command (see `database_url`)."""
+    if db is not None:
+        os.environ["ROLLSCOPE_DATABASE_URL"] = db
+        os.environ.pop("ROLLSCOPE_DB__URL", None)
+
+
+def database_url() -> str:
+    """The database every command uses, found the same way from any folder: `--db`, else
+    ROLLSCOPE_DATABASE_URL / ROLLSCOPE_DB__URL, else ./rollscope.db when it exists, else
+    rollscope.db in the user's data folder (platformdirs). Exported to the environment so the
+    server a command starts uses it too."""
+    from app.config import Settings, get_settings
+
+    if not (os.environ.get("ROLLSCOPE_DATABASE_URL") or os.environ.get("ROLLSCOPE_DB__URL")):
+        here = Path("rollscope.db")
+        if here.exists():
+            url = f"sqlite:///{here.resolve()}"
+        else:
+            import platformdirs
+
+            folder = Path(platformdirs.user_data_dir("rollscope", appauthor=False))
+            folder.mkdir(parents=True, exist_ok=True)
+            url = f"sqlite:///{folder / 'rollscope.db'}"
+        os.environ["ROLLSCOPE_DATABASE_URL"] = url
+    get_settings.cache_clear()
+    return Settings().db.url
+
+
 def _engine():
-    from app.config import get_settings
     from app.db.engine import make_engine
     from app.db.migrate import upgrade
 
-    engine = make_engine(get_settings().db.url, writer=True)
+    url = database_url()
+    shown = sa_url_shown(url)
+    console.print(f"database: {shown}", markup=False, soft_wrap=True)  # first line, on stderr
+    engine = make_engine(url, writer=True)
     upgrade(engine)
     return engine
+
+
+def sa_url_shown(url: str) -> str:
+    """The URL without its password."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def _parse_added(values: list[str]) -> dict[int, str]:
@@ -53,7 +95,8 @@ def _parse_added(values: list[str]) -> dict[int, str]:
 @app.command()
 def ingest(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders (walked recursively).", exists=True)],
-    run: Annotated[str | None, typer.Option(help="Run id for records that name none (default: the file's folder name).")] = None,
+    run: Annotated[str | None, typer.Option(help="Run id applied to every record, overriding the record's own "
+                                            "run (default: the record's run, else the file's folder name).")] = None,
     step: Annotated[int | None, typer.Option(help="Training step for records that carry none.", min=0, max=INT32_MAX)] = None,
     tokenizer: Annotated[Path | None, typer.Option(help="tokenizer.json or SentencePiece .model of the run.", exists=True)] = None,
     added_token: Annotated[list[str], typer.Option("--added-token", help="Extra vocabulary entry ID=PIECE (repeatable).")] = [],  # noqa: B006
@@ -136,6 +179,13 @@ def ingest(
     if total.repeated:
         console.print(Text.assemble(("warning ", "yellow"), f"{total.repeated} records repeated a rollout id already "
                                     "read in this ingest (the later one wins)"), soft_wrap=True)
+    if total.replaced_ids:
+        names = ", ".join(f"{r}/{i}" + (f" (attempt {a})" if a else "") for r, i, a in total.replaced_ids[:10])
+        more = f" and {len(total.replaced_ids) - 10} more" if len(total.replaced_ids) > 10 else ""
+        out.print(Text(f"replaced (same id, changed content): {names}{more}"))
+    if total.cleared:
+        out.print(Text(f"{total.cleared} quarantined record{'s' if total.cleared != 1 else ''} now stored: "
+                       "cleared from the quarantine"))
     out.print(Text(
         f"{total.inserted} new, {total.replaced} replaced, {total.unchanged} unchanged, "
         f"{len(errors)} rejected, {len(skipped)} skipped; runs: {', '.join(sorted(total.runs)) or '-'}"))

@@ -54,6 +54,7 @@ class StoreResult:
     errors: list[RecordError] = field(default_factory=list)  # records the database refused
     replaced_ids: list[Identity] = field(default_factory=list)  # (run, rollout id, attempt) replaced
     outcomes: dict[Identity, str] = field(default_factory=dict)  # inserted | replaced | unchanged | rejected
+    cleared: int = 0  # quarantined records cleared because the record now landed
     batches: int = 0  # transactions that wrote a batch
     fallbacks: int = 0  # batches written again one rollout per savepoint
 
@@ -70,6 +71,7 @@ class StoreResult:
         self.replaced_ids += other.replaced_ids
         self.outcomes.update(other.outcomes)
         self.batches += other.batches
+        self.cleared += other.cleared
         self.fallbacks += other.fallbacks
 
 
@@ -201,6 +203,7 @@ def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordE
             todo.append(p)
         deleted = _delete(conn, replaced)
         inserted = _insert_rows(conn, todo)
+        res.cleared = _clear_landed(conn, inserted)
         res.replaced, res.inserted = len(replaced), len(todo) - len(replaced)
         res.findings = sum(p.n_findings for p in todo)
         res.runs = {p.identity[0] for p in batch}
@@ -211,6 +214,17 @@ def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordE
         quarantine_many(conn, errors)
         res.rejected += len(errors)
     return res
+
+
+def _clear_landed(conn: sa.Connection, rows: list[dict[str, Any]]) -> int:
+    """Delete the quarantine entries of records that now landed (same file and line: the record
+    was fixed and re-ingested); returns how many."""
+    keys = sorted({(r["source_file"], r["source_line"]) for r in rows
+                   if r["source_file"] is not None and r["source_line"] is not None})
+    if not keys:
+        return 0
+    Q = models.Quarantine.__table__
+    return conn.execute(Q.delete().where(sa.tuple_(Q.c.source_file, Q.c.line).in_(keys))).rowcount or 0
 
 
 def _groups(*row_lists: list[dict[str, Any]]) -> set[tuple[str, str]]:
@@ -241,6 +255,7 @@ def _write_one(conn: sa.Connection, p: Prepared, groups: set[tuple[str, str]]) -
             conn.execute(table.delete().where(table.c.rollout_pk == existing.pk))
         deleted = _delete(conn, [existing.pk])
     written = Written(_insert_rows(conn, [p]), deleted)
+    _clear_landed(conn, written.inserted)
     _run_hooks(conn, written)
     groups.update(_groups(written.inserted, written.deleted))
     return "replaced" if existing is not None else "inserted"
