@@ -13,7 +13,7 @@ from app.auth import ReadTokenGate
 from app.config import Settings, get_settings
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
-from app.routes import pages, receive
+from app.routes import pages, receive, status
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 
@@ -94,6 +94,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.state.ingest_gate = receive.Gate(settings.api.ingest_max_inflight)
     app.include_router(receive.router)
+    app.include_router(status.router)
+    status.install_latency(app)
     app.include_router(pages.router)
 
     app.add_middleware(ReadTokenGate, engine=engine, required=settings.require_read_token)

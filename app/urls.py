@@ -61,6 +61,11 @@ def quarantine(*, json: bool = False, **params: Any) -> str:
     return _url("/quarantine", json, params)
 
 
+def ingest(*, json: bool = False) -> str:
+    """The ingest status page (spool files, lag, errors)."""
+    return _url("/ingest", json, {})
+
+
 def static(path: str) -> str:
     """A file under static/ (vendored libraries included)."""
     return f"/static/{path}"
