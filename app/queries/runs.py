@@ -113,3 +113,15 @@ def run_steps(*, session: Session, run_id: str) -> list[StepRow]:
 def count_retries(*, session: Session, run_id: str) -> int:
     """Rollouts of the run that are a retry (attempt > 0)."""
     return session.execute(sa.select(sa.func.count()).where(R.c.run_id == run_id, R.c.attempt > 0)).scalar_one()
+
+
+def last_ingested_within(*, session, run_id: str, seconds: float) -> bool:
+    """Whether the run stored a rollout in the last `seconds` (it is receiving: live pages)."""
+    from datetime import timedelta
+
+    from app.db import models
+
+    R = models.Rollout.__table__
+    since = models.utcnow() - timedelta(seconds=seconds)
+    return session.execute(sa.select(R.c.pk).where(R.c.run_id == run_id, R.c.ingested_at >= since).limit(1)).first() \
+        is not None

@@ -87,6 +87,11 @@ class RunPage(PageModel):
     steps_recorded: bool
     totals: RunTotals
     charts: RunCharts | None
+    live: bool = False  # a rollout arrived in the last LIVE_SECONDS: the page refreshes itself every 2 s
+    in_progress_step: int | None = None  # the newest step while live: more rollouts may still come
+
+
+LIVE_SECONDS = 120  # a run that received a rollout this recently is "receiving"
 
 
 def run_page(session: Session, run_id: str) -> RunPage | None:
@@ -99,7 +104,10 @@ def run_page(session: Session, run_id: str) -> RunPage | None:
     means = q_runs.reward_means(session=session, run_ids=[run_id]).get(run_id, {})
     # Without a training step (Tunix files, tau-bench) a per-step chart has no axis to draw on.
     steps_recorded = any(s.step is not None for s in steps)
+    live = q_runs.last_ingested_within(session=session, run_id=run_id, seconds=LIVE_SECONDS)
+    newest = max((s.step for s in steps if s.step is not None), default=None)
     return RunPage(
+        live=live, in_progress_step=newest if live else None,
         run=RunHeader(id=run.id, name=run.name, type=run.type, tokenizer=run.tokenizer_sha256,
                       url=urls.run(run.id), rollouts_url=urls.rollouts(run.id)),
         endings=ENDINGS,
