@@ -223,6 +223,8 @@ def worker(
     torn_after: Annotated[float, typer.Option(help="Seconds a file must stop growing before a last line without "
                                               "its newline is reported as torn and skipped.", min=0.1)] = 30.0,
     once: Annotated[bool, typer.Option("--once", help="Read what is there, then exit (no tailing).")] = False,
+    heartbeat: Annotated[Path | None, typer.Option(help="A file touched on every pass, for health checks "
+                                                   "(docker-compose.yml).")] = None,
 ) -> None:
     """Ingest trace files from spool folders as collectors append to them, exactly once.
 
@@ -246,7 +248,7 @@ def worker(
         raise typer.Exit(2) from None
     stop = stop_on_signals()
     console.print(f"worker: reading {', '.join(str(d) for d in dirs)}", markup=False, soft_wrap=True)
-    n = run(engine, dirs, stop=stop, poll=poll, once=once, torn_after=torn_after,
+    n = run(engine, dirs, stop=stop, poll=poll, once=once, torn_after=torn_after, heartbeat=heartbeat,
             batch_lines=get_settings().worker.batch_size,
             log=lambda msg: console.print(msg, markup=False, soft_wrap=True))
     console.print(f"worker: stopped after {n} commits", markup=False, soft_wrap=True)
