@@ -379,8 +379,56 @@ def schema(out: Annotated[Path | None, typer.Option(help="Write to this file ins
 
 
 def main() -> None:
+    """The console entry point: no traceback reaches a user unless `--debug` is given."""
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    app()
+    debug = "--debug" in sys.argv[1:]
+    if debug:
+        sys.argv.remove("--debug")
+    try:
+        app(standalone_mode=False)
+    except typer.Exit as exc:
+        raise SystemExit(exc.exit_code) from None
+    except click_exceptions() as exc:
+        exc.show()
+        raise SystemExit(exc.exit_code) from None
+    except (KeyboardInterrupt, EOFError):
+        console.print("interrupted", markup=False)
+        raise SystemExit(130) from None
+    except Exception as exc:  # noqa: BLE001 - one line, not a traceback
+        if debug:
+            raise
+        from app.store.write import database_gone
+
+        first = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        detail = first[0][:300] if first else type(exc).__name__
+        if database_gone(exc):
+            n = getattr(exc, "rollouts_committed", None)
+            done = f"{n} rollouts were committed; " if n is not None else ""
+            console.print(Text.assemble(("error: ", "red"), f"the database is unreachable ({detail}); {done}"
+                                        "re-run the same command to resume (what is stored is not written again)"),
+                          soft_wrap=True)
+            raise SystemExit(3) from None
+        console.print(Text.assemble(("error: ", "red"), f"{type(exc).__name__}: {detail} (--debug shows the traceback)"),
+                      soft_wrap=True)
+        raise SystemExit(1) from None
+
+
+def click_exceptions() -> tuple[type[Exception], ...]:
+    """Usage errors (shown as typer shows them, exit code 2): typer's vendored click, or click."""
+    out: list[type[Exception]] = []
+    try:
+        from typer._click.exceptions import ClickException
+
+        out.append(ClickException)
+    except ImportError:
+        pass
+    try:
+        import click
+
+        out.append(click.exceptions.ClickException)
+    except ImportError:
+        pass
+    return tuple(out)
 
 
 if __name__ == "__main__":

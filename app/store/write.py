@@ -20,6 +20,7 @@ with what it inserted and deleted (per-step rollups keep themselves exact that w
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -338,6 +339,39 @@ def write_in(conn: sa.Connection, prepared: list[Prepared], errors: list[RecordE
 
 # --- the stream -------------------------------------------------------------------------------
 
+RETRY_WAITS = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)  # about 30 s for a database to come back
+
+
+def database_gone(exc: BaseException) -> bool:
+    """A lost or refused connection (a restart, a network cut), not a problem of the data."""
+    if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    if isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError)):
+        text = str(exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc).lower()
+        return any(w in text for w in ("connect", "terminat", "server closed", "shutdown", "admin_shutdown",
+                                       "the database system is", "broken pipe", "connection"))
+    return False
+
+
+def _with_retries(engine: Engine, write, in_transaction, last_item, total: StoreResult) -> StoreResult:
+    """One batch transaction, retried while the database is unreachable. When it stays away
+    the error carries `rollouts_committed` (what earlier batches stored)."""
+    for wait in (*RETRY_WAITS, None):
+        try:
+            with engine.begin() as conn:
+                res = write(conn)
+                if in_transaction:
+                    in_transaction(conn, last_item)
+            return res
+        except Exception as exc:
+            if not database_gone(exc) or wait is None:
+                if database_gone(exc):
+                    exc.rollouts_committed = total.inserted + total.replaced  # type: ignore[attr-defined]
+                raise
+            engine.dispose()
+            time.sleep(wait)
+    raise AssertionError("unreachable")
+
 def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=None,
           batch_size: int = BATCH, in_transaction: Callable[[sa.Connection, object], None] | None = None
           ) -> StoreResult:
@@ -368,13 +402,11 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
             (failed if isinstance(p, RecordError) else prepared).append(p)
         batch_errors = errors + failed
         try:
-            with engine.begin() as conn:
-                res = write_batch(conn, prepared, batch_errors, known_runs=known_runs)
-                if in_transaction:
-                    in_transaction(conn, last[0])
+            res = _with_retries(engine, lambda conn: write_batch(conn, prepared, batch_errors, known_runs=known_runs),
+                                in_transaction, last[0], total)
         except Exception as exc:  # noqa: BLE001 - the fallback isolates the one that failed
-            if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
-                raise  # the database went away: writing row by row cannot help
+            if database_gone(exc):
+                raise  # retried already: the database is down, writing row by row cannot help
             with engine.begin() as conn:
                 res = write_one_by_one(conn, prepared, batch_errors)
                 if in_transaction:
