@@ -94,13 +94,17 @@ def _parse_added(values: list[str]) -> dict[int, str]:
 
 @app.command()
 def ingest(
-    paths: Annotated[list[Path], typer.Argument(help="Files or folders (walked recursively).", exists=True)],
+    paths: Annotated[list[Path] | None, typer.Argument(help="Files or folders (walked recursively).", exists=True,
+                                                       show_default=False)] = None,
     run: Annotated[str | None, typer.Option(help="Run id applied to every record, overriding the record's own "
                                             "run (default: the record's run, else the file's folder name).")] = None,
     step: Annotated[int | None, typer.Option(help="Training step for records that carry none.", min=0, max=INT32_MAX)] = None,
     tokenizer: Annotated[Path | None, typer.Option(help="tokenizer.json or SentencePiece .model of the run.", exists=True)] = None,
     added_token: Annotated[list[str], typer.Option("--added-token", help="Extra vocabulary entry ID=PIECE (repeatable).")] = [],  # noqa: B006
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List every file, skipped file and rejection.")] = False,
+    retry_quarantined: Annotated[bool, typer.Option("--retry-quarantined", help="Also read again every file that "
+                                                    "has quarantined records (after fixing them); records that now "
+                                                    "land leave the quarantine.")] = False,
 ) -> None:
     """Read trace files in any supported format into the store.
 
@@ -123,6 +127,18 @@ def ingest(
                                      param_hint="--run") from None
 
     engine = _engine()
+    paths = list(paths or [])
+    if retry_quarantined:
+        from app.store.quarantine import quarantine_counts
+
+        again = [Path(f) for f, _ in quarantine_counts(engine) if Path(f).is_file()]
+        gone = [f for f, _ in quarantine_counts(engine) if not Path(f).is_file()]
+        console.print(f"retrying {len(again)} file{'s' if len(again) != 1 else ''} with quarantined records"
+                      + (f" ({len(gone)} no longer readable here, e.g. {gone[0]})" if gone else ""),
+                      markup=False, soft_wrap=True)
+        paths += [p for p in again if p not in paths]
+    if not paths:
+        raise typer.BadParameter("give files or folders to ingest, or --retry-quarantined", param_hint="PATHS")
     key = None
     if tokenizer is not None:
         try:

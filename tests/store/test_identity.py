@@ -66,3 +66,17 @@ def test_every_command_names_its_database_first_and_finds_the_same_one_from_any_
     (there / "rollscope.db").touch()  # a ./rollscope.db wins over the data folder
     e = rs("quarantine", cwd=there)
     assert e.stderr.splitlines()[0] == f"database: sqlite:///{there / 'rollscope.db'}"
+
+
+def test_retry_quarantined_reads_the_files_again_after_a_fix(db_url, tmp_path, monkeypatch):
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    runner = CliRunner()
+    good = rollout("a").to_json_dict()
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(dict(good, id="b", step="two")) + "\n")
+    assert runner.invoke(cli, ["ingest", str(path)]).exit_code == 1
+    path.write_text(json.dumps(good) + "\n" + json.dumps(dict(good, id="b", step=2)) + "\n")  # fixed
+    again = runner.invoke(cli, ["ingest", "--retry-quarantined"])
+    assert again.exit_code == 0, again.output
+    assert "1 new, 0 replaced, 1 unchanged" in again.stdout and "cleared from the quarantine" in again.stdout
+    assert runner.invoke(cli, ["ingest"]).exit_code == 2
