@@ -77,6 +77,8 @@ class Rollout(SQLModel, table=True):
     ending_detail: str | None = None
     reward: float | None = None  # NULL when missing or non-finite; see reward_status
     reward_status: str = "ok"  # ok | nan | inf | unscored
+    advantage: float | None = None  # the advantage the source recorded (ingest.advantages.recorded_advantage)
+    advantage_estimator: str | None = Field(default=None, max_length=40)  # as the source declares it
     stop_condition: str | None = None
     policy_version_min: int | None = None
     policy_version_max: int | None = None

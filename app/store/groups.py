@@ -27,11 +27,12 @@ def load_group(conn: sa.Connection, run_id: str, group_id: str) -> Group:
               .where(A.c.run_id == R.c.run_id, A.c.rollout_id == R.c.rollout_id).scalar_subquery())
     rows = conn.execute(
         sa.select(R.c.rollout_id, R.c.attempt, R.c.group_index, R.c.group_size, R.c.reward, R.c.reward_status,
-                  R.c.ending, R.c.step)
+                  R.c.ending, R.c.step, R.c.advantage, R.c.advantage_estimator)
         .where(R.c.run_id == run_id, R.c.group_id == group_id, R.c.attempt == latest)
         .order_by(sa.func.coalesce(R.c.group_index, 1 << 30), R.c.pk)).all()
-    return Group(run_id, group_id, [GroupMember(r.rollout_id, r.attempt, r.group_index, r.group_size, r.reward,
-                                                r.reward_status, r.ending, r.step) for r in rows])
+    members = [GroupMember(r.rollout_id, r.attempt, r.group_index, r.group_size, r.reward, r.reward_status, r.ending,
+                           r.step, r.advantage) for r in rows]
+    return Group(run_id, group_id, members, next((r.advantage_estimator for r in rows if r.advantage_estimator), None))
 
 
 def recheck_groups(conn: sa.Connection, keys: Iterable[tuple[str, str]]) -> int:

@@ -14,7 +14,8 @@ import orjson
 
 from app.db import models
 from app.db.tokenarrays import pack_bits, pack_floats, pack_ids
-from ingest.endings import derive, fill_evidence
+from ingest.endings import correct_silent_truncation, derive, fill_evidence
+from ingest.advantages import estimator_name, recorded_advantage
 from ingest.graph import branches
 from ingest.schema import Rollout
 
@@ -63,6 +64,7 @@ def _summary(r: Rollout, flags: list[str], chash: str) -> dict:
         task_key=_text(r.task.key if r.task else None),
         ending=r.ending.type.value, ending_detail=_text(r.ending.detail),
         reward=_finite(reward), reward_status=r.reward_status(),
+        advantage=recorded_advantage(r), advantage_estimator=estimator_name(r.extra.get("advantage_estimator")),
         stop_condition=_text(r.stop_condition),
         policy_version_min=min(versions) if versions else None,
         policy_version_max=max(versions) if versions else None,
@@ -107,9 +109,10 @@ def _node_rows(rollout_pk: int, r: Rollout) -> list[dict]:
 
 
 def prepare(r: Rollout) -> Rollout:
-    """Derive the ending and fill its evidence, in place (idempotent)."""
+    """Derive the ending, fill its evidence and correct a silent truncation, in place (idempotent)."""
     derive(r)
     fill_evidence(r)
+    correct_silent_truncation(r)
     return r
 
 

@@ -617,6 +617,10 @@ def _tool_call(tc: Any, path: str) -> ToolCall:
             raise FieldError(f"{path}.function", f"expected an object, got {type(fn).__name__}")
         name, args, name_path = fn.get("name"), fn.get("arguments"), f"{path}.function.name"
         extra.update({f"function.{k}": v for k, v in fn.items() if k not in ("name", "arguments")})
+        if args is not None and not isinstance(args, str):
+            # OpenAI's wire shape carries `function.arguments` as a JSON string; an object here is
+            # the server's bug (ml-explore/mlx-lm#1065), reported by malformed_tool_arguments.
+            extra["arguments_source_type"] = "object" if isinstance(args, dict) else type(args).__name__
     else:
         name, args, name_path = tc.get("name"), tc.get("arguments"), f"{path}.name"
     if not isinstance(name, str) or not name:
