@@ -216,6 +216,8 @@ def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findi
     tokens = []
     for i in range(shown):
         tokens.append({"i": i, "id": int(ids[i]), "trained": bool(mask[i]) if mask is not None else False,
+                       # a token of a message the policy did not write is never "sampled", mask or not
+                       "sampled": node.role == "assistant",
                        "logprob": _at(logprobs, i), "advantage": _at(advantages, i),
                        "piece": piece_list[i], "drift": i == drift_at, "suspect": i in suspect})
     n_trained = int(mask.sum()) if mask is not None else 0
@@ -407,6 +409,10 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
         "extra": envelope.get("extra", {}),
         "findings": findings,
         "checks_skipped": skipped,
+        # Trained tokens (mask 1) that belong to messages the policy did not sample, as the
+        # stored mask_on_unsampled findings count them.
+        "n_trained_environment": sum((f["detail"] or {}).get("count", 0) for f in findings
+                                     if f["kind"] == "mask_on_unsampled"),
         # Tokens were recorded but none carries loss: a filter (Tunix overlong_filter) zeroed the
         # mask. Shown, but it trains on nothing.
         "trains_on_nothing": summary["n_tokens"] > 0 and summary["n_trained_tokens"] == 0 and summary["n_turns"] > 0,
