@@ -86,6 +86,7 @@ def run_page(session: Session, run_id: str) -> dict | None:
         d["url"] = f"{run_url(run_id)}/rollouts" + (f"?step={s.step}" if s.step is not None else "")
         step_rows.append(d)
     means = queries.reward_means(session=session, run_ids=[run_id]).get(run_id, {})
+    checks_ran, finding_counts = _checks_table(session, run_id, sum(s.rollouts for s in steps))
     # Without a training step (Tunix files, tau-bench) a per-step chart has no axis to draw on.
     steps_recorded = any(s.step is not None for s in steps)
     return {
@@ -100,9 +101,44 @@ def run_page(session: Session, run_id: str) -> dict | None:
                    "mean_reward_no_errors": means.get("mean_reward_no_errors"),
                    "excluded": means.get("excluded", 0),
                    "retries": queries.count_retries(session=session, run_id=run_id)},
-        "charts": {"ending_rates": charts.ending_rates(run_id, steps), "reward": charts.reward_trend(run_id, steps)}
+        "charts": {"ending_rates": charts.ending_rates(run_id, steps), "reward": charts.reward_trend(run_id, steps),
+                   "findings": charts.finding_rates(run_id, steps, finding_counts,
+                                                    [(c["kind"], c["label"]) for c in checks_ran if c["rollouts"]])}
                   if steps_recorded else None,
+        "checks": checks_ran,
+        "chat_template": bool(run.tokenizer_sha256 and _has_template(session, run.tokenizer_sha256)),
     }
+
+
+def _has_template(session: Session, sha256: str) -> bool:
+    t = queries.get_tokenizer(session=session, sha256=sha256)
+    return bool(t is not None and t.chat_template)
+
+
+def _checks_table(session: Session, run_id: str, n_rollouts: int) -> tuple[list[dict], dict]:
+    """Every registered check with what it did in this run: rollouts with a finding, rollouts on
+    which it could not decide (and the commonest reasons), rollouts it ran on. Also returns
+    (step, kind) → rollouts with a finding, for the chart."""
+    with_finding: dict[str, int] = {}
+    undecided: dict[str, int] = {}
+    per_step: dict[tuple, int] = {}
+    for step, kind, skipped, n in queries.finding_counts(session=session, run_id=run_id):
+        kind = checks.legacy_kind(kind)
+        if skipped:
+            undecided[kind] = undecided.get(kind, 0) + n
+        else:
+            with_finding[kind] = with_finding.get(kind, 0) + n
+            per_step[(step, kind)] = per_step.get((step, kind), 0) + n
+    reasons = queries.skip_reasons(session=session, run_id=run_id)
+    base = f"{run_url(run_id)}/rollouts"
+    table = []
+    for kind, c in checks.REGISTRY.items():
+        table.append({"kind": kind, "label": c.label, "scope": c.scope, "severity": c.severity, "rule": c.doc,
+                      "rollouts": with_finding.get(kind, 0), "skipped": undecided.get(kind, 0),
+                      "checked": max(0, n_rollouts - undecided.get(kind, 0)),
+                      "skip_reasons": [{"reason": m, "count": n} for m, n in reasons.get(kind, [])],
+                      "url": f"{base}?{urlencode({'flag': kind})}"})
+    return table, per_step
 
 
 def rollouts_page(session: Session, run_id: str, filters: queries.RolloutFilters, after: str | None,
@@ -116,12 +152,19 @@ def rollouts_page(session: Session, run_id: str, filters: queries.RolloutFilters
     base = f"{run_url(run_id)}/rollouts" + (".json" if twin else "")
     params = {**filters.as_query(), **({"limit": keep_limit} if keep_limit else {}), "after": nxt}
     present = queries.run_finding_kinds(session=session, run_id=run_id)
+    out_rows = [summary_row(r) for r in rows]
+    by_group = queries.group_kinds(session=session, run_id=run_id,
+                                   group_ids=sorted({r["group_id"] for r in out_rows if r.get("group_id") is not None}))
+    for r in out_rows:
+        kinds = sorted({checks.legacy_kind(k) for k in (r.get("flags") or [])} | set(by_group.get(r.get("group_id"), [])))
+        r["findings"] = [{"kind": k, "label": checks.label(k), "url": f"{base}?{urlencode({**filters.as_query(), 'flag': k})}"}
+                         for k in kinds]
     return {
         "run": {"id": run.id, "name": run.name, "url": run_url(run.id)},
         "filters": filters.as_query(),
         "endings": queries.ENDINGS,
         "finding_kinds": sorted(set(present) | set(queries.FINDING_KINDS)),
-        "rollouts": [summary_row(r) for r in rows],
+        "rollouts": out_rows,
         "next": nxt,
         "next_url": f"{base}?{urlencode(params)}" if nxt else None,
         "limit": limit,
@@ -213,13 +256,18 @@ def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findi
     drift_at = drift.get("index") if isinstance(drift.get("index"), int) else None
     node_findings = findings_by_node.get(node.idx, [])
     suspect = _suspected_padding(node_findings)
+    flagged = _flagged_tokens(node_findings)
+    anchors = {f["position"] for f in node_findings if f.get("anchor")}
     tokens = []
     for i in range(shown):
         tokens.append({"i": i, "id": int(ids[i]), "trained": bool(mask[i]) if mask is not None else False,
                        # a token of a message the policy did not write is never "sampled", mask or not
                        "sampled": node.role == "assistant",
                        "logprob": _at(logprobs, i), "advantage": _at(advantages, i),
-                       "piece": piece_list[i], "drift": i == drift_at, "suspect": i in suspect})
+                       "piece": piece_list[i], "drift": i == drift_at, "suspect": i in suspect,
+                       # labels of the findings that point at this token; the first token of
+                       # each finding is the target of its link
+                       "flags": flagged.get(i), "anchor": f"node-{node.idx}-t{i}" if i in anchors else None})
     n_trained = int(mask.sum()) if mask is not None else 0
     bytes_lost = any(p and p.get("lost") for p in piece_list)
     view = {
@@ -257,6 +305,34 @@ def _at(values, i: int) -> float | None:
     if values is None or i >= len(values):
         return None
     return f32(values[i])
+
+
+def _flagged_tokens(node_findings: list[dict]) -> dict[int, list[str]]:
+    """Token index → labels of the findings on a node that point at it (`detail.positions`, else
+    `position`), for checks whose position is a token."""
+    out: dict[int, list[str]] = {}
+    for f in node_findings:
+        c = checks.REGISTRY.get(f["kind"])
+        if c is None or c.at != "token":
+            continue
+        positions = (f.get("detail") or {}).get("positions")
+        if not isinstance(positions, list):
+            positions = [f["position"]] if isinstance(f["position"], int) else []
+        for p in positions[:TOKENS_INLINE]:
+            if isinstance(p, int):
+                out.setdefault(p, []).append(f["label"])
+    return out
+
+
+def _anchor(f: dict) -> str | None:
+    """The id of the element a finding points at: a token (`node-N-tP`) or a tool call
+    (`node-N-call-P`); None when it concerns the whole message or rollout."""
+    c = checks.REGISTRY.get(f["kind"])
+    if f["node"] is None or not isinstance(f["position"], int) or c is None:
+        return None
+    if c.at == "call":
+        return f"node-{f['node']}-call-{f['position']}"
+    return f"node-{f['node']}-t{f['position']}" if 0 <= f["position"] < TOKENS_INLINE else None
 
 
 def _suspected_padding(node_findings: list[dict]) -> set[int]:
@@ -358,7 +434,10 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
     link = NodeLinks(base, paths, branch, offset, limit,
                      row.attempt if attempt is not None or len(attempts) > 1 else None)
     for f in findings:
+        f["anchor"] = _anchor(f)
         f["url"] = link(f["node"])
+        if f["url"] and f["anchor"]:  # to the token or call itself, not only its message
+            f["url"] = f["url"].rsplit("#", 1)[0] + "#" + f["anchor"]
         calls = (f["detail"] or {}).get("calls") if f["kind"] == "duplicate_tool_call_id" else None
         if isinstance(calls, list):  # every call that shares the id, not only the first
             f["calls"] = [{"node": c[0], "position": c[1], "url": link(c[0])} for c in calls

@@ -38,6 +38,7 @@ class Tokenizer(SQLModel, table=True):
     kind: str  # "sentencepiece" | "tokenizer.json"
     n_vocab: int
     vocab: bytes = Field(sa_column=Column(BlobType, nullable=False))  # zlib(JSON list of [hex, special])
+    chat_template: str | None = Field(default=None, sa_column=Column(sa.Text, nullable=True))  # from tokenizer_config.json
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
 
 

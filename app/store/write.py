@@ -18,7 +18,7 @@ from app.db import models
 from app.store.prepare import _envelope, _json_safe, _node_rows, _summary, content_hash, prepare
 from app.store.quarantine import quarantine
 from app.store.groups import recheck_groups
-from ingest.checks import run_rollout_checks
+from ingest.checks import CheckContext, run_rollout_checks
 from ingest.schema import Rollout
 from ingest.source import RecordError
 
@@ -71,15 +71,16 @@ def _insert(conn: sa.Connection, table: sa.Table):
     return insert(table)
 
 
-def store_tokenizer(engine: Engine, *, sha256: str, name: str, kind: str, n_vocab: int, blob: bytes) -> None:
+def store_tokenizer(engine: Engine, *, sha256: str, name: str, kind: str, n_vocab: int, blob: bytes,
+                    chat_template: str | None = None) -> None:
     t = models.Tokenizer.__table__
     with engine.begin() as conn:
         if conn.execute(sa.select(t.c.sha256).where(t.c.sha256 == sha256)).first() is None:
             conn.execute(t.insert().values(sha256=sha256, name=name, kind=kind, n_vocab=n_vocab, vocab=blob,
-                                           created_at=models.utcnow()))
+                                           chat_template=chat_template, created_at=models.utcnow()))
 
 
-def _write_one(conn: sa.Connection, r: Rollout) -> tuple[str, int]:
+def _write_one(conn: sa.Connection, r: Rollout, context: CheckContext | None = None) -> tuple[str, int]:
     """Insert, replace or skip one prepared rollout: ("inserted" | "replaced" | "unchanged",
     number of findings)."""
     ro, det, nd, fi = (models.Rollout.__table__, models.RolloutDetail.__table__,
@@ -96,7 +97,7 @@ def _write_one(conn: sa.Connection, r: Rollout) -> tuple[str, int]:
         for table in (fi, nd, det):
             conn.execute(table.delete().where(table.c.rollout_pk == existing.pk))
         conn.execute(ro.delete().where(ro.c.pk == existing.pk))
-    checked = run_rollout_checks(r)
+    checked = run_rollout_checks(r, context)
     findings, flags = checked.all, checked.kinds()
     pk = conn.execute(ro.insert().values(**_summary(r, flags, chash)).returning(ro.c.pk)).scalar_one()
     conn.execute(det.insert().values(rollout_pk=pk, envelope=_envelope(r)))
@@ -110,7 +111,8 @@ def _write_one(conn: sa.Connection, r: Rollout) -> tuple[str, int]:
     return ("replaced" if existing is not None else "inserted"), len(checked.findings)
 
 
-def store_batch(conn: sa.Connection, rollouts: list[Rollout], seen: set | None = None) -> StoreResult:
+def store_batch(conn: sa.Connection, rollouts: list[Rollout], seen: set | None = None,
+                context: CheckContext | None = None) -> StoreResult:
     """Write one batch inside the caller's transaction, each rollout in its own savepoint.
 
     A rollout another writer inserted meanwhile is retried once (it is then unchanged or
@@ -130,7 +132,7 @@ def store_batch(conn: sa.Connection, rollouts: list[Rollout], seen: set | None =
             try:
                 with conn.begin_nested():
                     prepare(r)
-                    outcome, n_findings = _write_one(conn, r)
+                    outcome, n_findings = _write_one(conn, r, context)
                 setattr(res, outcome, getattr(res, outcome) + 1)  # counted once it is committed
                 res.findings += n_findings
                 if outcome != "unchanged" and r.group is not None:
@@ -162,10 +164,12 @@ def _raw(r: Rollout) -> str | None:
         return None
 
 
-def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=None) -> StoreResult:
+def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=None,
+          context: CheckContext | None = None) -> StoreResult:
     """Store a stream of rollouts and rejections, `BATCH` rollouts per transaction.
 
-    `on_item(item)` is called after each item (progress bars).
+    `on_item(item)` is called after each item (progress bars). `context`: the run's tokenizer
+    and chat template for the checks (None: the checks that need them say they were skipped).
     """
     total = StoreResult()
     batch: list[Rollout] = []
@@ -174,7 +178,7 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     def flush() -> None:
         if batch:
             with engine.begin() as conn:
-                done = store_batch(conn, batch, seen)
+                done = store_batch(conn, batch, seen, context)
                 recheck_groups(conn, done.groups)
                 total.add(done)
             batch.clear()

@@ -30,7 +30,7 @@ def duplicate_tool_call_id(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
                 yield Hit(f"tool-call id {cid!r} used by {n} calls", where[0][0], None, {"id": cid, "calls": where})
 
 
-@check("unanswered_tool_call", "warning", label="unanswered tool call")
+@check("unanswered_tool_call", "warning", label="unanswered tool call", at="call")
 def unanswered_tool_call(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """A tool call with no recorded result; the page shows "no result recorded". `position` is
     the call's index within its message's `tool_calls`."""
@@ -94,7 +94,7 @@ SHAPE_WORDS = {
 }
 
 
-@check("malformed_tool_arguments", "warning", label="malformed tool arguments")
+@check("malformed_tool_arguments", "warning", label="malformed tool arguments", at="call")
 def malformed_tool_arguments(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """Tool-call arguments that are not one well-formed JSON object: encoded twice, cut off, a
     bare scalar, missing, or an object where the source's API requires a string (case 21,
