@@ -19,8 +19,8 @@ from ingest.checks import CheckContext
 from ingest.formats import ReadContext
 from ingest.files import TRACE_SUFFIXES, read_records, walk
 from ingest.source import RecordError, Source, open_source
-from app.store.quarantine import quarantine
-from app.store.write import StoreResult, ensure_run, store, store_tokenizer
+from app.store.quarantine import quarantine_many
+from app.store.write import BATCH, StoreResult, ensure_run, store, store_tokenizer
 
 
 @dataclass
@@ -66,8 +66,9 @@ def register_tokenizer(engine: Engine, path: Path, added: dict[int, str] | None 
 
 def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokenizer_key: str | None = None,
                  check_context: CheckContext | None = None, on_file: Callable[[Path, Source], None] | None = None,
-                 on_item: Callable[[object], None] | None = None) -> IngestReport:
-    """Ingest every file under `paths`. `on_file`/`on_item` drive progress displays.
+                 on_item: Callable[[object], None] | None = None, batch_size: int = BATCH) -> IngestReport:
+    """Ingest every file under `paths`, `batch_size` rollouts per transaction
+    (`ROLLSCOPE_WORKER__BATCH_SIZE`). `on_file`/`on_item` drive progress displays.
 
     A file given explicitly that cannot be read, or that no reader recognises, is rejected and
     quarantined (line None). In a folder, a file with a trace file's suffix that cannot be parsed
@@ -84,8 +85,9 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
             source = open_source(path)
             reader = formats.detect(source)
             if reader is None:
-                raise RecordError(str(path), None, None,
-                                  "no reader recognises this file (formats: " + ", ".join(formats.names()) + ")")
+                from ingest.formats.registry import explain
+
+                raise RecordError(str(path), None, None, explain(source))
         except RecordError as exc:
             # Named on the command line: rejected. Found in a folder: a broken file with a trace
             # file's name (.json, .jsonl, .csv) is rejected too; anything else is skipped (not a trace).
@@ -100,7 +102,7 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
 
         try:
             result = store(engine, read_records(reader, source, ctx, file_errors), on_item=on_item,
-                           context=check_context)
+                           batch_size=batch_size, context=check_context)
         except Exception as exc:  # noqa: BLE001 - one file must not stop the others
             err = RecordError(str(path), source.last_line, None,
                               f"ingest of this file stopped: {type(exc).__name__}: {exc}", source.last_raw)
@@ -120,4 +122,4 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
 def _reject_file(engine: Engine, report: IngestReport, err: RecordError) -> None:
     report.errors.append(err)
     with engine.begin() as conn:
-        quarantine(conn, err)
+        quarantine_many(conn, [err])

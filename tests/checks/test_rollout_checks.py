@@ -3,9 +3,14 @@ from __future__ import annotations
 
 import pytest
 
-from app.store.prepare import prepare
+from app.store.prepare import prepare as _prepare
 from ingest.checks import REGISTRY, run_rollout_checks
 from ingest.schema import Rollout
+
+
+def prepare(r):
+    """Derive the ending as the store does (in place) and return the rollout."""
+    return _prepare(r).rollout
 
 
 def node(role, ids=(), mask=None, logprobs=None, parent="auto", **msg):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.store.prepare import prepare
+from app.store.prepare import prepare as _prepare
 from ingest.chat_template import TemplateError, load_config, render
 from ingest.checks import CheckContext, run_rollout_checks
 from ingest.checks.context import load_context
@@ -17,6 +17,11 @@ from ingest.schema import Rollout
 from tests.conftest import FIXTURES
 
 FOLDER = FIXTURES / "tokenizers" / "tiny-qwen3"
+
+
+def prepare(r):
+    """Derive the ending as the store does (in place) and return the rollout."""
+    return _prepare(r).rollout
 
 
 @pytest.fixture(scope="module")
