@@ -55,7 +55,7 @@ def ingest(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders (walked recursively).", exists=True)],
     run: Annotated[str | None, typer.Option(help="Run id for records that name none (default: the file's folder name).")] = None,
     step: Annotated[int | None, typer.Option(help="Training step for records that carry none.", min=0, max=INT32_MAX)] = None,
-    tokenizer: Annotated[Path | None, typer.Option(help="tokenizer.json or SentencePiece .model of the run.", exists=True)] = None,
+    tokenizer: Annotated[Path | None, typer.Option(help="tokenizer.json or SentencePiece .model of the run, or its folder / tokenizer_config.json (keeps the chat template for the template checks).", exists=True)] = None,
     added_token: Annotated[list[str], typer.Option("--added-token", help="Extra vocabulary entry ID=PIECE (repeatable).")] = [],  # noqa: B006
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List every file, skipped file and rejection.")] = False,
 ) -> None:
@@ -80,10 +80,13 @@ def ingest(
                                      param_hint="--run") from None
 
     engine = _engine()
-    key = None
+    key = check_context = None
     if tokenizer is not None:
+        from ingest.checks.context import load_context
+
         try:
             key = register_tokenizer(engine, tokenizer, _parse_added(added_token))
+            check_context = load_context(tokenizer, _parse_added(added_token))
         except ValueError as exc:
             console.print(Text.assemble(("error: ", "red"), str(exc)), soft_wrap=True)
             raise typer.Exit(2) from None
@@ -102,7 +105,8 @@ def ingest(
             progress.update(current["task"], completed=current["source"].position)
 
         report = ingest_paths(engine, paths, ReadContext(run_id=run, step=step), tokenizer_key=key,
-                              on_file=on_file, on_item=on_item, batch_size=get_settings().worker.batch_size)
+                              check_context=check_context, on_file=on_file, on_item=on_item,
+                              batch_size=get_settings().worker.batch_size)
     total, errors, skipped = report.total, report.errors, report.skipped
     rows = [(f.path, f.format, f.result) for f in report.files]
 
