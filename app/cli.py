@@ -168,6 +168,46 @@ def quarantine(
     out.print(table if counts else Text("nothing quarantined"))
 
 
+@app.command()
+def worker(
+    spool: Annotated[list[Path], typer.Option("--spool", help="A folder collectors write trace files into "
+                                              "(repeatable; default ROLLSCOPE_WORKER__SPOOL_DIR). Created if missing.")] = [],  # noqa: B006
+    poll: Annotated[float, typer.Option(help="Seconds between looks at the folders when nothing is left to read.",
+                                        min=0.05, max=60)] = 0.5,
+    torn_after: Annotated[float, typer.Option(help="Seconds a file must stop growing before a last line without "
+                                              "its newline is reported as torn and skipped.", min=0.1)] = 30.0,
+    once: Annotated[bool, typer.Option("--once", help="Read what is there, then exit (no tailing).")] = False,
+) -> None:
+    """Ingest trace files from spool folders as collectors append to them, exactly once.
+
+    Appended JSONL lines are read as they arrive (a partial last line waits for its newline),
+    .gz files are read as streams, other files once they stop changing. Each file's offset is
+    committed with the rows it produced, so a restart resumes exactly there; renamed, rotated,
+    truncated and deleted files are followed. SIGTERM stops cleanly. On Postgres several workers
+    may share the folders; on SQLite one worker writes.
+    """
+    from app.config import get_settings
+    from app.worker.run import WorkerLocked, run, sqlite_lock, stop_on_signals
+
+    dirs = spool or [get_settings().worker.spool_dir]
+    for d in dirs:
+        d.mkdir(parents=True, exist_ok=True)
+    engine = _engine()
+    try:
+        lock = sqlite_lock(engine)
+    except WorkerLocked as exc:
+        console.print(Text.assemble(("error: ", "red"), str(exc)), soft_wrap=True)
+        raise typer.Exit(2) from None
+    stop = stop_on_signals()
+    console.print(f"worker: reading {', '.join(str(d) for d in dirs)}", markup=False, soft_wrap=True)
+    n = run(engine, dirs, stop=stop, poll=poll, once=once, torn_after=torn_after,
+            batch_lines=get_settings().worker.batch_size,
+            log=lambda msg: console.print(msg, markup=False, soft_wrap=True))
+    console.print(f"worker: stopped after {n} commits", markup=False, soft_wrap=True)
+    if lock is not None:
+        lock.close()
+
+
 token_app = typer.Typer(no_args_is_help=True, help="API tokens: create, list, revoke (app/auth.py).")
 app.add_typer(token_app, name="token")
 
