@@ -99,7 +99,7 @@ def ingest(
     run: Annotated[str | None, typer.Option(help="Run id applied to every record, overriding the record's own "
                                             "run (default: the record's run, else the file's folder name).")] = None,
     step: Annotated[int | None, typer.Option(help="Training step for records that carry none.", min=0, max=INT32_MAX)] = None,
-    tokenizer: Annotated[Path | None, typer.Option(help="tokenizer.json or SentencePiece .model of the run.", exists=True)] = None,
+    tokenizer: Annotated[Path | None, typer.Option(help="tokenizer.json or SentencePiece .model of the run, or its folder / tokenizer_config.json (keeps the chat template for the template checks).", exists=True)] = None,
     added_token: Annotated[list[str], typer.Option("--added-token", help="Extra vocabulary entry ID=PIECE (repeatable).")] = [],  # noqa: B006
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List every file, skipped file and rejection.")] = False,
     retry_quarantined: Annotated[bool, typer.Option("--retry-quarantined", help="Also read again every file that "
@@ -139,10 +139,13 @@ def ingest(
         paths += [p for p in again if p not in paths]
     if not paths:
         raise typer.BadParameter("give files or folders to ingest, or --retry-quarantined", param_hint="PATHS")
-    key = None
+    key = check_context = None
     if tokenizer is not None:
+        from ingest.checks.context import load_context
+
         try:
             key = register_tokenizer(engine, tokenizer, _parse_added(added_token))
+            check_context = load_context(tokenizer, _parse_added(added_token))
         except ValueError as exc:
             console.print(Text.assemble(("error: ", "red"), str(exc)), soft_wrap=True)
             raise typer.Exit(2) from None
@@ -161,7 +164,8 @@ def ingest(
             progress.update(current["task"], completed=current["source"].position)
 
         report = ingest_paths(engine, paths, ReadContext(run_id=run, step=step), tokenizer_key=key,
-                              on_file=on_file, on_item=on_item, batch_size=get_settings().worker.batch_size)
+                              check_context=check_context, on_file=on_file, on_item=on_item,
+                              batch_size=get_settings().worker.batch_size)
     total, errors, skipped = report.total, report.errors, report.skipped
     rows = [(f.path, f.format, f.result) for f in report.files]
 

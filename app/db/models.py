@@ -38,6 +38,7 @@ class Tokenizer(SQLModel, table=True):
     kind: str  # "sentencepiece" | "tokenizer.json"
     n_vocab: int
     vocab: bytes = Field(sa_column=Column(BlobType, nullable=False))  # zlib(JSON list of [hex, special])
+    chat_template: str | None = Field(default=None, sa_column=Column(sa.Text, nullable=True))  # from tokenizer_config.json
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
 
 
@@ -77,6 +78,8 @@ class Rollout(SQLModel, table=True):
     ending_detail: str | None = None
     reward: float | None = None  # NULL when missing or non-finite; see reward_status
     reward_status: str = "ok"  # ok | nan | inf | unscored
+    advantage: float | None = None  # the advantage the source recorded (ingest.advantages.recorded_advantage)
+    advantage_estimator: str | None = Field(default=None, max_length=40)  # as the source declares it
     stop_condition: str | None = None
     policy_version_min: int | None = None
     policy_version_max: int | None = None

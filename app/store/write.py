@@ -32,6 +32,7 @@ from app.db import models
 from app.db.engine import insert_for as _insert
 from app.store.prepare import FINDING_COLUMNS, NODE_COLUMNS, Identity, Prepared, prepare_or_error, storage_error
 from app.store.groups import recheck_groups
+from ingest.checks import CheckContext
 from app.store.quarantine import quarantine_many
 from ingest.schema import Rollout
 from ingest.source import RecordError
@@ -106,12 +107,13 @@ def ensure_run(conn: sa.Connection, run_id: str, *, name: str | None = None, typ
         conn.execute(t.update().where(t.c.id == run_id).values(tokenizer_sha256=tokenizer_sha256))
 
 
-def store_tokenizer(engine: Engine, *, sha256: str, name: str, kind: str, n_vocab: int, blob: bytes) -> None:
+def store_tokenizer(engine: Engine, *, sha256: str, name: str, kind: str, n_vocab: int, blob: bytes,
+                    chat_template: str | None = None) -> None:
     t = models.Tokenizer.__table__
     with engine.begin() as conn:
         if conn.execute(sa.select(t.c.sha256).where(t.c.sha256 == sha256)).first() is None:
             conn.execute(t.insert().values(sha256=sha256, name=name, kind=kind, n_vocab=n_vocab, vocab=blob,
-                                           created_at=models.utcnow()))
+                                           chat_template=chat_template, created_at=models.utcnow()))
 
 
 # --- the batch path ---------------------------------------------------------------------------
@@ -373,8 +375,8 @@ def _with_retries(engine: Engine, write, in_transaction, last_item, total: Store
     raise AssertionError("unreachable")
 
 def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=None,
-          batch_size: int = BATCH, in_transaction: Callable[[sa.Connection, object], None] | None = None
-          ) -> StoreResult:
+          batch_size: int = BATCH, in_transaction: Callable[[sa.Connection, object], None] | None = None,
+          context: CheckContext | None = None) -> StoreResult:
     """Store a stream of rollouts and rejections, `batch_size` rollouts per transaction.
 
     Rollouts are prepared (rows, checks, hash) before the transaction opens. Rejections are
@@ -382,7 +384,8 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     each item is read (progress bars). `in_transaction(conn, last_item)` is called inside each
     batch's transaction after its rows are written (the worker stores its file offsets there, so
     rows and offset commit together). A rollout repeating an identity already seen in this call
-    is counted in `repeated`; the later one wins.
+    is counted in `repeated`; the later one wins. `context`: the run's tokenizer and chat template
+    for the checks (None: the checks that need them record that they could not decide).
     """
     total = StoreResult()
     pending: list[Rollout] = []
@@ -398,7 +401,7 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
         prepared: list[Prepared] = []
         failed: list[RecordError] = []  # rollouts that cannot be stored at all
         for r in pending:
-            p = prepare_or_error(r)
+            p = prepare_or_error(r, context)
             (failed if isinstance(p, RecordError) else prepared).append(p)
         batch_errors = errors + failed
         try:
