@@ -405,7 +405,8 @@ def main() -> None:
     if debug:
         sys.argv.remove("--debug")
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # click returns a command's exit code instead of exiting
+        raise SystemExit(code if isinstance(code, int) else 0)
     except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
     except click_exceptions() as exc:

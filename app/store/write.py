@@ -183,7 +183,7 @@ def _executemany(conn: sa.Connection, table: sa.Table, columns: tuple[str, ...],
 
 
 def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordError], *,
-                known_runs: set[str] | None = None) -> StoreResult:
+                known_runs: set[str] | None = None, quarantined_files: set[str] | None = None) -> StoreResult:
     """Write prepared rollouts (distinct identities) and quarantine `errors`, in the caller's
     transaction, with a constant number of statements. Raises on any database error: the
     caller rolls back and uses `write_one_by_one`."""
@@ -206,7 +206,8 @@ def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordE
             todo.append(p)
         deleted = _delete(conn, replaced)
         inserted = _insert_rows(conn, todo)
-        res.cleared = _clear_landed(conn, inserted)
+        res.cleared = _clear_landed(conn, inserted if quarantined_files is None
+                                    else [r for r in inserted if r["source_file"] in quarantined_files])
         res.replaced, res.inserted = len(replaced), len(todo) - len(replaced)
         res.findings = sum(p.n_findings for p in todo)
         res.runs = {p.identity[0] for p in batch}
@@ -344,6 +345,18 @@ def write_in(conn: sa.Connection, prepared: list[Prepared], errors: list[RecordE
 RETRY_WAITS = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)  # about 30 s for a database to come back
 
 
+def _quarantined_files(conn: sa.Connection, prepared: list[Prepared], checked: set[str], found: set[str]) -> set[str]:
+    """The batch's source files that have quarantine entries, looked up once per file per call
+    (so a batch of an unquarantined file spends no statement on clearing)."""
+    new = {p.summary["source_file"] for p in prepared if p.summary["source_file"]} - checked
+    if new:
+        Q = models.Quarantine.__table__
+        found |= set(conn.execute(sa.select(Q.c.source_file).where(Q.c.source_file.in_(sorted(new))).distinct())
+                     .scalars())
+        checked |= new
+    return found
+
+
 def database_gone(exc: BaseException) -> bool:
     """A lost or refused connection (a restart, a network cut), not a problem of the data."""
     if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
@@ -393,6 +406,8 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     identities: set[Identity] = set()  # of `pending`
     seen: set[Identity] = set()  # in this call
     known_runs: set[str] = set()
+    files_checked: set[str] = set()  # source files whose quarantine entries were looked up
+    quarantined_files: set[str] = set()  # ... and those that have some (records landing clear them)
     last: list[object] = [None]
 
     def flush() -> None:
@@ -405,8 +420,10 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
             (failed if isinstance(p, RecordError) else prepared).append(p)
         batch_errors = errors + failed
         try:
-            res = _with_retries(engine, lambda conn: write_batch(conn, prepared, batch_errors, known_runs=known_runs),
-                                in_transaction, last[0], total)
+            res = _with_retries(engine, lambda conn: write_batch(
+                conn, prepared, batch_errors, known_runs=known_runs,
+                quarantined_files=_quarantined_files(conn, prepared, files_checked, quarantined_files)),
+                in_transaction, last[0], total)
         except Exception as exc:  # noqa: BLE001 - the fallback isolates the one that failed
             if database_gone(exc):
                 raise  # retried already: the database is down, writing row by row cannot help
