@@ -23,12 +23,14 @@ from __future__ import annotations
 from typing import Annotated
 from urllib.parse import unquote
 
-from fastapi import APIRouter, HTTPException, Path, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse
 from pydantic import BeforeValidator, Field
 
 from app import urls
-from app.deps import SessionDep
+from app.deps import RefuseUnknownQuery, SessionDep
+from app.errors import ApiError
+from app.queries import findings as q_findings
 from app.queries import groups as q_groups
 from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
@@ -43,7 +45,7 @@ from app.views.rollouts import rollouts_page
 from app.views.runs import run_page, runs_page
 from ingest.schema import content_text
 
-router = APIRouter(tags=["pages"])
+router = APIRouter(tags=["pages"], dependencies=[RefuseUnknownQuery])
 
 
 def _blank_is_none(v):
@@ -57,6 +59,21 @@ OptCount = Annotated[Count | None, BeforeValidator(_blank_is_none)]
 OptFloat = Annotated[Annotated[float, Field(allow_inf_nan=False)] | None, BeforeValidator(_blank_is_none)]
 OptStr = Annotated[str | None, BeforeValidator(_blank_is_none)]
 OptLimit = Annotated[Annotated[int, Field(ge=1, le=1000)] | None, BeforeValidator(_blank_is_none)]
+
+
+def check_rollout_filters(session, run_id: str, *, ending: str | None, flag: str | None, after: str | None) -> None:
+    """422 for a value no rollout can have: an unknown ending or finding kind (`flag=bogus`
+    would otherwise answer an empty list), or a cursor this API did not make."""
+    if ending is not None and ending not in ENDINGS:
+        raise ApiError(422, f"ending must be one of {', '.join(ENDINGS)}", field="ending")
+    if flag is not None and flag not in q_findings.FINDING_KINDS and \
+            flag not in q_findings.run_finding_kinds(session=session, run_id=run_id):
+        raise ApiError(422, f"flag must be a finding kind: {', '.join(q_findings.FINDING_KINDS)}", field="flag")
+    if after:
+        try:
+            decode_cursor(after)
+        except ValueError:
+            raise ApiError(422, "after: not a cursor from this API", field="after") from None
 
 
 def _twin(value: str, exists) -> tuple[str, bool]:
@@ -79,7 +96,8 @@ def index() -> RedirectResponse:
 @router.get("/runs.json")
 def runs(request: Request, session: SessionDep):
     """All runs: rollouts, steps, mean reward (errors scored 0 / dropped) and ending counts per run."""
-    return respond(request, "runs.html", runs_page(session), json=wants_json(request))
+    json = wants_json(request)
+    return respond(request, "runs.html", runs_page(session, json=json), json=json)
 
 
 @router.get("/quarantine")
@@ -101,7 +119,7 @@ def node_text(session: SessionDep, run_id: str, rollout_pk: Annotated[Count, Pat
     other parts named (`[image_url]`), as in the page's preview (ingest.schema.content_text)."""
     node = get_node(session=session, run_id=unquote(run_id), rollout_pk=rollout_pk, idx=idx)
     if node is None:
-        raise HTTPException(404, "not found")
+        raise ApiError(404, "not found")
     text = content_text((node.message or {}).get("content"))
     return PlainTextResponse(text, headers={"X-Content-Type-Options": "nosniff",
                                                      "Content-Security-Policy": "default-src 'none'"})
@@ -122,7 +140,7 @@ def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
     want_json = wants_json(request, js)
     data = rollout_page(session, unquote(run_id), rollout_id, web=request.app.state.settings.web,
                         branch=branch or 0, offset=offset or 0, attempt=attempt,
-                        all_tokens=want_json or tokens == "all")
+                        all_tokens=want_json or tokens == "all", json=want_json)
     return respond(request, "rollout.html", data, json=want_json, block="messages")
 
 
@@ -136,8 +154,8 @@ def group(request: Request, session: SessionDep, run_id: str, group_id: str):
     other than the declared one, duplicate indices, and indices at or beyond the declared size."""
     group_id, js = _twin(group_id, lambda gid: q_groups.group_exists(session=session, run_id=unquote(run_id),
                                                                        group_id=gid))
-    return respond(request, "group.html", group_page(session, unquote(run_id), group_id),
-                   json=wants_json(request, js))
+    json = wants_json(request, js)
+    return respond(request, "group.html", group_page(session, unquote(run_id), group_id, json=json), json=json)
 
 
 @router.get("/runs/{run_id:path}/rollouts")
@@ -152,13 +170,7 @@ def rollouts(
 
     Every attempt is a row; `n_attempts` counts the attempts of its rollout id, and the row's
     `url` names its attempt (`?attempt=N`) when that is > 0 or the id has several."""
-    if ending is not None and ending not in ENDINGS:
-        raise HTTPException(422, f"ending must be one of {ENDINGS}")
-    if after:
-        try:
-            decode_cursor(after)
-        except ValueError:
-            raise HTTPException(422, "after: not a cursor from this API") from None
+    check_rollout_filters(session, unquote(run_id), ending=ending, flag=flag, after=after)
     filters = RolloutFilters(step=step, ending=ending, group=group, task=task,
                              reward_min=reward_min, reward_max=reward_max, flag=flag)
     json = wants_json(request)
@@ -172,4 +184,5 @@ def run(request: Request, session: SessionDep, run_id: str):
     """A run: per training step, counts per ending and mean reward (errors scored 0 / dropped),
     and the two charts as Plotly figure data."""
     run_id, js = _twin(run_id, lambda rid: q_runs.get_run(session=session, run_id=rid) is not None)
-    return respond(request, "run.html", run_page(session, run_id), json=wants_json(request, js))
+    json = wants_json(request, js)
+    return respond(request, "run.html", run_page(session, run_id, json=json), json=json)

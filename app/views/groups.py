@@ -108,19 +108,19 @@ def _group_warnings(members: list[dict]) -> list[str]:
     return out
 
 
-def group_page(session: Session, run_id: str, group_id: str) -> GroupPage | None:
+def group_page(session: Session, run_id: str, group_id: str, *, json: bool = False) -> GroupPage | None:
     """Siblings of one group with reward, ending and advantage under both policies; None if the
     group has no rollout in the run.
 
     A rollout id retried (several attempts) counts once: only its latest attempt in the run is a
     member and enters the baselines and the warnings; earlier attempts of the group are listed
-    in `superseded`, each with a link to its own attempt."""
+    in `superseded`, each with a link to its own attempt. Links go to the JSON twins when `json`."""
     rows = q_groups.group_members(session=session, run_id=run_id, group_id=group_id)
     if not rows:
         return None
     members, superseded = [], []
     for r in rows:
-        (members if r.latest_attempt is None or r.attempt >= r.latest_attempt else superseded).append(summary_fields(r))
+        (members if r.latest_attempt is None or r.attempt >= r.latest_attempt else superseded).append(summary_fields(r, json=json))
     keys = [f"{m['rollout_id']}#{m['attempt']}" for m in members]
     result = advantages.group_advantages([
         advantages.Member(k, m["reward"], m["ending"]) for k, m in zip(keys, members)])
@@ -137,7 +137,7 @@ def group_page(session: Session, run_id: str, group_id: str) -> GroupPage | None
 
     declared = {m["group_size"] for m in members if m.get("group_size") is not None}
     return GroupPage(
-        run=GroupRunLink(id=run_id, url=urls.run(run_id)),
+        run=GroupRunLink(id=run_id, url=urls.run(run_id, json=json)),
         group=GroupHeader(id=group_id, size=len(members), declared_size=max(declared) if declared else None,
                           steps=sorted({m["step"] for m in members if m["step"] is not None})),
         warnings=_group_warnings(members),

@@ -304,7 +304,8 @@ class NodeLinks:
     on every branch that holds it."""
 
     def __init__(self, run_id: str, rollout_id: str, paths: list[list[int]], branch: int, offset: int, limit: int,
-                 attempt: int | None):
+                 attempt: int | None, json: bool = False):
+        self.json = json
         self.run_id, self.rollout_id = run_id, rollout_id
         self.paths, self.branch, self.offset, self.limit = paths, branch, offset, limit
         self.attempt = attempt
@@ -322,7 +323,8 @@ class NodeLinks:
         return self._first.get(idx)
 
     def page_url(self, branch: int, offset: int, **more) -> str:
-        return urls.rollout(self.run_id, self.rollout_id, branch=branch, offset=offset, attempt=self.attempt, **more)
+        return urls.rollout(self.run_id, self.rollout_id, json=self.json, branch=branch, offset=offset,
+                            attempt=self.attempt, **more)
 
     def __call__(self, idx) -> str | None:
         if not isinstance(idx, int):
@@ -346,13 +348,14 @@ class _ParentOnly:
 
 
 def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSettings, branch: int = 0,
-                 offset: int = 0, attempt: int | None = None, all_tokens: bool = False) -> RolloutPage | None:
+                 offset: int = 0, attempt: int | None = None, all_tokens: bool = False,
+                 json: bool = False) -> RolloutPage | None:
     """The rollout page: header, findings, branches, one page (`web.messages_per_page`) of the
     messages of one branch. None if there is no such rollout (or attempt).
 
     `attempt=None` shows the latest attempt. Every attempt of the rollout id is listed with its
     link (the one shown marked `current`); when there are several, the page's own links (branches,
-    pages, nodes) name the attempt shown."""
+    pages, nodes) name the attempt shown. Links go to the JSON twins when `json`."""
     limit = web.messages_per_page
     row = q_rollouts.get_rollout(session=session, run_id=run_id, rollout_id=rollout_id, attempt=attempt)
     if row is None:
@@ -361,7 +364,8 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
     tries = q_rollouts.rollout_attempts(session=session, run_id=run_id, rollout_id=rollout_id)
     attempts = [{"attempt": a.attempt, "step": a.step, "ending": a.ending, "ending_detail": a.ending_detail,
                  "reward": num(a.reward), "reward_status": a.reward_status,
-                 "url": urls.rollout(run_id, rollout_id, attempt=a.attempt if pins_attempt(a.attempt, len(tries)) else None),
+                 "url": urls.rollout(run_id, rollout_id, json=json,
+                                     attempt=a.attempt if pins_attempt(a.attempt, len(tries)) else None),
                  "current": a.attempt == row.attempt, "latest": i == len(tries) - 1}
                 for i, a in enumerate(tries)]
     run = q_runs.get_run(session=session, run_id=run_id)
@@ -379,7 +383,7 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
     branch = max(0, min(branch, len(paths) - 1)) if paths else 0
     path = paths[branch] if paths else []
     link = NodeLinks(run_id, rollout_id, paths, branch, offset, limit,
-                     row.attempt if attempt is not None or len(attempts) > 1 else None)
+                     row.attempt if attempt is not None or len(attempts) > 1 else None, json)
     for f in findings:
         f["url"] = link(f["node"])
         calls = (f["detail"] or {}).get("calls") if f["kind"] == "duplicate_tool_call_id" else None
@@ -414,10 +418,10 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
         node_views.append(v)
     model_calls = [dict(c, node_url=link(c.get("node"))) if isinstance(c, dict) else c
                    for c in envelope.get("calls", [])]
-    summary = summary_fields(row, n_attempts=len(attempts))
+    summary = summary_fields(row, n_attempts=len(attempts), json=json)
     nxt = offset + limit if offset + limit < len(path) else None
     return RolloutPage.model_validate({
-        "run": {"id": run_id, "name": run.name if run else None, "url": urls.run(run_id), "tokenizer": bool(vocab)},
+        "run": {"id": run_id, "name": run.name if run else None, "url": urls.run(run_id, json=json), "tokenizer": bool(vocab)},
         "rollout": summary,
         "attempts": attempts,
         "ending": envelope.get("ending", {"type": summary["ending"]}),

@@ -35,18 +35,19 @@ class RolloutsPage(PageModel):
 def rollouts_page(session: Session, run_id: str, filters: RolloutFilters, after: str | None,
                   limit: int, *, keep_limit: int | None = None, twin: bool = False) -> RolloutsPage | None:
     """One page of a run's rollouts. The next link stays on the same face (HTML or JSON twin) and
-    keeps an explicit `limit`. None if there is no such run."""
+    keeps an explicit `limit`; item links go to the JSON twins when `twin`. None if there is no
+    such run."""
     run = q_runs.get_run(session=session, run_id=run_id)
     if run is None:
         return None
     rows, nxt = q_rollouts.list_rollouts(session=session, run_id=run_id, filters=filters, after=after, limit=limit)
     present = q_findings.run_finding_kinds(session=session, run_id=run_id)
     return RolloutsPage(
-        run=RunLink(id=run.id, name=run.name, url=urls.run(run.id)),
+        run=RunLink(id=run.id, name=run.name, url=urls.run(run.id, json=twin)),
         filters=filters.as_query(),
         endings=ENDINGS,
         finding_kinds=sorted(set(present) | set(q_findings.FINDING_KINDS)),
-        rollouts=[summary_row(r) for r in rows],
+        rollouts=[summary_row(r, json=twin) for r in rows],
         next=nxt,
         next_url=urls.rollouts(run_id, json=twin, **filters.as_query(), limit=keep_limit, after=nxt) if nxt else None,
         limit=limit,

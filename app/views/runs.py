@@ -34,9 +34,10 @@ class RunsPage(PageModel):
     endings: list[str]
 
 
-def runs_page(session: Session) -> RunsPage:
-    """Every run with its counts, step range, mean rewards and ending counts."""
-    rows = [RunRow(**(r | {"created_at": iso(r["created_at"])}), url=urls.run(r["id"]))
+def runs_page(session: Session, *, json: bool = False) -> RunsPage:
+    """Every run with its counts, step range, mean rewards and ending counts; links to the JSON
+    twins when `json`."""
+    rows = [RunRow(**(r | {"created_at": iso(r["created_at"])}), url=urls.run(r["id"], json=json))
             for r in q_runs.list_runs(session=session)]
     return RunsPage(runs=rows, endings=ENDINGS)
 
@@ -89,19 +90,20 @@ class RunPage(PageModel):
     charts: RunCharts | None
 
 
-def run_page(session: Session, run_id: str) -> RunPage | None:
-    """A run: per training step, counts per ending and both means; None if there is no such run."""
+def run_page(session: Session, run_id: str, *, json: bool = False) -> RunPage | None:
+    """A run: per training step, counts per ending and both means; None if there is no such run.
+    Links go to the JSON twins when `json` (the charts' links stay on the pages)."""
     run = q_runs.get_run(session=session, run_id=run_id)
     if run is None:
         return None
     steps = q_runs.run_steps(session=session, run_id=run_id)
-    step_rows = [StepView(**s.__dict__, rates=s.rates(), url=urls.rollouts(run_id, step=s.step)) for s in steps]
+    step_rows = [StepView(**s.__dict__, rates=s.rates(), url=urls.rollouts(run_id, json=json, step=s.step)) for s in steps]
     means = q_runs.reward_means(session=session, run_ids=[run_id]).get(run_id, {})
     # Without a training step (Tunix files, tau-bench) a per-step chart has no axis to draw on.
     steps_recorded = any(s.step is not None for s in steps)
     return RunPage(
         run=RunHeader(id=run.id, name=run.name, type=run.type, tokenizer=run.tokenizer_sha256,
-                      url=urls.run(run.id), rollouts_url=urls.rollouts(run.id)),
+                      url=urls.run(run.id, json=json), rollouts_url=urls.rollouts(run.id, json=json)),
         endings=ENDINGS,
         steps=step_rows,
         steps_recorded=steps_recorded,
