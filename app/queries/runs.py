@@ -91,3 +91,19 @@ def run_steps(*, session: Session, run_id: str) -> list[StepRow]:
 def count_retries(*, session: Session, run_id: str) -> int:
     """Rollouts of the run that are a retry (attempt > 0)."""
     return session.execute(sa.select(sa.func.count()).where(R.c.run_id == run_id, R.c.attempt > 0)).scalar_one()
+
+
+def delete_run(*, session: Session, run_id: str) -> int:
+    """Delete a run and everything of it: rollouts, their details, nodes and findings (the
+    foreign keys cascade, and are deleted explicitly too so SQLite without cascades agrees).
+    Returns the number of rollouts removed; the caller commits."""
+    from app.db.models import Finding, Node, RolloutDetail
+
+    pks = sa.select(R.c.pk).where(R.c.run_id == run_id).scalar_subquery()
+    for table in (Finding.__table__, Node.__table__):
+        session.execute(table.delete().where(table.c.rollout_pk.in_(pks)))
+    D = RolloutDetail.__table__
+    session.execute(D.delete().where(D.c.rollout_pk.in_(pks)))
+    n = session.execute(R.delete().where(R.c.run_id == run_id)).rowcount
+    session.execute(Run.__table__.delete().where(Run.__table__.c.id == run_id))
+    return n

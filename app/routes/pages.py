@@ -25,18 +25,16 @@ from urllib.parse import unquote
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse
-from pydantic import BeforeValidator, Field
 
 from app import urls
 from app.deps import RefuseUnknownQuery, SessionDep
 from app.errors import ApiError
-from app.queries import findings as q_findings
+from app.params import Count, OptCount, OptFloat, OptInt, OptLimit, OptStr, check_rollout_filters
 from app.queries import groups as q_groups
 from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
-from app.queries.common import ENDINGS, INT32_MAX, INT32_MIN
 from app.queries.nodes import get_node
-from app.queries.rollouts import RolloutFilters, decode_cursor
+from app.queries.rollouts import RolloutFilters
 from app.render import respond, split_twin, wants_json
 from app.views.groups import group_page
 from app.views.quarantine import quarantine_page
@@ -48,32 +46,6 @@ from ingest.schema import content_text
 router = APIRouter(tags=["pages"], dependencies=[RefuseUnknownQuery])
 
 
-def _blank_is_none(v):
-    return None if v == "" else v
-
-
-Int32 = Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)]
-Count = Annotated[int, Field(ge=0, le=INT32_MAX)]
-OptInt = Annotated[Int32 | None, BeforeValidator(_blank_is_none)]
-OptCount = Annotated[Count | None, BeforeValidator(_blank_is_none)]
-OptFloat = Annotated[Annotated[float, Field(allow_inf_nan=False)] | None, BeforeValidator(_blank_is_none)]
-OptStr = Annotated[str | None, BeforeValidator(_blank_is_none)]
-OptLimit = Annotated[Annotated[int, Field(ge=1, le=1000)] | None, BeforeValidator(_blank_is_none)]
-
-
-def check_rollout_filters(session, run_id: str, *, ending: str | None, flag: str | None, after: str | None) -> None:
-    """422 for a value no rollout can have: an unknown ending or finding kind (`flag=bogus`
-    would otherwise answer an empty list), or a cursor this API did not make."""
-    if ending is not None and ending not in ENDINGS:
-        raise ApiError(422, f"ending must be one of {', '.join(ENDINGS)}", field="ending")
-    if flag is not None and flag not in q_findings.FINDING_KINDS and \
-            flag not in q_findings.run_finding_kinds(session=session, run_id=run_id):
-        raise ApiError(422, f"flag must be a finding kind: {', '.join(q_findings.FINDING_KINDS)}", field="flag")
-    if after:
-        try:
-            decode_cursor(after)
-        except ValueError:
-            raise ApiError(422, "after: not a cursor from this API", field="after") from None
 
 
 def _twin(value: str, exists) -> tuple[str, bool]:
