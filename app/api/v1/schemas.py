@@ -26,5 +26,5 @@ class Items(BaseModel, Generic[T]):
 
 
 ERRORS = {status: {"model": ErrorBody, "description": description} for status, description in {
-    401: "no token, or an unknown or revoked one", 403: "the token lacks the scope",
+    400: "a NUL character in the URL", 401: "no token, or an unknown or revoked one", 403: "the token lacks the scope",
     404: "no such resource", 422: "a parameter is invalid or unknown"}.items()}
