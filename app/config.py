@@ -71,8 +71,6 @@ class ApiSettings(BaseModel):
 
     page_size: PageSize = Field(100, description="default rows per API list page")
     max_page_size: PageSize = Field(1000, description="largest `limit` an API list accepts")
-    require_read_token: bool = Field(False, description="reading the API needs a `read` token too "
-                                     "(writing always needs a token)")
 
 
 class Settings(BaseSettings):

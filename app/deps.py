@@ -45,7 +45,7 @@ def refuse_unknown_query(request: Request) -> None:
     if allowed is None:
         allowed = _allowed_query[id(route)] = frozenset(_query_names(dependant))
     for name in request.query_params.keys():
-        if name not in allowed:
+        if name not in allowed and name != "token":  # `?token=`: a read token in a link (app.auth)
             takes = ", ".join(sorted(allowed)) or "none"
             raise ApiError(422, f"unknown query parameter {name!r} (this endpoint takes: {takes})",
                            field=name, code="unknown_parameter")
@@ -55,62 +55,37 @@ RefuseUnknownQuery = Depends(refuse_unknown_query)
 
 
 # --- tokens and scopes ------------------------------------------------------------------------
-# Tokens are issued, hashed and verified by app.auth (built with the live-ingest worker). Here
-# they become dependencies: the token's name goes on `request.state.token_name` for the request
-# log (app.main), and a missing scope is a 401 (no or unknown token) or 403 (too weak a token).
-
-SCOPE_ORDER = {"read": 0, "write": 1, "admin": 2}
-
-
-def _bearer(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
-    scheme, _, value = header.partition(" ")
-    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+# Tokens are issued, hashed and verified by app.auth (built with the live-ingest worker); its
+# `require(scope)` checks a request (401 without or with an unknown or revoked token, 403 when
+# the scope is too small; reading is open unless the settings lock it). Here that check also
+# puts the token's name on `request.state.token_name`, for the request log (app.main).
 
 
-def current_token(request: Request, session: SessionDep):
-    """The verified token of the request, or None when none was sent. 401 for an unknown or
-    revoked token."""
-    raw = _bearer(request)
-    if raw is None:
-        return None
-    try:
-        from app import auth
-    except ImportError:
-        auth = None
-    token = auth.verify(session, raw) if auth is not None else None
-    if token is None:
-        raise ApiError(401, "unknown or revoked token", code="unauthorized", headers={"WWW-Authenticate": "Bearer"})
-    request.state.token_name = token.name
-    return token
+def token_label(info) -> str:
+    """How a token is named in logs and as the author of labels and notes."""
+    return getattr(info, "name", None) or getattr(info, "prefix", None) or f"token-{getattr(info, 'pk', '?')}"
 
 
-def require_scope(scope: str, *, optional: bool = False):
-    """A dependency: the request's token must hold `scope` (a higher scope includes the lower:
-    admin ⊃ write ⊃ read). With `optional`, no token is fine unless the settings require one
-    for reading (`ROLLSCOPE_API__REQUIRE_READ_TOKEN`)."""
+def require_scope(scope: str):
+    """A dependency: the request's token, which must allow `scope` (admin ⊇ write ⊇ read); for
+    `read` without a token, None unless reading needs a token."""
 
-    def dependency(request: Request, token=Depends(current_token)):
-        if token is None:
-            if optional and not request.app.state.settings.api.require_read_token:
+    def dependency(request: Request):
+        try:
+            from app import auth
+        except ImportError:  # tokens not built into this checkout: only open reading works
+            if scope == "read":
                 return None
-            raise ApiError(401, f"this needs a token with the {scope!r} scope (Authorization: Bearer ...)",
-                           code="unauthorized", headers={"WWW-Authenticate": "Bearer"})
-        held = max((SCOPE_ORDER.get(s, -1) for s in _scopes(token)), default=-1)
-        if held < SCOPE_ORDER[scope]:
-            raise ApiError(403, f"token {token.name!r} lacks the {scope!r} scope", code="forbidden")
-        return token
+            raise ApiError(401, f"this needs a {scope} token, and this server has no tokens",
+                           headers={"WWW-Authenticate": "Bearer"}) from None
+        info = auth.require(scope)(request)
+        if info is not None:
+            request.state.token_name = token_label(info)
+        return info
 
     return dependency
 
 
-def _scopes(token) -> list[str]:
-    scopes = getattr(token, "scopes", None)
-    if scopes is None:
-        scopes = [getattr(token, "scope", "read")]
-    return [scopes] if isinstance(scopes, str) else list(scopes)
-
-
-ReadToken = Annotated[object | None, Depends(require_scope("read", optional=True))]
+ReadToken = Annotated[object | None, Depends(require_scope("read"))]
 WriteToken = Annotated[object, Depends(require_scope("write"))]
 AdminToken = Annotated[object, Depends(require_scope("admin"))]

@@ -98,6 +98,7 @@ def delete_run(*, session: Session, run_id: str) -> int:
     foreign keys cascade, and are deleted explicitly too so SQLite without cascades agrees).
     Returns the number of rollouts removed; the caller commits."""
     from app.db.models import Finding, Node, RolloutDetail
+    from app.queries.annotations import delete_run_annotations
 
     pks = sa.select(R.c.pk).where(R.c.run_id == run_id).scalar_subquery()
     for table in (Finding.__table__, Node.__table__):
@@ -106,4 +107,5 @@ def delete_run(*, session: Session, run_id: str) -> int:
     session.execute(D.delete().where(D.c.rollout_pk.in_(pks)))
     n = session.execute(R.delete().where(R.c.run_id == run_id)).rowcount
     session.execute(Run.__table__.delete().where(Run.__table__.c.id == run_id))
+    delete_run_annotations(session=session, run_id=run_id)
     return n

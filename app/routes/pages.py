@@ -135,7 +135,7 @@ def group(request: Request, session: SessionDep, run_id: str, group_id: str):
 def rollouts(
     request: Request, session: SessionDep, run_id: str,
     step: OptInt = None, ending: OptStr = None, group: OptStr = None, task: OptStr = None,
-    reward_min: OptFloat = None, reward_max: OptFloat = None, flag: OptStr = None,
+    reward_min: OptFloat = None, reward_max: OptFloat = None, flag: OptStr = None, label: OptStr = None,
     after: OptStr = None, limit: OptLimit = None,
 ):
     """Rollout summaries of a run, filtered, by (step, ingest order); keyset pages via `after`.
@@ -144,7 +144,7 @@ def rollouts(
     `url` names its attempt (`?attempt=N`) when that is > 0 or the id has several."""
     check_rollout_filters(session, unquote(run_id), ending=ending, flag=flag, after=after)
     filters = RolloutFilters(step=step, ending=ending, group=group, task=task,
-                             reward_min=reward_min, reward_max=reward_max, flag=flag)
+                             reward_min=reward_min, reward_max=reward_max, flag=flag, label=label)
     json = wants_json(request)
     page_size = limit or request.app.state.settings.web.page_size
     data = rollouts_page(session, unquote(run_id), filters, after, page_size, keep_limit=limit, twin=json)

@@ -77,6 +77,37 @@ class RolloutSummary(PageModel):
     n_attempts: int | None
     url: str
     group_url: str | None
+    labels: list[str] = []
+
+
+class LabelView(PageModel):
+    label: str
+    author: str
+    created_at: str | None
+
+
+class NoteView(PageModel):
+    """A note on a rollout, or on a training step (`step`), by the token named `author`."""
+
+    author: str
+    text: str
+    step: int | None = None
+    updated_at: str | None
+
+
+def note_view(row) -> NoteView:
+    return NoteView(author=row.author, text=row.text, step=row.step if row.step >= 0 else None,
+                    updated_at=iso(row.updated_at))
+
+
+def with_labels(session, run_id: str, items: list[dict]) -> list[dict]:
+    """Add each row's `labels` (distinct label names, any author), one query for the page."""
+    from app.queries.annotations import labels_of
+
+    found = labels_of(session=session, run_id=run_id, rollout_ids=[d["rollout_id"] for d in items])
+    for d in items:
+        d["labels"] = sorted({r.label for r in found.get(d["rollout_id"], [])})
+    return items
 
 
 def summary_fields(row, n_attempts: int | None = None, *, json: bool = False) -> dict:

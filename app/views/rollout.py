@@ -15,7 +15,9 @@ from app.queries import findings as q_findings
 from app.queries import nodes as q_nodes
 from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
-from app.views.common import PageModel, RolloutSummary, num, pins_attempt, summary_fields
+from app.queries import annotations as q_annotations
+from app.views.common import (LabelView, NoteView, PageModel, RolloutSummary, iso, note_view, num, pins_attempt,
+                              summary_fields, with_labels)
 from ingest.graph import branches, pair_tool_calls
 from ingest.schema import content_text
 
@@ -170,6 +172,8 @@ class RolloutPage(PageModel):
     metrics: dict[str, Any]
     extra: dict[str, Any]
     findings: list[FindingView]
+    labels: list[LabelView]
+    notes: list[NoteView]
     trains_on_nothing: bool
     has_tokens: bool
     bare_ids: bool
@@ -418,7 +422,9 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
         node_views.append(v)
     model_calls = [dict(c, node_url=link(c.get("node"))) if isinstance(c, dict) else c
                    for c in envelope.get("calls", [])]
-    summary = summary_fields(row, n_attempts=len(attempts), json=json)
+    summary = with_labels(session, run_id, [summary_fields(row, n_attempts=len(attempts), json=json)])[0]
+    labels = q_annotations.labels_of(session=session, run_id=run_id, rollout_ids=[rollout_id]).get(rollout_id, [])
+    notes = q_annotations.notes_of(session=session, run_id=run_id, rollout_id=rollout_id)
     nxt = offset + limit if offset + limit < len(path) else None
     return RolloutPage.model_validate({
         "run": {"id": run_id, "name": run.name if run else None, "url": urls.run(run_id, json=json), "tokenizer": bool(vocab)},
@@ -435,6 +441,8 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
         "metrics": envelope.get("metrics", {}),
         "extra": envelope.get("extra", {}),
         "findings": findings,
+        "labels": [{"label": r.label, "author": r.author, "created_at": iso(r.created_at)} for r in labels],
+        "notes": [note_view(n) for n in notes],
         # Tokens were recorded but none carries loss: a filter (Tunix overlong_filter) zeroed the
         # mask. Shown, but it trains on nothing.
         "trains_on_nothing": summary["n_tokens"] > 0 and summary["n_trained_tokens"] == 0 and summary["n_turns"] > 0,

@@ -9,7 +9,7 @@ from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
 from app.queries.common import ENDINGS
 from app.queries.rollouts import RolloutFilters
-from app.views.common import PageModel, RolloutSummary, summary_row
+from app.views.common import PageModel, RolloutSummary, summary_fields, with_labels
 
 
 class RunLink(PageModel):
@@ -47,7 +47,8 @@ def rollouts_page(session: Session, run_id: str, filters: RolloutFilters, after:
         filters=filters.as_query(),
         endings=ENDINGS,
         finding_kinds=sorted(set(present) | set(q_findings.FINDING_KINDS)),
-        rollouts=[summary_row(r, json=twin) for r in rows],
+        rollouts=[RolloutSummary.model_validate(d)
+                  for d in with_labels(session, run_id, [summary_fields(r, json=twin) for r in rows])],
         next=nxt,
         next_url=urls.rollouts(run_id, json=twin, **filters.as_query(), limit=keep_limit, after=nxt) if nxt else None,
         limit=limit,

@@ -8,7 +8,8 @@ from sqlmodel import Session
 from app import charts, urls
 from app.queries import runs as q_runs
 from app.queries.common import ENDINGS
-from app.views.common import PageModel, iso
+from app.queries import annotations as q_annotations
+from app.views.common import NoteView, PageModel, iso, note_view
 
 
 class RunRow(PageModel):
@@ -88,6 +89,7 @@ class RunPage(PageModel):
     steps_recorded: bool
     totals: RunTotals
     charts: RunCharts | None
+    notes: list[NoteView]  # notes on the run's training steps
 
 
 def run_page(session: Session, run_id: str, *, json: bool = False) -> RunPage | None:
@@ -115,4 +117,5 @@ def run_page(session: Session, run_id: str, *, json: bool = False) -> RunPage | 
                          retries=q_runs.count_retries(session=session, run_id=run_id)),
         charts=RunCharts(ending_rates=charts.ending_rates(run_id, steps), reward=charts.reward_trend(run_id, steps))
         if steps_recorded else None,
+        notes=[note_view(n) for n in q_annotations.notes_of(session=session, run_id=run_id)],
     )

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.api.v1 import findings, groups, rollouts, runs
+from app.api.v1 import findings, groups, labels, rollouts, runs
 from app.api.v1.schemas import ERRORS
 from app.deps import RefuseUnknownQuery
 
 router = APIRouter(prefix="/api/v1", dependencies=[RefuseUnknownQuery], responses=ERRORS)
-for module in (runs, rollouts, groups, findings):
+for module in (runs, rollouts, groups, findings, labels):
     router.include_router(module.router)

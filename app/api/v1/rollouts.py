@@ -22,7 +22,7 @@ from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
 from app.queries.rollouts import RolloutFilters
 from app.db.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
-from app.views.common import PageModel, RolloutSummary, summary_fields, summary_row
+from app.views.common import PageModel, RolloutSummary, summary_fields, with_labels
 from app.views.rollout import AttemptView, FindingView, RolloutHeader, rollout_page
 from ingest.graph import branches
 
@@ -56,12 +56,13 @@ def list_rollouts(
     flag: Annotated[str | None, Query(description="a finding kind")] = None,
     after: Annotated[str | None, Query(description="`next` of the previous page")] = None,
     limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
+    label: Annotated[str | None, Query(description="a label given to the rollout (any author)")] = None,
     fields: Annotated[str | None, Query(description="comma-separated fields of each item, e.g. "
                                         "`rollout_id,reward,ending` (default: all)")] = None,
 ):
     """A run's rollouts, filtered like the list page, ordered by (step, ingest order), one keyset
     page at a time. `reward_min`/`reward_max` are inclusive; `flag` keeps rollouts with a finding
-    of that kind."""
+    of that kind; `label` those labelled so."""
     run_id = unquote(run)
     if q_runs.get_run(session=session, run_id=run_id) is None:
         raise ApiError(404, f"no run {run_id!r}", field="run")
@@ -75,12 +76,12 @@ def list_rollouts(
                            + ", ".join(SUMMARY_FIELDS), field="fields")
     n = _limit(request, limit)
     filters = RolloutFilters(step=step, ending=ending, group=group, task=task, reward_min=reward_min,
-                             reward_max=reward_max, flag=flag)
+                             reward_max=reward_max, flag=flag, label=label)
     rows, nxt = q_rollouts.list_rollouts(session=session, run_id=run_id, filters=filters, after=after, limit=n)
-    items = []
-    for r in rows:
-        d = summary_fields(r, json=True)
-        items.append(RolloutItem(**{k: d[k] for k in chosen}))
+    full = [summary_fields(r, json=True) for r in rows]
+    if "labels" in chosen:
+        with_labels(session, run_id, full)
+    items = [RolloutItem(**{k: d[k] for k in chosen}) for d in full]
     params = {**filters.as_query(), "limit": limit, "fields": fields, "after": nxt}
     return RolloutPage(items=items, next=nxt, limit=n,
                        next_url=urls.api_rollouts(run_id, **params) if nxt else None)
