@@ -14,6 +14,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
 from app import errors, urls
+from app.auth import ReadTokenGate
 from app.api.v1 import router as api_v1
 from app.config import Settings, get_settings
 from app.db.engine import make_engine
@@ -108,6 +109,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         return templates.TemplateResponse(request, "api_docs.html", {"openapi_url": app.openapi_url})
 
+    app.add_middleware(ReadTokenGate, engine=engine, required=settings.require_read_token)
     app.add_middleware(RoutingPath)  # inside security_headers, so its 400s get the headers too
 
     @app.middleware("http")

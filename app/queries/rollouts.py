@@ -10,6 +10,7 @@ from sqlmodel import Session
 from app.db.models import RolloutDetail
 from app.queries.annotations import labelled
 from app.queries.common import INT32_MAX, INT32_MIN, R, SUMMARY_COLUMNS, attempt_columns
+from app.queries.findings import has_finding
 
 
 @dataclass
@@ -67,10 +68,7 @@ def list_rollouts(*, session: Session, run_id: str, filters: RolloutFilters, aft
     if f.reward_max is not None:
         q = q.where(R.c.reward <= f.reward_max)
     if f.flag:
-        # flags is a JSON list of kinds; a LIKE on its text form is portable and exact for
-        # quoted kind names.
-        kind = f.flag.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        q = q.where(sa.cast(R.c.flags, sa.Text).like(f'%"{kind}"%', escape="\\"))
+        q = q.where(has_finding(f.flag))
     if f.label:
         q = q.where(labelled(R.c.run_id, R.c.rollout_id, f.label))
     if after:

@@ -2,14 +2,15 @@
 (ingest/advantages.py)."""
 from __future__ import annotations
 
-from collections import Counter
 
 from sqlmodel import Session
 
 from app import urls
+from app.queries import findings as q_findings
 from app.queries import groups as q_groups
 from app.views.common import PageModel, RolloutSummary, summary_fields
-from ingest import advantages
+from app.views.rollout import CheckSkipped, FindingView, finding_view
+from ingest import advantages, checks
 
 
 class ByPolicy(PageModel):
@@ -66,7 +67,9 @@ class Excluded(PageModel):
 class GroupPage(PageModel):
     run: GroupRunLink
     group: GroupHeader
+    findings: list[FindingView]
     warnings: list[str]
+    checks_skipped: list[CheckSkipped]
     policies: Policies
     excluded: Excluded
     members: list[GroupMember]
@@ -81,31 +84,6 @@ def _no_advantage_reason(member: dict, advantage: float | None, *, drop_errors: 
     if member["ending"] == "error":
         return "error_dropped" if drop_errors else None
     return "reward_excluded"
-
-
-def _group_warnings(members: list[dict]) -> list[str]:
-    """A group that holds more members than it declares, repeats an index (the same episodes
-    ingested from several files) or has a member whose index is outside its declared size has a
-    baseline over the wrong set: say so."""
-    out = []
-    declared = sorted({m["group_size"] for m in members if m.get("group_size") is not None})
-    if len(declared) > 1:
-        out.append("members declare different sizes: " + ", ".join(str(d) for d in declared))
-    if declared and len(members) > declared[-1]:
-        out.append(f"declared size {declared[-1]} but {len(members)} members")
-    counts = Counter(m["group_index"] for m in members if m.get("group_index") is not None)
-    dupes = sorted((i, n) for i, n in counts.items() if n > 1)
-    if dupes:
-        out.append("duplicate indices " + ", ".join(f"#{i} ×{n}" for i, n in dupes))
-    outside: dict[int, set[int]] = {}  # declared size → indices at or beyond it
-    for m in members:
-        size, index = m.get("group_size"), m.get("group_index")
-        if size is not None and index is not None and index >= size:
-            outside.setdefault(size, set()).add(index)
-    for size, idxs in sorted(outside.items()):
-        out.append(f"{'index' if len(idxs) == 1 else 'indices'} " + ", ".join(f"#{i}" for i in sorted(idxs))
-                   + f" outside declared size {size}")
-    return out
 
 
 def group_page(session: Session, run_id: str, group_id: str, *, json: bool = False) -> GroupPage | None:
@@ -136,11 +114,18 @@ def group_page(session: Session, run_id: str, group_id: str, *, json: bool = Fal
         return Policy(mean=p.mean, std=p.std, n=p.n)
 
     declared = {m["group_size"] for m in members if m.get("group_size") is not None}
+    stored = q_findings.group_findings(session=session, run_id=run_id, group_id=group_id)
+    group_findings = [finding_view(f) for f in stored if f.severity != checks.SKIPPED]
     return GroupPage(
         run=GroupRunLink(id=run_id, url=urls.run(run_id, json=json)),
         group=GroupHeader(id=group_id, size=len(members), declared_size=max(declared) if declared else None,
                           steps=sorted({m["step"] for m in members if m["step"] is not None})),
-        warnings=_group_warnings(members),
+        # Group-scope findings, stored at ingest (ingest/checks/groups.py); `warnings` keeps
+        # their messages, the shape this twin had before the checks registry.
+        findings=group_findings,
+        warnings=[f["message"] for f in group_findings],
+        checks_skipped=[{"kind": f.kind, "label": checks.label(f.kind), "reason": f.message}
+                        for f in stored if f.severity == checks.SKIPPED],
         policies=Policies(errors_as_zero=pol(result["errors_as_zero"]), errors_dropped=pol(result["errors_dropped"])),
         excluded=Excluded(count=len(result["excluded"]), of=len(members)),
         members=[GroupMember.model_validate(m) for m in members],

@@ -18,10 +18,9 @@ from app.queries import runs as q_runs
 from app.queries import annotations as q_annotations
 from app.views.common import (LabelView, NoteView, PageModel, RolloutSummary, iso, note_view, num, pins_attempt,
                               summary_fields, with_labels)
+from ingest import checks
 from ingest.graph import branches, pair_tool_calls
 from ingest.schema import content_text
-
-FINDING_LABELS = {"bytes_lost_upstream": "bytes lost upstream"}
 
 
 # --- models ---------------------------------------------------------------------------------
@@ -68,6 +67,21 @@ class FindingView(PageModel):
     detail: dict[str, Any] | None
     url: str | None = None
     calls: list[CallRef] | None = None
+
+
+class CheckSkipped(PageModel):
+    """A check that could not decide on this rollout or group, and why (it never passes silently)."""
+
+    kind: str
+    label: str
+    reason: str
+
+
+def finding_view(f) -> dict:
+    """A stored finding as page data; old stored kinds are read under their registered kind."""
+    kind = checks.legacy_kind(f.kind)
+    return {"kind": kind, "label": checks.label(kind), "severity": f.severity,
+            "node": f.node_idx, "position": f.position, "message": f.message, "detail": f.detail}
 
 
 class ToolCallView(PageModel):
@@ -174,6 +188,7 @@ class RolloutPage(PageModel):
     findings: list[FindingView]
     labels: list[LabelView]
     notes: list[NoteView]
+    checks_skipped: list[CheckSkipped]
     trains_on_nothing: bool
     has_tokens: bool
     bare_ids: bool
@@ -294,8 +309,9 @@ def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findi
         "bytes_lost": bytes_lost,
         # The bytes_lost_upstream finding already names this on the node: one badge, not two.
         "bytes_lost_badge": bytes_lost and not any(f["kind"] == "bytes_lost_upstream" for f in node_findings),
-        "empty_response": node.role == "assistant" and not text.strip() and not msg.get("tool_calls")
-                          and not (msg.get("reasoning_content") or "").strip(),
+        # Shown only where the stored check fired (it deliberately skips a turn whose source
+        # recorded tokens but no text): pages never recompute a check.
+        "empty_response": any(f["kind"] == "empty_response" for f in node_findings),
         "findings": node_findings,
         "extra": {k: v for k, v in extra.items() if k not in ("token_bytes",)},
     }
@@ -374,9 +390,10 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
                 for i, a in enumerate(tries)]
     run = q_runs.get_run(session=session, run_id=run_id)
     envelope = q_rollouts.get_envelope(session=session, rollout_pk=pk)
-    findings = [{"kind": f.kind, "label": FINDING_LABELS.get(f.kind, f.kind), "severity": f.severity,
-                 "node": f.node_idx, "position": f.position, "message": f.message, "detail": f.detail}
-                for f in q_findings.get_findings(session=session, rollout_pk=pk)]
+    stored = q_findings.get_findings(session=session, rollout_pk=pk)
+    findings = [finding_view(f) for f in stored if f.severity != checks.SKIPPED]
+    skipped = [{"kind": f.kind, "label": checks.label(f.kind), "reason": f.message}
+               for f in stored if f.severity == checks.SKIPPED]
     findings_by_node: dict[int, list] = {}
     for f in findings:
         if f["node"] is not None:
@@ -443,6 +460,7 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
         "findings": findings,
         "labels": [{"label": r.label, "author": r.author, "created_at": iso(r.created_at)} for r in labels],
         "notes": [note_view(n) for n in notes],
+        "checks_skipped": skipped,
         # Tokens were recorded but none carries loss: a filter (Tunix overlong_filter) zeroed the
         # mask. Shown, but it trains on nothing.
         "trains_on_nothing": summary["n_tokens"] > 0 and summary["n_trained_tokens"] == 0 and summary["n_turns"] > 0,

@@ -18,7 +18,7 @@ from ingest import formats
 from ingest.formats import ReadContext
 from ingest.files import TRACE_SUFFIXES, read_records, walk
 from ingest.source import RecordError, Source, open_source
-from app.store.quarantine import quarantine
+from app.store.quarantine import quarantine_many
 from app.store.write import BATCH, StoreResult, ensure_run, store, store_tokenizer
 
 
@@ -78,8 +78,9 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
             source = open_source(path)
             reader = formats.detect(source)
             if reader is None:
-                raise RecordError(str(path), None, None,
-                                  "no reader recognises this file (formats: " + ", ".join(formats.names()) + ")")
+                from ingest.formats.registry import explain
+
+                raise RecordError(str(path), None, None, explain(source))
         except RecordError as exc:
             # Named on the command line: rejected. Found in a folder: a broken file with a trace
             # file's name (.json, .jsonl, .csv) is rejected too; anything else is skipped (not a trace).
@@ -114,4 +115,4 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
 def _reject_file(engine: Engine, report: IngestReport, err: RecordError) -> None:
     report.errors.append(err)
     with engine.begin() as conn:
-        quarantine(conn, err)
+        quarantine_many(conn, [err])

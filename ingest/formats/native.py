@@ -1,17 +1,16 @@
 """The native format: JSONL, one `rollscope/1` rollout per line (docs/trace-format.md)."""
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 from pydantic import ValidationError
 
-from ingest.formats import ReadContext
+from ingest.formats.base import ReadContext, record_error
 from ingest.schema import SCHEMA_VERSION, Rollout
 from ingest.source import RecordError, Source
 
 NAME = "native"
-_NAMED_FIELD = re.compile(r"^([A-Za-z_][\w.\[\]]*) = ")
+EXPECTS = 'JSONL (or a JSON array) of records with `schema: "rollscope/1"`'
 
 
 def sniff(source: Source) -> bool:
@@ -23,15 +22,32 @@ def sniff(source: Source) -> bool:
 
 def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
     if source.kind == "jsonl":
-        items = source.lines()
-    else:
-        doc = source.document
-        items = enumerate(doc if isinstance(doc, list) else [doc], start=1)
-    for line, value in items:
-        if isinstance(value, RecordError):
-            yield value
-            continue
-        yield parse_record(value, source.name, line if source.kind == "jsonl" else None, ctx)
+        for line, raw in source.raw_lines():
+            rollout = _from_bytes(raw, source.name, line, ctx)
+            if rollout is None:  # the slow path names the line and field of what is wrong
+                value = source.parse_line(line, raw)
+                rollout = value if isinstance(value, RecordError) else parse_record(value, source.name, line, ctx)
+            yield rollout
+        return
+    doc = source.document
+    for _, value in enumerate(doc if isinstance(doc, list) else [doc], start=1):
+        yield parse_record(value, source.name, None, ctx)
+
+
+def _from_bytes(raw: bytes, file: str, line: int, ctx: ReadContext) -> Rollout | None:
+    """A good line validated straight from its bytes (pydantic parses and validates in one pass,
+    about a third faster than parse then validate); None for anything else, which `parse_record`
+    then reports."""
+    try:
+        rollout = Rollout.model_validate_json(raw)
+    except ValueError:
+        return None
+    if rollout.schema_ != SCHEMA_VERSION or "schema_" not in rollout.model_fields_set:
+        return None
+    if ctx.run_id:
+        rollout.run.id = ctx.run_id
+    rollout.source = {"format": NAME, "file": file, "line": line}
+    return rollout
 
 
 def parse_record(value: object, file: str, line: int | None, ctx: ReadContext) -> Rollout | RecordError:
@@ -45,28 +61,13 @@ def parse_record(value: object, file: str, line: int | None, ctx: ReadContext) -
     try:
         rollout = Rollout.model_validate(value)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "string_pattern_mismatch":
-            msg = "ids must not contain control characters (tab, newline, NUL, ...)"
-        field = field_path(err["loc"])
-        # A whole-record check (graph shape) names its field first: "nodes[3].parent = 9: ...".
-        named = _NAMED_FIELD.match(msg)
-        if named:
-            field = ".".join(x for x in (field, named.group(1)) if x)
-        return RecordError(file, line, field or None, msg)
+        return record_error(file, line, None, exc)
     if ctx.run_id:
         rollout.run.id = ctx.run_id
     rollout.source = {"format": NAME, "file": file, "line": line}
     return rollout
 
 
-def field_path(loc: tuple) -> str:
-    """pydantic's error location as a readable path: ("nodes", 3, "parent") → "nodes[3].parent"."""
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
 
 
 def write_line(rollout: Rollout) -> bytes:

@@ -1,14 +1,14 @@
 """labels and notes on rollouts and steps, per token
 
 Revision ID: 0003_webcore
-Revises: 0002
+Revises: 0003_worker
 """
 from alembic import op
 import sqlalchemy as sa
 
 
 revision = '0003_webcore'
-down_revision = '0002'
+down_revision = '0003_worker'
 branch_labels = None
 depends_on = None
 
