@@ -78,7 +78,10 @@ def require_scope(scope: str):
                 return None
             raise ApiError(401, f"this needs a {scope} token, and this server has no tokens",
                            headers={"WWW-Authenticate": "Bearer"}) from None
-        info = auth.require(scope)(request)
+        # A token sent with a read is checked even when reading is open: a wrong token is a
+        # misconfigured client (401), and a right one names the request in the log.
+        sent = auth.bearer(request) is not None
+        info = auth.require(scope, optional_for_read=not sent)(request)
         if info is not None:
             request.state.token_name = token_label(info)
         return info

@@ -118,7 +118,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         request.state.token_name = None
         start = time.perf_counter()
         response = await call_next(request)
-        access_log.info("%s %s %d %.1fms token=%s", request.method, request.url.path, response.status_code,
+        raw = request.scope.get("raw_path")  # as sent: an id's %2F stays visible
+        path = raw.decode("latin-1") if raw else request.url.path
+        access_log.info("%s %s %d %.1fms token=%s", request.method, path, response.status_code,
                         (time.perf_counter() - start) * 1000, request.state.token_name or "-")
         return response
 
