@@ -91,7 +91,7 @@ class HeadAsGet:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app for `settings` (default: from the environment); migrates the database."""
     settings = settings or get_settings()
-    engine = make_engine(settings.db.url)
+    engine = make_engine(settings.db.url, pool_size=settings.db.pool_size, max_overflow=settings.db.max_overflow)
     upgrade(engine)
     app = FastAPI(title="Rollscope API", version="1.0.0", description=API_DESCRIPTION,
                   openapi_url="/api/openapi.json", docs_url=None, redoc_url=None)
