@@ -4,7 +4,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPBearer
 from sqlmodel import Session
 
 from app.config import Settings
@@ -61,6 +62,11 @@ RefuseUnknownQuery = Depends(refuse_unknown_query)
 # puts the token's name on `request.state.token_name`, for the request log (app.main).
 
 
+# Declares `Authorization: Bearer` in the OpenAPI document (the Authorize button of /api/docs);
+# app.auth reads the header itself.
+BEARER = HTTPBearer(auto_error=False, description="an API token: `rollscope token create --scope read|write|admin`")
+
+
 def token_label(info) -> str:
     """How a token is named in logs and as the author of labels and notes."""
     return getattr(info, "name", None) or getattr(info, "prefix", None) or f"token-{getattr(info, 'pk', '?')}"
@@ -70,7 +76,7 @@ def require_scope(scope: str):
     """A dependency: the request's token, which must allow `scope` (admin ⊇ write ⊇ read); for
     `read` without a token, None unless reading needs a token."""
 
-    def dependency(request: Request):
+    def dependency(request: Request, _doc=Security(BEARER)):
         try:
             from app import auth
         except ImportError:  # tokens not built into this checkout: only open reading works
