@@ -284,6 +284,39 @@ def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[Re
     return res
 
 
+def prepare_all(items: Iterable[Rollout | RecordError]) -> tuple[list[Prepared], list[RecordError]]:
+    """Prepare rollouts outside any transaction: (prepared, rejections). A rollout that cannot
+    be prepared becomes a rejection naming its file and line."""
+    prepared: list[Prepared] = []
+    errors: list[RecordError] = []
+    for item in items:
+        p = item if isinstance(item, RecordError) else prepare_or_error(item)
+        (errors if isinstance(p, RecordError) else prepared).append(p)
+    return prepared, errors
+
+
+def write_in(conn: sa.Connection, prepared: list[Prepared], errors: list[RecordError], *,
+             known_runs: set[str] | None = None) -> StoreResult:
+    """Write prepared rollouts (distinct identities) and quarantine `errors` inside the caller's
+    transaction: the batch in one savepoint, one rollout per savepoint if that fails (the worker
+    commits its file offset in the same transaction). Of rollouts with the same identity the
+    later wins (counted in `repeated`)."""
+    last = {p.identity: p for p in prepared}
+    repeated = len(prepared) - len(last)
+    prepared = list(last.values()) if repeated else prepared
+    try:
+        with conn.begin_nested():
+            res = write_batch(conn, prepared, errors, known_runs=known_runs)
+    except Exception as exc:  # noqa: BLE001 - the fallback isolates the one that failed
+        if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+            raise  # the database went away: writing row by row cannot help
+        res = write_one_by_one(conn, prepared, errors)
+        res.fallbacks += 1
+    res.batches += 1
+    res.repeated += repeated
+    return res
+
+
 # --- the stream -------------------------------------------------------------------------------
 
 def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=None,

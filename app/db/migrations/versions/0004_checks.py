@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 
 revision = "0004_checks"
-down_revision = "0003_checks"
+down_revision = "0004_worker"
 branch_labels = None
 depends_on = None
 
