@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ingest import endings
 from ingest.align import fill_node, fit
 from ingest.formats._openai import call_for
 from ingest.schema import Call, Message, Node, PolicySpan, Rollout, Usage
@@ -309,8 +310,13 @@ class RolloutBuilder:
         sampled = [n for n in self.nodes if n.sampled]
         if ev.output_tokens is None and token_counts_known and sampled and all(n.token_ids and n.mask for n in sampled):
             ev.output_tokens = sum(sum(1 for m in n.mask if m) for n in sampled)
+        if ev.last_output_tokens is None:
+            lc = next((c for c in reversed(self.calls) if c.error is None and c.node is not None), None)
+            if lc is not None and lc.usage is not None and lc.usage.output_tokens is not None:
+                ev.last_output_tokens = lc.usage.output_tokens
         if ev.last_finish_reason is None:
             last = next((c for c in reversed(self.calls) if c.error is None and c.finish_reason_raw), None)
             if last is not None:
                 ev.last_finish_reason = last.finish_reason_raw
+        endings.settle(rollout)
         return rollout

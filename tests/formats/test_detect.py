@@ -27,7 +27,7 @@ GENERIC = "chat"
 EXPECTED: dict[str, str | None] = {
     "tunix": "tunix",
     "tau-bench": "tau-bench",
-    "verifiers": None,        # issue 7 (formats): verifiers / prime-rl
+    "verifiers": "verifiers",
     "atif": None,             # issue 7 (formats): ATIF
     "nemo-gym": None,         # issue 7 (formats): NeMo Gym
     "atropos": None,          # issue 7 (formats): Atropos
