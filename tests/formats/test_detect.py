@@ -29,7 +29,7 @@ EXPECTED: dict[str, str | None] = {
     "tau-bench": "tau-bench",
     "verifiers": "verifiers",
     "atif": None,             # issue 7 (formats): ATIF
-    "nemo-gym": None,         # issue 7 (formats): NeMo Gym
+    "nemo-gym": "nemo-gym",
     "atropos": None,          # issue 7 (formats): Atropos
     "inspect_ai": None,       # issue 8 (agents): Inspect (.json and zipped .eval)
     "swe-agent": None,        # issue 8 (agents): SWE-agent
