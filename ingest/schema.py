@@ -125,11 +125,23 @@ class Node(Model):
     reward: float | None = Field(None, description="reward credited at this node (the step's reward r_t)")
     mc_return: float | None = Field(None, description="discounted Monte Carlo return G_t = r_t + γ·G_{t+1} at this node")
 
+    def mark_placeholders(self) -> None:
+        """Negative ids other than -1 (placeholders such as -100, -200) → -1, each kept as
+        `[position, id]` in `extra.placeholder_token_ids` so the rollout is never lost for them."""
+        if not self.token_ids or min(self.token_ids) >= TOKEN_ID_MIN:
+            return
+        bad = [[i, t] for i, t in enumerate(self.token_ids) if PLACEHOLDER_ID_MIN <= t < TOKEN_ID_MIN]
+        if not bad:
+            return
+        self.extra.setdefault("placeholder_token_ids", []).extend(bad)
+        self.token_ids = [TOKEN_ID_MIN if PLACEHOLDER_ID_MIN <= t < TOKEN_ID_MIN else t for t in self.token_ids]
+
     @model_validator(mode="after")
     def _lockstep(self) -> "Node":
         """Fit non-empty per-token arrays to `token_ids`; record the source length when they
         did not fit (the lockstep check reports it). Empty arrays mean "not given"."""
         n = len(self.token_ids)
+        self.mark_placeholders()
         if n and (min(self.token_ids) < TOKEN_ID_MIN or max(self.token_ids) > TOKEN_ID_MAX):
             bad = next(i for i, t in enumerate(self.token_ids) if not TOKEN_ID_MIN <= t <= TOKEN_ID_MAX)
             raise ValueError(f"token_ids[{bad}] = {self.token_ids[bad]}: token ids are int32 (-1 = not recorded)")
@@ -145,6 +157,12 @@ class Node(Model):
                 self.extra.setdefault("overflow", {})[name] = list(values[n:])
                 setattr(self, name, list(values[:n]))
         return self
+
+
+# Ids written into token_ids that are not tokens: -100 (the ignore-index of loss masks) and -200
+# (image placeholders, LLaVA-style). The rollout is kept: each becomes -1 ("not recorded") and
+# its position and value go to `node.extra["placeholder_token_ids"]`, which the checks read.
+PLACEHOLDER_ID_MIN = -(2**31)
 
 
 class Usage(Model):

@@ -19,6 +19,10 @@ Stable API (other readers build on it; change only by adding):
 - `b.finish(rollout, token_counts_known=True) -> Rollout`
 - `set_tokens(node, ids, sampled=..., logprobs=..., hexes=...)`, `first_divergence(expected, found)`,
   `text_from_pieces(node)`
+- `mask_runs(mask)`, `align_segments(segments, runs)`: split one flat token sequence with a loss
+  mask (Tunix Token mode, Atropos, verl) into per-message spans
+- ids that are not tokens (-100 ignore-index, -200 image placeholders) become -1, their positions
+  and values kept in `node.extra.placeholder_token_ids` (`Node.mark_placeholders`, on every path)
 """
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ def set_tokens(node: Node, ids: Sequence[int], *, sampled: bool, logprobs: Seque
     """Put `ids` on `node` with a mask (given, else 1 when `sampled`, 0 otherwise), logprobs and
     source bytes (`extra.token_bytes`, hex per token), each fitted to the tokens."""
     node.token_ids = list(ids)
+    node.mark_placeholders()
     fill_node(node, mask=mask if mask is not None else [sampled] * len(node.token_ids), logprobs=logprobs)
     if hexes is not None:
         node.extra["token_bytes"] = fit(node, "token_bytes", hexes)
@@ -66,6 +71,41 @@ def first_divergence(expected: Sequence[int], found: Sequence[int]) -> tuple[int
         if found[i] != e:
             return i, e, found[i]
     return None
+
+
+def mask_runs(mask: Sequence[int]) -> list[tuple[int, int, int]]:
+    """Maximal runs of equal mask values as (value≠0, start, end)."""
+    out: list[tuple[int, int, int]] = []
+    for i, x in enumerate(mask):
+        v = 1 if x else 0
+        if out and out[-1][0] == v:
+            out[-1] = (v, out[-1][1], i + 1)
+        else:
+            out.append((v, i, i + 1))
+    return out
+
+
+def align_segments(segments: list[tuple[str, list[int]]], runs: list[tuple[int, int, int]]) -> list[tuple[int, int]] | None:
+    """Token span (start, end) per segment, from mask runs: a run of 1s is an assistant message,
+    the run of 0s after it the observation that follows. A 0-run with no observation to take it
+    is the assistant's parser-appended end tokens. Segments after the last run may stay without
+    tokens only for the final turn (a terminal observation is not tokenized; an ENV_TIMEOUT turn
+    has no tokens). Anything else: None (do not split)."""
+    spans: list[tuple[int, int] | None] = [None] * len(segments)
+    si = 0
+    for value, start, end in runs:
+        kind = segments[si][0] if si < len(segments) else None
+        if (kind == "a" and value == 1) or (kind == "e" and value == 0):
+            spans[si] = (start, end)
+            si += 1
+        elif value == 0 and si > 0 and segments[si - 1][0] == "a" and spans[si - 1] is not None:
+            prev = spans[si - 1]
+            spans[si - 1] = (prev[0], end)  # type: ignore[index]
+        else:
+            return None
+    if len(segments) - si > 1:
+        return None
+    return [s if s is not None else (0, 0) for s in spans]
 
 
 @dataclass
@@ -138,6 +178,7 @@ class RolloutBuilder:
                     timestamp=timestamp, reward=reward, mc_return=mc_return, extra=dict(extra or {}))
         if tokens is not None:
             node.token_ids = list(tokens)
+            node.mark_placeholders()
         fill_node(node, mask=mask, logprobs=logprobs)
         if hexes is not None:
             node.extra["token_bytes"] = fit(node, "token_bytes", hexes)

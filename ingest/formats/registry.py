@@ -6,7 +6,7 @@ Atropos, Tunix...) is never taken for a plain chat transcript. Adding a format i
 """
 from __future__ import annotations
 
-from ingest.formats import chat, native, nemo_gym, tau_bench, tunix, verifiers
+from ingest.formats import atropos, chat, native, nemo_gym, tau_bench, tunix, verifiers
 from ingest.formats.base import Reader
 from ingest.source import Source
 
@@ -14,6 +14,7 @@ READERS: list[Reader] = [  # type: ignore[list-item]
     native,
     verifiers,
     nemo_gym,
+    atropos,
     tunix,
     tau_bench,
     chat,  # generic: always last

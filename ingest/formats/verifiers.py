@@ -273,6 +273,7 @@ def _node(raw: Any, i: int, policy_version: int | None) -> Node:
                 timestamp=None if ts is None else float(ts),
                 extra={k: v for k, v in raw.items() if k not in _NODE_KEYS})
     node.token_ids = ints(raw.get("token_ids"), f"{p}.token_ids") or []
+    node.mark_placeholders()
     mask = raw.get("mask")
     if mask is not None:
         if not isinstance(mask, list):

@@ -30,7 +30,7 @@ EXPECTED: dict[str, str | None] = {
     "verifiers": "verifiers",
     "atif": None,             # issue 7 (formats): ATIF
     "nemo-gym": "nemo-gym",
-    "atropos": None,          # issue 7 (formats): Atropos
+    "atropos": "atropos",
     "inspect_ai": None,       # issue 8 (agents): Inspect (.json and zipped .eval)
     "swe-agent": None,        # issue 8 (agents): SWE-agent
     "openhands": None,        # issue 8 (agents): OpenHands
