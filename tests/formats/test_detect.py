@@ -28,7 +28,7 @@ EXPECTED: dict[str, str | None] = {
     "tunix": "tunix",
     "tau-bench": "tau-bench",
     "verifiers": "verifiers",
-    "atif": None,             # issue 7 (formats): ATIF
+    "atif": "atif",
     "nemo-gym": "nemo-gym",
     "atropos": "atropos",
     "inspect_ai": None,       # issue 8 (agents): Inspect (.json and zipped .eval)
