@@ -87,6 +87,10 @@ def derive(rollout: Rollout) -> EndingInfo:
     if last is not None and last.finish_reason == "length":
         info.type = Ending.length_cut
         info.detail = info.detail or "finish_reason=length"
+    elif (last is not None and last.finish_reason == "stop" and rollout.nodes and last.node == len(rollout.nodes) - 1
+          and not rollout.nodes[-1].message.tool_calls):
+        info.type = Ending.submitted  # the trace ends with a generation that stopped by itself: an answer
+        info.detail = info.detail or f"finish_reason={last.finish_reason_raw or 'stop'}"
     return settle(rollout)
 
 

@@ -10,25 +10,24 @@ from __future__ import annotations
 import hashlib
 import math
 
-import orjson
-
 from app.db import models
 from app.db.tokenarrays import pack_bits, pack_floats, pack_ids
 from ingest.endings import derive, fill_evidence
 from ingest.graph import branches
 from ingest.schema import Rollout
+from ingest.source import dumps, loads
 
 
 def content_hash(rollout: Rollout) -> str:
     body = rollout.to_json_dict()
     body.pop("source", None)
-    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return hashlib.sha256(dumps(body, sort_keys=True)).hexdigest()
 
 
 def _json_safe(value):
     """A JSON-ready copy: strict (NaN/inf → null) and without NUL characters, which Postgres
     text and JSONB cannot hold; NUL becomes U+FFFD on every database (one rule)."""
-    return _no_nul(orjson.loads(orjson.dumps(value)))
+    return _no_nul(loads(dumps(value)))  # every digit of a big integer kept (ingest.source.dumps)
 
 
 def _no_nul(value):
