@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ingest import endings, timestamps
 from ingest.align import fill_node
 from ingest.fields import FieldError, is_number_or_none
-from ingest.formats import _openai
+from ingest.formats import _openai, _rl
 from ingest.formats._build import RolloutBuilder
 from ingest.formats.base import ReadContext, guarded
 from ingest.schema import (
@@ -239,7 +239,7 @@ def _export_row(source: Source, ctx: ReadContext, row: dict, line: int | None) -
     if is_number_or_none(reward) and reward is not None and not r.rewards and r.reward is None:
         r.reward = float(reward)
     r.extra["harbor"] = {k: v for k, v in row.items() if k != "trajectory"}
-    if isinstance(row.get("trial_name"), str) and not _rl(row["trajectory"]).get("id"):
+    if isinstance(row.get("trial_name"), str) and not _rl_of(row["trajectory"]).get("id"):
         r.id = row["trial_name"]
     return r
 
@@ -281,7 +281,7 @@ def _from_documents(source: Source, ctx: ReadContext, docs: list[dict], line: in
             raise FieldError("continued_trajectory_ref", f"segment {k + 1} fails the ATIF schema: {exc}") from None
     head, raw = trajs[0], docs[0]
     b = RolloutBuilder()
-    rl = _rl(raw)
+    rl = _rl_of(raw)
     for k, (t, doc) in enumerate(zip(trajs, docs)):
         _steps(b, t, doc, segment=k)
     rollout = Rollout(
@@ -296,14 +296,16 @@ def _from_documents(source: Source, ctx: ReadContext, docs: list[dict], line: in
                 **({"segments": len(trajs)} if len(trajs) > 1 else {})},
         extra=_trajectory_extra(head, raw, docs),
     )
-    _envelope_from_rl(rollout, rl)
-    _rewards_from_harbor(rollout, source, trajs)
-    if not rl.get("ending"):
+    if rl:  # written by `to_trajectory`: Rollscope's own fields, exactly
+        _rl.apply_envelope(rollout, rl, ctx.run_id)
+        b.calls = rollout.calls
+    else:
+        _rewards_from_harbor(rollout, source, trajs)
         rollout.ending = _ending(trajs, docs)
     return b.finish(rollout)
 
 
-def _rl(doc: dict) -> dict:
+def _rl_of(doc: dict) -> dict:
     extra = doc.get("extra")
     rl = extra.get("rollscope") if isinstance(extra, dict) else None
     return rl if isinstance(rl, dict) else {}
@@ -326,39 +328,6 @@ def _trajectory_extra(head: ATIFTrajectory, raw: dict, docs: list[dict]) -> dict
         keep["segments"] = [{k: v for k, v in d.items() if k not in ("steps", "subagent_trajectories")}
                             for d in docs[1:]]
     return keep
-
-
-def _envelope_from_rl(rollout: Rollout, rl: dict) -> None:
-    """Rollscope's own fields from `extra.rollscope` (its ATIF export), read back exactly."""
-    if not rl:
-        return
-    if isinstance(rl.get("group"), dict):
-        rollout.group = GroupRef.model_validate(rl["group"])
-    if isinstance(rl.get("policy"), dict):
-        rollout.policy = PolicySpan.model_validate(rl["policy"])
-    if isinstance(rl.get("attempt"), int):
-        rollout.attempt = rl["attempt"]
-    if isinstance(rl.get("task"), dict):
-        rollout.task = Task.model_validate(rl["task"])
-    if isinstance(rl.get("rewards"), dict):
-        rollout.rewards = {k: (None if v is None else Reward.model_validate(v)) for k, v in rl["rewards"].items()}
-    if is_number_or_none(rl.get("reward")):
-        rollout.reward = rl.get("reward")
-    for key in ("metrics", "timing"):
-        if isinstance(rl.get(key), dict):
-            setattr(rollout, key, rl[key])
-    if isinstance(rl.get("stop_condition"), str):
-        rollout.stop_condition = rl["stop_condition"]
-    if isinstance(rl.get("errors"), list):
-        rollout.errors = [Error.model_validate(e) for e in rl["errors"] if isinstance(e, dict)]
-    if isinstance(rl.get("ending"), dict):
-        rollout.ending = EndingInfo.model_validate(rl["ending"])
-    if isinstance(rl.get("episode"), dict):
-        rollout.episode = EpisodeRef.model_validate(rl["episode"])
-    if isinstance(rl.get("extra"), dict):
-        rollout.extra = rl["extra"]
-    if isinstance(rl.get("source"), dict):
-        rollout.extra["original_source"] = rl["source"]
 
 
 def _content(message: Any) -> str | list[dict] | None:
@@ -402,9 +371,7 @@ def _steps(b: RolloutBuilder, t: ATIFTrajectory, raw: dict, *, segment: int, par
         mc_return = sraw.get("mc_return") if is_number_or_none(sraw.get("mc_return")) else None
         pv = sraw.get("policy_version") if isinstance(sraw.get("policy_version"), int) else None
         if step.source == "agent":
-            calls = [_openai.tool_call(tc.tool_call_id, tc.function_name, tc.arguments,
-                                       {k2: v for k2, v in (tc.model_extra or {}).items()})
-                     for tc in step.tool_calls or []]
+            calls = [_tool_call(tc) for tc in step.tool_calls or []]
             msg = Message(role="assistant", content=_content(step.message) if step.message != "" or not calls else None,
                           reasoning_content=step.reasoning_content, tool_calls=calls or None)
             if step.message == "" and not calls:
@@ -412,7 +379,9 @@ def _steps(b: RolloutBuilder, t: ATIFTrajectory, raw: dict, *, segment: int, par
             sampled = step.llm_call_count != 0
             m = step.metrics
             tunix_tokens = sraw.get("assistant_tokens")
-            if sampled and m is not None and (m.prompt_token_ids or m.completion_token_ids is not None):
+            if srl:
+                idx = b.add(msg, sampled=sampled, timestamp=ts, extra=node_extra)
+            elif sampled and m is not None and (m.prompt_token_ids or m.completion_token_ids is not None):
                 idx = b.request(msg, m.prompt_token_ids, m.completion_token_ids, m.logprobs, timestamp=ts,
                                 extra=node_extra)
             else:
@@ -427,7 +396,7 @@ def _steps(b: RolloutBuilder, t: ATIFTrajectory, raw: dict, *, segment: int, par
             _apply_node_rl(node, srl)
             if step.is_copied_context:
                 node.mask = [False] * len(node.token_ids)
-            if sampled:
+            if sampled and not srl:
                 usage = None
                 if m is not None and (m.prompt_tokens is not None or m.completion_tokens is not None):
                     usage = Usage(input_tokens=m.prompt_tokens, output_tokens=m.completion_tokens,
@@ -438,6 +407,9 @@ def _steps(b: RolloutBuilder, t: ATIFTrajectory, raw: dict, *, segment: int, par
                 b.call(idx, finish if isinstance(finish, str) else call_rl.get("finish_reason_raw"), usage,
                        model=step.model_name, sampling=sampling or call_rl.get("sampling"),
                        **{k2: v for k2, v in call_rl.items() if k2 in ("endpoint", "policy_version")})
+            for j, res in enumerate(step.observation.results if step.observation else []):
+                _result(b, res, f"{path}.observation.results[{j}]", subagents, placed, segment)
+        elif srl.get("carrier"):  # a step written only to carry a tool result (see to_trajectory)
             for j, res in enumerate(step.observation.results if step.observation else []):
                 _result(b, res, f"{path}.observation.results[{j}]", subagents, placed, segment)
         else:
@@ -460,22 +432,27 @@ def _steps(b: RolloutBuilder, t: ATIFTrajectory, raw: dict, *, segment: int, par
 
 
 def _apply_node_rl(node: Any, srl: dict) -> None:
-    """Per-step `extra.rollscope` from Rollscope's ATIF export: the node's own token arrays."""
-    if not srl:
-        return
-    if isinstance(srl.get("token_ids"), list):
-        node.token_ids = srl["token_ids"]
-    fill_node(node, mask=srl.get("mask"), logprobs=srl.get("logprobs"), is_content=srl.get("is_content"),
-              advantages=srl.get("advantages"), reference_logprobs=srl.get("reference_logprobs"))
-    for key in ("loss_weights", "policy_version", "reward", "mc_return", "sampled"):
-        if key in srl:
-            setattr(node, key, srl[key])
-    if isinstance(srl.get("node_extra"), dict):
-        node.extra = srl["node_extra"]
-    if isinstance(srl.get("message_extra"), dict):
-        node.message.extra = srl["message_extra"]
-    if "parent" in srl:
-        node.parent = srl["parent"]
+    """Per-step `extra.rollscope` from Rollscope's ATIF export: the node's own fields, exactly."""
+    _rl.apply_node(node, srl)
+    if srl.get("content_null"):
+        node.message.content = None
+    if isinstance(srl.get("message_name"), str):
+        node.message.name = srl["message_name"]
+    if isinstance(srl.get("reasoning_content"), str):
+        node.message.reasoning_content = srl["reasoning_content"]
+
+
+def _tool_call(tc: ATIFToolCall) -> Any:
+    """An ATIF tool call; the raw argument string and id Rollscope wrote under
+    `extra.rollscope` (when the sampled text was not a JSON object) win over `arguments`."""
+    extra = dict(tc.model_extra or {})
+    inner = extra.get("extra") if isinstance(extra.get("extra"), dict) else {}
+    rl = inner.get("rollscope") if isinstance(inner.get("rollscope"), dict) else None
+    if rl is not None:
+        call = _openai.tool_call(rl.get("id"), tc.function_name, rl.get("arguments", tc.arguments), {})
+        call.extra = rl.get("tool_call_extra", {})
+        return call
+    return _openai.tool_call(tc.tool_call_id, tc.function_name, tc.arguments, extra)
 
 
 def _result(b: RolloutBuilder, res: ATIFResult, path: str, subagents: dict, placed: set, segment: int) -> None:
@@ -592,3 +569,128 @@ def _tunix_store(source: Source, ctx: ReadContext) -> Rollout:
                                  index=md["group_offset_id"] if isinstance(md.get("group_offset_id"), int) else None)
     rollout.source["layout"] = "tunix file store"
     return rollout
+
+
+# --- writing --------------------------------------------------------------------------------
+
+def _iso(ts: float | None) -> str | None:
+    from datetime import datetime, timezone
+
+    return None if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat()
+
+
+def _atif_tool_call(tc: Any, i: int, k: int) -> dict:
+    """ATIF wants an arguments object: a raw string that is one is parsed; otherwise `{}` with
+    the raw text (and the id, when the source had none) under `extra.rollscope`."""
+    parsed = _openai.parse_arguments(tc.arguments)
+    out: dict[str, Any] = {"tool_call_id": tc.id if tc.id is not None else f"call_{i}_{k}", "function_name": tc.name,
+                           "arguments": parsed.value if parsed.shape == "object" else {}}
+    out["extra"] = {"rollscope": {"arguments": tc.arguments, "id": tc.id, "tool_call_extra": tc.extra}}
+    return out
+
+
+def _step_rl(n: Any) -> dict:
+    rl = _rl.node_fields(n)
+    if n.message.content is None:
+        rl["content_null"] = True
+    if n.message.name is not None:
+        rl["message_name"] = n.message.name
+    if n.message.reasoning_content is not None and n.message.role != "assistant":
+        rl["reasoning_content"] = n.message.reasoning_content
+    return rl
+
+
+def to_trajectory(r: Rollout) -> dict[str, Any]:
+    """One rollout as an ATIF-v1.7 trajectory (Harbor RFC 0001): one agent step per assistant
+    node with its tool calls, the tool results that follow it folded into its observation, and
+    `metrics.prompt_token_ids` (the full prompt: the tokens of the path before the node) /
+    `completion_token_ids` / `logprobs`; system and user nodes as their own steps. What ATIF has
+    no field for (run, step, group, mask, advantages, ending, the exact raw tool-call text, branch
+    parents...) goes under `extra.rollscope` (ingest/formats/_rl.py) at trajectory, step and
+    result level, so reading the file back loses nothing."""
+    nodes = r.nodes
+    prefix: list[list[int]] = []
+    for n in nodes:  # tokens of the path before each node
+        before = prefix[n.parent] + nodes[n.parent].token_ids if n.parent is not None else []
+        prefix.append(before)
+    calls_by_node = {c.node: c for c in r.calls if c.node is not None}
+    steps: list[dict] = []
+    folded: set[int] = set()
+    for i, n in enumerate(nodes):
+        if i in folded:
+            continue
+        m = n.message
+        step: dict[str, Any] = {"step_id": len(steps) + 1}
+        if n.timestamp is not None:
+            step["timestamp"] = _iso(n.timestamp)
+        text = m.content if m.content is not None else ""
+        if m.role == "assistant":
+            step.update(source="agent", message=text)
+            call = calls_by_node.get(i)
+            if call is not None and call.model:
+                step["model_name"] = call.model
+            if m.reasoning_content is not None:
+                step["reasoning_content"] = m.reasoning_content
+            if m.tool_calls:
+                step["tool_calls"] = [_atif_tool_call(tc, i, k) for k, tc in enumerate(m.tool_calls)]
+            metrics: dict[str, Any] = {}
+            if call is not None and call.usage is not None:
+                if call.usage.input_tokens is not None:
+                    metrics["prompt_tokens"] = call.usage.input_tokens
+                if call.usage.output_tokens is not None:
+                    metrics["completion_tokens"] = call.usage.output_tokens
+                if call.usage.cache_read_input_tokens is not None:
+                    metrics["cached_tokens"] = call.usage.cache_read_input_tokens
+            if n.token_ids and n.sampled:
+                metrics["prompt_token_ids"] = prefix[i]
+                metrics["completion_token_ids"] = list(n.token_ids)
+                if n.logprobs:
+                    metrics["logprobs"] = list(n.logprobs)
+            if metrics:
+                step["metrics"] = metrics
+            step["llm_call_count"] = 1 if n.sampled else 0
+            results = []
+            j = i + 1
+            while j < len(nodes) and nodes[j].message.role == "tool" and nodes[j].parent == j - 1:
+                results.append(_atif_result(nodes[j]))
+                folded.add(j)
+                j += 1
+            if results:
+                step["observation"] = {"results": results}
+        elif m.role == "tool":  # a tool result not right after its call: carried by a system step
+            step.update(source="system", message="", observation={"results": [_atif_result(n)]})
+            step["extra"] = {"rollscope": {"carrier": True}}
+            steps.append(step)
+            continue
+        else:
+            step.update(source="system" if m.role == "system" else "user", message=text)
+        step["extra"] = {"rollscope": _step_rl(n)}
+        steps.append(step)
+    model = next((c.model for c in r.calls if c.model), None)
+    agent: dict[str, Any] = {"name": r.episode.agent if r.episode else "agent", "version": "rollscope/1"}
+    if model:
+        agent["model_name"] = model
+    if r.tools:
+        agent["tool_definitions"] = r.tools
+    usage = [c.usage for c in r.calls if c.usage is not None]
+    final: dict[str, Any] = {"total_steps": len(steps)}
+    if usage and all(u.input_tokens is not None for u in usage):
+        final["total_prompt_tokens"] = sum(u.input_tokens for u in usage)  # type: ignore[misc]
+    if usage and all(u.output_tokens is not None for u in usage):
+        final["total_completion_tokens"] = sum(u.output_tokens for u in usage)  # type: ignore[misc]
+    return {
+        "schema_version": "ATIF-v1.7",
+        "session_id": r.episode.id if r.episode else r.id,
+        "trajectory_id": r.id,
+        "agent": agent,
+        "steps": steps,
+        "final_metrics": final,
+        "extra": {"rollscope": _rl.envelope(r, calls=True)},
+    }
+
+
+def _atif_result(n: Any) -> dict:
+    out: dict[str, Any] = {"source_call_id": n.message.tool_call_id,
+                           "content": n.message.content if n.message.content is not None else ""}
+    out["extra"] = {"rollscope": _step_rl(n)}
+    return out

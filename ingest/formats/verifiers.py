@@ -37,7 +37,7 @@ from typing import Any
 from ingest import endings
 from ingest.align import fit
 from ingest.fields import FieldError, floats, ints, is_number_or_none
-from ingest.formats import _openai
+from ingest.formats import _openai, _rl
 from ingest.formats._build import RolloutBuilder
 from ingest.formats.base import ReadContext, guarded, id_text
 from ingest.schema import (
@@ -284,7 +284,7 @@ def _node(raw: Any, i: int, policy_version: int | None) -> Node:
         node.is_content = [bool(m) for m in fit(node, "is_content", is_content, False)]  # type: ignore[union-attr]
     for name in COMPACT:
         values = floats(raw.get(name), f"{p}.{name}")
-        if values is None or (name == "logprobs" and not values and not any(node.mask)):
+        if not values:  # absent or empty: not given
             continue
         expanded = expand(node, name, values)
         setattr(node, name, expanded)
@@ -307,8 +307,6 @@ def _usage(value: Any, path: str) -> Usage | None:
     prompt, cached = value.get("prompt_tokens"), value.get("cached_input_tokens")
     extra = {k: v for k, v in value.items() if k not in (
         "prompt_tokens", "completion_tokens", "cached_input_tokens", "reasoning_tokens", "cost")}
-    if prompt is not None:
-        extra["prompt_tokens_excludes_cache"] = True
     return Usage(input_tokens=None if prompt is None else int(prompt) + int(cached or 0),
                  output_tokens=value.get("completion_tokens"), cache_read_input_tokens=cached,
                  reasoning_output_tokens=value.get("reasoning_tokens"), cost=value.get("cost"), extra=extra)
@@ -403,6 +401,13 @@ def _rollout(source: Source, ctx: ReadContext, ep: dict, trace: Any, k: int, lin
         },
     )
     _ending(rollout, trace, agent)
+    info = trace.get("info")
+    rl = info.get("rollscope") if isinstance(info, dict) else None
+    if isinstance(rl, dict):  # written by `to_episode`: restore what verifiers has no field for
+
+        _rl.apply_envelope(rollout, rl, ctx.run_id)
+        for node, fields in zip(rollout.nodes, rl.get("nodes") or []):
+            _rl.apply_node(node, fields)
     return b.finish(rollout)
 
 
@@ -426,3 +431,123 @@ def _ending(rollout: Rollout, trace: dict, agent: dict) -> None:
             info.evidence.max_turns = src["max_turns"]
         if isinstance(src.get("max_output_tokens"), int) and info.evidence.last_output_token_cap is None:
             info.evidence.last_output_token_cap = src["max_output_tokens"]
+
+
+# --- writing --------------------------------------------------------------------------------
+
+def _vf_message(n: Node) -> dict:
+    m = n.message
+    out: dict[str, Any] = {"role": m.role}
+    if m.content is not None:
+        out["content"] = m.content
+    if m.reasoning_content is not None:
+        out["reasoning_content"] = m.reasoning_content
+    if m.tool_calls:
+        out["tool_calls"] = [{"id": tc.id, "type": "function", "name": tc.name, "arguments": tc.arguments}
+                             for tc in m.tool_calls]
+    if m.tool_call_id is not None:
+        out["tool_call_id"] = m.tool_call_id
+    if m.name is not None:
+        out["name"] = m.name
+    return out
+
+
+def _vf_node(n: Node) -> dict:
+    out: dict[str, Any] = {}
+    if n.parent is not None:
+        out["parent"] = n.parent
+    out.update(message=_vf_message(n), sampled=n.sampled, token_ids=list(n.token_ids), mask=list(n.mask),
+               is_content=list(n.is_content), logprobs=compact(n, n.logprobs) if n.logprobs else [])
+    if n.timestamp is not None:
+        out["timestamp"] = n.timestamp
+    for name in ("advantages", "reference_logprobs"):
+        values = getattr(n, name)
+        if values is not None:
+            out[name] = compact(n, values)
+    if n.loss_weights is not None:
+        out["loss_weights"] = n.loss_weights
+    return out
+
+
+def _vf_call(c: Any) -> dict:
+    out: dict[str, Any] = {"node": c.node}
+    for key in ("model", "endpoint", "sampling"):
+        if getattr(c, key) is not None:
+            out[key] = getattr(c, key)
+    out["finish_reason"] = c.finish_reason_raw or c.finish_reason
+    if c.usage is not None:
+        u = c.usage
+        usage = dict(u.extra)
+        if u.input_tokens is not None:
+            usage["prompt_tokens"] = u.input_tokens - (u.cache_read_input_tokens or 0)
+        for src, dst in (("output_tokens", "completion_tokens"), ("cache_read_input_tokens", "cached_input_tokens"),
+                         ("reasoning_output_tokens", "reasoning_tokens"), ("cost", "cost")):
+            if getattr(u, src) is not None:
+                usage[dst] = getattr(u, src)
+        out["usage"] = usage
+    if c.time is not None:
+        out["time"] = c.time.to_json_dict()
+    if c.error is not None:
+        out["error"] = c.error.to_json_dict()
+    out.update(c.extra)
+    return out
+
+
+def _rl_node(n: Node) -> dict:
+    """What a verifiers node cannot hold: extras, per-node RL fields, and any per-token array
+    with values at positions the mask leaves out (verifiers keeps only sampled positions)."""
+    fields = {k: v for k, v in _rl.node_fields(n).items()
+              if k in ("policy_version", "reward", "mc_return", "node_extra", "message_extra")}
+    for name in COMPACT:
+        values = getattr(n, name)
+        if values and (not any(n.mask) or any(v is not None and not m for v, m in zip(values, n.mask))):
+            fields[name] = values  # the compact form would not give these back
+    if n.message.tool_calls and any(tc.extra for tc in n.message.tool_calls):
+        fields["tool_call_extras"] = [tc.extra for tc in n.message.tool_calls]
+    return fields
+
+
+def to_episode(r: Rollout) -> dict[str, Any]:
+    """One rollout as a verifiers `Episode.to_record()` with one trace: the graph, calls, rewards,
+    stop condition, errors and timing in verifiers' own fields (logprobs, advantages and reference
+    logprobs compacted to the sampled tokens; `prompt_tokens` without cache reads); what verifiers
+    has no field for (attempt, group index, ending, node extras...) in `trace.info.rollscope`
+    (ingest/formats/_rl.py), which this reader reads back."""
+
+    ep_extra = r.extra.get("episode") if isinstance(r.extra.get("episode"), dict) else {}
+    task = r.task.to_json_dict() if r.task else None
+    info = dict(r.extra.get("info") or {}) if isinstance(r.extra.get("info"), dict) else {}
+    info["rollscope"] = {**_rl.envelope(r), "nodes": [_rl_node(n) for n in r.nodes]}
+    trace: dict[str, Any] = {
+        "version": r.extra.get("trace_version", 1), "id": r.id,
+        "agent": r.extra.get("agent") or {"name": r.episode.agent if r.episode else "agent",
+                                          "trainable": r.episode.trainable if r.episode else True},
+        "tools": r.tools, "nodes": [_vf_node(n) for n in r.nodes], "calls": [_vf_call(c) for c in r.calls],
+        "rewards": {k: (None if v is None else v.to_json_dict()) for k, v in r.rewards.items()},
+        "metrics": r.metrics, "info": info,
+        "errors": [e.to_json_dict() for e in r.errors], "timing": r.timing,
+    }
+    if "verifiers" in r.extra:
+        trace["verifiers"] = r.extra["verifiers"]
+    if task is not None:
+        trace["task"] = task
+    if r.stop_condition is not None:
+        trace["stop_condition"] = r.stop_condition
+    run: dict[str, Any] = {"type": r.run.type, "id": r.run.id}
+    if r.run.name:
+        run["name"] = r.run.name
+    if r.step is not None or r.policy is not None:
+        run["work"] = {"type": r.run.type, "step": r.step}
+        if r.policy is not None:
+            run["work"]["policy"] = r.policy.to_json_dict()
+    episode: dict[str, Any] = {
+        "id": r.episode.id if r.episode else r.id,
+        "env": ep_extra.get("env") or {"id": r.run.id},
+        "run": run, "ok": not r.errors and r.ending.type != endings.Ending.error,
+        "errors": ep_extra.get("errors") or [], "traces": [trace],
+    }
+    if task is not None:
+        episode["task"] = task
+    if r.group is not None:
+        episode["group"] = {"id": r.group.id}
+    return episode
