@@ -141,6 +141,38 @@ def ingest(
 
 
 @app.command()
+def export(
+    run: Annotated[str, typer.Option(help="Run to export.")],
+    out: Annotated[Path, typer.Option(help="File to write.")],
+    format: Annotated[str, typer.Option("--format", help="native | verifiers | atif | samples | parquet")] = "native",  # noqa: A002
+    step: Annotated[int | None, typer.Option(help="Only this training step.", min=0, max=INT32_MAX)] = None,
+    ending: Annotated[str | None, typer.Option(help="Only this ending (submitted, error, ...).")] = None,
+    group: Annotated[str | None, typer.Option(help="Only this group.")] = None,
+    task: Annotated[str | None, typer.Option(help="Only this task key.")] = None,
+    reward_min: Annotated[float | None, typer.Option(help="Reward at least this.")] = None,
+    reward_max: Annotated[float | None, typer.Option(help="Reward at most this.")] = None,
+    flag: Annotated[str | None, typer.Option(help="Only rollouts with a finding of this kind.")] = None,
+) -> None:
+    """Write a run's rollouts (the rollouts list's filters) as native JSONL, verifiers Episode
+    JSONL, ATIF v1.7 JSONL, flat training-sample JSONL or Parquet (docs/formats.md, "Export")."""
+    from app.queries import RolloutFilters
+    from app.store.load import iter_rollouts
+    from ingest.export import FORMATS, write
+
+    if format not in FORMATS:
+        raise typer.BadParameter(f"{format!r}: formats are {', '.join(FORMATS)}", param_hint="--format")
+    filters = RolloutFilters(step=step, ending=ending, group=group, task=task, reward_min=reward_min,
+                             reward_max=reward_max, flag=flag)
+    try:
+        n = write(iter_rollouts(_engine(), run, filters), format, out)
+    except OSError as exc:
+        console.print(Text.assemble(("error: ", "red"), f"cannot write {out}: {exc.strerror or exc}"), soft_wrap=True)
+        raise typer.Exit(2) from None
+    out_console = Console(soft_wrap=True)
+    out_console.print(Text(f"wrote {n} {'samples' if format in ('samples', 'parquet') else 'rollouts'} to {out}"))
+
+
+@app.command()
 def quarantine(
     file: Annotated[str | None, typer.Option(help="Only records from this file (the path as ingested).")] = None,
     clear: Annotated[bool, typer.Option("--clear", help="Delete the records instead of listing them.")] = False,

@@ -6,7 +6,7 @@ Atropos, Tunix...) is never taken for a plain chat transcript. Adding a format i
 """
 from __future__ import annotations
 
-from ingest.formats import atif, atropos, chat, native, nemo_gym, tau_bench, tunix, verifiers
+from ingest.formats import atif, atropos, chat, native, nemo_gym, tau_bench, tunix, verifiers, verl
 from ingest.formats.base import Reader
 from ingest.source import Source
 
@@ -16,6 +16,7 @@ READERS: list[Reader] = [  # type: ignore[list-item]
     nemo_gym,
     atropos,
     atif,
+    verl,
     tunix,
     tau_bench,
     chat,  # generic: always last

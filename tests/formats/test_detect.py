@@ -138,3 +138,12 @@ def test_native_and_tunix_shapes_are_not_taken_for_chat(tmp_path):
     assert detected("ts.json", tunix_steps) == "tunix"
     tunix_items = [[{"pair_index": 0, "group_id": 1, "start_step": 0, "traj": {"steps": []}}]]
     assert detected("ti.json", tunix_items) == "tunix"
+
+
+def test_verl_text_and_token_lines_are_detected(tmp_path):
+    text = tmp_path / "12.jsonl"
+    text.write_text(json.dumps({"input": "q", "output": "a", "gts": "4", "score": 1.0, "step": 12}) + "\n")
+    tokens = tmp_path / "dump.jsonl"
+    tokens.write_text(json.dumps({"prompt_ids": [1, 2], "response_ids": [3], "response_mask": [1]}) + "\n")
+    assert registry.detect(open_source(text)).NAME == "verl"
+    assert registry.detect(open_source(tokens)).NAME == "verl"
