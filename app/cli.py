@@ -57,6 +57,7 @@ def ingest(
     tokenizer: Annotated[Path | None, typer.Option(help="tokenizer.json or SentencePiece .model of the run.", exists=True)] = None,
     added_token: Annotated[list[str], typer.Option("--added-token", help="Extra vocabulary entry ID=PIECE (repeatable).")] = [],  # noqa: B006
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List every file, skipped file and rejection.")] = False,
+    format: Annotated[str | None, typer.Option("--format", help="Read every file with this reader instead of detecting (see docs/formats.md).")] = None,  # noqa: A002
 ) -> None:
     """Read trace files in any supported format into the store.
 
@@ -68,6 +69,11 @@ def ingest(
     from app.worker.sync import ingest_paths, register_tokenizer
     from ingest.schema import RunRef
 
+    if format is not None:
+        from ingest.formats.registry import names
+
+        if format not in names():
+            raise typer.BadParameter(f"{format!r}: formats are {', '.join(names())}", param_hint="--format")
     if added_token and tokenizer is None:
         raise typer.BadParameter("--added-token extends a tokenizer: give --tokenizer too", param_hint="--added-token")
     if run is not None:
@@ -99,7 +105,7 @@ def ingest(
         def on_item(_item):
             progress.update(current["task"], completed=current["source"].position)
 
-        report = ingest_paths(engine, paths, ReadContext(run_id=run, step=step), tokenizer_key=key,
+        report = ingest_paths(engine, paths, ReadContext(run_id=run, step=step, format=format), tokenizer_key=key,
                               on_file=on_file, on_item=on_item)
     total, errors, skipped = report.total, report.errors, report.skipped
     rows = [(f.path, f.format, f.result) for f in report.files]

@@ -147,3 +147,16 @@ def test_verl_text_and_token_lines_are_detected(tmp_path):
     tokens.write_text(json.dumps({"prompt_ids": [1, 2], "response_ids": [3], "response_mask": [1]}) + "\n")
     assert registry.detect(open_source(text)).NAME == "verl"
     assert registry.detect(open_source(tokens)).NAME == "verl"
+
+
+def test_format_option_forces_a_reader_and_refusals_list_every_format(engine, tmp_path):
+    from app.worker.sync import ingest_paths
+    from ingest.formats import ReadContext
+
+    tau = REALDATA / "tau-bench" / "gpt-4o-airline.sample.json"
+    forced = ingest_paths(engine, [tau], ReadContext(run_id="forced", format="chat"))
+    assert [f.format for f in forced.files] == ["chat"]
+    odd = write(tmp_path, "odd.json", json.dumps({"hello": "world"}))
+    report = ingest_paths(engine, [odd], ReadContext(run_id="x"))
+    (err,) = report.errors
+    assert "Formats tried" in err.message and all(f"{n}: expects" in err.message for n in registry.names())
