@@ -1,6 +1,7 @@
 """The `rollscope` command: ingest, serve, demo, schema.
 
-Configuration comes from the environment (`ROLLSCOPE_DATABASE_URL`, see app/config.py).
+Configuration comes from the environment through `get_settings()` (`ROLLSCOPE_DATABASE_URL`,
+`ROLLSCOPE_WORKER__BATCH_SIZE`, ...: app/config.py and the README's table).
 """
 from __future__ import annotations
 
@@ -28,11 +29,11 @@ console = Console(stderr=True)
 
 
 def _engine():
-    from app.config import Settings
+    from app.config import get_settings
     from app.db.engine import make_engine
     from app.db.migrate import upgrade
 
-    engine = make_engine(Settings().database_url, writer=True)
+    engine = make_engine(get_settings().db.url, writer=True)
     upgrade(engine)
     return engine
 
@@ -65,8 +66,9 @@ def ingest(
     reported with file, line and field, quarantined, and skipped; the good records around it are
     kept. Exits 1 when anything was rejected, 0 otherwise.
     """
-    from ingest.formats import ReadContext
+    from app.config import get_settings
     from app.worker.sync import ingest_paths, register_tokenizer
+    from ingest.formats import ReadContext
     from ingest.schema import RunRef
 
     if format is not None:
@@ -106,7 +108,7 @@ def ingest(
             progress.update(current["task"], completed=current["source"].position)
 
         report = ingest_paths(engine, paths, ReadContext(run_id=run, step=step, format=format), tokenizer_key=key,
-                              on_file=on_file, on_item=on_item)
+                              on_file=on_file, on_item=on_item, batch_size=get_settings().worker.batch_size)
     total, errors, skipped = report.total, report.errors, report.skipped
     rows = [(f.path, f.format, f.result) for f in report.files]
 
@@ -161,7 +163,7 @@ def export(
 ) -> None:
     """Write a run's rollouts (the rollouts list's filters) as native JSONL, verifiers Episode
     JSONL, ATIF v1.7 JSONL, flat training-sample JSONL or Parquet (docs/formats.md, "Export")."""
-    from app.queries import RolloutFilters
+    from app.queries.rollouts import RolloutFilters
     from app.store.load import iter_rollouts
     from ingest.export import FORMATS, write
 

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from app import queries
+from app.queries import rollouts as queries
 from app.db.models import Node as NodeRow
 from app.db.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
 from ingest.schema import Rollout
