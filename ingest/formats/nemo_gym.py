@@ -14,7 +14,8 @@ through `_responses` (one sampled node per model call; parallel calls paired by 
 call with no output stays unanswered; token fields present but empty mean "not recorded"; vLLM
 `output_text.logprobs` become tokens without ids). Group = `_ng_task_index`, index =
 `_ng_rollout_index`, attempt = `_ng_attempt_index` (only the latest attempt enters a group's
-baseline). Every environment field (`terminated`, `resolved`, `info`, timings...) is kept in
+baseline); ids and groups are scoped by `agent_ref.name` when present (`<agent>:task<t>-rollout<r>`,
+group `<agent>:<t>`), since one collection may mix environments whose task indices overlap. Every environment field (`terminated`, `resolved`, `info`, timings...) is kept in
 `extra`; the ending is decided by `_ending` (the table in docs/formats-nemo-gym.md).
 """
 from __future__ import annotations
@@ -106,7 +107,9 @@ def _rollout(source: Source, ctx: ReadContext, d: dict, line: int | None, prefix
     reward = d.get("reward")
     if not is_number_or_none(reward):
         raise FieldError("reward", f"expected a number or null, got {type(reward).__name__}")
-    rid = f"task{task_index}-rollout{rollout_index}" if task_index is not None and rollout_index is not None \
+    agent = d["agent_ref"].get("name") if isinstance(d.get("agent_ref"), dict) else None
+    scope = f"{agent}:" if isinstance(agent, str) and agent else ""  # one collection may mix environments
+    rid = f"{scope}task{task_index}-rollout{rollout_index}" if task_index is not None and rollout_index is not None \
         else default_id
     info: dict[str, Any] = {"format": NAME, "file": source.name, "line": line}
     if prefix:
@@ -132,7 +135,7 @@ def _rollout(source: Source, ctx: ReadContext, d: dict, line: int | None, prefix
                 metrics[f"usage.{k}"] = float(usage[k])
     rollout = Rollout(
         id=rid, run=RunRef(id=ctx.run_for(source)), step=ctx.step, attempt=attempt,
-        group=GroupRef(id=str(task_index), index=rollout_index) if task_index is not None else None,
+        group=GroupRef(id=f"{scope}{task_index}", index=rollout_index) if task_index is not None else None,
         task=Task(type=(d.get("agent_ref") or {}).get("name") if isinstance(d.get("agent_ref"), dict) else None,
                   key=None if task_index is None else str(task_index),
                   data=params.get("metadata") if params.get("metadata") is not None else d.get("instance_id")),

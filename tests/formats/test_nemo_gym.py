@@ -28,14 +28,14 @@ def read(path: Path) -> list[Rollout]:
 
 # (file, line) → (id, nodes, model calls, tool calls, tool results, sampled tokens, reward, ending, detail)
 HAND = {
-    ("anyterminal_agent_hermes.first2.jsonl", 0): ("task1-rollout0", 14, 7, 6, 6, 0, 1.0, Ending.submitted, "final assistant message"),
-    ("anyterminal_agent_hermes.first2.jsonl", 1): ("task0-rollout0", 28, 14, 13, 13, 0, 1.0, Ending.submitted, "final assistant message"),
-    ("competitive_coding_challenges.first2.jsonl", 0): ("task0-rollout1", 2, 1, 0, 0, 785, 0.0, Ending.submitted, "final assistant message"),
-    ("competitive_coding_challenges.first2.jsonl", 1): ("task0-rollout3", 2, 1, 0, 0, 959, 0.0, Ending.submitted, "final assistant message"),
+    ("anyterminal_agent_hermes.first2.jsonl", 0): ("anyterminal_hermes:task1-rollout0", 14, 7, 6, 6, 0, 1.0, Ending.submitted, "final assistant message"),
+    ("anyterminal_agent_hermes.first2.jsonl", 1): ("anyterminal_hermes:task0-rollout0", 28, 14, 13, 13, 0, 1.0, Ending.submitted, "final assistant message"),
+    ("competitive_coding_challenges.first2.jsonl", 0): ("simple_agent:task0-rollout1", 2, 1, 0, 0, 785, 0.0, Ending.submitted, "final assistant message"),
+    ("competitive_coding_challenges.first2.jsonl", 1): ("simple_agent:task0-rollout3", 2, 1, 0, 0, 959, 0.0, Ending.submitted, "final assistant message"),
     ("example_multi_step.first1.jsonl", 0): ("example_multi_step.first1#0", 9, 4, 3, 3, 0, 1.0, Ending.submitted, "final assistant message"),
-    ("grl_sokoban.first2.jsonl", 0): ("task0-rollout0", 22, 10, 0, 0, 0, 10.0, Ending.task_detected, "terminated=true"),
-    ("grl_sokoban.first2.jsonl", 1): ("task2-rollout0", 43, 20, 0, 0, 0, -2.0000000000000004, Ending.truncated, "truncated=true"),
-    ("mini_swe_agent_2.first1.jsonl", 0): ("task4-rollout0", 14, 5, 8, 7, 0, 1.0, Ending.unknown, "last item: function_call"),
+    ("grl_sokoban.first2.jsonl", 0): ("grl_sokoban_gymnasium_agent:task0-rollout0", 22, 10, 0, 0, 0, 10.0, Ending.task_detected, "terminated=true"),
+    ("grl_sokoban.first2.jsonl", 1): ("grl_sokoban_gymnasium_agent:task2-rollout0", 43, 20, 0, 0, 0, -2.0000000000000004, Ending.truncated, "truncated=true"),
+    ("mini_swe_agent_2.first1.jsonl", 0): ("mini_swe_agent_2:task4-rollout0", 14, 5, 8, 7, 0, 1.0, Ending.unknown, "last item: function_call"),
 }
 
 
@@ -59,7 +59,7 @@ def test_tokens_per_model_call_with_logprobs():
     assert len(answer.token_ids) == 785 and all(answer.mask) and len(answer.logprobs) == 785
     assert answer.message.reasoning_content  # the reasoning item's summary
     assert r.calls[0].usage.input_tokens == 109 and r.calls[0].usage.output_tokens == 785
-    assert r.group.id == "0" and r.group.index == 1
+    assert r.group.id == "simple_agent:0" and r.group.index == 1
 
 
 def test_parallel_calls_paired_by_call_id_and_final_call_unanswered():
@@ -116,6 +116,7 @@ def test_retries_are_attempts_and_only_the_latest_enters_the_group(client, engin
     p.write_text("\n".join(json.dumps(x) for x in (a0, a1, other)) + "\n")
     assert registry.detect(open_source(p)).NAME == "nemo-gym"
     assert ingest(engine, p, run="ng").ok
-    g = client.get("/runs/ng/groups/0.json").json()
+    g = client.get("/runs/ng/groups/grl_sokoban_gymnasium_agent:0.json").json()
     assert len(g["members"]) == 2 and len(g["superseded"]) == 1
-    assert {m["attempt"] for m in g["members"] if m["rollout_id"] == "task0-rollout0"} == {1}
+    assert {m["attempt"] for m in g["members"]
+            if m["rollout_id"] == "grl_sokoban_gymnasium_agent:task0-rollout0"} == {1}
