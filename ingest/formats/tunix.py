@@ -54,6 +54,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ingest import endings
 from ingest.fields import FieldError, floats, ints, is_number_or_none
 from ingest.formats import _openai
 from ingest.formats._build import RolloutBuilder, align_segments, mask_runs
@@ -473,8 +474,8 @@ def _ending(status: str | None, last: str) -> EndingInfo:
                                       "(BaseTaskEnv forces done at its max_steps), not a final answer")
         return EndingInfo(type=Ending.unknown, detail=status, message="SUCCEEDED, but the last turn is not recorded")
     if status in _STATUS_ENDINGS:
-        ending, why = _STATUS_ENDINGS[status]
-        return EndingInfo(type=ending, detail=status, message=why)
+        _, why = _STATUS_ENDINGS[status]
+        return EndingInfo(type=endings.from_reason(status), detail=status, message=why)  # the one table
     return EndingInfo(type=Ending.unknown, detail=status)
 
 

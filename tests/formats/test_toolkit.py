@@ -151,3 +151,11 @@ def test_media_parts_become_placeholders_stored_once():
     assert parts[3]["type"] == "image" and parts[3]["image_url"]["url"].startswith("https://")
     assert data not in json.dumps(parts)  # the bytes are not inlined in the content
     assert set(conv.message.extra["media"]) == {parts[1]["sha256"]}  # the same bytes, stored once
+
+
+def test_reader_specific_status_tables_agree_with_the_one_table():
+    from ingest import endings
+    from ingest.formats import tunix
+
+    for status, (ending, _) in tunix._STATUS_ENDINGS.items():
+        assert endings.from_reason(status) == ending, status
