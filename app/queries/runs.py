@@ -93,6 +93,13 @@ def count_retries(*, session: Session, run_id: str) -> int:
     return session.execute(sa.select(sa.func.count()).where(R.c.run_id == run_id, R.c.attempt > 0)).scalar_one()
 
 
+def run_version(*, session, run_id: str) -> str:
+    """A token that changes whenever a rollout of the run is stored or replaced: its count and
+    its highest pk (a replacement gets a new pk)."""
+    n, top = session.execute(sa.select(sa.func.count(), sa.func.max(R.c.pk)).where(R.c.run_id == run_id)).one()
+    return f"{n}-{top or 0}"
+
+
 def last_ingested_within(*, session, run_id: str, seconds: float) -> bool:
     """Whether the run stored a rollout in the last `seconds` (it is receiving: live pages)."""
     from datetime import timedelta

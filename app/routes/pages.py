@@ -24,7 +24,7 @@ from typing import Annotated
 from urllib.parse import unquote
 
 from fastapi import APIRouter, Path, Query, Request
-from fastapi.responses import PlainTextResponse, RedirectResponse
+from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 
 from app import urls
 from app.deps import RefuseUnknownQuery, SessionDep
@@ -152,9 +152,14 @@ def rollouts(
 
 
 @router.get("/runs/{run_id:path}")
-def run(request: Request, session: SessionDep, run_id: str):
+def run(request: Request, session: SessionDep, run_id: str,
+        since: Annotated[str | None, Query(max_length=100, include_in_schema=False)] = None):
     """A run: per training step, counts per ending and mean reward (errors scored 0 / dropped),
-    and the two charts as Plotly figure data."""
+    and the two charts as Plotly figure data. `since=<version>` (a live page polling with htmx):
+    204 when nothing changed since that version."""
     run_id, js = _twin(run_id, lambda rid: q_runs.get_run(session=session, run_id=rid) is not None)
     json = wants_json(request, js)
-    return respond(request, "run.html", run_page(session, run_id, json=json), json=json)
+    data = run_page(session, run_id, json=json)
+    if data is not None and since and since == data.version and request.headers.get("hx-request"):
+        return Response(status_code=204)  # a live page polling: nothing new, htmx keeps what it shows
+    return respond(request, "run.html", data, json=json)

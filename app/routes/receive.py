@@ -27,6 +27,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from app import urls
 from app.auth import WriteToken
+from app.errors import ErrorBody
 from app.store.prepare import prepare_or_error
 from app.store.write import BATCH, StoreResult, write_in
 from ingest.files import read_records
@@ -59,7 +60,10 @@ def _busy(retry_after: int, detail: str, status: int) -> HTTPException:
     return HTTPException(status, detail, headers={"Retry-After": str(retry_after)})
 
 
-@router.post("/ingest")
+_ERRORS = {code: {"model": ErrorBody} for code in (400, 401, 403, 413, 415, 422, 429, 503)}
+
+
+@router.post("/ingest", responses=_ERRORS)
 async def ingest(
     request: Request,
     token: WriteToken,

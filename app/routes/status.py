@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from app import urls
 from app.auth import ReadToken
 from app.db import models
+from app.errors import ErrorBody
 from app.render import respond, wants_json
 
 router = APIRouter(tags=["ingest"])
@@ -73,15 +74,15 @@ def ingest_status(engine) -> IngestStatus:
                         rollouts=rollouts)
 
 
-@router.get("/api/v1/ingest/status")
+@router.get("/api/v1/ingest/status", responses={code: {"model": ErrorBody} for code in (401, 403)})
 def status_api(request: Request, _token: ReadToken) -> IngestStatus:
     """Per source: bytes and records behind, records/s over the last minute, last error and
     quarantine count; plus totals."""
     return ingest_status(request.app.state.engine)
 
 
-@router.get("/ingest")
-@router.get("/ingest.json")
+@router.get("/ingest", include_in_schema=False)
+@router.get("/ingest.json", include_in_schema=False)
 def status_page(request: Request):
     """The ingest status page (refreshes itself every 2 s) and its JSON twin."""
     json = wants_json(request)

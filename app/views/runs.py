@@ -115,6 +115,7 @@ class RunPage(PageModel):
     notes: list[NoteView]  # notes on the run's training steps
     live: bool = False  # a rollout arrived in the last LIVE_SECONDS: the page refreshes itself every 2 s
     in_progress_step: int | None = None  # the newest step while live: more rollouts may still come
+    version: str = ""  # changes when a rollout of the run is stored or replaced (live polling)
 
 
 LIVE_SECONDS = 120  # a run that received a rollout this recently is "receiving"
@@ -137,6 +138,7 @@ def run_page(session: Session, run_id: str, *, json: bool = False) -> RunPage | 
     newest = max((s.step for s in steps if s.step is not None), default=None)
     return RunPage(
         live=live, in_progress_step=newest if live else None,
+        version=q_runs.run_version(session=session, run_id=run_id),
         run=RunHeader(id=run.id, name=run.name, type=run.type, tokenizer=run.tokenizer_sha256,
                       url=urls.run(run.id, json=json), rollouts_url=urls.rollouts(run.id, json=json)),
         endings=ENDINGS,
