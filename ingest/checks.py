@@ -9,7 +9,8 @@ Kinds (docs/checks.md):
   tokens (0.0 = probability 1; writers pad with it).
 - `token_drift` (warning): the next request's prompt is not the previous prompt plus what was
   sampled; the reader kept both sequences as branches.
-- `duplicate_tool_call_id` (warning), `unanswered_tool_call` (warning): see ingest/graph.py.
+- `duplicate_tool_call_id` (warning), `unanswered_tool_call` (warning), `ambiguous_tool_result`
+  (warning), `unpaired_tool_result` (warning): see ingest/graph.py.
 - `empty_response` (warning): an assistant message with no text, no reasoning, no tool call.
 - `invalid_logprob` (error): a logprob above 0 or not finite (or beyond float32).
 - `non_finite_reward` (error): reward is NaN or infinite; stored as NULL with reward_status.
@@ -21,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ingest.graph import branches, pair_tool_calls
+from ingest.graph import branches, pair
 from ingest.schema import Rollout
 
 REPLACEMENT_HEX = "efbfbd"
@@ -107,8 +108,10 @@ def check_tool_calls(r: Rollout) -> list[FindingData]:
     messages = [n.message.model_dump() for n in r.nodes]
     seen_unanswered: set[tuple[int, int]] = set()
     seen_dupes: set[str] = set()
+    seen_results: set[int] = set()
     for path in branches(r.nodes):
-        calls = pair_tool_calls(path, messages)
+        pairing = pair(path, messages)
+        calls = pairing.calls
         ids = Counter(c.id for c in calls if c.id)
         for cid, n in ids.items():
             if n > 1 and cid not in seen_dupes:
@@ -117,10 +120,25 @@ def check_tool_calls(r: Rollout) -> list[FindingData]:
                 out.append(FindingData("duplicate_tool_call_id", f"tool-call id {cid!r} used by {n} calls",
                                        "warning", where[0][0], None, {"id": cid, "calls": where}))
         for c in calls:
-            if c.result_node is None and (c.node, c.position) not in seen_unanswered:
+            if c.result_node is None and not c.ends_rollout and (c.node, c.position) not in seen_unanswered:
                 seen_unanswered.add((c.node, c.position))
                 out.append(FindingData("unanswered_tool_call", f"call {c.id or c.name!r} has no recorded result",
                                        "warning", c.node, c.position, {"id": c.id, "name": c.name}))
+            if c.ambiguous and c.result_node not in seen_results:
+                seen_results.add(c.result_node)
+                out.append(FindingData(
+                    "ambiguous_tool_result",
+                    f"node {c.result_node}: the result names no call id and {len(c.ambiguous)} calls could take it; "
+                    f"paired with the oldest ({c.name!r} at node {c.node})",
+                    "warning", c.result_node, None,
+                    {"paired_with": [c.node, c.position], "candidates": [list(x) for x in c.ambiguous]}))
+        for i in pairing.unpaired_results:
+            if i not in seen_results:
+                seen_results.add(i)
+                m = messages[i]
+                out.append(FindingData("unpaired_tool_result",
+                                       f"node {i}: tool result {m.get('tool_call_id') or m.get('name') or ''!r} answers no waiting call",
+                                       "warning", i, None, {"id": m.get("tool_call_id"), "name": m.get("name")}))
     return out
 
 

@@ -92,6 +92,7 @@ def _node_rows(rollout_pk: int, r: Rollout) -> list[dict]:
             rollout_pk=rollout_pk, idx=i, parent=n.parent, role=n.message.role, sampled=n.sampled,
             timestamp=_finite(n.timestamp), content_len=len(n.message.text()), message=msg,
             tool_call_id=_text(n.message.tool_call_id),
+            tool_name=_text(n.message.name) if n.message.role == "tool" else None,
             tool_calls=_json_safe([{"id": tc.id, "name": tc.name} for tc in n.message.tool_calls])
             if n.message.tool_calls else None,
             n_tokens=len(n.token_ids), token_ids=pack_ids(n.token_ids),

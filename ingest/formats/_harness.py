@@ -1,0 +1,121 @@
+"""Small pieces shared by the agent-harness readers (Inspect, SWE-agent, mini-swe-agent,
+OpenHands, OTLP): timestamps by the project's UTC rule, a message chain, synthesized calls for
+actions written as text, and OpenAI tool calls through the chat converter.
+
+The timestamp rule (docs/formats.md): an ISO string with an offset is converted to UTC; a naive
+ISO string is taken as UTC and flagged as assumed; a number is epoch seconds (or milli/micro/
+nanoseconds when it is too large to be seconds).
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+from ingest.schema import Call, Message, Node, ToolCall, Usage
+
+FINISH_REASONS = {
+    "stop": "stop", "eos": "stop", "end_turn": "stop", "stop_sequence": "stop",
+    "length": "length", "max_tokens": "length", "max_output_tokens": "length", "model_length": "length",
+    "tool_calls": "tool_call", "tool_call": "tool_call", "function_call": "tool_call", "tool_use": "tool_call",
+    "content_filter": "content_filter", "error": "error", "compaction": "compaction",
+}
+
+
+def to_epoch(value: Any) -> tuple[float | None, bool]:
+    """(epoch seconds in UTC, assumed) for an ISO-8601 string or an epoch number.
+
+    `assumed` is True when the value carried no offset and was taken as UTC. Unreadable → (None,
+    False). Numbers above 1e11 are read as ms, above 1e14 as µs, above 1e17 as ns.
+    """
+    if value is None or isinstance(value, bool):
+        return None, False
+    if isinstance(value, (int, float)):
+        v = float(value)
+        for scale in (1e17, 1e14, 1e11):
+            if abs(v) > scale:
+                v /= {1e17: 1e9, 1e14: 1e6, 1e11: 1e3}[scale]
+                break
+        return v, False
+    if isinstance(value, str):
+        text = value.strip()
+        if text.endswith("Z"):
+            text = text[:-1] + "+00:00"
+        try:
+            dt = datetime.fromisoformat(text)
+        except ValueError:
+            return None, False
+        if dt.tzinfo is None:
+            return dt.replace(tzinfo=timezone.utc).timestamp(), True
+        return dt.timestamp(), False
+    return None, False
+
+
+def finish_reason(raw: Any) -> str | None:
+    """A source finish/stop reason in the OTel enum (stop, length, tool_call, content_filter,
+    compaction, error), or None when it is not one we know (the raw value is kept beside it)."""
+    return FINISH_REASONS.get(raw.strip().lower()) if isinstance(raw, str) else None
+
+
+def arguments(args: Any) -> str:
+    """Tool-call arguments as the raw string: a string stays as written, an object is serialised."""
+    if args is None:
+        return ""
+    if isinstance(args, str):
+        return args
+    return json.dumps(args, ensure_ascii=False)
+
+
+def openai_tool_call(tc: dict) -> ToolCall:
+    """An OpenAI `{id, type, function: {name, arguments}}` (or flat `{id, name, arguments}`) call."""
+    fn = tc.get("function") if isinstance(tc.get("function"), dict) else tc
+    extra = {k: v for k, v in tc.items() if k not in ("id", "type", "function", "name", "arguments")}
+    cid = tc.get("id")
+    return ToolCall(id=None if cid is None else str(cid), name=str(fn.get("name") or ""),
+                    arguments=arguments(fn.get("arguments")), extra=extra)
+
+
+def action_call(command: str, name: str | None = None) -> ToolCall:
+    """A tool call for an action the harness parsed out of the model's text (no id was sampled):
+    `name` defaults to the command's first word, arguments `{"command": ...}`."""
+    word = command.strip().split(None, 1)[0] if command.strip() else "action"
+    return ToolCall(id=None, name=name or word, arguments=json.dumps({"command": command}, ensure_ascii=False),
+                    extra={"parsed_from_text": True})
+
+
+def usage_from(d: Any) -> Usage | None:
+    """OpenAI (`prompt_tokens`, `completion_tokens`, details) or Inspect/OTel-named usage."""
+    if not isinstance(d, dict):
+        return None
+    def num(*keys):
+        for k in keys:
+            v = d.get(k)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                return v
+        return None
+    cached = num("cache_read_input_tokens", "input_tokens_cache_read")
+    details = d.get("prompt_tokens_details")
+    if cached is None and isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+        cached = details["cached_tokens"]
+    reasoning = num("reasoning_tokens", "reasoning_output_tokens")
+    cdetails = d.get("completion_tokens_details")
+    if reasoning is None and isinstance(cdetails, dict) and isinstance(cdetails.get("reasoning_tokens"), int):
+        reasoning = cdetails["reasoning_tokens"]
+    u = Usage(input_tokens=num("input_tokens", "prompt_tokens"), output_tokens=num("output_tokens", "completion_tokens"),
+              cache_read_input_tokens=cached, reasoning_output_tokens=reasoning, cost=num("cost", "total_cost"))
+    return u if any(v is not None for v in (u.input_tokens, u.output_tokens, u.cache_read_input_tokens,
+                                            u.reasoning_output_tokens, u.cost)) else None
+
+
+class Chain:
+    """Messages chained by `parent` in order (one branch); assistant messages are sampled."""
+
+    def __init__(self) -> None:
+        self.nodes: list[Node] = []
+        self.calls: list[Call] = []
+
+    def add(self, message: Message, *, timestamp: float | None = None, sampled: bool | None = None) -> int:
+        idx = len(self.nodes)
+        self.nodes.append(Node(parent=idx - 1 if idx else None, message=message, timestamp=timestamp,
+                               sampled=message.role == "assistant" if sampled is None else sampled))
+        return idx
