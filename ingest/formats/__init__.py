@@ -39,9 +39,9 @@ class Reader(Protocol):
 
 
 def _registry() -> list[ModuleType]:
-    from ingest.formats import chat, inspect, mini_swe_agent, native, openhands, swe_agent, tunix
+    from ingest.formats import chat, inspect, mini_swe_agent, native, openhands, otlp, swe_agent, tunix
 
-    return [native, tunix, inspect, swe_agent, openhands, mini_swe_agent, chat]
+    return [native, tunix, otlp, inspect, swe_agent, openhands, mini_swe_agent, chat]
 
 
 def detect(source: Source) -> Reader | None:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
+from collections.abc import Iterator
 from typing import Any
 
 from ingest.schema import Call, Message, Node, ToolCall, Usage
+from ingest.source import Source
 
 FINISH_REASONS = {
     "stop": "stop", "eos": "stop", "end_turn": "stop", "stop_sequence": "stop",
@@ -119,3 +121,12 @@ class Chain:
         self.nodes.append(Node(parent=idx - 1 if idx else None, message=message, timestamp=timestamp,
                                sampled=message.role == "assistant" if sampled is None else sampled))
         return idx
+
+
+def documents(source: Source) -> Iterator[tuple[int | None, Any]]:
+    """The documents of a file: the one JSON document (line None), or each JSONL line's value
+    (a one-line JSON file is read as JSONL; a bad line is a RecordError value)."""
+    if source.kind == "jsonl":
+        yield from source.lines()
+    else:
+        yield None, source.document

@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ingest.formats import ReadContext
-from ingest.formats._harness import Chain, finish_reason, openai_tool_call, to_epoch, usage_from
+from ingest.formats._harness import Chain, documents, finish_reason, openai_tool_call, to_epoch, usage_from
 from ingest.schema import (
     Call,
     Ending,
@@ -83,7 +83,7 @@ def _zip_members(source: Source) -> list[str] | None:
 
 def sniff(source: Source) -> bool:
     """An EvalLog JSON document, or a zip holding `header.json` / `_journal/start.json`."""
-    if source.kind == "json":
+    if source.kind in ("json", "jsonl"):
         return _is_log(source.first)
     if source.kind == "zip":
         names = _zip_members(source) or []
@@ -97,16 +97,22 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
     if source.kind == "zip":
         yield from _read_zip(source, ctx)
         return
-    doc = source.document
-    header = {k: v for k, v in doc.items() if k != "samples"}
-    samples = doc.get("samples")
-    if samples is None:
-        return
-    if not isinstance(samples, list):
-        yield RecordError(source.name, None, "samples", f"expected a list, got {type(samples).__name__}")
-        return
-    for i, sample in enumerate(samples):
-        yield _sample(sample, header, source.name, f"samples[{i}]", ctx, source)
+    for line, doc in documents(source):
+        if isinstance(doc, RecordError):
+            yield doc
+            continue
+        if not _is_log(doc):
+            yield RecordError(source.name, line, None, "not an Inspect eval log (no `eval.task`)")
+            continue
+        header = {k: v for k, v in doc.items() if k != "samples"}
+        samples = doc.get("samples")
+        if samples is None:
+            continue
+        if not isinstance(samples, list):
+            yield RecordError(source.name, line, "samples", f"expected a list, got {type(samples).__name__}")
+            continue
+        for i, sample in enumerate(samples):
+            yield _sample(sample, header, source.name, f"samples[{i}]", ctx, source, line)
 
 
 def _read_zip(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
@@ -127,13 +133,13 @@ def _read_zip(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordErro
             except ValueError as exc:
                 yield RecordError(where, None, None, f"invalid JSON: {exc}")
                 continue
-            yield _sample(sample, header, where, None, ctx, source)
+            yield _sample(sample, header, where, None, ctx, source, None)
 
 
 def _sample(sample: Any, header: dict, file: str, path: str | None, ctx: ReadContext,
-            source: Source) -> Rollout | RecordError:
+            source: Source, line: int | None) -> Rollout | RecordError:
     def err(field: str | None, msg: str) -> RecordError:
-        return RecordError(file, None, ".".join(x for x in (path, field) if x) or None, msg)
+        return RecordError(file, line, ".".join(x for x in (path, field) if x) or None, msg)
 
     if not isinstance(sample, dict):
         return err(None, f"expected a sample object, got {type(sample).__name__}")
@@ -246,7 +252,7 @@ def _sample(sample: Any, header: dict, file: str, path: str | None, ctx: ReadCon
             tools=tools, nodes=chain.nodes, calls=chain.calls, rewards=rewards,
             reward=first.score if first is not None else None,
             ending=ending, errors=errors, timing=timing, extra=extra,
-            source={"format": NAME, "file": file, "line": None, **({"path": path} if path else {})})
+            source={"format": NAME, "file": file, "line": line, **({"path": path} if path else {})})
     except ValueError as exc:
         return err(None, str(exc))
 

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ingest.formats import ReadContext
-from ingest.formats._harness import Chain, action_call
+from ingest.formats._harness import Chain, action_call, documents
 from ingest.schema import Call, Ending, EndingInfo, Message, Rollout, RunRef
 from ingest.source import RecordError, Source
 
@@ -55,7 +55,7 @@ def _messages(value: Any) -> list | None:
 def sniff(source: Source) -> bool:
     """A message list where an assistant writes a bash block and a user message carries the
     `<returncode>` tag (or the saved form naming `trajectory_format: mini-swe-agent-*`)."""
-    if source.kind != "json":
+    if source.kind not in ("json", "jsonl"):
         return False
     d = source.first
     if isinstance(d, dict) and str(d.get("trajectory_format", "")).startswith("mini-swe-agent"):
@@ -71,7 +71,16 @@ def sniff(source: Source) -> bool:
 
 
 def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
-    doc = source.document
+    for line, doc in documents(source):
+        if isinstance(doc, RecordError):
+            yield doc
+        elif _messages(doc) is None:
+            yield RecordError(source.name, line, None, "not a mini-swe-agent message list")
+        else:
+            yield from _read_one(doc, source, ctx, line)
+
+
+def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> Iterator[Rollout | RecordError]:
     msgs = _messages(doc) or []
     info = doc.get("info") if isinstance(doc, dict) and isinstance(doc.get("info"), dict) else {}
     chain = Chain()
@@ -79,11 +88,11 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
     submitted = False
     for k, m in enumerate(msgs):
         if not isinstance(m, dict):
-            yield RecordError(source.name, None, f"messages[{k}]", f"expected a message object, got {type(m).__name__}")
+            yield RecordError(source.name, line, f"messages[{k}]", f"expected a message object, got {type(m).__name__}")
             return
         role = m.get("role")
         if role not in ("system", "user", "assistant", "tool"):
-            yield RecordError(source.name, None, f"messages[{k}].role", f"unknown role {role!r}")
+            yield RecordError(source.name, line, f"messages[{k}].role", f"unknown role {role!r}")
             return
         content = m.get("content")
         text = content if isinstance(content, str) else ""
@@ -137,8 +146,8 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
     for suffix in (".json", ".traj"):
         stem = stem.removesuffix(suffix)
     try:
-        yield Rollout(id=stem, run=RunRef(id=ctx.run_for(source), type="eval"), nodes=chain.nodes,
+        yield Rollout(id=stem if line is None else f"{stem}#{line}", run=RunRef(id=ctx.run_for(source), type="eval"), nodes=chain.nodes,
                       calls=chain.calls, ending=ending, metrics=metrics, extra=extra,
-                      source={"format": NAME, "file": source.name, "line": None})
+                      source={"format": NAME, "file": source.name, "line": line})
     except ValueError as exc:
-        yield RecordError(source.name, None, None, str(exc))
+        yield RecordError(source.name, line, None, str(exc))

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ingest.formats import ReadContext
-from ingest.formats._harness import Chain, action_call, finish_reason, openai_tool_call, to_epoch, usage_from
+from ingest.formats._harness import Chain, action_call, documents, finish_reason, openai_tool_call, to_epoch, usage_from
 from ingest.schema import Call, Ending, EndingInfo, Error, Message, Rollout, RunRef, ToolCall
 from ingest.source import RecordError, Source
 
@@ -54,14 +54,23 @@ def _is_event(e: Any) -> bool:
 
 
 def sniff(source: Source) -> bool:
-    if source.kind != "json":
+    if source.kind not in ("json", "jsonl"):
         return False
     events = _events(source.first)
     return bool(events) and all(_is_event(e) for e in events[:20])
 
 
 def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
-    doc = source.document
+    for line, doc in documents(source):
+        if isinstance(doc, RecordError):
+            yield doc
+        elif _events(doc) is None:
+            yield RecordError(source.name, line, None, "not an OpenHands event list")
+        else:
+            yield from _read_one(doc, source, ctx, line)
+
+
+def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> Iterator[Rollout | RecordError]:
     events = _events(doc) or []
     wrapper = doc if isinstance(doc, dict) else {}
     chain = Chain()
@@ -73,7 +82,7 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
     finished = False
     for k, e in enumerate(events):
         if not _is_event(e):
-            yield RecordError(source.name, None, f"[{k}]", "expected an event with id, source and action or observation")
+            yield RecordError(source.name, line, f"[{k}]" if line is None else f"history[{k}]", "expected an event with id, source and action or observation")
             return
         ts, a = to_epoch(e.get("timestamp"))
         assumed |= a
@@ -180,13 +189,13 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
             extra[key] = wrapper[key]
     times = [n.timestamp for n in chain.nodes if n.timestamp is not None]
     timing = {"start": min(times), "end": max(times)} if times else {}
-    rid = str(wrapper.get("instance_id") or source.path.name.removesuffix(".json"))
+    rid = str(wrapper.get("instance_id") or source.path.name.removesuffix(".json") + (f"#{line}" if line else ""))
     try:
         yield Rollout(id=rid, run=RunRef(id=ctx.run_for(source), type="eval"), nodes=chain.nodes, calls=chain.calls,
                       ending=ending, errors=errors, timing=timing, extra=extra,
-                      source={"format": NAME, "file": source.name, "line": None})
+                      source={"format": NAME, "file": source.name, "line": line})
     except ValueError as exc:
-        yield RecordError(source.name, None, None, str(exc))
+        yield RecordError(source.name, line, None, str(exc))
 
 
 def _response_node(chain: Chain, e: dict, args: dict, meta: dict, response: dict, ts: float | None,

@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ingest.formats import ReadContext
-from ingest.formats._harness import Chain, action_call, openai_tool_call
+from ingest.formats._harness import Chain, action_call, documents, openai_tool_call
 from ingest.schema import Call, Ending, EndingInfo, Message, Rollout, RunRef
 from ingest.source import RecordError, Source
 
@@ -50,16 +50,22 @@ _AUTO = re.compile(r"^submitted \((exit_[a-z_]+)\)$")
 
 def sniff(source: Source) -> bool:
     d = source.first
-    return (source.kind == "json" and isinstance(d, dict) and isinstance(d.get("trajectory"), list)
+    return (source.kind in ("json", "jsonl") and isinstance(d, dict) and isinstance(d.get("trajectory"), list)
             and isinstance(d.get("history"), list) and isinstance(d.get("info"), dict))
 
 
 def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
-    doc = source.document
-    try:
-        yield _rollout(doc, source, ctx)
-    except _Bad as exc:
-        yield RecordError(source.name, None, exc.field, exc.message)
+    for line, doc in documents(source):
+        if isinstance(doc, RecordError):
+            yield doc
+            continue
+        if not (isinstance(doc, dict) and isinstance(doc.get("history"), list) and isinstance(doc.get("info"), dict)):
+            yield RecordError(source.name, line, None, "not a SWE-agent trajectory (needs history and info)")
+            continue
+        try:
+            yield _rollout(doc, source, ctx, line)
+        except _Bad as exc:
+            yield RecordError(source.name, line, exc.field or None, exc.message)
 
 
 class _Bad(Exception):
@@ -101,9 +107,9 @@ def _state(value: Any) -> Any:
     return value
 
 
-def _rollout(doc: dict, source: Source, ctx: ReadContext) -> Rollout:
+def _rollout(doc: dict, source: Source, ctx: ReadContext, line: int | None) -> Rollout:
     history = doc["history"]
-    steps = doc["trajectory"]
+    steps = doc.get("trajectory") if isinstance(doc.get("trajectory"), list) else []
     info = doc["info"]
     chain = Chain()
     pending_text_call = False  # an old-generation action waiting for its observation
@@ -121,7 +127,7 @@ def _rollout(doc: dict, source: Source, ctx: ReadContext) -> Rollout:
         elif content is not None and not isinstance(content, str):
             content = str(content)
         extra = {k2: v for k2, v in m.items()
-                 if k2 not in ("role", "content", "tool_calls", "tool_call_ids", "is_demo")}
+                 if k2 not in ("role", "content", "tool_calls", "tool_call_ids", "is_demo", "name")}
         if m.get("is_demo") or m.get("message_type") == "demonstration":
             extra["demonstration"] = True
         tool_calls = None
@@ -149,8 +155,8 @@ def _rollout(doc: dict, source: Source, ctx: ReadContext) -> Rollout:
             extra["source_role"] = "user"
             pending_text_call = False
             observations.append(len(chain.nodes))
-        name = None
-        if role == "tool":
+        name = m.get("name") if isinstance(m.get("name"), str) else None
+        if role == "tool" and name is None:
             prev = next((n for n in reversed(chain.nodes) if n.message.tool_calls), None)
             if prev is not None and len(prev.message.tool_calls) == 1:
                 name = prev.message.tool_calls[0].name
@@ -187,9 +193,9 @@ def _rollout(doc: dict, source: Source, ctx: ReadContext) -> Rollout:
         extra["replay_config"] = doc["replay_config"]
     stem = source.path.name.removesuffix(".traj").removesuffix(".json")
     try:
-        return Rollout(id=stem, run=RunRef(id=ctx.run_for(source), type="eval"), nodes=chain.nodes,
-                       calls=chain.calls, ending=ending, metrics=metrics, extra=extra,
-                       source={"format": NAME, "file": source.name, "line": None})
+        return Rollout(id=stem if line is None else f"{stem}#{line}", run=RunRef(id=ctx.run_for(source), type="eval"),
+                       nodes=chain.nodes, calls=chain.calls, ending=ending, metrics=metrics, extra=extra,
+                       source={"format": NAME, "file": source.name, "line": line})
     except ValueError as exc:
         raise _Bad("", str(exc)) from None
 
