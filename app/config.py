@@ -13,12 +13,18 @@ class Settings(BaseSettings):
     - `ROLLSCOPE_DATABASE_URL`: SQLAlchemy URL; `sqlite:///./rollscope.db` (default) or
       `postgresql+psycopg://user@host:5432/db`. A bare `postgresql://` URL is accepted.
     - `ROLLSCOPE_PAGE_SIZE`: rows per list page (default 50, 1..1000).
+    - `ROLLSCOPE_OTLP_IDLE_SECONDS`: a trace whose root span has not arrived is stored after
+      this many seconds without a new span (default 30).
+    - `ROLLSCOPE_OTLP_MAX_PENDING_SPANS`: spans held for unfinished traces before `/v1/traces`
+      answers 429 (default 200000).
     """
 
     model_config = SettingsConfigDict(env_prefix="ROLLSCOPE_")
 
     database_url: str = "sqlite:///./rollscope.db"
     page_size: int = 50
+    otlp_idle_seconds: float = 30.0
+    otlp_max_pending_spans: int = 200_000
 
     @field_validator("database_url")
     @classmethod

@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.config import Settings, get_settings
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
-from app.routes import pages
+from app.routes import pages, receive
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 
@@ -112,6 +112,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = engine
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.include_router(pages.router)
+    app.include_router(receive.router)
 
     app.add_middleware(RoutingPath)  # inside security_headers, so its 400s get the headers too
 
