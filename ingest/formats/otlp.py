@@ -48,3 +48,16 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
                                      source={"format": NAME, "file": source.name, "line": line})
         except ValueError as exc:
             yield RecordError(source.name, line, f"trace {trace_id}", str(exc))
+
+
+def write(rollouts) -> bytes:
+    """OTLP/JSON JSON Lines for `rollouts`: one ExportTraceServiceRequest per rollout, each an
+    `invoke_agent` trace with `chat` and `execute_tool` spans and the RL fields as `rollscope.*`
+    attributes (`ingest/otel_genai.py` `spans_from_rollout`)."""
+    import orjson
+
+    from ingest.otel import encode_json
+    from ingest.otel_genai import spans_from_rollout
+
+    return b"".join(orjson.dumps(encode_json(spans_from_rollout(r)), option=orjson.OPT_APPEND_NEWLINE)
+                    for r in rollouts)

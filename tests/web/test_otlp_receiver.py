@@ -200,3 +200,26 @@ def test_bad_bodies(db_url):
         assert r.status_code == 200 and r.json()["partialSuccess"]["rejectedSpans"] == "1"
         q = httpx.get(f"{base}/quarantine.json").json()
         assert "no GenAI" in json.dumps(q)
+
+
+def test_database_down_is_503_and_nothing_is_lost(tmp_path):
+    db = tmp_path / "rollscope.db"
+    url = f"sqlite:///{db}"
+    trace = "12" * 16
+    root = _span_json(trace, "0a" * 8, None, "invoke_agent a", {"gen_ai.operation.name": "invoke_agent"}, 1)
+    chat = _span_json(trace, "0b" * 8, "0a" * 8, "chat m", CHAT, 2)
+    with serve(url) as (base, app):
+        app.state.engine.dispose()
+        db.rename(tmp_path / "away.db")  # the database disappears: every write fails
+        db.mkdir()  # and cannot be re-created as a file
+        r = _post(base, [chat, root])
+        assert r.status_code == 503 and r.headers["Retry-After"] == "5"
+        assert app.state.otlp_receiver.assembler.pending_spans == 2  # kept, not dropped
+        db.rmdir()
+        (tmp_path / "away.db").rename(db)
+        app.state.engine.dispose()
+        r = _post(base, [chat])  # the client's retry resends a span: it replaces its copy
+        assert r.status_code == 200
+        assert app.state.otlp_receiver.assembler.pending_spans == 0
+        got = httpx.get(f"{base}/runs/otel/rollouts/{trace}.json").json()
+        assert [m["role"] for m in got["messages"]] == ["user", "assistant"]
