@@ -1,4 +1,4 @@
-"""The `rollscope` command: ingest, serve, demo, schema.
+"""The `rollscope` command: ingest, export, serve, demo, schema.
 
 Configuration comes from the environment (`ROLLSCOPE_DATABASE_URL`, see app/config.py).
 """
@@ -195,6 +195,38 @@ def demo(
     console.print(f"wrote {n} rollouts to {out}", markup=False, soft_wrap=True)
     console.print(f"wrote its tokenizer to {tok} (ingest with: rollscope ingest {out} --tokenizer {tok})",
                   markup=False, soft_wrap=True)
+
+
+@app.command()
+def export(
+    run: Annotated[str, typer.Option(help="The run to export.")],
+    format: Annotated[str, typer.Option("--format", help="Output format: otlp (OTLP/JSON lines of OTel GenAI spans).")] = "otlp",
+    step: Annotated[int | None, typer.Option(help="Only this training step.", min=0, max=INT32_MAX)] = None,
+    ending: Annotated[str | None, typer.Option(help="Only rollouts with this ending.")] = None,
+    out_file: Annotated[Path | None, typer.Option("--out", help="Write to this file instead of stdout.")] = None,
+) -> None:
+    """Export stored rollouts. `otlp`: one OTLP/JSON ExportTraceServiceRequest per line and per
+    rollout (invoke_agent → chat and execute_tool spans, RL fields as rollscope.* attributes),
+    ready for an OTLP/HTTP endpoint or Rollscope's own `ingest`."""
+    from app.store.load import load_rollouts
+    from ingest.formats import otlp
+
+    writers = {"otlp": otlp.write}
+    if format not in writers:
+        raise typer.BadParameter(f"unknown format {format!r} (known: {', '.join(writers)})", param_hint="--format")
+    engine = _engine()
+    n = 0
+    sink = out_file.open("wb") if out_file else sys.stdout.buffer
+    try:
+        for r in load_rollouts(engine, run_id=run, step=step, ending=ending):
+            sink.write(writers[format]([r]))
+            n += 1
+    finally:
+        if out_file:
+            sink.close()
+        else:
+            sink.flush()
+    console.print(f"exported {n} rollout{'s' if n != 1 else ''} of run {run} as {format}", markup=False, soft_wrap=True)
 
 
 @app.command()
