@@ -12,7 +12,8 @@ results with their calls"), for each tool message along a branch, in order:
 
 Rules 2 and 3 decide only when one unanswered call is a candidate. With several candidates the
 result is paired with the oldest and the pairing is marked `ambiguous` (the candidates are
-listed): the data cannot decide, so the guess is never silent. A result that names an id no
+listed): the data cannot decide, so the guess is never silent. A later result that takes one of
+those candidates is marked too, since its pairing rests on the same guess. A result that names an id no
 unanswered call carries, or that comes when no call is waiting, is unpaired.
 """
 from __future__ import annotations
@@ -84,6 +85,7 @@ def pair(path: Sequence[int], messages: Sequence[dict]) -> Pairing:
     calls: list[CallRef] = []
     open_calls: list[CallRef] = []
     unpaired: list[int] = []
+    doubt: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for i in path:
         msg = messages[i]
         role = msg.get("role")
@@ -101,6 +103,10 @@ def pair(path: Sequence[int], messages: Sequence[dict]) -> Pairing:
             match.result_node = i
             if len(candidates) > 1:
                 match.ambiguous = [(c.node, c.position) for c in candidates]
+                for c in candidates:  # the others' pairings rest on this guess too
+                    doubt.setdefault((c.node, c.position), match.ambiguous)
+            elif candidates and (match.node, match.position) in doubt:
+                match.ambiguous = doubt[(match.node, match.position)]
             open_calls.remove(match)
     return Pairing(calls, unpaired)
 

@@ -97,6 +97,9 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
     if source.kind == "zip":
         yield from _read_zip(source, ctx)
         return
+    if source.kind == "json" and source.document is None:
+        yield from _read_streamed(source, ctx)
+        return
     for line, doc in documents(source):
         if isinstance(doc, RecordError):
             yield doc
@@ -113,6 +116,23 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
             continue
         for i, sample in enumerate(samples):
             yield _sample(sample, header, source.name, f"samples[{i}]", ctx, source, line)
+
+
+def _read_streamed(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
+    """A `.json` log the source did not parse: the header and then each sample, parsed one at a
+    time with ijson (memory bounded by the largest sample)."""
+    import ijson
+
+    try:
+        with source.path.open("rb") as f:
+            header = {"eval": next(ijson.items(f, "eval", use_float=True), {})}
+        with source.path.open("rb") as f:
+            header["status"] = next(ijson.items(f, "status"), None)
+        with source.path.open("rb") as f:
+            for i, sample in enumerate(ijson.items(f, "samples.item", use_float=True)):
+                yield _sample(sample, header, source.name, f"samples[{i}]", ctx, source, None)
+    except ijson.JSONError as exc:
+        yield RecordError(source.name, None, None, f"invalid JSON: {exc}")
 
 
 def _read_zip(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:

@@ -346,14 +346,32 @@ def test_results_by_tool_name_and_out_of_order(tmp_path):
     ]
     from ingest.graph import pair
 
-    p = pair(range(len(hist)), hist)
-    got = {(c.node, c.position): (c.result_node, bool(c.ambiguous)) for c in p.calls}
-    assert got[(1, 0)] == (3, False) and got[(1, 1)] == (2, False)
-    assert got[(4, 0)] == (5, True)
     doc = {"environment": "main", "trajectory": [], "info": {"exit_status": "submitted"},
            "history": [dict(m, agent="main", message_type="x") for m in hist]}
     path = tmp_path / "named.traj"
     path.write_text(json.dumps(doc))
     [r] = read(path, "swe-agent")
-    [amb] = kinds(r)["ambiguous_tool_result"]
-    assert amb.node_idx == 5 and amb.detail["candidates"] == [[4, 0], [4, 1]]
+    p = pair(range(len(r.nodes)), [n.message.model_dump() for n in r.nodes])
+    got = {(c.node, c.position): (c.result_node, bool(c.ambiguous)) for c in p.calls}
+    assert got[(1, 0)] == (3, False) and got[(1, 1)] == (2, False)  # out of order, paired by name
+    assert got[(4, 0)] == (5, True) and got[(4, 1)] == (6, True)  # undecidable: in order, flagged
+    amb = kinds(r)["ambiguous_tool_result"]
+    assert [a.node_idx for a in amb] == [5, 6]
+    assert amb[0].detail["candidates"] == [[4, 0], [4, 1]]
+
+
+def test_inspect_json_log_streams_samples_when_not_parsed(tmp_path):
+    """A large `.json` log the source leaves unparsed is read sample by sample (ijson)."""
+    doc = json.loads((REAL / "inspect_ai" / "log_tool_call_error.json").read_text())
+    doc["samples"] = [dict(doc["samples"][0], epoch=e) for e in (1, 2, 3)]
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(doc))
+    from ingest.formats import inspect
+
+    src = Source(path, "json", {k: v for k, v in doc.items() if k != "samples"}, document=None)
+    assert inspect.sniff(src)
+    gen = inspect.read(src, ReadContext())
+    first = next(gen)  # a generator: one sample parsed, not the whole list
+    assert isinstance(first, Rollout) and first.group.index == 1
+    rest = list(gen)
+    assert [r.group.index for r in rest] == [2, 3] and len(rest[0].nodes) == 11
