@@ -165,6 +165,10 @@ def _rollout(doc: dict, source: Source, ctx: ReadContext, line: int | None) -> R
     for i, n in enumerate(chain.nodes):
         if n.message.role == "assistant":
             chain.calls.append(Call(node=i))
+    last = chain.nodes[-1].message if chain.nodes else None
+    if last is not None and last.role == "assistant" and last.tool_calls and exit_ending(info.get("exit_status")) == Ending.submitted:
+        for tc in last.tool_calls:  # the submission ended the run: no observation follows it
+            tc.extra["ends_rollout"] = True
     # trajectory step k ↔ k-th observation (both in order; demonstrations are not steps)
     for k, step in enumerate(steps):
         if not isinstance(step, dict) or k >= len(observations):
