@@ -73,6 +73,7 @@ AGENT_OPS = frozenset({"invoke_agent", "create_agent"})
 ROLES = {"system": "system", "developer": "system", "user": "user", "human": "user", "assistant": "assistant",
          "ai": "assistant", "model": "assistant", "tool": "tool", "function": "tool", "ipython": "tool"}
 RAW_ARGUMENTS = "rollscope.arguments_raw"  # on a tool_call part: the argument string as sampled
+ENDS_ROLLOUT = "rollscope.ends_rollout"  # on a tool_call part: the call ended the rollout (submit, finish)
 SAMPLING = ("temperature", "top_p", "top_k", "max_tokens", "seed", "stop_sequences", "frequency_penalty",
             "presence_penalty", "choice.count")
 
@@ -155,7 +156,8 @@ def _genai_messages(items: Any) -> list[tuple[Message, str | None]]:
             elif t == "tool_call":
                 raw = p.get(RAW_ARGUMENTS)
                 calls.append(ToolCall(id=p.get("id"), name=str(p.get("name") or ""),
-                                      arguments=raw if isinstance(raw, str) else raw_arguments(p.get("arguments"))))
+                                      arguments=raw if isinstance(raw, str) else raw_arguments(p.get("arguments")),
+                                      extra={"ends_rollout": True} if p.get(ENDS_ROLLOUT) else {}))
             elif t == "tool_call_response":
                 tool_call_id = p.get("id")
                 content = _text(p.get("response", p.get("result")))
@@ -469,6 +471,8 @@ def _message_json(m: Message, finish: str | None = None) -> dict:
                 "arguments": c.arguments if args is None and c.arguments else args}
         if args is not None and raw_arguments(args) != c.arguments:
             part[RAW_ARGUMENTS] = c.arguments  # the string as sampled, where the object would not rebuild it
+        if c.extra.get("ends_rollout"):
+            part[ENDS_ROLLOUT] = True
         parts.append(part)
     out: dict[str, Any] = {"role": m.role, "parts": parts}
     if m.name:
