@@ -36,7 +36,6 @@ Mapping (docs/formats.md, "Inspect"):
 """
 from __future__ import annotations
 
-import zipfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -57,6 +56,7 @@ from ingest.schema import (
 )
 from ingest.source import RecordError, Source
 
+EXPECTS = "Inspect eval log: a .json EvalLog {version, status, eval: {task, ...}, samples} or a zipped .eval with header.json"
 NAME = "inspect"
 ATTACHMENT = "attachment://"
 LIMIT_ERROR_TYPES = frozenset({"operator"})
@@ -73,20 +73,12 @@ def _is_log(d: Any) -> bool:
             and ("samples" in d or "results" in d or "status" in d))
 
 
-def _zip_members(source: Source) -> list[str] | None:
-    try:
-        with zipfile.ZipFile(source.path) as z:
-            return z.namelist()
-    except (zipfile.BadZipFile, OSError):
-        return None
-
-
 def sniff(source: Source) -> bool:
     """An EvalLog JSON document, or a zip holding `header.json` / `_journal/start.json`."""
     if source.kind in ("json", "jsonl"):
         return _is_log(source.first)
     if source.kind == "zip":
-        names = _zip_members(source) or []
+        names = source.first or []
         return "header.json" in names or "_journal/start.json" in names
     return False
 
@@ -136,24 +128,29 @@ def _read_streamed(source: Source, ctx: ReadContext) -> Iterator[Rollout | Recor
 
 
 def _read_zip(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
-    from ingest.source import loads
-
-    with zipfile.ZipFile(source.path) as z:
-        names = z.namelist()
-        head_name = "header.json" if "header.json" in names else "_journal/start.json"
+    names = source.first or []
+    head_name = "header.json" if "header.json" in names else "_journal/start.json"
+    try:
+        header = _member_doc(source.open_member(head_name))
+    except RecordError as exc:
+        yield exc
+        return
+    if not isinstance(header, dict):
+        yield RecordError(f"{source.name}!{head_name}", None, None, "expected the eval log header object")
+        return
+    for name in (n for n in names if n.startswith("samples/") and n.endswith(".json")):
         try:
-            header = loads(z.read(head_name))
-        except ValueError as exc:
-            yield RecordError(f"{source.name}:{head_name}", None, None, f"invalid JSON: {exc}")
-            return
-        for name in sorted(n for n in names if n.startswith("samples/") and n.endswith(".json")):
-            where = f"{source.name}:{name}"
-            try:
-                sample = loads(z.read(name))  # one sample at a time
-            except ValueError as exc:
-                yield RecordError(where, None, None, f"invalid JSON: {exc}")
-                continue
-            yield _sample(sample, header, where, None, ctx, source, None)
+            member = source.open_member(name)  # one sample in memory at a time
+        except RecordError as exc:
+            yield exc
+            continue
+        yield _sample(_member_doc(member), header, member.name, None, ctx, source, None)
+
+
+def _member_doc(member: Source):
+    """A zip member's one JSON value (Inspect writes compact one-line JSON, which the source
+    opens as a one-record JSONL)."""
+    return member.document if member.kind == "json" else member.first
 
 
 def _sample(sample: Any, header: dict, file: str, path: str | None, ctx: ReadContext,

@@ -33,6 +33,7 @@ from ingest.formats._harness import Chain, action_call, documents
 from ingest.schema import Call, Ending, EndingInfo, Message, Rollout, RunRef
 from ingest.source import RecordError, Source
 
+EXPECTS = "mini-swe-agent message list (bash blocks in assistant text, <returncode> observations) or {info, messages, trajectory_format}"
 NAME = "mini-swe-agent"
 BLOCK = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.DOTALL)
 OBSERVATION = re.compile(r"^\s*<returncode>(-?\d+)</returncode>")

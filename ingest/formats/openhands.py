@@ -37,6 +37,7 @@ from ingest.formats._harness import Chain, action_call, documents, finish_reason
 from ingest.schema import Call, Ending, EndingInfo, Error, Message, Rollout, RunRef, ToolCall
 from ingest.source import RecordError, Source
 
+EXPECTS = "OpenHands event list [{id, source, action | observation, ...}] or {history: [events]}"
 NAME = "openhands"
 SKIPPED = frozenset({"agent_state_changed", "null", "recall", "change_agent_state"})
 

@@ -42,6 +42,7 @@ from ingest.formats._harness import Chain, action_call, documents, openai_tool_c
 from ingest.schema import Call, Ending, EndingInfo, Message, Rollout, RunRef
 from ingest.source import RecordError, Source
 
+EXPECTS = "SWE-agent .traj {trajectory: [steps], history: [messages], info: {exit_status, model_stats}}"
 NAME = "swe-agent"
 TRUNCATING = {"cost", "context", "format", "total_execution_time", "step_limit", "steps", "max_steps"}
 ERRORS = {"api", "error", "environment_error", "command_timeout", "err", "environment"}

@@ -21,17 +21,8 @@ from tests.helpers import ingest
 REAL = data_path("realdata")
 
 
-def _open(path: Path) -> Source:
-    if zipfile.is_zipfile(path):
-        try:
-            return open_source(path)
-        except Exception:  # noqa: BLE001 - before Source knows zips
-            return Source(path, "zip", None)
-    return open_source(path)
-
-
 def read(path: Path, fmt: str) -> list[Rollout]:
-    src = _open(path)
+    src = open_source(path)
     reader = detect(src)
     assert reader is not None and reader.NAME == fmt
     out = list(reader.read(src, ReadContext()))
@@ -212,7 +203,7 @@ def test_openhands_events():
 
 def test_real_files_through_store_and_pages(client, engine, tmp_path):
     for sub in ("inspect_ai", "swe-agent", "mini-swe-agent", "openhands"):
-        shutil.copytree(REAL / sub, tmp_path / sub)
+        shutil.copytree(REAL / sub, tmp_path / "data" / sub)
     report = ingest(engine, tmp_path / "data", run="agents")
     assert report.ok, [str(e) for e in report.errors]
     assert {f.format for f in report.files} == {"inspect", "swe-agent", "mini-swe-agent", "openhands"}
