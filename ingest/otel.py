@@ -169,14 +169,27 @@ def decode_json(data: bytes | str | dict) -> list[SpanRecord]:
     out: list[SpanRecord] = []
     for r, rs in enumerate(_get(data, "resourceSpans", "resource_spans")):
         rp = f"resourceSpans[{r}]"
-        if not isinstance(rs, dict):
-            raise OtlpError(rp, "expected an object")
-        resource = attributes((rs.get("resource") or {}).get("attributes"), f"{rp}.resource.attributes")
-        for s, ss in enumerate(_get(rs, "scopeSpans", "scope_spans") or _get(rs, "instrumentationLibrarySpans") or []):
-            sp = f"{rp}.scopeSpans[{s}]"
-            scope = ((ss.get("scope") or ss.get("instrumentationLibrary") or {}) if isinstance(ss, dict) else {}).get("name")
-            for k, span in enumerate((ss or {}).get("spans") or []):
-                out.append(_span_json(span, f"{sp}.spans[{k}]", resource, scope))
+        try:
+            out += _resource_spans(rs, rp)
+        except OtlpError:
+            raise
+        except (TypeError, AttributeError, ValueError, OverflowError) as exc:
+            raise OtlpError(rp, f"unexpected shape: {type(exc).__name__}: {exc}") from None
+    return out
+
+
+def _resource_spans(rs: Any, rp: str) -> list[SpanRecord]:
+    if not isinstance(rs, dict):
+        raise OtlpError(rp, "expected an object")
+    out = []
+    resource = attributes((rs.get("resource") or {}).get("attributes"), f"{rp}.resource.attributes")
+    for s, ss in enumerate(_get(rs, "scopeSpans", "scope_spans") or _get(rs, "instrumentationLibrarySpans") or []):
+        sp = f"{rp}.scopeSpans[{s}]"
+        if not isinstance(ss, dict):
+            raise OtlpError(sp, "expected an object")
+        scope = (ss.get("scope") or ss.get("instrumentationLibrary") or {}).get("name")
+        for k, span in enumerate(ss.get("spans") or []):
+            out.append(_span_json(span, f"{sp}.spans[{k}]", resource, scope))
     return out
 
 

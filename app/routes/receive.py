@@ -31,6 +31,7 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from app.store.write import store
+from ingest.formats import record_error
 from ingest.otel import OtlpError, SpanRecord, decode_json, decode_protobuf
 from ingest.otel_assembler import TraceAssembler
 from ingest.otel_genai import is_genai_trace, rollout_from_spans
@@ -91,8 +92,8 @@ class Receiver:
                     items.append(rollout_from_spans(spans, source={"format": "otlp", "file": "/v1/traces", "line": None,
                                                                    "trace_id": tid}))
                     continue
-                except ValueError as exc:
-                    err = RecordError("/v1/traces", None, f"trace {tid}", str(exc))
+                except Exception as exc:  # noqa: BLE001 - one odd trace is quarantined, never a 500
+                    err = record_error("/v1/traces", None, f"trace {tid}", exc)
             items.append(err)
             rejected += len(spans)
             reason = reason or err.message

@@ -1,6 +1,7 @@
 """Small pieces shared by the agent-harness readers (Inspect, SWE-agent, mini-swe-agent,
-OpenHands, OTLP): timestamps by the project's UTC rule, a message chain, synthesized calls for
-actions written as text, and OpenAI tool calls through the chat converter.
+OpenHands, OTLP), on top of the shared converters (`_openai`, `_build`): timestamps by the
+project's UTC rule, the builder with assistant messages sampled, calls for actions the harness
+parsed out of the model's text, usage in its several spellings, and the documents of a file.
 
 The timestamp rule (docs/formats.md): an ISO string with an offset is converted to UTC; a naive
 ISO string is taken as UTC and flagged as assumed; a number is epoch seconds (or milli/micro/
@@ -9,19 +10,16 @@ nanoseconds when it is too large to be seconds).
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from typing import Any
 
-from ingest.schema import Call, Message, Node, ToolCall, Usage
+from ingest.formats._build import RolloutBuilder
+from ingest.formats._openai import arguments_text as arguments  # noqa: F401 - re-exported for the readers
+from ingest.formats._openai import finish_reason  # noqa: F401 - re-exported for the readers
+from ingest.formats._openai import tool_call_from_openai
+from ingest.schema import Message, ToolCall, Usage
 from ingest.source import Source
-
-FINISH_REASONS = {
-    "stop": "stop", "eos": "stop", "end_turn": "stop", "stop_sequence": "stop",
-    "length": "length", "max_tokens": "length", "max_output_tokens": "length", "model_length": "length",
-    "tool_calls": "tool_call", "tool_call": "tool_call", "function_call": "tool_call", "tool_use": "tool_call",
-    "content_filter": "content_filter", "error": "error", "compaction": "compaction",
-}
 
 
 def to_epoch(value: Any) -> tuple[float | None, bool]:
@@ -53,28 +51,9 @@ def to_epoch(value: Any) -> tuple[float | None, bool]:
     return None, False
 
 
-def finish_reason(raw: Any) -> str | None:
-    """A source finish/stop reason in the OTel enum (stop, length, tool_call, content_filter,
-    compaction, error), or None when it is not one we know (the raw value is kept beside it)."""
-    return FINISH_REASONS.get(raw.strip().lower()) if isinstance(raw, str) else None
-
-
-def arguments(args: Any) -> str:
-    """Tool-call arguments as the raw string: a string stays as written, an object is serialised."""
-    if args is None:
-        return ""
-    if isinstance(args, str):
-        return args
-    return json.dumps(args, ensure_ascii=False)
-
-
-def openai_tool_call(tc: dict) -> ToolCall:
-    """An OpenAI `{id, type, function: {name, arguments}}` (or flat `{id, name, arguments}`) call."""
-    fn = tc.get("function") if isinstance(tc.get("function"), dict) else tc
-    extra = {k: v for k, v in tc.items() if k not in ("id", "type", "function", "name", "arguments")}
-    cid = tc.get("id")
-    return ToolCall(id=None if cid is None else str(cid), name=str(fn.get("name") or ""),
-                    arguments=arguments(fn.get("arguments")), extra=extra)
+def openai_tool_call(tc: dict, path: str = "tool_calls") -> ToolCall:
+    """An OpenAI `{id, type, function: {name, arguments}}` (or flat) call, through `_openai`."""
+    return tool_call_from_openai(tc, path)
 
 
 def action_call(command: str, name: str | None = None) -> ToolCall:
@@ -109,18 +88,12 @@ def usage_from(d: Any) -> Usage | None:
                                             u.reasoning_output_tokens, u.cost)) else None
 
 
-class Chain:
-    """Messages chained by `parent` in order (one branch); assistant messages are sampled."""
+class Chain(RolloutBuilder):
+    """The shared `RolloutBuilder`, with assistant messages sampled unless said otherwise (none
+    of these formats records tokens)."""
 
-    def __init__(self) -> None:
-        self.nodes: list[Node] = []
-        self.calls: list[Call] = []
-
-    def add(self, message: Message, *, timestamp: float | None = None, sampled: bool | None = None) -> int:
-        idx = len(self.nodes)
-        self.nodes.append(Node(parent=idx - 1 if idx else None, message=message, timestamp=timestamp,
-                               sampled=message.role == "assistant" if sampled is None else sampled))
-        return idx
+    def add(self, message: Message, tokens=None, *, sampled: bool | None = None, **kw: Any) -> int:  # type: ignore[override]
+        return super().add(message, tokens, sampled=message.role == "assistant" if sampled is None else sampled, **kw)
 
 
 def documents(source: Source) -> Iterator[tuple[int | None, Any]]:

@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ingest.formats import ReadContext
+from ingest.formats import ReadContext, record_error
 from ingest.formats._harness import Chain, documents, finish_reason, openai_tool_call, to_epoch, usage_from
 from ingest.schema import (
     Call,
@@ -107,7 +107,7 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
             yield RecordError(source.name, line, "samples", f"expected a list, got {type(samples).__name__}")
             continue
         for i, sample in enumerate(samples):
-            yield _sample(sample, header, source.name, f"samples[{i}]", ctx, source, line)
+            yield _guarded(sample, header, source.name, f"samples[{i}]", ctx, source, line)
 
 
 def _read_streamed(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
@@ -122,7 +122,7 @@ def _read_streamed(source: Source, ctx: ReadContext) -> Iterator[Rollout | Recor
             header["status"] = next(ijson.items(f, "status"), None)
         with source.path.open("rb") as f:
             for i, sample in enumerate(ijson.items(f, "samples.item", use_float=True)):
-                yield _sample(sample, header, source.name, f"samples[{i}]", ctx, source, None)
+                yield _guarded(sample, header, source.name, f"samples[{i}]", ctx, source, None)
     except ijson.JSONError as exc:
         yield RecordError(source.name, None, None, f"invalid JSON: {exc}")
 
@@ -144,13 +144,21 @@ def _read_zip(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordErro
         except RecordError as exc:
             yield exc
             continue
-        yield _sample(_member_doc(member), header, member.name, None, ctx, source, None)
+        yield _guarded(_member_doc(member), header, member.name, None, ctx, source, None)
 
 
 def _member_doc(member: Source):
     """A zip member's one JSON value (Inspect writes compact one-line JSON, which the source
     opens as a one-record JSONL)."""
     return member.document if member.kind == "json" else member.first
+
+
+def _guarded(sample: Any, header: dict, file: str, path: str | None, ctx: ReadContext,
+             source: Source, line: int | None) -> Rollout | RecordError:
+    try:
+        return _sample(sample, header, file, path, ctx, source, line)
+    except Exception as exc:  # noqa: BLE001 - one odd sample never stops the log
+        return record_error(file, line, path, exc)
 
 
 def _sample(sample: Any, header: dict, file: str, path: str | None, ctx: ReadContext,
@@ -262,14 +270,14 @@ def _sample(sample: Any, header: dict, file: str, path: str | None, ctx: ReadCon
     if assumed:
         extra["timestamps_assumed_utc"] = True
     try:
-        return Rollout(
+        return chain.finish(Rollout(
             id=f"{task}:{sid}:{epoch}", run=RunRef(id=run_id, type="eval"),
             group=GroupRef(id=f"{task}:{sid}", index=epoch, size=epochs),
             task=Task(type=task, key=str(sid), data={"input": sample.get("input"), "target": sample.get("target")}),
             tools=tools, nodes=chain.nodes, calls=chain.calls, rewards=rewards,
             reward=first.score if first is not None else None,
             ending=ending, errors=errors, timing=timing, extra=extra,
-            source={"format": NAME, "file": file, "line": line, **({"path": path} if path else {})})
+            source={"format": NAME, "file": file, "line": line, **({"path": path} if path else {})}))
     except ValueError as exc:
         return err(None, str(exc))
 

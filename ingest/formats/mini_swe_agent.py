@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ingest.formats import ReadContext
+from ingest.formats import ReadContext, record_error
 from ingest.formats._harness import Chain, action_call, documents
 from ingest.schema import Call, Ending, EndingInfo, Message, Rollout, RunRef
 from ingest.source import RecordError, Source
@@ -78,7 +78,10 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
         elif _messages(doc) is None:
             yield RecordError(source.name, line, None, "not a mini-swe-agent message list")
         else:
-            yield from _read_one(doc, source, ctx, line)
+            try:
+                yield from _read_one(doc, source, ctx, line)
+            except Exception as exc:  # noqa: BLE001 - an odd record is rejected with its field, never raised
+                yield record_error(source.name, line, None, exc)
 
 
 def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> Iterator[Rollout | RecordError]:
@@ -147,8 +150,8 @@ def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> I
     for suffix in (".json", ".traj"):
         stem = stem.removesuffix(suffix)
     try:
-        yield Rollout(id=stem if line is None else f"{stem}#{line}", run=RunRef(id=ctx.run_for(source), type="eval"), nodes=chain.nodes,
+        yield chain.finish(Rollout(id=stem if line is None else f"{stem}#{line}", run=RunRef(id=ctx.run_for(source), type="eval"), nodes=chain.nodes,
                       calls=chain.calls, ending=ending, metrics=metrics, extra=extra,
-                      source={"format": NAME, "file": source.name, "line": line})
+                      source={"format": NAME, "file": source.name, "line": line}))
     except ValueError as exc:
         yield RecordError(source.name, line, None, str(exc))

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ingest.formats import ReadContext
+from ingest.formats import ReadContext, record_error
 from ingest.formats._harness import Chain, action_call, documents, finish_reason, openai_tool_call, to_epoch, usage_from
 from ingest.schema import Call, Ending, EndingInfo, Error, Message, Rollout, RunRef, ToolCall
 from ingest.source import RecordError, Source
@@ -68,7 +68,10 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
         elif _events(doc) is None:
             yield RecordError(source.name, line, None, "not an OpenHands event list")
         else:
-            yield from _read_one(doc, source, ctx, line)
+            try:
+                yield from _read_one(doc, source, ctx, line)
+            except Exception as exc:  # noqa: BLE001 - an odd record is rejected with its field, never raised
+                yield record_error(source.name, line, None, exc)
 
 
 def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> Iterator[Rollout | RecordError]:
@@ -192,9 +195,9 @@ def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> I
     timing = {"start": min(times), "end": max(times)} if times else {}
     rid = str(wrapper.get("instance_id") or source.path.name.removesuffix(".json") + (f"#{line}" if line else ""))
     try:
-        yield Rollout(id=rid, run=RunRef(id=ctx.run_for(source), type="eval"), nodes=chain.nodes, calls=chain.calls,
+        yield chain.finish(Rollout(id=rid, run=RunRef(id=ctx.run_for(source), type="eval"), nodes=chain.nodes, calls=chain.calls,
                       ending=ending, errors=errors, timing=timing, extra=extra,
-                      source={"format": NAME, "file": source.name, "line": line})
+                      source={"format": NAME, "file": source.name, "line": line}))
     except ValueError as exc:
         yield RecordError(source.name, line, None, str(exc))
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ingest.formats import ReadContext
+from ingest.formats import ReadContext, record_error
 from ingest.formats._harness import documents
 from ingest.otel import OtlpError, SpanRecord, decode_json, is_otlp_json
 from ingest.otel_genai import is_genai_trace, rollout_from_spans
@@ -46,8 +46,8 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
         try:
             yield rollout_from_spans(spans, run_id=ctx.run_id,
                                      source={"format": NAME, "file": source.name, "line": line})
-        except ValueError as exc:
-            yield RecordError(source.name, line, f"trace {trace_id}", str(exc))
+        except Exception as exc:  # noqa: BLE001 - one odd trace never stops the file
+            yield record_error(source.name, line, f"trace {trace_id}", exc)
 
 
 def write(rollouts) -> bytes:

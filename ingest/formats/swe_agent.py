@@ -37,7 +37,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ingest.formats import ReadContext
+from ingest.formats import ReadContext, record_error
 from ingest.formats._harness import Chain, action_call, documents, openai_tool_call
 from ingest.schema import Call, Ending, EndingInfo, Message, Rollout, RunRef
 from ingest.source import RecordError, Source
@@ -67,6 +67,8 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
             yield _rollout(doc, source, ctx, line)
         except _Bad as exc:
             yield RecordError(source.name, line, exc.field or None, exc.message)
+        except Exception as exc:  # noqa: BLE001 - an odd record is rejected with its field, never raised
+            yield record_error(source.name, line, None, exc)
 
 
 class _Bad(Exception):
@@ -198,9 +200,9 @@ def _rollout(doc: dict, source: Source, ctx: ReadContext, line: int | None) -> R
         extra["replay_config"] = doc["replay_config"]
     stem = source.path.name.removesuffix(".traj").removesuffix(".json")
     try:
-        return Rollout(id=stem if line is None else f"{stem}#{line}", run=RunRef(id=ctx.run_for(source), type="eval"),
+        return chain.finish(Rollout(id=stem if line is None else f"{stem}#{line}", run=RunRef(id=ctx.run_for(source), type="eval"),
                        nodes=chain.nodes, calls=chain.calls, ending=ending, metrics=metrics, extra=extra,
-                       source={"format": NAME, "file": source.name, "line": line})
+                       source={"format": NAME, "file": source.name, "line": line}))
     except ValueError as exc:
         raise _Bad("", str(exc)) from None
 

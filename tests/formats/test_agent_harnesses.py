@@ -367,3 +367,44 @@ def test_inspect_json_log_streams_samples_when_not_parsed(tmp_path):
     assert isinstance(first, Rollout) and first.group.index == 1
     rest = list(gen)
     assert [r.group.index for r in rest] == [2, 3] and len(rest[0].nodes) == 11
+
+
+# --- robustness: any input lands or is rejected with a reason; nothing raises ------------------
+
+def _mutate(value, rng, depth=0):
+    """A copy of `value` with random damage: keys dropped, values replaced by odd types."""
+    odd = [None, 0, -1, 2**64, 1.5, "", "x", [], {}, True, [None], {"a": None}]
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            r = rng.random()
+            if r < 0.08:
+                continue
+            out[k] = rng.choice(odd) if r < 0.16 else _mutate(v, rng, depth + 1)
+        return out
+    if isinstance(value, list):
+        return [rng.choice(odd) if rng.random() < 0.08 else _mutate(v, rng, depth + 1) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("rel", ["swe-agent/pydicom__pydicom-1458.traj",
+                                 "swe-agent/marshmallow-code__marshmallow-1867.function_calling_replace.traj",
+                                 "mini-swe-agent/github_issue.traj.json", "openhands/basic.json",
+                                 "inspect_ai/log_tool_call_error.json"])
+def test_damaged_real_files_never_raise(rel, tmp_path):
+    import random
+
+    from ingest.formats import registry
+
+    doc = json.loads((REAL / rel).read_text())
+    fmt = detect(open_source(REAL / rel)).NAME
+    reader = registry.get(fmt)
+    rng = random.Random(8)
+    for k in range(60):
+        p = tmp_path / f"m{k}.json"
+        p.write_text(json.dumps(_mutate(doc, rng)))
+        src = open_source(p)
+        if not reader.sniff(src):
+            continue
+        for item in reader.read(src, ReadContext()):  # must not raise
+            assert isinstance(item, Rollout) or (item.message and item.file)

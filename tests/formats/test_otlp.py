@@ -299,3 +299,22 @@ def test_encode_json_round_trips_span_records():
     again = decode_json(json.dumps(encode_json(recs)))
     assert [(s.span_id, s.attributes, s.start_ns, s.end_ns) for s in again] == \
            [(s.span_id, s.attributes, s.start_ns, s.end_ns) for s in recs]
+
+
+def test_damaged_otlp_never_raises(tmp_path):
+    import random
+
+    from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans
+
+    from tests.formats.test_agent_harnesses import _mutate
+
+    doc = json.loads(encode_spans(sdk_spans(lambda t: agent_run(t, subagent=True))).to_json())
+    rng = random.Random(5)
+    for k in range(80):
+        p = tmp_path / f"m{k}.json"
+        p.write_text(json.dumps(_mutate(doc, rng)))
+        src = open_source(p)
+        if not otlp.sniff(src):
+            continue
+        for item in otlp.read(src, ReadContext()):  # must not raise
+            assert isinstance(item, Rollout) or item.message
