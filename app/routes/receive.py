@@ -19,6 +19,7 @@ that could not be stored is kept and retried; a resent span replaces its copy).
 from __future__ import annotations
 
 import asyncio
+from contextlib import asynccontextmanager
 import gzip
 import threading
 import time
@@ -38,7 +39,24 @@ from ingest.otel_genai import is_genai_trace, rollout_from_spans
 from ingest.schema import Rollout
 from ingest.source import RecordError
 
-router = APIRouter(tags=["receive"])
+
+
+@asynccontextmanager
+async def _lifespan(app):
+    """On shutdown, store every trace still waiting (its root may never come), so a clean stop
+    loses no span that was answered 200."""
+    yield
+    rec = getattr(app.state, "otlp_receiver", None)
+    if rec is not None:
+        if rec.task is not None:
+            rec.task.cancel()
+        try:
+            await run_in_threadpool(rec.flush, everything=True)
+        except (OperationalError, DBAPIError):
+            pass  # the database is gone: nothing more can be done here
+
+
+router = APIRouter(tags=["receive"], lifespan=_lifespan)
 
 PROTOBUF, JSON = "application/x-protobuf", "application/json"
 MAX_BODY = 64 << 20  # bytes, after decompression

@@ -223,3 +223,13 @@ def test_database_down_is_503_and_nothing_is_lost(tmp_path):
         assert app.state.otlp_receiver.assembler.pending_spans == 0
         got = httpx.get(f"{base}/runs/otel/rollouts/{trace}.json").json()
         assert [m["role"] for m in got["messages"]] == ["user", "assistant"]
+
+
+def test_clean_shutdown_stores_unfinished_traces(db_url):
+    trace = "34" * 16
+    with serve(db_url, otlp_idle_seconds=3600) as (base, app):
+        assert _post(base, [_span_json(trace, "0c" * 8, "0d" * 8, "chat m", CHAT, 3)]).status_code == 200
+        assert app.state.otlp_receiver.assembler.pending_spans == 1
+    with serve(db_url) as (base, app):
+        got = httpx.get(f"{base}/runs/otel/rollouts/{trace}.json")
+        assert got.status_code == 200 and len(got.json()["messages"]) == 2
