@@ -10,13 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from ingest.checks import run_checks
+from ingest.checks import run_rollout_checks
+
 from ingest.formats import ReadContext, detect
 from ingest.formats.inspect import value_to_float
 from ingest.schema import Rollout
 from ingest.source import Source, open_source
 from tests.conftest import data_path
 from tests.helpers import ingest
+
+
+def run_checks(r):
+    return run_rollout_checks(r).findings
 
 REAL = data_path("realdata")
 

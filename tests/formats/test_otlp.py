@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ingest.checks import run_checks
+from ingest.checks import run_rollout_checks
+
 from ingest.formats import ReadContext, detect
 from ingest.formats import otlp
 from ingest.otel import decode_json, decode_protobuf, encode_json
@@ -17,6 +18,10 @@ from ingest.otel_genai import rollout_from_spans, spans_from_rollout
 from ingest.schema import Rollout
 from ingest.source import open_source
 from tests.conftest import data_path
+
+
+def run_checks(r):
+    return run_rollout_checks(r).findings
 
 
 def sdk_spans(build) -> list:
