@@ -139,10 +139,16 @@ def _text(v: Any) -> str | None:
 
 
 def _genai_messages(items: Any) -> list[tuple[Message, str | None]]:
-    out = []
-    for m in items if isinstance(items, list) else []:
-        if not isinstance(m, dict):
-            continue
+    return [_genai_message(m) for m in _genai_items(items)]
+
+
+def _genai_items(items: Any) -> list[dict]:
+    return [m for m in items if isinstance(m, dict)] if isinstance(items, list) else []
+
+
+def _genai_message(m: dict) -> tuple[Message, str | None]:
+    """One `gen_ai.*.messages` item → (Message, finish reason)."""
+    if True:
         role = ROLES.get(str(m.get("role", "user")).lower(), "user")
         texts, reasoning, calls, other = [], [], [], []
         tool_call_id = None
@@ -168,10 +174,9 @@ def _genai_messages(items: Any) -> list[tuple[Message, str | None]]:
             content = "\n".join(texts) if texts and not other else ([{"type": "text", "text": x} for x in texts] + other
                                                                     if other else None)
         extra = {"source_role": m["role"]} if role != m.get("role") and m.get("role") not in ("tool",) and role != "tool" else {}
-        out.append((Message(role=role, content=content, reasoning_content="\n".join(reasoning) if reasoning else None,
-                            tool_calls=calls or None, tool_call_id=tool_call_id, name=m.get("name"), extra=extra),
-                    m.get("finish_reason")))
-    return out
+        return (Message(role=role, content=content, reasoning_content="\n".join(reasoning) if reasoning else None,
+                        tool_calls=calls or None, tool_call_id=tool_call_id, name=m.get("name"), extra=extra),
+                m.get("finish_reason"))
 
 
 def _flat_messages(attrs: dict, prefix: str, oi: bool) -> list[tuple[Message, str | None]]:
@@ -197,6 +202,20 @@ def _flat_messages(attrs: dict, prefix: str, oi: bool) -> list[tuple[Message, st
     return out
 
 
+def genai_items(s: SpanRecord) -> tuple[list[dict], list[dict]] | None:
+    """(input items, output items) of a span in the JSON-messages form (system instructions as a
+    first system item), or None when it uses another form."""
+    a = s.attributes
+    if not ("gen_ai.input.messages" in a or "gen_ai.output.messages" in a or "gen_ai.system_instructions" in a):
+        return None
+    ins: list[dict] = []
+    sys = _json(a.get("gen_ai.system_instructions"))
+    if isinstance(sys, list) and sys:
+        text = "\n".join(str(p.get("content", "")) for p in sys if isinstance(p, dict))
+        ins.append({"role": "system", "parts": [{"type": "text", "content": text}]})
+    return ins + _genai_items(_json(a.get("gen_ai.input.messages"))), _genai_items(_json(a.get("gen_ai.output.messages")))
+
+
 def span_messages(s: SpanRecord) -> tuple[list[Message], list[tuple[Message, str | None]]]:
     """(input messages, [(output message, finish reason)]) of a model span, newest convention first."""
     a = s.attributes
@@ -217,18 +236,18 @@ def span_messages(s: SpanRecord) -> tuple[list[Message], list[tuple[Message, str
 
 # --- the message graph ---------------------------------------------------------------------
 
-def message_key(m: Message, parent: int | None) -> str:
+def message_key(m: Message, parent: int | None) -> tuple:
     """Identity of a message under a parent: role, text, reasoning, tool call id and calls."""
-    body = [m.role, m.content if isinstance(m.content, str) else json.dumps(m.content, sort_keys=True, default=str),
-            m.reasoning_content, m.tool_call_id,
-            [(c.id, c.name, c.arguments) for c in m.tool_calls or []]]
-    return f"{parent}:" + hashlib.sha256(json.dumps(body, default=str).encode()).hexdigest()
+    content = m.content if isinstance(m.content, str) or m.content is None else \
+        json.dumps(m.content, sort_keys=True, default=str)
+    return (parent, m.role, content, m.reasoning_content, m.tool_call_id,
+            tuple((c.id, c.name, c.arguments) for c in m.tool_calls or ()))
 
 
 class _Graph:
     def __init__(self) -> None:
         self.nodes: list[Node] = []
-        self.index: dict[str, int] = {}
+        self.index: dict[tuple, int] = {}
 
     def place(self, m: Message, parent: int | None, timestamp: float | None) -> int:
         key = message_key(m, parent)
@@ -302,6 +321,7 @@ def rollout_from_spans(spans: list[SpanRecord], *, run_id: str | None = None,
     cursor: dict[str | None, int | None] = {}  # agent span id → latest node of its conversation
     calls: list[Call] = []
     call_tokens: dict[int, str] = {}  # node → span id of its model call
+    last_context: dict[str | None, tuple[list[dict], list[int]]] = {}  # agent → (items, their nodes)
 
     def agent_key(s: SpanRecord) -> str | None:
         a = agent_of(s)
@@ -323,15 +343,39 @@ def rollout_from_spans(spans: list[SpanRecord], *, run_id: str | None = None,
         if is_model_span(s):
             key = agent_key(s)
             start_agent(key, s)
-            inputs, outputs = span_messages(s)
-            parent = anchor[key] if inputs else cursor[key]
-            for m in inputs:
-                parent = g.place(m, parent, None)
-            last = parent
+            items = genai_items(s)
             raw_finish = None
-            for m, fr in outputs:
-                last = g.place(m, last, s.end)
-                raw_finish = raw_finish or fr
+            if items is not None:
+                # A model call's input repeats the context the previous call of this agent saw:
+                # the equal leading items are the nodes already placed (checked by value).
+                ins, outs = items
+                seen_items, seen_nodes = last_context.get(key, ([], []))
+                k = 0
+                while k < len(ins) and k < len(seen_items) and ins[k] == seen_items[k]:
+                    k += 1
+                parent = (seen_nodes[k - 1] if k else anchor[key]) if ins else cursor[key]
+                path_nodes = list(seen_nodes[:k])
+                for item in ins[k:]:
+                    parent = g.place(_genai_message(item)[0], parent, None)
+                    path_nodes.append(parent)
+                last = parent
+                for item in outs:
+                    m, fr = _genai_message(item)
+                    last = g.place(m, last, s.end)
+                    path_nodes.append(last)
+                    raw_finish = raw_finish or fr
+                if ins:
+                    last_context[key] = (ins + outs, path_nodes)
+                outputs = outs
+            else:
+                inputs, outputs = span_messages(s)
+                parent = anchor[key] if inputs else cursor[key]
+                for m in inputs:
+                    parent = g.place(m, parent, None)
+                last = parent
+                for m, fr in outputs:
+                    last = g.place(m, last, s.end)
+                    raw_finish = raw_finish or fr
             reasons = s.attributes.get("gen_ai.response.finish_reasons")
             if isinstance(reasons, list) and reasons:
                 raw_finish = str(reasons[0])
