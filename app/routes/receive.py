@@ -11,8 +11,8 @@ not OTLP is 400, another media type 415.
 
 Writing needs a write token (`Authorization: Bearer ...`). Spans of one trace may come in several
 requests; `ingest/otel_assembler.py` holds them until the root span arrives or the trace has been
-idle `otlp_idle_seconds`, then the trace is stored as one rollout (`ingest/otel_genai.py`).
-Backpressure, as for HTTP ingest: more than `otlp_max_pending_spans` spans waiting → 429, the
+idle `worker.otlp_idle_seconds`, then the trace is stored as one rollout (`ingest/otel_genai.py`).
+Backpressure, as for HTTP ingest: more than `worker.otlp_max_pending_spans` spans waiting → 429, the
 database unavailable → 503, both with `Retry-After`; spans are never dropped silently (a trace
 that could not be stored is kept and retried; a resent span replaces its copy).
 """
@@ -88,8 +88,8 @@ class Receiver:
     def __init__(self, app) -> None:
         s = app.state.settings
         self.app = app
-        self.assembler = TraceAssembler(idle=s.otlp_idle_seconds)
-        self.max_pending = s.otlp_max_pending_spans
+        self.assembler = TraceAssembler(idle=s.worker.otlp_idle_seconds)
+        self.max_pending = s.worker.otlp_max_pending_spans
         self.lock = threading.Lock()
         self.task: asyncio.Task | None = None
 

@@ -166,7 +166,7 @@ CHAT = {"gen_ai.operation.name": "chat", "gen_ai.input.messages": json.dumps([{"
 
 def test_idle_trace_is_stored_and_backpressure(db_url):
     trace = "ab" * 16
-    with serve(db_url, otlp_idle_seconds=0.5, otlp_max_pending_spans=3) as (base, app):
+    with serve(db_url, worker={"otlp_idle_seconds": 0.5, "otlp_max_pending_spans": 3}) as (base, app):
         # a trace whose root never comes: stored once idle
         r = _post(base, [_span_json(trace, "01" * 8, "02" * 8, "chat m", CHAT, 1000)])
         assert r.status_code == 200 and r.json() == {}
@@ -227,7 +227,7 @@ def test_database_down_is_503_and_nothing_is_lost(tmp_path):
 
 def test_clean_shutdown_stores_unfinished_traces(db_url):
     trace = "34" * 16
-    with serve(db_url, otlp_idle_seconds=3600) as (base, app):
+    with serve(db_url, worker={"otlp_idle_seconds": 3600}) as (base, app):
         assert _post(base, [_span_json(trace, "0c" * 8, "0d" * 8, "chat m", CHAT, 3)]).status_code == 200
         assert app.state.otlp_receiver.assembler.pending_spans == 1
     with serve(db_url) as (base, app):
