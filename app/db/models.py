@@ -170,3 +170,20 @@ class Quarantine(SQLModel, table=True):
     raw: str | None = None  # first 4 KB of the record
     raw_sha256: str = Field(max_length=64)
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
+
+
+class ApiToken(SQLModel, table=True):
+    """An API token (app/auth.py): only its sha256 is stored, and its first characters to tell
+    it apart in a list. Scope read < write < admin."""
+
+    __tablename__ = "api_token"
+
+    pk: int | None = Field(default=None, primary_key=True)
+    name: str | None = Field(default=None, max_length=200)
+    scope: str = Field(max_length=16)
+    prefix: str = Field(max_length=16)
+    token_sha256: str = Field(max_length=64, sa_column_kwargs={"unique": True})
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
+    last_used_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
+    revoked_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
+
