@@ -37,7 +37,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
-        return error_response(request, exc.status_code, exc.detail)
+        response = error_response(request, exc.status_code, exc.detail)
+        for k, v in (exc.headers or {}).items():  # WWW-Authenticate on 401, Retry-After on 429/503
+            response.headers[k] = v
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError):

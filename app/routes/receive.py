@@ -26,11 +26,12 @@ import time
 import zlib
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from app.auth import TokenInfo, require
 from app.store.write import store
 from ingest.formats import record_error
 from ingest.otel import OtlpError, SpanRecord, decode_json, decode_protobuf
@@ -57,29 +58,27 @@ async def _lifespan(app):
 
 
 router = APIRouter(tags=["receive"], lifespan=_lifespan)
+_require_write = require("write")
+
+
+def write_token(request: Request) -> TokenInfo:
+    """The project's write-token check (app/auth.py); a database too broken to look the token up
+    is a 503 with Retry-After, like any other write that cannot be stored now."""
+    try:
+        return _require_write(request)
+    except (OperationalError, DBAPIError):
+        raise HTTPException(503, "the database is unavailable; retry later",
+                            headers={"Retry-After": str(RETRY_DOWN)}) from None
+
+
+WriteToken = Annotated[TokenInfo, Depends(write_token)]
 
 PROTOBUF, JSON = "application/x-protobuf", "application/json"
 MAX_BODY = 64 << 20  # bytes, after decompression
 RETRY_FULL, RETRY_DOWN = 1, 5  # Retry-After seconds for 429 and 503
 
 
-# The write-token check, in one place. Until issue 6's app/auth.py lands, the accepted tokens
-# are the SHA-256 hex digests in `app.state.write_token_hashes` (empty: every write is refused).
-def require_write_token(request: Request) -> None:
-    import hashlib
 
-    from fastapi import HTTPException
-
-    auth = request.headers.get("authorization", "")
-    scheme, _, token = auth.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise HTTPException(401, "a write token is required: Authorization: Bearer <token>",
-                            headers={"WWW-Authenticate": "Bearer"})
-    if hashlib.sha256(token.strip().encode()).hexdigest() not in getattr(request.app.state, "write_token_hashes", set()):
-        raise HTTPException(403, "this token may not write")
-
-
-WriteToken = Annotated[None, Depends(require_write_token)]
 
 
 class Receiver:

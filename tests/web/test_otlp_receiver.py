@@ -4,7 +4,6 @@ instrumented agent would emit them, sent by the SDK's own OTLP exporters (protob
 span per request, assembled into one rollout."""
 from __future__ import annotations
 
-import hashlib
 import json
 import socket
 import threading
@@ -16,6 +15,7 @@ import httpx
 import pytest
 import uvicorn
 
+from app.auth import issue
 from app.config import Settings
 from app.main import create_app
 from ingest.formats import ReadContext
@@ -23,7 +23,6 @@ from ingest.formats import swe_agent
 from ingest.source import open_source
 from tests.conftest import data_path
 
-TOKEN = "test-write-token"
 RUN_FILE = data_path("realdata", "swe-agent", "marshmallow-code__marshmallow-1867.function_calling_replace.traj")
 
 
@@ -36,7 +35,7 @@ def _free_port() -> int:
 @contextmanager
 def serve(db_url: str, **settings):
     app = create_app(Settings(database_url=db_url, **settings))
-    app.state.write_token_hashes = {hashlib.sha256(TOKEN.encode()).hexdigest()}
+    app.state.write_token, _ = issue(app.state.engine, "write", name="otlp test")
     port = _free_port()
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=srv.run, daemon=True)
@@ -108,7 +107,7 @@ def replay(run, exporter, *, run_id: str, with_root: bool = True) -> None:
     provider.shutdown()
 
 
-def exporter(kind: str, base: str, token: str = TOKEN):
+def exporter(kind: str, base: str, token: str):
     headers = {"Authorization": f"Bearer {token}"}
     if kind == "protobuf":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -121,7 +120,7 @@ def exporter(kind: str, base: str, token: str = TOKEN):
 def test_sdk_exporter_sends_one_real_run(db_url, kind):
     run = real_run()
     with serve(db_url) as (base, app):
-        replay(run, exporter(kind, base), run_id=f"otlp-{kind}")
+        replay(run, exporter(kind, base, app.state.write_token), run_id=f"otlp-{kind}")
         d = httpx.get(f"{base}/runs/otlp-{kind}/rollouts/{run.id}.json").json()
     # 24 messages, 11 tool calls each answered (hand count in tests/formats/test_agent_harnesses.py)
     assert [m["role"] for m in d["messages"]] == [n.message.role for n in run.nodes]
@@ -136,13 +135,20 @@ def test_sdk_exporter_sends_one_real_run(db_url, kind):
 
 
 def test_requires_a_write_token(db_url):
-    with serve(db_url) as (base, _):
+    with serve(db_url) as (base, app):
         body = json.dumps({"resourceSpans": []})
         r = httpx.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json"})
-        assert r.status_code == 401
+        assert r.status_code == 401 and r.headers["WWW-Authenticate"] == "Bearer"
         r = httpx.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json",
-                                                                   "Authorization": "Bearer wrong"})
+                                                                   "Authorization": "Bearer rs_wrong"})
+        assert r.status_code == 401
+        read, _ = issue(app.state.engine, "read")
+        r = httpx.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json",
+                                                                   "Authorization": f"Bearer {read}"})
         assert r.status_code == 403
+        r = httpx.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json",
+                                                                   "Authorization": f"Bearer {app.state.write_token}"})
+        assert r.status_code == 200
 
 
 def _span_json(trace: str, span: str, parent: str | None, name: str, attrs: dict, t: int) -> dict:
@@ -154,10 +160,10 @@ def _span_json(trace: str, span: str, parent: str | None, name: str, attrs: dict
     return d
 
 
-def _post(base, spans, **headers):
+def _post(base, spans, token, **headers):
     body = json.dumps({"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"spans": spans}]}]})
     return httpx.post(f"{base}/v1/traces", content=body, headers={
-        "Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}", **headers})
+        "Content-Type": "application/json", "Authorization": f"Bearer {token}", **headers})
 
 
 CHAT = {"gen_ai.operation.name": "chat", "gen_ai.input.messages": json.dumps([{"role": "user", "parts": [{"type": "text", "content": "hi"}]}]),
@@ -168,7 +174,7 @@ def test_idle_trace_is_stored_and_backpressure(db_url):
     trace = "ab" * 16
     with serve(db_url, worker={"otlp_idle_seconds": 0.5, "otlp_max_pending_spans": 3}) as (base, app):
         # a trace whose root never comes: stored once idle
-        r = _post(base, [_span_json(trace, "01" * 8, "02" * 8, "chat m", CHAT, 1000)])
+        r = _post(base, [_span_json(trace, "01" * 8, "02" * 8, "chat m", CHAT, 1000)], app.state.write_token)
         assert r.status_code == 200 and r.json() == {}
         assert httpx.get(f"{base}/runs/otel/rollouts/{trace}.json").status_code == 404
         for _ in range(60):
@@ -180,23 +186,23 @@ def test_idle_trace_is_stored_and_backpressure(db_url):
         assert got.json()["ending"]["type"] == "submitted"
         # too many spans waiting: 429 with Retry-After, nothing taken
         spans = [_span_json("cd" * 16, f"{k + 1:016x}", "ff" * 8, "chat m", CHAT, 1000 + k) for k in range(4)]
-        r = _post(base, spans)
+        r = _post(base, spans, app.state.write_token)
         assert r.status_code == 429 and r.headers["Retry-After"] == "1"
         assert app.state.otlp_receiver.assembler.pending_spans == 0
 
 
 def test_bad_bodies(db_url):
-    with serve(db_url) as (base, _):
-        r = _post(base, [{"traceId": "xyz", "spanId": "01" * 8, "name": "a"}])
+    with serve(db_url) as (base, app):
+        r = _post(base, [{"traceId": "xyz", "spanId": "01" * 8, "name": "a"}], app.state.write_token)
         assert r.status_code == 400 and "traceId" in r.json()["message"]
         r = httpx.post(f"{base}/v1/traces", content=b"x", headers={"Content-Type": "text/plain",
-                                                                    "Authorization": f"Bearer {TOKEN}"})
+                                                                    "Authorization": f"Bearer {app.state.write_token}"})
         assert r.status_code == 415
         r = httpx.post(f"{base}/v1/traces", content=b"\xff\x00garbage", headers={
-            "Content-Type": "application/x-protobuf", "Authorization": f"Bearer {TOKEN}"})
+            "Content-Type": "application/x-protobuf", "Authorization": f"Bearer {app.state.write_token}"})
         assert r.status_code == 400
         # a trace with no GenAI span: taken, counted as rejected, quarantined
-        r = _post(base, [_span_json("ee" * 16, "01" * 8, None, "GET /", {"http.method": "GET"}, 5)])
+        r = _post(base, [_span_json("ee" * 16, "01" * 8, None, "GET /", {"http.method": "GET"}, 5)], app.state.write_token)
         assert r.status_code == 200 and r.json()["partialSuccess"]["rejectedSpans"] == "1"
         q = httpx.get(f"{base}/quarantine.json").json()
         assert "no GenAI" in json.dumps(q)
@@ -209,18 +215,28 @@ def test_database_down_is_503_and_nothing_is_lost(tmp_path):
     root = _span_json(trace, "0a" * 8, None, "invoke_agent a", {"gen_ai.operation.name": "invoke_agent"}, 1)
     chat = _span_json(trace, "0b" * 8, "0a" * 8, "chat m", CHAT, 2)
     with serve(url) as (base, app):
+        token = app.state.write_token
         app.state.engine.dispose()
-        db.rename(tmp_path / "away.db")  # the database disappears: every write fails
-        db.mkdir()  # and cannot be re-created as a file
-        r = _post(base, [chat, root])
+        db.rename(tmp_path / "away.db")  # the database disappears: nothing can be read or written
+        db.mkdir()  # and it cannot be re-created as a file
+        r = _post(base, [chat, root], token)
         assert r.status_code == 503 and r.headers["Retry-After"] == "5"
-        assert app.state.otlp_receiver.assembler.pending_spans == 2  # kept, not dropped
+        # spans taken before the database failed are kept and stored later, never dropped
+        rec = app.state.otlp_receiver if getattr(app.state, "otlp_receiver", None) else None
+        from app.routes.receive import Receiver
+        from ingest.otel import decode_json
+
+        rec = rec or Receiver(app)
+        rec.assembler.add(decode_json(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [chat, root]}]}]})), 0.0)
+        with pytest.raises(Exception):
+            rec.flush()
+        assert rec.assembler.pending_spans == 2
         db.rmdir()
         (tmp_path / "away.db").rename(db)
         app.state.engine.dispose()
-        r = _post(base, [chat])  # the client's retry resends a span: it replaces its copy
+        assert rec.flush() == (0, None) and rec.assembler.pending_spans == 0
+        r = _post(base, [chat, root], token)  # the client's retry: the same spans, nothing doubled
         assert r.status_code == 200
-        assert app.state.otlp_receiver.assembler.pending_spans == 0
         got = httpx.get(f"{base}/runs/otel/rollouts/{trace}.json").json()
         assert [m["role"] for m in got["messages"]] == ["user", "assistant"]
 
@@ -228,7 +244,7 @@ def test_database_down_is_503_and_nothing_is_lost(tmp_path):
 def test_clean_shutdown_stores_unfinished_traces(db_url):
     trace = "34" * 16
     with serve(db_url, worker={"otlp_idle_seconds": 3600}) as (base, app):
-        assert _post(base, [_span_json(trace, "0c" * 8, "0d" * 8, "chat m", CHAT, 3)]).status_code == 200
+        assert _post(base, [_span_json(trace, "0c" * 8, "0d" * 8, "chat m", CHAT, 3)], app.state.write_token).status_code == 200
         assert app.state.otlp_receiver.assembler.pending_spans == 1
     with serve(db_url) as (base, app):
         got = httpx.get(f"{base}/runs/otel/rollouts/{trace}.json")
