@@ -12,7 +12,8 @@ log never sits whole in memory.
 
 Mapping (docs/formats.md, "Inspect"):
 - rollout id `{task}:{sample id}:{epoch}`; run = `--run`, else `eval.run_id`; group = the sample
-  (`{task}:{sample id}`) with the epoch as its index and `config.epochs` as its size.
+  (`{task}:{sample id}`) with the epoch as its index (epochs count from 1, group indices from 0:
+  epoch N is index N-1; the epoch itself stays in `extra.epoch`) and `config.epochs` as its size.
 - `messages` → nodes in order (system, user, assistant, tool; `ChatMessage*` in
   `model/_chat_message.py`). Content parts: `text` kept, `reasoning` → `reasoning_content`
   (`redacted: true` shown as redacted), other parts (image, audio, data) kept as typed parts.
@@ -174,7 +175,7 @@ def _sample(sample: Any, header: dict, file: str, path: str | None, ctx: ReadCon
     sid, epoch = sample.get("id"), sample.get("epoch", 1)
     if sid is None:
         return err("id", "sample has no id")
-    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1:
         return err("epoch", f"expected a whole number, got {epoch!r}")
     assumed = False
 
@@ -261,7 +262,7 @@ def _sample(sample: Any, header: dict, file: str, path: str | None, ctx: ReadCon
     epochs = config.get("epochs") if isinstance(config.get("epochs"), int) and config.get("epochs") > 0 else None
     run_id = ctx.run_id or (str(ev["run_id"]) if ev.get("run_id") else None) or ctx.run_for(source)
     extra: dict[str, Any] = {"eval": {k: ev.get(k) for k in ("eval_id", "task_id", "model", "created") if ev.get(k)},
-                             "log_status": header.get("status")}
+                             "log_status": header.get("status"), "epoch": epoch}
     for key in ("uuid", "model_usage", "store", "error_retries", "metadata", "retries", "sandbox"):
         if sample.get(key):
             extra[key] = sample[key]
@@ -272,7 +273,7 @@ def _sample(sample: Any, header: dict, file: str, path: str | None, ctx: ReadCon
     try:
         return chain.finish(Rollout(
             id=f"{task}:{sid}:{epoch}", run=RunRef(id=run_id, type="eval"),
-            group=GroupRef(id=f"{task}:{sid}", index=epoch, size=epochs),
+            group=GroupRef(id=f"{task}:{sid}", index=epoch - 1 if epoch >= 1 else 0, size=epochs),
             task=Task(type=task, key=str(sid), data={"input": sample.get("input"), "target": sample.get("target")}),
             tools=tools, nodes=chain.nodes, calls=chain.calls, rewards=rewards,
             reward=first.score if first is not None else None,

@@ -62,7 +62,7 @@ def test_inspect_eval_zip_sample_by_sample():
     assert r.nodes[1].message.content.startswith("Is the following statement")  # attachment resolved
     assert r.rewards["match"].score == 1.0 and r.rewards["match"].extra["label"] == "C" and r.reward == 1.0
     assert r.ending.type == "submitted" and r.ending.detail == "stop_reason=stop"
-    assert r.group.id == "popularity:1" and r.group.index == 1 and r.group.size == 1
+    assert r.group.id == "popularity:1" and r.group.index == 0 and r.group.size == 1 and r.extra["epoch"] == 1
     [call] = r.calls
     assert call.node == 2 and call.usage.input_tokens == 66 and call.usage.output_tokens == 3
     assert call.time.start == pytest.approx(1751723988.958317)  # 2025-07-05T13:59:48.958317Z
@@ -75,7 +75,7 @@ def test_inspect_json_log_tool_errors_without_calls():
     # one sample, id 1, epoch 4: eleven tool messages (bash_1..bash_11), each with an error
     # type; no assistant turn, no output, no scores.
     [r] = read(REAL / "inspect_ai" / "log_tool_call_error.json", "inspect")
-    assert r.id == "...:1:4" and r.group.index == 4
+    assert r.id == "...:1:4" and r.group.index == 3 and r.extra["epoch"] == 4
     assert roles(r) == ["tool"] * 11 and n_calls(r) == 0
     assert [n.message.extra["error"]["type"] for n in r.nodes][:3] == ["parsing", "timeout", "parsing"]
     assert r.reward is None and r.rewards == {}
@@ -114,7 +114,7 @@ def test_inspect_limits_errors_and_letters(tmp_path):
         {"error": {"message": "sandbox died", "traceback": "tb"}, "scores": {}},
         {"limit": {"type": "working", "limit": 60}, "scores": {"match": {"value": "P"}}},
     ]})
-    rs = {r.group.index: r for r in read(path, "inspect")}
+    rs = {r.extra["epoch"]: r for r in read(path, "inspect")}
     assert rs[1].ending.type == "truncated" and rs[1].ending.detail == "message_limit" and rs[1].reward == 0.0
     assert rs[2].ending.type == "error" and rs[2].ending.message == "sandbox died" and rs[2].reward is None
     assert rs[3].ending.detail == "working_limit" and rs[3].reward == 0.5
@@ -369,9 +369,9 @@ def test_inspect_json_log_streams_samples_when_not_parsed(tmp_path):
     assert inspect.sniff(src)
     gen = inspect.read(src, ReadContext())
     first = next(gen)  # a generator: one sample parsed, not the whole list
-    assert isinstance(first, Rollout) and first.group.index == 1
+    assert isinstance(first, Rollout) and first.extra["epoch"] == 1
     rest = list(gen)
-    assert [r.group.index for r in rest] == [2, 3] and len(rest[0].nodes) == 11
+    assert [r.group.index for r in rest] == [1, 2] and len(rest[0].nodes) == 11
 
 
 # --- robustness: any input lands or is rejected with a reason; nothing raises ------------------
