@@ -31,8 +31,8 @@ Mapping (docs/formats.md, "Inspect"):
 - Ending: `sample.error` → error; `sample.limit` (or a `sample_limit` event) → truncated with
   detail `{type}_limit` (`message_limit`, `token_limit`, `time_limit`, `working_limit`, ...), an
   `operator` limit → error; otherwise the output's `stop_reason`: `stop` → submitted,
-  `max_tokens` → length_cut, `model_length` → truncated, `content_filter` → error, others
-  unknown.
+  `max_tokens` and `model_length` → length_cut (as the shared endings table of docs/formats.md
+  reads them), `content_filter` → error, others unknown.
 - Timestamps with offsets (`-04:00`) are converted to UTC epoch seconds.
 """
 from __future__ import annotations
@@ -62,7 +62,7 @@ NAME = "inspect"
 ATTACHMENT = "attachment://"
 LIMIT_ERROR_TYPES = frozenset({"operator"})
 STOP_ENDINGS = {
-    "stop": Ending.submitted, "max_tokens": Ending.length_cut, "model_length": Ending.truncated,
+    "stop": Ending.submitted, "max_tokens": Ending.length_cut, "model_length": Ending.length_cut,
     "content_filter": Ending.error,
 }
 
