@@ -23,18 +23,18 @@ from __future__ import annotations
 from typing import Annotated
 from urllib.parse import unquote
 
-from fastapi import APIRouter, HTTPException, Path, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse
-from pydantic import BeforeValidator, Field
 
 from app import urls
-from app.deps import SessionDep
+from app.deps import RefuseUnknownQuery, SessionDep
+from app.errors import ApiError
+from app.params import Count, OptCount, OptFloat, OptInt, OptLimit, OptStr, check_rollout_filters
 from app.queries import groups as q_groups
 from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
-from app.queries.common import ENDINGS, INT32_MAX, INT32_MIN
 from app.queries.nodes import get_node
-from app.queries.rollouts import RolloutFilters, decode_cursor
+from app.queries.rollouts import RolloutFilters
 from app.render import respond, split_twin, wants_json
 from app.views.groups import group_page
 from app.views.quarantine import quarantine_page
@@ -43,20 +43,9 @@ from app.views.rollouts import rollouts_page
 from app.views.runs import run_page, runs_page
 from ingest.schema import content_text
 
-router = APIRouter(tags=["pages"])
+router = APIRouter(tags=["pages"], dependencies=[RefuseUnknownQuery])
 
 
-def _blank_is_none(v):
-    return None if v == "" else v
-
-
-Int32 = Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)]
-Count = Annotated[int, Field(ge=0, le=INT32_MAX)]
-OptInt = Annotated[Int32 | None, BeforeValidator(_blank_is_none)]
-OptCount = Annotated[Count | None, BeforeValidator(_blank_is_none)]
-OptFloat = Annotated[Annotated[float, Field(allow_inf_nan=False)] | None, BeforeValidator(_blank_is_none)]
-OptStr = Annotated[str | None, BeforeValidator(_blank_is_none)]
-OptLimit = Annotated[Annotated[int, Field(ge=1, le=1000)] | None, BeforeValidator(_blank_is_none)]
 
 
 def _twin(value: str, exists) -> tuple[str, bool]:
@@ -79,7 +68,8 @@ def index() -> RedirectResponse:
 @router.get("/runs.json")
 def runs(request: Request, session: SessionDep):
     """All runs: rollouts, steps, mean reward (errors scored 0 / dropped) and ending counts per run."""
-    return respond(request, "runs.html", runs_page(session), json=wants_json(request))
+    json = wants_json(request)
+    return respond(request, "runs.html", runs_page(session, json=json), json=json)
 
 
 @router.get("/quarantine")
@@ -101,7 +91,7 @@ def node_text(session: SessionDep, run_id: str, rollout_pk: Annotated[Count, Pat
     other parts named (`[image_url]`), as in the page's preview (ingest.schema.content_text)."""
     node = get_node(session=session, run_id=unquote(run_id), rollout_pk=rollout_pk, idx=idx)
     if node is None:
-        raise HTTPException(404, "not found")
+        raise ApiError(404, "not found")
     text = content_text((node.message or {}).get("content"))
     return PlainTextResponse(text, headers={"X-Content-Type-Options": "nosniff",
                                                      "Content-Security-Policy": "default-src 'none'"})
@@ -122,7 +112,7 @@ def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
     want_json = wants_json(request, js)
     data = rollout_page(session, unquote(run_id), rollout_id, web=request.app.state.settings.web,
                         branch=branch or 0, offset=offset or 0, attempt=attempt,
-                        all_tokens=want_json or tokens == "all")
+                        all_tokens=want_json or tokens == "all", json=want_json)
     return respond(request, "rollout.html", data, json=want_json, block="messages")
 
 
@@ -136,8 +126,8 @@ def group(request: Request, session: SessionDep, run_id: str, group_id: str):
     other than the declared one, duplicate indices, and indices at or beyond the declared size."""
     group_id, js = _twin(group_id, lambda gid: q_groups.group_exists(session=session, run_id=unquote(run_id),
                                                                        group_id=gid))
-    return respond(request, "group.html", group_page(session, unquote(run_id), group_id),
-                   json=wants_json(request, js))
+    json = wants_json(request, js)
+    return respond(request, "group.html", group_page(session, unquote(run_id), group_id, json=json), json=json)
 
 
 @router.get("/runs/{run_id:path}/rollouts")
@@ -145,22 +135,16 @@ def group(request: Request, session: SessionDep, run_id: str, group_id: str):
 def rollouts(
     request: Request, session: SessionDep, run_id: str,
     step: OptInt = None, ending: OptStr = None, group: OptStr = None, task: OptStr = None,
-    reward_min: OptFloat = None, reward_max: OptFloat = None, flag: OptStr = None,
+    reward_min: OptFloat = None, reward_max: OptFloat = None, flag: OptStr = None, label: OptStr = None,
     after: OptStr = None, limit: OptLimit = None,
 ):
     """Rollout summaries of a run, filtered, by (step, ingest order); keyset pages via `after`.
 
     Every attempt is a row; `n_attempts` counts the attempts of its rollout id, and the row's
     `url` names its attempt (`?attempt=N`) when that is > 0 or the id has several."""
-    if ending is not None and ending not in ENDINGS:
-        raise HTTPException(422, f"ending must be one of {ENDINGS}")
-    if after:
-        try:
-            decode_cursor(after)
-        except ValueError:
-            raise HTTPException(422, "after: not a cursor from this API") from None
+    check_rollout_filters(session, unquote(run_id), ending=ending, flag=flag, after=after)
     filters = RolloutFilters(step=step, ending=ending, group=group, task=task,
-                             reward_min=reward_min, reward_max=reward_max, flag=flag)
+                             reward_min=reward_min, reward_max=reward_max, flag=flag, label=label)
     json = wants_json(request)
     page_size = limit or request.app.state.settings.web.page_size
     data = rollouts_page(session, unquote(run_id), filters, after, page_size, keep_limit=limit, twin=json)
@@ -172,4 +156,5 @@ def run(request: Request, session: SessionDep, run_id: str):
     """A run: per training step, counts per ending and mean reward (errors scored 0 / dropped),
     and the two charts as Plotly figure data."""
     run_id, js = _twin(run_id, lambda rid: q_runs.get_run(session=session, run_id=rid) is not None)
-    return respond(request, "run.html", run_page(session, run_id), json=wants_json(request, js))
+    json = wants_json(request, js)
+    return respond(request, "run.html", run_page(session, run_id, json=json), json=json)

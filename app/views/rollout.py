@@ -15,7 +15,9 @@ from app.queries import findings as q_findings
 from app.queries import nodes as q_nodes
 from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
-from app.views.common import PageModel, RolloutSummary, num, pins_attempt, summary_fields
+from app.queries import annotations as q_annotations
+from app.views.common import (LabelView, NoteView, PageModel, RolloutSummary, iso, note_view, num, pins_attempt,
+                              summary_fields, with_labels)
 from ingest import checks
 from ingest.graph import branches, pair_tool_calls
 from ingest.schema import content_text
@@ -188,6 +190,8 @@ class RolloutPage(PageModel):
     metrics: dict[str, Any]
     extra: dict[str, Any]
     findings: list[FindingView]
+    labels: list[LabelView]
+    notes: list[NoteView]
     checks_skipped: list[CheckSkipped]
     n_trained_environment: int  # trained tokens of messages the policy did not sample (mask_on_unsampled)
     trains_on_nothing: bool
@@ -359,7 +363,8 @@ class NodeLinks:
     on every branch that holds it."""
 
     def __init__(self, run_id: str, rollout_id: str, paths: list[list[int]], branch: int, offset: int, limit: int,
-                 attempt: int | None):
+                 attempt: int | None, json: bool = False):
+        self.json = json
         self.run_id, self.rollout_id = run_id, rollout_id
         self.paths, self.branch, self.offset, self.limit = paths, branch, offset, limit
         self.attempt = attempt
@@ -377,7 +382,8 @@ class NodeLinks:
         return self._first.get(idx)
 
     def page_url(self, branch: int, offset: int, **more) -> str:
-        return urls.rollout(self.run_id, self.rollout_id, branch=branch, offset=offset, attempt=self.attempt, **more)
+        return urls.rollout(self.run_id, self.rollout_id, json=self.json, branch=branch, offset=offset,
+                            attempt=self.attempt, **more)
 
     def __call__(self, idx) -> str | None:
         if not isinstance(idx, int):
@@ -401,13 +407,14 @@ class _ParentOnly:
 
 
 def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSettings, branch: int = 0,
-                 offset: int = 0, attempt: int | None = None, all_tokens: bool = False) -> RolloutPage | None:
+                 offset: int = 0, attempt: int | None = None, all_tokens: bool = False,
+                 json: bool = False) -> RolloutPage | None:
     """The rollout page: header, findings, branches, one page (`web.messages_per_page`) of the
     messages of one branch. None if there is no such rollout (or attempt).
 
     `attempt=None` shows the latest attempt. Every attempt of the rollout id is listed with its
     link (the one shown marked `current`); when there are several, the page's own links (branches,
-    pages, nodes) name the attempt shown."""
+    pages, nodes) name the attempt shown. Links go to the JSON twins when `json`."""
     limit = web.messages_per_page
     row = q_rollouts.get_rollout(session=session, run_id=run_id, rollout_id=rollout_id, attempt=attempt)
     if row is None:
@@ -416,7 +423,8 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
     tries = q_rollouts.rollout_attempts(session=session, run_id=run_id, rollout_id=rollout_id)
     attempts = [{"attempt": a.attempt, "step": a.step, "ending": a.ending, "ending_detail": a.ending_detail,
                  "reward": num(a.reward), "reward_status": a.reward_status,
-                 "url": urls.rollout(run_id, rollout_id, attempt=a.attempt if pins_attempt(a.attempt, len(tries)) else None),
+                 "url": urls.rollout(run_id, rollout_id, json=json,
+                                     attempt=a.attempt if pins_attempt(a.attempt, len(tries)) else None),
                  "current": a.attempt == row.attempt, "latest": i == len(tries) - 1}
                 for i, a in enumerate(tries)]
     run = q_runs.get_run(session=session, run_id=run_id)
@@ -435,7 +443,7 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
     branch = max(0, min(branch, len(paths) - 1)) if paths else 0
     path = paths[branch] if paths else []
     link = NodeLinks(run_id, rollout_id, paths, branch, offset, limit,
-                     row.attempt if attempt is not None or len(attempts) > 1 else None)
+                     row.attempt if attempt is not None or len(attempts) > 1 else None, json)
     for f in findings:
         f["anchor"] = _anchor(f, web.tokens_inline)
         f["url"] = link(f["node"])
@@ -473,10 +481,12 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
         node_views.append(v)
     model_calls = [dict(c, node_url=link(c.get("node"))) if isinstance(c, dict) else c
                    for c in envelope.get("calls", [])]
-    summary = summary_fields(row, n_attempts=len(attempts))
+    summary = with_labels(session, run_id, [summary_fields(row, n_attempts=len(attempts), json=json)])[0]
+    labels = q_annotations.labels_of(session=session, run_id=run_id, rollout_ids=[rollout_id]).get(rollout_id, [])
+    notes = q_annotations.notes_of(session=session, run_id=run_id, rollout_id=rollout_id)
     nxt = offset + limit if offset + limit < len(path) else None
     return RolloutPage.model_validate({
-        "run": {"id": run_id, "name": run.name if run else None, "url": urls.run(run_id), "tokenizer": bool(vocab)},
+        "run": {"id": run_id, "name": run.name if run else None, "url": urls.run(run_id, json=json), "tokenizer": bool(vocab)},
         "rollout": summary,
         "attempts": attempts,
         "ending": envelope.get("ending", {"type": summary["ending"]}),
@@ -490,6 +500,8 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
         "metrics": envelope.get("metrics", {}),
         "extra": envelope.get("extra", {}),
         "findings": findings,
+        "labels": [{"label": r.label, "author": r.author, "created_at": iso(r.created_at)} for r in labels],
+        "notes": [note_view(n) for n in notes],
         "checks_skipped": skipped,
         "n_trained_environment": sum((f["detail"] or {}).get("count", 0) for f in findings
                                      if f["kind"] == "mask_on_unsampled"),

@@ -1,7 +1,7 @@
 """node.tool_name: the tool a result names, for pairing results that carry no call id
 
 Revision ID: 0003_agents
-Revises: 0004_checks
+Revises: 0003_webcore
 Create Date: 2026-11-30 14:15:00
 """
 from alembic import op
@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 
 revision = '0003_agents'
-down_revision = '0004_checks'
+down_revision = '0003_webcore'
 branch_labels = None
 depends_on = None
 
