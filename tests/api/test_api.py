@@ -108,3 +108,18 @@ def test_health_docs_and_openapi(client):
     assert docs.status_code == 200 and "/static/vendor/swagger-ui-bundle-5.35.0.js" in docs.text
     assert "<script>" not in docs.text  # no inline script: the CSP forbids it
     assert client.get("/static/vendor/swagger-ui-bundle-5.35.0.js").status_code == 200
+
+
+def test_readyz_is_503_when_the_schema_is_behind(client, engine):
+    import sqlalchemy as sa
+
+    with engine.begin() as conn:
+        head = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = '0001'"))
+    try:
+        r = client.get("/readyz")
+        assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable" and "0001" in r.json()["error"]["message"]
+        assert client.get("/healthz").status_code == 200  # alive, just not ready
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text("UPDATE alembic_version SET version_num = :v"), {"v": head})
