@@ -55,7 +55,7 @@ def ingest(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders (walked recursively).", exists=True)],
     run: Annotated[str | None, typer.Option(help="Run id for records that name none (default: the file's folder name).")] = None,
     step: Annotated[int | None, typer.Option(help="Training step for records that carry none.", min=0, max=INT32_MAX)] = None,
-    tokenizer: Annotated[Path | None, typer.Option(help="tokenizer.json or SentencePiece .model of the run.", exists=True)] = None,
+    tokenizer: Annotated[Path | None, typer.Option(help="tokenizer.json or SentencePiece .model of the run, or its folder / tokenizer_config.json (keeps the chat template for the template checks).", exists=True)] = None,
     added_token: Annotated[list[str], typer.Option("--added-token", help="Extra vocabulary entry ID=PIECE (repeatable).")] = [],  # noqa: B006
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List every file, skipped file and rejection.")] = False,
 ) -> None:
@@ -80,10 +80,13 @@ def ingest(
                                      param_hint="--run") from None
 
     engine = _engine()
-    key = None
+    key = check_context = None
     if tokenizer is not None:
+        from ingest.checks.context import load_context
+
         try:
             key = register_tokenizer(engine, tokenizer, _parse_added(added_token))
+            check_context = load_context(tokenizer, _parse_added(added_token))
         except ValueError as exc:
             console.print(Text.assemble(("error: ", "red"), str(exc)), soft_wrap=True)
             raise typer.Exit(2) from None
@@ -102,7 +105,8 @@ def ingest(
             progress.update(current["task"], completed=current["source"].position)
 
         report = ingest_paths(engine, paths, ReadContext(run_id=run, step=step), tokenizer_key=key,
-                              on_file=on_file, on_item=on_item, batch_size=get_settings().worker.batch_size)
+                              check_context=check_context, on_file=on_file, on_item=on_item,
+                              batch_size=get_settings().worker.batch_size)
     total, errors, skipped = report.total, report.errors, report.skipped
     rows = [(f.path, f.format, f.result) for f in report.files]
 
@@ -162,6 +166,46 @@ def quarantine(
     for name, n in counts:
         table.add_row(Text(name), str(n))
     out.print(table if counts else Text("nothing quarantined"))
+
+
+@app.command()
+def worker(
+    spool: Annotated[list[Path], typer.Option("--spool", help="A folder collectors write trace files into "
+                                              "(repeatable; default ROLLSCOPE_WORKER__SPOOL_DIR). Created if missing.")] = [],  # noqa: B006
+    poll: Annotated[float, typer.Option(help="Seconds between looks at the folders when nothing is left to read.",
+                                        min=0.05, max=60)] = 0.5,
+    torn_after: Annotated[float, typer.Option(help="Seconds a file must stop growing before a last line without "
+                                              "its newline is reported as torn and skipped.", min=0.1)] = 30.0,
+    once: Annotated[bool, typer.Option("--once", help="Read what is there, then exit (no tailing).")] = False,
+) -> None:
+    """Ingest trace files from spool folders as collectors append to them, exactly once.
+
+    Appended JSONL lines are read as they arrive (a partial last line waits for its newline),
+    .gz files are read as streams, other files once they stop changing. Each file's offset is
+    committed with the rows it produced, so a restart resumes exactly there; renamed, rotated,
+    truncated and deleted files are followed. SIGTERM stops cleanly. On Postgres several workers
+    may share the folders; on SQLite one worker writes.
+    """
+    from app.config import get_settings
+    from app.worker.run import WorkerLocked, run, sqlite_lock, stop_on_signals
+
+    dirs = spool or [get_settings().worker.spool_dir]
+    for d in dirs:
+        d.mkdir(parents=True, exist_ok=True)
+    engine = _engine()
+    try:
+        lock = sqlite_lock(engine)
+    except WorkerLocked as exc:
+        console.print(Text.assemble(("error: ", "red"), str(exc)), soft_wrap=True)
+        raise typer.Exit(2) from None
+    stop = stop_on_signals()
+    console.print(f"worker: reading {', '.join(str(d) for d in dirs)}", markup=False, soft_wrap=True)
+    n = run(engine, dirs, stop=stop, poll=poll, once=once, torn_after=torn_after,
+            batch_lines=get_settings().worker.batch_size,
+            log=lambda msg: console.print(msg, markup=False, soft_wrap=True))
+    console.print(f"worker: stopped after {n} commits", markup=False, soft_wrap=True)
+    if lock is not None:
+        lock.close()
 
 
 token_app = typer.Typer(no_args_is_help=True, help="API tokens: create, list, revoke (app/auth.py).")

@@ -69,7 +69,7 @@ def test_one_rollout_branch_messages_and_tokens(client, engine, tmp_path):
     assert [g["role"] for g in d["graph"]] == ["user", "assistant"] and d["branches"] == [[0, 1]]
     assert d["envelope"]["ending"]["type"] == "submitted"
     t = client.get(f"/api/v1/runs/{run}/rollouts/tools").json()
-    assert [f["kind"] for f in t["findings"]] == ["unanswered_tool_call"]
+    assert "unanswered_tool_call" in [f["kind"] for f in t["findings"]]
     msgs = client.get(f"/api/v1/runs/{run}/rollouts/tools/branches/0/messages", params={"limit": 1}).json()
     assert msgs["total"] == 2 and msgs["next_offset"] == 1 and msgs["items"][0]["message"]["content"] == "go"
     last = client.get(f"/api/v1/runs/{run}/rollouts/tools/branches/0/messages", params={"offset": 1}).json()
@@ -93,7 +93,7 @@ def test_groups_and_findings(client, engine, tmp_path):
     assert g["policies"]["errors_dropped"]["mean"] == 0.75 and g["policies"]["errors_as_zero"]["mean"] == 0.5
     assert [m["advantage"]["errors_dropped"] for m in g["members"]] == [0.25, None, -0.25, None]
     f = client.get(f"/api/v1/runs/{run}/findings").json()
-    assert [x["rollout_id"] for x in f["items"]] == ["tools"] and f["next"] is None
+    assert {x["rollout_id"] for x in f["items"] if x["kind"] == "unanswered_tool_call"} == {"tools"} and f["next"] is None
     assert client.get(f"/api/v1/runs/{run}/findings", params={"kind": "nope"}).status_code == 422
     assert client.get(f"/api/v1/runs/{run}/groups/nope").json()["error"]["code"] == "not_found"
 

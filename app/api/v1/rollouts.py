@@ -24,6 +24,7 @@ from app.queries.rollouts import RolloutFilters
 from app.db.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
 from app.views.common import PageModel, RolloutSummary, summary_fields, with_labels
 from app.views.rollout import AttemptView, FindingView, RolloutHeader, rollout_page
+from ingest import checks
 from ingest.graph import branches
 
 router = APIRouter(tags=["rollouts"])
@@ -32,9 +33,10 @@ RolloutId = Annotated[str, Path(description="rollout id (`/` encoded as `%2F`)")
 NPZ = "application/x-ndarray"
 
 # A list item: every summary field, each optional, so `fields=` may select any subset.
+# (`findings`, the page's links per kind, is left to the pages: an item has `flags`.)
+SUMMARY_FIELDS = [name for name in RolloutSummary.model_fields if name != "findings"]
 RolloutItem = create_model("RolloutItem", __base__=BaseModel,
-                           **{name: (f.annotation | None, None) for name, f in RolloutSummary.model_fields.items()})
-SUMMARY_FIELDS = list(RolloutSummary.model_fields)
+                           **{name: (RolloutSummary.model_fields[name].annotation | None, None) for name in SUMMARY_FIELDS})
 
 
 class RolloutPage(Page[RolloutItem]):  # type: ignore[valid-type]
@@ -147,9 +149,10 @@ def get_rollout(session: SessionDep, _: ReadToken, run: RunId, rollout: RolloutI
                               url=urls.rollout(run_id, rollout_id, json=True, attempt=a.attempt))
                   for i, a in enumerate(tries)],
         envelope=q_rollouts.get_envelope(session=session, rollout_pk=row.pk),
-        findings=[FindingView(kind=f.kind, label=f.kind, severity=f.severity, node=f.node_idx, position=f.position,
+        findings=[FindingView(kind=f.kind, label=checks.label(f.kind), severity=f.severity, node=f.node_idx, position=f.position,
                               message=f.message, detail=f.detail)
-                  for f in q_findings.get_findings(session=session, rollout_pk=row.pk)],
+                  for f in q_findings.get_findings(session=session, rollout_pk=row.pk)
+                  if f.severity != checks.SKIPPED],
         graph=[GraphNode(idx=g.idx, parent=g.parent, role=g.role, sampled=g.sampled, n_tokens=g.n_tokens) for g in graph],
         branches=paths,
     )

@@ -1,14 +1,14 @@
 """labels and notes on rollouts and steps, per token
 
 Revision ID: 0003_webcore
-Revises: 0003_worker
+Revises: 0004_checks
 """
 from alembic import op
 import sqlalchemy as sa
 
 
 revision = '0003_webcore'
-down_revision = '0003_worker'
+down_revision = '0004_checks'
 branch_labels = None
 depends_on = None
 
