@@ -90,7 +90,6 @@ MEMBERSHIP_KINDS = ("group_size_mismatch", "duplicate_group_index", "group_index
 
 
 def group_page(session: Session, run_id: str, group_id: str, *, json: bool = False) -> GroupPage | None:
-
     """Siblings of one group with reward, ending and advantage under both policies; None if the
     group has no rollout in the run.
 
