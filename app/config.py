@@ -75,6 +75,8 @@ class ApiSettings(BaseModel):
 
     page_size: PageSize = Field(100, description="default rows per API list page")
     max_page_size: PageSize = Field(1000, description="largest `limit` an API list accepts")
+    ingest_max_inflight: int = Field(4, ge=1, le=1000, description="`POST /api/v1/ingest` requests processed at "
+                                     "once per process; the next one gets 429 with Retry-After")
 
 
 class Settings(BaseSettings):

@@ -22,4 +22,6 @@
   }
 
   document.addEventListener("DOMContentLoaded", function () { drawFigures(document); });
+  // A live page (a run receiving rollouts) swaps in fresh content every 2 s: draw its figures.
+  document.addEventListener("htmx:afterSettle", function (ev) { drawFigures(ev.target || document); });
 })();
