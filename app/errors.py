@@ -75,7 +75,10 @@ def error_response(request: Request, status: int, message: str, *, field: str | 
     if is_api(request) or wants_json(request):
         body = ErrorBody(error=ErrorDetail(code=code or CODES.get(status, "error"), message=message, field=field))
         return JSONResponse(body.model_dump(), status_code=status, headers=headers)
-    return error_page(request, status, message)
+    page = error_page(request, status, message)
+    for k, v in (headers or {}).items():  # WWW-Authenticate on 401, Retry-After on 429/503: the page too
+        page.headers[k] = v
+    return page
 
 
 def install(app: FastAPI) -> None:

@@ -148,7 +148,7 @@ def _error(status: int, message: str, retry: int | None = None) -> Response:
     return JSONResponse({"code": status, "message": message}, status_code=status, headers=headers)
 
 
-@router.post("/v1/traces")
+@router.post("/v1/traces", include_in_schema=False)  # OTLP/HTTP, specified upstream (docs/formats-otlp.md)
 async def receive_traces(request: Request, _: WriteToken) -> Response:
     """Take an OTLP `ExportTraceServiceRequest` (protobuf or JSON, gzip allowed).
 
