@@ -26,6 +26,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
 from app import urls
+from app.api.v1.schemas import ERRORS, ErrorBody
 from app.auth import WriteToken
 from app.store.prepare import prepare_or_error
 from app.store.write import BATCH, StoreResult, write_in
@@ -35,7 +36,12 @@ from ingest.formats.registry import detect, explain, get
 from ingest.schema import INT32_MAX
 from ingest.source import RecordError, Source
 
-router = APIRouter(prefix="/api/v1", tags=["ingest"])
+# The error bodies it can answer, described in the OpenAPI document like the rest of /api/v1.
+_PUSHBACK = {status: {"model": ErrorBody, "description": d} for status, d in {
+    413: "the body is larger than the ingest limit", 415: "the body is not NDJSON (one JSON object per line)",
+    429: "too many ingest requests in flight: retry after `Retry-After` seconds",
+    503: "the database is unavailable: retry after `Retry-After` seconds"}.items()}
+router = APIRouter(prefix="/api/v1", tags=["ingest"], responses={**ERRORS, **_PUSHBACK})
 
 MAX_BODY = 512 << 20  # uncompressed bytes per request
 RETRY_AFTER_BUSY = 1

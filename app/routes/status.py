@@ -80,8 +80,8 @@ def status_api(request: Request, _token: ReadToken) -> IngestStatus:
     return ingest_status(request.app.state.engine)
 
 
-@router.get("/ingest")
-@router.get("/ingest.json")
+@router.get("/ingest", include_in_schema=False)
+@router.get("/ingest.json", include_in_schema=False)
 def status_page(request: Request):
     """The ingest status page (refreshes itself every 2 s) and its JSON twin."""
     json = wants_json(request)
