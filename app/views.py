@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+
+import numpy as np
 from urllib.parse import quote, urlencode
 
 from sqlmodel import Session
 
-from app import charts, queries
+from app import charts, graph_queries, graphsvg, queries, tokenview
 from ingest import advantages
 from app.db.tokenarrays import f32, floats_or_none, unpack_bits, unpack_floats, unpack_ids
-from ingest.graph import branches, pair_tool_calls
+from ingest.graph import branches, fork_points, pair_tool_calls, samples
 
 PREVIEW_CHARS = 2000  # message text shown inline; the rest behind "show full"
 MESSAGES_PER_PAGE = 50
-TOKENS_INLINE = 4096  # tokens drawn per message; the JSON twin has them all
+TOKENS_PER_PAGE = 4096  # token chips drawn in a page; the rest load by window as they scroll into view
 
 
 def q(s: str) -> str:
@@ -151,29 +153,7 @@ def quarantine_page(session: Session, *, file: str | None, before: int | None, l
 
 # --- one rollout ----------------------------------------------------------------------------
 
-class Pieces:
-    """Token id → display piece, from the run's stored vocabulary (None = show ids)."""
-
-    def __init__(self, vocab):
-        self.vocab = vocab
-
-    def tokens(self, ids, source_hex: list | None) -> list[dict]:
-        """The source's own bytes win when it recorded them (they are what the server
-        returned); else the run's vocabulary; else None (show the id)."""
-        from ingest.tokenizer import decode_pieces, piece_from_bytes
-
-        if source_hex and len(source_hex) == len(ids):
-            return [_piece_dict(piece_from_bytes(int(i), bytes.fromhex(h.replace(" ", "")) if isinstance(h, str) else b""))
-                    for i, h in zip(ids, source_hex)]
-        if self.vocab is not None:
-            return [_piece_dict(p) for p in decode_pieces(self.vocab, [int(i) for i in ids])]
-        return [None] * len(ids)
-
-
-def _piece_dict(p) -> dict:
-    """A TokenPiece for the page; `lost` marks U+FFFD, bytes the source had already lost."""
-    return {"text": p.text, "hex": p.hex, "partial": p.partial, "special": p.special, "unknown": p.unknown,
-            "lost": "\ufffd" in p.text}
+Pieces = tokenview.Pieces
 
 
 def _load_vocab(session: Session, sha256: str | None):
@@ -194,7 +174,12 @@ def _load_vocab(session: Session, sha256: str | None):
 
 
 def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findings_by_node: dict,
-               run_id: str, rollout_pk: int, all_tokens: bool) -> dict:
+               run_id: str, rollout_pk: int, all_tokens: bool, *, t0: int = 0, include_token: int | None = None,
+               window_url=None, budget: list[int] | None = None) -> dict:
+    """One message of the page. Its token strip is cut into windows (`tokenview.windows`): the
+    first, and the one holding `include_token` (a deep link, node-relative), are drawn; the rest
+    carry the URL that loads them as they scroll into view. `t0` is the branch offset of the
+    node's first token. With `all_tokens` (the JSON twin, `tokens=all`) every token is drawn."""
     msg = node.message or {}
     content = msg.get("content")
     if isinstance(content, list):
@@ -205,22 +190,26 @@ def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findi
     ids = unpack_ids(node.token_ids)
     n = len(ids)
     mask = unpack_bits(node.mask, n) if node.mask else None
+    extra = node.extra or {}
+    node_findings = findings_by_node.get(node.idx, [])
+    # `budget[0]`: tokens the page may still draw inline (the rest of the page loads by window)
+    first = tokenview.WINDOW if budget is None else min(tokenview.WINDOW, budget[0])
+    spans = [(0, n, True)] if all_tokens else tokenview.windows(n, first=first, include=include_token)
+    segments, tokens = [], []
+    for s, e, drawn in spans:
+        if drawn:
+            chips = _token_chips(node, pieces, s, e, t0, ids=ids, mask=mask, findings=node_findings)
+            tokens.extend(chips)
+            segments.append({"start": s, "end": e, "tokens": chips})
+        else:
+            segments.append({"start": s, "end": e, "t0": t0 + s, "t1": t0 + e, "tokens": None,
+                             "url": window_url(node.idx, s, e) if window_url else None})
+    if budget is not None:
+        budget[0] = max(0, budget[0] - len(tokens))
+    n_trained = int(mask.sum()) if mask is not None else 0
+    bytes_lost = any(t["piece"] and t["piece"].get("lost") for t in tokens)
     logprobs = unpack_floats(node.logprobs)
     advantages = unpack_floats(node.advantages)
-    extra = node.extra or {}
-    shown = n if all_tokens else min(n, TOKENS_INLINE)
-    piece_list = pieces.tokens(ids[:shown], (extra.get("token_bytes") or [])[:shown] if extra.get("token_bytes") else None)
-    drift = extra.get("token_drift") or {}
-    drift_at = drift.get("index") if isinstance(drift.get("index"), int) else None
-    node_findings = findings_by_node.get(node.idx, [])
-    suspect = _suspected_padding(node_findings)
-    tokens = []
-    for i in range(shown):
-        tokens.append({"i": i, "id": int(ids[i]), "trained": bool(mask[i]) if mask is not None else False,
-                       "logprob": _at(logprobs, i), "advantage": _at(advantages, i),
-                       "piece": piece_list[i], "drift": i == drift_at, "suspect": i in suspect})
-    n_trained = int(mask.sum()) if mask is not None else 0
-    bytes_lost = any(p and p.get("lost") for p in piece_list)
     view = {
         "idx": node.idx, "parent": node.parent, "role": node.role, "sampled": node.sampled,
         "timestamp": node.timestamp, "policy_version": node.policy_version,
@@ -234,7 +223,8 @@ def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findi
         "name": msg.get("name"),
         # a role the source used that the native model has no word for (kept by the reader)
         "source_role": (msg.get("extra") or {}).get("source_role"),
-        "n_tokens": n, "n_trained": n_trained, "tokens": tokens, "tokens_shown": shown,
+        "n_tokens": n, "n_trained": n_trained, "tokens": tokens, "tokens_shown": len(tokens),
+        "t0": t0, "segments": segments,
         "token_ids": [int(x) for x in ids] if all_tokens else None,
         "mask": [bool(x) for x in mask] if (all_tokens and mask is not None) else None,
         "logprobs": floats_or_none(logprobs) if all_tokens else None,
@@ -245,9 +235,30 @@ def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findi
         "empty_response": node.role == "assistant" and not text.strip() and not msg.get("tool_calls")
                           and not (msg.get("reasoning_content") or "").strip(),
         "findings": node_findings,
-        "extra": {k: v for k, v in extra.items() if k not in ("token_bytes",)},
+        "extra": {k: v for k, v in extra.items() if k not in ("token_bytes", "trainer_logprobs")},
     }
     return view
+
+
+def _token_chips(node, pieces: Pieces, start: int, end: int, t0: int, *, ids=None, mask=None,
+                 findings: list | None = None) -> list[dict]:
+    """Chips for tokens start..end of `node` (tokenview.token_views)."""
+    ids = unpack_ids(node.token_ids) if ids is None else ids
+    n = len(ids)
+    if mask is None and node.mask:
+        mask = unpack_bits(node.mask, n)
+    extra = node.extra or {}
+    hexes = extra.get("token_bytes")
+    piece_list = pieces.tokens(ids[start:end], hexes[start:end] if hexes else None)
+    drift = extra.get("token_drift") or {}
+    drift_at = drift.get("index") if isinstance(drift, dict) and isinstance(drift.get("index"), int) else None
+    trainer = extra.get("trainer_logprobs")
+    trainer = np.asarray([np.nan if v is None else v for v in trainer], dtype="<f4") \
+        if isinstance(trainer, list) and all(v is None or isinstance(v, int | float) for v in trainer) else None
+    return tokenview.token_views(
+        ids=ids, mask=mask, logprobs=unpack_floats(node.logprobs), advantages=unpack_floats(node.advantages),
+        trainer_logprobs=trainer, pieces=piece_list, node_sampled=bool(node.sampled), start=start, end=end,
+        t0=t0, drift_at=drift_at, suspect=_suspected_padding(findings or []))
 
 
 def _at(values, i: int) -> float | None:
@@ -272,8 +283,8 @@ def _suspected_padding(node_findings: list[dict]) -> set[int]:
 
 
 class NodeLinks:
-    """Where a link to node N must go: `#node-N` when N is on the page being viewed, else
-    `?branch=B&offset=O#node-N` with B the current branch if it holds N (else the first branch
+    """Where a link to node N must go: `#m-N` when N is on the page being viewed, else
+    `?branch=B&offset=O#m-N` with B the current branch if it holds N (else the first branch
     that does) and O the start of the page holding N. A node's position is its depth, the same
     on every branch that holds it."""
 
@@ -306,17 +317,49 @@ class NodeLinks:
             return None
         b, p = where
         if b == self.branch and self.offset <= p < self.offset + self.limit:
-            return f"#node-{idx}"
-        return f"{self.page_url(b, p // self.limit * self.limit)}#node-{idx}"
+            return f"#m-{idx}"
+        return f"{self.page_url(b, p // self.limit * self.limit)}#m-{idx}"
+
+
+def _resolve_focus(focus: str | None, paths: list[list[int]], branch: int, starts) -> tuple[int, int | None, int | None]:
+    """A deep link's target → (branch, position on the branch, token index within that node).
+
+    `m-N` / `node-N`: message N, on `branch` when it holds N, else on the first branch that does.
+    `t-N`: token offset N of the branch's token sequence (clamped to its last token). Unknown
+    targets give (branch, None, None)."""
+    if not focus or not paths:
+        return branch, None, None
+    kind, _, num = focus.partition("-")
+    if not num.isdigit():
+        return branch, None, None
+    n = int(num)
+    if kind in ("m", "node"):
+        if n in paths[branch]:
+            return branch, paths[branch].index(n), None
+        for b, p in enumerate(paths):
+            if n in p:
+                return b, p.index(n), None
+        return branch, None, None
+    if kind == "t" and len(starts) > 1 and starts[-1] > 0:
+        n = min(n, int(starts[-1]) - 1)
+        pos = int(np.searchsorted(starts, n, side="right")) - 1
+        return branch, pos, n - int(starts[pos])
+    return branch, None, None
 
 
 def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int = 0, offset: int = 0,
-                 attempt: int | None = None, all_tokens: bool = False, limit: int = MESSAGES_PER_PAGE) -> dict | None:
-    """The rollout page: header, findings, branches, one page of messages of one branch.
+                 attempt: int | None = None, all_tokens: bool = False, limit: int = MESSAGES_PER_PAGE,
+                 focus: str | None = None) -> dict | None:
+    """The rollout page: header, findings, the drawn message graph, branches (each labelled with
+    the sample it becomes and why it forked), and one page of messages of one branch.
 
     `attempt=None` shows the latest attempt. Every attempt of the rollout id is listed with its
     link (the one shown marked `current`); when there are several, the page's own links (branches,
-    pages, nodes) name the attempt shown."""
+    pages, nodes) name the attempt shown.
+
+    `focus` (`m-N`, `node-N` or `t-N`, a deep link's fragment) opens the page of messages that
+    holds message N or branch token N, with that token's window drawn; `range` then says which
+    messages are shown ("messages 100–122 of 123") and `prev_url` loads the earlier ones."""
     row = queries.get_rollout(session=session, run_id=run_id, rollout_id=rollout_id, attempt=attempt)
     if row is None:
         return None
@@ -337,19 +380,19 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
         if f["node"] is not None:
             findings_by_node.setdefault(f["node"], []).append(f)
 
-    class _N:  # parent-only view for ingest.graph.branches
-        __slots__ = ("parent",)
-
-        def __init__(self, parent):
-            self.parent = parent
-
-    graph = queries.node_graph(session=session, rollout_pk=pk)
-    paths = branches([_N(p) for _, p in graph]) if graph else []
+    gnodes = graph_queries.graph_nodes(session=session, rollout_pk=pk)
+    paths = branches(gnodes) if gnodes else []
     branch = max(0, min(branch, len(paths) - 1)) if paths else 0
+    starts = np.concatenate([[0], np.cumsum([gnodes[i].n_tokens for i in paths[branch]])]) if paths else np.zeros(1)
+    branch, focus_pos, focus_token = _resolve_focus(focus, paths, branch, starts)
     path = paths[branch] if paths else []
+    if paths and focus_pos is not None:
+        starts = np.concatenate([[0], np.cumsum([gnodes[i].n_tokens for i in path])])
+        offset = focus_pos // limit * limit
+    offset = min(offset, max(0, len(path) - 1))
     base = rollout_url(run_id, rollout_id)
-    link = NodeLinks(base, paths, branch, offset, limit,
-                     row.attempt if attempt is not None or len(attempts) > 1 else None)
+    pinned = row.attempt if attempt is not None or len(attempts) > 1 else None
+    link = NodeLinks(base, paths, branch, offset, limit, pinned)
     for f in findings:
         f["url"] = link(f["node"])
         calls = (f["detail"] or {}).get("calls") if f["kind"] == "duplicate_tool_call_id" else None
@@ -357,7 +400,7 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
             f["calls"] = [{"node": c[0], "position": c[1], "url": link(c[0])} for c in calls
                           if isinstance(c, list | tuple) and len(c) == 2]
     headers = queries.node_headers(session=session, rollout_pk=pk, idxs=path)
-    messages = [headers.get(i, {"role": "user"}) for i in range(len(graph))] if graph else []
+    messages = [headers.get(i, {"role": "user"}) for i in range(len(gnodes))] if gnodes else []
     for i, h in headers.items():
         messages[i] = h
     pairs = pair_tool_calls(path, messages)
@@ -372,10 +415,20 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
     page = path[offset:offset + limit]
     nodes = queries.get_nodes(session=session, rollout_pk=pk, idxs=page)
     vocab = _load_vocab(session, run.tokenizer_sha256 if run else None)
-    pieces = Pieces(vocab)
+    pieces = Pieces(vocab, byte_level=_declares_byte_level(run, envelope))
+    pos_of = {idx: offset + k for k, idx in enumerate(page)}
+
+    def window_url(idx: int, s: int, e: int) -> str:
+        return f"{base}?" + urlencode({"branch": branch, **({"attempt": pinned} if pinned is not None else {}),
+                                       "node": idx, "from": s, "to": e})
+
     node_views = []
+    budget = [TOKENS_PER_PAGE]
     for node in nodes:
-        v = _node_view(node, pieces, calls_by_node, answer_of, findings_by_node, run_id, pk, all_tokens)
+        pos = pos_of[node.idx]
+        v = _node_view(node, pieces, calls_by_node, answer_of, findings_by_node, run_id, pk, all_tokens,
+                       t0=int(starts[pos]), include_token=focus_token if pos == focus_pos else None,
+                       window_url=window_url, budget=budget)
         raw_calls = (node.message or {}).get("tool_calls") or []  # the raw arguments, as sampled
         for c in v["tool_calls"]:
             if c["position"] < len(raw_calls):
@@ -385,6 +438,26 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
                    for c in envelope.get("calls", [])]
     summary = summary_row(row, n_attempts=len(attempts))
     nxt = offset + limit if offset + limit < len(path) else None
+    forks = fork_points(gnodes, paths)
+    sample_of = samples(gnodes, paths)
+    branch_rows = [{"index": b, "nodes": len(p), "leaf": p[-1] if p else None, "url": link.page_url(b, 0),
+                    "sample": sample_of[b], "fork": forks[b],
+                    "n_tokens": sum(gnodes[i].n_tokens for i in p), "n_trained": sum(gnodes[i].n_trained for i in p)}
+                   for b, p in enumerate(paths)]
+    for b, row_ in enumerate(branch_rows):  # the branch it forked from, else its neighbour
+        other = (forks[b] or {}).get("from_branch")
+        other = other if other is not None else (b - 1 if b else (1 if len(paths) > 1 else None))
+        row_["compare_with"] = other
+        row_["compare_url"] = f"{base}?" + urlencode({"branch": b, "vs": other, **({"attempt": pinned} if pinned is not None else {})}) \
+            if other is not None else None
+
+    def graph_href(b: int, idx: int) -> str:
+        return f"{base}?" + urlencode({"branch": b, **({"attempt": pinned} if pinned is not None else {}),
+                                       "focus": f"m-{idx}"}) + f"#m-{idx}"
+
+    error_policy = "errors_dropped"  # the group default (ingest.advantages): an errored rollout has no gradient
+    no_gradient = summary["ending"] == "error" and error_policy == "errors_dropped"
+    task = envelope.get("task")
     return {
         "run": {"id": run_id, "name": run.name if run else None, "url": run_url(run_id),
                 "tokenizer": bool(vocab)},
@@ -394,8 +467,10 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
         "rewards": envelope.get("rewards", {}),
         "reward": _num(summary["reward"]),
         "reward_status": summary["reward_status"],
-        "task": envelope.get("task"),
+        "task": task,
+        "task_answer": _task_answer(task),
         "calls": model_calls,
+        "timeline": _timeline(model_calls),
         "errors": envelope.get("errors", []),
         "timing": envelope.get("timing", {}),
         "metrics": envelope.get("metrics", {}),
@@ -404,20 +479,70 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
         # Tokens were recorded but none carries loss: a filter (Tunix overlong_filter) zeroed the
         # mask. Shown, but it trains on nothing.
         "trains_on_nothing": summary["n_tokens"] > 0 and summary["n_trained_tokens"] == 0 and summary["n_turns"] > 0,
+        # mask-1 tokens of an errored rollout carry no gradient under the default policy
+        "no_gradient": no_gradient,
         # The token legend explains what is drawn: only when there are tokens, and the tokenizer
         # note only when some token on this page is drawn as a bare id.
         "has_tokens": summary["n_tokens"] > 0,
         "bare_ids": any(t["piece"] is None for m in node_views for t in m["tokens"]),
-        "branches": [{"index": b, "nodes": len(p), "leaf": p[-1] if p else None,
-                      "url": link.page_url(b, 0)} for b, p in enumerate(paths)],
+        "token_states": [{"key": k, "label": lab, "text": txt} for k, lab, txt in tokenview.STATES],
+        "overlays": tokenview.overlay_legends(),
+        "has_trainer_logprobs": any(t["trainer_logprob"] is not None for m in node_views for t in m["tokens"]),
+        "delta_outliers": tokenview.outliers([t for m in node_views for t in m["tokens"]]),
+        "branches": branch_rows,
         "branch": branch,
+        "branch_prev_url": link.page_url(branch - 1, 0) if branch > 0 else None,
+        "branch_next_url": link.page_url(branch + 1, 0) if branch + 1 < len(paths) else None,
+        "graph": graphsvg.graph_data(gnodes, paths) if all_tokens else None,
+        "svg": graphsvg.layout(gnodes, paths, branch, graph_href),
         "offset": offset,
+        "focus": focus,
+        "range": {"first": offset, "last": offset + len(node_views) - 1, "total": len(path)} if node_views else None,
         "messages": node_views,
         "messages_total": len(path),
+        "prev_offset": max(0, offset - limit) if offset > 0 else None,
+        "prev_url": (link.page_url(branch, max(0, offset - limit)) + (f"&limit={min(limit, offset)}" if offset < limit else ""))
+                    if offset > 0 else None,
         "next_offset": nxt,
         "next_url": link.page_url(branch, nxt) if nxt is not None else None,
         "all_tokens_url": link.page_url(branch, offset) + "&tokens=all",
     }
+
+
+def _declares_byte_level(run, envelope: dict) -> bool:
+    """The run or the rollout says its token pieces are byte-level BPE spelling
+    (`extra.byte_level_bpe: true` on the run or the rollout)."""
+    return bool(((run.extra or {}) if run else {}).get("byte_level_bpe") or (envelope.get("extra") or {}).get("byte_level_bpe"))
+
+
+def _task_answer(task) -> object | None:
+    """The task's reference answer where the source has one (`task.data.answer`, or
+    `reference_answer` / `ground_truth` / `target`)."""
+    data = (task or {}).get("data") if isinstance(task, dict) else None
+    if isinstance(data, dict):
+        for k in ("answer", "reference_answer", "ground_truth", "target", "solution"):
+            if data.get(k) is not None:
+                return data[k]
+    return None
+
+
+def _timeline(calls: list) -> dict | None:
+    """Model calls on one time axis: per call its start and duration in seconds from the first
+    recorded start, as fractions of the whole for drawing. None when no call has timing."""
+    spans = []
+    for k, c in enumerate(calls):
+        t = (c or {}).get("time") or {}
+        if isinstance(t, dict) and isinstance(t.get("start"), int | float) and isinstance(t.get("end"), int | float):
+            spans.append((k, float(t["start"]), float(t["end"]), c))
+    if not spans:
+        return None
+    t0 = min(s for _, s, _, _ in spans)
+    t1 = max(e for _, _, e, _ in spans)
+    total = max(t1 - t0, 1e-9)
+    return {"seconds": t1 - t0, "rows": [
+        {"call": k, "node": c.get("node"), "url": c.get("node_url"), "model": c.get("model"),
+         "start": s - t0, "duration": e - s, "left": (s - t0) / total * 100, "width": max((e - s) / total * 100, 0.5),
+         "error": bool(c.get("error"))} for k, s, e, c in spans]}
 
 
 # --- group ----------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse
 from pydantic import BeforeValidator, Field
 
-from app import queries, views
+from app import queries, tokenpages, views
 from app.deps import SessionDep
 from app.queries import ENDINGS, INT32_MAX, INT32_MIN, RolloutFilters, decode_cursor, get_node
 from app.render import respond, split_twin, wants_json
@@ -104,18 +104,36 @@ def node_text(session: SessionDep, run_id: str, rollout_pk: Annotated[Count, Pat
 
 @router.get("/runs/{run_id:path}/rollouts/{rollout_id:path}")
 def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
-            branch: OptCount = None, offset: OptCount = None, attempt: OptInt = None, tokens: OptStr = None):
-    """One rollout: ending, reward, findings, branches, and one page (50) of the messages of one
-    branch with tool calls paired to results and the token strip. `tokens=all` (or the JSON twin)
-    gives every token with ids, loss mask, behaviour logprobs and advantages.
+            branch: OptCount = None, offset: OptCount = None, attempt: OptInt = None, tokens: OptStr = None,
+            focus: Annotated[str | None, Query(pattern=r"^(m|node|t)-\d{1,10}$")] = None, limit: OptLimit = None,
+            node: OptCount = None, from_: Annotated[OptCount, Query(alias="from")] = None, to: OptCount = None,
+            at: OptCount = None, radius: OptCount = None, vs: OptCount = None):
+    """One rollout: ending, reward, findings, the message graph, branches, and one page (50) of
+    the messages of one branch with tool calls paired to results and the token strip. `tokens=all`
+    (or the JSON twin) gives every token with ids, loss mask, behaviour logprobs and advantages,
+    and the graph (nodes with parent, role, sampled, token counts, branches).
 
-    `attempt=N` shows attempt N of the rollout id; without it, the latest attempt. `attempts`
-    lists every attempt of the id with its link, the one shown marked `current`."""
+    `focus=m-N` / `t-N` opens the page holding message N / branch token N (the page's script
+    adds it for a `#m-N` / `#t-N` link). `attempt=N` shows attempt N of the rollout id; without
+    it, the latest attempt.
+
+    Token windows: `node=N&from=S&to=E` gives tokens S..E of node N on `branch` (an htmx
+    fragment, or JSON); `at=T&radius=R` the tokens around branch offset T (R ≤ 2048, default
+    128). `vs=B` shows `branch` and branch B side by side from their fork point."""
     rollout_id, js = _twin(rollout_id, lambda rid: queries.get_rollout(
         session=session, run_id=unquote(run_id), rollout_id=rid) is not None)
     want_json = wants_json(request, js)
-    data = views.rollout_page(session, unquote(run_id), rollout_id, branch=branch or 0, offset=offset or 0,
-                              attempt=attempt, all_tokens=want_json or tokens == "all")
+    rid, run = rollout_id, unquote(run_id)
+    if node is not None or at is not None:
+        data = tokenpages.token_window_page(session, run, rid, branch=branch or 0, attempt=attempt, node=node,
+                                            start=from_ or 0, end=to, at=at, radius=128 if radius is None else radius)
+        return respond(request, "tokens.html", data, json=want_json)
+    if vs is not None:
+        data = tokenpages.branch_compare_page(session, run, rid, a=branch or 0, b=vs, attempt=attempt)
+        return respond(request, "compare.html", data, json=want_json)
+    data = views.rollout_page(session, run, rid, branch=branch or 0, offset=offset or 0,
+                              attempt=attempt, all_tokens=want_json or tokens == "all", focus=focus,
+                              limit=limit or views.MESSAGES_PER_PAGE)
     return respond(request, "rollout.html", data, json=want_json, block="messages")
 
 
