@@ -189,7 +189,7 @@ def token_views(*, ids, mask, logprobs, advantages, trainer_logprobs, pieces: li
         if delta is not None:
             dlb = _bucket(abs(delta), DELTA_EDGES)
         else:
-            dlb = -1 if (trained and trainer_logprobs is not None) else None
+            dlb = -1 if trained else None  # mask 1 but a logprob on either side missing
         out.append({"i": i, "t": t0 + i, "id": int(ids[i]), "state": state, "trained": trained,
                     "logprob": lp, "advantage": adv, "trainer_logprob": tlp, "delta": delta,
                     "ratio": None if ratio is None or not math.isfinite(ratio) else ratio,
