@@ -82,3 +82,68 @@ def group_advantages(members: Sequence[Member]) -> dict:
         "errors_dropped": _policy(members, drop_errors=True),
         "excluded": excluded,
     }
+
+
+# --- the estimators the field uses, on one policy's scored rewards ----------------------------
+
+GRPO_EPS = 1e-6  # verl `compute_grpo_outcome_advantage(epsilon=1e-6)`; TRL uses 1e-4
+
+ESTIMATORS = {
+    "dr_grpo": "mean-centred: r − mean (Dr. GRPO, Liu et al. 2025 §3.2; no std, no length normalisation)",
+    "grpo": "std-normalised: (r − mean) / (std + 1e-6), std the sample std with n − 1 (GRPO, Shao et al. 2024; "
+            "torch.std as verl and TRL call it)",
+    "rloo": "leave-one-out: r − mean of the other members (RLOO, Ahmadian et al. 2024); none for a group of one",
+}
+
+
+def _sample_std(values: list[float], std_population: float) -> float | None:
+    """The sample std (Bessel's n − 1) from the population std, so huge rewards do not overflow."""
+    n = len(values)
+    if n < 2:
+        return None
+    return std_population * math.sqrt(n / (n - 1))
+
+
+def estimators(scored: dict[str, float]) -> dict:
+    """Advantages of one group's scored members (key → finite reward, after the error policy)
+    under the three estimators of ESTIMATORS.
+
+    Returns `{"mean": m, "std_population": σ, "std_sample": s, "advantages": {key: {"dr_grpo",
+    "grpo", "rloo"}}}`; an estimator that is undefined for the group (GRPO and RLOO with one
+    member) gives None, never 0."""
+    if not scored:
+        return {"mean": None, "std_population": None, "std_sample": None, "advantages": {}}
+    values = list(scored.values())
+    mean, std_pop = _mean_std(values)
+    s = _sample_std(values, std_pop)
+    n = len(values)
+    out = {}
+    for k, r in scored.items():
+        out[k] = {"dr_grpo": r - mean,
+                  "grpo": (r - mean) / (s + GRPO_EPS) if s is not None else None,
+                  # r − mean of the others = n/(n−1) · (r − mean), without summing huge rewards
+                  "rloo": (r - mean) * n / (n - 1) if n > 1 else None}
+    return {"mean": mean, "std_population": std_pop, "std_sample": s, "advantages": out}
+
+
+def scored_rewards(members: Sequence[Member], *, drop_errors: bool) -> dict[str, float]:
+    """key → the reward the baseline uses under one error policy (errors 0, or dropped);
+    missing and non-finite rewards are left out."""
+    out: dict[str, float] = {}
+    for m in members:
+        if m.ending == "error":
+            if not drop_errors:
+                out[m.key] = 0.0
+        elif m.reward is not None and math.isfinite(m.reward):
+            out[m.key] = m.reward
+    return out
+
+
+def no_signal(scored: dict[str, float]) -> str | None:
+    """Why a group carries no learning signal under a policy, or None: every advantage is 0 when
+    all rewards are equal, and a single member has nothing to be compared with."""
+    if len(scored) == 1:
+        return "one member left"
+    if len(scored) > 1 and len(set(scored.values())) == 1:
+        return "all rewards equal"
+    return None

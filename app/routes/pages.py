@@ -27,7 +27,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse
 from pydantic import BeforeValidator, Field
 
-from app import queries, tokenpages, views
+from app import groupview, queries, tokenpages, views
 from app.deps import SessionDep
 from app.queries import ENDINGS, INT32_MAX, INT32_MIN, RolloutFilters, decode_cursor, get_node
 from app.render import respond, split_twin, wants_json
@@ -138,17 +138,31 @@ def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
 
 
 @router.get("/runs/{run_id:path}/groups/{group_id:path}")
-def group(request: Request, session: SessionDep, run_id: str, group_id: str):
+def group(request: Request, session: SessionDep, run_id: str, group_id: str,
+          sort: Annotated[str | None, Query(pattern="^(reward|advantage|index)$")] = None,
+          a: OptStr = None, b: OptStr = None):
     """A group's rollouts side by side, with advantages under both baseline policies.
 
     Members are the latest attempt of each rollout id: a retried rollout counts once, in the
     member list, the baselines and the warnings. Its earlier attempts in the group are listed
     under `superseded`, each linking to its own attempt (`?attempt=N`). Warnings name a size
-    other than the declared one, duplicate indices, and indices at or beyond the declared size."""
+    other than the declared one, duplicate indices, indices at or beyond the declared size, and
+    groups with no learning signal (all rewards equal, or one member left).
+
+    Each member also carries the advantage under the three estimators (Dr. GRPO mean-centred,
+    GRPO std-normalised with the sample std, RLOO leave-one-out) for both error policies, the
+    advantage the source recorded (with a mismatch marked), and its tokens aligned on the prefix
+    all members share. `sort=reward|advantage` orders the members; `a=ID&b=ID` diffs two
+    members (messages, then tokens)."""
     group_id, js = _twin(group_id, lambda gid: queries.group_exists(session=session, run_id=unquote(run_id),
                                                                       group_id=gid))
-    return respond(request, "group.html", views.group_page(session, unquote(run_id), group_id),
-                   json=wants_json(request, js))
+    if a is not None and b is not None:
+        return respond(request, "diff.html", groupview.diff_page(session, unquote(run_id), group_id, a, b),
+                       json=wants_json(request, js))
+    data = views.group_page(session, unquote(run_id), group_id)
+    if data is not None:
+        groupview.enrich(session, data, sort=sort)
+    return respond(request, "group.html", data, json=wants_json(request, js))
 
 
 @router.get("/runs/{run_id:path}/rollouts")

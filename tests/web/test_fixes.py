@@ -204,7 +204,7 @@ def test_group_warns_of_extra_members_and_duplicate_indices(client, engine, tmp_
         r.group.size = 2
     ingest(engine, write_jsonl(tmp_path / "h.jsonl", ok))
     assert client.get("/runs/r1/groups/h.json").json()["warnings"] == []
-    assert "notice" not in client.get("/runs/r1/groups/h").text
+    assert "group-warning" not in client.get("/runs/r1/groups/h").text
 
 
 # --- 7. quarantine ----------------------------------------------------------------------------------
