@@ -3,7 +3,6 @@ counts) and the few `extra` keys that say what kind of node it is, never bodies 
 One statement per rollout; the loss-mask bits are read to count mask-1 tokens per node."""
 from __future__ import annotations
 
-import numpy as np
 import sqlalchemy as sa
 from sqlmodel import Session
 
@@ -11,18 +10,29 @@ from app.db.models import Node
 from ingest.graph import GraphNode, node_kind
 
 N = Node.__table__
-KIND_KEYS = ("kind", "context_management", "subagent", "subagent_trajectory_id", "retry_of", "token_drift")
+# `extra` keys that say what kind of node it is (ingest.graph.node_kind), read as SQL text so no
+# JSON is decoded per row: JSON_EXTRACT on SQLite, ->> / #>> on Postgres.
+KIND_PATHS = {"kind": "kind", "context_management": ("context_management", "type"), "subagent": "subagent",
+              "subagent_trajectory_id": "subagent_trajectory_id", "retry_of": "retry_of", "token_drift": "token_drift"}
+_FALSY = (None, "", "false", "0", "null")
 
 
 def graph_nodes(*, session: Session, rollout_pk: int) -> list[GraphNode]:
     """Every node of a rollout as a GraphNode, by index (index = position in the list)."""
     cols = [N.c.idx, N.c.parent, N.c.role, N.c.sampled, N.c.n_tokens, N.c.mask,
-            *(N.c.extra[k].label(f"x_{k}") for k in KIND_KEYS)]
+            *(N.c.extra[p].as_string().label(f"x_{k}") for k, p in KIND_PATHS.items())]
     out: list[GraphNode] = []
-    for r in session.execute(sa.select(*cols).where(N.c.rollout_pk == rollout_pk).order_by(N.c.idx)):
-        n = r.n_tokens or 0
-        trained = int(np.unpackbits(np.frombuffer(r.mask, dtype=np.uint8), count=n).sum()) if r.mask and n else 0
-        extra = {k: getattr(r, f"x_{k}") for k in KIND_KEYS}
-        out.append(GraphNode(idx=r.idx, parent=r.parent, role=r.role, sampled=bool(r.sampled), n_tokens=n,
-                             n_trained=trained, kind=node_kind(extra)))
+    keys = list(KIND_PATHS)
+    for idx, parent, role, sampled, n_tokens, mask, *xs in session.execute(
+            sa.select(*cols).where(N.c.rollout_pk == rollout_pk).order_by(N.c.idx)).tuples():
+        # packed bits are zero-padded: the mask-1 count is the popcount of the bytes
+        trained = int.from_bytes(mask, "big").bit_count() if mask else 0
+        kind = None
+        if any(x not in _FALSY for x in xs):
+            extra = {k: x for k, x in zip(keys, xs) if x not in _FALSY}
+            if "context_management" in extra:
+                extra["context_management"] = {"type": extra["context_management"]}
+            kind = node_kind(extra)
+        out.append(GraphNode(idx=idx, parent=parent, role=role, sampled=bool(sampled), n_tokens=n_tokens or 0,
+                             n_trained=trained, kind=kind))
     return out

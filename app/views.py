@@ -18,7 +18,7 @@ from ingest.graph import branches, fork_points, pair_tool_calls, samples
 
 PREVIEW_CHARS = 2000  # message text shown inline; the rest behind "show full"
 MESSAGES_PER_PAGE = 50
-TOKENS_PER_PAGE = 4096  # token chips drawn in a page; the rest load by window as they scroll into view
+TOKENS_PER_PAGE = 2048  # token chips drawn in a page; the rest load by window as they scroll into view
 
 
 def q(s: str) -> str:
@@ -404,15 +404,17 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
     for i, h in headers.items():
         messages[i] = h
     pairs = pair_tool_calls(path, messages)
+    page = path[offset:offset + limit]
+    on_page = set(page)  # links are built for what the page shows, not for every call of the branch
     calls_by_node: dict[int, list] = {}
     answer_of: dict[int, dict] = {}
     for c in pairs:
-        calls_by_node.setdefault(c.node, []).append(
-            {"id": c.id, "name": c.name, "position": c.position, "result_node": c.result_node,
-             "result_url": link(c.result_node)})
-        if c.result_node is not None:
+        if c.node in on_page:
+            calls_by_node.setdefault(c.node, []).append(
+                {"id": c.id, "name": c.name, "position": c.position, "result_node": c.result_node,
+                 "result_url": link(c.result_node)})
+        if c.result_node is not None and c.result_node in on_page:
             answer_of[c.result_node] = {"node": c.node, "id": c.id, "name": c.name, "url": link(c.node)}
-    page = path[offset:offset + limit]
     nodes = queries.get_nodes(session=session, rollout_pk=pk, idxs=page)
     vocab = _load_vocab(session, run.tokenizer_sha256 if run else None)
     pieces = Pieces(vocab, byte_level=_declares_byte_level(run, envelope))

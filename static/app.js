@@ -103,10 +103,11 @@
     var panel = document.getElementById("tokinfo");
     if (!panel || !el) return;
     var d = el.dataset;
-    var lines = ["t" + d.t + " · #" + d.i + " in its message · id " + d.id, stateOf(el),
+    var lines = [el.id.replace("-", "") + " · #" + d.i + " in its message · id " + d.id, stateOf(el),
                  "piece " + JSON.stringify(el.textContent)];
     if (d.raw) lines.push("byte-level piece " + JSON.stringify(d.raw));
     if (d.hex) lines.push("bytes " + d.hex);
+    else if (d.id !== "-1" && el.title.indexOf("bytes lost") >= 0) lines.push("bytes lost upstream (U+FFFD)");
     lines.push("logprob " + (d.lp !== undefined ? d.lp : (d.lpb === "-1" ? "missing" : "none (context, by design)")));
     if (d.adv !== undefined) lines.push("advantage " + d.adv);
     if (d.delta !== undefined) lines.push("trainer − inference Δ " + d.delta + " · ratio " + d.ratio);

@@ -131,7 +131,7 @@ def test_branch_switcher_and_side_by_side(server, browser):
     sides = page.locator(".side")
     assert sides.count() == 2
     diff = page.locator(".tok-first-diff")
-    assert diff.count() == 2 and diff.first.get_attribute("data-t") == "3"  # 330 | 331 vs 400
+    assert diff.count() == 2 and diff.first.get_attribute("id") == "t-3"  # 330 | 331 vs 400
     assert sorted(diff.evaluate_all("els => els.map(e => e.dataset.id)")) == ["331", "400"]
     assert problems == []
     page.close()
