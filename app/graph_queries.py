@@ -24,7 +24,7 @@ def graph_nodes(*, session: Session, rollout_pk: int) -> list[GraphNode]:
     out: list[GraphNode] = []
     keys = list(KIND_PATHS)
     for idx, parent, role, sampled, n_tokens, mask, *xs in session.execute(
-            sa.select(*cols).where(N.c.rollout_pk == rollout_pk).order_by(N.c.idx)).tuples():
+            sa.select(*cols).where(N.c.rollout_pk == rollout_pk).order_by(N.c.idx)):
         # packed bits are zero-padded: the mask-1 count is the popcount of the bytes
         trained = int.from_bytes(mask, "big").bit_count() if mask else 0
         kind = None
