@@ -6,10 +6,9 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from app.db.models import Node
+from app.queries.common import N
 from ingest.graph import GraphNode, node_kind
 
-N = Node.__table__
 # `extra` keys that say what kind of node it is (ingest.graph.node_kind), read as SQL text so no
 # JSON is decoded per row: JSON_EXTRACT on SQLite, ->> / #>> on Postgres.
 KIND_PATHS = {"kind": "kind", "context_management": ("context_management", "type"), "subagent": "subagent",

@@ -1,156 +1,250 @@
-"""Page data: each function returns one plain, JSON-safe structure that the HTML template renders
-and the JSON twin returns as is. Nothing here formats HTML.
-"""
+"""One rollout's page: header, attempts, envelope, findings, the drawn message graph, branches
+(each labelled with the sample it becomes and why it forked), and one page of the messages of
+one branch, each with its tool calls paired to results and its token strip (app/views/tokens.py:
+six token states, overlay buckets, windows of a long strip)."""
 from __future__ import annotations
 
-import math
+from typing import Any
 
 import numpy as np
-from urllib.parse import quote, urlencode
+from typing_extensions import NotRequired, TypedDict
 
 from sqlmodel import Session
 
-from app import charts, graph_queries, graphsvg, queries, tokenview
-from ingest import advantages, checks
+from app import urls
+from app.config import WebSettings
 from app.db.tokenarrays import f32, floats_or_none, unpack_bits, unpack_floats, unpack_ids
+from app.queries import findings as q_findings
+from app.queries import graph as q_graph
+from app.queries import nodes as q_nodes
+from app.queries import rollouts as q_rollouts
+from app.queries import runs as q_runs
+from app.views import graph_svg, tokens as tokenview
+from app.views.common import PageModel, RolloutSummary, num, pins_attempt, summary_fields
+from ingest import checks
 from ingest.graph import branches, fork_points, pair_tool_calls, samples
-
-PREVIEW_CHARS = 2000  # message text shown inline; the rest behind "show full"
-MESSAGES_PER_PAGE = 50
-TOKENS_PER_PAGE = 2048  # token chips drawn in a page; the rest load by window as they scroll into view
+from ingest.schema import content_text
 
 
-def q(s: str) -> str:
-    return quote(str(s), safe="")
+# --- models ---------------------------------------------------------------------------------
+# Per-token data are TypedDicts: a page may hold tens of thousands of tokens, validated in bulk.
+
+class Piece(TypedDict):
+    """How a token is drawn: its text, its bytes in hex, and what is odd about it."""
+
+    text: str
+    hex: str
+    partial: bool  # bytes of a character split across tokens
+    special: bool
+    unknown: bool  # id outside the vocabulary
+    lost: bool  # U+FFFD: bytes the source had already lost
+    raw: NotRequired[str]  # the byte-level BPE piece as written (ingest/bytelevel.py)
+    joined: NotRequired[str]  # the character(s) a run of partial pieces spells
+    join: NotRequired[str]  # start | mid | end: this piece's place in that run
 
 
-def run_url(run_id: str) -> str:
-    return f"/runs/{q(run_id)}"
+class TokenView(TypedDict):
+    """One token chip (app/views/tokens.py token_views)."""
+
+    i: int  # position in its message
+    t: int  # position in the branch's token sequence (the #t-N of a deep link)
+    id: int
+    state: str  # trained | context | filtered | fault | special | placeholder
+    trained: bool  # loss mask 1
+    logprob: float | None  # behaviour logprob, as float32
+    advantage: float | None
+    trainer_logprob: float | None
+    delta: float | None  # trainer − behaviour logprob (nats), mask-1 tokens with both only
+    ratio: float | None  # exp(delta)
+    lpb: int | None  # overlay buckets: None = nothing to draw, -1 = missing (hatched)
+    advb: int | None
+    dlb: int | None
+    piece: Piece | None  # None: no vocabulary, show the id
+    drift: bool
+    suspect: bool
 
 
-def rollout_url(run_id: str, rollout_id: str, attempt: int | None = None) -> str:
-    """A rollout's page; with `attempt`, that attempt's (without, the latest attempt's)."""
-    return f"/runs/{q(run_id)}/rollouts/{q(rollout_id)}" + (f"?attempt={attempt}" if attempt is not None else "")
+class CallRef(PageModel):
+    node: Any
+    position: Any
+    url: str | None
 
 
-def _pins_attempt(attempt: int, n_attempts: int | None) -> bool:
-    """A link names its attempt when the rollout id has several, or when it is a retry (> 0):
-    the bare rollout URL shows only the latest attempt."""
-    return attempt > 0 or (n_attempts or 1) > 1
+class FindingView(PageModel):
+    """A stored finding of the trace checks, with a link to its node (and, for
+    `duplicate_tool_call_id`, to every call sharing the id)."""
+
+    kind: str
+    label: str
+    severity: str
+    node: int | None
+    position: int | None
+    message: str
+    detail: dict[str, Any] | None
+    url: str | None = None
+    calls: list[CallRef] | None = None
 
 
-def group_url(run_id: str, group_id: str) -> str:
-    return f"/runs/{q(run_id)}/groups/{q(group_id)}"
+class CheckSkipped(PageModel):
+    """A check that could not decide on this rollout or group, and why (it never passes silently)."""
+
+    kind: str
+    label: str
+    reason: str
 
 
-def _num(x):
-    """JSON-safe number: NaN/inf → None."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
+def finding_view(f) -> dict:
+    """A stored finding as page data; old stored kinds are read under their registered kind."""
+    kind = checks.legacy_kind(f.kind)
+    return {"kind": kind, "label": checks.label(kind), "severity": f.severity,
+            "node": f.node_idx, "position": f.position, "message": f.message, "detail": f.detail}
 
 
-def summary_row(row, n_attempts: int | None = None) -> dict:
-    """A rollout summary row as page data. Its `url` carries `?attempt=N` when the rollout id
-    has several attempts (`n_attempts`, else the row's own column) or this one is a retry."""
-    d = dict(row._mapping)
-    d.pop("pk", None)
-    d.pop("latest_attempt", None)
-    d["reward"] = _num(d.get("reward"))
-    if d.get("ingested_at") is not None:
-        d["ingested_at"] = d["ingested_at"].isoformat()
-    if n_attempts is not None:
-        d["n_attempts"] = n_attempts
-    attempt = d.get("attempt") or 0
-    pinned = _pins_attempt(attempt, d.get("n_attempts"))
-    d["url"] = rollout_url(d["run_id"], d["rollout_id"], attempt if pinned else None)
-    d["group_url"] = group_url(d["run_id"], d["group_id"]) if d.get("group_id") is not None else None
-    return d
+class ToolCallView(PageModel):
+    id: str | None
+    name: str | None
+    position: int
+    result_node: int | None
+    result_url: str | None
+    arguments: str | None = None
 
 
-# --- runs -----------------------------------------------------------------------------------
+class Answers(PageModel):
+    """The call a tool message answers."""
 
-def runs_page(session: Session) -> dict:
-    runs = queries.list_runs(session=session)
-    for r in runs:
-        r["url"] = run_url(r["id"])
-    return {"runs": runs, "endings": queries.ENDINGS}
-
-
-def run_page(session: Session, run_id: str) -> dict | None:
-    run = queries.get_run(session=session, run_id=run_id)
-    if run is None:
-        return None
-    steps = queries.run_steps(session=session, run_id=run_id)
-    step_rows = []
-    for s in steps:
-        d = s.as_dict()
-        d["url"] = f"{run_url(run_id)}/rollouts" + (f"?step={s.step}" if s.step is not None else "")
-        step_rows.append(d)
-    means = queries.reward_means(session=session, run_ids=[run_id]).get(run_id, {})
-    # Without a training step (Tunix files, tau-bench) a per-step chart has no axis to draw on.
-    steps_recorded = any(s.step is not None for s in steps)
-    return {
-        "run": {"id": run.id, "name": run.name, "type": run.type, "tokenizer": run.tokenizer_sha256,
-                "url": run_url(run.id), "rollouts_url": f"{run_url(run.id)}/rollouts"},
-        "endings": queries.ENDINGS,
-        "steps": step_rows,
-        "steps_recorded": steps_recorded,
-        "totals": {"rollouts": sum(s.rollouts for s in steps),
-                   "endings": {e: sum(s.endings.get(e, 0) for s in steps) for e in queries.ENDINGS},
-                   "mean_reward": means.get("mean_reward"),
-                   "mean_reward_no_errors": means.get("mean_reward_no_errors"),
-                   "excluded": means.get("excluded", 0),
-                   "retries": queries.count_retries(session=session, run_id=run_id)},
-        "charts": {"ending_rates": charts.ending_rates(run_id, steps), "reward": charts.reward_trend(run_id, steps)}
-                  if steps_recorded else None,
-    }
+    node: int
+    id: str | None
+    name: str | None
+    url: str | None
 
 
-def rollouts_page(session: Session, run_id: str, filters: queries.RolloutFilters, after: str | None,
-                  limit: int, *, keep_limit: int | None = None, twin: bool = False) -> dict | None:
-    """One page of a run's rollouts. The next link stays on the same face (HTML or JSON twin) and
-    keeps an explicit `limit`."""
-    run = queries.get_run(session=session, run_id=run_id)
-    if run is None:
-        return None
-    rows, nxt = queries.list_rollouts(session=session, run_id=run_id, filters=filters, after=after, limit=limit)
-    base = f"{run_url(run_id)}/rollouts" + (".json" if twin else "")
-    params = {**filters.as_query(), **({"limit": keep_limit} if keep_limit else {}), "after": nxt}
-    present = queries.run_finding_kinds(session=session, run_id=run_id)
-    return {
-        "run": {"id": run.id, "name": run.name, "url": run_url(run.id)},
-        "filters": filters.as_query(),
-        "endings": queries.ENDINGS,
-        "finding_kinds": sorted(set(present) | set(queries.FINDING_KINDS)),
-        "rollouts": [summary_row(r) for r in rows],
-        "next": nxt,
-        "next_url": f"{base}?{urlencode(params)}" if nxt else None,
-        "limit": limit,
-    }
+class NodeView(PageModel):
+    """One message: role, text preview, tool calls with results, token strip; with every token
+    array (`token_ids`, `mask`, `logprobs`, `advantages`) when all tokens were asked for."""
+
+    idx: int
+    parent: int | None
+    role: str
+    sampled: bool
+    timestamp: float | None
+    policy_version: int | None
+    reward: float | None
+    mc_return: float | None
+    content: str
+    content_len: int
+    content_truncated: bool
+    content_url: str
+    reasoning: str | None
+    tool_calls: list[ToolCallView]
+    answers: Answers | None
+    name: str | None
+    source_role: str | None
+    n_tokens: int
+    n_trained: int
+    tokens: list[TokenView]
+    tokens_shown: int
+    t0: int  # branch offset of its first token
+    segments: list[dict[str, Any]]  # windows of the strip: drawn (`tokens`) or loaded on scroll (`url`)
+    token_ids: list[int] | None
+    mask: list[bool] | None
+    logprobs: list[float | None] | None
+    advantages: list[float | None] | None
+    bytes_lost: bool
+    bytes_lost_badge: bool
+    empty_response: bool
+    findings: list[FindingView]
+    extra: dict[str, Any]
 
 
-# --- quarantine -----------------------------------------------------------------------------
-
-def quarantine_page(session: Session, *, file: str | None, before: int | None, limit: int,
-                    keep_limit: int | None = None, twin: bool = False) -> dict:
-    rows, nxt = queries.list_quarantine(session=session, file=file, before=before, limit=limit)
-    base = "/quarantine" + (".json" if twin else "")
-    params = {**({"file": file} if file is not None else {}), **({"limit": keep_limit} if keep_limit else {})}
-    return {
-        "total": queries.count_quarantine(session=session),
-        "matching": queries.count_quarantine(session=session, file=file) if file is not None else None,
-        "file": file,
-        "records": [{"id": q.pk, "file": q.source_file, "line": q.line, "field": q.field, "error": q.error,
-                     "raw": q.raw, "at": q.created_at.isoformat(),
-                     "file_url": f"/quarantine?{urlencode({'file': q.source_file})}"} for q in rows],
-        "next": nxt,
-        "next_url": f"{base}?{urlencode({**params, 'before': nxt})}" if nxt is not None else None,
-        "clear_url": "/quarantine",
-    }
+class RolloutRunLink(PageModel):
+    id: str
+    name: str | None
+    url: str
+    tokenizer: bool
 
 
-# --- one rollout ----------------------------------------------------------------------------
+class RolloutHeader(RolloutSummary):
+    content_hash: str
+
+
+class AttemptView(PageModel):
+    attempt: int
+    step: int | None
+    ending: str
+    ending_detail: str | None
+    reward: float | None
+    reward_status: str
+    url: str
+    current: bool
+    latest: bool
+
+
+class BranchView(PageModel):
+    """One branch: a root-to-leaf path, one token sequence; `sample` is the training row it
+    becomes (None: no mask-1 token), `fork` where and why it leaves the branches before it
+    (ingest.graph.fork_points)."""
+
+    index: int
+    nodes: int
+    leaf: int | None
+    url: str
+    sample: int | None
+    fork: dict[str, Any] | None
+    n_tokens: int
+    n_trained: int
+    compare_with: int | None
+    compare_url: str | None
+
+
+class RolloutPage(PageModel):
+    """The envelope fields (`ending`, `rewards`, `task`, `calls`, `errors`, `timing`, `metrics`,
+    `extra`) are as stored (docs/trace-format.md); `calls` items gain `node_url`."""
+
+    run: RolloutRunLink
+    rollout: RolloutHeader
+    attempts: list[AttemptView]
+    ending: dict[str, Any]
+    rewards: dict[str, Any]
+    reward: float | None
+    reward_status: str
+    task: Any
+    calls: list[Any]
+    errors: list[Any]
+    timing: dict[str, Any]
+    metrics: dict[str, Any]
+    extra: dict[str, Any]
+    findings: list[FindingView]
+    checks_skipped: list[CheckSkipped]
+    trains_on_nothing: bool
+    no_gradient: bool  # an errored rollout: its mask-1 tokens get no gradient under the default policy
+    task_answer: Any
+    timeline: dict[str, Any] | None
+    has_tokens: bool
+    bare_ids: bool
+    token_states: list[dict[str, str]]
+    overlays: dict[str, Any]
+    has_trainer_logprobs: bool
+    delta_outliers: list[dict[str, Any]]
+    branches: list[BranchView]
+    branch: int
+    branch_prev_url: str | None
+    branch_next_url: str | None
+    graph: dict[str, Any] | None  # JSON twin: nodes with parent, role, sampled, tokens, kind, branches
+    svg: dict[str, Any]  # the drawn graph's geometry (app/views/graph_svg.py)
+    offset: int
+    limit: int
+    focus: str | None
+    range: dict[str, int] | None  # messages first–last of total shown
+    messages: list[NodeView]
+    messages_total: int
+    prev_offset: int | None
+    prev_url: str | None
+    next_offset: int | None
+    next_url: str | None
+    all_tokens_url: str
+
+
+# --- building -------------------------------------------------------------------------------
 
 Pieces = tokenview.Pieces
 
@@ -161,7 +255,7 @@ def _load_vocab(session: Session, sha256: str | None):
     from ingest.tokenizer import cached_from_blob, from_blob
 
     def loader():
-        t = queries.get_tokenizer(session=session, sha256=sha256)
+        t = q_nodes.get_tokenizer(session=session, sha256=sha256)
         if t is None:
             raise LookupError(sha256)
         return from_blob(t.vocab, t.name, t.kind, t.sha256)
@@ -172,20 +266,26 @@ def _load_vocab(session: Session, sha256: str | None):
         return None
 
 
+def _suspected_padding(node_findings: list[dict]) -> set[int]:
+    """Token indices of a node flagged by `suspected_logprob_padding`: `position` is where the
+    trailing run of 0.0 logprobs starts, `detail.run` its length."""
+    out: set[int] = set()
+    for f in node_findings:
+        run = (f.get("detail") or {}).get("run")
+        if f["kind"] == "suspected_logprob_padding" and isinstance(f["position"], int) and isinstance(run, int):
+            out.update(range(f["position"], f["position"] + run))
+    return out
+
+
 def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findings_by_node: dict,
-               run_id: str, rollout_pk: int, all_tokens: bool, *, t0: int = 0, include_token: int | None = None,
-               window_url=None, budget: list[int] | None = None) -> dict:
+               run_id: str, rollout_pk: int, all_tokens: bool, web: WebSettings, *, t0: int = 0,
+               include_token: int | None = None, window_url=None, budget: list[int] | None = None) -> dict:
     """One message of the page. Its token strip is cut into windows (`tokenview.windows`): the
     first, and the one holding `include_token` (a deep link, node-relative), are drawn; the rest
     carry the URL that loads them as they scroll into view. `t0` is the branch offset of the
     node's first token. With `all_tokens` (the JSON twin, `tokens=all`) every token is drawn."""
     msg = node.message or {}
-    content = msg.get("content")
-    if isinstance(content, list):
-        text = "\n".join(str(p.get("text", "")) if p.get("type") == "text" else f"[{p.get('type', 'part')}]"
-                         for p in content)
-    else:
-        text = content or ""
+    text = content_text(msg.get("content"))
     ids = unpack_ids(node.token_ids)
     n = len(ids)
     mask = unpack_bits(node.mask, n) if node.mask else None
@@ -213,9 +313,9 @@ def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findi
         "idx": node.idx, "parent": node.parent, "role": node.role, "sampled": node.sampled,
         "timestamp": node.timestamp, "policy_version": node.policy_version,
         "reward": node.reward, "mc_return": node.mc_return,
-        "content": text[:PREVIEW_CHARS], "content_len": node.content_len,
-        "content_truncated": node.content_len > PREVIEW_CHARS,
-        "content_url": f"{run_url(run_id)}/nodes/{rollout_pk}/{node.idx}.txt",
+        "content": text[:web.preview_chars], "content_len": node.content_len,
+        "content_truncated": node.content_len > web.preview_chars,
+        "content_url": urls.node_text(run_id, rollout_pk, node.idx),
         "reasoning": msg.get("reasoning_content"),
         "tool_calls": calls_by_node.get(node.idx, []),
         "answers": answer_of.get(node.idx),
@@ -261,40 +361,16 @@ def _token_chips(node, pieces: Pieces, start: int, end: int, t0: int, *, ids=Non
         t0=t0, drift_at=drift_at, suspect=_suspected_padding(findings or []))
 
 
-def _at(values, i: int) -> float | None:
-    """values[i] (float32) as the float it was written as, None when absent or NaN."""
-    if values is None or i >= len(values):
-        return None
-    return f32(values[i])
-
-
-def _suspected_padding(node_findings: list[dict]) -> set[int]:
-    """Token indices of a node flagged by `suspected_logprob_padding`: `position` is where the
-    trailing run of 0.0 logprobs starts, `detail.run` its length."""
-    out: set[int] = set()
-    for f in node_findings:
-        run = (f.get("detail") or {}).get("run")
-        if f["kind"] == "suspected_logprob_padding" and isinstance(f["position"], int) and isinstance(run, int):
-            out.update(range(f["position"], f["position"] + run))
-    return out
-
-
-def _finding(f) -> dict:
-    """A stored finding as page data; old stored kinds are read under their registered kind."""
-    kind = checks.legacy_kind(f.kind)
-    return {"kind": kind, "label": checks.label(kind), "severity": f.severity,
-            "node": f.node_idx, "position": f.position, "message": f.message, "detail": f.detail}
-
-
 class NodeLinks:
     """Where a link to node N must go: `#m-N` when N is on the page being viewed, else
     `?branch=B&offset=O#m-N` with B the current branch if it holds N (else the first branch
     that does) and O the start of the page holding N. A node's position is its depth, the same
     on every branch that holds it."""
 
-    def __init__(self, base: str, paths: list[list[int]], branch: int, offset: int, limit: int,
+    def __init__(self, run_id: str, rollout_id: str, paths: list[list[int]], branch: int, offset: int, limit: int,
                  attempt: int | None):
-        self.base, self.paths, self.branch, self.offset, self.limit = base, paths, branch, offset, limit
+        self.run_id, self.rollout_id = run_id, rollout_id
+        self.paths, self.branch, self.offset, self.limit = paths, branch, offset, limit
         self.attempt = attempt
         self.current = {idx: p for p, idx in enumerate(paths[branch])} if paths else {}
         self._first: dict[int, tuple[int, int]] | None = None
@@ -309,9 +385,8 @@ class NodeLinks:
                     self._first.setdefault(i, (b, p))
         return self._first.get(idx)
 
-    def page_url(self, branch: int, offset: int) -> str:
-        params = {"branch": branch, "offset": offset, **({"attempt": self.attempt} if self.attempt is not None else {})}
-        return f"{self.base}?{urlencode(params)}"
+    def page_url(self, branch: int, offset: int, **more) -> str:
+        return urls.rollout(self.run_id, self.rollout_id, branch=branch, offset=offset, attempt=self.attempt, **more)
 
     def __call__(self, idx) -> str | None:
         if not isinstance(idx, int):
@@ -351,9 +426,9 @@ def _resolve_focus(focus: str | None, paths: list[list[int]], branch: int, start
     return branch, None, None
 
 
-def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int = 0, offset: int = 0,
-                 attempt: int | None = None, all_tokens: bool = False, limit: int = MESSAGES_PER_PAGE,
-                 focus: str | None = None) -> dict | None:
+def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSettings, branch: int = 0,
+                 offset: int = 0, attempt: int | None = None, all_tokens: bool = False, limit: int | None = None,
+                 focus: str | None = None) -> RolloutPage | None:
     """The rollout page: header, findings, the drawn message graph, branches (each labelled with
     the sample it becomes and why it forked), and one page of messages of one branch.
 
@@ -364,20 +439,21 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
     `focus` (`m-N`, `node-N` or `t-N`, a deep link's fragment) opens the page of messages that
     holds message N or branch token N, with that token's window drawn; `range` then says which
     messages are shown ("messages 100–122 of 123") and `prev_url` loads the earlier ones."""
-    row = queries.get_rollout(session=session, run_id=run_id, rollout_id=rollout_id, attempt=attempt)
+    limit = limit or web.messages_per_page
+    row = q_rollouts.get_rollout(session=session, run_id=run_id, rollout_id=rollout_id, attempt=attempt)
     if row is None:
         return None
     pk = row.pk
-    tries = queries.rollout_attempts(session=session, run_id=run_id, rollout_id=rollout_id)
+    tries = q_rollouts.rollout_attempts(session=session, run_id=run_id, rollout_id=rollout_id)
     attempts = [{"attempt": a.attempt, "step": a.step, "ending": a.ending, "ending_detail": a.ending_detail,
-                 "reward": _num(a.reward), "reward_status": a.reward_status,
-                 "url": rollout_url(run_id, rollout_id, a.attempt if _pins_attempt(a.attempt, len(tries)) else None),
+                 "reward": num(a.reward), "reward_status": a.reward_status,
+                 "url": urls.rollout(run_id, rollout_id, attempt=a.attempt if pins_attempt(a.attempt, len(tries)) else None),
                  "current": a.attempt == row.attempt, "latest": i == len(tries) - 1}
                 for i, a in enumerate(tries)]
-    run = queries.get_run(session=session, run_id=run_id)
-    envelope = queries.get_envelope(session=session, rollout_pk=pk)
-    stored = queries.get_findings(session=session, rollout_pk=pk)
-    findings = [_finding(f) for f in stored if f.severity != checks.SKIPPED]
+    run = q_runs.get_run(session=session, run_id=run_id)
+    envelope = q_rollouts.get_envelope(session=session, rollout_pk=pk)
+    stored = q_findings.get_findings(session=session, rollout_pk=pk)
+    findings = [finding_view(f) for f in stored if f.severity != checks.SKIPPED]
     skipped = [{"kind": f.kind, "label": checks.label(f.kind), "reason": f.message}
                for f in stored if f.severity == checks.SKIPPED]
     findings_by_node: dict[int, list] = {}
@@ -385,7 +461,7 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
         if f["node"] is not None:
             findings_by_node.setdefault(f["node"], []).append(f)
 
-    gnodes = graph_queries.graph_nodes(session=session, rollout_pk=pk)
+    gnodes = q_graph.graph_nodes(session=session, rollout_pk=pk)
     paths = branches(gnodes) if gnodes else []
     branch = max(0, min(branch, len(paths) - 1)) if paths else 0
     starts = np.concatenate([[0], np.cumsum([gnodes[i].n_tokens for i in paths[branch]])]) if paths else np.zeros(1)
@@ -395,16 +471,15 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
         starts = np.concatenate([[0], np.cumsum([gnodes[i].n_tokens for i in path])])
         offset = focus_pos // limit * limit
     offset = min(offset, max(0, len(path) - 1))
-    base = rollout_url(run_id, rollout_id)
     pinned = row.attempt if attempt is not None or len(attempts) > 1 else None
-    link = NodeLinks(base, paths, branch, offset, limit, pinned)
+    link = NodeLinks(run_id, rollout_id, paths, branch, offset, limit, pinned)
     for f in findings:
         f["url"] = link(f["node"])
         calls = (f["detail"] or {}).get("calls") if f["kind"] == "duplicate_tool_call_id" else None
         if isinstance(calls, list):  # every call that shares the id, not only the first
             f["calls"] = [{"node": c[0], "position": c[1], "url": link(c[0])} for c in calls
                           if isinstance(c, list | tuple) and len(c) == 2]
-    headers = queries.node_headers(session=session, rollout_pk=pk, idxs=path)
+    headers = q_nodes.node_headers(session=session, rollout_pk=pk, idxs=path)
     messages = [headers.get(i, {"role": "user"}) for i in range(len(gnodes))] if gnodes else []
     for i, h in headers.items():
         messages[i] = h
@@ -420,30 +495,30 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
                  "result_url": link(c.result_node)})
         if c.result_node is not None and c.result_node in on_page:
             answer_of[c.result_node] = {"node": c.node, "id": c.id, "name": c.name, "url": link(c.node)}
-    nodes = queries.get_nodes(session=session, rollout_pk=pk, idxs=page)
+    nodes = q_nodes.get_nodes(session=session, rollout_pk=pk, idxs=page)
     vocab = _load_vocab(session, run.tokenizer_sha256 if run else None)
     pieces = Pieces(vocab, byte_level=_declares_byte_level(run, envelope))
     pos_of = {idx: offset + k for k, idx in enumerate(page)}
 
     def window_url(idx: int, s: int, e: int) -> str:
-        return f"{base}?" + urlencode({"branch": branch, **({"attempt": pinned} if pinned is not None else {}),
-                                       "node": idx, "from": s, "to": e})
+        return urls.rollout(run_id, rollout_id, branch=branch, attempt=pinned, node=idx, **{"from": s, "to": e})
 
     node_views = []
-    budget = [TOKENS_PER_PAGE]
+    budget = [web.tokens_inline]
     for node in nodes:
         pos = pos_of[node.idx]
-        v = _node_view(node, pieces, calls_by_node, answer_of, findings_by_node, run_id, pk, all_tokens,
+        v = _node_view(node, pieces, calls_by_node, answer_of, findings_by_node, run_id, pk, all_tokens, web,
                        t0=int(starts[pos]), include_token=focus_token if pos == focus_pos else None,
                        window_url=window_url, budget=budget)
         raw_calls = (node.message or {}).get("tool_calls") or []  # the raw arguments, as sampled
+        v["tool_calls"] = [dict(c) for c in v["tool_calls"]]
         for c in v["tool_calls"]:
             if c["position"] < len(raw_calls):
                 c["arguments"] = raw_calls[c["position"]].get("arguments", "")
         node_views.append(v)
     model_calls = [dict(c, node_url=link(c.get("node"))) if isinstance(c, dict) else c
                    for c in envelope.get("calls", [])]
-    summary = summary_row(row, n_attempts=len(attempts))
+    summary = summary_fields(row, n_attempts=len(attempts))
     nxt = offset + limit if offset + limit < len(path) else None
     forks = fork_points(gnodes, paths)
     sample_of = samples(gnodes, paths)
@@ -455,24 +530,23 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
         other = (forks[b] or {}).get("from_branch")
         other = other if other is not None else (b - 1 if b else (1 if len(paths) > 1 else None))
         row_["compare_with"] = other
-        row_["compare_url"] = f"{base}?" + urlencode({"branch": b, "vs": other, **({"attempt": pinned} if pinned is not None else {})}) \
+        row_["compare_url"] = urls.rollout(run_id, rollout_id, branch=b, vs=other, attempt=pinned) \
             if other is not None else None
 
     def graph_href(b: int, idx: int) -> str:
-        return f"{base}?" + urlencode({"branch": b, **({"attempt": pinned} if pinned is not None else {}),
-                                       "focus": f"m-{idx}"}) + f"#m-{idx}"
+        return urls.rollout(run_id, rollout_id, branch=b, attempt=pinned, focus=f"m-{idx}") + f"#m-{idx}"
 
     error_policy = "errors_dropped"  # the group default (ingest.advantages): an errored rollout has no gradient
     no_gradient = summary["ending"] == "error" and error_policy == "errors_dropped"
     task = envelope.get("task")
-    return {
-        "run": {"id": run_id, "name": run.name if run else None, "url": run_url(run_id),
+    return RolloutPage.model_validate({
+        "run": {"id": run_id, "name": run.name if run else None, "url": urls.run(run_id),
                 "tokenizer": bool(vocab)},
         "rollout": summary,
         "attempts": attempts,
         "ending": envelope.get("ending", {"type": summary["ending"]}),
         "rewards": envelope.get("rewards", {}),
-        "reward": _num(summary["reward"]),
+        "reward": num(summary["reward"]),
         "reward_status": summary["reward_status"],
         "task": task,
         "task_answer": _task_answer(task),
@@ -501,20 +575,21 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
         "branch": branch,
         "branch_prev_url": link.page_url(branch - 1, 0) if branch > 0 else None,
         "branch_next_url": link.page_url(branch + 1, 0) if branch + 1 < len(paths) else None,
-        "graph": graphsvg.graph_data(gnodes, paths) if all_tokens else None,
-        "svg": graphsvg.layout(gnodes, paths, branch, graph_href),
+        "graph": graph_svg.graph_data(gnodes, paths) if all_tokens else None,
+        "svg": graph_svg.layout(gnodes, paths, branch, graph_href),
         "offset": offset,
+        "limit": limit,
         "focus": focus,
         "range": {"first": offset, "last": offset + len(node_views) - 1, "total": len(path)} if node_views else None,
         "messages": node_views,
         "messages_total": len(path),
         "prev_offset": max(0, offset - limit) if offset > 0 else None,
-        "prev_url": (link.page_url(branch, max(0, offset - limit)) + (f"&limit={min(limit, offset)}" if offset < limit else ""))
+        "prev_url": link.page_url(branch, max(0, offset - limit), limit=min(limit, offset) if offset < limit else None)
                     if offset > 0 else None,
         "next_offset": nxt,
         "next_url": link.page_url(branch, nxt) if nxt is not None else None,
-        "all_tokens_url": link.page_url(branch, offset) + "&tokens=all",
-    }
+        "all_tokens_url": link.page_url(branch, offset, tokens="all"),
+    })
 
 
 def _declares_byte_level(run, envelope: dict) -> bool:
@@ -553,59 +628,3 @@ def _timeline(calls: list) -> dict | None:
          "error": bool(c.get("error"))} for k, s, e, c in spans]}
 
 
-# --- group ----------------------------------------------------------------------------------
-
-def _no_advantage_reason(member: dict, advantage: float | None, *, drop_errors: bool) -> str | None:
-    """Why a member has no advantage under a policy, as a code the page spells out (None when
-    it has one): `error_dropped` (no gradient) or `reward_excluded` (missing or non-finite)."""
-    if advantage is not None:
-        return None
-    if member["ending"] == "error":
-        return "error_dropped" if drop_errors else None
-    return "reward_excluded"
-
-
-def group_page(session: Session, run_id: str, group_id: str) -> dict | None:
-    """Siblings of one group with reward, ending and advantage under both policies.
-
-    A rollout id retried (several attempts) counts once: only its latest attempt in the run is a
-    member and enters the baselines and the warnings; earlier attempts of the group are listed
-    in `superseded`, each with a link to its own attempt."""
-    rows = queries.group_members(session=session, run_id=run_id, group_id=group_id)
-    if not rows:
-        return None
-    members, superseded = [], []
-    for r in rows:
-        (members if r.latest_attempt is None or r.attempt >= r.latest_attempt else superseded).append(summary_row(r))
-    keys = [f"{m['rollout_id']}#{m['attempt']}" for m in members]
-    result = advantages.group_advantages([
-        advantages.Member(k, m["reward"], m["ending"]) for k, m in zip(keys, members)])
-    for k, m in zip(keys, members):
-        m["advantage"] = {"errors_as_zero": result["errors_as_zero"].advantages[k],
-                          "errors_dropped": result["errors_dropped"].advantages[k]}
-        m["no_advantage"] = {
-            "errors_as_zero": _no_advantage_reason(m, m["advantage"]["errors_as_zero"], drop_errors=False),
-            "errors_dropped": _no_advantage_reason(m, m["advantage"]["errors_dropped"], drop_errors=True)}
-        m["excluded"] = k in result["excluded"]
-
-    def pol(p: advantages.PolicyResult) -> dict:
-        return {"mean": p.mean, "std": p.std, "n": p.n}
-
-    declared = {m["group_size"] for m in members if m.get("group_size") is not None}
-    stored = queries.group_findings(session=session, run_id=run_id, group_id=group_id)
-    group_findings = [_finding(f) for f in stored if f.severity != checks.SKIPPED]
-    return {
-        "run": {"id": run_id, "url": run_url(run_id)},
-        "group": {"id": group_id, "size": len(members), "declared_size": max(declared) if declared else None,
-                  "steps": sorted({m["step"] for m in members if m["step"] is not None})},
-        # Group-scope findings, stored at ingest (ingest/checks/groups.py); `warnings` keeps
-        # their messages, the shape this twin had before the checks registry.
-        "findings": group_findings,
-        "warnings": [f["message"] for f in group_findings],
-        "checks_skipped": [{"kind": f.kind, "label": checks.label(f.kind), "reason": f.message}
-                           for f in stored if f.severity == checks.SKIPPED],
-        "policies": {"errors_as_zero": pol(result["errors_as_zero"]), "errors_dropped": pol(result["errors_dropped"])},
-        "excluded": {"count": len(result["excluded"]), "of": len(members)},
-        "members": members,
-        "superseded": superseded,
-    }

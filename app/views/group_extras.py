@@ -5,41 +5,21 @@ members. Maths in `ingest.advantages`; this module only reads and arranges."""
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
-from urllib.parse import urlencode
 
 import numpy as np
-import sqlalchemy as sa
 from sqlmodel import Session
 
-from app import queries
-from app.db.models import Node, Rollout
+from app import urls
 from app.db.tokenarrays import unpack_bits, unpack_floats, unpack_ids
-from app.views import Pieces, _load_vocab, _token_chips, group_url, run_url
+from app.queries import groups as q_groups
+from app.queries import nodes as q_nodes
+from app.queries import runs as q_runs
+from app.views.rollout import Pieces, _load_vocab, _token_chips
 from ingest import advantages as adv
 from ingest.graph import branches
 
-N, R = Node.__table__, Rollout.__table__
 ALIGN_BEFORE, ALIGN_AFTER = 6, 40  # tokens shown around the first divergence
 MATCH_TOL = 1e-3
-
-
-def _pks(session: Session, run_id: str, group_id: str) -> dict[tuple[str, int], int]:
-    rows = session.execute(sa.select(R.c.pk, R.c.rollout_id, R.c.attempt)
-                           .where(R.c.run_id == run_id, R.c.group_id == group_id)).all()
-    return {(r.rollout_id, r.attempt): r.pk for r in rows}
-
-
-def _member_nodes(session: Session, pks: list[int]) -> dict[int, list]:
-    """Per rollout pk, its nodes (header, token arrays, extra; never the message body), by idx."""
-    cols = [N.c.rollout_pk, N.c.idx, N.c.parent, N.c.role, N.c.sampled, N.c.n_tokens, N.c.token_ids, N.c.mask,
-            N.c.logprobs, N.c.advantages, N.c.extra]
-    out: dict[int, list] = {pk: [] for pk in pks}
-    if not pks:
-        return out
-    for r in session.execute(sa.select(*cols).where(N.c.rollout_pk.in_(pks)).order_by(N.c.rollout_pk, N.c.idx)):
-        out[r.rollout_pk].append(SimpleNamespace(**r._mapping))
-    return out
 
 
 def _recorded(nodes: list) -> dict | None:
@@ -85,9 +65,9 @@ def enrich(session: Session, data: dict, *, sort: str | None = None) -> dict:
         if why:
             label = "errors dropped" if policy == "errors_dropped" else "errors scored 0"
             data["signal_warnings"].append(f"no learning signal with {label}: {why}")
-    pks = _pks(session, run_id, group_id)
+    pks = q_groups.member_pks(session=session, run_id=run_id, group_id=group_id)
     member_pks = [pks.get((m["rollout_id"], m["attempt"])) for m in members]
-    nodes_of = _member_nodes(session, [p for p in member_pks if p is not None])
+    nodes_of = q_groups.member_nodes(session=session, pks=[p for p in member_pks if p is not None])
     for k, m, pk in zip(keys, members, member_pks):
         m["estimators"] = {p: est[p]["advantages"].get(k) for p in est}
         rec = _recorded(nodes_of.get(pk, [])) if pk is not None else None
@@ -100,11 +80,10 @@ def enrich(session: Session, data: dict, *, sort: str | None = None) -> dict:
     data["has_recorded"] = any(m["recorded_advantage"] for m in members)
     tasks = sorted({m["task_key"] for m in members if m.get("task_key")})
     data["tasks"] = tasks
-    data["step_links"] = [{"step": s, "url": f"{run_url(run_id)}/rollouts?" + urlencode({"step": s})}
+    data["step_links"] = [{"step": s, "url": urls.rollouts(run_id, step=s)}
                           for s in data["group"]["steps"]]
     _align(session, data, member_pks, nodes_of, run_id)
-    base = group_url(run_id, group_id)
-    data["diff_base"] = base
+    data["diff_base"] = urls.group(run_id, group_id)
     if sort in ("reward", "advantage"):
         def key(m):
             v = m["reward"] if sort == "reward" else m["advantage"]["errors_dropped"]
@@ -127,7 +106,7 @@ def _path_ids(nodes: list) -> tuple[list, np.ndarray, np.ndarray]:
 def _align(session: Session, data: dict, member_pks: list, nodes_of: dict, run_id: str) -> None:
     """Each member's first branch against the others: the token prefix all members share, and
     per member its tokens from just before its first divergence (highlighted)."""
-    run = queries.get_run(session=session, run_id=run_id)
+    run = q_runs.get_run(session=session, run_id=run_id)
     pieces = Pieces(_load_vocab(session, run.tokenizer_sha256 if run else None))
     seqs = []
     for pk in member_pks:
@@ -162,20 +141,20 @@ def diff_page(session: Session, run_id: str, group_id: str, a: str, b: str) -> d
     """Two members of a group compared: their messages (first branch) aligned by position with
     the first message that differs, then their token sequences from the first differing token.
     `a`/`b` are rollout ids (latest attempt). None when either is not in the group."""
-    pks = _pks(session, run_id, group_id)
+    pks = q_groups.member_pks(session=session, run_id=run_id, group_id=group_id)
     def latest(rid):
         got = [(att, pk) for (r, att), pk in pks.items() if r == rid]
         return max(got)[1] if got else None
     pa, pb = latest(a), latest(b)
     if pa is None or pb is None:
         return None
-    nodes_of = _member_nodes(session, [pa, pb])
-    run = queries.get_run(session=session, run_id=run_id)
+    nodes_of = q_groups.member_nodes(session=session, pks=[pa, pb])
+    run = q_runs.get_run(session=session, run_id=run_id)
     pieces = Pieces(_load_vocab(session, run.tokenizer_sha256 if run else None))
     sides = []
     for rid, pk in ((a, pa), (b, pb)):
         path, ids, starts = _path_ids(nodes_of[pk])
-        full = {n.idx: n for n in queries.get_nodes(session=session, rollout_pk=pk, idxs=[n.idx for n in path])}
+        full = {n.idx: n for n in q_nodes.get_nodes(session=session, rollout_pk=pk, idxs=[n.idx for n in path])}
         msgs = []
         for n in path:
             body = (full[n.idx].message or {}) if n.idx in full else {}
@@ -211,7 +190,7 @@ def diff_page(session: Session, run_id: str, group_id: str, a: str, b: str) -> d
                     c["first_diff"] = c["t"] == first_tok
                     chips.append(c)
         token_sides.append({"rollout_id": s["rollout_id"], "n_tokens": int(len(s["ids"])), "tokens": chips})
-    return {"run": {"id": run_id, "url": run_url(run_id)},
-            "group": {"id": group_id, "url": group_url(run_id, group_id)},
+    return {"run": {"id": run_id, "url": urls.run(run_id)},
+            "group": {"id": group_id, "url": urls.group(run_id, group_id)},
             "a": a, "b": b, "messages": rows, "first_message": first_msg,
             "first_token": first_tok, "tokens": token_sides}

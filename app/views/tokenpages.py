@@ -7,14 +7,16 @@ Offsets `t` count tokens along that sequence from 0.
 """
 from __future__ import annotations
 
-from urllib.parse import urlencode
-
 import numpy as np
 from sqlmodel import Session
 
-from app import graph_queries, queries
+from app import urls
 from app.db.tokenarrays import unpack_ids
-from app.views import Pieces, _declares_byte_level, _load_vocab, _token_chips, rollout_url, run_url
+from app.queries import graph as q_graph
+from app.queries import nodes as q_nodes
+from app.queries import rollouts as q_rollouts
+from app.queries import runs as q_runs
+from app.views.rollout import Pieces, _declares_byte_level, _load_vocab, _token_chips
 from ingest.graph import branches, fork_points, samples
 
 MAX_WINDOW = 4096  # tokens per window request
@@ -23,18 +25,18 @@ SIDE_AFTER = 480  # tokens shown from the first difference on
 
 
 def _rollout(session: Session, run_id: str, rollout_id: str, attempt: int | None):
-    row = queries.get_rollout(session=session, run_id=run_id, rollout_id=rollout_id, attempt=attempt)
+    row = q_rollouts.get_rollout(session=session, run_id=run_id, rollout_id=rollout_id, attempt=attempt)
     if row is None:
         return None
-    gnodes = graph_queries.graph_nodes(session=session, rollout_pk=row.pk)
+    gnodes = q_graph.graph_nodes(session=session, rollout_pk=row.pk)
     paths = branches(gnodes) if gnodes else []
     return row, gnodes, paths
 
 
 def _pieces(session: Session, run_id: str, pk: int) -> Pieces:
-    run = queries.get_run(session=session, run_id=run_id)
+    run = q_runs.get_run(session=session, run_id=run_id)
     vocab = _load_vocab(session, run.tokenizer_sha256 if run else None)
-    return Pieces(vocab, byte_level=_declares_byte_level(run, queries.get_envelope(session=session, rollout_pk=pk)))
+    return Pieces(vocab, byte_level=_declares_byte_level(run, q_rollouts.get_envelope(session=session, rollout_pk=pk)))
 
 
 def token_window_page(session: Session, run_id: str, rollout_id: str, *, branch: int = 0, attempt: int | None = None,
@@ -75,7 +77,7 @@ def token_window_page(session: Session, run_id: str, rollout_id: str, *, branch:
     while k < len(path) and starts[k] < hi:
         a, b = max(lo, int(starts[k])) - int(starts[k]), min(hi, int(starts[k + 1])) - int(starts[k])
         if b > a:
-            (nd,) = queries.get_nodes(session=session, rollout_pk=row.pk, idxs=[path[k]])
+            (nd,) = q_nodes.get_nodes(session=session, rollout_pk=row.pk, idxs=[path[k]])
             for c in _token_chips(nd, pieces, a, b, int(starts[k])):
                 c["node"] = nd.idx
                 chips.append(c)
@@ -85,7 +87,7 @@ def token_window_page(session: Session, run_id: str, rollout_id: str, *, branch:
 
 def _branch_ids(session: Session, pk: int, path: list[int]) -> tuple[np.ndarray, np.ndarray, list]:
     """The branch's token ids, the branch offset of each node's first token, and its nodes."""
-    nodes = queries.get_nodes(session=session, rollout_pk=pk, idxs=path)
+    nodes = q_nodes.get_nodes(session=session, rollout_pk=pk, idxs=path)
     ids = [unpack_ids(n.token_ids) for n in nodes]
     starts = np.concatenate([[0], np.cumsum([len(x) for x in ids])]).astype(int)
     return (np.concatenate(ids) if ids else np.zeros(0, dtype="<i4")), starts, nodes
@@ -134,19 +136,16 @@ def branch_compare_page(session: Session, run_id: str, rollout_id: str, *, a: in
         shared.append(x)
     forks = fork_points(gnodes, paths)
     sample_of = samples(gnodes, paths)
-    base = rollout_url(run_id, rollout_id)
-    pin = {"attempt": attempt} if attempt is not None else {}
 
     def side(k, ids, starts, nodes):
         return {"branch": k, "sample": sample_of[k], "fork": forks[k], "n_tokens": int(len(ids)),
-                "url": f"{base}?" + urlencode({"branch": k, **pin}),
+                "url": urls.rollout(run_id, rollout_id, branch=k, attempt=attempt),
                 "messages": _side(nodes, starts, pieces, lo, min(hi, len(ids)), diff_at),
                 "more": max(0, len(ids) - hi)}
 
     return {
-        "run": {"id": run_id, "url": run_url(run_id)},
-        "rollout": {"rollout_id": rollout_id, "url": base + (f"?attempt={attempt}" if attempt is not None else "")},
-        "branches": [{"index": k, "url": f"{base}?" + urlencode({"branch": a, "vs": k, **pin})} for k in range(len(paths))],
+        "run": {"id": run_id, "url": urls.run(run_id)},
+        "rollout": {"rollout_id": rollout_id, "url": urls.rollout(run_id, rollout_id, attempt=attempt)},
         "shared_nodes": shared,
         "fork_node": shared[-1] if shared else None,
         "first_difference": diff_at,
