@@ -108,12 +108,36 @@ def node_text(session: SessionDep, run_id: str, rollout_pk: Annotated[Count, Pat
                                                      "Content-Security-Policy": "default-src 'none'"})
 
 
+def _list_filters(query: str | None) -> RolloutFilters | None:
+    """The filters of a rollouts-list query string (`list=`), or None when there is none; values
+    that do not parse are dropped (the list then is the wider one)."""
+    if query is None:
+        return None
+    from urllib.parse import parse_qsl
+
+    kinds = {"step": int, "reward_min": float, "reward_max": float}
+    out = {}
+    for k, v in parse_qsl(query):
+        if k in ("step", "ending", "group", "task", "reward_min", "reward_max", "flag") and v != "":
+            try:
+                out[k] = kinds.get(k, str)(v)
+            except ValueError:
+                continue
+    if isinstance(out.get("step"), int) and not INT32_MIN <= out["step"] <= INT32_MAX:
+        out.pop("step")
+    for k in ("reward_min", "reward_max"):
+        if k in out and out[k] != out[k] or k in out and abs(out[k]) == float("inf"):
+            out.pop(k)
+    return RolloutFilters(**out)
+
+
 @router.get("/runs/{run_id:path}/rollouts/{rollout_id:path}")
 def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
             branch: OptCount = None, offset: OptCount = None, attempt: OptInt = None, tokens: OptStr = None,
             focus: Annotated[str | None, Query(pattern=r"^(m|node|t)-\d{1,10}$")] = None, limit: OptLimit = None,
             node: OptCount = None, from_: Annotated[OptCount, Query(alias="from")] = None, to: OptCount = None,
-            at: OptCount = None, radius: OptCount = None, vs: OptCount = None):
+            at: OptCount = None, radius: OptCount = None, vs: OptCount = None,
+            list_: Annotated[str | None, Query(alias="list", max_length=2000)] = None):
     """One rollout: ending, reward, findings, the message graph, branches, and one page (`ROLLSCOPE_WEB__MESSAGES_PER_PAGE`,
     50) of the messages of one branch with tool calls paired to results and the token strip. `tokens=all`
     (or the JSON twin) gives every token with ids, loss mask, behaviour logprobs and advantages,
@@ -125,7 +149,10 @@ def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
 
     Token windows: `node=N&from=S&to=E` gives tokens S..E of node N on `branch` (an htmx
     fragment, or JSON); `at=T&radius=R` the tokens around branch offset T (R ≤ 2048, default
-    128). `vs=B` shows `branch` and branch B side by side from their fork point."""
+    128). `vs=B` shows `branch` and branch B side by side from their fork point.
+
+    `list=` carries the query of the rollouts list the reader came from (its filters): the page
+    then links the previous and next rollout of that list (keys `p` / `n`)."""
     rollout_id, js = _twin(rollout_id, lambda rid: q_rollouts.get_rollout(
         session=session, run_id=unquote(run_id), rollout_id=rid) is not None)
     want_json = wants_json(request, js)
@@ -139,7 +166,7 @@ def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
         return respond(request, "compare.html", data, json=want_json)
     data = rollout_page(session, run, rid, web=request.app.state.settings.web, branch=branch or 0,
                         offset=offset or 0, attempt=attempt, all_tokens=want_json or tokens == "all", focus=focus,
-                        limit=limit)
+                        limit=limit, came_from=_list_filters(list_))
     return respond(request, "rollout.html", data, json=want_json, block="messages")
 
 

@@ -5,6 +5,7 @@ six token states, overlay buckets, windows of a long strip)."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 import numpy as np
 from typing_extensions import NotRequired, TypedDict
@@ -202,6 +203,7 @@ class RolloutPage(PageModel):
 
     run: RolloutRunLink
     rollout: RolloutHeader
+    list_nav: dict[str, Any] | None  # previous / next rollout in the list the reader came from
     attempts: list[AttemptView]
     ending: dict[str, Any]
     rewards: dict[str, Any]
@@ -428,7 +430,7 @@ def _resolve_focus(focus: str | None, paths: list[list[int]], branch: int, start
 
 def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSettings, branch: int = 0,
                  offset: int = 0, attempt: int | None = None, all_tokens: bool = False, limit: int | None = None,
-                 focus: str | None = None) -> RolloutPage | None:
+                 focus: str | None = None, came_from: q_rollouts.RolloutFilters | None = None) -> RolloutPage | None:
     """The rollout page: header, findings, the drawn message graph, branches (each labelled with
     the sample it becomes and why it forked), and one page of messages of one branch.
 
@@ -438,7 +440,10 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
 
     `focus` (`m-N`, `node-N` or `t-N`, a deep link's fragment) opens the page of messages that
     holds message N or branch token N, with that token's window drawn; `range` then says which
-    messages are shown ("messages 100–122 of 123") and `prev_url` loads the earlier ones."""
+    messages are shown ("messages 100–122 of 123") and `prev_url` loads the earlier ones.
+
+    `came_from`: the filters of the rollouts list the reader came from; `list_nav` then links the
+    previous and next rollout of that list (and back to it)."""
     limit = limit or web.messages_per_page
     row = q_rollouts.get_rollout(session=session, run_id=run_id, rollout_id=rollout_id, attempt=attempt)
     if row is None:
@@ -536,6 +541,18 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
     def graph_href(b: int, idx: int) -> str:
         return urls.rollout(run_id, rollout_id, branch=b, attempt=pinned, focus=f"m-{idx}") + f"#m-{idx}"
 
+    list_nav = None
+    if came_from is not None:
+        before, after = q_rollouts.neighbours(session=session, run_id=run_id, filters=came_from, row=row)
+        listq = urlencode(came_from.as_query())
+
+        def there(n):
+            return urls.rollout(n.run_id, n.rollout_id, attempt=n.attempt or None, list=listq) if n else None
+
+        list_nav = {"prev_url": there(before), "next_url": there(after), "prev": before.rollout_id if before else None,
+                    "next": after.rollout_id if after else None,
+                    "list_url": urls.rollouts(run_id, **came_from.as_query())}
+
     error_policy = "errors_dropped"  # the group default (ingest.advantages): an errored rollout has no gradient
     no_gradient = summary["ending"] == "error" and error_policy == "errors_dropped"
     task = envelope.get("task")
@@ -543,6 +560,7 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
         "run": {"id": run_id, "name": run.name if run else None, "url": urls.run(run_id),
                 "tokenizer": bool(vocab)},
         "rollout": summary,
+        "list_nav": list_nav,
         "attempts": attempts,
         "ending": envelope.get("ending", {"type": summary["ending"]}),
         "rewards": envelope.get("rewards", {}),

@@ -202,6 +202,14 @@ def test_keyboard(server, browser):
     page.wait_for_url("**branch=1**")
     page.keyboard.press("[")
     page.wait_for_url("**branch=0**")
+    # n / p walk the rollouts list the reader came from
+    page.goto(f"{server}/runs/v/rollouts")
+    page.get_by_role("link", name="states", exact=True).click()
+    page.wait_for_load_state("networkidle")
+    page.keyboard.press("n")
+    page.wait_for_url("**/rollouts/long?list=**")
+    page.keyboard.press("p")
+    page.wait_for_url("**/rollouts/states?list=**")
     # arrows walk a focused strip token by token
     page.goto(f"{server}/runs/v/rollouts/states")
     page.locator("#m-1 .tokens").focus()

@@ -203,3 +203,20 @@ def test_group_without_learning_signal_is_warned(client, engine, tmp_path):
     ingest(engine, write_jsonl(tmp_path / "a.jsonl", rs))
     d = client.get("/runs/r1/groups/same.json").json()
     assert "no learning signal with errors dropped: all rewards equal" in d["signal_warnings"]
+
+
+def test_previous_and_next_rollout_within_the_list(client, engine, tmp_path):
+    rs = [rollout(f"n{i}", step=i // 2, ending="error" if i % 2 else "submitted") for i in range(6)]
+    ingest(engine, write_jsonl(tmp_path / "a.jsonl", rs))
+    html = client.get("/runs/r1/rollouts?ending=error").text
+    assert 'href="/runs/r1/rollouts/n3?list=ending%3Derror"' in html
+    d = client.get("/runs/r1/rollouts/n3.json?list=ending%3Derror").json()
+    nav = d["list_nav"]
+    assert (nav["prev"], nav["next"]) == ("n1", "n5")  # the errors only, in the list's order
+    assert nav["next_url"] == "/runs/r1/rollouts/n5?list=ending%3Derror"
+    assert nav["list_url"] == "/runs/r1/rollouts?ending=error"
+    first = client.get("/runs/r1/rollouts/n0.json?list=").json()["list_nav"]
+    assert first["prev"] is None and first["next"] == "n1"
+    assert client.get("/runs/r1/rollouts/n0.json").json()["list_nav"] is None
+    page = client.get("/runs/r1/rollouts/n3?list=ending%3Derror").text
+    assert 'data-next="/runs/r1/rollouts/n5?list=ending%3Derror"' in page
