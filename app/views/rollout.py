@@ -136,6 +136,7 @@ class NodeView(PageModel):
     content_truncated: bool
     content_url: str
     reasoning: str | None
+    reasoning_dropped_in: list[int] = []  # later branches whose re-rendered prompt leaves this reasoning out
     tool_calls: list[ToolCallView]
     answers: Answers | None
     name: str | None
@@ -508,6 +509,12 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
     def window_url(idx: int, s: int, e: int) -> str:
         return urls.rollout(run_id, rollout_id, branch=branch, attempt=pinned, node=idx, **{"from": s, "to": e})
 
+    # A prompt re-rendered (or compacted) into a new branch after a message, without it: that
+    # message's reasoning was not in the context of the later turns.
+    forks = fork_points(gnodes, paths)
+    rerendered = [(f["first"], b) for b, f in enumerate(forks)
+                  if f and f["reason"] in ("rerender", "compaction") and f["first"] is not None]
+    member = [set(p) for p in paths] if rerendered else []
     node_views = []
     budget = [web.tokens_inline]
     for node in nodes:
@@ -515,6 +522,8 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
         v = _node_view(node, pieces, calls_by_node, answer_of, findings_by_node, run_id, pk, all_tokens, web,
                        t0=int(starts[pos]), include_token=focus_token if pos == focus_pos else None,
                        window_url=window_url, budget=budget)
+        v["reasoning_dropped_in"] = [b for first, b in rerendered if first > node.idx and node.idx not in member[b]] \
+            if v["reasoning"] else []
         raw_calls = (node.message or {}).get("tool_calls") or []  # the raw arguments, as sampled
         v["tool_calls"] = [dict(c) for c in v["tool_calls"]]
         for c in v["tool_calls"]:
@@ -525,7 +534,6 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
                    for c in envelope.get("calls", [])]
     summary = summary_fields(row, n_attempts=len(attempts))
     nxt = offset + limit if offset + limit < len(path) else None
-    forks = fork_points(gnodes, paths)
     sample_of = samples(gnodes, paths)
     branch_rows = [{"index": b, "nodes": len(p), "leaf": p[-1] if p else None, "url": link.page_url(b, 0),
                     "sample": sample_of[b], "fork": forks[b],

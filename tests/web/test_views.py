@@ -220,3 +220,21 @@ def test_previous_and_next_rollout_within_the_list(client, engine, tmp_path):
     assert client.get("/runs/r1/rollouts/n0.json").json()["list_nav"] is None
     page = client.get("/runs/r1/rollouts/n3?list=ending%3Derror").text
     assert 'data-next="/runs/r1/rollouts/n5?list=ending%3Derror"' in page
+
+
+def test_reasoning_left_out_of_a_re_rendered_prompt_is_marked(client, engine, tmp_path):
+    nodes = [
+        {"parent": None, "message": {"role": "user", "content": "q"}, "token_ids": [1, 2], "mask": [False, False]},
+        {"parent": 0, "sampled": True, "message": {"role": "assistant", "content": "a", "reasoning_content": "think"},
+         "token_ids": [3, 4, 5], "mask": [True] * 3, "logprobs": [-0.1] * 3},
+        {"parent": None, "message": {"role": "user", "content": "q a q2"}, "token_ids": [1, 2, 5, 6],
+         "mask": [False] * 4, "token_drift": {"turn": 1, "index": 2, "expected": 3, "found": 5}},
+        {"parent": 2, "sampled": True, "message": {"role": "assistant", "content": "b"},
+         "token_ids": [7], "mask": [True], "logprobs": [-0.2]},
+    ]
+    r = Rollout.model_validate({"schema": "rollscope/1", "id": "strip", "run": {"id": "r1"}, "nodes": nodes})
+    ingest(engine, write_jsonl(tmp_path / "a.jsonl", [r]))
+    d = client.get("/runs/r1/rollouts/strip.json").json()
+    assert d["messages"][1]["reasoning_dropped_in"] == [1]
+    assert d["branches"][1]["fork"]["reason"] == "rerender" and d["branches"][1]["sample"] == 1
+    assert "not in the context of later turns (branch 1)" in client.get("/runs/r1/rollouts/strip").text
