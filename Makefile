@@ -55,6 +55,7 @@ schema: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/ingest_and_pages.py
+	$(PY) bench/views.py
 
 clean:
 	rm -rf build rollscope.db rollscope.db-wal rollscope.db-shm
