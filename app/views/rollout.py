@@ -467,7 +467,8 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
         if f["node"] is not None:
             findings_by_node.setdefault(f["node"], []).append(f)
 
-    gnodes = q_graph.graph_nodes(session=session, rollout_pk=pk)
+    headers: dict[int, dict] = {}
+    gnodes = q_graph.graph_nodes(session=session, rollout_pk=pk, headers=headers)
     paths = branches(gnodes) if gnodes else []
     branch = max(0, min(branch, len(paths) - 1)) if paths else 0
     starts = np.concatenate([[0], np.cumsum([gnodes[i].n_tokens for i in paths[branch]])]) if paths else np.zeros(1)
@@ -485,10 +486,7 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
         if isinstance(calls, list):  # every call that shares the id, not only the first
             f["calls"] = [{"node": c[0], "position": c[1], "url": link(c[0])} for c in calls
                           if isinstance(c, list | tuple) and len(c) == 2]
-    headers = q_nodes.node_headers(session=session, rollout_pk=pk, idxs=path)
     messages = [headers.get(i, {"role": "user"}) for i in range(len(gnodes))] if gnodes else []
-    for i, h in headers.items():
-        messages[i] = h
     pairs = pair_tool_calls(path, messages)
     page = path[offset:offset + limit]
     on_page = set(page)  # links are built for what the page shows, not for every call of the branch
