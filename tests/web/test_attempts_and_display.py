@@ -39,7 +39,7 @@ def test_list_rows_link_each_attempt(client, engine, tmp_path):
     assert {(r["rollout_id"], r["n_attempts"]) for r in rows} == {("a", 2), ("b", 1), ("c", 1)}
     html = _rows(client.get("/runs/r1/rollouts").text)
     for href in ["/runs/r1/rollouts/a?attempt=0", "/runs/r1/rollouts/a?attempt=1", "/runs/r1/rollouts/c?attempt=2"]:
-        assert f'href="{href}"' in html
+        assert f'href="{href}&amp;list="' in html  # `list=`: the list it came from (no filters)
     # the earlier attempt is reachable from its row, and is what its page shows
     first = client.get(urls[("a", 0)].replace("/a?", "/a.json?")).json()
     assert first["rollout"]["attempt"] == 0 and first["ending"]["type"] == "error"
