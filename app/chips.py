@@ -28,6 +28,8 @@ def _classes(t: dict, p: dict | None) -> str:
         c.append("tok-suspect")
     if t.get("first_diff"):
         c.append("tok-first-diff")
+    if t.get("flags"):
+        c.append("tok-flagged")
     if p is None:
         c.append("tok-id")
     elif p.get("unknown"):
@@ -42,7 +44,7 @@ def _title(t: dict, p: dict | None) -> str:
     if t["advantage"] is not None:
         parts.append("advantage " + compact_number(t["advantage"], "%+.3f"))
     if t["state"] == "fault":
-        parts.append("mask 1 but not sampled")
+        parts.append("loss mask 1 on a token the policy did not sample")
     elif t["state"] == "filtered":
         parts.append("sampled, mask 0")
     if p and p.get("partial"):
@@ -56,6 +58,8 @@ def _title(t: dict, p: dict | None) -> str:
         parts.append("prompt diverges here from the previous prompt + completion")
     if t.get("suspect"):
         parts.append("suspected padding: logprob exactly 0.0 in a trailing run")
+    if t.get("flags"):
+        parts.append("finding: " + ", ".join(t["flags"]))
     return " · ".join(parts)
 
 

@@ -40,6 +40,10 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     huge finite rewards (1e308) overflow it (`(v - mean) ** 2` raises), so those are computed
     scaled by the largest magnitude. A result beyond the float range is inf (null in JSON)."""
     n = len(values)
+    if min(values) == max(values):
+        # Identical rewards: the mean is that reward and the std exactly 0, never the residue
+        # of float summation (3 × 0.1 / 3 = 0.10000000000000002, std 1.4e-17).
+        return values[0], 0.0
     try:
         mean = sum(values) / n
         std = math.sqrt(sum((v - mean) ** 2 for v in values) / n)
@@ -84,46 +88,98 @@ def group_advantages(members: Sequence[Member]) -> dict:
     }
 
 
-# --- the estimators the field uses, on one policy's scored rewards ----------------------------
+# --- recorded advantages and the estimators that may have produced them -----------------------
 
-GRPO_EPS = 1e-6  # verl `compute_grpo_outcome_advantage(epsilon=1e-6)`; TRL uses 1e-4
+ESTIMATORS = ("mean_centred", "std_normalised", "leave_one_out")
+ESTIMATOR_ALIASES = {
+    "mean_centred": "mean_centred", "mean_centered": "mean_centred", "dr_grpo": "mean_centred",
+    "std_normalised": "std_normalised", "std_normalized": "std_normalised", "grpo": "std_normalised",
+    "leave_one_out": "leave_one_out", "rloo": "leave_one_out",
+}
+STD_EPS = 1e-4  # TRL GRPOTrainer: (r - mean) / (std + 1e-4); verl uses 1e-6 (within the tolerance)
 
-ESTIMATORS = {
-    "dr_grpo": "mean-centred: r − mean (Dr. GRPO, Liu et al. 2025 §3.2; no std, no length normalisation)",
-    "grpo": "std-normalised: (r − mean) / (std + 1e-6), std the sample std with n − 1 (GRPO, Shao et al. 2024; "
-            "torch.std as verl and TRL call it)",
+
+def estimator_name(value: object) -> str | None:
+    """The estimator a source declares, normalised to one of ESTIMATORS (aliases: grpo →
+    std_normalised, dr_grpo → mean_centred, rloo → leave_one_out); None when not declared or
+    not known."""
+    return ESTIMATOR_ALIASES.get(str(value).strip().lower()) if isinstance(value, str) else None
+
+
+def estimate(rewards: Sequence[float], estimator: str, *, ddof: int = 0) -> list[float]:
+    """Advantages of `rewards` (one group's baseline set) under `estimator`:
+
+    - `mean_centred`: A_i = r_i − mean(r) (Dr. GRPO, Liu et al. 2025, "Understanding R1-Zero-Like
+      Training", §3.1: GRPO without the std division);
+    - `std_normalised`: A_i = (r_i − mean(r)) / (std(r) + STD_EPS) (GRPO, Shao et al. 2024,
+      DeepSeekMath §4.1.2; `ddof=1` is torch's unbiased std, which TRL uses);
+    - `leave_one_out`: A_i = r_i − mean_{j≠i} r_j = n/(n−1) · (r_i − mean(r)) (RLOO, Ahmadian et
+      al. 2024, "Back to Basics", §3.2; 0 for a group of one).
+
+    Raises ValueError for an unknown estimator."""
+    n = len(rewards)
+    if n == 0:
+        return []
+    mean, std = _mean_std(list(rewards))
+    centred = [r - mean for r in rewards]
+    if estimator == "mean_centred":
+        return centred
+    if estimator == "std_normalised":
+        if ddof and n > 1:
+            std = std * math.sqrt(n / (n - 1))
+        return [c / (std + STD_EPS) for c in centred]
+    if estimator == "leave_one_out":
+        return [c * n / (n - 1) for c in centred] if n > 1 else [0.0] * n
+    raise ValueError(f"unknown advantage estimator {estimator!r} (known: {', '.join(ESTIMATORS)})")
+
+
+def close(recorded: float, expected: float) -> bool:
+    """Recorded and recomputed advantages agree: within 1e-3 absolute + 1e-2 relative (float32
+    storage, eps conventions 1e-4 vs 1e-6)."""
+    return abs(recorded - expected) <= 1e-3 + 1e-2 * abs(expected)
+
+
+def recorded_advantage(rollout) -> float | None:
+    """The advantage a source recorded for one rollout (`ingest.schema.Rollout`): a rollout-level
+    `extra.advantage` or `metrics.advantage`, else the per-token `advantages` of its sampled
+    tokens (mask 1) when they are all equal (a group-relative estimator gives every token of a
+    rollout the same value). None when none is recorded, or the per-token values vary (a
+    token-level estimator such as GAE, which group checks cannot recompute)."""
+    for v in (rollout.extra.get("advantage"), rollout.metrics.get("advantage")):
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+            return float(v)
+    values = {round(a, 6) for n in rollout.nodes if n.advantages
+              for a, m in zip(n.advantages, n.mask or [True] * len(n.advantages))
+              if m and a is not None and math.isfinite(a)}
+    if len(values) == 1:
+        return float(values.pop())
+
+
+# --- the three estimators side by side, for the group page ------------------------------------
+
+ESTIMATOR_TEXT = {
+    "dr_grpo": "mean-centred: r − mean (Dr. GRPO, Liu et al. 2025; no std division)",
+    "grpo": f"std-normalised: (r − mean) / (std + {STD_EPS:g}), std the sample std with n − 1 (GRPO, Shao et "
+            "al. 2024; torch.std as TRL calls it)",
     "rloo": "leave-one-out: r − mean of the other members (RLOO, Ahmadian et al. 2024); none for a group of one",
 }
 
 
-def _sample_std(values: list[float], std_population: float) -> float | None:
-    """The sample std (Bessel's n − 1) from the population std, so huge rewards do not overflow."""
-    n = len(values)
-    if n < 2:
-        return None
-    return std_population * math.sqrt(n / (n - 1))
-
-
 def estimators(scored: dict[str, float]) -> dict:
     """Advantages of one group's scored members (key → finite reward, after the error policy)
-    under the three estimators of ESTIMATORS.
-
-    Returns `{"mean": m, "std_population": σ, "std_sample": s, "advantages": {key: {"dr_grpo",
-    "grpo", "rloo"}}}`; an estimator that is undefined for the group (GRPO and RLOO with one
-    member) gives None, never 0."""
+    under the three estimators (`estimate`): `{"mean", "std_population", "std_sample",
+    "advantages": {key: {"dr_grpo", "grpo", "rloo"}}}`. GRPO and RLOO are None for a group of
+    one (nothing to compare with), never 0."""
     if not scored:
         return {"mean": None, "std_population": None, "std_sample": None, "advantages": {}}
-    values = list(scored.values())
-    mean, std_pop = _mean_std(values)
-    s = _sample_std(values, std_pop)
+    keys, values = list(scored), list(scored.values())
     n = len(values)
-    out = {}
-    for k, r in scored.items():
-        out[k] = {"dr_grpo": r - mean,
-                  "grpo": (r - mean) / (s + GRPO_EPS) if s is not None else None,
-                  # r − mean of the others = n/(n−1) · (r − mean), without summing huge rewards
-                  "rloo": (r - mean) * n / (n - 1) if n > 1 else None}
-    return {"mean": mean, "std_population": std_pop, "std_sample": s, "advantages": out}
+    mean, std_pop = _mean_std(values)
+    dr = estimate(values, "mean_centred")
+    grpo = estimate(values, "std_normalised", ddof=1) if n > 1 else [None] * n
+    rloo = estimate(values, "leave_one_out") if n > 1 else [None] * n
+    return {"mean": mean, "std_population": std_pop, "std_sample": std_pop * math.sqrt(n / (n - 1)) if n > 1 else None,
+            "advantages": {k: {"dr_grpo": d, "grpo": g, "rloo": r} for k, d, g, r in zip(keys, dr, grpo, rloo)}}
 
 
 def scored_rewards(members: Sequence[Member], *, drop_errors: bool) -> dict[str, float]:

@@ -19,7 +19,6 @@ from ingest import advantages as adv
 from ingest.graph import branches
 
 ALIGN_BEFORE, ALIGN_AFTER = 6, 40  # tokens shown around the first divergence
-MATCH_TOL = 1e-3
 
 
 def _recorded(nodes: list) -> dict | None:
@@ -39,9 +38,9 @@ def _recorded(nodes: list) -> dict | None:
             "n_tokens": len(vals)}
 
 
-def _close(a: float | None, b: float | None) -> bool:
-    return a is not None and b is not None and math.isfinite(a) and math.isfinite(b) and \
-        abs(a - b) <= MATCH_TOL * max(1.0, abs(a), abs(b))
+def _close(recorded: float | None, expected: float | None) -> bool:
+    return recorded is not None and expected is not None and math.isfinite(recorded) and math.isfinite(expected) \
+        and adv.close(recorded, expected)
 
 
 def enrich(session: Session, data: dict, *, sort: str | None = None) -> dict:
@@ -51,7 +50,7 @@ def enrich(session: Session, data: dict, *, sort: str | None = None) -> dict:
     members = data["members"]
     keys = [f"{m['rollout_id']}#{m['attempt']}" for m in members]
     ms = [adv.Member(k, m["reward"], m["ending"]) for k, m in zip(keys, members)]
-    data["estimator_names"] = adv.ESTIMATORS
+    data["estimator_names"] = adv.ESTIMATOR_TEXT
     est = {}
     for policy, drop in (("errors_as_zero", False), ("errors_dropped", True)):
         scored = adv.scored_rewards(ms, drop_errors=drop)

@@ -63,6 +63,9 @@ class TokenView(TypedDict):
     piece: Piece | None  # None: no vocabulary, show the id
     drift: bool
     suspect: bool
+    sampled: bool  # the message is the policy's (assistant); mask 1 elsewhere is not "sampled"
+    flags: list[str] | None  # labels of the findings that point at this token
+    anchor: str | None  # set when a finding links to this token: its id, `t-T`
 
 
 class CallRef(PageModel):
@@ -83,6 +86,7 @@ class FindingView(PageModel):
     message: str
     detail: dict[str, Any] | None
     url: str | None = None
+    anchor: str | None = None  # the token (`t-T`, its branch offset) or call (`node-N-call-P`) it points at
     calls: list[CallRef] | None = None
 
 
@@ -218,6 +222,7 @@ class RolloutPage(PageModel):
     extra: dict[str, Any]
     findings: list[FindingView]
     checks_skipped: list[CheckSkipped]
+    n_trained_environment: int  # trained tokens of messages the policy did not sample (mask_on_unsampled)
     trains_on_nothing: bool
     no_gradient: bool  # an errored rollout: its mask-1 tokens get no gradient under the default policy
     task_answer: Any
@@ -267,6 +272,37 @@ def _load_vocab(session: Session, sha256: str | None):
         return cached_from_blob(sha256, loader)
     except LookupError:
         return None
+
+
+def _flagged_tokens(node_findings: list[dict], n: int) -> dict[int, list[str]]:
+    """Token index → labels of the findings on a node that point at it (`detail.positions`, else
+    `position`), for checks whose position is a token."""
+    out: dict[int, list[str]] = {}
+    for f in node_findings:
+        c = checks.REGISTRY.get(f["kind"])
+        if c is None or c.at != "token":
+            continue
+        positions = (f.get("detail") or {}).get("positions")
+        if not isinstance(positions, list):
+            positions = [f["position"]] if isinstance(f["position"], int) else []
+        for p in positions:
+            if isinstance(p, int) and 0 <= p < n:
+                out.setdefault(p, []).append(f["label"])
+    return out
+
+
+def _anchor(f: dict, token_offset) -> str | None:
+    """The id of the element a finding points at: a token (`t-T`, T its offset in the branch
+    shown by the link) or a tool call (`node-N-call-P`); None when it concerns the whole message
+    or rollout. `token_offset(node)` is the branch offset of the node's first token (None when
+    the node is on no branch)."""
+    c = checks.REGISTRY.get(f["kind"])
+    if f["node"] is None or not isinstance(f["position"], int) or c is None:
+        return None
+    if c.at == "call":
+        return f"node-{f['node']}-call-{f['position']}"
+    t0 = token_offset(f["node"])
+    return f"t-{t0 + f['position']}" if t0 is not None and f["position"] >= 0 else None
 
 
 def _suspected_padding(node_findings: list[dict]) -> set[int]:
@@ -358,10 +394,19 @@ def _token_chips(node, pieces: Pieces, start: int, end: int, t0: int, *, ids=Non
     trainer = extra.get("trainer_logprobs")
     trainer = np.asarray([np.nan if v is None else v for v in trainer], dtype="<f4") \
         if isinstance(trainer, list) and all(v is None or isinstance(v, int | float) for v in trainer) else None
-    return tokenview.token_views(
+    chips = tokenview.token_views(
         ids=ids, mask=mask, logprobs=unpack_floats(node.logprobs), advantages=unpack_floats(node.advantages),
         trainer_logprobs=trainer, pieces=piece_list, node_sampled=bool(node.sampled), start=start, end=end,
         t0=t0, drift_at=drift_at, suspect=_suspected_padding(findings or []))
+    flagged = _flagged_tokens(findings or [], n)
+    anchors = {f["position"] for f in findings or [] if f.get("anchor")}
+    sampled = node.role == "assistant"
+    for c in chips:
+        # a token of a message the policy did not write is never "sampled", mask or not
+        c["sampled"] = sampled
+        c["flags"] = flagged.get(c["i"])
+        c["anchor"] = f"t-{c['t']}" if c["i"] in anchors else None  # the chip's own id: a finding links here
+    return chips
 
 
 class NodeLinks:
@@ -480,8 +525,25 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
     offset = min(offset, max(0, len(path) - 1))
     pinned = row.attempt if attempt is not None or len(attempts) > 1 else None
     link = NodeLinks(run_id, rollout_id, paths, branch, offset, limit, pinned)
+    offsets: dict[int, dict[int, int]] = {}  # branch → node → offset of its first token
+
+    def token_offset(idx: int) -> int | None:
+        where = link._locate(idx)
+        if where is None:
+            return None
+        b = where[0]
+        if b not in offsets:
+            acc, offsets[b] = 0, {}
+            for i in paths[b]:
+                offsets[b][i] = acc
+                acc += gnodes[i].n_tokens
+        return offsets[b][idx]
+
     for f in findings:
+        f["anchor"] = _anchor(f, token_offset)
         f["url"] = link(f["node"])
+        if f["url"] and f["anchor"]:  # to the token or call itself, not only its message
+            f["url"] = f["url"].rsplit("#", 1)[0] + "#" + f["anchor"]
         calls = (f["detail"] or {}).get("calls") if f["kind"] == "duplicate_tool_call_id" else None
         if isinstance(calls, list):  # every call that shares the id, not only the first
             f["calls"] = [{"node": c[0], "position": c[1], "url": link(c[0])} for c in calls
@@ -582,6 +644,8 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
         "extra": envelope.get("extra", {}),
         "findings": findings,
         "checks_skipped": skipped,
+        "n_trained_environment": sum((f["detail"] or {}).get("count", 0) for f in findings
+                                     if f["kind"] == "mask_on_unsampled"),
         # Tokens were recorded but none carries loss: a filter (Tunix overlong_filter) zeroed the
         # mask. Shown, but it trains on nothing.
         "trains_on_nothing": summary["n_tokens"] > 0 and summary["n_trained_tokens"] == 0 and summary["n_turns"] > 0,

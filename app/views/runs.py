@@ -6,9 +6,12 @@ from typing import Any
 from sqlmodel import Session
 
 from app import charts, urls
+from app.queries import findings as q_findings
+from app.queries import nodes as q_nodes
 from app.queries import runs as q_runs
 from app.queries.common import ENDINGS
 from app.views.common import PageModel, iso
+from ingest import checks
 
 
 class RunRow(PageModel):
@@ -78,6 +81,24 @@ class RunCharts(PageModel):
 
     ending_rates: dict[str, Any]
     reward: dict[str, Any]
+    findings: dict[str, Any]  # share of rollouts with each finding per step
+
+
+class CheckRow(PageModel):
+    """What one registered check did in this run: rollouts with a finding (`url`: those
+    rollouts), rollouts it decided on (`checked`), rollouts it could not decide on (`skipped`)
+    and the commonest reasons why. A group-scope check counts the rollouts of its groups."""
+
+    kind: str
+    label: str
+    scope: str
+    severity: str
+    rule: str
+    rollouts: int
+    checked: int
+    skipped: int
+    skip_reasons: list[dict[str, Any]]
+    url: str
 
 
 class RunPage(PageModel):
@@ -87,6 +108,8 @@ class RunPage(PageModel):
     steps_recorded: bool
     totals: RunTotals
     charts: RunCharts | None
+    checks: list[CheckRow]
+    chat_template: bool  # a chat template is kept with the run's tokenizer (the template checks use it)
 
 
 def run_page(session: Session, run_id: str) -> RunPage | None:
@@ -97,6 +120,8 @@ def run_page(session: Session, run_id: str) -> RunPage | None:
     steps = q_runs.run_steps(session=session, run_id=run_id)
     step_rows = [StepView(**s.__dict__, rates=s.rates(), url=urls.rollouts(run_id, step=s.step)) for s in steps]
     means = q_runs.reward_means(session=session, run_ids=[run_id]).get(run_id, {})
+    checks_ran, per_step = _checks_table(session, run_id, sum(s.rollouts for s in steps))
+    fired = [(c.kind, c.label) for c in checks_ran if c.rollouts]
     # Without a training step (Tunix files, tau-bench) a per-step chart has no axis to draw on.
     steps_recorded = any(s.step is not None for s in steps)
     return RunPage(
@@ -111,6 +136,37 @@ def run_page(session: Session, run_id: str) -> RunPage | None:
                          mean_reward_no_errors=means.get("mean_reward_no_errors"),
                          excluded=means.get("excluded", 0),
                          retries=q_runs.count_retries(session=session, run_id=run_id)),
-        charts=RunCharts(ending_rates=charts.ending_rates(run_id, steps), reward=charts.reward_trend(run_id, steps))
+        charts=RunCharts(ending_rates=charts.ending_rates(run_id, steps), reward=charts.reward_trend(run_id, steps),
+                         findings=charts.finding_rates(run_id, steps, per_step, fired))
         if steps_recorded else None,
+        checks=checks_ran,
+        chat_template=_has_template(session, run.tokenizer_sha256),
     )
+
+
+def _has_template(session: Session, sha256: str | None) -> bool:
+    t = q_nodes.get_tokenizer(session=session, sha256=sha256) if sha256 else None
+    return bool(t is not None and t.chat_template)
+
+
+def _checks_table(session: Session, run_id: str, n_rollouts: int) -> tuple[list[CheckRow], dict]:
+    """Every registered check with what it did in this run (see CheckRow), in registry order;
+    and (step, kind) → rollouts with a finding, for the chart."""
+    with_finding: dict[str, int] = {}
+    undecided: dict[str, int] = {}
+    per_step: dict[tuple, int] = {}
+    for step, kind, skipped, n in q_findings.finding_counts(session=session, run_id=run_id):
+        kind = checks.legacy_kind(kind)
+        if skipped:
+            undecided[kind] = undecided.get(kind, 0) + n
+        else:
+            with_finding[kind] = with_finding.get(kind, 0) + n
+            per_step[(step, kind)] = per_step.get((step, kind), 0) + n
+    reasons = q_findings.skip_reasons(session=session, run_id=run_id)
+    table = [CheckRow(kind=kind, label=c.label, scope=c.scope, severity=c.severity, rule=c.doc,
+                      rollouts=with_finding.get(kind, 0), skipped=undecided.get(kind, 0),
+                      checked=max(0, n_rollouts - undecided.get(kind, 0)),
+                      skip_reasons=[{"reason": m, "count": n} for m, n in reasons.get(kind, [])],
+                      url=urls.rollouts(run_id, flag=kind))
+             for kind, c in checks.REGISTRY.items()]
+    return table, per_step

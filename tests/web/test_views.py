@@ -7,6 +7,7 @@ import json
 import math
 import re
 
+from ingest.advantages import STD_EPS
 from ingest.schema import Rollout
 from tests.conftest import data_path
 from tests.helpers import ingest, rollout, write_jsonl
@@ -80,7 +81,7 @@ def test_case30_mask_on_environment_tokens_is_a_fault_not_sampled(client, engine
     html = client.get("/runs/bugqa/rollouts/case30").text
     assert len(_chips(html, "fault")) == 7 and "trained, not sampled" in html
     # never described as sampled
-    assert all("mask 1 but not sampled" in t for t in re.findall(r'tok-fault[^>]*title="([^"]*)"', html))
+    assert all("loss mask 1 on a token the policy did not sample" in t for t in re.findall(r'tok-fault[^>]*title="([^"]*)"', html))
 
 
 def _chain(rid: str, n: int, tokens: int = 3) -> Rollout:
@@ -180,7 +181,7 @@ def test_group_estimators_recorded_advantages_and_diff(client, engine, tmp_path)
     m = {x["rollout_id"]: x for x in d["members"]}
     e = m["m0"]["estimators"]["errors_dropped"]
     s = math.sqrt(((1 / 3) ** 2 * 2 + (2 / 3) ** 2) / 2)  # sample std of (1, 1, 0)
-    assert math.isclose(e["dr_grpo"], 1 / 3) and math.isclose(e["grpo"], (1 / 3) / (s + 1e-6))
+    assert math.isclose(e["dr_grpo"], 1 / 3) and math.isclose(e["grpo"], (1 / 3) / (s + STD_EPS))
     assert math.isclose(e["rloo"], 1 - 0.5)
     assert m["m3"]["estimators"]["errors_dropped"] is None
     assert math.isclose(m["m3"]["estimators"]["errors_as_zero"]["rloo"], 0 - 2 / 3)
