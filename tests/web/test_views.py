@@ -239,3 +239,14 @@ def test_reasoning_left_out_of_a_re_rendered_prompt_is_marked(client, engine, tm
     assert d["messages"][1]["reasoning_dropped_in"] == [1]
     assert d["branches"][1]["fork"]["reason"] == "rerender" and d["branches"][1]["sample"] == 1
     assert "not in the context of later turns (branch 1)" in client.get("/runs/r1/rollouts/strip").text
+
+
+def test_chart_colours_match_the_ending_badges():
+    import re as _re
+    from pathlib import Path
+
+    from app.charts import ENDING_COLORS
+
+    css = Path(__file__).resolve().parents[2].joinpath("static", "app.css").read_text()
+    badges = dict(_re.findall(r"\.ending-([a-z_]+) \{ background: (#[0-9a-f]{6}); \}", css))
+    assert badges == ENDING_COLORS
