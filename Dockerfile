@@ -7,6 +7,7 @@ COPY ingest ./ingest
 COPY templates ./templates
 COPY static ./static
 RUN pip install --no-cache-dir -e .
-ENV ROLLSCOPE_DATABASE_URL=sqlite:////data/rollscope.db
+ENV ROLLSCOPE_DATABASE_URL=sqlite:////data/rollscope.db \
+    PYTHONUNBUFFERED=1
 EXPOSE 8000
 CMD ["rollscope", "serve", "--host", "0.0.0.0", "--port", "8000"]

@@ -17,7 +17,7 @@ TUNIX_TOKENS := --tokenizer $(FIX)/tokenizers/mistral-v1-tokenizer.model \
 TUNIX          := $(FIX)/realdata/tunix/v0.1.7
 TUNIX_EPISODES := $(filter-out %.meta.json %/summary.json %/orchestrator_group.Token.json %/orchestrator_group.Trajectory.json,$(wildcard $(TUNIX)/*.json))
 
-.PHONY: install demo demo-data serve test bench bench-ingest clean schema
+.PHONY: install demo demo-data serve test bench bench-ingest bench-load clean schema
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,9 @@ bench: $(STAMP)
 	$(PY) bench/ingest.py
 	$(PY) bench/ingest_and_pages.py
 	$(PY) bench/views.py
+
+bench-load: $(STAMP)
+	$(PY) bench/load.py
 
 bench-ingest: $(STAMP)
 	$(PY) bench/ingest.py

@@ -268,12 +268,15 @@ def token_revoke(
 def serve(
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.", min=1, max=65535)] = 8000,
+    workers: Annotated[int, typer.Option(help="uvicorn worker processes (each with its own connection pool, "
+                                              "ROLLSCOPE_DB__POOL_SIZE connections).", min=1, max=64)] = 1,
 ) -> None:
-    """Serve the dashboard and its JSON twins with uvicorn."""
+    """Serve the dashboard, its JSON twins and /api/v1 with uvicorn, in `--workers` processes."""
     import uvicorn
 
-    _engine()  # migrate before serving
-    uvicorn.run("app.main:create_app", factory=True, host=host, port=port, log_level="info")
+    _engine()  # migrate once, before the workers start
+    uvicorn.run("app.main:create_app", factory=True, host=host, port=port, workers=workers, log_level="info",
+                proxy_headers=True)
 
 
 @app.command()

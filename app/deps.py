@@ -4,8 +4,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPBearer
 from sqlmodel import Session
+
+from app.config import Settings
+from app.errors import ApiError
 
 
 def get_session(request: Request) -> Iterator[Session]:
@@ -13,4 +17,84 @@ def get_session(request: Request) -> Iterator[Session]:
         yield session
 
 
+def get_settings_dep(request: Request) -> Settings:
+    return request.app.state.settings
+
+
 SessionDep = Annotated[Session, Depends(get_session)]
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+
+_allowed_query: dict[int, frozenset[str]] = {}
+
+
+def _query_names(dependant) -> set[str]:
+    """The query parameter names of an endpoint and all its sub-dependencies."""
+    names = {p.alias for p in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
+def refuse_unknown_query(request: Request) -> None:
+    """422 `unknown_parameter` for a query parameter the endpoint does not take: a typo
+    (`?stepp=3`) must not silently return everything. Put on a router (`dependencies=[...]`)."""
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:
+        return
+    allowed = _allowed_query.get(id(route))
+    if allowed is None:
+        allowed = _allowed_query[id(route)] = frozenset(_query_names(dependant))
+    for name in request.query_params.keys():
+        if name not in allowed and name != "token":  # `?token=`: a read token in a link (app.auth)
+            takes = ", ".join(sorted(allowed)) or "none"
+            raise ApiError(422, f"unknown query parameter {name!r} (this endpoint takes: {takes})",
+                           field=name, code="unknown_parameter")
+
+
+RefuseUnknownQuery = Depends(refuse_unknown_query)
+
+
+# --- tokens and scopes ------------------------------------------------------------------------
+# Tokens are issued, hashed and verified by app.auth (built with the live-ingest worker); its
+# `require(scope)` checks a request (401 without or with an unknown or revoked token, 403 when
+# the scope is too small; reading is open unless the settings lock it). Here that check also
+# puts the token's name on `request.state.token_name`, for the request log (app.main).
+
+
+# Declares `Authorization: Bearer` in the OpenAPI document (the Authorize button of /api/docs);
+# app.auth reads the header itself.
+BEARER = HTTPBearer(auto_error=False, description="an API token: `rollscope token create --scope read|write|admin`")
+
+
+def token_label(info) -> str:
+    """How a token is named in logs and as the author of labels and notes."""
+    return getattr(info, "name", None) or getattr(info, "prefix", None) or f"token-{getattr(info, 'pk', '?')}"
+
+
+def require_scope(scope: str):
+    """A dependency: the request's token, which must allow `scope` (admin ⊇ write ⊇ read); for
+    `read` without a token, None unless reading needs a token."""
+
+    def dependency(request: Request, _doc=Security(BEARER)):
+        try:
+            from app import auth
+        except ImportError:  # tokens not built into this checkout: only open reading works
+            if scope == "read":
+                return None
+            raise ApiError(401, f"this needs a {scope} token, and this server has no tokens",
+                           headers={"WWW-Authenticate": "Bearer"}) from None
+        # A token sent with a read is checked even when reading is open: a wrong token is a
+        # misconfigured client (401), and a right one names the request in the log.
+        sent = auth.bearer(request) is not None
+        info = auth.require(scope, optional_for_read=not sent)(request)
+        if info is not None:
+            request.state.token_name = token_label(info)
+        return info
+
+    return dependency
+
+
+ReadToken = Annotated[object | None, Depends(require_scope("read"))]
+WriteToken = Annotated[object, Depends(require_scope("write"))]
+AdminToken = Annotated[object, Depends(require_scope("admin"))]

@@ -1,44 +1,101 @@
 """Exceptions → the error page (HTML) or a JSON body, negotiated like the page itself
-(app.render.wants_json), so a page and its errors always answer in the same form.
+(app.render.wants_json), so a page and its errors always answer in the same form. `/api/v1`
+always answers JSON.
 
-JSON errors have one shape: `{"detail": message}`, where a validation error's message is the
-list of pydantic errors (`loc`, `msg`, `type`).
+Every JSON error has one shape, on the pages' twins and on the API alike:
+
+    {"error": {"code": "not_found", "message": "no run 'x'", "field": null}}
+
+`code` is a stable word per kind of failure (`CODES`, or a more specific one such as
+`unknown_parameter`), `message` is for a person, and `field` names the query or path parameter
+(or body field) at fault, dotted for nested fields, or is null.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.render import error_page, wants_json
 
+log = logging.getLogger("rollscope.errors")
 
-def _readable(detail: Any) -> str:
-    """Validation errors as one readable line each; anything else as text."""
-    if isinstance(detail, list):
-        return "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ())[1:]) or 'request'}: {e.get('msg', '')}"
-                         for e in detail)
-    return str(detail)
+CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
+         406: "not_acceptable", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
+         422: "invalid", 429: "too_many_requests", 500: "internal", 503: "unavailable"}
 
 
-def error_response(request: Request, status: int, detail: Any) -> Response:
-    """The error page for browsers, `{"detail": ...}` for JSON clients."""
-    if wants_json(request):
-        return JSONResponse({"detail": jsonable_encoder(detail)}, status_code=status)
-    return error_page(request, status, _readable(detail))
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorBody(BaseModel):
+    """The one JSON error shape (OpenAPI: every error response of /api/v1)."""
+
+    error: ErrorDetail
+
+
+class ApiError(StarletteHTTPException):
+    """An HTTP error with a field and a code: `raise ApiError(422, "ending must be one of ...",
+    field="ending")`."""
+
+    def __init__(self, status: int, message: str, *, field: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None):
+        super().__init__(status, message, headers=headers)
+        self.field = field
+        self.code = code or CODES.get(status, "error")
+
+
+def _field(loc: tuple | list) -> str | None:
+    """A pydantic error location without its source (`("query", "step")` → `step`)."""
+    parts = [str(x) for x in loc[1:]] if loc and loc[0] in ("query", "path", "body", "header", "cookie") else \
+        [str(x) for x in loc]
+    return ".".join(parts) or None
+
+
+def _validation_message(errors: list[dict]) -> str:
+    return "; ".join(f"{_field(e.get('loc', ())) or 'request'}: {e.get('msg', '')}" for e in errors)
+
+
+def is_api(request: Request) -> bool:
+    return request.url.path.startswith("/api/")
+
+
+def error_response(request: Request, status: int, message: str, *, field: str | None = None,
+                   code: str | None = None, headers: dict[str, str] | None = None) -> Response:
+    """The error page for browsers, `{"error": {"code", "message", "field"}}` for JSON clients."""
+    if is_api(request) or wants_json(request):
+        body = ErrorBody(error=ErrorDetail(code=code or CODES.get(status, "error"), message=message, field=field))
+        return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+    return error_page(request, status, message)
 
 
 def install(app: FastAPI) -> None:
-    """Register the handlers: HTTP errors and request validation errors."""
+    """Register the handlers: HTTP errors, request validation errors, and anything unexpected
+    (500, logged with its traceback)."""
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
-        return error_response(request, exc.status_code, exc.detail)
+        message: Any = exc.detail
+        if exc.status_code == 404 and message == "Not Found":
+            message = "not found"
+        return error_response(request, exc.status_code, str(message), field=getattr(exc, "field", None),
+                              code=getattr(exc, "code", None), headers=getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError):
-        return error_response(request, 422, exc.errors())
+        errors = exc.errors()
+        return error_response(request, 422, _validation_message(errors),
+                              field=_field(errors[0].get("loc", ())) if errors else None)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception):
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return error_response(request, 500, f"internal error ({type(exc).__name__})")

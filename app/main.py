@@ -5,11 +5,17 @@ import re
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote
 
-from fastapi import FastAPI, Request
-from fastapi.staticfiles import StaticFiles
+import logging
+import time
 
-from app import errors
+import sqlalchemy as sa
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel
+
+from app import errors, urls
 from app.auth import ReadTokenGate
+from app.api.v1 import router as api_v1
 from app.config import Settings, get_settings
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
@@ -85,17 +91,38 @@ class HeadAsGet:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app for `settings` (default: from the environment); migrates the database."""
     settings = settings or get_settings()
-    engine = make_engine(settings.db.url)
+    engine = make_engine(settings.db.url, pool_size=settings.db.pool_size, max_overflow=settings.db.max_overflow)
     upgrade(engine)
-    app = FastAPI(title="Rollscope", version="0.1.0",
-                  description="Trace inspector for agentic RL. Every page has a JSON twin (`.json`).")
+    app = FastAPI(title="Rollscope API", version="1.0.0", description=API_DESCRIPTION,
+                  openapi_url="/api/openapi.json", docs_url=None, redoc_url=None)
     app.state.settings = settings
     app.state.engine = engine
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    app.include_router(pages.router)
+    app.include_router(api_v1)
+    app.include_router(health)
+    app.include_router(pages.router, include_in_schema=False)
+
+    @app.get("/api/docs", include_in_schema=False)
+    def api_docs(request: Request):
+        """The OpenAPI document in Swagger UI (vendored, served from static/)."""
+        from app.render import templates
+
+        return templates.TemplateResponse(request, "api_docs.html", {"openapi_url": app.openapi_url})
 
     app.add_middleware(ReadTokenGate, engine=engine, required=settings.require_read_token)
     app.add_middleware(RoutingPath)  # inside security_headers, so its 400s get the headers too
+
+    @app.middleware("http")
+    async def request_log(request: Request, call_next):
+        """One line per request: method, path, status, milliseconds, and the token's name."""
+        request.state.token_name = None
+        start = time.perf_counter()
+        response = await call_next(request)
+        raw = request.scope.get("raw_path")  # as sent: an id's %2F stays visible
+        path = raw.decode("latin-1") if raw else request.url.path
+        access_log.info("%s %s %d %.1fms token=%s", request.method, path, response.status_code,
+                        (time.perf_counter() - start) * 1000, request.state.token_name or "-")
+        return response
 
     @app.middleware("http")
     async def security_headers(request: Request, call_next):
@@ -107,9 +134,55 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(HeadAsGet)  # added last: outermost
 
     errors.install(app)
-
-    @app.get("/healthz", include_in_schema=False)
-    def healthz() -> dict:
-        return {"ok": True}
-
     return app
+
+
+API_DESCRIPTION = """Rollscope's REST API for operators: runs, training steps, metrics, groups with
+both baselines, rollouts (filters, keyset pages, `fields=`), one rollout's envelope, graph and
+branches, token arrays (JSON or `application/x-ndarray`), findings.
+
+Errors: `{"error": {"code", "message", "field"}}`. Reading is open unless
+`ROLLSCOPE_API__REQUIRE_READ_TOKEN` is set; writing needs `Authorization: Bearer <token>` with the
+`write` scope, deleting a run the `admin` scope. Ids are path segments: encode `/` as `%2F`.
+
+The dashboard's pages are not listed here; each has a JSON twin (`.json` after its path, or
+`Accept: application/json`)."""
+
+access_log = logging.getLogger("rollscope.access")
+health = APIRouter(tags=["health"])
+
+
+class Health(BaseModel):
+    status: str
+
+
+class Ready(BaseModel):
+    status: str
+    database: str
+    migration: str | None
+
+
+@health.get("/healthz", response_model=Health)
+def healthz() -> Health:
+    """Liveness: the process answers. Touches nothing else."""
+    return Health(status="ok")
+
+
+@health.get("/readyz", response_model=Ready, responses={503: {"model": errors.ErrorBody}})
+def readyz(request: Request):
+    """Readiness: the database answers and its schema is at the latest migration. 503 otherwise
+    (a load balancer sends no traffic until then)."""
+    from alembic.script import ScriptDirectory
+
+    from app.db.migrate import alembic_config
+
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    try:
+        with request.app.state.engine.connect() as conn:
+            current = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+    except Exception as exc:  # noqa: BLE001 - any failure means not ready
+        return errors.error_response(request, 503, f"database unreachable: {type(exc).__name__}", code="unavailable")
+    if current != head:
+        return errors.error_response(request, 503, f"database schema at {current}, code expects {head}",
+                                     code="unavailable")
+    return Ready(status="ready", database="ok", migration=current)

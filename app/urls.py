@@ -61,6 +61,16 @@ def quarantine(*, json: bool = False, **params: Any) -> str:
     return _url("/quarantine", json, params)
 
 
+def api_rollouts(run_id: str, **params: Any) -> str:
+    """The API's rollouts list of a run (`/api/v1/runs/{run}/rollouts`)."""
+    return _url(f"/api/v1/runs/{q(run_id)}/rollouts", False, params)
+
+
+def api_findings(run_id: str, **params: Any) -> str:
+    """The API's findings list of a run."""
+    return _url(f"/api/v1/runs/{q(run_id)}/findings", False, params)
+
+
 def static(path: str) -> str:
     """A file under static/ (vendored libraries included)."""
     return f"/static/{path}"

@@ -45,16 +45,16 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
         # of float summation (3 × 0.1 / 3 = 0.10000000000000002, std 1.4e-17).
         return values[0], 0.0
     try:
-        mean = sum(values) / n
-        std = math.sqrt(sum((v - mean) ** 2 for v in values) / n)
+        mean = math.fsum(values) / n  # exactly rounded: 0.560625, not 0.5606250000000066
+        std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / n)
         if math.isfinite(mean) and math.isfinite(std):
             return mean, std
     except OverflowError:
         pass
     scale = max(abs(v) for v in values)
     scaled = [v / scale for v in values]
-    m = sum(s / n for s in scaled)
-    var = sum((s - m) ** 2 for s in scaled) / n
+    m = math.fsum(s / n for s in scaled)
+    var = math.fsum((s - m) ** 2 for s in scaled) / n
     return m * scale, math.sqrt(var) * scale
 
 

@@ -10,7 +10,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import create_engine
 
 
-def make_engine(url: str, *, writer: bool = False) -> Engine:
+def make_engine(url: str, *, writer: bool = False, pool_size: int = 5, max_overflow: int = 10) -> Engine:
     """An engine for `url` (sqlite or postgresql+psycopg).
 
     `writer=True` (ingest) makes every SQLite transaction `BEGIN IMMEDIATE`: it takes the write
@@ -40,7 +40,9 @@ def make_engine(url: str, *, writer: bool = False) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, **JSON_CODEC)
+    # Postgres: each process keeps `pool_size` connections, up to `max_overflow` more under load
+    # (ROLLSCOPE_DB__POOL_SIZE / __MAX_OVERFLOW; docs/deploy.md sizes them against max_connections).
+    return create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=max_overflow, **JSON_CODEC)
 
 
 class JSONText(str):

@@ -174,6 +174,38 @@ class Quarantine(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
 
 
+class Label(SQLModel, table=True):
+    """A label a researcher put on a rollout (`reward-hacking`), per token (`author` is the
+    token's name). Keyed by (run, rollout id), not by the rollout row, so it survives a re-ingest
+    that replaces the row; it covers every attempt of the id."""
+
+    __table_args__ = (sa.UniqueConstraint("run_id", "rollout_id", "label", "author", name="uq_label"),
+                      sa.Index("ix_label_run_label", "run_id", "label"))
+
+    pk: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(max_length=200)
+    rollout_id: str = Field(max_length=300)
+    label: str = Field(max_length=100)
+    author: str = Field(max_length=200)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
+
+
+class Note(SQLModel, table=True):
+    """A note on a rollout (`rollout_id`) or on a training step (`step`, `rollout_id` empty),
+    one per token and target (`author` is the token's name). Keyed by ids, so re-ingest keeps it.
+    `rollout_id` is '' for a step note (a unique constraint needs non-NULL parts)."""
+
+    __table_args__ = (sa.UniqueConstraint("run_id", "rollout_id", "step", "author", name="uq_note"),)
+
+    pk: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(max_length=200, index=True)
+    rollout_id: str = Field(default="", max_length=300)
+    step: int = -1  # -1 for a rollout note
+    author: str = Field(max_length=200)
+    text: str
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
+
+
 class ApiToken(SQLModel, table=True):
     """An API token (app/auth.py): only its sha256 is stored, and its first characters to tell
     it apart in a list. Scope read < write < admin."""

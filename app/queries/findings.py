@@ -84,3 +84,23 @@ def group_kinds(*, session: Session, run_id: str, group_ids: list[str]) -> dict[
                 F.c.run_id == run_id, F.c.rollout_pk.is_(None), F.c.severity != checks.SKIPPED, F.c.group_id.in_(part))):
             out.setdefault(gid, set()).add(kind)
     return {g: sorted(k) for g, k in out.items()}
+
+
+def list_run_findings(*, session: Session, run_id: str, kind: str | None = None, severity: str | None = None,
+                      after: int | None = None, limit: int) -> tuple[list, int | None]:
+    """One page of a run's findings, rollout-scope (with the rollout id, attempt and step) and
+    group-scope (with the group id), by finding id, and the `after` cursor of the next page
+    (keyset on the finding's primary key). Skipped outcomes are not findings."""
+    q = (sa.select(F.c.pk, F.c.kind, F.c.severity, F.c.node_idx, F.c.position, F.c.message, F.c.detail,
+                   R.c.rollout_id, R.c.attempt, R.c.step, sa.func.coalesce(F.c.group_id, R.c.group_id).label("group_id"))
+         .select_from(F.outerjoin(R, R.c.pk == F.c.rollout_pk))
+         .where(sa.or_(R.c.run_id == run_id, sa.and_(F.c.rollout_pk.is_(None), F.c.run_id == run_id)),
+                F.c.severity != checks.SKIPPED))
+    if kind is not None:
+        q = q.where(F.c.kind == kind)
+    if severity is not None:
+        q = q.where(F.c.severity == severity)
+    if after is not None:
+        q = q.where(F.c.pk > after)
+    rows = session.execute(q.order_by(F.c.pk).limit(limit + 1)).all()
+    return rows[:limit], (rows[limit - 1].pk if len(rows) > limit else None)

@@ -42,3 +42,20 @@ def get_node(*, session: Session, run_id: str, rollout_pk: int, idx: int) -> Nod
 
 def get_tokenizer(*, session: Session, sha256: str) -> Tokenizer | None:
     return session.get(Tokenizer, sha256)
+
+
+def node_arrays(*, session: Session, rollout_pk: int, idxs: list[int]) -> list:
+    """The token arrays (ids, mask, logprobs, advantages as stored) of `idxs`, in that order,
+    without message bodies."""
+    if not idxs:
+        return []
+    rows = {r.idx: r for r in session.execute(
+        sa.select(N.c.idx, N.c.n_tokens, N.c.token_ids, N.c.mask, N.c.logprobs, N.c.advantages)
+        .where(N.c.rollout_pk == rollout_pk, N.c.idx.in_(idxs)))}
+    return [rows[i] for i in idxs if i in rows]
+
+
+def graph_headers(*, session: Session, rollout_pk: int) -> list:
+    """Every node of a rollout without body: idx, parent, role, sampled, n_tokens."""
+    return session.execute(sa.select(N.c.idx, N.c.parent, N.c.role, N.c.sampled, N.c.n_tokens)
+                           .where(N.c.rollout_pk == rollout_pk).order_by(N.c.idx)).all()

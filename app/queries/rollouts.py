@@ -8,6 +8,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from app.db.models import RolloutDetail
+from app.queries.annotations import labelled
 from app.queries.common import INT32_MAX, INT32_MIN, R, SUMMARY_COLUMNS, attempt_columns
 from app.queries.findings import has_finding
 
@@ -23,6 +24,7 @@ class RolloutFilters:
     reward_min: float | None = None
     reward_max: float | None = None
     flag: str | None = None
+    label: str | None = None
 
     def as_query(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if v is not None and v != ""}
@@ -63,6 +65,8 @@ def _filtered(q, run_id: str, filters: RolloutFilters):
         q = q.where(R.c.reward <= f.reward_max)
     if f.flag:
         q = q.where(has_finding(f.flag))
+    if f.label:
+        q = q.where(labelled(R.c.run_id, R.c.rollout_id, f.label))
     return q
 
 

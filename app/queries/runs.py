@@ -8,19 +8,17 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from app.db.models import Run
-from app.queries.common import ENDINGS, R, mean, reward_columns
+from app.queries.common import ENDINGS, R, reward_rollups
 
 
 def reward_means(*, session: Session, run_ids: list[str] | None = None) -> dict[str, dict]:
-    """Per run: mean reward with errors scored 0 and with errors dropped (the run page's and the
-    runs list's figures, one computation)."""
-    columns, scale = reward_columns(session)
-    q = sa.select(R.c.run_id, sa.func.count(), *columns).group_by(R.c.run_id)
-    if run_ids is not None:
-        q = q.where(R.c.run_id.in_(run_ids))
-    return {rid: {"rollouts": n, "mean_reward": mean(s0, c0, scale), "mean_reward_no_errors": mean(s1, c1, scale),
-                  "scored": c0, "excluded": n - c0}
-            for rid, n, s0, c0, s1, c1 in session.execute(q).all()}
+    """Per run: `rollouts`, mean reward with errors scored 0 and with errors dropped, `scored`
+    and `excluded` (the run page's and the runs list's figures, one computation)."""
+    where = [R.c.run_id.in_(run_ids)] if run_ids is not None else []
+    return {key[0]: {"rollouts": d["n"], "mean_reward": d["mean_reward"],
+                     "mean_reward_no_errors": d["mean_reward_no_errors"], "scored": d["scored"],
+                     "excluded": d["excluded"]}
+            for key, d in reward_rollups(session, [R.c.run_id], *where).items()}
 
 
 def list_runs(*, session: Session) -> list[dict]:
@@ -84,32 +82,30 @@ def run_steps(*, session: Session, run_id: str) -> list[StepRow]:
     errored rollouts. Rollouts with a missing or non-finite reward are excluded from both means
     and counted in `excluded`.
     """
-    columns, scale = reward_columns(session)
-    rows = session.execute(
-        sa.select(R.c.step, R.c.ending, sa.func.count(), *columns)
-        .where(R.c.run_id == run_id).group_by(R.c.step, R.c.ending)
-    ).all()
-    steps: dict[int | None, dict] = {}
-    for step, ending, n, s0, c0, s1, c1 in rows:
-        d = steps.setdefault(step, {"n": 0, "endings": {e: 0 for e in ENDINGS}, "s0": 0, "c0": 0, "s1": 0, "c1": 0})
-        d["n"] += n
-        d["endings"][ending] = d["endings"].get(ending, 0) + n
-        d["s0"] += s0 or 0  # Decimal on Postgres, scaled float on SQLite
-        d["c0"] += c0
-        d["s1"] += s1 or 0
-        d["c1"] += c1
-    out = []
-    for step in sorted(steps, key=lambda s: (s is None, s if s is not None else 0)):
-        d = steps[step]
-        out.append(StepRow(
-            step=step, rollouts=d["n"], endings=d["endings"],
-            mean_reward=mean(d["s0"], d["c0"], scale),
-            mean_reward_no_errors=mean(d["s1"], d["c1"], scale),
-            scored=d["c0"], excluded=d["n"] - d["c0"],
-        ))
-    return out
+    steps = reward_rollups(session, [R.c.step], R.c.run_id == run_id)
+    return [StepRow(step=step, rollouts=d["n"], endings=d["endings"], mean_reward=d["mean_reward"],
+                    mean_reward_no_errors=d["mean_reward_no_errors"], scored=d["scored"], excluded=d["excluded"])
+            for (step,), d in sorted(steps.items(), key=lambda kv: (kv[0][0] is None, kv[0][0] or 0))]
 
 
 def count_retries(*, session: Session, run_id: str) -> int:
     """Rollouts of the run that are a retry (attempt > 0)."""
     return session.execute(sa.select(sa.func.count()).where(R.c.run_id == run_id, R.c.attempt > 0)).scalar_one()
+
+
+def delete_run(*, session: Session, run_id: str) -> int:
+    """Delete a run and everything of it: rollouts, their details, nodes and findings (the
+    foreign keys cascade, and are deleted explicitly too so SQLite without cascades agrees).
+    Returns the number of rollouts removed; the caller commits."""
+    from app.db.models import Finding, Node, RolloutDetail
+    from app.queries.annotations import delete_run_annotations
+
+    pks = sa.select(R.c.pk).where(R.c.run_id == run_id).scalar_subquery()
+    for table in (Finding.__table__, Node.__table__):
+        session.execute(table.delete().where(table.c.rollout_pk.in_(pks)))
+    D = RolloutDetail.__table__
+    session.execute(D.delete().where(D.c.rollout_pk.in_(pks)))
+    n = session.execute(R.delete().where(R.c.run_id == run_id)).rowcount
+    session.execute(Run.__table__.delete().where(Run.__table__.c.id == run_id))
+    delete_run_annotations(session=session, run_id=run_id)
+    return n

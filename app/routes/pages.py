@@ -23,18 +23,18 @@ from __future__ import annotations
 from typing import Annotated
 from urllib.parse import unquote
 
-from fastapi import APIRouter, HTTPException, Path, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse
-from pydantic import BeforeValidator, Field
 
 from app import urls
-from app.deps import SessionDep
+from app.deps import RefuseUnknownQuery, SessionDep
+from app.errors import ApiError
+from app.params import Count, OptCount, OptFloat, OptInt, OptLimit, OptStr, check_rollout_filters
 from app.queries import groups as q_groups
 from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
-from app.queries.common import ENDINGS, INT32_MAX, INT32_MIN
 from app.queries.nodes import get_node
-from app.queries.rollouts import RolloutFilters, decode_cursor
+from app.queries.rollouts import RolloutFilters
 from app.render import respond, split_twin, wants_json
 from app.views import group_extras, tokenpages
 from app.views.groups import group_page
@@ -44,20 +44,9 @@ from app.views.rollouts import rollouts_page
 from app.views.runs import run_page, runs_page
 from ingest.schema import content_text
 
-router = APIRouter(tags=["pages"])
+router = APIRouter(tags=["pages"], dependencies=[RefuseUnknownQuery])
 
 
-def _blank_is_none(v):
-    return None if v == "" else v
-
-
-Int32 = Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)]
-Count = Annotated[int, Field(ge=0, le=INT32_MAX)]
-OptInt = Annotated[Int32 | None, BeforeValidator(_blank_is_none)]
-OptCount = Annotated[Count | None, BeforeValidator(_blank_is_none)]
-OptFloat = Annotated[Annotated[float, Field(allow_inf_nan=False)] | None, BeforeValidator(_blank_is_none)]
-OptStr = Annotated[str | None, BeforeValidator(_blank_is_none)]
-OptLimit = Annotated[Annotated[int, Field(ge=1, le=1000)] | None, BeforeValidator(_blank_is_none)]
 
 
 def _twin(value: str, exists) -> tuple[str, bool]:
@@ -80,7 +69,8 @@ def index() -> RedirectResponse:
 @router.get("/runs.json")
 def runs(request: Request, session: SessionDep):
     """All runs: rollouts, steps, mean reward (errors scored 0 / dropped) and ending counts per run."""
-    return respond(request, "runs.html", runs_page(session), json=wants_json(request))
+    json = wants_json(request)
+    return respond(request, "runs.html", runs_page(session, json=json), json=json)
 
 
 @router.get("/quarantine")
@@ -102,7 +92,7 @@ def node_text(session: SessionDep, run_id: str, rollout_pk: Annotated[Count, Pat
     other parts named (`[image_url]`), as in the page's preview (ingest.schema.content_text)."""
     node = get_node(session=session, run_id=unquote(run_id), rollout_pk=rollout_pk, idx=idx)
     if node is None:
-        raise HTTPException(404, "not found")
+        raise ApiError(404, "not found")
     text = content_text((node.message or {}).get("content"))
     return PlainTextResponse(text, headers={"X-Content-Type-Options": "nosniff",
                                                      "Content-Security-Policy": "default-src 'none'"})
@@ -118,7 +108,7 @@ def _list_filters(query: str | None) -> RolloutFilters | None:
     kinds = {"step": int, "reward_min": float, "reward_max": float}
     out = {}
     for k, v in parse_qsl(query):
-        if k in ("step", "ending", "group", "task", "reward_min", "reward_max", "flag") and v != "":
+        if k in ("step", "ending", "group", "task", "reward_min", "reward_max", "flag", "label") and v != "":
             try:
                 out[k] = kinds.get(k, str)(v)
             except ValueError:
@@ -166,7 +156,7 @@ def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
         return respond(request, "compare.html", data, json=want_json)
     data = rollout_page(session, run, rid, web=request.app.state.settings.web, branch=branch or 0,
                         offset=offset or 0, attempt=attempt, all_tokens=want_json or tokens == "all", focus=focus,
-                        limit=limit, came_from=_list_filters(list_))
+                        limit=limit, came_from=_list_filters(list_), json=want_json)
     return respond(request, "rollout.html", data, json=want_json, block="messages")
 
 
@@ -192,8 +182,9 @@ def group(request: Request, session: SessionDep, run_id: str, group_id: str,
     if a is not None and b is not None:
         return respond(request, "diff.html", group_extras.diff_page(session, unquote(run_id), group_id, a, b),
                        json=wants_json(request, js))
-    data = group_page(session, unquote(run_id), group_id, sort=None if sort == "index" else sort)
-    return respond(request, "group.html", data, json=wants_json(request, js))
+    json = wants_json(request, js)
+    data = group_page(session, unquote(run_id), group_id, sort=None if sort == "index" else sort, json=json)
+    return respond(request, "group.html", data, json=json)
 
 
 @router.get("/runs/{run_id:path}/rollouts")
@@ -201,22 +192,16 @@ def group(request: Request, session: SessionDep, run_id: str, group_id: str,
 def rollouts(
     request: Request, session: SessionDep, run_id: str,
     step: OptInt = None, ending: OptStr = None, group: OptStr = None, task: OptStr = None,
-    reward_min: OptFloat = None, reward_max: OptFloat = None, flag: OptStr = None,
+    reward_min: OptFloat = None, reward_max: OptFloat = None, flag: OptStr = None, label: OptStr = None,
     after: OptStr = None, limit: OptLimit = None,
 ):
     """Rollout summaries of a run, filtered, by (step, ingest order); keyset pages via `after`.
 
     Every attempt is a row; `n_attempts` counts the attempts of its rollout id, and the row's
     `url` names its attempt (`?attempt=N`) when that is > 0 or the id has several."""
-    if ending is not None and ending not in ENDINGS:
-        raise HTTPException(422, f"ending must be one of {ENDINGS}")
-    if after:
-        try:
-            decode_cursor(after)
-        except ValueError:
-            raise HTTPException(422, "after: not a cursor from this API") from None
+    check_rollout_filters(session, unquote(run_id), ending=ending, flag=flag, after=after)
     filters = RolloutFilters(step=step, ending=ending, group=group, task=task,
-                             reward_min=reward_min, reward_max=reward_max, flag=flag)
+                             reward_min=reward_min, reward_max=reward_max, flag=flag, label=label)
     json = wants_json(request)
     page_size = limit or request.app.state.settings.web.page_size
     data = rollouts_page(session, unquote(run_id), filters, after, page_size, keep_limit=limit, twin=json)
@@ -228,4 +213,5 @@ def run(request: Request, session: SessionDep, run_id: str):
     """A run: per training step, counts per ending and mean reward (errors scored 0 / dropped),
     and the two charts as Plotly figure data."""
     run_id, js = _twin(run_id, lambda rid: q_runs.get_run(session=session, run_id=rid) is not None)
-    return respond(request, "run.html", run_page(session, run_id), json=wants_json(request, js))
+    json = wants_json(request, js)
+    return respond(request, "run.html", run_page(session, run_id, json=json), json=json)

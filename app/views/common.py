@@ -3,7 +3,7 @@ timestamps."""
 from __future__ import annotations
 
 import math
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -25,8 +25,13 @@ def num(x: Any) -> Any:
 
 
 def iso(dt: datetime | None) -> str | None:
-    """A stored timestamp as text (ISO 8601)."""
-    return dt.isoformat() if dt is not None else None
+    """A stored timestamp in RFC 3339, UTC, with `Z` (`2026-11-30T13:44:22.123456Z`). SQLite
+    returns the stored UTC time without its zone; it is UTC."""
+    if dt is None:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def pins_attempt(attempt: int, n_attempts: int | None) -> bool:
@@ -83,10 +88,42 @@ class RolloutSummary(PageModel):
     n_attempts: int | None
     url: str
     group_url: str | None
+    labels: list[str] = []
 
 
-def summary_fields(row, n_attempts: int | None = None) -> dict:
-    """The fields of a `RolloutSummary` (or a subclass) from a summary row of app.queries."""
+class LabelView(PageModel):
+    label: str
+    author: str
+    created_at: str | None
+
+
+class NoteView(PageModel):
+    """A note on a rollout, or on a training step (`step`), by the token named `author`."""
+
+    author: str
+    text: str
+    step: int | None = None
+    updated_at: str | None
+
+
+def note_view(row) -> NoteView:
+    return NoteView(author=row.author, text=row.text, step=row.step if row.step >= 0 else None,
+                    updated_at=iso(row.updated_at))
+
+
+def with_labels(session, run_id: str, items: list[dict]) -> list[dict]:
+    """Add each row's `labels` (distinct label names, any author), one query for the page."""
+    from app.queries.annotations import labels_of
+
+    found = labels_of(session=session, run_id=run_id, rollout_ids=[d["rollout_id"] for d in items])
+    for d in items:
+        d["labels"] = sorted({r.label for r in found.get(d["rollout_id"], [])})
+    return items
+
+
+def summary_fields(row, n_attempts: int | None = None, *, json: bool = False) -> dict:
+    """The fields of a `RolloutSummary` (or a subclass) from a summary row of app.queries; its
+    links go to the JSON twins when `json`."""
     d = dict(row._mapping)
     d.pop("pk", None)
     d.pop("latest_attempt", None)
@@ -97,11 +134,11 @@ def summary_fields(row, n_attempts: int | None = None) -> dict:
     d.setdefault("n_attempts", None)
     attempt = d.get("attempt") or 0
     pinned = pins_attempt(attempt, d.get("n_attempts"))
-    d["url"] = urls.rollout(d["run_id"], d["rollout_id"], attempt=attempt if pinned else None)
-    d["group_url"] = urls.group(d["run_id"], d["group_id"]) if d.get("group_id") is not None else None
+    d["url"] = urls.rollout(d["run_id"], d["rollout_id"], json=json, attempt=attempt if pinned else None)
+    d["group_url"] = urls.group(d["run_id"], d["group_id"], json=json) if d.get("group_id") is not None else None
     return d
 
 
-def summary_row(row, n_attempts: int | None = None) -> RolloutSummary:
+def summary_row(row, n_attempts: int | None = None, *, json: bool = False) -> RolloutSummary:
     """A rollout summary row as page data."""
-    return RolloutSummary.model_validate(summary_fields(row, n_attempts))
+    return RolloutSummary.model_validate(summary_fields(row, n_attempts, json=json))

@@ -105,7 +105,8 @@ def _no_advantage_reason(member: dict, advantage: float | None, *, drop_errors: 
 MEMBERSHIP_KINDS = ("group_size_mismatch", "duplicate_group_index", "group_index_out_of_range")
 
 
-def group_page(session: Session, run_id: str, group_id: str, *, sort: str | None = None) -> GroupPage | None:
+def group_page(session: Session, run_id: str, group_id: str, *, sort: str | None = None,
+               json: bool = False) -> GroupPage | None:
     """Siblings of one group with reward, ending and advantage under both policies; None if the
     group has no rollout in the run.
 
@@ -113,7 +114,8 @@ def group_page(session: Session, run_id: str, group_id: str, *, sort: str | None
     member and enters the baselines and the warnings; earlier attempts of the group are listed
     in `superseded`, each with a link to its own attempt. Each member also carries the three
     estimators, the advantage its source recorded, and its tokens aligned on the group's shared
-    prefix (group_extras.enrich); `sort` is `reward`, `advantage` or None (group index)."""
+    prefix (group_extras.enrich); `sort` is `reward`, `advantage` or None (group index). Links go to
+    the JSON twins when `json`."""
     from app.views import group_extras
 
     rows = q_groups.group_members(session=session, run_id=run_id, group_id=group_id)
@@ -121,7 +123,7 @@ def group_page(session: Session, run_id: str, group_id: str, *, sort: str | None
         return None
     members, superseded = [], []
     for r in rows:
-        (members if r.latest_attempt is None or r.attempt >= r.latest_attempt else superseded).append(summary_fields(r))
+        (members if r.latest_attempt is None or r.attempt >= r.latest_attempt else superseded).append(summary_fields(r, json=json))
     keys = [f"{m['rollout_id']}#{m['attempt']}" for m in members]
     result = advantages.group_advantages([
         advantages.Member(k, m["reward"], m["ending"]) for k, m in zip(keys, members)])
@@ -140,7 +142,7 @@ def group_page(session: Session, run_id: str, group_id: str, *, sort: str | None
     stored = q_findings.group_findings(session=session, run_id=run_id, group_id=group_id)
     group_findings = [finding_view(f) for f in stored if f.severity != checks.SKIPPED]
     data = {
-        "run": {"id": run_id, "url": urls.run(run_id)},
+        "run": {"id": run_id, "url": urls.run(run_id, json=json)},
         "group": {"id": group_id, "size": len(members), "declared_size": max(declared) if declared else None,
                   "steps": sorted({m["step"] for m in members if m["step"] is not None})},
         # Group-scope findings, stored at ingest (ingest/checks/groups.py). `warnings` keeps the

@@ -22,6 +22,8 @@ from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
 from app.views import graph_svg, tokens as tokenview
 from app.views.common import PageModel, RolloutSummary, num, pins_attempt, summary_fields
+from app.queries import annotations as q_annotations
+from app.views.common import LabelView, NoteView, iso, note_view, with_labels
 from ingest import checks
 from ingest.graph import branches, fork_points, pair_tool_calls, samples
 from ingest.schema import content_text
@@ -221,6 +223,8 @@ class RolloutPage(PageModel):
     metrics: dict[str, Any]
     extra: dict[str, Any]
     findings: list[FindingView]
+    labels: list[LabelView]
+    notes: list[NoteView]
     checks_skipped: list[CheckSkipped]
     n_trained_environment: int  # trained tokens of messages the policy did not sample (mask_on_unsampled)
     trains_on_nothing: bool
@@ -416,7 +420,8 @@ class NodeLinks:
     on every branch that holds it."""
 
     def __init__(self, run_id: str, rollout_id: str, paths: list[list[int]], branch: int, offset: int, limit: int,
-                 attempt: int | None):
+                 attempt: int | None, json: bool = False):
+        self.json = json
         self.run_id, self.rollout_id = run_id, rollout_id
         self.paths, self.branch, self.offset, self.limit = paths, branch, offset, limit
         self.attempt = attempt
@@ -434,7 +439,8 @@ class NodeLinks:
         return self._first.get(idx)
 
     def page_url(self, branch: int, offset: int, **more) -> str:
-        return urls.rollout(self.run_id, self.rollout_id, branch=branch, offset=offset, attempt=self.attempt, **more)
+        return urls.rollout(self.run_id, self.rollout_id, json=self.json, branch=branch, offset=offset,
+                            attempt=self.attempt, **more)
 
     def __call__(self, idx) -> str | None:
         if not isinstance(idx, int):
@@ -476,7 +482,8 @@ def _resolve_focus(focus: str | None, paths: list[list[int]], branch: int, start
 
 def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSettings, branch: int = 0,
                  offset: int = 0, attempt: int | None = None, all_tokens: bool = False, limit: int | None = None,
-                 focus: str | None = None, came_from: q_rollouts.RolloutFilters | None = None) -> RolloutPage | None:
+                 focus: str | None = None, came_from: q_rollouts.RolloutFilters | None = None,
+                 json: bool = False) -> RolloutPage | None:
     """The rollout page: header, findings, the drawn message graph, branches (each labelled with
     the sample it becomes and why it forked), and one page of messages of one branch.
 
@@ -489,7 +496,8 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
     messages are shown ("messages 100–122 of 123") and `prev_url` loads the earlier ones.
 
     `came_from`: the filters of the rollouts list the reader came from; `list_nav` then links the
-    previous and next rollout of that list (and back to it)."""
+    previous and next rollout of that list (and back to it). Links go to the JSON twins when
+    `json`."""
     limit = limit or web.messages_per_page
     row = q_rollouts.get_rollout(session=session, run_id=run_id, rollout_id=rollout_id, attempt=attempt)
     if row is None:
@@ -498,7 +506,8 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
     tries = q_rollouts.rollout_attempts(session=session, run_id=run_id, rollout_id=rollout_id)
     attempts = [{"attempt": a.attempt, "step": a.step, "ending": a.ending, "ending_detail": a.ending_detail,
                  "reward": num(a.reward), "reward_status": a.reward_status,
-                 "url": urls.rollout(run_id, rollout_id, attempt=a.attempt if pins_attempt(a.attempt, len(tries)) else None),
+                 "url": urls.rollout(run_id, rollout_id, json=json,
+                                     attempt=a.attempt if pins_attempt(a.attempt, len(tries)) else None),
                  "current": a.attempt == row.attempt, "latest": i == len(tries) - 1}
                 for i, a in enumerate(tries)]
     run = q_runs.get_run(session=session, run_id=run_id)
@@ -524,7 +533,7 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
         offset = focus_pos // limit * limit
     offset = min(offset, max(0, len(path) - 1))
     pinned = row.attempt if attempt is not None or len(attempts) > 1 else None
-    link = NodeLinks(run_id, rollout_id, paths, branch, offset, limit, pinned)
+    link = NodeLinks(run_id, rollout_id, paths, branch, offset, limit, pinned, json)
     offsets: dict[int, dict[int, int]] = {}  # branch → node → offset of its first token
 
     def token_offset(idx: int) -> int | None:
@@ -567,7 +576,7 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
     pos_of = {idx: offset + k for k, idx in enumerate(page)}
 
     def window_url(idx: int, s: int, e: int) -> str:
-        return urls.rollout(run_id, rollout_id, branch=branch, attempt=pinned, node=idx, **{"from": s, "to": e})
+        return urls.rollout(run_id, rollout_id, json=json, branch=branch, attempt=pinned, node=idx, **{"from": s, "to": e})
 
     # A prompt re-rendered (or compacted) into a new branch after a message, without it: that
     # message's reasoning was not in the context of the later turns.
@@ -592,7 +601,9 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
         node_views.append(v)
     model_calls = [dict(c, node_url=link(c.get("node"))) if isinstance(c, dict) else c
                    for c in envelope.get("calls", [])]
-    summary = summary_fields(row, n_attempts=len(attempts))
+    summary = with_labels(session, run_id, [summary_fields(row, n_attempts=len(attempts), json=json)])[0]
+    labels = q_annotations.labels_of(session=session, run_id=run_id, rollout_ids=[rollout_id]).get(rollout_id, [])
+    notes = q_annotations.notes_of(session=session, run_id=run_id, rollout_id=rollout_id)
     nxt = offset + limit if offset + limit < len(path) else None
     sample_of = samples(gnodes, paths)
     branch_rows = [{"index": b, "nodes": len(p), "leaf": p[-1] if p else None, "url": link.page_url(b, 0),
@@ -603,11 +614,11 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
         other = (forks[b] or {}).get("from_branch")
         other = other if other is not None else (b - 1 if b else (1 if len(paths) > 1 else None))
         row_["compare_with"] = other
-        row_["compare_url"] = urls.rollout(run_id, rollout_id, branch=b, vs=other, attempt=pinned) \
+        row_["compare_url"] = urls.rollout(run_id, rollout_id, json=json, branch=b, vs=other, attempt=pinned) \
             if other is not None else None
 
     def graph_href(b: int, idx: int) -> str:
-        return urls.rollout(run_id, rollout_id, branch=b, attempt=pinned, focus=f"m-{idx}") + f"#m-{idx}"
+        return urls.rollout(run_id, rollout_id, json=json, branch=b, attempt=pinned, focus=f"m-{idx}") + f"#m-{idx}"
 
     list_nav = None
     if came_from is not None:
@@ -615,17 +626,17 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
         listq = urlencode(came_from.as_query())
 
         def there(n):
-            return urls.rollout(n.run_id, n.rollout_id, attempt=n.attempt or None, list=listq) if n else None
+            return urls.rollout(n.run_id, n.rollout_id, json=json, attempt=n.attempt or None, list=listq) if n else None
 
         list_nav = {"prev_url": there(before), "next_url": there(after), "prev": before.rollout_id if before else None,
                     "next": after.rollout_id if after else None,
-                    "list_url": urls.rollouts(run_id, **came_from.as_query())}
+                    "list_url": urls.rollouts(run_id, json=json, **came_from.as_query())}
 
     error_policy = "errors_dropped"  # the group default (ingest.advantages): an errored rollout has no gradient
     no_gradient = summary["ending"] == "error" and error_policy == "errors_dropped"
     task = envelope.get("task")
     return RolloutPage.model_validate({
-        "run": {"id": run_id, "name": run.name if run else None, "url": urls.run(run_id),
+        "run": {"id": run_id, "name": run.name if run else None, "url": urls.run(run_id, json=json),
                 "tokenizer": bool(vocab)},
         "rollout": summary,
         "list_nav": list_nav,
@@ -643,6 +654,8 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
         "metrics": envelope.get("metrics", {}),
         "extra": envelope.get("extra", {}),
         "findings": findings,
+        "labels": [{"label": r.label, "author": r.author, "created_at": iso(r.created_at)} for r in labels],
+        "notes": [note_view(n) for n in notes],
         "checks_skipped": skipped,
         "n_trained_environment": sum((f["detail"] or {}).get("count", 0) for f in findings
                                      if f["kind"] == "mask_on_unsampled"),

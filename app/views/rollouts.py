@@ -9,7 +9,7 @@ from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
 from app.queries.common import ENDINGS
 from app.queries.rollouts import RolloutFilters
-from app.views.common import FindingLink, PageModel, RolloutSummary, summary_row
+from app.views.common import FindingLink, PageModel, RolloutSummary, summary_fields, with_labels
 from ingest import checks
 
 
@@ -36,13 +36,15 @@ class RolloutsPage(PageModel):
 def rollouts_page(session: Session, run_id: str, filters: RolloutFilters, after: str | None,
                   limit: int, *, keep_limit: int | None = None, twin: bool = False) -> RolloutsPage | None:
     """One page of a run's rollouts. The next link stays on the same face (HTML or JSON twin) and
-    keeps an explicit `limit`. None if there is no such run."""
+    keeps an explicit `limit`; item links go to the JSON twins when `twin`. None if there is no
+    such run."""
     run = q_runs.get_run(session=session, run_id=run_id)
     if run is None:
         return None
     rows, nxt = q_rollouts.list_rollouts(session=session, run_id=run_id, filters=filters, after=after, limit=limit)
     present = q_findings.run_finding_kinds(session=session, run_id=run_id)
-    out_rows = [summary_row(r) for r in rows]
+    out_rows = [RolloutSummary.model_validate(d)
+                for d in with_labels(session, run_id, [summary_fields(r, json=twin) for r in rows])]
     by_group = q_findings.group_kinds(session=session, run_id=run_id,
                                       group_ids=sorted({r.group_id for r in out_rows if r.group_id is not None}))
     for r in out_rows:  # the findings column: the rollout's own kinds and its group's
@@ -50,7 +52,7 @@ def rollouts_page(session: Session, run_id: str, filters: RolloutFilters, after:
         r.findings = [FindingLink(kind=k, label=checks.label(k), url=urls.rollouts(run_id, **{**filters.as_query(), "flag": k}))
                       for k in kinds]
     return RolloutsPage(
-        run=RunLink(id=run.id, name=run.name, url=urls.run(run.id)),
+        run=RunLink(id=run.id, name=run.name, url=urls.run(run.id, json=twin)),
         filters=filters.as_query(),
         endings=ENDINGS,
         finding_kinds=sorted(set(present) | set(q_findings.FINDING_KINDS)),

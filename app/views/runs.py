@@ -10,8 +10,9 @@ from app.queries import findings as q_findings
 from app.queries import nodes as q_nodes
 from app.queries import runs as q_runs
 from app.queries.common import ENDINGS
-from app.views.common import PageModel, iso
 from ingest import checks
+from app.queries import annotations as q_annotations
+from app.views.common import NoteView, PageModel, iso, note_view
 
 
 class RunRow(PageModel):
@@ -37,9 +38,10 @@ class RunsPage(PageModel):
     endings: list[str]
 
 
-def runs_page(session: Session) -> RunsPage:
-    """Every run with its counts, step range, mean rewards and ending counts."""
-    rows = [RunRow(**(r | {"created_at": iso(r["created_at"])}), url=urls.run(r["id"]))
+def runs_page(session: Session, *, json: bool = False) -> RunsPage:
+    """Every run with its counts, step range, mean rewards and ending counts; links to the JSON
+    twins when `json`."""
+    rows = [RunRow(**(r | {"created_at": iso(r["created_at"])}), url=urls.run(r["id"], json=json))
             for r in q_runs.list_runs(session=session)]
     return RunsPage(runs=rows, endings=ENDINGS)
 
@@ -110,15 +112,17 @@ class RunPage(PageModel):
     charts: RunCharts | None
     checks: list[CheckRow]
     chat_template: bool  # a chat template is kept with the run's tokenizer (the template checks use it)
+    notes: list[NoteView]  # notes on the run's training steps
 
 
-def run_page(session: Session, run_id: str) -> RunPage | None:
-    """A run: per training step, counts per ending and both means; None if there is no such run."""
+def run_page(session: Session, run_id: str, *, json: bool = False) -> RunPage | None:
+    """A run: per training step, counts per ending and both means; None if there is no such run.
+    Links go to the JSON twins when `json` (the charts' links stay on the pages)."""
     run = q_runs.get_run(session=session, run_id=run_id)
     if run is None:
         return None
     steps = q_runs.run_steps(session=session, run_id=run_id)
-    step_rows = [StepView(**s.__dict__, rates=s.rates(), url=urls.rollouts(run_id, step=s.step)) for s in steps]
+    step_rows = [StepView(**s.__dict__, rates=s.rates(), url=urls.rollouts(run_id, json=json, step=s.step)) for s in steps]
     means = q_runs.reward_means(session=session, run_ids=[run_id]).get(run_id, {})
     checks_ran, per_step = _checks_table(session, run_id, sum(s.rollouts for s in steps))
     fired = [(c.kind, c.label) for c in checks_ran if c.rollouts]
@@ -126,7 +130,7 @@ def run_page(session: Session, run_id: str) -> RunPage | None:
     steps_recorded = any(s.step is not None for s in steps)
     return RunPage(
         run=RunHeader(id=run.id, name=run.name, type=run.type, tokenizer=run.tokenizer_sha256,
-                      url=urls.run(run.id), rollouts_url=urls.rollouts(run.id)),
+                      url=urls.run(run.id, json=json), rollouts_url=urls.rollouts(run.id, json=json)),
         endings=ENDINGS,
         steps=step_rows,
         steps_recorded=steps_recorded,
@@ -141,6 +145,7 @@ def run_page(session: Session, run_id: str) -> RunPage | None:
         if steps_recorded else None,
         checks=checks_ran,
         chat_template=_has_template(session, run.tokenizer_sha256),
+        notes=[note_view(n) for n in q_annotations.notes_of(session=session, run_id=run_id)],
     )
 
 

@@ -26,6 +26,7 @@ from ingest.schema import Message, Rollout
 
 THINK_TOKENS = ("<think>", "</think>")
 MAX_FINDINGS = 10
+MAX_RENDERS = 64  # requests re-rendered per rollout by template_mismatch (the first and last 32)
 WINDOW = 24  # tokens of text shown on each side of a divergence
 
 
@@ -110,9 +111,14 @@ def stripped_reasoning(r: Rollout, ctx: CheckContext) -> dict[int, dict]:
     """node → facts, for each request whose prompt lost reasoning the previous request sampled:
     the prompt diverges from previous prompt + completion inside that completion, the previous
     turn had reasoning, and tokens of it vanished (replaced by fewer, e.g. an empty think block)."""
+    if not any(n.extra.get("prompt_ids") is not None or n.extra.get("token_drift") for n in r.nodes):
+        return {}  # prompts are the graph's own prefixes: one cannot drop what the other sampled
     reqs = [q for q in requests(r) if q.prompt is not None]
     out = {}
     for a, b in zip(reqs, reqs[1:]):
+        # b follows a: a is on b's branch, or b's branch is the new root a drift started
+        if a.node not in b.path and not r.nodes[b.path[0]].extra.get("token_drift"):
+            continue
         expected = a.prompt + a.completion
         d = _first_divergence(expected, b.prompt)
         if d is None or d < len(a.prompt):
@@ -184,12 +190,21 @@ def tool_results_split(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     stored chat template the results are re-rendered and the first id that differs is reported;
     without one, ChatML-family tokenizers (Qwen) are taken to group results, as their templates
     do, and other families are skipped. Equal lengths of ids and mask prove nothing here."""
+    children: dict[int, list[int]] = {}
+    for j, n in enumerate(r.nodes):
+        if n.parent is not None:
+            children.setdefault(n.parent, []).append(j)
     candidates = []
     for i, node in enumerate(r.nodes):
         if node.message.role == "assistant" and len(node.message.tool_calls or []) >= 2:
-            results = [j for j in range(i + 1, len(r.nodes)) if r.nodes[j].message.role == "tool"
-                       and r.nodes[j].token_ids and i in _path(r, j)]
-            results = results[:len(node.message.tool_calls)]
+            results, cur = [], i  # the chain of tool messages that follows the call
+            while len(results) < len(node.message.tool_calls):
+                nxt = next((j for j in children.get(cur, []) if r.nodes[j].message.role == "tool"), None)
+                if nxt is None:
+                    break
+                results.append(nxt)
+                cur = nxt
+            results = [j for j in results if r.nodes[j].token_ids]
             if len(results) >= 2:
                 candidates.append((i, results))
     if not candidates:
@@ -238,7 +253,8 @@ def template_mismatch(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """Each request's messages, re-rendered with the run's chat template (sandboxed Jinja2) and
     tokenized with the run's tokenizer, differ from the prompt ids that were recorded. Reports
     the first index that differs and the text on both sides: "the messages say X, but the model
-    was trained on Y". A rendering with or without the generation prompt may match."""
+    was trained on Y". A rendering with or without the generation prompt may match. At most
+    MAX_RENDERS requests per rollout are re-rendered (the first and the last 32)."""
     if not ctx.chat_template:
         raise Skip("no chat template stored for this run (give --tokenizer a folder or a tokenizer_config.json "
                    "with chat_template)")
@@ -250,6 +266,8 @@ def template_mismatch(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     usable = [q for q in reqs if not any(r.nodes[j].extra.get("segment") == "prompt" for j in q.path)]
     if not usable:
         raise Skip("the prompts were recorded as token ids only, without their messages")
+    if len(usable) > MAX_RENDERS:  # the first and the last requests: the rest costs a render each
+        usable = usable[:MAX_RENDERS // 2] + usable[-(MAX_RENDERS // 2):]
     found = 0
     for q in usable:
         try:

@@ -34,14 +34,15 @@ def test_list_rows_link_each_attempt(client, engine, tmp_path):
     _retried(engine, tmp_path)
     rows = client.get("/runs/r1/rollouts.json").json()["rollouts"]
     urls = {(r["rollout_id"], r["attempt"]): r["url"] for r in rows}
-    assert urls == {("a", 0): "/runs/r1/rollouts/a?attempt=0", ("a", 1): "/runs/r1/rollouts/a?attempt=1",
-                    ("b", 0): "/runs/r1/rollouts/b", ("c", 2): "/runs/r1/rollouts/c?attempt=2"}
+    # the twin's links go to twins
+    assert urls == {("a", 0): "/runs/r1/rollouts/a.json?attempt=0", ("a", 1): "/runs/r1/rollouts/a.json?attempt=1",
+                    ("b", 0): "/runs/r1/rollouts/b.json", ("c", 2): "/runs/r1/rollouts/c.json?attempt=2"}
     assert {(r["rollout_id"], r["n_attempts"]) for r in rows} == {("a", 2), ("b", 1), ("c", 1)}
     html = _rows(client.get("/runs/r1/rollouts").text)
     for href in ["/runs/r1/rollouts/a?attempt=0", "/runs/r1/rollouts/a?attempt=1", "/runs/r1/rollouts/c?attempt=2"]:
         assert f'href="{href}&amp;list="' in html  # `list=`: the list it came from (no filters)
     # the earlier attempt is reachable from its row, and is what its page shows
-    first = client.get(urls[("a", 0)].replace("/a?", "/a.json?")).json()
+    first = client.get(urls[("a", 0)]).json()
     assert first["rollout"]["attempt"] == 0 and first["ending"]["type"] == "error"
     assert client.get("/runs/r1/rollouts/a.json").json()["rollout"]["attempt"] == 1  # bare URL: the latest
 
@@ -50,8 +51,8 @@ def test_rollout_page_lists_every_attempt(client, engine, tmp_path):
     _retried(engine, tmp_path)
     d = client.get("/runs/r1/rollouts/a.json?attempt=0").json()
     assert [(a["attempt"], a["url"], a["current"], a["latest"]) for a in d["attempts"]] == [
-        (0, "/runs/r1/rollouts/a?attempt=0", True, False), (1, "/runs/r1/rollouts/a?attempt=1", False, True)]
-    assert d["rollout"]["url"] == "/runs/r1/rollouts/a?attempt=0"
+        (0, "/runs/r1/rollouts/a.json?attempt=0", True, False), (1, "/runs/r1/rollouts/a.json?attempt=1", False, True)]
+    assert d["rollout"]["url"] == "/runs/r1/rollouts/a.json?attempt=0"
     html = client.get("/runs/r1/rollouts/a?attempt=0").text
     nav = html.split('<nav class="attempts">')[1].split("</nav>")[0]
     assert '<a href="/runs/r1/rollouts/a?attempt=0" class="current" aria-current="page">attempt 0</a>' in nav
@@ -73,9 +74,9 @@ def test_group_counts_the_latest_attempt_once(client, engine, tmp_path):
     assert d["policies"]["errors_dropped"]["mean"] == pytest.approx(0.5)
     assert d["policies"]["errors_as_zero"]["mean"] == pytest.approx(0.5)
     assert [(m["rollout_id"], m["attempt"], m["url"]) for m in d["superseded"]] == [
-        ("a", 0, "/runs/r1/rollouts/a?attempt=0")]
+        ("a", 0, "/runs/r1/rollouts/a.json?attempt=0")]
     assert [m["url"] for m in d["members"]] == [
-        "/runs/r1/rollouts/a?attempt=1", "/runs/r1/rollouts/b", "/runs/r1/rollouts/c?attempt=2"]
+        "/runs/r1/rollouts/a.json?attempt=1", "/runs/r1/rollouts/b.json", "/runs/r1/rollouts/c.json?attempt=2"]
     html = client.get("/runs/r1/groups/g").text
     assert "3 rollouts" in html and "Superseded attempts" in html
     siblings, superseded = html.split('<div class="siblings">')[1].split("Superseded attempts")

@@ -41,7 +41,8 @@ def test_empty_query_values_mean_no_filter(client, engine, tmp_path):
     for bad in ["step=abc", "reward_min=x", "reward_max=nan", "limit=ten", "step=1.5"]:
         r = client.get(f"/runs/r1/rollouts.json?{bad}")
         assert r.status_code == 422, bad
-        assert isinstance(r.json()["detail"], list) and r.json()["detail"][0]["loc"][0] == "query"
+        err = r.json()["error"]
+        assert err["code"] == "invalid" and err["field"] == bad.split("=")[0] and err["message"].startswith(err["field"])
 
 
 # --- 2. run ids with slashes ------------------------------------------------------------------
@@ -55,6 +56,12 @@ def _walk(client, url: str) -> None:
     assert twin.status_code == 200 and twin.headers["content-type"] == "application/json", alt
 
 
+def _page(twin_url: str) -> str:
+    """The page of a JSON twin's URL (`/runs/x.json?a=1` → `/runs/x?a=1`)."""
+    path, sep, query = twin_url.partition("?")
+    return path.removesuffix(".json") + sep + query
+
+
 def test_run_group_and_rollout_ids_with_slashes(client, engine, tmp_path):
     run = "team/exp-12"
     # ids chosen to collide with the routes' own words if slashes were taken literally
@@ -64,25 +71,25 @@ def test_run_group_and_rollout_ids_with_slashes(client, engine, tmp_path):
           rollout("r", run="odd/rollouts", step=0)]
     ingest(engine, write_jsonl(tmp_path / "s.jsonl", rs))
     runs = {r["id"]: r for r in client.get("/runs.json").json()["runs"]}
-    assert runs[run]["url"] == "/runs/team%2Fexp-12"
+    assert runs[run]["url"] == "/runs/team%2Fexp-12.json"  # the twin links to twins
     assert client.get("/runs/a%2Fb").status_code == 404  # no such run, but routed, not a 500
-    d = client.get(runs[run]["url"] + ".json").json()
+    d = client.get(runs[run]["url"]).json()
     assert d["run"]["id"] == run and d["totals"]["rollouts"] == 2
-    _walk(client, runs[run]["url"])
-    _walk(client, d["run"]["rollouts_url"])
-    _walk(client, d["steps"][0]["url"])
+    _walk(client, _page(runs[run]["url"]))
+    _walk(client, _page(d["run"]["rollouts_url"]))
+    _walk(client, _page(d["steps"][0]["url"]))
     chart = client.get(d["charts"]["ending_rates"]["data"][0]["customdata"][0].replace("/rollouts?", "/rollouts.json?"))
     assert [r["rollout_id"] for r in chart.json()["rollouts"]] == ["a/b", "x/rollouts/y"]
-    listing = client.get(d["run"]["rollouts_url"] + ".json").json()
+    listing = client.get(d["run"]["rollouts_url"]).json()
     assert {r["rollout_id"] for r in listing["rollouts"]} == {"a/b", "x/rollouts/y"}
     for row in listing["rollouts"]:
-        _walk(client, row["url"])
-        _walk(client, row["group_url"])
-        detail = client.get(row["url"] + ".json").json()
+        _walk(client, _page(row["url"]))
+        _walk(client, _page(row["group_url"]))
+        detail = client.get(row["url"]).json()
         assert detail["rollout"]["rollout_id"] == row["rollout_id"] and detail["run"]["id"] == run
         text = client.get(detail["messages"][1]["content_url"])
         assert text.status_code == 200 and text.text == "4"
-        group = client.get(row["group_url"] + ".json").json()
+        group = client.get(row["group_url"]).json()
         assert [m["rollout_id"] for m in group["members"]] == [row["rollout_id"]]
     # the run named "team" is still its own run, and "odd/rollouts" is a run, not a listing
     assert client.get("/runs/team.json").json()["totals"]["rollouts"] == 1
@@ -99,10 +106,10 @@ def test_percent_in_ids_survives(client, engine, tmp_path):
     ingest(engine, write_jsonl(tmp_path / "p.jsonl", [rollout("100%2F done", run="r%25", group="g%")]))
     row = client.get("/runs.json").json()["runs"][0]
     assert row["id"] == "r%25"
-    rows = client.get(row["url"] + "/rollouts.json").json()["rollouts"]
+    rows = client.get(_page(row["url"]) + "/rollouts.json").json()["rollouts"]
     assert rows[0]["rollout_id"] == "100%2F done"
-    assert client.get(rows[0]["url"] + ".json").json()["rollout"]["rollout_id"] == "100%2F done"
-    assert client.get(rows[0]["group_url"] + ".json").json()["group"]["id"] == "g%"
+    assert client.get(rows[0]["url"]).json()["rollout"]["rollout_id"] == "100%2F done"
+    assert client.get(rows[0]["group_url"]).json()["group"]["id"] == "g%"
 
 
 # --- 3. out-of-range values and NUL ---------------------------------------------------------------
@@ -137,7 +144,8 @@ def test_nul_in_path_or_query_is_400(client, engine, tmp_path, url):
     r = client.get(url)
     assert r.status_code == 400, url
     assert "Content-Security-Policy" in r.headers
-    assert client.get(url, headers={"Accept": "application/json"}).json() == {"detail": "NUL character in the URL"}
+    assert client.get(url, headers={"Accept": "application/json"}).json() == {
+        "error": {"code": "bad_request", "message": "NUL character in the URL", "field": None}}
 
 
 # --- 4. huge finite rewards -------------------------------------------------------------------------
@@ -275,7 +283,7 @@ def test_validation_errors_render_for_the_client(client, engine, tmp_path):
     assert page.status_code == 422 and page.headers["content-type"].startswith("text/html")
     assert "step: Input should be a valid integer" in page.text
     assert 'href=""' not in page.text and "application/json" not in page.text
-    assert client.get("/runs/r1/rollouts.json?step=abc").json()["detail"][0]["loc"] == ["query", "step"]
+    assert client.get("/runs/r1/rollouts.json?step=abc").json()["error"]["field"] == "step"
     assert client.get("/runs/r1/rollouts?step=abc", headers={"Accept": "application/json"}).status_code == 422
     missing = client.get("/runs/nope")
     assert missing.status_code == 404 and 'href=""' not in missing.text
@@ -288,8 +296,8 @@ def test_node_links_point_at_the_branch_and_page_holding_the_node(client, engine
     _case(engine, "01-token-drift-retokenization.json")
     d = client.get("/runs/cases/rollouts/case01.json").json()  # branch 0; the drift is on branch 1
     drift = next(f for f in d["findings"] if f["kind"] == "token_drift")
-    # the link goes to the drifting token itself (issue 9: a link to the position; t-N is its offset on branch 1)
-    assert drift["url"] == "/runs/cases/rollouts/case01?branch=1&offset=0#t-3"
+    # the link goes to the drifting token itself (issue 9), in the JSON twin when JSON was asked (issue 12)
+    assert drift["url"] == "/runs/cases/rollouts/case01.json?branch=1&offset=0#t-3"
     html = client.get("/runs/cases/rollouts/case01").text
     assert 'href="/runs/cases/rollouts/case01?branch=1&amp;offset=0#t-3"' in html
     assert client.get("/runs/cases/rollouts/case01.json?branch=1").json()["findings"][0]["url"] == "#t-3"
@@ -302,14 +310,14 @@ def test_node_links_point_at_the_branch_and_page_holding_the_node(client, engine
         rollout("long", run="r1", messages=msgs, calls=[{"node": 1, "model": "m"}, {"node": 55, "model": "m"}])]))
     d = client.get("/runs/r1/rollouts/long.json").json()
     empty = next(f for f in d["findings"] if f["kind"] == "empty_response")
-    assert empty["url"] == "/runs/r1/rollouts/long?branch=0&offset=50#m-55"
-    assert [c["node_url"] for c in d["calls"]] == ["#m-1", "/runs/r1/rollouts/long?branch=0&offset=50#m-55"]
+    assert empty["url"] == "/runs/r1/rollouts/long.json?branch=0&offset=50#m-55"
+    assert [c["node_url"] for c in d["calls"]] == ["#m-1", "/runs/r1/rollouts/long.json?branch=0&offset=50#m-55"]
     html = client.get("/runs/r1/rollouts/long").text
     assert 'href="/runs/r1/rollouts/long?branch=0&amp;offset=50#m-55"' in html
     assert 'href="#m-1"' in html
     later = client.get("/runs/r1/rollouts/long.json?offset=50").json()
     assert next(f for f in later["findings"] if f["kind"] == "empty_response")["url"] == "#m-55"
-    assert later["calls"][0]["node_url"] == "/runs/r1/rollouts/long?branch=0&offset=0#m-1"
+    assert later["calls"][0]["node_url"] == "/runs/r1/rollouts/long.json?branch=0&offset=0#m-1"
 
 
 # --- 12. runs without training steps ------------------------------------------------------------------------
@@ -411,6 +419,8 @@ def test_finding_filter_is_a_select_of_known_kinds(client, engine):
     assert 'name="flag" value' not in html
     picked = client.get("/runs/cases/rollouts?flag=duplicate_tool_call_id").text
     assert '<option value="duplicate_tool_call_id" selected>' in picked and "case05" in picked
+    # a kind no check produces is refused (it would list nothing), escaped on the error page
     odd = client.get("/runs/cases/rollouts?flag=" + quote("custom<kind>"))
-    assert odd.status_code == 200 and '<option value="custom&lt;kind&gt;" selected>' in odd.text
-    assert client.get("/runs/cases/rollouts.json?flag=dup%25").json()["rollouts"] == []  # % is not a wildcard
+    assert odd.status_code == 422 and "custom<kind>" not in odd.text and "flag must be a finding kind" in odd.text
+    err = client.get("/runs/cases/rollouts.json?flag=dup%25").json()["error"]
+    assert err["field"] == "flag" and err["code"] == "invalid"

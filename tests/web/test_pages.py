@@ -43,7 +43,8 @@ def test_every_page_has_a_json_twin(client, engine, tmp_path):
         twin = client.get(url.split("?")[0] + ".json")
         assert twin.status_code == 200 and twin.headers["content-type"] == "application/json", url
     assert client.get("/runs/nope.json").status_code == 404
-    assert client.get("/runs/r1/rollouts/nope.json").json() == {"detail": "not found"}
+    assert client.get("/runs/r1/rollouts/nope.json").json() == {
+        "error": {"code": "not_found", "message": "not found", "field": None}}
 
 
 def test_run_page_steps_and_charts(client, engine, tmp_path):

@@ -75,3 +75,23 @@ def test_one_message_text_for_page_txt_and_content_len(client, engine, tmp_path)
     txt = client.get(m["content_url"]).text
     assert txt == m["content"] == "look at\n[image_url]\nthis"
     assert m["content_len"] == len(txt)
+
+
+def test_twins_refuse_unknown_values_and_params_and_link_to_twins(client, engine, tmp_path):
+    rs = [rollout(f"x{i}", reward=r) for i, r in enumerate([0.1, 0.2, 0.3, 0.7, 0.3065, 0.95])]
+    ingest(engine, write_jsonl(tmp_path / "a.jsonl", rs))
+    for url, field in [("/runs/r1/rollouts.json?flag=bogus", "flag"), ("/runs/r1/rollouts.json?stepp=3", "stepp"),
+                       ("/runs/r1/rollouts.json?ending=done", "ending"), ("/runs.json?x=1", "x"),
+                       ("/runs/r1/rollouts/x0.json?tokens=all&bogus=1", "bogus")]:
+        r = client.get(url)
+        assert r.status_code == 422 and r.json()["error"]["field"] == field, url
+    assert client.get("/runs/r1/rollouts?stepp=3").status_code == 422  # the page too, as HTML
+    rows = client.get("/runs/r1/rollouts.json").json()["rollouts"]
+    assert rows[0]["url"] == "/runs/r1/rollouts/x0.json" and client.get(rows[0]["url"]).status_code == 200
+    assert rows[0]["ingested_at"].endswith("Z") and "+00:00" not in rows[0]["ingested_at"]
+    assert client.get("/runs.json").json()["runs"][0]["created_at"].endswith("Z")
+    # the exact mean of the stored floats (math.fsum / NUMERIC), not a running float sum
+    import math
+    mean = client.get("/runs/r1.json").json()["totals"]["mean_reward"]
+    assert mean == math.fsum([0.1, 0.2, 0.3, 0.7, 0.3065, 0.95]) / 6
+    assert client.get("/runs/r1", headers={"Accept": "*/*"}).headers["content-type"].startswith("text/html")

@@ -214,8 +214,8 @@ def test_previous_and_next_rollout_within_the_list(client, engine, tmp_path):
     d = client.get("/runs/r1/rollouts/n3.json?list=ending%3Derror").json()
     nav = d["list_nav"]
     assert (nav["prev"], nav["next"]) == ("n1", "n5")  # the errors only, in the list's order
-    assert nav["next_url"] == "/runs/r1/rollouts/n5?list=ending%3Derror"
-    assert nav["list_url"] == "/runs/r1/rollouts?ending=error"
+    assert nav["next_url"] == "/runs/r1/rollouts/n5.json?list=ending%3Derror"  # the twin links twins
+    assert nav["list_url"] == "/runs/r1/rollouts.json?ending=error"
     first = client.get("/runs/r1/rollouts/n0.json?list=").json()["list_nav"]
     assert first["prev"] is None and first["next"] == "n1"
     assert client.get("/runs/r1/rollouts/n0.json").json()["list_nav"] is None

@@ -2,7 +2,7 @@
 tokenizer: the chat template kept with the run (for the template checks)
 
 Revision ID: 0004_checks
-Revises: 0003_checks
+Revises: 0004_worker
 """
 from alembic import op
 import sqlalchemy as sa

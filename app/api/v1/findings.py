@@ -1,0 +1,64 @@
+"""Findings: the stored results of the trace checks in a run, keyset-paged, filterable by kind
+and severity."""
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import unquote
+
+from fastapi import APIRouter, Path, Query, Request
+
+from app import urls
+from app.api.v1.schemas import Page
+from app.deps import ReadToken, SessionDep
+from app.errors import ApiError
+from app.params import OptCount
+from app.queries import findings as q_findings
+from app.queries import runs as q_runs
+from app.views.common import PageModel
+
+router = APIRouter(tags=["findings"])
+SEVERITIES = ["info", "warning", "error"]
+
+
+class FindingItem(PageModel):
+    """A finding (docs/checks.md): kind, severity, message, the node and token position it points
+    at, detail, and the rollout it belongs to."""
+
+    kind: str
+    severity: str
+    message: str
+    node: int | None
+    position: int | None
+    detail: dict[str, Any] | None
+    rollout_id: str
+    attempt: int
+    step: int | None
+    url: str
+
+
+@router.get("/runs/{run}/findings", response_model=Page[FindingItem])
+def list_findings(request: Request, session: SessionDep, _: ReadToken, run: Annotated[str, Path()],
+                  kind: Annotated[str | None, Query(description="a finding kind")] = None,
+                  severity: Annotated[str | None, Query(description="info, warning or error")] = None,
+                  after: OptCount = None, limit: Annotated[int | None, Query(ge=1, le=1000)] = None):
+    """A run's findings in the order they were stored, `limit` at a time after `after`."""
+    run_id = unquote(run)
+    if q_runs.get_run(session=session, run_id=run_id) is None:
+        raise ApiError(404, f"no run {run_id!r}", field="run")
+    if kind is not None and kind not in q_findings.FINDING_KINDS and \
+            kind not in q_findings.run_finding_kinds(session=session, run_id=run_id):
+        raise ApiError(422, "kind must be a finding kind: " + ", ".join(q_findings.FINDING_KINDS), field="kind")
+    if severity is not None and severity not in SEVERITIES:
+        raise ApiError(422, "severity must be one of " + ", ".join(SEVERITIES), field="severity")
+    api = request.app.state.settings.api
+    if limit is not None and limit > api.max_page_size:
+        raise ApiError(422, f"limit must be at most {api.max_page_size}", field="limit")
+    n = limit or api.page_size
+    rows, nxt = q_findings.list_run_findings(session=session, run_id=run_id, kind=kind, severity=severity,
+                                             after=after, limit=n)
+    items = [FindingItem(kind=r.kind, severity=r.severity, message=r.message, node=r.node_idx, position=r.position,
+                         detail=r.detail, rollout_id=r.rollout_id, attempt=r.attempt, step=r.step,
+                         url=urls.rollout(run_id, r.rollout_id, json=True, attempt=r.attempt)) for r in rows]
+    return Page[FindingItem](items=items, next=str(nxt) if nxt is not None else None,
+                             next_url=urls.api_findings(run_id, kind=kind, severity=severity, limit=limit, after=nxt)
+                             if nxt is not None else None)

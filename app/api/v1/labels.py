@@ -1,0 +1,137 @@
+"""Labels and notes: researchers tag rollouts (`reward-hacking`) and write notes on a rollout or a
+training step. Each is stored per token (the token's name is its `author`), so writing needs a
+`write` token; a token changes or removes only its own. They are keyed by ids, so re-ingesting a
+rollout keeps them, and deleting the run removes them."""
+from __future__ import annotations
+
+import re
+from typing import Annotated
+from urllib.parse import unquote
+
+from fastapi import APIRouter, Body, Path, Response
+from pydantic import BaseModel, Field
+
+from app.api.v1.schemas import Items
+from app.deps import ReadToken, SessionDep, WriteToken, token_label
+from app.errors import ApiError
+from app.params import Int32
+from app.queries import annotations as q_annotations
+from app.queries import rollouts as q_rollouts
+from app.queries import runs as q_runs
+from app.views.common import LabelView, NoteView, iso, note_view
+
+router = APIRouter(tags=["labels and notes"])
+RunId = Annotated[str, Path(description="run id (`/` encoded as `%2F`)")]
+RolloutId = Annotated[str, Path(description="rollout id (`/` encoded as `%2F`)")]
+LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,99}$")
+
+
+class NoteBody(BaseModel):
+    text: str = Field(min_length=1, max_length=100_000, description="the note, plain text")
+
+
+def _rollout(session, run: str, rollout: str) -> tuple[str, str]:
+    run_id, rollout_id = unquote(run), unquote(rollout)
+    if q_rollouts.get_rollout(session=session, run_id=run_id, rollout_id=rollout_id) is None:
+        raise ApiError(404, f"no rollout {rollout_id!r} in run {run_id!r}", field="rollout")
+    return run_id, rollout_id
+
+
+def _run(session, run: str) -> str:
+    run_id = unquote(run)
+    if q_runs.get_run(session=session, run_id=run_id) is None:
+        raise ApiError(404, f"no run {run_id!r}", field="run")
+    return run_id
+
+
+def _label(label: str) -> str:
+    label = unquote(label)
+    if not LABEL.match(label):
+        raise ApiError(422, "a label is 1-100 characters: letters, digits and _ . : / -, starting with a letter "
+                       "or digit", field="label")
+    return label
+
+
+@router.get("/runs/{run}/rollouts/{rollout}/labels", response_model=Items[LabelView])
+def get_labels(session: SessionDep, _: ReadToken, run: RunId, rollout: RolloutId):
+    """The rollout's labels, each with its author (token name)."""
+    run_id, rollout_id = _rollout(session, run, rollout)
+    rows = q_annotations.labels_of(session=session, run_id=run_id, rollout_ids=[rollout_id]).get(rollout_id, [])
+    return Items[LabelView](items=[LabelView(label=r.label, author=r.author, created_at=iso(r.created_at)) for r in rows])
+
+
+@router.put("/runs/{run}/rollouts/{rollout}/labels/{label}", status_code=204, response_class=Response)
+def put_label(session: SessionDep, token: WriteToken, run: RunId, rollout: RolloutId, label: Annotated[str, Path()]):
+    """Label the rollout (idempotent). Needs a `write` token."""
+    run_id, rollout_id = _rollout(session, run, rollout)
+    q_annotations.add_label(session=session, run_id=run_id, rollout_id=rollout_id, label=_label(label),
+                            author=token_label(token))
+    session.commit()
+    return Response(status_code=204)
+
+
+@router.delete("/runs/{run}/rollouts/{rollout}/labels/{label}", status_code=204, response_class=Response)
+def delete_label(session: SessionDep, token: WriteToken, run: RunId, rollout: RolloutId, label: Annotated[str, Path()]):
+    """Remove this token's label from the rollout. 404 if it has none."""
+    run_id, rollout_id = _rollout(session, run, rollout)
+    if not q_annotations.remove_label(session=session, run_id=run_id, rollout_id=rollout_id, label=_label(label),
+                                      author=token_label(token)):
+        raise ApiError(404, f"token {token_label(token)!r} has not labelled this rollout {unquote(label)!r}", field="label")
+    session.commit()
+    return Response(status_code=204)
+
+
+@router.get("/runs/{run}/rollouts/{rollout}/notes", response_model=Items[NoteView])
+def get_rollout_notes(session: SessionDep, _: ReadToken, run: RunId, rollout: RolloutId):
+    """The notes on a rollout, one per author."""
+    run_id, rollout_id = _rollout(session, run, rollout)
+    return Items[NoteView](items=[note_view(n) for n in q_annotations.notes_of(session=session, run_id=run_id,
+                                                                                 rollout_id=rollout_id)])
+
+
+@router.put("/runs/{run}/rollouts/{rollout}/notes", status_code=204, response_class=Response)
+def put_rollout_note(session: SessionDep, token: WriteToken, run: RunId, rollout: RolloutId,
+                     body: Annotated[NoteBody, Body()]):
+    """Write this token's note on the rollout (replacing its earlier one). Needs a `write` token."""
+    run_id, rollout_id = _rollout(session, run, rollout)
+    q_annotations.set_note(session=session, run_id=run_id, rollout_id=rollout_id, author=token_label(token), text=body.text)
+    session.commit()
+    return Response(status_code=204)
+
+
+@router.delete("/runs/{run}/rollouts/{rollout}/notes", status_code=204, response_class=Response)
+def delete_rollout_note(session: SessionDep, token: WriteToken, run: RunId, rollout: RolloutId):
+    """Remove this token's note on the rollout. 404 if it has none."""
+    run_id, rollout_id = _rollout(session, run, rollout)
+    if not q_annotations.delete_note(session=session, run_id=run_id, rollout_id=rollout_id, author=token_label(token)):
+        raise ApiError(404, f"token {token_label(token)!r} has no note on this rollout", field="rollout")
+    session.commit()
+    return Response(status_code=204)
+
+
+@router.get("/runs/{run}/steps/{step}/notes", response_model=Items[NoteView])
+def get_step_notes(session: SessionDep, _: ReadToken, run: RunId, step: Annotated[Int32, Path(ge=0)]):
+    """The notes on a training step, one per author."""
+    run_id = _run(session, run)
+    return Items[NoteView](items=[note_view(n) for n in q_annotations.notes_of(session=session, run_id=run_id,
+                                                                                 step=step)])
+
+
+@router.put("/runs/{run}/steps/{step}/notes", status_code=204, response_class=Response)
+def put_step_note(session: SessionDep, token: WriteToken, run: RunId, step: Annotated[Int32, Path(ge=0)],
+                  body: Annotated[NoteBody, Body()]):
+    """Write this token's note on a training step of the run. Needs a `write` token."""
+    run_id = _run(session, run)
+    q_annotations.set_note(session=session, run_id=run_id, step=step, author=token_label(token), text=body.text)
+    session.commit()
+    return Response(status_code=204)
+
+
+@router.delete("/runs/{run}/steps/{step}/notes", status_code=204, response_class=Response)
+def delete_step_note(session: SessionDep, token: WriteToken, run: RunId, step: Annotated[Int32, Path(ge=0)]):
+    """Remove this token's note on the step. 404 if it has none."""
+    run_id = _run(session, run)
+    if not q_annotations.delete_note(session=session, run_id=run_id, step=step, author=token_label(token)):
+        raise ApiError(404, f"token {token_label(token)!r} has no note on step {step}", field="step")
+    session.commit()
+    return Response(status_code=204)
