@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## Load real Tunix and tau-bench traces and a generated 30-step GRPO run into ./rollscope.db.
+## Load real Tunix, tau-bench, verifiers, NeMo Gym, Atropos and ATIF traces and a generated 30-step GRPO run into ./rollscope.db.
 demo-data: $(STAMP)
 	mkdir -p build
 	$(RS) demo --out build/demo-run.jsonl
@@ -38,6 +38,10 @@ demo-data: $(STAMP)
 	$(RS) ingest $(TUNIX)/orchestrator_group.Trajectory.json --run tunix-grpo-orchestrator-trajectories --step 3 $(TUNIX_TOKENS)
 	$(RS) ingest $(TUNIX)/trajectory_log_orchestrator_group.csv --run tunix-grpo-learner-log --step 3 $(TUNIX_TOKENS)
 	$(RS) ingest $(FIX)/realdata/tau-bench --run tau-bench-airline
+	$(RS) ingest $(addprefix $(FIX)/realdata/verifiers/,train_group_with_advantages.jsonl train_multi_tool.jsonl train_max_turns.jsonl) --run verifiers-0.4.0 --tokenizer $(FIX)/realdata/verifiers/tokenizer/tokenizer.json
+	$(RS) ingest $(FIX)/realdata/nemo-gym --run nemo-gym-examples
+	$(RS) ingest $(FIX)/realdata/atropos --run atropos-rubiks
+	$(RS) ingest $(FIX)/realdata/atif --run atif-v1.7
 
 ## ... then serve the dashboard on http://$(HOST):$(PORT)
 demo: demo-data
@@ -57,6 +61,7 @@ bench: $(STAMP)
 	$(PY) bench/ingest.py
 	$(PY) bench/ingest_and_pages.py
 	$(PY) bench/views.py
+	$(PY) bench/readers.py
 
 bench-load: $(STAMP)
 	$(PY) bench/load.py

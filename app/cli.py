@@ -58,6 +58,7 @@ def ingest(
     tokenizer: Annotated[Path | None, typer.Option(help="tokenizer.json or SentencePiece .model of the run, or its folder / tokenizer_config.json (keeps the chat template for the template checks).", exists=True)] = None,
     added_token: Annotated[list[str], typer.Option("--added-token", help="Extra vocabulary entry ID=PIECE (repeatable).")] = [],  # noqa: B006
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List every file, skipped file and rejection.")] = False,
+    format: Annotated[str | None, typer.Option("--format", help="Read every file with this reader instead of detecting (see docs/formats.md).")] = None,  # noqa: A002
 ) -> None:
     """Read trace files in any supported format into the store.
 
@@ -70,6 +71,11 @@ def ingest(
     from ingest.formats import ReadContext
     from ingest.schema import RunRef
 
+    if format is not None:
+        from ingest.formats.registry import names
+
+        if format not in names():
+            raise typer.BadParameter(f"{format!r}: formats are {', '.join(names())}", param_hint="--format")
     if added_token and tokenizer is None:
         raise typer.BadParameter("--added-token extends a tokenizer: give --tokenizer too", param_hint="--added-token")
     if run is not None:
@@ -104,7 +110,7 @@ def ingest(
         def on_item(_item):
             progress.update(current["task"], completed=current["source"].position)
 
-        report = ingest_paths(engine, paths, ReadContext(run_id=run, step=step), tokenizer_key=key,
+        report = ingest_paths(engine, paths, ReadContext(run_id=run, step=step, format=format), tokenizer_key=key,
                               check_context=check_context, on_file=on_file, on_item=on_item,
                               batch_size=get_settings().worker.batch_size)
     total, errors, skipped = report.total, report.errors, report.skipped
@@ -144,6 +150,38 @@ def ingest(
         f"{total.inserted} new, {total.replaced} replaced, {total.unchanged} unchanged, "
         f"{len(errors)} rejected, {len(skipped)} skipped; runs: {', '.join(sorted(total.runs)) or '-'}"))
     raise typer.Exit(1 if errors else 0)
+
+
+@app.command()
+def export(
+    run: Annotated[str, typer.Option(help="Run to export.")],
+    out: Annotated[Path, typer.Option(help="File to write.")],
+    format: Annotated[str, typer.Option("--format", help="native | verifiers | atif | samples | parquet")] = "native",  # noqa: A002
+    step: Annotated[int | None, typer.Option(help="Only this training step.", min=0, max=INT32_MAX)] = None,
+    ending: Annotated[str | None, typer.Option(help="Only this ending (submitted, error, ...).")] = None,
+    group: Annotated[str | None, typer.Option(help="Only this group.")] = None,
+    task: Annotated[str | None, typer.Option(help="Only this task key.")] = None,
+    reward_min: Annotated[float | None, typer.Option(help="Reward at least this.")] = None,
+    reward_max: Annotated[float | None, typer.Option(help="Reward at most this.")] = None,
+    flag: Annotated[str | None, typer.Option(help="Only rollouts with a finding of this kind.")] = None,
+) -> None:
+    """Write a run's rollouts (the rollouts list's filters) as native JSONL, verifiers Episode
+    JSONL, ATIF v1.7 JSONL, flat training-sample JSONL or Parquet (docs/formats.md, "Export")."""
+    from app.queries.rollouts import RolloutFilters
+    from app.store.load import iter_rollouts
+    from ingest.export import FORMATS, write
+
+    if format not in FORMATS:
+        raise typer.BadParameter(f"{format!r}: formats are {', '.join(FORMATS)}", param_hint="--format")
+    filters = RolloutFilters(step=step, ending=ending, group=group, task=task, reward_min=reward_min,
+                             reward_max=reward_max, flag=flag)
+    try:
+        n = write(iter_rollouts(_engine(), run, filters), format, out)
+    except OSError as exc:
+        console.print(Text.assemble(("error: ", "red"), f"cannot write {out}: {exc.strerror or exc}"), soft_wrap=True)
+        raise typer.Exit(2) from None
+    out_console = Console(soft_wrap=True)
+    out_console.print(Text(f"wrote {n} {'samples' if format in ('samples', 'parquet') else 'rollouts'} to {out}"))
 
 
 @app.command()

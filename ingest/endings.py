@@ -8,49 +8,50 @@ from __future__ import annotations
 
 from ingest.schema import Ending, EndingInfo, Rollout
 
-# verifiers `stop_condition` → ending. verifiers' own `is_truncated` set: max_turns,
-# max_input_tokens, max_output_tokens, max_total_tokens, context_length; `record_error` sets "error".
-STOP_CONDITIONS: dict[str, Ending] = {
-    "max_turns": Ending.truncated,
-    "max_input_tokens": Ending.truncated,
-    "max_total_tokens": Ending.truncated,
-    "context_length": Ending.truncated,
-    "max_output_tokens": Ending.length_cut,
-    "timeout": Ending.truncated,
-    "error": Ending.error,
-    "has_error": Ending.error,
-    "submitted": Ending.submitted,
-    "final_answer": Ending.submitted,
-    "no_tool_calls": Ending.submitted,
-    "completed": Ending.submitted,
-    "env_done": Ending.task_detected,
-    "done": Ending.task_detected,
-}
-
-# Free-text reasons seen in chat-shaped inputs (`ending: {"reason": ...}`), lower-cased.
-REASONS: dict[str, Ending] = {
+# THE endings table (docs/formats.md "Endings"): every reader maps the words its source writes in
+# `finish_reason` / `stop_reason`, `stop_condition`, `termination_reason`, `status`,
+# `incomplete_details.reason`, `exit_status` and the like through this one dict (lower-cased).
+# The source's words always stay in `ending.detail`.
+WORDS: dict[str, Ending] = {
     **{e.value: e for e in Ending},
-    "stop": Ending.submitted,
-    "length": Ending.length_cut,
-    "max_output_tokens": Ending.length_cut,
-    "max_tokens": Ending.length_cut,
-    "max_turns": Ending.truncated,
-    "max_steps": Ending.truncated,
-    "timeout": Ending.truncated,
-    "truncated": Ending.truncated,
-    "user_stop": Ending.submitted,
-    "agent_stop": Ending.submitted,
-    "env_done": Ending.task_detected,
-    "error": Ending.error,
-    "crash": Ending.error,
+    # the agent ended it with an answer
+    "stop": Ending.submitted, "end_turn": Ending.submitted, "eos": Ending.submitted,
+    "stop_sequence": Ending.submitted, "completed": Ending.submitted, "agent_completed": Ending.submitted,
+    "final_answer": Ending.submitted, "no_tool_calls": Ending.submitted, "agent_stop": Ending.submitted,
+    "user_stop": Ending.submitted, "finish": Ending.submitted, "success": Ending.submitted,
+    "resolved": Ending.submitted,
+    # the environment ended it
+    "env_done": Ending.task_detected, "done": Ending.task_detected, "terminated": Ending.task_detected,
+    "goal_reached": Ending.task_detected,
+    # a budget ran out (turns, steps, context, time)
+    "max_turns": Ending.truncated, "max_turns_exceeded": Ending.truncated, "max_steps": Ending.truncated,
+    "max_steps_reached": Ending.truncated, "max_input_tokens": Ending.truncated,
+    "max_total_tokens": Ending.truncated, "context_length": Ending.truncated,
+    "max_prompt_length_exceeded": Ending.truncated, "context_length_exceeded": Ending.truncated,
+    "context_length_exceeded_error": Ending.truncated, "max_context_limit_reached": Ending.truncated,
+    "timeout": Ending.truncated, "time_limit": Ending.truncated, "message_limit": Ending.truncated,
+    "token_limit": Ending.truncated, "agent_timed_out": Ending.truncated, "truncated": Ending.truncated,
+    "incomplete": Ending.truncated,
+    # one generation hit its token limit
+    "length": Ending.length_cut, "max_tokens": Ending.length_cut, "max_output_tokens": Ending.length_cut,
+    "max_response_length_exceeded": Ending.length_cut, "model_length": Ending.length_cut,
+    # infrastructure failed: says nothing about the policy
+    "error": Ending.error, "has_error": Ending.error, "crash": Ending.error, "abort": Ending.error,
+    "aborted": Ending.error, "failed": Ending.error, "cancelled": Ending.error, "canceled": Ending.error,
+    "too_many_errors": Ending.error, "agent_error": Ending.error, "user_error": Ending.error,
+    "container_timed_out": Ending.error, "provider_error": Ending.error, "env_timeout": Ending.error,
 }
+# Kept names: the verifiers `stop_condition` map and the free-text reasons are the same table.
+STOP_CONDITIONS = WORDS
+REASONS = WORDS
 
 
 def from_reason(reason: str | None) -> Ending:
-    """Map a free-text reason to an ending; `unknown` when no documented rule decides."""
-    if not reason:
+    """Map a source's word (any ending field) to an ending through `WORDS`; `unknown` when no
+    documented rule decides."""
+    if not isinstance(reason, str) or not reason.strip():
         return Ending.unknown
-    return REASONS.get(reason.strip().lower(), Ending.unknown)
+    return WORDS.get(reason.strip().lower(), Ending.unknown)
 
 
 def fill_evidence(rollout: Rollout) -> None:
@@ -86,6 +87,41 @@ def derive(rollout: Rollout) -> EndingInfo:
     if last is not None and last.finish_reason == "length":
         info.type = Ending.length_cut
         info.detail = info.detail or "finish_reason=length"
+    elif (last is not None and last.finish_reason == "stop" and rollout.nodes and last.node == len(rollout.nodes) - 1
+          and not rollout.nodes[-1].message.tool_calls):
+        info.type = Ending.submitted  # the trace ends with a generation that stopped by itself: an answer
+        info.detail = info.detail or f"finish_reason={last.finish_reason_raw or 'stop'}"
+    return settle(rollout)
+
+
+def settle(rollout: Rollout) -> EndingInfo:
+    """The two rules that overrule a source's stated ending, applied by every reader
+    (`RolloutBuilder.finish`), from the last model call's finish reason:
+
+    - aborted: the last generation was aborted or failed at the inference server
+      (`abort`, `aborted`, `error`, `cancelled`) → `error`: it says nothing about the policy, so it
+      leaves the default baseline (../shared/cases/32);
+    - silent truncation: the agent "submitted", but its last generation stopped for length →
+      `length_cut`.
+
+    The source's words stay in `detail`; the raw finish reason is in the evidence."""
+    info = rollout.ending
+    last = next((c for c in reversed(rollout.calls) if c.finish_reason), None)
+    if last is None:
+        return info
+    raw = last.finish_reason_raw or last.finish_reason
+    if last.finish_reason == "error" and info.type != Ending.error:
+        was = info.type
+        info.type = Ending.error
+        info.detail = info.detail or f"finish_reason={raw}"
+        info.message = (f"the last generation ended with finish reason {raw!r} (aborted by the inference "
+                        f"server): an infrastructure error" + (f", not {was.value}" if was != Ending.unknown else ""))
+    elif last.finish_reason == "length" and info.type == Ending.submitted:
+        info.type = Ending.length_cut
+        info.message = (f"submitted ({info.detail}), but the last generation stopped for length: "
+                        "a silent truncation" if info.detail else "the last generation stopped for length")
+    if info.evidence.last_finish_reason is None:
+        info.evidence.last_finish_reason = raw
     return info
 
 

@@ -37,6 +37,8 @@ def ints(value: Any, field: str) -> list[int] | None:
         return None
     if not isinstance(value, list):
         raise FieldError(field, f"expected a list of integers, got {type(value).__name__}")
+    if all(type(x) is int for x in value):  # the common case, fast (a bool is not of type int)
+        return value
     out = []
     for i, x in enumerate(value):
         if isinstance(x, bool) or not isinstance(x, (int, float)) or (isinstance(x, float) and not x.is_integer()):
@@ -55,6 +57,8 @@ def floats(value: Any, field: str) -> list[float | None] | None:
         return None
     if not isinstance(value, list):
         raise FieldError(field, f"expected a list of numbers, got {type(value).__name__}")
+    if all(type(x) is float or x is None for x in value):  # the common case, fast
+        return value
     out: list[float | None] = []
     for i, x in enumerate(value):
         if not is_number_or_none(x):

@@ -76,8 +76,15 @@ class Model(BaseModel):
         """The same JSON form as bytes, serialised by orjson in one pass (lists, dicts and
         numbers in Rust; Python only once per model). Raises TypeError / orjson.JSONEncodeError
         for what strict JSON cannot hold (integers beyond 64 bits, nesting deeper than 255)."""
-        return orjson.dumps(_shallow(self, exclude), default=_shallow,
-                            option=orjson.OPT_SORT_KEYS if sort_keys else 0)
+        try:
+            return orjson.dumps(_shallow(self, exclude), default=_shallow,
+                                option=orjson.OPT_SORT_KEYS if sort_keys else 0)
+        except TypeError as exc:
+            if "64-bit" not in str(exc):
+                raise
+            from ingest.source import dumps  # integers past 64 bits: every digit kept (cases 20, 20b)
+
+            return dumps(self.to_json_dict(exclude=exclude), sort_keys=sort_keys)
 
 
 # --- messages -------------------------------------------------------------------------------
@@ -150,11 +157,20 @@ class Node(Model):
     reward: float | None = Field(None, description="reward credited at this node (the step's reward r_t)")
     mc_return: float | None = Field(None, description="discounted Monte Carlo return G_t = r_t + γ·G_{t+1} at this node")
 
+    def mark_placeholders(self) -> None:
+        """Record negative ids other than -1 (placeholders such as -100, -200) as `[position, id]`
+        in `extra.placeholder_token_ids`. The ids stay as written (numbers exactly as the source
+        wrote them); the rollout is never lost for them, and `placeholder_token_id` reports them."""
+        if not self.token_ids or min(self.token_ids) >= -1 or "placeholder_token_ids" in self.extra:
+            return
+        self.extra["placeholder_token_ids"] = [[i, t] for i, t in enumerate(self.token_ids) if t < -1]
+
     @model_validator(mode="after")
     def _lockstep(self) -> "Node":
         """Fit non-empty per-token arrays to `token_ids`; record the source length when they
         did not fit (the lockstep check reports it). Empty arrays mean "not given"."""
         n = len(self.token_ids)
+        self.mark_placeholders()
         if n and (min(self.token_ids) < TOKEN_ID_MIN or max(self.token_ids) > TOKEN_ID_MAX):
             bad = next(i for i, t in enumerate(self.token_ids) if not TOKEN_ID_MIN <= t <= TOKEN_ID_MAX)
             raise ValueError(f"token_ids[{bad}] = {self.token_ids[bad]}: token ids are int32")

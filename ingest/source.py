@@ -21,6 +21,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
+import re
 import stat
 import sys
 import zipfile
@@ -66,19 +68,52 @@ def _fix_surrogates(value: Any) -> Any:
     return value
 
 
+# A run of 19+ digits may be an integer past what orjson keeps exactly: orjson turns integers
+# beyond 64 bits into floats, silently (../shared/cases/20, 20b). Such text is parsed again with
+# the standard library, which keeps every digit. (Digits inside strings cost only the slower parse.)
+_LONG_DIGITS = re.compile(rb"\d{19,}")
+_LONG_DIGITS_TEXT = re.compile(r"\d{19,}")
+
+
 def loads(data: bytes | str) -> Any:
-    """Parse one JSON value; accepts NaN/Infinity/-Infinity (non-strict JSON).
+    """Parse one JSON value; accepts NaN/Infinity/-Infinity (non-strict JSON). Integers keep every
+    digit, however long (never a float conversion).
 
     Raises ValueError for anything that is not JSON, including nesting too deep to parse.
     """
     try:
-        return orjson.loads(data)
+        value = orjson.loads(data)
+        long = (_LONG_DIGITS if isinstance(data, (bytes, bytearray, memoryview)) else _LONG_DIGITS_TEXT).search(
+            data if not isinstance(data, memoryview) else bytes(data))
+        if long is None:
+            return value
     except orjson.JSONDecodeError:
         pass
     try:
         return _fix_surrogates(json.loads(data))
     except RecursionError:
         raise ValueError("JSON nested too deeply to read") from None
+
+
+def strict(value: Any) -> Any:
+    """A copy with non-finite floats (NaN, ±Infinity) as None: what strict JSON can hold."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, list):
+        return [strict(v) for v in value]
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items()}
+    return value
+
+
+def dumps(value: Any, *, sort_keys: bool = False) -> bytes:
+    """Strict JSON bytes of `value` (NaN/Infinity → null) keeping every digit of integers past
+    64 bits, which orjson refuses (then the standard library writes them)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else 0)
+    except TypeError:
+        return json.dumps(strict(value), sort_keys=sort_keys, ensure_ascii=False, allow_nan=False,
+                          separators=(",", ":")).encode("utf-8")
 
 
 @dataclass

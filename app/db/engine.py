@@ -1,13 +1,13 @@
 """Engines: SQLite pragmas, transaction modes and JSON encoding live here, in one place."""
 from __future__ import annotations
 
-import json
-
 import orjson
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import create_engine
+
+from ingest.source import dumps, loads
 
 
 def make_engine(url: str, *, writer: bool = False, pool_size: int = 5, max_overflow: int = 10) -> Engine:
@@ -55,15 +55,18 @@ class JSONText(str):
 def _json_dumps(value) -> str:
     if type(value) is JSONText:
         return value
-    # orjson: several times faster than the standard library, and strict (NaN → null)
-    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    # orjson: several times faster than the standard library, and strict (NaN → null); integers
+    # past 64 bits (which orjson refuses) keep every digit through ingest.source.dumps
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        return dumps(value).decode()
 
 
 def _json_loads(text):
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:  # NaN written by an older version through json.dumps
-        return json.loads(text)
+    # ingest.source.loads: orjson, but integers past 64 bits keep every digit, and NaN written by
+    # an older version through json.dumps still reads
+    return loads(text)
 
 
 JSON_CODEC = {"json_serializer": _json_dumps, "json_deserializer": _json_loads}

@@ -26,7 +26,7 @@ from ingest.checks import CheckContext, run_rollout_checks
 from ingest.endings import correct_silent_truncation, derive, fill_evidence
 from ingest.graph import branches
 from ingest.schema import Rollout
-from ingest.source import RecordError
+from ingest.source import RecordError, dumps, loads  # dumps/loads keep integers past 64 bits
 
 Identity = tuple[str, str, int]  # (run id, rollout id, attempt)
 
@@ -87,7 +87,7 @@ _NOT_HASHED, _NODES = frozenset({"source"}), frozenset({"nodes"})
 def _json_text(raw: bytes) -> JSONText:
     """Serialised JSON for a JSON column, without NUL (U+FFFD instead; see the module doc)."""
     if b"\\u0000" in raw:  # orjson escapes NUL; no escape, no NUL (the usual case)
-        raw = orjson.dumps(_no_nul(orjson.loads(raw)))
+        raw = dumps(_no_nul(loads(raw)))
     return JSONText(raw.decode())
 
 
@@ -125,10 +125,10 @@ def content_hash(rollout: Rollout) -> str:
 def _json_safe(value):
     """A JSON-ready copy: strict (NaN/inf → null) and without NUL characters, which Postgres
     text and JSONB cannot hold; NUL becomes U+FFFD on every database (one rule)."""
-    raw = orjson.dumps(value)
+    raw = dumps(value)
     if b"\\u0000" not in raw:  # orjson escapes NUL; no escape, no NUL (the usual case)
-        return orjson.loads(raw)
-    return _no_nul(orjson.loads(raw))
+        return loads(raw)
+    return _no_nul(loads(raw))
 
 
 def _no_nul(value):
@@ -200,8 +200,8 @@ def _node_rows(r: Rollout) -> list[tuple]:
             pack_bits(n.is_content) if n.is_content else None,
             pack_floats(n.logprobs) if n.logprobs else None,
             pack_floats(n.advantages), pack_floats(n.reference_logprobs),
-            _json_text(orjson.dumps(n.loss_weights)) if n.loss_weights is not None else None,
+            _json_text(dumps(n.loss_weights)) if n.loss_weights is not None else None,
             n.policy_version, _finite(n.reward), _finite(n.mc_return),
-            _json_text(orjson.dumps(n.extra)) if n.extra else None,
+            _json_text(dumps(n.extra)) if n.extra else None,
         ))
     return rows

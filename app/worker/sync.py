@@ -16,6 +16,7 @@ from sqlalchemy.engine import Engine
 
 from ingest import formats
 from ingest.checks import CheckContext
+from ingest.formats import registry as _registry  # noqa: F401 - formats.registry
 from ingest.formats import ReadContext
 from ingest.files import TRACE_SUFFIXES, read_records, walk
 from ingest.source import RecordError, Source, open_source
@@ -83,7 +84,7 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
         source = None
         try:
             source = open_source(path)
-            reader = formats.detect(source)
+            reader = formats.registry.get(ctx.format) if ctx.format else formats.detect(source)
             if reader is None:
                 from ingest.formats.registry import explain
 

@@ -19,6 +19,11 @@ Stable API (other readers build on it; change only by adding):
 - `b.finish(rollout, token_counts_known=True) -> Rollout`
 - `set_tokens(node, ids, sampled=..., logprobs=..., hexes=...)`, `first_divergence(expected, found)`,
   `text_from_pieces(node)`
+- `mask_runs(mask)`, `align_segments(segments, runs)`: split one flat token sequence with a loss
+  mask (Tunix Token mode, Atropos, verl) into per-message spans
+- ids that are not tokens (-100 ignore-index, -200 image placeholders) stay as written, their
+  positions and values listed in `node.extra.placeholder_token_ids` (`Node.mark_placeholders`,
+  on every path); the `placeholder_token_id` check reports them
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ingest import endings
 from ingest.align import fill_node, fit
 from ingest.formats._openai import call_for
 from ingest.schema import Call, Message, Node, PolicySpan, Rollout, Usage
@@ -38,6 +44,7 @@ def set_tokens(node: Node, ids: Sequence[int], *, sampled: bool, logprobs: Seque
     """Put `ids` on `node` with a mask (given, else 1 when `sampled`, 0 otherwise), logprobs and
     source bytes (`extra.token_bytes`, hex per token), each fitted to the tokens."""
     node.token_ids = list(ids)
+    node.mark_placeholders()
     fill_node(node, mask=mask if mask is not None else [sampled] * len(node.token_ids), logprobs=logprobs)
     if hexes is not None:
         node.extra["token_bytes"] = fit(node, "token_bytes", hexes)
@@ -65,6 +72,41 @@ def first_divergence(expected: Sequence[int], found: Sequence[int]) -> tuple[int
         if found[i] != e:
             return i, e, found[i]
     return None
+
+
+def mask_runs(mask: Sequence[int]) -> list[tuple[int, int, int]]:
+    """Maximal runs of equal mask values as (value≠0, start, end)."""
+    out: list[tuple[int, int, int]] = []
+    for i, x in enumerate(mask):
+        v = 1 if x else 0
+        if out and out[-1][0] == v:
+            out[-1] = (v, out[-1][1], i + 1)
+        else:
+            out.append((v, i, i + 1))
+    return out
+
+
+def align_segments(segments: list[tuple[str, list[int]]], runs: list[tuple[int, int, int]]) -> list[tuple[int, int]] | None:
+    """Token span (start, end) per segment, from mask runs: a run of 1s is an assistant message,
+    the run of 0s after it the observation that follows. A 0-run with no observation to take it
+    is the assistant's parser-appended end tokens. Segments after the last run may stay without
+    tokens only for the final turn (a terminal observation is not tokenized; an ENV_TIMEOUT turn
+    has no tokens). Anything else: None (do not split)."""
+    spans: list[tuple[int, int] | None] = [None] * len(segments)
+    si = 0
+    for value, start, end in runs:
+        kind = segments[si][0] if si < len(segments) else None
+        if (kind == "a" and value == 1) or (kind == "e" and value == 0):
+            spans[si] = (start, end)
+            si += 1
+        elif value == 0 and si > 0 and segments[si - 1][0] == "a" and spans[si - 1] is not None:
+            prev = spans[si - 1]
+            spans[si - 1] = (prev[0], end)  # type: ignore[index]
+        else:
+            return None
+    if len(segments) - si > 1:
+        return None
+    return [s if s is not None else (0, 0) for s in spans]
 
 
 @dataclass
@@ -137,6 +179,7 @@ class RolloutBuilder:
                     timestamp=timestamp, reward=reward, mc_return=mc_return, extra=dict(extra or {}))
         if tokens is not None:
             node.token_ids = list(tokens)
+            node.mark_placeholders()
         fill_node(node, mask=mask, logprobs=logprobs)
         if hexes is not None:
             node.extra["token_bytes"] = fit(node, "token_bytes", hexes)
@@ -309,8 +352,13 @@ class RolloutBuilder:
         sampled = [n for n in self.nodes if n.sampled]
         if ev.output_tokens is None and token_counts_known and sampled and all(n.token_ids and n.mask for n in sampled):
             ev.output_tokens = sum(sum(1 for m in n.mask if m) for n in sampled)
+        if ev.last_output_tokens is None:
+            lc = next((c for c in reversed(self.calls) if c.error is None and c.node is not None), None)
+            if lc is not None and lc.usage is not None and lc.usage.output_tokens is not None:
+                ev.last_output_tokens = lc.usage.output_tokens
         if ev.last_finish_reason is None:
             last = next((c for c in reversed(self.calls) if c.error is None and c.finish_reason_raw), None)
             if last is not None:
                 ev.last_finish_reason = last.finish_reason_raw
+        endings.settle(rollout)
         return rollout

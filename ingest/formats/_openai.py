@@ -11,7 +11,9 @@ Stable API (other readers build on it; change only by adding):
   `parse_arguments(raw) -> Arguments(value, shape)` (the parsed object and what shape it was)
 - `tool_calls_from_text(text, result_ids) -> list[ToolCall] | None` (Hermes/Qwen `<tool_call>` blocks)
 - `role_from_openai(role, path) -> (role, source_role | None)`
-- `content_from_openai(content, path) -> (content, notes)`
+- `content_from_openai(content, path) -> (content, notes)`, `normalize_parts(parts, path)`,
+  `apply_notes(extra, notes, reasoning)`: content in every shape (text parts of any type,
+  thinking / redacted_thinking blocks → reasoning, images/audio → typed placeholders)
 - `finish_reason(raw) -> FinishReason | None`, `call_for(node, raw, usage) -> Call`
 - `piece_hex(piece)`, `pieces(value, path)`, `tokens_from_openai_logprobs(entries, path) -> LogprobTokens`
 
@@ -63,23 +65,125 @@ def role_from_openai(role: Any, path: str) -> tuple[str, str | None]:
     return mapped, (None if mapped == role else role)
 
 
+TEXT_PARTS = frozenset({"text", "input_text", "output_text", "refusal", "summary_text", "reasoning_text"})
+REASONING_PARTS = frozenset({"thinking", "redacted_thinking", "reasoning"})
+MEDIA_PARTS = {"image_url": "image", "input_image": "image", "image": "image", "input_audio": "audio",
+               "audio": "audio", "input_file": "file", "file": "file"}
+REDACTED = "[redacted thinking]"
+
+
+def _data_url(url: Any) -> tuple[str, str] | None:
+    """(media type, base64 payload) of a `data:` URL, else None."""
+    if isinstance(url, str) and url.startswith("data:") and "," in url:
+        head, payload = url[5:].split(",", 1)
+        return head.split(";", 1)[0] or "application/octet-stream", payload
+    return None
+
+
+def _media(part: dict, kind: str) -> tuple[dict, dict | None]:
+    """A media part → a typed placeholder `{type: image|audio|file, media_type, bytes, sha256,
+    source_type}`; the inline data (if any) is returned separately, to be stored once in
+    `message.extra.media[sha256]` and never inlined into pages. A part that only links (an
+    http URL, a file path, a file id) is kept as it is, typed."""
+    import base64
+    import hashlib
+
+    ptype = part.get("type")
+    payload = media_type = None
+    inner = part.get(ptype) if isinstance(part.get(ptype), dict) else part
+    url = inner.get("url") if isinstance(inner, dict) else None
+    url = url if url is not None else part.get("image_url") if isinstance(part.get("image_url"), str) else url
+    got = _data_url(url)
+    if got:
+        media_type, payload = got
+    elif isinstance(inner.get("data"), str):  # input_audio {data, format}; Anthropic {source: {data}}
+        payload = inner["data"]
+        media_type = inner.get("media_type") or (f"audio/{inner['format']}" if inner.get("format") else None)
+    elif isinstance(part.get("source"), dict) and isinstance(part["source"].get("data"), str):
+        payload, media_type = part["source"]["data"], part["source"].get("media_type")
+    if payload is None:
+        out = dict(part)
+        out["type"], out["source_type"] = kind, ptype
+        if isinstance(part.get("source"), dict) and part["source"].get("media_type"):
+            out["media_type"] = part["source"]["media_type"]
+        return out, None
+    try:
+        raw = base64.b64decode(payload, validate=False)
+    except (ValueError, TypeError):
+        raw = payload.encode("utf-8", "replace")
+    digest = hashlib.sha256(raw).hexdigest()
+    placeholder = {"type": kind, "media_type": media_type or "application/octet-stream", "bytes": len(raw),
+                   "sha256": digest, "source_type": ptype, "placeholder": True}
+    return placeholder, {digest: part}
+
+
+def normalize_parts(content: list, path: str) -> tuple[list[dict], dict]:
+    """Content parts in every shape the field writes → stored parts, and notes for the message:
+
+    - text parts of any type (`text`, `input_text`, `output_text`, `refusal`...) →
+      `{type: "text", text, source_type?}` (other keys kept);
+    - reasoning blocks (`thinking` with its signature, `redacted_thinking`) are taken out: their
+      text goes to `notes.reasoning` (a redacted block reads "[redacted thinking]") and the blocks
+      themselves, without their text, to `notes.reasoning_blocks` (with their position);
+    - images, audio and files → typed placeholders (`_media`), the inline bytes in `notes.media`;
+    - a bare string part is a text part; anything else that is an object is kept as it is.
+    """
+    parts: list[dict] = []
+    notes: dict[str, Any] = {}
+    for k, part in enumerate(content):
+        if isinstance(part, str):
+            parts.append({"type": "text", "text": part})
+            continue
+        if not isinstance(part, dict):
+            raise FieldError(f"{path}[{k}]", f"expected a content part object, got {type(part).__name__}")
+        ptype = part.get("type")
+        if ptype in TEXT_PARTS:
+            text = part.get("text", part.get("refusal"))
+            if text is not None and not isinstance(text, str):
+                raise FieldError(f"{path}[{k}].text", "expected a string")
+            out = {"type": "text", "text": text or ""}
+            if ptype != "text":
+                out["source_type"] = ptype
+            for key, v in part.items():
+                if key in ("type", "text") or (key == "refusal" and ptype == "refusal") or (key == "annotations" and not v):
+                    continue
+                if key == "logprobs":
+                    if v:
+                        notes.setdefault("logprobs", []).extend(v if isinstance(v, list) else [v])
+                    continue
+                out[key] = v
+            parts.append(out)
+        elif ptype in REASONING_PARTS:
+            text = part.get("thinking", part.get("text"))
+            if ptype == "redacted_thinking":
+                text = REDACTED
+            if isinstance(text, str):
+                notes.setdefault("reasoning", []).append(text)
+            block = {key: v for key, v in part.items() if key not in ("thinking", "text")}
+            block["position"] = k
+            notes.setdefault("reasoning_blocks", []).append(block)
+        elif ptype in MEDIA_PARTS:
+            out, media = _media(part, MEDIA_PARTS[ptype])
+            parts.append(out)
+            if media:
+                notes.setdefault("media", {}).update(media)
+        else:
+            parts.append(part)
+    return parts, notes
+
+
 def content_from_openai(content: Any, path: str) -> tuple[str | list[dict] | None, dict]:
-    """A message body as stored: a string, null, or a list of part objects (a bare string part
-    becomes `{type: text, text}`). An object (a tool result written as JSON, not as text) is kept
-    as its JSON text, and the returned notes say `content_from = "object"` so a writer can give
-    the object back. Anything else raises FieldError."""
+    """A message body as stored: a string, null, or a list of part objects (`normalize_parts`).
+    An object (a tool result written as JSON, not as text) is kept as its JSON text, and the
+    notes say `content_from = "object"` so a writer can give the object back. A list whose only
+    parts were reasoning blocks leaves no content (None). Anything else raises FieldError."""
     if content is None or isinstance(content, str):
         return content, {}
     if isinstance(content, list):
-        parts = []
-        for k, part in enumerate(content):
-            if isinstance(part, dict):
-                parts.append(part)
-            elif isinstance(part, str):
-                parts.append({"type": "text", "text": part})
-            else:
-                raise FieldError(f"{path}[{k}]", f"expected a content part object, got {type(part).__name__}")
-        return parts, {}
+        parts, notes = normalize_parts(content, path)
+        if not parts and content:
+            return None, notes
+        return parts, notes
     if isinstance(content, dict):
         return json.dumps(content, ensure_ascii=False), {"content_from": "object"}
     raise FieldError(path, f"expected a string, a list of parts or null, got {type(content).__name__}")
@@ -126,6 +230,10 @@ def message_from_openai(m: Any, path: str) -> OpenAIMessage:
     reasoning = m.get("reasoning_content")
     if reasoning is not None and not isinstance(reasoning, str):
         raise FieldError(f"{path}.reasoning_content", "expected a string")
+    if reasoning is None and isinstance(m.get("reasoning"), str):  # vLLM / OpenRouter name
+        reasoning = m["reasoning"]
+        extra.pop("reasoning", None)
+        extra["reasoning_from"] = "reasoning"
     timestamp = m.get("timestamp")
     if not is_number_or_none(timestamp):
         extra["timestamp"] = timestamp
@@ -135,10 +243,29 @@ def message_from_openai(m: Any, path: str) -> OpenAIMessage:
         extra["finish_reason"] = finish
         finish = None
     content, notes = content_from_openai(m.get("content"), f"{path}.content")
-    extra.update(notes)
+    reasoning = apply_notes(extra, notes, reasoning)
+    structured = extra.pop("structuredContent", None)
+    if structured is not None:  # MCP: the real data beside (or instead of) a short text
+        text = json.dumps(structured, ensure_ascii=False)
+        part = {"type": "text", "text": text, "source_type": "structuredContent"}
+        content = [part] if content is None else ([{"type": "text", "text": content}, part]
+                                                  if isinstance(content, str) else content + [part])
     message = Message(role=role, content=content, reasoning_content=reasoning, tool_calls=tool_calls or None,
                       tool_call_id=tool_call_id, name=name, extra=extra)
     return OpenAIMessage(message, None if timestamp is None else float(timestamp), finish)
+
+
+def apply_notes(extra: dict, notes: dict, reasoning: str | None) -> str | None:
+    """Fold what `content_from_openai` took out of the content into the message: reasoning text
+    (appended to `reasoning`, which is returned), reasoning blocks, media bytes, content_from."""
+    if notes.get("reasoning"):
+        text = "\n".join(notes["reasoning"])
+        reasoning = text if not reasoning else reasoning + "\n" + text
+        extra["reasoning_from"] = "content_blocks"
+    for key in ("reasoning_blocks", "media", "content_from"):
+        if notes.get(key):
+            extra[key] = notes[key]
+    return reasoning
 
 
 # --- tool calls -----------------------------------------------------------------------------

@@ -40,7 +40,6 @@ from ingest.formats._build import RolloutBuilder, set_tokens
 from ingest.formats.base import id_text
 from ingest.schema import Message
 
-TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal", "summary_text", "reasoning_text"})
 TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 _MODEL_ROLES = frozenset({"assistant"})
 
@@ -63,40 +62,10 @@ def is_model_item(item: dict) -> bool:
 
 
 def content_from_parts(content: Any, path: str) -> tuple[str | list[dict] | None, dict]:
-    """A Responses message body: a string stays a string; text parts of any type become
-    `{type: "text", text, source_type}` (other keys such as non-empty `annotations` kept), and any
-    other part is kept as it is. vLLM's `output_text.logprobs` are moved out into the returned
-    notes (`logprobs`), so they can go on the node's tokens instead of the message."""
-    if not isinstance(content, list):
-        return _openai.content_from_openai(content, path)
-    parts: list[dict] = []
-    notes: dict[str, Any] = {}
-    for k, part in enumerate(content):
-        if isinstance(part, str):
-            parts.append({"type": "text", "text": part})
-            continue
-        if not isinstance(part, dict):
-            raise FieldError(f"{path}[{k}]", f"expected a content part object, got {type(part).__name__}")
-        ptype = part.get("type")
-        if ptype in TEXT_PARTS:
-            text = part.get("text", part.get("refusal"))
-            if text is not None and not isinstance(text, str):
-                raise FieldError(f"{path}[{k}].text", "expected a string")
-            out = {"type": "text", "text": text or ""}
-            if ptype != "text":
-                out["source_type"] = ptype
-            for key, v in part.items():
-                if key in ("type", "text", "refusal") or (key == "annotations" and not v):
-                    continue
-                if key == "logprobs":
-                    if v:
-                        notes.setdefault("logprobs", []).extend(v if isinstance(v, list) else [v])
-                    continue
-                out[key] = v
-            parts.append(out)
-        else:
-            parts.append(part)
-    return parts, notes
+    """A Responses message body: the same rules as OpenAI chat content (`_openai.content_from_openai`:
+    text parts of any type, reasoning blocks, media placeholders); vLLM's `output_text.logprobs`
+    come back in the notes (`logprobs`), to go on the node's tokens instead of the message."""
+    return _openai.content_from_openai(content, path)
 
 
 def message_from_item(item: dict, path: str, *, notes: dict | None = None) -> Message:
@@ -108,11 +77,10 @@ def message_from_item(item: dict, path: str, *, notes: dict | None = None) -> Me
     if notes is not None:
         notes.update(got)
     extra = {k: v for k, v in item.items() if k not in ("role", "content", "type") and k not in TOKEN_FIELDS}
-    if got.get("content_from"):
-        extra["content_from"] = got["content_from"]
+    reasoning = _openai.apply_notes(extra, got, None)
     if source_role is not None:
         extra["source_role"] = source_role
-    return Message(role=role, content=content, extra=extra)
+    return Message(role=role, content=content, reasoning_content=reasoning, extra=extra)
 
 
 def _env_message(item: dict, path: str) -> Message:
@@ -165,6 +133,8 @@ def _assistant_message(run: list[tuple[int, dict]], path: str) -> tuple[Message,
                 tokens[key] = (item[key], f"{p}.{key}")
         if kind == "message":
             msg = message_from_item(item, p, notes=notes)
+            if msg.reasoning_content:
+                reasoning.append(msg.reasoning_content)
             if content is None:
                 content = msg.content
             elif isinstance(content, list) and isinstance(msg.content, list):

@@ -44,7 +44,7 @@ from ingest import endings
 from ingest.fields import FieldError, floats, ints, is_number_or_none
 from ingest.formats import _openai
 from ingest.formats._build import RolloutBuilder, TokenTurn, apply_completion, set_tokens, turn_drift
-from ingest.formats.base import ReadContext, guarded, join_path as _join
+from ingest.formats.base import ReadContext, guarded, id_text, join_path as _join
 from ingest.schema import Ending, EndingInfo, Error, GroupRef, Message, Rollout, RunRef, Task
 from ingest.source import RecordError, Source
 
@@ -283,13 +283,11 @@ def _build_record(source: Source, ctx: ReadContext, value: dict, line: int | Non
         _append_openai_logprobs(b, rec)
         used.update(("logprobs", "response", "finish_reason"))
 
-    rollout_id = rec.get("rollout_id")
-    if rollout_id is not None and (not isinstance(rollout_id, (str, int)) or isinstance(rollout_id, bool)):
-        raise FieldError("rollout_id", "expected a string")
+    rollout_id = id_text(rec.get("rollout_id"), "rollout_id")
     group = _group(rec, defaults)
     task = None
     if rec.get("task") is not None or rec.get("task_id") is not None:
-        task = Task(key=str(rec["task_id"]) if rec.get("task_id") is not None else None, data=rec.get("task"))
+        task = Task(key=id_text(rec.get("task_id"), "task_id"), data=rec.get("task"))
     extra.update({k: v for k, v in rec.items() if k not in used})
 
     rollout = _assemble(source, ctx, rec, str(rollout_id) if rollout_id is not None else default_id,
@@ -368,17 +366,15 @@ def _run_id(run: Any) -> str | None:
 
 
 def _group(rec: dict, defaults: _Defaults) -> GroupRef | None:
-    gid = rec.get("group_id")
+    gid = id_text(rec.get("group_id"), "group_id")
     if gid is None and defaults.group_id is None:
         return None
-    if gid is not None and not isinstance(gid, (str, int)):
-        raise FieldError("group_id", "expected a string or integer")
     index = rec.get("group_index", defaults.group_index)
     size = rec.get("group_size", defaults.group_size)
     for name, v in (("group_index", index), ("group_size", size)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
             raise FieldError(name, "expected an integer")
-    return GroupRef(id=str(gid) if gid is not None else defaults.group_id, index=index, size=size)
+    return GroupRef(id=gid if gid is not None else defaults.group_id, index=index, size=size)
 
 
 def _reward(v: Any, path: str) -> float | None:

@@ -6,12 +6,17 @@ Atropos, Tunix...) is never taken for a plain chat transcript. Adding a format i
 """
 from __future__ import annotations
 
-from ingest.formats import chat, native, tau_bench, tunix
+from ingest.formats import atif, atropos, chat, native, nemo_gym, tau_bench, tunix, verifiers, verl
 from ingest.formats.base import Reader
 from ingest.source import Source
 
 READERS: list[Reader] = [  # type: ignore[list-item]
     native,
+    verifiers,
+    nemo_gym,
+    atropos,
+    atif,
+    verl,
     tunix,
     tau_bench,
     chat,  # generic: always last

@@ -54,9 +54,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ingest import endings
 from ingest.fields import FieldError, floats, ints, is_number_or_none
 from ingest.formats import _openai
-from ingest.formats._build import RolloutBuilder
+from ingest.formats._build import RolloutBuilder, align_segments, mask_runs
 from ingest.formats.base import ReadContext, guarded
 from ingest.schema import Ending, EndingInfo, GroupRef, Message, Rollout, RunRef, Task, ToolCall
 from ingest.source import RecordError, Source
@@ -345,18 +346,6 @@ def _strip_padding(tokens: list[int], prompt_length: Any = None) -> tuple[list[i
     return tokens, 0
 
 
-def _runs(mask: Sequence[int]) -> list[tuple[int, int, int]]:
-    """Maximal runs of equal mask values as (value≠0, start, end)."""
-    out: list[tuple[int, int, int]] = []
-    for i, x in enumerate(mask):
-        v = 1 if x else 0
-        if out and out[-1][0] == v:
-            out[-1] = (v, out[-1][1], i + 1)
-        else:
-            out.append((v, i, i + 1))
-    return out
-
-
 def _action_calls(action: Any, field: str) -> tuple[list[ToolCall], str, dict]:
     """ToolCalls of one `Step.action` and what the action was: 'final_answer' (ToolAgent's
     implicit finish), 'single_turn' (ModelAgent: the action is the response text), 'tool_call'
@@ -485,8 +474,8 @@ def _ending(status: str | None, last: str) -> EndingInfo:
                                       "(BaseTaskEnv forces done at its max_steps), not a final answer")
         return EndingInfo(type=Ending.unknown, detail=status, message="SUCCEEDED, but the last turn is not recorded")
     if status in _STATUS_ENDINGS:
-        ending, why = _STATUS_ENDINGS[status]
-        return EndingInfo(type=ending, detail=status, message=why)
+        _, why = _STATUS_ENDINGS[status]
+        return EndingInfo(type=endings.from_reason(status), detail=status, message=why)  # the one table
     return EndingInfo(type=Ending.unknown, detail=status)
 
 
@@ -666,29 +655,6 @@ def _segments(rest: list[Message]) -> list[tuple[str, list[int]]]:
     return out
 
 
-def _align(segments: list[tuple[str, list[int]]], runs: list[tuple[int, int, int]]) -> list[tuple[int, int]] | None:
-    """Token span (start, end) per segment, from mask runs: a run of 1s is an assistant message,
-    the run of 0s after it the observation that follows. A 0-run with no observation to take it
-    is the assistant's parser-appended end tokens. Segments after the last run may stay without
-    tokens only for the final turn (a terminal observation is not tokenized; an ENV_TIMEOUT turn
-    has no tokens). Anything else: None (do not split)."""
-    spans: list[tuple[int, int] | None] = [None] * len(segments)
-    si = 0
-    for value, start, end in runs:
-        kind = segments[si][0] if si < len(segments) else None
-        if (kind == "a" and value == 1) or (kind == "e" and value == 0):
-            spans[si] = (start, end)
-            si += 1
-        elif value == 0 and si > 0 and segments[si - 1][0] == "a" and spans[si - 1] is not None:
-            prev = spans[si - 1]
-            spans[si - 1] = (prev[0], end)  # type: ignore[index]
-        else:
-            return None
-    if len(segments) - si > 1:
-        return None
-    return [s if s is not None else (0, 0) for s in spans]
-
-
 def _from_token(d: dict, head: dict) -> Rollout:
     """Token mode: the conversation tokens are split into message nodes by mask runs when the
     runs line up with the messages; otherwise (e.g. an overlong-filtered, all-zero mask) all of
@@ -709,7 +675,7 @@ def _from_token(d: dict, head: dict) -> Rollout:
     chain.prompt(prompt, d.get("prompt_tokens"), d.get("prompt_length"), "prompt_tokens")
 
     segments = _segments(rest)
-    spans = _align(segments, _runs(masks)) if tokens and len(masks) == len(tokens) else None
+    spans = align_segments(segments, mask_runs(masks)) if tokens and len(masks) == len(tokens) else None
     unsplit = bool(tokens) and spans is None
     if unsplit and not any(m.role == "assistant" for m in rest):
         rest = rest + [Message(role="assistant", content=None, extra={"synthetic": "tokens without an assistant message"})]

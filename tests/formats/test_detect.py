@@ -27,10 +27,10 @@ GENERIC = "chat"
 EXPECTED: dict[str, str | None] = {
     "tunix": "tunix",
     "tau-bench": "tau-bench",
-    "verifiers": None,        # issue 7 (formats): verifiers / prime-rl
-    "atif": None,             # issue 7 (formats): ATIF
-    "nemo-gym": None,         # issue 7 (formats): NeMo Gym
-    "atropos": None,          # issue 7 (formats): Atropos
+    "verifiers": "verifiers",
+    "atif": "atif",
+    "nemo-gym": "nemo-gym",
+    "atropos": "atropos",
     "inspect_ai": None,       # issue 8 (agents): Inspect (.json and zipped .eval)
     "swe-agent": None,        # issue 8 (agents): SWE-agent
     "openhands": None,        # issue 8 (agents): OpenHands
@@ -138,3 +138,25 @@ def test_native_and_tunix_shapes_are_not_taken_for_chat(tmp_path):
     assert detected("ts.json", tunix_steps) == "tunix"
     tunix_items = [[{"pair_index": 0, "group_id": 1, "start_step": 0, "traj": {"steps": []}}]]
     assert detected("ti.json", tunix_items) == "tunix"
+
+
+def test_verl_text_and_token_lines_are_detected(tmp_path):
+    text = tmp_path / "12.jsonl"
+    text.write_text(json.dumps({"input": "q", "output": "a", "gts": "4", "score": 1.0, "step": 12}) + "\n")
+    tokens = tmp_path / "dump.jsonl"
+    tokens.write_text(json.dumps({"prompt_ids": [1, 2], "response_ids": [3], "response_mask": [1]}) + "\n")
+    assert registry.detect(open_source(text)).NAME == "verl"
+    assert registry.detect(open_source(tokens)).NAME == "verl"
+
+
+def test_format_option_forces_a_reader_and_refusals_list_every_format(engine, tmp_path):
+    from app.worker.sync import ingest_paths
+    from ingest.formats import ReadContext
+
+    tau = REALDATA / "tau-bench" / "gpt-4o-airline.sample.json"
+    forced = ingest_paths(engine, [tau], ReadContext(run_id="forced", format="chat"))
+    assert [f.format for f in forced.files] == ["chat"]
+    odd = write(tmp_path, "odd.json", json.dumps({"hello": "world"}))
+    report = ingest_paths(engine, [odd], ReadContext(run_id="x"))
+    (err,) = report.errors
+    assert "Formats tried" in err.message and all(f"{n}: expects" in err.message for n in registry.names())

@@ -108,3 +108,54 @@ def test_record_error_paths_are_one_shape():
     assert e.field == "[2].nodes[0].parent" and "parent must be" in e.message
     e = record_error("f", 1, None, KeyError("x"))
     assert e.field is None and "KeyError" in e.message
+
+
+def test_timestamps_one_rule():
+    from ingest.timestamps import to_epoch
+
+    assert to_epoch(1795945563.5, "t").epoch == 1795945563.5
+    assert to_epoch(1795945563500, "t").epoch == 1795945563.5  # milliseconds
+    assert to_epoch(1795945563500000000, "t").epoch == 1795945563.5  # nanoseconds (OTLP)
+    z = to_epoch("2026-11-29T09:46:03+00:00", "t")
+    assert to_epoch("2026-11-29T05:46:03-04:00", "t") == z and not z.assumed_utc
+    naive = to_epoch("2026-11-29T09:46:03", "t")
+    assert naive.epoch == z.epoch and naive.assumed_utc  # taken as UTC, flagged
+    with pytest.raises(FieldError):
+        to_epoch("yesterday", "t")
+
+
+def test_vllm_output_text_logprobs_become_tokens_without_ids():
+    items = [{"type": "message", "role": "assistant",
+              "content": [{"type": "output_text", "text": "Hi", "annotations": [],
+                           "logprobs": [{"token": "H", "logprob": -0.1, "bytes": [72]},
+                                        {"token": "i", "logprob": -0.2, "bytes": [105]}]}]}]
+    b = RolloutBuilder()
+    (call,) = _responses.add_output(b, items, "output")
+    node = b.nodes[call.node]
+    assert node.token_ids == [-1, -1] and node.logprobs == [-0.1, -0.2] and node.extra["token_bytes"] == ["48", "69"]
+    assert "logprobs" not in node.message.content[0]
+
+
+def test_media_parts_become_placeholders_stored_once():
+    import base64
+
+    data = base64.b64encode(b"\x89PNG fake").decode()
+    conv = _openai.message_from_openai({"role": "user", "content": [
+        {"type": "text", "text": "look"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}},
+        {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}},
+        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]}, "m")
+    parts = conv.message.content
+    assert parts[1]["type"] == "image" and parts[1]["media_type"] == "image/png" and parts[1]["bytes"] == 9
+    assert parts[2]["type"] == "audio" and parts[2]["media_type"] == "audio/wav"
+    assert parts[3]["type"] == "image" and parts[3]["image_url"]["url"].startswith("https://")
+    assert data not in json.dumps(parts)  # the bytes are not inlined in the content
+    assert set(conv.message.extra["media"]) == {parts[1]["sha256"]}  # the same bytes, stored once
+
+
+def test_reader_specific_status_tables_agree_with_the_one_table():
+    from ingest import endings
+    from ingest.formats import tunix
+
+    for status, (ending, _) in tunix._STATUS_ENDINGS.items():
+        assert endings.from_reason(status) == ending, status

@@ -1,0 +1,172 @@
+"""Atropos ScoredDataGroup JSONL (docs/formats-atropos.md).
+
+Source: NousResearch/atropos `atroposlib/envs/base.py` (`ScoredDataGroup`, written one group per
+line by the environment's `process` / `--data_path_to_save_groups` JSONL dump):
+
+    {tokens: [[int]], masks: [[int]] (-100 = not trained, else the token id repeated),
+     scores: [float], advantages?: [[float]], ref_logprobs?: [[float]],
+     inference_logprobs?: [[float]], messages?: [[{role, content}]], generation_params?,
+     overrides?: [dict], group_overrides?: dict, images?, token_scores?, token_weights?, ...}
+
+One line = one group; sample i = one rollout (`<file stem>#<line-1>.<i>`, group `<stem>#<line-1>`,
+index i, size = number of samples). Roles `agent` → assistant and `environment` → user, the
+source role kept. The flat token sequence is split into per-message spans by its mask runs
+(trained runs are the agent's turns; `_build.align_segments`); when the runs do not line up with
+the messages, all tokens go on the last message with `extra.token_span = "unsplit"`. Per-token
+arrays (advantages, inference and reference logprobs, token weights and scores) follow the same
+spans. The score is the reward. Atropos writes no ending: `unknown`.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ingest.align import fill_node
+from ingest.fields import FieldError, floats, ints, is_number_or_none
+from ingest.formats import _openai
+from ingest.formats._build import RolloutBuilder, align_segments, mask_runs
+from ingest.formats.base import ReadContext, guarded
+from ingest.schema import Ending, EndingInfo, GroupRef, Message, Rollout, RunRef
+from ingest.source import RecordError, Source
+
+NAME = "atropos"
+EXPECTS = "JSONL of ScoredDataGroups (`tokens`, `masks`, `scores` lists, one entry per sample)"
+
+IGNORE = -100  # Atropos mask value for untrained tokens
+ROLES = {"agent": "assistant", "environment": "user"}
+PER_SAMPLE = ("tokens", "masks", "scores", "advantages", "ref_logprobs", "inference_logprobs", "messages",
+              "token_scores", "token_weights", "overrides", "parsed_actions", "images", "distill_token_ids",
+              "distill_logprobs")
+
+
+def _is_group(d: Any) -> bool:
+    return isinstance(d, dict) and all(isinstance(d.get(k), list) for k in ("tokens", "masks", "scores"))
+
+
+def sniff(source: Source) -> bool:
+    return source.kind in ("jsonl", "json") and _is_group(source.first)
+
+
+def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
+    stem = source.path.stem
+    if source.kind == "jsonl":
+        items: Any = ((line, f"{stem}#{line - 1}", v) for line, v in source.lines())
+    else:
+        items = iter([(None, stem, source.document)])
+    for line, gid, value in items:
+        if isinstance(value, RecordError):
+            yield value
+            continue
+        if not _is_group(value):
+            yield RecordError(source.name, line, None, "not an Atropos ScoredDataGroup: expected tokens, masks, scores")
+            continue
+        n = len(value["tokens"])
+        for key in ("masks", "scores"):
+            if len(value[key]) != n:
+                yield RecordError(source.name, line, key, f"{len(value[key])} entries for {n} samples")
+                break
+        else:
+            for i in range(n):
+                yield guarded(source.name, line, f"[{i}]",
+                              lambda: _rollout(source, ctx, value, i, n, line, gid))
+
+
+def _sample(d: dict, key: str, i: int) -> Any:
+    v = d.get(key)
+    if isinstance(v, list) and i < len(v):
+        return v[i]
+    return None
+
+
+def _message(m: Any, path: str) -> Message:
+    if isinstance(m, dict) and isinstance(m.get("role"), str) and m["role"].lower() in ROLES:
+        src = m["role"]
+        msg = _openai.message_from_openai({**m, "role": ROLES[src.lower()]}, path).message
+        msg.extra["source_role"] = src
+        return msg
+    return _openai.message_from_openai(m, path).message
+
+
+def _rollout(source: Source, ctx: ReadContext, d: dict, i: int, n: int, line: int | None, gid: str) -> Rollout:
+    tokens = ints(d["tokens"][i], f"tokens[{i}]") or []
+    raw_mask = ints(d["masks"][i], f"masks[{i}]") or []
+    if len(raw_mask) != len(tokens):
+        raise FieldError(f"masks[{i}]", f"{len(raw_mask)} mask values for {len(tokens)} tokens")
+    trained = [m != IGNORE for m in raw_mask]
+    mismatch = sum(1 for m, t, tr in zip(raw_mask, tokens, trained) if tr and m != t)
+    per_token = {
+        "advantages": floats(_sample(d, "advantages", i), f"advantages[{i}]"),
+        "logprobs": floats(_sample(d, "inference_logprobs", i), f"inference_logprobs[{i}]"),
+        "reference_logprobs": floats(_sample(d, "ref_logprobs", i), f"ref_logprobs[{i}]"),
+        "token_weights": floats(_sample(d, "token_weights", i), f"token_weights[{i}]"),
+        "token_scores": floats(_sample(d, "token_scores", i), f"token_scores[{i}]"),
+    }
+    raw_msgs = _sample(d, "messages", i)
+    if raw_msgs is not None and not isinstance(raw_msgs, list):
+        raise FieldError(f"messages[{i}]", "expected a list of messages")
+    messages = [_message(m, f"messages[{i}][{k}]") for k, m in enumerate(raw_msgs or [])]
+    if not messages:
+        messages = [Message(role="assistant", content=None, extra={"synthetic": "tokens without messages"})]
+
+    # Segments: each assistant message alone, each run of other messages together.
+    segments: list[tuple[str, list[int]]] = []
+    for k, m in enumerate(messages):
+        kind = "a" if m.role == "assistant" else "e"
+        if kind == "e" and segments and segments[-1][0] == "e":
+            segments[-1][1].append(k)
+        else:
+            segments.append((kind, [k]))
+    spans = align_segments(segments, mask_runs([1 if t else 0 for t in trained])) if tokens else None
+    span_of: dict[int, tuple[int, int]] = {}
+    if spans is not None:
+        for (_, idxs), span in zip(segments, spans):
+            if span[1] > span[0]:
+                span_of[idxs[-1]] = span
+        covered = sum(e - s for s, e in span_of.values())
+        if covered != len(tokens):
+            spans = None
+    unsplit = bool(tokens) and spans is None
+    if unsplit:
+        span_of = {len(messages) - 1: (0, len(tokens))}
+
+    b = RolloutBuilder()
+    for k, msg in enumerate(messages):
+        sampled = msg.role == "assistant"
+        if k in span_of:
+            s, e = span_of[k]
+            extra: dict[str, Any] = {"token_span": "unsplit"} if unsplit else {}
+            idx = b.add(msg, tokens[s:e], sampled=sampled, mask=trained[s:e],
+                        logprobs=per_token["logprobs"][s:e] if per_token["logprobs"] is not None else None,
+                        extra=extra)
+            node = b.nodes[idx]
+            adv, ref = per_token["advantages"], per_token["reference_logprobs"]
+            fill_node(node, advantages=adv[s:e] if adv is not None else None,
+                      reference_logprobs=ref[s:e] if ref is not None else None)
+            if per_token["token_weights"] is not None:
+                node.loss_weights = {"token_weights": [x if x is not None else 0.0
+                                                       for x in per_token["token_weights"][s:e]]}
+            if per_token["token_scores"] is not None:
+                node.extra["token_scores"] = per_token["token_scores"][s:e]
+        else:
+            b.add(msg, sampled=sampled)
+
+    score = d["scores"][i]
+    if not is_number_or_none(score):
+        raise FieldError(f"scores[{i}]", "expected a number")
+    extra: dict[str, Any] = {k: v for k, v in d.items() if k not in PER_SAMPLE}
+    for key in ("overrides", "parsed_actions", "images"):
+        v = _sample(d, key, i)
+        if v is not None:
+            extra[key] = v
+    if mismatch:
+        extra["mask_value_mismatch"] = mismatch  # trained positions whose mask is not the token id
+    if unsplit and tokens:
+        extra["token_span"] = "unsplit"
+    rollout = Rollout(
+        id=f"{gid}.{i}", run=RunRef(id=ctx.run_for(source)), step=ctx.step,
+        group=GroupRef(id=gid, index=i, size=n), nodes=b.nodes, calls=b.calls,
+        reward=None if score is None else float(score), extra=extra,
+        ending=EndingInfo(type=Ending.unknown, message="Atropos ScoredDataGroups carry no ending"),
+        source={"format": NAME, "file": source.name, "line": line, "path": f"[{i}]"},
+    )
+    return b.finish(rollout)

@@ -1,0 +1,138 @@
+"""The verifiers / prime-rl reader (ingest/formats/verifiers.py) on the real Episode files written by
+verifiers 0.4.0 (tests/fixtures/realdata/verifiers), prime-rl's run-directory layout, and the
+all/effective dedupe. Expected counts were read from the source files (roles, tool calls, token
+ids, mask, finish reasons, rewards)."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES
+from tests.helpers import ingest
+
+from ingest.formats import ReadContext, registry, verifiers
+from ingest.graph import branches, pair_tool_calls
+from ingest.schema import Ending, Rollout
+from ingest.source import RecordError, open_source
+
+DATA = FIXTURES / "realdata" / "verifiers"
+
+
+def read(path: Path, ctx: ReadContext | None = None) -> list[Rollout]:
+    out = list(verifiers.read(open_source(path), ctx or ReadContext()))
+    errors = [str(r) for r in out if isinstance(r, RecordError)]
+    assert not errors, errors
+    return out  # type: ignore[return-value]
+
+
+# file → (roles, tool calls, tokens, sampled tokens, reward, ending, detail, finish reasons)
+HAND = {
+    "train_multi_tool.jsonl": ("uatatata", 3, 552, 131, 1.5, Ending.submitted, "agent_completed",
+                               ["tool_calls", "tool_calls", "tool_calls", "stop"]),
+    "train_max_turns.jsonl": ("uatatata", 4, 554, 132, 1.0, Ending.truncated, "max_turns",
+                              ["tool_calls"] * 4),
+    "eval_multi_tool.jsonl": ("uatatata", 3, 0, 0, 1.5, Ending.submitted, "agent_completed",
+                              ["tool_calls", "tool_calls", "tool_calls", "stop"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HAND))
+def test_real_file_matches_hand_counts(name):
+    roles, n_calls, n_tokens, n_sampled, reward, ending, detail, finishes = HAND[name]
+    (r,) = read(DATA / name)
+    assert "".join(n.message.role[0] for n in r.nodes) == roles
+    assert sum(len(n.message.tool_calls or []) for n in r.nodes) == n_calls
+    assert sum(len(n.token_ids) for n in r.nodes) == n_tokens
+    assert sum(sum(n.mask) for n in r.nodes) == n_sampled
+    assert r.total_reward() == reward and r.reward is None and set(r.rewards) == {"answered", "counted"}
+    assert (r.ending.type, r.ending.detail) == (ending, detail)
+    assert [c.finish_reason_raw for c in r.calls] == finishes
+    assert r.ending.evidence.last_finish_reason == finishes[-1]
+    assert r.source["format"] == "verifiers" and r.episode is not None
+    if n_sampled:
+        assert r.ending.evidence.output_tokens == n_sampled
+        for n in (n for n in r.nodes if n.sampled):  # behaviour logprobs aligned, None where not sampled
+            assert len(n.logprobs) == len(n.token_ids)
+            assert all((lp is None) == (not m) for lp, m in zip(n.logprobs, n.mask))
+
+
+def test_max_turns_last_call_has_no_result():
+    (r,) = read(DATA / "train_max_turns.jsonl")
+    (path,) = branches(r.nodes)
+    pairs = pair_tool_calls(path, [n.message.model_dump() for n in r.nodes])
+    assert [p.result_node is None for p in pairs] == [False, False, False, True]
+    assert [tc.id for n in r.nodes for tc in (n.message.tool_calls or [])] == ["call_0"] * 4  # ids repeat
+    assert r.nodes[1].message.reasoning_content and r.nodes[1].message.content is None
+    assert r.ending.evidence.max_turns == 4
+
+
+def test_group_with_advantages_run_step_policy():
+    rs = read(DATA / "train_group_with_advantages.jsonl")
+    assert [r.total_reward() for r in rs] == [1.5, 0.5, 0.5, 0.5]
+    assert {r.group.id for r in rs} == {"group-e38ebf9a16a1"} and all(r.step == 7 for r in rs)
+    assert all(r.run.id == "fake-train-run" and r.run.type == "train" for r in rs)
+    assert rs[0].policy.start == 6 and rs[0].policy.end == 7
+    adv = [a for n in rs[0].nodes for a in (n.advantages or []) if a is not None]
+    assert len(adv) == 131 and adv[0] == 0.75
+    sampled = rs[0].nodes[1]
+    assert sampled.policy_version == 7 and len(sampled.advantages) == len(sampled.token_ids)
+
+
+def test_compact_arrays_round_trip():
+    (r,) = read(DATA / "train_multi_tool.jsonl")
+    raw = json.loads((DATA / "train_multi_tool.jsonl").read_text())["traces"][0]["nodes"][1]
+    assert verifiers.compact(r.nodes[1], r.nodes[1].logprobs) == raw["logprobs"]
+
+
+def test_run_directory_step_from_path_and_effective_preferred(tmp_path):
+    run = tmp_path / "myrun" / "rollouts" / "step_3" / "train"
+    (run / "all").mkdir(parents=True)
+    (run / "effective").mkdir()
+    # `all` holds the four episodes without advantages, `effective` the same four with them.
+    plain = [json.loads(x) for x in (DATA / "train_group.jsonl").read_text().splitlines()]
+    with_adv = [json.loads(x) for x in (DATA / "train_group_with_advantages.jsonl").read_text().splitlines()]
+    for d in with_adv:
+        d.pop("run")  # the step must come from the path
+    extra = dict(plain[0], id="extra-episode")
+    extra["traces"] = [dict(plain[0]["traces"][0], id="only-in-all")]
+    (run / "all" / "traces.jsonl").write_text("\n".join(json.dumps(d) for d in plain + [extra]) + "\n")
+    (run / "effective" / "traces.jsonl").write_text("\n".join(json.dumps(d) for d in with_adv) + "\n")
+    ctx = ReadContext()
+    got = read(run / "all" / "traces.jsonl", ctx)
+    assert [r.id for r in got] == ["only-in-all"] and ctx.extra["skipped_duplicates"] == 4
+    eff = read(run / "effective" / "traces.jsonl")
+    assert all(r.step == 3 and r.source["subset"] == "effective" and r.source["split"] == "train" for r in eff)
+    assert all(any(n.advantages for n in r.nodes) for r in eff)
+
+
+def test_run_directory_ingests_in_one_command(engine, tmp_path):
+    run = tmp_path / "rollouts" / "step_5" / "train" / "all"
+    run.mkdir(parents=True)
+    shutil.copy(DATA / "train_group.jsonl", run / "traces.jsonl")
+    report = ingest(engine, tmp_path, run="vf")
+    assert report.ok and report.total.inserted == 4
+    assert {f.format for f in report.files} == {"verifiers"}
+
+
+def test_traceless_provider_error_is_an_error_rollout(tmp_path):
+    ep = {"id": "ep1", "env": {"id": "e"}, "ok": False, "traces": [],
+          "errors": [{"type": "ProviderError", "message": "503 from upstream", "status_code": 503}]}
+    p = tmp_path / "t.jsonl"
+    p.write_text(json.dumps(ep) + "\n")
+    assert registry.detect(open_source(p)).NAME == "verifiers"
+    (r,) = read(p)
+    assert r.ending.type == Ending.error and r.ending.detail == "ProviderError"
+    assert r.total_reward() is None and r.reward_status() == "unscored" and not r.nodes
+    assert r.errors[0].status_code == 503
+
+
+def test_bad_node_is_a_record_error_with_its_path(tmp_path):
+    ep = json.loads((DATA / "train_multi_tool.jsonl").read_text())
+    ep["traces"][0]["nodes"][2]["token_ids"][1] = "x"
+    p = tmp_path / "bad.jsonl"
+    p.write_text(json.dumps(ep) + "\n")
+    (err,) = list(verifiers.read(open_source(p), ReadContext()))
+    assert isinstance(err, RecordError) and err.line == 1 and err.field == "traces[0].nodes[2].token_ids[1]"
