@@ -6,6 +6,9 @@ RS     := $(VENV)/bin/rollscope
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
+# The demo's database, named explicitly (the CLI would otherwise use ./rollscope.db only if it
+# exists, else the user's data folder); every command prints the database it uses first.
+demo demo-data serve: export ROLLSCOPE_DATABASE_URL ?= sqlite:///$(CURDIR)/rollscope.db
 FIX    := tests/fixtures
 TUNIX_TOKENS := --tokenizer $(FIX)/tokenizers/mistral-v1-tokenizer.model \
 	--added-token '32000=<pad>' --added-token '32001=<start_of_turn>' --added-token '32002=<end_of_turn>'
@@ -62,6 +65,7 @@ bench: $(STAMP)
 	$(PY) bench/ingest_and_pages.py
 	$(PY) bench/views.py
 	$(PY) bench/readers.py
+	$(PY) bench/agents_and_otlp.py
 
 bench-load: $(STAMP)
 	$(PY) bench/load.py

@@ -1,4 +1,4 @@
-"""The `rollscope` command: ingest, serve, demo, schema.
+"""The `rollscope` command: ingest, export, serve, demo, schema.
 
 Configuration comes from the environment through `get_settings()` (`ROLLSCOPE_DATABASE_URL`,
 `ROLLSCOPE_WORKER__BATCH_SIZE`, ...: app/config.py and the README's table).
@@ -28,14 +28,56 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Rollscope: a
 console = Console(stderr=True)
 
 
+@app.callback()
+def _options(
+    db: Annotated[str | None, typer.Option("--db", help="Database URL (sqlite:///path.db or postgresql://...); "
+                                           "overrides ROLLSCOPE_DATABASE_URL.", show_default=False)] = None,
+) -> None:
+    """Choose the database once for every command (see `database_url`)."""
+    if db is not None:
+        os.environ["ROLLSCOPE_DATABASE_URL"] = db
+        os.environ.pop("ROLLSCOPE_DB__URL", None)
+
+
+def database_url() -> str:
+    """The database every command uses, found the same way from any folder: `--db`, else
+    ROLLSCOPE_DATABASE_URL / ROLLSCOPE_DB__URL, else ./rollscope.db when it exists, else
+    rollscope.db in the user's data folder (platformdirs). Exported to the environment so the
+    server a command starts uses it too."""
+    from app.config import Settings, get_settings
+
+    if not (os.environ.get("ROLLSCOPE_DATABASE_URL") or os.environ.get("ROLLSCOPE_DB__URL")):
+        here = Path("rollscope.db")
+        if here.exists():
+            url = f"sqlite:///{here.resolve()}"
+        else:
+            import platformdirs
+
+            folder = Path(platformdirs.user_data_dir("rollscope", appauthor=False))
+            folder.mkdir(parents=True, exist_ok=True)
+            url = f"sqlite:///{folder / 'rollscope.db'}"
+        os.environ["ROLLSCOPE_DATABASE_URL"] = url
+    get_settings.cache_clear()
+    return Settings().db.url
+
+
 def _engine():
-    from app.config import get_settings
     from app.db.engine import make_engine
     from app.db.migrate import upgrade
 
-    engine = make_engine(get_settings().db.url, writer=True)
+    url = database_url()
+    shown = sa_url_shown(url)
+    console.print(f"database: {shown}", markup=False, soft_wrap=True)  # first line, on stderr
+    engine = make_engine(url, writer=True)
     upgrade(engine)
     return engine
+
+
+def sa_url_shown(url: str) -> str:
+    """The URL without its password."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def _parse_added(values: list[str]) -> dict[int, str]:
@@ -52,12 +94,17 @@ def _parse_added(values: list[str]) -> dict[int, str]:
 
 @app.command()
 def ingest(
-    paths: Annotated[list[Path], typer.Argument(help="Files or folders (walked recursively).", exists=True)],
-    run: Annotated[str | None, typer.Option(help="Run id for records that name none (default: the file's folder name).")] = None,
+    paths: Annotated[list[Path] | None, typer.Argument(help="Files or folders (walked recursively).", exists=True,
+                                                       show_default=False)] = None,
+    run: Annotated[str | None, typer.Option(help="Run id applied to every record, overriding the record's own "
+                                            "run (default: the record's run, else the file's folder name).")] = None,
     step: Annotated[int | None, typer.Option(help="Training step for records that carry none.", min=0, max=INT32_MAX)] = None,
     tokenizer: Annotated[Path | None, typer.Option(help="tokenizer.json or SentencePiece .model of the run, or its folder / tokenizer_config.json (keeps the chat template for the template checks).", exists=True)] = None,
     added_token: Annotated[list[str], typer.Option("--added-token", help="Extra vocabulary entry ID=PIECE (repeatable).")] = [],  # noqa: B006
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List every file, skipped file and rejection.")] = False,
+    retry_quarantined: Annotated[bool, typer.Option("--retry-quarantined", help="Also read again every file that "
+                                                    "has quarantined records (after fixing them); records that now "
+                                                    "land leave the quarantine.")] = False,
     format: Annotated[str | None, typer.Option("--format", help="Read every file with this reader instead of detecting (see docs/formats.md).")] = None,  # noqa: A002
 ) -> None:
     """Read trace files in any supported format into the store.
@@ -86,6 +133,18 @@ def ingest(
                                      param_hint="--run") from None
 
     engine = _engine()
+    paths = list(paths or [])
+    if retry_quarantined:
+        from app.store.quarantine import quarantine_counts
+
+        again = [Path(f) for f, _ in quarantine_counts(engine) if Path(f).is_file()]
+        gone = [f for f, _ in quarantine_counts(engine) if not Path(f).is_file()]
+        console.print(f"retrying {len(again)} file{'s' if len(again) != 1 else ''} with quarantined records"
+                      + (f" ({len(gone)} no longer readable here, e.g. {gone[0]})" if gone else ""),
+                      markup=False, soft_wrap=True)
+        paths += [p for p in again if p not in paths]
+    if not paths:
+        raise typer.BadParameter("give files or folders to ingest, or --retry-quarantined", param_hint="PATHS")
     key = check_context = None
     if tokenizer is not None:
         from ingest.checks.context import load_context
@@ -146,6 +205,13 @@ def ingest(
     if total.repeated:
         console.print(Text.assemble(("warning ", "yellow"), f"{total.repeated} records repeated a rollout id already "
                                     "read in this ingest (the later one wins)"), soft_wrap=True)
+    if total.replaced_ids:
+        names = ", ".join(f"{r}/{i}" + (f" (attempt {a})" if a else "") for r, i, a in total.replaced_ids[:10])
+        more = f" and {len(total.replaced_ids) - 10} more" if len(total.replaced_ids) > 10 else ""
+        out.print(Text(f"replaced (same id, changed content): {names}{more}"))
+    if total.cleared:
+        out.print(Text(f"{total.cleared} quarantined record{'s' if total.cleared != 1 else ''} now stored: "
+                       "cleared from the quarantine"))
     out.print(Text(
         f"{total.inserted} new, {total.replaced} replaced, {total.unchanged} unchanged, "
         f"{len(errors)} rejected, {len(skipped)} skipped; runs: {', '.join(sorted(total.runs)) or '-'}"))
@@ -156,7 +222,7 @@ def ingest(
 def export(
     run: Annotated[str, typer.Option(help="Run to export.")],
     out: Annotated[Path, typer.Option(help="File to write.")],
-    format: Annotated[str, typer.Option("--format", help="native | verifiers | atif | samples | parquet")] = "native",  # noqa: A002
+    format: Annotated[str, typer.Option("--format", help="native | verifiers | atif | samples | parquet | otlp")] = "native",  # noqa: A002
     step: Annotated[int | None, typer.Option(help="Only this training step.", min=0, max=INT32_MAX)] = None,
     ending: Annotated[str | None, typer.Option(help="Only this ending (submitted, error, ...).")] = None,
     group: Annotated[str | None, typer.Option(help="Only this group.")] = None,
@@ -166,7 +232,9 @@ def export(
     flag: Annotated[str | None, typer.Option(help="Only rollouts with a finding of this kind.")] = None,
 ) -> None:
     """Write a run's rollouts (the rollouts list's filters) as native JSONL, verifiers Episode
-    JSONL, ATIF v1.7 JSONL, flat training-sample JSONL or Parquet (docs/formats.md, "Export")."""
+    JSONL, ATIF v1.7 JSONL, flat training-sample JSONL, Parquet, or OTLP/JSON lines of OTel GenAI
+    spans (`invoke_agent` → `chat` and `execute_tool`, RL fields as `rollscope.*` attributes)
+    ready for an OTLP/HTTP endpoint (docs/formats.md, "Export")."""
     from app.queries.rollouts import RolloutFilters
     from app.store.load import iter_rollouts
     from ingest.export import FORMATS, write
@@ -215,6 +283,8 @@ def worker(
     torn_after: Annotated[float, typer.Option(help="Seconds a file must stop growing before a last line without "
                                               "its newline is reported as torn and skipped.", min=0.1)] = 30.0,
     once: Annotated[bool, typer.Option("--once", help="Read what is there, then exit (no tailing).")] = False,
+    heartbeat: Annotated[Path | None, typer.Option(help="A file touched on every pass, for health checks "
+                                                   "(docker-compose.yml).")] = None,
 ) -> None:
     """Ingest trace files from spool folders as collectors append to them, exactly once.
 
@@ -238,12 +308,29 @@ def worker(
         raise typer.Exit(2) from None
     stop = stop_on_signals()
     console.print(f"worker: reading {', '.join(str(d) for d in dirs)}", markup=False, soft_wrap=True)
-    n = run(engine, dirs, stop=stop, poll=poll, once=once, torn_after=torn_after,
+    n = run(engine, dirs, stop=stop, poll=poll, once=once, torn_after=torn_after, heartbeat=heartbeat,
             batch_lines=get_settings().worker.batch_size,
             log=lambda msg: console.print(msg, markup=False, soft_wrap=True))
     console.print(f"worker: stopped after {n} commits", markup=False, soft_wrap=True)
     if lock is not None:
         lock.close()
+
+
+@app.command()
+def link(
+    run: Annotated[str, typer.Argument(help="The run id.")],
+    rollout: Annotated[str, typer.Argument(help="The rollout id.")],
+    node: Annotated[int | None, typer.Option(help="Jump to this message (node index).", min=0)] = None,
+    branch: Annotated[int | None, typer.Option(help="Show this branch of the rollout.", min=0)] = None,
+    token: Annotated[str | None, typer.Option(help="A read token to put in the link (when reading is locked).")] = None,
+    base: Annotated[str | None, typer.Option(help="Where Rollscope is served (default ROLLSCOPE_URL, else "
+                                             "http://127.0.0.1:8000).")] = None,
+) -> None:
+    """Print the stable URL of a rollout's page (for training logs); touches no database."""
+    from rollscope.client import DEFAULT_BASE, rollout_url
+
+    typer.echo(rollout_url(base or os.environ.get("ROLLSCOPE_URL") or DEFAULT_BASE, run, rollout,
+                           branch=branch, node=node, token=token))
 
 
 token_app = typer.Typer(no_args_is_help=True, help="API tokens: create, list, revoke (app/auth.py).")
@@ -355,8 +442,57 @@ def schema(out: Annotated[Path | None, typer.Option(help="Write to this file ins
 
 
 def main() -> None:
+    """The console entry point: no traceback reaches a user unless `--debug` is given."""
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    app()
+    debug = "--debug" in sys.argv[1:]
+    if debug:
+        sys.argv.remove("--debug")
+    try:
+        code = app(standalone_mode=False)  # click returns a command's exit code instead of exiting
+        raise SystemExit(code if isinstance(code, int) else 0)
+    except typer.Exit as exc:
+        raise SystemExit(exc.exit_code) from None
+    except click_exceptions() as exc:
+        exc.show()
+        raise SystemExit(exc.exit_code) from None
+    except (KeyboardInterrupt, EOFError):
+        console.print("interrupted", markup=False)
+        raise SystemExit(130) from None
+    except Exception as exc:  # noqa: BLE001 - one line, not a traceback
+        if debug:
+            raise
+        from app.store.write import database_gone
+
+        first = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        detail = first[0][:300] if first else type(exc).__name__
+        if database_gone(exc):
+            n = getattr(exc, "rollouts_committed", None)
+            done = f"{n} rollouts were committed; " if n is not None else ""
+            console.print(Text.assemble(("error: ", "red"), f"the database is unreachable ({detail}); {done}"
+                                        "re-run the same command to resume (what is stored is not written again)"),
+                          soft_wrap=True)
+            raise SystemExit(3) from None
+        console.print(Text.assemble(("error: ", "red"), f"{type(exc).__name__}: {detail} (--debug shows the traceback)"),
+                      soft_wrap=True)
+        raise SystemExit(1) from None
+
+
+def click_exceptions() -> tuple[type[Exception], ...]:
+    """Usage errors (shown as typer shows them, exit code 2): typer's vendored click, or click."""
+    out: list[type[Exception]] = []
+    try:
+        from typer._click.exceptions import ClickException
+
+        out.append(ClickException)
+    except ImportError:
+        pass
+    try:
+        import click
+
+        out.append(click.exceptions.ClickException)
+    except ImportError:
+        pass
+    return tuple(out)
 
 
 if __name__ == "__main__":

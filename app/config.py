@@ -65,6 +65,10 @@ class WorkerSettings(BaseModel):
 
     batch_size: int = Field(200, ge=1, le=100_000, description="rollouts written per transaction")
     spool_dir: Path = Field(Path("./spool"), description="folder the worker takes trace files from")
+    otlp_idle_seconds: float = Field(30.0, gt=0, le=86_400, description="`/v1/traces`: a trace whose root span has "
+                                     "not arrived is stored after this many seconds without a new span")
+    otlp_max_pending_spans: int = Field(200_000, ge=1, le=100_000_000, description="`/v1/traces`: spans held for "
+                                        "unfinished traces before it answers 429")
 
 
 class ApiSettings(BaseModel):
@@ -72,6 +76,8 @@ class ApiSettings(BaseModel):
 
     page_size: PageSize = Field(100, description="default rows per API list page")
     max_page_size: PageSize = Field(1000, description="largest `limit` an API list accepts")
+    ingest_max_inflight: int = Field(4, ge=1, le=1000, description="`POST /api/v1/ingest` requests processed at "
+                                     "once per process; the next one gets 429 with Retry-After")
 
 
 class Settings(BaseSettings):

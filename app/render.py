@@ -89,7 +89,7 @@ def wants_json(request: Request, suffix_json: bool | None = None) -> bool:
     """Whether to answer with JSON. `suffix_json` says whether the route saw the `.json` twin
     suffix (routes with ids decide it themselves; default: the path ends in `.json`)."""
     if suffix_json is None:
-        suffix_json = request.url.path.endswith(".json")
+        suffix_json = request.url.path.endswith(".json") or request.url.path.startswith("/api/")
     return suffix_json or accepts_json(request)
 
 

@@ -61,6 +61,11 @@ def quarantine(*, json: bool = False, **params: Any) -> str:
     return _url("/quarantine", json, params)
 
 
+def ingest(*, json: bool = False) -> str:
+    """The ingest status page (spool files, lag, errors)."""
+    return _url("/ingest", json, {})
+
+
 def api_rollouts(run_id: str, **params: Any) -> str:
     """The API's rollouts list of a run (`/api/v1/runs/{run}/rollouts`)."""
     return _url(f"/api/v1/runs/{q(run_id)}/rollouts", False, params)

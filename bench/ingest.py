@@ -1,7 +1,7 @@
 """Ingest speed against a floor measured in the same run, and statements per batch.
 
-For each database it prints what Rollscope's ingest achieves (rollouts/s, tokens/s, SQL
-statements per rollout and per batch) and a *floor*: the same bytes parsed with orjson and the
+For each database it prints what Rollscope's ingest achieves, through the CLI's path and through
+the spool worker (rollouts/s, tokens/s, SQL statements per rollout and per batch), and a *floor*: the same bytes parsed with orjson and the
 equivalent raw rows written into Rollscope's own tables with the bare driver (one `rollout` row
 with plain counts, one `rollout_detail` with the envelope as JSON text, one `node` row per
 message with its token arrays packed as int32 / bits / float32): `executemany` on sqlite3,
@@ -12,7 +12,7 @@ when the machine is busy (figures in rollouts/s do not).
     .venv/bin/python bench/ingest.py            # the demo run, SQLite and Postgres
     .venv/bin/python bench/ingest.py --quick    # SQLite only, under a minute
 
-The last line reads `sqlite: N rollouts/s, floor M rollouts/s, ratio R`.
+The last line reads `sqlite: N rollouts/s, floor M rollouts/s, ratio R` (N through the worker).
 """
 from __future__ import annotations
 
@@ -199,6 +199,32 @@ def rollscope(path: Path, url: str, label: str) -> tuple[float, int]:
     return dt, total.inserted
 
 
+def through_worker(path: Path, url: str, label: str, work: Path) -> tuple[float, int]:
+    """Ingest `path` through the spool worker (`rollscope worker --once`): the file is put in a
+    spool folder and the worker drains it. Returns (seconds, rollouts)."""
+    import resource
+    import shutil
+
+    from app.worker.run import run
+
+    spool = work / f"spool-{label}" / "bench"
+    spool.mkdir(parents=True)
+    shutil.copy(path, spool / path.name)
+    engine = make_engine(url, writer=True)
+    upgrade(engine)
+    t, cpu = time.perf_counter(), time.process_time()
+    run(engine, [spool.parent], once=True, log=lambda _m: None)
+    dt, cpu = time.perf_counter() - t, time.process_time() - cpu
+    with engine.connect() as c:
+        n = c.execute(sa.select(sa.func.count()).select_from(models.Rollout.__table__)).scalar_one()
+        n_tok = c.execute(sa.select(sa.func.sum(models.Rollout.__table__.c.n_tokens))).scalar() or 0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"[{label}] worker: {n} rollouts in {dt:.2f} s = {n / dt:,.0f} rollouts/s, {n_tok / dt:,.0f} tokens/s "
+          f"(CPU {cpu:.2f} s); peak RSS of this process {rss:,.0f} MB")
+    engine.dispose()
+    return dt, n
+
+
 def _pg_database():
     import psycopg
 
@@ -236,7 +262,12 @@ def main() -> None:
                 print(f"[postgres] skipped: {exc}")
             else:
                 try:
-                    dt, n = rollscope(path, url, "postgres")
+                    rollscope(path, url, "postgres")
+                finally:
+                    drop()
+                url, drop = _pg_database()
+                try:
+                    dt, n = through_worker(path, url, "postgres", work)
                 finally:
                     drop()
                 url, drop = _pg_database()
@@ -246,7 +277,8 @@ def main() -> None:
                     drop()
                 results.append(("postgres", n / dt, n / floor))
         floor = floor_sqlite(path, f"sqlite:///{work / 'floor.db'}")
-        dt, n = rollscope(path, f"sqlite:///{work / 'bench.db'}", "sqlite")
+        rollscope(path, f"sqlite:///{work / 'bench.db'}", "sqlite")
+        dt, n = through_worker(path, f"sqlite:///{work / 'worker.db'}", "sqlite", work)
         results.append(("sqlite", n / dt, n / floor))
         for label, ours, fl in results:
             print(f"{label}: {ours:,.0f} rollouts/s, floor {fl:,.0f} rollouts/s, ratio {ours / fl:.2f}")

@@ -312,4 +312,6 @@
     initRollout();
     document.addEventListener("keydown", onKey);
   });
+  // A live page (a run receiving rollouts) swaps in fresh content every 2 s: draw its figures.
+  document.addEventListener("htmx:afterSettle", function (ev) { drawFigures(ev.target || document); });
 })();

@@ -42,3 +42,13 @@ def test_the_parser_sees_imports_inside_functions(tmp_path: Path):
     probe = tmp_path / "probe.py"
     probe.write_text("def f():\n    from app.db import models\n    import sqlalchemy as sa\n")
     assert [m for _, m in imported_modules(probe)] == ["app", "sqlalchemy"]
+
+
+def test_the_collector_client_needs_only_the_standard_library_and_httpx():
+    """rollscope/ is imported by training code: standard library and httpx, nothing else."""
+    import sys
+
+    for path in sorted((ROOT / "rollscope").rglob("*.py")):
+        bad = [(line, mod) for line, mod in imported_modules(path)
+               if mod not in sys.stdlib_module_names and mod not in ("httpx", "__future__")]
+        assert not bad, f"{path.relative_to(ROOT)} imports {bad}"

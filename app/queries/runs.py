@@ -93,6 +93,18 @@ def count_retries(*, session: Session, run_id: str) -> int:
     return session.execute(sa.select(sa.func.count()).where(R.c.run_id == run_id, R.c.attempt > 0)).scalar_one()
 
 
+def last_ingested_within(*, session, run_id: str, seconds: float) -> bool:
+    """Whether the run stored a rollout in the last `seconds` (it is receiving: live pages)."""
+    from datetime import timedelta
+
+    from app.db import models
+
+    R = models.Rollout.__table__
+    since = models.utcnow() - timedelta(seconds=seconds)
+    return session.execute(sa.select(R.c.pk).where(R.c.run_id == run_id, R.c.ingested_at >= since).limit(1)).first() \
+        is not None
+
+
 def delete_run(*, session: Session, run_id: str) -> int:
     """Delete a run and everything of it: rollouts, their details, nodes and findings (the
     foreign keys cascade, and are deleted explicitly too so SQLite without cascades agrees).

@@ -1,7 +1,7 @@
 """Dashboard pages. Each returns HTML or its JSON twin (`.json` suffix or Accept: application/json).
 
 URLs are stable and readable; training code may print them into its logs:
-`/runs`, `/runs/{run}`, `/runs/{run}/rollouts?step=&ending=&group=&task=&reward_min=&reward_max=&flag=&after=`,
+`/runs`, `/runs/{run}`, `/runs/{run}/rollouts?step=&ending=&group=&task=&reward_min=&reward_max=&flag=&label=&after=`,
 `/runs/{run}/rollouts/{rollout_id}`, `/runs/{run}/groups/{group_id}`, `/quarantine?file=&before=`.
 
 Ids may contain `/`: links encode it as `%2F`, and the app routes on a path where `%2F` and `%25`

@@ -20,6 +20,7 @@ with what it inserted and deleted (per-step rollups keep themselves exact that w
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +55,8 @@ class StoreResult:
     groups: set[tuple[str, str]] = field(default_factory=set)  # (run, group) with a member inserted/replaced
     errors: list[RecordError] = field(default_factory=list)  # records the database refused
     replaced_ids: list[Identity] = field(default_factory=list)  # (run, rollout id, attempt) replaced
+    outcomes: dict[Identity, str] = field(default_factory=dict)  # inserted | replaced | unchanged | rejected
+    cleared: int = 0  # quarantined records cleared because the record now landed
     batches: int = 0  # transactions that wrote a batch
     fallbacks: int = 0  # batches written again one rollout per savepoint
 
@@ -68,7 +71,9 @@ class StoreResult:
         self.runs |= other.runs
         self.groups |= other.groups
         self.replaced_ids += other.replaced_ids
+        self.outcomes.update(other.outcomes)
         self.batches += other.batches
+        self.cleared += other.cleared
         self.fallbacks += other.fallbacks
 
 
@@ -178,7 +183,7 @@ def _executemany(conn: sa.Connection, table: sa.Table, columns: tuple[str, ...],
 
 
 def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordError], *,
-                known_runs: set[str] | None = None) -> StoreResult:
+                known_runs: set[str] | None = None, quarantined_files: set[str] | None = None) -> StoreResult:
     """Write prepared rollouts (distinct identities) and quarantine `errors`, in the caller's
     transaction, with a constant number of statements. Raises on any database error: the
     caller rolls back and uses `write_one_by_one`."""
@@ -192,13 +197,17 @@ def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordE
             old = existing.get(p.identity)
             if old is not None and old[1] == p.content_hash:
                 res.unchanged += 1
+                res.outcomes[p.identity] = "unchanged"
                 continue
             if old is not None:
                 replaced.append(old[0])
                 res.replaced_ids.append(p.identity)
+            res.outcomes[p.identity] = "replaced" if old is not None else "inserted"
             todo.append(p)
         deleted = _delete(conn, replaced)
         inserted = _insert_rows(conn, todo)
+        res.cleared = _clear_landed(conn, inserted if quarantined_files is None
+                                    else [r for r in inserted if r["source_file"] in quarantined_files])
         res.replaced, res.inserted = len(replaced), len(todo) - len(replaced)
         res.findings = sum(p.n_findings for p in todo)
         res.runs = {p.identity[0] for p in batch}
@@ -209,6 +218,17 @@ def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordE
         quarantine_many(conn, errors)
         res.rejected += len(errors)
     return res
+
+
+def _clear_landed(conn: sa.Connection, rows: list[dict[str, Any]]) -> int:
+    """Delete the quarantine entries of records that now landed (same file and line: the record
+    was fixed and re-ingested); returns how many."""
+    keys = sorted({(r["source_file"], r["source_line"]) for r in rows
+                   if r["source_file"] is not None and r["source_line"] is not None})
+    if not keys:
+        return 0
+    Q = models.Quarantine.__table__
+    return conn.execute(Q.delete().where(sa.tuple_(Q.c.source_file, Q.c.line).in_(keys))).rowcount or 0
 
 
 def _groups(*row_lists: list[dict[str, Any]]) -> set[tuple[str, str]]:
@@ -239,6 +259,7 @@ def _write_one(conn: sa.Connection, p: Prepared, groups: set[tuple[str, str]]) -
             conn.execute(table.delete().where(table.c.rollout_pk == existing.pk))
         deleted = _delete(conn, [existing.pk])
     written = Written(_insert_rows(conn, [p]), deleted)
+    _clear_landed(conn, written.inserted)
     _run_hooks(conn, written)
     groups.update(_groups(written.inserted, written.deleted))
     return "replaced" if existing is not None else "inserted"
@@ -263,6 +284,7 @@ def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[Re
                 with conn.begin_nested():
                     outcome = _write_one(conn, p, groups)
                 setattr(res, outcome, getattr(res, outcome) + 1)  # counted once it is committed
+                res.outcomes[p.identity] = outcome
                 res.groups |= groups
                 if outcome != "unchanged":
                     res.findings += p.n_findings
@@ -275,6 +297,7 @@ def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[Re
                 # another writer stored this rollout meanwhile: look again (unchanged or replace)
             except Exception as exc:  # noqa: BLE001 - one rollout must not cost its neighbours
                 refused.append(storage_error(p.rollout, exc))
+                res.outcomes[p.identity] = "rejected"
                 break
     recheck_groups(conn, res.groups)
     if errors or refused:
@@ -319,6 +342,51 @@ def write_in(conn: sa.Connection, prepared: list[Prepared], errors: list[RecordE
 
 # --- the stream -------------------------------------------------------------------------------
 
+RETRY_WAITS = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)  # about 30 s for a database to come back
+
+
+def _quarantined_files(conn: sa.Connection, prepared: list[Prepared], checked: set[str], found: set[str]) -> set[str]:
+    """The batch's source files that have quarantine entries, looked up once per file per call
+    (so a batch of an unquarantined file spends no statement on clearing)."""
+    new = {p.summary["source_file"] for p in prepared if p.summary["source_file"]} - checked
+    if new:
+        Q = models.Quarantine.__table__
+        found |= set(conn.execute(sa.select(Q.c.source_file).where(Q.c.source_file.in_(sorted(new))).distinct())
+                     .scalars())
+        checked |= new
+    return found
+
+
+def database_gone(exc: BaseException) -> bool:
+    """A lost or refused connection (a restart, a network cut), not a problem of the data."""
+    if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    if isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError)):
+        text = str(exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc).lower()
+        return any(w in text for w in ("connect", "terminat", "server closed", "shutdown", "admin_shutdown",
+                                       "the database system is", "broken pipe", "connection"))
+    return False
+
+
+def _with_retries(engine: Engine, write, in_transaction, last_item, total: StoreResult) -> StoreResult:
+    """One batch transaction, retried while the database is unreachable. When it stays away
+    the error carries `rollouts_committed` (what earlier batches stored)."""
+    for wait in (*RETRY_WAITS, None):
+        try:
+            with engine.begin() as conn:
+                res = write(conn)
+                if in_transaction:
+                    in_transaction(conn, last_item)
+            return res
+        except Exception as exc:
+            if not database_gone(exc) or wait is None:
+                if database_gone(exc):
+                    exc.rollouts_committed = total.inserted + total.replaced  # type: ignore[attr-defined]
+                raise
+            engine.dispose()
+            time.sleep(wait)
+    raise AssertionError("unreachable")
+
 def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=None,
           batch_size: int = BATCH, in_transaction: Callable[[sa.Connection, object], None] | None = None,
           context: CheckContext | None = None) -> StoreResult:
@@ -338,6 +406,8 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     identities: set[Identity] = set()  # of `pending`
     seen: set[Identity] = set()  # in this call
     known_runs: set[str] = set()
+    files_checked: set[str] = set()  # source files whose quarantine entries were looked up
+    quarantined_files: set[str] = set()  # ... and those that have some (records landing clear them)
     last: list[object] = [None]
 
     def flush() -> None:
@@ -350,13 +420,13 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
             (failed if isinstance(p, RecordError) else prepared).append(p)
         batch_errors = errors + failed
         try:
-            with engine.begin() as conn:
-                res = write_batch(conn, prepared, batch_errors, known_runs=known_runs)
-                if in_transaction:
-                    in_transaction(conn, last[0])
+            res = _with_retries(engine, lambda conn: write_batch(
+                conn, prepared, batch_errors, known_runs=known_runs,
+                quarantined_files=_quarantined_files(conn, prepared, files_checked, quarantined_files)),
+                in_transaction, last[0], total)
         except Exception as exc:  # noqa: BLE001 - the fallback isolates the one that failed
-            if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
-                raise  # the database went away: writing row by row cannot help
+            if database_gone(exc):
+                raise  # retried already: the database is down, writing row by row cannot help
             with engine.begin() as conn:
                 res = write_one_by_one(conn, prepared, batch_errors)
                 if in_transaction:

@@ -10,9 +10,9 @@ from app.queries import findings as q_findings
 from app.queries import nodes as q_nodes
 from app.queries import runs as q_runs
 from app.queries.common import ENDINGS
-from ingest import checks
 from app.queries import annotations as q_annotations
 from app.views.common import NoteView, PageModel, iso, note_view
+from ingest import checks
 
 
 class RunRow(PageModel):
@@ -113,6 +113,11 @@ class RunPage(PageModel):
     checks: list[CheckRow]
     chat_template: bool  # a chat template is kept with the run's tokenizer (the template checks use it)
     notes: list[NoteView]  # notes on the run's training steps
+    live: bool = False  # a rollout arrived in the last LIVE_SECONDS: the page refreshes itself every 2 s
+    in_progress_step: int | None = None  # the newest step while live: more rollouts may still come
+
+
+LIVE_SECONDS = 120  # a run that received a rollout this recently is "receiving"
 
 
 def run_page(session: Session, run_id: str, *, json: bool = False) -> RunPage | None:
@@ -128,7 +133,10 @@ def run_page(session: Session, run_id: str, *, json: bool = False) -> RunPage | 
     fired = [(c.kind, c.label) for c in checks_ran if c.rollouts]
     # Without a training step (Tunix files, tau-bench) a per-step chart has no axis to draw on.
     steps_recorded = any(s.step is not None for s in steps)
+    live = q_runs.last_ingested_within(session=session, run_id=run_id, seconds=LIVE_SECONDS)
+    newest = max((s.step for s in steps if s.step is not None), default=None)
     return RunPage(
+        live=live, in_progress_step=newest if live else None,
         run=RunHeader(id=run.id, name=run.name, type=run.type, tokenizer=run.tokenizer_sha256,
                       url=urls.run(run.id, json=json), rollouts_url=urls.rollouts(run.id, json=json)),
         endings=ENDINGS,

@@ -55,14 +55,17 @@ def _transient(exc: BaseException) -> bool:
 
 
 def run(engine: Engine, dirs: list[Path], *, stop: threading.Event | None = None, poll: float = 0.5,
-        once: bool = False, log: Callable[[str], None] = print, **spool_options) -> int:
+        once: bool = False, log: Callable[[str], None] = print, heartbeat: Path | None = None,
+        **spool_options) -> int:
     """Ingest from `dirs` until `stop` is set (or, with `once`, until nothing is left to read).
-    Returns the number of chunks committed."""
+    `heartbeat` is touched on every pass (health checks). Returns the number of chunks committed."""
     stop = stop or threading.Event()
     spool = Spool(engine, dirs, log=log, **spool_options)
     backoff = 0.0
     total = 0
     while not stop.is_set():
+        if heartbeat is not None:
+            heartbeat.touch()
         try:
             spool.sync_files()
             done = spool.work(stop.is_set)

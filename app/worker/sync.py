@@ -21,7 +21,7 @@ from ingest.formats import ReadContext
 from ingest.files import TRACE_SUFFIXES, read_records, walk
 from ingest.source import RecordError, Source, open_source
 from app.store.quarantine import quarantine_many
-from app.store.write import BATCH, StoreResult, ensure_run, store, store_tokenizer
+from app.store.write import BATCH, StoreResult, database_gone, ensure_run, store, store_tokenizer
 
 
 @dataclass
@@ -105,6 +105,10 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
             result = store(engine, read_records(reader, source, ctx, file_errors), on_item=on_item,
                            batch_size=batch_size, context=check_context)
         except Exception as exc:  # noqa: BLE001 - one file must not stop the others
+            if database_gone(exc):  # not this file's fault: stop, saying how far it got
+                exc.rollouts_committed = (getattr(exc, "rollouts_committed", 0)  # type: ignore[attr-defined]
+                                          + report.total.inserted + report.total.replaced)
+                raise
             err = RecordError(str(path), source.last_line, None,
                               f"ingest of this file stopped: {type(exc).__name__}: {exc}", source.last_raw)
             _reject_file(engine, report, err)

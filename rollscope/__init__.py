@@ -1,0 +1,1 @@
+"""What training code imports: `rollscope.client` (standard library and httpx only)."""
