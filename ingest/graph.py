@@ -124,3 +124,106 @@ def _match(msg: dict, open_calls: list[CallRef]) -> tuple[CallRef | None, list[C
     name = msg.get("name")
     candidates = [c for c in open_calls if name and c.name == name] or open_calls
     return (candidates[0], candidates) if candidates else (None, [])
+
+
+# --- the drawn graph: node kinds, why branches fork, which branch becomes which sample ---------
+
+NODE_KINDS = {
+    "compaction": "compaction: a summary that replaces earlier turns for later requests",
+    "subagent": "subagent: a child conversation that returns only its result",
+    "retry": "retry: the same request sent again",
+    "rerender": "re-render: the prompt was re-tokenized and does not extend the previous prompt",
+}
+
+FORK_REASONS = {
+    "rerender": "the template re-render did not extend the previous prompt",
+    "compaction": "compaction replaced earlier turns",
+    "subagent": "a subagent's conversation",
+    "retry": "a retry of the same request",
+    "resample": "another sample from the same context (best-of-n)",
+    "fork": "the conversation forks here",
+    "root": "a separate conversation (new root)",
+}
+
+
+def node_kind(extra: dict | None) -> str | None:
+    """What a node is in the graph, from `node.extra` (docs/views.md): `kind` when a reader set
+    one of NODE_KINDS; `context_management.type == "compaction"` (ATIF); `subagent` /
+    `subagent_trajectory_id` (a child conversation); `retry_of`; `token_drift` (the reader
+    started a new root because the prompt was re-tokenized). None for an ordinary message."""
+    if not extra:
+        return None
+    kind = extra.get("kind")
+    if kind in NODE_KINDS:
+        return kind
+    cm = extra.get("context_management")
+    if isinstance(cm, dict) and cm.get("type") == "compaction":
+        return "compaction"
+    if extra.get("subagent") or extra.get("subagent_trajectory_id"):
+        return "subagent"
+    if extra.get("retry_of") is not None:
+        return "retry"
+    if extra.get("token_drift"):
+        return "rerender"
+    return None
+
+
+@dataclass
+class GraphNode:
+    """What the drawn graph needs of a node: no message body, no token arrays."""
+
+    idx: int
+    parent: int | None
+    role: str
+    sampled: bool = False
+    n_tokens: int = 0
+    n_trained: int = 0
+    kind: str | None = None
+
+
+def fork_points(nodes: Sequence[GraphNode], paths: Sequence[Sequence[int]]) -> list[dict | None]:
+    """Per branch, where and why it leaves the branches before it (None for branch 0).
+
+    `at`: the last node it shares with an earlier branch (None when it starts at its own root);
+    `first`: its first node of its own; `from_branch`: the earlier branch it shares `at` with;
+    `position`: the depth of `first` on the branch; `reason`: a key of FORK_REASONS, from the
+    kind of `first` (compaction, subagent, retry, re-render), else `resample` when `first` was
+    sampled (another answer to the same context), else `fork` (or `root`). O(total path length)."""
+    owner: dict[int, int] = {}
+    out: list[dict | None] = []
+    for b, path in enumerate(paths):
+        if b == 0:
+            out.append(None)
+        else:
+            k = 0
+            while k < len(path) and path[k] in owner:
+                k += 1
+            at = path[k - 1] if k else None
+            first = path[k] if k < len(path) else None
+            kind = nodes[first].kind if first is not None and first < len(nodes) else None
+            if kind:
+                reason = kind
+            elif at is None:
+                reason = "root"
+            elif first is not None and nodes[first].sampled:
+                reason = "resample"
+            else:
+                reason = "fork"
+            out.append({"at": at, "first": first, "position": k, "reason": reason, "text": FORK_REASONS[reason],
+                        "from_branch": owner.get(at) if at is not None else None})
+        for i in path:
+            owner.setdefault(i, b)
+    return out
+
+
+def samples(nodes: Sequence[GraphNode], paths: Sequence[Sequence[int]]) -> list[int | None]:
+    """Per branch, the training row it becomes: the index among branches that carry any mask-1
+    token (a trainable branch is one sample); None for a branch with nothing to train on."""
+    out, k = [], 0
+    for path in paths:
+        if any(nodes[i].n_trained for i in path if i < len(nodes)):
+            out.append(k)
+            k += 1
+        else:
+            out.append(None)
+    return out
