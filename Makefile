@@ -63,7 +63,9 @@ schema: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/ingest.py
 	$(PY) bench/ingest_and_pages.py
+	$(PY) bench/views.py
 	$(PY) bench/readers.py
+	$(PY) bench/agents_and_otlp.py
 
 bench-load: $(STAMP)
 	$(PY) bench/load.py

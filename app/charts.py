@@ -8,13 +8,13 @@ from app import urls
 from app.queries.common import ENDINGS
 from app.queries.runs import StepRow
 
-ENDING_COLORS = {
+ENDING_COLORS = {  # the ending badges' colours (static/app.css .ending-*): one colour per ending everywhere
     "submitted": "#2e7d32",
-    "task_detected": "#66bb6a",
-    "truncated": "#f9a825",
-    "length_cut": "#ef6c00",
+    "task_detected": "#43a047",
+    "truncated": "#b58100",
+    "length_cut": "#d35400",
     "error": "#c62828",
-    "unknown": "#9e9e9e",
+    "unknown": "#757575",
 }
 
 

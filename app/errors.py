@@ -1,6 +1,6 @@
 """Exceptions → the error page (HTML) or a JSON body, negotiated like the page itself
 (app.render.wants_json), so a page and its errors always answer in the same form. `/api/v1`
-always answers JSON.
+and the health endpoints always answer JSON.
 
 Every JSON error has one shape, on the pages' twins and on the API alike:
 
@@ -65,7 +65,8 @@ def _validation_message(errors: list[dict]) -> str:
 
 
 def is_api(request: Request) -> bool:
-    return request.url.path.startswith("/api/")
+    """The API and the health endpoints answer JSON whatever the Accept header says."""
+    return request.url.path.startswith("/api/") or request.url.path in ("/healthz", "/readyz")
 
 
 def error_response(request: Request, status: int, message: str, *, field: str | None = None,
@@ -74,7 +75,10 @@ def error_response(request: Request, status: int, message: str, *, field: str | 
     if is_api(request) or wants_json(request):
         body = ErrorBody(error=ErrorDetail(code=code or CODES.get(status, "error"), message=message, field=field))
         return JSONResponse(body.model_dump(), status_code=status, headers=headers)
-    return error_page(request, status, message)
+    page = error_page(request, status, message)
+    for k, v in (headers or {}).items():  # WWW-Authenticate on 401, Retry-After on 429/503: the page too
+        page.headers[k] = v
+    return page
 
 
 def install(app: FastAPI) -> None:

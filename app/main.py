@@ -19,7 +19,7 @@ from app.api.v1 import router as api_v1
 from app.config import Settings, get_settings
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
-from app.routes import pages, receive, status
+from app.routes import ingest_http, pages, receive, status
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 
@@ -98,13 +98,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = engine
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    app.state.ingest_gate = receive.Gate(settings.api.ingest_max_inflight)
-    app.include_router(receive.router)
+    app.state.ingest_gate = ingest_http.Gate(settings.api.ingest_max_inflight)
+    app.include_router(ingest_http.router)
     app.include_router(status.router)
     status.install_latency(app)
     app.include_router(api_v1)
     app.include_router(health)
     app.include_router(pages.router, include_in_schema=False)
+    app.include_router(receive.router)
 
     @app.get("/api/docs", include_in_schema=False)
     def api_docs(request: Request):

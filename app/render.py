@@ -44,6 +44,15 @@ templates.env.filters["plural"] = plural
 templates.env.globals["urls"] = urls
 
 
+def _chip(t):
+    from app.chips import chip  # imports compact_number from here
+
+    return chip(t)
+
+
+templates.env.filters["chip"] = _chip
+
+
 def split_twin(value: str) -> tuple[str, bool]:
     """`"abc.json"` → `("abc", True)`; anything else → `(value, False)`."""
     if value.endswith(".json"):

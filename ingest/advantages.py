@@ -153,4 +153,53 @@ def recorded_advantage(rollout) -> float | None:
               if m and a is not None and math.isfinite(a)}
     if len(values) == 1:
         return float(values.pop())
+
+
+# --- the three estimators side by side, for the group page ------------------------------------
+
+ESTIMATOR_TEXT = {
+    "dr_grpo": "mean-centred: r − mean (Dr. GRPO, Liu et al. 2025; no std division)",
+    "grpo": f"std-normalised: (r − mean) / (std + {STD_EPS:g}), std the sample std with n − 1 (GRPO, Shao et "
+            "al. 2024; torch.std as TRL calls it)",
+    "rloo": "leave-one-out: r − mean of the other members (RLOO, Ahmadian et al. 2024); none for a group of one",
+}
+
+
+def estimators(scored: dict[str, float]) -> dict:
+    """Advantages of one group's scored members (key → finite reward, after the error policy)
+    under the three estimators (`estimate`): `{"mean", "std_population", "std_sample",
+    "advantages": {key: {"dr_grpo", "grpo", "rloo"}}}`. GRPO and RLOO are None for a group of
+    one (nothing to compare with), never 0."""
+    if not scored:
+        return {"mean": None, "std_population": None, "std_sample": None, "advantages": {}}
+    keys, values = list(scored), list(scored.values())
+    n = len(values)
+    mean, std_pop = _mean_std(values)
+    dr = estimate(values, "mean_centred")
+    grpo = estimate(values, "std_normalised", ddof=1) if n > 1 else [None] * n
+    rloo = estimate(values, "leave_one_out") if n > 1 else [None] * n
+    return {"mean": mean, "std_population": std_pop, "std_sample": std_pop * math.sqrt(n / (n - 1)) if n > 1 else None,
+            "advantages": {k: {"dr_grpo": d, "grpo": g, "rloo": r} for k, d, g, r in zip(keys, dr, grpo, rloo)}}
+
+
+def scored_rewards(members: Sequence[Member], *, drop_errors: bool) -> dict[str, float]:
+    """key → the reward the baseline uses under one error policy (errors 0, or dropped);
+    missing and non-finite rewards are left out."""
+    out: dict[str, float] = {}
+    for m in members:
+        if m.ending == "error":
+            if not drop_errors:
+                out[m.key] = 0.0
+        elif m.reward is not None and math.isfinite(m.reward):
+            out[m.key] = m.reward
+    return out
+
+
+def no_signal(scored: dict[str, float]) -> str | None:
+    """Why a group carries no learning signal under a policy, or None: every advantage is 0 when
+    all rewards are equal, and a single member has nothing to be compared with."""
+    if len(scored) == 1:
+        return "one member left"
+    if len(scored) > 1 and len(set(scored.values())) == 1:
+        return "all rewards equal"
     return None

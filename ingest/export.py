@@ -20,7 +20,7 @@ from ingest.graph import branches
 from ingest.schema import Rollout
 from ingest.source import dumps
 
-FORMATS = ("native", "verifiers", "atif", "samples", "parquet")
+FORMATS = ("native", "verifiers", "atif", "samples", "parquet", "otlp")
 
 
 def training_samples(r: Rollout) -> list[dict[str, Any]]:
@@ -105,6 +105,18 @@ def _parquet(rollouts: Iterable[Rollout], out: Path) -> int:
     return n
 
 
+def _otlp(rollouts: Iterable[Rollout], out: Path) -> int:
+    """OTLP/JSON lines: one ExportTraceServiceRequest per rollout (ingest/formats/otlp.py)."""
+    from ingest.formats import otlp
+
+    n = 0
+    with out.open("wb") as f:
+        for r in rollouts:
+            f.write(otlp.write([r]))
+            n += 1
+    return n
+
+
 def _writers() -> dict[str, Callable[[Iterable[Rollout], Path], int]]:
     from ingest.formats import atif, verifiers
 
@@ -114,6 +126,7 @@ def _writers() -> dict[str, Callable[[Iterable[Rollout], Path], int]]:
         "atif": _jsonl_writer(lambda r: [atif.to_trajectory(r)]),
         "samples": _jsonl_writer(training_samples),
         "parquet": _parquet,
+        "otlp": _otlp,
     }
 
 

@@ -1,14 +1,25 @@
 """The message graph: branches (root-to-leaf paths) and tool-call pairing.
 
 Pairing never uses the tool-call id as a unique key: ids are reused (tau-bench reuses one id for
-two sequential calls; parallel calls can share an id). A tool message answers the nearest
-preceding unanswered call with its id, in order; a tool message without an id answers the
-oldest unanswered call.
+two sequential calls; parallel calls can share an id). The rule (docs/formats.md, "Pairing tool
+results with their calls"), for each tool message along a branch, in order:
+
+1. it names an id that an unanswered call carries → the nearest preceding such call (among
+   parallel calls of one message that share the id, the first): results that arrive in another
+   order than their calls are paired by id;
+2. otherwise it names a tool (`name`) → the oldest unanswered call of that tool;
+3. otherwise → the oldest unanswered call.
+
+Rules 2 and 3 decide only when one unanswered call is a candidate. With several candidates the
+result is paired with the oldest and the pairing is marked `ambiguous` (the candidates are
+listed): the data cannot decide, so the guess is never silent. A later result that takes one of
+those candidates is marked too, since its pairing rests on the same guess. A result that names an id no
+unanswered call carries, or that comes when no call is waiting, is unpaired.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 
@@ -37,44 +48,182 @@ def branches(nodes: Sequence[_NodeLike]) -> list[list[int]]:
 
 @dataclass
 class CallRef:
-    """One tool call: node index, position within the node's `tool_calls`, id, name."""
+    """One tool call: node index, position within the node's `tool_calls`, id, name.
+
+    `ambiguous`: the (node, position) of every call that could have taken this call's result
+    when the data could not decide (rules 2-3 above); empty when the pairing is certain.
+    `ends_rollout`: the call ended the rollout (a submit or finish tool), so no result follows."""
 
     node: int
     position: int
     id: str | None
     name: str
     result_node: int | None = None
+    ambiguous: list[tuple[int, int]] = field(default_factory=list)
+    ends_rollout: bool = False
+
+
+@dataclass
+class Pairing:
+    """Calls in order (with their results) and the tool messages no call took."""
+
+    calls: list[CallRef]
+    unpaired_results: list[int]
 
 
 def pair_tool_calls(path: Sequence[int], messages: Sequence[dict]) -> list[CallRef]:
-    """Pair tool calls with results along one branch.
+    """Pair tool calls with results along one branch (see the module docstring).
 
     `path`: node indices in order; `messages[i]`: the message dict of node i (role, tool_calls,
-    tool_call_id). Returns every call in order, `result_node` None when no result was recorded.
-    """
+    tool_call_id, name). Returns every call in order, `result_node` None when no result was
+    recorded."""
+    return pair(path, messages).calls
+
+
+def pair(path: Sequence[int], messages: Sequence[dict]) -> Pairing:
+    """`pair_tool_calls`, plus the tool messages that answer no call."""
     calls: list[CallRef] = []
     open_calls: list[CallRef] = []
+    unpaired: list[int] = []
+    doubt: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for i in path:
         msg = messages[i]
         role = msg.get("role")
         if role == "assistant":
             for pos, tc in enumerate(msg.get("tool_calls") or []):
-                ref = CallRef(i, pos, tc.get("id"), tc.get("name") or "")
+                ref = CallRef(i, pos, tc.get("id"), tc.get("name") or "",
+                              ends_rollout=bool((tc.get("extra") or {}).get("ends_rollout")))
                 calls.append(ref)
                 open_calls.append(ref)
-        elif role == "tool" and open_calls:
-            wanted = msg.get("tool_call_id")
-            match = None
-            if wanted is not None:
-                match = next((c for c in reversed(open_calls) if c.id == wanted), None)
-                # Reused ids: the nearest preceding unanswered call with this id, but among
-                # several open calls of one node (parallel), answer them in order.
-                if match is not None:
-                    same = [c for c in open_calls if c.id == wanted and c.node == match.node]
-                    match = same[0]
-            if match is None and wanted is None:
-                match = open_calls[0]
-            if match is not None:
-                match.result_node = i
-                open_calls.remove(match)
-    return calls
+        elif role == "tool":
+            match, candidates = _match(msg, open_calls)
+            if match is None:
+                unpaired.append(i)
+                continue
+            match.result_node = i
+            if len(candidates) > 1:
+                match.ambiguous = [(c.node, c.position) for c in candidates]
+                for c in candidates:  # the others' pairings rest on this guess too
+                    doubt.setdefault((c.node, c.position), match.ambiguous)
+            elif candidates and (match.node, match.position) in doubt:
+                match.ambiguous = doubt[(match.node, match.position)]
+            open_calls.remove(match)
+    return Pairing(calls, unpaired)
+
+
+def _match(msg: dict, open_calls: list[CallRef]) -> tuple[CallRef | None, list[CallRef]]:
+    wanted = msg.get("tool_call_id")
+    if wanted is not None:
+        match = next((c for c in reversed(open_calls) if c.id == wanted), None)
+        if match is not None:
+            # Reused ids: the nearest preceding unanswered call with this id, but among several
+            # open calls of one node (parallel), answer them in order.
+            return next(c for c in open_calls if c.id == wanted and c.node == match.node), []
+        if any(c.id is not None for c in open_calls) or not open_calls:
+            return None, []  # names a call that is not waiting
+    name = msg.get("name")
+    candidates = [c for c in open_calls if name and c.name == name] or open_calls
+    return (candidates[0], candidates) if candidates else (None, [])
+
+
+# --- the drawn graph: node kinds, why branches fork, which branch becomes which sample ---------
+
+NODE_KINDS = {
+    "compaction": "compaction: a summary that replaces earlier turns for later requests",
+    "subagent": "subagent: a child conversation that returns only its result",
+    "retry": "retry: the same request sent again",
+    "rerender": "re-render: the prompt was re-tokenized and does not extend the previous prompt",
+}
+
+FORK_REASONS = {
+    "rerender": "the template re-render did not extend the previous prompt",
+    "compaction": "compaction replaced earlier turns",
+    "subagent": "a subagent's conversation",
+    "retry": "a retry of the same request",
+    "resample": "another sample from the same context (best-of-n)",
+    "fork": "the conversation forks here",
+    "root": "a separate conversation (new root)",
+}
+
+
+def node_kind(extra: dict | None) -> str | None:
+    """What a node is in the graph, from `node.extra` (docs/views.md): `kind` when a reader set
+    one of NODE_KINDS; `context_management.type == "compaction"` (ATIF); `subagent` /
+    `subagent_trajectory_id` (a child conversation); `retry_of`; `token_drift` (the reader
+    started a new root because the prompt was re-tokenized). None for an ordinary message."""
+    if not extra:
+        return None
+    kind = extra.get("kind")
+    if kind in NODE_KINDS:
+        return kind
+    cm = extra.get("context_management")
+    if isinstance(cm, dict) and cm.get("type") == "compaction":
+        return "compaction"
+    if extra.get("subagent") or extra.get("subagent_trajectory_id"):
+        return "subagent"
+    if extra.get("retry_of") is not None:
+        return "retry"
+    if extra.get("token_drift"):
+        return "rerender"
+    return None
+
+
+@dataclass
+class GraphNode:
+    """What the drawn graph needs of a node: no message body, no token arrays."""
+
+    idx: int
+    parent: int | None
+    role: str
+    sampled: bool = False
+    n_tokens: int = 0
+    n_trained: int = 0
+    kind: str | None = None
+
+
+def fork_points(nodes: Sequence[GraphNode], paths: Sequence[Sequence[int]]) -> list[dict | None]:
+    """Per branch, where and why it leaves the branches before it (None for branch 0).
+
+    `at`: the last node it shares with an earlier branch (None when it starts at its own root);
+    `first`: its first node of its own; `from_branch`: the earlier branch it shares `at` with;
+    `position`: the depth of `first` on the branch; `reason`: a key of FORK_REASONS, from the
+    kind of `first` (compaction, subagent, retry, re-render), else `resample` when `first` was
+    sampled (another answer to the same context), else `fork` (or `root`). O(total path length)."""
+    owner: dict[int, int] = {}
+    out: list[dict | None] = []
+    for b, path in enumerate(paths):
+        if b == 0:
+            out.append(None)
+        else:
+            k = 0
+            while k < len(path) and path[k] in owner:
+                k += 1
+            at = path[k - 1] if k else None
+            first = path[k] if k < len(path) else None
+            kind = nodes[first].kind if first is not None and first < len(nodes) else None
+            if kind:
+                reason = kind
+            elif at is None:
+                reason = "root"
+            elif first is not None and nodes[first].sampled:
+                reason = "resample"
+            else:
+                reason = "fork"
+            out.append({"at": at, "first": first, "position": k, "reason": reason, "text": FORK_REASONS[reason],
+                        "from_branch": owner.get(at) if at is not None else None})
+        for i in path:
+            owner.setdefault(i, b)
+    return out
+
+
+def samples(nodes: Sequence[GraphNode], paths: Sequence[Sequence[int]]) -> list[int | None]:
+    """Per branch, the training row it becomes: the index among branches that carry any mask-1
+    token (a trainable branch is one sample); None for a branch with nothing to train on."""
+    out, k = [], 0
+    for path in paths:
+        if any(nodes[i].n_trained for i in path if i < len(nodes)):
+            out.append(k)
+            k += 1
+        else:
+            out.append(None)
+    return out

@@ -1,5 +1,9 @@
 // Rollscope front-end: draws the Plotly figures embedded as JSON and makes chart points drill
-// down to their rollouts. No inline scripts (the CSP forbids them); trace text never reaches here.
+// down to their rollouts; on the rollout page, the token overlays, token details on hover or
+// focus, windows of long token strips and further messages loaded as they scroll into view,
+// deep links (#m-N, #t-N) to anything in the rollout, and the keyboard. No inline scripts (the
+// CSP forbids them); trace text is only ever set as textContent, never parsed as HTML here
+// (fragments come from the server, escaped by its templates).
 (function () {
   "use strict";
 
@@ -21,7 +25,293 @@
     });
   }
 
-  document.addEventListener("DOMContentLoaded", function () { drawFigures(document); });
+  // --- fragments ------------------------------------------------------------------------------
+
+  function fetchFragment(url) {
+    return fetch(url, {headers: {"HX-Request": "true"}, credentials: "same-origin"}).then(function (r) {
+      if (!r.ok) throw new Error("HTTP " + r.status + " for " + url);
+      return r.text();
+    }).then(function (html) {
+      var tpl = document.createElement("template");
+      tpl.innerHTML = html;
+      return tpl.content;
+    });
+  }
+
+  var observer = null;
+  function observe(root) {
+    if (!observer) return;
+    root.querySelectorAll(".tok-window[data-src], .load-more[data-src]").forEach(function (el) {
+      observer.observe(el);
+    });
+  }
+
+  var loading = new WeakMap();
+  function loadWindow(el) {
+    if (loading.has(el)) return loading.get(el);
+    var p = fetchFragment(el.dataset.src).then(function (frag) {
+      if (observer) observer.unobserve(el);
+      el.replaceWith(frag);
+    });
+    loading.set(el, p);
+    return p;
+  }
+
+  function loadMore(el) {
+    if (loading.has(el)) return loading.get(el);
+    var p = fetchFragment(el.dataset.src).then(function (frag) {
+      frag.querySelectorAll(".load-earlier").forEach(function (x) { x.remove(); });
+      if (observer) observer.unobserve(el);
+      var root = document.createElement("div");
+      root.appendChild(frag);
+      var nodes = Array.prototype.slice.call(root.childNodes);
+      el.replaceWith.apply(el, nodes);
+      observe(document.getElementById("messages"));
+    });
+    loading.set(el, p);
+    return p;
+  }
+
+  function loadEarlier(el) {
+    if (loading.has(el)) return loading.get(el);
+    var before = document.documentElement.scrollHeight;
+    var p = fetchFragment(el.dataset.src).then(function (frag) {
+      frag.querySelectorAll(".load-more").forEach(function (x) { x.remove(); });
+      el.replaceWith(frag);
+      // keep what the reader was looking at in place
+      window.scrollBy(0, document.documentElement.scrollHeight - before);
+      observe(document.getElementById("messages"));
+    });
+    loading.set(el, p);
+    return p;
+  }
+
+  // --- token details --------------------------------------------------------------------------
+
+  var STATE = {
+    "tok-trained": "sampled, trained (loss mask 1)", "tok-context": "context (mask 0)",
+    "tok-filtered": "sampled, not trained (mask 0)", "tok-fault": "trained but not sampled (mask 1 on a token the policy did not sample)",
+    "tok-special": "special token", "tok-placeholder": "placeholder id (not recorded)"
+  };
+
+  function stateOf(el) {
+    for (var k in STATE) if (el.classList.contains(k)) return STATE[k];
+    return "";
+  }
+
+  function showToken(el) {
+    var panel = document.getElementById("tokinfo");
+    if (!panel || !el) return;
+    var d = el.dataset;
+    var lines = [el.id.replace("-", "") + " · #" + d.i + " in its message · id " + d.id, stateOf(el),
+                 "piece " + JSON.stringify(el.textContent)];
+    if (d.raw) lines.push("byte-level piece " + JSON.stringify(d.raw));
+    if (d.hex) lines.push("bytes " + d.hex);
+    else if (d.id !== "-1" && el.title.indexOf("bytes lost") >= 0) lines.push("bytes lost upstream (U+FFFD)");
+    lines.push("logprob " + (d.lp !== undefined ? d.lp : (d.lpb === "-1" ? "missing" : "none (context, by design)")));
+    if (d.adv !== undefined) lines.push("advantage " + d.adv);
+    if (d.delta !== undefined) lines.push("trainer − inference Δ " + d.delta + " · ratio " + d.ratio);
+    panel.textContent = lines.join("\n");
+    panel.hidden = false;
+  }
+
+  function activate(el) {
+    var prev = document.querySelector(".tok.active");
+    if (prev) { prev.classList.remove("active"); prev.removeAttribute("tabindex"); }
+    el.classList.add("active");
+    el.setAttribute("tabindex", "-1");
+    el.focus({preventScroll: false});
+    showToken(el);
+  }
+
+  // --- deep links -----------------------------------------------------------------------------
+
+  function target(hash) {
+    var m = /^#(m|node|t)-(\d+)$/.exec(hash || "");
+    if (!m) return null;
+    var kind = m[1] === "t" ? "t" : "m";
+    return {kind: kind, n: parseInt(m[2], 10), id: kind + "-" + m[2]};
+  }
+
+  function highlight(el) {
+    document.querySelectorAll(".target").forEach(function (x) { x.classList.remove("target"); });
+    el.classList.add("target");
+    el.scrollIntoView({block: "center"});
+    if (el.classList.contains("tok")) activate(el);
+  }
+
+  function goToHash() {
+    var tg = target(location.hash);
+    if (!tg || !document.getElementById("messages")) return;
+    var el = document.getElementById(tg.id);
+    if (el) { highlight(el); return; }
+    if (tg.kind === "t") {
+      var w = Array.prototype.find.call(document.querySelectorAll(".tok-window[data-src]"), function (x) {
+        return +x.dataset.t0 <= tg.n && tg.n < +x.dataset.t1;
+      });
+      if (w) { loadWindow(w).then(goToHash); return; }
+    }
+    // not on this page: ask the server for the page that holds it (once)
+    var u = new URL(location.href);
+    var want = tg.kind + "-" + tg.n;
+    if (u.searchParams.get("focus") === want) return;
+    u.searchParams.set("focus", want);
+    u.searchParams.delete("offset");
+    location.replace(u.toString());
+  }
+
+  // --- keyboard -------------------------------------------------------------------------------
+
+  function messageStep(dir) {
+    var msgs = document.querySelectorAll("article.msg");
+    if (!msgs.length) return;
+    var pick = null;
+    if (dir > 0) {
+      pick = Array.prototype.find.call(msgs, function (m) { return m.getBoundingClientRect().top > 8; });
+      if (!pick) {
+        var more = document.querySelector(".load-more[data-src]");
+        if (more) { loadMore(more).then(function () { messageStep(1); }); return; }
+      }
+    } else {
+      for (var i = msgs.length - 1; i >= 0; i--) {
+        if (msgs[i].getBoundingClientRect().top < -8) { pick = msgs[i]; break; }
+      }
+    }
+    if (!pick) return;
+    pick.scrollIntoView({block: "start"});
+    pick.focus({preventScroll: true});
+    history.replaceState(null, "", "#" + pick.id);
+  }
+
+  function go(url) { if (url) window.location.href = url; }
+
+  function onKey(e) {
+    if (e.ctrlKey || e.metaKey || e.altKey) return;
+    var t = e.target;
+    if (t && (t.tagName === "INPUT" || t.tagName === "SELECT" || t.tagName === "TEXTAREA" || t.isContentEditable)) return;
+    var dlg = document.getElementById("keys");
+    var nav = document.querySelector("nav.branches");
+    var head = document.querySelector("section.head");
+    var list = document.querySelector("nav.list-nav");
+    if ((e.key === "ArrowRight" || e.key === "ArrowLeft") && t && t.closest && t.closest(".tokens")) {
+      var cur = t.classList.contains("tok") ? t : t.querySelector(".tok");
+      if (!cur) return;
+      var next = e.key === "ArrowRight" ? cur.nextElementSibling : cur.previousElementSibling;
+      if (cur !== t) next = cur;
+      if (next && next.classList.contains("tok")) { e.preventDefault(); activate(next); }
+      return;
+    }
+    switch (e.key) {
+      case "j": messageStep(1); break;
+      case "k": messageStep(-1); break;
+      case "[": go(nav && nav.dataset.prev); break;
+      case "]": go(nav && nav.dataset.next); break;
+      case "g": go(head && head.dataset.group); break;
+      case "n": go(list && list.dataset.next); break;
+      case "p": go(list && list.dataset.prev); break;
+      case "?": if (dlg && dlg.showModal) { if (dlg.open) dlg.close(); else dlg.showModal(); } break;
+      default: return;
+    }
+    e.preventDefault();
+  }
+
+  // --- small things ---------------------------------------------------------------------------
+
+  function initOverlay() {
+    var radios = document.querySelectorAll('input[name="overlay"]');
+    if (!radios.length) return;
+    function set(v) {
+      if (v) document.body.dataset.overlay = v; else delete document.body.dataset.overlay;
+      try { localStorage.setItem("rollscope-overlay", v); } catch (err) { /* private mode */ }
+    }
+    var saved = "";
+    try { saved = localStorage.getItem("rollscope-overlay") || ""; } catch (err) { saved = ""; }
+    radios.forEach(function (r) {
+      if (r.value === saved) { r.checked = true; set(saved); }
+      r.addEventListener("change", function () { if (r.checked) set(r.value); });
+    });
+  }
+
+  function initSort() {
+    document.querySelectorAll("table.sortable").forEach(function (table) {
+      table.querySelectorAll("th").forEach(function (th, col) {
+        th.style.cursor = "pointer";
+        th.title = "sort";
+        th.addEventListener("click", function () {
+          var body = table.tBodies[0];
+          var dir = th.dataset.dir === "desc" ? 1 : -1;
+          th.dataset.dir = dir === 1 ? "asc" : "desc";
+          var rows = Array.prototype.slice.call(body.rows);
+          rows.sort(function (a, b) {
+            var x = parseFloat(a.cells[col].textContent), y = parseFloat(b.cells[col].textContent);
+            if (isNaN(x)) x = -Infinity;
+            if (isNaN(y)) y = -Infinity;
+            if (th.dataset.abs) { x = Math.abs(x); y = Math.abs(y); }
+            return (x - y) * dir;
+          });
+          rows.forEach(function (r) { body.appendChild(r); });
+        });
+      });
+    });
+  }
+
+  function initFullText() {
+    document.addEventListener("click", function (e) {
+      var a = e.target.closest && e.target.closest("a.show-full");
+      if (!a) return;
+      var pre = a.closest("article") && a.closest("article").querySelector("pre.content");
+      if (!pre) return;
+      e.preventDefault();
+      a.textContent = "loading…";
+      fetch(a.href).then(function (r) { return r.text(); }).then(function (text) {
+        pre.textContent = text;  // the same layout, in the app; never parsed as HTML
+        a.parentNode.remove();
+      });
+    });
+  }
+
+  function initRollout() {
+    var messages = document.getElementById("messages");
+    if (!messages) return;
+    if ("IntersectionObserver" in window) {
+      observer = new IntersectionObserver(function (entries) {
+        entries.forEach(function (en) {
+          if (!en.isIntersecting) return;
+          var el = en.target;
+          if (el.classList.contains("tok-window")) loadWindow(el);
+          else if (el.classList.contains("load-more")) loadMore(el);
+        });
+      }, {rootMargin: "400px 0px"});
+      observe(document);
+    }
+    document.addEventListener("click", function (e) {
+      var a = e.target.closest && e.target.closest(".load-earlier a, .load-more a");
+      if (!a) return;
+      var box = a.closest("[data-src]");
+      if (!box) return;
+      e.preventDefault();
+      if (box.classList.contains("load-earlier")) loadEarlier(box); else loadMore(box);
+    });
+    messages.addEventListener("mouseover", function (e) {
+      var el = e.target.closest && e.target.closest(".tok");
+      if (el) showToken(el);
+    });
+    messages.addEventListener("focusin", function (e) {
+      var el = e.target.closest && e.target.closest(".tok");
+      if (el) showToken(el);
+    });
+    window.addEventListener("hashchange", goToHash);
+    goToHash();
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    drawFigures(document);
+    initOverlay();
+    initSort();
+    initFullText();
+    initRollout();
+    document.addEventListener("keydown", onKey);
+  });
   // A live page (a run receiving rollouts) swaps in fresh content every 2 s: draw its figures.
   document.addEventListener("htmx:afterSettle", function (ev) { drawFigures(ev.target || document); });
 })();

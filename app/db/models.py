@@ -120,6 +120,7 @@ class Node(SQLModel, table=True):
     timestamp: float | None = None
     content_len: int = 0  # characters of the message text
     tool_call_id: str | None = None  # tool messages: the call this answers
+    tool_name: str | None = None  # tool messages: the tool the result names (pairing without an id)
     tool_calls: list | None = _json()  # assistant messages: [{id, name}] (pairing without bodies)
     message: dict | None = _json()
     n_tokens: int = 0

@@ -20,9 +20,10 @@ def node_headers(*, session: Session, rollout_pk: int, idxs: list[int]) -> dict[
     out = {}
     for chunk in range(0, len(idxs), 900):
         part = idxs[chunk:chunk + 900]
-        for r in session.execute(sa.select(N.c.idx, N.c.role, N.c.tool_call_id, N.c.tool_calls).where(
+        for r in session.execute(sa.select(N.c.idx, N.c.role, N.c.tool_call_id, N.c.tool_name, N.c.tool_calls).where(
                 N.c.rollout_pk == rollout_pk, N.c.idx.in_(part))):
-            out[r.idx] = {"role": r.role, "tool_call_id": r.tool_call_id, "tool_calls": r.tool_calls or []}
+            out[r.idx] = {"role": r.role, "tool_call_id": r.tool_call_id, "name": r.tool_name,
+                          "tool_calls": r.tool_calls or []}
     return out
 
 

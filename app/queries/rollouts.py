@@ -47,13 +47,9 @@ def decode_cursor(cursor: str) -> tuple[int, int]:
     return step, pk
 
 
-def list_rollouts(*, session: Session, run_id: str, filters: RolloutFilters, after: str | None = None,
-                  limit: int) -> tuple[list, str | None]:
-    """One page of rollout summaries, ordered by (step, ingest order), and the next cursor.
-
-    Keyset pagination: `after` is the cursor of the last row of the previous page.
-    """
-    q = sa.select(*SUMMARY_COLUMNS, *attempt_columns()).where(R.c.run_id == run_id)
+def _filtered(q, run_id: str, filters: RolloutFilters):
+    """`q` restricted to a run's rollouts that pass the list's filters."""
+    q = q.where(R.c.run_id == run_id)
     f = filters
     if f.step is not None:
         q = q.where(R.c.step == f.step)
@@ -71,12 +67,35 @@ def list_rollouts(*, session: Session, run_id: str, filters: RolloutFilters, aft
         q = q.where(has_finding(f.flag))
     if f.label:
         q = q.where(labelled(R.c.run_id, R.c.rollout_id, f.label))
+    return q
+
+
+def list_rollouts(*, session: Session, run_id: str, filters: RolloutFilters, after: str | None = None,
+                  limit: int) -> tuple[list, str | None]:
+    """One page of rollout summaries, ordered by (step, ingest order), and the next cursor.
+
+    Keyset pagination: `after` is the cursor of the last row of the previous page.
+    """
+    q = _filtered(sa.select(*SUMMARY_COLUMNS, *attempt_columns()), run_id, filters)
     if after:
         s, pk = decode_cursor(after)
         q = q.where(sa.tuple_(*_sort_key()) > sa.tuple_(sa.literal(s), sa.literal(pk)))
     rows = session.execute(q.order_by(*_sort_key()).limit(limit + 1)).all()
     nxt = encode_cursor(rows[limit - 1]) if len(rows) > limit else None
     return rows[:limit], nxt
+
+
+def neighbours(*, session: Session, run_id: str, filters: RolloutFilters, row) -> tuple:
+    """The rollouts just before and after `row` (a summary row with `step`, `pk`) in the list
+    with these filters, in the list's order; None at either end. Two keyset lookups."""
+    key = sa.tuple_(*_sort_key())
+    here = sa.tuple_(sa.literal(row.step if row.step is not None else -1), sa.literal(row.pk))
+    cols = [R.c.pk, R.c.run_id, R.c.rollout_id, R.c.attempt, R.c.step]
+    prev = session.execute(_filtered(sa.select(*cols), run_id, filters).where(key < here)
+                           .order_by(*(c.desc() for c in _sort_key())).limit(1)).first()
+    nxt = session.execute(_filtered(sa.select(*cols), run_id, filters).where(key > here)
+                          .order_by(*_sort_key()).limit(1)).first()
+    return prev, nxt
 
 
 def get_rollout(*, session: Session, run_id: str, rollout_id: str, attempt: int | None = None):

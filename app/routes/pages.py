@@ -1,7 +1,7 @@
 """Dashboard pages. Each returns HTML or its JSON twin (`.json` suffix or Accept: application/json).
 
 URLs are stable and readable; training code may print them into its logs:
-`/runs`, `/runs/{run}`, `/runs/{run}/rollouts?step=&ending=&group=&task=&reward_min=&reward_max=&flag=&after=`,
+`/runs`, `/runs/{run}`, `/runs/{run}/rollouts?step=&ending=&group=&task=&reward_min=&reward_max=&flag=&label=&after=`,
 `/runs/{run}/rollouts/{rollout_id}`, `/runs/{run}/groups/{group_id}`, `/quarantine?file=&before=`.
 
 Ids may contain `/`: links encode it as `%2F`, and the app routes on a path where `%2F` and `%25`
@@ -36,6 +36,7 @@ from app.queries import runs as q_runs
 from app.queries.nodes import get_node
 from app.queries.rollouts import RolloutFilters
 from app.render import respond, split_twin, wants_json
+from app.views import group_extras, tokenpages
 from app.views.groups import group_page
 from app.views.quarantine import quarantine_page
 from app.views.rollout import rollout_page
@@ -97,37 +98,93 @@ def node_text(session: SessionDep, run_id: str, rollout_pk: Annotated[Count, Pat
                                                      "Content-Security-Policy": "default-src 'none'"})
 
 
+def _list_filters(query: str | None) -> RolloutFilters | None:
+    """The filters of a rollouts-list query string (`list=`), or None when there is none; values
+    that do not parse are dropped (the list then is the wider one)."""
+    if query is None:
+        return None
+    from urllib.parse import parse_qsl
+
+    kinds = {"step": int, "reward_min": float, "reward_max": float}
+    out = {}
+    for k, v in parse_qsl(query):
+        if k in ("step", "ending", "group", "task", "reward_min", "reward_max", "flag", "label") and v != "":
+            try:
+                out[k] = kinds.get(k, str)(v)
+            except ValueError:
+                continue
+    if isinstance(out.get("step"), int) and not INT32_MIN <= out["step"] <= INT32_MAX:
+        out.pop("step")
+    for k in ("reward_min", "reward_max"):
+        if k in out and out[k] != out[k] or k in out and abs(out[k]) == float("inf"):
+            out.pop(k)
+    return RolloutFilters(**out)
+
+
 @router.get("/runs/{run_id:path}/rollouts/{rollout_id:path}")
 def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
-            branch: OptCount = None, offset: OptCount = None, attempt: OptInt = None, tokens: OptStr = None):
-    """One rollout: ending, reward, findings, branches, and one page (`ROLLSCOPE_WEB__MESSAGES_PER_PAGE`,
-    50) of the messages of one
-    branch with tool calls paired to results and the token strip. `tokens=all` (or the JSON twin)
-    gives every token with ids, loss mask, behaviour logprobs and advantages.
+            branch: OptCount = None, offset: OptCount = None, attempt: OptInt = None, tokens: OptStr = None,
+            focus: Annotated[str | None, Query(pattern=r"^(m|node|t)-\d{1,10}$")] = None, limit: OptLimit = None,
+            node: OptCount = None, from_: Annotated[OptCount, Query(alias="from")] = None, to: OptCount = None,
+            at: OptCount = None, radius: OptCount = None, vs: OptCount = None,
+            list_: Annotated[str | None, Query(alias="list", max_length=2000)] = None):
+    """One rollout: ending, reward, findings, the message graph, branches, and one page (`ROLLSCOPE_WEB__MESSAGES_PER_PAGE`,
+    50) of the messages of one branch with tool calls paired to results and the token strip. `tokens=all`
+    (or the JSON twin) gives every token with ids, loss mask, behaviour logprobs and advantages,
+    and the graph (nodes with parent, role, sampled, token counts, branches).
 
-    `attempt=N` shows attempt N of the rollout id; without it, the latest attempt. `attempts`
-    lists every attempt of the id with its link, the one shown marked `current`."""
+    `focus=m-N` / `t-N` opens the page holding message N / branch token N (the page's script
+    adds it for a `#m-N` / `#t-N` link). `attempt=N` shows attempt N of the rollout id; without
+    it, the latest attempt.
+
+    Token windows: `node=N&from=S&to=E` gives tokens S..E of node N on `branch` (an htmx
+    fragment, or JSON); `at=T&radius=R` the tokens around branch offset T (R ≤ 2048, default
+    128). `vs=B` shows `branch` and branch B side by side from their fork point.
+
+    `list=` carries the query of the rollouts list the reader came from (its filters): the page
+    then links the previous and next rollout of that list (keys `p` / `n`)."""
     rollout_id, js = _twin(rollout_id, lambda rid: q_rollouts.get_rollout(
         session=session, run_id=unquote(run_id), rollout_id=rid) is not None)
     want_json = wants_json(request, js)
-    data = rollout_page(session, unquote(run_id), rollout_id, web=request.app.state.settings.web,
-                        branch=branch or 0, offset=offset or 0, attempt=attempt,
-                        all_tokens=want_json or tokens == "all", json=want_json)
+    rid, run = rollout_id, unquote(run_id)
+    if node is not None or at is not None:
+        data = tokenpages.token_window_page(session, run, rid, branch=branch or 0, attempt=attempt, node=node,
+                                            start=from_ or 0, end=to, at=at, radius=128 if radius is None else radius)
+        return respond(request, "tokens.html", data, json=want_json)
+    if vs is not None:
+        data = tokenpages.branch_compare_page(session, run, rid, a=branch or 0, b=vs, attempt=attempt)
+        return respond(request, "compare.html", data, json=want_json)
+    data = rollout_page(session, run, rid, web=request.app.state.settings.web, branch=branch or 0,
+                        offset=offset or 0, attempt=attempt, all_tokens=want_json or tokens == "all", focus=focus,
+                        limit=limit, came_from=_list_filters(list_), json=want_json)
     return respond(request, "rollout.html", data, json=want_json, block="messages")
 
 
 @router.get("/runs/{run_id:path}/groups/{group_id:path}")
-def group(request: Request, session: SessionDep, run_id: str, group_id: str):
+def group(request: Request, session: SessionDep, run_id: str, group_id: str,
+          sort: Annotated[str | None, Query(pattern="^(reward|advantage|index)$")] = None,
+          a: OptStr = None, b: OptStr = None):
     """A group's rollouts side by side, with advantages under both baseline policies.
 
     Members are the latest attempt of each rollout id: a retried rollout counts once, in the
     member list, the baselines and the warnings. Its earlier attempts in the group are listed
     under `superseded`, each linking to its own attempt (`?attempt=N`). Warnings name a size
-    other than the declared one, duplicate indices, and indices at or beyond the declared size."""
+    other than the declared one, duplicate indices, indices at or beyond the declared size, and
+    groups with no learning signal (all rewards equal, or one member left).
+
+    Each member also carries the advantage under the three estimators (Dr. GRPO mean-centred,
+    GRPO std-normalised with the sample std, RLOO leave-one-out) for both error policies, the
+    advantage the source recorded (with a mismatch marked), and its tokens aligned on the prefix
+    all members share. `sort=reward|advantage` orders the members; `a=ID&b=ID` diffs two
+    members (messages, then tokens)."""
     group_id, js = _twin(group_id, lambda gid: q_groups.group_exists(session=session, run_id=unquote(run_id),
-                                                                       group_id=gid))
+                                                                        group_id=gid))
+    if a is not None and b is not None:
+        return respond(request, "diff.html", group_extras.diff_page(session, unquote(run_id), group_id, a, b),
+                       json=wants_json(request, js))
     json = wants_json(request, js)
-    return respond(request, "group.html", group_page(session, unquote(run_id), group_id, json=json), json=json)
+    data = group_page(session, unquote(run_id), group_id, sort=None if sort == "index" else sort, json=json)
+    return respond(request, "group.html", data, json=json)
 
 
 @router.get("/runs/{run_id:path}/rollouts")

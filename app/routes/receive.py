@@ -1,160 +1,203 @@
-"""`POST /api/v1/ingest`: NDJSON over HTTP, through the same readers and store as files.
+"""`POST /v1/traces`: the standard OTLP/HTTP traces endpoint, so an OpenTelemetry Collector's
+`otlphttp` exporter, or an app instrumented with the OpenTelemetry / OpenLLMetry / OpenInference
+SDKs, can send straight to Rollscope.
 
-Check, parse, hand off, push back when full (the receiver of Arize-ai/phoenix
-`src/phoenix/server/api/routers/v1/traces.py`, minus its silent drops): a write token is required
-(401 / 403); at most `api.ingest_max_inflight` requests are processed at once and the next one
-is answered 429 with `Retry-After` before its body is read; a database that is down gives 503
-with `Retry-After`. Nothing is dropped silently: every line gets a result, accepted (with its
-URL), unchanged, or rejected (with the field and the reason), and rejected lines are quarantined
-as file rejections are.
+Protocol (open-telemetry/opentelemetry-proto `docs/specification.md`, "OTLP/HTTP"): the body is an
+`ExportTraceServiceRequest`, binary protobuf (`Content-Type: application/x-protobuf`) or JSON
+(`application/json`), optionally `Content-Encoding: gzip`. Success is 200 with an
+`ExportTraceServiceResponse` in the request's encoding; traces that could not become rollouts
+are counted in `partialSuccess.rejectedSpans` (and quarantined with the reason). A body that is
+not OTLP is 400, another media type 415.
 
-The body may be gzip (`Content-Encoding: gzip`, or gzip bytes). Query: `run` (applied to every
-record, as `rollscope ingest --run`), `format` (a reader name; detected by content otherwise),
-`step` (for records that carry none). The records' source file is `http/<sha256 of the body>`:
-re-sending the same body (a retry after a timeout) gives the same ids and is `unchanged`.
+Writing needs a write token (`Authorization: Bearer ...`). Spans of one trace may come in several
+requests; `ingest/otel_assembler.py` holds them until the root span arrives or the trace has been
+idle `worker.otlp_idle_seconds`, then the trace is stored as one rollout (`ingest/otel_genai.py`).
+Backpressure, as for HTTP ingest: more than `worker.otlp_max_pending_spans` spans waiting → 429, the
+database unavailable → 503, both with `Retry-After`; spans are never dropped silently (a trace
+that could not be stored is kept and retried; a resent span replaces its copy).
 """
 from __future__ import annotations
 
-import hashlib
+import asyncio
+from contextlib import asynccontextmanager
+import gzip
 import threading
+import time
 import zlib
-from pathlib import Path
 from typing import Annotated
 
-import sqlalchemy as sa
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
+from sqlalchemy.exc import DBAPIError, OperationalError
 
-from app import urls
-from app.auth import WriteToken
-from app.errors import ErrorBody
-from app.store.prepare import prepare_or_error
-from app.store.write import BATCH, StoreResult, write_in
-from ingest.files import read_records
-from ingest.formats import ReadContext
-from ingest.formats.registry import detect, explain, get
-from ingest.schema import INT32_MAX
-from ingest.source import RecordError, Source
-
-router = APIRouter(prefix="/api/v1", tags=["ingest"])
-
-MAX_BODY = 512 << 20  # uncompressed bytes per request
-RETRY_AFTER_BUSY = 1
-RETRY_AFTER_DOWN = 5
+from app.auth import TokenInfo, require
+from app.store.write import store
+from ingest.formats import record_error
+from ingest.otel import OtlpError, SpanRecord, decode_json, decode_protobuf
+from ingest.otel_assembler import TraceAssembler
+from ingest.otel_genai import is_genai_trace, rollout_from_spans
+from ingest.schema import Rollout
+from ingest.source import RecordError
 
 
-class Gate:
-    """At most `limit` ingest requests in process at once; the rest are told to come back."""
 
-    def __init__(self, limit: int):
-        self._sem = threading.BoundedSemaphore(limit)
-
-    def enter(self) -> bool:
-        return self._sem.acquire(blocking=False)
-
-    def leave(self) -> None:
-        self._sem.release()
-
-
-def _busy(retry_after: int, detail: str, status: int) -> HTTPException:
-    return HTTPException(status, detail, headers={"Retry-After": str(retry_after)})
-
-
-_ERRORS = {code: {"model": ErrorBody} for code in (400, 401, 403, 413, 415, 422, 429, 503)}
-
-
-@router.post("/ingest", responses=_ERRORS)
-async def ingest(
-    request: Request,
-    token: WriteToken,
-    run: Annotated[str | None, Query(max_length=300, description="run id applied to every record")] = None,
-    format: Annotated[str | None, Query(max_length=50, description="reader name; detected if absent")] = None,
-    step: Annotated[int | None, Query(ge=0, le=INT32_MAX, description="step for records that carry none")] = None,
-) -> dict:
-    """Ingest NDJSON records (any supported format, gzip allowed); one result per line.
-
-    Returns `{"accepted": n, "unchanged": n, "rejected": n, "results": [{"line", "status",
-    "id", "url"} | {"line", "status": "rejected", "field", "error"}]}`. 401 without a token,
-    403 with a read token, 413 over 512 MB, 415 for a body that is not NDJSON, 429 when busy and
-    503 when the database is down (both with `Retry-After`).
-    """
-    gate: Gate = request.app.state.ingest_gate
-    if not gate.enter():
-        raise _busy(RETRY_AFTER_BUSY, "the ingest queue is full; retry after the delay given", 429)
-    try:
-        body = await request.body()
-        data = _decompress(body, request.headers.get("content-encoding", ""))
-        base = str(request.base_url).rstrip("/")
+@asynccontextmanager
+async def _lifespan(app):
+    """On shutdown, store every trace still waiting (its root may never come), so a clean stop
+    loses no span that was answered 200."""
+    yield
+    rec = getattr(app.state, "otlp_receiver", None)
+    if rec is not None:
+        if rec.task is not None:
+            rec.task.cancel()
         try:
-            return await run_in_threadpool(_ingest, request.app.state.engine, data, run, format, step, base)
-        except sa.exc.OperationalError as exc:
-            raise _busy(RETRY_AFTER_DOWN, f"the database is unavailable: {str(exc.orig or exc).splitlines()[0]}",
-                        503) from None
-    finally:
-        gate.leave()
+            await run_in_threadpool(rec.flush, everything=True)
+        except (OperationalError, DBAPIError):
+            pass  # the database is gone: nothing more can be done here
 
 
-def _decompress(body: bytes, encoding: str) -> bytes:
-    if "gzip" in encoding.lower() or body[:2] == b"\x1f\x8b":
-        try:
-            d = zlib.decompressobj(wbits=47)
-            data = d.decompress(body, MAX_BODY + 1)
-        except zlib.error as exc:
-            raise HTTPException(400, f"body is not valid gzip: {exc}") from None
-    else:
-        data = body
-    if len(data) > MAX_BODY:
-        raise HTTPException(413, f"body larger than {MAX_BODY} bytes uncompressed: send it in parts")
-    return data
+router = APIRouter(tags=["receive"], lifespan=_lifespan)
+_require_write = require("write")
 
 
-def _ingest(engine, data: bytes, run: str | None, fmt: str | None, step: int | None, base: str) -> dict:
-    name = f"http/{hashlib.sha256(data).hexdigest()[:16]}.jsonl"
-    source = Source(Path(name), "jsonl", None, size=len(data), data=data)
-    source.first = next((v for _, v in source.lines() if isinstance(v, dict)), None)
-    source.position, source.last_line, source.last_raw = 0, None, None
+def write_token(request: Request) -> TokenInfo:
+    """The project's write-token check (app/auth.py); a database too broken to look the token up
+    is a 503 with Retry-After, like any other write that cannot be stored now."""
     try:
-        reader = get(fmt) if fmt else detect(source)
-    except KeyError as exc:
-        raise HTTPException(422, str(exc.args[0])) from None
-    if reader is None:
-        if source.first is None and data.strip():
-            raise HTTPException(415, "the body is not NDJSON: one JSON object per line")
-        raise HTTPException(422, explain(source) if data.strip() else "empty body")
-    ctx = ReadContext(run_id=run, step=step, format=fmt)
-    items = list(read_records(reader, source, ctx, []))
-    results: list[dict] = []
-    pending: list[tuple[int, object]] = []  # (index in results, prepared or error)
-    for item in items:
-        if isinstance(item, RecordError):
-            pending.append((len(results), item))
-            results.append({"line": item.line, "status": "rejected", "field": item.field, "error": item.message})
-            continue
-        p = prepare_or_error(item)
-        pending.append((len(results), p))
-        if isinstance(p, RecordError):
-            results.append({"line": item.source.get("line"), "id": item.id, "status": "rejected",
-                            "field": p.field, "error": p.message})
-        else:
-            results.append({"line": item.source.get("line"), "id": item.id, "run": item.run.id,
-                            "attempt": item.attempt, "status": None})
-    total = StoreResult()
-    for start in range(0, len(pending), BATCH):
-        part = pending[start:start + BATCH]
-        prepared = [p for _, p in part if not isinstance(p, RecordError)]
-        errors = [p for _, p in part if isinstance(p, RecordError)]
-        with engine.begin() as conn:
-            total.add(write_in(conn, prepared, errors))
-    counts = {"accepted": 0, "unchanged": 0, "rejected": 0}
-    for r in results:
-        if r["status"] is None:
-            outcome = total.outcomes.get((r["run"], r["id"], r["attempt"]), "rejected")
-            r["status"] = {"inserted": "accepted", "replaced": "accepted"}.get(outcome, outcome)
-            if r["status"] == "rejected":
-                r["error"] = next((e.message for e in total.errors if e.line == r["line"]), "not stored")
+        return _require_write(request)
+    except (OperationalError, DBAPIError):
+        raise HTTPException(503, "the database is unavailable; retry later",
+                            headers={"Retry-After": str(RETRY_DOWN)}) from None
+
+
+WriteToken = Annotated[TokenInfo, Depends(write_token)]
+
+PROTOBUF, JSON = "application/x-protobuf", "application/json"
+MAX_BODY = 64 << 20  # bytes, after decompression
+RETRY_FULL, RETRY_DOWN = 1, 5  # Retry-After seconds for 429 and 503
+
+
+
+
+
+class Receiver:
+    """The app's one assembler, its lock and its idle flusher."""
+
+    def __init__(self, app) -> None:
+        s = app.state.settings
+        self.app = app
+        self.assembler = TraceAssembler(idle=s.worker.otlp_idle_seconds)
+        self.max_pending = s.worker.otlp_max_pending_spans
+        self.lock = threading.Lock()
+        self.task: asyncio.Task | None = None
+
+    def flush(self, *, everything: bool = False) -> tuple[int, str | None]:
+        """Store every finished trace: (spans rejected, first reason). Raises the database's
+        error after putting the traces back."""
+        with self.lock:
+            ready = self.assembler.take_finished(time.monotonic(), everything=everything)
+        if not ready:
+            return 0, None
+        items: list[Rollout | RecordError] = []
+        rejected, reason = 0, None
+        for tid, spans in ready:
+            if not is_genai_trace(spans):
+                err = RecordError("/v1/traces", None, f"trace {tid}", "no GenAI or OpenInference span")
             else:
-                r["url"] = base + urls.rollout(r["run"], r["id"], **({"attempt": r["attempt"]} if r["attempt"] else {}))
-            if r["attempt"] == 0:
-                del r["attempt"]
-        counts[r["status"]] += 1
-    return {**counts, "results": results}
+                try:
+                    items.append(rollout_from_spans(spans, source={"format": "otlp", "file": "/v1/traces", "line": None,
+                                                                   "trace_id": tid}))
+                    continue
+                except Exception as exc:  # noqa: BLE001 - one odd trace is quarantined, never a 500
+                    err = record_error("/v1/traces", None, f"trace {tid}", exc)
+            items.append(err)
+            rejected += len(spans)
+            reason = reason or err.message
+        try:
+            store(self.app.state.engine, items)
+        except (OperationalError, DBAPIError):
+            with self.lock:
+                self.assembler.put_back(ready, time.monotonic())
+            raise
+        return rejected, reason
+
+    def start(self) -> None:
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._idle_loop())
+
+    async def _idle_loop(self) -> None:
+        period = max(0.2, min(5.0, self.assembler.idle / 2))
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await run_in_threadpool(self.flush)
+            except (OperationalError, DBAPIError):
+                pass  # kept; tried again next period
+
+
+def receiver(request: Request) -> Receiver:
+    app = request.app
+    if getattr(app.state, "otlp_receiver", None) is None:
+        app.state.otlp_receiver = Receiver(app)
+    return app.state.otlp_receiver
+
+
+def _error(status: int, message: str, retry: int | None = None) -> Response:
+    headers = {"Retry-After": str(retry)} if retry is not None else None
+    return JSONResponse({"code": status, "message": message}, status_code=status, headers=headers)
+
+
+@router.post("/v1/traces", include_in_schema=False)  # OTLP/HTTP, specified upstream (docs/formats-otlp.md)
+async def receive_traces(request: Request, _: WriteToken) -> Response:
+    """Take an OTLP `ExportTraceServiceRequest` (protobuf or JSON, gzip allowed).
+
+    200: `ExportTraceServiceResponse` (`partialSuccess.rejectedSpans` counts spans of traces that
+    could not become rollouts); 400: not OTLP (the message names the field); 413: body above
+    64 MiB; 415: not protobuf or JSON; 429 (`Retry-After: 1`): too many spans waiting;
+    503 (`Retry-After: 5`): the database is unavailable. 401/403 without a write token.
+    """
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media not in (PROTOBUF, JSON):
+        return _error(415, f"Content-Type must be {PROTOBUF} or {JSON}, got {media or 'none'!r}")
+    body = await request.body()
+    encoding = request.headers.get("content-encoding", "").strip().lower()
+    if encoding == "gzip":
+        try:
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            body = d.decompress(body, MAX_BODY + 1)
+        except (zlib.error, EOFError, gzip.BadGzipFile) as exc:
+            return _error(400, f"Content-Encoding gzip: body does not decompress: {exc}")
+    elif encoding not in ("", "identity"):
+        return _error(415, f"Content-Encoding {encoding!r} is not supported (gzip or none)")
+    if len(body) > MAX_BODY:
+        return _error(413, f"body larger than {MAX_BODY} bytes")
+    try:
+        spans: list[SpanRecord] = decode_protobuf(body) if media == PROTOBUF else decode_json(body)
+    except OtlpError as exc:
+        return _error(400, str(exc))
+    rec = receiver(request)
+    rec.start()
+    with rec.lock:
+        if rec.assembler.pending_spans + len(spans) > rec.max_pending and spans:
+            return _error(429, f"{rec.assembler.pending_spans} spans are waiting to be stored; retry later", RETRY_FULL)
+        rec.assembler.add(spans, time.monotonic())
+    try:
+        rejected, reason = await run_in_threadpool(rec.flush)
+    except (OperationalError, DBAPIError) as exc:
+        return _error(503, f"the database is unavailable ({type(exc).__name__}); the spans are kept, retry later",
+                      RETRY_DOWN)
+    return _success(media, rejected, reason)
+
+
+def _success(media: str, rejected: int, reason: str | None) -> Response:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+    if media == PROTOBUF:
+        resp = ExportTraceServiceResponse()
+        if rejected:
+            resp.partial_success.rejected_spans = rejected
+            resp.partial_success.error_message = reason or ""
+        return Response(resp.SerializeToString(), media_type=PROTOBUF)
+    body = {"partialSuccess": {"rejectedSpans": str(rejected), "errorMessage": reason or ""}} if rejected else {}
+    return JSONResponse(body)

@@ -180,7 +180,7 @@ def _summary(r: Rollout, flags: list[str], chash: str) -> dict:
 
 
 # Column order of the tuples in `Prepared.nodes` / `Prepared.findings` (after `rollout_pk`).
-NODE_COLUMNS = ("idx", "parent", "role", "sampled", "timestamp", "content_len", "message", "tool_call_id",
+NODE_COLUMNS = ("idx", "parent", "role", "sampled", "timestamp", "content_len", "message", "tool_call_id", "tool_name",
                 "tool_calls", "n_tokens", "token_ids", "mask", "is_content", "logprobs", "advantages",
                 "reference_logprobs", "loss_weights", "policy_version", "reward", "mc_return", "extra")
 FINDING_COLUMNS = ("kind", "severity", "node_idx", "position", "message", "detail")
@@ -193,7 +193,7 @@ def _node_rows(r: Rollout) -> list[tuple]:
         m = n.message
         rows.append((
             i, n.parent, m.role, n.sampled, _finite(n.timestamp), len(m.text()), _json_text(m.to_json()),
-            _text(m.tool_call_id),
+            _text(m.tool_call_id), _text(m.name) if m.role == "tool" else None,
             _json_text(orjson.dumps([{"id": tc.id, "name": tc.name} for tc in m.tool_calls])) if m.tool_calls else None,
             len(n.token_ids), pack_ids(n.token_ids),
             pack_bits(n.mask) if n.mask else None,

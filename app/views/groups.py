@@ -1,7 +1,9 @@
 """A group's page: siblings side by side with the advantage under both baseline policies
-(ingest/advantages.py)."""
+(ingest/advantages.py), the three estimators, recorded advantages and the members aligned on
+their shared prefix (app/views/group_extras.py)."""
 from __future__ import annotations
 
+from typing import Any
 
 from sqlmodel import Session
 
@@ -32,6 +34,10 @@ class GroupMember(RolloutSummary):
     advantage: ByPolicy
     no_advantage: NoAdvantage
     excluded: bool
+    # per policy: {dr_grpo, grpo, rloo} (None: not in that policy's baseline)
+    estimators: dict[str, dict[str, float | None] | None]
+    recorded_advantage: dict[str, Any] | None  # what the source recorded, with the estimators it matches
+    aligned: dict[str, Any] | None = None  # its tokens around the first divergence from the shared prefix
 
 
 class Policy(PageModel):
@@ -40,6 +46,8 @@ class Policy(PageModel):
     mean: float | None
     std: float | None
     n: int
+    std_sample: float | None = None  # n − 1, what GRPO divides by
+    no_signal: str | None = None  # all rewards equal, or one member left
 
 
 class Policies(PageModel):
@@ -74,6 +82,14 @@ class GroupPage(PageModel):
     excluded: Excluded
     members: list[GroupMember]
     superseded: list[RolloutSummary]
+    estimator_names: dict[str, str]
+    signal_warnings: list[str]
+    tasks: list[str]
+    step_links: list[dict[str, Any]]
+    alignment: dict[str, Any] | None
+    diff_base: str
+    sort: str | None
+    has_recorded: bool
 
 
 def _no_advantage_reason(member: dict, advantage: float | None, *, drop_errors: bool) -> str | None:
@@ -89,14 +105,19 @@ def _no_advantage_reason(member: dict, advantage: float | None, *, drop_errors: 
 MEMBERSHIP_KINDS = ("group_size_mismatch", "duplicate_group_index", "group_index_out_of_range")
 
 
-def group_page(session: Session, run_id: str, group_id: str, *, json: bool = False) -> GroupPage | None:
-
+def group_page(session: Session, run_id: str, group_id: str, *, sort: str | None = None,
+               json: bool = False) -> GroupPage | None:
     """Siblings of one group with reward, ending and advantage under both policies; None if the
     group has no rollout in the run.
 
     A rollout id retried (several attempts) counts once: only its latest attempt in the run is a
     member and enters the baselines and the warnings; earlier attempts of the group are listed
-    in `superseded`, each with a link to its own attempt. Links go to the JSON twins when `json`."""
+    in `superseded`, each with a link to its own attempt. Each member also carries the three
+    estimators, the advantage its source recorded, and its tokens aligned on the group's shared
+    prefix (group_extras.enrich); `sort` is `reward`, `advantage` or None (group index). Links go to
+    the JSON twins when `json`."""
+    from app.views import group_extras
+
     rows = q_groups.group_members(session=session, run_id=run_id, group_id=group_id)
     if not rows:
         return None
@@ -114,24 +135,26 @@ def group_page(session: Session, run_id: str, group_id: str, *, json: bool = Fal
             "errors_dropped": _no_advantage_reason(m, m["advantage"]["errors_dropped"], drop_errors=True)}
         m["excluded"] = k in result["excluded"]
 
-    def pol(p: advantages.PolicyResult) -> Policy:
-        return Policy(mean=p.mean, std=p.std, n=p.n)
+    def pol(p: advantages.PolicyResult) -> dict:
+        return {"mean": p.mean, "std": p.std, "n": p.n}
 
     declared = {m["group_size"] for m in members if m.get("group_size") is not None}
     stored = q_findings.group_findings(session=session, run_id=run_id, group_id=group_id)
     group_findings = [finding_view(f) for f in stored if f.severity != checks.SKIPPED]
-    return GroupPage(
-        run=GroupRunLink(id=run_id, url=urls.run(run_id, json=json)),
-        group=GroupHeader(id=group_id, size=len(members), declared_size=max(declared) if declared else None,
-                          steps=sorted({m["step"] for m in members if m["step"] is not None})),
+    data = {
+        "run": {"id": run_id, "url": urls.run(run_id, json=json)},
+        "group": {"id": group_id, "size": len(members), "declared_size": max(declared) if declared else None,
+                  "steps": sorted({m["step"] for m in members if m["step"] is not None})},
         # Group-scope findings, stored at ingest (ingest/checks/groups.py). `warnings` keeps the
         # membership ones (size, indices) as messages: the shape this twin had before the registry.
-        findings=group_findings,
-        warnings=[f["message"] for f in group_findings if f["kind"] in MEMBERSHIP_KINDS],
-        checks_skipped=[{"kind": f.kind, "label": checks.label(f.kind), "reason": f.message}
-                        for f in stored if f.severity == checks.SKIPPED],
-        policies=Policies(errors_as_zero=pol(result["errors_as_zero"]), errors_dropped=pol(result["errors_dropped"])),
-        excluded=Excluded(count=len(result["excluded"]), of=len(members)),
-        members=[GroupMember.model_validate(m) for m in members],
-        superseded=[RolloutSummary.model_validate(m) for m in superseded],
-    )
+        "findings": group_findings,
+        "warnings": [f["message"] for f in group_findings if f["kind"] in MEMBERSHIP_KINDS],
+        "checks_skipped": [{"kind": f.kind, "label": checks.label(f.kind), "reason": f.message}
+                           for f in stored if f.severity == checks.SKIPPED],
+        "policies": {"errors_as_zero": pol(result["errors_as_zero"]), "errors_dropped": pol(result["errors_dropped"])},
+        "excluded": {"count": len(result["excluded"]), "of": len(members)},
+        "members": members,
+        "superseded": superseded,
+    }
+    group_extras.enrich(session, data, sort=sort)
+    return GroupPage.model_validate(data)

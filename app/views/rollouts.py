@@ -49,7 +49,7 @@ def rollouts_page(session: Session, run_id: str, filters: RolloutFilters, after:
                                       group_ids=sorted({r.group_id for r in out_rows if r.group_id is not None}))
     for r in out_rows:  # the findings column: the rollout's own kinds and its group's
         kinds = sorted({checks.legacy_kind(k) for k in (r.flags or [])} | set(by_group.get(r.group_id, [])))
-        r.findings = [FindingLink(kind=k, label=checks.label(k), url=urls.rollouts(run_id, **{**filters.as_query(), "flag": k}))
+        r.findings = [FindingLink(kind=k, label=checks.label(k), url=urls.rollouts(run_id, json=twin, **{**filters.as_query(), "flag": k}))
                       for k in kinds]
     return RolloutsPage(
         run=RunLink(id=run.id, name=run.name, url=urls.run(run.id, json=twin)),

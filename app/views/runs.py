@@ -10,9 +10,9 @@ from app.queries import findings as q_findings
 from app.queries import nodes as q_nodes
 from app.queries import runs as q_runs
 from app.queries.common import ENDINGS
-from ingest import checks
 from app.queries import annotations as q_annotations
 from app.views.common import NoteView, PageModel, iso, note_view
+from ingest import checks
 
 
 class RunRow(PageModel):

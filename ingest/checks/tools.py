@@ -7,14 +7,19 @@ from collections.abc import Iterator
 
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, check
-from ingest.graph import CallRef, branches, pair_tool_calls
+from ingest.graph import CallRef, Pairing, branches, pair
 from ingest.schema import Rollout
 
 
-def _calls_per_branch(r: Rollout) -> Iterator[list[CallRef]]:
+def _pairings(r: Rollout) -> Iterator[Pairing]:
     messages = [n.message.model_dump() for n in r.nodes]
     for path in branches(r.nodes):
-        yield pair_tool_calls(path, messages)
+        yield pair(path, messages)
+
+
+def _calls_per_branch(r: Rollout) -> Iterator[list[CallRef]]:
+    for p in _pairings(r):
+        yield p.calls
 
 
 @check("duplicate_tool_call_id", "warning", label="duplicate tool-call id")
@@ -37,10 +42,39 @@ def unanswered_tool_call(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     seen: set[tuple[int, int]] = set()
     for calls in _calls_per_branch(r):
         for c in calls:
-            if c.result_node is None and (c.node, c.position) not in seen:
+            if c.result_node is None and not c.ends_rollout and (c.node, c.position) not in seen:
                 seen.add((c.node, c.position))
                 yield Hit(f"call {c.id or c.name!r} has no recorded result", c.node, c.position,
                           {"id": c.id, "name": c.name})
+
+
+@check("ambiguous_tool_result", "warning", label="ambiguous tool result")
+def ambiguous_tool_result(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
+    """A tool result that names no call id (only a tool name, or nothing) while several calls
+    wait for one: paired with the oldest candidate, never silently. `detail.candidates` lists the
+    (node, position) of every call that could have taken it; `detail.paired_with` the one chosen."""
+    seen: set[int] = set()
+    for calls in _calls_per_branch(r):
+        for c in calls:
+            if c.ambiguous and c.result_node is not None and c.result_node not in seen:
+                seen.add(c.result_node)
+                yield Hit(f"node {c.result_node}: the result names no call id and {len(c.ambiguous)} calls could take it; "
+                          f"paired with {c.name!r} at node {c.node}", c.result_node, None,
+                          {"paired_with": [c.node, c.position], "candidates": [list(x) for x in c.ambiguous]})
+
+
+@check("unpaired_tool_result", "warning", label="unpaired tool result")
+def unpaired_tool_result(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
+    """A tool result that answers no waiting call: it names an id no unanswered call carries, or
+    it comes when no call waits (a log that dropped the assistant turn). Kept and shown."""
+    seen: set[int] = set()
+    for p in _pairings(r):
+        for i in p.unpaired_results:
+            if i not in seen:
+                seen.add(i)
+                m = r.nodes[i].message
+                yield Hit(f"node {i}: tool result {m.tool_call_id or m.name or ''!r} answers no waiting call", i, None,
+                          {"id": m.tool_call_id, "name": m.name})
 
 
 def arguments_shape(arguments: str, source_type: str | None = None) -> str:

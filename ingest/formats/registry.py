@@ -6,7 +6,8 @@ Atropos, Tunix...) is never taken for a plain chat transcript. Adding a format i
 """
 from __future__ import annotations
 
-from ingest.formats import atif, atropos, chat, native, nemo_gym, tau_bench, tunix, verifiers, verl
+from ingest.formats import (atif, atropos, chat, inspect, mini_swe_agent, native, nemo_gym, openhands, otlp,
+                            swe_agent, tau_bench, tunix, verifiers, verl)
 from ingest.formats.base import Reader
 from ingest.source import Source
 
@@ -19,6 +20,11 @@ READERS: list[Reader] = [  # type: ignore[list-item]
     verl,
     tunix,
     tau_bench,
+    otlp,
+    inspect,
+    swe_agent,
+    openhands,
+    mini_swe_agent,
     chat,  # generic: always last
 ]
 

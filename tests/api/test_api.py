@@ -69,7 +69,7 @@ def test_one_rollout_branch_messages_and_tokens(client, engine, tmp_path):
     assert [g["role"] for g in d["graph"]] == ["user", "assistant"] and d["branches"] == [[0, 1]]
     assert d["envelope"]["ending"]["type"] == "submitted"
     t = client.get(f"/api/v1/runs/{run}/rollouts/tools").json()
-    assert [f["kind"] for f in t["findings"]] == ["unanswered_tool_call"]
+    assert "unanswered_tool_call" in [f["kind"] for f in t["findings"]]
     msgs = client.get(f"/api/v1/runs/{run}/rollouts/tools/branches/0/messages", params={"limit": 1}).json()
     assert msgs["total"] == 2 and msgs["next_offset"] == 1 and msgs["items"][0]["message"]["content"] == "go"
     last = client.get(f"/api/v1/runs/{run}/rollouts/tools/branches/0/messages", params={"offset": 1}).json()
@@ -93,7 +93,7 @@ def test_groups_and_findings(client, engine, tmp_path):
     assert g["policies"]["errors_dropped"]["mean"] == 0.75 and g["policies"]["errors_as_zero"]["mean"] == 0.5
     assert [m["advantage"]["errors_dropped"] for m in g["members"]] == [0.25, None, -0.25, None]
     f = client.get(f"/api/v1/runs/{run}/findings").json()
-    assert [x["rollout_id"] for x in f["items"]] == ["tools"] and f["next"] is None
+    assert {x["rollout_id"] for x in f["items"] if x["kind"] == "unanswered_tool_call"} == {"tools"} and f["next"] is None
     assert client.get(f"/api/v1/runs/{run}/findings", params={"kind": "nope"}).status_code == 422
     assert client.get(f"/api/v1/runs/{run}/groups/nope").json()["error"]["code"] == "not_found"
 
@@ -108,3 +108,18 @@ def test_health_docs_and_openapi(client):
     assert docs.status_code == 200 and "/static/vendor/swagger-ui-bundle-5.35.0.js" in docs.text
     assert "<script>" not in docs.text  # no inline script: the CSP forbids it
     assert client.get("/static/vendor/swagger-ui-bundle-5.35.0.js").status_code == 200
+
+
+def test_readyz_is_503_when_the_schema_is_behind(client, engine):
+    import sqlalchemy as sa
+
+    with engine.begin() as conn:
+        head = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = '0001'"))
+    try:
+        r = client.get("/readyz")
+        assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable" and "0001" in r.json()["error"]["message"]
+        assert client.get("/healthz").status_code == 200  # alive, just not ready
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text("UPDATE alembic_version SET version_num = :v"), {"v": head})

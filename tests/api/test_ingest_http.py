@@ -42,7 +42,7 @@ def test_per_line_results_and_tokens(client, engine):
                                                 b'"nodes": [{"message": {"role": "robot"}}]}\n'
     assert client.post("/api/v1/ingest", content=body).status_code == 401
     r = client.post("/api/v1/ingest", content=body, headers={"Authorization": f"Bearer {read}"})
-    assert r.status_code == 403 and "read" in r.text
+    assert r.status_code == 403 and "read" in r.json()["error"]["message"]
     auth_w = {"Authorization": f"Bearer {write}"}
     r = client.post("/api/v1/ingest", content=gzip.compress(body), headers={**auth_w, "Content-Encoding": "gzip"})
     assert r.status_code == 200, r.text

@@ -76,6 +76,17 @@ def test_scopes_labels_notes_and_delete(client, engine, tmp_path, caplog):
     assert client.delete(label_url, headers=_bearer(alice)).status_code == 404
     assert [l["author"] for l in client.get("/api/v1/runs/r%2F1/rollouts/x/labels").json()["items"]] == ["bob"]
 
+    notes = client.get("/api/v1/runs/r%2F1/rollouts/x/notes").json()["items"]
+    assert [(n["author"], n["text"], n["step"]) for n in notes] == [("alice", "hacked, step 1", None)]
+    assert notes[0]["updated_at"].endswith("Z")
+    assert [n["text"] for n in client.get("/api/v1/runs/r%2F1/steps/1/notes").json()["items"]] == ["lr spike"]
+    assert client.delete("/api/v1/runs/r%2F1/rollouts/x/notes", headers=_bearer(bob)).status_code == 404
+    assert client.delete("/api/v1/runs/r%2F1/rollouts/x/notes", headers=_bearer(alice)).status_code == 204
+    assert client.get("/api/v1/runs/r%2F1/rollouts/x/notes").json()["items"] == []
+    assert client.put("/api/v1/runs/r%2F1/steps/1/notes", json={"text": "again"}, headers=_bearer(alice)).status_code == 204
+    assert client.delete("/api/v1/runs/r%2F1/steps/1/notes", headers=_bearer(bob)).status_code == 204
+    assert [n["author"] for n in client.get("/api/v1/runs/r%2F1/steps/1/notes").json()["items"]] == ["alice"]
+
     # admin deletes the run, with its rollouts, labels and notes; other runs stay
     assert client.delete("/api/v1/runs/r%2F1", headers=_bearer(revoked)).status_code == 401
     assert client.delete("/api/v1/runs/r%2F1", headers=_bearer(admin)).status_code == 204

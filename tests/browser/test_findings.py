@@ -37,8 +37,8 @@ def test_a_findings_bar_opens_the_filtered_rollouts(server, browser):
 def test_a_finding_link_lands_on_its_token(server, browser):
     page, problems = open_page(browser, f"{server}/runs/r1/rollouts/bad")
     page.locator(".findings a", has_text="token 0").click()
-    assert page.evaluate("location.hash") == "#node-1-t0"
-    target = page.locator("#node-1-t0")
+    assert page.evaluate("location.hash") == "#t-3"  # token 0 of message 1: offset 3 of the branch
+    target = page.locator("#t-3")
     assert "tok-flagged" in target.get_attribute("class")
     assert "finding: placeholder token id" in target.get_attribute("title")
     assert target.evaluate("el => el.matches(':target')")

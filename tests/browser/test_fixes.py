@@ -28,7 +28,7 @@ def test_bare_id_chips_wrap_between_not_inside(server, browser):
     page = browser.new_page(viewport={"width": 420, "height": 900})
     page.goto(f"{server}/runs/few/rollouts/wide")
     lines = page.evaluate("""() => {
-        const chips = [...document.querySelectorAll('#node-1 .tok-id')];
+        const chips = [...document.querySelectorAll('#m-1 .tok-id')];
         return {broken: chips.filter(c => c.getClientRects().length !== 1).length,
                 rows: new Set(chips.map(c => Math.round(c.getBoundingClientRect().top))).size,
                 n: chips.length};

@@ -133,4 +133,4 @@ def test_17_many_turns_paginates(client, engine, large_cases):
     html = client.get("/runs/long/rollouts/case17").text
     assert "load 50 more messages" in html and len(html) < 300_000
     part = client.get("/runs/long/rollouts/case17?offset=50", headers={"HX-Request": "true"}).text
-    assert "<html" not in part and 'id="node-50"' in part
+    assert "<html" not in part and 'id="m-50"' in part

@@ -33,9 +33,9 @@ def test_30_mask_on_environment_tokens(client, engine):
     assert len(env) == 7 and not any(t["sampled"] for t in env)
     html = client.get("/runs/cases/rollouts/case30").text
     assert "7 of them environment tokens" in html
-    tool = html.split('id="node-2"')[1].split("</article>")[0]
+    tool = html.split('id="m-2"')[1].split("</article>")[0]
     assert "sampled, loss mask 1" not in tool and "loss mask 1 on a token the policy did not sample" in tool
-    assert "tok-unsampled" in tool and "(not sampled by the policy)" in tool
+    assert "tok-fault" in tool and "(not sampled by the policy)" in tool
 
 
 def test_group_of_errors_is_zero_variance_and_undecided_checks_say_why(client, engine, tmp_path):

@@ -60,13 +60,13 @@ def test_rollout_page_badges_link_to_the_token(client, engine, tmp_path):
     _data(engine, tmp_path)
     d = client.get("/runs/r1/rollouts/bad.json").json()
     (f,) = [f for f in d["findings"] if f["kind"] == "placeholder_token_id"]
-    assert f["anchor"] == "node-1-t0" and f["url"] == "#node-1-t0"
+    assert f["anchor"] == "t-3" and f["url"] == "#t-3"  # token 0 of message 1: offset 3 on the branch
     tok = d["messages"][1]["tokens"][0]
-    assert tok["anchor"] == "node-1-t0" and tok["flags"] == ["placeholder token id"]
+    assert tok["anchor"] == "t-3" and tok["flags"] == ["placeholder token id"]
     html = client.get("/runs/r1/rollouts/bad").text
-    assert 'id="node-1-t0"' in html and "tok-flagged" in html
-    head = html.split('id="node-1"')[1].split("</header>")[0]
-    assert 'href="#node-1-t0"' in head and "placeholder token id" in head
+    assert 'id="t-3"' in html and "tok-flagged" in html
+    head = html.split('id="m-1"')[1].split("</header>")[0]
+    assert 'href="#t-3"' in head and "placeholder token id" in head
     skipped = {s["kind"] for s in d["checks_skipped"]}
     assert {"template_mismatch", "tool_results_split"} - skipped == {"tool_results_split"}  # no parallel calls: decided
 

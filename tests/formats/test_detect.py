@@ -31,10 +31,10 @@ EXPECTED: dict[str, str | None] = {
     "atif": "atif",
     "nemo-gym": "nemo-gym",
     "atropos": "atropos",
-    "inspect_ai": None,       # issue 8 (agents): Inspect (.json and zipped .eval)
-    "swe-agent": None,        # issue 8 (agents): SWE-agent
-    "openhands": None,        # issue 8 (agents): OpenHands
-    "mini-swe-agent": GENERIC,  # a bare message list, read as chat until issue 8's reader (agents)
+    "inspect_ai": "inspect",
+    "swe-agent": "swe-agent",
+    "openhands": "openhands",
+    "mini-swe-agent": "mini-swe-agent",
 }
 
 # Files that are not traces: sidecars that say how a fixture was made, tokenizers.

@@ -40,7 +40,7 @@ def test_list_rows_link_each_attempt(client, engine, tmp_path):
     assert {(r["rollout_id"], r["n_attempts"]) for r in rows} == {("a", 2), ("b", 1), ("c", 1)}
     html = _rows(client.get("/runs/r1/rollouts").text)
     for href in ["/runs/r1/rollouts/a?attempt=0", "/runs/r1/rollouts/a?attempt=1", "/runs/r1/rollouts/c?attempt=2"]:
-        assert f'href="{href}"' in html
+        assert f'href="{href}&amp;list="' in html  # `list=`: the list it came from (no filters)
     # the earlier attempt is reachable from its row, and is what its page shows
     first = client.get(urls[("a", 0)]).json()
     assert first["rollout"]["attempt"] == 0 and first["ending"]["type"] == "error"
@@ -162,7 +162,7 @@ def test_token_titles_show_advantages(client, engine, tmp_path):
     assert [t["advantage"] for t in d["messages"][0]["tokens"]] == [None] * 3
     assert d["messages"][1]["advantages"] == [0.123, None, -2.5e7]
     html = client.get("/runs/r1/rollouts/x").text
-    titles = re.findall(r'<span class="tok [^"]*"\s+data-i="(\d)"[^>]*title="([^"]*)"', html)
+    titles = re.findall(r'<span class="tok [^"]*"[^>]*data-i="(\d)"[^>]*title="([^"]*)"', html)
     assistant = [t for _, t in titles[3:]]
     assert "· advantage +0.123" in assistant[0]
     assert "advantage" not in assistant[1]
@@ -188,13 +188,13 @@ def test_counts_of_one_are_singular(client, engine, tmp_path):
     group = pages["/runs/r1/groups/g"]
     assert "1 rollout" in group and "1 turn · 1 tool call · 7 tokens" in group
     page = pages["/runs/r1/rollouts/one"]
-    assert "1 turn · 1 tool call · 7 tokens (1 trained) · 1 branch" in page
-    assert '<span class="sub">1 token, 1 trained</span>' in page
+    assert "1 turn · 1 tool call · 7 tokens (1 with mask 1) · 1 branch" in page
+    assert '<span class="sub">1 token · t3, 1 with mask 1</span>' in page
     assert "show full text (2001 characters)" in page
     two = rollout("two", messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"},
                                    {"role": "user", "content": "q"}, {"role": "assistant", "content": "b"}])
     ingest(engine, write_jsonl(tmp_path / "b.jsonl", [two]))
-    assert "2 turns · 0 tool calls · 12 tokens (6 trained) · 1 branch" in client.get("/runs/r1/rollouts/two").text
+    assert "2 turns · 0 tool calls · 12 tokens (6 with mask 1) · 1 branch" in client.get("/runs/r1/rollouts/two").text
 
 
 def _css_rules(css: str) -> list[tuple[str, str]]:

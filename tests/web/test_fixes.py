@@ -20,7 +20,7 @@ def _case(engine, name: str, run: str = "cases"):
 
 def _article(html: str, idx: int) -> str:
     """The HTML of one message article."""
-    start = html.index(f'id="node-{idx}"')
+    start = html.index(f'id="m-{idx}"')
     end = html.find("</article>", start)
     return html[start:end]
 
@@ -212,7 +212,7 @@ def test_group_warns_of_extra_members_and_duplicate_indices(client, engine, tmp_
         r.group.size = 2
     ingest(engine, write_jsonl(tmp_path / "h.jsonl", ok))
     assert client.get("/runs/r1/groups/h.json").json()["warnings"] == []
-    assert "notice" not in client.get("/runs/r1/groups/h").text
+    assert "group-warning" not in client.get("/runs/r1/groups/h").text
 
 
 # --- 7. quarantine ----------------------------------------------------------------------------------
@@ -297,10 +297,10 @@ def test_node_links_point_at_the_branch_and_page_holding_the_node(client, engine
     d = client.get("/runs/cases/rollouts/case01.json").json()  # branch 0; the drift is on branch 1
     drift = next(f for f in d["findings"] if f["kind"] == "token_drift")
     # the link goes to the drifting token itself (issue 9), in the JSON twin when JSON was asked (issue 12)
-    assert drift["url"] == "/runs/cases/rollouts/case01.json?branch=1&offset=0#node-2-t3"
+    assert drift["url"] == "/runs/cases/rollouts/case01.json?branch=1&offset=0#t-3"
     html = client.get("/runs/cases/rollouts/case01").text
-    assert 'href="/runs/cases/rollouts/case01?branch=1&amp;offset=0#node-2-t3"' in html
-    assert client.get("/runs/cases/rollouts/case01.json?branch=1").json()["findings"][0]["url"] == "#node-2-t3"
+    assert 'href="/runs/cases/rollouts/case01?branch=1&amp;offset=0#t-3"' in html
+    assert client.get("/runs/cases/rollouts/case01.json?branch=1").json()["findings"][0]["url"] == "#t-3"
 
     msgs = []
     for i in range(60):
@@ -310,14 +310,14 @@ def test_node_links_point_at_the_branch_and_page_holding_the_node(client, engine
         rollout("long", run="r1", messages=msgs, calls=[{"node": 1, "model": "m"}, {"node": 55, "model": "m"}])]))
     d = client.get("/runs/r1/rollouts/long.json").json()
     empty = next(f for f in d["findings"] if f["kind"] == "empty_response")
-    assert empty["url"] == "/runs/r1/rollouts/long.json?branch=0&offset=50#node-55"
-    assert [c["node_url"] for c in d["calls"]] == ["#node-1", "/runs/r1/rollouts/long.json?branch=0&offset=50#node-55"]
+    assert empty["url"] == "/runs/r1/rollouts/long.json?branch=0&offset=50#m-55"
+    assert [c["node_url"] for c in d["calls"]] == ["#m-1", "/runs/r1/rollouts/long.json?branch=0&offset=50#m-55"]
     html = client.get("/runs/r1/rollouts/long").text
-    assert 'href="/runs/r1/rollouts/long?branch=0&amp;offset=50#node-55"' in html
-    assert 'href="#node-1"' in html
+    assert 'href="/runs/r1/rollouts/long?branch=0&amp;offset=50#m-55"' in html
+    assert 'href="#m-1"' in html
     later = client.get("/runs/r1/rollouts/long.json?offset=50").json()
-    assert next(f for f in later["findings"] if f["kind"] == "empty_response")["url"] == "#node-55"
-    assert later["calls"][0]["node_url"] == "/runs/r1/rollouts/long.json?branch=0&offset=0#node-1"
+    assert next(f for f in later["findings"] if f["kind"] == "empty_response")["url"] == "#m-55"
+    assert later["calls"][0]["node_url"] == "/runs/r1/rollouts/long.json?branch=0&offset=0#m-1"
 
 
 # --- 12. runs without training steps ------------------------------------------------------------------------
@@ -380,8 +380,8 @@ def test_duplicate_tool_call_id_lists_every_call(client, engine):
     assert [(c["node"], c["position"]) for c in dup["call_X"]] == [(1, 0), (3, 0)]
     assert [(c["node"], c["position"]) for c in dup["call_Y"]] == [(5, 0), (5, 1)]
     findings = client.get("/runs/cases/rollouts/case05").text.split('class="findings"')[1].split("</section>")[0]
-    for text in ['href="#node-1">#1 call 0</a>', 'href="#node-3">#3 call 0</a>',
-                 'href="#node-5">#5 call 0</a>', 'href="#node-5">#5 call 1</a>']:
+    for text in ['href="#m-1">#1 call 0</a>', 'href="#m-3">#3 call 0</a>',
+                 'href="#m-5">#5 call 0</a>', 'href="#m-5">#5 call 1</a>']:
         assert text in findings
 
 

@@ -1,0 +1,219 @@
+"""OpenHands event streams (All-Hands-AI/OpenHands): a JSON list of serialized events
+(`openhands/events/serialization/event.py` `event_to_dict`), or an evaluation record
+`{instance_id, history: [events], error?, metrics?, test_result?}` holding one.
+
+An event is an action (`action: message | run | edit | finish | system | ...`, with `args`) or an
+observation (`observation: run | edit | error | agent_state_changed | ...`, with `content`,
+`extras`), with `id`, `timestamp` (naive ISO), `source` (`user`, `agent`, `environment`). An
+observation points to the action that caused it by `cause` (the action's event id). In
+function-calling mode an action carries `tool_call_metadata {function_name, tool_call_id,
+model_response, total_calls_in_response}`; `model_response` is the model's full chat completion.
+
+Mapping (docs/formats.md, "OpenHands"):
+- `system` and user `message` actions → system / user nodes; an agent `message` → assistant.
+- Agent actions with `tool_call_metadata` → an assistant node whose text is the model response's
+  content (else `args.thought`) and whose tool calls come from the response (raw argument
+  string); actions from one model response (same `model_response.id`) share one node. An agent
+  action without metadata (older CodeAct) → assistant node with a call parsed from its text
+  (`args.command` / `args.code`). The response's usage, model and finish reason make the call;
+  the full response is kept in `call.extra.model_response`.
+- An observation with a `cause` → tool result of that action's call (`tool_call_id` from its
+  metadata, else the call the cause names); a cause naming no known action is kept with
+  `extra.cause_unpaired`. An observation without a cause (an error the runtime reports) → a
+  user message with `extra.source_role = "environment"`. `agent_state_changed`, `null` and
+  `recall` events are not messages; they are counted in `extra.skipped_events`.
+- Ending: a `finish` action → submitted (its `tool_call` gets `extra.ends_rollout`, since no
+  observation follows it); a final `agent_state_changed` to `error` (or an `error` field on an
+  evaluation record) → error; otherwise unknown.
+- Timestamps are naive: taken as UTC by the project rule, `extra.timestamps_assumed_utc`.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ingest.formats import ReadContext, record_error
+from ingest.formats._harness import Chain, action_call, documents, finish_reason, openai_tool_call, to_epoch, usage_from
+from ingest.schema import Call, Ending, EndingInfo, Error, Message, Rollout, RunRef, ToolCall
+from ingest.source import RecordError, Source
+
+EXPECTS = "OpenHands event list [{id, source, action | observation, ...}] or {history: [events]}"
+NAME = "openhands"
+SKIPPED = frozenset({"agent_state_changed", "null", "recall", "change_agent_state"})
+
+
+def _events(value: Any) -> list | None:
+    if isinstance(value, list):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("history"), list) and "trajectory" not in value:
+        return value["history"]
+    return None
+
+
+def _is_event(e: Any) -> bool:
+    return isinstance(e, dict) and ("action" in e or "observation" in e) and "source" in e and "id" in e
+
+
+def sniff(source: Source) -> bool:
+    if source.kind not in ("json", "jsonl"):
+        return False
+    events = _events(source.first)
+    return bool(events) and all(_is_event(e) for e in events[:20])
+
+
+def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
+    for line, doc in documents(source):
+        if isinstance(doc, RecordError):
+            yield doc
+        elif _events(doc) is None:
+            yield RecordError(source.name, line, None, "not an OpenHands event list")
+        else:
+            try:
+                yield from _read_one(doc, source, ctx, line)
+            except Exception as exc:  # noqa: BLE001 - an odd record is rejected with its field, never raised
+                yield record_error(source.name, line, None, exc)
+
+
+def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> Iterator[Rollout | RecordError]:
+    events = _events(doc) or []
+    wrapper = doc if isinstance(doc, dict) else {}
+    chain = Chain()
+    call_of_action: dict[Any, tuple[int, int]] = {}  # action event id → (node, position)
+    node_of_response: dict[str, int] = {}
+    skipped: dict[str, int] = {}
+    assumed = False
+    final_state: dict | None = None
+    finished = False
+    for k, e in enumerate(events):
+        if not _is_event(e):
+            yield RecordError(source.name, line, f"[{k}]" if line is None else f"history[{k}]", "expected an event with id, source and action or observation")
+            return
+        ts, a = to_epoch(e.get("timestamp"))
+        assumed |= a
+        meta = e.get("tool_call_metadata") if isinstance(e.get("tool_call_metadata"), dict) else None
+        base_extra = {"event_id": e.get("id"), "source": e.get("source")}
+        if "action" in e:
+            kind = e["action"]
+            args = e.get("args") if isinstance(e.get("args"), dict) else {}
+            if kind in SKIPPED:
+                skipped[kind] = skipped.get(kind, 0) + 1
+                continue
+            if kind == "finish":
+                finished = True
+            if kind == "system":
+                chain.add(Message(role="system", content=args.get("content") or e.get("message"),
+                                  extra={**base_extra, **({"tools": args["tools"]} if args.get("tools") else {})}),
+                          timestamp=ts)
+                continue
+            if e.get("source") != "agent":
+                chain.add(Message(role="user", content=args.get("content", e.get("message")),
+                                  extra={**base_extra, "action": kind}), timestamp=ts)
+                continue
+            if meta is None:
+                if kind == "message":
+                    chain.add(Message(role="assistant", content=args.get("content", e.get("message")),
+                                      extra={**base_extra, "action": kind}), timestamp=ts)
+                    continue
+                command = args.get("command") or args.get("code")
+                calls = [action_call(str(command), name=kind)] if command else None
+                text = args.get("thought") or e.get("message")
+                idx = chain.add(Message(role="assistant", content=text, tool_calls=calls,
+                                        extra={**base_extra, "action": kind}), timestamp=ts)
+                chain.calls.append(Call(node=idx))
+                if calls:
+                    call_of_action[e["id"]] = (idx, 0)
+                    if kind == "finish":
+                        calls[0].extra["ends_rollout"] = True
+                continue
+            response = meta.get("model_response") if isinstance(meta.get("model_response"), dict) else {}
+            rid = response.get("id")
+            if rid is not None and rid in node_of_response:
+                idx = node_of_response[rid]
+            else:
+                idx = _response_node(chain, e, args, meta, response, ts, base_extra)
+                if rid is not None:
+                    node_of_response[rid] = idx
+            tcid = meta.get("tool_call_id")
+            calls = chain.nodes[idx].message.tool_calls or []
+            pos = next((p for p, c in enumerate(calls) if c.id == tcid and p not in
+                        {q for (n, q) in call_of_action.values() if n == idx}), None)
+            if pos is None:  # the response did not list this call: keep what the action says
+                calls.append(ToolCall(id=tcid, name=str(meta.get("function_name") or kind), arguments="",
+                                      extra={"from_action": kind}))
+                chain.nodes[idx].message.tool_calls = calls
+                pos = len(calls) - 1
+            call_of_action[e["id"]] = (idx, pos)
+            if kind == "finish":
+                calls[pos].extra["ends_rollout"] = True
+            continue
+        kind = e["observation"]
+        if kind in SKIPPED:
+            skipped[kind] = skipped.get(kind, 0) + 1
+            if kind == "agent_state_changed":
+                final_state = e.get("extras") if isinstance(e.get("extras"), dict) else {}
+            continue
+        content = e.get("content") if e.get("content") not in (None, "") else e.get("message")
+        extra = {**base_extra, "observation": kind}
+        if isinstance(e.get("extras"), dict):
+            extra["extras"] = e["extras"]
+        cause = e.get("cause")
+        if cause is None:
+            extra["source_role"] = "environment"
+            chain.add(Message(role="user", content=content, extra=extra), timestamp=ts)
+            continue
+        tcid = meta.get("tool_call_id") if meta else None
+        name = meta.get("function_name") if meta else None
+        if cause in call_of_action:
+            n, p = call_of_action[cause]
+            call = chain.nodes[n].message.tool_calls[p]
+            tcid = tcid or call.id
+            name = name or call.name
+        else:
+            extra["cause_unpaired"] = cause
+        extra["cause"] = cause
+        chain.add(Message(role="tool", content=content, tool_call_id=tcid, name=name, extra=extra), timestamp=ts)
+
+    state = (final_state or {}).get("agent_state")
+    if wrapper.get("error"):
+        ending = EndingInfo(type=Ending.error, detail="error", message=str(wrapper["error"]))
+    elif finished:
+        ending = EndingInfo(type=Ending.submitted, detail="finish")
+    elif state == "error":
+        ending = EndingInfo(type=Ending.error, detail="agent_state=error", message=(final_state or {}).get("reason"))
+    else:
+        ending = EndingInfo(type=Ending.unknown, detail=f"agent_state={state}" if state else "no finish action")
+    errors = [Error(type="agent_error", message=ending.message or "")] if ending.type == Ending.error else []
+    extra: dict[str, Any] = {}
+    if skipped:
+        extra["skipped_events"] = skipped
+    if assumed:
+        extra["timestamps_assumed_utc"] = True
+    for key in ("instance", "metrics", "test_result", "instruction", "metadata"):
+        if wrapper.get(key) is not None:
+            extra[key] = wrapper[key]
+    times = [n.timestamp for n in chain.nodes if n.timestamp is not None]
+    timing = {"start": min(times), "end": max(times)} if times else {}
+    rid = str(wrapper.get("instance_id") or source.path.name.removesuffix(".json") + (f"#{line}" if line else ""))
+    try:
+        yield chain.finish(Rollout(id=rid, run=RunRef(id=ctx.run_for(source), type="eval"), nodes=chain.nodes, calls=chain.calls,
+                      ending=ending, errors=errors, timing=timing, extra=extra,
+                      source={"format": NAME, "file": source.name, "line": line}))
+    except ValueError as exc:
+        yield RecordError(source.name, line, None, str(exc))
+
+
+def _response_node(chain: Chain, e: dict, args: dict, meta: dict, response: dict, ts: float | None,
+                   base_extra: dict) -> int:
+    """The assistant node (and its call) for one model response."""
+    choice = (response.get("choices") or [{}])[0] if isinstance(response.get("choices"), list) else {}
+    msg = (choice or {}).get("message") if isinstance((choice or {}).get("message"), dict) else {}
+    text = msg.get("content") if msg.get("content") not in (None, "") else (args.get("thought") or e.get("message") or None)
+    calls = [openai_tool_call(tc) for tc in msg.get("tool_calls") or [] if isinstance(tc, dict)]
+    idx = chain.add(Message(role="assistant", content=text, tool_calls=calls or None,
+                            extra={**base_extra, "action": e.get("action")}), timestamp=ts)
+    raw = (choice or {}).get("finish_reason")
+    created, _ = to_epoch(response.get("created"))
+    chain.calls.append(Call(node=idx, model=response.get("model"), finish_reason=finish_reason(raw),
+                            finish_reason_raw=raw, usage=usage_from(response.get("usage")),
+                            extra={"model_response": response, "response_created": created}))
+    return idx

@@ -1,0 +1,42 @@
+"""`rollscope export --format otlp` from a real database, and reading the export back: the CLI
+as a user runs it (a subprocess on a real SQLite file)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from tests.conftest import data_path
+
+REAL = data_path("realdata")
+
+
+def rs(*args, db):
+    env = dict(os.environ, ROLLSCOPE_DATABASE_URL=db)
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_export_otlp_and_ingest_again(tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(REAL / "swe-agent", data / "swe-agent")
+    shutil.copytree(REAL / "openhands", data / "openhands")
+    db1, db2 = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
+    assert rs("ingest", str(data), "--run", "agents", db=db1).returncode == 0
+    out = tmp_path / "agents.otlp.jsonl"
+    r = rs("export", "--run", "agents", "--format", "otlp", "--out", str(out), db=db1)
+    assert r.returncode == 0, r.stderr
+    lines = out.read_text().splitlines()
+    assert len(lines) == 3
+    first = json.loads(lines[0])
+    spans = first["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    names = [s["name"].split()[0] for s in spans]
+    assert names[0] == "invoke_agent" and "chat" in names and "execute_tool" in names
+    root_attrs = {a["key"]: a["value"] for a in spans[0]["attributes"]}
+    assert root_attrs["rollscope.run"] == {"stringValue": "agents"}
+    r = rs("ingest", str(out), db=db2)
+    assert r.returncode == 0, r.stderr
+    again = tmp_path / "again.jsonl"
+    assert rs("export", "--run", "agents", "--format", "otlp", "--out", str(again), db=db2).returncode == 0
+    assert again.read_text() == out.read_text()  # the same rollouts, span for span

@@ -1,0 +1,251 @@
+"""`POST /v1/traces` over real HTTP: the spans of one real agent run (SWE-agent's marshmallow-1867
+trajectory, tests/fixtures/realdata/swe-agent) replayed through the OpenTelemetry SDK as an
+instrumented agent would emit them, sent by the SDK's own OTLP exporters (protobuf and JSON), one
+span per request, assembled into one rollout."""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from app.auth import issue
+from app.config import Settings
+from app.main import create_app
+from ingest.formats import ReadContext
+from ingest.formats import swe_agent
+from ingest.source import open_source
+from tests.conftest import data_path
+
+RUN_FILE = data_path("realdata", "swe-agent", "marshmallow-code__marshmallow-1867.function_calling_replace.traj")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def serve(db_url: str, **settings):
+    app = create_app(Settings(database_url=db_url, **settings))
+    app.state.write_token, _ = issue(app.state.engine, "write", name="otlp test")
+    port = _free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    for _ in range(200):
+        if srv.started:
+            break
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}", app
+    finally:
+        srv.should_exit = True
+        thread.join(10)
+        app.state.engine.dispose()
+
+
+def real_run():
+    src = open_source(Path(RUN_FILE))
+    [r] = list(swe_agent.read(src, ReadContext(run_id="x")))
+    return r
+
+
+def _genai(m) -> dict:
+    """A message as the GenAI `gen_ai.input.messages` JSON writes it (what an instrumentation does)."""
+    if m.role == "tool":
+        return {"role": "tool", "parts": [{"type": "tool_call_response", "id": m.tool_call_id, "response": m.text()}]}
+    parts = [{"type": "text", "content": m.text()}] if m.text() else []
+    parts += [{"type": "tool_call", "id": c.id, "name": c.name, "arguments": json.loads(c.arguments)}
+              for c in m.tool_calls or []]
+    return {"role": m.role, "parts": parts}
+
+
+def replay(run, exporter, *, run_id: str, with_root: bool = True) -> None:
+    """Emit the run as an instrumented agent would: invoke_agent → chat per model turn →
+    execute_tool per result, each span exported (one request) when it ends."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.trace import set_span_in_context
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "swe-agent"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("replay")
+    t = 1_738_000_000_000_000_000
+    root = tracer.start_span("invoke_agent swe-agent", start_time=t, attributes={
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "swe-agent",
+        "rollscope.run": run_id, "rollscope.rollout_id": run.id, "rollscope.step": 3,
+        "rollscope.group": "marshmallow-1867", "rollscope.group.index": 0, "rollscope.reward": 1.0,
+        "rollscope.ending": "submitted", "rollscope.ending.detail": "submitted"})
+    ctx = set_span_in_context(root)
+    msgs = [n.message for n in run.nodes]
+    for i, m in enumerate(msgs):
+        t += 1_000_000
+        if m.role == "assistant":
+            span = tracer.start_span("chat gpt-4o", context=ctx, start_time=t, attributes={
+                "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
+                "gen_ai.input.messages": json.dumps([_genai(x) for x in msgs[:i]]),
+                "gen_ai.output.messages": json.dumps([_genai(m)]),
+                "gen_ai.response.finish_reasons": ["tool_calls"],
+                "gen_ai.usage.input_tokens": 100 + i, "gen_ai.usage.output_tokens": 10 + i})
+            span.end(end_time=t + 500_000)
+        elif m.role == "tool":
+            span = tracer.start_span(f"execute_tool {m.name}", context=ctx, start_time=t, attributes={
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": m.name or "",
+                "gen_ai.tool.call.id": m.tool_call_id or "", "gen_ai.tool.call.result": m.text()})
+            span.end(end_time=t + 500_000)
+    if with_root:
+        root.end(end_time=t + 1_000_000)
+    provider.shutdown()
+
+
+def exporter(kind: str, base: str, token: str):
+    headers = {"Authorization": f"Bearer {token}"}
+    if kind == "protobuf":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    else:
+        from opentelemetry.exporter.otlp.json.http.trace_exporter import OTLPSpanExporter
+    return OTLPSpanExporter(endpoint=f"{base}/v1/traces", headers=headers)
+
+
+@pytest.mark.parametrize("kind", ["protobuf", "json"])
+def test_sdk_exporter_sends_one_real_run(db_url, kind):
+    run = real_run()
+    with serve(db_url) as (base, app):
+        replay(run, exporter(kind, base, app.state.write_token), run_id=f"otlp-{kind}")
+        d = httpx.get(f"{base}/runs/otlp-{kind}/rollouts/{run.id}.json").json()
+    # 24 messages, 11 tool calls each answered (hand count in tests/formats/test_agent_harnesses.py)
+    assert [m["role"] for m in d["messages"]] == [n.message.role for n in run.nodes]
+    assert len(d["messages"]) == 24
+    calls = [c for m in d["messages"] for c in m["tool_calls"]]
+    assert len(calls) == 11 and all(c["result_node"] is not None for c in calls)
+    assert [c["name"] for c in calls][:3] == ["create", "insert", "bash"]
+    assert d["ending"]["type"] == "submitted" and d["reward"] == 1.0
+    assert d["rollout"]["step"] == 3
+    assert len(d["calls"]) == 12 - 1  # one chat span per assistant turn
+    assert d["calls"][0]["usage"] == {"input_tokens": 102, "output_tokens": 12}
+
+
+def test_requires_a_write_token(db_url):
+    with serve(db_url) as (base, app):
+        body = json.dumps({"resourceSpans": []})
+        r = httpx.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json"})
+        assert r.status_code == 401 and r.headers["WWW-Authenticate"] == "Bearer"
+        r = httpx.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json",
+                                                                   "Authorization": "Bearer rs_wrong"})
+        assert r.status_code == 401
+        read, _ = issue(app.state.engine, "read")
+        r = httpx.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json",
+                                                                   "Authorization": f"Bearer {read}"})
+        assert r.status_code == 403
+        r = httpx.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json",
+                                                                   "Authorization": f"Bearer {app.state.write_token}"})
+        assert r.status_code == 200
+
+
+def _span_json(trace: str, span: str, parent: str | None, name: str, attrs: dict, t: int) -> dict:
+    d = {"traceId": trace, "spanId": span, "name": name, "startTimeUnixNano": str(t), "endTimeUnixNano": str(t + 10),
+         "attributes": [{"key": k, "value": {"stringValue": v} if isinstance(v, str) else {"intValue": str(v)}}
+                        for k, v in attrs.items()]}
+    if parent:
+        d["parentSpanId"] = parent
+    return d
+
+
+def _post(base, spans, token, **headers):
+    body = json.dumps({"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"spans": spans}]}]})
+    return httpx.post(f"{base}/v1/traces", content=body, headers={
+        "Content-Type": "application/json", "Authorization": f"Bearer {token}", **headers})
+
+
+CHAT = {"gen_ai.operation.name": "chat", "gen_ai.input.messages": json.dumps([{"role": "user", "parts": [{"type": "text", "content": "hi"}]}]),
+        "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "hello"}], "finish_reason": "stop"}])}
+
+
+def test_idle_trace_is_stored_and_backpressure(db_url):
+    trace = "ab" * 16
+    with serve(db_url, worker={"otlp_idle_seconds": 3, "otlp_max_pending_spans": 3}) as (base, app):
+        # a trace whose root never comes: held (not stored), then stored once idle
+        r = _post(base, [_span_json(trace, "01" * 8, "02" * 8, "chat m", CHAT, 1000)], app.state.write_token)
+        assert r.status_code == 200 and r.json() == {}
+        assert app.state.otlp_receiver.assembler.pending_spans == 1
+        for _ in range(200):
+            time.sleep(0.1)
+            got = httpx.get(f"{base}/runs/otel/rollouts/{trace}.json")
+            if got.status_code == 200:
+                break
+        assert got.status_code == 200 and [m["role"] for m in got.json()["messages"]] == ["user", "assistant"]
+        assert got.json()["ending"]["type"] == "submitted"
+        # too many spans waiting: 429 with Retry-After, nothing taken
+        spans = [_span_json("cd" * 16, f"{k + 1:016x}", "ff" * 8, "chat m", CHAT, 1000 + k) for k in range(4)]
+        r = _post(base, spans, app.state.write_token)
+        assert r.status_code == 429 and r.headers["Retry-After"] == "1"
+        assert app.state.otlp_receiver.assembler.pending_spans == 0
+
+
+def test_bad_bodies(db_url):
+    with serve(db_url) as (base, app):
+        r = _post(base, [{"traceId": "xyz", "spanId": "01" * 8, "name": "a"}], app.state.write_token)
+        assert r.status_code == 400 and "traceId" in r.json()["message"]
+        r = httpx.post(f"{base}/v1/traces", content=b"x", headers={"Content-Type": "text/plain",
+                                                                    "Authorization": f"Bearer {app.state.write_token}"})
+        assert r.status_code == 415
+        r = httpx.post(f"{base}/v1/traces", content=b"\xff\x00garbage", headers={
+            "Content-Type": "application/x-protobuf", "Authorization": f"Bearer {app.state.write_token}"})
+        assert r.status_code == 400
+        # a trace with no GenAI span: taken, counted as rejected, quarantined
+        r = _post(base, [_span_json("ee" * 16, "01" * 8, None, "GET /", {"http.method": "GET"}, 5)], app.state.write_token)
+        assert r.status_code == 200 and r.json()["partialSuccess"]["rejectedSpans"] == "1"
+        q = httpx.get(f"{base}/quarantine.json").json()
+        assert "no GenAI" in json.dumps(q)
+
+
+def test_database_down_is_503_and_nothing_is_lost(tmp_path):
+    db = tmp_path / "rollscope.db"
+    url = f"sqlite:///{db}"
+    trace = "12" * 16
+    root = _span_json(trace, "0a" * 8, None, "invoke_agent a", {"gen_ai.operation.name": "invoke_agent"}, 1)
+    chat = _span_json(trace, "0b" * 8, "0a" * 8, "chat m", CHAT, 2)
+    with serve(url) as (base, app):
+        token = app.state.write_token
+        app.state.engine.dispose()
+        db.rename(tmp_path / "away.db")  # the database disappears: nothing can be read or written
+        db.mkdir()  # and it cannot be re-created as a file
+        r = _post(base, [chat, root], token)
+        assert r.status_code == 503 and r.headers["Retry-After"] == "5"
+        # spans taken before the database failed are kept and stored later, never dropped
+        rec = app.state.otlp_receiver if getattr(app.state, "otlp_receiver", None) else None
+        from app.routes.receive import Receiver
+        from ingest.otel import decode_json
+
+        rec = rec or Receiver(app)
+        rec.assembler.add(decode_json(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [chat, root]}]}]})), 0.0)
+        with pytest.raises(Exception):
+            rec.flush()
+        assert rec.assembler.pending_spans == 2
+        db.rmdir()
+        (tmp_path / "away.db").rename(db)
+        app.state.engine.dispose()
+        assert rec.flush() == (0, None) and rec.assembler.pending_spans == 0
+        r = _post(base, [chat, root], token)  # the client's retry: the same spans, nothing doubled
+        assert r.status_code == 200
+        got = httpx.get(f"{base}/runs/otel/rollouts/{trace}.json").json()
+        assert [m["role"] for m in got["messages"]] == ["user", "assistant"]
+
+
+def test_clean_shutdown_stores_unfinished_traces(db_url):
+    trace = "34" * 16
+    with serve(db_url, worker={"otlp_idle_seconds": 3600}) as (base, app):
+        assert _post(base, [_span_json(trace, "0c" * 8, "0d" * 8, "chat m", CHAT, 3)], app.state.write_token).status_code == 200
+        assert app.state.otlp_receiver.assembler.pending_spans == 1
+    with serve(db_url) as (base, app):
+        got = httpx.get(f"{base}/runs/otel/rollouts/{trace}.json")
+        assert got.status_code == 200 and len(got.json()["messages"]) == 2
