@@ -73,6 +73,26 @@ def _engine():
     return engine
 
 
+def _engine_with_retries(attempts: int = 8):
+    """`_engine()` for a long-running process: a database that is starting or restarting is
+    waited for (0.5 s doubling), one line each time."""
+    import time
+
+    from app.store.write import database_gone
+
+    wait = 0.5
+    for k in range(attempts):
+        try:
+            return _engine()
+        except Exception as exc:
+            if not database_gone(exc) or k == attempts - 1:
+                raise
+            console.print(f"database unavailable; retrying in {wait:g} s", markup=False)
+            time.sleep(wait)
+            wait = min(wait * 2, 30.0)
+    raise AssertionError("unreachable")
+
+
 def sa_url_shown(url: str) -> str:
     """The URL without its password."""
     from sqlalchemy.engine import make_url
@@ -300,7 +320,7 @@ def worker(
     dirs = spool or [get_settings().worker.spool_dir]
     for d in dirs:
         d.mkdir(parents=True, exist_ok=True)
-    engine = _engine()
+    engine = _engine_with_retries()
     try:
         lock = sqlite_lock(engine)
     except WorkerLocked as exc:
