@@ -55,7 +55,7 @@ class WebSettings(BaseModel):
     messages_per_page: PageSize = Field(50, description="messages of one branch per rollout page")
     preview_chars: int = Field(2000, ge=1, le=10_000_000, description="characters of a message shown inline; "
                                "the rest behind \"show full text\"")
-    tokens_inline: int = Field(2048, ge=1, le=10_000_000, description="token chips drawn in a rollout page; the "
+    tokens_inline: int = Field(1024, ge=1, le=10_000_000, description="token chips drawn in a rollout page; the "
                                "rest load by window as they scroll into view; `tokens=all` and the JSON twin give "
                                "every token")
 

@@ -22,7 +22,6 @@ import csv
 import io
 import json
 import math
-import re
 import stat
 import sys
 import zipfile
@@ -71,8 +70,16 @@ def _fix_surrogates(value: Any) -> Any:
 # A run of 19+ digits may be an integer past what orjson keeps exactly: orjson turns integers
 # beyond 64 bits into floats, silently (../shared/cases/20, 20b). Such text is parsed again with
 # the standard library, which keeps every digit. (Digits inside strings cost only the slower parse.)
-_LONG_DIGITS = re.compile(rb"\d{19,}")
-_LONG_DIGITS_TEXT = re.compile(r"\d{19,}")
+# The check maps every byte to "0" (an ASCII digit) or " " and looks for 19 zeros: both run at
+# memory speed, where a regex took ~40 ns a byte (0.5 s to read back a 12 MB tool output).
+_DIGIT_OR_SPACE = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))
+_NINETEEN_DIGITS = b"0" * 19
+
+
+def _has_long_digits(data: bytes | bytearray | memoryview | str) -> bool:
+    """A run of 19 or more ASCII digits anywhere in `data` (JSON numbers are ASCII)."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    return _NINETEEN_DIGITS in raw.translate(_DIGIT_OR_SPACE)
 
 
 def loads(data: bytes | str) -> Any:
@@ -83,9 +90,7 @@ def loads(data: bytes | str) -> Any:
     """
     try:
         value = orjson.loads(data)
-        long = (_LONG_DIGITS if isinstance(data, (bytes, bytearray, memoryview)) else _LONG_DIGITS_TEXT).search(
-            data if not isinstance(data, memoryview) else bytes(data))
-        if long is None:
+        if not _has_long_digits(data):
             return value
     except orjson.JSONDecodeError:
         pass

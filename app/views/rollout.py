@@ -70,6 +70,13 @@ class TokenView(TypedDict):
     anchor: str | None  # set when a finding links to this token: its id, `t-T`
 
 
+class MarkedToken(TokenView):
+    """A chip on a page that compares two sequences: `first_diff` marks the first token where
+    they differ."""
+
+    first_diff: bool
+
+
 class CallRef(PageModel):
     node: Any
     position: Any
@@ -335,7 +342,7 @@ def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findi
     extra = node.extra or {}
     node_findings = findings_by_node.get(node.idx, [])
     # `budget[0]`: tokens the page may still draw inline (the rest of the page loads by window)
-    first = tokenview.WINDOW if budget is None else min(tokenview.WINDOW, budget[0])
+    first = tokenview.FIRST if budget is None else min(tokenview.FIRST, budget[0])
     spans = [(0, n, True)] if all_tokens else tokenview.windows(n, first=first, include=include_token)
     segments, tokens = [], []
     for s, e, drawn in spans:

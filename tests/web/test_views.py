@@ -7,6 +7,8 @@ import json
 import math
 import re
 
+from app.views.group_extras import DiffPage
+from app.views.tokenpages import BranchComparePage
 from ingest.advantages import STD_EPS
 from ingest.schema import Rollout
 from tests.conftest import data_path
@@ -34,6 +36,8 @@ def test_case01_drift_branch_says_why_it_forked_and_where_it_differs(client, eng
     a, b = cmp["sides"]
     firsts = [[t["id"] for m in s["messages"] for t in m["tokens"] if t["first_diff"]] for s in (a, b)]
     assert firsts == [[10], [12]]
+    # the twin is the page model, field for field (extra keys are refused)
+    assert BranchComparePage.model_validate(cmp).model_dump(mode="json") == cmp
     html = client.get("/runs/cases/rollouts/case01?branch=0&vs=1").text
     assert html.count("tok-first-diff") == 2
 
@@ -114,7 +118,7 @@ def test_token_windows_and_the_window_around_an_offset(client, engine, tmp_path)
     r.nodes[1].mask, r.nodes[1].logprobs = [True] * 5000, [-0.1] * 5000
     ingest(engine, write_jsonl(tmp_path / "a.jsonl", [r]))
     html = client.get("/runs/r1/rollouts/big").text
-    assert html.count('class="tok-window"') == 4 and len(_chips(html, "trained")) == 1024
+    assert html.count('class="tok-window"') == 10 and len(_chips(html, "trained")) == 256  # 256 inline, 512 a window
     w = client.get("/runs/r1/rollouts/big?branch=0&node=1&from=1024&to=2048", headers={"HX-Request": "true"}).text
     assert "<html" not in w and len(_chips(w, "trained")) == 1024 and 'id="t-1027"' in w
     j = client.get("/runs/r1/rollouts/big.json?at=3003&radius=2").json()
@@ -137,7 +141,7 @@ def test_graph_in_the_twin_and_collapsed_svg(client, engine, tmp_path):
     assert d["branches"][0]["sample"] == 0 and d["branches"][0]["n_trained"] == 450
 
 
-def test_many_branches_are_drawn_few_and_switched_by_a_list(client, engine, tmp_path):
+def test_many_branches_are_drawn_few_and_switched_by_number(client, engine, tmp_path):
     nodes = [{"parent": None, "message": {"role": "user", "content": "q"}, "token_ids": [1], "mask": [False]}]
     for k in range(200):
         nodes.append({"parent": 0, "sampled": True, "message": {"role": "assistant", "content": f"a{k}"},
@@ -149,7 +153,10 @@ def test_many_branches_are_drawn_few_and_switched_by_a_list(client, engine, tmp_
     assert len(d["branches"]) == 200 and d["svg"]["hidden_branches"] > 150
     assert d["branches"][150]["fork"]["reason"] == "resample" and d["branches"][150]["sample"] == 150
     html = client.get("/runs/r1/rollouts/bon?branch=150").text
-    assert '<option value="150" selected>' in html and len(html) < 200_000
+    # the neighbours as links and a number to open any branch; never a list of all 200
+    assert 'name="branch" min="0" max="199" value="150"' in html and "<option" not in html
+    assert [int(x) for x in re.findall(r'class="branch-link[^"]*"[^>]*>branch (\d+)<', html)] == list(range(147, 154))
+    assert 'class="branch-link current" aria-current="page">branch 150<' in html and len(html) < 60_000
 
 
 def test_byte_level_pieces_read_as_what_they_mean(client, engine, tmp_path):
@@ -196,6 +203,8 @@ def test_group_estimators_recorded_advantages_and_diff(client, engine, tmp_path)
     assert order[:2] == ["m0", "m1"]
     diff = client.get("/runs/r1/groups/g.json?a=m0&b=m2").json()
     assert diff["first_token"] == 4 and diff["first_message"] is None  # same text, other tokens
+    assert DiffPage.model_validate(diff).model_dump(mode="json") == diff
+    assert [r["a"]["role"] for r in diff["messages"]] == [r["b"]["role"] for r in diff["messages"]]
     assert "tok-first-diff" in client.get("/runs/r1/groups/g?a=m0&b=m2").text
 
 
