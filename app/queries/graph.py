@@ -20,8 +20,7 @@ def graph_nodes(*, session: Session, rollout_pk: int, headers: dict[int, dict] |
     """Every node of a rollout as a GraphNode, by index (index = position in the list).
 
     With `headers` (a dict to fill), the same statement also reads each node's tool-call routing
-    fields, as `app.queries.nodes.node_headers` gives them: `{idx: {role, tool_call_id, name,
-    tool_calls}}` (pairing calls with results needs them for a whole branch)."""
+    fields: `{idx: {role, tool_call_id, name, tool_calls}}` (pairing calls with results needs them for a whole branch)."""
     cols = [N.c.idx, N.c.parent, N.c.role, N.c.sampled, N.c.n_tokens, N.c.mask,
             *(N.c.extra[p].as_string().label(f"x_{k}") for k, p in KIND_PATHS.items())]
     if headers is not None:
