@@ -259,3 +259,31 @@ def test_chart_colours_match_the_ending_badges():
     css = Path(__file__).resolve().parents[2].joinpath("static", "app.css").read_text()
     badges = dict(_re.findall(r"\.ending-([a-z_]+) \{ background: (#[0-9a-f]{6}); \}", css))
     assert badges == ENDING_COLORS
+
+
+def test_tool_call_durations_from_a_real_openhands_trajectory(client, engine):
+    """OpenHands stamps the action (the call) and the observation (its result): the call's
+    duration is their difference, in the timeline and on the call, in the page and its twin."""
+    assert ingest(engine, data_path("realdata", "openhands", "basic.json"), run="oh").ok
+    d = client.get("/runs/oh/rollouts/basic.json").json()
+    call = d["messages"][1]["tool_calls"][0]
+    assert call["result_node"] == 2
+    assert math.isclose(call["duration"], 13.801384 - 13.764487, abs_tol=1e-5)  # 22:45:13.764487 → .801384
+    rows = d["timeline"]["rows"]
+    tools = [r for r in rows if r["kind"] == "tool"]
+    assert len(tools) == 1 and tools[0]["node"] == 1 and tools[0]["result_node"] == 2 and tools[0]["name"] == call["name"]
+    assert math.isclose(tools[0]["duration"], call["duration"]) and d["timeline"]["n_tool"] == 1
+    html = client.get("/runs/oh/rollouts/basic").text
+    assert "1 tool call over" in html and 'class="tl-bar tl-tool"' in html and "after 0.037 s" in html
+
+
+def test_tool_calls_and_model_calls_share_the_timeline_of_a_real_verifiers_episode(client, engine):
+    assert ingest(engine, data_path("realdata", "verifiers", "train_multi_tool.jsonl"), run="vf").ok
+    rid = client.get("/runs/vf/rollouts.json").json()["rollouts"][0]["rollout_id"]
+    tl = client.get(f"/runs/vf/rollouts/{rid}.json").json()["timeline"]
+    assert (tl["n_model"], tl["n_tool"]) == (4, 3) and tl["rows_total"] == 7
+    starts = [r["start"] for r in tl["rows"]]
+    assert starts == sorted(starts) and starts[0] == 0
+    # each tool call runs from its calling message to its result (both stamped by verifiers)
+    assert [(r["node"], r["result_node"]) for r in tl["rows"] if r["kind"] == "tool"] == [(1, 2), (3, 4), (5, 6)]
+    assert all(0 < r["duration"] < 1 for r in tl["rows"])
