@@ -356,7 +356,11 @@ def _steps(b: RolloutBuilder, t: ATIFTrajectory, raw: dict, *, segment: int, par
             "tool_calls", "observation", "metrics", "llm_call_count", "assistant_tokens", "assistant_masks",
             "logprobs", "env_tokens", "env_masks", "reward", "mc_return", "policy_version")}
         if isinstance(step_extra.get("extra"), dict):
-            step_extra["extra"] = {kk: v for kk, v in step_extra["extra"].items() if kk != "rollscope"} or None
+            cm = step_extra["extra"].get("context_management")
+            if isinstance(cm, dict):  # compaction / pruning / injection: the graph's node kind reads it here
+                node_extra["context_management"] = cm
+            step_extra["extra"] = {kk: v for kk, v in step_extra["extra"].items()
+                                   if kk not in ("rollscope", "context_management")} or None
             if step_extra["extra"] is None:
                 del step_extra["extra"]
         if step_extra:

@@ -287,3 +287,46 @@ def test_tool_calls_and_model_calls_share_the_timeline_of_a_real_verifiers_episo
     # each tool call runs from its calling message to its result (both stamped by verifiers)
     assert [(r["node"], r["result_node"]) for r in tl["rows"] if r["kind"] == "tool"] == [(1, 2), (3, 4), (5, 6)]
     assert all(0 < r["duration"] < 1 for r in tl["rows"])
+
+
+def test_compaction_nodes_from_atif_and_openhands_are_drawn_as_compaction(client, engine, tmp_path):
+    """No handed or real file records a compaction, so two real files get the record their
+    formats define: an ATIF system step with `extra.context_management.type = "compaction"`
+    (Harbor's RFC 0001) inside the real multi-tool trajectory, and an OpenHands condenser's
+    `condensation` action and `condense` observation inside the real basic.json stream."""
+    atif = json.loads(data_path("realdata", "atif", "multi_tool.trajectory.json").read_text())
+    compaction = {"step_id": 0, "source": "system", "message": "Context compaction performed",
+                  "observation": {"results": [{"content": "Summary: the tool was called twice."}]},
+                  "extra": {"context_management": {"type": "compaction", "boundary": "replace"}}}
+    atif["steps"].insert(3, compaction)
+    for k, step in enumerate(atif["steps"]):
+        step["step_id"] = k + 1
+    (tmp_path / "atif").mkdir()
+    (tmp_path / "atif" / "trajectory.json").write_text(json.dumps(atif))
+    events = json.loads(data_path("realdata", "openhands", "basic.json").read_text())
+    events[3:3] = [
+        {"id": 90, "timestamp": "2025-01-27T22:45:15.000000", "source": "agent", "message": "Summary of the edits",
+         "action": "condensation", "args": {"forgotten_events_start_id": 0, "forgotten_events_end_id": 4,
+                                             "summary": "Created game_2048.py with the board logic.", "summary_offset": 1}},
+        {"id": 91, "timestamp": "2025-01-27T22:45:15.100000", "source": "environment",
+         "observation": "condense", "content": "Created game_2048.py with the board logic.", "extras": {}}]
+    (tmp_path / "oh.json").write_text(json.dumps(events))
+    assert ingest(engine, tmp_path / "atif" / "trajectory.json", run="cm").ok
+    assert ingest(engine, tmp_path / "oh.json", run="oh").ok
+
+    d = client.get("/runs/cm/rollouts/traj-multi-tool.json").json()
+    kinds = {n["idx"]: n["kind"] for n in d["graph"]["nodes"] if n["kind"]}
+    (idx,) = kinds
+    assert kinds[idx] == "compaction" and d["graph"]["nodes"][idx]["role"] == "system"
+    assert next(m for m in d["messages"] if m["idx"] == idx)["extra"]["context_management"]["boundary"] == "replace"
+    assert '<text x="' in (html := client.get("/runs/cm/rollouts/traj-multi-tool").text) and "k-compaction" in html
+
+    o = client.get("/runs/oh/rollouts/oh.json").json()
+    marked = [(n["idx"], n["role"]) for n in o["graph"]["nodes"] if n["kind"] == "compaction"]
+    assert len(marked) == 2
+    cond = next(m for m in o["messages"] if m["idx"] == marked[0][0])
+    assert cond["content"] == "Created game_2048.py with the board logic." and cond["source_role"] == "condensation"
+    assert cond["extra"]["forgotten_events"] == {"start": 0, "end": 4}
+    # the condenser is not a model call: the calls are still the two model responses
+    assert len(o["calls"]) == 2 and all(c["node"] != marked[0][0] for c in o["calls"])
+    assert "k-compaction" in client.get("/runs/oh/rollouts/oh").text
