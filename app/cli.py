@@ -273,6 +273,38 @@ def export(
 
 
 @app.command()
+def recheck(
+    run: Annotated[str, typer.Option(help="Run whose stored rollouts are checked again.")],
+    tokenizer: Annotated[Path | None, typer.Option(help="The run's tokenizer, as for `ingest` (the checks that need one are skipped without it).", exists=True)] = None,
+    added_token: Annotated[list[str], typer.Option("--added-token", help="Extra vocabulary entry ID=PIECE (repeatable).")] = [],  # noqa: B006
+) -> None:
+    """Run today's checks over a run's stored rollouts and replace their findings (rollouts
+    stored before a check existed get it without re-ingesting the files). Labels and notes are
+    kept. Exits 2 when the run has no rollouts."""
+    from app.config import get_settings
+    from app.store.recheck import recheck_run
+
+    if added_token and tokenizer is None:
+        raise typer.BadParameter("--added-token extends a tokenizer: give --tokenizer too", param_hint="--added-token")
+    check_context = None
+    if tokenizer is not None:
+        from ingest.checks.context import load_context
+
+        try:
+            check_context = load_context(tokenizer, _parse_added(added_token))
+        except ValueError as exc:
+            console.print(Text.assemble(("error: ", "red"), str(exc)), soft_wrap=True)
+            raise typer.Exit(2) from None
+    try:
+        total = recheck_run(_engine(), run, context=check_context, batch_size=get_settings().worker.batch_size)
+    except KeyError:
+        console.print(Text.assemble(("error: ", "red"), f"run {run!r} has no stored rollouts"), soft_wrap=True)
+        raise typer.Exit(2) from None
+    out.print(Text(f"re-checked {total.inserted + total.replaced} rollouts of {run}: {total.findings} findings"
+                   + (f", {total.rejected} could not be stored again" if total.rejected else "")))
+
+
+@app.command()
 def quarantine(
     file: Annotated[str | None, typer.Option(help="Only records from this file (the path as ingested).")] = None,
     clear: Annotated[bool, typer.Option("--clear", help="Delete the records instead of listing them.")] = False,
