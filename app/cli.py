@@ -513,14 +513,15 @@ def main() -> None:
     except Exception as exc:  # noqa: BLE001 - one line, not a traceback
         if debug:
             raise
-        from app.store.write import database_gone
+        from app.store.write import database_gone, out_of_space
 
         first = str(getattr(exc, "orig", None) or exc).strip().splitlines()
         detail = first[0][:300] if first else type(exc).__name__
         if database_gone(exc):
             n = getattr(exc, "rollouts_committed", None)
             done = f"{n} rollouts were committed; " if n is not None else ""
-            console.print(Text.assemble(("error: ", "red"), f"the database is unreachable ({detail}); {done}"
+            what = "has no space left" if out_of_space(exc) else "is unreachable"
+            console.print(Text.assemble(("error: ", "red"), f"the database {what} ({detail}); {done}"
                                         "re-run the same command to resume (what is stored is not written again)"),
                           soft_wrap=True)
             raise SystemExit(3) from None

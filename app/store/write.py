@@ -299,6 +299,8 @@ def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[Re
                     raise
                 # another writer stored this rollout meanwhile: look again (unchanged or replace)
             except Exception as exc:  # noqa: BLE001 - one rollout must not cost its neighbours
+                if database_gone(exc):
+                    raise  # not this rollout's fault: the whole batch is retried later
                 refused.append(storage_error(p.rollout, exc))
                 res.outcomes[p.identity] = "rejected"
                 break
@@ -360,8 +362,23 @@ def _quarantined_files(conn: sa.Connection, prepared: list[Prepared], checked: s
     return found
 
 
+def out_of_space(exc: BaseException) -> bool:
+    """The database cannot grow: SQLite's SQLITE_FULL ("database or disk is full", also a file
+    size limit) or Postgres's SQLSTATE class 53, insufficient resources (53100 disk_full, 53200
+    out_of_memory)."""
+    orig = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
+    code = getattr(orig, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF == 13:  # SQLITE_FULL and its extended codes
+        return True
+    return str(getattr(orig, "sqlstate", None) or "").startswith("53")
+
+
 def database_gone(exc: BaseException) -> bool:
-    """A lost or refused connection (a restart, a network cut), not a problem of the data."""
+    """The database cannot take writes for a reason outside the data: a lost or refused
+    connection (a restart, a network cut) or no space left (`out_of_space`). Such an error is
+    retried and then reported; it never quarantines a record."""
+    if out_of_space(exc):
+        return True
     if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
         return True
     if isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError)):
