@@ -18,8 +18,9 @@ Mapping (docs/formats.md, "mini-swe-agent"):
   the submit command) becomes its tool result: role tool, `extra.source_role = "user"`, with
   `extra.returncode`;
 - ending: the submit marker → submitted (detail `COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`); else
-  `info.exit_status` (`Submitted` → submitted, `LimitsExceeded` → truncated, `FormatError` →
-  truncated, `TimeoutError`/`ExecutionTimeoutError` → truncated, other exceptions → error);
+  `info.exit_status` through the endings table (`ingest.endings.WORDS`: `Submitted` → submitted,
+  `LimitsExceeded`, `FormatError`, `TimeoutError`, `ExecutionTimeoutError` → truncated); a name the
+  table does not list is another exception → error;
   else unknown. `model_stats` (`instance_cost`, `api_calls`) are metrics.
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from ingest.endings import from_reason
 from ingest.formats import ReadContext, record_error
 from ingest.formats._harness import Chain, action_call, documents
 from ingest.schema import Call, Ending, EndingInfo, Message, Rollout, RunRef
@@ -38,10 +40,6 @@ NAME = "mini-swe-agent"
 BLOCK = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.DOTALL)
 OBSERVATION = re.compile(r"^\s*<returncode>(-?\d+)</returncode>")
 SUBMIT_MARKERS = ("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "MINI_SWE_AGENT_FINAL_OUTPUT")
-EXIT_STATUS = {
-    "submitted": Ending.submitted, "limitsexceeded": Ending.truncated, "formaterror": Ending.truncated,
-    "timeouterror": Ending.truncated, "executiontimeouterror": Ending.truncated,
-}
 
 
 def _messages(value: Any) -> list | None:
@@ -137,7 +135,8 @@ def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> I
     if submitted:
         ending = EndingInfo(type=Ending.submitted, detail=str(status) if status else SUBMIT_MARKERS[0])
     elif isinstance(status, str) and status:
-        ending = EndingInfo(type=EXIT_STATUS.get(status.strip().lower(), Ending.error), detail=status)
+        # any name the endings table does not list is an exception that ended the loop
+        ending = EndingInfo(type=from_reason(status, unlisted=Ending.error), detail=status)
     else:
         ending = EndingInfo(type=Ending.unknown, detail="no submit marker and no exit status")
     stats = info.get("model_stats") if isinstance(info.get("model_stats"), dict) else {}
