@@ -30,8 +30,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from ingest.endings import from_reason
-from ingest.formats import ReadContext, record_error
-from ingest.formats._harness import Chain, action_call, documents
+from ingest.formats import ReadContext
+from ingest.formats._harness import Chain, action_call, read_documents
 from ingest.schema import Call, Ending, EndingInfo, Message, Rollout, RunRef
 from ingest.source import RecordError, Source
 
@@ -70,16 +70,7 @@ def sniff(source: Source) -> bool:
 
 
 def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
-    for line, doc in documents(source):
-        if isinstance(doc, RecordError):
-            yield doc
-        elif _messages(doc) is None:
-            yield RecordError(source.name, line, None, "not a mini-swe-agent message list")
-        else:
-            try:
-                yield from _read_one(doc, source, ctx, line)
-            except Exception as exc:  # noqa: BLE001 - an odd record is rejected with its field, never raised
-                yield record_error(source.name, line, None, exc)
+    return read_documents(source, ctx, recognise=_messages, what="a mini-swe-agent message list", read_one=_read_one)
 
 
 def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> Iterator[Rollout | RecordError]:
