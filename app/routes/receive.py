@@ -153,6 +153,10 @@ class Receiver:
         items: list[tuple[str, Rollout | RecordError, int | None]] = []
         rejected, reason = 0, None
         for tid, spans in ready:
+            if ends[tid] is not None:  # spooled: the file holds every span taken for it, by any process
+                got, end = self.spool.read(tid)
+                if got:
+                    spans, ends[tid] = got, end
             if not is_genai_trace(spans):
                 err = RecordError("/v1/traces", None, f"trace {tid}", "no GenAI or OpenInference span")
             else:

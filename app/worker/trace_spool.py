@@ -10,7 +10,9 @@ in the transaction that writes the rows they became. Here a file holds one trace
 - `append` writes and fsyncs the lines; the receiver answers 200 after it returns.
 - `pending` gives, at start-up, every trace whose file holds bytes past its committed offset:
   the assembler (ingest/otel_assembler.py) is rebuilt from them. A last line cut short by a
-  crash was never answered 200; it is cut off.
+  crash was never answered 200: it is skipped when read, and the next append starts a new line.
+- `read` gives all the spans of a trace's file: a finished trace is assembled from it, so spans
+  that other server processes (`serve --workers N`) took for the same trace are in the rollout.
 - `commit` writes a finished trace's rollout (or its quarantine record) and moves the offset to
   the end of the bytes it was assembled from, in one transaction, and only if the offset is still
   below that end (a compare-and-set on the row): each range is stored exactly once, across
@@ -80,10 +82,12 @@ class TraceSpool:
         out, created = [], False
         for tid, ss in by_trace.items():
             line = (json.dumps(encode_json(ss), separators=(",", ":")) + "\n").encode()
-            fd = os.open(self.path(tid), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(self.path(tid), os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
             try:
                 start = os.fstat(fd).st_size
                 created |= start == 0
+                if start and os.pread(fd, 1, start - 1) != b"\n":
+                    line = b"\n" + line  # after a line torn by a crash: start a new one
                 os.write(fd, line)
                 os.fsync(fd)
             finally:
@@ -98,24 +102,23 @@ class TraceSpool:
         return out
 
     def read(self, trace_id: str, end: int | None = None) -> tuple[list[SpanRecord], int]:
-        """The spans in a trace's file (up to byte `end`), and the end of the last whole line.
-        A torn last line (the process died while writing it) is cut off the file."""
-        path = self.path(trace_id)
+        """The spans in a trace's file (up to byte `end`), a resent span replacing its earlier
+        copy, and the end of the last whole line read."""
         try:
-            with path.open("rb") as f:
+            with self.path(trace_id).open("rb") as f:
                 data = f.read() if end is None else f.read(end)
         except FileNotFoundError:
             return [], 0
         whole = data.rfind(b"\n") + 1
-        if end is None and whole < len(data):
-            os.truncate(path, whole)
-        spans: list[SpanRecord] = []
+        spans: dict[str, SpanRecord] = {}
         for line in data[:whole].splitlines():
+            if not line.strip():
+                continue
             try:
-                spans.extend(decode_json(line))
-            except OtlpError:
-                continue  # only this process writes these lines; a bad one cannot be answered now
-        return spans, whole
+                spans.update((s.span_id, s) for s in decode_json(line))
+            except (OtlpError, ValueError):
+                continue  # a line torn by a crash: it was never answered 200
+        return list(spans.values()), whole
 
     def pending(self) -> Iterator[Pending]:
         """Every trace with bytes past its committed offset (or no row yet)."""

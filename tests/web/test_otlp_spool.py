@@ -109,3 +109,35 @@ def test_spans_answered_200_survive_sigkill(tmp_path):
         proc.terminate()
         proc.wait(10)
     assert _rows(url) == (rollouts, files)
+
+
+def test_trace_spool_torn_line_and_exactly_once(engine, tmp_path):
+    """The spool on the real database: a line torn by a crash is skipped and the next append
+    starts a new line; a range is committed once, a later range again (the rollout replaced)."""
+    from app.worker.trace_spool import TraceSpool
+    from ingest.otel import decode_json
+    from ingest.otel_genai import rollout_from_spans
+
+    def spans(*items):
+        return decode_json(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": list(items)}]}]}))
+
+    spool = TraceSpool(engine, tmp_path / "s")
+    [a] = spool.append(spans(_span_json(TRACE, CHAT_ID, ROOT, "chat m", CHAT, 2)))
+    torn = b'{"resourceSpans": [{"scopeSp'  # the process died mid-write: never answered 200
+    with spool.path(TRACE).open("ab") as f:
+        f.write(torn)
+    [b] = spool.append(spans(_span_json(TRACE, ROOT, None, "invoke_agent a", AGENT, 1)))
+    assert b.start == a.end + len(torn) and spool.path(TRACE).read_bytes().count(b"\n") == 3
+    got, end = spool.read(TRACE)
+    assert sorted(s.span_id for s in got) == sorted([CHAT_ID, ROOT]) and end == b.end
+    assert [p.trace_id for p in spool.pending()] == [TRACE]
+    rollout = rollout_from_spans(got, source={"format": "otlp"})
+    assert spool.commit([(TRACE, rollout, end)]).inserted == 1
+    assert spool.commit([(TRACE, rollout, end)]).inserted == 0  # the same range again: nothing
+    assert list(spool.pending()) == []
+    [c] = spool.append(spans(_span_json(TRACE, TOOL_ID, ROOT, "execute_tool bash", TOOL, 3)))
+    assert [p.trace_id for p in spool.pending()] == [TRACE]  # a late span: the trace is pending again
+    got, end = spool.read(TRACE)
+    res = spool.commit([(TRACE, rollout_from_spans(got, source={"format": "otlp"}), end)])
+    assert res.replaced == 1 and end == c.end
+    assert spool.prune(keep=3600) == 0 and spool.prune(keep=-1) == 1 and not spool.path(TRACE).exists()
