@@ -242,7 +242,7 @@ def ingest(
 def export(
     run: Annotated[str, typer.Option(help="Run to export.")],
     out: Annotated[Path, typer.Option(help="File to write.")],
-    format: Annotated[str, typer.Option("--format", help="native | verifiers | atif | samples | parquet | otlp")] = "native",  # noqa: A002
+    format: Annotated[str, typer.Option("--format", help="native | verifiers | atif | samples | parquet | otlp | nemo_gym")] = "native",  # noqa: A002
     step: Annotated[int | None, typer.Option(help="Only this training step.", min=0, max=INT32_MAX)] = None,
     ending: Annotated[str | None, typer.Option(help="Only this ending (submitted, error, ...).")] = None,
     group: Annotated[str | None, typer.Option(help="Only this group.")] = None,
@@ -252,9 +252,9 @@ def export(
     flag: Annotated[str | None, typer.Option(help="Only rollouts with a finding of this kind.")] = None,
 ) -> None:
     """Write a run's rollouts (the rollouts list's filters) as native JSONL, verifiers Episode
-    JSONL, ATIF v1.7 JSONL, flat training-sample JSONL, Parquet, or OTLP/JSON lines of OTel GenAI
+    JSONL, ATIF v1.7 JSONL, flat training-sample JSONL, Parquet, OTLP/JSON lines of OTel GenAI
     spans (`invoke_agent` → `chat` and `execute_tool`, RL fields as `rollscope.*` attributes)
-    ready for an OTLP/HTTP endpoint (docs/formats.md, "Export")."""
+    ready for an OTLP/HTTP endpoint, or NeMo Gym rollout JSONL (docs/formats.md, "Export")."""
     from app.queries.rollouts import RolloutFilters
     from app.store.load import iter_rollouts
     from ingest.export import FORMATS, write
