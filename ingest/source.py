@@ -25,6 +25,7 @@ import csv
 import io
 import json
 import math
+import re
 import stat
 import sys
 import zipfile
