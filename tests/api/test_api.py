@@ -110,6 +110,10 @@ def test_groups_and_findings(client, engine, tmp_path):
 
 
 def test_health_docs_and_openapi(client):
+    for root in ("/api/v1", "/api/v1/"):
+        index = client.get(root)
+        assert index.status_code == 200 and index.json()["docs"] == "/api/docs", root
+        assert client.get(index.json()["runs"]).status_code == 200
     assert client.get("/healthz").json() == {"status": "ok"}
     ready = client.get("/readyz").json()
     assert ready["status"] == "ready" and ready["migration"]
