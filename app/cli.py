@@ -5,6 +5,8 @@ Configuration comes from the environment through `get_settings()` (`ROLLSCOPE_DA
 """
 from __future__ import annotations
 
+import contextlib
+
 import os
 import sys
 from pathlib import Path
@@ -134,7 +136,7 @@ def ingest(
     kept. Exits 1 when anything was rejected, 0 otherwise.
     """
     from app.config import get_settings
-    from app.worker.sync import first_root, ingest_paths, register_tokenizer
+    from app.worker.sync import IngestReport, ingest_paths, register_tokenizer
     from ingest.formats import ReadContext
     from ingest.schema import RunRef
 
@@ -154,18 +156,26 @@ def ingest(
 
     engine = _engine()
     paths = list(paths or [])
-    roots: dict[Path, Path] = {}
+    retries: dict[tuple, list[tuple[Path, Path | None]]] = {}  # (cwd, run, step, format) → (file, root)
     if retry_quarantined:
-        from app.store.quarantine import quarantine_counts
+        from app.store.quarantine import files_to_retry
 
-        again = [Path(f) for f, _ in quarantine_counts(engine) if Path(f).is_file()]
-        gone = [f for f, _ in quarantine_counts(engine) if not Path(f).is_file()]
-        console.print(f"retrying {len(again)} file{'s' if len(again) != 1 else ''} with quarantined records"
-                      + (f" ({len(gone)} no longer readable here, e.g. {gone[0]})" if gone else ""),
+        gone = []
+        for name, first in files_to_retry(engine):
+            cwd = Path(first.cwd) if first else Path.cwd()
+            if not (cwd / name).is_file():  # (an absolute name stays itself)
+                gone.append(name)
+            elif Path(name) not in paths:  # a file given again by name is read with this command's options
+                key = (str(cwd), first.run, first.step, first.format) if first else (str(cwd), run, step, format)
+                retries.setdefault(key, []).append((Path(name), Path(first.root) if first and first.root else None))
+        n = sum(len(v) for v in retries.values())
+        console.print(f"retrying {n} file{'s' if n != 1 else ''} with quarantined records, each as it was first "
+                      "ingested" + (f" ({len(gone)} no longer readable, e.g. {gone[0]})" if gone else ""),
                       markup=False, soft_wrap=True)
-        paths += [p for p in again if p not in paths]
-        roots = {p: first_root(engine, p) for p in again}  # missing ids derive as the first ingest did
-    if not paths:
+        if not paths and not retries:
+            out.print(Text("nothing to retry"))
+            raise typer.Exit(0)
+    if not paths and not retries:
         raise typer.BadParameter("give files or folders to ingest, or --retry-quarantined", param_hint="PATHS")
     key = check_context = None
     if tokenizer is not None:
@@ -191,9 +201,16 @@ def ingest(
         def on_item(_item):
             progress.update(current["task"], completed=current["source"].position)
 
-        report = ingest_paths(engine, paths, ReadContext(run_id=run, step=step, format=format), tokenizer_key=key,
-                              check_context=check_context, on_file=on_file, on_item=on_item,
-                              batch_size=get_settings().worker.batch_size, roots=roots)
+        options = dict(tokenizer_key=key, check_context=check_context, on_file=on_file, on_item=on_item,
+                       batch_size=get_settings().worker.batch_size)
+        report = IngestReport()
+        if paths:
+            report.add(ingest_paths(engine, paths, ReadContext(run_id=run, step=step, format=format), **options))
+        for (cwd, first_run, first_step, first_format), files in retries.items():
+            with contextlib.chdir(cwd):  # the files' names are relative to it, as first ingested
+                report.add(ingest_paths(engine, [f for f, _ in files], ReadContext(
+                    run_id=first_run, step=first_step, format=first_format),
+                    roots={f: root for f, root in files if root is not None}, **options))
     total, errors, skipped = report.total, report.errors, report.skipped
     rows = [(f.path, f.format, f.result) for f in report.files]
 

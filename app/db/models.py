@@ -173,6 +173,8 @@ class Quarantine(SQLModel, table=True):
     raw: str | None = None  # first 4 KB of the record
     raw_sha256: str = Field(max_length=64)
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
+    # how the file was ingested (app.store.quarantine.IngestContext), for --retry-quarantined
+    context: dict | None = _json()
 
 
 class Label(SQLModel, table=True):

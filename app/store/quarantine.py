@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import asdict, dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -60,3 +61,35 @@ def clear_quarantine(engine: Engine, *, file: str | None = None) -> int:
         stmt = stmt.where(Q.c.source_file == file)
     with engine.begin() as conn:
         return conn.execute(stmt).rowcount
+
+
+@dataclass(frozen=True)
+class IngestContext:
+    """How a file was ingested, kept with its quarantined records so that `--retry-quarantined`
+    reads it again the same way from any folder: `cwd` (the working folder its path is relative
+    to), `run`/`step`/`format` (the options given, None when not), `root` (the folder its missing
+    rollout ids were derived from, absolute)."""
+
+    cwd: str
+    run: str | None = None
+    step: int | None = None
+    format: str | None = None
+    root: str | None = None
+
+
+def remember_context(engine: Engine, source_file: str, context: IngestContext) -> None:
+    """Attach `context` to every quarantined record of `source_file` (the latest ingest's)."""
+    with engine.begin() as conn:
+        conn.execute(Q.update().where(Q.c.source_file == source_file).values(context=asdict(context)))
+
+
+def files_to_retry(engine: Engine) -> list[tuple[str, IngestContext | None]]:
+    """Each file with quarantined records, as it was named, with the context it was last
+    ingested with (None for records quarantined before contexts were kept)."""
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(Q.c.source_file, Q.c.context).order_by(Q.c.source_file, Q.c.pk.desc())).all()
+    out: dict[str, IngestContext | None] = {}
+    for name, ctx in rows:
+        if name not in out or (out[name] is None and ctx):
+            out[name] = IngestContext(**ctx) if ctx else None
+    return list(out.items())

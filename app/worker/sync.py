@@ -8,6 +8,7 @@ quarantined in the database).
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,7 +21,7 @@ from ingest.formats import registry as _registry  # noqa: F401 - formats.registr
 from ingest.formats import ReadContext
 from ingest.files import TRACE_SUFFIXES, read_records, walk
 from ingest.source import RecordError, Source, open_source
-from app.store.quarantine import quarantine_many
+from app.store.quarantine import IngestContext, quarantine_many, remember_context
 from app.store.write import BATCH, StoreResult, database_gone, ensure_run, store, store_tokenizer
 
 
@@ -42,6 +43,13 @@ class IngestReport:
     @property
     def ok(self) -> bool:
         return not self.errors
+
+    def add(self, other: IngestReport) -> None:
+        """Fold in the report of another ingest_paths call (the CLI's retried files)."""
+        self.files += other.files
+        self.errors += other.errors
+        self.skipped += other.skipped
+        self.total.add(other.total)
 
 
 def register_tokenizer(engine: Engine, path: Path, added: dict[int, str] | None = None) -> str:
@@ -82,7 +90,9 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
 
     A record without an id gets one from its file's path relative to the folder given
     (`ReadContext.source_key`); a file given by name is known by its name, unless `roots` names
-    the folder it was first ingested from (`--retry-quarantined`).
+    the folder it was first ingested from (`--retry-quarantined`). A file with rejected records
+    keeps, with them, how it was read (`IngestContext`: working folder, `ctx`'s run, step and
+    format, root), so a retry from any folder reads it the same way.
     """
     report = IngestReport()
     for path, explicit, root in _files(paths, roots or {}):
@@ -100,6 +110,7 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
             # file's name (.json, .jsonl, .csv) is rejected too; anything else is skipped (not a trace).
             if explicit or (source is None and path.suffix.lower() in TRACE_SUFFIXES):
                 _reject_file(engine, report, exc)
+                _remember(engine, path, file_ctx)
             else:
                 report.skipped.append((str(path), exc.message))
             continue
@@ -118,8 +129,11 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
             err = RecordError(str(path), source.last_line, None,
                               f"ingest of this file stopped: {type(exc).__name__}: {exc}", source.last_raw)
             _reject_file(engine, report, err)
+            _remember(engine, path, file_ctx)
             continue
         file_errors += result.errors
+        if file_errors:
+            _remember(engine, path, file_ctx)
         report.files.append(FileReport(str(path), reader.NAME, result, file_errors))
         report.errors += file_errors
         report.total.add(result)
@@ -140,23 +154,10 @@ def _files(paths: list[Path], roots: dict[Path, Path]):
             yield path, explicit, root
 
 
-def first_root(engine: Engine, path: Path) -> Path:
-    """The folder `path` was ingested from, read back from the ids derived from it: the nearest
-    ancestor whose `source_key` starts a stored id of a rollout from this file; else its own
-    folder. A file whose records carry their own ids is unaffected by the choice."""
-    import sqlalchemy as sa
-
-    from app.db import models
-
-    R = models.Rollout.__table__
-    with engine.connect() as conn:
-        ids = list(conn.execute(sa.select(R.c.rollout_id).where(R.c.source_file == str(path)).limit(20)).scalars())
-    probe = Source(path, "jsonl", None)
-    for root in path.parents:
-        key = ReadContext(root=root).source_key(probe)
-        if any(i == key or i.startswith((key + "#", key + "@")) for i in ids):
-            return root
-    return path.parent
+def _remember(engine: Engine, path: Path, ctx: ReadContext) -> None:
+    remember_context(engine, str(path), IngestContext(
+        cwd=os.getcwd(), run=ctx.run_id, step=ctx.step, format=ctx.format,
+        root=str(ctx.root.resolve()) if ctx.root is not None else None))
 
 
 def _reject_file(engine: Engine, report: IngestReport, err: RecordError) -> None:

@@ -142,3 +142,32 @@ def test_retry_quarantined_derives_ids_as_the_folder_ingest_did(db_url, tmp_path
     assert again.exit_code == 0, again.output
     assert "1 new, 0 replaced, 1 unchanged" in again.stdout, again.output
     assert _ids(db_url) == ["a/rollouts#0", "a/rollouts#1"]
+
+
+def test_retry_quarantined_reads_each_file_as_it_was_first_ingested(db_url, tmp_path, monkeypatch):
+    """The retry keeps the first ingest's --run, --step and working folder (a relative path),
+    whatever folder and options it is run with: nothing lands in another run."""
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    runner = CliRunner()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    path = tmp_path / "data" / "h.jsonl"
+    path.write_text(_chat_lines("4") + '{"messages": [{"role": "user", "content": 7}]\n')
+    monkeypatch.chdir(tmp_path / "data")
+    assert runner.invoke(cli, ["ingest", "--run", "h-hostile", "--step", "5", "h.jsonl"]).exit_code == 1
+    path.write_text(_chat_lines("4", "5"))  # fixed
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    again = runner.invoke(cli, ["ingest", "--retry-quarantined"])
+    assert again.exit_code == 0, again.output
+    assert "retrying 1 file" in again.output and "1 new, 0 replaced, 1 unchanged" in again.stdout, again.output
+    assert "runs: h-hostile" in again.stdout and "cleared from the quarantine" in again.stdout
+    from app.db.engine import make_engine
+
+    eng = make_engine(db_url)
+    with eng.connect() as conn:
+        R = models.Rollout.__table__
+        assert sorted(conn.execute(sa.select(R.c.run_id, R.c.step, R.c.rollout_id)).all()) == [
+            ("h-hostile", 5, "h@step5#0"), ("h-hostile", 5, "h@step5#1")]
+    eng.dispose()
+    nothing = runner.invoke(cli, ["ingest", "--retry-quarantined"])
+    assert nothing.exit_code == 0 and "nothing to retry" in nothing.stdout, nothing.output
