@@ -131,6 +131,11 @@ def bearer(request: Request) -> str | None:
     return request.query_params.get("token") or None
 
 
+def article(word: str) -> str:
+    """`word` with its indefinite article ("a read", "an admin")."""
+    return ("an " if word[:1].lower() in "aeiou" else "a ") + word
+
+
 def require(scope: Scope, *, optional_for_read: bool = True):
     """A FastAPI dependency: the request's token, which must allow `scope`.
 
@@ -145,7 +150,7 @@ def require(scope: Scope, *, optional_for_read: bool = True):
             return None
         token = bearer(request)
         if token is None:
-            raise HTTPException(401, f"this needs a {scope} token: send `Authorization: Bearer <token>` "
+            raise HTTPException(401, f"this needs {article(scope)} token: send `Authorization: Bearer <token>` "
                                      "(create one with `rollscope token create`)",
                                 headers={"WWW-Authenticate": "Bearer"})
         info = verify(request.app.state.engine, token)
@@ -178,15 +183,15 @@ class ReadTokenGate:
                 or scope["path"] == "/healthz" or scope["path"].startswith("/static/")):
             await self.app(scope, receive, send)
             return
-        from fastapi.responses import JSONResponse
+        from app.errors import error_response
 
         request = Request(scope)
         token = bearer(request)
         info = verify(self.engine, token) if token else None
-        if info is None:
-            response = JSONResponse({"detail": "reading needs a token (ROLLSCOPE_REQUIRE_READ_TOKEN is set): send "
-                                               "`Authorization: Bearer <token>` or add `?token=`"},
-                                    status_code=401, headers={"WWW-Authenticate": "Bearer"})
+        if info is None:  # the one error shape for JSON clients, the error page for browsers
+            response = error_response(request, 401, "reading needs a token (ROLLSCOPE_REQUIRE_READ_TOKEN is set): "
+                                      "send `Authorization: Bearer <token>` or add `?token=`",
+                                      headers={"WWW-Authenticate": "Bearer"})
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)

@@ -134,7 +134,7 @@ def ingest(
     kept. Exits 1 when anything was rejected, 0 otherwise.
     """
     from app.config import get_settings
-    from app.worker.sync import ingest_paths, register_tokenizer
+    from app.worker.sync import first_root, ingest_paths, register_tokenizer
     from ingest.formats import ReadContext
     from ingest.schema import RunRef
 
@@ -154,6 +154,7 @@ def ingest(
 
     engine = _engine()
     paths = list(paths or [])
+    roots: dict[Path, Path] = {}
     if retry_quarantined:
         from app.store.quarantine import quarantine_counts
 
@@ -163,6 +164,7 @@ def ingest(
                       + (f" ({len(gone)} no longer readable here, e.g. {gone[0]})" if gone else ""),
                       markup=False, soft_wrap=True)
         paths += [p for p in again if p not in paths]
+        roots = {p: first_root(engine, p) for p in again}  # missing ids derive as the first ingest did
     if not paths:
         raise typer.BadParameter("give files or folders to ingest, or --retry-quarantined", param_hint="PATHS")
     key = check_context = None
@@ -191,7 +193,7 @@ def ingest(
 
         report = ingest_paths(engine, paths, ReadContext(run_id=run, step=step, format=format), tokenizer_key=key,
                               check_context=check_context, on_file=on_file, on_item=on_item,
-                              batch_size=get_settings().worker.batch_size)
+                              batch_size=get_settings().worker.batch_size, roots=roots)
     total, errors, skipped = report.total, report.errors, report.skipped
     rows = [(f.path, f.format, f.result) for f in report.files]
 

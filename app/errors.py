@@ -65,8 +65,9 @@ def _validation_message(errors: list[dict]) -> str:
 
 
 def is_api(request: Request) -> bool:
-    """The API and the health endpoints answer JSON whatever the Accept header says."""
-    return request.url.path.startswith("/api/") or request.url.path in ("/healthz", "/readyz")
+    """The API, the OTLP receiver and the health endpoints answer JSON whatever the Accept
+    header says (their clients are programs)."""
+    return request.url.path.startswith("/api/") or request.url.path in ("/healthz", "/readyz", "/v1/traces")
 
 
 def error_response(request: Request, status: int, message: str, *, field: str | None = None,

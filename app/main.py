@@ -147,7 +147,7 @@ both baselines, rollouts (filters, keyset pages, `fields=`), one rollout's envel
 branches, token arrays (JSON or `application/x-ndarray`), findings.
 
 Errors: `{"error": {"code", "message", "field"}}`. Reading is open unless
-`ROLLSCOPE_API__REQUIRE_READ_TOKEN` is set; writing needs `Authorization: Bearer <token>` with the
+`ROLLSCOPE_REQUIRE_READ_TOKEN=1` is set; writing needs `Authorization: Bearer <token>` with the
 `write` scope, deleting a run the `admin` scope. Ids are path segments: encode `/` as `%2F`.
 
 The dashboard's pages are not listed here; each has a JSON twin (`.json` after its path, or

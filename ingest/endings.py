@@ -76,7 +76,7 @@ def fill_evidence(rollout: Rollout) -> None:
     if ev.turns is None:
         ev.turns = sum(1 for n in rollout.nodes if n.message.role == "assistant")
     if ev.output_tokens is None and any(n.token_ids for n in rollout.nodes):
-        ev.output_tokens = sum(sum(1 for m in n.mask if m) for n in rollout.nodes)
+        ev.output_tokens = sum(sum(map(bool, n.mask)) for n in rollout.nodes)
 
 
 def derive(rollout: Rollout) -> EndingInfo:

@@ -183,8 +183,10 @@ class Node(Model):
         """Fit non-empty per-token arrays to `token_ids`; record the source length when they
         did not fit (the lockstep check reports it). Empty arrays mean "not given"."""
         n = len(self.token_ids)
-        self.mark_placeholders()
-        if n and (min(self.token_ids) < TOKEN_ID_MIN or max(self.token_ids) > TOKEN_ID_MAX):
+        lowest = min(self.token_ids) if n else 0  # one pass decides both: most nodes have neither
+        if lowest < -1:
+            self.mark_placeholders()
+        if n and (lowest < TOKEN_ID_MIN or max(self.token_ids) > TOKEN_ID_MAX):
             bad = next(i for i, t in enumerate(self.token_ids) if not TOKEN_ID_MIN <= t <= TOKEN_ID_MAX)
             raise ValueError(f"token_ids[{bad}] = {self.token_ids[bad]}: token ids are int32")
         for name, fill in (("mask", False), ("is_content", False), ("logprobs", None),

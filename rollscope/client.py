@@ -156,7 +156,8 @@ class RolloutWriter:
         out = []
         for fmt, rec in records:
             line = self._append(fmt, rec)
-            rid = rec["id"] if fmt == "native" else f"{self.name}.{fmt}#L{line}"  # the Tunix reader's id
+            # the Tunix reader's id: the file's path under the spool (ReadContext.source_key), its line
+            rid = rec["id"] if fmt == "native" else f"{self.run}/{self.name}.{fmt}#L{line}"
             out.append(rollout_url(self.base_url, self.run, rid, attempt=rec.get("attempt") if fmt == "native" else None))
         return out
 

@@ -294,7 +294,7 @@ class Spool:
                 from ingest.formats import native as reader  # noqa: PLW0127
             else:
                 fmt = reader.NAME
-            items = list(read_records(reader, source, ReadContext(), errors))
+            items = list(read_records(reader, source, ReadContext(root=self._root_of(row.name)), errors))
             _name_bytes(errors, chunk)
         if chunk.torn is not None:
             errors_line = chunk.line + chunk.n_lines + 1
@@ -430,13 +430,22 @@ class Spool:
         except RecordError as exc:
             return self._refuse(row, exc.message)
         errors: list[RecordError] = []
-        res: StoreResult = store(self.engine, read_records(reader, source, ReadContext(), errors))
+        res: StoreResult = store(self.engine, read_records(reader, source, ReadContext(root=self._root_of(row.name)), errors))
         with self.engine.begin() as conn:
             conn.execute(S.update().where(S.c.pk == row.pk).values(
                 offset=st.st_size, size=st.st_size, format=reader.NAME, status="done",
                 records=res.inserted + res.replaced + res.unchanged, rejected=res.rejected,
                 last_error=str(errors[-1]) if errors else None, updated_at=models.utcnow()))
         return 1
+
+    def _root_of(self, name: str) -> Path | None:
+        """The spool directory a file was first seen in: missing rollout ids are derived from the
+        file's path relative to it (ReadContext.source_key)."""
+        path = Path(name)
+        for d in self.dirs:
+            if path.is_relative_to(d):
+                return d
+        return None
 
     def _refuse(self, row, why: str) -> int:
         err = RecordError(row.name, None, None, why)

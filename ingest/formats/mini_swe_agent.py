@@ -136,9 +136,7 @@ def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> I
     extra: dict[str, Any] = {}
     if info:
         extra["info"] = {k: v for k, v in info.items() if k != "exit_status"}
-    stem = source.path.name
-    for suffix in (".json", ".traj"):
-        stem = stem.removesuffix(suffix)
+    stem = ctx.source_key(source)
     try:
         yield chain.finish(Rollout(id=stem if line is None else f"{stem}#{line}", run=RunRef(id=ctx.run_for(source), type="eval"), nodes=chain.nodes,
                       calls=chain.calls, ending=ending, metrics=metrics, extra=extra,

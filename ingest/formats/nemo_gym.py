@@ -54,13 +54,11 @@ def sniff(source: Source) -> bool:
 
 
 def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
-    stem = source.path.stem
+    stem = ctx.source_key(source)
     if source.kind == "jsonl":
         items: Any = ((line, "", f"{stem}#{line - 1}", v) for line, v in source.lines())
     else:
-        doc = source.document
-        docs = doc if isinstance(doc, list) else [doc]
-        items = ((None, f"[{i}]" if isinstance(doc, list) else "", f"{stem}#{i}", v) for i, v in enumerate(docs))
+        items = ((None, "" if i is None else f"[{i}]", f"{stem}#{i or 0}", v) for i, v in source.records())
     for line, prefix, default_id, value in items:
         if isinstance(value, RecordError):
             yield value

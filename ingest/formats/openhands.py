@@ -198,7 +198,7 @@ def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> I
             extra[key] = wrapper[key]
     times = [n.timestamp for n in chain.nodes if n.timestamp is not None]
     timing = {"start": min(times), "end": max(times)} if times else {}
-    rid = str(wrapper.get("instance_id") or source.path.name.removesuffix(".json") + (f"#{line}" if line else ""))
+    rid = str(wrapper.get("instance_id") or ctx.source_key(source) + (f"#{line}" if line else ""))
     try:
         yield chain.finish(Rollout(id=rid, run=RunRef(id=ctx.run_for(source), type="eval"), nodes=chain.nodes, calls=chain.calls,
                       ending=ending, errors=errors, timing=timing, extra=extra,

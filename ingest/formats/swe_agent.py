@@ -186,7 +186,7 @@ def _rollout(doc: dict, source: Source, ctx: ReadContext, line: int | None) -> R
                              "environment": doc.get("environment"), "generation": _generation(doc)}
     if "replay_config" in doc:
         extra["replay_config"] = doc["replay_config"]
-    stem = source.path.name.removesuffix(".traj").removesuffix(".json")
+    stem = ctx.source_key(source)
     try:
         return chain.finish(Rollout(id=stem if line is None else f"{stem}#{line}", run=RunRef(id=ctx.run_for(source), type="eval"),
                        nodes=chain.nodes, calls=chain.calls, ending=ending, metrics=metrics, extra=extra,

@@ -95,10 +95,25 @@ def test_groups_and_findings(client, engine, tmp_path):
     f = client.get(f"/api/v1/runs/{run}/findings").json()
     assert {x["rollout_id"] for x in f["items"] if x["kind"] == "unanswered_tool_call"} == {"tools"} and f["next"] is None
     assert client.get(f"/api/v1/runs/{run}/findings", params={"kind": "nope"}).status_code == 422
+    # a group-scope finding names its group, not a rollout, and links to the group's twin
+    ingest(engine, write_jsonl(tmp_path / "zv.jsonl", [rollout(f"zv{i}", run="team/exp", step=4, group="zv", index=i,
+                                                                reward=0.5) for i in range(3)]))
+    for params in ({}, {"kind": "zero_variance_group"}):
+        f = client.get(f"/api/v1/runs/{run}/findings", params=params)
+        assert f.status_code == 200, f.text
+        (zv,) = [x for x in f.json()["items"] if x["group_id"] == "zv"]
+        assert zv["kind"] == "zero_variance_group" and zv["scope"] == "group" and zv["rollout_id"] is None
+        assert zv["url"] == "/runs/team%2Fexp/groups/zv.json"
+    tools = client.get(f"/api/v1/runs/{run}/findings", params={"kind": "unanswered_tool_call"}).json()["items"]
+    assert tools[0]["scope"] == "rollout" and tools[0]["url"].startswith("/runs/team%2Fexp/rollouts/tools.json")
     assert client.get(f"/api/v1/runs/{run}/groups/nope").json()["error"]["code"] == "not_found"
 
 
 def test_health_docs_and_openapi(client):
+    for root in ("/api/v1", "/api/v1/"):
+        index = client.get(root)
+        assert index.status_code == 200 and index.json()["docs"] == "/api/docs", root
+        assert client.get(index.json()["runs"]).status_code == 200
     assert client.get("/healthz").json() == {"status": "ok"}
     ready = client.get("/readyz").json()
     assert ready["status"] == "ready" and ready["migration"]

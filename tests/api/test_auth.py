@@ -57,8 +57,14 @@ def test_reading_is_open_unless_locked(db_url, engine):
     with TestClient(locked) as c:
         r = c.get("/runs")
         assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+        assert "text/html" in r.headers["content-type"] and "reading needs a token" in r.text  # a page for people
+        err = c.get("/api/v1/runs").json()["error"]  # the one error shape for programs
+        assert err["code"] == "unauthorized" and "ROLLSCOPE_REQUIRE_READ_TOKEN" in err["message"]
+        assert c.get("/runs.json").json()["error"]["code"] == "unauthorized"
         assert c.get("/runs", headers={"Authorization": f"Bearer {token}"}).status_code == 200
         assert c.get(f"/runs?token={token}").status_code == 200  # links in training logs
         assert c.get("/runs", headers={"Authorization": "Bearer rs_wrong"}).status_code == 401
         assert c.get("/healthz").status_code == 200
+        assert "ROLLSCOPE_REQUIRE_READ_TOKEN=1" in c.get("/api/openapi.json", headers={
+            "Authorization": f"Bearer {token}"}).json()["info"]["description"]  # the setting that exists
     locked.state.engine.dispose()

@@ -141,13 +141,16 @@ def test_requires_a_write_token(db_url, tmp_path):
         body = json.dumps({"resourceSpans": []})
         r = httpx.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json"})
         assert r.status_code == 401 and r.headers["WWW-Authenticate"] == "Bearer"
+        assert r.json()["error"]["message"].startswith("this needs a write token")  # JSON for OTLP clients
+        r = httpx.post(f"{base}/v1/traces", content=b"", headers={"Content-Type": "application/x-protobuf"})
+        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
         r = httpx.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json",
                                                                    "Authorization": "Bearer rs_wrong"})
         assert r.status_code == 401
         read, _ = issue(app.state.engine, "read")
         r = httpx.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json",
                                                                    "Authorization": f"Bearer {read}"})
-        assert r.status_code == 403
+        assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"
         r = httpx.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json",
                                                                    "Authorization": f"Bearer {app.state.write_token}"})
         assert r.status_code == 200

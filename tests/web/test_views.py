@@ -230,6 +230,12 @@ def test_previous_and_next_rollout_within_the_list(client, engine, tmp_path):
     assert client.get("/runs/r1/rollouts/n0.json").json()["list_nav"] is None
     page = client.get("/runs/r1/rollouts/n3?list=ending%3Derror").text
     assert 'data-next="/runs/r1/rollouts/n5?list=ending%3Derror"' in page
+    # a chart's drill-down list (by step) and an out-of-range step (dropped: the wider list)
+    nav = client.get("/runs/r1/rollouts/n3.json?list=step%3D1%26ending%3Derror").json()["list_nav"]
+    assert (nav["prev"], nav["next"]) == (None, None)  # n3 is step 1's only error
+    assert client.get("/runs/r1/rollouts/n2?list=step%3D1").status_code == 200
+    nav = client.get("/runs/r1/rollouts/n3.json?list=step%3D99999999999").json()["list_nav"]
+    assert (nav["prev"], nav["next"]) == ("n2", "n4")
 
 
 def test_reasoning_left_out_of_a_re_rendered_prompt_is_marked(client, engine, tmp_path):

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.api.v1 import findings, groups, labels, rollouts, runs
+from app.api.v1 import findings, groups, index, labels, rollouts, runs
 from app.api.v1.schemas import ERRORS
 from app.deps import RefuseUnknownQuery
 
 router = APIRouter(prefix="/api/v1", dependencies=[RefuseUnknownQuery], responses=ERRORS)
+router.add_api_route("", index.api_index, response_model=index.ApiIndex, tags=["index"])
+router.add_api_route("/", index.api_index, response_model=index.ApiIndex, include_in_schema=False)
 for module in (runs, rollouts, groups, findings, labels):
     router.include_router(module.router)

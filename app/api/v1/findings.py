@@ -2,7 +2,7 @@
 and severity."""
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import unquote
 
 from fastapi import APIRouter, Path, Query, Request
@@ -21,18 +21,22 @@ SEVERITIES = ["info", "warning", "error"]
 
 
 class FindingItem(PageModel):
-    """A finding (docs/checks.md): kind, severity, message, the node and token position it points
-    at, detail, and the rollout it belongs to."""
+    """A finding (docs/checks.md): kind, severity, message, detail, and what it is about. A
+    rollout-scope finding (`scope` "rollout") names its rollout, attempt and step and the node and
+    token position it points at, and links to the rollout; a group-scope finding (`scope`
+    "group") names its group (no rollout, node or position) and links to the group."""
 
     kind: str
     severity: str
+    scope: Literal["rollout", "group"]
     message: str
     node: int | None
     position: int | None
     detail: dict[str, Any] | None
-    rollout_id: str
-    attempt: int
+    rollout_id: str | None
+    attempt: int | None
     step: int | None
+    group_id: str | None
     url: str
 
 
@@ -56,9 +60,11 @@ def list_findings(request: Request, session: SessionDep, _: ReadToken, run: Anno
     n = limit or api.page_size
     rows, nxt = q_findings.list_run_findings(session=session, run_id=run_id, kind=kind, severity=severity,
                                              after=after, limit=n)
-    items = [FindingItem(kind=r.kind, severity=r.severity, message=r.message, node=r.node_idx, position=r.position,
-                         detail=r.detail, rollout_id=r.rollout_id, attempt=r.attempt, step=r.step,
-                         url=urls.rollout(run_id, r.rollout_id, json=True, attempt=r.attempt)) for r in rows]
+    items = [FindingItem(kind=r.kind, severity=r.severity, scope="rollout" if r.rollout_id is not None else "group",
+                         message=r.message, node=r.node_idx, position=r.position, detail=r.detail,
+                         rollout_id=r.rollout_id, attempt=r.attempt, step=r.step, group_id=r.group_id,
+                         url=urls.rollout(run_id, r.rollout_id, json=True, attempt=r.attempt) if r.rollout_id is not None
+                         else urls.group(run_id, r.group_id, json=True)) for r in rows]
     return Page[FindingItem](items=items, next=str(nxt) if nxt is not None else None,
                              next_url=urls.api_findings(run_id, kind=kind, severity=severity, limit=limit, after=nxt)
                              if nxt is not None else None)
