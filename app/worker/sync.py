@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from ingest import formats
@@ -20,6 +21,7 @@ from ingest.formats import registry as _registry  # noqa: F401 - formats.registr
 from ingest.formats import ReadContext
 from ingest.files import TRACE_SUFFIXES, read_records, walk
 from ingest.source import RecordError, Source, open_source
+from app.db import models
 from app.store.quarantine import quarantine_many
 from app.store.write import BATCH, StoreResult, database_gone, ensure_run, store, store_tokenizer
 
@@ -144,10 +146,6 @@ def first_root(engine: Engine, path: Path) -> Path:
     """The folder `path` was ingested from, read back from the ids derived from it: the nearest
     ancestor whose `source_key` starts a stored id of a rollout from this file; else its own
     folder. A file whose records carry their own ids is unaffected by the choice."""
-    import sqlalchemy as sa
-
-    from app.db import models
-
     R = models.Rollout.__table__
     with engine.connect() as conn:
         ids = list(conn.execute(sa.select(R.c.rollout_id).where(R.c.source_file == str(path)).limit(20)).scalars())
