@@ -178,15 +178,16 @@ class ReadTokenGate:
                 or scope["path"] == "/healthz" or scope["path"].startswith("/static/")):
             await self.app(scope, receive, send)
             return
-        from fastapi.responses import JSONResponse
+        from app.errors import error_response
 
         request = Request(scope)
         token = bearer(request)
         info = verify(self.engine, token) if token else None
         if info is None:
-            response = JSONResponse({"detail": "reading needs a token (ROLLSCOPE_REQUIRE_READ_TOKEN is set): send "
-                                               "`Authorization: Bearer <token>` or add `?token=`"},
-                                    status_code=401, headers={"WWW-Authenticate": "Bearer"})
+            # the one error shape for JSON clients and the API, the error page for a browser
+            response = error_response(request, 401, "reading needs a token (ROLLSCOPE_REQUIRE_READ_TOKEN is set): "
+                                      "send `Authorization: Bearer <token>` or add `?token=`",
+                                      headers={"WWW-Authenticate": "Bearer"})
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
