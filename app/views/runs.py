@@ -11,26 +11,12 @@ from app.queries import nodes as q_nodes
 from app.queries import runs as q_runs
 from app.queries.common import ENDINGS
 from app.queries import annotations as q_annotations
-from app.views.common import NoteView, PageModel, iso, note_view
+from app.views.common import NoteView, PageModel, iso, model_of, note_view
 from ingest import checks
+from rollscope import schemas
 
-
-class RunRow(PageModel):
-    """A run in the runs list. Means: errors scored 0, and errored rollouts dropped."""
-
-    id: str
-    name: str | None
-    type: str
-    rollouts: int
-    first_step: int | None
-    last_step: int | None
-    steps: int
-    mean_reward: float | None
-    mean_reward_no_errors: float | None
-    endings: dict[str, int]
-    tokenizer: str | None
-    created_at: str | None
-    url: str
+# A run in the runs list: the shape the client's `runs()` returns, defined once in rollscope/schemas.py.
+RunRow = model_of(schemas.RunRow)
 
 
 class RunsPage(PageModel):

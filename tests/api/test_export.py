@@ -19,23 +19,13 @@ from app.store.load import iter_rollouts
 from ingest.export import FORMATS, Export
 from tests.browser import live_server
 from tests.conftest import FIXTURES
-from tests.helpers import ingest
+from tests.helpers import ingest, stored
 
 REAL = FIXTURES / "realdata"
 SOURCES = [REAL / "verifiers/train_group_with_advantages.jsonl", REAL / "verifiers/train_max_turns.jsonl",
            REAL / "atropos"]
 RUN = "exp/1"  # a `/` in the id: the path segment is `exp%2F1`
 EXPORT = "/api/v1/runs/exp%2F1/export"
-
-
-def stored(engine) -> dict[str, dict]:
-    """What the database holds of RUN, by id and attempt, without the source location."""
-    out = {}
-    for r in iter_rollouts(engine, RUN, RolloutFilters()):
-        body = r.to_json_dict()
-        body.pop("source", None)
-        out[f"{r.id}#{r.attempt}"] = body
-    return out
 
 
 def _outcome(body: dict) -> tuple:
@@ -66,7 +56,7 @@ def _get(base: str, fmt: str, **params) -> httpx.Response:
 
 def test_every_format_round_trips(db_url, engine, fresh, tmp_path):
     assert ingest(engine, *SOURCES, run=RUN).ok
-    before = stored(engine)
+    before = stored(engine, RUN)
     assert len(before) == 9
     with live_server(db_url) as base:
         bodies = {fmt: _get(base, fmt) for fmt in FORMATS}
@@ -84,7 +74,7 @@ def test_every_format_round_trips(db_url, engine, fresh, tmp_path):
         report = ingest(db, out, run=RUN)
         assert report.ok, (fmt, [str(e) for e in report.errors])
         assert {f.format for f in report.files} == {fmt}
-        after = stored(db)
+        after = stored(db, RUN)
         assert set(after) == set(before), fmt
         if fmt == "otlp":  # OTel spans carry no token arrays: the same rollouts by outcome
             assert {k: _outcome(v) for k, v in after.items()} == {k: _outcome(v) for k, v in before.items()}

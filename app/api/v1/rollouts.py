@@ -22,10 +22,11 @@ from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
 from app.queries.rollouts import RolloutFilters
 from app.db.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
-from app.views.common import PageModel, RolloutSummary, summary_fields, with_labels
+from app.views.common import PageModel, RolloutSummary, model_of, summary_fields, with_labels
 from app.views.rollout import AttemptView, FindingView, RolloutHeader, finding_view, rollout_page
 from ingest import checks
 from ingest.graph import branches
+from rollscope import schemas
 
 router = APIRouter(tags=["rollouts"])
 RunId = Annotated[str, Path(description="run id (`/` encoded as `%2F`)")]
@@ -219,18 +220,7 @@ def get_branch_messages(request: Request, session: SessionDep, _: ReadToken, run
                        branch=branch, offset=start, total=len(path), next_offset=nxt)
 
 
-class BranchTokens(PageModel):
-    """The token arrays of one branch, concatenated root to leaf: what the model saw, with the
-    loss mask (true = sampled by the policy, carries gradient), behaviour logprobs and advantages
-    (null = missing). `node[i]` is the node index token i belongs to."""
-
-    branch: int
-    nodes: list[int]
-    node: list[int]
-    token_ids: list[int]
-    mask: list[bool]
-    logprobs: list[float | None]
-    advantages: list[float | None]
+BranchTokens = model_of(schemas.BranchTokens)
 
 
 def _arrays(session, pk: int, path: list[int]) -> dict[str, np.ndarray]:
