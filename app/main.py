@@ -117,37 +117,78 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(ReadTokenGate, engine=engine, required=settings.require_read_token)
     app.add_middleware(RoutingPath)  # inside security_headers, so its 400s get the headers too
 
-    @app.middleware("http")
-    async def request_log(request: Request, call_next):
-        """One line per request: method, path, status, milliseconds, and the token's name."""
-        request.state.token_name = None
-        start = time.perf_counter()
-        response = await call_next(request)
-        raw = request.scope.get("raw_path")  # as sent: an id's %2F stays visible
-        path = raw.decode("latin-1") if raw else request.url.path
-        access_log.info("%s %s %d %.1fms token=%s", request.method, path, response.status_code,
-                        (time.perf_counter() - start) * 1000, request.state.token_name or "-")
-        return response
-
-    @app.middleware("http")
-    async def security_headers(request: Request, call_next):
-        response = await call_next(request)
-        response.headers.setdefault("Content-Security-Policy", CSP)
-        response.headers.setdefault("X-Content-Type-Options", "nosniff")
-        return response
-
+    app.add_middleware(RequestLog)
+    app.add_middleware(SecurityHeaders)
     app.add_middleware(HeadAsGet)  # added last: outermost
 
     errors.install(app)
     return app
 
 
+# The middlewares below are plain ASGI, not `@app.middleware("http")`: that form wraps every
+# request in a task group and memory streams, measurable per request under load (bench/load.py).
+
+
+class RequestLog:
+    """One line per request (`rollscope.access`): method, path as sent, status, milliseconds,
+    and the token's name (set on `request.state.token_name` by the token dependency)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        scope.setdefault("state", {})["token_name"] = None
+        start = time.perf_counter()
+        status = [500]
+
+        async def send_status(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            raw = scope.get("raw_path")  # as sent: an id's %2F stays visible
+            path = raw.decode("latin-1") if raw else scope["path"]
+            access_log.info("%s %s %d %.1fms token=%s", scope["method"], path, status[0],
+                            (time.perf_counter() - start) * 1000, scope["state"].get("token_name") or "-")
+
+
+class SecurityHeaders:
+    """The CSP and `nosniff` on every HTTP response (unless the response set its own)."""
+
+    HEADERS = ((b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"))
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_headers(message):
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {k.lower() for k, _ in headers}
+                headers += [(k, v) for k, v in self.HEADERS if k not in present]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_headers)
+
+
 API_DESCRIPTION = """Rollscope's REST API for operators: runs, training steps, metrics, groups with
 both baselines, rollouts (filters, keyset pages, `fields=`), one rollout's envelope, graph and
-branches, token arrays (JSON or `application/x-ndarray`), findings.
+branches, token arrays (JSON or `application/x-ndarray`), findings, labels and notes, and a run's
+export in every `rollscope export` format, streamed.
 
 Errors: `{"error": {"code", "message", "field"}}`. Reading is open unless
-`ROLLSCOPE_API__REQUIRE_READ_TOKEN` is set; writing needs `Authorization: Bearer <token>` with the
+`ROLLSCOPE_REQUIRE_READ_TOKEN` is set; writing needs `Authorization: Bearer <token>` with the
 `write` scope, deleting a run the `admin` scope. Ids are path segments: encode `/` as `%2F`.
 
 The dashboard's pages are not listed here; each has a JSON twin (`.json` after its path, or

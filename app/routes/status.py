@@ -122,18 +122,36 @@ def _esc(v: str) -> str:
     return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+class _Timed:
+    """Plain ASGI middleware: observe each HTTP request's duration by route template."""
+
+    def __init__(self, app, *, latency: Latency):
+        self.app, self.latency = app, latency
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = [500]
+
+        async def send_status(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = getattr(scope.get("route"), "path", None) or "other"
+            self.latency.observe(scope["method"], route, status[0], time.perf_counter() - started)
+
+
 def install_latency(app) -> None:
     """Time every request (by route template, not by URL, so ids do not explode the labels)."""
     latency = Latency()
     app.state.latency = latency
-
-    @app.middleware("http")
-    async def timed(request: Request, call_next):
-        started = time.perf_counter()
-        response = await call_next(request)
-        route = getattr(request.scope.get("route"), "path", None) or "other"
-        latency.observe(request.method, route, response.status_code, time.perf_counter() - started)
-        return response
+    app.add_middleware(_Timed, latency=latency)
 
 
 @router.get("/metrics", include_in_schema=False)
