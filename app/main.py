@@ -19,6 +19,7 @@ from app.api.v1 import router as api_v1
 from app.config import Settings, get_settings
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
+from app.render import compile_templates
 from app.routes import ingest_http, pages, receive, status
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
@@ -89,10 +90,12 @@ class HeadAsGet:
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
-    """Build the app for `settings` (default: from the environment); migrates the database."""
+    """Build the app for `settings` (default: from the environment); migrates the database and
+    compiles the page templates (so a new server worker's first requests do not)."""
     settings = settings or get_settings()
     engine = make_engine(settings.db.url, pool_size=settings.db.pool_size, max_overflow=settings.db.max_overflow)
     upgrade(engine)
+    compile_templates()
     app = FastAPI(title="Rollscope API", version="1.0.0", description=API_DESCRIPTION,
                   openapi_url="/api/openapi.json", docs_url=None, redoc_url=None)
     app.state.settings = settings
