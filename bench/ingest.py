@@ -9,10 +9,17 @@ message with its token arrays packed as int32 / bits / float32): `executemany` o
 `ratio = rollscope / floor`. Both run on the same machine in the same minute, so the ratio holds
 when the machine is busy (figures in rollouts/s do not).
 
-    .venv/bin/python bench/ingest.py            # the demo run, SQLite and Postgres
-    .venv/bin/python bench/ingest.py --quick    # SQLite only, under a minute
+    .venv/bin/python bench/ingest.py            # 2,000 agentic rollouts, SQLite and Postgres, + spool and latency
+    .venv/bin/python bench/ingest.py --quick    # SQLite only, 300 rollouts, under a minute
+    .venv/bin/python bench/ingest.py --spool-mb 2000   # also drain a 2 GB spool with the worker CLI
 
-The last line reads `sqlite: N rollouts/s, floor M rollouts/s, ratio R` (N through the worker).
+The workload (bench/workload.py) is the issue's: rollouts of 20 turns and ~8k tokens with ids,
+masks and logprobs (`--demo` uses the demo run instead). Beside the figures it prints
+`os.getloadavg()`: the machine is shared, and rollouts/s move with its load (the ratio less so).
+`--spool-mb` drains a spool of that size with `rollscope worker --once` in a child process and
+prints its peak RSS; the latency step appends rollouts one by one to a spool a running worker
+tails and times each until its page answers. The last line reads
+`sqlite: N rollouts/s, floor M rollouts/s, ratio R` (N through the worker).
 """
 from __future__ import annotations
 
@@ -39,6 +46,9 @@ from app.store.write import BATCH  # noqa: E402
 from app.worker.sync import ingest_paths  # noqa: E402
 from ingest import demo  # noqa: E402
 from ingest.formats import ReadContext  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+import workload  # noqa: E402
 
 PG = os.environ.get("ROLLSCOPE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
@@ -88,7 +98,8 @@ def floor_sqlite(path: Path, url: str) -> float:
     con = sqlite3.connect(sa.engine.make_url(url).database, isolation_level=None)
     con.execute("PRAGMA journal_mode=WAL")
     con.execute("PRAGMA synchronous=NORMAL")
-    con.execute("INSERT INTO run (id, type, created_at) VALUES ('demo-grpo', 'train', '2026-01-01 00:00:00')")
+    run_id = orjson.loads(path.open("rb").readline())["run"]["id"]
+    con.execute("INSERT INTO run (id, type, created_at) VALUES (?, 'train', '2026-01-01 00:00:00')", (run_id,))
     now = "2026-01-01 00:00:00.000000"
     t, cpu = time.perf_counter(), time.process_time()
     base = 0
@@ -102,7 +113,7 @@ def floor_sqlite(path: Path, url: str) -> float:
         base += len(rollouts)
     dt = time.perf_counter() - t
     print(f"[sqlite] floor: {base} rollouts in {dt:.2f} s = {base / dt:,.0f} rollouts/s "
-          f"(CPU {time.process_time() - cpu:.2f} s)")
+          f"(CPU {time.process_time() - cpu:.2f} s); {load()}")
     con.close()
     return dt
 
@@ -122,7 +133,8 @@ def floor_postgres(path: Path, url: str) -> float:
     u = sa.engine.make_url(url)
     now = "2026-01-01 00:00:00+00"
     with psycopg.connect(host=u.host, port=u.port or 5432, user=u.username, dbname=u.database) as con:
-        con.execute("INSERT INTO run (id, type, created_at) VALUES ('demo-grpo', 'train', now())")
+        run_id = orjson.loads(path.open("rb").readline())["run"]["id"]
+        con.execute("INSERT INTO run (id, type, created_at) VALUES (%s, 'train', now())", (run_id,))
         con.commit()
         t, cpu = time.perf_counter(), time.process_time()
         base = 0
@@ -139,7 +151,7 @@ def floor_postgres(path: Path, url: str) -> float:
             base += len(rollouts)
         dt = time.perf_counter() - t
         print(f"[postgres] floor: {base} rollouts in {dt:.2f} s = {base / dt:,.0f} rollouts/s "
-              f"(CPU {time.process_time() - cpu:.2f} s)")
+              f"(CPU {time.process_time() - cpu:.2f} s); {load()}")
         return dt
 
 
@@ -188,7 +200,7 @@ def rollscope(path: Path, url: str, label: str) -> tuple[float, int]:
     print(f"[{label}] rollscope: {total.inserted} rollouts in {dt:.2f} s = {total.inserted / dt:,.0f} rollouts/s, "
           f"{n_tok / dt:,.0f} tokens/s (CPU {cpu:.2f} s); {n[0]} statements = {n[0] / max(total.inserted, 1):.3f} per rollout, "
           f"{n[0] / max(total.batches, 1):.1f} per batch of {BATCH} ({total.batches} batches, "
-          f"{total.fallbacks} written one by one)")
+          f"{total.fallbacks} written one by one); {load()}")
     with count_statements(engine) as n:
         t = time.perf_counter()
         again = ingest_paths(engine, [path], ReadContext())
@@ -220,7 +232,7 @@ def through_worker(path: Path, url: str, label: str, work: Path) -> tuple[float,
         n_tok = c.execute(sa.select(sa.func.sum(models.Rollout.__table__.c.n_tokens))).scalar() or 0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"[{label}] worker: {n} rollouts in {dt:.2f} s = {n / dt:,.0f} rollouts/s, {n_tok / dt:,.0f} tokens/s "
-          f"(CPU {cpu:.2f} s); peak RSS of this process {rss:,.0f} MB")
+          f"(CPU {cpu:.2f} s); peak RSS of this process {rss:,.0f} MB; {load()}")
     engine.dispose()
     return dt, n
 
@@ -241,19 +253,108 @@ def _pg_database():
     return u.set(database=name).render_as_string(hide_password=False), drop
 
 
+def load() -> str:
+    """The machine's load average (1, 5, 15 min), printed beside every figure."""
+    return "load " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def drain_spool(work: Path, mb: int) -> None:
+    """Fill a spool with `mb` MB of workload files, drain it with `rollscope worker --once` in a
+    child process (SQLite), and print rollouts/s and the child's peak RSS."""
+    import resource
+    import subprocess
+
+    spool = work / "big-spool" / "bench"
+    spool.mkdir(parents=True)
+    per_file = 2000  # rollouts per file (~210 MB)
+    rng_seed, n, size = 0, 0, 0
+    while size < mb * 1e6:
+        f = spool / f"part-{rng_seed:03d}.jsonl"
+        workload.write(f, per_file, seed=rng_seed, start=n)
+        size += f.stat().st_size
+        n += per_file
+        rng_seed += 1
+    url = f"sqlite:///{work / 'spool.db'}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ROLLSCOPE_DATABASE_URL": url}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "app.cli", "worker", "--spool", str(spool.parent), "--once"], env=env,
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    dt = time.perf_counter() - t
+    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    engine = make_engine(url)
+    with engine.connect() as c:
+        stored = c.execute(sa.select(sa.func.count()).select_from(models.Rollout.__table__)).scalar_one()
+    engine.dispose()
+    print(f"[sqlite] spool of {size / 1e9:.2f} GB ({n} rollouts, {rng_seed} files) drained by `rollscope worker "
+          f"--once`: {stored} stored in {dt:.1f} s = {stored / dt:,.0f} rollouts/s; worker peak RSS "
+          f"{rss:,.0f} MB{' (an earlier child may hold the peak)' if before else ''}; {load()}")
+
+
+def latency(work: Path, n: int = 20) -> None:
+    """A running worker (child process, SQLite, default poll) tails a spool; rollouts are appended
+    one at a time, each timed from its line's write to its page answering 200."""
+    import subprocess
+
+    from fastapi.testclient import TestClient
+
+    from app.config import Settings
+    from app.main import create_app
+    from app.urls import rollout as rollout_url
+
+    spool = work / "live-spool"
+    (spool / "bench").mkdir(parents=True)
+    url = f"sqlite:///{work / 'live.db'}"
+    engine = make_engine(url, writer=True)
+    upgrade(engine)
+    engine.dispose()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ROLLSCOPE_DATABASE_URL": url}
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--spool", str(spool)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import numpy as _np
+
+    rng = _np.random.default_rng(7)
+    times = []
+    try:
+        app = create_app(Settings(database_url=url))
+        with TestClient(app) as client, (spool / "bench" / "live.jsonl").open("ab") as out:
+            for k in range(n):
+                rec = workload.rollout(k, rng)
+                page = rollout_url(rec["run"]["id"], rec["id"])
+                t = time.perf_counter()
+                out.write(orjson.dumps(rec, option=orjson.OPT_APPEND_NEWLINE))
+                out.flush()
+                while client.get(page).status_code != 200:
+                    if time.perf_counter() - t > 60:
+                        raise RuntimeError(f"{rec['id']} not visible after 60 s")
+                    time.sleep(0.02)
+                times.append(time.perf_counter() - t)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    times.sort()
+    print(f"[sqlite] append → page visible, {n} rollouts one at a time: median {times[len(times) // 2]:.2f} s, "
+          f"max {times[-1]:.2f} s (worker poll 0.5 s); {load()}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="SQLite only, the demo run (under a minute)")
-    ap.add_argument("--file", type=Path, help="a native JSONL file to ingest instead of the demo run")
+    ap.add_argument("--quick", action="store_true", help="SQLite only, 300 rollouts (under a minute)")
+    ap.add_argument("--demo", action="store_true", help="the demo run instead of the agentic workload")
+    ap.add_argument("-n", type=int, default=None, help="rollouts in the workload (default 2000; --quick 300)")
+    ap.add_argument("--file", type=Path, help="a native JSONL file to ingest instead of the generated workload")
+    ap.add_argument("--spool-mb", type=int, default=0, help="also drain a spool of this many MB (2000 = the issue's 2 GB)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         path = args.file
-        if path is None:
+        if path is None and args.demo:
             path = work / "demo.jsonl"
             demo.write(path)
+        elif path is None:
+            path = workload.write(work / "agentic.jsonl", args.n or (300 if args.quick else 2000))
         size = path.stat().st_size
-        print(f"workload: {path.name}, {size / 1e6:.1f} MB")
+        print(f"workload: {path.name}, {size / 1e6:.1f} MB; {load()}")
         results = []
         if not args.quick:
             try:
@@ -277,9 +378,15 @@ def main() -> None:
                     drop()
                 results.append(("postgres", n / dt, n / floor))
         floor = floor_sqlite(path, f"sqlite:///{work / 'floor.db'}")
-        rollscope(path, f"sqlite:///{work / 'bench.db'}", "sqlite")
+        if not args.quick:
+            rollscope(path, f"sqlite:///{work / 'bench.db'}", "sqlite")
         dt, n = through_worker(path, f"sqlite:///{work / 'worker.db'}", "sqlite", work)
         results.append(("sqlite", n / dt, n / floor))
+        if not args.quick:
+            latency(work)
+        if args.spool_mb:
+            drain_spool(work, args.spool_mb)
+        print(load())
         for label, ours, fl in results:
             print(f"{label}: {ours:,.0f} rollouts/s, floor {fl:,.0f} rollouts/s, ratio {ours / fl:.2f}")
 

@@ -14,7 +14,9 @@ Run: `.venv/bin/python bench/views.py` (SQLite in a temporary folder; nothing is
 from __future__ import annotations
 
 import json
+import os
 import resource
+import shutil
 import socket
 import statistics
 import subprocess
@@ -122,6 +124,7 @@ def chromium(browser, url: str) -> dict:
 def main() -> None:
     from playwright.sync_api import sync_playwright
 
+    print(f"load average (1, 5, 15 min) at start: {os.getloadavg()} on {os.cpu_count()} cores")
     work = Path(tempfile.mkdtemp(prefix="rollscope-bench-views-"))
     subprocess.run([sys.executable, str(CASES), str(work), "12", "5000"], check=True, capture_output=True)
     (work / "gen.jsonl").write_text(long_branch() + "\n" + best_of_n() + "\n")
@@ -173,6 +176,8 @@ def main() -> None:
         browser.close()
     srv.should_exit = True
     print(f"peak RSS of the process (server + bench): {rss_mb():.0f} MB")
+    print(f"load average (1, 5, 15 min) at end: {os.getloadavg()}")
+    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

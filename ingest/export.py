@@ -7,6 +7,9 @@
   share: `{prompt_ids, response_ids, response_mask, response_logprobs, advantages, reward, step,
   group_id, sample_index, ending, ...}` (`training_samples`).
 - `parquet`: the same training samples as a Parquet file (pyarrow).
+- `otlp`: OpenTelemetry GenAI spans, one OTLP/JSON request per rollout (`otlp.write`).
+- `nemo_gym`: NeMo Gym rollout JSONL, OpenAI Responses items (`nemo_gym.to_record`), the shape
+  `ng_collect_rollouts` writes and the `nemo-gym` reader reads.
 
 Every writer keeps every digit of big integers (`ingest.source.dumps`) and writes strict JSON.
 """
@@ -20,7 +23,7 @@ from ingest.graph import branches
 from ingest.schema import Rollout
 from ingest.source import dumps
 
-FORMATS = ("native", "verifiers", "atif", "samples", "parquet", "otlp")
+FORMATS = ("native", "verifiers", "atif", "samples", "parquet", "otlp", "nemo_gym")
 
 
 def training_samples(r: Rollout) -> list[dict[str, Any]]:
@@ -162,7 +165,7 @@ def parquet_schema():
 
 def _encoders() -> dict[str, Callable[[Rollout], list[bytes]]]:
     """Format → the JSON lines of one rollout (several for `samples`, one a branch)."""
-    from ingest.formats import atif, otlp, verifiers
+    from ingest.formats import atif, nemo_gym, otlp, verifiers
 
     return {
         "native": lambda r: [_line(r.to_json_dict())],
@@ -170,6 +173,7 @@ def _encoders() -> dict[str, Callable[[Rollout], list[bytes]]]:
         "atif": lambda r: [_line(atif.to_trajectory(r))],
         "samples": lambda r: [_line(s) for s in training_samples(r)],
         "otlp": lambda r: [otlp.write([r])],  # one ExportTraceServiceRequest a line (ingest/formats/otlp.py)
+        "nemo_gym": lambda r: [_line(nemo_gym.to_record(r))],
     }
 
 

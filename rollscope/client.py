@@ -177,7 +177,8 @@ class RolloutWriter:
         out = []
         for fmt, rec in records:
             line = self._append(fmt, rec)
-            rid = rec["id"] if fmt == "native" else f"{self.name}.{fmt}#L{line}"  # the Tunix reader's id
+            # the Tunix reader's id: the file's path under the spool (ReadContext.source_key), its line
+            rid = rec["id"] if fmt == "native" else f"{self.run}/{self.name}.{fmt}#L{line}"
             out.append(rollout_url(self.base_url, self.run, rid, attempt=rec.get("attempt") if fmt == "native" else None))
         return out
 
@@ -355,7 +356,7 @@ class Client:
 
     def export(self, run: str, out: str | os.PathLike, *, format: str = "native", **filters: Any) -> int:  # noqa: A002
         """Stream the run's export into the file `out`, chunk by chunk as it arrives; returns the
-        bytes written. `format`: native, verifiers, atif, samples, parquet or otlp (what
+        bytes written. `format`: native, verifiers, atif, samples, parquet, otlp or nemo_gym (what
         `rollscope export` writes; docs/formats.md); `filters` as for `rollouts`. On an error
         answer (an unknown format is a 422) the file is not created (ApiError)."""
         path = Path(out)

@@ -51,7 +51,19 @@
     if (loading.has(el)) return loading.get(el);
     var p = fetchFragment(el.dataset.src).then(function (frag) {
       if (observer) observer.unobserve(el);
+      // A window that fills in before what the reader looks at must not push it away: the
+      // highlighted token (a deep link's), else the chip after a window above the strip's
+      // visible top, stays where it was (the placeholder cannot anchor the scroll: it goes).
+      var strip = el.closest(".tokens");
+      var anchor = null;
+      if (strip) {
+        var seen = strip.querySelector(".tok.target, .tok.active");
+        if (seen) anchor = el.compareDocumentPosition(seen) & Node.DOCUMENT_POSITION_FOLLOWING ? seen : null;
+        else if (el.getBoundingClientRect().top < strip.getBoundingClientRect().top) anchor = el.nextElementSibling;
+      }
+      var y0 = anchor ? anchor.getBoundingClientRect().top : 0;
       el.replaceWith(frag);
+      if (anchor) strip.scrollTop += anchor.getBoundingClientRect().top - y0;
     });
     loading.set(el, p);
     return p;

@@ -33,6 +33,7 @@ from app.params import Count, OptCount, OptFloat, OptInt, OptLimit, OptStr, chec
 from app.queries import groups as q_groups
 from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
+from app.queries.common import INT32_MAX, INT32_MIN
 from app.queries.nodes import get_node
 from app.queries.rollouts import RolloutFilters
 from app.render import respond, split_twin, wants_json

@@ -14,11 +14,54 @@ from app.db.tokenarrays import unpack_bits, unpack_floats, unpack_ids
 from app.queries import groups as q_groups
 from app.queries import nodes as q_nodes
 from app.queries import runs as q_runs
-from app.views.rollout import Pieces, _load_vocab, _token_chips
+from app.views.common import PageModel
+from app.views.rollout import MarkedToken, Pieces, _load_vocab, _token_chips
+from app.views.tokenpages import PageLink
 from ingest import advantages as adv
 from ingest.graph import branches
 
 ALIGN_BEFORE, ALIGN_AFTER = 6, 40  # tokens shown around the first divergence
+
+
+class DiffMessage(PageModel):
+    """One message of a member's first branch: role, the first 400 characters of its text, and
+    the names of the tools it calls (comma-separated)."""
+
+    idx: int
+    role: str
+    text: str
+    calls: str
+
+
+class DiffRow(PageModel):
+    """The messages of both members at one position (None past a member's last message)."""
+
+    position: int
+    a: DiffMessage | None
+    b: DiffMessage | None
+    same: bool
+
+
+class DiffTokens(PageModel):
+    """One member's tokens from just before the first differing token."""
+
+    rollout_id: str
+    n_tokens: int
+    tokens: list[MarkedToken]
+
+
+class DiffPage(PageModel):
+    """Two members of a group compared (`?a=ID&b=ID`): messages by position with the first that
+    differs, then tokens from the first differing token (None: same messages / same tokens)."""
+
+    run: PageLink
+    group: PageLink
+    a: str
+    b: str
+    messages: list[DiffRow]
+    first_message: int | None
+    first_token: int | None
+    tokens: list[DiffTokens]
 
 
 def _recorded(nodes: list) -> dict | None:
@@ -136,7 +179,7 @@ def _align(session: Session, data: dict, member_pks: list, nodes_of: dict, run_i
         m["aligned"] = {"from": lo, "tokens": chips, "more": len(ids) - hi}
 
 
-def diff_page(session: Session, run_id: str, group_id: str, a: str, b: str) -> dict | None:
+def diff_page(session: Session, run_id: str, group_id: str, a: str, b: str) -> DiffPage | None:
     """Two members of a group compared: their messages (first branch) aligned by position with
     the first message that differs, then their token sequences from the first differing token.
     `a`/`b` are rollout ids (latest attempt). None when either is not in the group."""
@@ -189,7 +232,6 @@ def diff_page(session: Session, run_id: str, group_id: str, a: str, b: str) -> d
                     c["first_diff"] = c["t"] == first_tok
                     chips.append(c)
         token_sides.append({"rollout_id": s["rollout_id"], "n_tokens": int(len(s["ids"])), "tokens": chips})
-    return {"run": {"id": run_id, "url": urls.run(run_id)},
-            "group": {"id": group_id, "url": urls.group(run_id, group_id)},
-            "a": a, "b": b, "messages": rows, "first_message": first_msg,
-            "first_token": first_tok, "tokens": token_sides}
+    return DiffPage.model_validate({
+        "run": {"id": run_id, "url": urls.run(run_id)}, "group": {"id": group_id, "url": urls.group(run_id, group_id)},
+        "a": a, "b": b, "messages": rows, "first_message": first_msg, "first_token": first_tok, "tokens": token_sides})

@@ -27,6 +27,9 @@ from app.views.common import LabelView, NoteView, iso, note_view, with_labels
 from ingest import checks
 from ingest.graph import branches, fork_points, pair_tool_calls, samples
 from ingest.schema import content_text
+from ingest.formats._openai import MEDIA_PARTS
+
+MEDIA_TYPES = frozenset(MEDIA_PARTS.values())  # the types a stored media placeholder has
 
 
 # --- models ---------------------------------------------------------------------------------
@@ -70,6 +73,13 @@ class TokenView(TypedDict):
     anchor: str | None  # set when a finding links to this token: its id, `t-T`
 
 
+class MarkedToken(TokenView):
+    """A chip on a page that compares two sequences: `first_diff` marks the first token where
+    they differ."""
+
+    first_diff: bool
+
+
 class CallRef(PageModel):
     node: Any
     position: Any
@@ -108,11 +118,15 @@ def finding_view(f) -> dict:
 
 
 class ToolCallView(PageModel):
+    """One tool call with its result; `duration` (seconds) where both messages carry a timestamp
+    (`_tool_duration`)."""
+
     id: str | None
     name: str | None
     position: int
     result_node: int | None
     result_url: str | None
+    duration: float | None = None
     arguments: str | None = None
 
 
@@ -141,6 +155,7 @@ class NodeView(PageModel):
     content_len: int
     content_truncated: bool
     content_url: str
+    media: list[dict[str, Any]] = []  # image/audio/file parts: type, media_type, bytes, sha256 (never the bytes)
     reasoning: str | None
     reasoning_dropped_in: list[int] = []  # later branches whose re-rendered prompt leaves this reasoning out
     tool_calls: list[ToolCallView]
@@ -335,7 +350,7 @@ def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findi
     extra = node.extra or {}
     node_findings = findings_by_node.get(node.idx, [])
     # `budget[0]`: tokens the page may still draw inline (the rest of the page loads by window)
-    first = tokenview.WINDOW if budget is None else min(tokenview.WINDOW, budget[0])
+    first = tokenview.FIRST if budget is None else min(tokenview.FIRST, budget[0])
     spans = [(0, n, True)] if all_tokens else tokenview.windows(n, first=first, include=include_token)
     segments, tokens = [], []
     for s, e, drawn in spans:
@@ -359,6 +374,8 @@ def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findi
         "content": text[:web.preview_chars], "content_len": node.content_len,
         "content_truncated": node.content_len > web.preview_chars,
         "content_url": urls.node_text(run_id, rollout_pk, node.idx),
+        "media": [{k: p.get(k) for k in ("type", "media_type", "bytes", "sha256")} for p in msg.get("content") or []
+                  if isinstance(p, dict) and p.get("type") in MEDIA_TYPES],
         "reasoning": msg.get("reasoning_content"),
         "tool_calls": calls_by_node.get(node.idx, []),
         "answers": answer_of.get(node.idx),
@@ -567,7 +584,7 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
         if c.node in on_page:
             calls_by_node.setdefault(c.node, []).append(
                 {"id": c.id, "name": c.name, "position": c.position, "result_node": c.result_node,
-                 "result_url": link(c.result_node)})
+                 "result_url": link(c.result_node), "duration": _tool_duration(c, messages)})
         if c.result_node is not None and c.result_node in on_page:
             answer_of[c.result_node] = {"node": c.node, "id": c.id, "name": c.name, "url": link(c.node)}
     nodes = q_nodes.get_nodes(session=session, rollout_pk=pk, idxs=page)
@@ -648,7 +665,7 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
         "task": task,
         "task_answer": _task_answer(task),
         "calls": model_calls,
-        "timeline": _timeline(model_calls),
+        "timeline": _timeline(model_calls, pairs, messages, link),
         "errors": envelope.get("errors", []),
         "timing": envelope.get("timing", {}),
         "metrics": envelope.get("metrics", {}),
@@ -710,22 +727,49 @@ def _task_answer(task) -> object | None:
     return None
 
 
-def _timeline(calls: list) -> dict | None:
-    """Model calls on one time axis: per call its start and duration in seconds from the first
-    recorded start, as fractions of the whole for drawing. None when no call has timing."""
+TIMELINE_ROWS = 200  # rows drawn (and in the twin); a 5,000-turn rollout says how many more
+
+
+def _tool_duration(call, messages) -> float | None:
+    """Seconds from the message that made a tool call to the message with its result, both as
+    the reader stamped them (`node.timestamp`; OpenHands: the action and observation events,
+    verifiers and ATIF: the messages' own times). None when either has no timestamp or the
+    result is stamped before the call."""
+    if call.result_node is None:
+        return None
+    t0, t1 = messages[call.node].get("timestamp"), messages[call.result_node].get("timestamp")
+    if t0 is None or t1 is None or t1 < t0:
+        return None
+    return float(t1) - float(t0)
+
+
+def _timeline(calls: list, pairs: list, messages, link) -> dict | None:
+    """Model calls (`calls[].time`) and the tool calls of the branch shown (`_tool_duration`) on
+    one time axis: per row its kind (`model` | `tool`), start and duration in seconds from the
+    first recorded start, and its place as percentages of the whole for drawing; in start order,
+    at most TIMELINE_ROWS (`rows_total` counts all). None when nothing has timing."""
     spans = []
     for k, c in enumerate(calls):
         t = (c or {}).get("time") or {}
         if isinstance(t, dict) and isinstance(t.get("start"), int | float) and isinstance(t.get("end"), int | float):
-            spans.append((k, float(t["start"]), float(t["end"]), c))
+            spans.append((float(t["start"]), float(t["end"]), {
+                "kind": "model", "call": k, "node": c.get("node"), "url": c.get("node_url"), "model": c.get("model"),
+                "name": None, "result_node": None, "error": bool(c.get("error"))}))
+    for c in pairs:
+        d = _tool_duration(c, messages)
+        if d is not None:
+            start = float(messages[c.node]["timestamp"])
+            spans.append((start, start + d, {
+                "kind": "tool", "call": c.position, "node": c.node, "url": None, "model": None,
+                "name": c.name, "result_node": c.result_node, "error": False}))
     if not spans:
         return None
-    t0 = min(s for _, s, _, _ in spans)
-    t1 = max(e for _, _, e, _ in spans)
+    spans.sort(key=lambda x: x[0])
+    t0 = spans[0][0]
+    t1 = max(e for _, e, _ in spans)
     total = max(t1 - t0, 1e-9)
-    return {"seconds": t1 - t0, "rows": [
-        {"call": k, "node": c.get("node"), "url": c.get("node_url"), "model": c.get("model"),
-         "start": s - t0, "duration": e - s, "left": (s - t0) / total * 100, "width": max((e - s) / total * 100, 0.5),
-         "error": bool(c.get("error"))} for k, s, e, c in spans]}
-
-
+    return {"seconds": t1 - t0, "n_model": sum(r["kind"] == "model" for _, _, r in spans),
+            "n_tool": sum(r["kind"] == "tool" for _, _, r in spans), "rows_total": len(spans), "rows": [
+                {**r, "url": link(r["node"]) if r["kind"] == "tool" else r["url"], "start": s - t0, "duration": e - s,
+                 "left": (s - t0) / total * 100, "width": max((e - s) / total * 100, 0.5)}
+                for s, e, r in spans[:TIMELINE_ROWS]]}

@@ -7,6 +7,8 @@ Offsets `t` count tokens along that sequence from 0.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from sqlmodel import Session
 
@@ -16,12 +18,61 @@ from app.queries import graph as q_graph
 from app.queries import nodes as q_nodes
 from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
-from app.views.rollout import Pieces, _declares_byte_level, _load_vocab, _token_chips
+from app.views.common import PageModel
+from app.views.rollout import MarkedToken, Pieces, _declares_byte_level, _load_vocab, _token_chips
 from ingest.graph import branches, fork_points, samples
 
 MAX_WINDOW = 4096  # tokens per window request
 SIDE_CONTEXT = 32  # tokens shown before the first difference
 SIDE_AFTER = 480  # tokens shown from the first difference on
+
+
+class PageLink(PageModel):
+    id: str
+    url: str
+
+
+class RolloutLink(PageModel):
+    rollout_id: str
+    url: str
+
+
+class SideMessage(PageModel):
+    """The chips of one message of a branch, from the shown offset on."""
+
+    node: int
+    role: str
+    sampled: bool
+    tokens: list[MarkedToken]
+
+
+class BranchSide(PageModel):
+    """One branch of the two: the sample it becomes, where and why it forked
+    (ingest.graph.fork_points), its length, and its messages from `shown_from`; `more` tokens
+    follow past what is shown."""
+
+    branch: int
+    sample: int | None
+    fork: dict[str, Any] | None
+    n_tokens: int
+    url: str
+    messages: list[SideMessage]
+    more: int
+
+
+class BranchComparePage(PageModel):
+    """Two branches of a rollout side by side (`?branch=A&vs=B`): the nodes they share, the
+    first branch offset where their token sequences differ (None: one is a prefix of the other),
+    and both sides from `shown_from`."""
+
+    run: PageLink
+    rollout: RolloutLink
+    shared_nodes: list[int]
+    fork_node: int | None
+    first_difference: int | None
+    common_prefix: int
+    shown_from: int
+    sides: list[BranchSide]
 
 
 def _rollout(session: Session, run_id: str, rollout_id: str, attempt: int | None):
@@ -108,7 +159,7 @@ def _side(nodes, starts, pieces: Pieces, lo: int, hi: int, diff_at: int | None) 
 
 
 def branch_compare_page(session: Session, run_id: str, rollout_id: str, *, a: int, b: int,
-                        attempt: int | None = None) -> dict | None:
+                        attempt: int | None = None) -> BranchComparePage | None:
     """Two branches side by side from their fork point: the nodes they share, the offset of the
     first token where their sequences differ (None when one is a prefix of the other: then the
     shorter simply ends), and each side's tokens from a little before that point.
@@ -143,7 +194,7 @@ def branch_compare_page(session: Session, run_id: str, rollout_id: str, *, a: in
                 "messages": _side(nodes, starts, pieces, lo, min(hi, len(ids)), diff_at),
                 "more": max(0, len(ids) - hi)}
 
-    return {
+    return BranchComparePage.model_validate({
         "run": {"id": run_id, "url": urls.run(run_id)},
         "rollout": {"rollout_id": rollout_id, "url": urls.rollout(run_id, rollout_id, attempt=attempt)},
         "shared_nodes": shared,
@@ -152,4 +203,4 @@ def branch_compare_page(session: Session, run_id: str, rollout_id: str, *, a: in
         "common_prefix": common,
         "shown_from": lo,
         "sides": [side(a, ids_a, starts_a, nodes_a), side(b, ids_b, starts_b, nodes_b)],
-    }
+    })

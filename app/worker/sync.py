@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sqlalchemy.engine import Engine
@@ -67,7 +67,8 @@ def register_tokenizer(engine: Engine, path: Path, added: dict[int, str] | None 
 
 def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokenizer_key: str | None = None,
                  check_context: CheckContext | None = None, on_file: Callable[[Path, Source], None] | None = None,
-                 on_item: Callable[[object], None] | None = None, batch_size: int = BATCH) -> IngestReport:
+                 on_item: Callable[[object], None] | None = None, batch_size: int = BATCH,
+                 roots: dict[Path, Path] | None = None) -> IngestReport:
     """Ingest every file under `paths`, `batch_size` rollouts per transaction
     (`ROLLSCOPE_WORKER__BATCH_SIZE`). `on_file`/`on_item` drive progress displays.
 
@@ -78,9 +79,14 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
     inside one file (a reader bug, a database refusal) is reported for that file and the next
     file is still read. `check_context` (the run's tokenizer and chat template,
     `ingest.checks.context.load_context`) is what the template checks re-render with.
+
+    A record without an id gets one from its file's path relative to the folder given
+    (`ReadContext.source_key`); a file given by name is known by its name, unless `roots` names
+    the folder it was first ingested from (`--retry-quarantined`).
     """
     report = IngestReport()
-    for path, explicit in walk(paths):
+    for path, explicit, root in _files(paths, roots or {}):
+        file_ctx = replace(ctx, root=root)
         source = None
         try:
             source = open_source(path)
@@ -102,7 +108,7 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
         file_errors: list[RecordError] = []
 
         try:
-            result = store(engine, read_records(reader, source, ctx, file_errors), on_item=on_item,
+            result = store(engine, read_records(reader, source, file_ctx, file_errors), on_item=on_item,
                            batch_size=batch_size, context=check_context)
         except Exception as exc:  # noqa: BLE001 - one file must not stop the others
             if database_gone(exc):  # not this file's fault: stop, saying how far it got
@@ -122,6 +128,35 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
             for run_id in report.total.runs:
                 ensure_run(conn, run_id, tokenizer_sha256=tokenizer_key)
     return report
+
+
+def _files(paths: list[Path], roots: dict[Path, Path]):
+    """(file, given explicitly, root) for each file under `paths`: the root a missing rollout id
+    is derived from is the folder given (so `a/rollouts.jsonl` and `b/rollouts.jsonl` under it
+    stay apart), or the file's own folder for a file given by name."""
+    for p in paths:
+        root = p if p.is_dir() else roots.get(p, p.parent)
+        for path, explicit in walk([p]):
+            yield path, explicit, root
+
+
+def first_root(engine: Engine, path: Path) -> Path:
+    """The folder `path` was ingested from, read back from the ids derived from it: the nearest
+    ancestor whose `source_key` starts a stored id of a rollout from this file; else its own
+    folder. A file whose records carry their own ids is unaffected by the choice."""
+    import sqlalchemy as sa
+
+    from app.db import models
+
+    R = models.Rollout.__table__
+    with engine.connect() as conn:
+        ids = list(conn.execute(sa.select(R.c.rollout_id).where(R.c.source_file == str(path)).limit(20)).scalars())
+    probe = Source(path, "jsonl", None)
+    for root in path.parents:
+        key = ReadContext(root=root).source_key(probe)
+        if any(i == key or i.startswith((key + "#", key + "@")) for i in ids):
+            return root
+    return path.parent
 
 
 def _reject_file(engine: Engine, report: IngestReport, err: RecordError) -> None:

@@ -2,10 +2,11 @@
 the faults of writers that build these arrays by hand and let them drift apart."""
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from ingest.checks.context import CheckContext
-from ingest.checks.registry import Hit, Skip, check, plural
+from ingest.checks.registry import Hit, Skip, check, memo, plural
 from ingest.schema import Rollout
 
 REPLACEMENT_HEX = "efbfbd"
@@ -28,6 +29,28 @@ def array_len_mismatch(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
                       {"array": name, "source_length": n_src, "tokens": len(node.token_ids)})
 
 
+def _bounds(values: list) -> tuple[float, float] | None:
+    """(min, max) of a list of logprobs when all are None ((inf, -inf): nothing to check) or all
+    finite numbers, decided at C speed (count, sum, min, max); None when it has to be looked at
+    value by value (a mix with None, NaN, ±inf)."""
+    if not values or values.count(None) == len(values):
+        return math.inf, -math.inf
+    if None in values:
+        return None
+    try:
+        total = sum(values)
+    except (TypeError, OverflowError):
+        return None
+    return (min(values), max(values)) if math.isfinite(total) else None
+
+
+def _all_within(r: Rollout, i: int, low: float, high: float) -> bool:
+    """True when every logprob of node `i` is None or within [low, high] (bounds derived once per
+    check run, for the two logprob checks); False means look closer."""
+    b = memo("logprob_bounds", lambda: [_bounds(n.logprobs) for n in r.nodes])[i]
+    return b is not None and (b[0] > b[1] or (low <= b[0] and b[1] <= high))
+
+
 @check("suspected_logprob_padding", "warning", label="suspected logprob padding")
 def suspected_logprob_padding(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """A trailing run (>= 2) of exact 0.0 logprobs on a node's sampled tokens: 0.0 is
@@ -36,17 +59,18 @@ def suspected_logprob_padding(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     for i, node in enumerate(r.nodes):
         if not node.mask or not node.logprobs:
             continue
-        sampled = [k for k, m in enumerate(node.mask) if m]
-        run = 0
-        for k in reversed(sampled):
+        run, start = 0, None
+        for k in range(len(node.mask) - 1, -1, -1):  # from the end: only the trailing run matters
+            if not node.mask[k]:
+                continue
             lp = node.logprobs[k]
             if lp is not None and lp == 0.0:
-                run += 1
+                run, start = run + 1, k
             else:
                 break
         if run >= 2:
             yield Hit(f"node {i}: last {run} sampled logprobs are exactly 0.0 (suspected padding)",
-                      i, sampled[len(sampled) - run], {"run": run})
+                      i, start, {"run": run})
 
 
 @check("invalid_logprob", "error", label="invalid logprob")
@@ -54,6 +78,8 @@ def invalid_logprob(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """A logprob above 0 (a probability above 1), NaN, ±inf, or beyond the float32 range the
     store keeps: a writer bug. The values are kept and their positions listed."""
     for i, node in enumerate(r.nodes):
+        if _all_within(r, i, -FLOAT32_MAX, LOGPROB_EPS):
+            continue
         bad = [k for k, lp in enumerate(node.logprobs)
                if lp is not None and not (-FLOAT32_MAX <= lp <= LOGPROB_EPS)]
         if bad:
@@ -88,6 +114,8 @@ def placeholder_token_id(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     if not any(n.token_ids for n in r.nodes):
         raise Skip("no token ids recorded")
     for i, node in enumerate(r.nodes):
+        if not node.token_ids or min(node.token_ids) >= -1:
+            continue
         bad = [k for k, t in enumerate(node.token_ids) if t < -1]
         if bad:
             values = sorted({node.token_ids[k] for k in bad})
@@ -101,9 +129,11 @@ def implausible_logprob(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     IMPLAUSIBLE_LOGPROB (-20, probability < 2e-9): the sign that ids and logprobs belong to
     different tokens. Positive logprobs are reported as `invalid_logprob`."""
     sampled = [(i, n) for i, n in enumerate(r.nodes) if n.message.role == "assistant" and n.token_ids]
-    if not any(lp is not None for _, n in sampled for lp in n.logprobs):
+    if all(n.logprobs.count(None) == len(n.logprobs) for _, n in sampled):
         raise Skip("no behaviour logprobs recorded on sampled tokens")
     for i, node in sampled:
+        if _all_within(r, i, IMPLAUSIBLE_LOGPROB, math.inf):
+            continue
         low = [k for k, lp in enumerate(node.logprobs) if lp is not None and lp < IMPLAUSIBLE_LOGPROB
                and (not node.mask or node.mask[k])]
         if low:

@@ -25,7 +25,7 @@ def mask_on_unsampled(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     message, with its role and the token positions (case 30)."""
     _require_mask(r)
     for i, node in enumerate(r.nodes):
-        if node.message.role == SAMPLED_ROLE or not node.mask:
+        if node.message.role == SAMPLED_ROLE or not any(node.mask):
             continue
         on = [k for k, m in enumerate(node.mask) if m]
         if on:
@@ -42,11 +42,11 @@ def sampled_mask_zero(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     inside a turn, on content tokens (`is_content` 1) with mask 0, and on a whole turn left
     out while other turns train."""
     _require_mask(r)
-    if not any(m for n in r.nodes for m in n.mask):
+    if not any(any(n.mask) for n in r.nodes):
         raise Skip("the whole loss mask is 0 (a filter zeroed the rollout: it trains on nothing)")
     for i, node in enumerate(r.nodes):
-        if node.message.role != SAMPLED_ROLE or not node.mask:
-            continue
+        if node.message.role != SAMPLED_ROLE or not node.mask or all(node.mask):
+            continue  # a turn trained on whole has no mask-0 tokens to report
         n = len(node.mask)
         if node.is_content and any(node.is_content):
             off = [k for k in range(n) if node.is_content[k] and not node.mask[k]]

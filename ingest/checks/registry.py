@@ -14,6 +14,7 @@ every kind; tests/checks/test_registry.py fails when one is missing there.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -109,8 +110,30 @@ class CheckResults:
         return sorted({f.kind for f in self.findings})
 
 
+_MEMO: ContextVar[dict | None] = ContextVar("check_memo", default=None)
+
+
+def memo(key: str, build: Callable[[], Any]) -> Any:
+    """`build()`, computed once per `run` call: what several checks of one subject derive alike
+    (its tool-call pairings) is derived once. Outside `run` it is simply built."""
+    store = _MEMO.get()
+    if store is None:
+        return build()
+    if key not in store:
+        store[key] = build()
+    return store[key]
+
+
 def run(scope: Scope, subject: Any, ctx: Any) -> CheckResults:
     """Run every registered check of `scope` on `subject`, in registration order."""
+    token = _MEMO.set({})
+    try:
+        return _run(scope, subject, ctx)
+    finally:
+        _MEMO.reset(token)
+
+
+def _run(scope: Scope, subject: Any, ctx: Any) -> CheckResults:
     out = CheckResults()
     for c in REGISTRY.values():
         if c.scope != scope:

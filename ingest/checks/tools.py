@@ -6,15 +6,18 @@ from collections import Counter
 from collections.abc import Iterator
 
 from ingest.checks.context import CheckContext
-from ingest.checks.registry import Hit, check
+from ingest.checks.registry import Hit, check, memo
 from ingest.graph import CallRef, Pairing, branches, pair
 from ingest.schema import Rollout
 
 
-def _pairings(r: Rollout) -> Iterator[Pairing]:
-    messages = [n.message.model_dump() for n in r.nodes]
-    for path in branches(r.nodes):
-        yield pair(path, messages)
+def _pairings(r: Rollout) -> list[Pairing]:
+    """The pairing of each branch; derived once per check run (four checks read it)."""
+    def build() -> list[Pairing]:
+        messages = [n.message.model_dump() for n in r.nodes]
+        return [pair(path, messages) for path in branches(r.nodes)]
+
+    return memo("tool_pairings", build)
 
 
 def _calls_per_branch(r: Rollout) -> Iterator[list[CallRef]]:

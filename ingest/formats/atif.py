@@ -218,8 +218,7 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
     if source.kind == "jsonl":
         items: Any = ((line, "", v) for line, v in source.lines())
     else:
-        doc = source.document
-        items = ((None, f"[{i}]", v) for i, v in enumerate(doc if isinstance(doc, list) else [doc]))
+        items = ((None, "" if i is None else f"[{i}]", v) for i, v in source.records())
     for line, prefix, value in items:
         if isinstance(value, RecordError):
             yield value
@@ -285,7 +284,7 @@ def _from_documents(source: Source, ctx: ReadContext, docs: list[dict], line: in
     for k, (t, doc) in enumerate(zip(trajs, docs)):
         _steps(b, t, doc, segment=k)
     rollout = Rollout(
-        id=str(rl.get("id") or head.trajectory_id or head.session_id or source.path.stem),
+        id=str(rl.get("id") or head.trajectory_id or head.session_id or ctx.source_key(source)),
         run=RunRef(id=ctx.run_id or _rl_run(rl) or ctx.run_for(source), type=(rl.get("run") or {}).get("type", "train")
                    if isinstance(rl.get("run"), dict) else "train"),
         step=rl.get("step") if isinstance(rl.get("step"), int) else ctx.step,
@@ -356,7 +355,11 @@ def _steps(b: RolloutBuilder, t: ATIFTrajectory, raw: dict, *, segment: int, par
             "tool_calls", "observation", "metrics", "llm_call_count", "assistant_tokens", "assistant_masks",
             "logprobs", "env_tokens", "env_masks", "reward", "mc_return", "policy_version")}
         if isinstance(step_extra.get("extra"), dict):
-            step_extra["extra"] = {kk: v for kk, v in step_extra["extra"].items() if kk != "rollscope"} or None
+            cm = step_extra["extra"].get("context_management")
+            if isinstance(cm, dict):  # compaction / pruning / injection: the graph's node kind reads it here
+                node_extra["context_management"] = cm
+            step_extra["extra"] = {kk: v for kk, v in step_extra["extra"].items()
+                                   if kk not in ("rollscope", "context_management")} or None
             if step_extra["extra"] is None:
                 del step_extra["extra"]
         if step_extra:

@@ -8,7 +8,7 @@ line by the environment's `process` / `--data_path_to_save_groups` JSONL dump):
      inference_logprobs?: [[float]], messages?: [[{role, content}]], generation_params?,
      overrides?: [dict], group_overrides?: dict, images?, token_scores?, token_weights?, ...}
 
-One line = one group; sample i = one rollout (`<file stem>#<line-1>.<i>`, group `<stem>#<line-1>`,
+One line = one group; sample i = one rollout (`<source>#<line-1>.<i>`, group `<source>#<line-1>`,
 index i, size = number of samples). Roles `agent` → assistant and `environment` → user, the
 source role kept. The flat token sequence is split into per-message spans by its mask runs
 (trained runs are the agent's turns; `_build.align_segments`); when the runs do not line up with
@@ -48,7 +48,7 @@ def sniff(source: Source) -> bool:
 
 
 def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
-    stem = source.path.stem
+    stem = ctx.source_key(source)
     if source.kind == "jsonl":
         items: Any = ((line, f"{stem}#{line - 1}", v) for line, v in source.lines())
     else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -26,16 +27,63 @@ class ReadContext:
     `run_id`: run to file rollouts under when the record names none (CLI `--run`); when None,
     readers fall back to the file's parent folder name. `step`: training step default.
     `format`: the reader the caller forced (`--format NAME`), or None to detect by content.
+    `root`: the folder being ingested (the one given on the command line, the spool directory);
+    a record without an id is named after its file's path relative to it (`source_key`). None
+    means the file's own folder.
     """
 
     run_id: str | None = None
     step: int | None = None
     format: str | None = None
+    root: Path | None = None
     extra: dict = field(default_factory=dict)
 
     def run_for(self, source: Source, record_run: str | None = None) -> str:
         """`--run`, else the record's own run, else the file's folder name, else "default"."""
         return self.run_id or record_run or source.path.resolve().parent.name or "default"
+
+    def source_key(self, source: Source) -> str:
+        """The stable name of a record's source, which readers build missing ids from
+        (`<key>#<index>`): the file's path relative to `root` in `/` form, without its trace
+        suffixes (`step_3/rollouts.jsonl` → `step_3/rollouts`; `x.traj.json` → `x`), then
+        `!member` for a file inside a zip archive, then `@step<N>` when the caller gave the step.
+
+        The same file ingested again from the same root gets the same key (so nothing is added
+        twice), and two files of the same name in different folders get different keys (so one
+        never replaces the other). A file directly in `root`, outside it, or read with no root is
+        known by its name alone, as before folders counted (`rollouts#12`).
+        """
+        path = source.path
+        folder = ""
+        if self.root is not None:
+            try:
+                rel = path.resolve().relative_to(self.root.resolve())
+                folder = rel.parent.as_posix() if rel.parent != Path(".") else ""
+            except ValueError:
+                folder = ""
+        name = path.name
+        while True:
+            bare = _strip_suffix(name)
+            if bare == name:
+                break
+            name = bare
+        key = f"{folder}/{name}" if folder else name
+        if source.member is not None:
+            key += f"!{source.member}"
+        if self.step is not None:
+            key += f"@step{self.step}"
+        return key
+
+
+# Suffixes left out of a name a missing id is derived from (`rollouts.jsonl` → `rollouts`).
+ID_SUFFIXES = (".jsonl", ".json", ".ndjson", ".csv", ".traj", ".gz")
+
+
+def _strip_suffix(name: str) -> str:
+    for suffix in ID_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
 
 
 class Reader(Protocol):

@@ -151,15 +151,34 @@ def _is_variants(d: dict) -> bool:
 # --- reading -------------------------------------------------------------------------------
 
 def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
-    stem = source.path.stem
+    stem = ctx.source_key(source)
     if source.kind == "jsonl":
         for lineno, value in source.lines():
             if isinstance(value, RecordError):
                 yield value
                 continue
             yield from _read_value(value, source, ctx, lineno, "", f"{stem}#{lineno - 1}", _Defaults(), top=False)
+    elif source.streamed:  # a top-level array too big to load: its records one at a time
+        if _is_message_list(source.first):
+            yield RecordError(source.name, None, None, f"one conversation of {source.size} bytes is more than "
+                                                       "is read at once: split it into records")
+            return
+        yield from _read_items(source.elements(), source, ctx, None, "", lambda i: f"{stem}#{i}", _Defaults())
     else:
         yield from _read_value(source.document, source, ctx, None, "", stem, _Defaults(), top=True)
+
+
+def _read_items(items: Iterator[tuple[int, Any]], source: Source, ctx: ReadContext, line: int | None, prefix: str,
+                child_id: Any, defaults: _Defaults) -> Iterator[Rollout | RecordError]:
+    """The records of a list, each at `prefix[i]` with default id `child_id(i)`."""
+    for i, item in items:
+        where = _join(prefix, f"[{i}]") or ""
+        if isinstance(item, RecordError):
+            yield item
+        elif not isinstance(item, dict):
+            yield RecordError(source.name, line, where, f"expected a JSON object, got {type(item).__name__}")
+        else:
+            yield from _read_dict(item, source, ctx, line, where, child_id(i), defaults)
 
 
 def _read_value(value: Any, source: Source, ctx: ReadContext, line: int | None, prefix: str, base_id: str,
@@ -176,12 +195,7 @@ def _read_value(value: Any, source: Source, ctx: ReadContext, line: int | None, 
             yield _record(source, ctx, {"messages": value}, line, prefix,
                           child_id(0) if top else base_id, defaults)
             return
-        for i, item in enumerate(value):
-            where = _join(prefix, f"[{i}]") or ""
-            if not isinstance(item, dict):
-                yield RecordError(file, line, where, f"expected a JSON object, got {type(item).__name__}")
-                continue
-            yield from _read_dict(item, source, ctx, line, where, child_id(i), defaults)
+        yield from _read_items(enumerate(value), source, ctx, line, prefix, child_id, defaults)
         return
     if not isinstance(value, dict):
         yield RecordError(file, line, prefix or None, f"expected a JSON object or array, got {type(value).__name__}")

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 from pydantic import ValidationError
 
-from ingest.formats.base import ReadContext, record_error
+from ingest.formats.base import ReadContext, join_path, record_error
 from ingest.schema import SCHEMA_VERSION, Rollout
 from ingest.source import RecordError, Source
 
@@ -29,9 +29,9 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
                 rollout = value if isinstance(value, RecordError) else parse_record(value, source.name, line, ctx)
             yield rollout
         return
-    doc = source.document
-    for _, value in enumerate(doc if isinstance(doc, list) else [doc], start=1):
-        yield parse_record(value, source.name, None, ctx)
+    for i, value in source.records():
+        yield value if isinstance(value, RecordError) else parse_record(
+            value, source.name, None, ctx, prefix=None if i is None else f"[{i}]")
 
 
 def _from_bytes(raw: bytes, file: str, line: int, ctx: ReadContext) -> Rollout | None:
@@ -50,18 +50,21 @@ def _from_bytes(raw: bytes, file: str, line: int, ctx: ReadContext) -> Rollout |
     return rollout
 
 
-def parse_record(value: object, file: str, line: int | None, ctx: ReadContext) -> Rollout | RecordError:
-    """Validate one native record. Errors name the first failing field as a dotted path."""
+def parse_record(value: object, file: str, line: int | None, ctx: ReadContext,
+                 prefix: str | None = None) -> Rollout | RecordError:
+    """Validate one native record. Errors name the first failing field as a dotted path, after
+    `prefix` (the record's place in a JSON array, `[i]`)."""
     if not isinstance(value, dict):
-        return RecordError(file, line, None, f"expected a JSON object, got {type(value).__name__}")
+        return RecordError(file, line, prefix, f"expected a JSON object, got {type(value).__name__}")
     if value.get("schema") != SCHEMA_VERSION:
-        return RecordError(file, line, "schema", f"unsupported schema {value.get('schema')!r}; this reader knows {SCHEMA_VERSION!r}")
+        return RecordError(file, line, join_path(prefix, "schema"),
+                           f"unsupported schema {value.get('schema')!r}; this reader knows {SCHEMA_VERSION!r}")
     if ctx.run_id and "run" not in value:
         value = {**value, "run": {"id": ctx.run_id}}
     try:
         rollout = Rollout.model_validate(value)
     except ValidationError as exc:
-        return record_error(file, line, None, exc)
+        return record_error(file, line, prefix, exc)
     if ctx.run_id:
         rollout.run.id = ctx.run_id
     rollout.source = {"format": NAME, "file": file, "line": line}

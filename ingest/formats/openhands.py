@@ -20,8 +20,13 @@ Mapping (docs/formats.md, "OpenHands"):
 - An observation with a `cause` → tool result of that action's call (`tool_call_id` from its
   metadata, else the call the cause names); a cause naming no known action is kept with
   `extra.cause_unpaired`. An observation without a cause (an error the runtime reports) → a
-  user message with `extra.source_role = "environment"`. `agent_state_changed`, `null` and
-  `recall` events are not messages; they are counted in `extra.skipped_events`.
+  user message with `extra.source_role = "environment"`. `agent_state_changed`, `null`,
+  `recall` and `condensation_request` events are not messages; they are counted in
+  `extra.skipped_events`.
+- The condenser (`openhands/events/action/agent.py` `CondensationAction`, observation `condense`):
+  a `condensation` action → a user node holding its `summary` (`source_role = "condensation"`,
+  node `extra.kind = "compaction"`, `forgotten_events`, `summary_offset`), never a model call; a
+  `condense` observation → an environment node with `extra.kind = "compaction"`.
 - Ending: a `finish` action → submitted (its `tool_call` gets `extra.ends_rollout`, since no
   observation follows it); a final `agent_state_changed` to `error` (or an `error` field on an
   evaluation record) → error; otherwise unknown.
@@ -32,14 +37,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ingest.formats import ReadContext, record_error
-from ingest.formats._harness import Chain, action_call, documents, finish_reason, openai_tool_call, to_epoch, usage_from
+from ingest.formats import ReadContext
+from ingest.formats._harness import (Chain, action_call, finish_reason, openai_tool_call, read_documents, to_epoch,
+                                     usage_from)
 from ingest.schema import Call, Ending, EndingInfo, Error, Message, Rollout, RunRef, ToolCall
 from ingest.source import RecordError, Source
 
 EXPECTS = "OpenHands event list [{id, source, action | observation, ...}] or {history: [events]}"
 NAME = "openhands"
-SKIPPED = frozenset({"agent_state_changed", "null", "recall", "change_agent_state"})
+SKIPPED = frozenset({"agent_state_changed", "null", "recall", "change_agent_state", "condensation_request"})
+# The condenser's events (`ActionType.CONDENSATION`, `ObservationType.CONDENSE`): later requests see
+# the summary instead of the forgotten events, so the node is a compaction in the graph.
+CONDENSATION_ACTION, CONDENSATION_OBSERVATION = "condensation", "condense"
 
 
 def _events(value: Any) -> list | None:
@@ -62,16 +71,7 @@ def sniff(source: Source) -> bool:
 
 
 def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
-    for line, doc in documents(source):
-        if isinstance(doc, RecordError):
-            yield doc
-        elif _events(doc) is None:
-            yield RecordError(source.name, line, None, "not an OpenHands event list")
-        else:
-            try:
-                yield from _read_one(doc, source, ctx, line)
-            except Exception as exc:  # noqa: BLE001 - an odd record is rejected with its field, never raised
-                yield record_error(source.name, line, None, exc)
+    return read_documents(source, ctx, recognise=_events, what="an OpenHands event list", read_one=_read_one)
 
 
 def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> Iterator[Rollout | RecordError]:
@@ -100,6 +100,10 @@ def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> I
                 continue
             if kind == "finish":
                 finished = True
+            if kind == CONDENSATION_ACTION:  # the agent's condenser, not a model call or a tool call
+                message, node_extra = _condensation(args, e, base_extra)
+                chain.add(message, timestamp=ts, extra=node_extra)
+                continue
             if kind == "system":
                 chain.add(Message(role="system", content=args.get("content") or e.get("message"),
                                   extra={**base_extra, **({"tools": args["tools"]} if args.get("tools") else {})}),
@@ -159,7 +163,8 @@ def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> I
         cause = e.get("cause")
         if cause is None:
             extra["source_role"] = "environment"
-            chain.add(Message(role="user", content=content, extra=extra), timestamp=ts)
+            chain.add(Message(role="user", content=content, extra=extra), timestamp=ts,
+                      extra={"kind": "compaction"} if kind == CONDENSATION_OBSERVATION else None)
             continue
         tcid = meta.get("tool_call_id") if meta else None
         name = meta.get("function_name") if meta else None
@@ -193,7 +198,7 @@ def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> I
             extra[key] = wrapper[key]
     times = [n.timestamp for n in chain.nodes if n.timestamp is not None]
     timing = {"start": min(times), "end": max(times)} if times else {}
-    rid = str(wrapper.get("instance_id") or source.path.name.removesuffix(".json") + (f"#{line}" if line else ""))
+    rid = str(wrapper.get("instance_id") or ctx.source_key(source) + (f"#{line}" if line else ""))
     try:
         yield chain.finish(Rollout(id=rid, run=RunRef(id=ctx.run_for(source), type="eval"), nodes=chain.nodes, calls=chain.calls,
                       ending=ending, errors=errors, timing=timing, extra=extra,
@@ -217,3 +222,23 @@ def _response_node(chain: Chain, e: dict, args: dict, meta: dict, response: dict
                             finish_reason_raw=raw, usage=usage_from(response.get("usage")),
                             extra={"model_response": response, "response_created": created}))
     return idx
+
+
+def _condensation(args: dict, e: dict, base_extra: dict) -> tuple[Message, dict]:
+    """A `condensation` action (OpenHands `CondensationAction`: `forgotten_event_ids` or
+    `forgotten_events_start_id`..`end_id`, and the `summary` that stands in for them) as a
+    compaction node, what later requests saw instead of the forgotten events: (message, node
+    extra with `kind`, `forgotten_events` and `summary_offset`)."""
+    forgotten = args.get("forgotten_event_ids")
+    if not isinstance(forgotten, list):
+        lo, hi = args.get("forgotten_events_start_id"), args.get("forgotten_events_end_id")
+        forgotten = {"start": lo, "end": hi} if lo is not None or hi is not None else None
+    node_extra: dict[str, Any] = {"kind": "compaction"}
+    if forgotten is not None:
+        node_extra["forgotten_events"] = forgotten
+    if args.get("summary_offset") is not None:
+        node_extra["summary_offset"] = args["summary_offset"]
+    summary = args.get("summary")
+    message = Message(role="user", content=summary if isinstance(summary, str) and summary else e.get("message"),
+                      extra={**base_extra, "action": CONDENSATION_ACTION, "source_role": "condensation"})
+    return message, node_extra

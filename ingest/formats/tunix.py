@@ -170,7 +170,7 @@ class _Where:
 
 
 def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
-    where = _Where(source.name, source.path.stem, ctx.run_for(source), ctx.step)
+    where = _Where(source.name, ctx.source_key(source), ctx.run_for(source), ctx.step)
     if source.kind == "csv":
         yield from _read_csv(source, where)
         return

@@ -131,8 +131,7 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
     if source.kind == "jsonl":
         items: Any = ((line, "", v) for line, v in source.lines())
     else:
-        doc = source.document
-        items = ((None, f"[{i}]", v) for i, v in enumerate(doc)) if isinstance(doc, list) else iter([(None, "", doc)])
+        items = ((None, "" if i is None else f"[{i}]", v) for i, v in source.records())
     for line, prefix, value in items:
         if isinstance(value, RecordError):
             yield value

@@ -62,7 +62,7 @@ def _file_step(source: Source) -> int | None:
 
 
 def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
-    stem = source.path.stem
+    stem = ctx.source_key(source)
     for line, value in source.lines():
         if isinstance(value, RecordError):
             yield value

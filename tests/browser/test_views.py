@@ -230,3 +230,35 @@ def test_pages_fit_800px(server, browser):
         over = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
         assert over <= 0, (path, over)
     page.close()
+
+
+def test_rollouts_table_collapses_its_columns_at_800px(browser, tmp_path):
+    """At 800 px the lower-priority columns of the rollouts list collapse; the rollout id, its
+    ending and its reward stay visible and the page does not scroll sideways. At 1280 px every
+    column shows."""
+    from tests.browser import served_rollouts
+    from tests.helpers import rollout
+
+    rs = [rollout(f"swe-bench/django__django-{11000 + k}/attempt-{k}", run="wide", group=f"group-{k // 2}",
+                  index=k % 2, reward=k / 4, ending=("submitted", "error", "truncated")[k % 3],
+                  task={"key": f"django__django-{11000 + k}:tests/test_{'very_long_module_name_' * 3}{k}.py"})
+          for k in range(6)]
+    with served_rollouts(tmp_path, rs) as base:
+        for width, collapsed in ((800, True), (1280, False)):
+            page = browser.new_page(viewport={"width": width, "height": 900})
+            page.goto(f"{base}/runs/wide/rollouts")
+            page.wait_for_load_state("networkidle")
+            over = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+            assert over <= 0, (width, over)
+            heads = page.locator("#rollouts thead th")
+            shown = [h.inner_text() for h in heads.all() if h.is_visible()]
+            for key in ("rollout", "ending", "reward"):
+                assert key in shown, (width, shown)
+            assert ("task" not in shown and "turns" not in shown and "tokens" not in shown) == collapsed, shown
+            first = page.locator("#rollouts tbody tr").first
+            for col in (1, 5, 6):  # rollout, ending, reward: visible, and wide enough to read
+                cell = first.locator(f"td:nth-child({col})")
+                box = cell.bounding_box()
+                assert cell.is_visible() and box and box["width"] >= 40 and box["x"] + box["width"] <= width, (col, box)
+            assert first.locator(".ending").is_visible() and "swe-bench/django" in first.locator("td").first.inner_text()
+            page.close()

@@ -213,7 +213,7 @@ def test_real_files_through_store_and_pages(client, engine, tmp_path):
     assert report.ok, [str(e) for e in report.errors]
     assert {f.format for f in report.files} == {"inspect", "swe-agent", "mini-swe-agent", "openhands"}
     assert report.total.inserted == 6, report.skipped
-    d = client.get("/runs/agents/rollouts/basic.json").json()
+    d = client.get("/runs/agents/rollouts/openhands/basic.json").json()  # the id keeps its folder
     assert d["ending"]["type"] == "submitted"
     calls = [c for m in d["messages"] for c in m["tool_calls"]]
     assert [c["result_node"] for c in calls] == [2, None]

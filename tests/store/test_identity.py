@@ -80,3 +80,65 @@ def test_retry_quarantined_reads_the_files_again_after_a_fix(db_url, tmp_path, m
     assert again.exit_code == 0, again.output
     assert "1 new, 0 replaced, 1 unchanged" in again.stdout and "cleared from the quarantine" in again.stdout
     assert runner.invoke(cli, ["ingest"]).exit_code == 2
+
+
+def _chat_lines(*answers: str) -> str:
+    """Chat-format JSONL without ids: each record's id is derived from its file and line."""
+    return "".join(json.dumps({"messages": [{"role": "user", "content": "2+2?"},
+                                            {"role": "assistant", "content": a}]}) + "\n" for a in answers)
+
+
+def _ids(db_url: str) -> list[str]:
+    from app.db.engine import make_engine
+
+    eng = make_engine(db_url)
+    with eng.connect() as conn:
+        ids = sorted(conn.execute(sa.select(models.Rollout.__table__.c.rollout_id)).scalars())
+    eng.dispose()
+    return ids
+
+
+def test_same_named_files_in_two_folders_keep_both_and_a_reingest_adds_nothing(db_url, tmp_path, monkeypatch):
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    runner = CliRunner()
+    root = tmp_path / "dumps"
+    for step in (0, 1):
+        (root / f"step_{step}").mkdir(parents=True)
+        (root / f"step_{step}" / "rollouts.jsonl").write_text(_chat_lines(f"{step}a", f"{step}b"))
+    first = runner.invoke(cli, ["ingest", "--run", "r", str(root)])
+    assert first.exit_code == 0, first.output
+    assert "4 new, 0 replaced, 0 unchanged" in first.stdout
+    assert _ids(db_url) == ["step_0/rollouts#0", "step_0/rollouts#1", "step_1/rollouts#0", "step_1/rollouts#1"]
+    again = runner.invoke(cli, ["ingest", "--run", "r", str(root)])
+    assert again.exit_code == 0 and "0 new, 0 replaced, 4 unchanged" in again.stdout, again.output
+    # the same tree ingested from another working folder, by a relative path: the same ids
+    monkeypatch.chdir(tmp_path)
+    third = runner.invoke(cli, ["ingest", "--run", "r", "dumps"])
+    assert "0 new, 0 replaced, 4 unchanged" in third.stdout, third.output
+    assert len(_ids(db_url)) == 4
+
+
+def test_per_step_files_given_by_name_with_their_step_do_not_replace_each_other(db_url, tmp_path, monkeypatch):
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    runner = CliRunner()
+    for step in (0, 1):
+        (tmp_path / f"s{step}").mkdir()
+        (tmp_path / f"s{step}" / "rollouts.jsonl").write_text(_chat_lines("4", "5"))
+    a = runner.invoke(cli, ["ingest", "--run", "r", "--step", "0", str(tmp_path / "s0" / "rollouts.jsonl")])
+    b = runner.invoke(cli, ["ingest", "--run", "r", "--step", "1", str(tmp_path / "s1" / "rollouts.jsonl")])
+    assert "2 new, 0 replaced" in a.stdout and "2 new, 0 replaced" in b.stdout, b.output
+    assert _ids(db_url) == ["rollouts@step0#0", "rollouts@step0#1", "rollouts@step1#0", "rollouts@step1#1"]
+
+
+def test_retry_quarantined_derives_ids_as_the_folder_ingest_did(db_url, tmp_path, monkeypatch):
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    runner = CliRunner()
+    (tmp_path / "d" / "a").mkdir(parents=True)
+    path = tmp_path / "d" / "a" / "rollouts.jsonl"
+    path.write_text(_chat_lines("4") + '{"messages": [{"role": "user", "content": 7}]\n')  # torn line
+    assert runner.invoke(cli, ["ingest", "--run", "r", str(tmp_path / "d")]).exit_code == 1
+    path.write_text(_chat_lines("4", "5"))  # fixed
+    again = runner.invoke(cli, ["ingest", "--run", "r", "--retry-quarantined"])
+    assert again.exit_code == 0, again.output
+    assert "1 new, 0 replaced, 1 unchanged" in again.stdout, again.output
+    assert _ids(db_url) == ["a/rollouts#0", "a/rollouts#1"]

@@ -7,6 +7,8 @@ import json
 import math
 import re
 
+from app.views.group_extras import DiffPage
+from app.views.tokenpages import BranchComparePage
 from ingest.advantages import STD_EPS
 from ingest.schema import Rollout
 from tests.conftest import data_path
@@ -34,6 +36,8 @@ def test_case01_drift_branch_says_why_it_forked_and_where_it_differs(client, eng
     a, b = cmp["sides"]
     firsts = [[t["id"] for m in s["messages"] for t in m["tokens"] if t["first_diff"]] for s in (a, b)]
     assert firsts == [[10], [12]]
+    # the twin is the page model, field for field (extra keys are refused)
+    assert BranchComparePage.model_validate(cmp).model_dump(mode="json") == cmp
     html = client.get("/runs/cases/rollouts/case01?branch=0&vs=1").text
     assert html.count("tok-first-diff") == 2
 
@@ -114,7 +118,7 @@ def test_token_windows_and_the_window_around_an_offset(client, engine, tmp_path)
     r.nodes[1].mask, r.nodes[1].logprobs = [True] * 5000, [-0.1] * 5000
     ingest(engine, write_jsonl(tmp_path / "a.jsonl", [r]))
     html = client.get("/runs/r1/rollouts/big").text
-    assert html.count('class="tok-window"') == 4 and len(_chips(html, "trained")) == 1024
+    assert html.count('class="tok-window"') == 10 and len(_chips(html, "trained")) == 256  # 256 inline, 512 a window
     w = client.get("/runs/r1/rollouts/big?branch=0&node=1&from=1024&to=2048", headers={"HX-Request": "true"}).text
     assert "<html" not in w and len(_chips(w, "trained")) == 1024 and 'id="t-1027"' in w
     j = client.get("/runs/r1/rollouts/big.json?at=3003&radius=2").json()
@@ -137,7 +141,7 @@ def test_graph_in_the_twin_and_collapsed_svg(client, engine, tmp_path):
     assert d["branches"][0]["sample"] == 0 and d["branches"][0]["n_trained"] == 450
 
 
-def test_many_branches_are_drawn_few_and_switched_by_a_list(client, engine, tmp_path):
+def test_many_branches_are_drawn_few_and_switched_by_number(client, engine, tmp_path):
     nodes = [{"parent": None, "message": {"role": "user", "content": "q"}, "token_ids": [1], "mask": [False]}]
     for k in range(200):
         nodes.append({"parent": 0, "sampled": True, "message": {"role": "assistant", "content": f"a{k}"},
@@ -149,7 +153,10 @@ def test_many_branches_are_drawn_few_and_switched_by_a_list(client, engine, tmp_
     assert len(d["branches"]) == 200 and d["svg"]["hidden_branches"] > 150
     assert d["branches"][150]["fork"]["reason"] == "resample" and d["branches"][150]["sample"] == 150
     html = client.get("/runs/r1/rollouts/bon?branch=150").text
-    assert '<option value="150" selected>' in html and len(html) < 200_000
+    # the neighbours as links and a number to open any branch; never a list of all 200
+    assert 'name="branch" min="0" max="199" value="150"' in html and "<option" not in html
+    assert [int(x) for x in re.findall(r'class="branch-link[^"]*"[^>]*>branch (\d+)<', html)] == list(range(147, 154))
+    assert 'class="branch-link current" aria-current="page">branch 150<' in html and len(html) < 60_000
 
 
 def test_byte_level_pieces_read_as_what_they_mean(client, engine, tmp_path):
@@ -196,6 +203,8 @@ def test_group_estimators_recorded_advantages_and_diff(client, engine, tmp_path)
     assert order[:2] == ["m0", "m1"]
     diff = client.get("/runs/r1/groups/g.json?a=m0&b=m2").json()
     assert diff["first_token"] == 4 and diff["first_message"] is None  # same text, other tokens
+    assert DiffPage.model_validate(diff).model_dump(mode="json") == diff
+    assert [r["a"]["role"] for r in diff["messages"]] == [r["b"]["role"] for r in diff["messages"]]
     assert "tok-first-diff" in client.get("/runs/r1/groups/g?a=m0&b=m2").text
 
 
@@ -221,6 +230,12 @@ def test_previous_and_next_rollout_within_the_list(client, engine, tmp_path):
     assert client.get("/runs/r1/rollouts/n0.json").json()["list_nav"] is None
     page = client.get("/runs/r1/rollouts/n3?list=ending%3Derror").text
     assert 'data-next="/runs/r1/rollouts/n5?list=ending%3Derror"' in page
+    # a chart's drill-down list (by step) and an out-of-range step (dropped: the wider list)
+    nav = client.get("/runs/r1/rollouts/n3.json?list=step%3D1%26ending%3Derror").json()["list_nav"]
+    assert (nav["prev"], nav["next"]) == (None, None)  # n3 is step 1's only error
+    assert client.get("/runs/r1/rollouts/n2?list=step%3D1").status_code == 200
+    nav = client.get("/runs/r1/rollouts/n3.json?list=step%3D99999999999").json()["list_nav"]
+    assert (nav["prev"], nav["next"]) == ("n2", "n4")
 
 
 def test_reasoning_left_out_of_a_re_rendered_prompt_is_marked(client, engine, tmp_path):
@@ -250,3 +265,74 @@ def test_chart_colours_match_the_ending_badges():
     css = Path(__file__).resolve().parents[2].joinpath("static", "app.css").read_text()
     badges = dict(_re.findall(r"\.ending-([a-z_]+) \{ background: (#[0-9a-f]{6}); \}", css))
     assert badges == ENDING_COLORS
+
+
+def test_tool_call_durations_from_a_real_openhands_trajectory(client, engine):
+    """OpenHands stamps the action (the call) and the observation (its result): the call's
+    duration is their difference, in the timeline and on the call, in the page and its twin."""
+    assert ingest(engine, data_path("realdata", "openhands", "basic.json"), run="oh").ok
+    d = client.get("/runs/oh/rollouts/basic.json").json()
+    call = d["messages"][1]["tool_calls"][0]
+    assert call["result_node"] == 2
+    assert math.isclose(call["duration"], 13.801384 - 13.764487, abs_tol=1e-5)  # 22:45:13.764487 → .801384
+    rows = d["timeline"]["rows"]
+    tools = [r for r in rows if r["kind"] == "tool"]
+    assert len(tools) == 1 and tools[0]["node"] == 1 and tools[0]["result_node"] == 2 and tools[0]["name"] == call["name"]
+    assert math.isclose(tools[0]["duration"], call["duration"]) and d["timeline"]["n_tool"] == 1
+    html = client.get("/runs/oh/rollouts/basic").text
+    assert "1 tool call over" in html and 'class="tl-bar tl-tool"' in html and "after 0.037 s" in html
+
+
+def test_tool_calls_and_model_calls_share_the_timeline_of_a_real_verifiers_episode(client, engine):
+    assert ingest(engine, data_path("realdata", "verifiers", "train_multi_tool.jsonl"), run="vf").ok
+    rid = client.get("/runs/vf/rollouts.json").json()["rollouts"][0]["rollout_id"]
+    tl = client.get(f"/runs/vf/rollouts/{rid}.json").json()["timeline"]
+    assert (tl["n_model"], tl["n_tool"]) == (4, 3) and tl["rows_total"] == 7
+    starts = [r["start"] for r in tl["rows"]]
+    assert starts == sorted(starts) and starts[0] == 0
+    # each tool call runs from its calling message to its result (both stamped by verifiers)
+    assert [(r["node"], r["result_node"]) for r in tl["rows"] if r["kind"] == "tool"] == [(1, 2), (3, 4), (5, 6)]
+    assert all(0 < r["duration"] < 1 for r in tl["rows"])
+
+
+def test_compaction_nodes_from_atif_and_openhands_are_drawn_as_compaction(client, engine, tmp_path):
+    """No handed or real file records a compaction, so two real files get the record their
+    formats define: an ATIF system step with `extra.context_management.type = "compaction"`
+    (Harbor's RFC 0001) inside the real multi-tool trajectory, and an OpenHands condenser's
+    `condensation` action and `condense` observation inside the real basic.json stream."""
+    atif = json.loads(data_path("realdata", "atif", "multi_tool.trajectory.json").read_text())
+    compaction = {"step_id": 0, "source": "system", "message": "Context compaction performed",
+                  "observation": {"results": [{"content": "Summary: the tool was called twice."}]},
+                  "extra": {"context_management": {"type": "compaction", "boundary": "replace"}}}
+    atif["steps"].insert(3, compaction)
+    for k, step in enumerate(atif["steps"]):
+        step["step_id"] = k + 1
+    (tmp_path / "atif").mkdir()
+    (tmp_path / "atif" / "trajectory.json").write_text(json.dumps(atif))
+    events = json.loads(data_path("realdata", "openhands", "basic.json").read_text())
+    events[3:3] = [
+        {"id": 90, "timestamp": "2025-01-27T22:45:15.000000", "source": "agent", "message": "Summary of the edits",
+         "action": "condensation", "args": {"forgotten_events_start_id": 0, "forgotten_events_end_id": 4,
+                                             "summary": "Created game_2048.py with the board logic.", "summary_offset": 1}},
+        {"id": 91, "timestamp": "2025-01-27T22:45:15.100000", "source": "environment",
+         "observation": "condense", "content": "Created game_2048.py with the board logic.", "extras": {}}]
+    (tmp_path / "oh.json").write_text(json.dumps(events))
+    assert ingest(engine, tmp_path / "atif" / "trajectory.json", run="cm").ok
+    assert ingest(engine, tmp_path / "oh.json", run="oh").ok
+
+    d = client.get("/runs/cm/rollouts/traj-multi-tool.json").json()
+    kinds = {n["idx"]: n["kind"] for n in d["graph"]["nodes"] if n["kind"]}
+    (idx,) = kinds
+    assert kinds[idx] == "compaction" and d["graph"]["nodes"][idx]["role"] == "system"
+    assert next(m for m in d["messages"] if m["idx"] == idx)["extra"]["context_management"]["boundary"] == "replace"
+    assert '<text x="' in (html := client.get("/runs/cm/rollouts/traj-multi-tool").text) and "k-compaction" in html
+
+    o = client.get("/runs/oh/rollouts/oh.json").json()
+    marked = [(n["idx"], n["role"]) for n in o["graph"]["nodes"] if n["kind"] == "compaction"]
+    assert len(marked) == 2
+    cond = next(m for m in o["messages"] if m["idx"] == marked[0][0])
+    assert cond["content"] == "Created game_2048.py with the board logic." and cond["source_role"] == "condensation"
+    assert cond["extra"]["forgotten_events"] == {"start": 0, "end": 4}
+    # the condenser is not a model call: the calls are still the two model responses
+    assert len(o["calls"]) == 2 and all(c["node"] != marked[0][0] for c in o["calls"])
+    assert "k-compaction" in client.get("/runs/oh/rollouts/oh").text

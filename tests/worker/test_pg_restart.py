@@ -1,0 +1,112 @@
+"""The Postgres server really restarted (`pg_ctlcluster ... restart`) twice while the worker
+ingests: afterwards every rollout is present exactly once and every spooled line was committed
+once (issue 6, "Database restart").
+
+Opt-in: it restarts the whole server, which other test runs on this machine share, so it runs
+only with ROLLSCOPE_TEST_PG_RESTART=1 (as root or the postgres user, on a Debian-style cluster
+found with `pg_lsclusters` on the test server's port). test_db_outage.py covers the same path on
+every run by cutting only this test's connections."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from app.db import models
+from app.db.engine import make_engine
+from app.worker.run import wait_for
+from ingest.formats.native import write_line
+from tests.conftest import PG_URL, ROOT, _pg_admin
+from tests.helpers import rollout
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("ROLLSCOPE_TEST_PG_RESTART") != "1",
+    reason="restarts the shared Postgres server (other test runs use it): set ROLLSCOPE_TEST_PG_RESTART=1 to run")
+
+R = models.Rollout.__table__
+S = models.SpoolFile.__table__
+Q = models.Quarantine.__table__
+BATCHES, PER_BATCH = 8, 40
+
+
+def _cluster() -> tuple[str, str]:
+    """(version, name) of the cluster serving the test server's port, from `pg_lsclusters`."""
+    port = str(make_url(PG_URL).port or 5432)
+    out = subprocess.run(["pg_lsclusters", "--no-header"], capture_output=True, text=True, check=True).stdout
+    for line in out.splitlines():
+        ver, name, p, *_ = line.split()
+        if p == port:
+            return ver, name
+    raise RuntimeError(f"no cluster on port {port}: {out}")
+
+
+def restart_postgres() -> None:
+    ver, name = _cluster()
+    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", ver, name, "restart"], check=True, timeout=120)
+
+
+def _admin_when_up():
+    assert wait_for(lambda: _up(), 60), "Postgres did not come back"
+    return _pg_admin()
+
+
+def _up() -> bool:
+    try:
+        with _pg_admin():
+            return True
+    except Exception:  # noqa: BLE001 - still starting
+        return False
+
+
+def test_worker_loses_and_doubles_nothing_across_real_server_restarts(tmp_path, restart=restart_postgres):
+    name = f"rs_restart_{uuid.uuid4().hex[:10]}"
+    with _pg_admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+    spool = tmp_path / "spool" / "restart"
+    spool.mkdir(parents=True)
+    f = spool / "r.jsonl"
+    env = {**os.environ, "ROLLSCOPE_DATABASE_URL": url}
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--spool", str(tmp_path / "spool"),
+                             "--poll", "0.05"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    engine = make_engine(url)
+
+    def count(stmt) -> int:
+        try:
+            with engine.connect() as conn:
+                return conn.execute(stmt).scalar_one() or 0
+        except sa.exc.DBAPIError:
+            return -1
+
+    n = BATCHES * PER_BATCH
+    try:
+        for k in range(BATCHES):
+            with f.open("ab") as out:
+                out.write(b"".join(write_line(rollout(f"r{k}-{i}", step=k)) for i in range(PER_BATCH)))
+            if k in (2, 5):  # mid-ingest: the worker has lines left to read
+                time.sleep(0.3)
+                restart()
+                _admin_when_up().close()
+        assert wait_for(lambda: count(sa.select(sa.func.count()).select_from(R)) == n, 180), \
+            count(sa.select(sa.func.count()).select_from(R))
+        assert wait_for(lambda: count(sa.select(sa.func.sum(S.c.records))) == n, 60)
+        with engine.connect() as conn:
+            assert conn.execute(sa.select(sa.func.count(sa.distinct(R.c.rollout_id)))).scalar_one() == n
+            assert conn.execute(sa.select(sa.func.sum(S.c.rejected))).scalar_one() == 0
+            assert conn.execute(sa.select(sa.func.count()).select_from(Q)).scalar_one() == 0
+            row = conn.execute(sa.select(S.c.offset, S.c.line)).one()
+        assert row.offset == f.stat().st_size and row.line == n  # every line read once, to the end
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=60)[1].decode()
+        engine.dispose()
+        with _admin_when_up() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    assert proc.returncode == 0 and "Traceback" not in err, err[-3000:]
