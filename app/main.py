@@ -6,7 +6,6 @@ from pathlib import Path
 from urllib.parse import parse_qsl, unquote
 
 import logging
-import time
 
 import sqlalchemy as sa
 from fastapi import APIRouter, FastAPI, Request
@@ -14,6 +13,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
 from app import errors, urls
+from app.asgi import HttpMiddleware, Observed
 from app.auth import ReadTokenGate
 from app.api.v1 import router as api_v1
 from app.config import Settings, get_settings
@@ -128,52 +128,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-# The middlewares below are plain ASGI, not `@app.middleware("http")`: that form wraps every
-# request in a task group and memory streams, measurable per request under load (bench/load.py).
-
-
-class RequestLog:
+class RequestLog(Observed):
     """One line per request (`rollscope.access`): method, path as sent, status, milliseconds,
     and the token's name (set on `request.state.token_name` by the token dependency)."""
 
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope, receive, send):
         scope.setdefault("state", {})["token_name"] = None
-        start = time.perf_counter()
-        status = [500]
+        await super().http(scope, receive, send)
 
-        async def send_status(message):
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_status)
-        finally:
-            raw = scope.get("raw_path")  # as sent: an id's %2F stays visible
-            path = raw.decode("latin-1") if raw else scope["path"]
-            access_log.info("%s %s %d %.1fms token=%s", scope["method"], path, status[0],
-                            (time.perf_counter() - start) * 1000, scope["state"].get("token_name") or "-")
+    def observe(self, scope, status: int, seconds: float) -> None:
+        raw = scope.get("raw_path")  # as sent: an id's %2F stays visible
+        path = raw.decode("latin-1") if raw else scope["path"]
+        access_log.info("%s %s %d %.1fms token=%s", scope["method"], path, status, seconds * 1000,
+                        scope["state"].get("token_name") or "-")
 
 
-class SecurityHeaders:
+class SecurityHeaders(HttpMiddleware):
     """The CSP and `nosniff` on every HTTP response (unless the response set its own)."""
 
     HEADERS = ((b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"))
 
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
+    async def http(self, scope, receive, send):
         async def send_headers(message):
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))

@@ -8,7 +8,6 @@ histograms per route (collected by this process) and totals from the database.
 """
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import sqlalchemy as sa
@@ -17,6 +16,7 @@ from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel
 
 from app import urls
+from app.asgi import Observed
 from app.auth import ReadToken
 from app.db import models
 from app.errors import ErrorBody
@@ -123,29 +123,17 @@ def _esc(v: str) -> str:
     return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-class _Timed:
-    """Plain ASGI middleware: observe each HTTP request's duration by route template."""
+class _Timed(Observed):
+    """Observes each HTTP request's duration by route template (inside the routing middleware,
+    whose scope carries the matched route)."""
 
     def __init__(self, app, *, latency: Latency):
-        self.app, self.latency = app, latency
+        super().__init__(app)
+        self.latency = latency
 
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = [500]
-
-        async def send_status(message):
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_status)
-        finally:
-            route = getattr(scope.get("route"), "path", None) or "other"
-            self.latency.observe(scope["method"], route, status[0], time.perf_counter() - started)
+    def observe(self, scope, status: int, seconds: float) -> None:
+        route = getattr(scope.get("route"), "path", None) or "other"
+        self.latency.observe(scope["method"], route, status, seconds)
 
 
 def install_latency(app) -> None:
