@@ -16,6 +16,7 @@ from app.db import models
 from app.db.tokenarrays import pack_bits, pack_floats, pack_ids
 from ingest.endings import derive, fill_evidence
 from ingest.graph import branches
+from ingest.metrics import rollout_metrics
 from ingest.schema import Rollout
 
 
@@ -75,6 +76,7 @@ def _summary(r: Rollout, flags: list[str], chash: str) -> dict:
         flags=flags, content_hash=chash,
         source_format=r.source.get("format"), source_file=r.source.get("file"), source_line=r.source.get("line"),
         ingested_at=models.utcnow(),
+        **rollout_metrics(r, min(versions) if versions else None),
     )
 
 

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Engine
 
 from app.db import models
 from app.store.prepare import _envelope, _json_safe, _node_rows, _summary, content_hash, prepare
+from app.store import rollups, search
 from app.store.quarantine import quarantine
 from ingest.checks import run_checks
 from ingest.schema import Rollout
@@ -76,7 +77,7 @@ def store_tokenizer(engine: Engine, *, sha256: str, name: str, kind: str, n_voca
                                            created_at=models.utcnow()))
 
 
-def _write_one(conn: sa.Connection, r: Rollout) -> tuple[str, int]:
+def _write_one(conn: sa.Connection, r: Rollout, touched: list | None = None) -> tuple[str, int]:
     """Insert, replace or skip one prepared rollout: ("inserted" | "replaced" | "unchanged",
     number of findings)."""
     ro, det, nd, fi = (models.Rollout.__table__, models.RolloutDetail.__table__,
@@ -84,7 +85,7 @@ def _write_one(conn: sa.Connection, r: Rollout) -> tuple[str, int]:
     ensure_run(conn, r.run.id, name=r.run.name, type_=r.run.type)
     chash = content_hash(r)
     existing = conn.execute(
-        sa.select(ro.c.pk, ro.c.content_hash).where(
+        sa.select(ro.c.pk, ro.c.content_hash, ro.c.step).where(
             ro.c.run_id == r.run.id, ro.c.rollout_id == r.id, ro.c.attempt == r.attempt)
     ).first()
     if existing is not None and existing.content_hash == chash:
@@ -93,6 +94,8 @@ def _write_one(conn: sa.Connection, r: Rollout) -> tuple[str, int]:
         for table in (fi, nd, det):
             conn.execute(table.delete().where(table.c.rollout_pk == existing.pk))
         conn.execute(ro.delete().where(ro.c.pk == existing.pk))
+        if touched is not None:
+            touched.append({"run_id": r.run.id, "step": existing.step})
     findings = run_checks(r)
     flags = sorted({f.kind for f in findings})
     pk = conn.execute(ro.insert().values(**_summary(r, flags, chash)).returning(ro.c.pk)).scalar_one()
@@ -100,6 +103,9 @@ def _write_one(conn: sa.Connection, r: Rollout) -> tuple[str, int]:
     rows = _node_rows(pk, r)
     if rows:
         conn.execute(nd.insert(), rows)
+    search.index_rollout(conn, pk, r.run.id, rows)
+    if touched is not None:
+        touched.append({"run_id": r.run.id, "step": r.step})
     if findings:
         conn.execute(fi.insert(), [dict(rollout_pk=pk, kind=f.kind, severity=f.severity, node_idx=f.node_idx,
                                         position=f.position, message=f.message,
@@ -117,6 +123,7 @@ def store_batch(conn: sa.Connection, rollouts: list[Rollout], seen: set | None =
     """
     res = StoreResult()
     seen = seen if seen is not None else set()
+    touched: list[dict] = []  # (run, step) of rollouts written or replaced: their rollups are recomputed
     for r in rollouts:
         res.runs.add(r.run.id)
         identity = (r.run.id, r.id, r.attempt)
@@ -127,7 +134,7 @@ def store_batch(conn: sa.Connection, rollouts: list[Rollout], seen: set | None =
             try:
                 with conn.begin_nested():
                     prepare(r)
-                    outcome, n_findings = _write_one(conn, r)
+                    outcome, n_findings = _write_one(conn, r, touched)
                 setattr(res, outcome, getattr(res, outcome) + 1)  # counted once it is committed
                 res.findings += n_findings
                 break
@@ -145,6 +152,7 @@ def store_batch(conn: sa.Connection, rollouts: list[Rollout], seen: set | None =
                 res.errors.append(err)
                 res.rejected += 1
                 break
+    rollups.apply(conn, inserted=touched)
     return res
 
 

@@ -1,0 +1,56 @@
+"""Full-text search over message content and tool output, maintained at ingest.
+
+Each stored message with text gets one `search_doc` row (its content, reasoning, and tool calls'
+names and arguments), written in the rollout's own transaction and deleted with it (ON DELETE
+CASCADE), so the index never needs a rebuild. SQLite indexes `search_doc.text` with the FTS5
+table `search_fts` (external content, kept by the triggers of migration 0003_analytics);
+Postgres with a GIN index on `to_tsvector('simple', text)`. The 'simple' configuration (no
+stemming, no stop words) matches what FTS5's unicode61 tokenizer does, so a word finds the same
+messages on both databases.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import sqlalchemy as sa
+
+from app.db import models
+
+SD = models.SearchDoc.__table__
+MAX_TEXT = 100_000  # characters indexed per message; a longer tool output is indexed by its head
+
+
+def message_text(message: Mapping | None) -> str:
+    """The searchable text of a stored message dict (`node.message`)."""
+    if not message:
+        return ""
+    parts: list[str] = []
+    content = message.get("content")
+    if isinstance(content, str):
+        parts.append(content)
+    elif isinstance(content, list):
+        parts += [str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"]
+    if isinstance(message.get("reasoning_content"), str):
+        parts.append(message["reasoning_content"])
+    for call in message.get("tool_calls") or []:
+        if isinstance(call, dict):
+            parts.append(f"{call.get('name', '')} {call.get('arguments', '')}")
+    return "\n".join(p for p in parts if p)[:MAX_TEXT]
+
+
+def doc_rows(rollout_pk: int, run_id: str, node_rows: Iterable[Mapping]) -> list[dict]:
+    """search_doc rows for a rollout's node rows (app/store/prepare._node_rows)."""
+    out = []
+    for n in node_rows:
+        text = message_text(n.get("message"))
+        if text.strip():
+            out.append({"rollout_pk": rollout_pk, "run_id": run_id, "node_idx": n["idx"], "text": text})
+    return out
+
+
+def index_rollout(conn: sa.Connection, rollout_pk: int, run_id: str, node_rows: Iterable[Mapping]) -> int:
+    """Index one stored rollout's messages in the caller's transaction; returns documents added."""
+    rows = doc_rows(rollout_pk, run_id, node_rows)
+    if rows:
+        conn.execute(SD.insert(), rows)
+    return len(rows)
