@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.config import Settings, get_settings
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
-from app.routes import pages
+from app.routes import analytics, pages
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 
@@ -111,6 +111,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = engine
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.include_router(analytics.router)  # before pages: its /runs/{run_id:path} catches the rest
     app.include_router(pages.router)
 
     app.add_middleware(RoutingPath)  # inside security_headers, so its 400s get the headers too

@@ -207,8 +207,10 @@ class TaskRollup(SQLModel, table=True):
     step: int | None = None
     task_key: str = Field(max_length=500)
     rollouts: int = 0
-    mean_reward: float | None = None
-    mean_reward_no_errors: float | None = None
+    mean_reward: float | None = None  # errors scored 0
+    mean_reward_no_errors: float | None = None  # errored rollouts dropped
+    scored: int = 0  # rollouts in mean_reward
+    scored_no_errors: int = 0  # rollouts in mean_reward_no_errors
     endings: dict | None = _json()
 
 

@@ -201,12 +201,11 @@ def compute_step(rows: list[Mapping], *, max_staleness: int | None = None) -> tu
     for key in sorted(by_task):
         t = by_task[key]
         e = Counter(r["ending"] for r in t)
+        t0 = [0.0 if r["ending"] == "error" else r["reward"] for r in t if r["ending"] == "error" or r["reward"] is not None]
+        t1 = [r["reward"] for r in t if r["ending"] != "error" and r["reward"] is not None]
         task_rows.append({
-            "task_key": key, "rollouts": len(t),
-            "mean_reward": _mean([0.0 if r["ending"] == "error" else r["reward"] for r in t
-                                  if r["ending"] == "error" or r["reward"] is not None]),
-            "mean_reward_no_errors": _mean([r["reward"] for r in t if r["ending"] != "error" and r["reward"] is not None]),
-            "endings": {k: e[k] for k in ENDINGS if e.get(k)},
+            "task_key": key, "rollouts": len(t), "mean_reward": _mean(t0), "mean_reward_no_errors": _mean(t1),
+            "scored": len(t0), "scored_no_errors": len(t1), "endings": {k: e[k] for k in ENDINGS if e.get(k)},
         })
     return step_row, task_rows
 
