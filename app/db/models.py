@@ -1,7 +1,7 @@
 """Tables. List pages read only `run` and `rollout` (summary columns); message bodies live in
 `node` and the envelope in `rollout_detail`, so a list query can never load them.
 
-Schema changes go through Alembic (app/migrations); `SQLModel.metadata` is its target.
+Schema changes go through Alembic (app/db/migrations); `SQLModel.metadata` is its target.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Alembic environment: target = the SQLModel tables in app/models.py."""
+"""Alembic environment: target = the SQLModel tables in app/db/models.py."""
 from __future__ import annotations
 
 from alembic import context
