@@ -196,27 +196,55 @@ def build_reward(run_id: str, steps, tasks=None) -> dict:
     return {"data": data, "layout": _layout("Reward per step", {"title": {"text": "reward"}}, _xs(steps))}
 
 
+HEATMAP_TASKS = 40  # rows: the tasks with the most rollouts in the range (narrow with ?steps=)
+HEATMAP_COLUMNS = 100  # columns: consecutive steps are pooled into at most this many buckets
+
+
 def build_task_heatmap(run_id: str, steps, tasks=None) -> dict:
-    """Mean reward (errors scored 0) per task and step; a cell opens that task's rollouts."""
+    """Mean reward (errors scored 0) per task and step; a cell opens that task's rollouts.
+
+    Bounded whatever the run's size: the HEATMAP_TASKS tasks with the most rollouts, and at most
+    HEATMAP_COLUMNS columns, each pooling consecutive steps (a pooled cell is the mean over all its
+    scored rollouts, and links to the rollouts of its step range)."""
     tasks = tasks or []
-    keys = sorted({t.task_key for t in tasks})
     xs = _xs(steps)
-    col = {s: i for i, s in enumerate(xs)}
-    row = {k: i for i, k in enumerate(keys)}
-    z = [[None] * len(xs) for _ in keys]
-    text = [[""] * len(xs) for _ in keys]
-    urls = [[_rollouts_url(run_id, step=s, task=k) for s in xs] for k in keys]
+    width = max(1, -(-len(xs) // HEATMAP_COLUMNS))
+    buckets = [xs[i:i + width] for i in range(0, len(xs), width)]
+    col_of = {s: i for i, b in enumerate(buckets) for s in b}
+    volume: dict[str, int] = {}
     for t in tasks:
-        if t.step in col:
-            z[row[t.task_key]][col[t.step]] = t.mean_reward
-            text[row[t.task_key]][col[t.step]] = f"{t.rollouts} rollouts"
-    data = [{"type": "heatmap", "x": xs, "y": keys, "z": z, "text": text, "customdata": urls,
+        volume[t.task_key] = volume.get(t.task_key, 0) + t.rollouts
+    keys = sorted(sorted(volume, key=lambda k: (-volume[k], k))[:HEATMAP_TASKS])
+    row = {k: i for i, k in enumerate(keys)}
+    sums = [[[0.0, 0, 0] for _ in buckets] for _ in keys]  # Σ mean·scored, scored, rollouts
+    for t in tasks:
+        if t.task_key in row and t.step in col_of:
+            cell = sums[row[t.task_key]][col_of[t.step]]
+            if t.mean_reward is not None:
+                cell[0] += t.mean_reward * t.scored
+                cell[1] += t.scored
+            cell[2] += t.rollouts
+    z = [[(c[0] / c[1]) if c[1] else None for c in r] for r in sums]
+    text = [[f"{c[2]} rollouts" for c in r] for r in sums]
+    labels = [b[0] if len(b) == 1 else f"{b[0]}–{b[-1]}" for b in buckets]
+    x = [b[0] for b in buckets]
+
+    def url(k: str, b: list[int]) -> str:
+        return _rollouts_url(run_id, step=b[0], task=k) if len(b) == 1 else _rollouts_url(
+            run_id, steps=f"{b[0]}-{b[-1]}", task=k)
+
+    urls = [[url(k, b) for b in buckets] for k in keys]
+    data = [{"type": "heatmap", "x": x, "y": keys, "z": z, "text": text, "customdata": urls,
              "colorscale": "Viridis", "hoverongaps": False, "name": "mean reward",
-             "hovertemplate": "step %{x}<br>task %{y}<br>mean reward %{z:.3f} (%{text})<extra></extra>"}]
-    layout = _layout("Mean reward per task and step (errors scored 0)", {"title": {"text": "task"},
-                                                                          "type": "category", "automargin": True}, xs)
-    layout["height"] = max(320, min(1600, 120 + 14 * len(keys)))
+             "hovertemplate": "step %{x}" + (f" (+{width - 1} more)" if width > 1 else "")
+                              + "<br>task %{y}<br>mean reward %{z:.3f} (%{text})<extra></extra>"}]
+    title = "Mean reward per task and step (errors scored 0)"
+    if len(volume) > len(keys) or width > 1:
+        title += f": {len(keys)} of {len(volume)} tasks" + (f", {width} steps per column" if width > 1 else "")
+    layout = _layout(title, {"title": {"text": "task"}, "type": "category", "automargin": True}, x)
+    layout["height"] = max(320, min(1200, 120 + 16 * len(keys)))
     layout["showlegend"] = False
+    layout["meta"] = {"columns": labels}
     return {"data": data, "layout": layout}
 
 

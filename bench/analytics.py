@@ -220,9 +220,14 @@ def measure(base: str, pid: int, steps: int, requests: int) -> list[tuple]:
 GOALS = {"chart": 300, "page": 300, "list": 200, "search": 500}
 
 
-def bench(label: str, url: str, n: int, steps: int, requests: int) -> None:
+def bench(label: str, url: str, n: int, steps: int, requests: int, reuse: bool = False) -> None:
     engine = make_engine(url, writer=True)
     upgrade(engine)
+    with engine.connect() as conn:
+        loaded = conn.execute(sa.select(sa.func.count()).select_from(models.StepRollup.__table__)).scalar()
+    if reuse and loaded:
+        print(f"[{label}] reusing the loaded database")
+        return serve_and_measure(label, url, steps, requests)
     t = time.perf_counter()
     (load_sqlite if url.startswith("sqlite") else load_postgres)(engine, n, steps)
     t_load = time.perf_counter() - t
@@ -239,6 +244,10 @@ def bench(label: str, url: str, n: int, steps: int, requests: int) -> None:
     engine.dispose()
     print(f"[{label}] loaded {n:,} rollouts over {steps:,} steps in {t_load:.0f} s (bulk); "
           f"rollups of {n_steps} steps in {t_rollup:.1f} s")
+    serve_and_measure(label, url, steps, requests)
+
+
+def serve_and_measure(label: str, url: str, steps: int, requests: int) -> None:
     env = dict(os.environ, ROLLSCOPE_DATABASE_URL=url)
     server = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:create_app", "--factory", "--port",
                                str(PORT), "--log-level", "warning"], cwd=ROOT, env=env)
@@ -269,12 +278,14 @@ def main() -> None:
     ap.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
     ap.add_argument("--requests", type=int, default=20)
     ap.add_argument("--keep", type=Path, help="write the SQLite file here and keep it")
+    ap.add_argument("--reuse", action="store_true", help="with --keep: time the database a previous run loaded")
     a = ap.parse_args()
     if a.db in ("sqlite", "both"):
         with tempfile.TemporaryDirectory() as tmp:
             path = (a.keep or Path(tmp)) / "bench-analytics.db"
-            path.unlink(missing_ok=True)
-            bench("sqlite", f"sqlite:///{path}", a.rollouts, a.steps, a.requests)
+            if not a.reuse:
+                path.unlink(missing_ok=True)
+            bench("sqlite", f"sqlite:///{path}", a.rollouts, a.steps, a.requests, a.reuse)
     if a.db in ("postgres", "both"):
         import psycopg
         from sqlalchemy.engine import make_url

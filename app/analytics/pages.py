@@ -335,3 +335,56 @@ def message_url(session: Session, run_id: str, rollout_pk: int, idx: int) -> str
                 params["attempt"] = row.attempt
             return f"{run_url(run_id)}/rollouts/{q(row.rollout_id)}?{urlencode(params)}#node-{idx}"
     return None
+
+
+# --- run metadata and sparklines ----------------------------------------------------------------
+
+def sparkline(points: list[tuple[int, float | None]], width: int = 120, height: int = 24) -> dict | None:
+    """An SVG path ("M x y L ...") of a run's mean reward per step (errors scored 0), scaled to
+    `width` × `height`; pooled to at most `width` points. Numbers only: safe in an attribute."""
+    pts = [(s, v) for s, v in points if v is not None and math.isfinite(v)]
+    if len(pts) < 2:
+        return None
+    if len(pts) > width:
+        k = -(-len(pts) // width)
+        pts = [(pts[i][0], sum(v for _, v in pts[i:i + k]) / len(pts[i:i + k])) for i in range(0, len(pts), k)]
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+    sx = (width - 2) / ((x1 - x0) or 1)
+    sy = (height - 2) / ((y1 - y0) or 1)
+    d = " ".join(f"{'M' if i == 0 else 'L'}{1 + (x - x0) * sx:.1f} {height - 1 - (y - y0) * sy:.1f}"
+                 for i, (x, y) in enumerate(pts))
+    return {"path": d, "width": width, "height": height, "first": ys[0], "last": ys[-1], "min": y0, "max": y1}
+
+
+def run_metadata(session: Session, run_id: str) -> dict:
+    """What the source recorded about a run: the run's own fields (`extra`: config,
+    hyperparameters, as the reader kept them), the tokenizer, the models that sampled (from the
+    first stored rollout's calls), source files with their rollout counts, and the first and last
+    ingest. Reads the rollups and one envelope, whatever the run's size."""
+    run = _run(session, run_id)
+    if run is None:
+        return {}
+    stats = step_stats(session=session, run_id=run_id, include_unstepped=True)
+    sources: Counter = Counter()
+    firsts, lasts = [], []
+    for s in stats:
+        sources.update(s.get("sources") or {})
+        if s.get("ingested", "first"):
+            firsts.append(s.get("ingested", "first"))
+            lasts.append(s.get("ingested", "last"))
+    R, D = models.Rollout.__table__, models.RolloutDetail.__table__
+    first_pk = session.execute(sa.select(R.c.pk).where(R.c.run_id == run_id).order_by(R.c.pk).limit(1)).scalar()
+    envelope = session.execute(sa.select(D.c.envelope).where(D.c.rollout_pk == first_pk)).scalar() if first_pk else None
+    calls = (envelope or {}).get("calls") or []
+    model_names = sorted({c.get("model") for c in calls if isinstance(c, dict) and c.get("model")})
+    sampling = next((c.get("sampling") for c in calls if isinstance(c, dict) and c.get("sampling")), None)
+    tok = session.get(models.Tokenizer, run.tokenizer_sha256) if run.tokenizer_sha256 else None
+    return {
+        "name": run.name, "type": run.type, "created_at": run.created_at.isoformat() if run.created_at else None,
+        "extra": run.extra or {},
+        "models": model_names, "sampling": sampling,
+        "tokenizer": {"name": tok.name, "kind": tok.kind, "n_vocab": tok.n_vocab, "sha256": tok.sha256} if tok else None,
+        "sources": [{"source": k, "rollouts": n} for k, n in sources.most_common(20)],
+        "first_ingest": min(firsts) if firsts else None, "last_ingest": max(lasts) if lasts else None,
+    }

@@ -45,7 +45,8 @@ ROW_COLUMNS = [R.c.pk, R.c.run_id, R.c.step, R.c.rollout_id, R.c.attempt, R.c.gr
                R.c.ending, R.c.ending_detail, R.c.reward, R.c.reward_status, R.c.n_turns, R.c.n_tool_calls,
                R.c.n_tokens, R.c.n_trained_tokens, R.c.n_response_tokens, R.c.n_tool_errors, R.c.model_latency,
                R.c.tool_latency, R.c.staleness, R.c.mismatch_tokens, R.c.mismatch_abs_sum, R.c.mismatch_abs_max,
-               R.c.mismatch_out_of_range, R.c.trainer_filtered, R.c.flags]
+               R.c.mismatch_out_of_range, R.c.trainer_filtered, R.c.flags, R.c.source_file, R.c.source_format,
+               R.c.ingested_at]
 
 
 def _mean(values: list[float]) -> float | None:
@@ -190,6 +191,10 @@ def compute_step(rows: list[Mapping], *, max_staleness: int | None = None) -> tu
                       "recorded": len(stale)},
         "no_gradient": {k: no_grad.get(k, 0) for k in NO_GRADIENT_REASONS},
         "agents": dict(sorted(Counter(r["agent"] or "" for r in rows).items())),
+        # where the step's rollouts came from and when (the run page's metadata)
+        "sources": dict(Counter(f"{r['source_format'] or '?'}:{r['source_file'] or '?'}" for r in rows).most_common(20)),
+        "ingested": {"first": min(_iso(r["ingested_at"]) for r in rows) if rows else None,
+                     "last": max(_iso(r["ingested_at"]) for r in rows) if rows else None},
     }
     step_row = {"rollouts": n, "mean_reward": _mean(with_err), "mean_reward_no_errors": _mean(no_err),
                 "scored": len(with_err), "excluded": n - len(with_err), "stats": _json_safe(stats)}
@@ -208,6 +213,19 @@ def compute_step(rows: list[Mapping], *, max_staleness: int | None = None) -> tu
             "scored": len(t0), "scored_no_errors": len(t1), "endings": {k: e[k] for k in ENDINGS if e.get(k)},
         })
     return step_row, task_rows
+
+
+def _iso(t) -> str:
+    """UTC ISO-8601 of a stored timestamp (SQLite gives back naive datetimes in UTC)."""
+    if t is None:
+        return ""
+    if isinstance(t, str):
+        return t
+    if t.tzinfo is None:
+        return t.isoformat() + "+00:00"
+    from datetime import UTC
+
+    return t.astimezone(UTC).isoformat()
 
 
 def _step_where(table, run_id: str, step: int | None):
