@@ -217,7 +217,7 @@ def facets(*, session: Session, run_id: str, filters: ListFilters) -> dict:
     out: dict[str, list] = {}
     if filters.only_steps():
         rng = filters.step_range()
-        stats = step_stats(session=session, run_id=run_id, steps=rng)
+        stats = step_stats(session=session, run_id=run_id, steps=rng, include_unstepped=not filters.as_query())
         tot = run_totals(stats)
         out["ending"] = [(e, n) for e, n in tot["endings"].items() if n]
         out["agent"] = sorted(((a or "", n) for a, n in tot["agents"].items()), key=lambda x: -x[1])
@@ -226,7 +226,8 @@ def facets(*, session: Session, run_id: str, filters: ListFilters) -> dict:
                                 .where(TR.c.run_id == run_id, rng.where(TR.c.step)).group_by(TR.c.task_key)
                                 .order_by(sa.desc("n"), TR.c.task_key).limit(FACET_TASKS)).all()
         out["task"] = [(t, int(n)) for t, n in tasks]
-        all_steps = step_stats(session=session, run_id=run_id)
+        all_steps = step_stats(session=session, run_id=run_id) if filters.as_query() else \
+            [s for s in stats if s.step is not None]
         buckets = _step_buckets(*(lambda t: (t["first_step"], t["last_step"]))(run_totals(all_steps)))
         out["steps"] = [(f"{a}-{b}", sum(s.rollouts for s in all_steps if a <= s.step <= b)) for a, b in buckets]
     else:
