@@ -388,3 +388,13 @@ def run_metadata(session: Session, run_id: str) -> dict:
         "sources": [{"source": k, "rollouts": n} for k, n in sources.most_common(20)],
         "first_ingest": min(firsts) if firsts else None, "last_ingest": max(lasts) if lasts else None,
     }
+
+
+def run_charts(run_id: str, *, steps: StepRange = StepRange(), window: int = 1) -> dict:
+    """The run page's chart section: every registered chart with its page, JSON twin and CSV URLs
+    (the page fetches each figure from its JSON twin, so the run page stays light)."""
+    params = {"steps": str(steps) or None, "smooth": window}
+    return {"steps": str(steps), "smooth": window,
+            "charts": [{"id": c.id, "title": c.title, "caption": c.caption, "url": chart_url(run_id, c.id, **params),
+                        "json_url": chart_url(run_id, c.id, ".json", **params),
+                        "csv_url": chart_url(run_id, c.id, ".csv", **params)} for c in charts.REGISTRY.values()]}
