@@ -280,7 +280,7 @@ def apply(conn: sa.Connection, *, inserted: Iterable[Mapping] = (), deleted: Ite
 
 
 def rebuild(conn: sa.Connection, run_id: str | None = None) -> int:
-    """Recompute every rollup (of one run, or all): for migrations, `rollscope analytics rebuild`
+    """Recompute every rollup (of one run, or all): for migrations, `rollscope rebuild-analytics`
     and the benchmark's bulk load. Returns the number of steps."""
     for t in (SR, TR):
         conn.execute(t.delete() if run_id is None else t.delete().where(t.c.run_id == run_id))

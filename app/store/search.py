@@ -54,3 +54,25 @@ def index_rollout(conn: sa.Connection, rollout_pk: int, run_id: str, node_rows: 
     if rows:
         conn.execute(SD.insert(), rows)
     return len(rows)
+
+
+def rebuild(conn: sa.Connection, run_id: str | None = None, *, chunk: int = 500) -> int:
+    """Re-index every stored message (of one run, or all) from the node rows; returns documents.
+    For databases that hold rollouts stored before search existed (`rollscope rebuild-analytics`)."""
+    R, N = models.Rollout.__table__, models.Node.__table__
+    conn.execute(SD.delete() if run_id is None else SD.delete().where(SD.c.run_id == run_id))
+    q = sa.select(R.c.pk, R.c.run_id).order_by(R.c.pk)
+    if run_id is not None:
+        q = q.where(R.c.run_id == run_id)
+    rollouts = conn.execute(q).all()
+    total = 0
+    for i in range(0, len(rollouts), chunk):
+        part = {pk: run for pk, run in rollouts[i:i + chunk]}
+        rows = []
+        for pk, idx, message in conn.execute(sa.select(N.c.rollout_pk, N.c.idx, N.c.message)
+                                             .where(N.c.rollout_pk.in_(list(part)))):
+            rows += doc_rows(pk, part[pk], [{"idx": idx, "message": message}])
+        if rows:
+            conn.execute(SD.insert(), rows)
+        total += len(rows)
+    return total

@@ -141,3 +141,22 @@ def test_sign_flip_counted(engine, tmp_path):
     assert st["reward"]["errors_dropped"]["median"] == 0.2
     assert st["reward"]["errors_as_zero"]["median"] == 0.2
     assert math.isclose(st["reward"]["errors_as_zero"]["mean"], 0.18)
+
+
+def test_rebuild_analytics_command_restores_rollups_and_search(engine, db_url, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from app.cli import app as cli
+
+    ingest(engine, write_jsonl(tmp_path / "a.jsonl", _batch("x")))
+    before = _tables(engine)
+    with engine.begin() as conn:
+        for t in (SR, TR, models.SearchDoc.__table__):
+            conn.execute(t.delete())
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    res = CliRunner().invoke(cli, ["rebuild-analytics"])
+    assert res.exit_code == 0, res.output
+    assert "rollups of 5 steps" in res.output  # run-a: 0, 1, 2, none; run-b: 0
+    assert _tables(engine) == before
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(models.SearchDoc.__table__)).scalar() == 2 * 26

@@ -11,8 +11,8 @@ Revises: 0002
   GIN index on to_tsvector('simple', text).
 
 Existing rollouts get their rollups computed here; their new metric columns stay at their
-defaults and their messages unsearchable until they are re-ingested (`rollscope analytics
-rebuild` recomputes rollups and the search index from what is stored).
+defaults and their messages unsearchable until `rollscope rebuild-analytics` re-indexes
+them (it recomputes rollups and the search index from what is stored).
 """
 from alembic import op
 import sqlalchemy as sa
