@@ -178,6 +178,7 @@ def step_page(session: Session, run_id: str, step: int) -> dict | None:
                             "group_id": r["group_id"], "ending": r["ending"], "reward": _num(r["reward"]),
                             "url": rollout_url(run_id, r["rollout_id"], r["attempt"] or None)})
     details = s.get("ending_details") or {}
+    headline = _headline(s, prev[-1] if prev else None, details)
     endings = [{"ending": e, "count": s.endings[e], "share": s.share(s.endings[e]),
                 "url": rollouts_url(run_id, step=step, ending=e),
                 "details": [{"detail": d or "(none recorded)", "count": n} for d, n in
@@ -186,6 +187,7 @@ def step_page(session: Session, run_id: str, step: int) -> dict | None:
     return {
         "run": {"id": run.id, "name": run.name, "url": run_url(run.id)},
         "step": step,
+        "headline": headline,
         "previous_url": step_url(run_id, prev[-1].step) if prev else None,
         "next_url": step_url(run_id, nxt[0].step) if nxt else None,
         "rollouts": s.rollouts, "rollouts_url": rollouts_url(run_id, step=step),
@@ -209,6 +211,31 @@ def step_page(session: Session, run_id: str, step: int) -> dict | None:
         "task_changes_url": f"{run_url(run_id)}/task-changes?" + urlencode({"a": prev[-1].step if prev else step,
                                                                              "b": step}),
     }
+
+
+def _fmt(x) -> str:
+    return "–" if x is None else f"{x:.3f}"
+
+
+def _headline(s: StepStats, p: StepStats | None, details: dict) -> list[str]:
+    """Plain sentences: how reward moved from the previous step under both error policies, and
+    which endings (with the source's reasons) changed share the most."""
+    out = []
+    if p is not None:
+        out.append(f"Mean reward {_fmt(p.mean_reward)} → {_fmt(s.mean_reward)} with errors scored 0, "
+                   f"{_fmt(p.mean_reward_no_errors)} → {_fmt(s.mean_reward_no_errors)} with errors dropped "
+                   f"(step {p.step} → {s.step}).")
+    moves = []
+    for e in ENDINGS:
+        now, before = s.share(s.endings[e]) or 0.0, (p.share(p.endings[e]) or 0.0) if p else 0.0
+        if s.endings[e] and (p is None or abs(now - before) >= 0.05):
+            why = ", ".join(f"{d or 'no reason recorded'} {n}" for d, n in
+                            sorted((details.get(e) or {}).items(), key=lambda kv: -kv[1])[:3])
+            moves.append((abs(now - before), f"{s.endings[e]} of {s.rollouts} rollouts ({now:.0%}) ended as {e}"
+                          + (f" ({why})" if why else "") + (f", against {before:.0%} the step before" if p else "")
+                          + "."))
+    out += [m for _, m in sorted(moves, key=lambda x: -x[0])[:3]]
+    return out
 
 
 # --- task changes between two steps -----------------------------------------------------------
