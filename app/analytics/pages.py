@@ -277,12 +277,11 @@ def compare_page(session: Session, run_ids: list[str], *, steps: StepRange, wind
     if missing:
         return None
     stats = {r: step_stats(session=session, run_id=r, steps=steps) for r in run_ids}
-    figures = {}
-    for c in charts.REGISTRY.values():
-        if c.comparable:
-            figures[c.id] = {"title": c.title, "caption": c.caption,
-                             "figure": charts.overlay({r: charts.figure(c, r, stats[r], None, window=window)
-                                                       for r in run_ids})}
+    params = {"runs": ",".join(run_ids), "steps": str(steps) or None, "smooth": window}
+    q_ = urlencode({k: v for k, v in params.items() if v not in (None, "", 1)})
+    figures = {c.id: {"title": c.title, "caption": c.caption, "json_url": f"/compare/charts/{c.id}.json?{q_}",
+                      "csv_url": f"/compare/charts/{c.id}.csv?{q_}"}
+               for c in charts.REGISTRY.values() if c.comparable}
     totals = {r: run_totals(stats[r]) for r in run_ids}
     ending_rows = []
     for e in ENDINGS:
@@ -309,6 +308,15 @@ def compare_page(session: Session, run_ids: list[str], *, steps: StepRange, wind
         "endings": ending_rows,
         "tasks": task_rows_[:200], "tasks_total": len(task_rows_),
     }
+
+
+def compare_figure(session: Session, run_ids: list[str], chart: charts.Chart, *, steps: StepRange,
+                   window: int) -> dict | None:
+    """One chart with every run overlaid on the same step axis (`run: series` traces)."""
+    if any(_run(session, r) is None for r in run_ids) or not chart.comparable:
+        return None
+    return charts.overlay({r: charts.figure(chart, r, step_stats(session=session, run_id=r, steps=steps), None,
+                                            window=window) for r in run_ids})
 
 
 # --- search -----------------------------------------------------------------------------------

@@ -64,6 +64,13 @@ def _csv_cell(v):
     return "" if v is None else v
 
 
+def _run_ids(runs: str) -> list[str]:
+    ids = list(dict.fromkeys(r for r in (x.strip() for x in runs.split(",")) if r))
+    if not 2 <= len(ids) <= 8:
+        raise HTTPException(422, "runs: give 2 to 8 different run ids, comma-separated (runs=a,b)")
+    return ids
+
+
 def csv_response(rows: list[dict], columns: list[str], filename: str) -> Response:
     """`rows` as a CSV download (header `columns`), formula-safe."""
     buf = io.StringIO()
@@ -95,11 +102,26 @@ def compare(request: Request, session: SessionDep, runs: str = "", steps: OptStr
     """Two or more runs (`runs=a,b`, comma-separated ids, up to 8) on one step axis: every
     comparable chart overlaid (`run: series`), and tables of the differences per ending (share)
     and per task (mean reward, errors scored 0; delta = last run − first run)."""
-    ids = [r for r in (unquote(x.strip()) for x in runs.split(",")) if r]
-    if not 2 <= len(ids) <= 8:
-        raise HTTPException(422, "runs: give 2 to 8 run ids, comma-separated (runs=a,b)")
-    data = pages.compare_page(session, list(dict.fromkeys(ids)), steps=_steps(steps), window=smooth or 1)
+    data = pages.compare_page(session, _run_ids(runs), steps=_steps(steps), window=smooth or 1)
     return respond(request, "compare.html", data, json=wants_json(request, request.url.path.endswith(".json")))
+
+
+@router.get("/compare/charts/{chart_id}")
+def compare_chart(request: Request, session: SessionDep, chart_id: str, runs: str = "", steps: OptStr = None,
+                  smooth: Smooth = None):
+    """One chart with the runs overlaid: `.json` (figure data) or `.csv` (series `run: name`)."""
+    chart_id, ext = _ext(chart_id, (".json", ".csv"))
+    chart = charts.REGISTRY.get(chart_id)
+    if chart is None or not chart.comparable:
+        raise HTTPException(404, f"no comparable chart {chart_id!r}")
+    fig = pages.compare_figure(session, _run_ids(runs), chart, steps=_steps(steps), window=smooth or 1)
+    if fig is None:
+        raise HTTPException(404, "not found")
+    if ext == ".csv":
+        return csv_response(charts.figure_rows(fig), ["series", "step", "task", "value", "url"], f"compare-{chart_id}.csv")
+    return respond(request, "chart.html", {"figure": fig, "chart": {"id": chart.id, "title": chart.title,
+                                                                      "caption": chart.caption}},
+                   json=True)
 
 
 @router.get("/runs/{run_id:path}/charts/{chart_id}")

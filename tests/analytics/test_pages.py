@@ -112,12 +112,17 @@ def test_compare_two_runs(client, engine, tmp_path):
     assert [r["id"] for r in d["runs"]] == ["base", "new"]
     err = next(e for e in d["endings"] if e["ending"] == "error")
     assert err["counts"] == [0, 3] and err["delta"] == pytest.approx(0.25)
-    names = [t["name"] for t in d["charts"]["reward"]["figure"]["data"]]
+    fig = client.get(d["charts"]["reward"]["json_url"]).json()["figure"]
+    names = [t["name"] for t in fig["data"]]
     assert "base: mean (errors scored 0)" in names and "new: mean (errors scored 0)" in names
     assert d["tasks"][0]["mean_reward"] == [pytest.approx(0.5), pytest.approx(0.75)]
     assert client.get("/compare").status_code == 422
     assert client.get("/compare.json?runs=base,missing").status_code == 404
     assert client.get("/compare?runs=base,new").status_code == 200
+    rows = list(csv.DictReader(io.StringIO(client.get(d["charts"]["endings"]["csv_url"]).text)))
+    assert {r["series"] for r in rows} >= {"base: submitted", "new: error"}
+    assert client.get("/compare/charts/task_heatmap.json?runs=base,new").status_code == 404
+    assert client.get("/compare/charts/reward.json?runs=base").status_code == 422
 
 
 def test_search_hits_link_to_messages_and_follow_replacement(client, engine, tmp_path):
