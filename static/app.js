@@ -38,6 +38,19 @@
     });
   }
 
+  // Filter forms leave their empty fields out of the URL: a shared link names only what is set.
+  document.addEventListener("submit", function (ev) {
+    var form = ev.target;
+    if (!form.matches || !form.matches("form[data-drop-empty]")) return;
+    form.querySelectorAll("input[name], select[name]").forEach(function (el) {
+      if (el.value === "") el.disabled = true;
+    });
+    // re-enable after the navigation starts, so Back shows the form as it was
+    setTimeout(function () {
+      form.querySelectorAll("[disabled]").forEach(function (el) { el.disabled = false; });
+    }, 0);
+  });
+
   document.addEventListener("DOMContentLoaded", function () { drawFigures(document); });
   document.addEventListener("htmx:afterSettle", function (ev) { drawFigures(ev.target); });
 })();

@@ -433,3 +433,126 @@ def run_charts(run_id: str, *, steps: StepRange = StepRange(), window: int = 1) 
             "charts": [{"id": c.id, "title": c.title, "caption": c.caption, "url": chart_url(run_id, c.id, **params),
                         "json_url": chart_url(run_id, c.id, ".json", **params),
                         "csv_url": chart_url(run_id, c.id, ".csv", **params)} for c in charts.REGISTRY.values()]}
+
+
+# --- the rollouts list --------------------------------------------------------------------------
+
+def _attempt_columns() -> list:
+    """Per row: how many attempts its rollout id has in its run, and the latest attempt number."""
+    R = models.Rollout.__table__
+    A = R.alias("other_attempt")
+    same = (A.c.run_id == R.c.run_id, A.c.rollout_id == R.c.rollout_id)
+    return [sa.select(sa.func.count()).select_from(A).where(*same).scalar_subquery().label("n_attempts"),
+            sa.select(sa.func.max(A.c.attempt)).where(*same).scalar_subquery().label("latest_attempt")]
+
+
+def list_columns() -> list:
+    R = models.Rollout.__table__
+    return [c for c in R.c if c.name != "content_hash"] + _attempt_columns()
+
+
+LIST_SORTS = [("step", "step"), ("reward", "reward"), ("tokens", "tokens"), ("turns", "turns")]
+CSV_COLUMNS = ["run_id", "rollout_id", "attempt", "step", "group_id", "group_index", "task_key", "agent", "ending",
+               "ending_detail", "reward", "reward_status", "n_turns", "n_tool_calls", "n_tokens", "n_trained_tokens",
+               "n_response_tokens", "n_tool_errors", "staleness", "flags", "url"]
+
+
+def list_row(row) -> dict:
+    """A rollout summary row as list data, with its links (attempt named when it has several)."""
+    d = dict(row._mapping)
+    d.pop("latest_attempt", None)
+    pk = d.pop("pk", None)
+    d["reward"] = _num(d.get("reward"))
+    for k in ("model_latency", "tool_latency", "mismatch_abs_sum", "mismatch_abs_max"):
+        d[k] = _num(d.get(k))
+    if d.get("ingested_at") is not None and not isinstance(d["ingested_at"], str):
+        d["ingested_at"] = d["ingested_at"].isoformat()
+    attempt = d.get("attempt") or 0
+    pinned = attempt > 0 or (d.get("n_attempts") or 1) > 1
+    d["url"] = f"{run_url(d['run_id'])}/rollouts/{q(d['rollout_id'])}" + (f"?attempt={attempt}" if pinned else "")
+    d["group_url"] = group_url(d["run_id"], d["group_id"]) if d.get("group_id") is not None else None
+    d["cursor_pk"] = pk
+    return d
+
+
+def rollouts_list(session: Session, run_id: str, filters, *, sort: str | None, after: str | None,
+                  before: str | None, limit: int, keep_limit: int | None, twin: bool, facets: bool = True) -> dict | None:
+    """One page of a run's rollouts: rows, total count of matches, facets, and the URLs of the
+    previous and next pages, of each sort, of the CSV and of the page itself. Empty filters stay
+    out of every URL."""
+    from app.analytics import listing
+
+    run = _run(session, run_id)
+    if run is None:
+        return None
+    got = listing.page(session=session, run_id=run_id, filters=filters, columns=list_columns(), sort=sort,
+                       after=after, before=before, limit=limit)
+    base = f"{run_url(run_id)}/rollouts"
+    keep = {**filters.as_query(), **({"sort": sort} if sort and sort != "step" else {}),
+            **({"limit": keep_limit} if keep_limit else {})}
+
+    def url(ext: str = "", **extra) -> str:
+        p = {k: v for k, v in {**keep, **extra}.items() if v not in (None, "")}
+        return f"{base}{ext}" + (f"?{urlencode(p)}" if p else "")
+
+    name, desc = listing.parse_sort(sort)
+    ext = ".json" if twin else ""
+    sorts = []
+    for key, label in LIST_SORTS:
+        nxt = f"-{key}" if key == name and not desc else key
+        p = {k: v for k, v in keep.items() if k != "sort"}
+        if nxt != "step":
+            p["sort"] = nxt
+        sorts.append({"key": key, "label": label, "active": key == name, "desc": key == name and desc,
+                      "url": f"{base}" + (f"?{urlencode(p)}" if p else "")})
+    finding_kinds = sorted({k for k in ((s.get("findings") or {}) for s in
+                                        step_stats(session=session, run_id=run_id, include_unstepped=True))
+                            for k in k})
+    return {
+        "run": {"id": run.id, "name": run.name, "url": run_url(run.id)},
+        "filters": filters.as_query(),
+        "sort": sort or "step",
+        "sorts": sorts,
+        "endings": ENDINGS,
+        "finding_kinds": finding_kinds,
+        "total": listing.count(session=session, run_id=run_id, filters=filters),
+        "rollouts": [list_row(r) for r in got["rows"]],
+        "next": got["next"], "prev": got["prev"],
+        "next_url": url(ext, after=got["next"]) if got["next"] else None,
+        "prev_url": url(ext, before=got["prev"]) if got["prev"] else None,
+        "first_url": url(ext) if got["prev"] else None,
+        "csv_url": url(".csv"),
+        "limit": limit,
+        "facets": listing.facets(session=session, run_id=run_id, filters=filters) if facets else None,
+        "facets_base": base,
+    }
+
+
+def rollouts_csv(session: Session, run_id: str, filters, *, sort: str | None, chunk: int = 2000):
+    """Every matching rollout as CSV lines (header first), fetched by keyset pages of `chunk`."""
+    import csv as _csv
+    import io as _io
+
+    from app.analytics import listing
+
+    def line(values) -> str:
+        buf = _io.StringIO()
+        _csv.writer(buf).writerow(["'" + v if isinstance(v, str) and v[:1] in ("=", "+", "-", "@", "\t", "\r") else
+                                   ("" if v is None else v) for v in values])
+        return buf.getvalue()
+
+    yield line(CSV_COLUMNS)
+    after = None
+    cols = [c for c in models.Rollout.__table__.c if c.name != "content_hash"]
+    while True:
+        got = listing.page(session=session, run_id=run_id, filters=filters, columns=cols, sort=sort, after=after,
+                           limit=chunk)
+        for r in got["rows"]:
+            d = dict(r._mapping)
+            d["flags"] = " ".join(d.get("flags") or [])
+            d["url"] = f"{run_url(d['run_id'])}/rollouts/{q(d['rollout_id'])}" + (
+                f"?attempt={d['attempt']}" if d["attempt"] else "")
+            yield line([d.get(c) for c in CSV_COLUMNS])
+        if not got["next"]:
+            return
+        after = got["next"]
