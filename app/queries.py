@@ -10,15 +10,17 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from app.db.models import Finding, Node, Quarantine, Rollout, RolloutDetail, Run, Tokenizer
+from ingest import checks
+from ingest.schema import Ending
 
-ENDINGS = ["submitted", "task_detected", "truncated", "length_cut", "error", "unknown"]
-# Finding kinds the trace checks produce (ingest/checks.py); the rollouts filter offers these.
-FINDING_KINDS = ["logprob_len_mismatch", "suspected_logprob_padding", "invalid_logprob", "token_drift", "duplicate_tool_call_id",
-                 "unanswered_tool_call", "empty_response", "non_finite_reward", "bytes_lost_upstream"]
+ENDINGS = [e.value for e in Ending]
+# Finding kinds the trace checks produce (the ingest/checks registry); the rollouts filter offers these.
+FINDING_KINDS = checks.kinds()
 # INTEGER columns are int32 on Postgres: a query value outside this range is refused (422), not sent.
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 R = Rollout.__table__
 N = Node.__table__
+F = Finding.__table__
 
 # Columns a list row needs: nothing that grows with the trace.
 SUMMARY_COLUMNS = [c for c in R.c if c.name not in ("content_hash",)]
@@ -217,16 +219,26 @@ def list_rollouts(*, session: Session, run_id: str, filters: RolloutFilters, aft
     if f.reward_max is not None:
         q = q.where(R.c.reward <= f.reward_max)
     if f.flag:
-        # flags is a JSON list of kinds; a LIKE on its text form is portable and exact for
-        # quoted kind names.
-        kind = f.flag.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        q = q.where(sa.cast(R.c.flags, sa.Text).like(f'%"{kind}"%', escape="\\"))
+        q = q.where(has_finding(f.flag))
     if after:
         s, pk = decode_cursor(after)
         q = q.where(sa.tuple_(*_sort_key()) > sa.tuple_(sa.literal(s), sa.literal(pk)))
     rows = session.execute(q.order_by(*_sort_key()).limit(limit + 1)).all()
     nxt = encode_cursor(rows[limit - 1]) if len(rows) > limit else None
     return rows[:limit], nxt
+
+
+def has_finding(kind: str):
+    """A WHERE clause on `rollout` rows: the rollout has a finding of `kind` (a rollout-scope
+    finding of its own, or, for a group-scope kind, a finding of its group). EXISTS on the
+    indexed (kind, rollout_pk) and (run_id, group_id) columns of `finding`; skipped outcomes are
+    not findings."""
+    found = sa.and_(F.c.kind == kind, F.c.severity != checks.SKIPPED)
+    check = checks.REGISTRY.get(kind)
+    if check is not None and check.scope == "group":
+        return sa.exists().where(found, F.c.rollout_pk.is_(None), F.c.run_id == R.c.run_id,
+                                 F.c.group_id == R.c.group_id)
+    return sa.exists().where(found, F.c.rollout_pk == R.c.pk)
 
 
 def get_rollout(*, session: Session, run_id: str, rollout_id: str, attempt: int | None = None):
@@ -250,7 +262,14 @@ def get_envelope(*, session: Session, rollout_pk: int) -> dict:
 
 
 def get_findings(*, session: Session, rollout_pk: int) -> list[Finding]:
+    """A rollout's stored findings and skipped outcomes (severity "skipped"), in check order."""
     return list(session.exec(sa.select(Finding).where(Finding.rollout_pk == rollout_pk).order_by(Finding.pk)).scalars())
+
+
+def group_findings(*, session: Session, run_id: str, group_id: str) -> list[Finding]:
+    """A group's stored group-scope findings and skipped outcomes, in check order."""
+    return list(session.exec(sa.select(Finding).where(
+        Finding.run_id == run_id, Finding.group_id == group_id, Finding.rollout_pk.is_(None)).order_by(Finding.pk)).scalars())
 
 
 def node_graph(*, session: Session, rollout_pk: int) -> list[tuple[int, int | None]]:
@@ -286,9 +305,10 @@ def get_node(*, session: Session, run_id: str, rollout_pk: int, idx: int) -> Nod
 
 def run_finding_kinds(*, session: Session, run_id: str) -> list[str]:
     """The kinds of finding present in a run."""
-    F = Finding.__table__
-    return sorted(session.execute(sa.select(F.c.kind).distinct().join(R, R.c.pk == F.c.rollout_pk)
-                                  .where(R.c.run_id == run_id)).scalars())
+    own = sa.select(F.c.kind).join(R, R.c.pk == F.c.rollout_pk).where(R.c.run_id == run_id,
+                                                                          F.c.severity != checks.SKIPPED)
+    groups = sa.select(F.c.kind).where(F.c.run_id == run_id, F.c.rollout_pk.is_(None), F.c.severity != checks.SKIPPED)
+    return sorted(set(session.execute(sa.union(own, groups)).scalars()))
 
 
 def count_retries(*, session: Session, run_id: str) -> int:

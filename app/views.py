@@ -4,13 +4,12 @@ and the JSON twin returns as is. Nothing here formats HTML.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from urllib.parse import quote, urlencode
 
 from sqlmodel import Session
 
 from app import charts, queries
-from ingest import advantages
+from ingest import advantages, checks
 from app.db.tokenarrays import f32, floats_or_none, unpack_bits, unpack_floats, unpack_ids
 from ingest.graph import branches, pair_tool_calls
 
@@ -242,8 +241,9 @@ def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findi
         "bytes_lost": bytes_lost,
         # The bytes_lost_upstream finding already names this on the node: one badge, not two.
         "bytes_lost_badge": bytes_lost and not any(f["kind"] == "bytes_lost_upstream" for f in node_findings),
-        "empty_response": node.role == "assistant" and not text.strip() and not msg.get("tool_calls")
-                          and not (msg.get("reasoning_content") or "").strip(),
+        # Shown only where the stored check fired (it deliberately skips a turn whose source
+        # recorded tokens but no text): pages never recompute a check.
+        "empty_response": any(f["kind"] == "empty_response" for f in node_findings),
         "findings": node_findings,
         "extra": {k: v for k, v in extra.items() if k not in ("token_bytes",)},
     }
@@ -257,9 +257,6 @@ def _at(values, i: int) -> float | None:
     return f32(values[i])
 
 
-FINDING_LABELS = {"bytes_lost_upstream": "bytes lost upstream"}
-
-
 def _suspected_padding(node_findings: list[dict]) -> set[int]:
     """Token indices of a node flagged by `suspected_logprob_padding`: `position` is where the
     trailing run of 0.0 logprobs starts, `detail.run` its length."""
@@ -269,6 +266,13 @@ def _suspected_padding(node_findings: list[dict]) -> set[int]:
         if f["kind"] == "suspected_logprob_padding" and isinstance(f["position"], int) and isinstance(run, int):
             out.update(range(f["position"], f["position"] + run))
     return out
+
+
+def _finding(f) -> dict:
+    """A stored finding as page data; old stored kinds are read under their registered kind."""
+    kind = checks.legacy_kind(f.kind)
+    return {"kind": kind, "label": checks.label(kind), "severity": f.severity,
+            "node": f.node_idx, "position": f.position, "message": f.message, "detail": f.detail}
 
 
 class NodeLinks:
@@ -329,9 +333,10 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
                 for i, a in enumerate(tries)]
     run = queries.get_run(session=session, run_id=run_id)
     envelope = queries.get_envelope(session=session, rollout_pk=pk)
-    findings = [{"kind": f.kind, "label": FINDING_LABELS.get(f.kind, f.kind), "severity": f.severity,
-                 "node": f.node_idx, "position": f.position, "message": f.message, "detail": f.detail}
-                for f in queries.get_findings(session=session, rollout_pk=pk)]
+    stored = queries.get_findings(session=session, rollout_pk=pk)
+    findings = [_finding(f) for f in stored if f.severity != checks.SKIPPED]
+    skipped = [{"kind": f.kind, "label": checks.label(f.kind), "reason": f.message}
+               for f in stored if f.severity == checks.SKIPPED]
     findings_by_node: dict[int, list] = {}
     for f in findings:
         if f["node"] is not None:
@@ -401,6 +406,7 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, branch: int 
         "metrics": envelope.get("metrics", {}),
         "extra": envelope.get("extra", {}),
         "findings": findings,
+        "checks_skipped": skipped,
         # Tokens were recorded but none carries loss: a filter (Tunix overlong_filter) zeroed the
         # mask. Shown, but it trains on nothing.
         "trains_on_nothing": summary["n_tokens"] > 0 and summary["n_trained_tokens"] == 0 and summary["n_turns"] > 0,
@@ -432,31 +438,6 @@ def _no_advantage_reason(member: dict, advantage: float | None, *, drop_errors: 
     return "reward_excluded"
 
 
-def _group_warnings(members: list[dict]) -> list[str]:
-    """A group that holds more members than it declares, repeats an index (the same episodes
-    ingested from several files) or has a member whose index is outside its declared size has a
-    baseline over the wrong set: say so."""
-    out = []
-    declared = sorted({m["group_size"] for m in members if m.get("group_size") is not None})
-    if len(declared) > 1:
-        out.append("members declare different sizes: " + ", ".join(str(d) for d in declared))
-    if declared and len(members) > declared[-1]:
-        out.append(f"declared size {declared[-1]} but {len(members)} members")
-    counts = Counter(m["group_index"] for m in members if m.get("group_index") is not None)
-    dupes = sorted((i, n) for i, n in counts.items() if n > 1)
-    if dupes:
-        out.append("duplicate indices " + ", ".join(f"#{i} ×{n}" for i, n in dupes))
-    outside: dict[int, set[int]] = {}  # declared size → indices at or beyond it
-    for m in members:
-        size, index = m.get("group_size"), m.get("group_index")
-        if size is not None and index is not None and index >= size:
-            outside.setdefault(size, set()).add(index)
-    for size, idxs in sorted(outside.items()):
-        out.append(f"{'index' if len(idxs) == 1 else 'indices'} " + ", ".join(f"#{i}" for i in sorted(idxs))
-                   + f" outside declared size {size}")
-    return out
-
-
 def group_page(session: Session, run_id: str, group_id: str) -> dict | None:
     """Siblings of one group with reward, ending and advantage under both policies.
 
@@ -484,11 +465,18 @@ def group_page(session: Session, run_id: str, group_id: str) -> dict | None:
         return {"mean": p.mean, "std": p.std, "n": p.n}
 
     declared = {m["group_size"] for m in members if m.get("group_size") is not None}
+    stored = queries.group_findings(session=session, run_id=run_id, group_id=group_id)
+    group_findings = [_finding(f) for f in stored if f.severity != checks.SKIPPED]
     return {
         "run": {"id": run_id, "url": run_url(run_id)},
         "group": {"id": group_id, "size": len(members), "declared_size": max(declared) if declared else None,
                   "steps": sorted({m["step"] for m in members if m["step"] is not None})},
-        "warnings": _group_warnings(members),
+        # Group-scope findings, stored at ingest (ingest/checks/groups.py); `warnings` keeps
+        # their messages, the shape this twin had before the checks registry.
+        "findings": group_findings,
+        "warnings": [f["message"] for f in group_findings],
+        "checks_skipped": [{"kind": f.kind, "label": checks.label(f.kind), "reason": f.message}
+                           for f in stored if f.severity == checks.SKIPPED],
         "policies": {"errors_as_zero": pol(result["errors_as_zero"]), "errors_dropped": pol(result["errors_dropped"])},
         "excluded": {"count": len(result["excluded"]), "of": len(members)},
         "members": members,

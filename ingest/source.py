@@ -11,6 +11,10 @@
   non-finite values reach the reader as float('nan') / float('inf'), and lone surrogates (which
   UTF-8 cannot carry) become U+FFFD. Nesting deeper than the parser allows is a RecordError.
 - A UTF-8 byte-order mark is ignored.
+- Zip archives (Inspect's `.eval` logs, zipped run folders) open as kind 'zip': `members()`
+  lists the files inside and `open_member(name)` opens one as its own Source (JSON, JSONL or CSV by
+  the same rules), named `<archive>!<member>` in errors. Members are read into memory one at a
+  time and refused past `MAX_MEMBER_BYTES` uncompressed (a zip bomb is refused, not unpacked).
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import io
 import json
 import stat
 import sys
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +34,9 @@ import orjson
 HEAD_BYTES = 1 << 16  # what is read to decide the format of a file
 PROBE_LINES = 50  # lines tried for a first good record when the first line is broken
 BOM = b"\xef\xbb\xbf"
+ZIP_MAGIC = b"PK\x03\x04"
+EMPTY_ZIP_MAGIC = b"PK\x05\x06"
+MAX_MEMBER_BYTES = 1 << 30  # 1 GiB uncompressed per zip member
 
 
 class RecordError(Exception):
@@ -75,9 +83,11 @@ def loads(data: bytes | str) -> Any:
 
 @dataclass
 class Source:
-    """One input file, opened. `kind` is 'json' (one document), 'jsonl' or 'csv'.
+    """One input file, opened. `kind` is 'json' (one document), 'jsonl', 'csv' or 'zip'.
 
-    `first` is the first good record (the whole document for 'json'), which readers sniff.
+    `first` is the first good record (the whole document for 'json'; the sorted member names
+    for 'zip'), which readers sniff. `member`: for a file inside a zip archive, its name there
+    (its bytes are held in `data`).
     `position` is the number of bytes consumed so far (for progress bars); `last_raw` the text
     of the line most recently read (for quarantining a record a reader rejects).
     """
@@ -90,13 +100,47 @@ class Source:
     position: int = 0
     last_line: int | None = None
     last_raw: str | None = field(default=None, repr=False)
+    member: str | None = None
+    data: bytes | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
-        return str(self.path)
+        return str(self.path) if self.member is None else f"{self.path}!{self.member}"
+
+    def _open(self):
+        return io.BytesIO(self.data) if self.data is not None else self.path.open("rb")
+
+    def read_bytes(self) -> bytes:
+        """The whole file (or zip member) as bytes."""
+        return self.data if self.data is not None else self.path.read_bytes()
+
+    def members(self) -> list[str]:
+        """The file names inside a zip archive (directories left out), sorted; [] otherwise."""
+        if self.kind != "zip":
+            return []
+        with zipfile.ZipFile(self.path) as z:
+            return sorted(i.filename for i in z.infolist() if not i.is_dir())
+
+    def open_member(self, name: str) -> "Source":
+        """One file inside this zip archive, opened as its own Source (JSON, JSONL or CSV by
+        content). Raises RecordError naming `<archive>!<member>` when it is missing, too large
+        or not a trace file."""
+        label = f"{self.path}!{name}"
+        try:
+            with zipfile.ZipFile(self.path) as z:
+                info = z.getinfo(name)
+                if info.file_size > MAX_MEMBER_BYTES:
+                    raise RecordError(label, None, None, f"zip member of {info.file_size} bytes is larger than "
+                                                         f"{MAX_MEMBER_BYTES} bytes: refused")
+                data = z.read(info)
+        except KeyError:
+            raise RecordError(label, None, None, "no such member in the zip archive") from None
+        except (zipfile.BadZipFile, OSError, RuntimeError, NotImplementedError) as exc:
+            raise RecordError(label, None, None, f"cannot read zip member: {exc}") from None
+        return _open_bytes(self.path, data, member=name)
 
     def _binary_lines(self) -> Iterator[tuple[int, bytes]]:
-        with self.path.open("rb") as f:
+        with self._open() as f:
             for lineno, raw in enumerate(f, start=1):
                 if lineno == 1 and raw.startswith(BOM):
                     raw = raw[len(BOM):]
@@ -120,7 +164,7 @@ class Source:
     def csv_rows(self) -> Iterator[tuple[int, dict[str, str]]]:
         """CSV: (line number of the row's first line, row dict), streamed."""
         csv.field_size_limit(sys.maxsize)
-        with self.path.open("rb") as fb:
+        with self._open() as fb:
             text = io.TextIOWrapper(fb, encoding="utf-8-sig", errors="replace", newline="")
             reader = csv.DictReader(text)
             _ = reader.fieldnames  # read the header first, so line_num counts from it
@@ -147,7 +191,7 @@ def _regular(path: Path) -> int:
 
 
 def open_source(path: Path) -> Source:
-    """Read enough of `path` to decide JSON / JSONL / CSV by content, not by extension.
+    """Read enough of `path` to decide JSON / JSONL / CSV / zip by content, not by extension.
 
     Raises RecordError (naming the file) when the file is none of them.
     """
@@ -155,27 +199,51 @@ def open_source(path: Path) -> Source:
     size = _regular(path)
     with path.open("rb") as f:
         head = f.read(HEAD_BYTES)
+    if head.startswith((ZIP_MAGIC, EMPTY_ZIP_MAGIC)):
+        return _open_zip(path, size)
+    return _open_head(path, head, size, None, None)
+
+
+def _open_zip(path: Path, size: int) -> Source:
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = sorted(i.filename for i in z.infolist() if not i.is_dir())
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise RecordError(str(path), None, None, f"broken zip archive: {exc}") from None
+    return Source(path, "zip", names, size=size)
+
+
+def _open_bytes(path: Path, data: bytes, member: str) -> Source:
+    return _open_head(path, data[:HEAD_BYTES], len(data), member, data)
+
+
+def _open_head(path: Path, head: bytes, size: int, member: str | None, data: bytes | None) -> Source:
+    name = str(path) if member is None else f"{path}!{member}"
     if head.startswith(BOM):
         head = head[len(BOM):]
     stripped = head.lstrip()
     if not stripped:
         raise RecordError(name, None, None, "empty file")
     if b"\x00" in head[:4096]:
-        raise RecordError(name, None, None, "binary file (NUL bytes): not JSON, JSONL or CSV")
+        raise RecordError(name, None, None, "binary file (NUL bytes): not JSON, JSONL, CSV or a zip archive")
     if stripped[:1] in (b"{", b"["):
-        return _open_json(path, size)
+        return _open_json(path, size, member, data)
     first_line = stripped.split(b"\n", 1)[0].decode("utf-8", "replace")
     if "," in first_line:
-        src = Source(path, "csv", None, size=size)
+        src = Source(path, "csv", None, size=size, member=member, data=data)
         src.first = next((row for _, row in src.csv_rows()), None)
         src.position = 0
         return src
-    raise RecordError(name, 1, None, "not a trace file: expected a JSON object or array, JSONL records, or CSV")
+    raise RecordError(name, 1, None, "not a trace file: expected a JSON object or array, JSONL records, CSV "
+                                     "or a zip archive")
 
 
-def _open_json(path: Path, size: int) -> Source:
-    name = str(path)
-    probe = Source(path, "jsonl", None, size=size)
+def _open_json(path: Path, size: int, member: str | None = None, data: bytes | None = None) -> Source:
+    def make(kind: str, first: Any, document: Any = None) -> Source:
+        return Source(path, kind, first, document, size=size, member=member, data=data)
+
+    probe = make("jsonl", None)
+    name = probe.name
     first_good = None  # (line, value) of the first line that parses on its own
     lines_seen = 0
     for lineno, value in probe.lines():
@@ -186,15 +254,15 @@ def _open_json(path: Path, size: int) -> Source:
             break
     one_line = lines_seen <= 1
     if first_good is not None and first_good[0] == 1 and not one_line:
-        return Source(path, "jsonl", first_good[1], size=size)  # JSONL, first line good
+        return make("jsonl", first_good[1])  # JSONL, first line good
     if first_good is not None and one_line and isinstance(first_good[1], dict):
-        return Source(path, "jsonl", first_good[1], size=size)  # one object on one line
+        return make("jsonl", first_good[1])  # one object on one line
     # A document (pretty-printed JSON, a one-line array), or JSONL with a broken first line.
     try:
-        doc = loads(path.read_bytes().removeprefix(BOM))
-        return Source(path, "json", doc, doc, size=size)
+        doc = loads(probe.read_bytes().removeprefix(BOM))
+        return make("json", doc, doc)
     except (ValueError, UnicodeDecodeError) as whole_exc:
         if first_good is not None:
-            return Source(path, "jsonl", first_good[1], size=size)
+            return make("jsonl", first_good[1])
         lineno = getattr(whole_exc, "lineno", None)
         raise RecordError(name, lineno, None, f"not JSON or JSONL: {whole_exc}") from None

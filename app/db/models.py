@@ -150,12 +150,22 @@ class Node(SQLModel, table=True):
 
 
 class Finding(SQLModel, table=True):
-    """One result of a trace check (token drift, logprob length, unanswered call, ...)."""
+    """One result of a trace check (ingest/checks). A rollout-scope finding has `rollout_pk`; a
+    group-scope finding has `rollout_pk` NULL and names its group by `run_id` + `group_id`
+    (recomputed whenever a member is inserted or replaced). Severity "skipped" records a check
+    that could not decide on this rollout or group, with the reason in `message`."""
+
+    __table_args__ = (
+        sa.Index("ix_finding_kind_rollout", "kind", "rollout_pk"),
+        sa.Index("ix_finding_run_group", "run_id", "group_id"),
+    )
 
     pk: int | None = Field(default=None, primary_key=True)
-    rollout_pk: int = Field(foreign_key="rollout.pk", ondelete="CASCADE", index=True)
+    rollout_pk: int | None = Field(default=None, foreign_key="rollout.pk", ondelete="CASCADE", index=True)
+    run_id: str | None = Field(default=None, max_length=200)  # group findings: the group's run
+    group_id: str | None = Field(default=None, max_length=300)  # group findings: the group
     kind: str
-    severity: str = "warning"  # info | warning | error
+    severity: str = "warning"  # info | warning | error | skipped
     node_idx: int | None = None
     position: int | None = None
     message: str = ""

@@ -18,7 +18,8 @@ from app.db import models
 from app.store.prepare import _envelope, _json_safe, _node_rows, _summary, content_hash, prepare
 from app.store import rollups, search
 from app.store.quarantine import quarantine
-from ingest.checks import run_checks
+from app.store.groups import recheck_groups
+from ingest.checks import run_rollout_checks
 from ingest.schema import Rollout
 from ingest.source import RecordError
 
@@ -34,6 +35,7 @@ class StoreResult:
     findings: int = 0
     repeated: int = 0  # a rollout identity seen earlier in the same call
     runs: set[str] = field(default_factory=set)
+    groups: set[tuple[str, str]] = field(default_factory=set)  # (run, group) with a member inserted/replaced
     errors: list[RecordError] = field(default_factory=list)  # records the database refused
 
     def add(self, other: "StoreResult") -> None:
@@ -45,6 +47,7 @@ class StoreResult:
         self.rejected += other.rejected
         self.findings += other.findings
         self.runs |= other.runs
+        self.groups |= other.groups
 
 
 def ensure_run(conn: sa.Connection, run_id: str, *, name: str | None = None, type_: str = "train",
@@ -96,8 +99,8 @@ def _write_one(conn: sa.Connection, r: Rollout, touched: list | None = None) -> 
         conn.execute(ro.delete().where(ro.c.pk == existing.pk))
         if touched is not None:
             touched.append({"run_id": r.run.id, "step": existing.step})
-    findings = run_checks(r)
-    flags = sorted({f.kind for f in findings})
+    checked = run_rollout_checks(r)
+    findings, flags = checked.all, checked.kinds()
     pk = conn.execute(ro.insert().values(**_summary(r, flags, chash)).returning(ro.c.pk)).scalar_one()
     conn.execute(det.insert().values(rollout_pk=pk, envelope=_envelope(r)))
     rows = _node_rows(pk, r)
@@ -110,7 +113,7 @@ def _write_one(conn: sa.Connection, r: Rollout, touched: list | None = None) -> 
         conn.execute(fi.insert(), [dict(rollout_pk=pk, kind=f.kind, severity=f.severity, node_idx=f.node_idx,
                                         position=f.position, message=f.message,
                                         detail=_json_safe(f.detail)) for f in findings])
-    return ("replaced" if existing is not None else "inserted"), len(findings)
+    return ("replaced" if existing is not None else "inserted"), len(checked.findings)
 
 
 def store_batch(conn: sa.Connection, rollouts: list[Rollout], seen: set | None = None) -> StoreResult:
@@ -137,6 +140,8 @@ def store_batch(conn: sa.Connection, rollouts: list[Rollout], seen: set | None =
                     outcome, n_findings = _write_one(conn, r, touched)
                 setattr(res, outcome, getattr(res, outcome) + 1)  # counted once it is committed
                 res.findings += n_findings
+                if outcome != "unchanged" and r.group is not None:
+                    res.groups.add((r.run.id, r.group.id))
                 break
             except sa.exc.IntegrityError:
                 if attempt == 1:
@@ -177,7 +182,9 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     def flush() -> None:
         if batch:
             with engine.begin() as conn:
-                total.add(store_batch(conn, batch, seen))
+                done = store_batch(conn, batch, seen)
+                recheck_groups(conn, done.groups)
+                total.add(done)
             batch.clear()
 
     for item in items:

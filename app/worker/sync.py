@@ -77,8 +77,9 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
             source = open_source(path)
             reader = formats.detect(source)
             if reader is None:
-                raise RecordError(str(path), None, None,
-                                  "no reader recognises this file (formats: " + ", ".join(formats.names()) + ")")
+                from ingest.formats.registry import explain
+
+                raise RecordError(str(path), None, None, explain(source))
         except RecordError as exc:
             # Named on the command line: rejected. Found in a folder: a broken file with a trace
             # file's name (.json, .jsonl, .csv) is rejected too; anything else is skipped (not a trace).

@@ -1,56 +1,25 @@
-"""Format registry. Each reader is a module with `NAME`, `sniff(source) -> bool` and
-`read(source, ctx) -> Iterator[Rollout | RecordError]`. Adding a format = one module + one line.
+"""Format readers (one module per format) and the toolkit they share.
 
-Order matters: the first reader whose `sniff` says yes reads the file.
+- `base.py`: the `Reader` protocol, `ReadContext`, `record_error()`.
+- `registry.py`: the ordered reader list, `detect()`, `names()`, `get()`.
+- `_openai.py`, `_responses.py`, `_build.py`: converters shared by readers, one per wire dialect
+  (OpenAI chat messages, OpenAI Responses items) and the `RolloutBuilder` for node chains.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Protocol
-
-from ingest.schema import Rollout
-from ingest.source import RecordError, Source
+from ingest.formats.base import ReadContext, Reader, record_error
 
 
-@dataclass
-class ReadContext:
-    """What the caller knows that the file may not say.
+def detect(source):  # noqa: ANN001, ANN201 - thin re-export, see registry.detect
+    from ingest.formats.registry import detect as _detect
 
-    `run_id`: run to file rollouts under when the record names none (CLI `--run`); when None,
-    readers fall back to the file's parent folder name. `step`: training step default.
-    """
-
-    run_id: str | None = None
-    step: int | None = None
-    extra: dict = field(default_factory=dict)
-
-    def run_for(self, source: Source, record_run: str | None = None) -> str:
-        return self.run_id or record_run or source.path.resolve().parent.name or "default"
-
-
-class Reader(Protocol):
-    NAME: str
-
-    def sniff(self, source: Source) -> bool: ...
-
-    def read(self, source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]: ...
-
-
-def _registry() -> list[ModuleType]:
-    from ingest.formats import chat, native, tunix
-
-    return [native, tunix, chat]
-
-
-def detect(source: Source) -> Reader | None:
-    """The reader for `source`, or None when no reader recognises it."""
-    for reader in _registry():
-        if reader.sniff(source):
-            return reader  # type: ignore[return-value]
-    return None
+    return _detect(source)
 
 
 def names() -> list[str]:
-    return [r.NAME for r in _registry()]
+    from ingest.formats.registry import names as _names
+
+    return _names()
+
+
+__all__ = ["ReadContext", "Reader", "detect", "names", "record_error"]

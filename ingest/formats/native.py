@@ -1,17 +1,16 @@
 """The native format: JSONL, one `rollscope/1` rollout per line (docs/trace-format.md)."""
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 from pydantic import ValidationError
 
-from ingest.formats import ReadContext
+from ingest.formats.base import ReadContext, record_error
 from ingest.schema import SCHEMA_VERSION, Rollout
 from ingest.source import RecordError, Source
 
 NAME = "native"
-_NAMED_FIELD = re.compile(r"^([A-Za-z_][\w.\[\]]*) = ")
+EXPECTS = 'JSONL (or a JSON array) of records with `schema: "rollscope/1"`'
 
 
 def sniff(source: Source) -> bool:
@@ -45,28 +44,13 @@ def parse_record(value: object, file: str, line: int | None, ctx: ReadContext) -
     try:
         rollout = Rollout.model_validate(value)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "string_pattern_mismatch":
-            msg = "ids must not contain control characters (tab, newline, NUL, ...)"
-        field = field_path(err["loc"])
-        # A whole-record check (graph shape) names its field first: "nodes[3].parent = 9: ...".
-        named = _NAMED_FIELD.match(msg)
-        if named:
-            field = ".".join(x for x in (field, named.group(1)) if x)
-        return RecordError(file, line, field or None, msg)
+        return record_error(file, line, None, exc)
     if ctx.run_id:
         rollout.run.id = ctx.run_id
     rollout.source = {"format": NAME, "file": file, "line": line}
     return rollout
 
 
-def field_path(loc: tuple) -> str:
-    """pydantic's error location as a readable path: ("nodes", 3, "parent") → "nodes[3].parent"."""
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
 
 
 def write_line(rollout: Rollout) -> bytes:

@@ -54,28 +54,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
-
-from ingest.align import fill_node
 from ingest.fields import FieldError, floats, ints, is_number_or_none
-from ingest.formats import ReadContext
-from ingest.schema import (
-    Call,
-    Ending,
-    EndingInfo,
-    GroupRef,
-    Message,
-    Node,
-    PolicySpan,
-    Rollout,
-    RunRef,
-    Task,
-    ToolCall,
-    Usage,
-)
+from ingest.formats import _openai
+from ingest.formats._build import RolloutBuilder
+from ingest.formats.base import ReadContext, guarded
+from ingest.schema import Ending, EndingInfo, GroupRef, Message, Rollout, RunRef, Task, ToolCall
 from ingest.source import RecordError, Source
 
 NAME = "tunix"
+EXPECTS = ("a Tunix Trajectory, Steps, Token or Conversation rollout (`<end_of_turn>` in assistant text), "
+           "RolloutOrchestrator batches of TrajectoryItems, or the GRPO learner's CSV log")
 
 # TrajectoryCollectEngine's default `filter_statuses`: with `overlong_filter=True` a rollout that
 # ended this way gets an all-zero Token-mode mask (and no final reward).
@@ -84,7 +72,6 @@ FILTER_STATUSES = frozenset({"MAX_STEPS_REACHED", "MAX_CONTEXT_LIMIT_REACHED", "
 # ToolAgent turns a response without tool calls into this call; it is the final answer.
 FINISH = "finish"
 END_OF_TURN = "<end_of_turn>"
-TOOL_CALL_BEGIN, TOOL_CALL_END = "<tool_call>", "</tool_call>"
 
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
 _TOKEN_KEYS = ("conversation_tokens", "conversation_masks")
@@ -310,8 +297,7 @@ def _parse_csv_row(row: dict[str, str | None]) -> dict[str, Any]:
 
 def _convert(shape: str, data: Any, where: _Where, group: GroupRef | None = None,
              item_extra: dict | None = None) -> Rollout | RecordError:
-    prefix = "" if where.path == "$" else where.path + "."
-    try:
+    def build() -> Rollout:
         head = dict(
             id=where.stem,
             run=RunRef(id=where.run),
@@ -324,14 +310,8 @@ def _convert(shape: str, data: Any, where: _Where, group: GroupRef | None = None
         if item_extra:
             rollout.extra["item"] = item_extra
         return rollout
-    except FieldError as exc:
-        return RecordError(where.file, where.line, prefix + exc.field, exc.message)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        return RecordError(where.file, where.line, prefix.rstrip(".") or None,
-                           f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}")
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        return RecordError(where.file, where.line, prefix.rstrip(".") or None, f"unexpected shape: {exc}")
+
+    return guarded(where.file, where.line, None if where.path == "$" else where.path, build)
 
 
 # --- field helpers --------------------------------------------------------------------------
@@ -349,24 +329,6 @@ def _status(value: Any) -> str | None:
         return None
     text = str(value).strip()
     return text.split(".", 1)[1] if text.startswith("TrajectoryStatus.") else text
-
-
-def _message(m: Any, field: str) -> Message:
-    """An OpenAI-shaped Tunix message; unknown roles become `user` (kept in extra)."""
-    if not isinstance(m, dict):
-        raise FieldError(field, f"expected a message object, got {type(m).__name__}")
-    role = m.get("role")
-    extra = {k: v for k, v in m.items() if k not in ("role", "content", "tool_call_id", "name")}
-    if not isinstance(role, str) or role not in _ROLES:
-        extra["source_role"] = role
-        role = "user"
-    content = m.get("content")
-    if content is not None and not isinstance(content, (str, list)):
-        content = json.dumps(content)
-    call_id = m.get("tool_call_id")
-    name = m.get("name")
-    return Message(role=role, content=content, tool_call_id=None if call_id is None else str(call_id),
-                   name=name if isinstance(name, str) else None, extra=extra)
 
 
 def _strip_padding(tokens: list[int], prompt_length: Any = None) -> tuple[list[int], int]:
@@ -395,36 +357,6 @@ def _runs(mask: Sequence[int]) -> list[tuple[int, int, int]]:
     return out
 
 
-def _text_tool_calls(text: Any, result_ids: list[str | None]) -> list[ToolCall] | None:
-    """Tool calls recovered from `<tool_call>{"name", "arguments"}</tool_call>` blocks, the
-    format ToolAgent's default (qwen) parser reads, for modes that keep no `action`. Ids come
-    from the tool results that follow, in order, only when their count matches; with no
-    results the ids stay None. A count mismatch returns None: ids are never guessed."""
-    if not isinstance(text, str) or TOOL_CALL_BEGIN not in text:
-        return []
-    calls: list[ToolCall] = []
-    rest = text
-    while TOOL_CALL_BEGIN in rest:
-        start = rest.find(TOOL_CALL_BEGIN) + len(TOOL_CALL_BEGIN)
-        end = rest.find(TOOL_CALL_END, start)
-        if end == -1:
-            break
-        body = rest[start:end].strip()
-        rest = rest[end + len(TOOL_CALL_END):]
-        try:
-            data = json.loads(body)
-            name, args = data["name"], data["arguments"]
-        except (ValueError, KeyError, TypeError):
-            continue  # the agent skipped it too
-        calls.append(ToolCall(name=str(name), arguments=args if isinstance(args, str) else json.dumps(args)))
-    if result_ids:
-        if len(result_ids) != len(calls):
-            return None
-        for call, call_id in zip(calls, result_ids):
-            call.id = call_id
-    return calls
-
-
 def _action_calls(action: Any, field: str) -> tuple[list[ToolCall], str, dict]:
     """ToolCalls of one `Step.action` and what the action was: 'final_answer' (ToolAgent's
     implicit finish), 'single_turn' (ModelAgent: the action is the response text), 'tool_call'
@@ -439,19 +371,12 @@ def _action_calls(action: Any, field: str) -> tuple[list[ToolCall], str, dict]:
     calls: list[ToolCall] = []
     finish: dict = {}
     for i, c in enumerate(inner):
-        if not isinstance(c, dict):
-            raise FieldError(f"{field}.action[{i}]", "expected a tool call object")
-        fn = c.get("function") if isinstance(c.get("function"), dict) else c
-        name = fn.get("name")
-        if not isinstance(name, str):
-            raise FieldError(f"{field}.action[{i}].function.name", "missing tool name")
-        args = fn.get("arguments")
-        raw = "" if args is None else args if isinstance(args, str) else json.dumps(args)
-        if name == FINISH:
-            finish = {"id": c.get("id"), "arguments": args}
+        call = _openai.tool_call_from_openai(c, f"{field}.action[{i}]")
+        if call.name == FINISH:
+            fn = c.get("function") if isinstance(c.get("function"), dict) else c
+            finish = {"id": c.get("id"), "arguments": fn.get("arguments")}
             continue
-        cid = c.get("id")
-        calls.append(ToolCall(id=None if cid is None else str(cid), name=name, arguments=raw))
+        calls.append(call)
     if calls:
         return calls, "tool_call", finish
     return [], "final_answer" if finish else "none", finish
@@ -487,54 +412,31 @@ def _policy_version(value: Any) -> int | None:
 
 # --- the message chain ----------------------------------------------------------------------
 
-@dataclass
-class _Chain:
-    """A linear message graph under construction, with one Call per assistant node."""
+class _Chain(RolloutBuilder):
+    """A Tunix message chain: a `RolloutBuilder` with one Call per assistant node, whose prompt
+    tokens are left-padded (Tunix pads `prompt_tokens` to the batch's prompt length)."""
 
-    nodes: list[Node] = field(default_factory=list)
-    calls: list[Call] = field(default_factory=list)
-    policy_version: int | None = None
+    def __init__(self, policy_version: int | None = None) -> None:
+        super().__init__(policy_version=policy_version, auto_calls=True)
 
-    def add(self, message: Message, tokens: list[int] | None = None, *, sampled: bool = False,
-            mask: Sequence[Any] | None = None, logprobs: Sequence[Any] | None = None,
-            extra: dict | None = None) -> Node:
+    def add(self, message: Message, tokens: Any = None, *, sampled: bool = False, mask: Any = None,
+            logprobs: Any = None, extra: dict | None = None, **kw: Any) -> int:  # type: ignore[override]
+        """As RolloutBuilder.add; a turn's `reward` / `mc_return` in `extra` become node fields."""
         extra = dict(extra or {})
-        node = Node(parent=len(self.nodes) - 1 if self.nodes else None, message=message, sampled=sampled,
-                    token_ids=list(tokens or []), reward=extra.pop("reward", None),
-                    mc_return=extra.pop("mc_return", None), extra=extra)
-        fill_node(node, mask=mask, logprobs=logprobs)
-        if sampled:
-            node.policy_version = self.policy_version
-            out = sum(1 for m in node.mask if m) if node.token_ids and node.mask else None
-            self.calls.append(Call(node=len(self.nodes), policy_version=self.policy_version,
-                                   usage=Usage(output_tokens=out) if out is not None else None))
-        self.nodes.append(node)
-        return node
+        return super().add(message, tokens, sampled=sampled, mask=mask, logprobs=logprobs,
+                           reward=extra.pop("reward", None), mc_return=extra.pop("mc_return", None),
+                           extra=extra, **kw)
 
-    def prompt(self, messages: list[Message], prompt_tokens: Any, prompt_length: Any, field_name: str) -> None:
-        """The system/user messages as the root chain; the prompt tokens (unpadded) on the
-        last of them, mask 0. Prompt tokens without prompt messages get a placeholder node."""
+    def prompt(self, messages: list[Message], prompt_tokens: Any, prompt_length: Any = None,  # type: ignore[override]
+               field_name: str = "prompt_tokens") -> None:
+        """The system/user messages as the root chain; the prompt tokens (left padding
+        stripped, recorded as `extra.left_padding`) on the last of them, mask 0."""
         tokens = ints(prompt_tokens, field_name)
-        if tokens is not None and not messages:
-            messages = [Message(role="user", content=None, extra={"synthetic": "prompt tokens without messages"})]
-        for i, msg in enumerate(messages):
-            if i == len(messages) - 1 and tokens is not None:
-                body, pad = _strip_padding(tokens, prompt_length)
-                self.add(msg, body, mask=[0] * len(body), extra={"left_padding": pad})
-            else:
-                self.add(msg)
-
-    def env(self, messages: list[Message], tokens: list[int] | None, mask: Sequence[Any] | None,
-            logprobs: Sequence[Any] | None = None) -> None:
-        """One observation: a node per message, the env tokens on the last one."""
-        if tokens is not None and not messages:
-            messages = [Message(role="user", content=None, extra={"synthetic": "env tokens without a message"})]
-        for i, msg in enumerate(messages):
-            last = i == len(messages) - 1
-            self.add(msg, tokens if last else None, mask=mask if last else None, logprobs=logprobs if last else None)
-
-    def assistants(self) -> list[Node]:
-        return [n for n in self.nodes if n.message.role == "assistant"]
+        if tokens is None:
+            super().prompt(messages, None)
+            return
+        body, pad = _strip_padding(tokens, prompt_length)
+        super().prompt(messages, body, extra={"left_padding": pad})
 
 
 def _split_prompt(messages: list[Message]) -> tuple[list[Message], list[Message]]:
@@ -589,17 +491,8 @@ def _ending(status: str | None, last: str) -> EndingInfo:
 
 
 def _finish(rollout: Rollout, chain: _Chain, *, token_counts_known: bool = True) -> Rollout:
-    """Attach the chain and fill the ending's evidence: turns, and output tokens (sampled tokens
-    with mask 1) when every assistant turn has its own tokens."""
-    rollout.nodes, rollout.calls = chain.nodes, chain.calls
-    if chain.policy_version is not None:
-        rollout.policy = PolicySpan(start=chain.policy_version, end=chain.policy_version)
-    ev = rollout.ending.evidence
-    ev.turns = len(chain.assistants())
-    usages = [c.usage.output_tokens if c.usage else None for c in chain.calls]
-    if token_counts_known and usages and all(u is not None for u in usages):
-        ev.output_tokens = sum(usages)  # type: ignore[arg-type]
-    return rollout
+    """Attach the chain and fill the ending's evidence (`RolloutBuilder.finish`)."""
+    return chain.finish(rollout, token_counts_known=token_counts_known)
 
 
 def _turn_extra(step: dict, k: int, field: str) -> dict:
@@ -638,7 +531,7 @@ def _context(steps: list[dict], k: int) -> list[Message]:
     context = steps[k].get("chat_completions")
     if context is not None and not isinstance(context, list):
         raise FieldError(f"steps[{k}].chat_completions", "expected a list of messages")
-    return [_message(m, f"steps[{k}].chat_completions[{i}]") for i, m in enumerate(context or [])]
+    return [_openai.message_from_openai(m, f"steps[{k}].chat_completions[{i}]").message for i, m in enumerate(context or [])]
 
 
 def _from_trajectory(traj: dict, head: dict) -> Rollout:
@@ -722,7 +615,7 @@ def _from_steps(steps: list, head: dict) -> Rollout:
             raise FieldError(f, "expected a step object")
         obs = step.get("env_text")
         env_msgs = _observation_messages(obs)
-        calls = _text_tool_calls(step.get("assistant_text"), [m.tool_call_id for m in env_msgs if m.role == "tool"])
+        calls = _openai.tool_calls_from_text(step.get("assistant_text"), [m.tool_call_id for m in env_msgs if m.role == "tool"])
         text = step.get("assistant_text")
         msg = Message(role="assistant", content=text if isinstance(text, str) else None, tool_calls=calls or None)
         extra = _turn_extra(step, k, f)
@@ -808,7 +701,7 @@ def _from_token(d: dict, head: dict) -> Rollout:
     text = d.get("conversation_text")
     if text is not None and not isinstance(text, list):
         raise FieldError("conversation_text", "expected a list of messages")
-    messages = [_message(m, f"conversation_text[{i}]") for i, m in enumerate(text or [])]
+    messages = [_openai.message_from_openai(m, f"conversation_text[{i}]").message for i, m in enumerate(text or [])]
     prompt, rest = _split_prompt(messages)
     tokens = ints(d.get("conversation_tokens"), "conversation_tokens") or []
     masks = ints(d.get("conversation_masks"), "conversation_masks") or []
@@ -847,7 +740,7 @@ def _from_token(d: dict, head: dict) -> Rollout:
                 tok, msk = tokens[s:e], masks[s:e]
                 lps = logprobs[s:e] if logprobs is not None else None
             if msg.role == "assistant":
-                calls = _text_tool_calls(msg.content, [rest[j].tool_call_id for j in following
+                calls = _openai.tool_calls_from_text(msg.content, [rest[j].tool_call_id for j in following
                                                        if rest[j].role == "tool"])
                 if calls:
                     msg.tool_calls = calls
@@ -877,7 +770,7 @@ def _from_token(d: dict, head: dict) -> Rollout:
 def _from_conversation(messages: list, head: dict) -> Rollout:
     """Conversation mode: messages only. No tokens, no reward, no status: ending unknown."""
     chain = _Chain()
-    msgs = [_message(m, f"[{i}]") for i, m in enumerate(messages)]
+    msgs = [_openai.message_from_openai(m, f"[{i}]").message for i, m in enumerate(messages)]
     segments = _segments(msgs)
     for si, (kind, idxs) in enumerate(segments):
         following = segments[si + 1][1] if si + 1 < len(segments) and segments[si + 1][0] == "e" else []
@@ -885,7 +778,7 @@ def _from_conversation(messages: list, head: dict) -> Rollout:
             msg = msgs[i]
             if msg.role == "assistant":
                 extra: dict[str, Any] = {}
-                calls = _text_tool_calls(msg.content, [msgs[j].tool_call_id for j in following if msgs[j].role == "tool"])
+                calls = _openai.tool_calls_from_text(msg.content, [msgs[j].tool_call_id for j in following if msgs[j].role == "tool"])
                 if calls:
                     msg.tool_calls = calls
                     extra["tool_calls_from"] = "text"

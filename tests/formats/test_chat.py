@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import data_path
 
 from ingest import graph
-from ingest.formats import ReadContext, chat
+from ingest.formats import ReadContext, _openai, chat
 from ingest.schema import Ending, Rollout
 from ingest.source import RecordError, open_source
 
@@ -54,74 +54,6 @@ def only_branch_pairs(r: Rollout) -> list[graph.CallRef]:
     paths = graph.branches(r.nodes)
     assert len(paths) == 1
     return graph.pair_tool_calls(paths[0], messages_of(r))
-
-
-# --- tau-bench -----------------------------------------------------------------------------
-
-TAU = "realdata/tau-bench/gpt-4o-airline.sample.json"
-
-
-def test_tau_bench_file_is_detected_and_gives_three_rollouts():
-    src = open_source(data(TAU))
-    assert chat.sniff(src)
-    rs = rollouts(data(TAU))
-    assert [r.id for r in rs] == ["task0-trial0", "task6-trial0", "task4-trial0"]
-    assert [r.reward for r in rs] == [0.0, 1.0, 0.0]
-    for r in rs:
-        assert r.group is not None and r.group.id == r.task.key and r.group.index == 0
-        assert r.task.data["user_id"] and "instruction" in r.task.data
-        assert r.extra["info"]["source"] in ("user", "transfer_to_human_agents")
-        assert r.source["format"] == "chat"
-        assert len(graph.branches(r.nodes)) == 1  # a linear tool loop is one branch
-        assert all(n.sampled == (n.message.role == "assistant") for n in r.nodes)
-        assert all(not n.token_ids for n in r.nodes)  # no token data in the source
-        assert r.ending.evidence.turns == sum(n.message.role == "assistant" for n in r.nodes)
-    assert rs[0].run.id == "tau-bench"  # ctx.run_for: the folder name
-
-
-def test_tau_bench_reused_tool_call_id_kept_on_both_calls():
-    r = rollouts(data(TAU))[0]
-    reused = "call_HGn16KZh9oNCruxsMJ4gYXan"
-    holders = [(i, tc.name) for i, n in enumerate(r.nodes) for tc in (n.message.tool_calls or []) if tc.id == reused]
-    assert holders == [(8, "search_direct_flight"), (12, "search_onestop_flight")]
-    tc = r.nodes[8].message.tool_calls[0]
-    assert isinstance(tc.arguments, str) and json.loads(tc.arguments)["origin"] == "JFK"
-    pairs = {(c.node, c.name): c.result_node for c in only_branch_pairs(r)}
-    assert pairs[(8, "search_direct_flight")] == 9
-    assert pairs[(12, "search_onestop_flight")] == 13
-    assert all(v is not None for v in pairs.values())
-
-
-def test_tau_bench_endings():
-    rs = {r.id: r for r in rollouts(data(TAU))}
-    stop = rs["task0-trial0"].ending
-    assert stop.type == Ending.submitted and stop.detail == "###STOP###"
-    assert rs["task6-trial0"].ending.type == Ending.submitted
-    transfer = rs["task4-trial0"].ending
-    assert transfer.type == Ending.submitted and transfer.detail == "transfer_to_human_agents"
-
-
-def test_tau_bench_error_and_not_done_records(tmp_path):
-    doc = [
-        {"task_id": 3, "trial": 1, "reward": 0.0, "traj": [],
-         "info": {"error": "litellm.RateLimitError", "traceback": "Traceback ..."}},
-        {"task_id": 3, "trial": 2, "reward": 0.0, "info": {"source": "get_user_details", "task": {"user_id": "u"}},
-         "traj": [{"role": "system", "content": "policy"}, {"role": "user", "content": "hi"},
-                  {"role": "assistant", "content": "",
-                   "tool_calls": [{"id": "c", "type": "function",
-                                   "function": {"name": "get_user_details", "arguments": "{}"}}]},
-                  {"role": "tool", "tool_call_id": "c", "name": "get_user_details", "content": "{}"}]},
-        {"task_id": 3, "trial": 3, "reward": 0.0, "info": {"source": "user"},
-         "traj": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
-                  {"role": "user", "content": "still there?"}]},
-    ]
-    rs = rollouts(write(tmp_path, "tau.json", json.dumps(doc)))
-    assert [r.id for r in rs] == ["task3-trial1", "task3-trial2", "task3-trial3"]
-    assert rs[0].ending.type == Ending.error and rs[0].ending.message == "litellm.RateLimitError"
-    assert rs[0].errors and rs[0].errors[0].traceback == "Traceback ..."
-    assert rs[1].ending.type == Ending.truncated and "get_user_details" in rs[1].ending.detail
-    assert rs[2].ending.type == Ending.truncated
-    assert {r.group.id for r in rs} == {"3"} and [r.group.index for r in rs] == [1, 2, 3]
 
 
 # --- cases ---------------------------------------------------------------------------------
@@ -283,26 +215,11 @@ def test_case13_empty_assistant_turn_kept():
 
 # --- detection -----------------------------------------------------------------------------
 
-def test_sniff_rejects_native_and_tunix(tmp_path):
-    native = {"schema": "rollscope/1", "id": "x", "run": {"id": "r"}, "messages": [{"role": "user"}]}
-    assert not chat.sniff(open_source(write(tmp_path, "n.jsonl", json.dumps(native) + "\n")))
-    assert not chat.sniff(open_source(write(tmp_path, "n.json", json.dumps([native]))))
-    tunix_conversation = [{"role": "user", "content": "2+2?"},
-                          {"role": "assistant", "content": "4<end_of_turn>"}]
-    assert not chat.sniff(open_source(write(tmp_path, "tc.json", json.dumps(tunix_conversation))))
-    tunix_trajectory = {"task": {"id": "t"}, "steps": [{"chat_completions": []}], "reward": 1.0, "status": "SUCCEEDED"}
-    assert not chat.sniff(open_source(write(tmp_path, "tt.json", json.dumps(tunix_trajectory))))
-    tunix_token = {"conversation_text": "x", "prompt_tokens": [1], "conversation_tokens": [2],
-                   "conversation_masks": [1], "status": "SUCCEEDED", "trajectory_reward": 1.0}
-    assert not chat.sniff(open_source(write(tmp_path, "tk.json", json.dumps(tunix_token))))
-    tunix_steps = [{"assistant_text": "a", "env_text": "e", "done": True, "assistant_tokens": [1]}]
-    assert not chat.sniff(open_source(write(tmp_path, "ts.json", json.dumps(tunix_steps))))
-    tunix_items = [[{"pair_index": 0, "group_id": 1, "start_step": 0, "traj": {"steps": []}}]]
-    assert not chat.sniff(open_source(write(tmp_path, "ti.json", json.dumps(tunix_items))))
+# test_sniff_rejects_native_and_tunix moved to test_detect.py (the registry's order decides).
 
 
 @pytest.mark.parametrize("rel", [
-    "tunix/v0.1.7/submitted.Conversation.json", "tunix/v0.1.7/submitted.Trajectory.json",
+    "tunix/v0.1.7/submitted.Trajectory.json",
     "tunix/v0.1.7/submitted.Token.json", "tunix/v0.1.7/submitted.Steps.json",
     "tunix/v0.1.7/orchestrator_group.Trajectory.json", "atropos/rubiks_process_results_32.line1.jsonl",
     "nemo-gym/grl_sokoban.first2.jsonl", "verifiers/train_group.jsonl", "openhands/basic.json",
@@ -422,7 +339,7 @@ def test_token_pieces_never_crash_on_invalid_utf8(tmp_path):
     hexes = r.nodes[0].extra["token_bytes"]
     assert hexes[1:] == ["f09f", "9880", None]
     assert isinstance(hexes[0], str) and hexes[0] == hexes[0].lower()
-    assert chat.piece_hex("é") == "c3a9"
+    assert _openai.piece_hex("é") == "c3a9"
 
 
 def test_short_pieces_are_fitted_and_recorded(tmp_path):

@@ -404,7 +404,7 @@ def test_finding_filter_is_a_select_of_known_kinds(client, engine):
     _case(engine, "05-duplicate-tool-call-ids.json")
     html = client.get("/runs/cases/rollouts").text
     select = html.split('<select name="flag">')[1].split("</select>")[0]
-    for kind in ["logprob_len_mismatch", "suspected_logprob_padding", "token_drift", "duplicate_tool_call_id",
+    for kind in ["array_len_mismatch", "suspected_logprob_padding", "token_drift", "duplicate_tool_call_id",
                  "unanswered_tool_call", "empty_response", "non_finite_reward", "bytes_lost_upstream"]:
         assert f'<option value="{kind}"' in select
     assert 'name="flag" value' not in html

@@ -44,12 +44,12 @@ def test_01_token_drift_is_flagged_and_both_sequences_kept(client, engine):
 def test_04_short_and_padded_logprobs(client, engine):
     assert load(client, engine, "04-logprobs-length-mismatch.json").ok
     a, fa = findings(client, "cases", "case04a")
-    assert fa["logprob_len_mismatch"]["detail"] == {"array": "logprobs", "source_length": 4, "tokens": 6}
+    assert fa["array_len_mismatch"]["detail"] == {"array": "logprobs", "source_length": 4, "tokens": 6}
     toks = [t for m in a["messages"] for t in m["tokens"] if t["trained"]]
     assert [t["logprob"] for t in toks][-2:] == [None, None]  # missing, never 0.0
     assert "logprob missing" in client.get("/runs/cases/rollouts/case04a").text
     b, fb = findings(client, "cases", "case04b")
-    assert "logprob_len_mismatch" not in fb
+    assert "array_len_mismatch" not in fb
     assert fb["suspected_logprob_padding"]["detail"]["run"] == 2
     toks = [t for m in b["messages"] for t in m["tokens"] if t["trained"]]
     assert [t["logprob"] for t in toks][-2:] == [0.0, 0.0]  # kept, but marked

@@ -1,0 +1,42 @@
+"""Trace checks, run at ingest: a declared registry (ingest/checks/registry.py), one module per
+family. Each check reads the native model and returns findings; a finding never changes the data
+(nothing is "repaired"), except `silent_truncation`, which documents the ending it corrects.
+
+Families: `arrays` (per-token arrays), `sequence` (tokens across turns), `tools` (tool calls),
+`messages` (turn contents), `rewards`, `groups` (group scope). Kinds, rules and sources:
+docs/checks.md.
+"""
+from __future__ import annotations
+
+# Registration order is the order findings are listed in.
+from ingest.checks import arrays, sequence, tools, messages, rewards, groups  # noqa: F401,I001
+from ingest.checks.context import EMPTY, CheckContext
+from ingest.checks.groups import Group, GroupMember
+from ingest.checks.registry import (REGISTRY, SKIPPED, Check, CheckResults, FindingData, Hit, Skip, check, kinds,
+                                    label)
+
+# Kinds stored before the registry (one `<array>_len_mismatch` per array): migration 0003
+# renames them to `array_len_mismatch` with `detail.array`.
+def legacy_kind(kind: str) -> str:
+    """The registered kind for a kind stored before the registry (`logprob_len_mismatch`,
+    `mask_len_mismatch`, ... → `array_len_mismatch`); other kinds unchanged."""
+    return "array_len_mismatch" if kind.endswith("_len_mismatch") else kind
+
+
+def run_rollout_checks(rollout, ctx: CheckContext | None = None) -> CheckResults:
+    """Every rollout-scope check on one native rollout (`ingest.schema.Rollout`), in registry
+    order: findings and skipped outcomes."""
+    from ingest.checks.registry import run
+
+    return run("rollout", rollout, ctx or EMPTY)
+
+
+def run_group_checks(group: Group, ctx: CheckContext | None = None) -> CheckResults:
+    """Every group-scope check on one group."""
+    from ingest.checks.registry import run
+
+    return run("group", group, ctx or EMPTY)
+
+
+__all__ = ["REGISTRY", "SKIPPED", "Check", "CheckContext", "CheckResults", "FindingData", "Group", "GroupMember",
+           "Hit", "legacy_kind", "Skip", "check", "kinds", "label", "run_group_checks", "run_rollout_checks"]

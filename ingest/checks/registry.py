@@ -1,0 +1,135 @@
+"""The checks registry: every trace check declares its kind, severity, scope and label once.
+
+A check is a function decorated with `@check(kind, severity, scope, label)`. It reads the native
+model (one rollout, or one group of rollouts) and yields `Hit`s; the runner turns each hit into a
+`FindingData` with the declared kind and severity, so kind names are static (a check cannot
+invent a kind on the fly) and every kind the app can show is known before any data arrives. A
+check that cannot decide (no tokenizer, no logprobs, no recorded advantages) raises `Skip` with
+the reason: the runner records it as a skipped outcome, so nothing passes silently.
+
+Modelled on datasette's declared facets (`datasette/facets.py`: a registry entry carries its
+name and docs; `tests/test_docs.py` fails when one is undocumented). docs/checks.md documents
+every kind; tests/checks/test_registry.py fails when one is missing there.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Severity = Literal["info", "warning", "error"]
+Scope = Literal["rollout", "group"]
+SKIPPED = "skipped"  # the severity a stored skipped outcome carries (never a finding)
+
+
+@dataclass
+class FindingData:
+    """One finding (or, with severity "skipped", one check that could not decide).
+
+    `node_idx`/`position`: the message and the token index within it where the finding is
+    (None when it concerns the whole rollout or group); `detail`: JSON-ready facts."""
+
+    kind: str
+    message: str
+    severity: str = "warning"
+    node_idx: int | None = None
+    position: int | None = None
+    detail: dict = field(default_factory=dict)
+
+    @property
+    def skipped(self) -> bool:
+        return self.severity == SKIPPED
+
+
+@dataclass
+class Hit:
+    """What a check function yields: the runner adds the declared kind and severity."""
+
+    message: str
+    node: int | None = None
+    position: int | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class Skip(Exception):
+    """Raised by a check that cannot decide on this input; the message says why."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """A registered check. `doc` is the first paragraph of the function's docstring (the rule)."""
+
+    kind: str
+    severity: Severity
+    scope: Scope
+    label: str
+    fn: Callable[..., Iterable[Hit]]
+    doc: str
+
+
+REGISTRY: dict[str, Check] = {}
+
+
+def check(kind: str, severity: Severity, scope: Scope = "rollout", label: str | None = None):
+    """Register a check function under a static `kind` (snake_case). Raises ValueError when the
+    kind is registered twice, or the severity or scope is not one of the declared values."""
+    if severity not in ("info", "warning", "error"):
+        raise ValueError(f"check {kind!r}: severity {severity!r} is not info, warning or error")
+    if scope not in ("rollout", "group"):
+        raise ValueError(f"check {kind!r}: scope {scope!r} is not rollout or group")
+
+    def register(fn: Callable[..., Iterable[Hit]]):
+        if kind in REGISTRY:
+            raise ValueError(f"check kind {kind!r} registered twice")
+        doc = (fn.__doc__ or "").strip().split("\n\n")[0]
+        REGISTRY[kind] = Check(kind, severity, scope, label or kind.replace("_", " "), fn, " ".join(doc.split()))
+        return fn
+
+    return register
+
+
+@dataclass
+class CheckResults:
+    """The outcome of running every check of one scope on one rollout or group."""
+
+    findings: list[FindingData] = field(default_factory=list)
+    skipped: list[FindingData] = field(default_factory=list)  # severity "skipped", message = why
+
+    @property
+    def all(self) -> list[FindingData]:
+        """Findings then skipped outcomes: what the store keeps."""
+        return self.findings + self.skipped
+
+    def kinds(self) -> list[str]:
+        """The kinds that fired, sorted (skipped checks excluded)."""
+        return sorted({f.kind for f in self.findings})
+
+
+def run(scope: Scope, subject: Any, ctx: Any) -> CheckResults:
+    """Run every registered check of `scope` on `subject`, in registration order."""
+    out = CheckResults()
+    for c in REGISTRY.values():
+        if c.scope != scope:
+            continue
+        try:
+            hits = list(c.fn(subject, ctx))
+        except Skip as why:
+            out.skipped.append(FindingData(c.kind, str(why), SKIPPED))
+            continue
+        out.findings += [FindingData(c.kind, h.message, c.severity, h.node, h.position, h.detail) for h in hits]
+    return out
+
+
+def kinds(scope: Scope | None = None) -> list[str]:
+    """Registered kinds (of one scope, or all), in registration order."""
+    return [k for k, c in REGISTRY.items() if scope is None or c.scope == scope]
+
+
+def label(kind: str) -> str:
+    """The short human label of a kind (the kind itself when it is not registered)."""
+    c = REGISTRY.get(kind)
+    return c.label if c else kind.replace("_", " ")
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")

@@ -1,0 +1,133 @@
+"""What every format reader is: the `Reader` protocol, the `ReadContext` a caller passes in, and
+the one way a reader reports a bad record (`record_error`).
+
+Readers are modules (or objects) with `NAME`, `EXPECTS`, `sniff(source)` and `read(source, ctx)`;
+`ingest/formats/registry.py` lists them in the order detection tries them. A reader never raises
+for bad input: each record becomes a `Rollout` or a `RecordError` naming file, line and the field
+path inside the record (`messages[3].tool_calls[0].function.name`), built by `record_error`.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from ingest.fields import FieldError
+from ingest.schema import Rollout
+from ingest.source import RecordError, Source
+
+
+@dataclass
+class ReadContext:
+    """What the caller knows that the file may not say.
+
+    `run_id`: run to file rollouts under when the record names none (CLI `--run`); when None,
+    readers fall back to the file's parent folder name. `step`: training step default.
+    `format`: the reader the caller forced (`--format NAME`), or None to detect by content.
+    """
+
+    run_id: str | None = None
+    step: int | None = None
+    format: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def run_for(self, source: Source, record_run: str | None = None) -> str:
+        """`--run`, else the record's own run, else the file's folder name, else "default"."""
+        return self.run_id or record_run or source.path.resolve().parent.name or "default"
+
+
+class Reader(Protocol):
+    """One trace format. `NAME` is what `--format` and `rollout.source.format` say; `EXPECTS`
+    is one line naming the shape it reads (shown when no reader claims a file)."""
+
+    NAME: str
+    EXPECTS: str
+
+    def sniff(self, source: Source) -> bool: ...
+
+    def read(self, source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]: ...
+
+
+def join_path(prefix: str | None, sub: str | None) -> str | None:
+    """`messages[3]` + `role` → `messages[3].role`; `[2]` + `[0]` → `[2][0]`; empty parts vanish."""
+    if not sub:
+        return prefix or None
+    if not prefix:
+        return sub
+    return prefix + sub if sub.startswith("[") else f"{prefix}.{sub}"
+
+
+def pydantic_path(loc: tuple) -> str:
+    """pydantic's error location as a path: ("nodes", 3, "parent") → "nodes[3].parent"."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _pydantic_message(err: dict) -> str:
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "string_pattern_mismatch":
+        msg = "ids must not contain control characters (tab, newline, NUL, ...)"
+    return msg
+
+
+def _named_field(msg: str) -> tuple[str | None, str]:
+    """A whole-record validator names its field first ("nodes[3].parent = 9: ..."): split it off."""
+    head, sep, _ = msg.partition(" = ")
+    if sep and head and all(c.isalnum() or c in "_.[]" for c in head) and not head[0].isdigit():
+        return head, msg
+    return None, msg
+
+
+def record_error(file: str, line: int | None, prefix: str | None, exc: BaseException,
+                 raw: str | None = None) -> RecordError:
+    """The one translation of a reader failure into a RecordError.
+
+    - `FieldError(field, message)` (ingest.fields): the field path is `prefix` + `field`.
+    - pydantic `ValidationError`: the first error's location becomes the path; a whole-record
+      validator's message that starts `field = value:` names the field.
+    - `RecordError`: returned as it is (with `raw` filled when missing).
+    - anything else (a reader bug or an unforeseen shape): the record is rejected at `prefix` with
+      the exception's type and text, so one odd record never stops the file.
+    """
+    if isinstance(exc, RecordError):
+        if exc.raw is None:
+            exc.raw = raw
+        return exc
+    if isinstance(exc, FieldError):
+        return RecordError(file, line, join_path(prefix, exc.field), exc.message, raw)
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        path = pydantic_path(err["loc"])
+        msg = _pydantic_message(err)
+        named, msg = _named_field(msg)
+        if named:
+            path = join_path(path, named) or ""
+        return RecordError(file, line, join_path(prefix, path), msg, raw)
+    return RecordError(file, line, prefix or None, f"cannot read record: {type(exc).__name__}: {exc}", raw)
+
+
+def guarded(file: str, line: int | None, prefix: str | None,
+            build: Callable[[], Rollout]) -> Rollout | RecordError:
+    """`build()`, or the RecordError `record_error` makes of whatever it raised."""
+    try:
+        return build()
+    except Exception as exc:  # noqa: BLE001 - one odd record must not stop the file
+        return record_error(file, line, prefix, exc)
+
+
+def id_text(value: Any, path: str, *, required: bool = False) -> str | None:
+    """An id as written: a string, or an integer kept with every digit (`str(int)`), never a
+    float (../shared/cases/20). Raises FieldError for anything else."""
+    if value is None:
+        if required:
+            raise FieldError(path, "missing id")
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise FieldError(path, f"expected a string or integer id, got {type(value).__name__}")

@@ -1,0 +1,51 @@
+"""The readers, in the order detection tries them: specific formats first, the generic chat
+reader last, so a format whose records also hold OpenAI-style messages (verifiers, NeMo Gym,
+Atropos, Tunix...) is never taken for a plain chat transcript. Adding a format is one module
+(`ingest/formats/<name>.py`, see base.Reader) and one line here, plus its line in
+`tests/formats/test_detect.py`.
+"""
+from __future__ import annotations
+
+from ingest.formats import chat, native, tau_bench, tunix
+from ingest.formats.base import Reader
+from ingest.source import Source
+
+READERS: list[Reader] = [  # type: ignore[list-item]
+    native,
+    tunix,
+    tau_bench,
+    chat,  # generic: always last
+]
+
+
+def names() -> list[str]:
+    """Every reader's NAME, in detection order."""
+    return [r.NAME for r in READERS]
+
+
+def get(name: str) -> Reader:
+    """The reader called `name` (`--format NAME`); KeyError listing the known names otherwise."""
+    for r in READERS:
+        if r.NAME == name:
+            return r
+    raise KeyError(f"unknown format {name!r}; formats: {', '.join(names())}")
+
+
+def detect(source: Source) -> Reader | None:
+    """The first reader whose `sniff` claims `source`, or None when none does."""
+    for reader in READERS:
+        if reader.sniff(source):
+            return reader
+    return None
+
+
+def claims(source: Source) -> list[str]:
+    """Every reader that would claim `source` (detection uses the first); for tests and errors."""
+    return [r.NAME for r in READERS if r.sniff(source)]
+
+
+def explain(source: Source) -> str:
+    """Why no reader took `source`: each format tried and the shape it expects."""
+    kind = {"json": "a JSON document", "jsonl": "JSONL", "csv": "CSV", "zip": "a zip archive"}.get(source.kind, source.kind)
+    tried = "; ".join(f"{r.NAME}: expects {r.EXPECTS}" for r in READERS)
+    return f"no reader recognises this file ({kind}). Formats tried: {tried}"

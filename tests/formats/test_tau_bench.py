@@ -1,0 +1,116 @@
+"""The tau-bench reader (ingest/formats/tau_bench.py): tau-bench's real results file (moved from
+test_chat.py when tau-bench got its own reader)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import data_path
+
+from ingest import graph
+from ingest.formats import ReadContext, tau_bench
+from ingest.schema import Ending, Rollout
+from ingest.source import RecordError, open_source
+
+
+def data(rel: str) -> Path:
+    path = data_path(*rel.split("/"))
+    assert path.exists(), f"test input missing: {rel}"
+    return path
+
+
+def read(path: Path, ctx: ReadContext | None = None) -> list[Rollout | RecordError]:
+    return list(tau_bench.read(open_source(path), ctx or ReadContext()))
+
+
+def rollouts(path: Path, ctx: ReadContext | None = None) -> list[Rollout]:
+    out = read(path, ctx)
+    errors = [r for r in out if isinstance(r, RecordError)]
+    assert not errors, [str(e) for e in errors]
+    return out  # type: ignore[return-value]
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def messages_of(r: Rollout) -> list[dict]:
+    return [n.message.model_dump() for n in r.nodes]
+
+
+def only_branch_pairs(r: Rollout) -> list[graph.CallRef]:
+    paths = graph.branches(r.nodes)
+    assert len(paths) == 1
+    return graph.pair_tool_calls(paths[0], messages_of(r))
+
+
+# --- tau-bench -----------------------------------------------------------------------------
+
+TAU = "realdata/tau-bench/gpt-4o-airline.sample.json"
+
+
+def test_tau_bench_file_is_detected_and_gives_three_rollouts():
+    src = open_source(data(TAU))
+    assert tau_bench.sniff(src)
+    rs = rollouts(data(TAU))
+    assert [r.id for r in rs] == ["task0-trial0", "task6-trial0", "task4-trial0"]
+    assert [r.reward for r in rs] == [0.0, 1.0, 0.0]
+    for r in rs:
+        assert r.group is not None and r.group.id == r.task.key and r.group.index == 0
+        assert r.task.data["user_id"] and "instruction" in r.task.data
+        assert r.extra["info"]["source"] in ("user", "transfer_to_human_agents")
+        assert r.source["format"] == "tau-bench"
+        assert len(graph.branches(r.nodes)) == 1  # a linear tool loop is one branch
+        assert all(n.sampled == (n.message.role == "assistant") for n in r.nodes)
+        assert all(not n.token_ids for n in r.nodes)  # no token data in the source
+        assert r.ending.evidence.turns == sum(n.message.role == "assistant" for n in r.nodes)
+    assert rs[0].run.id == "tau-bench"  # ctx.run_for: the folder name
+
+
+def test_tau_bench_reused_tool_call_id_kept_on_both_calls():
+    r = rollouts(data(TAU))[0]
+    reused = "call_HGn16KZh9oNCruxsMJ4gYXan"
+    holders = [(i, tc.name) for i, n in enumerate(r.nodes) for tc in (n.message.tool_calls or []) if tc.id == reused]
+    assert holders == [(8, "search_direct_flight"), (12, "search_onestop_flight")]
+    tc = r.nodes[8].message.tool_calls[0]
+    assert isinstance(tc.arguments, str) and json.loads(tc.arguments)["origin"] == "JFK"
+    pairs = {(c.node, c.name): c.result_node for c in only_branch_pairs(r)}
+    assert pairs[(8, "search_direct_flight")] == 9
+    assert pairs[(12, "search_onestop_flight")] == 13
+    assert all(v is not None for v in pairs.values())
+
+
+def test_tau_bench_endings():
+    rs = {r.id: r for r in rollouts(data(TAU))}
+    stop = rs["task0-trial0"].ending
+    assert stop.type == Ending.submitted and stop.detail == "###STOP###"
+    assert rs["task6-trial0"].ending.type == Ending.submitted
+    transfer = rs["task4-trial0"].ending
+    assert transfer.type == Ending.submitted and transfer.detail == "transfer_to_human_agents"
+
+
+def test_tau_bench_error_and_not_done_records(tmp_path):
+    doc = [
+        {"task_id": 3, "trial": 1, "reward": 0.0, "traj": [],
+         "info": {"error": "litellm.RateLimitError", "traceback": "Traceback ..."}},
+        {"task_id": 3, "trial": 2, "reward": 0.0, "info": {"source": "get_user_details", "task": {"user_id": "u"}},
+         "traj": [{"role": "system", "content": "policy"}, {"role": "user", "content": "hi"},
+                  {"role": "assistant", "content": "",
+                   "tool_calls": [{"id": "c", "type": "function",
+                                   "function": {"name": "get_user_details", "arguments": "{}"}}]},
+                  {"role": "tool", "tool_call_id": "c", "name": "get_user_details", "content": "{}"}]},
+        {"task_id": 3, "trial": 3, "reward": 0.0, "info": {"source": "user"},
+         "traj": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+                  {"role": "user", "content": "still there?"}]},
+    ]
+    rs = rollouts(write(tmp_path, "tau.json", json.dumps(doc)))
+    assert [r.id for r in rs] == ["task3-trial1", "task3-trial2", "task3-trial3"]
+    assert rs[0].ending.type == Ending.error and rs[0].ending.message == "litellm.RateLimitError"
+    assert rs[0].errors and rs[0].errors[0].traceback == "Traceback ..."
+    assert rs[1].ending.type == Ending.truncated and "get_user_details" in rs[1].ending.detail
+    assert rs[2].ending.type == Ending.truncated
+    assert {r.group.id for r in rs} == {"3"} and [r.group.index for r in rs] == [1, 2, 3]
+
+
