@@ -83,24 +83,34 @@ def generate(n: int, steps: int, seed: int = 0):
         tokens = rng.integers(20, 2000, m)
         turns = rng.integers(1, 12, m)
         stale = rng.integers(0, 3, m)
+        flagged = rng.random(m) < 0.05
+        kind = rng.integers(0, len(KINDS), m)
+        detail = rng.integers(0, 3, m)
+        masked = rng.random(m) < 0.3
+        tool_err = (rng.random(m) < 0.1).astype(int)
+        mm_max = rng.random(m) * 0.5
+        mm_out = rng.integers(0, 5, m)
+        word_ix = rng.integers(0, len(WORDS), (m, 12))
         rows, finds, docs = [], [], []
         for k in range(m):
             pk += 1
             g = k // group_size
             e = ENDINGS[int(ending[k])]
-            flag = KINDS[int(rng.integers(0, 3))] if rng.random() < 0.05 else None
-            trained = 0 if (e == "truncated" and rng.random() < 0.3) else int(tokens[k] * 0.6)
+            flag = KINDS[int(kind[k])] if flagged[k] else None
+            tok = int(tokens[k])
+            trained = 0 if (e == "truncated" and masked[k]) else int(tok * 0.6)
+            det = DETAILS[e][int(detail[k]) % len(DETAILS[e])]
             rows.append((pk, RUN, f"s{s:04d}-g{g:03d}-r{k % group_size:02d}", 0, s, f"s{s:04d}-g{g:03d}",
                          k % group_size, group_size, None, "solver", f"task-{(s * 7 + g * 13) % 500:04d}", e,
-                         DETAILS[e][int(rng.integers(0, len(DETAILS[e])))], None if e == "error" else float(reward[k]),
-                         "ok", None, s - int(stale[k]), s, 4, int(turns[k]), int(turns[k]) - 1, int(tokens[k]),
+                         det, None if e == "error" else float(reward[k]),
+                         "ok", None, s - int(stale[k]), s, 4, int(turns[k]), int(turns[k]) - 1, tok,
                          trained, 1, f'["{flag}"]' if flag else "[]", f"{pk:064x}", "rollscope/1", "bench.jsonl",
-                         pk, now, int(tokens[k] * 0.6), int(rng.random() < 0.1), float(turns[k] * 0.8),
-                         float(turns[k] * 0.3), int(stale[k]), int(tokens[k] * 0.6), float(tokens[k] * 0.01),
-                         float(rng.random() * 0.5), int(rng.integers(0, 5)), None))
+                         pk, now, int(tok * 0.6), int(tool_err[k]), float(turns[k] * 0.8),
+                         float(turns[k] * 0.3), int(stale[k]), int(tok * 0.6), float(tok * 0.01),
+                         float(mm_max[k]), int(mm_out[k]), None))
             if flag:
                 finds.append((pk, flag, "warning", 1, None, f"{flag} (bench)", None))
-            words = " ".join(WORDS[int(i)] for i in rng.integers(0, len(WORDS), 12))
+            words = " ".join(WORDS[i] for i in word_ix[k])
             extra = f" {RARE}" if (pk - 1) in rare_at else ""
             docs.append((pk, pk, RUN, 3, f"tool {COMMON}: {words}{extra}"))
         yield rows, finds, docs
@@ -220,7 +230,8 @@ def measure(base: str, pid: int, steps: int, requests: int) -> list[tuple]:
 GOALS = {"chart": 300, "page": 300, "list": 200, "search": 500}
 
 
-def bench(label: str, url: str, n: int, steps: int, requests: int, reuse: bool = False) -> None:
+def bench(label: str, url: str, n: int, steps: int, requests: int, reuse: bool = False,
+          load_only: bool = False) -> None:
     engine = make_engine(url, writer=True)
     upgrade(engine)
     with engine.connect() as conn:
@@ -244,7 +255,8 @@ def bench(label: str, url: str, n: int, steps: int, requests: int, reuse: bool =
     engine.dispose()
     print(f"[{label}] loaded {n:,} rollouts over {steps:,} steps in {t_load:.0f} s (bulk); "
           f"rollups of {n_steps} steps in {t_rollup:.1f} s")
-    serve_and_measure(label, url, steps, requests)
+    if not load_only:
+        serve_and_measure(label, url, steps, requests)
 
 
 def serve_and_measure(label: str, url: str, steps: int, requests: int) -> None:
@@ -278,14 +290,16 @@ def main() -> None:
     ap.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
     ap.add_argument("--requests", type=int, default=20)
     ap.add_argument("--keep", type=Path, help="write the SQLite file here and keep it")
-    ap.add_argument("--reuse", action="store_true", help="with --keep: time the database a previous run loaded")
+    ap.add_argument("--reuse", action="store_true",
+                    help="time the databases a previous --keep run loaded (SQLite in --keep, Postgres rs_bench_analytics)")
+    ap.add_argument("--load-only", action="store_true", help="load (and keep) the databases, time nothing")
     a = ap.parse_args()
     if a.db in ("sqlite", "both"):
         with tempfile.TemporaryDirectory() as tmp:
             path = (a.keep or Path(tmp)) / "bench-analytics.db"
             if not a.reuse:
                 path.unlink(missing_ok=True)
-            bench("sqlite", f"sqlite:///{path}", a.rollouts, a.steps, a.requests, a.reuse)
+            bench("sqlite", f"sqlite:///{path}", a.rollouts, a.steps, a.requests, a.reuse, a.load_only)
     if a.db in ("postgres", "both"):
         import psycopg
         from sqlalchemy.engine import make_url
@@ -294,15 +308,19 @@ def main() -> None:
         name = "rs_bench_analytics"
         admin = dict(host=u.host, port=u.port or 5432, user=u.username, password=u.password,
                      dbname=u.database or "postgres", autocommit=True)
+        keep = a.reuse or a.load_only or a.keep is not None
         with psycopg.connect(**admin) as c:
-            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            c.execute(f'CREATE DATABASE "{name}"')
+            exists = c.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+            if not (a.reuse and exists):
+                c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                c.execute(f'CREATE DATABASE "{name}"')
         try:
             bench("postgres", u.set(database=name).render_as_string(hide_password=False), a.rollouts, a.steps,
-                  a.requests)
+                  a.requests, a.reuse, a.load_only)
         finally:
-            with psycopg.connect(**admin) as c:
-                c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            if not keep:
+                with psycopg.connect(**admin) as c:
+                    c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 if __name__ == "__main__":
