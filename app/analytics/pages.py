@@ -159,14 +159,13 @@ def step_page(session: Session, run_id: str, step: int) -> dict | None:
         return None
     history = step_stats(session=session, run_id=run_id, steps=StepRange(max(0, step - 10), step))
     prev = [h for h in history if h.step < step]
-    nxt = step_stats(session=session, run_id=run_id, steps=StepRange(step + 1, None))[:1]
+    nxt = session.execute(sa.select(sa.func.min(models.StepRollup.step)).where(
+        models.StepRollup.run_id == run_id, models.StepRollup.step > step)).scalar()
     conn = session.connection()
     rows = rollups.step_rows(conn, run_id, step)
     limit = rollups.max_staleness(conn, run_id)
-    groups, _ = rollups.group_stats(rows)
-    zv = set(groups["zero_variance_ids"])
-    # the full zero-variance set (group_stats keeps 50 ids for the rollup): recompute from the table
-    zv = {g["group_id"] for g in _groups_table(run_id, rows) if g["zero_variance"]} | zv
+    group_table = _groups_table(run_id, rows)
+    zv = {g["group_id"] for g in group_table if g["zero_variance"]}
     latest = {r["pk"] for r in rollups.latest_attempts(rows)}
     no_grad = []
     for r in sorted(rows, key=lambda r: (r["group_id"] or "", r["rollout_id"], r["attempt"])):
@@ -189,7 +188,7 @@ def step_page(session: Session, run_id: str, step: int) -> dict | None:
         "step": step,
         "headline": headline,
         "previous_url": step_url(run_id, prev[-1].step) if prev else None,
-        "next_url": step_url(run_id, nxt[0].step) if nxt else None,
+        "next_url": step_url(run_id, nxt) if nxt is not None else None,
         "rollouts": s.rollouts, "rollouts_url": rollouts_url(run_id, step=step),
         "endings": endings,
         "reward": {"mean": s.mean_reward, "mean_no_errors": s.mean_reward_no_errors, "excluded": s.excluded,
@@ -198,7 +197,7 @@ def step_page(session: Session, run_id: str, step: int) -> dict | None:
                      "errors": h.endings["error"], "error_share": h.share(h.endings["error"]),
                      "mean_reward": h.mean_reward, "mean_reward_no_errors": h.mean_reward_no_errors,
                      "current": h.step == step} for h in history],
-        "groups": {**{k: v for k, v in s.get("groups", default={}).items()}, "table": _groups_table(run_id, rows)[:20]},
+        "groups": {**{k: v for k, v in s.get("groups", default={}).items()}, "table": group_table[:20]},
         "tasks": _tasks_table(session, run_id, step, prev[-1].step if prev else None)[:20],
         "findings": [{"kind": k, "count": n, "url": rollouts_url(run_id, step=step, flag=k)}
                      for k, n in sorted((s.get("findings") or {}).items(), key=lambda kv: (-kv[1], kv[0]))],

@@ -234,7 +234,9 @@ def _step_where(table, run_id: str, step: int | None):
 
 def step_rows(conn: sa.Connection, run_id: str, step: int | None) -> list[dict]:
     """The summary rows one step's rollup is computed from."""
-    return [dict(r._mapping) for r in conn.execute(sa.select(*ROW_COLUMNS).where(_step_where(R, run_id, step)))]
+    result = conn.execute(sa.select(*ROW_COLUMNS).where(_step_where(R, run_id, step)))
+    keys = list(result.keys())
+    return [dict(zip(keys, row)) for row in result]
 
 
 def max_staleness(conn: sa.Connection, run_id: str) -> int | None:
