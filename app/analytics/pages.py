@@ -555,3 +555,71 @@ def rollouts_csv(session: Session, run_id: str, filters, *, sort: str | None, ch
         if not got["next"]:
             return
         after = got["next"]
+
+
+STEPS_TABLE = 200  # steps listed on the run page; a longer run shows its last ones (narrow with ?steps=)
+
+
+def run_overview(session: Session, run_id: str, *, steps: StepRange = StepRange(), window: int = 1) -> dict | None:
+    """The run page from the rollups: per training step, counts per ending and mean reward (errors
+    scored 0 / dropped), totals, the run's metadata and its charts. Costs the same at any run size:
+    it reads one rollup row per step."""
+    run = _run(session, run_id)
+    if run is None:
+        return None
+    all_stats = step_stats(session=session, run_id=run_id, include_unstepped=True)
+    shown = [s for s in all_stats if s.step is None or (
+        (steps.first is None or s.step >= steps.first) and (steps.last is None or s.step <= steps.last))]
+    stepped = [s for s in shown if s.step is not None]
+    cut = len(stepped) > STEPS_TABLE
+    listed = stepped[-STEPS_TABLE:] + [s for s in shown if s.step is None]
+    tot = run_totals(all_stats)
+    step_rows = []
+    for s in listed:
+        step_rows.append({"step": s.step, "rollouts": s.rollouts, "endings": s.endings,
+                          "rates": {e: (n / s.rollouts if s.rollouts else 0.0) for e, n in s.endings.items()},
+                          "mean_reward": s.mean_reward, "mean_reward_no_errors": s.mean_reward_no_errors,
+                          "scored": s.scored, "excluded": s.excluded,
+                          "url": rollouts_url(run_id, step=s.step),
+                          "step_url": step_url(run_id, s.step) if s.step is not None else None})
+    return {
+        "run": {"id": run.id, "name": run.name, "type": run.type, "tokenizer": run.tokenizer_sha256,
+                "url": run_url(run.id), "rollouts_url": f"{run_url(run.id)}/rollouts"},
+        "endings": ENDINGS,
+        "steps": step_rows,
+        "steps_shown": {"listed": len([r for r in step_rows if r["step"] is not None]),
+                        "of": len([s for s in all_stats if s.step is not None]), "cut": cut},
+        "steps_recorded": any(s.step is not None for s in all_stats),
+        "totals": {"rollouts": tot["rollouts"], "endings": tot["endings"],
+                   "mean_reward": tot["mean_reward"], "mean_reward_no_errors": tot["mean_reward_no_errors"],
+                   "excluded": tot["excluded"], "retries": tot["retries"],
+                   "no_gradient": tot["no_gradient"]},
+        "analytics": run_charts(run_id, steps=steps, window=window),
+        "metadata": run_metadata(session, run_id),
+    }
+
+
+def runs_overview(session: Session) -> dict:
+    """Every run with rollouts, steps, mean reward (errors scored 0 / dropped), ending counts and a
+    reward sparkline, from the rollups (one row per step), and the compare form's URL."""
+    runs = list(session.execute(sa.select(models.Run).order_by(models.Run.created_at, models.Run.id)).scalars())
+    SR = models.StepRollup.__table__
+    by_run: dict[str, list[StepStats]] = defaultdict(list)
+    for r in session.execute(sa.select(SR).order_by(SR.c.run_id, SR.c.step.is_(None), SR.c.step)):
+        by_run[r.run_id].append(StepStats(r.run_id, r.step, r.rollouts, r.mean_reward, r.mean_reward_no_errors,
+                                          r.scored, r.excluded, r.stats or {}))
+    out = []
+    for run in runs:
+        stats = by_run.get(run.id, [])
+        tot = run_totals(stats)
+        stepped = [s for s in stats if s.step is not None]
+        out.append({
+            "id": run.id, "name": run.name, "type": run.type, "url": run_url(run.id),
+            "rollouts": tot["rollouts"], "first_step": tot["first_step"], "last_step": tot["last_step"],
+            "steps": len(stepped), "mean_reward": tot["mean_reward"],
+            "mean_reward_no_errors": tot["mean_reward_no_errors"], "endings": tot["endings"],
+            "tokenizer": run.tokenizer_sha256,
+            "created_at": run.created_at.isoformat() if run.created_at else None,
+            "sparkline": sparkline([(s.step, s.mean_reward) for s in stepped]),
+        })
+    return {"runs": out, "endings": ENDINGS, "compare_url": "/compare"}

@@ -157,6 +157,8 @@ def run_totals(stats: list[StepStats]) -> dict:
         for k, n in (s.get("findings") or {}).items():
             findings[k] = findings.get(k, 0) + n
     return {"rollouts": sum(s.rollouts for s in stats), "endings": endings,
+            "retries": sum(s.get("retries", default=0) for s in stats),
+            "excluded": sum(s.excluded for s in stats),
             "mean_reward": s0 / c0 if c0 else None, "mean_reward_no_errors": s1 / c1 if c1 else None,
             "no_gradient": {k: sum(s.get("no_gradient", k, default=0) for s in stats) for k in NO_GRADIENT_REASONS},
             "agents": agents, "findings": findings,

@@ -191,6 +191,7 @@ def compute_step(rows: list[Mapping], *, max_staleness: int | None = None) -> tu
                       "recorded": len(stale)},
         "no_gradient": {k: no_grad.get(k, 0) for k in NO_GRADIENT_REASONS},
         "agents": dict(sorted(Counter(r["agent"] or "" for r in rows).items())),
+        "retries": sum(1 for r in rows if r["attempt"] > 0),
         # where the step's rollouts came from and when (the run page's metadata)
         "sources": dict(Counter(f"{r['source_format'] or '?'}:{r['source_file'] or '?'}" for r in rows).most_common(20)),
         "ingested": {"first": min(_iso(r["ingested_at"]) for r in rows) if rows else None,
