@@ -4,9 +4,9 @@ Every point carries `customdata` = the URL of the rollouts behind it, so a click
 """
 from __future__ import annotations
 
-from urllib.parse import quote, urlencode
-
-from app.queries import ENDINGS, StepRow
+from app import urls
+from app.queries.common import ENDINGS
+from app.queries.runs import StepRow
 
 ENDING_COLORS = {
     "submitted": "#2e7d32",
@@ -16,11 +16,6 @@ ENDING_COLORS = {
     "error": "#c62828",
     "unknown": "#9e9e9e",
 }
-
-
-def _rollouts_url(run_id: str, **params) -> str:
-    q = urlencode({k: v for k, v in params.items() if v is not None})
-    return f"/runs/{quote(run_id, safe='')}/rollouts" + (f"?{q}" if q else "")
 
 
 MAX_STEP_TICKS = 10
@@ -70,7 +65,7 @@ def ending_rates(run_id: str, steps: list[StepRow]) -> dict:
             "textposition": "none",
             "hovertemplate": "step %{x}<br>" + ending + ": %{y:.1%} (%{text})<extra></extra>",
             "marker": {"color": ENDING_COLORS[ending]},
-            "customdata": [_rollouts_url(run_id, step=s.step, ending=ending) for s in rows],
+            "customdata": [urls.rollouts(run_id, step=s.step, ending=ending) for s in rows],
         })
     layout = _layout("Ending-type rates per step",
                      {"title": {"text": "share of rollouts"}, "tickformat": ".0%", "range": [0, 1]},
@@ -82,14 +77,14 @@ def ending_rates(run_id: str, steps: list[StepRow]) -> dict:
 def reward_trend(run_id: str, steps: list[StepRow]) -> dict:
     """Mean reward per step: errored rollouts scored 0, and errored rollouts dropped."""
     rows = [s for s in steps if s.step is not None]
-    urls = [_rollouts_url(run_id, step=s.step) for s in rows]
+    links = [urls.rollouts(run_id, step=s.step) for s in rows]
     data = [
         {"type": "scatter", "mode": "lines+markers", "name": "errors scored 0",
-         "x": [s.step for s in rows], "y": [s.mean_reward for s in rows], "customdata": urls,
+         "x": [s.step for s in rows], "y": [s.mean_reward for s in rows], "customdata": links,
          "hovertemplate": "step %{x}<br>mean reward %{y:.3f} (errors = 0)<extra></extra>",
          "line": {"color": "#1565c0"}},
         {"type": "scatter", "mode": "lines+markers", "name": "errors dropped",
-         "x": [s.step for s in rows], "y": [s.mean_reward_no_errors for s in rows], "customdata": urls,
+         "x": [s.step for s in rows], "y": [s.mean_reward_no_errors for s in rows], "customdata": links,
          "hovertemplate": "step %{x}<br>mean reward %{y:.3f} (errors dropped)<extra></extra>",
          "line": {"color": "#6a1b9a", "dash": "dot"}},
     ]

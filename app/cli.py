@@ -1,6 +1,7 @@
 """The `rollscope` command: ingest, serve, demo, schema.
 
-Configuration comes from the environment (`ROLLSCOPE_DATABASE_URL`, see app/config.py).
+Configuration comes from the environment through `get_settings()` (`ROLLSCOPE_DATABASE_URL`,
+`ROLLSCOPE_WORKER__BATCH_SIZE`, ...: app/config.py and the README's table).
 """
 from __future__ import annotations
 
@@ -28,11 +29,11 @@ console = Console(stderr=True)
 
 
 def _engine():
-    from app.config import Settings
+    from app.config import get_settings
     from app.db.engine import make_engine
     from app.db.migrate import upgrade
 
-    engine = make_engine(Settings().database_url, writer=True)
+    engine = make_engine(get_settings().db.url, writer=True)
     upgrade(engine)
     return engine
 
@@ -64,8 +65,9 @@ def ingest(
     reported with file, line and field, quarantined, and skipped; the good records around it are
     kept. Exits 1 when anything was rejected, 0 otherwise.
     """
-    from ingest.formats import ReadContext
+    from app.config import get_settings
     from app.worker.sync import ingest_paths, register_tokenizer
+    from ingest.formats import ReadContext
     from ingest.schema import RunRef
 
     if added_token and tokenizer is None:
@@ -100,7 +102,7 @@ def ingest(
             progress.update(current["task"], completed=current["source"].position)
 
         report = ingest_paths(engine, paths, ReadContext(run_id=run, step=step), tokenizer_key=key,
-                              on_file=on_file, on_item=on_item)
+                              on_file=on_file, on_item=on_item, batch_size=get_settings().worker.batch_size)
     total, errors, skipped = report.total, report.errors, report.skipped
     rows = [(f.path, f.format, f.result) for f in report.files]
 

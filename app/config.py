@@ -1,44 +1,116 @@
-"""Settings, read once from the environment and validated at start-up."""
+"""Settings in sections (`db`, `web`, `worker`, `api`), read once from the environment and
+validated at start-up.
+
+Each setting is `ROLLSCOPE_<SECTION>__<NAME>` in the environment (pydantic-settings' nested
+delimiter `__`), e.g. `ROLLSCOPE_WORKER__SPOOL_DIR`, `ROLLSCOPE_WEB__PAGE_SIZE`. The database URL
+keeps its documented short name `ROLLSCOPE_DATABASE_URL` (equivalent to `ROLLSCOPE_DB__URL`).
+The README's configuration table lists every setting (tests/test_documented.py checks it).
+
+Code reads `get_settings()` (the CLI) or `request.app.state.settings` (the app, built by
+`create_app(settings)`); tests build `Settings(database_url=...)` explicitly. No module reads
+the environment on its own.
+"""
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
+from typing import Annotated
 
-from pydantic import field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PageSize = Annotated[int, Field(ge=1, le=1000)]
+
+
+def normalize_db_url(v: str) -> str:
+    """`postgres://` and `postgresql://` → `postgresql+psycopg://`; sqlite URLs as given.
+    Raises ValueError for any other scheme."""
+    if v.startswith("postgres://"):
+        v = "postgresql://" + v[len("postgres://"):]
+    if v.startswith("postgresql://"):
+        v = "postgresql+psycopg://" + v[len("postgresql://"):]
+    if not (v.startswith("sqlite") or v.startswith("postgresql+psycopg://")):
+        raise ValueError(f"ROLLSCOPE_DATABASE_URL must be a sqlite:// or postgresql:// URL, got {v!r}")
+    return v
+
+
+class DbSettings(BaseModel):
+    """The database."""
+
+    url: str = Field("sqlite:///./rollscope.db", description="SQLAlchemy URL: a SQLite file, or "
+                     "`postgresql://user@host:5432/db` (also as `ROLLSCOPE_DATABASE_URL`)")
+    pool_size: int = Field(5, ge=1, le=200, description="Postgres connections kept open per process")
+    max_overflow: int = Field(10, ge=0, le=1000, description="extra Postgres connections under load, per process")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        return normalize_db_url(v)
+
+
+class WebSettings(BaseModel):
+    """The dashboard pages and their JSON twins."""
+
+    page_size: PageSize = Field(50, description="rows per list page (rollouts, quarantine)")
+    messages_per_page: PageSize = Field(50, description="messages of one branch per rollout page")
+    preview_chars: int = Field(2000, ge=1, le=10_000_000, description="characters of a message shown inline; "
+                               "the rest behind \"show full text\"")
+    tokens_inline: int = Field(4096, ge=1, le=10_000_000, description="tokens drawn per message; `tokens=all` "
+                               "and the JSON twin give every token")
+
+
+class WorkerSettings(BaseModel):
+    """Ingest: the CLI's synchronous path and the worker."""
+
+    batch_size: int = Field(200, ge=1, le=100_000, description="rollouts written per transaction")
+    spool_dir: Path = Field(Path("./spool"), description="folder the worker takes trace files from")
+
+
+class ApiSettings(BaseModel):
+    """The operators' REST API under `/api/v1`."""
+
+    page_size: PageSize = Field(100, description="default rows per API list page")
+    max_page_size: PageSize = Field(1000, description="largest `limit` an API list accepts")
 
 
 class Settings(BaseSettings):
-    """`ROLLSCOPE_*` environment variables.
+    """All settings, by section. `Settings(database_url=...)` is a shorthand for `db.url`."""
 
-    - `ROLLSCOPE_DATABASE_URL`: SQLAlchemy URL; `sqlite:///./rollscope.db` (default) or
-      `postgresql+psycopg://user@host:5432/db`. A bare `postgresql://` URL is accepted.
-    - `ROLLSCOPE_PAGE_SIZE`: rows per list page (default 50, 1..1000).
-    """
+    model_config = SettingsConfigDict(env_prefix="ROLLSCOPE_", env_nested_delimiter="__", extra="forbid")
 
-    model_config = SettingsConfigDict(env_prefix="ROLLSCOPE_")
+    database_url: str | None = Field(None, description="shorthand for `db.url` (`ROLLSCOPE_DATABASE_URL`)")
+    db: DbSettings = DbSettings()
+    web: WebSettings = WebSettings()
+    worker: WorkerSettings = WorkerSettings()
+    api: ApiSettings = ApiSettings()
 
-    database_url: str = "sqlite:///./rollscope.db"
-    page_size: int = 50
+    @model_validator(mode="after")
+    def _one_database_url(self) -> "Settings":
+        """`database_url` and `db.url` name the same setting; after validation both hold it."""
+        if self.database_url is None:
+            self.database_url = self.db.url
+            return self
+        url = normalize_db_url(self.database_url)
+        if "url" in self.db.model_fields_set and self.db.url != url:
+            raise ValueError("ROLLSCOPE_DATABASE_URL and ROLLSCOPE_DB__URL disagree: set one of them")
+        self.db = self.db.model_copy(update={"url": url})
+        self.database_url = url
+        return self
 
-    @field_validator("database_url")
-    @classmethod
-    def _normalize_url(cls, v: str) -> str:
-        if v.startswith("postgres://"):
-            v = "postgresql://" + v[len("postgres://"):]
-        if v.startswith("postgresql://"):
-            v = "postgresql+psycopg://" + v[len("postgresql://"):]
-        if not (v.startswith("sqlite") or v.startswith("postgresql+psycopg://")):
-            raise ValueError(f"ROLLSCOPE_DATABASE_URL must be a sqlite:// or postgresql:// URL, got {v!r}")
-        return v
 
-    @field_validator("page_size")
-    @classmethod
-    def _page_size(cls, v: int) -> int:
-        if not 1 <= v <= 1000:
-            raise ValueError("ROLLSCOPE_PAGE_SIZE must be between 1 and 1000")
-        return v
+def setting_env_names() -> list[str]:
+    """Every environment variable the settings read, e.g. `ROLLSCOPE_WORKER__SPOOL_DIR`."""
+    out = []
+    for name, field in Settings.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out += [f"ROLLSCOPE_{name.upper()}__{sub.upper()}" for sub in ann.model_fields]
+        else:
+            out.append(f"ROLLSCOPE_{name.upper()}")
+    return out
 
 
 @lru_cache
 def get_settings() -> Settings:
+    """The process's settings, from the environment (read once)."""
     return Settings()

@@ -6,12 +6,9 @@ from pathlib import Path
 from urllib.parse import parse_qsl, unquote
 
 from fastapi import FastAPI, Request
-from fastapi.encoders import jsonable_encoder
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app import errors
 from app.config import Settings, get_settings
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
@@ -39,23 +36,6 @@ def routing_path(raw_path: str) -> str:
     return "".join(p.upper() if i % 2 else unquote(p) for i, p in enumerate(parts))
 
 
-def _wants_json(request: Request) -> bool:
-    return request.url.path.endswith(".json") or "application/json" in request.headers.get("accept", "")
-
-
-def error_response(request: Request, status: int, detail) -> Response:
-    """The error page for browsers, `{"detail": ...}` for JSON clients."""
-    if _wants_json(request):
-        return JSONResponse({"detail": jsonable_encoder(detail)}, status_code=status)
-    from app.render import templates
-
-    if isinstance(detail, list):  # validation errors: one readable line each
-        detail = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ())[1:]) or 'request'}: {e.get('msg', '')}"
-                           for e in detail)
-    return templates.TemplateResponse(request, "error.html", {"status": status, "detail": detail, "alternate": None},
-                                      status_code=status)
-
-
 class RoutingPath:
     """ASGI middleware: route on `routing_path(raw_path)` and refuse NUL anywhere in the target
     (Postgres rejects NUL in text, and no id or filter legitimately holds one)."""
@@ -72,7 +52,7 @@ class RoutingPath:
             query = scope.get("query_string", b"").decode("latin-1")
             if "\x00" in unquote(path) or any("\x00" in k or "\x00" in v
                                                for k, v in parse_qsl(query, keep_blank_values=True)):
-                response = error_response(Request(scope), 400, "NUL character in the URL")
+                response = errors.error_response(Request(scope), 400, "NUL character in the URL")
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -104,7 +84,7 @@ class HeadAsGet:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app for `settings` (default: from the environment); migrates the database."""
     settings = settings or get_settings()
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.db.url)
     upgrade(engine)
     app = FastAPI(title="Rollscope", version="0.1.0",
                   description="Trace inspector for agentic RL. Every page has a JSON twin (`.json`).")
@@ -125,13 +105,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.add_middleware(HeadAsGet)  # added last: outermost
 
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException):
-        return error_response(request, exc.status_code, exc.detail)
-
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(request: Request, exc: RequestValidationError):
-        return error_response(request, 422, exc.errors())
+    errors.install(app)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict:

@@ -1,7 +1,10 @@
-"""One view, two faces: the same data rendered as HTML or returned as its JSON twin.
+"""Content negotiation, in one place: one page model rendered as HTML, as an htmx block, or as its
+JSON twin.
 
-A request wants JSON when its last path segment ends in `.json` or its Accept header asks for
-`application/json` (and not HTML). An htmx request (`HX-Request: true`) with a `block` gets only
+A request wants JSON when its path ends in `.json` (the twin), or when its Accept header names
+`application/json` explicitly and does not name `text/html` with at least the same quality.
+Everything else, `Accept: */*` and browsers included, gets HTML. Pages and their errors use the
+same rule (app.errors). An htmx request (`HX-Request: true`) for a page with a `block` gets only
 that named block of the page template (jinja2-fragments).
 """
 from __future__ import annotations
@@ -9,11 +12,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from fastapi import HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 from jinja2_fragments.fastapi import Jinja2Blocks
+from pydantic import BaseModel
+
+from app import urls
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 templates = Jinja2Blocks(directory=str(TEMPLATES))  # autoescape on for .html (Starlette default)
@@ -36,6 +41,7 @@ def plural(n, one: str, many: str | None = None) -> str:
 
 templates.env.filters["compact"] = compact_number
 templates.env.filters["plural"] = plural
+templates.env.globals["urls"] = urls
 
 
 def split_twin(value: str) -> tuple[str, bool]:
@@ -45,39 +51,71 @@ def split_twin(value: str) -> tuple[str, bool]:
     return value, False
 
 
-def wants_json(request: Request, suffix_json: bool) -> bool:
-    if suffix_json:
-        return True
-    accept = request.headers.get("accept", "")
-    return "application/json" in accept and "text/html" not in accept
+def _accept_quality(accept: str) -> dict[str, float]:
+    """Media type → quality, for the types listed in an Accept header (`q` defaults to 1)."""
+    out: dict[str, float] = {}
+    for item in accept.split(","):
+        media, *params = (p.strip() for p in item.split(";"))
+        q = 1.0
+        for p in params:
+            k, _, v = p.partition("=")
+            if k.strip().lower() == "q":
+                try:
+                    q = float(v)
+                except ValueError:
+                    q = 0.0
+        if media:
+            out[media.lower()] = max(q, out.get(media.lower(), 0.0))
+    return out
 
 
-def twin_url(request: Request) -> str:
-    """This page's JSON twin: the path as the client sent it (ids keep their escapes), + `.json`."""
-    raw = request.scope.get("raw_path")
-    path = raw.decode("latin-1") if raw else quote(request.url.path)
-    return path + ".json" + (("?" + request.url.query) if request.url.query else "")
+def accepts_json(request: Request) -> bool:
+    """True when the Accept header asks for JSON over HTML (see the module docstring)."""
+    quality = _accept_quality(request.headers.get("accept", ""))
+    js = quality.get("application/json", 0.0)
+    return js > 0 and quality.get("text/html", 0.0) < js
 
 
-def _strict(value: Any) -> Any:
-    """Replace NaN/inf with None so the JSON twin is strict JSON."""
+def wants_json(request: Request, suffix_json: bool | None = None) -> bool:
+    """Whether to answer with JSON. `suffix_json` says whether the route saw the `.json` twin
+    suffix (routes with ids decide it themselves; default: the path ends in `.json`)."""
+    if suffix_json is None:
+        suffix_json = request.url.path.endswith(".json")
+    return suffix_json or accepts_json(request)
+
+
+def strict_json(value: Any) -> Any:
+    """Replace NaN/inf with None so a JSON body is strict JSON."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _strict(v) for k, v in value.items()}
+        return {k: strict_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_strict(v) for v in value]
+        return [strict_json(v) for v in value]
     return value
 
 
-def respond(request: Request, template: str, data: dict | None, *, json: bool, block: str | None = None,
+def as_json(data: BaseModel | dict) -> Any:
+    """A page model (or plain data) as strict JSON-ready data."""
+    if isinstance(data, BaseModel):
+        data = data.model_dump(mode="json")
+    return strict_json(data)
+
+
+def respond(request: Request, template: str, data: BaseModel | None, *, json: bool, block: str | None = None,
             alternate: str | None = None) -> Response:
-    """Render `data` with `template`, or return it as JSON. 404 when `data` is None."""
+    """Render page model `data` with `template`, or return it as JSON. 404 when `data` is None."""
     if data is None:
         raise HTTPException(status_code=404, detail="not found")
     if json:
-        return JSONResponse(_strict(data))
-    ctx = {"d": data, "alternate": alternate or twin_url(request)}
+        return JSONResponse(as_json(data))
+    ctx = {"d": data, "alternate": alternate or urls.twin(request)}
     if block and request.headers.get("hx-request") == "true":
         return templates.TemplateResponse(request, template, ctx, block_name=block)
     return templates.TemplateResponse(request, template, ctx)
+
+
+def error_page(request: Request, status: int, message: str) -> Response:
+    """The HTML error page."""
+    return templates.TemplateResponse(request, "error.html", {"status": status, "detail": message, "alternate": None},
+                                      status_code=status)

@@ -88,18 +88,30 @@ class Message(Model):
     name: str | None = None
 
     def text(self) -> str:
-        """The message body as plain text (text parts joined; other parts named)."""
-        if self.content is None:
-            return ""
-        if isinstance(self.content, str):
-            return self.content
-        out = []
-        for part in self.content:
-            if part.get("type") == "text":
-                out.append(str(part.get("text", "")))
-            else:
-                out.append(f"[{part.get('type', 'part')}]")
-        return "\n".join(out)
+        """The message body as plain text: see `content_text`. Its length is the stored
+        `content_len`; the rollout page and the `.txt` view show this same text."""
+        return content_text(self.content)
+
+
+def content_text(content: Any) -> str:
+    """A message `content` (string, list of parts, or None; as parsed or as stored) as plain
+    text: text parts joined by newlines, any other part named in brackets (`[image_url]`).
+
+    The one definition of "message text": the store's `content_len`, the rollout page's preview
+    and the full-text `.txt` view all use it."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    out = []
+    for part in content:
+        if not isinstance(part, dict):
+            out.append(str(part))
+        elif part.get("type") == "text":
+            out.append(str(part.get("text", "")))
+        else:
+            out.append(f"[{part.get('type', 'part')}]")
+    return "\n".join(out)
 
 
 class Node(Model):

@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import make_url
 
-from app.config import Settings
+from app.config import Settings, get_settings
 from app.db.engine import make_engine
 from app.main import create_app
 from app.db.migrate import upgrade
@@ -36,6 +36,15 @@ def _pg_admin():
     u = make_url(PG_URL)
     return psycopg.connect(host=u.host, port=u.port or 5432, user=u.username, password=u.password,
                            dbname=u.database or "postgres", autocommit=True)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_settings():
+    """`get_settings()` reads the environment once per process; tests that set it (monkeypatch)
+    and run the CLI in-process need it read again."""
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

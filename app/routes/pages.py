@@ -27,10 +27,21 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse
 from pydantic import BeforeValidator, Field
 
-from app import queries, views
+from app import urls
 from app.deps import SessionDep
-from app.queries import ENDINGS, INT32_MAX, INT32_MIN, RolloutFilters, decode_cursor, get_node
+from app.queries import groups as q_groups
+from app.queries import rollouts as q_rollouts
+from app.queries import runs as q_runs
+from app.queries.common import ENDINGS, INT32_MAX, INT32_MIN
+from app.queries.nodes import get_node
+from app.queries.rollouts import RolloutFilters, decode_cursor
 from app.render import respond, split_twin, wants_json
+from app.views.groups import group_page
+from app.views.quarantine import quarantine_page
+from app.views.rollout import rollout_page
+from app.views.rollouts import rollouts_page
+from app.views.runs import run_page, runs_page
+from ingest.schema import content_text
 
 router = APIRouter(tags=["pages"])
 
@@ -48,10 +59,6 @@ OptStr = Annotated[str | None, BeforeValidator(_blank_is_none)]
 OptLimit = Annotated[Annotated[int, Field(ge=1, le=1000)] | None, BeforeValidator(_blank_is_none)]
 
 
-def _json_path(request: Request) -> bool:
-    return wants_json(request, request.url.path.endswith(".json"))
-
-
 def _twin(value: str, exists) -> tuple[str, bool]:
     """The id in the last path segment and whether the JSON twin is asked for. A trailing `.json`
     asks for the twin, unless the id itself ends in `.json` (it exists and the stripped id does
@@ -65,14 +72,14 @@ def _twin(value: str, exists) -> tuple[str, bool]:
 
 @router.get("/", include_in_schema=False)
 def index() -> RedirectResponse:
-    return RedirectResponse("/runs")
+    return RedirectResponse(urls.runs())
 
 
 @router.get("/runs")
 @router.get("/runs.json")
 def runs(request: Request, session: SessionDep):
     """All runs: rollouts, steps, mean reward (errors scored 0 / dropped) and ending counts per run."""
-    return respond(request, "runs.html", views.runs_page(session), json=_json_path(request))
+    return respond(request, "runs.html", runs_page(session), json=wants_json(request))
 
 
 @router.get("/quarantine")
@@ -81,41 +88,41 @@ def quarantine(request: Request, session: SessionDep, file: OptStr = None, befor
                limit: OptLimit = None):
     """Records rejected at ingest, newest first: file, line, field, error and the first 4 KB of the
     record. `file=` keeps one file's; `before=` is the keyset cursor of the next page."""
-    json = _json_path(request)
-    data = views.quarantine_page(session, file=file, before=before,
-                                 limit=limit or request.app.state.settings.page_size, keep_limit=limit, twin=json)
+    json = wants_json(request)
+    data = quarantine_page(session, file=file, before=before,
+                           limit=limit or request.app.state.settings.web.page_size, keep_limit=limit, twin=json)
     return respond(request, "quarantine.html", data, json=json)
 
 
 @router.get("/runs/{run_id:path}/nodes/{rollout_pk}/{idx}.txt")
 def node_text(session: SessionDep, run_id: str, rollout_pk: Annotated[Count, Path()],
               idx: Annotated[Count, Path()]):
-    """The full text of one message, as text/plain (never rendered as HTML)."""
+    """The full text of one message, as text/plain (never rendered as HTML): text parts joined,
+    other parts named (`[image_url]`), as in the page's preview (ingest.schema.content_text)."""
     node = get_node(session=session, run_id=unquote(run_id), rollout_pk=rollout_pk, idx=idx)
     if node is None:
         raise HTTPException(404, "not found")
-    msg = node.message or {}
-    content = msg.get("content")
-    if isinstance(content, list):
-        content = "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return PlainTextResponse(content or "", headers={"X-Content-Type-Options": "nosniff",
+    text = content_text((node.message or {}).get("content"))
+    return PlainTextResponse(text, headers={"X-Content-Type-Options": "nosniff",
                                                      "Content-Security-Policy": "default-src 'none'"})
 
 
 @router.get("/runs/{run_id:path}/rollouts/{rollout_id:path}")
 def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
             branch: OptCount = None, offset: OptCount = None, attempt: OptInt = None, tokens: OptStr = None):
-    """One rollout: ending, reward, findings, branches, and one page (50) of the messages of one
+    """One rollout: ending, reward, findings, branches, and one page (`ROLLSCOPE_WEB__MESSAGES_PER_PAGE`,
+    50) of the messages of one
     branch with tool calls paired to results and the token strip. `tokens=all` (or the JSON twin)
     gives every token with ids, loss mask, behaviour logprobs and advantages.
 
     `attempt=N` shows attempt N of the rollout id; without it, the latest attempt. `attempts`
     lists every attempt of the id with its link, the one shown marked `current`."""
-    rollout_id, js = _twin(rollout_id, lambda rid: queries.get_rollout(
+    rollout_id, js = _twin(rollout_id, lambda rid: q_rollouts.get_rollout(
         session=session, run_id=unquote(run_id), rollout_id=rid) is not None)
     want_json = wants_json(request, js)
-    data = views.rollout_page(session, unquote(run_id), rollout_id, branch=branch or 0, offset=offset or 0,
-                              attempt=attempt, all_tokens=want_json or tokens == "all")
+    data = rollout_page(session, unquote(run_id), rollout_id, web=request.app.state.settings.web,
+                        branch=branch or 0, offset=offset or 0, attempt=attempt,
+                        all_tokens=want_json or tokens == "all")
     return respond(request, "rollout.html", data, json=want_json, block="messages")
 
 
@@ -127,9 +134,9 @@ def group(request: Request, session: SessionDep, run_id: str, group_id: str):
     member list, the baselines and the warnings. Its earlier attempts in the group are listed
     under `superseded`, each linking to its own attempt (`?attempt=N`). Warnings name a size
     other than the declared one, duplicate indices, and indices at or beyond the declared size."""
-    group_id, js = _twin(group_id, lambda gid: queries.group_exists(session=session, run_id=unquote(run_id),
-                                                                      group_id=gid))
-    return respond(request, "group.html", views.group_page(session, unquote(run_id), group_id),
+    group_id, js = _twin(group_id, lambda gid: q_groups.group_exists(session=session, run_id=unquote(run_id),
+                                                                       group_id=gid))
+    return respond(request, "group.html", group_page(session, unquote(run_id), group_id),
                    json=wants_json(request, js))
 
 
@@ -154,9 +161,9 @@ def rollouts(
             raise HTTPException(422, "after: not a cursor from this API") from None
     filters = RolloutFilters(step=step, ending=ending, group=group, task=task,
                              reward_min=reward_min, reward_max=reward_max, flag=flag)
-    json = _json_path(request)
-    page_size = limit or request.app.state.settings.page_size
-    data = views.rollouts_page(session, unquote(run_id), filters, after, page_size, keep_limit=limit, twin=json)
+    json = wants_json(request)
+    page_size = limit or request.app.state.settings.web.page_size
+    data = rollouts_page(session, unquote(run_id), filters, after, page_size, keep_limit=limit, twin=json)
     return respond(request, "rollouts.html", data, json=json, block="rows")
 
 
@@ -164,5 +171,5 @@ def rollouts(
 def run(request: Request, session: SessionDep, run_id: str):
     """A run: per training step, counts per ending and mean reward (errors scored 0 / dropped),
     and the two charts as Plotly figure data."""
-    run_id, js = _twin(run_id, lambda rid: queries.get_run(session=session, run_id=rid) is not None)
-    return respond(request, "run.html", views.run_page(session, run_id), json=wants_json(request, js))
+    run_id, js = _twin(run_id, lambda rid: q_runs.get_run(session=session, run_id=rid) is not None)
+    return respond(request, "run.html", run_page(session, run_id), json=wants_json(request, js))

@@ -23,7 +23,7 @@ from ingest.checks import run_rollout_checks
 from ingest.schema import Rollout
 from ingest.source import RecordError
 
-BATCH = 200
+BATCH = 200  # default of `ROLLSCOPE_WORKER__BATCH_SIZE` (app.config.WorkerSettings)
 
 
 @dataclass
@@ -170,8 +170,9 @@ def _raw(r: Rollout) -> str | None:
         return None
 
 
-def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=None) -> StoreResult:
-    """Store a stream of rollouts and rejections, `BATCH` rollouts per transaction.
+def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=None,
+          batch_size: int = BATCH) -> StoreResult:
+    """Store a stream of rollouts and rejections, `batch_size` rollouts per transaction.
 
     `on_item(item)` is called after each item (progress bars).
     """
@@ -194,7 +195,7 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
                 quarantine(conn, item)
         else:
             batch.append(item)
-            if len(batch) >= BATCH:
+            if len(batch) >= batch_size:
                 flush()
         if on_item:
             on_item(item)

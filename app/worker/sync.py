@@ -19,7 +19,7 @@ from ingest.formats import ReadContext
 from ingest.files import TRACE_SUFFIXES, read_records, walk
 from ingest.source import RecordError, Source, open_source
 from app.store.quarantine import quarantine
-from app.store.write import StoreResult, ensure_run, store, store_tokenizer
+from app.store.write import BATCH, StoreResult, ensure_run, store, store_tokenizer
 
 
 @dataclass
@@ -60,8 +60,9 @@ def register_tokenizer(engine: Engine, path: Path, added: dict[int, str] | None 
 
 def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokenizer_key: str | None = None,
                  on_file: Callable[[Path, Source], None] | None = None,
-                 on_item: Callable[[object], None] | None = None) -> IngestReport:
-    """Ingest every file under `paths`. `on_file`/`on_item` drive progress displays.
+                 on_item: Callable[[object], None] | None = None, batch_size: int = BATCH) -> IngestReport:
+    """Ingest every file under `paths`, `batch_size` rollouts per transaction
+    (`ROLLSCOPE_WORKER__BATCH_SIZE`). `on_file`/`on_item` drive progress displays.
 
     A file given explicitly that cannot be read, or that no reader recognises, is rejected and
     quarantined (line None). In a folder, a file with a trace file's suffix that cannot be parsed
@@ -93,7 +94,8 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
         file_errors: list[RecordError] = []
 
         try:
-            result = store(engine, read_records(reader, source, ctx, file_errors), on_item=on_item)
+            result = store(engine, read_records(reader, source, ctx, file_errors), on_item=on_item,
+                           batch_size=batch_size)
         except Exception as exc:  # noqa: BLE001 - one file must not stop the others
             err = RecordError(str(path), source.last_line, None,
                               f"ingest of this file stopped: {type(exc).__name__}: {exc}", source.last_raw)

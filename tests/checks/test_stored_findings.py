@@ -5,7 +5,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import command
 
-from app import queries
+from app.queries.common import R
+from app.queries.findings import has_finding
 from app.db import models
 from app.db.engine import make_engine
 from app.db.migrate import alembic_config, upgrade
@@ -53,9 +54,9 @@ def test_group_findings_are_stored_recomputed_and_filterable(client, engine, tmp
 
 
 def test_the_filter_is_an_exists_on_the_finding_table_not_a_like():
-    sql = str(sa.select(queries.R.c.pk).where(queries.has_finding("token_drift")))
+    sql = str(sa.select(R.c.pk).where(has_finding("token_drift")))
     assert "EXISTS" in sql and "finding.kind" in sql and "LIKE" not in sql.upper()
-    group_sql = str(sa.select(queries.R.c.pk).where(queries.has_finding("group_size_mismatch")))
+    group_sql = str(sa.select(R.c.pk).where(has_finding("group_size_mismatch")))
     assert "finding.group_id" in group_sql and "finding.rollout_pk IS NULL" in group_sql
     index_cols = {tuple(c.name for c in ix.columns) for ix in models.Finding.__table__.indexes}
     assert ("kind", "rollout_pk") in index_cols and ("run_id", "group_id") in index_cols

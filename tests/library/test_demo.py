@@ -7,7 +7,6 @@ import re
 import statistics
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -25,10 +24,9 @@ PER_TOKEN = ("mask", "is_content", "logprobs", "advantages", "reference_logprobs
 
 @pytest.fixture(scope="module")
 def generated() -> tuple[list[Rollout], demo.ToyTokenizer]:
-    start = time.perf_counter()
+    # How long generation takes is measured by bench/ingest_and_pages.py, not asserted here.
     tok = demo.ToyTokenizer()
     rollouts = list(demo.generate(tokenizer=tok))
-    assert time.perf_counter() - start < 10, "default demo generation should take a few seconds"
     return rollouts, tok
 
 

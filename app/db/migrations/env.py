@@ -20,7 +20,7 @@ def run() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    url = context.config.get_main_option("sqlalchemy.url") or get_settings().database_url
+    url = context.config.get_main_option("sqlalchemy.url") or get_settings().db.url
     engine = make_engine(url)
     with engine.connect() as conn:
         context.configure(connection=conn, target_metadata=target_metadata, render_as_batch=True,
