@@ -132,9 +132,9 @@ def _xs(steps) -> list[int]:
     return [s.step for s in steps]
 
 
-def _line(name: str, steps, ys: list, urls: list, color: str, *, dash: str | None = None, fmt: str = ".3f",
+def _line(name: str, steps, ys: list, links: list, color: str, *, dash: str | None = None, fmt: str = ".3f",
           unit: str = "", width: float = 2, yaxis: str | None = None) -> dict:
-    t = {"type": "scatter", "mode": "lines+markers", "name": name, "x": _xs(steps), "y": ys, "customdata": urls,
+    t = {"type": "scatter", "mode": "lines+markers", "name": name, "x": _xs(steps), "y": ys, "customdata": links,
          "hovertemplate": f"step %{{x}}<br>{name}: %{{y:{fmt}}}{unit}<extra></extra>",
          "line": {"color": color, "width": width, **({"dash": dash} if dash else {})}, "marker": {"size": 4}}
     if yaxis:
@@ -143,11 +143,11 @@ def _line(name: str, steps, ys: list, urls: list, color: str, *, dash: str | Non
 
 
 def _step_urls(run_id: str, steps, **params) -> list[str]:
-    return [_rollouts_url(run_id, step=s.step, **params) for s in steps]
+    return [urls.rollouts(run_id, step=s.step, **params) for s in steps]
 
 
 def _step_page_urls(run_id: str, steps, anchor: str = "") -> list[str]:
-    return [f"/runs/{quote(run_id, safe='')}/steps/{s.step}" + (f"#{anchor}" if anchor else "") for s in steps]
+    return [f"/runs/{urls.q(run_id)}/steps/{s.step}" + (f"#{anchor}" if anchor else "") for s in steps]
 
 
 def build_endings(run_id: str, steps, tasks=None) -> dict:
@@ -172,7 +172,7 @@ def build_endings(run_id: str, steps, tasks=None) -> dict:
 
 def build_reward(run_id: str, steps, tasks=None) -> dict:
     """Mean, median, p10 and p90 of reward per step, errors scored 0 and errors dropped."""
-    urls = _step_urls(run_id, steps)
+    links = _step_urls(run_id, steps)
     data = []
     for policy, label, color in (("errors_as_zero", "errors scored 0", "#1565c0"),
                                  ("errors_dropped", "errors dropped", "#6a1b9a")):
@@ -180,13 +180,13 @@ def build_reward(run_id: str, steps, tasks=None) -> dict:
         band = {"color": color, "width": 0.5, "dash": "dot"}
         data += [
             {"type": "scatter", "mode": "lines", "name": f"p10 ({label})", "x": _xs(steps), "y": q("p10"),
-             "customdata": urls, "line": band, "legendgroup": policy,
+             "customdata": links, "line": band, "legendgroup": policy,
              "hovertemplate": f"step %{{x}}<br>p10 ({label}) %{{y:.3f}}<extra></extra>"},
             {"type": "scatter", "mode": "lines", "name": f"p90 ({label})", "x": _xs(steps), "y": q("p90"),
-             "customdata": urls, "line": band, "fill": "tonexty", "fillcolor": color + "1a", "legendgroup": policy,
+             "customdata": links, "line": band, "fill": "tonexty", "fillcolor": color + "1a", "legendgroup": policy,
              "hovertemplate": f"step %{{x}}<br>p90 ({label}) %{{y:.3f}}<extra></extra>"},
-            _line(f"mean ({label})", steps, q("mean"), urls, color) | {"legendgroup": policy},
-            _line(f"median ({label})", steps, q("median"), urls, color, dash="dash", width=1) | {"legendgroup": policy},
+            _line(f"mean ({label})", steps, q("mean"), links, color) | {"legendgroup": policy},
+            _line(f"median ({label})", steps, q("median"), links, color, dash="dash", width=1) | {"legendgroup": policy},
         ]
     return {"data": data, "layout": _layout("Reward per step", {"title": {"text": "reward"}}, _xs(steps))}
 
@@ -225,11 +225,11 @@ def build_task_heatmap(run_id: str, steps, tasks=None) -> dict:
     x = [b[0] for b in buckets]
 
     def url(k: str, b: list[int]) -> str:
-        return _rollouts_url(run_id, step=b[0], task=k) if len(b) == 1 else _rollouts_url(
+        return urls.rollouts(run_id, step=b[0], task=k) if len(b) == 1 else urls.rollouts(
             run_id, steps=f"{b[0]}-{b[-1]}", task=k)
 
-    urls = [[url(k, b) for b in buckets] for k in keys]
-    data = [{"type": "heatmap", "x": x, "y": keys, "z": z, "text": text, "customdata": urls,
+    links = [[url(k, b) for b in buckets] for k in keys]
+    data = [{"type": "heatmap", "x": x, "y": keys, "z": z, "text": text, "customdata": links,
              "colorscale": "Viridis", "hoverongaps": False, "name": "mean reward",
              "hovertemplate": "step %{x}" + (f" (+{width - 1} more)" if width > 1 else "")
                               + "<br>task %{y}<br>mean reward %{z:.3f} (%{text})<extra></extra>"}]
@@ -245,13 +245,13 @@ def build_task_heatmap(run_id: str, steps, tasks=None) -> dict:
 
 def build_lengths(run_id: str, steps, tasks=None) -> dict:
     """Response length in tokens per rollout (sampled tokens; empty responses count as 0)."""
-    urls = _step_urls(run_id, steps)
+    links = _step_urls(run_id, steps)
     q = lambda k: [s.get("lengths", "response_tokens", k) for s in steps]  # noqa: E731
-    data = [_line("mean", steps, q("mean"), urls, PALETTE[0], fmt=".1f"),
-            _line("median", steps, q("median"), urls, PALETTE[0], dash="dash", fmt=".1f", width=1),
-            _line("p90", steps, q("p90"), urls, PALETTE[0], dash="dot", fmt=".1f", width=1),
+    data = [_line("mean", steps, q("mean"), links, PALETTE[0], fmt=".1f"),
+            _line("median", steps, q("median"), links, PALETTE[0], dash="dash", fmt=".1f", width=1),
+            _line("p90", steps, q("p90"), links, PALETTE[0], dash="dot", fmt=".1f", width=1),
             _line("empty responses (share)", steps, [s.share(s.get("lengths", "empty_responses")) for s in steps],
-                  urls, PALETTE[4], fmt=".1%", yaxis="y2")]
+                  links, PALETTE[4], fmt=".1%", yaxis="y2")]
     layout = _layout("Response length per step", {"title": {"text": "tokens per rollout"}}, _xs(steps))
     layout["yaxis2"] = {"title": {"text": "share empty"}, "overlaying": "y", "side": "right", "tickformat": ".0%",
                         "rangemode": "tozero"}
@@ -260,21 +260,21 @@ def build_lengths(run_id: str, steps, tasks=None) -> dict:
 
 def build_turns(run_id: str, steps, tasks=None) -> dict:
     """Turns, tool calls and tool errors per rollout."""
-    urls = _step_urls(run_id, steps)
-    data = [_line("turns", steps, [s.get("lengths", "turns") for s in steps], urls, PALETTE[0], fmt=".2f"),
-            _line("tool calls", steps, [s.get("lengths", "tool_calls") for s in steps], urls, PALETTE[2], fmt=".2f"),
+    links = _step_urls(run_id, steps)
+    data = [_line("turns", steps, [s.get("lengths", "turns") for s in steps], links, PALETTE[0], fmt=".2f"),
+            _line("tool calls", steps, [s.get("lengths", "tool_calls") for s in steps], links, PALETTE[2], fmt=".2f"),
             _line("tool errors", steps, [(s.get("lengths", "tool_errors", default=0) / s.rollouts) if s.rollouts
-                                         else None for s in steps], urls, PALETTE[4], fmt=".2f")]
+                                         else None for s in steps], links, PALETTE[4], fmt=".2f")]
     return {"data": data, "layout": _layout("Turns, tool calls and tool errors per rollout",
                                             {"title": {"text": "per rollout"}, "rangemode": "tozero"}, _xs(steps))}
 
 
 def build_latency(run_id: str, steps, tasks=None) -> dict:
     """Mean model and tool latency per rollout, over the rollouts that recorded timing."""
-    urls = _step_urls(run_id, steps)
-    data = [_line("model", steps, [s.get("lengths", "model_latency") for s in steps], urls, PALETTE[0],
+    links = _step_urls(run_id, steps)
+    data = [_line("model", steps, [s.get("lengths", "model_latency") for s in steps], links, PALETTE[0],
                   fmt=".2f", unit=" s"),
-            _line("tools / environment", steps, [s.get("lengths", "tool_latency") for s in steps], urls, PALETTE[3],
+            _line("tools / environment", steps, [s.get("lengths", "tool_latency") for s in steps], links, PALETTE[3],
                   fmt=".2f", unit=" s")]
     return {"data": data, "layout": _layout("Latency per rollout (where timed)",
                                             {"title": {"text": "seconds"}, "rangemode": "tozero"}, _xs(steps))}
@@ -283,15 +283,15 @@ def build_latency(run_id: str, steps, tasks=None) -> dict:
 def build_groups(run_id: str, steps, tasks=None) -> dict:
     """Share of groups with zero reward variance (no learning signal) under both error policies,
     and of groups where dropping errored rollouts flips an advantage's sign."""
-    urls = _step_page_urls(run_id, steps, "groups")
+    links = _step_page_urls(run_id, steps, "groups")
     share = lambda k, p=None: [  # noqa: E731
         ((s.get("groups", k, p) if p else s.get("groups", k)) or 0) / s.get("groups", "groups")
         if s.get("groups", "groups") else None for s in steps]
-    data = [_line("zero variance (errors dropped)", steps, share("zero_variance", "errors_dropped"), urls, PALETTE[1],
+    data = [_line("zero variance (errors dropped)", steps, share("zero_variance", "errors_dropped"), links, PALETTE[1],
                   fmt=".1%"),
-            _line("zero variance (errors scored 0)", steps, share("zero_variance", "errors_as_zero"), urls, PALETTE[0],
+            _line("zero variance (errors scored 0)", steps, share("zero_variance", "errors_as_zero"), links, PALETTE[0],
                   fmt=".1%", dash="dot"),
-            _line("advantage sign flips", steps, share("sign_flip_groups"), urls, PALETTE[4], fmt=".1%")]
+            _line("advantage sign flips", steps, share("sign_flip_groups"), links, PALETTE[4], fmt=".1%")]
     return {"data": data, "layout": _layout("Group statistics per step", {"title": {"text": "share of groups"},
                                                                           "tickformat": ".0%", "rangemode": "tozero"},
                                             _xs(steps))}
@@ -299,14 +299,14 @@ def build_groups(run_id: str, steps, tasks=None) -> dict:
 
 def build_advantages(run_id: str, steps, tasks=None) -> dict:
     """Advantages (reward − group mean) per step under both error policies: mean |A|, p10, p90."""
-    urls = _step_page_urls(run_id, steps, "groups")
+    links = _step_page_urls(run_id, steps, "groups")
     data = []
     for policy, label, color in (("errors_dropped", "errors dropped", PALETTE[1]),
                                  ("errors_as_zero", "errors scored 0", PALETTE[0])):
         q = lambda k: [s.get("advantages", policy, k) for s in steps]  # noqa: E731
-        data += [_line(f"mean |A| ({label})", steps, q("mean_abs"), urls, color),
-                 _line(f"p10 ({label})", steps, q("p10"), urls, color, dash="dot", width=1),
-                 _line(f"p90 ({label})", steps, q("p90"), urls, color, dash="dot", width=1)]
+        data += [_line(f"mean |A| ({label})", steps, q("mean_abs"), links, color),
+                 _line(f"p10 ({label})", steps, q("p10"), links, color, dash="dot", width=1),
+                 _line(f"p90 ({label})", steps, q("p90"), links, color, dash="dot", width=1)]
     return {"data": data, "layout": _layout("Advantages per step", {"title": {"text": "advantage"}}, _xs(steps))}
 
 
@@ -324,13 +324,13 @@ def build_findings(run_id: str, steps, tasks=None) -> dict:
 def build_mismatch(run_id: str, steps, tasks=None) -> dict:
     """Training–inference mismatch over sampled tokens with both logprobs recorded: mean and max
     |Δ logprob| (left axis) and the share of tokens whose importance ratio leaves [0.8, 1.25]."""
-    urls = _step_urls(run_id, steps)
+    links = _step_urls(run_id, steps)
     tok = [s.get("mismatch", "tokens", default=0) for s in steps]
-    data = [_line("mean |Δ logprob|", steps, [s.get("mismatch", "mean_abs") for s in steps], urls, PALETTE[0], fmt=".4f"),
-            _line("max |Δ logprob|", steps, [s.get("mismatch", "max_abs") for s in steps], urls, PALETTE[3], fmt=".4f",
+    data = [_line("mean |Δ logprob|", steps, [s.get("mismatch", "mean_abs") for s in steps], links, PALETTE[0], fmt=".4f"),
+            _line("max |Δ logprob|", steps, [s.get("mismatch", "max_abs") for s in steps], links, PALETTE[3], fmt=".4f",
                   dash="dot", width=1),
             _line("ratio outside [0.8, 1.25]", steps, [(s.get("mismatch", "out_of_range", default=0) / n) if n else None
-                                                      for s, n in zip(steps, tok)], urls, PALETTE[4], fmt=".2%",
+                                                      for s, n in zip(steps, tok)], links, PALETTE[4], fmt=".2%",
                   yaxis="y2")]
     layout = _layout("Training–inference mismatch per step", {"title": {"text": "|Δ logprob|"}, "rangemode": "tozero"},
                      _xs(steps))

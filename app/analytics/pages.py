@@ -14,7 +14,7 @@ from urllib.parse import quote, urlencode
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from app import charts
+from app import charts, urls
 from app.analytics import search as search_q
 from app.analytics.steps import StepRange, StepStats, one_step, run_totals, step_stats, task_rows, task_totals
 from app.db import models
@@ -32,34 +32,31 @@ NO_GRADIENT_LABELS = {
 LIST_CAP = 200  # rows of the step page's no-gradient list; the rest by the rollouts list
 
 
-def q(s) -> str:
-    return quote(str(s), safe="")
+q = urls.q
 
 
 def run_url(run_id: str) -> str:
-    return f"/runs/{q(run_id)}"
+    return urls.run(run_id)
 
 
 def rollouts_url(run_id: str, **params) -> str:
-    p = {k: v for k, v in params.items() if v is not None and v != ""}
-    return f"{run_url(run_id)}/rollouts" + (f"?{urlencode(p)}" if p else "")
+    return urls.rollouts(run_id, **{k: v for k, v in params.items() if v != ""})
 
 
 def step_url(run_id: str, step: int) -> str:
-    return f"{run_url(run_id)}/steps/{step}"
+    return urls.step(run_id, step)
 
 
 def chart_url(run_id: str, chart_id: str, ext: str = "", **params) -> str:
-    p = {k: v for k, v in params.items() if v not in (None, "", 1)}
-    return f"{run_url(run_id)}/charts/{chart_id}{ext}" + (f"?{urlencode(p)}" if p else "")
+    return urls.chart(run_id, chart_id, ext=ext, **params)
 
 
 def rollout_url(run_id: str, rollout_id: str, attempt: int | None = None) -> str:
-    return f"{run_url(run_id)}/rollouts/{q(rollout_id)}" + (f"?attempt={attempt}" if attempt else "")
+    return urls.rollout(run_id, rollout_id, attempt=attempt or None)
 
 
 def group_url(run_id: str, group_id: str) -> str:
-    return f"{run_url(run_id)}/groups/{q(group_id)}"
+    return urls.group(run_id, group_id)
 
 
 def _num(x):
@@ -207,8 +204,7 @@ def step_page(session: Session, run_id: str, step: int) -> dict | None:
         "lengths": s.get("lengths"), "mismatch": s.get("mismatch"), "staleness": s.get("staleness"),
         "advantages": s.get("advantages"),
         "charts_url": f"{run_url(run_id)}/charts/reward?steps={max(0, step - 20)}-{step + 20}",
-        "task_changes_url": f"{run_url(run_id)}/task-changes?" + urlencode({"a": prev[-1].step if prev else step,
-                                                                             "b": step}),
+        "task_changes_url": urls.task_changes(run_id, prev[-1].step if prev else step, step),
     }
 
 
@@ -330,7 +326,7 @@ def search_page(session: Session, text: str, *, run_id: str | None, limit: int, 
     return {
         "q": text, "run": run_id,
         "runs": [r for r in session.execute(sa.select(models.Run.id).order_by(models.Run.id)).scalars()],
-        "hits": [dict(h, url=f"{run_url(h['run_id'])}/messages/{h['rollout_pk']}/{h['node_idx']}",
+        "hits": [dict(h, url=urls.message(h["run_id"], h["rollout_pk"], h["node_idx"]),
                       rollout_url=rollout_url(h["run_id"], h["rollout_id"], h["attempt"] or None)) for h in hits],
         "next_url": "/search?" + urlencode({**params, "before": nxt}) if nxt else None,
         "limit": limit,
