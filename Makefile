@@ -17,7 +17,7 @@ TUNIX_TOKENS := --tokenizer $(FIX)/tokenizers/mistral-v1-tokenizer.model \
 TUNIX          := $(FIX)/realdata/tunix/v0.1.7
 TUNIX_EPISODES := $(filter-out %.meta.json %/summary.json %/orchestrator_group.Token.json %/orchestrator_group.Trajectory.json,$(wildcard $(TUNIX)/*.json))
 
-.PHONY: install demo demo-data serve test bench clean schema
+.PHONY: install demo demo-data serve test bench bench-ingest clean schema
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,7 +54,11 @@ schema: $(STAMP)
 	$(RS) schema --out docs/rollscope-1.schema.json
 
 bench: $(STAMP)
+	$(PY) bench/ingest.py
 	$(PY) bench/ingest_and_pages.py
+
+bench-ingest: $(STAMP)
+	$(PY) bench/ingest.py
 
 clean:
 	rm -rf build rollscope.db rollscope.db-wal rollscope.db-shm

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import math
 from enum import StrEnum
+from functools import lru_cache
 from typing import Annotated, Any, Literal
 
+import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = "rollscope/1"
@@ -62,9 +64,17 @@ class Model(BaseModel):
             unknown.clear()
         return self
 
-    def to_json_dict(self) -> dict[str, Any]:
-        """The JSON form: aliases, no None-valued optionals, `extra` last."""
-        return _dump(self)
+    def to_json_dict(self, *, exclude: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
+        """The JSON form: aliases, no None-valued optionals, `extra` last (omitted when empty).
+        `exclude` leaves out fields of this model (e.g. a rollout's `nodes`)."""
+        return _dump(self, exclude)
+
+    def to_json(self, *, exclude: frozenset[str] | set[str] = frozenset(), sort_keys: bool = False) -> bytes:
+        """The same JSON form as bytes, serialised by orjson in one pass (lists, dicts and
+        numbers in Rust; Python only once per model). Raises TypeError / orjson.JSONEncodeError
+        for what strict JSON cannot hold (integers beyond 64 bits, nesting deeper than 255)."""
+        return orjson.dumps(_shallow(self, exclude), default=_shallow,
+                            option=orjson.OPT_SORT_KEYS if sort_keys else 0)
 
 
 # --- messages -------------------------------------------------------------------------------
@@ -335,18 +345,46 @@ class Rollout(Model):
         return "ok"
 
 
-def _dump(model: BaseModel) -> Any:
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+@lru_cache(maxsize=None)
+def _fields(cls: type[BaseModel]) -> tuple[tuple[str, str, bool], ...]:
+    """(attribute, JSON key, omitted when None) per field of a model class, `extra` excluded."""
+    return tuple((name, f.alias or name, f.default is None)
+                 for name, f in cls.model_fields.items() if name != "extra")
+
+
+def _dump(model: BaseModel, exclude: frozenset[str] | set[str] = frozenset()) -> Any:
     if isinstance(model, Rollout) and model.reward is not None and not math.isfinite(model.reward):
         note = "nan" if math.isnan(model.reward) else ("inf" if model.reward > 0 else "-inf")
         model = model.model_copy(update={"reward": None, "reward_non_finite": note})
     out: dict[str, Any] = {}
-    for name, field in type(model).model_fields.items():
-        value = getattr(model, name)
-        if name == "extra" or (value is None and field.default is None):
+    for name, key, omit_none in _fields(type(model)):
+        if name in exclude:
             continue
-        out[field.alias or name] = _dump_value(value)
+        value = getattr(model, name)
+        if value is None and omit_none:
+            continue
+        out[key] = value if type(value) in _SCALARS else _dump_value(value)
     if getattr(model, "extra", None):
         out["extra"] = _dump_value(model.extra)
+    return out
+
+
+def _shallow(model: Any, exclude: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
+    """One model as a dict of its JSON fields, values untouched (orjson's `default`: it calls
+    this for each nested model and serialises everything else itself)."""
+    if not isinstance(model, BaseModel):
+        raise TypeError(f"{type(model).__name__} is not JSON serializable")
+    if isinstance(model, Rollout) and model.reward is not None and not math.isfinite(model.reward):
+        note = "nan" if math.isnan(model.reward) else ("inf" if model.reward > 0 else "-inf")
+        model = model.model_copy(update={"reward": None, "reward_non_finite": note})
+    values = model.__dict__  # pydantic keeps field values there; a dict lookup beats getattr
+    out = {key: values[name] for name, key, omit_none in _fields(type(model))
+           if not (omit_none and values[name] is None) and name not in exclude}
+    if values.get("extra"):
+        out["extra"] = values["extra"]
     return out
 
 
@@ -354,9 +392,12 @@ def _dump_value(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return _dump(value)
     if isinstance(value, list):
+        # Token arrays are long lists of numbers: checked and copied in C, not value by value.
+        if all(map(_SCALARS.__contains__, map(type, value))):
+            return value.copy()
         return [_dump_value(v) for v in value]
     if isinstance(value, dict):
-        return {k: _dump_value(v) for k, v in value.items()}
+        return {k: v if type(v) in _SCALARS else _dump_value(v) for k, v in value.items()}
     if isinstance(value, StrEnum):
         return value.value
     return value

@@ -149,17 +149,27 @@ class Source:
 
     def lines(self) -> Iterator[tuple[int, Any]]:
         """JSONL: (line number, parsed value or RecordError) for each non-empty line."""
+        for lineno, raw in self.raw_lines():
+            yield lineno, self.parse_line(lineno, raw)
+
+    def raw_lines(self) -> Iterator[tuple[int, bytes]]:
+        """JSONL: (line number, bytes) for each non-empty line, not parsed (for a reader that
+        validates bytes directly, and `parse_line` when it cannot)."""
         for lineno, raw in self._binary_lines():
             if not raw.strip():
                 continue
             self.last_line = lineno
             self.last_raw = raw[:4096].decode("utf-8", "replace")
-            try:
-                yield lineno, loads(raw)
-            except (ValueError, UnicodeDecodeError) as exc:
-                torn = not raw.rstrip().endswith((b"}", b"]"))
-                msg = ("torn or malformed line: the record ends mid-JSON (as when a writer stops mid-line): " if torn else "invalid JSON: ") + str(exc)
-                yield lineno, RecordError(self.name, lineno, None, msg, self.last_raw)
+            yield lineno, raw
+
+    def parse_line(self, lineno: int, raw: bytes) -> Any:
+        """One JSONL line parsed, or a RecordError naming the line (torn or invalid JSON)."""
+        try:
+            return loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            torn = not raw.rstrip().endswith((b"}", b"]"))
+            msg = ("torn or malformed line: the record ends mid-JSON (as when a writer stops mid-line): " if torn else "invalid JSON: ") + str(exc)
+            return RecordError(self.name, lineno, None, msg, self.last_raw)
 
     def csv_rows(self) -> Iterator[tuple[int, dict[str, str]]]:
         """CSV: (line number of the row's first line, row dict), streamed."""

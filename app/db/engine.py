@@ -1,6 +1,10 @@
-"""Engines: SQLite pragmas and transaction modes live here, in one place."""
+"""Engines: SQLite pragmas, transaction modes and JSON encoding live here, in one place."""
 from __future__ import annotations
 
+import json
+
+import orjson
+import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import create_engine
@@ -15,7 +19,7 @@ def make_engine(url: str, *, writer: bool = False) -> Engine:
     deferred transactions, so under WAL they never wait for a writer.
     """
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **JSON_CODEC)
 
         # pysqlite's own transaction handling breaks SAVEPOINT and ignores BEGIN modes; take it
         # over (the recipe in SQLAlchemy's SQLite dialect docs, "Serializable isolation").
@@ -36,4 +40,37 @@ def make_engine(url: str, *, writer: bool = False) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    return create_engine(url, pool_pre_ping=True, **JSON_CODEC)
+
+
+class JSONText(str):
+    """A value for a JSON column that is already serialised JSON text: written as it is (the
+    store serialises each rollout once and does not pay for it twice)."""
+
+    __slots__ = ()
+
+
+def _json_dumps(value) -> str:
+    if type(value) is JSONText:
+        return value
+    # orjson: several times faster than the standard library, and strict (NaN → null)
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+def _json_loads(text):
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:  # NaN written by an older version through json.dumps
+        return json.loads(text)
+
+
+JSON_CODEC = {"json_serializer": _json_dumps, "json_deserializer": _json_loads}
+
+
+def insert_for(conn: sa.Connection, table: sa.Table):
+    """The dialect's INSERT, which has ON CONFLICT on both SQLite and Postgres."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert(table)

@@ -19,35 +19,56 @@ R = models.Rollout.__table__
 F = models.Finding.__table__
 
 
+def _latest_attempt():
+    A = R.alias("other_attempt")
+    return (sa.select(sa.func.max(A.c.attempt))
+            .where(A.c.run_id == R.c.run_id, A.c.rollout_id == R.c.rollout_id).scalar_subquery())
+
+
+_MEMBER_COLUMNS = (R.c.run_id, R.c.group_id, R.c.rollout_id, R.c.attempt, R.c.group_index, R.c.group_size,
+                   R.c.reward, R.c.reward_status, R.c.ending, R.c.step)
+
+
+def _member(r) -> GroupMember:
+    return GroupMember(r.rollout_id, r.attempt, r.group_index, r.group_size, r.reward, r.reward_status, r.ending,
+                       r.step)
+
+
 def load_group(conn: sa.Connection, run_id: str, group_id: str) -> Group:
     """A group's members as the checks see them: the latest attempt of each rollout id (across
     the run), in group index then ingest order."""
-    A = R.alias("other_attempt")
-    latest = (sa.select(sa.func.max(A.c.attempt))
-              .where(A.c.run_id == R.c.run_id, A.c.rollout_id == R.c.rollout_id).scalar_subquery())
+    return load_groups(conn, [(run_id, group_id)])[(run_id, group_id)]
+
+
+def load_groups(conn: sa.Connection, keys: list[tuple[str, str]]) -> dict[tuple[str, str], Group]:
+    """Several groups in one query (see `load_group`)."""
     rows = conn.execute(
-        sa.select(R.c.rollout_id, R.c.attempt, R.c.group_index, R.c.group_size, R.c.reward, R.c.reward_status,
-                  R.c.ending, R.c.step)
-        .where(R.c.run_id == run_id, R.c.group_id == group_id, R.c.attempt == latest)
-        .order_by(sa.func.coalesce(R.c.group_index, 1 << 30), R.c.pk)).all()
-    return Group(run_id, group_id, [GroupMember(r.rollout_id, r.attempt, r.group_index, r.group_size, r.reward,
-                                                r.reward_status, r.ending, r.step) for r in rows])
+        sa.select(*_MEMBER_COLUMNS)
+        .where(sa.tuple_(R.c.run_id, R.c.group_id).in_(keys), R.c.attempt == _latest_attempt())
+        .order_by(R.c.run_id, R.c.group_id, sa.func.coalesce(R.c.group_index, 1 << 30), R.c.pk)).all()
+    groups = {key: Group(key[0], key[1], []) for key in keys}
+    for r in rows:
+        groups[(r.run_id, r.group_id)].members.append(_member(r))
+    return groups
 
 
 def recheck_groups(conn: sa.Connection, keys: Iterable[tuple[str, str]]) -> int:
     """Recompute and store the group findings of each (run_id, group_id) in `keys`, replacing
-    what was stored. Returns the number of findings stored (skipped outcomes excluded)."""
-    total = 0
-    for run_id, group_id in sorted(set(keys)):
-        conn.execute(F.delete().where(F.c.run_id == run_id, F.c.group_id == group_id, F.c.rollout_pk.is_(None)))
-        group = load_group(conn, run_id, group_id)
+    what was stored: three statements whatever the number of groups (delete, load, insert).
+    Returns the number of findings stored (skipped outcomes excluded)."""
+    keys = sorted(set(keys))
+    if not keys:
+        return 0
+    conn.execute(F.delete().where(F.c.rollout_pk.is_(None), sa.tuple_(F.c.run_id, F.c.group_id).in_(keys)))
+    total, rows = 0, []
+    for (run_id, group_id), group in load_groups(conn, keys).items():
         if not group.members:
             continue
         results = run_group_checks(group)
-        rows = [dict(rollout_pk=None, run_id=run_id, group_id=group_id, kind=f.kind, severity=f.severity,
-                     node_idx=None, position=None, message=f.message, detail=_json_safe(f.detail))
-                for f in results.all]
-        if rows:
-            conn.execute(F.insert(), rows)
+        rows += [dict(rollout_pk=None, run_id=run_id, group_id=group_id, kind=f.kind, severity=f.severity,
+                      node_idx=None, position=None, message=f.message, detail=_json_safe(f.detail))
+                 for f in results.all]
         total += len(results.findings)
+    if rows:
+        conn.execute(F.insert(), rows)
     return total

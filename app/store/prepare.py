@@ -1,35 +1,132 @@
-"""Rollout → rows, outside any transaction: the summary row, the envelope, node rows and findings.
+"""Rollout → rows, outside any transaction: the summary row, the envelope, node rows, findings
+and the content hash, from ONE serialisation of the rollout.
 
 Everything a rollout needs before it touches the database is computed here (endings derived,
-evidence filled, checks run, content hash), so writers hold the database's write lock only to
-write. Text is made storable by one rule: NUL becomes U+FFFD on every database (Postgres text and
-JSONB cannot hold NUL); non-finite floats become NULL.
+evidence filled, checks run, content hash), so writers hold the database's write lock (SQLite's
+is per database) only to write. Each part of the rollout is serialised once, by orjson, and
+stored as that text (`JSONText`): the recursive Python walk over every token array is gone.
+
+Text is made storable by one rule: NUL becomes U+FFFD on every database (Postgres text and JSONB
+cannot hold NUL); non-finite floats become NULL.
 """
 from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
 from app.db import models
+from app.db.engine import JSONText
 from app.db.tokenarrays import pack_bits, pack_floats, pack_ids
+from ingest.checks import run_rollout_checks
 from ingest.endings import derive, fill_evidence
 from ingest.graph import branches
 from ingest.metrics import rollout_metrics
 from ingest.schema import Rollout
+from ingest.source import RecordError
+
+Identity = tuple[str, str, int]  # (run id, rollout id, attempt)
+
+
+@dataclass(slots=True)
+class Prepared:
+    """One rollout, ready to write: rows without database keys (`rollout_pk` is filled in by the
+    writer), its identity and its content hash."""
+
+    rollout: Rollout
+    identity: Identity
+    run: dict[str, Any]  # id, name, type: the run row to create when missing
+    summary: dict[str, Any]  # the `rollout` row (no pk)
+    envelope: JSONText  # the `rollout_detail.envelope`
+    nodes: list[tuple]  # `node` rows in NODE_COLUMNS order (no rollout_pk)
+    findings: list[tuple] = field(default_factory=list)  # `finding` rows in FINDING_COLUMNS order
+    n_findings: int = 0  # findings that fired (checks that could not decide are stored, not counted)
+
+    @property
+    def group_id(self) -> str | None:
+        return self.summary["group_id"]
+
+    @property
+    def content_hash(self) -> str:
+        return self.summary["content_hash"]
+
+
+def prepare(r: Rollout) -> Prepared:
+    """Derive the ending (in place), run the checks and build every row of `r`.
+
+    The content hash is the sha256 of the canonical native JSON (sorted keys) without `source`.
+    Serialisation is orjson's, in one pass per part: the whole rollout once for the hash, the
+    envelope and each message once for their columns (stored as that text, not re-encoded); token
+    arrays are packed once. Raises on a rollout no column can hold (e.g. nesting deeper than the
+    JSON serializer allows); `prepare_or_error` turns that into a RecordError.
+    """
+    derive(r)
+    fill_evidence(r)
+    chash = hashlib.sha256(r.to_json(exclude=_NOT_HASHED, sort_keys=True)).hexdigest()
+    checked = run_rollout_checks(r)
+    findings, flags = checked.all, checked.kinds()
+    return Prepared(
+        rollout=r, identity=(r.run.id, r.id, r.attempt),
+        run={"id": r.run.id, "name": r.run.name, "type": r.run.type},
+        summary=_summary(r, flags, chash), envelope=_json_text(r.to_json(exclude=_NODES)),
+        nodes=_node_rows(r),
+        findings=[(f.kind, f.severity, f.node_idx, f.position, f.message, _json_text(orjson.dumps(f.detail)))
+                  for f in findings],
+        n_findings=len(checked.findings),
+    )
+
+
+_NOT_HASHED, _NODES = frozenset({"source"}), frozenset({"nodes"})
+
+
+def _json_text(raw: bytes) -> JSONText:
+    """Serialised JSON for a JSON column, without NUL (U+FFFD instead; see the module doc)."""
+    if b"\\u0000" in raw:  # orjson escapes NUL; no escape, no NUL (the usual case)
+        raw = orjson.dumps(_no_nul(orjson.loads(raw)))
+    return JSONText(raw.decode())
+
+
+def prepare_or_error(r: Rollout) -> Prepared | RecordError:
+    """`prepare(r)`, or a RecordError naming the rollout's file and line when it cannot be
+    stored (the record is then quarantined, its neighbours kept)."""
+    try:
+        return prepare(r)
+    except Exception as exc:  # noqa: BLE001 - one rollout must not cost its neighbours
+        return storage_error(r, exc)
+
+
+def storage_error(r: Rollout, exc: BaseException) -> RecordError:
+    """The RecordError for a rollout that could not be prepared or stored."""
+    src = r.source or {}
+    detail = str(getattr(exc, "orig", None) or exc).splitlines()[0][:500] if str(exc) else ""
+    return RecordError(str(src.get("file") or "?"), src.get("line"), None,
+                       f"cannot store rollout {r.id!r}: {type(exc).__name__}: {detail}", raw_text(r))
+
+
+def raw_text(r: Rollout) -> str | None:
+    """The first 4 KB of a rollout's native JSON, for the quarantine (None if it cannot be
+    serialized at all, e.g. nested deeper than the serializer allows)."""
+    try:
+        return orjson.dumps(r.to_json_dict(), default=str)[:4096].decode("utf-8", "replace")
+    except (TypeError, ValueError):
+        return None
 
 
 def content_hash(rollout: Rollout) -> str:
-    body = rollout.to_json_dict()
-    body.pop("source", None)
-    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    """The hash that decides unchanged / replaced (see `prepare`)."""
+    return hashlib.sha256(rollout.to_json(exclude=_NOT_HASHED, sort_keys=True)).hexdigest()
 
 
 def _json_safe(value):
     """A JSON-ready copy: strict (NaN/inf → null) and without NUL characters, which Postgres
     text and JSONB cannot hold; NUL becomes U+FFFD on every database (one rule)."""
-    return _no_nul(orjson.loads(orjson.dumps(value)))
+    raw = orjson.dumps(value)
+    if b"\\u0000" not in raw:  # orjson escapes NUL; no escape, no NUL (the usual case)
+        return orjson.loads(raw)
+    return _no_nul(orjson.loads(raw))
 
 
 def _no_nul(value):
@@ -71,7 +168,7 @@ def _summary(r: Rollout, flags: list[str], chash: str) -> dict:
         n_turns=sum(1 for n in r.nodes if n.message.role == "assistant"),
         n_tool_calls=sum(len(n.message.tool_calls or []) for n in r.nodes),
         n_tokens=sum(len(n.token_ids) for n in r.nodes),
-        n_trained_tokens=sum(sum(1 for m in n.mask if m) for n in r.nodes),
+        n_trained_tokens=sum(n.mask.count(True) for n in r.nodes),
         n_branches=len(branches(r.nodes)) if r.nodes else 0,
         flags=flags, content_hash=chash,
         source_format=r.source.get("format"), source_file=r.source.get("file"), source_line=r.source.get("line"),
@@ -80,38 +177,29 @@ def _summary(r: Rollout, flags: list[str], chash: str) -> dict:
     )
 
 
-def _envelope(r: Rollout) -> dict:
-    body = r.to_json_dict()
-    body.pop("nodes", None)
-    return _json_safe(body)
+# Column order of the tuples in `Prepared.nodes` / `Prepared.findings` (after `rollout_pk`).
+NODE_COLUMNS = ("idx", "parent", "role", "sampled", "timestamp", "content_len", "message", "tool_call_id",
+                "tool_calls", "n_tokens", "token_ids", "mask", "is_content", "logprobs", "advantages",
+                "reference_logprobs", "loss_weights", "policy_version", "reward", "mc_return", "extra")
+FINDING_COLUMNS = ("kind", "severity", "node_idx", "position", "message", "detail")
 
 
-def _node_rows(rollout_pk: int, r: Rollout) -> list[dict]:
+def _node_rows(r: Rollout) -> list[tuple]:
+    """`node` rows as tuples in NODE_COLUMNS order (JSON columns as JSON text)."""
     rows = []
     for i, n in enumerate(r.nodes):
-        msg = _json_safe(n.message.to_json_dict())
-        rows.append(dict(
-            rollout_pk=rollout_pk, idx=i, parent=n.parent, role=n.message.role, sampled=n.sampled,
-            timestamp=_finite(n.timestamp), content_len=len(n.message.text()), message=msg,
-            tool_call_id=_text(n.message.tool_call_id),
-            tool_calls=_json_safe([{"id": tc.id, "name": tc.name} for tc in n.message.tool_calls])
-            if n.message.tool_calls else None,
-            n_tokens=len(n.token_ids), token_ids=pack_ids(n.token_ids),
-            mask=pack_bits(n.mask) if n.mask else None,
-            is_content=pack_bits(n.is_content) if n.is_content else None,
-            logprobs=pack_floats(n.logprobs) if n.logprobs else None,
-            advantages=pack_floats(n.advantages), reference_logprobs=pack_floats(n.reference_logprobs),
-            loss_weights=n.loss_weights, policy_version=n.policy_version,
-            reward=_finite(n.reward), mc_return=_finite(n.mc_return),
-            extra=_json_safe(n.extra) if n.extra else None,
+        m = n.message
+        rows.append((
+            i, n.parent, m.role, n.sampled, _finite(n.timestamp), len(m.text()), _json_text(m.to_json()),
+            _text(m.tool_call_id),
+            _json_text(orjson.dumps([{"id": tc.id, "name": tc.name} for tc in m.tool_calls])) if m.tool_calls else None,
+            len(n.token_ids), pack_ids(n.token_ids),
+            pack_bits(n.mask) if n.mask else None,
+            pack_bits(n.is_content) if n.is_content else None,
+            pack_floats(n.logprobs) if n.logprobs else None,
+            pack_floats(n.advantages), pack_floats(n.reference_logprobs),
+            _json_text(orjson.dumps(n.loss_weights)) if n.loss_weights is not None else None,
+            n.policy_version, _finite(n.reward), _finite(n.mc_return),
+            _json_text(orjson.dumps(n.extra)) if n.extra else None,
         ))
     return rows
-
-
-def prepare(r: Rollout) -> Rollout:
-    """Derive the ending and fill its evidence, in place (idempotent)."""
-    derive(r)
-    fill_evidence(r)
-    return r
-
-

@@ -7,38 +7,56 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from app.db import models
+from app.db.engine import insert_for
 from ingest.source import RecordError
+
+Q = models.Quarantine.__table__
+
+
+def _row(err: RecordError) -> dict:
+    raw = err.raw or ""
+    sha = hashlib.sha256(raw.encode("utf-8", "replace") + str(err).encode()).hexdigest()
+    return dict(source_file=err.file, line=err.line, field=err.field, error=err.message,
+                raw=raw[:4096], raw_sha256=sha, created_at=models.utcnow())
+
+
+def quarantine_many(conn: sa.Connection, errors: list[RecordError]) -> int:
+    """Record rejected records, each once (by file, line and content): one query for what is
+    already there, one insert for the rest. Returns how many were new."""
+    rows: dict[tuple, dict] = {}
+    for err in errors:
+        row = _row(err)
+        rows.setdefault((row["source_file"], row["line"], row["raw_sha256"]), row)
+    if not rows:
+        return 0
+    have = conn.execute(sa.select(Q.c.source_file, Q.c.line, Q.c.raw_sha256)
+                        .where(Q.c.raw_sha256.in_(sorted({k[2] for k in rows}))))
+    for key in have:
+        rows.pop(tuple(key), None)
+    if rows:
+        # ON CONFLICT: another writer may quarantine the same record at the same moment
+        conn.execute(insert_for(conn, Q).on_conflict_do_nothing(), list(rows.values()))
+    return len(rows)
 
 
 def quarantine(conn: sa.Connection, err: RecordError) -> bool:
     """Record a rejected record once. Returns False when it was already quarantined."""
-    q = models.Quarantine.__table__
-    raw = err.raw or ""
-    sha = hashlib.sha256(raw.encode("utf-8", "replace") + str(err).encode()).hexdigest()
-    hit = conn.execute(sa.select(q.c.pk).where(q.c.source_file == err.file, q.c.line == err.line,
-                                               q.c.raw_sha256 == sha)).first()
-    if hit is not None:
-        return False
-    conn.execute(q.insert().values(source_file=err.file, line=err.line, field=err.field, error=err.message,
-                                   raw=raw[:4096], raw_sha256=sha, created_at=models.utcnow()))
-    return True
+    return quarantine_many(conn, [err]) == 1
 
 
 def quarantine_counts(engine: Engine, *, file: str | None = None) -> list[tuple[str, int]]:
     """(file, number of quarantined records) per file, most first."""
-    q = models.Quarantine.__table__
-    stmt = sa.select(q.c.source_file, sa.func.count()).group_by(q.c.source_file)
+    stmt = sa.select(Q.c.source_file, sa.func.count()).group_by(Q.c.source_file)
     if file is not None:
-        stmt = stmt.where(q.c.source_file == file)
+        stmt = stmt.where(Q.c.source_file == file)
     with engine.connect() as conn:
         return sorted(((f, n) for f, n in conn.execute(stmt)), key=lambda x: (-x[1], x[0]))
 
 
 def clear_quarantine(engine: Engine, *, file: str | None = None) -> int:
     """Delete quarantined records (of one file, or all); returns how many."""
-    q = models.Quarantine.__table__
-    stmt = q.delete()
+    stmt = Q.delete()
     if file is not None:
-        stmt = stmt.where(q.c.source_file == file)
+        stmt = stmt.where(Q.c.source_file == file)
     with engine.begin() as conn:
         return conn.execute(stmt).rowcount

@@ -292,3 +292,8 @@ def rebuild(conn: sa.Connection, run_id: str | None = None) -> int:
         q = q.where(R.c.run_id == run_id)
     keys = [{"run_id": a, "step": b} for a, b in conn.execute(q)]
     return apply(conn, inserted=keys)
+
+
+def on_batch(conn: sa.Connection, written) -> None:
+    """The batch hook (app.store.write.BATCH_HOOKS): recompute the steps the batch touched."""
+    apply(conn, inserted=written.inserted, deleted=written.deleted)

@@ -76,3 +76,21 @@ def rebuild(conn: sa.Connection, run_id: str | None = None, *, chunk: int = 500)
             conn.execute(SD.insert(), rows)
         total += len(rows)
     return total
+
+
+def on_batch(conn: sa.Connection, written) -> None:
+    """The batch hook (app.store.write.BATCH_HOOKS): index the messages of the rollouts the batch
+    inserted (read back in one query; the replaced versions' documents went with them, by
+    ON DELETE CASCADE)."""
+    runs = {r["pk"]: r["run_id"] for r in written.inserted}
+    if not runs:
+        return
+    N = models.Node.__table__
+    rows = []
+    pks = sorted(runs)
+    for i in range(0, len(pks), 500):
+        for pk, idx, message in conn.execute(sa.select(N.c.rollout_pk, N.c.idx, N.c.message)
+                                             .where(N.c.rollout_pk.in_(pks[i:i + 500]))):
+            rows += doc_rows(pk, runs[pk], [{"idx": idx, "message": message}])
+    if rows:
+        conn.execute(SD.insert(), rows)

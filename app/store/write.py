@@ -1,29 +1,45 @@
-"""Writing rollouts: batched Core inserts, one transaction per batch, idempotent.
+"""Writing rollouts: prepared outside the transaction, written one batch per transaction, with
+one query per step, idempotent.
 
 Identity is `(run, rollout id, attempt)`. The content hash (sha256 of the canonical native JSON,
 without `source`) decides what a re-ingest does: same hash → nothing (`unchanged`); another
 hash → the old rows are replaced (`replaced`: e.g. prime-rl's `effective` subset re-sends a
 rollout with advantages filled in). Quarantined records are unique by file, line and content.
+
+A batch (`BATCH` rollouts) costs a constant number of statements, whatever its size: create the
+runs it names, look up `(run, id, attempt) → hash` of all its rollouts, delete the ones it
+replaces, insert the new summary rows (multi-row INSERT ... RETURNING pk), then `executemany`
+for envelopes, nodes and findings, and the quarantined records of the same stretch of input.
+When anything in the batch fails (a value no column can hold, another writer inserting the same
+rollout at the same moment), the transaction is rolled back and the batch is written again one
+rollout per savepoint, so that one bad rollout costs only itself (the pattern of Arize-ai/phoenix
+`src/phoenix/db/insertion/types.py`, `QueueInserter._insert`).
+
+Extension point: `BATCH_HOOKS` run inside each batch's transaction, after its rows are written,
+with what it inserted and deleted (per-step rollups keep themselves exact that way).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from app.db import models
-from app.store.prepare import _envelope, _json_safe, _node_rows, _summary, content_hash, prepare
+from app.db.engine import insert_for as _insert
+from app.store.prepare import FINDING_COLUMNS, NODE_COLUMNS, Identity, Prepared, prepare_or_error, storage_error
 from app.store import rollups, search
-from app.store.quarantine import quarantine
 from app.store.groups import recheck_groups
-from ingest.checks import run_rollout_checks
+from app.store.quarantine import quarantine_many
 from ingest.schema import Rollout
 from ingest.source import RecordError
 
 BATCH = 200  # default of `ROLLSCOPE_WORKER__BATCH_SIZE` (app.config.WorkerSettings)
+
+RO, DET, NODE, FIND = (models.Rollout.__table__, models.RolloutDetail.__table__,
+                       models.Node.__table__, models.Finding.__table__)
 
 
 @dataclass
@@ -37,6 +53,9 @@ class StoreResult:
     runs: set[str] = field(default_factory=set)
     groups: set[tuple[str, str]] = field(default_factory=set)  # (run, group) with a member inserted/replaced
     errors: list[RecordError] = field(default_factory=list)  # records the database refused
+    replaced_ids: list[Identity] = field(default_factory=list)  # (run, rollout id, attempt) replaced
+    batches: int = 0  # transactions that wrote a batch
+    fallbacks: int = 0  # batches written again one rollout per savepoint
 
     def add(self, other: "StoreResult") -> None:
         self.repeated += other.repeated
@@ -48,6 +67,26 @@ class StoreResult:
         self.findings += other.findings
         self.runs |= other.runs
         self.groups |= other.groups
+        self.replaced_ids += other.replaced_ids
+        self.batches += other.batches
+        self.fallbacks += other.fallbacks
+
+
+@dataclass
+class Written:
+    """What one batch changed, for `BATCH_HOOKS`: `inserted` are the summary rows now stored
+    (dicts of `rollout` columns, with `pk`), new rollouts and replacements alike; `deleted` are
+    the summary rows removed (the old versions of the replaced rollouts)."""
+
+    inserted: list[dict[str, Any]] = field(default_factory=list)
+    deleted: list[dict[str, Any]] = field(default_factory=list)
+
+
+BatchHook = Callable[[sa.Connection, Written], None]
+# Called in order inside every batch transaction, after the batch's rows are written. An
+# exception rolls the batch back and sends it to the fallback, where hooks run once per rollout
+# inside its savepoint (so a rollout a hook refuses is quarantined, its neighbours kept).
+BATCH_HOOKS: list[BatchHook] = [rollups.on_batch, search.on_batch]
 
 
 def ensure_run(conn: sa.Connection, run_id: str, *, name: str | None = None, type_: str = "train",
@@ -63,15 +102,6 @@ def ensure_run(conn: sa.Connection, run_id: str, *, name: str | None = None, typ
         conn.execute(t.update().where(t.c.id == run_id).values(tokenizer_sha256=tokenizer_sha256))
 
 
-def _insert(conn: sa.Connection, table: sa.Table):
-    """The dialect's INSERT, which has ON CONFLICT on both SQLite and Postgres."""
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    return insert(table)
-
-
 def store_tokenizer(engine: Engine, *, sha256: str, name: str, kind: str, n_vocab: int, blob: bytes) -> None:
     t = models.Tokenizer.__table__
     with engine.begin() as conn:
@@ -80,126 +110,247 @@ def store_tokenizer(engine: Engine, *, sha256: str, name: str, kind: str, n_voca
                                            created_at=models.utcnow()))
 
 
-def _write_one(conn: sa.Connection, r: Rollout, touched: list | None = None) -> tuple[str, int]:
-    """Insert, replace or skip one prepared rollout: ("inserted" | "replaced" | "unchanged",
-    number of findings)."""
-    ro, det, nd, fi = (models.Rollout.__table__, models.RolloutDetail.__table__,
-                       models.Node.__table__, models.Finding.__table__)
-    ensure_run(conn, r.run.id, name=r.run.name, type_=r.run.type)
-    chash = content_hash(r)
-    existing = conn.execute(
-        sa.select(ro.c.pk, ro.c.content_hash, ro.c.step).where(
-            ro.c.run_id == r.run.id, ro.c.rollout_id == r.id, ro.c.attempt == r.attempt)
-    ).first()
-    if existing is not None and existing.content_hash == chash:
-        return "unchanged", 0
+# --- the batch path ---------------------------------------------------------------------------
+
+def _ensure_runs(conn: sa.Connection, batch: list[Prepared], known: set[str]) -> None:
+    """Insert-or-ignore every run the batch names that this store call has not yet seen."""
+    runs = {p.run["id"]: p.run for p in batch if p.run["id"] not in known}
+    if runs:
+        now = models.utcnow()
+        conn.execute(_insert(conn, models.Run.__table__).on_conflict_do_nothing(index_elements=["id"]),
+                     [dict(run, tokenizer_sha256=None, created_at=now) for run in runs.values()])
+
+
+def _existing(conn: sa.Connection, batch: list[Prepared]) -> dict[Identity, tuple[int, str]]:
+    """(run, id, attempt) → (pk, content hash) of the batch's rollouts already stored: one query
+    (a superset by run and id, filtered here; the identity index serves it)."""
+    runs = sorted({p.identity[0] for p in batch})
+    ids = sorted({p.identity[1] for p in batch})
+    rows = conn.execute(sa.select(RO.c.pk, RO.c.run_id, RO.c.rollout_id, RO.c.attempt, RO.c.content_hash)
+                        .where(RO.c.run_id.in_(runs), RO.c.rollout_id.in_(ids)))
+    wanted = {p.identity for p in batch}
+    return {(r.run_id, r.rollout_id, r.attempt): (r.pk, r.content_hash) for r in rows
+            if (r.run_id, r.rollout_id, r.attempt) in wanted}
+
+
+def _delete(conn: sa.Connection, pks: list[int]) -> list[dict[str, Any]]:
+    """Delete rollouts and, by ON DELETE CASCADE, their envelope, nodes and findings; returns the
+    deleted summary rows."""
+    if not pks:
+        return []
+    return [dict(r._mapping) for r in conn.execute(RO.delete().where(RO.c.pk.in_(pks)).returning(*RO.c))]
+
+
+def _insert_rows(conn: sa.Connection, todo: list[Prepared]) -> list[dict[str, Any]]:
+    """Insert summary rows (one multi-row INSERT ... RETURNING), then envelopes, nodes and
+    findings (one executemany each); returns the summary rows with their pk."""
+    if not todo:
+        return []
+    returned = conn.execute(RO.insert().returning(RO.c.pk, RO.c.run_id, RO.c.rollout_id, RO.c.attempt),
+                            [p.summary for p in todo])
+    pk_of = {(r.run_id, r.rollout_id, r.attempt): r.pk for r in returned}
+    details, nodes, findings, inserted = [], [], [], []
+    for p in todo:
+        pk = pk_of[p.identity]
+        details.append((pk, p.envelope))
+        nodes += [(pk, *row) for row in p.nodes]
+        findings += [(pk, *row) for row in p.findings]
+        inserted.append(dict(p.summary, pk=pk))
+    _executemany(conn, DET, ("rollout_pk", "envelope"), details)
+    _executemany(conn, NODE, ("rollout_pk", *NODE_COLUMNS), nodes)
+    _executemany(conn, FIND, ("rollout_pk", *FINDING_COLUMNS), findings)
+    return inserted
+
+
+def _executemany(conn: sa.Connection, table: sa.Table, columns: tuple[str, ...], rows: list[tuple]) -> None:
+    """INSERT rows (tuples in `columns` order; JSON columns as JSON text) with the driver's own
+    executemany: the rows are ready, so no per-value processing by SQLAlchemy (that cost more
+    than the database's own work here)."""
+    if not rows:
+        return
+    pg = conn.dialect.name == "postgresql"
+    marks = []
+    for name in columns:
+        is_json = isinstance(table.c[name].type, sa.JSON)
+        marks.append(("CAST(%s AS JSONB)" if is_json else "%s") if pg else "?")
+    conn.exec_driver_sql(f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES ({', '.join(marks)})", rows)
+
+
+def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordError], *,
+                known_runs: set[str] | None = None) -> StoreResult:
+    """Write prepared rollouts (distinct identities) and quarantine `errors`, in the caller's
+    transaction, with a constant number of statements. Raises on any database error: the
+    caller rolls back and uses `write_one_by_one`."""
+    res = StoreResult()
+    known_runs = known_runs if known_runs is not None else set()
+    if batch:
+        _ensure_runs(conn, batch, known_runs)
+        existing = _existing(conn, batch)
+        todo, replaced = [], []
+        for p in batch:
+            old = existing.get(p.identity)
+            if old is not None and old[1] == p.content_hash:
+                res.unchanged += 1
+                continue
+            if old is not None:
+                replaced.append(old[0])
+                res.replaced_ids.append(p.identity)
+            todo.append(p)
+        deleted = _delete(conn, replaced)
+        inserted = _insert_rows(conn, todo)
+        res.replaced, res.inserted = len(replaced), len(todo) - len(replaced)
+        res.findings = sum(p.n_findings for p in todo)
+        res.runs = {p.identity[0] for p in batch}
+        res.groups = _groups(inserted, deleted)
+        recheck_groups(conn, res.groups)
+        _run_hooks(conn, Written(inserted, deleted))
+    if errors:
+        quarantine_many(conn, errors)
+        res.rejected += len(errors)
+    return res
+
+
+def _groups(*row_lists: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """(run, group) of summary rows: the groups whose findings a write changes."""
+    return {(r["run_id"], r["group_id"]) for rows in row_lists for r in rows if r["group_id"] is not None}
+
+
+def _run_hooks(conn: sa.Connection, written: Written) -> None:
+    if written.inserted or written.deleted:
+        for hook in BATCH_HOOKS:
+            hook(conn, written)
+
+
+# --- the fallback: one savepoint per rollout --------------------------------------------------
+
+def _write_one(conn: sa.Connection, p: Prepared, groups: set[tuple[str, str]]) -> str:
+    """Insert, replace or skip one prepared rollout, hooks included: "inserted" | "replaced" |
+    "unchanged". The groups whose findings change are added to `groups`."""
+    ensure_run(conn, p.run["id"], name=p.run["name"], type_=p.run["type"])
+    run_id, rollout_id, attempt = p.identity
+    existing = conn.execute(sa.select(RO.c.pk, RO.c.content_hash).where(
+        RO.c.run_id == run_id, RO.c.rollout_id == rollout_id, RO.c.attempt == attempt)).first()
+    if existing is not None and existing.content_hash == p.content_hash:
+        return "unchanged"
+    deleted = []
     if existing is not None:
-        for table in (fi, nd, det):
+        for table in (FIND, NODE, DET):
             conn.execute(table.delete().where(table.c.rollout_pk == existing.pk))
-        conn.execute(ro.delete().where(ro.c.pk == existing.pk))
-        if touched is not None:
-            touched.append({"run_id": r.run.id, "step": existing.step})
-    checked = run_rollout_checks(r)
-    findings, flags = checked.all, checked.kinds()
-    pk = conn.execute(ro.insert().values(**_summary(r, flags, chash)).returning(ro.c.pk)).scalar_one()
-    conn.execute(det.insert().values(rollout_pk=pk, envelope=_envelope(r)))
-    rows = _node_rows(pk, r)
-    if rows:
-        conn.execute(nd.insert(), rows)
-    search.index_rollout(conn, pk, r.run.id, rows)
-    if touched is not None:
-        touched.append({"run_id": r.run.id, "step": r.step})
-    if findings:
-        conn.execute(fi.insert(), [dict(rollout_pk=pk, kind=f.kind, severity=f.severity, node_idx=f.node_idx,
-                                        position=f.position, message=f.message,
-                                        detail=_json_safe(f.detail)) for f in findings])
-    return ("replaced" if existing is not None else "inserted"), len(checked.findings)
+        deleted = _delete(conn, [existing.pk])
+    written = Written(_insert_rows(conn, [p]), deleted)
+    _run_hooks(conn, written)
+    groups.update(_groups(written.inserted, written.deleted))
+    return "replaced" if existing is not None else "inserted"
 
 
-def store_batch(conn: sa.Connection, rollouts: list[Rollout], seen: set | None = None) -> StoreResult:
-    """Write one batch inside the caller's transaction, each rollout in its own savepoint.
+def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[RecordError]) -> StoreResult:
+    """Write a batch inside the caller's transaction, each rollout in its own savepoint (with
+    its share of `BATCH_HOOKS`).
 
     A rollout another writer inserted meanwhile is retried once (it is then unchanged or
-    replaced); one that cannot be stored (the database refuses it, a value no column can hold)
-    becomes a RecordError in `errors`, naming its file and line, and is quarantined; the rest of
-    the batch is kept.
+    replaced); one that cannot be stored (the database refuses it, a value no column can hold,
+    a hook fails on it) becomes a RecordError in `errors`, naming its file and line, and is
+    quarantined; the rest of the batch is kept.
     """
     res = StoreResult()
-    seen = seen if seen is not None else set()
-    touched: list[dict] = []  # (run, step) of rollouts written or replaced: their rollups are recomputed
-    for r in rollouts:
-        res.runs.add(r.run.id)
-        identity = (r.run.id, r.id, r.attempt)
-        if identity in seen:
-            res.repeated += 1
-        seen.add(identity)
+    refused: list[RecordError] = []
+    for p in batch:
+        res.runs.add(p.identity[0])
         for attempt in range(2):
             try:
+                groups: set[tuple[str, str]] = set()
                 with conn.begin_nested():
-                    prepare(r)
-                    outcome, n_findings = _write_one(conn, r, touched)
+                    outcome = _write_one(conn, p, groups)
                 setattr(res, outcome, getattr(res, outcome) + 1)  # counted once it is committed
-                res.findings += n_findings
-                if outcome != "unchanged" and r.group is not None:
-                    res.groups.add((r.run.id, r.group.id))
+                res.groups |= groups
+                if outcome != "unchanged":
+                    res.findings += p.n_findings
+                if outcome == "replaced":
+                    res.replaced_ids.append(p.identity)
                 break
             except sa.exc.IntegrityError:
                 if attempt == 1:
                     raise
                 # another writer stored this rollout meanwhile: look again (unchanged or replace)
             except Exception as exc:  # noqa: BLE001 - one rollout must not cost its neighbours
-                src = r.source or {}
-                detail = str(getattr(exc, "orig", None) or exc).splitlines()[0][:500]
-                err = RecordError(str(src.get("file") or "?"), src.get("line"), None,
-                                  f"cannot store rollout {r.id!r}: {type(exc).__name__}: {detail}", _raw(r))
-                with conn.begin_nested():
-                    quarantine(conn, err)
-                res.errors.append(err)
-                res.rejected += 1
+                refused.append(storage_error(p.rollout, exc))
                 break
-    rollups.apply(conn, inserted=touched)
+    recheck_groups(conn, res.groups)
+    if errors or refused:
+        quarantine_many(conn, [*errors, *refused])
+    res.errors += refused
+    res.rejected += len(errors) + len(refused)
     return res
 
 
-def _raw(r: Rollout) -> str | None:
-    """The first 4 KB of a rollout's native JSON, for the quarantine (None if it cannot be
-    serialized at all, e.g. nested deeper than the serializer allows)."""
-    try:
-        return orjson.dumps(r.to_json_dict(), default=str)[:4096].decode("utf-8", "replace")
-    except (TypeError, ValueError):
-        return None
-
+# --- the stream -------------------------------------------------------------------------------
 
 def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=None,
-          batch_size: int = BATCH) -> StoreResult:
+          batch_size: int = BATCH, in_transaction: Callable[[sa.Connection, object], None] | None = None
+          ) -> StoreResult:
     """Store a stream of rollouts and rejections, `batch_size` rollouts per transaction.
 
-    `on_item(item)` is called after each item (progress bars).
+    Rollouts are prepared (rows, checks, hash) before the transaction opens. Rejections are
+    quarantined in the transaction of the batch they arrived with. `on_item(item)` is called after
+    each item is read (progress bars). `in_transaction(conn, last_item)` is called inside each
+    batch's transaction after its rows are written (the worker stores its file offsets there, so
+    rows and offset commit together). A rollout repeating an identity already seen in this call
+    is counted in `repeated`; the later one wins.
     """
     total = StoreResult()
-    batch: list[Rollout] = []
-    seen: set = set()
+    pending: list[Rollout] = []
+    errors: list[RecordError] = []
+    identities: set[Identity] = set()  # of `pending`
+    seen: set[Identity] = set()  # in this call
+    known_runs: set[str] = set()
+    last: list[object] = [None]
 
     def flush() -> None:
-        if batch:
+        if not pending and not errors:
+            return
+        prepared: list[Prepared] = []
+        failed: list[RecordError] = []  # rollouts that cannot be stored at all
+        for r in pending:
+            p = prepare_or_error(r)
+            (failed if isinstance(p, RecordError) else prepared).append(p)
+        batch_errors = errors + failed
+        try:
             with engine.begin() as conn:
-                done = store_batch(conn, batch, seen)
-                recheck_groups(conn, done.groups)
-                total.add(done)
-            batch.clear()
+                res = write_batch(conn, prepared, batch_errors, known_runs=known_runs)
+                if in_transaction:
+                    in_transaction(conn, last[0])
+        except Exception as exc:  # noqa: BLE001 - the fallback isolates the one that failed
+            if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+                raise  # the database went away: writing row by row cannot help
+            with engine.begin() as conn:
+                res = write_one_by_one(conn, prepared, batch_errors)
+                if in_transaction:
+                    in_transaction(conn, last[0])
+            res.fallbacks += 1
+        res.errors = failed + res.errors
+        res.batches += 1
+        known_runs.update(p.identity[0] for p in prepared)
+        total.add(res)
+        pending.clear()
+        errors.clear()
+        identities.clear()
 
     for item in items:
         if isinstance(item, RecordError):
-            total.rejected += 1
-            with engine.begin() as conn:
-                quarantine(conn, item)
+            errors.append(item)
         else:
-            batch.append(item)
-            if len(batch) >= batch_size:
+            identity = (item.run.id, item.id, item.attempt)
+            if identity in seen:
+                total.repeated += 1
+            if identity in identities:  # the same rollout twice in one batch: write the first
                 flush()
+            seen.add(identity)
+            identities.add(identity)
+            pending.append(item)
+        last[0] = item
+        if len(pending) >= batch_size or len(errors) >= batch_size:
+            flush()
         if on_item:
             on_item(item)
     flush()
     return total
-
-

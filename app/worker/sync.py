@@ -18,7 +18,7 @@ from ingest import formats
 from ingest.formats import ReadContext
 from ingest.files import TRACE_SUFFIXES, read_records, walk
 from ingest.source import RecordError, Source, open_source
-from app.store.quarantine import quarantine
+from app.store.quarantine import quarantine_many
 from app.store.write import BATCH, StoreResult, ensure_run, store, store_tokenizer
 
 
@@ -115,4 +115,4 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
 def _reject_file(engine: Engine, report: IngestReport, err: RecordError) -> None:
     report.errors.append(err)
     with engine.begin() as conn:
-        quarantine(conn, err)
+        quarantine_many(conn, [err])

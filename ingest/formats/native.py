@@ -22,15 +22,32 @@ def sniff(source: Source) -> bool:
 
 def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
     if source.kind == "jsonl":
-        items = source.lines()
-    else:
-        doc = source.document
-        items = enumerate(doc if isinstance(doc, list) else [doc], start=1)
-    for line, value in items:
-        if isinstance(value, RecordError):
-            yield value
-            continue
-        yield parse_record(value, source.name, line if source.kind == "jsonl" else None, ctx)
+        for line, raw in source.raw_lines():
+            rollout = _from_bytes(raw, source.name, line, ctx)
+            if rollout is None:  # the slow path names the line and field of what is wrong
+                value = source.parse_line(line, raw)
+                rollout = value if isinstance(value, RecordError) else parse_record(value, source.name, line, ctx)
+            yield rollout
+        return
+    doc = source.document
+    for _, value in enumerate(doc if isinstance(doc, list) else [doc], start=1):
+        yield parse_record(value, source.name, None, ctx)
+
+
+def _from_bytes(raw: bytes, file: str, line: int, ctx: ReadContext) -> Rollout | None:
+    """A good line validated straight from its bytes (pydantic parses and validates in one pass,
+    about a third faster than parse then validate); None for anything else, which `parse_record`
+    then reports."""
+    try:
+        rollout = Rollout.model_validate_json(raw)
+    except ValueError:
+        return None
+    if rollout.schema_ != SCHEMA_VERSION or "schema_" not in rollout.model_fields_set:
+        return None
+    if ctx.run_id:
+        rollout.run.id = ctx.run_id
+    rollout.source = {"format": NAME, "file": file, "line": line}
+    return rollout
 
 
 def parse_record(value: object, file: str, line: int | None, ctx: ReadContext) -> Rollout | RecordError:

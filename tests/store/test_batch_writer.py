@@ -1,0 +1,99 @@
+"""The batched store (app/store/write.py): a constant number of statements per batch, the
+per-rollout fallback when a batch fails, and the hooks that run inside the batch transaction."""
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from app.db import models
+from app.store import write
+from app.store.prepare import content_hash, prepare
+from tests.helpers import ingest, rollout, write_jsonl
+
+R = models.Rollout.__table__
+
+
+def count(engine, table) -> int:
+    with engine.connect() as conn:
+        return conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
+
+
+def statements(engine, fn):
+    n = [0]
+
+    def on_execute(*_a):
+        n[0] += 1
+
+    sa.event.listen(engine, "before_cursor_execute", on_execute)
+    try:
+        result = fn()
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", on_execute)
+    return n[0], result
+
+
+def test_a_batch_of_200_costs_at_most_10_statements(engine, tmp_path):
+    path = write_jsonl(tmp_path / "a.jsonl", [rollout(f"a{i}", group=f"g{i % 8}", index=i // 8) for i in range(400)])
+    n, report = statements(engine, lambda: ingest(engine, path))
+    assert report.total.inserted == 400 and report.total.batches == 2 and report.total.fallbacks == 0
+    assert n <= 2 * 10, n
+    # unchanged on re-ingest: fewer still; one changed rollout replaces only itself
+    n, again = statements(engine, lambda: ingest(engine, path))
+    assert again.total.unchanged == 400 and n <= 2 * 5, n
+    write_jsonl(path, [rollout(f"a{i}", group=f"g{i % 8}", index=i // 8, reward=0.0 if i == 7 else 1.0)
+                       for i in range(400)])
+    n, third = statements(engine, lambda: ingest(engine, path))
+    assert (third.total.replaced, third.total.unchanged, third.total.replaced_ids) == (1, 399, [("r1", "a7", 0)])
+    assert n <= 2 * 10 and count(engine, R) == 400 and count(engine, models.Node.__table__) == 800
+
+
+def test_the_hash_is_the_canonical_json_and_prepare_matches(engine):
+    r = rollout("x1")
+    assert prepare(r).content_hash == content_hash(r)
+    other = rollout("x1", reward=0.5)
+    assert content_hash(other) != content_hash(r)
+
+
+def test_hooks_see_inserted_and_deleted_rows_in_the_same_transaction(engine, tmp_path, monkeypatch):
+    seen = []
+
+    def hook(conn, written):
+        # inside the transaction: the rows just written are visible to it
+        pks = [row["pk"] for row in written.inserted]
+        here = conn.execute(sa.select(sa.func.count()).select_from(R).where(R.c.pk.in_(pks))).scalar_one()
+        seen.append(([r["rollout_id"] for r in written.inserted], [r["rollout_id"] for r in written.deleted],
+                     here, {r["step"] for r in written.inserted}))
+
+    monkeypatch.setattr(write, "BATCH_HOOKS", [hook])
+    path = write_jsonl(tmp_path / "a.jsonl", [rollout("a"), rollout("b", step=3)])
+    ingest(engine, path)
+    assert seen == [(["a", "b"], [], 2, {0, 3})]
+    write_jsonl(path, [rollout("a"), rollout("b", step=3, reward=0.0)])
+    ingest(engine, path)
+    assert seen[1] == (["b"], ["b"], 1, {3})
+
+
+def test_a_failing_batch_is_written_one_by_one_and_only_the_bad_rollout_is_lost(engine, tmp_path, monkeypatch):
+    def refuse_bad(conn, written):
+        if any(r["rollout_id"] == "bad" for r in written.inserted):
+            raise ValueError("this hook refuses 'bad'")
+
+    monkeypatch.setattr(write, "BATCH_HOOKS", [refuse_bad])
+    path = write_jsonl(tmp_path / "a.jsonl", [rollout("ok1"), rollout("bad"), rollout("ok2")])
+    report = ingest(engine, path)
+    assert report.total.fallbacks == 1 and report.total.inserted == 2
+    (err,) = report.errors
+    assert err.line == 2 and "cannot store rollout 'bad'" in err.message and "refuses" in err.message
+    with engine.connect() as conn:
+        assert sorted(conn.execute(sa.select(R.c.rollout_id)).scalars()) == ["ok1", "ok2"]
+    assert count(engine, models.Quarantine.__table__) == 1
+
+
+def test_rejections_are_quarantined_with_their_batch(engine, tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    good = write_jsonl(tmp_path / "g.jsonl", [rollout("g1"), rollout("g2")]).read_bytes().splitlines(keepends=True)
+    path.write_bytes(good[0] + b'{"schema": "rollscope/1", "id": \n' + good[1])
+    n, report = statements(engine, lambda: ingest(engine, path))
+    assert report.total.inserted == 2 and [e.line for e in report.errors] == [2]
+    assert count(engine, models.Quarantine.__table__) == 1 and n <= 10
+    again = ingest(engine, path)
+    assert again.total.unchanged == 2 and count(engine, models.Quarantine.__table__) == 1
