@@ -211,16 +211,16 @@ def build_task_heatmap(run_id: str, steps, tasks=None) -> dict:
         volume[t.task_key] = volume.get(t.task_key, 0) + t.rollouts
     keys = sorted(sorted(volume, key=lambda k: (-volume[k], k))[:HEATMAP_TASKS])
     row = {k: i for i, k in enumerate(keys)}
-    sums = [[[0.0, 0, 0] for _ in buckets] for _ in keys]  # Σ mean·scored, scored, rollouts
+    from app.analytics.steps import weighted_mean
+
+    cells = [[[[], 0] for _ in buckets] for _ in keys]  # (mean, scored) pairs, rollouts
     for t in tasks:
         if t.task_key in row and t.step in col_of:
-            cell = sums[row[t.task_key]][col_of[t.step]]
-            if t.mean_reward is not None:
-                cell[0] += t.mean_reward * t.scored
-                cell[1] += t.scored
-            cell[2] += t.rollouts
-    z = [[(c[0] / c[1]) if c[1] else None for c in r] for r in sums]
-    text = [[f"{c[2]} rollouts" for c in r] for r in sums]
+            cell = cells[row[t.task_key]][col_of[t.step]]
+            cell[0].append((t.mean_reward, t.scored))
+            cell[1] += t.rollouts
+    z = [[weighted_mean(c[0]) for c in r] for r in cells]
+    text = [[f"{c[1]} rollouts" for c in r] for r in cells]
     labels = [b[0] if len(b) == 1 else f"{b[0]}–{b[-1]}" for b in buckets]
     x = [b[0] for b in buckets]
 

@@ -420,14 +420,15 @@ def run_metadata(session: Session, run_id: str) -> dict:
     }
 
 
-def run_charts(run_id: str, *, steps: StepRange = StepRange(), window: int = 1) -> dict:
+def run_charts(run_id: str, *, steps: StepRange = StepRange(), window: int = 1, skip: tuple = ()) -> dict:
     """The run page's chart section: every registered chart with its page, JSON twin and CSV URLs
     (the page fetches each figure from its JSON twin, so the run page stays light)."""
     params = {"steps": str(steps) or None, "smooth": window}
     return {"steps": str(steps), "smooth": window,
             "charts": [{"id": c.id, "title": c.title, "caption": c.caption, "url": chart_url(run_id, c.id, **params),
                         "json_url": chart_url(run_id, c.id, ".json", **params),
-                        "csv_url": chart_url(run_id, c.id, ".csv", **params)} for c in charts.REGISTRY.values()]}
+                        "csv_url": chart_url(run_id, c.id, ".csv", **params)} for c in charts.REGISTRY.values()
+                       if c.id not in skip]}
 
 
 # --- the rollouts list --------------------------------------------------------------------------
@@ -590,8 +591,14 @@ def run_overview(session: Session, run_id: str, *, steps: StepRange = StepRange(
                    "mean_reward": tot["mean_reward"], "mean_reward_no_errors": tot["mean_reward_no_errors"],
                    "excluded": tot["excluded"], "retries": tot["retries"],
                    "no_gradient": tot["no_gradient"]},
-        "analytics": run_charts(run_id, steps=steps, window=window),
+        # the two headline charts, embedded (as before); the rest are fetched from their twins
+        "charts": {"ending_rates": charts.ending_rates(run_id, [s for s in shown if s.step is not None]),
+                   "reward": charts.reward_trend(run_id, [s for s in shown if s.step is not None])}
+        if any(s.step is not None for s in all_stats) else None,
+        "analytics": run_charts(run_id, steps=steps, window=window, skip=("endings",)),
         "metadata": run_metadata(session, run_id),
+        "compare_url": urls.compare([run_id]),
+        "search_url": urls.search(run=run_id),
     }
 
 

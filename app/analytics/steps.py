@@ -3,6 +3,7 @@ step page, compare and the runs list draw from. Keyword-only, the session passed
 A run with 1,000 steps is 1,000 small rows here, whatever the number of rollouts."""
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -127,28 +128,33 @@ def task_totals(*, session: Session, run_ids: list[str], steps: StepRange = Step
         d["rollouts"] += t.rollouts
         for e, n in (t.endings or {}).items():
             d["endings"][e] = d["endings"].get(e, 0) + n
-        if t.mean_reward is not None:
-            d["_s0"] += t.mean_reward * t.scored
-            d["_c0"] += t.scored
-        if t.mean_reward_no_errors is not None:
-            d["_s1"] += t.mean_reward_no_errors * t.scored_no_errors
-            d["_c1"] += t.scored_no_errors
+        d.setdefault("_m0", []).append((t.mean_reward, t.scored))
+        d.setdefault("_m1", []).append((t.mean_reward_no_errors, t.scored_no_errors))
     for per_run in out.values():
         for d in per_run.values():
-            d["mean_reward"] = d.pop("_s0") / d["_c0"] if d["_c0"] else None
-            d["mean_reward_no_errors"] = d.pop("_s1") / d["_c1"] if d["_c1"] else None
-            d.pop("_c0"), d.pop("_c1")
+            d["mean_reward"] = weighted_mean(d.pop("_m0", []))
+            d["mean_reward_no_errors"] = weighted_mean(d.pop("_m1", []))
+            for k in ("_s0", "_c0", "_s1", "_c1"):
+                d.pop(k, None)
     return out
+
+
+def weighted_mean(pairs: list[tuple[float | None, int]]) -> float | None:
+    """Σ mean·n / Σ n over (mean, n) pairs with a mean: the mean over all their values, taken
+    as Σ mean·(n / N) so that huge finite means (1e308) do not overflow."""
+    kept = [(m, n) for m, n in pairs if m is not None and n]
+    total = sum(n for _, n in kept)
+    if not total:
+        return None
+    out = math.fsum(m * (n / total) for m, n in kept)
+    return out if math.isfinite(out) else None
 
 
 def run_totals(stats: list[StepStats]) -> dict:
     """Counts per ending, no-gradient reasons and agents summed over steps; mean rewards weighted."""
     endings = {e: sum(s.endings[e] for s in stats) for e in ENDINGS}
-    s0 = sum((s.mean_reward or 0.0) * s.scored for s in stats if s.mean_reward is not None)
-    c0 = sum(s.scored for s in stats if s.mean_reward is not None)
-    c1 = sum(s.get("reward", "errors_dropped", "n", default=0) for s in stats if s.mean_reward_no_errors is not None)
-    s1 = sum((s.mean_reward_no_errors or 0.0) * s.get("reward", "errors_dropped", "n", default=0)
-             for s in stats if s.mean_reward_no_errors is not None)
+    m0 = weighted_mean([(s.mean_reward, s.scored) for s in stats])
+    m1 = weighted_mean([(s.mean_reward_no_errors, s.get("reward", "errors_dropped", "n", default=0)) for s in stats])
     agents: dict[str, int] = {}
     findings: dict[str, int] = {}
     for s in stats:
@@ -159,7 +165,7 @@ def run_totals(stats: list[StepStats]) -> dict:
     return {"rollouts": sum(s.rollouts for s in stats), "endings": endings,
             "retries": sum(s.get("retries", default=0) for s in stats),
             "excluded": sum(s.excluded for s in stats),
-            "mean_reward": s0 / c0 if c0 else None, "mean_reward_no_errors": s1 / c1 if c1 else None,
+            "mean_reward": m0, "mean_reward_no_errors": m1,
             "no_gradient": {k: sum(s.get("no_gradient", k, default=0) for s in stats) for k in NO_GRADIENT_REASONS},
             "agents": agents, "findings": findings,
             "first_step": min((s.step for s in stats if s.step is not None), default=None),

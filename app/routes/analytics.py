@@ -64,8 +64,9 @@ def _csv_cell(v):
     return "" if v is None else v
 
 
-def _run_ids(runs: str) -> list[str]:
-    ids = list(dict.fromkeys(r for r in (x.strip() for x in runs.split(",")) if r))
+def _run_ids(runs: list[str]) -> list[str]:
+    """`runs=a,b` or `runs=a&runs=b` (the runs list's checkboxes) → distinct ids, in order."""
+    ids = list(dict.fromkeys(r for part in runs for r in (x.strip() for x in part.split(",")) if r))
     if not 2 <= len(ids) <= 8:
         raise HTTPException(422, "runs: give 2 to 8 different run ids, comma-separated (runs=a,b)")
     return ids
@@ -98,8 +99,9 @@ def search(request: Request, session: SessionDep, q: str = "", run: OptStr = Non
 
 @router.get("/compare")
 @router.get("/compare.json")
-def compare(request: Request, session: SessionDep, runs: str = "", steps: OptStr = None, smooth: Smooth = None):
-    """Two or more runs (`runs=a,b`, comma-separated ids, up to 8) on one step axis: every
+def compare(request: Request, session: SessionDep, runs: Annotated[list[str], Query()] = [],  # noqa: B006
+            steps: OptStr = None, smooth: Smooth = None):
+    """Two or more runs (`runs=a,b`, or `runs` repeated; up to 8) on one step axis: every
     comparable chart overlaid (`run: series`), and tables of the differences per ending (share)
     and per task (mean reward, errors scored 0; delta = last run − first run)."""
     data = pages.compare_page(session, _run_ids(runs), steps=_steps(steps), window=smooth or 1)
@@ -107,7 +109,9 @@ def compare(request: Request, session: SessionDep, runs: str = "", steps: OptStr
 
 
 @router.get("/compare/charts/{chart_id}")
-def compare_chart(request: Request, session: SessionDep, chart_id: str, runs: str = "", steps: OptStr = None,
+def compare_chart(request: Request, session: SessionDep, chart_id: str,
+                  runs: Annotated[list[str], Query()] = [],  # noqa: B006
+                  steps: OptStr = None,
                   smooth: Smooth = None):
     """One chart with the runs overlaid: `.json` (figure data) or `.csv` (series `run: name`)."""
     chart_id, ext = _ext(chart_id, (".json", ".csv"))

@@ -34,13 +34,10 @@ from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
 from app.queries.common import ENDINGS, INT32_MAX, INT32_MIN
 from app.queries.nodes import get_node
-from app.queries.rollouts import RolloutFilters, decode_cursor
 from app.render import respond, split_twin, wants_json
 from app.views.groups import group_page
 from app.views.quarantine import quarantine_page
 from app.views.rollout import rollout_page
-from app.views.rollouts import rollouts_page
-from app.views.runs import run_page, runs_page
 from ingest.schema import content_text
 
 router = APIRouter(tags=["pages"])
@@ -79,7 +76,9 @@ def index() -> RedirectResponse:
 @router.get("/runs.json")
 def runs(request: Request, session: SessionDep):
     """All runs: rollouts, steps, mean reward (errors scored 0 / dropped) and ending counts per run."""
-    return respond(request, "runs.html", runs_page(session), json=wants_json(request))
+    from app.analytics import pages as analytics_pages
+
+    return respond(request, "runs.html", analytics_pages.runs_overview(session), json=wants_json(request))
 
 
 @router.get("/quarantine")
@@ -142,34 +141,71 @@ def group(request: Request, session: SessionDep, run_id: str, group_id: str):
 
 @router.get("/runs/{run_id:path}/rollouts")
 @router.get("/runs/{run_id:path}/rollouts.json")
+@router.get("/runs/{run_id:path}/rollouts.csv")
 def rollouts(
     request: Request, session: SessionDep, run_id: str,
-    step: OptInt = None, ending: OptStr = None, group: OptStr = None, task: OptStr = None,
-    reward_min: OptFloat = None, reward_max: OptFloat = None, flag: OptStr = None,
-    after: OptStr = None, limit: OptLimit = None,
+    step: OptCount = None, steps: OptStr = None, ending: OptStr = None, group: OptStr = None, task: OptStr = None,
+    agent: OptStr = None, reward_min: OptFloat = None, reward_max: OptFloat = None, flag: OptStr = None,
+    sort: OptStr = None, after: OptStr = None, before: OptStr = None, limit: OptLimit = None,
 ):
-    """Rollout summaries of a run, filtered, by (step, ingest order); keyset pages via `after`.
+    """Rollout summaries of a run, filtered: `step` or `steps=A-B`, `ending`, `group` and `task`
+    (prefix), `agent`, `reward_min`/`reward_max` (inclusive), `flag` (a finding kind). `sort` is
+    `step` (default), `reward`, `tokens` or `turns`, `-` first for descending; missing values
+    last. Every page has its own URL: `after` / `before` are keyset cursors from `next_url` /
+    `prev_url`. The page carries `total` (all matches) and `facets` (value counts for ending,
+    task, agent, step range and findings, each following the other filters). `.csv` downloads
+    every matching row.
 
     Every attempt is a row; `n_attempts` counts the attempts of its rollout id, and the row's
     `url` names its attempt (`?attempt=N`) when that is > 0 or the id has several."""
+    from app.analytics import listing
+    from app.analytics import pages as analytics_pages
+
     if ending is not None and ending not in ENDINGS:
         raise HTTPException(422, f"ending must be one of {ENDINGS}")
-    if after:
-        try:
-            decode_cursor(after)
-        except ValueError:
-            raise HTTPException(422, "after: not a cursor from this API") from None
-    filters = RolloutFilters(step=step, ending=ending, group=group, task=task,
-                             reward_min=reward_min, reward_max=reward_max, flag=flag)
+    filters = listing.ListFilters(step=step, steps=steps, ending=ending, group=group, task=task, agent=agent,
+                                  reward_min=reward_min, reward_max=reward_max, flag=flag)
+    try:
+        filters.step_range()
+        listing.parse_sort(sort)
+        for cursor in (after, before):
+            if cursor:
+                listing.decode_cursor(cursor, listing.parse_sort(sort)[0])
+    except ValueError as exc:
+        raise HTTPException(422, str(exc) if "sort" in str(exc) or "steps" in str(exc)
+                            else "after/before: not a cursor from this page") from None
+    rid = unquote(run_id)
+    if request.url.path.endswith(".csv"):
+        if q_runs.get_run(session=session, run_id=rid) is None:
+            raise HTTPException(404, "not found")
+        from fastapi.responses import StreamingResponse
+
+        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in rid)[:100]
+        return StreamingResponse(analytics_pages.rollouts_csv(session, rid, filters, sort=sort),
+                                 media_type="text/csv; charset=utf-8",
+                                 headers={"Content-Disposition": f'attachment; filename="{name}-rollouts.csv"'})
     json = wants_json(request)
     page_size = limit or request.app.state.settings.web.page_size
-    data = rollouts_page(session, unquote(run_id), filters, after, page_size, keep_limit=limit, twin=json)
-    return respond(request, "rollouts.html", data, json=json, block="rows")
+    data = analytics_pages.rollouts_list(session, rid, filters, sort=sort, after=after, before=before, limit=page_size,
+                                         keep_limit=limit, twin=json)
+    return respond(request, "rollouts.html", data, json=json)
 
 
 @router.get("/runs/{run_id:path}")
-def run(request: Request, session: SessionDep, run_id: str):
-    """A run: per training step, counts per ending and mean reward (errors scored 0 / dropped),
-    and the two charts as Plotly figure data."""
+def run(request: Request, session: SessionDep, run_id: str, steps: OptStr = None,
+        smooth: Annotated[Annotated[int, Field(ge=1, le=100)] | None, BeforeValidator(_blank_is_none)] = None):
+    """A run: what the source recorded about it (model, config, tokenizer, source files, first and
+    last ingest), per training step counts per ending and mean reward (errors scored 0 /
+    dropped), and every training-step chart (each fetched from its JSON twin,
+    `/runs/{run}/charts/{chart}.json`). `steps=A-B` limits the steps table and the charts;
+    `smooth=N` adds an N-step moving average to the charts. Read from the per-step rollups."""
+    from app.analytics import pages as analytics_pages
+    from app.analytics.steps import StepRange
+
     run_id, js = _twin(run_id, lambda rid: q_runs.get_run(session=session, run_id=rid) is not None)
-    return respond(request, "run.html", run_page(session, run_id), json=wants_json(request, js))
+    try:
+        rng = StepRange.parse(steps)
+    except ValueError as exc:
+        raise HTTPException(422, str(exc)) from None
+    return respond(request, "run.html", analytics_pages.run_overview(session, run_id, steps=rng, window=smooth or 1),
+                   json=wants_json(request, js))

@@ -50,10 +50,17 @@ ROW_COLUMNS = [R.c.pk, R.c.run_id, R.c.step, R.c.rollout_id, R.c.attempt, R.c.gr
 
 
 def _mean(values: list[float]) -> float | None:
-    """Exactly rounded mean (fsum), so it does not depend on row order."""
+    """Exactly rounded mean (fsum), so it does not depend on row order; huge finite values
+    (1e308) that overflow the sum are averaged scaled down by the largest magnitude."""
     if not values:
         return None
-    m = math.fsum(values) / len(values)
+    try:
+        m = math.fsum(values) / len(values)
+    except OverflowError:
+        m = math.inf
+    if not math.isfinite(m):
+        scale = max(abs(v) for v in values)
+        m = math.fsum(v / scale for v in values) / len(values) * scale
     return m if math.isfinite(m) else None
 
 
