@@ -501,9 +501,11 @@ def rollouts_list(session: Session, run_id: str, filters, *, sort: str | None, a
             p["sort"] = nxt
         sorts.append({"key": key, "label": label, "active": key == name, "desc": key == name and desc,
                       "url": f"{base}" + (f"?{urlencode(p)}" if p else "")})
-    finding_kinds = sorted({k for k in ((s.get("findings") or {}) for s in
-                                        step_stats(session=session, run_id=run_id, include_unstepped=True))
-                            for k in k})
+    from app.queries.findings import FINDING_KINDS
+
+    present = {k for s in step_stats(session=session, run_id=run_id, include_unstepped=True)
+               for k in (s.get("findings") or {})}
+    finding_kinds = sorted(present | set(FINDING_KINDS))
     return {
         "run": {"id": run.id, "name": run.name, "url": run_url(run.id)},
         "filters": filters.as_query(),

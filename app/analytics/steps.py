@@ -71,7 +71,10 @@ class StepStats:
 
     @property
     def endings(self) -> dict[str, int]:
-        return {e: (self.stats.get("endings") or {}).get(e, 0) for e in ENDINGS}
+        cached = self.__dict__.get("_endings")
+        if cached is None:
+            cached = self.__dict__["_endings"] = {e: (self.stats.get("endings") or {}).get(e, 0) for e in ENDINGS}
+        return cached
 
     def get(self, *path, default=None):
         """stats[path...] or `default`: `s.get("reward", "errors_as_zero", "median")`."""
@@ -97,7 +100,23 @@ def _order(col):
 
 def step_stats(*, session: Session, run_id: str, steps: StepRange = StepRange(),
                include_unstepped: bool = False) -> list[StepStats]:
-    """The run's step rollups in step order (rollouts without a step last, when asked for)."""
+    """The run's step rollups in step order (rollouts without a step last, when asked for).
+    Read once per session (request) and run; ranges are cut from that."""
+    memo = session.info.setdefault("step_stats", {})
+    key = (run_id, include_unstepped)
+    if key not in memo and steps.first is not None and steps.last is not None:
+        return _read_step_stats(session, run_id, False, steps)  # a few steps: read just those
+    if key not in memo:
+        memo[key] = _read_step_stats(session, run_id, include_unstepped)
+    rows = memo[key]
+    if steps.first is None and steps.last is None:
+        return list(rows)
+    return [r for r in rows if r.step is not None and (steps.first is None or r.step >= steps.first)
+            and (steps.last is None or r.step <= steps.last)]
+
+
+def _read_step_stats(session: Session, run_id: str, include_unstepped: bool,
+                     steps: StepRange = StepRange()) -> list[StepStats]:
     where = steps.where(SR.c.step) if include_unstepped is False else sa.or_(steps.where(SR.c.step), SR.c.step.is_(None))
     q = sa.select(SR).where(SR.c.run_id == run_id, where)
     if not include_unstepped:

@@ -145,6 +145,23 @@ def chart(request: Request, session: SessionDep, run_id: str, chart_id: str, ste
     return respond(request, "chart.html", data, json=wants_json(request, ext == ".json"))
 
 
+@router.get("/runs/{run_id:path}/facets.json")
+def facets(request: Request, session: SessionDep, run_id: str, step: Annotated[Step | None, Query()] = None,
+           steps: OptStr = None, ending: OptStr = None, group: OptStr = None, task: OptStr = None,
+           agent: OptStr = None, flag: OptStr = None):
+    """Facet counts of the rollouts list (JSON only): value counts for ending, task, agent, step
+    range and findings under the given filters, each facet ignoring its own filter."""
+    from app.analytics import listing
+
+    f = listing.ListFilters(step=step, steps=steps, ending=ending, group=group, task=task, agent=agent, flag=flag)
+    _steps(steps)
+    rid = unquote(run_id)
+    if pages._run(session, rid) is None:
+        raise HTTPException(404, "not found")
+    return respond(request, "", {"facets": listing.facets(session=session, run_id=rid, filters=f),
+                                 "total": listing.count(session=session, run_id=rid, filters=f)}, json=True)
+
+
 @router.get("/runs/{run_id:path}/steps/{step}")
 def step(request: Request, session: SessionDep, run_id: str, step: str):
     """A training step's story: counts per ending with the source's details, reward with and

@@ -188,7 +188,7 @@ def rollouts(
     page_size = limit or request.app.state.settings.web.page_size
     data = analytics_pages.rollouts_list(session, rid, filters, sort=sort, after=after, before=before, limit=page_size,
                                          keep_limit=limit, twin=json)
-    return respond(request, "rollouts.html", data, json=json)
+    return respond(request, "rollouts.html", data, json=json, block="rows")
 
 
 @router.get("/runs/{run_id:path}")
