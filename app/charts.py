@@ -92,6 +92,30 @@ def reward_trend(run_id: str, steps: list[StepRow]) -> dict:
     return {"data": data, "layout": layout}
 
 
+def finding_rates(run_id: str, steps: list[StepRow], counts: dict[tuple[int | None, str], int],
+                  kinds: list[tuple[str, str]]) -> dict:
+    """Grouped bars: per kind, the share of a step's rollouts with that finding. `counts`:
+    (step, kind) → rollouts with a finding; `kinds`: (kind, label) in registry order, only those
+    that fired. Each bar links to the rollouts list filtered by step and kind."""
+    rows = [s for s in steps if s.step is not None]
+    data = []
+    for kind, label in kinds:
+        data.append({
+            "type": "bar", "name": label,
+            "x": [s.step for s in rows],
+            "y": [counts.get((s.step, kind), 0) / s.rollouts if s.rollouts else 0 for s in rows],
+            "text": [f"{counts.get((s.step, kind), 0)} of {s.rollouts}" for s in rows],
+            "textposition": "none",
+            "hovertemplate": "step %{x}<br>" + kind + ": %{y:.1%} (%{text})<extra></extra>",
+            "customdata": [urls.rollouts(run_id, step=s.step, flag=kind) for s in rows],
+        })
+    layout = _layout("Rollouts with each finding per step",
+                     {"title": {"text": "share of rollouts"}, "tickformat": ".0%", "range": [0, 1]},
+                     [s.step for s in rows])
+    layout["barmode"] = "group"
+    return {"data": data, "layout": layout}
+
+
 # --- the chart registry -----------------------------------------------------------------------
 #
 # Every training-step chart is one `Chart`: an id (its URL), a title and caption (the page and the

@@ -55,7 +55,7 @@ def ingest(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders (walked recursively).", exists=True)],
     run: Annotated[str | None, typer.Option(help="Run id for records that name none (default: the file's folder name).")] = None,
     step: Annotated[int | None, typer.Option(help="Training step for records that carry none.", min=0, max=INT32_MAX)] = None,
-    tokenizer: Annotated[Path | None, typer.Option(help="tokenizer.json or SentencePiece .model of the run.", exists=True)] = None,
+    tokenizer: Annotated[Path | None, typer.Option(help="tokenizer.json or SentencePiece .model of the run, or its folder / tokenizer_config.json (keeps the chat template for the template checks).", exists=True)] = None,
     added_token: Annotated[list[str], typer.Option("--added-token", help="Extra vocabulary entry ID=PIECE (repeatable).")] = [],  # noqa: B006
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List every file, skipped file and rejection.")] = False,
 ) -> None:
@@ -80,10 +80,13 @@ def ingest(
                                      param_hint="--run") from None
 
     engine = _engine()
-    key = None
+    key = check_context = None
     if tokenizer is not None:
+        from ingest.checks.context import load_context
+
         try:
             key = register_tokenizer(engine, tokenizer, _parse_added(added_token))
+            check_context = load_context(tokenizer, _parse_added(added_token))
         except ValueError as exc:
             console.print(Text.assemble(("error: ", "red"), str(exc)), soft_wrap=True)
             raise typer.Exit(2) from None
@@ -102,7 +105,8 @@ def ingest(
             progress.update(current["task"], completed=current["source"].position)
 
         report = ingest_paths(engine, paths, ReadContext(run_id=run, step=step), tokenizer_key=key,
-                              on_file=on_file, on_item=on_item, batch_size=get_settings().worker.batch_size)
+                              check_context=check_context, on_file=on_file, on_item=on_item,
+                              batch_size=get_settings().worker.batch_size)
     total, errors, skipped = report.total, report.errors, report.skipped
     rows = [(f.path, f.format, f.result) for f in report.files]
 
@@ -162,6 +166,102 @@ def quarantine(
     for name, n in counts:
         table.add_row(Text(name), str(n))
     out.print(table if counts else Text("nothing quarantined"))
+
+
+@app.command()
+def worker(
+    spool: Annotated[list[Path], typer.Option("--spool", help="A folder collectors write trace files into "
+                                              "(repeatable; default ROLLSCOPE_WORKER__SPOOL_DIR). Created if missing.")] = [],  # noqa: B006
+    poll: Annotated[float, typer.Option(help="Seconds between looks at the folders when nothing is left to read.",
+                                        min=0.05, max=60)] = 0.5,
+    torn_after: Annotated[float, typer.Option(help="Seconds a file must stop growing before a last line without "
+                                              "its newline is reported as torn and skipped.", min=0.1)] = 30.0,
+    once: Annotated[bool, typer.Option("--once", help="Read what is there, then exit (no tailing).")] = False,
+) -> None:
+    """Ingest trace files from spool folders as collectors append to them, exactly once.
+
+    Appended JSONL lines are read as they arrive (a partial last line waits for its newline),
+    .gz files are read as streams, other files once they stop changing. Each file's offset is
+    committed with the rows it produced, so a restart resumes exactly there; renamed, rotated,
+    truncated and deleted files are followed. SIGTERM stops cleanly. On Postgres several workers
+    may share the folders; on SQLite one worker writes.
+    """
+    from app.config import get_settings
+    from app.worker.run import WorkerLocked, run, sqlite_lock, stop_on_signals
+
+    dirs = spool or [get_settings().worker.spool_dir]
+    for d in dirs:
+        d.mkdir(parents=True, exist_ok=True)
+    engine = _engine()
+    try:
+        lock = sqlite_lock(engine)
+    except WorkerLocked as exc:
+        console.print(Text.assemble(("error: ", "red"), str(exc)), soft_wrap=True)
+        raise typer.Exit(2) from None
+    stop = stop_on_signals()
+    console.print(f"worker: reading {', '.join(str(d) for d in dirs)}", markup=False, soft_wrap=True)
+    n = run(engine, dirs, stop=stop, poll=poll, once=once, torn_after=torn_after,
+            batch_lines=get_settings().worker.batch_size,
+            log=lambda msg: console.print(msg, markup=False, soft_wrap=True))
+    console.print(f"worker: stopped after {n} commits", markup=False, soft_wrap=True)
+    if lock is not None:
+        lock.close()
+
+
+token_app = typer.Typer(no_args_is_help=True, help="API tokens: create, list, revoke (app/auth.py).")
+app.add_typer(token_app, name="token")
+
+
+@token_app.command("create")
+def token_create(
+    scope: Annotated[str, typer.Option(help="read (pages and API when reading is locked), write (ingest over "
+                                            "HTTP; includes read) or admin (includes write).")] = "write",
+    name: Annotated[str | None, typer.Option(help="A label to recognise the token by in `token list`.")] = None,
+) -> None:
+    """Create an API token. It is printed once, on the last line of stdout; only its hash is
+    stored. Send it as `Authorization: Bearer <token>`."""
+    from app.auth import SCOPES, issue
+
+    if scope not in SCOPES:
+        raise typer.BadParameter(f"one of {', '.join(SCOPES)}", param_hint="--scope")
+    token, info = issue(_engine(), scope, name)  # type: ignore[arg-type]
+    console.print(f"created token {info.pk} ({info.scope}{', ' + info.name if info.name else ''}); "
+                  "it is shown only now:", markup=False, soft_wrap=True)
+    typer.echo(token)
+
+
+@token_app.command("list")
+def token_list() -> None:
+    """List tokens (id, name, scope, prefix, created, last used, revoked); never the tokens."""
+    from app.auth import list_tokens
+
+    tokens = list_tokens(_engine())
+    table = Table(title="tokens")
+    for col in ("id", "name", "scope", "prefix", "created", "last used", "revoked"):
+        table.add_column(col)
+    when = lambda t: t.strftime("%Y-%m-%d %H:%M") if t else "-"  # noqa: E731
+    for t in tokens:
+        table.add_row(str(t.pk), Text(t.name or "-"), t.scope, t.prefix + "…", when(t.created_at),
+                      when(t.last_used_at), when(t.revoked_at))
+    out.print(table if tokens else Text("no tokens (create one with `rollscope token create`)"))
+
+
+@token_app.command("revoke")
+def token_revoke(
+    token_id: Annotated[str, typer.Argument(help="The token's id from `token list`, or its prefix.")],
+) -> None:
+    """Revoke a token: it stops working at once and stays listed as revoked."""
+    from app.auth import revoke
+
+    try:
+        revoked = revoke(_engine(), token_id)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="TOKEN_ID") from None
+    if not revoked:
+        console.print(Text.assemble(("error: ", "red"), f"no token {token_id!r}"), soft_wrap=True)
+        raise typer.Exit(1)
+    for t in revoked:
+        out.print(Text(f"revoked token {t.pk} ({t.scope}{', ' + t.name if t.name else ''})"))
 
 
 @app.command()

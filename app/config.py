@@ -79,6 +79,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ROLLSCOPE_", env_nested_delimiter="__", extra="forbid")
 
     database_url: str | None = Field(None, description="shorthand for `db.url` (`ROLLSCOPE_DATABASE_URL`)")
+    require_read_token: bool = Field(False, description="reading (pages, JSON twins, API) needs a read token "
+                                     "too, sent as `Authorization: Bearer` or `?token=`; writing always needs one")
     db: DbSettings = DbSettings()
     web: WebSettings = WebSettings()
     worker: WorkerSettings = WorkerSettings()

@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.staticfiles import StaticFiles
 
 from app import errors
+from app.auth import ReadTokenGate
 from app.config import Settings, get_settings
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
@@ -94,6 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(analytics.router)  # before pages: its /runs/{run_id:path} catches the rest
     app.include_router(pages.router)
 
+    app.add_middleware(ReadTokenGate, engine=engine, required=settings.require_read_token)
     app.add_middleware(RoutingPath)  # inside security_headers, so its 400s get the headers too
 
     @app.middleware("http")

@@ -40,6 +40,10 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     huge finite rewards (1e308) overflow it (`(v - mean) ** 2` raises), so those are computed
     scaled by the largest magnitude. A result beyond the float range is inf (null in JSON)."""
     n = len(values)
+    if min(values) == max(values):
+        # Identical rewards: the mean is that reward and the std exactly 0, never the residue
+        # of float summation (3 × 0.1 / 3 = 0.10000000000000002, std 1.4e-17).
+        return values[0], 0.0
     try:
         mean = sum(values) / n
         std = math.sqrt(sum((v - mean) ** 2 for v in values) / n)
@@ -82,3 +86,71 @@ def group_advantages(members: Sequence[Member]) -> dict:
         "errors_dropped": _policy(members, drop_errors=True),
         "excluded": excluded,
     }
+
+
+# --- recorded advantages and the estimators that may have produced them -----------------------
+
+ESTIMATORS = ("mean_centred", "std_normalised", "leave_one_out")
+ESTIMATOR_ALIASES = {
+    "mean_centred": "mean_centred", "mean_centered": "mean_centred", "dr_grpo": "mean_centred",
+    "std_normalised": "std_normalised", "std_normalized": "std_normalised", "grpo": "std_normalised",
+    "leave_one_out": "leave_one_out", "rloo": "leave_one_out",
+}
+STD_EPS = 1e-4  # TRL GRPOTrainer: (r - mean) / (std + 1e-4); verl uses 1e-6 (within the tolerance)
+
+
+def estimator_name(value: object) -> str | None:
+    """The estimator a source declares, normalised to one of ESTIMATORS (aliases: grpo →
+    std_normalised, dr_grpo → mean_centred, rloo → leave_one_out); None when not declared or
+    not known."""
+    return ESTIMATOR_ALIASES.get(str(value).strip().lower()) if isinstance(value, str) else None
+
+
+def estimate(rewards: Sequence[float], estimator: str, *, ddof: int = 0) -> list[float]:
+    """Advantages of `rewards` (one group's baseline set) under `estimator`:
+
+    - `mean_centred`: A_i = r_i − mean(r) (Dr. GRPO, Liu et al. 2025, "Understanding R1-Zero-Like
+      Training", §3.1: GRPO without the std division);
+    - `std_normalised`: A_i = (r_i − mean(r)) / (std(r) + STD_EPS) (GRPO, Shao et al. 2024,
+      DeepSeekMath §4.1.2; `ddof=1` is torch's unbiased std, which TRL uses);
+    - `leave_one_out`: A_i = r_i − mean_{j≠i} r_j = n/(n−1) · (r_i − mean(r)) (RLOO, Ahmadian et
+      al. 2024, "Back to Basics", §3.2; 0 for a group of one).
+
+    Raises ValueError for an unknown estimator."""
+    n = len(rewards)
+    if n == 0:
+        return []
+    mean, std = _mean_std(list(rewards))
+    centred = [r - mean for r in rewards]
+    if estimator == "mean_centred":
+        return centred
+    if estimator == "std_normalised":
+        if ddof and n > 1:
+            std = std * math.sqrt(n / (n - 1))
+        return [c / (std + STD_EPS) for c in centred]
+    if estimator == "leave_one_out":
+        return [c * n / (n - 1) for c in centred] if n > 1 else [0.0] * n
+    raise ValueError(f"unknown advantage estimator {estimator!r} (known: {', '.join(ESTIMATORS)})")
+
+
+def close(recorded: float, expected: float) -> bool:
+    """Recorded and recomputed advantages agree: within 1e-3 absolute + 1e-2 relative (float32
+    storage, eps conventions 1e-4 vs 1e-6)."""
+    return abs(recorded - expected) <= 1e-3 + 1e-2 * abs(expected)
+
+
+def recorded_advantage(rollout) -> float | None:
+    """The advantage a source recorded for one rollout (`ingest.schema.Rollout`): a rollout-level
+    `extra.advantage` or `metrics.advantage`, else the per-token `advantages` of its sampled
+    tokens (mask 1) when they are all equal (a group-relative estimator gives every token of a
+    rollout the same value). None when none is recorded, or the per-token values vary (a
+    token-level estimator such as GAE, which group checks cannot recompute)."""
+    for v in (rollout.extra.get("advantage"), rollout.metrics.get("advantage")):
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+            return float(v)
+    values = {round(a, 6) for n in rollout.nodes if n.advantages
+              for a, m in zip(n.advantages, n.mask or [True] * len(n.advantages))
+              if m and a is not None and math.isfinite(a)}
+    if len(values) == 1:
+        return float(values.pop())
+    return None

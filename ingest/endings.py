@@ -87,3 +87,57 @@ def derive(rollout: Rollout) -> EndingInfo:
         info.type = Ending.length_cut
         info.detail = info.detail or "finish_reason=length"
     return info
+
+
+# The last generation stopped for its token limit (finish reasons as readers record them).
+LENGTH_FINISH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens", "max_completion_tokens"})
+
+
+def correct_silent_truncation(rollout: Rollout) -> EndingInfo:
+    """A source that claims the episode completed (`submitted`/`task_detected`: verifiers
+    `agent_completed`, Tunix `SUCCEEDED`, SWE-agent `submitted`) while its own evidence says it
+    was cut off gets the truthful ending, in place (idempotent):
+
+    - the last generation stopped for length (`last_finish_reason` in LENGTH_FINISH_REASONS) or
+      reached its cap (`last_output_tokens >= last_output_token_cap`) → `length_cut`;
+    - the rollout's sampled tokens reached their budget (`output_tokens >= output_token_cap`) →
+      `truncated`;
+    - the environment ended the episode at its step limit (`turns >= max_turns`) right after a
+      tool call, not an answer → `truncated`.
+
+    The source's claim is kept: `ending.detail` stays the source's own reason and
+    `ending.extra["silent_truncation"]` records the claimed type and why it was corrected; the
+    `silent_truncation` check reports it (../shared/domain.md, "Endings")."""
+    info = rollout.ending
+    if info.type not in (Ending.submitted, Ending.task_detected) or "silent_truncation" in info.extra:
+        return info
+    ev = info.evidence
+    why = truthful = None
+    last = (ev.last_finish_reason or "").strip().lower()
+    if last in LENGTH_FINISH_REASONS:
+        truthful, why = Ending.length_cut, f"the last generation stopped for length (finish reason {ev.last_finish_reason!r})"
+    elif ev.last_output_tokens is not None and ev.last_output_token_cap and ev.last_output_tokens >= ev.last_output_token_cap:
+        truthful, why = Ending.length_cut, (f"the last generation reached its token cap ({ev.last_output_tokens} of "
+                                            f"{ev.last_output_token_cap} tokens)")
+    elif ev.output_tokens is not None and ev.output_token_cap and ev.output_tokens >= ev.output_token_cap:
+        truthful, why = Ending.truncated, (f"the rollout's sampled tokens reached their budget ({ev.output_tokens} of "
+                                           f"{ev.output_token_cap})")
+    elif ev.max_turns and ev.turns is not None and ev.turns >= ev.max_turns and _ends_on_tool_call(rollout):
+        truthful, why = Ending.truncated, (f"the environment ended the episode at its step limit ({ev.turns} of "
+                                           f"{ev.max_turns} turns) after a tool call, not an answer")
+    if truthful is None:
+        return info
+    info.extra["silent_truncation"] = {"claimed": info.type.value, "claimed_message": info.message, "why": why}
+    info.type = truthful
+    info.message = f"the source says {info.detail or info.extra['silent_truncation']['claimed']}, but {why}"
+    return info
+
+
+def _ends_on_tool_call(rollout: Rollout) -> bool:
+    """The last model turn called a tool (or the trace ends on a tool result)."""
+    for node in reversed(rollout.nodes):
+        if node.message.role == "tool":
+            return True
+        if node.message.role == "assistant":
+            return bool(node.message.tool_calls)
+    return False

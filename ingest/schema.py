@@ -44,7 +44,10 @@ def _not_a_dot_segment(v: str) -> str:
 
 Id = Annotated[str, Field(min_length=1, max_length=300, pattern=r"^[^\x00-\x1f\x7f]*$"),
                AfterValidator(_not_a_dot_segment)]
-TOKEN_ID_MIN, TOKEN_ID_MAX = -1, INT32_MAX  # stored as int32; -1 = id not recorded by the source
+# Stored as int32. -1 = id not recorded by the source (a reader's convention); other negative
+# values are placeholders a writer left in the sequence (-100, -200): kept, and reported by the
+# `placeholder_token_id` check rather than refused.
+TOKEN_ID_MIN, TOKEN_ID_MAX = -(2**31), INT32_MAX
 TokenId = Annotated[int, Field(strict=True)]  # never true or "7"
 Number = Annotated[float, Field(strict=True)]  # a JSON number (ints accepted), never true or "1.0"
 
@@ -154,7 +157,7 @@ class Node(Model):
         n = len(self.token_ids)
         if n and (min(self.token_ids) < TOKEN_ID_MIN or max(self.token_ids) > TOKEN_ID_MAX):
             bad = next(i for i, t in enumerate(self.token_ids) if not TOKEN_ID_MIN <= t <= TOKEN_ID_MAX)
-            raise ValueError(f"token_ids[{bad}] = {self.token_ids[bad]}: token ids are int32 (-1 = not recorded)")
+            raise ValueError(f"token_ids[{bad}] = {self.token_ids[bad]}: token ids are int32")
         for name, fill in (("mask", False), ("is_content", False), ("logprobs", None),
                            ("advantages", None), ("reference_logprobs", None)):
             values = getattr(self, name)

@@ -102,6 +102,7 @@ class Source:
     last_raw: str | None = field(default=None, repr=False)
     member: str | None = None
     data: bytes | None = field(default=None, repr=False)
+    line_base: int = 0  # lines before `data` in the file (a worker reading a stretch of a file)
 
     @property
     def name(self) -> str:
@@ -141,7 +142,7 @@ class Source:
 
     def _binary_lines(self) -> Iterator[tuple[int, bytes]]:
         with self._open() as f:
-            for lineno, raw in enumerate(f, start=1):
+            for lineno, raw in enumerate(f, start=1 + self.line_base):
                 if lineno == 1 and raw.startswith(BOM):
                     raw = raw[len(BOM):]
                 self.position += len(raw)

@@ -458,3 +458,20 @@ def decode_text(
             first = False
         buf += b
     return buf.decode("utf-8", errors="replace")
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
+
+
+def tokenizer_file(path: str | Path) -> Path:
+    """The tokenizer file for a `--tokenizer` argument: the file itself, or in a folder (or
+    beside a tokenizer_config.json) its `tokenizer.json`, else `tokenizer.model`. Raises
+    ValueError naming the path when a folder holds neither."""
+    p = Path(path)
+    folder = p if p.is_dir() else (p.parent if p.name == "tokenizer_config.json" else None)
+    if folder is None:
+        return p
+    for name in TOKENIZER_FILES:
+        if (folder / name).is_file():
+            return folder / name
+    raise ValueError(f"{str(p)!r}: no {' or '.join(TOKENIZER_FILES)} in {str(folder)!r}")

@@ -34,5 +34,7 @@ def write_jsonl(path: Path, rollouts: list[Rollout]) -> Path:
     return path
 
 
-def ingest(engine, *paths: Path, run: str | None = None, tokenizer_key: str | None = None) -> IngestReport:
-    return ingest_paths(engine, list(paths), ReadContext(run_id=run), tokenizer_key=tokenizer_key)
+def ingest(engine, *paths: Path, run: str | None = None, tokenizer_key: str | None = None,
+           check_context=None) -> IngestReport:
+    return ingest_paths(engine, list(paths), ReadContext(run_id=run), tokenizer_key=tokenizer_key,
+                        check_context=check_context)

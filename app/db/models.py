@@ -38,6 +38,7 @@ class Tokenizer(SQLModel, table=True):
     kind: str  # "sentencepiece" | "tokenizer.json"
     n_vocab: int
     vocab: bytes = Field(sa_column=Column(BlobType, nullable=False))  # zlib(JSON list of [hex, special])
+    chat_template: str | None = Field(default=None, sa_column=Column(sa.Text, nullable=True))  # from tokenizer_config.json
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
 
 
@@ -82,6 +83,8 @@ class Rollout(SQLModel, table=True):
     ending_detail: str | None = None
     reward: float | None = None  # NULL when missing or non-finite; see reward_status
     reward_status: str = "ok"  # ok | nan | inf | unscored
+    advantage: float | None = None  # the advantage the source recorded (ingest.advantages.recorded_advantage)
+    advantage_estimator: str | None = Field(default=None, max_length=40)  # as the source declares it
     stop_condition: str | None = None
     policy_version_min: int | None = None
     policy_version_max: int | None = None
@@ -236,3 +239,47 @@ class SearchDoc(SQLModel, table=True):
     run_id: str = Field(max_length=200)
     node_idx: int
     text: str = Field(sa_column=Column(sa.Text, nullable=False))
+
+class ApiToken(SQLModel, table=True):
+    """An API token (app/auth.py): only its sha256 is stored, and its first characters to tell
+    it apart in a list. Scope read < write < admin."""
+
+    __tablename__ = "api_token"
+
+    pk: int | None = Field(default=None, primary_key=True)
+    name: str | None = Field(default=None, max_length=200)
+    scope: str = Field(max_length=16)
+    prefix: str = Field(max_length=16)
+    token_sha256: str = Field(max_length=64, sa_column_kwargs={"unique": True})
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
+    last_used_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
+    revoked_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
+
+
+class SpoolFile(SQLModel, table=True):
+    """A file in a worker's spool directory (app/worker/spool.py): which file it is (device and
+    inode, and its first bytes), how far it has been ingested (`offset` bytes, uncompressed for
+    .gz, and `line` lines, committed in the same transaction as the rows they produced) and
+    which worker holds it (`claimed_by` until `claimed_until`)."""
+
+    __tablename__ = "spool_file"
+    __table_args__ = (sa.UniqueConstraint("device", "inode", name="uq_spool_file_inode"),)
+
+    pk: int | None = Field(default=None, primary_key=True)
+    name: str  # the path when first seen: the records' source file, stable across renames
+    path: str  # where it is now
+    device: int = Field(sa_column=Column(sa.BigInteger, nullable=False))
+    inode: int = Field(sa_column=Column(sa.BigInteger, nullable=False))
+    head: bytes = Field(sa_column=Column(BlobType, nullable=False))  # first bytes: a rewrite changes them
+    format: str | None = None  # the reader, decided on the first records
+    offset: int = Field(default=0, sa_column=Column(sa.BigInteger, nullable=False))
+    line: int = 0
+    size: int = Field(default=0, sa_column=Column(sa.BigInteger, nullable=False))  # last size seen
+    status: str = Field(default="active", max_length=16)  # active | done | gone
+    records: int = Field(default=0, sa_column=Column(sa.BigInteger, nullable=False))
+    rejected: int = Field(default=0, sa_column=Column(sa.BigInteger, nullable=False))
+    last_error: str | None = None
+    claimed_by: str | None = Field(default=None, max_length=200)
+    claimed_until: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
+    grew_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))  # size last changed
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))

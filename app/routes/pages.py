@@ -36,6 +36,7 @@ from app.queries.common import ENDINGS, INT32_MAX, INT32_MIN
 from app.queries.nodes import get_node
 from app.render import respond, split_twin, wants_json
 from app.views.groups import group_page
+from app.views.runs import run_page
 from app.views.quarantine import quarantine_page
 from app.views.rollout import rollout_page
 from ingest.schema import content_text
@@ -199,7 +200,6 @@ def run(request: Request, session: SessionDep, run_id: str, steps: OptStr = None
     dropped), and every training-step chart (each fetched from its JSON twin,
     `/runs/{run}/charts/{chart}.json`). `steps=A-B` limits the steps table and the charts;
     `smooth=N` adds an N-step moving average to the charts. Read from the per-step rollups."""
-    from app.analytics import pages as analytics_pages
     from app.analytics.steps import StepRange
 
     run_id, js = _twin(run_id, lambda rid: q_runs.get_run(session=session, run_id=rid) is not None)
@@ -207,5 +207,5 @@ def run(request: Request, session: SessionDep, run_id: str, steps: OptStr = None
         rng = StepRange.parse(steps)
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from None
-    return respond(request, "run.html", analytics_pages.run_overview(session, run_id, steps=rng, window=smooth or 1),
+    return respond(request, "run.html", run_page(session, run_id, steps_range=rng, window=smooth or 1),
                    json=wants_json(request, js))

@@ -26,12 +26,12 @@ def _latest_attempt():
 
 
 _MEMBER_COLUMNS = (R.c.run_id, R.c.group_id, R.c.rollout_id, R.c.attempt, R.c.group_index, R.c.group_size,
-                   R.c.reward, R.c.reward_status, R.c.ending, R.c.step)
+                   R.c.reward, R.c.reward_status, R.c.ending, R.c.step, R.c.advantage, R.c.advantage_estimator)
 
 
 def _member(r) -> GroupMember:
     return GroupMember(r.rollout_id, r.attempt, r.group_index, r.group_size, r.reward, r.reward_status, r.ending,
-                       r.step)
+                       r.step, r.advantage)
 
 
 def load_group(conn: sa.Connection, run_id: str, group_id: str) -> Group:
@@ -48,7 +48,9 @@ def load_groups(conn: sa.Connection, keys: list[tuple[str, str]]) -> dict[tuple[
         .order_by(R.c.run_id, R.c.group_id, sa.func.coalesce(R.c.group_index, 1 << 30), R.c.pk)).all()
     groups = {key: Group(key[0], key[1], []) for key in keys}
     for r in rows:
-        groups[(r.run_id, r.group_id)].members.append(_member(r))
+        group = groups[(r.run_id, r.group_id)]
+        group.members.append(_member(r))
+        group.estimator = group.estimator or r.advantage_estimator  # the first member that declares one
     return groups
 
 

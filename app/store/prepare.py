@@ -21,8 +21,9 @@ import orjson
 from app.db import models
 from app.db.engine import JSONText
 from app.db.tokenarrays import pack_bits, pack_floats, pack_ids
-from ingest.checks import run_rollout_checks
-from ingest.endings import derive, fill_evidence
+from ingest.advantages import estimator_name, recorded_advantage
+from ingest.checks import CheckContext, run_rollout_checks
+from ingest.endings import correct_silent_truncation, derive, fill_evidence
 from ingest.graph import branches
 from ingest.metrics import rollout_metrics
 from ingest.schema import Rollout
@@ -54,8 +55,9 @@ class Prepared:
         return self.summary["content_hash"]
 
 
-def prepare(r: Rollout) -> Prepared:
-    """Derive the ending (in place), run the checks and build every row of `r`.
+def prepare(r: Rollout, context: CheckContext | None = None) -> Prepared:
+    """Derive the ending and correct a silent truncation (in place), run the checks (with the
+    run's tokenizer and chat template in `context`, when known) and build every row of `r`.
 
     The content hash is the sha256 of the canonical native JSON (sorted keys) without `source`.
     Serialisation is orjson's, in one pass per part: the whole rollout once for the hash, the
@@ -65,8 +67,9 @@ def prepare(r: Rollout) -> Prepared:
     """
     derive(r)
     fill_evidence(r)
+    correct_silent_truncation(r)
     chash = hashlib.sha256(r.to_json(exclude=_NOT_HASHED, sort_keys=True)).hexdigest()
-    checked = run_rollout_checks(r)
+    checked = run_rollout_checks(r, context)
     findings, flags = checked.all, checked.kinds()
     return Prepared(
         rollout=r, identity=(r.run.id, r.id, r.attempt),
@@ -89,11 +92,11 @@ def _json_text(raw: bytes) -> JSONText:
     return JSONText(raw.decode())
 
 
-def prepare_or_error(r: Rollout) -> Prepared | RecordError:
-    """`prepare(r)`, or a RecordError naming the rollout's file and line when it cannot be
-    stored (the record is then quarantined, its neighbours kept)."""
+def prepare_or_error(r: Rollout, context: CheckContext | None = None) -> Prepared | RecordError:
+    """`prepare(r, context)`, or a RecordError naming the rollout's file and line when it cannot
+    be stored (the record is then quarantined, its neighbours kept)."""
     try:
-        return prepare(r)
+        return prepare(r, context)
     except Exception as exc:  # noqa: BLE001 - one rollout must not cost its neighbours
         return storage_error(r, exc)
 
@@ -161,6 +164,7 @@ def _summary(r: Rollout, flags: list[str], chash: str) -> dict:
         task_key=_text(r.task.key if r.task else None),
         ending=r.ending.type.value, ending_detail=_text(r.ending.detail),
         reward=_finite(reward), reward_status=r.reward_status(),
+        advantage=recorded_advantage(r), advantage_estimator=estimator_name(r.extra.get("advantage_estimator")),
         stop_condition=_text(r.stop_condition),
         policy_version_min=min(versions) if versions else None,
         policy_version_max=max(versions) if versions else None,

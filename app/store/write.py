@@ -32,6 +32,7 @@ from app.db.engine import insert_for as _insert
 from app.store.prepare import FINDING_COLUMNS, NODE_COLUMNS, Identity, Prepared, prepare_or_error, storage_error
 from app.store import rollups, search
 from app.store.groups import recheck_groups
+from ingest.checks import CheckContext
 from app.store.quarantine import quarantine_many
 from ingest.schema import Rollout
 from ingest.source import RecordError
@@ -102,12 +103,13 @@ def ensure_run(conn: sa.Connection, run_id: str, *, name: str | None = None, typ
         conn.execute(t.update().where(t.c.id == run_id).values(tokenizer_sha256=tokenizer_sha256))
 
 
-def store_tokenizer(engine: Engine, *, sha256: str, name: str, kind: str, n_vocab: int, blob: bytes) -> None:
+def store_tokenizer(engine: Engine, *, sha256: str, name: str, kind: str, n_vocab: int, blob: bytes,
+                    chat_template: str | None = None) -> None:
     t = models.Tokenizer.__table__
     with engine.begin() as conn:
         if conn.execute(sa.select(t.c.sha256).where(t.c.sha256 == sha256)).first() is None:
             conn.execute(t.insert().values(sha256=sha256, name=name, kind=kind, n_vocab=n_vocab, vocab=blob,
-                                           created_at=models.utcnow()))
+                                           chat_template=chat_template, created_at=models.utcnow()))
 
 
 # --- the batch path ---------------------------------------------------------------------------
@@ -283,11 +285,44 @@ def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[Re
     return res
 
 
+def prepare_all(items: Iterable[Rollout | RecordError]) -> tuple[list[Prepared], list[RecordError]]:
+    """Prepare rollouts outside any transaction: (prepared, rejections). A rollout that cannot
+    be prepared becomes a rejection naming its file and line."""
+    prepared: list[Prepared] = []
+    errors: list[RecordError] = []
+    for item in items:
+        p = item if isinstance(item, RecordError) else prepare_or_error(item)
+        (errors if isinstance(p, RecordError) else prepared).append(p)
+    return prepared, errors
+
+
+def write_in(conn: sa.Connection, prepared: list[Prepared], errors: list[RecordError], *,
+             known_runs: set[str] | None = None) -> StoreResult:
+    """Write prepared rollouts (distinct identities) and quarantine `errors` inside the caller's
+    transaction: the batch in one savepoint, one rollout per savepoint if that fails (the worker
+    commits its file offset in the same transaction). Of rollouts with the same identity the
+    later wins (counted in `repeated`)."""
+    last = {p.identity: p for p in prepared}
+    repeated = len(prepared) - len(last)
+    prepared = list(last.values()) if repeated else prepared
+    try:
+        with conn.begin_nested():
+            res = write_batch(conn, prepared, errors, known_runs=known_runs)
+    except Exception as exc:  # noqa: BLE001 - the fallback isolates the one that failed
+        if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+            raise  # the database went away: writing row by row cannot help
+        res = write_one_by_one(conn, prepared, errors)
+        res.fallbacks += 1
+    res.batches += 1
+    res.repeated += repeated
+    return res
+
+
 # --- the stream -------------------------------------------------------------------------------
 
 def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=None,
-          batch_size: int = BATCH, in_transaction: Callable[[sa.Connection, object], None] | None = None
-          ) -> StoreResult:
+          batch_size: int = BATCH, in_transaction: Callable[[sa.Connection, object], None] | None = None,
+          context: CheckContext | None = None) -> StoreResult:
     """Store a stream of rollouts and rejections, `batch_size` rollouts per transaction.
 
     Rollouts are prepared (rows, checks, hash) before the transaction opens. Rejections are
@@ -295,7 +330,8 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     each item is read (progress bars). `in_transaction(conn, last_item)` is called inside each
     batch's transaction after its rows are written (the worker stores its file offsets there, so
     rows and offset commit together). A rollout repeating an identity already seen in this call
-    is counted in `repeated`; the later one wins.
+    is counted in `repeated`; the later one wins. `context`: the run's tokenizer and chat template
+    for the checks (None: the checks that need them record that they could not decide).
     """
     total = StoreResult()
     pending: list[Rollout] = []
@@ -311,7 +347,7 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
         prepared: list[Prepared] = []
         failed: list[RecordError] = []  # rollouts that cannot be stored at all
         for r in pending:
-            p = prepare_or_error(r)
+            p = prepare_or_error(r, context)
             (failed if isinstance(p, RecordError) else prepared).append(p)
         batch_errors = errors + failed
         try:

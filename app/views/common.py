@@ -35,6 +35,14 @@ def pins_attempt(attempt: int, n_attempts: int | None) -> bool:
     return attempt > 0 or (n_attempts or 1) > 1
 
 
+class FindingLink(PageModel):
+    """A finding kind in a list row, with the rollouts list filtered by it."""
+
+    kind: str
+    label: str
+    url: str
+
+
 class RolloutSummary(PageModel):
     """One rollout as a list row: the summary columns (no bodies), its attempt count and links.
 
@@ -55,6 +63,8 @@ class RolloutSummary(PageModel):
     ending_detail: str | None
     reward: float | None
     reward_status: str
+    advantage: float | None = None  # the advantage the source recorded, if any
+    advantage_estimator: str | None = None  # the estimator the source declares, if any
     stop_condition: str | None
     policy_version_min: int | None
     policy_version_max: int | None
@@ -76,6 +86,7 @@ class RolloutSummary(PageModel):
     mismatch_abs_max: float | None = None
     mismatch_out_of_range: int = 0
     trainer_filtered: str | None = None
+    findings: list[FindingLink] = []  # rollout and group findings, each linking to the filtered list
     source_format: str | None
     source_file: str | None
     source_line: int | None

@@ -86,6 +86,9 @@ def _no_advantage_reason(member: dict, advantage: float | None, *, drop_errors: 
     return "reward_excluded"
 
 
+MEMBERSHIP_KINDS = ("group_size_mismatch", "duplicate_group_index", "group_index_out_of_range")
+
+
 def group_page(session: Session, run_id: str, group_id: str) -> GroupPage | None:
     """Siblings of one group with reward, ending and advantage under both policies; None if the
     group has no rollout in the run.
@@ -120,10 +123,10 @@ def group_page(session: Session, run_id: str, group_id: str) -> GroupPage | None
         run=GroupRunLink(id=run_id, url=urls.run(run_id)),
         group=GroupHeader(id=group_id, size=len(members), declared_size=max(declared) if declared else None,
                           steps=sorted({m["step"] for m in members if m["step"] is not None})),
-        # Group-scope findings, stored at ingest (ingest/checks/groups.py); `warnings` keeps
-        # their messages, the shape this twin had before the checks registry.
+        # Group-scope findings, stored at ingest (ingest/checks/groups.py). `warnings` keeps the
+        # membership ones (size, indices) as messages: the shape this twin had before the registry.
         findings=group_findings,
-        warnings=[f["message"] for f in group_findings],
+        warnings=[f["message"] for f in group_findings if f["kind"] in MEMBERSHIP_KINDS],
         checks_skipped=[{"kind": f.kind, "label": checks.label(f.kind), "reason": f.message}
                         for f in stored if f.severity == checks.SKIPPED],
         policies=Policies(errors_as_zero=pol(result["errors_as_zero"]), errors_dropped=pol(result["errors_dropped"])),

@@ -44,6 +44,9 @@ class TokenView(TypedDict):
     piece: Piece | None  # None: no vocabulary, show the id
     drift: bool
     suspect: bool
+    sampled: bool  # the message is the policy's (assistant); mask 1 elsewhere is not "sampled"
+    flags: list[str] | None  # labels of the findings that point at this token
+    anchor: str | None  # the element id a finding's link targets (`node-N-tP`)
 
 
 class CallRef(PageModel):
@@ -64,6 +67,7 @@ class FindingView(PageModel):
     message: str
     detail: dict[str, Any] | None
     url: str | None = None
+    anchor: str | None = None  # the token (`node-N-tP`) or call (`node-N-call-P`) it points at
     calls: list[CallRef] | None = None
 
 
@@ -185,6 +189,7 @@ class RolloutPage(PageModel):
     extra: dict[str, Any]
     findings: list[FindingView]
     checks_skipped: list[CheckSkipped]
+    n_trained_environment: int  # trained tokens of messages the policy did not sample (mask_on_unsampled)
     trains_on_nothing: bool
     has_tokens: bool
     bare_ids: bool
@@ -250,6 +255,34 @@ def _at(values, i: int) -> float | None:
     return f32(values[i])
 
 
+def _flagged_tokens(node_findings: list[dict], shown: int) -> dict[int, list[str]]:
+    """Token index → labels of the findings on a node that point at it (`detail.positions`, else
+    `position`), for checks whose position is a token."""
+    out: dict[int, list[str]] = {}
+    for f in node_findings:
+        c = checks.REGISTRY.get(f["kind"])
+        if c is None or c.at != "token":
+            continue
+        positions = (f.get("detail") or {}).get("positions")
+        if not isinstance(positions, list):
+            positions = [f["position"]] if isinstance(f["position"], int) else []
+        for p in positions:
+            if isinstance(p, int) and 0 <= p < shown:
+                out.setdefault(p, []).append(f["label"])
+    return out
+
+
+def _anchor(f: dict, tokens_inline: int) -> str | None:
+    """The id of the element a finding points at: a token (`node-N-tP`) or a tool call
+    (`node-N-call-P`); None when it concerns the whole message or rollout."""
+    c = checks.REGISTRY.get(f["kind"])
+    if f["node"] is None or not isinstance(f["position"], int) or c is None:
+        return None
+    if c.at == "call":
+        return f"node-{f['node']}-call-{f['position']}"
+    return f"node-{f['node']}-t{f['position']}" if 0 <= f["position"] < tokens_inline else None
+
+
 def _suspected_padding(node_findings: list[dict]) -> set[int]:
     """Token indices of a node flagged by `suspected_logprob_padding`: `position` is where the
     trailing run of 0.0 logprobs starts, `detail.run` its length."""
@@ -277,11 +310,17 @@ def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findi
     drift_at = drift.get("index") if isinstance(drift.get("index"), int) else None
     node_findings = findings_by_node.get(node.idx, [])
     suspect = _suspected_padding(node_findings)
+    flagged = _flagged_tokens(node_findings, shown)
+    anchors = {f["position"] for f in node_findings if f.get("anchor")}
+    sampled = node.role == "assistant"
     tokens = []
     for i in range(shown):
         tokens.append({"i": i, "id": int(ids[i]), "trained": bool(mask[i]) if mask is not None else False,
                        "logprob": _at(logprobs, i), "advantage": _at(advantages, i),
-                       "piece": piece_list[i], "drift": i == drift_at, "suspect": i in suspect})
+                       "piece": piece_list[i], "drift": i == drift_at, "suspect": i in suspect,
+                       # a token of a message the policy did not write is never "sampled", mask or not
+                       "sampled": sampled, "flags": flagged.get(i),
+                       "anchor": f"node-{node.idx}-t{i}" if i in anchors else None})
     n_trained = int(mask.sum()) if mask is not None else 0
     bytes_lost = any(p and p.get("lost") for p in piece_list)
     return {
@@ -398,7 +437,10 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
     link = NodeLinks(run_id, rollout_id, paths, branch, offset, limit,
                      row.attempt if attempt is not None or len(attempts) > 1 else None)
     for f in findings:
+        f["anchor"] = _anchor(f, web.tokens_inline)
         f["url"] = link(f["node"])
+        if f["url"] and f["anchor"]:  # to the token or call itself, not only its message
+            f["url"] = f["url"].rsplit("#", 1)[0] + "#" + f["anchor"]
         calls = (f["detail"] or {}).get("calls") if f["kind"] == "duplicate_tool_call_id" else None
         if isinstance(calls, list):  # every call that shares the id, not only the first
             f["calls"] = [{"node": c[0], "position": c[1], "url": link(c[0])} for c in calls
@@ -449,6 +491,8 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
         "extra": envelope.get("extra", {}),
         "findings": findings,
         "checks_skipped": skipped,
+        "n_trained_environment": sum((f["detail"] or {}).get("count", 0) for f in findings
+                                     if f["kind"] == "mask_on_unsampled"),
         # Tokens were recorded but none carries loss: a filter (Tunix overlong_filter) zeroed the
         # mask. Shown, but it trains on nothing.
         "trains_on_nothing": summary["n_tokens"] > 0 and summary["n_trained_tokens"] == 0 and summary["n_turns"] > 0,

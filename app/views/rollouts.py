@@ -9,7 +9,8 @@ from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
 from app.queries.common import ENDINGS
 from app.queries.rollouts import RolloutFilters
-from app.views.common import PageModel, RolloutSummary, summary_row
+from app.views.common import FindingLink, PageModel, RolloutSummary, summary_row
+from ingest import checks
 
 
 class RunLink(PageModel):
@@ -41,12 +42,19 @@ def rollouts_page(session: Session, run_id: str, filters: RolloutFilters, after:
         return None
     rows, nxt = q_rollouts.list_rollouts(session=session, run_id=run_id, filters=filters, after=after, limit=limit)
     present = q_findings.run_finding_kinds(session=session, run_id=run_id)
+    out_rows = [summary_row(r) for r in rows]
+    by_group = q_findings.group_kinds(session=session, run_id=run_id,
+                                      group_ids=sorted({r.group_id for r in out_rows if r.group_id is not None}))
+    for r in out_rows:  # the findings column: the rollout's own kinds and its group's
+        kinds = sorted({checks.legacy_kind(k) for k in (r.flags or [])} | set(by_group.get(r.group_id, [])))
+        r.findings = [FindingLink(kind=k, label=checks.label(k), url=urls.rollouts(run_id, **{**filters.as_query(), "flag": k}))
+                      for k in kinds]
     return RolloutsPage(
         run=RunLink(id=run.id, name=run.name, url=urls.run(run.id)),
         filters=filters.as_query(),
         endings=ENDINGS,
         finding_kinds=sorted(set(present) | set(q_findings.FINDING_KINDS)),
-        rollouts=[summary_row(r) for r in rows],
+        rollouts=out_rows,
         next=nxt,
         next_url=urls.rollouts(run_id, json=twin, **filters.as_query(), limit=keep_limit, after=nxt) if nxt else None,
         limit=limit,

@@ -6,9 +6,12 @@ from typing import Any
 from sqlmodel import Session
 
 from app import charts, urls
+from app.queries import findings as q_findings
+from app.queries import nodes as q_nodes
 from app.queries import runs as q_runs
 from app.queries.common import ENDINGS
 from app.views.common import PageModel, iso
+from ingest import checks
 
 
 class RunRow(PageModel):
@@ -78,6 +81,24 @@ class RunCharts(PageModel):
 
     ending_rates: dict[str, Any]
     reward: dict[str, Any]
+    findings: dict[str, Any]  # share of rollouts with each finding per step
+
+
+class CheckRow(PageModel):
+    """What one registered check did in this run: rollouts with a finding (`url`: those
+    rollouts), rollouts it decided on (`checked`), rollouts it could not decide on (`skipped`)
+    and the commonest reasons why. A group-scope check counts the rollouts of its groups."""
+
+    kind: str
+    label: str
+    scope: str
+    severity: str
+    rule: str
+    rollouts: int
+    checked: int
+    skipped: int
+    skip_reasons: list[dict[str, Any]]
+    url: str
 
 
 class RunPage(PageModel):
@@ -87,16 +108,41 @@ class RunPage(PageModel):
     steps_recorded: bool
     totals: RunTotals
     charts: RunCharts | None
+    checks: list[CheckRow]
+    chat_template: bool  # a chat template is kept with the run's tokenizer (the template checks use it)
+    # training-step analytics (app/analytics/pages.py): every registered chart's URLs, the run's
+    # recorded metadata, how many steps the table lists, and links to search and compare
+    analytics: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    steps_shown: dict[str, Any] | None = None
+    search_url: str | None = None
 
 
-def run_page(session: Session, run_id: str) -> RunPage | None:
-    """A run: per training step, counts per ending and both means; None if there is no such run."""
+def run_page(session: Session, run_id: str, *, steps_range=None, window: int = 1) -> RunPage | None:
+    """A run: per training step, counts per ending and both means (from the per-step rollups,
+    app/store/rollups.py: one row per step at any run size), the checks table, the run's
+    metadata and every analytics chart; None if there is no such run."""
+    from app.analytics import pages as analytics_pages
+    from app.analytics.steps import StepRange, run_totals, step_stats
+
     run = q_runs.get_run(session=session, run_id=run_id)
     if run is None:
         return None
-    steps = q_runs.run_steps(session=session, run_id=run_id)
-    step_rows = [StepView(**s.__dict__, rates=s.rates(), url=urls.rollouts(run_id, step=s.step)) for s in steps]
-    means = q_runs.reward_means(session=session, run_ids=[run_id]).get(run_id, {})
+    steps_range = steps_range or StepRange()
+    stats = step_stats(session=session, run_id=run_id, include_unstepped=True)
+    steps = [q_runs.StepRow(step=s.step, rollouts=s.rollouts, endings=dict(s.endings), mean_reward=s.mean_reward,
+                            mean_reward_no_errors=s.mean_reward_no_errors, scored=s.scored, excluded=s.excluded)
+             for s in stats]
+    shown = [s for s in steps if s.step is None or (
+        (steps_range.first is None or s.step >= steps_range.first) and (steps_range.last is None or s.step <= steps_range.last))]
+    stepped = [s for s in shown if s.step is not None]
+    listed = stepped[-analytics_pages.STEPS_TABLE:] + [s for s in shown if s.step is None]
+    step_rows = [StepView(**s.__dict__, rates=s.rates(), url=urls.rollouts(run_id, step=s.step)) for s in listed]
+    tot = run_totals(stats)
+    means = {"mean_reward": tot["mean_reward"], "mean_reward_no_errors": tot["mean_reward_no_errors"],
+             "excluded": tot["excluded"]}
+    checks_ran, per_step = _checks_table(session, run_id, sum(s.rollouts for s in steps))
+    fired = [(c.kind, c.label) for c in checks_ran if c.rollouts]
     # Without a training step (Tunix files, tau-bench) a per-step chart has no axis to draw on.
     steps_recorded = any(s.step is not None for s in steps)
     return RunPage(
@@ -110,7 +156,44 @@ def run_page(session: Session, run_id: str) -> RunPage | None:
                          mean_reward=means.get("mean_reward"),
                          mean_reward_no_errors=means.get("mean_reward_no_errors"),
                          excluded=means.get("excluded", 0),
-                         retries=q_runs.count_retries(session=session, run_id=run_id)),
-        charts=RunCharts(ending_rates=charts.ending_rates(run_id, steps), reward=charts.reward_trend(run_id, steps))
+                         retries=tot["retries"]),
+        charts=RunCharts(ending_rates=charts.ending_rates(run_id, stepped), reward=charts.reward_trend(run_id, stepped),
+                         findings=charts.finding_rates(run_id, stepped, per_step, fired))
         if steps_recorded else None,
+        checks=checks_ran,
+        chat_template=_has_template(session, run.tokenizer_sha256),
+        analytics=analytics_pages.run_charts(run_id, steps=steps_range, window=window, skip=("endings", "findings")),
+        metadata=analytics_pages.run_metadata(session, run_id),
+        steps_shown={"listed": len([r for r in step_rows if r.step is not None]),
+                     "of": len([s for s in steps if s.step is not None]),
+                     "cut": len(stepped) > analytics_pages.STEPS_TABLE},
+        search_url=urls.search(run=run_id),
     )
+
+
+def _has_template(session: Session, sha256: str | None) -> bool:
+    t = q_nodes.get_tokenizer(session=session, sha256=sha256) if sha256 else None
+    return bool(t is not None and t.chat_template)
+
+
+def _checks_table(session: Session, run_id: str, n_rollouts: int) -> tuple[list[CheckRow], dict]:
+    """Every registered check with what it did in this run (see CheckRow), in registry order;
+    and (step, kind) → rollouts with a finding, for the chart."""
+    with_finding: dict[str, int] = {}
+    undecided: dict[str, int] = {}
+    per_step: dict[tuple, int] = {}
+    for step, kind, skipped, n in q_findings.finding_counts(session=session, run_id=run_id):
+        kind = checks.legacy_kind(kind)
+        if skipped:
+            undecided[kind] = undecided.get(kind, 0) + n
+        else:
+            with_finding[kind] = with_finding.get(kind, 0) + n
+            per_step[(step, kind)] = per_step.get((step, kind), 0) + n
+    reasons = q_findings.skip_reasons(session=session, run_id=run_id)
+    table = [CheckRow(kind=kind, label=c.label, scope=c.scope, severity=c.severity, rule=c.doc,
+                      rollouts=with_finding.get(kind, 0), skipped=undecided.get(kind, 0),
+                      checked=max(0, n_rollouts - undecided.get(kind, 0)),
+                      skip_reasons=[{"reason": m, "count": n} for m, n in reasons.get(kind, [])],
+                      url=urls.rollouts(run_id, flag=kind))
+             for kind, c in checks.REGISTRY.items()]
+    return table, per_step

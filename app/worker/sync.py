@@ -15,6 +15,7 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 
 from ingest import formats
+from ingest.checks import CheckContext
 from ingest.formats import ReadContext
 from ingest.files import TRACE_SUFFIXES, read_records, walk
 from ingest.source import RecordError, Source, open_source
@@ -43,23 +44,28 @@ class IngestReport:
 
 
 def register_tokenizer(engine: Engine, path: Path, added: dict[int, str] | None = None) -> str:
-    """Load a tokenizer file, store its vocabulary, and return the key runs refer to.
+    """Load a tokenizer (a tokenizer.json, a SentencePiece model, or a folder or
+    tokenizer_config.json beside one), store its vocabulary and chat template, and return the
+    key runs refer to.
 
-    The key is the sha256 of the stored vocabulary, not of the file: the same file with other
-    added tokens is another vocabulary. Raises ValueError naming the file when it is neither a
-    tokenizer.json nor a SentencePiece model.
+    The key is the sha256 of the stored vocabulary (and chat template, when there is one), not of
+    the file: the same file with other added tokens is another vocabulary. Raises ValueError
+    naming the file when it is neither a tokenizer.json nor a SentencePiece model.
     """
-    from ingest.tokenizer import load, to_blob
+    from ingest.chat_template import load_config
+    from ingest.tokenizer import load, to_blob, tokenizer_file
 
-    vocab = load(path, added or {})
+    vocab = load(tokenizer_file(path), added or {})
     blob = to_blob(vocab)
-    key = hashlib.sha256(blob).hexdigest()
-    store_tokenizer(engine, sha256=key, name=vocab.name, kind=vocab.kind, n_vocab=len(vocab.pieces), blob=blob)
+    template = load_config(path).chat_template
+    key = hashlib.sha256(blob + (template or "").encode()).hexdigest()
+    store_tokenizer(engine, sha256=key, name=vocab.name, kind=vocab.kind, n_vocab=len(vocab.pieces), blob=blob,
+                    chat_template=template)
     return key
 
 
 def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokenizer_key: str | None = None,
-                 on_file: Callable[[Path, Source], None] | None = None,
+                 check_context: CheckContext | None = None, on_file: Callable[[Path, Source], None] | None = None,
                  on_item: Callable[[object], None] | None = None, batch_size: int = BATCH) -> IngestReport:
     """Ingest every file under `paths`, `batch_size` rollouts per transaction
     (`ROLLSCOPE_WORKER__BATCH_SIZE`). `on_file`/`on_item` drive progress displays.
@@ -69,7 +75,8 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
     is rejected the same way; a readable file no reader recognises (a sidecar such as Tunix's
     `*.meta.json`) and any other file is skipped and reported. A failure
     inside one file (a reader bug, a database refusal) is reported for that file and the next
-    file is still read.
+    file is still read. `check_context` (the run's tokenizer and chat template,
+    `ingest.checks.context.load_context`) is what the template checks re-render with.
     """
     report = IngestReport()
     for path, explicit in walk(paths):
@@ -95,7 +102,7 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
 
         try:
             result = store(engine, read_records(reader, source, ctx, file_errors), on_item=on_item,
-                           batch_size=batch_size)
+                           batch_size=batch_size, context=check_context)
         except Exception as exc:  # noqa: BLE001 - one file must not stop the others
             err = RecordError(str(path), source.last_line, None,
                               f"ingest of this file stopped: {type(exc).__name__}: {exc}", source.last_raw)

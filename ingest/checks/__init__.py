@@ -2,14 +2,14 @@
 family. Each check reads the native model and returns findings; a finding never changes the data
 (nothing is "repaired"), except `silent_truncation`, which documents the ending it corrects.
 
-Families: `arrays` (per-token arrays), `sequence` (tokens across turns), `tools` (tool calls),
-`messages` (turn contents), `rewards`, `groups` (group scope). Kinds, rules and sources:
+Families: `arrays` (per-token arrays), `mask` (loss mask), `sequence` (tokens across turns),
+`template` (ids vs the chat template), `tools` (tool calls), `messages` (turn contents), `endings`, `rewards`, `groups` (group scope). Kinds, rules and sources:
 docs/checks.md.
 """
 from __future__ import annotations
 
 # Registration order is the order findings are listed in.
-from ingest.checks import arrays, sequence, tools, messages, rewards, groups  # noqa: F401,I001
+from ingest.checks import arrays, mask, sequence, template, tools, messages, endings, rewards, groups  # noqa: F401,I001
 from ingest.checks.context import EMPTY, CheckContext
 from ingest.checks.groups import Group, GroupMember
 from ingest.checks.registry import (REGISTRY, SKIPPED, Check, CheckResults, FindingData, Hit, Skip, check, kinds,

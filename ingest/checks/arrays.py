@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ingest.checks.context import CheckContext
-from ingest.checks.registry import Hit, check, plural
+from ingest.checks.registry import Hit, Skip, check, plural
 from ingest.schema import Rollout
 
 REPLACEMENT_HEX = "efbfbd"
@@ -71,3 +71,42 @@ def bytes_lost_upstream(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
         if lost:
             yield Hit(f"node {i}: {len(lost)} token(s) carry U+FFFD; the true bytes are gone", i, lost[0],
                       {"positions": lost})
+
+
+# A sampled token whose behaviour logprob is below this was drawn with probability < 2e-9: with
+# temperature <= 1 and top-p/top-k sampling that does not happen in practice, so ids and logprobs
+# almost surely belong to different tokens (shifted, or logprobs of another sequence). Positive
+# logprobs are `invalid_logprob` (an error).
+IMPLAUSIBLE_LOGPROB = -20.0
+
+
+@check("placeholder_token_id", "error", label="placeholder token id")
+def placeholder_token_id(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
+    """A negative sentinel (-100, -200: the ignore index or image placeholder of a collator)
+    inside `token_ids`. The rollout is kept; the finding names the positions. (-1 is the
+    readers' documented "id not recorded" and is not reported.)"""
+    if not any(n.token_ids for n in r.nodes):
+        raise Skip("no token ids recorded")
+    for i, node in enumerate(r.nodes):
+        bad = [k for k, t in enumerate(node.token_ids) if t < -1]
+        if bad:
+            values = sorted({node.token_ids[k] for k in bad})
+            yield Hit(f"node {i}: {plural(len(bad), 'placeholder id')} ({', '.join(map(str, values[:5]))}) in token_ids",
+                      i, bad[0], {"positions": bad[:200], "count": len(bad), "values": values[:10]})
+
+
+@check("implausible_logprob", "warning", label="implausible logprob")
+def implausible_logprob(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
+    """A sampled token (assistant message) whose behaviour logprob is below
+    IMPLAUSIBLE_LOGPROB (-20, probability < 2e-9): the sign that ids and logprobs belong to
+    different tokens. Positive logprobs are reported as `invalid_logprob`."""
+    sampled = [(i, n) for i, n in enumerate(r.nodes) if n.message.role == "assistant" and n.token_ids]
+    if not any(lp is not None for _, n in sampled for lp in n.logprobs):
+        raise Skip("no behaviour logprobs recorded on sampled tokens")
+    for i, node in sampled:
+        low = [k for k, lp in enumerate(node.logprobs) if lp is not None and lp < IMPLAUSIBLE_LOGPROB
+               and (not node.mask or node.mask[k])]
+        if low:
+            yield Hit(f"node {i}: {plural(len(low), 'sampled token')} with logprob below {IMPLAUSIBLE_LOGPROB:g}",
+                      i, low[0], {"positions": low[:200], "count": len(low), "threshold": IMPLAUSIBLE_LOGPROB,
+                                  "min": min(node.logprobs[k] for k in low)})

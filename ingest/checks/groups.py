@@ -7,12 +7,14 @@ inserted or replaced.
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from ingest import advantages
 from ingest.checks.context import CheckContext
-from ingest.checks.registry import Hit, check
+from ingest.checks.registry import Hit, Skip, check
 
 
 @dataclass
@@ -76,3 +78,125 @@ def group_index_out_of_range(g: Group, ctx: CheckContext) -> Iterator[Hit]:
     for size, idxs in sorted(outside.items()):
         yield Hit(f"{'index' if len(idxs) == 1 else 'indices'} " + ", ".join(f"#{i}" for i in sorted(idxs))
                   + f" outside declared size {size}", None, None, {"size": size, "indices": sorted(idxs)})
+
+
+# --- rewards and advantages -------------------------------------------------------------------
+
+def _finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)
+
+
+POLICIES = ("errors_dropped", "errors_as_zero", "errors_with_reward")
+
+
+def _baseline(g: Group, policy: str) -> dict[str, float]:
+    """rollout id → reward, for the members in the baseline under `policy`: errored rollouts
+    dropped, scored 0, or entered with the reward they carry; missing rewards never enter."""
+    out = {}
+    for m in g.members:
+        if m.ending == "error":
+            if policy == "errors_as_zero":
+                out[m.rollout_id] = 0.0
+            elif policy == "errors_with_reward" and _finite(m.reward):
+                out[m.rollout_id] = m.reward
+        elif _finite(m.reward):
+            out[m.rollout_id] = m.reward
+    return out
+
+
+def _candidates(g: Group, estimators: tuple[str, ...], policies: tuple[str, ...]):
+    """(estimator, variant, policy, expected advantages by rollout id) for each combination."""
+    for policy in policies:
+        base = _baseline(g, policy)
+        ids, rewards = list(base), list(base.values())
+        for est in estimators:
+            for ddof in ((0, 1) if est == "std_normalised" else (0,)):
+                values = advantages.estimate(rewards, est, ddof=ddof) if rewards else []
+                yield est, ("unbiased std" if ddof else None), policy, dict(zip(ids, values))
+
+
+def _matches(g: Group, expected: dict[str, float]) -> bool:
+    """Every member with a recorded advantage agrees with `expected`; a member outside the
+    baseline must record 0 (no gradient) to agree."""
+    for m in g.members:
+        if m.advantage is None:
+            continue
+        if not advantages.close(m.advantage, expected.get(m.rollout_id, 0.0)):
+            return False
+    return True
+
+
+def _recorded(g: Group) -> list[GroupMember]:
+    rec = [m for m in g.members if m.advantage is not None]
+    if not rec:
+        raise Skip("no advantages recorded for this group's rollouts")
+    return rec
+
+
+@check("zero_variance_group", "warning", scope="group", label="zero-variance group")
+def zero_variance_group(g: Group, ctx: CheckContext) -> Iterator[Hit]:
+    """Every member that enters the baseline (errored rollouts dropped) has the same reward, so
+    the group has no learning signal under group-relative advantages; also when only one member
+    is left after errored rollouts are dropped. The group's std is shown as exactly 0."""
+    base = _baseline(g, "errors_dropped")
+    if not base:
+        raise Skip("no member has a finite reward once errored rollouts are dropped")
+    errored = sum(1 for m in g.members if m.ending == "error")
+    values = list(base.values())
+    if len(values) == 1 and len(g.members) > 1:
+        yield Hit(f"only one member is left after {errored} errored rollout{'s' if errored != 1 else ''} "
+                  f"and {len(g.members) - 1 - errored} unscored are dropped: no learning signal", None, None,
+                  {"members": len(g.members), "in_baseline": 1, "errored": errored, "std": 0.0})
+    elif len(values) > 1 and min(values) == max(values):
+        yield Hit(f"all {len(values)} members in the baseline have reward {values[0]:g}: std 0, no learning signal",
+                  None, None, {"members": len(g.members), "in_baseline": len(values), "reward": values[0], "std": 0.0})
+
+
+@check("errored_reward_in_baseline", "error", scope="group", label="errored reward in baseline")
+def errored_reward_in_baseline(g: Group, ctx: CheckContext) -> Iterator[Hit]:
+    """An errored rollout carries a numeric reward, and the group's recorded advantages show
+    that it entered the baseline: they match a baseline with the errored rollouts in it and
+    none without them. An aborted generation was scored as if the policy had answered
+    (rllm-org/rllm#542, case 32)."""
+    errored = [m for m in g.members if m.ending == "error" and _finite(m.reward)]
+    if not errored:
+        return
+    _recorded(g)
+    ests = (g.estimator,) if g.estimator else advantages.ESTIMATORS
+    without = any(_matches(g, exp) for *_, exp in _candidates(g, ests, ("errors_dropped",)))
+    if without:
+        return
+    for est, variant, policy, exp in _candidates(g, ests, ("errors_with_reward", "errors_as_zero")):
+        if _matches(g, exp):
+            ids = [m.rollout_id for m in errored]
+            yield Hit(f"{len(ids)} errored rollout{'s' if len(ids) != 1 else ''} ({', '.join(ids[:5])}) entered the "
+                      f"baseline: recorded advantages match {est.replace('_', '-')} with errors "
+                      f"{'at their reward' if policy == 'errors_with_reward' else 'scored 0'}", None, None,
+                      {"rollouts": ids, "rewards": [m.reward for m in errored], "estimator": est, "variant": variant,
+                       "policy": policy})
+            return
+
+
+@check("advantage_mismatch", "error", scope="group", label="advantage mismatch")
+def advantage_mismatch(g: Group, ctx: CheckContext) -> Iterator[Hit]:
+    """The advantages the source recorded differ from the ones recomputed from the group's
+    rewards under the estimator the run declares (mean-centred, std-normalised, leave-one-out;
+    ingest/advantages.py), or under every one of them when none is declared, with errored
+    rollouts dropped, scored 0 or at their reward. Either the group is not what the trainer
+    saw, or the rewards changed after the fact."""
+    rec = _recorded(g)
+    ests = (g.estimator,) if g.estimator else advantages.ESTIMATORS
+    for *_, exp in _candidates(g, ests, POLICIES):
+        if _matches(g, exp):
+            return
+    est = g.estimator or "mean_centred"
+    exp = next(e for es, v, p, e in _candidates(g, (est,), ("errors_dropped",)))
+    diffs = sorted(rec, key=lambda m: -abs(m.advantage - exp.get(m.rollout_id, 0.0)))
+    worst = diffs[0]
+    yield Hit(f"recorded advantages do not match the group's rewards under "
+              f"{'the declared ' + est if g.estimator else 'any estimator'}: {worst.rollout_id} recorded "
+              f"{worst.advantage:+.4g}, recomputed {exp.get(worst.rollout_id, 0.0):+.4g} ({est}, errors dropped)",
+              None, None,
+              {"estimator": g.estimator, "declared": bool(g.estimator),
+               "members": [{"rollout_id": m.rollout_id, "reward": m.reward, "ending": m.ending,
+                            "recorded": m.advantage, "recomputed": exp.get(m.rollout_id)} for m in g.members][:64]})

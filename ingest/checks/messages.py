@@ -20,3 +20,33 @@ def empty_response(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
         if m.role == "assistant" and not m.text().strip() and not m.tool_calls and not (m.reasoning_content or "").strip():
             n = len(node.token_ids)
             yield Hit(f"node {i}: empty model response ({plural(n, 'token')})", i, None, {"tokens": n})
+
+
+REASONING_PARTS = ("thinking", "redacted_thinking", "reasoning")
+
+
+def _answer_text(m) -> str:
+    """The answer text of a message: its text parts only (reasoning parts are not an answer)."""
+    if m.content is None:
+        return ""
+    if isinstance(m.content, str):
+        return m.content
+    return "".join(str(p.get("text", "")) for p in m.content if p.get("type") == "text")
+
+
+def _has_reasoning(m) -> bool:
+    if (m.reasoning_content or "").strip():
+        return True
+    return isinstance(m.content, list) and any(p.get("type") in REASONING_PARTS for p in m.content)
+
+
+@check("empty_reasoning_only", "warning", label="reasoning without an answer")
+def empty_reasoning_only(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
+    """A turn that has reasoning (a reasoning field or thinking content blocks) and no answer:
+    no text and no tool call. The model thought and then said nothing (often a generation cut
+    inside the reasoning, or a parser that put the answer into the reasoning)."""
+    for i, node in enumerate(r.nodes):
+        m = node.message
+        if m.role == "assistant" and _has_reasoning(m) and not _answer_text(m).strip() and not m.tool_calls:
+            yield Hit(f"node {i}: reasoning but no answer, text or tool call", i, None,
+                      {"reasoning_chars": len(m.reasoning_content or "")})

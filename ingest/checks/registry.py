@@ -65,14 +65,18 @@ class Check:
     label: str
     fn: Callable[..., Iterable[Hit]]
     doc: str
+    at: Literal["token", "call"] = "token"  # what a finding's `position` indexes in its node
 
 
 REGISTRY: dict[str, Check] = {}
 
 
-def check(kind: str, severity: Severity, scope: Scope = "rollout", label: str | None = None):
-    """Register a check function under a static `kind` (snake_case). Raises ValueError when the
-    kind is registered twice, or the severity or scope is not one of the declared values."""
+def check(kind: str, severity: Severity, scope: Scope = "rollout", label: str | None = None,
+          at: Literal["token", "call"] = "token"):
+    """Register a check function under a static `kind` (snake_case). `at` says what a finding's
+    `position` indexes within its node: a token ("token") or a tool call ("call"). Raises
+    ValueError when the kind is registered twice, or the severity or scope is not one of the
+    declared values."""
     if severity not in ("info", "warning", "error"):
         raise ValueError(f"check {kind!r}: severity {severity!r} is not info, warning or error")
     if scope not in ("rollout", "group"):
@@ -82,7 +86,7 @@ def check(kind: str, severity: Severity, scope: Scope = "rollout", label: str | 
         if kind in REGISTRY:
             raise ValueError(f"check kind {kind!r} registered twice")
         doc = (fn.__doc__ or "").strip().split("\n\n")[0]
-        REGISTRY[kind] = Check(kind, severity, scope, label or kind.replace("_", " "), fn, " ".join(doc.split()))
+        REGISTRY[kind] = Check(kind, severity, scope, label or kind.replace("_", " "), fn, " ".join(doc.split()), at)
         return fn
 
     return register

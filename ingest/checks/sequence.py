@@ -14,10 +14,14 @@ from ingest.schema import Rollout
 def token_drift(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """The next request's prompt is not the previous prompt plus what was sampled
     (re-tokenization); the reader kept both sequences as branches and recorded where they
-    diverge (`detail.index`, `expected`, `found`)."""
+    diverge (`detail.index`, `expected`, `found`). Where the drift is reasoning a template
+    stripped, `reasoning_stripped` is reported instead."""
+    from ingest.checks.template import stripped_reasoning
+
+    classified = stripped_reasoning(r, ctx) if any(n.extra.get("token_drift") for n in r.nodes) else {}
     for i, node in enumerate(r.nodes):
         drift = node.extra.get("token_drift")
-        if drift:
+        if drift and i not in classified:
             yield Hit(f"node {i}: prompt diverges from previous prompt + completion at index "
                       f"{drift.get('index')} (expected {drift.get('expected')}, found {drift.get('found')})",
                       i, drift.get("index"), dict(drift))

@@ -179,6 +179,10 @@ def tool_call_from_openai(tc: Any, path: str, *, name_path: str | None = None) -
         name, args = fn.get("name"), fn.get("arguments")
         name_path = name_path or f"{path}.function.name"
         extra.update({f"function.{k}": v for k, v in fn.items() if k not in ("name", "arguments")})
+        if args is not None and not isinstance(args, str):
+            # OpenAI's wire shape carries `function.arguments` as a JSON string; an object here is
+            # the server's bug (ml-explore/mlx-lm#1065), reported by malformed_tool_arguments.
+            extra["arguments_source_type"] = "object" if isinstance(args, dict) else type(args).__name__
     else:
         name, args = tc.get("name"), tc.get("arguments")
         name_path = name_path or f"{path}.name"

@@ -288,10 +288,11 @@ def test_node_links_point_at_the_branch_and_page_holding_the_node(client, engine
     _case(engine, "01-token-drift-retokenization.json")
     d = client.get("/runs/cases/rollouts/case01.json").json()  # branch 0; the drift is on branch 1
     drift = next(f for f in d["findings"] if f["kind"] == "token_drift")
-    assert drift["url"] == "/runs/cases/rollouts/case01?branch=1&offset=0#node-2"
+    # the link goes to the drifting token itself (issue 9: a link to the position)
+    assert drift["url"] == "/runs/cases/rollouts/case01?branch=1&offset=0#node-2-t3"
     html = client.get("/runs/cases/rollouts/case01").text
-    assert 'href="/runs/cases/rollouts/case01?branch=1&amp;offset=0#node-2"' in html
-    assert client.get("/runs/cases/rollouts/case01.json?branch=1").json()["findings"][0]["url"] == "#node-2"
+    assert 'href="/runs/cases/rollouts/case01?branch=1&amp;offset=0#node-2-t3"' in html
+    assert client.get("/runs/cases/rollouts/case01.json?branch=1").json()["findings"][0]["url"] == "#node-2-t3"
 
     msgs = []
     for i in range(60):

@@ -1,7 +1,7 @@
 """training-step analytics: rollout metrics, step and task rollups, full-text search
 
 Revision ID: 0003_analytics
-Revises: 0003_checks
+Revises: 0004_checks
 
 - `rollout` gains the per-rollout numbers of ingest/metrics.py and indexes for the list's sort
   columns and prefix filters;
@@ -21,7 +21,7 @@ from sqlalchemy.dialects import postgresql
 
 
 revision = '0003_analytics'
-down_revision = '0003_checks'  # re-chained after main's 0003_checks (was '0002')
+down_revision = '0004_checks'  # re-chained after main's head (was '0002')
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,461 @@
+"""The spool: files that collectors write into a directory, ingested while they grow, exactly once.
+
+A collector appends whole JSONL lines to files in a spool directory (app/client.py does this);
+the worker reads what has been appended since the last commit, through the same readers as
+`rollscope ingest`, and commits the rows together with the file's new byte offset
+(`spool_file.offset`), in one transaction. A worker killed at any moment leaves the rows and the
+offset of its last commit, nothing in between; the next one resumes there. Re-reading a stretch
+twice would change nothing anyway: a rollout is identified by (run, id, attempt) and its content
+hash, and quarantined records by file, line and content.
+
+Files are known by device and inode, so a rename (rotation: `a.jsonl` → `a.jsonl.1`, a new
+`a.jsonl`) keeps its offset and its records keep the name they were first read under. A file
+that shrinks below its offset, or whose first bytes change, was truncated or rewritten: it is
+read again from the start (unchanged records are recognised as such). A deleted file is marked
+`gone`; its rows stay. A last line without its newline waits for it; if the file stops growing
+for `torn_after` seconds it is reported as a torn line, quarantined with its line and byte
+offset, and skipped. `.gz` files are read as a stream (offsets count uncompressed bytes). Other
+files (a JSON document, CSV) are read whole once they stop changing.
+
+Several workers may share the spool on Postgres: each claims a file for a short lease with
+`SELECT ... FOR UPDATE SKIP LOCKED`, and commits only when the file's offset is still the one it
+read from (checked under the row lock), so no stretch is ever committed twice. On SQLite there is
+one worker (app/worker/run.py holds a lock file).
+"""
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import time
+import uuid
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from app.db import models
+from app.db.engine import insert_for
+from app.store.quarantine import quarantine_many
+from app.store.write import StoreResult, prepare_all, store, write_in
+from ingest.files import read_records
+from ingest.formats import ReadContext
+from ingest.formats.registry import detect, explain, get
+from ingest.source import RecordError, Source, loads, open_source
+
+S = models.SpoolFile.__table__
+HEAD_BYTES = 256  # first bytes kept per file: a rewrite changes them
+LEASE = timedelta(seconds=60)  # a claim lapses after this (a worker that died lets go)
+MAX_LINE_BYTES = 1 << 30  # a line longer than this is refused, not buffered
+SKIPPED_SUFFIXES = (".tmp", ".part", ".partial", ".swp")
+
+
+@dataclass
+class Seen:
+    """A file found in a spool directory."""
+
+    path: Path
+    device: int
+    inode: int
+    size: int
+    mtime: float
+
+
+def scan(dirs: list[Path]) -> dict[tuple[int, int], Seen]:
+    """Regular files under `dirs` (recursively), by (device, inode). Hidden files and folders
+    and temporary names (`.tmp`, `.part`, ...) are left alone: writers finish them first."""
+    out: dict[tuple[int, int], Seen] = {}
+    for root in dirs:
+        for folder, subdirs, files in os.walk(root):
+            subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+            for name in sorted(files):
+                if name.startswith(".") or name.endswith(SKIPPED_SUFFIXES):
+                    continue
+                path = Path(folder) / name
+                try:
+                    st = path.stat()
+                except OSError:
+                    continue  # vanished between listing and stat
+                if stat.S_ISREG(st.st_mode):
+                    out.setdefault((st.st_dev, st.st_ino), Seen(path, st.st_dev, st.st_ino, st.st_size, st.st_mtime))
+    return out
+
+
+def _head(path: Path) -> bytes:
+    try:
+        with path.open("rb") as f:
+            return f.read(HEAD_BYTES)
+    except OSError:
+        return b""
+
+
+def _is_gzip(head: bytes) -> bool:
+    return head[:2] == b"\x1f\x8b"
+
+
+
+
+@dataclass
+class Chunk:
+    """Complete lines read from a file: `data` starts at byte `start` (line `line` + 1) and ends
+    at `end`; `torn` is a last line given up on (no newline, the file stopped growing)."""
+
+    data: bytes
+    start: int
+    end: int
+    line: int
+    n_lines: int
+    torn: bytes | None = None
+
+
+@dataclass
+class _GzState:
+    zobj: object
+    compressed_pos: int
+    out_pos: int  # uncompressed bytes produced so far
+    buffer: bytes = b""  # produced, not yet handed out (starts at out_pos - len(buffer))
+    eof: bool = False
+
+
+@dataclass
+class Spool:
+    """One worker's view of the spool directories. `work()` does one pass: find files, claim
+    one with something to read, read and commit it chunk by chunk."""
+
+    engine: Engine
+    dirs: list[Path]
+    batch_lines: int = 200
+    batch_bytes: int = 16 << 20
+    torn_after: float = 30.0  # seconds without growth before a last line without newline is torn
+    settle: float = 2.0  # seconds a non-JSONL file must stay unchanged before it is read
+    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
+    log: Callable[[str], None] = lambda _msg: None
+    _gz: dict[int, _GzState] = field(default_factory=dict)
+    _idle: dict[int, tuple[int, int]] = field(default_factory=dict)  # pk → (size, offset) when nothing was readable
+
+    # --- discovering files -------------------------------------------------------------------
+
+    def sync_files(self) -> None:
+        """Record new files, follow renames, notice truncation, rewrites and deletions."""
+        seen = scan(self.dirs)
+        now = models.utcnow()
+        with self.engine.begin() as conn:
+            rows = {(r.device, r.inode): r for r in conn.execute(sa.select(S))}
+            new = []
+            for key, s in seen.items():
+                row = rows.get(key)
+                if row is None:
+                    head = _head(s.path)
+                    new.append(dict(name=str(s.path), path=str(s.path), device=s.device, inode=s.inode, head=head,
+                                    offset=0, line=0, size=s.size, status="active", records=0, rejected=0,
+                                    grew_at=now, updated_at=now))
+                    continue
+                changes = self._changes(row, s, now)
+                if changes:
+                    conn.execute(S.update().where(S.c.pk == row.pk).values(**changes, updated_at=now))
+            if new:
+                conn.execute(insert_for(conn, S).on_conflict_do_nothing(index_elements=["device", "inode"]), new)
+            for key, row in rows.items():
+                if key not in seen and row.status != "gone":
+                    unread = max(row.size - row.offset, 0) if row.status == "active" else 0
+                    msg = f"deleted with {unread} bytes unread" if unread else None
+                    conn.execute(S.update().where(S.c.pk == row.pk)
+                                 .values(status="gone", last_error=msg or row.last_error, updated_at=now))
+                    if msg:
+                        self.log(f"{row.name}: {msg}")
+
+    def _changes(self, row, s: Seen, now) -> dict:
+        """What to update for a known file seen again."""
+        changes: dict = {}
+        if str(s.path) != row.path:
+            changes["path"] = str(s.path)  # renamed (rotated): same file, same offset, same name
+        head = _head(s.path) if (s.size != row.size or len(row.head) < HEAD_BYTES) else row.head
+        same_start = head[:len(row.head)] == row.head[:len(head)]
+        gz = _is_gzip(row.head)
+        if not same_start or (not gz and s.size < row.offset):
+            # rewritten or truncated: read it again from the start (what is unchanged stays so)
+            why = "its first bytes changed" if not same_start else f"it shrank to {s.size} bytes"
+            self.log(f"{row.name}: {why}; reading it again from the start")
+            changes.update(offset=0, line=0, head=head, status="active", format=None,
+                           last_error=f"{why}; read again from the start", grew_at=now, size=s.size)
+            if row.status == "gone":
+                changes["name"] = str(s.path)
+            self._gz.pop(row.pk, None)
+            return changes
+        if len(head) > len(row.head):
+            changes["head"] = head
+        if s.size != row.size:
+            changes.update(size=s.size, grew_at=now)
+            if row.status in ("done", "gone"):
+                changes["status"] = "active"
+        elif row.status == "gone":
+            changes["status"] = "active"
+        return changes
+
+    # --- claiming and reading -----------------------------------------------------------------
+
+    def work(self, stop: Callable[[], bool] = lambda: False, *, budget: float = 2.0) -> int:
+        """Claim files with something to read and read them, for about `budget` seconds.
+        Returns the number of chunks committed."""
+        done = 0
+        started = time.monotonic()
+        tried: set[int] = set()
+        while not stop() and time.monotonic() - started < budget:
+            row = self._claim(tried)
+            if row is None:
+                break
+            tried.add(row.pk)
+            try:
+                while not stop() and time.monotonic() - started < budget:
+                    n = self._step(row)
+                    if n == 0:
+                        break
+                    done += n
+                    row = self._reload(row.pk)
+                    if row is None or row.claimed_by != self.worker_id:
+                        break
+            finally:
+                self._release(row.pk if row is not None else None)
+        return done
+
+    def _claim(self, tried: set[int]):
+        """Take a lease on one active file no other worker holds (row lock, SKIP LOCKED)."""
+        now = models.utcnow()
+        with self.engine.begin() as conn:
+            free = sa.or_(S.c.claimed_by.is_(None), S.c.claimed_until < now, S.c.claimed_by == self.worker_id)
+            wanted = sa.and_(S.c.status == "active", free)
+            if tried:
+                wanted = sa.and_(wanted, S.c.pk.notin_(tried))
+            for row in conn.execute(sa.select(S).where(wanted).order_by(S.c.updated_at, S.c.pk).limit(50)
+                                    .with_for_update(skip_locked=True)):
+                if self._idle.get(row.pk) == (row.size, row.offset) and not self._torn_due(row, now):
+                    continue  # nothing new since the last look
+                conn.execute(S.update().where(S.c.pk == row.pk)
+                             .values(claimed_by=self.worker_id, claimed_until=now + LEASE))
+                return row
+        return None
+
+    def _torn_due(self, row, now) -> bool:
+        grew = row.grew_at
+        if grew is None:
+            return False
+        if grew.tzinfo is None:
+            grew = grew.replace(tzinfo=now.tzinfo)
+        return (now - grew).total_seconds() >= self.torn_after
+
+    def _reload(self, pk: int):
+        with self.engine.connect() as conn:
+            return conn.execute(sa.select(S).where(S.c.pk == pk)).first()
+
+    def _release(self, pk: int | None) -> None:
+        if pk is None:
+            return
+        with self.engine.begin() as conn:
+            conn.execute(S.update().where(S.c.pk == pk, S.c.claimed_by == self.worker_id)
+                         .values(claimed_by=None, claimed_until=None))
+
+    def _step(self, row) -> int:
+        """Read and commit one chunk of a claimed file; 0 when nothing could be read."""
+        path = Path(row.path)
+        mode = self._mode(row, path)
+        if mode is None:
+            self._idle[row.pk] = (row.size, row.offset)
+            return 0
+        if mode == "whole":
+            return self._whole_file(row, path)
+        chunk = self._read_chunk(row, path)
+        if chunk is None:
+            self._idle[row.pk] = (row.size, row.offset)
+            return 0
+        self._idle.pop(row.pk, None)
+        errors: list[RecordError] = []
+        items: list = []
+        fmt = row.format
+        if chunk.data:
+            source = Source(Path(row.name), "jsonl", None, size=len(chunk.data), data=chunk.data,
+                            line_base=chunk.line)
+            source.first = next((v for _, v in source.lines() if isinstance(v, dict)), None)
+            source.position, source.last_line, source.last_raw = 0, None, None
+            reader = get(fmt) if fmt else (detect(source) if source.first is not None else None)
+            if reader is None:
+                if source.first is not None:  # lines of JSON, but no reader knows them
+                    return self._refuse(row, explain(source))
+                # every line broken: each is reported by the native reader's line parser
+                from ingest.formats import native as reader  # noqa: PLW0127
+            else:
+                fmt = reader.NAME
+            items = list(read_records(reader, source, ReadContext(), errors))
+            _name_bytes(errors, chunk)
+        if chunk.torn is not None:
+            errors_line = chunk.line + chunk.n_lines + 1
+            raw = chunk.torn[:4096].decode("utf-8", "replace")
+            items.append(RecordError(row.name, errors_line, None,
+                                     f"torn last line (starts at byte {chunk.end - len(chunk.torn)}): no newline and the file "
+                                     f"stopped growing for {self.torn_after:g} s (a writer stopped mid-record); skipped",
+                                     raw))
+        prepared, rejected = prepare_all(items)
+        with self.engine.begin() as conn:
+            cur = conn.execute(sa.select(S.c.offset, S.c.claimed_by).where(S.c.pk == row.pk).with_for_update()).first()
+            if cur is None or cur.offset != chunk.start or cur.claimed_by != self.worker_id:
+                return 0  # another worker moved it on, or it was reset: this stretch is not ours
+            res = write_in(conn, prepared, rejected)
+            n_lines = chunk.n_lines + (1 if chunk.torn is not None else 0)
+            conn.execute(S.update().where(S.c.pk == row.pk).values(
+                offset=chunk.end, line=chunk.line + n_lines, format=fmt,
+                records=S.c.records + res.inserted + res.replaced + res.unchanged,
+                rejected=S.c.rejected + res.rejected, claimed_until=models.utcnow() + LEASE,
+                last_error=(str(rejected[-1]) if rejected else row.last_error), updated_at=models.utcnow(),
+                status="done" if self._finished(row, chunk) else "active"))
+        self._after_commit(row, chunk)
+        return 1
+
+    def _mode(self, row, path: Path) -> str | None:
+        """"lines" (JSONL, gzip: tailed), "whole" (a JSON document, CSV: read once settled), or
+        None (too early to tell: the first line is not complete yet)."""
+        if _is_gzip(row.head) or row.offset > 0 or row.format:
+            return "lines"
+        try:
+            with path.open("rb") as f:
+                first = f.readline(MAX_LINE_BYTES)
+                settled = time.time() - os.fstat(f.fileno()).st_mtime >= self.settle
+        except OSError:
+            return None
+        if not first.endswith(b"\n"):
+            return "whole" if settled and first.strip() else None
+        try:
+            return "lines" if isinstance(loads(first.removeprefix(b"\xef\xbb\xbf")), dict) else "whole"
+        except (ValueError, UnicodeDecodeError):
+            return "whole"  # "{" alone: pretty-printed JSON; or a broken first line (read whole, probed)
+
+    def _finished(self, row, chunk: Chunk) -> bool:
+        """A gzip stream read to its end (appending to a .gz is not a thing writers do)."""
+        state = self._gz.get(row.pk)
+        return state is not None and state.eof and chunk.end >= state.out_pos
+
+    def _after_commit(self, row, chunk: Chunk) -> None:
+        state = self._gz.get(row.pk)
+        if state is not None:
+            state.buffer = state.buffer[chunk.end - (state.out_pos - len(state.buffer)):]
+
+    def _read_chunk(self, row, path: Path) -> Chunk | None:
+        """Complete lines from `row.offset`: up to `batch_lines` lines or `batch_bytes` bytes.
+        None when nothing complete is there yet."""
+        if _is_gzip(row.head):
+            return self._read_gz(row, path)
+        try:
+            with path.open("rb") as f:
+                f.seek(row.offset)
+                data = f.read(self.batch_bytes)
+                while data and b"\n" not in data and len(data) < MAX_LINE_BYTES:
+                    more = f.read(self.batch_bytes)
+                    if not more:
+                        break
+                    data += more
+        except OSError as exc:
+            self.log(f"{row.name}: cannot read: {exc}")
+            return None
+        return self._cut(row, data, at_eof=len(data) < self.batch_bytes or b"\n" not in data)
+
+    def _cut(self, row, data: bytes, *, at_eof: bool) -> Chunk | None:
+        """The complete lines at the start of `data` (read from `row.offset`)."""
+        lines, pos = 0, 0
+        while lines < self.batch_lines:
+            nl = data.find(b"\n", pos)
+            if nl < 0:
+                break
+            pos, lines = nl + 1, lines + 1
+        if pos:
+            return Chunk(data[:pos], row.offset, row.offset + pos, row.line, lines)
+        if data and at_eof and self._torn_due(row, models.utcnow()):
+            return Chunk(b"", row.offset, row.offset + len(data), row.line, 0, torn=data)
+        return None
+
+    def _read_gz(self, row, path: Path) -> Chunk | None:
+        """Complete lines of a gzip stream from uncompressed offset `row.offset`."""
+        state = self._gz.get(row.pk)
+        if state is None or state.out_pos - len(state.buffer) != row.offset:
+            state = _GzState(zlib.decompressobj(wbits=47), 0, 0)
+            self._gz[row.pk] = state
+            skip = row.offset
+        else:
+            skip = 0
+        try:
+            with path.open("rb") as f:
+                f.seek(state.compressed_pos)
+                while not state.eof and (skip or b"\n" not in state.buffer[-self.batch_bytes:]
+                                         or len(state.buffer) < self.batch_bytes):
+                    raw = f.read(1 << 20)
+                    if not raw:
+                        break
+                    state.compressed_pos += len(raw)
+                    out = state.zobj.decompress(raw)  # type: ignore[attr-defined]
+                    if state.zobj.eof:  # type: ignore[attr-defined]
+                        state.eof = True
+                    state.out_pos += len(out)
+                    state.buffer += out
+                    if skip:
+                        cut = min(skip, len(state.buffer))
+                        state.buffer, skip = state.buffer[cut:], skip - cut
+        except (OSError, zlib.error) as exc:
+            self._gz.pop(row.pk, None)
+            self.log(f"{row.name}: cannot read as gzip: {exc}")
+            return None
+        return self._cut(row, state.buffer, at_eof=state.eof)
+
+    def _whole_file(self, row, path: Path) -> int:
+        """A JSON document or CSV: read whole once it has stopped changing, then marked done."""
+        try:
+            st = path.stat()
+        except OSError:
+            return 0
+        if st.st_size != row.size or time.time() - st.st_mtime < self.settle:
+            self._idle[row.pk] = (row.size, row.offset)
+            return 0
+        try:
+            source = open_source(path)
+            source.path = Path(row.name)
+            reader = detect(source)
+            if reader is None:
+                return self._refuse(row, explain(source))
+        except RecordError as exc:
+            return self._refuse(row, exc.message)
+        errors: list[RecordError] = []
+        res: StoreResult = store(self.engine, read_records(reader, source, ReadContext(), errors))
+        with self.engine.begin() as conn:
+            conn.execute(S.update().where(S.c.pk == row.pk).values(
+                offset=st.st_size, size=st.st_size, format=reader.NAME, status="done",
+                records=res.inserted + res.replaced + res.unchanged, rejected=res.rejected,
+                last_error=str(errors[-1]) if errors else None, updated_at=models.utcnow()))
+        return 1
+
+    def _refuse(self, row, why: str) -> int:
+        err = RecordError(row.name, None, None, why)
+        with self.engine.begin() as conn:
+            quarantine_many(conn, [err])
+            conn.execute(S.update().where(S.c.pk == row.pk).values(
+                status="done", last_error=why, rejected=S.c.rejected + 1, updated_at=models.utcnow()))
+        self.log(f"{row.name}: {why}")
+        return 1
+
+
+def _name_bytes(errors: list[RecordError], chunk: Chunk) -> None:
+    """Add the byte offset of its line to each rejection (in a growing file the line number
+    alone is slow to find)."""
+    if not errors:
+        return
+    starts = [chunk.start]
+    pos = 0
+    while True:
+        nl = chunk.data.find(b"\n", pos)
+        if nl < 0:
+            break
+        pos = nl + 1
+        starts.append(chunk.start + pos)
+    for err in errors:
+        k = (err.line or 0) - chunk.line - 1
+        if 0 <= k < len(starts) and "(byte " not in err.message:
+            err.message += f" (line starts at byte {starts[k]})"

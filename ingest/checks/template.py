@@ -1,0 +1,273 @@
+"""Checks that the token ids the policy was trained on are what its chat template makes of the
+messages: the faults of multi-turn RL that crash nothing.
+
+- `reasoning_stripped`: re-rendering the history dropped the reasoning the model sampled
+  (Qwen3-style templates strip `<think>` blocks from earlier turns; axon-rl/gem#44,
+  verl-project/verl#6854). A classified `token_drift`, reported in its place.
+- `tool_results_split`: k parallel tool results rendered as k turns where the template renders
+  one (THUDM/slime#2263: equal lengths of ids and mask proved nothing).
+- `template_mismatch`: re-render every request's messages with the run's chat template
+  (ingest/chat_template.py, sandboxed), tokenize, compare with the recorded prompt ids.
+
+A request is an assistant node with token ids; its prompt is `extra.prompt_ids` when the reader
+recorded the request's full prompt, else the tokens of the nodes before it on its branch.
+"""
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ingest.chat_template import TemplateError, render
+from ingest.checks.context import CheckContext
+from ingest.checks.registry import Hit, Skip, check, plural
+from ingest.schema import Message, Rollout
+
+THINK_TOKENS = ("<think>", "</think>")
+MAX_FINDINGS = 10
+WINDOW = 24  # tokens of text shown on each side of a divergence
+
+
+@dataclass
+class Request:
+    node: int  # the assistant node this request produced
+    path: list[int]  # node indices from the root to `node`, inclusive
+    prompt: list[int] | None
+    completion: list[int]
+
+
+def _path(r: Rollout, i: int) -> list[int]:
+    out, cur, seen = [], i, set()
+    while cur is not None and cur not in seen and 0 <= cur < len(r.nodes):
+        seen.add(cur)
+        out.append(cur)
+        cur = r.nodes[cur].parent
+    return out[::-1]
+
+
+def requests(r: Rollout) -> list[Request]:
+    """Every request (assistant node with token ids), in node order, with its prompt ids."""
+    out = []
+    for i, node in enumerate(r.nodes):
+        if node.message.role != "assistant" or not node.token_ids:
+            continue
+        path = _path(r, i)
+        recorded = node.extra.get("prompt_ids")
+        if isinstance(recorded, list) and all(isinstance(t, int) for t in recorded):
+            prompt = list(recorded)
+        else:
+            before = [t for j in path[:-1] for t in r.nodes[j].token_ids]
+            prompt = before if before else None
+        out.append(Request(i, path, prompt, list(node.token_ids)))
+    return out
+
+
+def _first_divergence(expected: list[int], found: list[int]) -> int | None:
+    for k, e in enumerate(expected):
+        if k >= len(found) or found[k] != e:
+            return k
+    return None
+
+
+def _pack(ids: list[int]) -> bytes:
+    return struct.pack(f"<{len(ids)}i", *ids)
+
+
+def _resync(expected: list[int], found: list[int], d: int) -> tuple[int, int]:
+    """(deleted, inserted): the fewest tokens of `expected` from `d` on that must go so that
+    its rest reappears in `found` from `d + inserted` on."""
+    fb = _pack(found)
+    for deleted in range(0, len(expected) - d + 1):
+        tail = expected[d + deleted:]
+        if not tail:
+            return deleted, 0
+        tb, start = _pack(tail), d * 4
+        while (pos := fb.find(tb, start)) >= 0:
+            if pos % 4 == 0:
+                return deleted, pos // 4 - d
+            start = pos + 1
+    return len(expected) - d, 0
+
+
+def _has_reasoning(m: Message, completion: list[int], ctx: CheckContext) -> bool:
+    if (m.reasoning_content or "").strip():
+        return True
+    if isinstance(m.content, list) and any(p.get("type") in ("thinking", "redacted_thinking", "reasoning") for p in m.content):
+        return True
+    if "<think>" in m.text() or "</think>" in m.text():
+        return True
+    think = {ctx.special_tokens[t] for t in THINK_TOKENS if t in ctx.special_tokens}
+    return bool(think & set(completion))
+
+
+def _drift_node(r: Rollout, req: Request) -> int:
+    """The node that holds the reader's token_drift record for this request (else the request)."""
+    return next((j for j in reversed(req.path) if r.nodes[j].extra.get("token_drift")), req.node)
+
+
+def stripped_reasoning(r: Rollout, ctx: CheckContext) -> dict[int, dict]:
+    """node → facts, for each request whose prompt lost reasoning the previous request sampled:
+    the prompt diverges from previous prompt + completion inside that completion, the previous
+    turn had reasoning, and tokens of it vanished (replaced by fewer, e.g. an empty think block)."""
+    reqs = [q for q in requests(r) if q.prompt is not None]
+    out = {}
+    for a, b in zip(reqs, reqs[1:]):
+        expected = a.prompt + a.completion
+        d = _first_divergence(expected, b.prompt)
+        if d is None or d < len(a.prompt):
+            continue
+        deleted, inserted = _resync(expected, b.prompt, d)
+        if deleted <= inserted or not _has_reasoning(r.nodes[a.node].message, a.completion, ctx):
+            continue
+        out[_drift_node(r, b)] = {"index": d, "vanished": deleted, "replaced_by": inserted,
+                                  "previous_node": a.node, "request_node": b.node,
+                                  "expected": expected[d], "found": b.prompt[d] if d < len(b.prompt) else None}
+    return out
+
+
+@check("reasoning_stripped", "error", label="reasoning stripped")
+def reasoning_stripped(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
+    """The next request's prompt lacks the reasoning the model sampled in the previous turn,
+    because a chat template re-rendered the history (a Qwen3-style empty think block where the
+    sampled reasoning was is the common form). Reports the first divergent index and the number
+    of sampled tokens that vanished; reported in place of the generic `token_drift`."""
+    for node, f in stripped_reasoning(r, ctx).items():
+        yield Hit(f"node {node}: the prompt drops {plural(f['vanished'], 'sampled reasoning token')} of node "
+                  f"{f['previous_node']} from index {f['index']}"
+                  + (f" (replaced by {f['replaced_by']})" if f["replaced_by"] else ""), node, f["index"], f)
+
+
+def _role_after(ctx: CheckContext, ids: list[int], k: int) -> str:
+    """The role name that follows a turn-start token at `k` (text up to the newline)."""
+    return ctx.decode(ids[k + 1:k + 6]).split("\n")[0].strip().lower()
+
+
+def _turn_openings(ctx: CheckContext, ids: list[int], start_id: int) -> list[int]:
+    """Positions of turn starts in `ids` that do not open the model's own turn."""
+    return [k for k, t in enumerate(ids) if t == start_id and not _role_after(ctx, ids, k).startswith(("assistant", "model"))]
+
+
+def _message_dict(m: Message) -> dict:
+    """A message as chat templates expect it (OpenAI shape; tool arguments parsed when they are
+    a JSON object, as HF templates apply `tojson` to them)."""
+    d: dict = {"role": m.role, "content": m.content if m.content is not None else ""}
+    if m.reasoning_content is not None:
+        d["reasoning_content"] = m.reasoning_content
+    if m.tool_calls:
+        calls = []
+        for tc in m.tool_calls:
+            try:
+                args = json.loads(tc.arguments) if tc.arguments else {}
+            except ValueError:
+                args = tc.arguments
+            calls.append({"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": args}})
+        d["tool_calls"] = calls
+    if m.tool_call_id is not None:
+        d["tool_call_id"] = m.tool_call_id
+    if m.name is not None:
+        d["name"] = m.name
+    return d
+
+
+def _render_ids(r: Rollout, ctx: CheckContext, path: list[int], *, generation: bool) -> list[int]:
+    text = render(ctx.chat_template, [_message_dict(r.nodes[j].message) for j in path], tools=r.tools or None,
+                  add_generation_prompt=generation, **ctx.template_kwargs)
+    return ctx.encode(text)
+
+
+@check("tool_results_split", "error", label="tool results split")
+def tool_results_split(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
+    """After an assistant turn with k parallel calls, the k results were rendered as k separate
+    turns, where the chat template renders one grouped turn. Turn boundaries are counted from the
+    turn-start token the tokenizer declares (`<|im_start|>`, `<start_of_turn>`, ...). With a
+    stored chat template the results are re-rendered and the first id that differs is reported;
+    without one, ChatML-family tokenizers (Qwen) are taken to group results, as their templates
+    do, and other families are skipped. Equal lengths of ids and mask prove nothing here."""
+    candidates = []
+    for i, node in enumerate(r.nodes):
+        if node.message.role == "assistant" and len(node.message.tool_calls or []) >= 2:
+            results = [j for j in range(i + 1, len(r.nodes)) if r.nodes[j].message.role == "tool"
+                       and r.nodes[j].token_ids and i in _path(r, j)]
+            results = results[:len(node.message.tool_calls)]
+            if len(results) >= 2:
+                candidates.append((i, results))
+    if not candidates:
+        return
+    start_id = ctx.turn_start_id()
+    if start_id is None or ctx.tokenizer is None:
+        raise Skip("no tokenizer with turn-start special tokens stored for this run")
+    found = 0
+    for i, results in candidates:
+        ids = [t for j in results for t in r.nodes[j].token_ids]
+        where = [(j, k) for j in results for k in _turn_openings(ctx, r.nodes[j].token_ids, start_id)]
+        if len(where) < 2:
+            continue
+        detail = {"calls": len(r.nodes[i].message.tool_calls), "results": len(results), "turns": len(where),
+                  "assistant_node": i}
+        if ctx.chat_template:
+            path = _path(r, results[-1])
+            try:
+                before = _render_ids(r, ctx, path[:path.index(i) + 1], generation=False)
+                rendered = _render_ids(r, ctx, path, generation=False)[len(before):]
+            except TemplateError as e:
+                raise Skip(f"the chat template failed to render: {e}") from None
+            turns = len(_turn_openings(ctx, rendered, start_id))
+            if turns >= len(where):
+                continue  # the template renders each result as its own turn too (Llama 3 style)
+            k = _first_divergence(rendered, ids)
+            detail |= {"template_turns": turns, "index": k,
+                       "expected": rendered[k] if k is not None and k < len(rendered) else None,
+                       "found": ids[k] if k is not None and k < len(ids) else None}
+        elif start_id != ctx.special_tokens.get("<|im_start|>"):
+            raise Skip(f"{len(where)} tool results rendered as {len(where)} turns; no chat template stored to tell "
+                       f"whether this model's template groups them")
+        else:
+            detail["template_turns"] = None
+        node, pos = where[1]
+        found += 1
+        yield Hit(f"node {i}: {detail['results']} parallel tool results rendered as {len(where)} separate turns"
+                  + ("" if detail.get("template_turns") is None else f"; the chat template renders {detail['template_turns']}"),
+                  node, pos, detail)
+        if found >= MAX_FINDINGS:
+            return
+
+
+@check("template_mismatch", "error", label="template mismatch")
+def template_mismatch(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
+    """Each request's messages, re-rendered with the run's chat template (sandboxed Jinja2) and
+    tokenized with the run's tokenizer, differ from the prompt ids that were recorded. Reports
+    the first index that differs and the text on both sides: "the messages say X, but the model
+    was trained on Y". A rendering with or without the generation prompt may match."""
+    if not ctx.chat_template:
+        raise Skip("no chat template stored for this run (give --tokenizer a folder or a tokenizer_config.json "
+                   "with chat_template)")
+    if ctx.tokenizer is None:
+        raise Skip("no tokenizer.json to tokenize the rendered template")
+    reqs = [q for q in requests(r) if q.prompt]
+    if not reqs:
+        raise Skip("no prompt token ids recorded")
+    usable = [q for q in reqs if not any(r.nodes[j].extra.get("segment") == "prompt" for j in q.path)]
+    if not usable:
+        raise Skip("the prompts were recorded as token ids only, without their messages")
+    found = 0
+    for q in usable:
+        try:
+            rendered = _render_ids(r, ctx, q.path[:-1], generation=True)
+            if rendered == q.prompt or _render_ids(r, ctx, q.path[:-1], generation=False) == q.prompt:
+                continue
+        except TemplateError as e:
+            raise Skip(f"the chat template failed to render: {e}") from None
+        k = _first_divergence(rendered, q.prompt)
+        if k is None:
+            k = len(rendered)  # the recorded prompt goes on past the rendering
+        lo = max(0, k - WINDOW)
+        detail = {"index": k, "rendered_tokens": len(rendered), "recorded_tokens": len(q.prompt),
+                  "expected": rendered[k] if k < len(rendered) else None,
+                  "found": q.prompt[k] if k < len(q.prompt) else None,
+                  "rendered_text": ctx.decode(rendered[lo:k + WINDOW]), "recorded_text": ctx.decode(q.prompt[lo:k + WINDOW])}
+        found += 1
+        yield Hit(f"node {q.node}: the messages render to {detail['expected']} but the prompt recorded "
+                  f"{detail['found']} at token {k}", q.node, None, detail)
+        if found >= MAX_FINDINGS:
+            return

@@ -1,0 +1,64 @@
+"""API tokens (app/auth.py): issued once and stored hashed, scopes read < write < admin, revoked
+tokens never verify, `rollscope token create|list|revoke`, and ROLLSCOPE_REQUIRE_READ_TOKEN."""
+from __future__ import annotations
+
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from app import auth
+from app.cli import app as cli
+from app.config import Settings
+from app.db import models
+from app.main import create_app
+
+
+def test_tokens_are_stored_hashed_and_verify_until_revoked(engine):
+    token, info = auth.issue(engine, "write", "collector")
+    assert token.startswith("rs_") and len(token) > 40 and info.scope == "write" and info.active
+    with engine.connect() as conn:
+        stored = conn.execute(sa.select(models.ApiToken.__table__)).one()
+    assert token not in (stored.token_sha256, stored.prefix) and stored.token_sha256 == auth.hash_token(token)
+    assert auth.verify(engine, token).pk == info.pk
+    assert auth.verify(engine, token + "x") is None and auth.verify(engine, "nope") is None
+    assert auth.verify(engine, None) is None
+    (revoked,) = auth.revoke(engine, str(info.pk))
+    assert revoked.revoked_at is not None and auth.verify(engine, token) is None
+    assert [t.active for t in auth.list_tokens(engine)] == [False]
+
+
+def test_scopes_nest():
+    assert auth.allows("admin", "write") and auth.allows("write", "read") and auth.allows("read", "read")
+    assert not auth.allows("read", "write") and not auth.allows("write", "admin")
+
+
+def test_cli_create_list_revoke(db_url, monkeypatch):
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    runner = CliRunner()
+    made = runner.invoke(cli, ["token", "create", "--scope", "read", "--name", "dash"])
+    assert made.exit_code == 0, made.output
+    token = made.stdout.strip().splitlines()[-1]
+    assert token.startswith("rs_")
+    listed = runner.invoke(cli, ["token", "list"])
+    assert listed.exit_code == 0 and "dash" in listed.stdout and "read" in listed.stdout
+    assert token not in listed.stdout and token[:10] in listed.stdout
+    bad = runner.invoke(cli, ["token", "create", "--scope", "root"])
+    assert bad.exit_code == 2 and "one of read, write, admin" in bad.output
+    gone = runner.invoke(cli, ["token", "revoke", token[:10]])
+    assert gone.exit_code == 0 and "revoked token 1" in gone.stdout
+    assert runner.invoke(cli, ["token", "revoke", "999"]).exit_code == 1
+
+
+def test_reading_is_open_unless_locked(db_url, engine):
+    token, _ = auth.issue(engine, "read")
+    with TestClient(create_app(Settings(database_url=db_url))) as c:
+        assert c.get("/runs").status_code == 200
+    locked = create_app(Settings(database_url=db_url, require_read_token=True))
+    with TestClient(locked) as c:
+        r = c.get("/runs")
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+        assert c.get("/runs", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+        assert c.get(f"/runs?token={token}").status_code == 200  # links in training logs
+        assert c.get("/runs", headers={"Authorization": "Bearer rs_wrong"}).status_code == 401
+        assert c.get("/healthz").status_code == 200
+    locked.state.engine.dispose()

@@ -1,0 +1,156 @@
+"""The worker tailing a spool (app/worker/spool.py, run.py): appended lines arrive, a partial line
+waits, gzip, rotation, truncation, deletion, the torn/corrupt JSONL cases, SIGTERM."""
+from __future__ import annotations
+
+import gzip
+import os
+import signal
+import subprocess
+import sys
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from app.db import models
+from app.worker.run import run, wait_for
+from tests.conftest import ROOT, data_path
+from tests.helpers import rollout
+
+R, Q, S = models.Rollout.__table__, models.Quarantine.__table__, models.SpoolFile.__table__
+
+
+def line(rid: str, **kw) -> bytes:
+    from ingest.formats.native import write_line
+
+    return write_line(rollout(rid, **kw))
+
+
+def count(engine, table, *where) -> int:
+    with engine.connect() as conn:
+        return conn.execute(sa.select(sa.func.count()).select_from(table).where(*where)).scalar_one()
+
+
+def ids(engine) -> list[str]:
+    with engine.connect() as conn:
+        return sorted(conn.execute(sa.select(R.c.rollout_id)).scalars())
+
+
+@contextmanager
+def worker(engine, spool: Path, **options):
+    stop = threading.Event()
+    t = threading.Thread(target=run, args=(engine, [spool]),
+                         kwargs=dict(stop=stop, poll=0.05, log=lambda _m: None, **options), daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join(30)
+        assert not t.is_alive()
+
+
+def test_appended_lines_arrive_and_a_partial_line_waits(engine, tmp_path):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    f = spool / "rollouts.jsonl"
+    f.write_bytes(line("a") + line("b"))
+    with worker(engine, spool, torn_after=3600):
+        assert wait_for(lambda: ids(engine) == ["a", "b"], 30)
+        c = line("c")
+        with f.open("ab") as out:
+            out.write(c[:20])  # half a line: not read until its newline comes
+            out.flush()
+            assert not wait_for(lambda: count(engine, R) > 2, 1.0)
+            out.write(c[20:] + line("d"))
+        assert wait_for(lambda: ids(engine) == ["a", "b", "c", "d"], 30)
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(S)).one()
+    assert (row.offset, row.line, row.format, row.records) == (f.stat().st_size, 4, "native", 4)
+    assert count(engine, Q) == 0
+
+
+def test_gzip_rotation_truncation_and_deletion(engine, tmp_path):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    with gzip.open(spool / "old.jsonl.gz", "wb") as z:
+        z.write(b"".join(line(f"z{i}") for i in range(5)))
+    live = spool / "live.jsonl"
+    live.write_bytes(line("l1"))
+    with worker(engine, spool, torn_after=3600):
+        assert wait_for(lambda: count(engine, R) == 6, 30)
+        # rotation: the file is renamed and a new one starts; the renamed file keeps its offset
+        with live.open("ab") as out:
+            out.write(line("l2"))
+        live.rename(spool / "live.jsonl.1")
+        live.write_bytes(line("n1"))
+        assert wait_for(lambda: count(engine, R) == 8, 30)
+        with live.open("ab") as out:
+            out.write(line("n2"))
+        assert wait_for(lambda: count(engine, R) == 9, 30)
+        # truncation: the file is cut below what was read and rewritten: read again from the start
+        live.write_bytes(line("n3"))
+        assert wait_for(lambda: count(engine, R) == 10, 30)
+        (spool / "live.jsonl.1").unlink()
+        assert wait_for(lambda: count(engine, S, S.c.status == "gone") == 1, 30)
+    assert ids(engine) == sorted(["l1", "l2", "n1", "n2", "n3"] + [f"z{i}" for i in range(5)])
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(S)).all()
+    (gone,) = [r for r in rows if r.status == "gone"]
+    # the rotated file keeps the name it was first read under
+    assert (gone.name, gone.path) == (str(spool / "live.jsonl"), str(spool / "live.jsonl.1"))
+    assert [r.status for r in rows if r.name.endswith(".gz")] == ["done"]
+    with engine.connect() as conn:
+        files = set(conn.execute(sa.select(R.c.source_file).where(R.c.rollout_id == "l2")).scalars())
+    assert files == {str(spool / "live.jsonl")}
+
+
+def test_cases_11_good_lines_land_bad_line_quarantined_with_line_and_byte(engine, tmp_path):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    for name in ("11-torn-jsonl-tail.jsonl", "11b-malformed-middle-line.jsonl"):
+        (spool / name[:3]).mkdir()  # one run per case (the folder's name): both use ids t-0, t-1
+        (spool / name[:3] / name).write_bytes(data_path("cases", name).read_bytes())
+    with worker(engine, spool, torn_after=0.5):
+        assert wait_for(lambda: count(engine, Q) == 2 and count(engine, R) == 4, 30)
+    with engine.connect() as conn:
+        quarantined = {Path(q.source_file).name: q for q in conn.execute(sa.select(Q))}
+    torn = quarantined["11-torn-jsonl-tail.jsonl"]
+    data = (spool / "11-" / "11-torn-jsonl-tail.jsonl").read_bytes()
+    torn_at = data.rindex(b"\n") + 1
+    assert torn.line == 3 and f"byte {torn_at}" in torn.error and "torn" in torn.error
+    bad = quarantined["11b-malformed-middle-line.jsonl"]
+    data = (spool / "11b" / "11b-malformed-middle-line.jsonl").read_bytes()
+    bad_at = data.index(b"\n") + 1
+    assert bad.line == 2 and f"byte {bad_at}" in bad.error
+
+
+def test_sigterm_stops_cleanly_and_a_second_sqlite_worker_is_refused(tmp_path):
+    db = tmp_path / "w.db"
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "a.jsonl").write_bytes(line("a"))
+    env = {**os.environ, "ROLLSCOPE_DATABASE_URL": f"sqlite:///{db}"}
+    cmd = [sys.executable, "-m", "app.cli", "worker", "--spool", str(spool), "--poll", "0.1"]
+    first = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    from app.db.engine import make_engine
+
+    engine = make_engine(f"sqlite:///{db}")
+    try:
+        assert wait_for(lambda: db.exists() and _safe_count(engine) == 1, 60)
+        second = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert second.returncode == 2 and "another worker is writing" in second.stderr
+    finally:
+        first.send_signal(signal.SIGTERM)
+        out, err = first.communicate(timeout=60)
+    assert first.returncode == 0, err.decode()[-2000:]
+    assert "stopped after" in err.decode() and "Traceback" not in err.decode()
+    engine.dispose()
+
+
+def _safe_count(engine) -> int:
+    try:
+        return count(engine, R)
+    except sa.exc.OperationalError:
+        return 0
