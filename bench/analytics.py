@@ -64,7 +64,7 @@ def generate(n: int, steps: int, seed: int = 0):
     """Yield chunks of (rollout rows, finding rows, search_doc rows) as tuples in column order."""
     rng = np.random.default_rng(seed)
     per_step = n // steps
-    group_size = 16
+    group_size = 8  # 1,000 rollouts per step = 125 groups of 8
     groups = max(1, per_step // group_size)
     now = datetime.now(UTC).isoformat()
     pk = 0
