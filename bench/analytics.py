@@ -42,7 +42,7 @@ from app.db.migrate import upgrade  # noqa: E402
 from app.store import rollups  # noqa: E402
 
 PG = os.environ.get("ROLLSCOPE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-PORT = 8133
+PORT = int(os.environ.get("BENCH_PORT", "8133"))  # analytics: 81 + "33"
 RUN = "bench-1m"
 ENDINGS = ["submitted", "task_detected", "truncated", "length_cut", "error"]
 DETAILS = {"error": ["sandbox_crash", "tool_server_timeout", "connection_reset"], "truncated": ["max_turns"],
