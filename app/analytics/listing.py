@@ -86,7 +86,9 @@ def where(run_id: str, f: ListFilters, *, skip: str | None = None) -> list:
     if f.reward_max is not None:
         out.append(R.c.reward <= f.reward_max)
     if f.flag and skip != "flag":
-        out.append(R.c.pk.in_(sa.select(F.c.rollout_pk).where(F.c.kind == f.flag)))
+        from app.queries.findings import has_finding
+
+        out.append(has_finding(f.flag))  # the rollout's own finding, or its group's for a group-scope kind
     return out
 
 

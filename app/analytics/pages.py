@@ -506,6 +506,15 @@ def rollouts_list(session: Session, run_id: str, filters, *, sort: str | None, a
     present = {k for s in step_stats(session=session, run_id=run_id, include_unstepped=True)
                for k in (s.get("findings") or {})}
     finding_kinds = sorted(present | set(FINDING_KINDS))
+    rows = [list_row(r) for r in got["rows"]]
+    from app.queries import findings as q_findings
+    from ingest import checks
+
+    by_group = q_findings.group_kinds(session=session, run_id=run_id,
+                                      group_ids=sorted({r["group_id"] for r in rows if r["group_id"] is not None}))
+    for r in rows:  # the findings column: the rollout's own kinds and its group's, each a filter link
+        kinds = sorted({checks.legacy_kind(k) for k in (r["flags"] or [])} | set(by_group.get(r["group_id"], [])))
+        r["findings"] = [{"kind": k, "label": checks.label(k), "url": url(flag=k)} for k in kinds]
     return {
         "run": {"id": run.id, "name": run.name, "url": run_url(run.id)},
         "filters": filters.as_query(),
@@ -514,7 +523,7 @@ def rollouts_list(session: Session, run_id: str, filters, *, sort: str | None, a
         "endings": ENDINGS,
         "finding_kinds": finding_kinds,
         "total": listing.count(session=session, run_id=run_id, filters=filters),
-        "rollouts": [list_row(r) for r in got["rows"]],
+        "rollouts": rows,
         "next": got["next"], "prev": got["prev"],
         "next_url": url(ext, after=got["next"]) if got["next"] else None,
         "prev_url": url(ext, before=got["prev"]) if got["prev"] else None,
