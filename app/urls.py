@@ -40,6 +40,11 @@ def rollouts(run_id: str, *, json: bool = False, **params: Any) -> str:
     return _url(f"/runs/{q(run_id)}/rollouts", json, params)
 
 
+def rollouts_csv(run_id: str, **params: Any) -> str:
+    """Every rollout of the list with these filters and sort, as CSV."""
+    return _url(f"/runs/{q(run_id)}/rollouts.csv", False, params)
+
+
 def rollout(run_id: str, rollout_id: str, *, json: bool = False, **params: Any) -> str:
     """A rollout's page; `params`: `attempt` (else the latest attempt), `branch`, `offset`,
     `tokens`."""
@@ -74,6 +79,37 @@ def api_rollouts(run_id: str, **params: Any) -> str:
 def api_findings(run_id: str, **params: Any) -> str:
     """The API's findings list of a run."""
     return _url(f"/api/v1/runs/{q(run_id)}/findings", False, params)
+
+
+def step(run_id: str, step: int, *, json: bool = False) -> str:
+    """A training step's story (endings with reasons, groups, tasks, no-gradient list)."""
+    return _url(f"/runs/{q(run_id)}/steps/{int(step)}", json, {})
+
+
+def chart(run_id: str, chart_id: str, *, ext: str = "", **params: Any) -> str:
+    """One chart of a run (`ext` "" | ".json" | ".csv"); `params`: `steps`, `smooth`."""
+    query = urlencode({k: v for k, v in params.items() if v not in (None, "", 1)})
+    return f"/runs/{q(run_id)}/charts/{q(chart_id)}{ext}" + (f"?{query}" if query else "")
+
+
+def task_changes(run_id: str, a: int, b: int, *, ext: str = "") -> str:
+    """Tasks whose endings or mean reward changed between steps `a` and `b`."""
+    return f"/runs/{q(run_id)}/task-changes{ext}?" + urlencode({"a": a, "b": b})
+
+
+def compare(run_ids: list[str], *, json: bool = False, **params: Any) -> str:
+    """Runs overlaid on one step axis; `params`: `steps`, `smooth`."""
+    return _url("/compare", json, {"runs": ",".join(run_ids), **{k: v for k, v in params.items() if v not in ("", 1)}})
+
+
+def search(*, json: bool = False, **params: Any) -> str:
+    """Full-text search over messages; `params`: `q`, `run`, `before`."""
+    return _url("/search", json, params)
+
+
+def message(run_id: str, rollout_pk: int, idx: int) -> str:
+    """The deep link to one message (redirects to its branch, page and anchor)."""
+    return f"/runs/{q(run_id)}/messages/{int(rollout_pk)}/{int(idx)}"
 
 
 def static(path: str) -> str:

@@ -113,12 +113,14 @@ def last_ingested_within(*, session, run_id: str, seconds: float) -> bool:
 
 
 def delete_run(*, session: Session, run_id: str) -> int:
-    """Delete a run and everything of it: rollouts, their details, nodes and findings (the
-    foreign keys cascade, and are deleted explicitly too so SQLite without cascades agrees).
-    Returns the number of rollouts removed; the caller commits."""
-    from app.db.models import Finding, Node, RolloutDetail
+    """Delete a run and everything of it: rollouts, their details, nodes, findings, search
+    documents and rollups (the foreign keys cascade, and are deleted explicitly too so SQLite
+    without cascades agrees). Returns the number of rollouts removed; the caller commits."""
+    from app.db.models import Finding, Node, RolloutDetail, SearchDoc, StepRollup, TaskRollup
     from app.queries.annotations import delete_run_annotations
 
+    for table in (SearchDoc.__table__, StepRollup.__table__, TaskRollup.__table__):
+        session.execute(table.delete().where(table.c.run_id == run_id))
     pks = sa.select(R.c.pk).where(R.c.run_id == run_id).scalar_subquery()
     for table in (Finding.__table__, Node.__table__):
         session.execute(table.delete().where(table.c.rollout_pk.in_(pks)))

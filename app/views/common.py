@@ -80,6 +80,17 @@ class RolloutSummary(PageModel):
     n_trained_tokens: int
     n_branches: int
     flags: list[str] | None
+    # per-rollout analytics numbers (ingest/metrics.py)
+    n_response_tokens: int = 0
+    n_tool_errors: int = 0
+    model_latency: float | None = None  # seconds
+    tool_latency: float | None = None  # seconds
+    staleness: int | None = None  # trainer steps behind the policy that sampled it
+    mismatch_tokens: int = 0
+    mismatch_abs_sum: float | None = None
+    mismatch_abs_max: float | None = None
+    mismatch_out_of_range: int = 0
+    trainer_filtered: str | None = None
     findings: list[FindingLink] = []  # rollout and group findings, each linking to the filtered list
     source_format: str | None
     source_file: str | None
