@@ -242,7 +242,7 @@ def ingest(
 def export(
     run: Annotated[str, typer.Option(help="Run to export.")],
     out: Annotated[Path, typer.Option(help="File to write.")],
-    format: Annotated[str, typer.Option("--format", help="native | verifiers | atif | samples | parquet | otlp")] = "native",  # noqa: A002
+    format: Annotated[str, typer.Option("--format", help="native | verifiers | atif | samples | parquet | otlp | nemo_gym")] = "native",  # noqa: A002
     step: Annotated[int | None, typer.Option(help="Only this training step.", min=0, max=INT32_MAX)] = None,
     ending: Annotated[str | None, typer.Option(help="Only this ending (submitted, error, ...).")] = None,
     group: Annotated[str | None, typer.Option(help="Only this group.")] = None,
@@ -252,9 +252,9 @@ def export(
     flag: Annotated[str | None, typer.Option(help="Only rollouts with a finding of this kind.")] = None,
 ) -> None:
     """Write a run's rollouts (the rollouts list's filters) as native JSONL, verifiers Episode
-    JSONL, ATIF v1.7 JSONL, flat training-sample JSONL, Parquet, or OTLP/JSON lines of OTel GenAI
+    JSONL, ATIF v1.7 JSONL, flat training-sample JSONL, Parquet, OTLP/JSON lines of OTel GenAI
     spans (`invoke_agent` → `chat` and `execute_tool`, RL fields as `rollscope.*` attributes)
-    ready for an OTLP/HTTP endpoint (docs/formats.md, "Export")."""
+    ready for an OTLP/HTTP endpoint, or NeMo Gym rollout JSONL (docs/formats.md, "Export")."""
     from app.queries.rollouts import RolloutFilters
     from app.store.load import iter_rollouts
     from ingest.export import FORMATS, write
@@ -270,6 +270,38 @@ def export(
         raise typer.Exit(2) from None
     out_console = Console(soft_wrap=True)
     out_console.print(Text(f"wrote {n} {'samples' if format in ('samples', 'parquet') else 'rollouts'} to {out}"))
+
+
+@app.command()
+def recheck(
+    run: Annotated[str, typer.Option(help="Run whose stored rollouts are checked again.")],
+    tokenizer: Annotated[Path | None, typer.Option(help="The run's tokenizer, as for `ingest` (the checks that need one are skipped without it).", exists=True)] = None,
+    added_token: Annotated[list[str], typer.Option("--added-token", help="Extra vocabulary entry ID=PIECE (repeatable).")] = [],  # noqa: B006
+) -> None:
+    """Run today's checks over a run's stored rollouts and replace their findings (rollouts
+    stored before a check existed get it without re-ingesting the files). Labels and notes are
+    kept. Exits 2 when the run has no rollouts."""
+    from app.config import get_settings
+    from app.store.recheck import recheck_run
+
+    if added_token and tokenizer is None:
+        raise typer.BadParameter("--added-token extends a tokenizer: give --tokenizer too", param_hint="--added-token")
+    check_context = None
+    if tokenizer is not None:
+        from ingest.checks.context import load_context
+
+        try:
+            check_context = load_context(tokenizer, _parse_added(added_token))
+        except ValueError as exc:
+            console.print(Text.assemble(("error: ", "red"), str(exc)), soft_wrap=True)
+            raise typer.Exit(2) from None
+    try:
+        total = recheck_run(_engine(), run, context=check_context, batch_size=get_settings().worker.batch_size)
+    except KeyError:
+        console.print(Text.assemble(("error: ", "red"), f"run {run!r} has no stored rollouts"), soft_wrap=True)
+        raise typer.Exit(2) from None
+    out.print(Text(f"re-checked {total.inserted + total.replaced} rollouts of {run}: {total.findings} findings"
+                   + (f", {total.rejected} could not be stored again" if total.rejected else "")))
 
 
 @app.command()
@@ -495,14 +527,15 @@ def main() -> None:
     except Exception as exc:  # noqa: BLE001 - one line, not a traceback
         if debug:
             raise
-        from app.store.write import database_gone
+        from app.store.write import database_gone, out_of_space
 
         first = str(getattr(exc, "orig", None) or exc).strip().splitlines()
         detail = first[0][:300] if first else type(exc).__name__
         if database_gone(exc):
             n = getattr(exc, "rollouts_committed", None)
             done = f"{n} rollouts were committed; " if n is not None else ""
-            console.print(Text.assemble(("error: ", "red"), f"the database is unreachable ({detail}); {done}"
+            what = "has no space left" if out_of_space(exc) else "is unreachable"
+            console.print(Text.assemble(("error: ", "red"), f"the database {what} ({detail}); {done}"
                                         "re-run the same command to resume (what is stored is not written again)"),
                           soft_wrap=True)
             raise SystemExit(3) from None

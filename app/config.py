@@ -65,6 +65,8 @@ class WorkerSettings(BaseModel):
 
     batch_size: int = Field(200, ge=1, le=100_000, description="rollouts written per transaction")
     spool_dir: Path = Field(Path("./spool"), description="folder the worker takes trace files from")
+    otlp_spool_dir: Path = Field(Path("./otlp-spool"), description="`/v1/traces`: folder where spans wait for "
+                                 "their trace to finish (one file per trace), so a killed server loses none")
     otlp_idle_seconds: float = Field(30.0, gt=0, le=86_400, description="`/v1/traces`: a trace whose root span has "
                                      "not arrived is stored after this many seconds without a new span")
     otlp_max_pending_spans: int = Field(200_000, ge=1, le=100_000_000, description="`/v1/traces`: spans held for "

@@ -40,18 +40,29 @@ WORDS: dict[str, Ending] = {
     "aborted": Ending.error, "failed": Ending.error, "cancelled": Ending.error, "canceled": Ending.error,
     "too_many_errors": Ending.error, "agent_error": Ending.error, "user_error": Ending.error,
     "container_timed_out": Ending.error, "provider_error": Ending.error, "env_timeout": Ending.error,
+    # agent harnesses' `exit_status`: SWE-agent `exit_<why>` (an auto-submission `submitted (exit_<why>)`
+    # is read by its why), mini-swe-agent the name of the exception that ended the loop
+    "exit_forfeit": Ending.submitted,
+    "exit_cost": Ending.truncated, "exit_context": Ending.truncated, "exit_format": Ending.truncated,
+    "exit_total_execution_time": Ending.truncated, "exit_step_limit": Ending.truncated,
+    "exit_steps": Ending.truncated, "exit_max_steps": Ending.truncated,
+    "limitsexceeded": Ending.truncated, "formaterror": Ending.truncated, "timeouterror": Ending.truncated,
+    "executiontimeouterror": Ending.truncated,
+    "exit_api": Ending.error, "exit_error": Ending.error, "exit_err": Ending.error,
+    "exit_environment_error": Ending.error, "exit_environment": Ending.error, "exit_command_timeout": Ending.error,
 }
 # Kept names: the verifiers `stop_condition` map and the free-text reasons are the same table.
 STOP_CONDITIONS = WORDS
 REASONS = WORDS
 
 
-def from_reason(reason: str | None) -> Ending:
-    """Map a source's word (any ending field) to an ending through `WORDS`; `unknown` when no
-    documented rule decides."""
+def from_reason(reason: str | None, *, unlisted: Ending = Ending.unknown) -> Ending:
+    """Map a source's word (any ending field) to an ending through `WORDS`. A missing word is
+    `unknown`; a word not in the table is `unlisted`: `unknown` unless the format documents what
+    any other word means (mini-swe-agent's `exit_status` is otherwise an exception → `error`)."""
     if not isinstance(reason, str) or not reason.strip():
         return Ending.unknown
-    return WORDS.get(reason.strip().lower(), Ending.unknown)
+    return WORDS.get(reason.strip().lower(), unlisted)
 
 
 def fill_evidence(rollout: Rollout) -> None:

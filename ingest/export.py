@@ -7,6 +7,9 @@
   share: `{prompt_ids, response_ids, response_mask, response_logprobs, advantages, reward, step,
   group_id, sample_index, ending, ...}` (`training_samples`).
 - `parquet`: the same training samples as a Parquet file (pyarrow).
+- `otlp`: OpenTelemetry GenAI spans, one OTLP/JSON request per rollout (`otlp.write`).
+- `nemo_gym`: NeMo Gym rollout JSONL, OpenAI Responses items (`nemo_gym.to_record`), the shape
+  `ng_collect_rollouts` writes and the `nemo-gym` reader reads.
 
 Every writer keeps every digit of big integers (`ingest.source.dumps`) and writes strict JSON.
 """
@@ -20,7 +23,7 @@ from ingest.graph import branches
 from ingest.schema import Rollout
 from ingest.source import dumps
 
-FORMATS = ("native", "verifiers", "atif", "samples", "parquet", "otlp")
+FORMATS = ("native", "verifiers", "atif", "samples", "parquet", "otlp", "nemo_gym")
 
 
 def training_samples(r: Rollout) -> list[dict[str, Any]]:
@@ -118,7 +121,7 @@ def _otlp(rollouts: Iterable[Rollout], out: Path) -> int:
 
 
 def _writers() -> dict[str, Callable[[Iterable[Rollout], Path], int]]:
-    from ingest.formats import atif, verifiers
+    from ingest.formats import atif, nemo_gym, verifiers
 
     return {
         "native": _jsonl_writer(lambda r: [r.to_json_dict()]),
@@ -127,6 +130,7 @@ def _writers() -> dict[str, Callable[[Iterable[Rollout], Path], int]]:
         "samples": _jsonl_writer(training_samples),
         "parquet": _parquet,
         "otlp": _otlp,
+        "nemo_gym": _jsonl_writer(lambda r: [nemo_gym.to_record(r)]),
     }
 
 

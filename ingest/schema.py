@@ -115,7 +115,8 @@ class Message(Model):
 
 def content_text(content: Any) -> str:
     """A message `content` (string, list of parts, or None; as parsed or as stored) as plain
-    text: text parts joined by newlines, any other part named in brackets (`[image_url]`).
+    text: text parts joined by newlines, any other part named in brackets (`[image_url]`); a
+    media placeholder with its media type and size (`[image · image/png · 34 KB]`, `media_label`).
 
     The one definition of "message text": the store's `content_len`, the rollout page's preview
     and the full-text `.txt` view all use it."""
@@ -130,8 +131,20 @@ def content_text(content: Any) -> str:
         elif part.get("type") == "text":
             out.append(str(part.get("text", "")))
         else:
-            out.append(f"[{part.get('type', 'part')}]")
+            out.append(f"[{media_label(part)}]")
     return "\n".join(out)
+
+
+def media_label(part: dict) -> str:
+    """A non-text part named for people: its type, then the media type and size where the
+    stored part has them (`image · image/png · 34 KB`; sizes in binary units, 1 KB = 1024 bytes)."""
+    bits = [str(part.get("type", "part"))]
+    if isinstance(part.get("media_type"), str):
+        bits.append(part["media_type"])
+    n = part.get("bytes")
+    if isinstance(n, int) and not isinstance(n, bool) and n >= 0:
+        bits.append(f"{n} B" if n < 1024 else f"{n / 1024:.0f} KB" if n < 1024 ** 2 else f"{n / 1024 ** 2:.1f} MB")
+    return " · ".join(bits)
 
 
 class Node(Model):

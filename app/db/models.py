@@ -294,7 +294,8 @@ class ApiToken(SQLModel, table=True):
 
 
 class SpoolFile(SQLModel, table=True):
-    """A file in a worker's spool directory (app/worker/spool.py): which file it is (device and
+    """A file in a spool directory (app/worker/spool.py): which spool (`ingest`: the worker's;
+    `otlp`: the `/v1/traces` receiver's, one file per trace), which file it is (device and
     inode, and its first bytes), how far it has been ingested (`offset` bytes, uncompressed for
     .gz, and `line` lines, committed in the same transaction as the rows they produced) and
     which worker holds it (`claimed_by` until `claimed_until`)."""
@@ -303,6 +304,7 @@ class SpoolFile(SQLModel, table=True):
     __table_args__ = (sa.UniqueConstraint("device", "inode", name="uq_spool_file_inode"),)
 
     pk: int | None = Field(default=None, primary_key=True)
+    spool: str = Field(default="ingest", max_length=16, sa_column_kwargs={"server_default": "ingest"})  # ingest | otlp
     name: str  # the path when first seen: the records' source file, stable across renames
     path: str  # where it is now
     device: int = Field(sa_column=Column(sa.BigInteger, nullable=False))

@@ -12,6 +12,10 @@ not OTLP is 400, another media type 415.
 Writing needs a write token (`Authorization: Bearer ...`). Spans of one trace may come in several
 requests; `ingest/otel_assembler.py` holds them until the root span arrives or the trace has been
 idle `worker.otlp_idle_seconds`, then the trace is stored as one rollout (`ingest/otel_genai.py`).
+Before a request is answered 200 its spans are appended and fsynced to the receiver's spool
+(app/worker/trace_spool.py, in `worker.otlp_spool_dir`); at start-up the assembler is rebuilt
+from it, and a finished trace's rows and its spool offset are committed together, so a killed
+server loses no accepted span and stores no trace twice.
 Backpressure, as for HTTP ingest: more than `worker.otlp_max_pending_spans` spans waiting → 429, the
 database unavailable → 503, both with `Retry-After`; spans are never dropped silently (a trace
 that could not be stored is kept and retried; a resent span replaces its copy).
@@ -32,7 +36,7 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from app.auth import TokenInfo, require
-from app.store.write import store
+from app.worker.trace_spool import TraceSpool
 from ingest.formats import record_error
 from ingest.otel import OtlpError, SpanRecord, decode_json, decode_protobuf
 from ingest.otel_assembler import TraceAssembler
@@ -44,10 +48,18 @@ from ingest.source import RecordError
 
 @asynccontextmanager
 async def _lifespan(app):
-    """On shutdown, store every trace still waiting (its root may never come), so a clean stop
-    loses no span that was answered 200."""
+    """On start-up, rebuild the waiting traces from the spool (a trace whose root is already
+    there is stored at once); on shutdown, store every trace still waiting (its root may never
+    come)."""
+    if getattr(app.state, "otlp_receiver", None) is None:
+        app.state.otlp_receiver = Receiver(app)
+    rec = app.state.otlp_receiver
+    try:
+        await run_in_threadpool(rec.restore)
+        rec.start()
+    except (OperationalError, DBAPIError):
+        pass  # the database is down: the first request or idle pass tries again
     yield
-    rec = getattr(app.state, "otlp_receiver", None)
     if rec is not None:
         if rec.task is not None:
             rec.task.cancel()
@@ -76,6 +88,7 @@ WriteToken = Annotated[TokenInfo, Depends(write_token)]
 PROTOBUF, JSON = "application/x-protobuf", "application/json"
 MAX_BODY = 64 << 20  # bytes, after decompression
 RETRY_FULL, RETRY_DOWN = 1, 5  # Retry-After seconds for 429 and 503
+PRUNE_EVERY = 60.0  # seconds between sweeps of stored traces' spool files
 
 
 
@@ -89,38 +102,91 @@ class Receiver:
         self.app = app
         self.assembler = TraceAssembler(idle=s.worker.otlp_idle_seconds)
         self.max_pending = s.worker.otlp_max_pending_spans
+        self.spool = TraceSpool(app.state.engine, s.worker.otlp_spool_dir)
+        self.ends: dict[str, int] = {}  # trace id → end of its spool bytes the assembler holds
+        self.restored = False
         self.lock = threading.Lock()
         self.task: asyncio.Task | None = None
+        self.pruned_at = 0.0
+
+    def restore(self) -> None:
+        """Rebuild the assembler from the spool (once): every trace with spans not yet stored,
+        idle since its file last changed. Raises the database's error."""
+        with self.lock:
+            if self.restored:
+                return
+            now, wall = time.monotonic(), time.time()
+            for p in self.spool.pending():
+                self.assembler.add(p.spans, now - max(0.0, wall - p.mtime))
+                self.ends[p.trace_id] = max(self.ends.get(p.trace_id, 0), p.end)
+            self.restored = True
+        self.flush()
+
+    def accept(self, spans: list[SpanRecord]) -> Response | None:
+        """Spool and hold one request's spans; a 429/503 response when they cannot be taken."""
+        self.restore()
+        with self.lock:
+            if self.assembler.pending_spans + len(spans) > self.max_pending and spans:
+                return _error(429, f"{self.assembler.pending_spans} spans are waiting to be stored; retry later",
+                              RETRY_FULL)
+            try:
+                appended = self.spool.append(spans)
+            except OSError as exc:
+                return _error(503, f"the spool cannot be written ({exc.strerror}); retry later", RETRY_DOWN)
+            now = time.monotonic()
+            for a in appended:
+                if a.start and a.trace_id not in self.assembler.open and a.trace_id not in self.assembler.done:
+                    # a late span of a trace stored before a restart: assemble it again with the rest
+                    self.assembler.add(self.spool.read(a.trace_id, a.start)[0], now)
+                self.ends[a.trace_id] = max(self.ends.get(a.trace_id, 0), a.end)
+            self.assembler.add(spans, now)
+        return None
 
     def flush(self, *, everything: bool = False) -> tuple[int, str | None]:
         """Store every finished trace: (spans rejected, first reason). Raises the database's
         error after putting the traces back."""
         with self.lock:
             ready = self.assembler.take_finished(time.monotonic(), everything=everything)
+            ends = {tid: self.ends.pop(tid, None) for tid, _ in ready}
         if not ready:
             return 0, None
-        items: list[Rollout | RecordError] = []
+        items: list[tuple[str, Rollout | RecordError, int | None]] = []
         rejected, reason = 0, None
         for tid, spans in ready:
+            if ends[tid] is not None:  # spooled: the file holds every span taken for it, by any process
+                got, end = self.spool.read(tid)
+                if got:
+                    spans, ends[tid] = got, end
             if not is_genai_trace(spans):
                 err = RecordError("/v1/traces", None, f"trace {tid}", "no GenAI or OpenInference span")
             else:
                 try:
-                    items.append(rollout_from_spans(spans, source={"format": "otlp", "file": "/v1/traces", "line": None,
-                                                                   "trace_id": tid}))
+                    items.append((tid, rollout_from_spans(spans, source={"format": "otlp", "file": "/v1/traces",
+                                                                         "line": None, "trace_id": tid}), ends[tid]))
                     continue
                 except Exception as exc:  # noqa: BLE001 - one odd trace is quarantined, never a 500
                     err = record_error("/v1/traces", None, f"trace {tid}", exc)
-            items.append(err)
+            items.append((tid, err, ends[tid]))
             rejected += len(spans)
             reason = reason or err.message
         try:
-            store(self.app.state.engine, items)
+            self.spool.commit(items)
         except (OperationalError, DBAPIError):
             with self.lock:
                 self.assembler.put_back(ready, time.monotonic())
+                for tid, end in ends.items():
+                    if end is not None:
+                        self.ends[tid] = max(self.ends.get(tid, 0), end)
             raise
         return rejected, reason
+
+    def prune(self) -> None:
+        """Now and then, delete spool files of traces stored longer ago than the assembler keeps them."""
+        if time.monotonic() - self.pruned_at < PRUNE_EVERY:
+            return
+        self.pruned_at = time.monotonic()
+        with self.lock:
+            self.spool.prune(self.assembler.keep)
 
     def start(self) -> None:
         if self.task is None or self.task.done():
@@ -131,7 +197,9 @@ class Receiver:
         while True:
             await asyncio.sleep(period)
             try:
+                await run_in_threadpool(self.restore)
                 await run_in_threadpool(self.flush)
+                await run_in_threadpool(self.prune)
             except (OperationalError, DBAPIError):
                 pass  # kept; tried again next period
 
@@ -178,11 +246,10 @@ async def receive_traces(request: Request, _: WriteToken) -> Response:
         return _error(400, str(exc))
     rec = receiver(request)
     rec.start()
-    with rec.lock:
-        if rec.assembler.pending_spans + len(spans) > rec.max_pending and spans:
-            return _error(429, f"{rec.assembler.pending_spans} spans are waiting to be stored; retry later", RETRY_FULL)
-        rec.assembler.add(spans, time.monotonic())
     try:
+        refused = await run_in_threadpool(rec.accept, spans)
+        if refused is not None:
+            return refused
         rejected, reason = await run_in_threadpool(rec.flush)
     except (OperationalError, DBAPIError) as exc:
         return _error(503, f"the database is unavailable ({type(exc).__name__}); the spans are kept, retry later",

@@ -20,6 +20,7 @@ from app import urls
 from app.auth import ReadToken
 from app.db import models
 from app.errors import ErrorBody
+from app.worker.spool import INGEST
 from app.render import respond, wants_json
 
 router = APIRouter(tags=["ingest"])
@@ -58,7 +59,7 @@ def ingest_status(engine) -> IngestStatus:
     """Ingest status from the database (the worker writes it; any process can read it)."""
     since = models.utcnow() - timedelta(minutes=1)
     with engine.connect() as conn:
-        files = conn.execute(sa.select(S).order_by(S.c.pk)).all()
+        files = conn.execute(sa.select(S).where(S.c.spool == INGEST).order_by(S.c.pk)).all()
         recent = dict(conn.execute(sa.select(R.c.source_file, sa.func.count()).where(R.c.ingested_at >= since)
                                    .group_by(R.c.source_file)).all())
         quarantined = dict(conn.execute(sa.select(Q.c.source_file, sa.func.count()).group_by(Q.c.source_file)).all())

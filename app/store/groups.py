@@ -4,6 +4,11 @@ with the group's identity (`rollout_pk` NULL, `run_id`, `group_id`).
 A group's findings depend on all its members, so they are recomputed from the stored members
 whenever a batch inserts or replaces one of them, inside the batch's transaction: a reader sees
 the members and their group's findings change together.
+
+Two Postgres writers may store members of one group at the same moment. Each takes a
+transaction-scoped advisory lock per group (in key order, so two writers cannot deadlock on them)
+before it deletes and recomputes, so the second waits for the first to commit and then sees its
+members and findings: the group's findings are stored once. SQLite has one writer at a time.
 """
 from __future__ import annotations
 
@@ -54,6 +59,19 @@ def load_groups(conn: sa.Connection, keys: list[tuple[str, str]]) -> dict[tuple[
     return groups
 
 
+def lock_groups(conn: sa.Connection, keys: list[tuple[str, str]]) -> None:
+    """On Postgres, hold a transaction-scoped advisory lock on each (run_id, group_id) of the
+    sorted `keys` until the transaction ends (one statement; the lock key is Postgres's 64-bit
+    `hashtextextended` of the run id and group id joined by U+001F). A no-op on SQLite, whose write lock already
+    serialises writers."""
+    if conn.dialect.name != "postgresql":
+        return
+    names = [f"{run_id}\x1f{group_id}" for run_id, group_id in keys]
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(k) FROM "
+                         "(SELECT DISTINCT hashtextextended(n, 0) AS k FROM unnest(CAST(:names AS text[])) AS n) AS keys "
+                         "ORDER BY k"), {"names": names})
+
+
 def recheck_groups(conn: sa.Connection, keys: Iterable[tuple[str, str]]) -> int:
     """Recompute and store the group findings of each (run_id, group_id) in `keys`, replacing
     what was stored: three statements whatever the number of groups (delete, load, insert).
@@ -61,6 +79,7 @@ def recheck_groups(conn: sa.Connection, keys: Iterable[tuple[str, str]]) -> int:
     keys = sorted(set(keys))
     if not keys:
         return 0
+    lock_groups(conn, keys)
     conn.execute(F.delete().where(F.c.rollout_pk.is_(None), sa.tuple_(F.c.run_id, F.c.group_id).in_(keys)))
     total, rows = 0, []
     for (run_id, group_id), group in load_groups(conn, keys).items():

@@ -189,10 +189,12 @@ def _executemany(conn: sa.Connection, table: sa.Table, columns: tuple[str, ...],
 
 
 def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordError], *,
-                known_runs: set[str] | None = None, quarantined_files: set[str] | None = None) -> StoreResult:
+                known_runs: set[str] | None = None, quarantined_files: set[str] | None = None,
+                force: bool = False) -> StoreResult:
     """Write prepared rollouts (distinct identities) and quarantine `errors`, in the caller's
-    transaction, with a constant number of statements. Raises on any database error: the
-    caller rolls back and uses `write_one_by_one`."""
+    transaction, with a constant number of statements. `force`: replace a stored rollout even
+    when its content is unchanged (re-checking stored rollouts). Raises on any database error:
+    the caller rolls back and uses `write_one_by_one`."""
     res = StoreResult()
     known_runs = known_runs if known_runs is not None else set()
     if batch:
@@ -201,7 +203,7 @@ def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordE
         todo, replaced = [], []
         for p in batch:
             old = existing.get(p.identity)
-            if old is not None and old[1] == p.content_hash:
+            if old is not None and old[1] == p.content_hash and not force:
                 res.unchanged += 1
                 res.outcomes[p.identity] = "unchanged"
                 continue
@@ -250,14 +252,14 @@ def _run_hooks(conn: sa.Connection, written: Written) -> None:
 
 # --- the fallback: one savepoint per rollout --------------------------------------------------
 
-def _write_one(conn: sa.Connection, p: Prepared, groups: set[tuple[str, str]]) -> str:
+def _write_one(conn: sa.Connection, p: Prepared, groups: set[tuple[str, str]], force: bool = False) -> str:
     """Insert, replace or skip one prepared rollout, hooks included: "inserted" | "replaced" |
-    "unchanged". The groups whose findings change are added to `groups`."""
+    "unchanged" (never with `force`). The groups whose findings change are added to `groups`."""
     ensure_run(conn, p.run["id"], name=p.run["name"], type_=p.run["type"])
     run_id, rollout_id, attempt = p.identity
     existing = conn.execute(sa.select(RO.c.pk, RO.c.content_hash).where(
         RO.c.run_id == run_id, RO.c.rollout_id == rollout_id, RO.c.attempt == attempt)).first()
-    if existing is not None and existing.content_hash == p.content_hash:
+    if existing is not None and existing.content_hash == p.content_hash and not force:
         return "unchanged"
     deleted = []
     if existing is not None:
@@ -271,7 +273,8 @@ def _write_one(conn: sa.Connection, p: Prepared, groups: set[tuple[str, str]]) -
     return "replaced" if existing is not None else "inserted"
 
 
-def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[RecordError]) -> StoreResult:
+def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[RecordError], *,
+                     force: bool = False) -> StoreResult:
     """Write a batch inside the caller's transaction, each rollout in its own savepoint (with
     its share of `BATCH_HOOKS`).
 
@@ -288,7 +291,7 @@ def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[Re
             try:
                 groups: set[tuple[str, str]] = set()
                 with conn.begin_nested():
-                    outcome = _write_one(conn, p, groups)
+                    outcome = _write_one(conn, p, groups, force)
                 setattr(res, outcome, getattr(res, outcome) + 1)  # counted once it is committed
                 res.outcomes[p.identity] = outcome
                 res.groups |= groups
@@ -302,6 +305,8 @@ def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[Re
                     raise
                 # another writer stored this rollout meanwhile: look again (unchanged or replace)
             except Exception as exc:  # noqa: BLE001 - one rollout must not cost its neighbours
+                if database_gone(exc):
+                    raise  # not this rollout's fault: the whole batch is retried later
                 refused.append(storage_error(p.rollout, exc))
                 res.outcomes[p.identity] = "rejected"
                 break
@@ -363,8 +368,23 @@ def _quarantined_files(conn: sa.Connection, prepared: list[Prepared], checked: s
     return found
 
 
+def out_of_space(exc: BaseException) -> bool:
+    """The database cannot grow: SQLite's SQLITE_FULL ("database or disk is full", also a file
+    size limit) or Postgres's SQLSTATE class 53, insufficient resources (53100 disk_full, 53200
+    out_of_memory)."""
+    orig = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
+    code = getattr(orig, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF == 13:  # SQLITE_FULL and its extended codes
+        return True
+    return str(getattr(orig, "sqlstate", None) or "").startswith("53")
+
+
 def database_gone(exc: BaseException) -> bool:
-    """A lost or refused connection (a restart, a network cut), not a problem of the data."""
+    """The database cannot take writes for a reason outside the data: a lost or refused
+    connection (a restart, a network cut) or no space left (`out_of_space`). Such an error is
+    retried and then reported; it never quarantines a record."""
+    if out_of_space(exc):
+        return True
     if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
         return True
     if isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError)):
@@ -395,7 +415,7 @@ def _with_retries(engine: Engine, write, in_transaction, last_item, total: Store
 
 def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=None,
           batch_size: int = BATCH, in_transaction: Callable[[sa.Connection, object], None] | None = None,
-          context: CheckContext | None = None) -> StoreResult:
+          context: CheckContext | None = None, force: bool = False) -> StoreResult:
     """Store a stream of rollouts and rejections, `batch_size` rollouts per transaction.
 
     Rollouts are prepared (rows, checks, hash) before the transaction opens. Rejections are
@@ -405,6 +425,7 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     rows and offset commit together). A rollout repeating an identity already seen in this call
     is counted in `repeated`; the later one wins. `context`: the run's tokenizer and chat template
     for the checks (None: the checks that need them record that they could not decide).
+    `force`: replace stored rollouts whose content is unchanged too (`rollscope recheck`).
     """
     total = StoreResult()
     pending: list[Rollout] = []
@@ -427,14 +448,14 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
         batch_errors = errors + failed
         try:
             res = _with_retries(engine, lambda conn: write_batch(
-                conn, prepared, batch_errors, known_runs=known_runs,
+                conn, prepared, batch_errors, known_runs=known_runs, force=force,
                 quarantined_files=_quarantined_files(conn, prepared, files_checked, quarantined_files)),
                 in_transaction, last[0], total)
         except Exception as exc:  # noqa: BLE001 - the fallback isolates the one that failed
             if database_gone(exc):
                 raise  # retried already: the database is down, writing row by row cannot help
             with engine.begin() as conn:
-                res = write_one_by_one(conn, prepared, batch_errors)
+                res = write_one_by_one(conn, prepared, batch_errors, force=force)
                 if in_transaction:
                     in_transaction(conn, last[0])
             res.fallbacks += 1

@@ -27,6 +27,9 @@ from app.views.common import LabelView, NoteView, iso, note_view, with_labels
 from ingest import checks
 from ingest.graph import branches, fork_points, pair_tool_calls, samples
 from ingest.schema import content_text
+from ingest.formats._openai import MEDIA_PARTS
+
+MEDIA_TYPES = frozenset(MEDIA_PARTS.values())  # the types a stored media placeholder has
 
 
 # --- models ---------------------------------------------------------------------------------
@@ -141,6 +144,7 @@ class NodeView(PageModel):
     content_len: int
     content_truncated: bool
     content_url: str
+    media: list[dict[str, Any]] = []  # image/audio/file parts: type, media_type, bytes, sha256 (never the bytes)
     reasoning: str | None
     reasoning_dropped_in: list[int] = []  # later branches whose re-rendered prompt leaves this reasoning out
     tool_calls: list[ToolCallView]
@@ -359,6 +363,8 @@ def _node_view(node, pieces: Pieces, calls_by_node: dict, answer_of: dict, findi
         "content": text[:web.preview_chars], "content_len": node.content_len,
         "content_truncated": node.content_len > web.preview_chars,
         "content_url": urls.node_text(run_id, rollout_pk, node.idx),
+        "media": [{k: p.get(k) for k in ("type", "media_type", "bytes", "sha256")} for p in msg.get("content") or []
+                  if isinstance(p, dict) and p.get("type") in MEDIA_TYPES],
         "reasoning": msg.get("reasoning_content"),
         "tool_calls": calls_by_node.get(node.idx, []),
         "answers": answer_of.get(node.idx),

@@ -21,6 +21,11 @@ Several workers may share the spool on Postgres: each claims a file for a short 
 `SELECT ... FOR UPDATE SKIP LOCKED`, and commits only when the file's offset is still the one it
 read from (checked under the row lock), so no stretch is ever committed twice. On SQLite there is
 one worker (app/worker/run.py holds a lock file).
+
+The `/v1/traces` receiver keeps the spans it has answered 200 for in a spool of its own
+(app/worker/trace_spool.py: one file per trace, `spool_file.spool = "otlp"`), on the same table
+and the same rule: a file's offset moves in the transaction that writes its rows. This worker
+never touches those rows.
 """
 from __future__ import annotations
 
@@ -52,6 +57,7 @@ HEAD_BYTES = 256  # first bytes kept per file: a rewrite changes them
 LEASE = timedelta(seconds=60)  # a claim lapses after this (a worker that died lets go)
 MAX_LINE_BYTES = 1 << 30  # a line longer than this is refused, not buffered
 SKIPPED_SUFFIXES = (".tmp", ".part", ".partial", ".swp")
+INGEST = "ingest"  # spool_file.spool of the worker's files
 
 
 @dataclass
@@ -144,13 +150,13 @@ class Spool:
         seen = scan(self.dirs)
         now = models.utcnow()
         with self.engine.begin() as conn:
-            rows = {(r.device, r.inode): r for r in conn.execute(sa.select(S))}
+            rows = {(r.device, r.inode): r for r in conn.execute(sa.select(S).where(S.c.spool == INGEST))}
             new = []
             for key, s in seen.items():
                 row = rows.get(key)
                 if row is None:
                     head = _head(s.path)
-                    new.append(dict(name=str(s.path), path=str(s.path), device=s.device, inode=s.inode, head=head,
+                    new.append(dict(spool=INGEST, name=str(s.path), path=str(s.path), device=s.device, inode=s.inode, head=head,
                                     offset=0, line=0, size=s.size, status="active", records=0, rejected=0,
                                     grew_at=now, updated_at=now))
                     continue
@@ -227,7 +233,7 @@ class Spool:
         now = models.utcnow()
         with self.engine.begin() as conn:
             free = sa.or_(S.c.claimed_by.is_(None), S.c.claimed_until < now, S.c.claimed_by == self.worker_id)
-            wanted = sa.and_(S.c.status == "active", free)
+            wanted = sa.and_(S.c.spool == INGEST, S.c.status == "active", free)
             if tried:
                 wanted = sa.and_(wanted, S.c.pk.notin_(tried))
             for row in conn.execute(sa.select(S).where(wanted).order_by(S.c.updated_at, S.c.pk).limit(50)

@@ -1,7 +1,8 @@
 """Small pieces shared by the agent-harness readers (Inspect, SWE-agent, mini-swe-agent,
 OpenHands, OTLP), on top of the shared converters (`_openai`, `_build`): timestamps by the
 project's UTC rule, the builder with assistant messages sampled, calls for actions the harness
-parsed out of the model's text, usage in its several spellings, and the documents of a file.
+parsed out of the model's text, usage in its several spellings, the documents of a file, and the
+read loop of a reader whose documents each hold one run (`read_documents`).
 
 The timestamp rule (docs/formats.md): an ISO string with an offset is converted to UTC; a naive
 ISO string is taken as UTC and flagged as assumed; a number is epoch seconds (or milli/micro/
@@ -10,7 +11,7 @@ nanoseconds when it is too large to be seconds).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -18,8 +19,9 @@ from ingest.formats._build import RolloutBuilder
 from ingest.formats._openai import arguments_text as arguments  # noqa: F401 - re-exported for the readers
 from ingest.formats._openai import finish_reason  # noqa: F401 - re-exported for the readers
 from ingest.formats._openai import tool_call_from_openai
-from ingest.schema import Message, ToolCall, Usage
-from ingest.source import Source
+from ingest.formats.base import ReadContext, record_error
+from ingest.schema import Message, Rollout, ToolCall, Usage
+from ingest.source import RecordError, Source
 
 
 def to_epoch(value: Any) -> tuple[float | None, bool]:
@@ -103,3 +105,23 @@ def documents(source: Source) -> Iterator[tuple[int | None, Any]]:
         yield from source.lines()
     else:
         yield None, source.document
+
+
+ReadOne = Callable[[Any, Source, ReadContext, "int | None"], Iterator["Rollout | RecordError"]]
+
+
+def read_documents(source: Source, ctx: ReadContext, *, recognise: Callable[[Any], Any], what: str,
+                   read_one: ReadOne) -> Iterator[Rollout | RecordError]:
+    """Each document of `source` (`documents`): a bad line stays a RecordError; a document that
+    `recognise` gives None for is rejected as not `what`; the rest go to `read_one(doc, source,
+    ctx, line)`. An odd record is rejected with its reason, never raised."""
+    for line, doc in documents(source):
+        if isinstance(doc, RecordError):
+            yield doc
+        elif recognise(doc) is None:
+            yield RecordError(source.name, line, None, f"not {what}")
+        else:
+            try:
+                yield from read_one(doc, source, ctx, line)
+            except Exception as exc:  # noqa: BLE001 - an odd record is rejected with its field, never raised
+                yield record_error(source.name, line, None, exc)

@@ -18,8 +18,9 @@ Mapping (docs/formats.md, "mini-swe-agent"):
   the submit command) becomes its tool result: role tool, `extra.source_role = "user"`, with
   `extra.returncode`;
 - ending: the submit marker → submitted (detail `COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`); else
-  `info.exit_status` (`Submitted` → submitted, `LimitsExceeded` → truncated, `FormatError` →
-  truncated, `TimeoutError`/`ExecutionTimeoutError` → truncated, other exceptions → error);
+  `info.exit_status` through the endings table (`ingest.endings.WORDS`: `Submitted` → submitted,
+  `LimitsExceeded`, `FormatError`, `TimeoutError`, `ExecutionTimeoutError` → truncated); a name the
+  table does not list is another exception → error;
   else unknown. `model_stats` (`instance_cost`, `api_calls`) are metrics.
 """
 from __future__ import annotations
@@ -28,8 +29,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ingest.formats import ReadContext, record_error
-from ingest.formats._harness import Chain, action_call, documents
+from ingest.endings import from_reason
+from ingest.formats import ReadContext
+from ingest.formats._harness import Chain, action_call, read_documents
 from ingest.schema import Call, Ending, EndingInfo, Message, Rollout, RunRef
 from ingest.source import RecordError, Source
 
@@ -38,10 +40,6 @@ NAME = "mini-swe-agent"
 BLOCK = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.DOTALL)
 OBSERVATION = re.compile(r"^\s*<returncode>(-?\d+)</returncode>")
 SUBMIT_MARKERS = ("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "MINI_SWE_AGENT_FINAL_OUTPUT")
-EXIT_STATUS = {
-    "submitted": Ending.submitted, "limitsexceeded": Ending.truncated, "formaterror": Ending.truncated,
-    "timeouterror": Ending.truncated, "executiontimeouterror": Ending.truncated,
-}
 
 
 def _messages(value: Any) -> list | None:
@@ -72,16 +70,7 @@ def sniff(source: Source) -> bool:
 
 
 def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
-    for line, doc in documents(source):
-        if isinstance(doc, RecordError):
-            yield doc
-        elif _messages(doc) is None:
-            yield RecordError(source.name, line, None, "not a mini-swe-agent message list")
-        else:
-            try:
-                yield from _read_one(doc, source, ctx, line)
-            except Exception as exc:  # noqa: BLE001 - an odd record is rejected with its field, never raised
-                yield record_error(source.name, line, None, exc)
+    return read_documents(source, ctx, recognise=_messages, what="a mini-swe-agent message list", read_one=_read_one)
 
 
 def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> Iterator[Rollout | RecordError]:
@@ -137,7 +126,8 @@ def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> I
     if submitted:
         ending = EndingInfo(type=Ending.submitted, detail=str(status) if status else SUBMIT_MARKERS[0])
     elif isinstance(status, str) and status:
-        ending = EndingInfo(type=EXIT_STATUS.get(status.strip().lower(), Ending.error), detail=status)
+        # any name the endings table does not list is an exception that ended the loop
+        ending = EndingInfo(type=from_reason(status, unlisted=Ending.error), detail=status)
     else:
         ending = EndingInfo(type=Ending.unknown, detail="no submit marker and no exit status")
     stats = info.get("model_stats") if isinstance(info.get("model_stats"), dict) else {}

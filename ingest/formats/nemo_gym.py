@@ -20,6 +20,7 @@ group `<agent>:<t>`), since one collection may mix environments whose task indic
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,7 +29,7 @@ from ingest.fields import FieldError, is_number_or_none
 from ingest.formats import _responses
 from ingest.formats._build import RolloutBuilder
 from ingest.formats.base import ReadContext, guarded
-from ingest.schema import Ending, EndingInfo, Error, GroupRef, Rollout, RunRef, Task, Usage
+from ingest.schema import Ending, EndingInfo, Error, GroupRef, Message, Node, Rollout, RunRef, Task, Usage
 from ingest.source import RecordError, Source
 
 NAME = "nemo-gym"
@@ -37,7 +38,7 @@ EXPECTS = "JSONL of `{responses_create_params, response: {output: [Responses ite
 SAMPLING_KEYS = ("temperature", "top_p", "max_output_tokens", "reasoning", "tool_choice", "parallel_tool_calls",
                  "top_logprobs", "truncation", "max_tool_calls")
 _RECORD_KEYS = frozenset({"responses_create_params", "response", "reward", "_ng_task_index", "_ng_rollout_index",
-                          "_ng_attempt_index"})
+                          "_ng_attempt_index", "_rollscope"})
 
 
 def _is_record(d: Any) -> bool:
@@ -109,8 +110,8 @@ def _rollout(source: Source, ctx: ReadContext, d: dict, line: int | None, prefix
         raise FieldError("reward", f"expected a number or null, got {type(reward).__name__}")
     agent = d["agent_ref"].get("name") if isinstance(d.get("agent_ref"), dict) else None
     scope = f"{agent}:" if isinstance(agent, str) and agent else ""  # one collection may mix environments
-    rid = f"{scope}task{task_index}-rollout{rollout_index}" if task_index is not None and rollout_index is not None \
-        else default_id
+    named = d["_rollscope"].get("rollout_id") if isinstance(d.get("_rollscope"), dict) else None
+    rid = _rollout_id(scope, task_index, rollout_index) or (named if isinstance(named, str) and named else default_id)
     info: dict[str, Any] = {"format": NAME, "file": source.name, "line": line}
     if prefix:
         info["path"] = prefix
@@ -148,6 +149,14 @@ def _rollout(source: Source, ctx: ReadContext, d: dict, line: int | None, prefix
     if isinstance(params.get("max_output_tokens"), int):
         rollout.ending.evidence.last_output_token_cap = params["max_output_tokens"]
     return b.finish(rollout)
+
+
+def _rollout_id(scope: str, task_index: int | None, rollout_index: int | None) -> str | None:
+    """`<agent>:task<t>-rollout<r>` when both indices are there (a line without them is named by
+    `_rollscope.rollout_id`, which Rollscope's writer adds, else by its file and line)."""
+    if task_index is None or rollout_index is None:
+        return None
+    return f"{scope}task{task_index}-rollout{rollout_index}"
 
 
 def _path_nodes(b: RolloutBuilder, idx: int) -> list:
@@ -209,3 +218,127 @@ def _ending(d: dict, response: dict) -> tuple[EndingInfo, list[Error]]:
     kind = last.get("type") if isinstance(last, dict) else None
     return EndingInfo(type=Ending.unknown, detail=None if kind is None else f"last item: {kind}",
                       message="no ending field, and the last output item is not an assistant message"), []
+
+
+# --- writing --------------------------------------------------------------------------------
+# `to_record` is the reader run backwards: what the reader kept in `extra` (the response and
+# request fields, the environment's fields, item ids and statuses) goes back where it came from,
+# so NeMo Gym → Rollscope → NeMo Gym → Rollscope gives the same rollout.
+
+def _parts_out(m: Message, content: Any, text_type: str) -> Any:
+    """Stored content → Responses content: text parts get their source type back (else
+    `text_type`), media placeholders their original part (kept once in `message.extra.media`)."""
+    if not isinstance(content, list):
+        return content
+    media = m.extra.get("media") or {}
+    out = []
+    for p in content:
+        if p.get("type") == "text":
+            q = {k: v for k, v in p.items() if k not in ("type", "source_type")}
+            part = {"type": p.get("source_type", text_type), **q}
+            if part["type"] == "output_text":
+                part.setdefault("annotations", [])  # required on output_text by the Responses API
+            out.append(part)
+        elif p.get("placeholder") and p.get("sha256") in media:
+            out.append(media[p["sha256"]])
+        elif p.get("source_type"):
+            out.append({**{k: v for k, v in p.items() if k != "source_type"}, "type": p["source_type"]})
+        else:
+            out.append(p)
+    return out
+
+
+def _message_out(m: Message, text_type: str) -> dict:
+    extra = {k: v for k, v in m.extra.items() if k not in ("source_role", "media", "content_from", "context")}
+    content = m.content
+    if m.extra.get("content_from") == "object" and isinstance(content, str):
+        content = json.loads(content)
+    return {"type": "message", "role": m.extra.get("source_role", m.role), "content": _parts_out(m, content, text_type),
+            **extra}
+
+
+def _model_items(n: Node, tokens: dict[str, Any]) -> list[dict]:
+    """One assistant node → the items of its model call: reasoning, message, function calls
+    (token fields on the last item, as NeMo Gym writes them)."""
+    m = n.message
+    x = m.extra
+    items: list[dict] = []
+    if m.reasoning_content is not None:
+        kept = dict((x.get("reasoning_items") or [{}])[0])
+        where = "content" if kept.pop("from", "summary") == "content" else "summary"
+        kind = "reasoning_text" if where == "content" else "summary_text"
+        item = {"type": "reasoning", **kept, where: [{"type": kind, "text": m.reasoning_content}]}
+        if where == "content":
+            item.setdefault("summary", [])
+        items.append(item)
+    if m.content is not None:
+        kept = dict((x.get("items") or [{}])[0])
+        items.append({"type": "message", "role": "assistant",
+                      "content": _parts_out(m, m.content, "output_text"), **kept})
+    for tc in m.tool_calls or []:
+        extra = {k: v for k, v in tc.extra.items() if k not in ("arguments_shape", "arguments_from")}
+        args: Any = json.loads(tc.arguments) if tc.extra.get("arguments_from") == "object" else tc.arguments
+        items.append({"type": "function_call", "call_id": tc.id, "name": tc.name, "arguments": args, **extra})
+    items += [dict(o) for o in x.get("other_items") or []]
+    if not items:
+        items.append({"type": "message", "role": "assistant", "content": []})
+    items[-1].update(tokens)
+    return items
+
+
+def _env_item(m: Message) -> dict:
+    if "source_item" in m.extra:
+        return m.extra["source_item"]
+    if m.role == "tool":
+        extra = {k: v for k, v in m.extra.items() if k not in ("item_type", "content_from", "media")}
+        output = m.content
+        if m.extra.get("content_from") == "object" and isinstance(output, str):
+            output = json.loads(output)
+        return {"type": m.extra.get("item_type", "function_call_output"), "call_id": m.tool_call_id,
+                "output": _parts_out(m, output, "input_text"), **extra}
+    return _message_out(m, "input_text")
+
+
+def to_record(r: Rollout) -> dict[str, Any]:
+    """A rollout as one NeMo Gym rollout line (the shape `read` takes): nodes before the first
+    sampled one are `responses_create_params.input`, the rest `response.output`; each sampled
+    node's tokens as `prompt_token_ids` (its path's tokens before it), `generation_token_ids`
+    and `generation_log_probs`; `reward`, `_ng_task_index` (the task key), `_ng_rollout_index`
+    (the group index) and `_ng_attempt_index` (when not 0). Nodes are written in order, so a
+    rollout with several branches is written as one sequence."""
+    extra = dict(r.extra)
+    params = dict(extra.pop("responses_create_params", None) or {})
+    response = dict(extra.pop("response", None) or {})
+    if "instructions" in extra:
+        params["instructions"] = extra.pop("instructions")
+    first = next((i for i, n in enumerate(r.nodes) if n.sampled), len(r.nodes))
+    before: dict[int, list[int]] = {}  # node → tokens of its path before it
+    for i, n in enumerate(r.nodes):
+        before[i] = [] if n.parent is None else before[n.parent] + list(r.nodes[n.parent].token_ids)
+    inputs: list[dict] = []
+    outputs: list[dict] = []
+    for i, n in enumerate(r.nodes):
+        items = inputs if i < first else outputs
+        if n.message.role == "assistant":
+            tokens = {}
+            if n.sampled and n.token_ids:
+                tokens = {"prompt_token_ids": before[i], "generation_token_ids": list(n.token_ids),
+                          "generation_log_probs": list(n.logprobs) if n.logprobs else []}
+            items += _model_items(n, tokens)
+        else:
+            items.append(_env_item(n.message))
+    d: dict[str, Any] = {"responses_create_params": {**params, "input": inputs},
+                         "response": {**response, "output": outputs}}
+    d["reward"] = r.reward if r.reward is not None else r.total_reward()
+    if r.task is not None and r.task.key is not None and r.task.key.isdigit():
+        d["_ng_task_index"] = int(r.task.key)
+    if r.group is not None and r.group.index is not None:
+        d["_ng_rollout_index"] = r.group.index
+    if r.attempt:
+        d["_ng_attempt_index"] = r.attempt
+    d.update(extra)
+    agent = extra["agent_ref"].get("name") if isinstance(extra.get("agent_ref"), dict) else None
+    scope = f"{agent}:" if isinstance(agent, str) and agent else ""
+    if _rollout_id(scope, d.get("_ng_task_index"), d.get("_ng_rollout_index")) != r.id:
+        d["_rollscope"] = {"rollout_id": r.id}  # NeMo Gym has no id field: the indices name a rollout
+    return d

@@ -32,8 +32,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ingest.formats import ReadContext, record_error
-from ingest.formats._harness import Chain, action_call, documents, finish_reason, openai_tool_call, to_epoch, usage_from
+from ingest.formats import ReadContext
+from ingest.formats._harness import (Chain, action_call, finish_reason, openai_tool_call, read_documents, to_epoch,
+                                     usage_from)
 from ingest.schema import Call, Ending, EndingInfo, Error, Message, Rollout, RunRef, ToolCall
 from ingest.source import RecordError, Source
 
@@ -62,16 +63,7 @@ def sniff(source: Source) -> bool:
 
 
 def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
-    for line, doc in documents(source):
-        if isinstance(doc, RecordError):
-            yield doc
-        elif _events(doc) is None:
-            yield RecordError(source.name, line, None, "not an OpenHands event list")
-        else:
-            try:
-                yield from _read_one(doc, source, ctx, line)
-            except Exception as exc:  # noqa: BLE001 - an odd record is rejected with its field, never raised
-                yield record_error(source.name, line, None, exc)
+    return read_documents(source, ctx, recognise=_events, what="an OpenHands event list", read_one=_read_one)
 
 
 def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> Iterator[Rollout | RecordError]:

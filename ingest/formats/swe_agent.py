@@ -21,10 +21,11 @@ Mapping (docs/formats.md, "SWE-agent"):
   (role tool, `extra.source_role = "user"`).
 - `trajectory[k].state` (parsed from a string when needed) and `execution_time` are kept on the
   k-th observation node's `extra`.
-- `info.exit_status` is the ending detail: `submitted` → submitted; `submitted (exit_X)` (an
-  auto-submission) and `exit_X` map by X: `cost`, `context`, `format`, `total_execution_time`,
-  `step_limit` → truncated; `api`, `error`, `environment_error`, `command_timeout` → error;
-  `forfeit` → submitted; anything else (`early_exit`, `skipped`) → unknown.
+- `info.exit_status` is the ending detail, mapped through the endings table (`ingest.endings.WORDS`,
+  docs/formats.md): `submitted` and `exit_forfeit` → submitted; `exit_cost`, `exit_context`,
+  `exit_format`, `exit_total_execution_time`, `exit_step_limit` → truncated; `exit_api`,
+  `exit_error`, `exit_environment_error`, `exit_command_timeout` → error; an auto-submission
+  `submitted (exit_X)` reads as `exit_X`; anything else (`early_exit`, `skipped`) → unknown.
 - `info.model_stats` is usage: `tokens_sent` → metrics.input_tokens, `tokens_received` →
   output_tokens, `instance_cost` → cost, `api_calls` → api_calls. `submission` stays in `extra`.
 - Rollout id: the file name without `.traj`; run: `--run`, else the parent folder.
@@ -37,6 +38,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from ingest.endings import from_reason
 from ingest.formats import ReadContext, record_error
 from ingest.formats._harness import Chain, action_call, documents, openai_tool_call
 from ingest.schema import Call, Ending, EndingInfo, Message, Rollout, RunRef
@@ -44,8 +46,6 @@ from ingest.source import RecordError, Source
 
 EXPECTS = "SWE-agent .traj {trajectory: [steps], history: [messages], info: {exit_status, model_stats}}"
 NAME = "swe-agent"
-TRUNCATING = {"cost", "context", "format", "total_execution_time", "step_limit", "steps", "max_steps"}
-ERRORS = {"api", "error", "environment_error", "command_timeout", "err", "environment"}
 _AUTO = re.compile(r"^submitted \((exit_[a-z_]+)\)$")
 
 
@@ -78,24 +78,12 @@ class _Bad(Exception):
 
 
 def exit_ending(status: Any) -> Ending:
-    """`info.exit_status` → ending (see module docstring)."""
-    if not isinstance(status, str) or not status:
-        return Ending.unknown
-    s = status.strip()
-    if s == "submitted":
-        return Ending.submitted
-    m = _AUTO.match(s)
-    if m:
-        s = m.group(1)
-    if s.startswith("exit_"):
-        kind = s[len("exit_"):]
-        if kind == "forfeit":
-            return Ending.submitted
-        if kind in TRUNCATING:
-            return Ending.truncated
-        if kind in ERRORS:
-            return Ending.error
-    return Ending.unknown
+    """`info.exit_status` → ending through the endings table (`ingest.endings.WORDS`); an
+    auto-submission `submitted (exit_X)` is read as `exit_X`."""
+    if isinstance(status, str):
+        m = _AUTO.match(status.strip())
+        status = m.group(1) if m else status
+    return from_reason(status)
 
 
 def _state(value: Any) -> Any:

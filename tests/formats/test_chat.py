@@ -1,4 +1,4 @@
-"""The chat reader (ingest/formats/chat.py), reader only: tau-bench's real file, every case in
+"""The chat reader (ingest/formats/chat.py), reader only: every case in
 ../shared/cases, detection, and record-level validation errors."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import data_path
+from tests.formats.reading import data, only_branch_pairs, read_with, rollouts_with, write
 
 from ingest import graph
 from ingest.formats import ReadContext, _openai, chat
@@ -18,42 +18,16 @@ from ingest.source import RecordError, open_source
 HERE = Path(__file__).resolve().parent
 
 
-def data(rel: str) -> Path:
-    """`tests/fixtures/<rel>` (committed copies of ../shared), else `../shared/<rel>`."""
-    path = data_path(*rel.split("/"))
-    assert path.exists(), f"test input missing: {rel}"
-    return path
-
-
 def case(name: str) -> Path:
     return data(f"cases/{name}")
 
 
 def read(path: Path, ctx: ReadContext | None = None) -> list[Rollout | RecordError]:
-    return list(chat.read(open_source(path), ctx or ReadContext()))
+    return read_with(chat, path, ctx)
 
 
 def rollouts(path: Path, ctx: ReadContext | None = None) -> list[Rollout]:
-    out = read(path, ctx)
-    errors = [r for r in out if isinstance(r, RecordError)]
-    assert not errors, [str(e) for e in errors]
-    return out  # type: ignore[return-value]
-
-
-def write(tmp_path: Path, name: str, text: str) -> Path:
-    p = tmp_path / name
-    p.write_text(text, encoding="utf-8")
-    return p
-
-
-def messages_of(r: Rollout) -> list[dict]:
-    return [n.message.model_dump() for n in r.nodes]
-
-
-def only_branch_pairs(r: Rollout) -> list[graph.CallRef]:
-    paths = graph.branches(r.nodes)
-    assert len(paths) == 1
-    return graph.pair_tool_calls(paths[0], messages_of(r))
+    return rollouts_with(chat, path, ctx)
 
 
 # --- cases ---------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import data_path
+from tests.formats.reading import data, only_branch_pairs, read_with, rollouts_with, write
 
 from ingest import graph
 from ingest.formats import ReadContext, tau_bench
@@ -13,37 +13,12 @@ from ingest.schema import Ending, Rollout
 from ingest.source import RecordError, open_source
 
 
-def data(rel: str) -> Path:
-    path = data_path(*rel.split("/"))
-    assert path.exists(), f"test input missing: {rel}"
-    return path
-
-
 def read(path: Path, ctx: ReadContext | None = None) -> list[Rollout | RecordError]:
-    return list(tau_bench.read(open_source(path), ctx or ReadContext()))
+    return read_with(tau_bench, path, ctx)
 
 
 def rollouts(path: Path, ctx: ReadContext | None = None) -> list[Rollout]:
-    out = read(path, ctx)
-    errors = [r for r in out if isinstance(r, RecordError)]
-    assert not errors, [str(e) for e in errors]
-    return out  # type: ignore[return-value]
-
-
-def write(tmp_path: Path, name: str, text: str) -> Path:
-    p = tmp_path / name
-    p.write_text(text, encoding="utf-8")
-    return p
-
-
-def messages_of(r: Rollout) -> list[dict]:
-    return [n.message.model_dump() for n in r.nodes]
-
-
-def only_branch_pairs(r: Rollout) -> list[graph.CallRef]:
-    paths = graph.branches(r.nodes)
-    assert len(paths) == 1
-    return graph.pair_tool_calls(paths[0], messages_of(r))
+    return rollouts_with(tau_bench, path, ctx)
 
 
 # --- tau-bench -----------------------------------------------------------------------------

@@ -107,3 +107,34 @@ def test_export_command_uses_the_rollouts_list_filters(engine, db_url, tmp_path,
     assert len(lines) == 1 and json.loads(lines[0])["traces"][0]["stop_condition"] == "max_turns"
     res = CliRunner().invoke(app, ["export", "--run", "vf", "--format", "nope", "--out", str(out)])
     assert res.exit_code != 0
+
+
+def test_nemo_gym_round_trip_through_the_export_command(engine, db_url, fresh, tmp_path, monkeypatch):
+    """The real NeMo Gym files → ingest → `rollscope export --format nemo_gym` → ingest into a
+    fresh database: the same rollouts (messages, tool calls, tokens, rewards, endings, groups)."""
+    from app.cli import app
+
+    assert ingest(engine, *SOURCES["ng"], run="ng").ok
+    before = stored(engine, "ng")
+    assert len(before) == 8
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    out = tmp_path / "ng.jsonl"
+    res = CliRunner().invoke(app, ["export", "--run", "ng", "--format", "nemo_gym", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(lines) == 8
+    sources = [json.loads(x) for f in sorted((REAL / "nemo-gym").glob("*.jsonl")) for x in f.read_text().splitlines()]
+    # each line has a source line's own top-level fields, reward and output items in order; a
+    # line without NeMo Gym's indices is named by `_rollscope.rollout_id`
+    assert sum("_rollscope" in d for d in lines) == sum("_ng_task_index" not in d for d in sources) == 1
+
+    def shape(d):
+        return sorted(set(d) - {"_rollscope"}), d["reward"], [i.get("type", "message") for i in d["response"]["output"]]
+    assert sorted(map(shape, lines)) == sorted(map(shape, sources))
+    report = ingest(fresh, out, run="ng")
+    assert report.ok, [str(e) for e in report.errors]
+    assert {f.format for f in report.files} == {"nemo-gym"}
+    after = stored(fresh, "ng")
+    assert set(after) == set(before)
+    for key in before:
+        assert after[key] == before[key], key

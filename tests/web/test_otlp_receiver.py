@@ -33,8 +33,10 @@ def _free_port() -> int:
 
 
 @contextmanager
-def serve(db_url: str, **settings):
-    app = create_app(Settings(database_url=db_url, **settings))
+def serve(db_url: str, tmp: Path, **settings):
+    """The app in a thread, its OTLP spool under `tmp`."""
+    worker = {"otlp_spool_dir": tmp / "otlp-spool", **settings.pop("worker", {})}
+    app = create_app(Settings(database_url=db_url, worker=worker, **settings))
     app.state.write_token, _ = issue(app.state.engine, "write", name="otlp test")
     port = _free_port()
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
@@ -117,9 +119,9 @@ def exporter(kind: str, base: str, token: str):
 
 
 @pytest.mark.parametrize("kind", ["protobuf", "json"])
-def test_sdk_exporter_sends_one_real_run(db_url, kind):
+def test_sdk_exporter_sends_one_real_run(db_url, tmp_path, kind):
     run = real_run()
-    with serve(db_url) as (base, app):
+    with serve(db_url, tmp_path) as (base, app):
         replay(run, exporter(kind, base, app.state.write_token), run_id=f"otlp-{kind}")
         d = httpx.get(f"{base}/runs/otlp-{kind}/rollouts/{run.id}.json").json()
     # 24 messages, 11 tool calls each answered (hand count in tests/formats/test_agent_harnesses.py)
@@ -134,8 +136,8 @@ def test_sdk_exporter_sends_one_real_run(db_url, kind):
     assert d["calls"][0]["usage"] == {"input_tokens": 102, "output_tokens": 12}
 
 
-def test_requires_a_write_token(db_url):
-    with serve(db_url) as (base, app):
+def test_requires_a_write_token(db_url, tmp_path):
+    with serve(db_url, tmp_path) as (base, app):
         body = json.dumps({"resourceSpans": []})
         r = httpx.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json"})
         assert r.status_code == 401 and r.headers["WWW-Authenticate"] == "Bearer"
@@ -170,9 +172,9 @@ CHAT = {"gen_ai.operation.name": "chat", "gen_ai.input.messages": json.dumps([{"
         "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "hello"}], "finish_reason": "stop"}])}
 
 
-def test_idle_trace_is_stored_and_backpressure(db_url):
+def test_idle_trace_is_stored_and_backpressure(db_url, tmp_path):
     trace = "ab" * 16
-    with serve(db_url, worker={"otlp_idle_seconds": 3, "otlp_max_pending_spans": 3}) as (base, app):
+    with serve(db_url, tmp_path, worker={"otlp_idle_seconds": 3, "otlp_max_pending_spans": 3}) as (base, app):
         # a trace whose root never comes: held (not stored), then stored once idle
         r = _post(base, [_span_json(trace, "01" * 8, "02" * 8, "chat m", CHAT, 1000)], app.state.write_token)
         assert r.status_code == 200 and r.json() == {}
@@ -191,8 +193,8 @@ def test_idle_trace_is_stored_and_backpressure(db_url):
         assert app.state.otlp_receiver.assembler.pending_spans == 0
 
 
-def test_bad_bodies(db_url):
-    with serve(db_url) as (base, app):
+def test_bad_bodies(db_url, tmp_path):
+    with serve(db_url, tmp_path) as (base, app):
         r = _post(base, [{"traceId": "xyz", "spanId": "01" * 8, "name": "a"}], app.state.write_token)
         assert r.status_code == 400 and "traceId" in r.json()["message"]
         r = httpx.post(f"{base}/v1/traces", content=b"x", headers={"Content-Type": "text/plain",
@@ -214,7 +216,7 @@ def test_database_down_is_503_and_nothing_is_lost(tmp_path):
     trace = "12" * 16
     root = _span_json(trace, "0a" * 8, None, "invoke_agent a", {"gen_ai.operation.name": "invoke_agent"}, 1)
     chat = _span_json(trace, "0b" * 8, "0a" * 8, "chat m", CHAT, 2)
-    with serve(url) as (base, app):
+    with serve(url, tmp_path) as (base, app):
         token = app.state.write_token
         app.state.engine.dispose()
         db.rename(tmp_path / "away.db")  # the database disappears: nothing can be read or written
@@ -241,11 +243,11 @@ def test_database_down_is_503_and_nothing_is_lost(tmp_path):
         assert [m["role"] for m in got["messages"]] == ["user", "assistant"]
 
 
-def test_clean_shutdown_stores_unfinished_traces(db_url):
+def test_clean_shutdown_stores_unfinished_traces(db_url, tmp_path):
     trace = "34" * 16
-    with serve(db_url, worker={"otlp_idle_seconds": 3600}) as (base, app):
+    with serve(db_url, tmp_path, worker={"otlp_idle_seconds": 3600}) as (base, app):
         assert _post(base, [_span_json(trace, "0c" * 8, "0d" * 8, "chat m", CHAT, 3)], app.state.write_token).status_code == 200
         assert app.state.otlp_receiver.assembler.pending_spans == 1
-    with serve(db_url) as (base, app):
+    with serve(db_url, tmp_path) as (base, app):
         got = httpx.get(f"{base}/runs/otel/rollouts/{trace}.json")
         assert got.status_code == 200 and len(got.json()["messages"]) == 2

@@ -1,7 +1,7 @@
 """training-step analytics: rollout metrics, step and task rollups, full-text search
 
 Revision ID: 0005_analytics
-Revises: 0003_agents
+Revises: 0005_otlp_spool
 
 - `rollout` gains the per-rollout numbers of ingest/metrics.py and indexes for the list's sort
   columns and prefix filters;
@@ -21,7 +21,7 @@ from sqlalchemy.dialects import postgresql
 
 
 revision = '0005_analytics'
-down_revision = '0003_agents'
+down_revision = '0005_otlp_spool'
 branch_labels = None
 depends_on = None
 
