@@ -138,7 +138,7 @@ class Chart:
     title: str
     caption: str
     build: Callable  # (run_id, steps: list[StepStats], tasks: list | None) -> {"data", "layout"}
-    needs_tasks: bool = False  # build reads the per-task rollups (heatmap)
+    needs_tasks: bool = False  # build reads the per-task rollups of the largest tasks (heatmap)
     comparable: bool = True  # can be overlaid across runs on /compare
 
 
@@ -221,11 +221,13 @@ HEATMAP_COLUMNS = 100  # columns: consecutive steps are pooled into at most this
 
 def build_task_heatmap(run_id: str, steps, tasks=None) -> dict:
     """Mean reward (errors scored 0) per task and step; a cell opens that task's rollouts.
+    `tasks`: (per-(step, task) rollup rows of the largest tasks, the number of tasks in the range),
+    app.analytics.steps.heatmap_tasks.
 
     Bounded whatever the run's size: the HEATMAP_TASKS tasks with the most rollouts, and at most
     HEATMAP_COLUMNS columns, each pooling consecutive steps (a pooled cell is the mean over all its
     scored rollouts, and links to the rollouts of its step range)."""
-    tasks = tasks or []
+    tasks, n_tasks = tasks or ([], 0)
     xs = _xs(steps)
     width = max(1, -(-len(xs) // HEATMAP_COLUMNS))
     buckets = [xs[i:i + width] for i in range(0, len(xs), width)]
@@ -258,8 +260,8 @@ def build_task_heatmap(run_id: str, steps, tasks=None) -> dict:
              "hovertemplate": "step %{x}" + (f" (+{width - 1} more)" if width > 1 else "")
                               + "<br>task %{y}<br>mean reward %{z:.3f} (%{text})<extra></extra>"}]
     title = "Mean reward per task and step (errors scored 0)"
-    if len(volume) > len(keys) or width > 1:
-        title += f": {len(keys)} of {len(volume)} tasks" + (f", {width} steps per column" if width > 1 else "")
+    if n_tasks > len(keys) or width > 1:
+        title += f": {len(keys)} of {max(n_tasks, len(keys))} tasks" + (f", {width} steps per column" if width > 1 else "")
     layout = _layout(title, {"title": {"text": "task"}, "type": "category", "automargin": True}, x)
     layout["height"] = max(320, min(1200, 120 + 16 * len(keys)))
     layout["showlegend"] = False

@@ -9,19 +9,31 @@ Templates reach these builders as the Jinja global `urls` (app.render).
 """
 from __future__ import annotations
 
+import re
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, quote_plus, urlencode
 
 from starlette.requests import Request
 
 
+_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*\Z")  # what quote() leaves as it is
+
+
 def q(value: Any) -> str:
     """One path segment: every reserved character encoded, `/` included."""
-    return quote(str(value), safe="")
+    text = str(value)
+    return text if _UNRESERVED.match(text) else quote(text, safe="")
+
+
+def _qv(value: Any) -> str:
+    """A query value as urlencode writes it (quote_plus); most values need no quoting, and a run
+    page builds thousands of links, so those skip it."""
+    text = str(value)
+    return text if _UNRESERVED.match(text) else quote_plus(text)
 
 
 def _url(path: str, json: bool, params: dict[str, Any]) -> str:
-    query = urlencode({k: v for k, v in params.items() if v is not None})
+    query = "&".join(f"{_qv(k)}={_qv(v)}" for k, v in params.items() if v is not None)
     return path + (".json" if json else "") + (f"?{query}" if query else "")
 
 

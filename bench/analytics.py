@@ -159,7 +159,7 @@ def load_postgres(engine, n: int, steps: int) -> None:
     conn.execute("SELECT setval(pg_get_serial_sequence('rollout', 'pk'), (SELECT max(pk) FROM rollout))")
     conn.execute("SELECT setval(pg_get_serial_sequence('search_doc', 'pk'), (SELECT max(pk) FROM search_doc))")
     conn.execute("SET maintenance_work_mem = '256MB'")
-    conn.execute("CREATE INDEX ix_search_doc_tsv ON search_doc USING gin (to_tsvector('simple', text))")
+    conn.execute("CREATE INDEX ix_search_doc_tsv ON search_doc USING gin (tsv)")
     conn.execute("VACUUM ANALYZE")
     raw.close()
 
@@ -271,10 +271,15 @@ def serve_and_measure(label: str, url: str, steps: int, requests: int) -> None:
                     break
             except httpx.HTTPError:
                 time.sleep(0.2)
+        load_before = os.getloadavg()
         results, peak = measure(base, server.pid, steps, requests)
+        load_after = os.getloadavg()
     finally:
         server.terminate()
         server.wait(timeout=30)
+    load = lambda t: " ".join(f"{x:.1f}" for x in t)  # noqa: E731
+    print(f"[{label}] machine load average (1, 5, 15 min): {load(load_before)} before, {load(load_after)} after "
+          f"({os.cpu_count()} cores)")
     print(f"[{label}] {'endpoint':58} {'status':>6} {'p50 ms':>8} {'p95 ms':>8}  goal")
     for group, name, s0, s1, p50, p95 in results:
         goal = GOALS[group]

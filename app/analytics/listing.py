@@ -16,6 +16,7 @@ filters from the rollout table through its indexes.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -208,6 +209,45 @@ def count(*, session: Session, run_id: str, filters: ListFilters) -> tuple[int, 
 
 
 FACET_TASKS = 15
+FACET_BUDGET_MS = 150  # all facets of one request that count rollouts share this time
+
+
+class FacetBudget:
+    """Runs facet queries against one deadline. SQLite: a progress handler interrupts the
+    statement once the deadline has passed; Postgres: each statement runs in a savepoint with
+    `statement_timeout` set to the time left. A statement cut short returns [] and its facet is
+    named in `timed_out`."""
+
+    def __init__(self, session: Session, ms: int):
+        self.session, self.end = session, time.monotonic() + ms / 1000
+        self.timed_out: list[str] = []
+        self.pg = session.get_bind().dialect.name == "postgresql"
+        self._raw = None
+
+    def run(self, name: str, q) -> list:
+        left_ms = int((self.end - time.monotonic()) * 1000)
+        if left_ms <= 0:
+            self.timed_out.append(name)
+            return []
+        try:
+            if self.pg:
+                with self.session.begin_nested():
+                    self.session.execute(sa.text("SELECT set_config('statement_timeout', :ms, true)"),
+                                         {"ms": str(left_ms)})
+                    return list(self.session.execute(q).all())
+            if self._raw is None:
+                self._raw = self.session.connection().connection.driver_connection
+                self._raw.set_progress_handler(lambda: time.monotonic() > self.end, 2000)
+            return list(self.session.execute(q).all())
+        except sa.exc.OperationalError:  # interrupted (SQLite) / canceled by statement_timeout (Postgres)
+            self.timed_out.append(name)
+            return []
+
+    def close(self) -> None:
+        if self._raw is not None:
+            self._raw.set_progress_handler(None, 0)
+        if self.pg:
+            self.session.execute(sa.text("SELECT set_config('statement_timeout', '0', true)"))
 STEP_BUCKETS = 10
 
 
@@ -221,8 +261,15 @@ def _step_buckets(first: int | None, last: int | None) -> list[tuple[int, int]]:
 def facets(*, session: Session, run_id: str, filters: ListFilters) -> dict:
     """Value counts for ending, task (the FACET_TASKS largest), agent, step range and findings.
     Each facet's counts apply every active filter except its own (so another value can be
-    picked), and every value carries the filters that select it."""
+    picked), and every value carries the filters that select it: {facet: [{"value", "count",
+    "active", "params"}], "timed_out": [facet names]}.
+
+    With only step filters the counts come from the rollups. Otherwise they are counted over the
+    matching rollouts within FACET_BUDGET_MS for all facets together (datasette's facet time
+    limit): a facet that does not finish in time comes back empty and is named in `timed_out`
+    (narrower filters make it fit)."""
     out: dict[str, list] = {}
+    timed_out: list[str] = []
     if filters.only_steps():
         rng = filters.step_range()
         stats = step_stats(session=session, run_id=run_id, steps=rng, include_unstepped=not filters.as_query())
@@ -239,27 +286,31 @@ def facets(*, session: Session, run_id: str, filters: ListFilters) -> dict:
         buckets = _step_buckets(*(lambda t: (t["first_step"], t["last_step"]))(run_totals(all_steps)))
         out["steps"] = [(f"{a}-{b}", sum(s.rollouts for s in all_steps if a <= s.step <= b)) for a, b in buckets]
     else:
+        budget = FacetBudget(session, FACET_BUDGET_MS)
+
         def grouped(col, skip, limit=None):
             q = sa.select(col, sa.func.count().label("n")).where(*where(run_id, filters, skip=skip)).group_by(col) \
                 .order_by(sa.desc("n"), col)
-            return [(v, n) for v, n in session.execute(q.limit(limit) if limit else q).all()]
+            return [(v, n) for v, n in budget.run(skip, q.limit(limit) if limit else q)]
 
         out["ending"] = grouped(R.c.ending, "ending")
         out["task"] = [(t, n) for t, n in grouped(R.c.task_key, "task", FACET_TASKS + 1) if t is not None][:FACET_TASKS]
         out["agent"] = [(a or "", n) for a, n in grouped(R.c.agent, "agent")]
         fq = sa.select(F.c.kind, sa.func.count(sa.distinct(F.c.rollout_pk)).label("n")).join(R, R.c.pk == F.c.rollout_pk) \
             .where(*where(run_id, filters, skip="flag")).group_by(F.c.kind).order_by(sa.desc("n"), F.c.kind)
-        out["flag"] = [(k, n) for k, n in session.execute(fq).all()]
-        span = session.execute(sa.select(sa.func.min(R.c.step), sa.func.max(R.c.step))
-                               .where(*where(run_id, filters, skip="step"))).first()
-        buckets = _step_buckets(span[0], span[1])
+        out["flag"] = [(k, n) for k, n in budget.run("flag", fq)]
+        span = budget.run("steps", sa.select(sa.func.min(R.c.step), sa.func.max(R.c.step))
+                          .where(*where(run_id, filters, skip="step")))
+        buckets = _step_buckets(span[0][0], span[0][1]) if span else []
         if buckets:
             bucket = sa.case(*[(R.c.step <= b, f"{a}-{b}") for a, b in buckets])
-            got = dict(session.execute(sa.select(bucket, sa.func.count()).where(
-                *where(run_id, filters, skip="step"), R.c.step.is_not(None)).group_by(bucket)).all())
-            out["steps"] = [(f"{a}-{b}", got.get(f"{a}-{b}", 0)) for a, b in buckets]
+            got = dict(budget.run("steps", sa.select(bucket, sa.func.count()).where(
+                *where(run_id, filters, skip="step"), R.c.step.is_not(None)).group_by(bucket)))
+            out["steps"] = [(f"{a}-{b}", got.get(f"{a}-{b}", 0)) for a, b in buckets] if got else []
         else:
             out["steps"] = []
+        budget.close()
+        timed_out = sorted(set(budget.timed_out))
     active = filters.as_query()
 
     def values(name: str, pairs) -> list[dict]:
@@ -277,7 +328,9 @@ def facets(*, session: Session, run_id: str, filters: ListFilters) -> dict:
             res.append({"value": v, "count": int(n), "active": chosen, "params": sel})
         return res
 
-    return {name: values(name, pairs) for name, pairs in out.items()}
+    got = {name: values(name, pairs) for name, pairs in out.items()}
+    got["timed_out"] = timed_out
+    return got
 
 
 def ordered_endings() -> list[str]:

@@ -16,7 +16,8 @@ from sqlmodel import Session
 
 from app import charts, urls
 from app.analytics import search as search_q
-from app.analytics.steps import StepRange, StepStats, one_step, run_totals, step_stats, task_rows, task_totals
+from app.analytics.steps import (StepRange, StepStats, heatmap_tasks, one_step, run_totals, step_stats, task_rows,
+                                 task_totals)
 from app.db import models
 from app.queries.common import SUMMARY_COLUMNS
 from app.views.common import iso
@@ -76,7 +77,8 @@ def chart_nav(run_id: str, steps: StepRange, window: int) -> list[dict]:
 
 def chart_figure(session: Session, run_id: str, chart: charts.Chart, steps: StepRange, window: int) -> dict:
     stats = step_stats(session=session, run_id=run_id, steps=steps)
-    tasks = task_rows(session=session, run_id=run_id, steps=steps) if chart.needs_tasks else None
+    tasks = heatmap_tasks(session=session, run_id=run_id, steps=steps, limit=charts.HEATMAP_TASKS) \
+        if chart.needs_tasks else None
     return charts.figure(chart, run_id, stats, tasks, window=window)
 
 
@@ -127,10 +129,9 @@ def _groups_table(run_id: str, rows: list[dict]) -> list[dict]:
 def _tasks_table(session: Session, run_id: str, step: int, prev: int | None) -> list[dict]:
     """Per task at this step against the previous recorded step: rollouts, errors, mean reward
     and its change; most affected first (errors, then the largest change)."""
-    rng = StepRange(prev if prev is not None else step, step)
     here: dict[str, object] = {}
     before: dict[str, object] = {}
-    for t in task_rows(session=session, run_id=run_id, steps=rng):
+    for t in task_rows(session=session, run_id=run_id, steps=[step] if prev is None else [prev, step]):
         (here if t.step == step else before if t.step == prev else {})[t.task_key] = t
     out = []
     for key, t in here.items():
@@ -244,7 +245,7 @@ def task_changes(session: Session, run_id: str, a: int, b: int) -> dict | None:
     if run is None:
         return None
     by: dict[int, dict] = {a: {}, b: {}}
-    for t in task_rows(session=session, run_id=run_id, steps=StepRange(min(a, b), max(a, b))):
+    for t in task_rows(session=session, run_id=run_id, steps=[a, b]):
         if t.step in by:
             by[t.step][t.task_key] = t
     rows = []
@@ -290,7 +291,7 @@ def compare_page(session: Session, run_ids: list[str], *, steps: StepRange, wind
     task_rows_ = []
     for key in sorted(set().union(*(tt[r].keys() for r in run_ids))):
         means = [tt[r].get(key, {}).get("mean_reward") for r in run_ids]
-        errs = [tt[r].get(key, {}).get("endings", {}).get("error", 0) for r in run_ids]
+        errs = [tt[r].get(key, {}).get("errors", 0) for r in run_ids]
         task_rows_.append({"task": key, "rollouts": [tt[r].get(key, {}).get("rollouts", 0) for r in run_ids],
                            "mean_reward": means, "errors": errs,
                            "delta": (means[-1] - means[0]) if None not in (means[0], means[-1]) else None,

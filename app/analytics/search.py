@@ -1,6 +1,7 @@
 """Full-text search over message content and tool output (the index app/store/search.py keeps
-at ingest). SQLite: FTS5 `MATCH` with `snippet()`; Postgres: `to_tsvector('simple', text) @@
-plainto_tsquery('simple', q)` on the GIN expression index, with `ts_headline()` for the snippet.
+at ingest). SQLite: FTS5 `MATCH` with `snippet()`; Postgres: the stored column `tsv` (to_tsvector('simple',
+text)) `@@ plainto_tsquery('simple', q)` on its GIN index, with `ts_headline()` for the snippet
+of the page's hits only.
 
 A query is a list of words; a message matches when it holds every word (FTS5's implicit AND of
 quoted terms, plainto_tsquery's &). Hits come newest first (by index row), keyset-paged with
@@ -63,7 +64,7 @@ def search(*, session: Session, text: str, run_id: str | None = None, limit: int
             WITH hits AS (
               SELECT d.pk, d.run_id, d.rollout_pk, d.node_idx, d.text
               FROM search_doc d
-              WHERE to_tsvector('simple', d.text) @@ plainto_tsquery('simple', :q){run_clause}{before_clause}
+              WHERE d.tsv @@ plainto_tsquery('simple', :q){run_clause}{before_clause}
               ORDER BY d.pk DESC LIMIT :n)
             SELECT pk, run_id, rollout_pk, node_idx,
                    ts_headline('simple', text, plainto_tsquery('simple', :q),

@@ -7,6 +7,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+import orjson
 import sqlalchemy as sa
 from sqlmodel import Session
 
@@ -118,12 +119,15 @@ def step_stats(*, session: Session, run_id: str, steps: StepRange = StepRange(),
 def _read_step_stats(session: Session, run_id: str, include_unstepped: bool,
                      steps: StepRange = StepRange()) -> list[StepStats]:
     where = steps.where(SR.c.step) if include_unstepped is False else sa.or_(steps.where(SR.c.step), SR.c.step.is_(None))
-    q = sa.select(SR).where(SR.c.run_id == run_id, where)
+    # stats as text, parsed here by orjson: they hold only counts and finite floats, so the
+    # engine's careful JSON reader (ingest.source.loads: long integers kept) would cost 10x more
+    q = sa.select(SR.c.run_id, SR.c.step, SR.c.rollouts, SR.c.mean_reward, SR.c.mean_reward_no_errors, SR.c.scored,
+                  SR.c.excluded, sa.cast(SR.c.stats, sa.Text).label("stats")).where(SR.c.run_id == run_id, where)
     if not include_unstepped:
         q = q.where(SR.c.step.is_not(None))
     rows = session.execute(q.order_by(*_order(SR.c.step))).all()
     return [StepStats(r.run_id, r.step, r.rollouts, r.mean_reward, r.mean_reward_no_errors, r.scored, r.excluded,
-                      r.stats or {}) for r in rows]
+                      (orjson.loads(r.stats) if r.stats else None) or {}) for r in rows]
 
 
 def one_step(*, session: Session, run_id: str, step: int) -> StepStats | None:
@@ -131,31 +135,48 @@ def one_step(*, session: Session, run_id: str, step: int) -> StepStats | None:
     return got[0] if got else None
 
 
-def task_rows(*, session: Session, run_id: str, steps: StepRange = StepRange()) -> list:
-    """Per (step, task) rollups of a run, by step then task."""
-    return session.execute(sa.select(TR).where(TR.c.run_id == run_id, TR.c.step.is_not(None), steps.where(TR.c.step))
+def task_rows(*, session: Session, run_id: str, steps: list[int]) -> list:
+    """The per-(step, task) rollups of the given steps of a run, by step then task."""
+    return session.execute(sa.select(TR).where(TR.c.run_id == run_id, TR.c.step.in_(sorted(set(steps))))
                            .order_by(TR.c.step, TR.c.task_key)).all()
 
 
 def task_totals(*, session: Session, run_ids: list[str], steps: StepRange = StepRange()) -> dict[str, dict[str, dict]]:
-    """Per run, per task: rollouts, counts per ending and mean rewards over the step range
-    (means weighted by each step's scored count: the mean over all the task's rollouts)."""
+    """Per run, per task: rollouts, errored rollouts and mean rewards over the step range (means
+    weighted by each step's scored count: the mean over all the task's rollouts). Aggregated by
+    the database: one row per (run, task) comes back, whatever the number of steps."""
+    def weighted(mean, n):
+        return sa.func.sum(mean * n) / sa.func.nullif(sa.func.sum(sa.case((mean.is_not(None), n), else_=0)), 0)
+
+    q = (sa.select(TR.c.run_id, TR.c.task_key, sa.func.sum(TR.c.rollouts).label("rollouts"),
+                   sa.func.sum(sa.func.coalesce(TR.c.endings["error"].as_integer(), 0)).label("errors"),
+                   weighted(TR.c.mean_reward, TR.c.scored).label("m0"),
+                   weighted(TR.c.mean_reward_no_errors, TR.c.scored_no_errors).label("m1"))
+         .where(TR.c.run_id.in_(run_ids), steps.where(TR.c.step)).group_by(TR.c.run_id, TR.c.task_key))
     out: dict[str, dict[str, dict]] = {r: {} for r in run_ids}
-    for t in session.execute(sa.select(TR).where(TR.c.run_id.in_(run_ids), steps.where(TR.c.step))):
-        d = out[t.run_id].setdefault(t.task_key, {"rollouts": 0, "endings": {e: 0 for e in ENDINGS},
-                                                  "_s0": 0.0, "_c0": 0, "_s1": 0.0, "_c1": 0})
-        d["rollouts"] += t.rollouts
-        for e, n in (t.endings or {}).items():
-            d["endings"][e] = d["endings"].get(e, 0) + n
-        d.setdefault("_m0", []).append((t.mean_reward, t.scored))
-        d.setdefault("_m1", []).append((t.mean_reward_no_errors, t.scored_no_errors))
-    for per_run in out.values():
-        for d in per_run.values():
-            d["mean_reward"] = weighted_mean(d.pop("_m0", []))
-            d["mean_reward_no_errors"] = weighted_mean(d.pop("_m1", []))
-            for k in ("_s0", "_c0", "_s1", "_c1"):
-                d.pop(k, None)
+    for t in session.execute(q):
+        out[t.run_id][t.task_key] = {"rollouts": int(t.rollouts), "errors": int(t.errors),
+                                     "mean_reward": _finite(t.m0), "mean_reward_no_errors": _finite(t.m1)}
     return out
+
+
+def _finite(x) -> float | None:
+    return float(x) if x is not None and math.isfinite(float(x)) else None
+
+
+def heatmap_tasks(*, session: Session, run_id: str, steps: StepRange, limit: int) -> tuple[list, int]:
+    """The per-(step, task) rollups of the `limit` tasks with the most rollouts in the step range
+    (by step then task), and how many tasks the range has: the heatmap reads these, not every
+    task row of the run."""
+    where = (TR.c.run_id == run_id, TR.c.step.is_not(None), steps.where(TR.c.step))
+    volume = session.execute(sa.select(TR.c.task_key, sa.func.sum(TR.c.rollouts).label("n")).where(*where)
+                             .group_by(TR.c.task_key)).all()
+    top = [k for k, _ in sorted(volume, key=lambda v: (-v[1], v[0]))[:limit]]
+    if not top:
+        return [], 0
+    rows = session.execute(sa.select(TR.c.step, TR.c.task_key, TR.c.rollouts, TR.c.mean_reward, TR.c.scored)
+                           .where(*where, TR.c.task_key.in_(top)).order_by(TR.c.step, TR.c.task_key)).all()
+    return rows, len(volume)
 
 
 def weighted_mean(pairs: list[tuple[float | None, int]]) -> float | None:

@@ -61,8 +61,8 @@ class Rollout(SQLModel, table=True):
         sa.Index("ix_rollout_run_step", "run_id", "step"),
         sa.Index("ix_rollout_run_group", "run_id", "group_id"),
         sa.Index("ix_rollout_run_ending", "run_id", "ending"),
-        # sortable columns and prefix filters of the rollouts list (analytics, migration 0003)
-        sa.Index("ix_rollout_run_task", "run_id", "task_key"),
+        # sortable columns and prefix filters of the rollouts list (analytics, migration 0005_analytics)
+        sa.Index("ix_rollout_run_task", "run_id", "task_key", "ending"),  # task prefix (and ending) filters, the ending facet
         sa.Index("ix_rollout_run_reward", "run_id", "reward"),
         sa.Index("ix_rollout_run_tokens", "run_id", "n_tokens"),
         sa.Index("ix_rollout_run_turns", "run_id", "n_turns"),
@@ -248,7 +248,8 @@ class TaskRollup(SQLModel, table=True):
 
     __tablename__ = "task_rollup"
     __table_args__ = (sa.Index("ix_task_rollup_run_step", "run_id", "step"),
-                      sa.Index("ix_task_rollup_run_task", "run_id", "task_key"),
+                      # covering: the task facet and the heatmap's task volumes read only this index
+                      sa.Index("ix_task_rollup_run_task", "run_id", "task_key", "step", "rollouts"),
                       sa.Index("uq_task_rollup_key", "run_id", sa.text("coalesce(step, -2147483648)"), "task_key",
                                unique=True))
 
@@ -267,7 +268,8 @@ class TaskRollup(SQLModel, table=True):
 class SearchDoc(SQLModel, table=True):
     """One message's searchable text (content, reasoning, tool calls, tool output). SQLite indexes
     it with the FTS5 table `search_fts` (external content, kept by triggers); Postgres with a GIN
-    index on to_tsvector('simple', text). Both are made by migration 0005_analytics."""
+    index on the stored column `tsv` = to_tsvector('simple', text). Both are made by migration
+    0005_analytics."""
 
     __tablename__ = "search_doc"
 

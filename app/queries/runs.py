@@ -1,5 +1,5 @@
-"""Runs: the runs list with rollout counts, step range, mean rewards and ending counts; one run;
-per-step rollups."""
+"""Runs: one run, the step row shape, whether a run is receiving, deleting a run. (The runs list
+and the per-step numbers come from the rollups: app.analytics.steps.)"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,49 +8,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from app.db.models import Run
-from app.queries.common import ENDINGS, R, reward_rollups
-
-
-def reward_means(*, session: Session, run_ids: list[str] | None = None) -> dict[str, dict]:
-    """Per run: `rollouts`, mean reward with errors scored 0 and with errors dropped, `scored`
-    and `excluded` (the run page's and the runs list's figures, one computation)."""
-    where = [R.c.run_id.in_(run_ids)] if run_ids is not None else []
-    return {key[0]: {"rollouts": d["n"], "mean_reward": d["mean_reward"],
-                     "mean_reward_no_errors": d["mean_reward_no_errors"], "scored": d["scored"],
-                     "excluded": d["excluded"]}
-            for key, d in reward_rollups(session, [R.c.run_id], *where).items()}
-
-
-def list_runs(*, session: Session) -> list[dict]:
-    """Every run with rollout counts, step range, mean rewards and ending counts."""
-    runs = {r.id: r for r in session.exec(sa.select(Run).order_by(Run.created_at, Run.id)).scalars()}
-    stats = session.execute(
-        sa.select(R.c.run_id, sa.func.count(), sa.func.min(R.c.step), sa.func.max(R.c.step),
-                  sa.func.count(sa.distinct(R.c.step)))
-        .group_by(R.c.run_id)).all()
-    by_run = {s[0]: s for s in stats}
-    means = reward_means(session=session)
-    endings = session.execute(sa.select(R.c.run_id, R.c.ending, sa.func.count()).group_by(R.c.run_id, R.c.ending)).all()
-    out = []
-    for run_id, run in runs.items():
-        s = by_run.get(run_id)
-        m = means.get(run_id, {})
-        counts = {e: 0 for e in ENDINGS}
-        for rid, ending, n in endings:
-            if rid == run_id:
-                counts[ending] = n
-        out.append({
-            "id": run.id, "name": run.name, "type": run.type,
-            "rollouts": s[1] if s else 0,
-            "first_step": s[2] if s else None, "last_step": s[3] if s else None,
-            "steps": s[4] if s else 0,
-            "mean_reward": m.get("mean_reward"),  # errors scored 0
-            "mean_reward_no_errors": m.get("mean_reward_no_errors"),  # errored rollouts dropped
-            "endings": counts,
-            "tokenizer": run.tokenizer_sha256,
-            "created_at": run.created_at,
-        })
-    return out
+from app.queries.common import R
 
 
 def get_run(*, session: Session, run_id: str) -> Run | None:
@@ -69,35 +27,6 @@ class StepRow:
 
     def rates(self) -> dict[str, float]:
         return {e: (n / self.rollouts if self.rollouts else 0.0) for e, n in self.endings.items()}
-
-
-def run_steps(*, session: Session, run_id: str) -> list[StepRow]:
-    """Per training step: counts per ending and mean reward with and without errored rollouts.
-
-    Every attempt counts: a rollout that errored and was retried is one error and one more
-    rollout at that step (the error rate shows what the infrastructure did). Group baselines,
-    in contrast, use only the latest attempt of each rollout (what the trainer used).
-
-    "With errors" scores an errored rollout 0 (its stored reward is ignored); "without" drops
-    errored rollouts. Rollouts with a missing or non-finite reward are excluded from both means
-    and counted in `excluded`.
-    """
-    steps = reward_rollups(session, [R.c.step], R.c.run_id == run_id)
-    return [StepRow(step=step, rollouts=d["n"], endings=d["endings"], mean_reward=d["mean_reward"],
-                    mean_reward_no_errors=d["mean_reward_no_errors"], scored=d["scored"], excluded=d["excluded"])
-            for (step,), d in sorted(steps.items(), key=lambda kv: (kv[0][0] is None, kv[0][0] or 0))]
-
-
-def count_retries(*, session: Session, run_id: str) -> int:
-    """Rollouts of the run that are a retry (attempt > 0)."""
-    return session.execute(sa.select(sa.func.count()).where(R.c.run_id == run_id, R.c.attempt > 0)).scalar_one()
-
-
-def run_version(*, session, run_id: str) -> str:
-    """A token that changes whenever a rollout of the run is stored or replaced: its count and
-    its highest pk (a replacement gets a new pk)."""
-    n, top = session.execute(sa.select(sa.func.count(), sa.func.max(R.c.pk)).where(R.c.run_id == run_id)).one()
-    return f"{n}-{top or 0}"
 
 
 def last_ingested_within(*, session, run_id: str, seconds: float) -> bool:

@@ -146,7 +146,7 @@ def compute_step(rows: list[Mapping], *, max_staleness: int | None = None) -> tu
     """The step_rollup row (without run_id/step) and the task_rollup rows of one step's rollouts.
 
     Reward: errors scored 0 (their stored reward ignored) and errors dropped; missing or
-    non-finite rewards excluded from both and counted in `excluded` (as app.queries.run_steps).
+    non-finite rewards excluded from both and counted in `excluded`.
     """
     n = len(rows)
     endings = Counter(r["ending"] for r in rows)

@@ -3,11 +3,12 @@
 Each stored message with text gets one `search_doc` row (its content, reasoning, and tool calls'
 names and arguments), written in the rollout's own transaction and deleted with it (ON DELETE
 CASCADE), so the index never needs a rebuild. The text is made by app.store.prepare, outside
-the transaction; the batch hook writes a whole batch's documents with one executemany. SQLite indexes `search_doc.text` with the FTS5
-table `search_fts` (external content, kept by the triggers of migration 0005_analytics);
-Postgres with a GIN index on `to_tsvector('simple', text)`. The 'simple' configuration (no
-stemming, no stop words) matches what FTS5's unicode61 tokenizer does, so a word finds the same
-messages on both databases.
+the transaction; the batch hook writes a whole batch's documents with one executemany.
+
+SQLite indexes `search_doc.text` with the FTS5 table `search_fts` (external content, kept by the
+triggers of migration 0005_analytics); Postgres with a GIN index on the stored column `tsv` =
+to_tsvector('simple', text). The 'simple' configuration (no stemming, no stop words) matches
+what FTS5's unicode61 tokenizer does, so a word finds the same messages on both databases.
 """
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ from sqlmodel import Session
 
 from app import urls
 from app.analytics import listing
+from app.analytics.steps import step_stats
 from app.queries import findings as q_findings
 from app.queries import runs as q_runs
 from app.queries.common import ENDINGS
@@ -57,7 +58,7 @@ class RolloutsPage(PageModel):
     first_url: str | None
     csv_url: str
     limit: int
-    facets: dict[str, list[dict[str, Any]]] | None
+    facets: dict[str, list[Any]] | None  # see app.analytics.listing.facets; `timed_out`: facet names
     facets_base: str
 
 
@@ -84,7 +85,9 @@ def rollouts_page(session: Session, run_id: str, filters: listing.ListFilters, *
         nxt = f"-{key}" if key == name and not desc else key
         sorts.append(SortLink(key=key, label=label, active=key == name, desc=key == name and desc,
                               url=url(twin, sort=None if nxt == "step" else nxt)))
-    present = q_findings.run_finding_kinds(session=session, run_id=run_id)
+    # kinds beyond the registry's (stored by older checks), from the rollups: no findings scan
+    present = {k for st in step_stats(session=session, run_id=run_id, include_unstepped=True)
+               for k in (st.get("findings") or {})}
     rows = [RolloutSummary.model_validate(d)
             for d in with_labels(session, run_id, [summary_fields(r, json=twin) for r in got["rows"]])]
     by_group = q_findings.group_kinds(session=session, run_id=run_id,

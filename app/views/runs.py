@@ -166,7 +166,7 @@ def run_page(session: Session, run_id: str, *, json: bool = False, steps_range=N
     newest = max((s.step for s in steps if s.step is not None), default=None)
     return RunPage(
         live=live, in_progress_step=newest if live else None,
-        version=q_runs.run_version(session=session, run_id=run_id),
+        version=_version(stats),
         run=RunHeader(id=run.id, name=run.name, type=run.type, tokenizer=run.tokenizer_sha256,
                       url=urls.run(run.id, json=json), rollouts_url=urls.rollouts(run.id, json=json)),
         endings=ENDINGS,
@@ -191,6 +191,14 @@ def run_page(session: Session, run_id: str, *, json: bool = False, steps_range=N
                      "cut": len(stepped) > analytics_pages.STEPS_TABLE},
         search_url=urls.search(run=run_id),
     )
+
+
+def _version(stats) -> str:
+    """A token that changes whenever a rollout of the run is stored or replaced, from the step
+    rollups (no count over the rollouts): how many there are, and the newest ingest time (a
+    replacement is a new ingest)."""
+    last = max((s.get("ingested", "last") or "" for s in stats), default="")
+    return f"{sum(s.rollouts for s in stats)}-{last}"
 
 
 def _has_template(session: Session, sha256: str | None) -> bool:

@@ -81,3 +81,16 @@ def test_prefix_filters_counts_and_facets(listed):
         assert next(v for v in err["ending"] if v["value"] == "error")["active"]
         assert sum(v["count"] for v in err["task"]) == ending["error"]
         assert next(v for v in err["task"])["params"]["ending"] == "error"
+
+
+def test_facets_past_their_time_budget_are_named_not_waited_for(listed, monkeypatch):
+    with Session(listed) as s:
+        f = listing.ListFilters(group="grp")
+        full = listing.facets(session=s, run_id="L", filters=f)
+        assert full["timed_out"] == [] and full["ending"]
+        monkeypatch.setattr(listing, "FACET_BUDGET_MS", 0)
+        cut = listing.facets(session=s, run_id="L", filters=f)
+        assert cut["timed_out"] == ["agent", "ending", "flag", "steps", "task"]
+        assert all(cut[k] == [] for k in ("ending", "task", "agent", "flag", "steps"))
+        # the session is still usable (Postgres: the cancelled statements were in savepoints)
+        assert listing.count(session=s, run_id="L", filters=f)[0] == 23

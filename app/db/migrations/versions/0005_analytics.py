@@ -8,7 +8,7 @@ Revises: 0005_otlp_spool
 - `step_rollup` and `task_rollup` hold per-step aggregates (app/store/rollups.py);
 - `search_doc` holds each message's searchable text; SQLite indexes it with an FTS5 table kept by
   triggers (the external-content recipe of https://sqlite.org/fts5.html §4.4.3), Postgres with a
-  GIN index on to_tsvector('simple', text).
+  stored generated column `tsv` = to_tsvector('simple', text) and a GIN index on it.
 
 Existing rollouts get their rollups computed here; their new metric columns stay at their
 defaults and their messages unsearchable until `rollscope rebuild-analytics` re-indexes
@@ -40,7 +40,7 @@ def upgrade() -> None:
         b.add_column(sa.Column('mismatch_abs_max', sa.Float(), nullable=True))
         b.add_column(sa.Column('mismatch_out_of_range', sa.Integer(), nullable=False, server_default='0'))
         b.add_column(sa.Column('trainer_filtered', sqlmodel.sql.sqltypes.AutoString(), nullable=True))
-        b.create_index('ix_rollout_run_task', ['run_id', 'task_key'], unique=False)
+        b.create_index('ix_rollout_run_task', ['run_id', 'task_key', 'ending'], unique=False)
         b.create_index('ix_rollout_run_reward', ['run_id', 'reward'], unique=False)
         b.create_index('ix_rollout_run_tokens', ['run_id', 'n_tokens'], unique=False)
         b.create_index('ix_rollout_run_turns', ['run_id', 'n_turns'], unique=False)
@@ -74,7 +74,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(['run_id'], ['run.id'], ),
         sa.PrimaryKeyConstraint('pk'))
     op.create_index('ix_task_rollup_run_step', 'task_rollup', ['run_id', 'step'], unique=False)
-    op.create_index('ix_task_rollup_run_task', 'task_rollup', ['run_id', 'task_key'], unique=False)
+    op.create_index('ix_task_rollup_run_task', 'task_rollup', ['run_id', 'task_key', 'step', 'rollouts'], unique=False)
     op.create_index('uq_task_rollup_key', 'task_rollup', ['run_id', sa.text('coalesce(step, -2147483648)'), 'task_key'],
                     unique=True)
 
@@ -93,7 +93,10 @@ def upgrade() -> None:
         for stmt in SQLITE_FTS:
             op.execute(stmt)
     else:
-        op.execute("CREATE INDEX ix_search_doc_tsv ON search_doc USING gin (to_tsvector('simple', text))")
+        # stored, so a query never recomputes it (a backwards scan for a rare word would, per row)
+        op.execute("ALTER TABLE search_doc ADD COLUMN tsv tsvector "
+                   "GENERATED ALWAYS AS (to_tsvector('simple', text)) STORED")
+        op.execute("CREATE INDEX ix_search_doc_tsv ON search_doc USING gin (tsv)")
 
     from app.store import rollups  # computed from the summary rows already stored
 
