@@ -65,7 +65,7 @@ def ending_rates(run_id: str, steps: list[StepRow]) -> dict:
             "textposition": "none",
             "hovertemplate": "step %{x}<br>" + ending + ": %{y:.1%} (%{text})<extra></extra>",
             "marker": {"color": ENDING_COLORS[ending]},
-            "customdata": [urls.rollouts(run_id, step=s.step, ending=ending) for s in rows],
+            "customdata": _step_urls(run_id, rows, ending=ending),
         })
     layout = _layout("Ending-type rates per step",
                      {"title": {"text": "share of rollouts"}, "tickformat": ".0%", "range": [0, 1]},
@@ -77,7 +77,7 @@ def ending_rates(run_id: str, steps: list[StepRow]) -> dict:
 def reward_trend(run_id: str, steps: list[StepRow]) -> dict:
     """Mean reward per step: errored rollouts scored 0, and errored rollouts dropped."""
     rows = [s for s in steps if s.step is not None]
-    links = [urls.rollouts(run_id, step=s.step) for s in rows]
+    links = _step_urls(run_id, rows)
     data = [
         {"type": "scatter", "mode": "lines+markers", "name": "errors scored 0",
          "x": [s.step for s in rows], "y": [s.mean_reward for s in rows], "customdata": links,
@@ -107,7 +107,7 @@ def finding_rates(run_id: str, steps: list[StepRow], counts: dict[tuple[int | No
             "text": [f"{counts.get((s.step, kind), 0)} of {s.rollouts}" for s in rows],
             "textposition": "none",
             "hovertemplate": "step %{x}<br>" + kind + ": %{y:.1%} (%{text})<extra></extra>",
-            "customdata": [urls.rollouts(run_id, step=s.step, flag=kind) for s in rows],
+            "customdata": _step_urls(run_id, rows, flag=kind),
         })
     layout = _layout("Rollouts with each finding per step",
                      {"title": {"text": "share of rollouts"}, "tickformat": ".0%", "range": [0, 1]},
@@ -167,7 +167,12 @@ def _line(name: str, steps, ys: list, links: list, color: str, *, dash: str | No
 
 
 def _step_urls(run_id: str, steps, **params) -> list[str]:
-    return [urls.rollouts(run_id, step=s.step, **params) for s in steps]
+    """urls.rollouts(run_id, step=s.step, **params) of every step, the shared part built once
+    (a 1,000-step chart has thousands of points)."""
+    base = urls.rollouts(run_id)
+    rest = urls.rollouts(run_id, **params)[len(base) + 1:]
+    rest = f"&{rest}" if rest else ""
+    return [f"{base}?step={s.step}{rest}" if s.step is not None else urls.rollouts(run_id, **params) for s in steps]
 
 
 def _step_page_urls(run_id: str, steps, anchor: str = "") -> list[str]:

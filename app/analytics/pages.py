@@ -441,6 +441,13 @@ CSV_COLUMNS = ["run_id", "rollout_id", "attempt", "step", "group_id", "group_ind
                "n_response_tokens", "n_tool_errors", "staleness", "flags", "url"]
 
 
+def csv_cell(v):
+    """Spreadsheet-safe: text that a spreadsheet would run as a formula is prefixed with '."""
+    if isinstance(v, str) and v[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + v
+    return "" if v is None else v
+
+
 def rollouts_csv(session: Session, run_id: str, filters, *, sort: str | None, chunk: int = 2000):
     """Every matching rollout as CSV lines (header first), fetched by keyset pages of `chunk`."""
     import csv as _csv
@@ -450,8 +457,7 @@ def rollouts_csv(session: Session, run_id: str, filters, *, sort: str | None, ch
 
     def line(values) -> str:
         buf = _io.StringIO()
-        _csv.writer(buf).writerow(["'" + v if isinstance(v, str) and v[:1] in ("=", "+", "-", "@", "\t", "\r") else
-                                   ("" if v is None else v) for v in values])
+        _csv.writer(buf).writerow([csv_cell(v) for v in values])
         return buf.getvalue()
 
     yield line(CSV_COLUMNS)

@@ -149,7 +149,7 @@ def task_totals(*, session: Session, run_ids: list[str], steps: StepRange = Step
         return sa.func.sum(mean * n) / sa.func.nullif(sa.func.sum(sa.case((mean.is_not(None), n), else_=0)), 0)
 
     q = (sa.select(TR.c.run_id, TR.c.task_key, sa.func.sum(TR.c.rollouts).label("rollouts"),
-                   sa.func.sum(sa.func.coalesce(TR.c.endings["error"].as_integer(), 0)).label("errors"),
+                   sa.func.sum(TR.c.errors).label("errors"),
                    weighted(TR.c.mean_reward, TR.c.scored).label("m0"),
                    weighted(TR.c.mean_reward_no_errors, TR.c.scored_no_errors).label("m1"))
          .where(TR.c.run_id.in_(run_ids), steps.where(TR.c.step)).group_by(TR.c.run_id, TR.c.task_key))

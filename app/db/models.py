@@ -262,6 +262,7 @@ class TaskRollup(SQLModel, table=True):
     mean_reward_no_errors: float | None = None  # errored rollouts dropped
     scored: int = 0  # rollouts in mean_reward
     scored_no_errors: int = 0  # rollouts in mean_reward_no_errors
+    errors: int = 0  # rollouts ending in error (also in `endings`; a column so sums need no JSON)
     endings: dict | None = _json()
 
 

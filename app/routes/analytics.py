@@ -24,22 +24,13 @@ from app import charts
 from app.analytics import pages
 from app.analytics.steps import StepRange
 from app.deps import RefuseUnknownQuery, SessionDep
-from app.params import OptStr
+from app.params import Count, OptCount, OptSmooth, OptStr, _blank_is_none
+from app.queries.common import INT32_MAX
 from app.render import respond, wants_json
 
 router = APIRouter(tags=["analytics"], dependencies=[RefuseUnknownQuery])
 
-INT32_MAX = 2**31 - 1
-
-
-def _blank_is_none(v):
-    return None if v == "" else v
-
-
-Step = Annotated[int, Field(ge=0, le=INT32_MAX)]
-Smooth = Annotated[Annotated[int, Field(ge=1, le=100)] | None, BeforeValidator(_blank_is_none)]
-OptCursor = Annotated[Annotated[int, Field(ge=0, le=INT32_MAX)] | None, BeforeValidator(_blank_is_none)]
-OptLimit = Annotated[Annotated[int, Field(ge=1, le=200)] | None, BeforeValidator(_blank_is_none)]
+SearchLimit = Annotated[Annotated[int, Field(ge=1, le=200)] | None, BeforeValidator(_blank_is_none)]
 
 
 def _ext(value: str, allowed: tuple[str, ...]) -> tuple[str, str]:
@@ -57,13 +48,6 @@ def _steps(text: str | None) -> StepRange:
         raise HTTPException(422, str(exc)) from None
 
 
-def _csv_cell(v):
-    """Spreadsheet-safe: text that a spreadsheet would run as a formula is prefixed with '."""
-    if isinstance(v, str) and v[:1] in ("=", "+", "-", "@", "\t", "\r"):
-        return "'" + v
-    return "" if v is None else v
-
-
 def _run_ids(runs: list[str]) -> list[str]:
     """`runs=a,b` or `runs=a&runs=b` (the runs list's checkboxes) → distinct ids, in order."""
     ids = list(dict.fromkeys(r for part in runs for r in (x.strip() for x in part.split(",")) if r))
@@ -78,7 +62,7 @@ def csv_response(rows: list[dict], columns: list[str], filename: str) -> Respons
     w = csv.writer(buf)
     w.writerow(columns)
     for r in rows:
-        w.writerow([_csv_cell(r.get(c)) for c in columns])
+        w.writerow([pages.csv_cell(r.get(c)) for c in columns])
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in filename)[:120]
     return Response(buf.getvalue(), media_type="text/csv; charset=utf-8",
                     headers={"Content-Disposition": f'attachment; filename="{safe}"'})
@@ -86,8 +70,8 @@ def csv_response(rows: list[dict], columns: list[str], filename: str) -> Respons
 
 @router.get("/search")
 @router.get("/search.json")
-def search(request: Request, session: SessionDep, q: str = "", run: OptStr = None, before: OptCursor = None,
-           limit: OptLimit = None):
+def search(request: Request, session: SessionDep, q: str = "", run: OptStr = None, before: OptCount = None,
+           limit: SearchLimit = None):
     """Full-text search over message content and tool output: messages holding every word of
     `q`, newest first, within `run` or across runs. Each hit has a snippet (segments, `hit` marks
     a match) and `url`, the deep link to its message. Keyset pages: `before` from `next_url`."""
@@ -100,7 +84,7 @@ def search(request: Request, session: SessionDep, q: str = "", run: OptStr = Non
 @router.get("/compare")
 @router.get("/compare.json")
 def compare(request: Request, session: SessionDep, runs: Annotated[list[str], Query()] = [],  # noqa: B006
-            steps: OptStr = None, smooth: Smooth = None):
+            steps: OptStr = None, smooth: OptSmooth = None):
     """Two or more runs (`runs=a,b`, or `runs` repeated; up to 8) on one step axis: every
     comparable chart overlaid (`run: series`), and tables of the differences per ending (share)
     and per task (mean reward, errors scored 0; delta = last run − first run)."""
@@ -112,7 +96,7 @@ def compare(request: Request, session: SessionDep, runs: Annotated[list[str], Qu
 def compare_chart(request: Request, session: SessionDep, chart_id: str,
                   runs: Annotated[list[str], Query()] = [],  # noqa: B006
                   steps: OptStr = None,
-                  smooth: Smooth = None):
+                  smooth: OptSmooth = None):
     """One chart with the runs overlaid: `.json` (figure data) or `.csv` (series `run: name`)."""
     chart_id, ext = _ext(chart_id, (".json", ".csv"))
     chart = charts.REGISTRY.get(chart_id)
@@ -130,7 +114,7 @@ def compare_chart(request: Request, session: SessionDep, chart_id: str,
 
 @router.get("/runs/{run_id:path}/charts/{chart_id}")
 def chart(request: Request, session: SessionDep, run_id: str, chart_id: str, steps: OptStr = None,
-          smooth: Smooth = None):
+          smooth: OptSmooth = None):
     """One chart of a run as Plotly figure data: the page, `.json` (the figure and its metadata)
     or `.csv` (series, step, task, value, url: one row per point). `steps=A-B` limits the step
     axis; `smooth=N` adds an N-step trailing moving average beside every line (raw points kept).
@@ -146,7 +130,7 @@ def chart(request: Request, session: SessionDep, run_id: str, chart_id: str, ste
 
 
 @router.get("/runs/{run_id:path}/facets.json")
-def facets(request: Request, session: SessionDep, run_id: str, step: Annotated[Step | None, Query()] = None,
+def facets(request: Request, session: SessionDep, run_id: str, step: OptCount = None,
            steps: OptStr = None, ending: OptStr = None, group: OptStr = None, task: OptStr = None,
            agent: OptStr = None, flag: OptStr = None):
     """Facet counts of the rollouts list (JSON only): value counts for ending, task, agent, step
@@ -182,8 +166,8 @@ def step(request: Request, session: SessionDep, run_id: str, step: str):
 @router.get("/runs/{run_id:path}/task-changes")
 @router.get("/runs/{run_id:path}/task-changes.json")
 @router.get("/runs/{run_id:path}/task-changes.csv")
-def task_changes(request: Request, session: SessionDep, run_id: str, a: Annotated[Step, Query()],
-                 b: Annotated[Step, Query()]):
+def task_changes(request: Request, session: SessionDep, run_id: str, a: Annotated[Count, Query()],
+                 b: Annotated[Count, Query()]):
     """Tasks whose ending counts or mean reward changed between steps `a` and `b`, largest change
     first; each links to both steps' rollouts of the task. `.csv` downloads the table."""
     data = pages.task_changes(session, unquote(run_id), a, b)

@@ -222,7 +222,8 @@ def compute_step(rows: list[Mapping], *, max_staleness: int | None = None) -> tu
         t1 = [r["reward"] for r in t if r["ending"] != "error" and r["reward"] is not None]
         task_rows.append({
             "task_key": key, "rollouts": len(t), "mean_reward": _mean(t0), "mean_reward_no_errors": _mean(t1),
-            "scored": len(t0), "scored_no_errors": len(t1), "endings": {k: e[k] for k in ENDINGS if e.get(k)},
+            "scored": len(t0), "scored_no_errors": len(t1), "errors": e.get("error", 0),
+            "endings": {k: e[k] for k in ENDINGS if e.get(k)},
         })
     return step_row, task_rows
 
@@ -344,7 +345,8 @@ def apply(conn: sa.Connection, *, inserted: Iterable[Mapping] = (), deleted: Ite
         for task in sorted({r.get("task_key") for r in deleted if (r["run_id"], r["step"]) == (run_id, step)}
                            - present - {None}):
             task_out.append({"run_id": run_id, "step": step, "task_key": task, "rollouts": 0, "mean_reward": None,
-                             "mean_reward_no_errors": None, "scored": 0, "scored_no_errors": 0, "endings": None})
+                             "mean_reward_no_errors": None, "scored": 0, "scored_no_errors": 0, "errors": 0,
+                             "endings": None})
     _upsert(conn, SR, STEP_KEY, step_out)
     _upsert(conn, TR, TASK_KEY, task_out)
     if deleted:

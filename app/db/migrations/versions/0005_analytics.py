@@ -70,6 +70,7 @@ def upgrade() -> None:
         sa.Column('mean_reward_no_errors', sa.Float(), nullable=True),
         sa.Column('scored', sa.Integer(), nullable=False),
         sa.Column('scored_no_errors', sa.Integer(), nullable=False),
+        sa.Column('errors', sa.Integer(), nullable=False),
         sa.Column('endings', JSON, nullable=True),
         sa.ForeignKeyConstraint(['run_id'], ['run.id'], ),
         sa.PrimaryKeyConstraint('pk'))
