@@ -1,4 +1,4 @@
-"""Runs: one run, the step row shape, whether a run is receiving, deleting a run. (The runs list
+"""Runs: one run, the step row shape, deleting a run. (The runs list
 and the per-step numbers come from the rollups: app.analytics.steps.)"""
 from __future__ import annotations
 
@@ -27,18 +27,6 @@ class StepRow:
 
     def rates(self) -> dict[str, float]:
         return {e: (n / self.rollouts if self.rollouts else 0.0) for e, n in self.endings.items()}
-
-
-def last_ingested_within(*, session, run_id: str, seconds: float) -> bool:
-    """Whether the run stored a rollout in the last `seconds` (it is receiving: live pages)."""
-    from datetime import timedelta
-
-    from app.db import models
-
-    R = models.Rollout.__table__
-    since = models.utcnow() - timedelta(seconds=seconds)
-    return session.execute(sa.select(R.c.pk).where(R.c.run_id == run_id, R.c.ingested_at >= since).limit(1)).first() \
-        is not None
 
 
 def delete_run(*, session: Session, run_id: str) -> int:

@@ -162,7 +162,7 @@ def run_page(session: Session, run_id: str, *, json: bool = False, steps_range=N
     fired = [(c.kind, c.label) for c in checks_ran if c.rollouts]
     # Without a training step (Tunix files, tau-bench) a per-step chart has no axis to draw on.
     steps_recorded = any(s.step is not None for s in steps)
-    live = q_runs.last_ingested_within(session=session, run_id=run_id, seconds=LIVE_SECONDS)
+    live = _last_ingest_age(stats) < LIVE_SECONDS
     newest = max((s.step for s in steps if s.step is not None), default=None)
     return RunPage(
         live=live, in_progress_step=newest if live else None,
@@ -191,6 +191,18 @@ def run_page(session: Session, run_id: str, *, json: bool = False, steps_range=N
                      "cut": len(stepped) > analytics_pages.STEPS_TABLE},
         search_url=urls.search(run=run_id),
     )
+
+
+def _last_ingest_age(stats) -> float:
+    """Seconds since the run's newest rollout was stored, from the step rollups (each keeps its
+    newest ingest time): no scan of the rollouts. Infinity for a run without rollouts."""
+    from datetime import UTC, datetime
+
+    last = max((s.get("ingested", "last") or "" for s in stats), default="")
+    if not last:
+        return float("inf")
+    at = datetime.fromisoformat(last)
+    return (datetime.now(UTC) - (at if at.tzinfo else at.replace(tzinfo=UTC))).total_seconds()
 
 
 def _version(stats) -> str:
