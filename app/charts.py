@@ -65,7 +65,7 @@ def ending_rates(run_id: str, steps: list[StepRow]) -> dict:
             "textposition": "none",
             "hovertemplate": "step %{x}<br>" + ending + ": %{y:.1%} (%{text})<extra></extra>",
             "marker": {"color": ENDING_COLORS[ending]},
-            "customdata": [urls.rollouts(run_id, step=s.step, ending=ending) for s in rows],
+            "customdata": _step_urls(run_id, rows, ending=ending),
         })
     layout = _layout("Ending-type rates per step",
                      {"title": {"text": "share of rollouts"}, "tickformat": ".0%", "range": [0, 1]},
@@ -77,7 +77,7 @@ def ending_rates(run_id: str, steps: list[StepRow]) -> dict:
 def reward_trend(run_id: str, steps: list[StepRow]) -> dict:
     """Mean reward per step: errored rollouts scored 0, and errored rollouts dropped."""
     rows = [s for s in steps if s.step is not None]
-    links = [urls.rollouts(run_id, step=s.step) for s in rows]
+    links = _step_urls(run_id, rows)
     data = [
         {"type": "scatter", "mode": "lines+markers", "name": "errors scored 0",
          "x": [s.step for s in rows], "y": [s.mean_reward for s in rows], "customdata": links,
@@ -107,10 +107,386 @@ def finding_rates(run_id: str, steps: list[StepRow], counts: dict[tuple[int | No
             "text": [f"{counts.get((s.step, kind), 0)} of {s.rollouts}" for s in rows],
             "textposition": "none",
             "hovertemplate": "step %{x}<br>" + kind + ": %{y:.1%} (%{text})<extra></extra>",
-            "customdata": [urls.rollouts(run_id, step=s.step, flag=kind) for s in rows],
+            "customdata": _step_urls(run_id, rows, flag=kind),
         })
     layout = _layout("Rollouts with each finding per step",
                      {"title": {"text": "share of rollouts"}, "tickformat": ".0%", "range": [0, 1]},
                      [s.step for s in rows])
     layout["barmode"] = "group"
     return {"data": data, "layout": layout}
+
+
+# --- the chart registry -----------------------------------------------------------------------
+#
+# Every training-step chart is one `Chart`: an id (its URL), a title and caption (the page and the
+# docs say what it shows), and `build(run_id, steps, tasks)` turning the run's step rollups
+# (app.analytics.steps.StepStats, one per step) into Plotly figure data. Each figure serves as
+# HTML (/runs/{run}/charts/{id}), JSON twin (.json) and CSV (.csv, one row per point), and every
+# point carries the URL of the rollouts behind it. Adding a chart is one function and one
+# `register(...)` line; tests/analytics/test_charts.py draws every registered chart.
+
+from collections.abc import Callable  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+PALETTE = ["#1565c0", "#6a1b9a", "#2e7d32", "#ef6c00", "#c62828", "#00838f", "#5d4037", "#9e9d24", "#ad1457",
+           "#455a64"]
+
+
+@dataclass(frozen=True)
+class Chart:
+    id: str
+    title: str
+    caption: str
+    build: Callable  # (run_id, steps: list[StepStats], tasks: list | None) -> {"data", "layout"}
+    needs_tasks: bool = False  # build reads the per-task rollups of the largest tasks (heatmap)
+    comparable: bool = True  # can be overlaid across runs on /compare
+
+
+REGISTRY: dict[str, Chart] = {}
+
+
+def register(chart: Chart) -> Chart:
+    if chart.id in REGISTRY:
+        raise ValueError(f"chart {chart.id!r} registered twice")
+    REGISTRY[chart.id] = chart
+    return chart
+
+
+def _xs(steps) -> list[int]:
+    return [s.step for s in steps]
+
+
+def _line(name: str, steps, ys: list, links: list, color: str, *, dash: str | None = None, fmt: str = ".3f",
+          unit: str = "", width: float = 2, yaxis: str | None = None) -> dict:
+    t = {"type": "scatter", "mode": "lines+markers", "name": name, "x": _xs(steps), "y": ys, "customdata": links,
+         "hovertemplate": f"step %{{x}}<br>{name}: %{{y:{fmt}}}{unit}<extra></extra>",
+         "line": {"color": color, "width": width, **({"dash": dash} if dash else {})}, "marker": {"size": 4}}
+    if yaxis:
+        t["yaxis"] = yaxis
+    return t
+
+
+def _step_urls(run_id: str, steps, **params) -> list[str]:
+    """urls.rollouts(run_id, step=s.step, **params) of every step, the shared part built once
+    (a 1,000-step chart has thousands of points)."""
+    base = urls.rollouts(run_id)
+    rest = urls.rollouts(run_id, **params)[len(base) + 1:]
+    rest = f"&{rest}" if rest else ""
+    return [f"{base}?step={s.step}{rest}" if s.step is not None else urls.rollouts(run_id, **params) for s in steps]
+
+
+def _step_page_urls(run_id: str, steps, anchor: str = "") -> list[str]:
+    return [f"/runs/{urls.q(run_id)}/steps/{s.step}" + (f"#{anchor}" if anchor else "") for s in steps]
+
+
+def build_endings(run_id: str, steps, tasks=None) -> dict:
+    """Stacked bars: share of rollouts per ending at each step."""
+    data = []
+    for ending in ENDINGS:
+        if not any(s.endings.get(ending) for s in steps):
+            continue
+        data.append({
+            "type": "bar", "name": ending, "x": _xs(steps),
+            "y": [s.endings.get(ending, 0) / s.rollouts if s.rollouts else 0 for s in steps],
+            "text": [f"{s.endings.get(ending, 0)} of {s.rollouts}" for s in steps], "textposition": "none",
+            "hovertemplate": "step %{x}<br>" + ending + ": %{y:.1%} (%{text})<extra></extra>",
+            "marker": {"color": ENDING_COLORS[ending]},
+            "customdata": _step_urls(run_id, steps, ending=ending),
+        })
+    layout = _layout("Ending-type rates per step", {"title": {"text": "share of rollouts"}, "tickformat": ".0%",
+                                                    "range": [0, 1]}, _xs(steps))
+    layout["barmode"] = "stack"
+    return {"data": data, "layout": layout}
+
+
+def build_reward(run_id: str, steps, tasks=None) -> dict:
+    """Mean, median, p10 and p90 of reward per step, errors scored 0 and errors dropped."""
+    links = _step_urls(run_id, steps)
+    data = []
+    for policy, label, color in (("errors_as_zero", "errors scored 0", "#1565c0"),
+                                 ("errors_dropped", "errors dropped", "#6a1b9a")):
+        q = lambda k: [s.get("reward", policy, k) for s in steps]  # noqa: E731
+        band = {"color": color, "width": 0.5, "dash": "dot"}
+        data += [
+            {"type": "scatter", "mode": "lines", "name": f"p10 ({label})", "x": _xs(steps), "y": q("p10"),
+             "customdata": links, "line": band, "legendgroup": policy,
+             "hovertemplate": f"step %{{x}}<br>p10 ({label}) %{{y:.3f}}<extra></extra>"},
+            {"type": "scatter", "mode": "lines", "name": f"p90 ({label})", "x": _xs(steps), "y": q("p90"),
+             "customdata": links, "line": band, "fill": "tonexty", "fillcolor": color + "1a", "legendgroup": policy,
+             "hovertemplate": f"step %{{x}}<br>p90 ({label}) %{{y:.3f}}<extra></extra>"},
+            _line(f"mean ({label})", steps, q("mean"), links, color) | {"legendgroup": policy},
+            _line(f"median ({label})", steps, q("median"), links, color, dash="dash", width=1) | {"legendgroup": policy},
+        ]
+    return {"data": data, "layout": _layout("Reward per step", {"title": {"text": "reward"}}, _xs(steps))}
+
+
+HEATMAP_TASKS = 40  # rows: the tasks with the most rollouts in the range (narrow with ?steps=)
+HEATMAP_COLUMNS = 100  # columns: consecutive steps are pooled into at most this many buckets
+
+
+def build_task_heatmap(run_id: str, steps, tasks=None) -> dict:
+    """Mean reward (errors scored 0) per task and step; a cell opens that task's rollouts.
+    `tasks`: (per-(step, task) rollup rows of the largest tasks, the number of tasks in the range),
+    app.analytics.steps.heatmap_tasks.
+
+    Bounded whatever the run's size: the HEATMAP_TASKS tasks with the most rollouts, and at most
+    HEATMAP_COLUMNS columns, each pooling consecutive steps (a pooled cell is the mean over all its
+    scored rollouts, and links to the rollouts of its step range)."""
+    tasks, n_tasks = tasks or ([], 0)
+    xs = _xs(steps)
+    width = max(1, -(-len(xs) // HEATMAP_COLUMNS))
+    buckets = [xs[i:i + width] for i in range(0, len(xs), width)]
+    col_of = {s: i for i, b in enumerate(buckets) for s in b}
+    volume: dict[str, int] = {}
+    for t in tasks:
+        volume[t.task_key] = volume.get(t.task_key, 0) + t.rollouts
+    keys = sorted(sorted(volume, key=lambda k: (-volume[k], k))[:HEATMAP_TASKS])
+    row = {k: i for i, k in enumerate(keys)}
+    from app.analytics.steps import weighted_mean
+
+    cells = [[[[], 0] for _ in buckets] for _ in keys]  # (mean, scored) pairs, rollouts
+    for t in tasks:
+        if t.task_key in row and t.step in col_of:
+            cell = cells[row[t.task_key]][col_of[t.step]]
+            cell[0].append((t.mean_reward, t.scored))
+            cell[1] += t.rollouts
+    z = [[weighted_mean(c[0]) for c in r] for r in cells]
+    text = [[f"{c[1]} rollouts" for c in r] for r in cells]
+    labels = [b[0] if len(b) == 1 else f"{b[0]}–{b[-1]}" for b in buckets]
+    x = [b[0] for b in buckets]
+
+    def url(k: str, b: list[int]) -> str:
+        return urls.rollouts(run_id, step=b[0], task=k) if len(b) == 1 else urls.rollouts(
+            run_id, steps=f"{b[0]}-{b[-1]}", task=k)
+
+    links = [[url(k, b) for b in buckets] for k in keys]
+    data = [{"type": "heatmap", "x": x, "y": keys, "z": z, "text": text, "customdata": links,
+             "colorscale": "Viridis", "hoverongaps": False, "name": "mean reward",
+             "hovertemplate": "step %{x}" + (f" (+{width - 1} more)" if width > 1 else "")
+                              + "<br>task %{y}<br>mean reward %{z:.3f} (%{text})<extra></extra>"}]
+    title = "Mean reward per task and step (errors scored 0)"
+    if n_tasks > len(keys) or width > 1:
+        title += f": {len(keys)} of {max(n_tasks, len(keys))} tasks" + (f", {width} steps per column" if width > 1 else "")
+    layout = _layout(title, {"title": {"text": "task"}, "type": "category", "automargin": True}, x)
+    layout["height"] = max(320, min(1200, 120 + 16 * len(keys)))
+    layout["showlegend"] = False
+    layout["meta"] = {"columns": labels}
+    return {"data": data, "layout": layout}
+
+
+def build_lengths(run_id: str, steps, tasks=None) -> dict:
+    """Response length in tokens per rollout (sampled tokens; empty responses count as 0)."""
+    links = _step_urls(run_id, steps)
+    q = lambda k: [s.get("lengths", "response_tokens", k) for s in steps]  # noqa: E731
+    data = [_line("mean", steps, q("mean"), links, PALETTE[0], fmt=".1f"),
+            _line("median", steps, q("median"), links, PALETTE[0], dash="dash", fmt=".1f", width=1),
+            _line("p90", steps, q("p90"), links, PALETTE[0], dash="dot", fmt=".1f", width=1),
+            _line("empty responses (share)", steps, [s.share(s.get("lengths", "empty_responses")) for s in steps],
+                  links, PALETTE[4], fmt=".1%", yaxis="y2")]
+    layout = _layout("Response length per step", {"title": {"text": "tokens per rollout"}}, _xs(steps))
+    layout["yaxis2"] = {"title": {"text": "share empty"}, "overlaying": "y", "side": "right", "tickformat": ".0%",
+                        "rangemode": "tozero"}
+    return {"data": data, "layout": layout}
+
+
+def build_turns(run_id: str, steps, tasks=None) -> dict:
+    """Turns, tool calls and tool errors per rollout."""
+    links = _step_urls(run_id, steps)
+    data = [_line("turns", steps, [s.get("lengths", "turns") for s in steps], links, PALETTE[0], fmt=".2f"),
+            _line("tool calls", steps, [s.get("lengths", "tool_calls") for s in steps], links, PALETTE[2], fmt=".2f"),
+            _line("tool errors", steps, [(s.get("lengths", "tool_errors", default=0) / s.rollouts) if s.rollouts
+                                         else None for s in steps], links, PALETTE[4], fmt=".2f")]
+    return {"data": data, "layout": _layout("Turns, tool calls and tool errors per rollout",
+                                            {"title": {"text": "per rollout"}, "rangemode": "tozero"}, _xs(steps))}
+
+
+def build_latency(run_id: str, steps, tasks=None) -> dict:
+    """Mean model and tool latency per rollout, over the rollouts that recorded timing."""
+    links = _step_urls(run_id, steps)
+    data = [_line("model", steps, [s.get("lengths", "model_latency") for s in steps], links, PALETTE[0],
+                  fmt=".2f", unit=" s"),
+            _line("tools / environment", steps, [s.get("lengths", "tool_latency") for s in steps], links, PALETTE[3],
+                  fmt=".2f", unit=" s")]
+    return {"data": data, "layout": _layout("Latency per rollout (where timed)",
+                                            {"title": {"text": "seconds"}, "rangemode": "tozero"}, _xs(steps))}
+
+
+def build_groups(run_id: str, steps, tasks=None) -> dict:
+    """Share of groups with zero reward variance (no learning signal) under both error policies,
+    and of groups where dropping errored rollouts flips an advantage's sign."""
+    links = _step_page_urls(run_id, steps, "groups")
+    share = lambda k, p=None: [  # noqa: E731
+        ((s.get("groups", k, p) if p else s.get("groups", k)) or 0) / s.get("groups", "groups")
+        if s.get("groups", "groups") else None for s in steps]
+    data = [_line("zero variance (errors dropped)", steps, share("zero_variance", "errors_dropped"), links, PALETTE[1],
+                  fmt=".1%"),
+            _line("zero variance (errors scored 0)", steps, share("zero_variance", "errors_as_zero"), links, PALETTE[0],
+                  fmt=".1%", dash="dot"),
+            _line("advantage sign flips", steps, share("sign_flip_groups"), links, PALETTE[4], fmt=".1%")]
+    return {"data": data, "layout": _layout("Group statistics per step", {"title": {"text": "share of groups"},
+                                                                          "tickformat": ".0%", "rangemode": "tozero"},
+                                            _xs(steps))}
+
+
+def build_advantages(run_id: str, steps, tasks=None) -> dict:
+    """Advantages (reward − group mean) per step under both error policies: mean |A|, p10, p90."""
+    links = _step_page_urls(run_id, steps, "groups")
+    data = []
+    for policy, label, color in (("errors_dropped", "errors dropped", PALETTE[1]),
+                                 ("errors_as_zero", "errors scored 0", PALETTE[0])):
+        q = lambda k: [s.get("advantages", policy, k) for s in steps]  # noqa: E731
+        data += [_line(f"mean |A| ({label})", steps, q("mean_abs"), links, color),
+                 _line(f"p10 ({label})", steps, q("p10"), links, color, dash="dot", width=1),
+                 _line(f"p90 ({label})", steps, q("p90"), links, color, dash="dot", width=1)]
+    return {"data": data, "layout": _layout("Advantages per step", {"title": {"text": "advantage"}}, _xs(steps))}
+
+
+def build_findings(run_id: str, steps, tasks=None) -> dict:
+    """Rollouts with a finding of each trace-check kind, per step (one series per kind)."""
+    kinds = sorted({k for s in steps for k in (s.get("findings") or {})})
+    data = [{"type": "scatter", "mode": "lines+markers", "name": k, "x": _xs(steps),
+             "y": [s.get("findings", k, default=0) for s in steps], "customdata": _step_urls(run_id, steps, flag=k),
+             "line": {"color": PALETTE[i % len(PALETTE)]}, "marker": {"size": 4},
+             "hovertemplate": f"step %{{x}}<br>{k}: %{{y}} rollouts<extra></extra>"} for i, k in enumerate(kinds)]
+    return {"data": data, "layout": _layout("Findings per step", {"title": {"text": "rollouts with the finding"},
+                                                                  "rangemode": "tozero"}, _xs(steps))}
+
+
+def build_mismatch(run_id: str, steps, tasks=None) -> dict:
+    """Training–inference mismatch over sampled tokens with both logprobs recorded: mean and max
+    |Δ logprob| (left axis) and the share of tokens whose importance ratio leaves [0.8, 1.25]."""
+    links = _step_urls(run_id, steps)
+    tok = [s.get("mismatch", "tokens", default=0) for s in steps]
+    data = [_line("mean |Δ logprob|", steps, [s.get("mismatch", "mean_abs") for s in steps], links, PALETTE[0], fmt=".4f"),
+            _line("max |Δ logprob|", steps, [s.get("mismatch", "max_abs") for s in steps], links, PALETTE[3], fmt=".4f",
+                  dash="dot", width=1),
+            _line("ratio outside [0.8, 1.25]", steps, [(s.get("mismatch", "out_of_range", default=0) / n) if n else None
+                                                      for s, n in zip(steps, tok)], links, PALETTE[4], fmt=".2%",
+                  yaxis="y2")]
+    layout = _layout("Training–inference mismatch per step", {"title": {"text": "|Δ logprob|"}, "rangemode": "tozero"},
+                     _xs(steps))
+    layout["yaxis2"] = {"title": {"text": "share of tokens"}, "overlaying": "y", "side": "right", "tickformat": ".1%",
+                        "rangemode": "tozero"}
+    return {"data": data, "layout": layout}
+
+
+def build_staleness(run_id: str, steps, tasks=None) -> dict:
+    """Off-policy staleness: rollouts per number of trainer steps between the sampling policy
+    and the step that trains on them, stacked per step."""
+    values = sorted({int(k) for s in steps for k in (s.get("staleness", "histogram") or {})})
+    data = [{"type": "bar", "name": f"{v} behind", "x": _xs(steps),
+             "y": [s.get("staleness", "histogram", str(v), default=0) for s in steps],
+             "customdata": _step_urls(run_id, steps), "marker": {"color": PALETTE[i % len(PALETTE)]},
+             "hovertemplate": f"step %{{x}}<br>{v} steps behind: %{{y}} rollouts<extra></extra>"}
+            for i, v in enumerate(values)]
+    layout = _layout("Off-policy staleness per step", {"title": {"text": "rollouts"}}, _xs(steps))
+    layout["barmode"] = "stack"
+    return {"data": data, "layout": layout}
+
+
+NO_GRADIENT_COLORS = {"trainer_filtered": "#5d4037", "error_dropped": "#c62828", "mask_zeroed": "#ef6c00",
+                      "too_stale": "#00838f", "zero_variance_group": "#9e9e9e"}
+
+
+def build_no_gradient(run_id: str, steps, tasks=None) -> dict:
+    """Share of rollouts that carried no gradient, by reason (the first that applies)."""
+    data = []
+    for reason, color in NO_GRADIENT_COLORS.items():
+        if not any(s.get("no_gradient", reason) for s in steps):
+            continue
+        data.append({"type": "bar", "name": reason.replace("_", " "), "x": _xs(steps),
+                     "y": [s.share(s.get("no_gradient", reason)) for s in steps],
+                     "text": [f"{s.get('no_gradient', reason, default=0)} of {s.rollouts}" for s in steps],
+                     "textposition": "none", "marker": {"color": color},
+                     "customdata": _step_page_urls(run_id, steps, "no-gradient"),
+                     "hovertemplate": "step %{x}<br>" + reason.replace("_", " ") + ": %{y:.1%} (%{text})<extra></extra>"})
+    layout = _layout("Rollouts that carried no gradient", {"title": {"text": "share of rollouts"}, "tickformat": ".0%",
+                                                           "rangemode": "tozero"}, _xs(steps))
+    layout["barmode"] = "stack"
+    return {"data": data, "layout": layout}
+
+
+register(Chart("endings", "Ending-type rates", "Share of rollouts per ending at each training step. Click a bar for its rollouts.", build_endings))
+register(Chart("reward", "Reward", "Mean (solid), median (dashed) and the p10–p90 band of reward per step, errored rollouts scored 0 (blue) and dropped (purple). Missing or non-finite rewards are left out of both.", build_reward))
+register(Chart("task_heatmap", "Reward per task", "Mean reward (errors scored 0) of each task at each step. Click a cell for that task's rollouts at that step.", build_task_heatmap, needs_tasks=True, comparable=False))
+register(Chart("lengths", "Response length", "Tokens the policy sampled per rollout (empty responses count as 0): mean, median and p90, and the share of rollouts with an empty response (right axis).", build_lengths))
+register(Chart("turns", "Turns and tool calls", "Assistant turns, tool calls and tool errors per rollout.", build_turns))
+register(Chart("latency", "Latency", "Mean seconds per rollout spent in the model and in tools or the environment, over the rollouts that recorded timing.", build_latency))
+register(Chart("groups", "Group statistics", "Share of groups whose rewards are all equal (zero variance: no learning signal), with errored rollouts dropped and scored 0, and of groups where dropping errored rollouts flips the sign of an advantage.", build_groups))
+register(Chart("advantages", "Advantages", "Advantage = reward − group mean, under both error policies: mean |A| and the p10–p90 range.", build_advantages))
+register(Chart("findings", "Findings", "Rollouts with a finding of each trace-check kind per step. Click a point for those rollouts.", build_findings))
+register(Chart("mismatch", "Training–inference mismatch", "Where both the inference engine's and the trainer's logprobs of the sampled tokens are recorded: mean and max |Δ logprob|, and the share of tokens whose importance ratio exp(Δ) leaves [0.8, 1.25] (right axis).", build_mismatch))
+register(Chart("staleness", "Off-policy staleness", "Rollouts by how many trainer steps behind the policy that sampled them was (step − policy version).", build_staleness))
+register(Chart("no_gradient", "No gradient", "Share of rollouts that contributed nothing to the step's gradient, by reason: filtered by the trainer, error dropped, loss mask zeroed by a filter, too stale, or a zero-variance group. Click for the step's list.", build_no_gradient))
+
+
+def moving_average(ys: list, window: int) -> list:
+    """Trailing mean of the last `window` points that have a value (None where none has)."""
+    out, buf = [], []
+    for y in ys:
+        if y is not None:
+            buf.append(y)
+        buf = buf[-window:]
+        out.append(sum(buf) / len(buf) if buf and y is not None else None)
+    return out
+
+
+def smooth(fig: dict, window: int) -> dict:
+    """Add a moving-average line beside every line series; the raw points stay, drawn faint."""
+    if window <= 1:
+        return fig
+    extra = []
+    for t in fig["data"]:
+        if t.get("type") == "scatter" and "lines" in t.get("mode", ""):
+            extra.append({**t, "name": f"{t['name']} (avg {window})", "mode": "lines",
+                          "y": moving_average(t["y"], window), "fill": None,
+                          "hovertemplate": t.get("hovertemplate", "").replace("<br>", f"<br>avg {window} · ", 1)})
+            t["mode"], t["opacity"] = "markers", 0.35
+    fig["data"] += extra
+    return fig
+
+
+def figure(chart: Chart, run_id: str, steps, tasks=None, *, window: int = 1) -> dict:
+    """The chart's figure for the given step rollups, with the moving average when asked."""
+    return smooth(chart.build(run_id, steps, tasks), window)
+
+
+def figure_rows(fig: dict) -> list[dict]:
+    """The figure as CSV rows, one per point: series, step, (task,) value, rollouts URL."""
+    rows = []
+    for t in fig["data"]:
+        if t.get("type") == "heatmap":
+            for i, task in enumerate(t["y"]):
+                for j, step in enumerate(t["x"]):
+                    if t["z"][i][j] is not None:
+                        rows.append({"series": t.get("name", ""), "step": step, "task": task, "value": t["z"][i][j],
+                                     "url": t["customdata"][i][j]})
+            continue
+        for j, step in enumerate(t.get("x", [])):
+            urls = t.get("customdata") or []
+            rows.append({"series": t.get("name", ""), "step": step, "task": "", "value": t["y"][j],
+                         "url": urls[j] if j < len(urls) else ""})
+    return rows
+
+
+def overlay(figures: dict[str, dict]) -> dict:
+    """Several runs' figures of one chart on the same step axis: traces named `run: series`,
+    one dash style per run, the same colour per series."""
+    dashes = ["solid", "dash", "dot", "dashdot", "longdash"]
+    data, layout, steps = [], None, []
+    for i, (run_id, fig) in enumerate(figures.items()):
+        layout = layout or fig["layout"]
+        for t in fig["data"]:
+            t = {**t, "name": f"{run_id}: {t.get('name', '')}", "legendgroup": run_id}
+            if t.get("type") == "scatter":
+                t["line"] = {**t.get("line", {}), "dash": dashes[i % len(dashes)]}
+                t.pop("fill", None)
+            elif t.get("type") == "bar":
+                t["offsetgroup"] = run_id
+                t["marker"] = {**t.get("marker", {}), "opacity": 1.0 - 0.35 * (i % 2)}
+            data.append(t)
+            steps += [x for x in t.get("x", []) if isinstance(x, int)]
+    layout = dict(layout or _layout("", {}, []))
+    if steps:
+        layout["xaxis"] = {**layout["xaxis"], "dtick": step_dtick(steps)}
+    return {"data": data, "layout": layout}  # stacked bars stack per run: one offsetgroup each

@@ -498,6 +498,20 @@ def demo(
                   markup=False, soft_wrap=True)
 
 
+@app.command("rebuild-analytics")
+def rebuild_analytics(
+    run: Annotated[str | None, typer.Option(help="Only this run (default: every run).")] = None,
+) -> None:
+    """Recompute the per-step rollups and the search index from what is stored (ingest keeps both
+    current; this is for databases that hold rollouts from before they existed)."""
+    from app.store import rollups, search
+
+    with _engine().begin() as conn:
+        steps = rollups.rebuild(conn, run)
+        docs = search.rebuild(conn, run)
+    out.print(f"rollups of {steps} steps, {docs} messages indexed for search")
+
+
 @app.command()
 def schema(out: Annotated[Path | None, typer.Option(help="Write to this file instead of stdout.")] = None) -> None:
     """Print the JSON Schema of one native JSONL line (generated from ingest/schema.py)."""

@@ -20,7 +20,7 @@ from app.config import Settings, get_settings
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
 from app.render import compile_templates
-from app.routes import ingest_http, pages, receive, status
+from app.routes import analytics, ingest_http, pages, receive, status
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 
@@ -107,6 +107,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     status.install_latency(app)
     app.include_router(api_v1)
     app.include_router(health)
+    # before pages: its /runs/{run_id:path} catches the rest
+    app.include_router(analytics.router, include_in_schema=False)
     app.include_router(pages.router, include_in_schema=False)
     app.include_router(receive.router)
 

@@ -28,6 +28,8 @@ OptCount = Annotated[Count | None, BeforeValidator(_blank_is_none)]
 OptFloat = Annotated[Annotated[float, Field(allow_inf_nan=False)] | None, BeforeValidator(_blank_is_none)]
 OptStr = Annotated[str | None, BeforeValidator(_blank_is_none)]
 OptLimit = Annotated[Annotated[int, Field(ge=1, le=1000)] | None, BeforeValidator(_blank_is_none)]
+OptSmooth = Annotated[Annotated[int, Field(ge=1, le=100)] | None, BeforeValidator(_blank_is_none)]
+SORT_PATTERN = r"^-?(step|reward|tokens|turns)$"  # the rollouts list's sortable columns, `-` for descending
 
 
 def check_rollout_filters(session: Session, run_id: str, *, ending: str | None, flag: str | None, after: str | None) -> None:
@@ -43,3 +45,29 @@ def check_rollout_filters(session: Session, run_id: str, *, ending: str | None, 
             decode_cursor(after)
         except ValueError:
             raise ApiError(422, "after: not a cursor from this API", field="after") from None
+
+
+def step_range(text: str | None):
+    """`steps=A-B` (or `A-`, `-B`, `A`) as an app.analytics.steps.StepRange; 422 when it does not parse."""
+    from app.analytics.steps import StepRange
+
+    try:
+        return StepRange.parse(text)
+    except ValueError as exc:
+        raise ApiError(422, str(exc), field="steps") from None
+
+
+def check_list_query(filters, *, sort: str | None, after: str | None, before: str | None) -> None:
+    """422 for what the rollouts list cannot take: a bad step range, or an `after` / `before`
+    cursor this list did not make for this sort (app.analytics.listing)."""
+    from app.analytics import listing
+
+    if filters.step is None:
+        step_range(filters.steps)
+    name = listing.parse_sort(sort)[0]
+    for field, cursor in (("after", after), ("before", before)):
+        if cursor:
+            try:
+                listing.decode_cursor(cursor, name)
+            except ValueError:
+                raise ApiError(422, f"{field}: not a cursor from this list", field=field) from None

@@ -9,19 +9,31 @@ Templates reach these builders as the Jinja global `urls` (app.render).
 """
 from __future__ import annotations
 
+import re
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, quote_plus, urlencode
 
 from starlette.requests import Request
 
 
+_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*\Z")  # what quote() leaves as it is
+
+
 def q(value: Any) -> str:
     """One path segment: every reserved character encoded, `/` included."""
-    return quote(str(value), safe="")
+    text = str(value)
+    return text if _UNRESERVED.match(text) else quote(text, safe="")
+
+
+def _qv(value: Any) -> str:
+    """A query value as urlencode writes it (quote_plus); most values need no quoting, and a run
+    page builds thousands of links, so those skip it."""
+    text = str(value)
+    return text if _UNRESERVED.match(text) else quote_plus(text)
 
 
 def _url(path: str, json: bool, params: dict[str, Any]) -> str:
-    query = urlencode({k: v for k, v in params.items() if v is not None})
+    query = "&".join(f"{_qv(k)}={_qv(v)}" for k, v in params.items() if v is not None)
     return path + (".json" if json else "") + (f"?{query}" if query else "")
 
 
@@ -38,6 +50,11 @@ def run(run_id: str, *, json: bool = False) -> str:
 def rollouts(run_id: str, *, json: bool = False, **params: Any) -> str:
     """A run's rollouts list; `params` are its filters and cursor (`step`, `ending`, `after`, ...)."""
     return _url(f"/runs/{q(run_id)}/rollouts", json, params)
+
+
+def rollouts_csv(run_id: str, **params: Any) -> str:
+    """Every rollout of the list with these filters and sort, as CSV."""
+    return _url(f"/runs/{q(run_id)}/rollouts.csv", False, params)
 
 
 def rollout(run_id: str, rollout_id: str, *, json: bool = False, **params: Any) -> str:
@@ -74,6 +91,37 @@ def api_rollouts(run_id: str, **params: Any) -> str:
 def api_findings(run_id: str, **params: Any) -> str:
     """The API's findings list of a run."""
     return _url(f"/api/v1/runs/{q(run_id)}/findings", False, params)
+
+
+def step(run_id: str, step: int, *, json: bool = False) -> str:
+    """A training step's story (endings with reasons, groups, tasks, no-gradient list)."""
+    return _url(f"/runs/{q(run_id)}/steps/{int(step)}", json, {})
+
+
+def chart(run_id: str, chart_id: str, *, ext: str = "", **params: Any) -> str:
+    """One chart of a run (`ext` "" | ".json" | ".csv"); `params`: `steps`, `smooth`."""
+    query = urlencode({k: v for k, v in params.items() if v not in (None, "", 1)})
+    return f"/runs/{q(run_id)}/charts/{q(chart_id)}{ext}" + (f"?{query}" if query else "")
+
+
+def task_changes(run_id: str, a: int, b: int, *, ext: str = "") -> str:
+    """Tasks whose endings or mean reward changed between steps `a` and `b`."""
+    return f"/runs/{q(run_id)}/task-changes{ext}?" + urlencode({"a": a, "b": b})
+
+
+def compare(run_ids: list[str], *, json: bool = False, **params: Any) -> str:
+    """Runs overlaid on one step axis; `params`: `steps`, `smooth`."""
+    return _url("/compare", json, {"runs": ",".join(run_ids), **{k: v for k, v in params.items() if v not in ("", 1)}})
+
+
+def search(*, json: bool = False, **params: Any) -> str:
+    """Full-text search over messages; `params`: `q`, `run`, `before`."""
+    return _url("/search", json, params)
+
+
+def message(run_id: str, rollout_pk: int, idx: int) -> str:
+    """The deep link to one message (redirects to its branch, page and anchor)."""
+    return f"/runs/{q(run_id)}/messages/{int(rollout_pk)}/{int(idx)}"
 
 
 def static(path: str) -> str:

@@ -26,6 +26,7 @@ class RunRow(TypedDict):
     tokenizer: str | None
     created_at: str | None
     url: str
+    sparkline: dict[str, Any] | None  # mean reward per step (errors scored 0), as an SVG path
 
 
 class RolloutRow(TypedDict, total=False):
@@ -66,6 +67,17 @@ class RolloutRow(TypedDict, total=False):
     url: str
     group_url: str | None
     labels: list[str]
+    # per-rollout analytics numbers (ingest/metrics.py)
+    n_response_tokens: int  # sampled tokens of the response, empty responses included
+    n_tool_errors: int
+    model_latency: float | None  # seconds, where timing is recorded
+    tool_latency: float | None  # seconds, where timing is recorded
+    staleness: int | None  # trainer steps behind the policy version that sampled it
+    mismatch_tokens: int  # sampled tokens with both inference and trainer logprobs
+    mismatch_abs_sum: float | None  # sum of |trainer - inference| logprob over them
+    mismatch_abs_max: float | None
+    mismatch_out_of_range: int  # of them, importance ratio outside [0.8, 1.25]
+    trainer_filtered: str | None  # why the trainer filtered it, as the source says
 
 
 class Rollout(TypedDict):

@@ -17,6 +17,18 @@ MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 LOCK_KEY = 0x526F6C6C73636F70  # "Rollscop": the advisory lock id for migrations
 
 
+def include_name(name, type_, parent_names) -> bool:
+    """Objects the models do not describe: SQLite's FTS5 index `search_fts` and its shadow
+    tables, and Postgres's stored tsvector column `search_doc.tsv` with its GIN index
+    `ix_search_doc_tsv` (migration 0007_analytics makes them; the models cannot describe a
+    virtual table or a Postgres-only generated column portably)."""
+    if type_ == "table" and name and name.startswith("search_fts"):
+        return False
+    if type_ == "column" and name == "tsv" and parent_names.get("table_name") == "search_doc":
+        return False
+    return not (type_ == "index" and name == "ix_search_doc_tsv")
+
+
 def alembic_config() -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))

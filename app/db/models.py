@@ -61,6 +61,11 @@ class Rollout(SQLModel, table=True):
         sa.Index("ix_rollout_run_step", "run_id", "step"),
         sa.Index("ix_rollout_run_group", "run_id", "group_id"),
         sa.Index("ix_rollout_run_ending", "run_id", "ending"),
+        # sortable columns and prefix filters of the rollouts list (analytics, migration 0007_analytics)
+        sa.Index("ix_rollout_run_task", "run_id", "task_key", "ending"),  # task prefix (and ending) filters, the ending facet
+        sa.Index("ix_rollout_run_reward", "run_id", "reward"),
+        sa.Index("ix_rollout_run_tokens", "run_id", "n_tokens"),
+        sa.Index("ix_rollout_run_turns", "run_id", "n_turns"),
     )
 
     pk: int | None = Field(default=None, primary_key=True)
@@ -89,6 +94,17 @@ class Rollout(SQLModel, table=True):
     n_tokens: int = 0
     n_trained_tokens: int = 0  # loss mask = 1
     n_branches: int = 0
+    # ingest/metrics.py: what the per-step analytics aggregate (migration 0003)
+    n_response_tokens: int = 0  # tokens of sampled (assistant) nodes
+    n_tool_errors: int = 0
+    model_latency: float | None = None  # seconds, when timed
+    tool_latency: float | None = None  # seconds, when timed
+    staleness: int | None = None  # step − oldest policy version that sampled it
+    mismatch_tokens: int = 0  # sampled tokens with both behaviour and trainer logprobs
+    mismatch_abs_sum: float | None = None  # Σ |trainer − behaviour logprob| over those
+    mismatch_abs_max: float | None = None
+    mismatch_out_of_range: int = 0  # tokens whose importance ratio leaves [0.8, 1.25]
+    trainer_filtered: str | None = None  # the trainer's reason for dropping it
     flags: list | None = _json()  # kinds of findings, for filtering
     content_hash: str = Field(max_length=64)
     source_format: str | None = None
@@ -208,6 +224,63 @@ class Note(SQLModel, table=True):
     text: str
     updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
 
+
+class StepRollup(SQLModel, table=True):
+    """Per (run, training step): counts, reward quantiles and the analytics series, kept exact at
+    ingest by app/store/rollups.py so charts never scan rollouts."""
+
+    __tablename__ = "step_rollup"
+    # the upsert's key: a NULL step counts as one value (app.store.rollups.NO_STEP)
+    __table_args__ = (sa.Index("ix_step_rollup_run_step", "run_id", "step"),
+                      sa.Index("uq_step_rollup_key", "run_id", sa.text("coalesce(step, -2147483648)"), unique=True))
+
+    pk: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="run.id", max_length=200)
+    step: int | None = None  # NULL: the rollouts without a training step
+    rollouts: int = 0
+    mean_reward: float | None = None  # errors scored 0
+    mean_reward_no_errors: float | None = None  # errored rollouts dropped
+    scored: int = 0
+    excluded: int = 0
+    stats: dict | None = _json()  # the rest, see app/store/rollups.py compute_step
+
+
+class TaskRollup(SQLModel, table=True):
+    """Per (run, training step, task): counts per ending and mean reward, for the heatmap."""
+
+    __tablename__ = "task_rollup"
+    __table_args__ = (sa.Index("ix_task_rollup_run_step", "run_id", "step"),
+                      # covering: the task facet and the heatmap's task volumes read only this index
+                      sa.Index("ix_task_rollup_run_task", "run_id", "task_key", "step", "rollouts"),
+                      sa.Index("uq_task_rollup_key", "run_id", sa.text("coalesce(step, -2147483648)"), "task_key",
+                               unique=True))
+
+    pk: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="run.id", max_length=200)
+    step: int | None = None
+    task_key: str = Field(max_length=500)
+    rollouts: int = 0
+    mean_reward: float | None = None  # errors scored 0
+    mean_reward_no_errors: float | None = None  # errored rollouts dropped
+    scored: int = 0  # rollouts in mean_reward
+    scored_no_errors: int = 0  # rollouts in mean_reward_no_errors
+    errors: int = 0  # rollouts ending in error (also in `endings`; a column so sums need no JSON)
+    endings: dict | None = _json()
+
+
+class SearchDoc(SQLModel, table=True):
+    """One message's searchable text (content, reasoning, tool calls, tool output). SQLite indexes
+    it with the FTS5 table `search_fts` (external content, kept by triggers); Postgres with a GIN
+    index on the stored column `tsv` = to_tsvector('simple', text). Both are made by migration
+    0007_analytics."""
+
+    __tablename__ = "search_doc"
+
+    pk: int | None = Field(default=None, primary_key=True)
+    rollout_pk: int = Field(foreign_key="rollout.pk", ondelete="CASCADE", index=True)
+    run_id: str = Field(max_length=200)
+    node_idx: int
+    text: str = Field(sa_column=Column(sa.Text, nullable=False))
 
 class ApiToken(SQLModel, table=True):
     """An API token (app/auth.py): only its sha256 is stored, and its first characters to tell

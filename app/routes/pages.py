@@ -24,12 +24,15 @@ from typing import Annotated
 from urllib.parse import unquote
 
 from fastapi import APIRouter, Path, Query, Request
-from fastapi.responses import PlainTextResponse, RedirectResponse, Response
+from fastapi.responses import PlainTextResponse, RedirectResponse, Response, StreamingResponse
 
 from app import urls
 from app.deps import RefuseUnknownQuery, SessionDep
 from app.errors import ApiError
-from app.params import Count, OptCount, OptFloat, OptInt, OptLimit, OptStr, check_rollout_filters
+from app.analytics.listing import ListFilters
+from app.analytics.pages import rollouts_csv
+from app.params import (SORT_PATTERN, Count, OptCount, OptFloat, OptInt, OptLimit, OptSmooth, OptStr, check_list_query,
+                        check_rollout_filters, step_range)
 from app.queries import groups as q_groups
 from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
@@ -46,7 +49,6 @@ from app.views.runs import run_page, runs_page
 from ingest.schema import content_text
 
 router = APIRouter(tags=["pages"], dependencies=[RefuseUnknownQuery])
-
 
 
 
@@ -190,34 +192,55 @@ def group(request: Request, session: SessionDep, run_id: str, group_id: str,
 
 @router.get("/runs/{run_id:path}/rollouts")
 @router.get("/runs/{run_id:path}/rollouts.json")
+@router.get("/runs/{run_id:path}/rollouts.csv")
 def rollouts(
     request: Request, session: SessionDep, run_id: str,
-    step: OptInt = None, ending: OptStr = None, group: OptStr = None, task: OptStr = None,
-    reward_min: OptFloat = None, reward_max: OptFloat = None, flag: OptStr = None, label: OptStr = None,
-    after: OptStr = None, limit: OptLimit = None,
+    step: OptInt = None, steps: OptStr = None, ending: OptStr = None, group: OptStr = None, task: OptStr = None,
+    agent: OptStr = None, reward_min: OptFloat = None, reward_max: OptFloat = None, flag: OptStr = None,
+    label: OptStr = None, sort: Annotated[str | None, Query(pattern=SORT_PATTERN)] = None,
+    after: OptStr = None, before: OptStr = None, limit: OptLimit = None,
 ):
-    """Rollout summaries of a run, filtered, by (step, ingest order); keyset pages via `after`.
+    """Rollout summaries of a run, filtered: `step` or `steps=A-B`, `ending`, `group` and `task`
+    (prefix), `agent`, `reward_min`/`reward_max` (inclusive), `flag` (a finding kind). `sort` is
+    `step` (default), `reward`, `tokens` or `turns`, `-` first for descending; missing values
+    last. Every page has its own URL: `after` / `before` are keyset cursors from `next_url` /
+    `prev_url`. The page carries `total` (all matches) and `facets` (value counts for ending,
+    task, agent, step range and findings, each following the other filters). `.csv` downloads
+    every matching row.
 
     Every attempt is a row; `n_attempts` counts the attempts of its rollout id, and the row's
     `url` names its attempt (`?attempt=N`) when that is > 0 or the id has several."""
-    check_rollout_filters(session, unquote(run_id), ending=ending, flag=flag, after=after)
-    filters = RolloutFilters(step=step, ending=ending, group=group, task=task,
-                             reward_min=reward_min, reward_max=reward_max, flag=flag, label=label)
+    rid = unquote(run_id)
+    check_rollout_filters(session, rid, ending=ending, flag=flag, after=None)
+    filters = ListFilters(step=step, steps=steps, ending=ending, group=group, task=task, agent=agent,
+                          reward_min=reward_min, reward_max=reward_max, flag=flag, label=label)
+    check_list_query(filters, sort=sort, after=after, before=before)
+    if request.url.path.endswith(".csv"):
+        if q_runs.get_run(session=session, run_id=rid) is None:
+            raise ApiError(404, "not found")
+        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in rid)[:100]
+        return StreamingResponse(rollouts_csv(session, rid, filters, sort=sort),
+                                 media_type="text/csv; charset=utf-8",
+                                 headers={"Content-Disposition": f'attachment; filename="{name}-rollouts.csv"'})
     json = wants_json(request)
     page_size = limit or request.app.state.settings.web.page_size
-    data = rollouts_page(session, unquote(run_id), filters, after, page_size, keep_limit=limit, twin=json)
+    data = rollouts_page(session, rid, filters, sort=sort, after=after, before=before, limit=page_size,
+                         keep_limit=limit, twin=json)
     return respond(request, "rollouts.html", data, json=json, block="rows")
 
 
 @router.get("/runs/{run_id:path}")
-def run(request: Request, session: SessionDep, run_id: str,
+def run(request: Request, session: SessionDep, run_id: str, steps: OptStr = None, smooth: OptSmooth = None,
         since: Annotated[str | None, Query(max_length=100, include_in_schema=False)] = None):
-    """A run: per training step, counts per ending and mean reward (errors scored 0 / dropped),
-    and the two charts as Plotly figure data. `since=<version>` (a live page polling with htmx):
-    204 when nothing changed since that version."""
+    """A run: what the source recorded about it (model, config, tokenizer, source files, first and
+    last ingest), per training step counts per ending and mean reward (errors scored 0 /
+    dropped), the checks table, and every training-step chart (each fetched from its JSON twin,
+    `/runs/{run}/charts/{chart}.json`). `steps=A-B` limits the steps table and the charts;
+    `smooth=N` adds an N-step moving average to the charts. Read from the per-step rollups.
+    `since=<version>` (a live page polling with htmx): 204 when nothing changed since that version."""
     run_id, js = _twin(run_id, lambda rid: q_runs.get_run(session=session, run_id=rid) is not None)
     json = wants_json(request, js)
-    data = run_page(session, run_id, json=json)
+    data = run_page(session, run_id, json=json, steps_range=step_range(steps), window=smooth or 1)
     if data is not None and since and since == data.version and request.headers.get("hx-request"):
         return Response(status_code=204)  # a live page polling: nothing new, htmx keeps what it shows
     return respond(request, "run.html", data, json=json)

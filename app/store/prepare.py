@@ -21,10 +21,12 @@ import orjson
 from app.db import models
 from app.db.engine import JSONText
 from app.db.tokenarrays import pack_bits, pack_floats, pack_ids
+from app.store.search import search_texts
 from ingest.advantages import estimator_name, recorded_advantage
 from ingest.checks import CheckContext, run_rollout_checks
 from ingest.endings import correct_silent_truncation, derive, fill_evidence
 from ingest.graph import branches
+from ingest.metrics import rollout_metrics
 from ingest.schema import Rollout
 from ingest.source import RecordError, dumps, loads  # dumps/loads keep integers past 64 bits
 
@@ -44,6 +46,7 @@ class Prepared:
     nodes: list[tuple]  # `node` rows in NODE_COLUMNS order (no rollout_pk)
     findings: list[tuple] = field(default_factory=list)  # `finding` rows in FINDING_COLUMNS order
     n_findings: int = 0  # findings that fired (checks that could not decide are stored, not counted)
+    search: list[tuple[int, str]] = field(default_factory=list)  # (node idx, searchable text), app.store.search
 
     @property
     def group_id(self) -> str | None:
@@ -78,6 +81,7 @@ def prepare(r: Rollout, context: CheckContext | None = None) -> Prepared:
         findings=[(f.kind, f.severity, f.node_idx, f.position, f.message, _json_text(orjson.dumps(f.detail)))
                   for f in findings],
         n_findings=len(checked.findings),
+        search=search_texts(r),
     )
 
 
@@ -176,6 +180,7 @@ def _summary(r: Rollout, flags: list[str], chash: str) -> dict:
         flags=flags, content_hash=chash,
         source_format=r.source.get("format"), source_file=r.source.get("file"), source_line=r.source.get("line"),
         ingested_at=models.utcnow(),
+        **rollout_metrics(r, min(versions) if versions else None),
     )
 
 

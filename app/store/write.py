@@ -30,10 +30,11 @@ from sqlalchemy.engine import Engine
 
 from app.db import models
 from app.db.engine import insert_for as _insert
-from app.store.prepare import FINDING_COLUMNS, NODE_COLUMNS, Identity, Prepared, prepare_or_error, storage_error
+from app.store import rollups, search
 from app.store.groups import recheck_groups
-from ingest.checks import CheckContext
+from app.store.prepare import FINDING_COLUMNS, NODE_COLUMNS, Identity, Prepared, prepare_or_error, storage_error
 from app.store.quarantine import quarantine_many
+from ingest.checks import CheckContext
 from ingest.schema import Rollout
 from ingest.source import RecordError
 
@@ -81,17 +82,20 @@ class StoreResult:
 class Written:
     """What one batch changed, for `BATCH_HOOKS`: `inserted` are the summary rows now stored
     (dicts of `rollout` columns, with `pk`), new rollouts and replacements alike; `deleted` are
-    the summary rows removed (the old versions of the replaced rollouts)."""
+    the summary rows removed (the old versions of the replaced rollouts); `search` the
+    searchable text of the inserted rollouts' messages, (rollout_pk, run_id, node idx, text)
+    (app.store.search, made outside the transaction by app.store.prepare)."""
 
     inserted: list[dict[str, Any]] = field(default_factory=list)
     deleted: list[dict[str, Any]] = field(default_factory=list)
+    search: list[tuple] = field(default_factory=list)
 
 
 BatchHook = Callable[[sa.Connection, Written], None]
 # Called in order inside every batch transaction, after the batch's rows are written. An
 # exception rolls the batch back and sends it to the fallback, where hooks run once per rollout
 # inside its savepoint (so a rollout a hook refuses is quarantined, its neighbours kept).
-BATCH_HOOKS: list[BatchHook] = []
+BATCH_HOOKS: list[BatchHook] = [rollups.on_batch, search.on_batch]
 
 
 def ensure_run(conn: sa.Connection, run_id: str, *, name: str | None = None, type_: str = "train",
@@ -147,25 +151,27 @@ def _delete(conn: sa.Connection, pks: list[int]) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in conn.execute(RO.delete().where(RO.c.pk.in_(pks)).returning(*RO.c))]
 
 
-def _insert_rows(conn: sa.Connection, todo: list[Prepared]) -> list[dict[str, Any]]:
+def _insert_rows(conn: sa.Connection, todo: list[Prepared], deleted: list[dict[str, Any]]) -> Written:
     """Insert summary rows (one multi-row INSERT ... RETURNING), then envelopes, nodes and
-    findings (one executemany each); returns the summary rows with their pk."""
+    findings (one executemany each); returns what the batch wrote: the summary rows with their
+    pk, the `deleted` rows, and the messages' search text."""
     if not todo:
-        return []
+        return Written([], deleted)
     returned = conn.execute(RO.insert().returning(RO.c.pk, RO.c.run_id, RO.c.rollout_id, RO.c.attempt),
                             [p.summary for p in todo])
     pk_of = {(r.run_id, r.rollout_id, r.attempt): r.pk for r in returned}
-    details, nodes, findings, inserted = [], [], [], []
+    details, nodes, findings, inserted, docs = [], [], [], [], []
     for p in todo:
         pk = pk_of[p.identity]
         details.append((pk, p.envelope))
         nodes += [(pk, *row) for row in p.nodes]
         findings += [(pk, *row) for row in p.findings]
         inserted.append(dict(p.summary, pk=pk))
+        docs += [(pk, p.identity[0], idx, text) for idx, text in p.search]
     _executemany(conn, DET, ("rollout_pk", "envelope"), details)
     _executemany(conn, NODE, ("rollout_pk", *NODE_COLUMNS), nodes)
     _executemany(conn, FIND, ("rollout_pk", *FINDING_COLUMNS), findings)
-    return inserted
+    return Written(inserted, deleted, docs)
 
 
 def _executemany(conn: sa.Connection, table: sa.Table, columns: tuple[str, ...], rows: list[tuple]) -> None:
@@ -206,8 +212,8 @@ def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordE
                 res.replaced_ids.append(p.identity)
             res.outcomes[p.identity] = "replaced" if old is not None else "inserted"
             todo.append(p)
-        deleted = _delete(conn, replaced)
-        inserted = _insert_rows(conn, todo)
+        written = _insert_rows(conn, todo, _delete(conn, replaced))
+        inserted, deleted = written.inserted, written.deleted
         res.cleared = _clear_landed(conn, inserted if quarantined_files is None
                                     else [r for r in inserted if r["source_file"] in quarantined_files])
         res.replaced, res.inserted = len(replaced), len(todo) - len(replaced)
@@ -215,7 +221,7 @@ def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordE
         res.runs = {p.identity[0] for p in batch}
         res.groups = _groups(inserted, deleted)
         recheck_groups(conn, res.groups)
-        _run_hooks(conn, Written(inserted, deleted))
+        _run_hooks(conn, written)
     if errors:
         quarantine_many(conn, errors)
         res.rejected += len(errors)
@@ -260,7 +266,7 @@ def _write_one(conn: sa.Connection, p: Prepared, groups: set[tuple[str, str]], f
         for table in (FIND, NODE, DET):
             conn.execute(table.delete().where(table.c.rollout_pk == existing.pk))
         deleted = _delete(conn, [existing.pk])
-    written = Written(_insert_rows(conn, [p]), deleted)
+    written = _insert_rows(conn, [p], deleted)
     _clear_landed(conn, written.inserted)
     _run_hooks(conn, written)
     groups.update(_groups(written.inserted, written.deleted))

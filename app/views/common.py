@@ -58,8 +58,10 @@ class FindingLink(PageModel):
     url: str
 
 
-class RolloutSummary(model_of(schemas.RolloutRow, defaults={"advantage": None, "advantage_estimator": None,
-                                                          "labels": []})):
+class RolloutSummary(model_of(schemas.RolloutRow, defaults={
+        "advantage": None, "advantage_estimator": None, "labels": [], "n_response_tokens": 0, "n_tool_errors": 0,
+        "model_latency": None, "tool_latency": None, "staleness": None, "mismatch_tokens": 0,
+        "mismatch_abs_sum": None, "mismatch_abs_max": None, "mismatch_out_of_range": 0, "trainer_filtered": None})):
     """One rollout as a list row: the summary columns (no bodies), its attempt count and links
     (the fields of `rollscope.schemas.RolloutRow`, what the API's list answers), and the links of
     its findings for the pages.

@@ -1,16 +1,22 @@
-"""A run's rollouts list: filtered summary rows, one keyset page at a time."""
+"""A run's rollouts list: filtered summary rows in a chosen order, one keyset page at a time,
+with the total count of matches, facets and the URLs of the neighbouring pages, of each sort and
+of the CSV download (app/analytics/listing.py runs the queries)."""
 from __future__ import annotations
+
+from typing import Any
 
 from sqlmodel import Session
 
 from app import urls
+from app.analytics import listing
+from app.analytics.steps import step_stats
 from app.queries import findings as q_findings
-from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
 from app.queries.common import ENDINGS
-from app.queries.rollouts import RolloutFilters
 from app.views.common import FindingLink, PageModel, RolloutSummary, summary_fields, with_labels
 from ingest import checks
+
+SORTS = [("step", "step"), ("reward", "reward"), ("tokens", "tokens"), ("turns", "turns")]
 
 
 class RunLink(PageModel):
@@ -19,45 +25,94 @@ class RunLink(PageModel):
     url: str
 
 
+class SortLink(PageModel):
+    """A sortable column: `url` sorts by it (descending when it is already the ascending sort)."""
+
+    key: str
+    label: str
+    active: bool
+    desc: bool
+    url: str
+
+
 class RolloutsPage(PageModel):
-    """One page of rows; `next` is the cursor of the next page (`after=`), `next_url` its link on
-    the same face (HTML or JSON twin)."""
+    """One page of rows. Every page has its own URL: `next` / `prev` are the cursors of the
+    neighbouring pages (`after=` / `before=`), `next_url` / `prev_url` / `first_url` their links on
+    the same face (HTML or JSON twin). `total` counts every match (`total_capped`: at least that
+    many, see app.analytics.listing.COUNT_CAP); `facets` are value counts that follow the other
+    filters, each value with the query that selects it."""
 
     run: RunLink
     filters: dict[str, int | float | str]
+    sort: str
+    sorts: list[SortLink]
     endings: list[str]
     finding_kinds: list[str]
+    total: int
+    total_capped: bool = False
     rollouts: list[RolloutSummary]
     next: str | None
+    prev: str | None
     next_url: str | None
+    prev_url: str | None
+    first_url: str | None
+    csv_url: str
     limit: int
+    facets: dict[str, list[Any]] | None  # see app.analytics.listing.facets; `timed_out`: facet names
+    facets_base: str
 
 
-def rollouts_page(session: Session, run_id: str, filters: RolloutFilters, after: str | None,
-                  limit: int, *, keep_limit: int | None = None, twin: bool = False) -> RolloutsPage | None:
-    """One page of a run's rollouts. The next link stays on the same face (HTML or JSON twin) and
-    keeps an explicit `limit`; item links go to the JSON twins when `twin`. None if there is no
-    such run."""
+def rollouts_page(session: Session, run_id: str, filters: listing.ListFilters, *, sort: str | None = None,
+                  after: str | None = None, before: str | None = None, limit: int, keep_limit: int | None = None,
+                  twin: bool = False) -> RolloutsPage | None:
+    """One page of a run's rollouts in `sort` order (see app.analytics.listing.page). Links stay on
+    the same face (HTML or JSON twin) and keep an explicit `limit`; empty filters stay out of
+    every URL. None if there is no such run."""
     run = q_runs.get_run(session=session, run_id=run_id)
     if run is None:
         return None
-    rows, nxt = q_rollouts.list_rollouts(session=session, run_id=run_id, filters=filters, after=after, limit=limit)
-    present = q_findings.run_finding_kinds(session=session, run_id=run_id)
-    out_rows = [RolloutSummary.model_validate(d)
-                for d in with_labels(session, run_id, [summary_fields(r, json=twin) for r in rows])]
+    got = listing.page(session=session, run_id=run_id, filters=filters, columns=listing.list_columns(), sort=sort,
+                       after=after, before=before, limit=limit)
+    name, desc = listing.parse_sort(sort)
+    sort_param = None if name == "step" and not desc else sort
+    keep = {**filters.as_query(), "sort": sort_param, "limit": keep_limit}
+
+    def url(json: bool, **extra) -> str:
+        return urls.rollouts(run_id, json=json, **{k: v for k, v in {**keep, **extra}.items() if v not in (None, "")})
+
+    sorts = []
+    for key, label in SORTS:
+        nxt = f"-{key}" if key == name and not desc else key
+        sorts.append(SortLink(key=key, label=label, active=key == name, desc=key == name and desc,
+                              url=url(twin, sort=None if nxt == "step" else nxt)))
+    # kinds beyond the registry's (stored by older checks), from the rollups: no findings scan
+    present = {k for st in step_stats(session=session, run_id=run_id, include_unstepped=True)
+               for k in (st.get("findings") or {})}
+    rows = [RolloutSummary.model_validate(d)
+            for d in with_labels(session, run_id, [summary_fields(r, json=twin) for r in got["rows"]])]
     by_group = q_findings.group_kinds(session=session, run_id=run_id,
-                                      group_ids=sorted({r.group_id for r in out_rows if r.group_id is not None}))
-    for r in out_rows:  # the findings column: the rollout's own kinds and its group's
+                                      group_ids=sorted({r.group_id for r in rows if r.group_id is not None}))
+    for r in rows:  # the findings column: the rollout's own kinds and its group's, each a filter link
         kinds = sorted({checks.legacy_kind(k) for k in (r.flags or [])} | set(by_group.get(r.group_id, [])))
-        r.findings = [FindingLink(kind=k, label=checks.label(k), url=urls.rollouts(run_id, json=twin, **{**filters.as_query(), "flag": k}))
-                      for k in kinds]
+        r.findings = [FindingLink(kind=k, label=checks.label(k), url=url(twin, flag=k)) for k in kinds]
+    total, capped = listing.count(session=session, run_id=run_id, filters=filters)
     return RolloutsPage(
         run=RunLink(id=run.id, name=run.name, url=urls.run(run.id, json=twin)),
         filters=filters.as_query(),
+        sort=sort or "step",
+        sorts=sorts,
         endings=ENDINGS,
         finding_kinds=sorted(set(present) | set(q_findings.FINDING_KINDS)),
-        rollouts=out_rows,
-        next=nxt,
-        next_url=urls.rollouts(run_id, json=twin, **filters.as_query(), limit=keep_limit, after=nxt) if nxt else None,
+        total=total,
+        total_capped=capped,
+        rollouts=rows,
+        next=got["next"],
+        prev=got["prev"],
+        next_url=url(twin, after=got["next"]) if got["next"] else None,
+        prev_url=url(twin, before=got["prev"]) if got["prev"] else None,
+        first_url=url(twin) if got["prev"] else None,
+        csv_url=urls.rollouts_csv(run_id, **{k: v for k, v in keep.items() if k != "limit" and v is not None}),
         limit=limit,
+        facets=listing.facets(session=session, run_id=run_id, filters=filters),
+        facets_base=urls.rollouts(run_id, json=twin),
     )

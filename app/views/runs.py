@@ -11,25 +11,29 @@ from app.queries import nodes as q_nodes
 from app.queries import runs as q_runs
 from app.queries.common import ENDINGS
 from app.queries import annotations as q_annotations
-from app.views.common import NoteView, PageModel, iso, model_of, note_view
+from app.views.common import NoteView, PageModel, model_of, note_view
 from ingest import checks
 from rollscope import schemas
 
 # A run in the runs list: the shape the client's `runs()` returns, defined once in rollscope/schemas.py.
-RunRow = model_of(schemas.RunRow)
+RunRow = model_of(schemas.RunRow, defaults={"sparkline": None})
 
 
 class RunsPage(PageModel):
     runs: list[RunRow]
     endings: list[str]
+    compare_url: str
 
 
 def runs_page(session: Session, *, json: bool = False) -> RunsPage:
-    """Every run with its counts, step range, mean rewards and ending counts; links to the JSON
-    twins when `json`."""
-    rows = [RunRow(**(r | {"created_at": iso(r["created_at"])}), url=urls.run(r["id"], json=json))
-            for r in q_runs.list_runs(session=session)]
-    return RunsPage(runs=rows, endings=ENDINGS)
+    """Every run with its counts, step range, mean rewards, ending counts and a reward sparkline,
+    read from the per-step rollups (one row per step, at any run size); links to the JSON twins
+    when `json`."""
+    from app.analytics import pages as analytics_pages
+
+    rows = [RunRow(**(r | {"url": urls.run(r["id"], json=json)}))
+            for r in analytics_pages.runs_overview(session)["runs"]]
+    return RunsPage(runs=rows, endings=ENDINGS, compare_url="/compare")
 
 
 class RunHeader(PageModel):
@@ -102,6 +106,12 @@ class RunPage(PageModel):
     live: bool = False  # a rollout arrived in the last LIVE_SECONDS: the page refreshes itself every 2 s
     in_progress_step: int | None = None  # the newest step while live: more rollouts may still come
     version: str = ""  # changes when a rollout of the run is stored or replaced (live polling)
+    # training-step analytics (app/analytics/pages.py): every registered chart's URLs, the run's
+    # recorded metadata, how many steps the table lists, and links to search and compare
+    analytics: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    steps_shown: dict[str, Any] | None = None
+    search_url: str | None = None
 
 
 LIVE_SECONDS = 120  # a run that received a rollout this recently is "receiving"
@@ -118,52 +128,110 @@ class RunSummary(PageModel):
 
 
 def run_summary(session: Session, run_id: str, *, json: bool = False) -> RunSummary | None:
-    """The header, steps and totals of a run (one pass over its rollouts); None if there is no
-    such run. Links go to the JSON twins when `json`."""
+    """The header, steps and totals of a run, from the per-step rollups (app/store/rollups.py:
+    one row per step at any run size); None if there is no such run. Links go to the JSON twins
+    when `json`."""
+    from app.analytics.steps import run_totals, step_stats
+
     run = q_runs.get_run(session=session, run_id=run_id)
     if run is None:
         return None
-    steps, total = q_runs.run_steps(session=session, run_id=run_id)
+    stats = step_stats(session=session, run_id=run_id, include_unstepped=True)
+    steps = [q_runs.StepRow(step=s.step, rollouts=s.rollouts, endings=dict(s.endings), mean_reward=s.mean_reward,
+                            mean_reward_no_errors=s.mean_reward_no_errors, scored=s.scored, excluded=s.excluded)
+             for s in stats]
+    tot = run_totals(stats)
     return RunSummary(
         run=RunHeader(id=run.id, name=run.name, type=run.type, tokenizer=run.tokenizer_sha256,
                       url=urls.run(run.id, json=json), rollouts_url=urls.rollouts(run.id, json=json)),
         endings=ENDINGS,
         steps=[StepView(**s.__dict__, rates=s.rates(), url=urls.rollouts(run_id, json=json, step=s.step)) for s in steps],
-        totals=RunTotals(rollouts=total.rollouts, endings={e: total.endings.get(e, 0) for e in ENDINGS},
-                         mean_reward=total.mean_reward, mean_reward_no_errors=total.mean_reward_no_errors,
-                         excluded=total.excluded, retries=q_runs.count_retries(session=session, run_id=run_id)),
+        totals=RunTotals(rollouts=sum(s.rollouts for s in steps),
+                         endings={e: sum(s.endings.get(e, 0) for s in steps) for e in ENDINGS},
+                         mean_reward=tot["mean_reward"], mean_reward_no_errors=tot["mean_reward_no_errors"],
+                         excluded=tot["excluded"], retries=tot["retries"]),
     )
 
 
-def run_page(session: Session, run_id: str, *, json: bool = False) -> RunPage | None:
-    """A run: per training step, counts per ending and both means; the charts, the checks and the
-    step notes; None if there is no such run. Links go to the JSON twins when `json` (the charts'
-    links stay on the pages)."""
-    summary = run_summary(session, run_id, json=json)
-    if summary is None:
+def run_page(session: Session, run_id: str, *, json: bool = False, steps_range=None, window: int = 1) -> RunPage | None:
+    """A run: per training step, counts per ending and both means (from the per-step rollups,
+    app/store/rollups.py: one row per step at any run size), the checks table, the run's
+    metadata and every analytics chart; None if there is no such run. `steps_range` limits the
+    steps table and the charts, `window` adds a moving average to the charts. Links go to the
+    JSON twins when `json` (the charts' links stay on the pages)."""
+    from app.analytics import pages as analytics_pages
+    from app.analytics.steps import StepRange, run_totals, step_stats
+
+    run = q_runs.get_run(session=session, run_id=run_id)
+    if run is None:
         return None
-    steps = summary.steps
-    checks_ran, per_step = _checks_table(session, run_id, summary.totals.rollouts)
+    steps_range = steps_range or StepRange()
+    stats = step_stats(session=session, run_id=run_id, include_unstepped=True)
+    steps = [q_runs.StepRow(step=s.step, rollouts=s.rollouts, endings=dict(s.endings), mean_reward=s.mean_reward,
+                            mean_reward_no_errors=s.mean_reward_no_errors, scored=s.scored, excluded=s.excluded)
+             for s in stats]
+    shown = [s for s in steps if s.step is None or (
+        (steps_range.first is None or s.step >= steps_range.first) and (steps_range.last is None or s.step <= steps_range.last))]
+    stepped = [s for s in shown if s.step is not None]
+    listed = stepped[-analytics_pages.STEPS_TABLE:] + [s for s in shown if s.step is None]
+    step_rows = [StepView(**s.__dict__, rates=s.rates(), url=urls.rollouts(run_id, json=json, step=s.step))
+                 for s in listed]
+    tot = run_totals(stats)
+    means = {"mean_reward": tot["mean_reward"], "mean_reward_no_errors": tot["mean_reward_no_errors"],
+             "excluded": tot["excluded"]}
+    checks_ran, per_step = _checks_table(session, run_id, sum(s.rollouts for s in steps))
     fired = [(c.kind, c.label) for c in checks_ran if c.rollouts]
     # Without a training step (Tunix files, tau-bench) a per-step chart has no axis to draw on.
     steps_recorded = any(s.step is not None for s in steps)
-    live = q_runs.last_ingested_within(session=session, run_id=run_id, seconds=LIVE_SECONDS)
+    live = _last_ingest_age(stats) < LIVE_SECONDS
     newest = max((s.step for s in steps if s.step is not None), default=None)
     return RunPage(
         live=live, in_progress_step=newest if live else None,
-        version=q_runs.run_version(session=session, run_id=run_id),
-        run=summary.run,
-        endings=summary.endings,
-        steps=steps,
+        version=_version(stats),
+        run=RunHeader(id=run.id, name=run.name, type=run.type, tokenizer=run.tokenizer_sha256,
+                      url=urls.run(run.id, json=json), rollouts_url=urls.rollouts(run.id, json=json)),
+        endings=ENDINGS,
+        steps=step_rows,
         steps_recorded=steps_recorded,
-        totals=summary.totals,
-        charts=RunCharts(ending_rates=charts.ending_rates(run_id, steps), reward=charts.reward_trend(run_id, steps),
-                         findings=charts.finding_rates(run_id, steps, per_step, fired))
+        totals=RunTotals(rollouts=sum(s.rollouts for s in steps),
+                         endings={e: sum(s.endings.get(e, 0) for s in steps) for e in ENDINGS},
+                         mean_reward=means.get("mean_reward"),
+                         mean_reward_no_errors=means.get("mean_reward_no_errors"),
+                         excluded=means.get("excluded", 0),
+                         retries=tot["retries"]),
+        charts=RunCharts(ending_rates=charts.ending_rates(run_id, stepped), reward=charts.reward_trend(run_id, stepped),
+                         findings=charts.finding_rates(run_id, stepped, per_step, fired))
         if steps_recorded else None,
         checks=checks_ran,
-        chat_template=q_nodes.has_chat_template(session=session, sha256=summary.run.tokenizer),
+        chat_template=q_nodes.has_chat_template(session=session, sha256=run.tokenizer_sha256),
         notes=[note_view(n) for n in q_annotations.notes_of(session=session, run_id=run_id)],
+        analytics=analytics_pages.run_charts(run_id, steps=steps_range, window=window, skip=("endings", "findings")),
+        metadata=analytics_pages.run_metadata(session, run_id),
+        steps_shown={"listed": len([r for r in step_rows if r.step is not None]),
+                     "of": len([s for s in steps if s.step is not None]),
+                     "cut": len(stepped) > analytics_pages.STEPS_TABLE},
+        search_url=urls.search(run=run_id),
     )
+
+
+def _last_ingest_age(stats) -> float:
+    """Seconds since the run's newest rollout was stored, from the step rollups (each keeps its
+    newest ingest time): no scan of the rollouts. Infinity for a run without rollouts."""
+    from datetime import UTC, datetime
+
+    last = max((s.get("ingested", "last") or "" for s in stats), default="")
+    if not last:
+        return float("inf")
+    at = datetime.fromisoformat(last)
+    return (datetime.now(UTC) - (at if at.tzinfo else at.replace(tzinfo=UTC))).total_seconds()
+
+
+def _version(stats) -> str:
+    """A token that changes whenever a rollout of the run is stored or replaced, from the step
+    rollups (no count over the rollouts): how many there are, and the newest ingest time (a
+    replacement is a new ingest)."""
+    last = max((s.get("ingested", "last") or "" for s in stats), default="")
+    return f"{sum(s.rollouts for s in stats)}-{last}"
 
 
 def _checks_table(session: Session, run_id: str, n_rollouts: int) -> tuple[list[CheckRow], dict]:

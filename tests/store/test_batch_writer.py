@@ -31,7 +31,8 @@ def statements(engine, fn):
     return n[0], result
 
 
-def test_a_batch_of_200_costs_at_most_10_statements(engine, tmp_path):
+def test_a_batch_of_200_costs_at_most_10_statements(engine, tmp_path, monkeypatch):
+    monkeypatch.setattr(write, "BATCH_HOOKS", [])  # the writer's own statements (hooks: the test below)
     path = write_jsonl(tmp_path / "a.jsonl", [rollout(f"a{i}", group=f"g{i % 8}", index=i // 8) for i in range(400)])
     n, report = statements(engine, lambda: ingest(engine, path))
     assert report.total.inserted == 400 and report.total.batches == 2 and report.total.fallbacks == 0
@@ -44,6 +45,23 @@ def test_a_batch_of_200_costs_at_most_10_statements(engine, tmp_path):
     n, third = statements(engine, lambda: ingest(engine, path))
     assert (third.total.replaced, third.total.unchanged, third.total.replaced_ids) == (1, 399, [("r1", "a7", 0)])
     assert n <= 2 * 10 and count(engine, R) == 400 and count(engine, models.Node.__table__) == 800
+
+
+def test_the_analytics_hooks_cost_at_most_5_statements_per_batch_whatever_the_steps(engine, tmp_path, monkeypatch):
+    # rollups (one read, one upsert per table; Postgres adds one lock statement) and search (one
+    # executemany): the same cost whether a batch touches one step or twenty
+    for n_steps, run in ((1, "one"), (20, "many")):
+        path = write_jsonl(tmp_path / f"{run}.jsonl", [
+            rollout(f"a{i}", run=run, group=f"g{i % 8}-{i % n_steps}", index=i // 8, step=i % n_steps, task={"key": f"t{i % 5}"})
+            for i in range(400)])
+        with_hooks, report = statements(engine, lambda: ingest(engine, path))
+        assert report.total.inserted == 400 and report.total.batches == 2
+        monkeypatch.setattr(write, "BATCH_HOOKS", [])
+        without, _ = statements(engine, lambda: ingest(engine, write_jsonl(tmp_path / f"{run}2.jsonl", [
+            rollout(f"a{i}", run=run + "2", group=f"g{i % 8}-{i % n_steps}", index=i // 8, step=i % n_steps,
+                    task={"key": f"t{i % 5}"}) for i in range(400)])))
+        monkeypatch.undo()
+        assert with_hooks - without <= 2 * 5, (n_steps, with_hooks, without)
 
 
 def test_the_hash_is_the_canonical_json_and_prepare_matches(engine):
@@ -88,7 +106,8 @@ def test_a_failing_batch_is_written_one_by_one_and_only_the_bad_rollout_is_lost(
     assert count(engine, models.Quarantine.__table__) == 1
 
 
-def test_rejections_are_quarantined_with_their_batch(engine, tmp_path):
+def test_rejections_are_quarantined_with_their_batch(engine, tmp_path, monkeypatch):
+    monkeypatch.setattr(write, "BATCH_HOOKS", [])  # the writer's own statements
     path = tmp_path / "mixed.jsonl"
     good = write_jsonl(tmp_path / "g.jsonl", [rollout("g1"), rollout("g2")]).read_bytes().splitlines(keepends=True)
     path.write_bytes(good[0] + b'{"schema": "rollscope/1", "id": \n' + good[1])

@@ -7,11 +7,11 @@ from alembic.migration import MigrationContext
 from sqlmodel import SQLModel
 
 import app.db.models  # noqa: F401
-from app.db.migrate import upgrade
+from app.db.migrate import include_name, upgrade
 
 
 def test_migrations_match_models(engine):
     upgrade(engine)  # again: idempotent
     with engine.connect() as conn:
-        diff = compare_metadata(MigrationContext.configure(conn), SQLModel.metadata)
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"include_name": include_name}), SQLModel.metadata)
     assert diff == []

@@ -7,6 +7,7 @@ from sqlmodel import SQLModel
 import app.db.models  # noqa: F401  (registers the tables)
 from app.config import get_settings
 from app.db.engine import make_engine
+from app.db.migrate import include_name
 
 target_metadata = SQLModel.metadata
 
@@ -14,14 +15,16 @@ target_metadata = SQLModel.metadata
 def run() -> None:
     connection = context.config.attributes.get("connection")
     if connection is not None:
-        context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
+        context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True,
+                          include_name=include_name)
         with context.begin_transaction():
             context.run_migrations()
         return
     url = context.config.get_main_option("sqlalchemy.url") or get_settings().db.url
     engine = make_engine(url)
     with engine.connect() as conn:
-        context.configure(connection=conn, target_metadata=target_metadata, render_as_batch=True)
+        context.configure(connection=conn, target_metadata=target_metadata, render_as_batch=True,
+                          include_name=include_name)
         with context.begin_transaction():
             context.run_migrations()
 

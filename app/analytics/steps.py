@@ -1,0 +1,222 @@
+"""Reads of the per-step and per-task rollups (app/store/rollups.py): what every chart, the
+step page, compare and the runs list draw from. Keyword-only, the session passed explicitly.
+A run with 1,000 steps is 1,000 small rows here, whatever the number of rollouts."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import orjson
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from app.db import models
+from app.store.rollups import ENDINGS, NO_GRADIENT_REASONS
+
+SR = models.StepRollup.__table__
+TR = models.TaskRollup.__table__
+STEP_RANGE = re.compile(r"^\s*(\d+)?\s*-\s*(\d+)?\s*$|^\s*(\d+)\s*$")
+
+
+@dataclass(frozen=True)
+class StepRange:
+    """`?steps=100-200` (inclusive; either end may be left open: `100-`, `-200`; or one step `150`)."""
+
+    first: int | None = None
+    last: int | None = None
+
+    @classmethod
+    def parse(cls, text: str | None) -> "StepRange":
+        """Raises ValueError for anything but `A-B`, `A-`, `-B` or `A` with whole numbers."""
+        if not text:
+            return cls()
+        m = STEP_RANGE.match(text)
+        if not m:
+            raise ValueError(f"steps: expected A-B, A-, -B or A, got {text!r}")
+        if m.group(3) is not None:
+            return cls(int(m.group(3)), int(m.group(3)))
+        a, b = (int(x) if x is not None else None for x in m.group(1, 2))
+        if a is not None and b is not None and a > b:
+            raise ValueError(f"steps: {a} is after {b}")
+        return cls(a, b)
+
+    def __str__(self) -> str:
+        if self.first is None and self.last is None:
+            return ""
+        if self.first == self.last:
+            return str(self.first)
+        return f"{'' if self.first is None else self.first}-{'' if self.last is None else self.last}"
+
+    def where(self, column):
+        clauses = []
+        if self.first is not None:
+            clauses.append(column >= self.first)
+        if self.last is not None:
+            clauses.append(column <= self.last)
+        return sa.and_(sa.true(), *clauses)
+
+
+@dataclass
+class StepStats:
+    """One training step's rollup: what a chart's build() receives, one per step, by step."""
+
+    run_id: str
+    step: int | None
+    rollouts: int
+    mean_reward: float | None  # errors scored 0
+    mean_reward_no_errors: float | None  # errored rollouts dropped
+    scored: int
+    excluded: int
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def endings(self) -> dict[str, int]:
+        cached = self.__dict__.get("_endings")
+        if cached is None:
+            cached = self.__dict__["_endings"] = {e: (self.stats.get("endings") or {}).get(e, 0) for e in ENDINGS}
+        return cached
+
+    def get(self, *path, default=None):
+        """stats[path...] or `default`: `s.get("reward", "errors_as_zero", "median")`."""
+        d = self.stats
+        for k in path:
+            if not isinstance(d, dict) or k not in d:
+                return default
+            d = d[k]
+        return d
+
+    def share(self, n: int | None) -> float | None:
+        return (n or 0) / self.rollouts if self.rollouts else None
+
+    def as_dict(self) -> dict:
+        return {"step": self.step, "rollouts": self.rollouts, "mean_reward": self.mean_reward,
+                "mean_reward_no_errors": self.mean_reward_no_errors, "scored": self.scored,
+                "excluded": self.excluded, "endings": self.endings, **{k: v for k, v in self.stats.items() if k != "endings"}}
+
+
+def _order(col):
+    return (col.is_(None), col)
+
+
+def step_stats(*, session: Session, run_id: str, steps: StepRange = StepRange(),
+               include_unstepped: bool = False) -> list[StepStats]:
+    """The run's step rollups in step order (rollouts without a step last, when asked for).
+    Read once per session (request) and run; ranges are cut from that."""
+    memo = session.info.setdefault("step_stats", {})
+    key = (run_id, include_unstepped)
+    if key not in memo and steps.first is not None and steps.last is not None:
+        return _read_step_stats(session, run_id, False, steps)  # a few steps: read just those
+    if key not in memo:
+        memo[key] = _read_step_stats(session, run_id, include_unstepped)
+    rows = memo[key]
+    if steps.first is None and steps.last is None:
+        return list(rows)
+    return [r for r in rows if r.step is not None and (steps.first is None or r.step >= steps.first)
+            and (steps.last is None or r.step <= steps.last)]
+
+
+def _read_step_stats(session: Session, run_id: str, include_unstepped: bool,
+                     steps: StepRange = StepRange()) -> list[StepStats]:
+    where = steps.where(SR.c.step) if include_unstepped is False else sa.or_(steps.where(SR.c.step), SR.c.step.is_(None))
+    # stats as text, parsed here by orjson: they hold only counts and finite floats, so the
+    # engine's careful JSON reader (ingest.source.loads: long integers kept) would cost 10x more
+    q = sa.select(SR.c.run_id, SR.c.step, SR.c.rollouts, SR.c.mean_reward, SR.c.mean_reward_no_errors, SR.c.scored,
+                  SR.c.excluded, sa.cast(SR.c.stats, sa.Text).label("stats")).where(SR.c.run_id == run_id, where)
+    if not include_unstepped:
+        q = q.where(SR.c.step.is_not(None))
+    rows = session.execute(q.order_by(*_order(SR.c.step))).all()
+    return [StepStats(r.run_id, r.step, r.rollouts, r.mean_reward, r.mean_reward_no_errors, r.scored, r.excluded,
+                      (orjson.loads(r.stats) if r.stats else None) or {}) for r in rows]
+
+
+def one_step(*, session: Session, run_id: str, step: int) -> StepStats | None:
+    got = step_stats(session=session, run_id=run_id, steps=StepRange(step, step))
+    return got[0] if got else None
+
+
+def task_rows(*, session: Session, run_id: str, steps: list[int]) -> list:
+    """The per-(step, task) rollups of the given steps of a run, by step then task."""
+    return session.execute(sa.select(TR).where(TR.c.run_id == run_id, TR.c.step.in_(sorted(set(steps))))
+                           .order_by(TR.c.step, TR.c.task_key)).all()
+
+
+def task_totals(*, session: Session, run_ids: list[str], steps: StepRange = StepRange()) -> dict[str, dict[str, dict]]:
+    """Per run, per task: rollouts, errored rollouts and mean rewards over the step range (means
+    weighted by each step's scored count: the mean over all the task's rollouts). Aggregated by
+    the database: one row per (run, task) comes back, whatever the number of steps."""
+    def weighted(mean, n):
+        return sa.func.sum(mean * n) / sa.func.nullif(sa.func.sum(sa.case((mean.is_not(None), n), else_=0)), 0)
+
+    q = (sa.select(TR.c.run_id, TR.c.task_key, sa.func.sum(TR.c.rollouts).label("rollouts"),
+                   sa.func.sum(TR.c.errors).label("errors"),
+                   weighted(TR.c.mean_reward, TR.c.scored).label("m0"),
+                   weighted(TR.c.mean_reward_no_errors, TR.c.scored_no_errors).label("m1"))
+         .where(TR.c.run_id.in_(run_ids), steps.where(TR.c.step)).group_by(TR.c.run_id, TR.c.task_key))
+    out: dict[str, dict[str, dict]] = {r: {} for r in run_ids}
+    for t in session.execute(q):
+        out[t.run_id][t.task_key] = {"rollouts": int(t.rollouts), "errors": int(t.errors),
+                                     "mean_reward": _finite(t.m0), "mean_reward_no_errors": _finite(t.m1)}
+    return out
+
+
+def _finite(x) -> float | None:
+    return float(x) if x is not None and math.isfinite(float(x)) else None
+
+
+def heatmap_tasks(*, session: Session, run_id: str, steps: StepRange, limit: int) -> tuple[list, int]:
+    """The per-(step, task) rollups of the `limit` tasks with the most rollouts in the step range
+    (by step then task), and how many tasks the range has: the heatmap reads these, not every
+    task row of the run."""
+    where = (TR.c.run_id == run_id, TR.c.step.is_not(None), steps.where(TR.c.step))
+    volume = session.execute(sa.select(TR.c.task_key, sa.func.sum(TR.c.rollouts).label("n")).where(*where)
+                             .group_by(TR.c.task_key)).all()
+    top = [k for k, _ in sorted(volume, key=lambda v: (-v[1], v[0]))[:limit]]
+    if not top:
+        return [], 0
+    rows = session.execute(sa.select(TR.c.step, TR.c.task_key, TR.c.rollouts, TR.c.mean_reward, TR.c.scored)
+                           .where(*where, TR.c.task_key.in_(top)).order_by(TR.c.step, TR.c.task_key)).all()
+    return rows, len(volume)
+
+
+def weighted_mean(pairs: list[tuple[float | None, int]]) -> float | None:
+    """Σ mean·n / Σ n over (mean, n) pairs with a mean: the mean over all their values, taken
+    as Σ mean·(n / N) so that huge finite means (1e308) do not overflow."""
+    kept = [(m, n) for m, n in pairs if m is not None and n]
+    total = sum(n for _, n in kept)
+    if not total:
+        return None
+    out = math.fsum(m * (n / total) for m, n in kept)
+    return out if math.isfinite(out) else None
+
+
+def run_totals(stats: list[StepStats]) -> dict:
+    """Counts per ending, no-gradient reasons and agents summed over steps; mean rewards weighted."""
+    endings = {e: sum(s.endings[e] for s in stats) for e in ENDINGS}
+    m0 = weighted_mean([(s.mean_reward, s.scored) for s in stats])
+    m1 = weighted_mean([(s.mean_reward_no_errors, s.get("reward", "errors_dropped", "n", default=0)) for s in stats])
+    agents: dict[str, int] = {}
+    findings: dict[str, int] = {}
+    for s in stats:
+        for a, n in (s.get("agents") or {}).items():
+            agents[a] = agents.get(a, 0) + n
+        for k, n in (s.get("findings") or {}).items():
+            findings[k] = findings.get(k, 0) + n
+    return {"rollouts": sum(s.rollouts for s in stats), "endings": endings,
+            "retries": sum(s.get("retries", default=0) for s in stats),
+            "excluded": sum(s.excluded for s in stats),
+            "mean_reward": m0, "mean_reward_no_errors": m1,
+            "no_gradient": {k: sum(s.get("no_gradient", k, default=0) for s in stats) for k in NO_GRADIENT_REASONS},
+            "agents": agents, "findings": findings,
+            "first_step": min((s.step for s in stats if s.step is not None), default=None),
+            "last_step": max((s.step for s in stats if s.step is not None), default=None)}
+
+
+def reward_series(*, session: Session, run_ids: list[str]) -> dict[str, list[tuple[int, float | None]]]:
+    """Per run, (step, mean reward with errors scored 0) for the runs list's sparklines."""
+    out: dict[str, list] = {r: [] for r in run_ids}
+    for run_id, step, m in session.execute(
+            sa.select(SR.c.run_id, SR.c.step, SR.c.mean_reward)
+            .where(SR.c.run_id.in_(run_ids), SR.c.step.is_not(None)).order_by(SR.c.run_id, SR.c.step)):
+        out[run_id].append((step, m))
+    return out

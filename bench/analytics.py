@@ -1,0 +1,332 @@
+"""Training-step analytics at scale: a run of 1,000,000 rollouts over 1,000 steps, loaded directly
+into SQLite and Postgres with bulk inserts made for this benchmark, then timed over real HTTP.
+
+Prints p50 and p95 latency (ms) of every chart endpoint, the run page, the step page, the
+rollouts list (first page, a filtered page, a page deep in the list, a sorted page), facet
+counts, compare, and a search for a rare and a common word; and the server's peak RSS
+(sampled from /proc while the requests run). Goals on this machine: p95 < 300 ms for charts and
+the run page, < 200 ms for list pages and facets, < 500 ms for search; RSS < 300 MB.
+
+The load bypasses the ingest pipeline on purpose (a million parsed traces would take an hour
+and measure the parser): it writes the summary rows the pipeline would write (`rollout`, the
+`finding` rows behind `flags`, one `search_doc` per rollout for its tool output), then builds the
+rollups with `app.store.rollups.rebuild`, the same code ingest runs per batch.
+
+Run: `.venv/bin/python bench/analytics.py [--rollouts N] [--steps S] [--db sqlite|postgres|both]
+[--requests K] [--keep DIR]`. Not part of the test suite.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import numpy as np
+import sqlalchemy as sa
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app import charts  # noqa: E402
+from app.db import models  # noqa: E402
+from app.db.engine import make_engine  # noqa: E402
+from app.db.migrate import upgrade  # noqa: E402
+from app.store import rollups  # noqa: E402
+
+PG = os.environ.get("ROLLSCOPE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+PORT = int(os.environ.get("BENCH_PORT", "8133"))  # analytics: 81 + "33"
+RUN = "bench-1m"
+ENDINGS = ["submitted", "task_detected", "truncated", "length_cut", "error"]
+DETAILS = {"error": ["sandbox_crash", "tool_server_timeout", "connection_reset"], "truncated": ["max_turns"],
+           "length_cut": ["max_output_tokens"], "submitted": ["agent_completed"], "task_detected": ["env_done"]}
+KINDS = ["token_drift", "empty_response", "unanswered_tool_call"]
+COMMON, RARE = "result", "xylophone"
+WORDS = [f"w{i:04d}" for i in range(3000)]
+
+ROLLOUT_COLS = ["pk", "run_id", "rollout_id", "attempt", "step", "group_id", "group_index", "group_size", "episode_id",
+                "agent", "task_key", "ending", "ending_detail", "reward", "reward_status", "stop_condition",
+                "policy_version_min", "policy_version_max", "n_nodes", "n_turns", "n_tool_calls", "n_tokens",
+                "n_trained_tokens", "n_branches", "flags", "content_hash", "source_format", "source_file",
+                "source_line", "ingested_at", "n_response_tokens", "n_tool_errors", "model_latency", "tool_latency",
+                "staleness", "mismatch_tokens", "mismatch_abs_sum", "mismatch_abs_max", "mismatch_out_of_range",
+                "trainer_filtered"]
+
+
+def generate(n: int, steps: int, seed: int = 0):
+    """Yield chunks of (rollout rows, finding rows, search_doc rows) as tuples in column order."""
+    rng = np.random.default_rng(seed)
+    per_step = n // steps
+    group_size = 8  # 1,000 rollouts per step = 125 groups of 8
+    groups = max(1, per_step // group_size)
+    now = datetime.now(UTC).isoformat()
+    pk = 0
+    incident = set(rng.choice(steps, size=max(1, steps // 50), replace=False).tolist())
+    rare_at = set(rng.choice(n, size=10, replace=False).tolist())
+    for s in range(steps):
+        base = 0.2 + 0.55 * (1 - np.exp(-2.5 * s / max(1, steps - 1)))
+        p_err = 0.03 + (0.3 if s in incident else 0.0)
+        m = groups * group_size
+        u = rng.random(m)
+        ending = np.where(u < p_err, 4, np.where(u < p_err + 0.05, 2, np.where(u < p_err + 0.08, 3,
+                          np.where(u < p_err + 0.2, 1, 0))))
+        # half the tasks score pass/fail, half give partial credit
+        reward = np.where(rng.random(m) < 0.5, (rng.random(m) < base).astype(float),
+                          np.clip(rng.normal(base, 0.3, m), 0, 1).round(3))
+        tokens = rng.integers(20, 2000, m)
+        turns = rng.integers(1, 12, m)
+        stale = rng.integers(0, 3, m)
+        flagged = rng.random(m) < 0.05
+        kind = rng.integers(0, len(KINDS), m)
+        detail = rng.integers(0, 3, m)
+        masked = rng.random(m) < 0.3
+        tool_err = (rng.random(m) < 0.1).astype(int)
+        mm_max = rng.random(m) * 0.5
+        mm_out = rng.integers(0, 5, m)
+        word_ix = rng.integers(0, len(WORDS), (m, 12))
+        rows, finds, docs = [], [], []
+        for k in range(m):
+            pk += 1
+            g = k // group_size
+            e = ENDINGS[int(ending[k])]
+            flag = KINDS[int(kind[k])] if flagged[k] else None
+            tok = int(tokens[k])
+            trained = 0 if (e == "truncated" and masked[k]) else int(tok * 0.6)
+            det = DETAILS[e][int(detail[k]) % len(DETAILS[e])]
+            rows.append((pk, RUN, f"s{s:04d}-g{g:03d}-r{k % group_size:02d}", 0, s, f"s{s:04d}-g{g:03d}",
+                         k % group_size, group_size, None, "solver", f"task-{(s * 7 + g * 13) % 500:04d}", e,
+                         det, None if e == "error" else float(reward[k]),
+                         "ok", None, s - int(stale[k]), s, 4, int(turns[k]), int(turns[k]) - 1, tok,
+                         trained, 1, f'["{flag}"]' if flag else "[]", f"{pk:064x}", "rollscope/1", "bench.jsonl",
+                         pk, now, int(tok * 0.6), int(tool_err[k]), float(turns[k] * 0.8),
+                         float(turns[k] * 0.3), int(stale[k]), int(tok * 0.6), float(tok * 0.01),
+                         float(mm_max[k]), int(mm_out[k]), None))
+            if flag:
+                finds.append((pk, flag, "warning", 1, None, f"{flag} (bench)", None))
+            words = " ".join(WORDS[i] for i in word_ix[k])
+            extra = f" {RARE}" if (pk - 1) in rare_at else ""
+            docs.append((pk, pk, RUN, 3, f"tool {COMMON}: {words}{extra}"))
+        yield rows, finds, docs
+
+
+def load_sqlite(engine, n: int, steps: int) -> None:
+    raw = engine.raw_connection()
+    cur = raw.driver_connection.cursor()
+    cur.execute("INSERT INTO run (id, name, type, created_at, extra) VALUES (?, ?, 'train', ?, ?)",
+                (RUN, "Benchmark run, 1M rollouts", datetime.now(UTC).isoformat(), '{"model": "bench"}'))
+    cur.execute("DROP TRIGGER search_doc_ai")
+    ins = f"INSERT INTO rollout ({', '.join(ROLLOUT_COLS)}) VALUES ({', '.join('?' * len(ROLLOUT_COLS))})"
+    for rows, finds, docs in generate(n, steps):
+        cur.execute("BEGIN")
+        cur.executemany(ins, rows)
+        cur.executemany("INSERT INTO finding (rollout_pk, kind, severity, node_idx, position, message, detail) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?)", finds)
+        cur.executemany("INSERT INTO search_doc (pk, rollout_pk, run_id, node_idx, text) VALUES (?, ?, ?, ?, ?)", docs)
+        cur.execute("COMMIT")
+    cur.execute("INSERT INTO search_fts(search_fts) VALUES ('rebuild')")
+    cur.execute("CREATE TRIGGER search_doc_ai AFTER INSERT ON search_doc BEGIN "
+                "INSERT INTO search_fts(rowid, text) VALUES (new.pk, new.text); END")
+    cur.execute("ANALYZE")
+    raw.close()
+
+
+def load_postgres(engine, n: int, steps: int) -> None:
+    raw = engine.raw_connection()
+    conn = raw.driver_connection
+    conn.autocommit = True
+    conn.execute("INSERT INTO run (id, name, type, created_at, extra) VALUES (%s, %s, 'train', now(), %s)",
+                 (RUN, "Benchmark run, 1M rollouts", '{"model": "bench"}'))
+    conn.execute("DROP INDEX ix_search_doc_tsv")
+    for rows, finds, docs in generate(n, steps):
+        with conn.transaction():
+            with conn.cursor().copy(f"COPY rollout ({', '.join(ROLLOUT_COLS)}) FROM STDIN") as cp:
+                for r in rows:
+                    cp.write_row(r)
+            with conn.cursor().copy("COPY finding (rollout_pk, kind, severity, node_idx, position, message, detail) "
+                                    "FROM STDIN") as cp:
+                for r in finds:
+                    cp.write_row(r)
+            with conn.cursor().copy("COPY search_doc (pk, rollout_pk, run_id, node_idx, text) FROM STDIN") as cp:
+                for r in docs:
+                    cp.write_row(r)
+    conn.execute("SELECT setval(pg_get_serial_sequence('rollout', 'pk'), (SELECT max(pk) FROM rollout))")
+    conn.execute("SELECT setval(pg_get_serial_sequence('search_doc', 'pk'), (SELECT max(pk) FROM search_doc))")
+    conn.execute("SET maintenance_work_mem = '256MB'")
+    conn.execute("CREATE INDEX ix_search_doc_tsv ON search_doc USING gin (tsv)")
+    conn.execute("VACUUM ANALYZE")
+    raw.close()
+
+
+class RSS:
+    """Peak resident set size of a process, sampled every 50 ms."""
+
+    def __init__(self, pid: int):
+        self.pid, self.peak, self._stop = pid, 0, threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        self.peak = max(self.peak, int(line.split()[1]) * 1024)
+            except OSError:
+                return
+            time.sleep(0.05)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._t.join()
+        return self.peak
+
+
+def endpoints(steps: int, client: httpx.Client) -> list[tuple[str, str, str]]:
+    """(group, label, path) of everything timed."""
+    r = f"/runs/{RUN}"
+    deep = f"{r}/rollouts?page=100"  # replaced below by the real cursor of a deep page when the list has one
+    first = client.get(f"{r}/rollouts.json?step={int(steps * 0.9)}").json()
+    if first.get("next_url"):
+        deep = first["next_url"].replace("/rollouts.json", "/rollouts")
+    out = [("chart", f"chart {c}", f"{r}/charts/{c}.json") for c in charts.REGISTRY]
+    out += [("page", "run page", r), ("page", "step page", f"{r}/steps/{steps // 2}"),
+            ("page", "compare (run with itself)", f"/compare.json?runs={RUN},{RUN}-copy"),
+            ("list", "rollouts: first page", f"{r}/rollouts"),
+            ("list", "rollouts: filtered (ending=error, task prefix)", f"{r}/rollouts?ending=error&task=task-01"),
+            ("list", "rollouts: deep page", deep),
+            ("list", "rollouts: sorted by reward", f"{r}/rollouts?sort=-reward"),
+            ("list", "facets", f"{r}/facets.json"),
+            ("list", "facets (filtered)", f"{r}/facets.json?ending=error"),
+            ("search", f"search rare word ({RARE})", f"/search.json?q={RARE}&run={RUN}"),
+            ("search", f"search common word ({COMMON})", f"/search.json?q={COMMON}&run={RUN}"),
+            ("search", "search common word, all runs", f"/search.json?q={COMMON}")]
+    return out
+
+
+def measure(base: str, pid: int, steps: int, requests: int) -> list[tuple]:
+    rss = RSS(pid)
+    results = []
+    with httpx.Client(base_url=base, timeout=120) as client:
+        for group, label, path in endpoints(steps, client):
+            first = client.get(path)
+            times = []
+            for _ in range(requests):
+                t = time.perf_counter()
+                resp = client.get(path)
+                times.append((time.perf_counter() - t) * 1000)
+            times.sort()
+            p95 = times[min(len(times) - 1, int(round(0.95 * (len(times) - 1))))]
+            results.append((group, label, first.status_code, resp.status_code, statistics.median(times), p95))
+    return results, rss.stop()
+
+
+GOALS = {"chart": 300, "page": 300, "list": 200, "search": 500}
+
+
+def bench(label: str, url: str, n: int, steps: int, requests: int, reuse: bool = False,
+          load_only: bool = False) -> None:
+    engine = make_engine(url, writer=True)
+    upgrade(engine)
+    with engine.connect() as conn:
+        loaded = conn.execute(sa.select(sa.func.count()).select_from(models.StepRollup.__table__)).scalar()
+    if reuse and loaded:
+        print(f"[{label}] reusing the loaded database")
+        return serve_and_measure(label, url, steps, requests)
+    t = time.perf_counter()
+    (load_sqlite if url.startswith("sqlite") else load_postgres)(engine, n, steps)
+    t_load = time.perf_counter() - t
+    t = time.perf_counter()
+    with engine.begin() as conn:
+        n_steps = rollups.rebuild(conn, RUN)
+        # a second run for /compare: the same rollups under another id (rollups only, no rollouts)
+        conn.execute(models.Run.__table__.insert().values(id=f"{RUN}-copy", type="train", created_at=datetime.now(UTC)))
+        for table in (models.StepRollup.__table__, models.TaskRollup.__table__):
+            cols = [c.name for c in table.c if c.name not in ("pk", "run_id")]
+            conn.execute(table.insert().from_select(["run_id", *cols], sa.select(sa.literal(f"{RUN}-copy"),
+                         *[table.c[c] for c in cols]).where(table.c.run_id == RUN)))
+    t_rollup = time.perf_counter() - t
+    engine.dispose()
+    print(f"[{label}] loaded {n:,} rollouts over {steps:,} steps in {t_load:.0f} s (bulk); "
+          f"rollups of {n_steps} steps in {t_rollup:.1f} s")
+    if not load_only:
+        serve_and_measure(label, url, steps, requests)
+
+
+def serve_and_measure(label: str, url: str, steps: int, requests: int) -> None:
+    env = dict(os.environ, ROLLSCOPE_DATABASE_URL=url)
+    server = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:create_app", "--factory", "--port",
+                               str(PORT), "--log-level", "warning"], cwd=ROOT, env=env)
+    try:
+        base = f"http://127.0.0.1:{PORT}"
+        for _ in range(300):
+            try:
+                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        load_before = os.getloadavg()
+        results, peak = measure(base, server.pid, steps, requests)
+        load_after = os.getloadavg()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    load = lambda t: " ".join(f"{x:.1f}" for x in t)  # noqa: E731
+    print(f"[{label}] machine load average (1, 5, 15 min): {load(load_before)} before, {load(load_after)} after "
+          f"({os.cpu_count()} cores)")
+    print(f"[{label}] {'endpoint':58} {'status':>6} {'p50 ms':>8} {'p95 ms':>8}  goal")
+    for group, name, s0, s1, p50, p95 in results:
+        goal = GOALS[group]
+        ok = "ok" if p95 < goal and s0 == 200 else "MISSED"
+        print(f"[{label}] {name:58} {s1:>6} {p50:8.1f} {p95:8.1f}  <{goal} {ok}")
+    print(f"[{label}] server peak RSS: {peak / 2**20:.0f} MB (goal < 300 MB)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rollouts", type=int, default=1_000_000)
+    ap.add_argument("--steps", type=int, default=1_000)
+    ap.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
+    ap.add_argument("--requests", type=int, default=20)
+    ap.add_argument("--keep", type=Path, help="write the SQLite file here and keep it")
+    ap.add_argument("--reuse", action="store_true",
+                    help="time the databases a previous --keep run loaded (SQLite in --keep, Postgres rs_bench_analytics)")
+    ap.add_argument("--load-only", action="store_true", help="load (and keep) the databases, time nothing")
+    a = ap.parse_args()
+    if a.db in ("sqlite", "both"):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = (a.keep or Path(tmp)) / "bench-analytics.db"
+            if not a.reuse:
+                path.unlink(missing_ok=True)
+            bench("sqlite", f"sqlite:///{path}", a.rollouts, a.steps, a.requests, a.reuse, a.load_only)
+    if a.db in ("postgres", "both"):
+        import psycopg
+        from sqlalchemy.engine import make_url
+
+        u = make_url(PG)
+        name = "rs_bench_analytics"
+        admin = dict(host=u.host, port=u.port or 5432, user=u.username, password=u.password,
+                     dbname=u.database or "postgres", autocommit=True)
+        keep = a.reuse or a.load_only or a.keep is not None
+        with psycopg.connect(**admin) as c:
+            exists = c.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+            if not (a.reuse and exists):
+                c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                c.execute(f'CREATE DATABASE "{name}"')
+        try:
+            bench("postgres", u.set(database=name).render_as_string(hide_password=False), a.rollouts, a.steps,
+                  a.requests, a.reuse, a.load_only)
+        finally:
+            if not keep:
+                with psycopg.connect(**admin) as c:
+                    c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""Per-rollout numbers the training-step analytics aggregate: response length, tool errors,
+latencies, off-policy staleness, training–inference logprob mismatch and the trainer's own
+filter. Computed once per rollout from the native trace (no database), so the service can store
+them on the rollout summary and roll them up per training step without reading messages again.
+
+Sources of each number (first match wins):
+- response tokens: tokens of sampled (assistant) nodes, 0 for an empty response;
+- tool errors: `metrics.tool_errors` (verifiers, the demo), else tool messages whose
+  `extra.is_error` is true or whose text starts with `Error` (OpenAI/Anthropic tool-result habit);
+- model latency (seconds): `timing.agent.model.duration` (verifiers' timing), else Σ over calls of
+  `time.end − time.start`;
+- tool latency (seconds): `timing.agent.harness.duration`, Tunix `timing.env_time`, else Σ over
+  tool messages of their timestamp minus their parent's;
+- staleness: `step − policy_version_min`, the trainer steps between the weights that sampled the
+  rollout's oldest token and the step that trains on it (AReaL/prime-rl's "off-policy steps";
+  meaningful when the source counts policy versions in trainer steps, as both do);
+- mismatch: where a sampled token has both the inference engine's logprob (`logprobs`, the
+  behaviour logprobs) and the trainer's (`extra.trainer_logprobs` or `extra.old_logprobs` of the
+  node: verl's `old_log_probs`, prime-rl's recomputed logprobs), |Δ| = |trainer − behaviour| and
+  the importance ratio exp(trainer − behaviour); the count of ratios outside [0.8, 1.25] is the
+  share verl's `rollout_is` diagnostics and TIS papers report (Yao et al. 2025, "Your efficient
+  RL framework secretly brings you off-policy RL training");
+- trainer filter: `extra.trainer_filtered` of the rollout (true, or the trainer's reason string).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ingest.schema import Rollout
+
+RATIO_LOW, RATIO_HIGH = 0.8, 1.25
+TRAINER_LOGPROB_KEYS = ("trainer_logprobs", "old_logprobs")
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    return float(x) if math.isfinite(x) else None
+
+
+def _dig(d: Any, *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d
+
+
+def model_latency(r: Rollout) -> float | None:
+    """Seconds the model spent generating, or None when nothing timed it."""
+    recorded = _num(_dig(r.timing, "agent", "model", "duration"))
+    if recorded is not None:
+        return recorded
+    spans = [c.time.end - c.time.start for c in r.calls
+             if c.time and c.time.start is not None and c.time.end is not None]
+    return float(math.fsum(spans)) if spans else None
+
+
+def tool_latency(r: Rollout) -> float | None:
+    """Seconds spent in tools / the environment, or None when nothing timed it."""
+    for path in (("agent", "harness", "duration"), ("env_time",)):
+        recorded = _num(_dig(r.timing, *path))
+        if recorded is not None:
+            return recorded
+    spans = []
+    for n in r.nodes:
+        if n.message.role == "tool" and n.parent is not None and n.timestamp is not None:
+            parent_ts = r.nodes[n.parent].timestamp
+            if parent_ts is not None:
+                spans.append(n.timestamp - parent_ts)
+    return float(math.fsum(spans)) if spans else None
+
+
+def tool_errors(r: Rollout) -> int:
+    recorded = _num(r.metrics.get("tool_errors")) if r.metrics else None
+    if recorded is not None:
+        return int(recorded)
+    return sum(1 for n in r.nodes if n.message.role == "tool" and (
+        n.message.extra.get("is_error") is True or n.message.text().lstrip().startswith("Error")))
+
+
+def mismatch(r: Rollout) -> dict:
+    """Training–inference logprob mismatch over sampled tokens where both logprobs are recorded:
+    `{"tokens", "abs_sum", "abs_max", "out_of_range"}` (zeros and None max when none)."""
+    n, total, worst, outside = 0, [], None, 0
+    for node in r.nodes:
+        trainer = next((node.extra.get(k) for k in TRAINER_LOGPROB_KEYS if isinstance(node.extra.get(k), list)), None)
+        if trainer is None:
+            continue
+        for i, (b, t) in enumerate(zip(node.logprobs, trainer)):
+            if node.mask and (i >= len(node.mask) or not node.mask[i]):
+                continue
+            b, t = _num(b), _num(t)
+            if b is None or t is None:
+                continue
+            d = t - b
+            n += 1
+            total.append(abs(d))
+            worst = abs(d) if worst is None or abs(d) > worst else worst
+            ratio = math.exp(d) if d < 700 else math.inf
+            if not RATIO_LOW <= ratio <= RATIO_HIGH:
+                outside += 1
+    return {"tokens": n, "abs_sum": math.fsum(total), "abs_max": worst, "out_of_range": outside}
+
+
+def trainer_filtered(r: Rollout) -> str | None:
+    """The trainer's reason for dropping the rollout (`"filtered"` when it said only true)."""
+    v = r.extra.get("trainer_filtered") if r.extra else None
+    if v is True:
+        return "filtered"
+    if isinstance(v, str) and v:
+        return v[:200]
+    return None
+
+
+def rollout_metrics(r: Rollout, policy_version_min: int | None) -> dict:
+    """The summary columns of `rollout` these numbers fill (names as in app/db/models.py)."""
+    mm = mismatch(r)
+    staleness = r.step - policy_version_min if r.step is not None and policy_version_min is not None else None
+    return {
+        "n_response_tokens": sum(len(n.token_ids) for n in r.nodes if n.sampled or n.message.role == "assistant"),
+        "n_tool_errors": tool_errors(r),
+        "model_latency": model_latency(r),
+        "tool_latency": tool_latency(r),
+        "staleness": staleness,
+        "mismatch_tokens": mm["tokens"],
+        "mismatch_abs_sum": mm["abs_sum"] if mm["tokens"] else None,
+        "mismatch_abs_max": mm["abs_max"],
+        "mismatch_out_of_range": mm["out_of_range"],
+        "trainer_filtered": trainer_filtered(r),
+    }

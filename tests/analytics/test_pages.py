@@ -1,0 +1,155 @@
+"""The analytics pages through the real HTTP app on SQLite and Postgres: every registered chart
+with its JSON twin, CSV and drill-down URLs; the step page; task changes; compare; search with
+its deep links, maintained through replacement."""
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+
+from app import charts
+from ingest import demo
+from tests.helpers import ingest, rollout, write_jsonl
+
+
+@pytest.fixture
+def demo_run(engine, tmp_path):
+    path = tmp_path / "demo.jsonl"
+    demo.write(path, steps=6, groups=3, group_size=4, tokenizer=False)
+    report = ingest(engine, path)
+    assert report.ok
+    return "demo-grpo"
+
+
+def test_every_chart_json_csv_html_and_drilldown(client, demo_run):
+    for chart_id, chart in charts.REGISTRY.items():
+        d = client.get(f"/runs/{demo_run}/charts/{chart_id}.json").json()
+        assert d["chart"]["id"] == chart_id and d["chart"]["caption"] == chart.caption
+        fig = d["figure"]
+        assert "layout" in fig
+        points = 0
+        for t in fig["data"]:
+            urls = t["customdata"] if t["type"] != "heatmap" else [u for row in t["customdata"] for u in row]
+            assert urls and all(u.startswith("/runs/demo-grpo/") for u in urls), chart_id
+            points += len(urls) if t["type"] != "heatmap" else sum(v is not None for row in t["z"] for v in row)
+        if chart_id in ("endings", "reward", "task_heatmap", "lengths", "turns", "latency", "groups", "advantages",
+                        "no_gradient", "staleness"):
+            assert fig["data"], chart_id  # the demo records all of these
+        resp = client.get(f"/runs/{demo_run}/charts/{chart_id}.csv")
+        assert resp.headers["content-type"].startswith("text/csv")
+        rows = list(csv.DictReader(io.StringIO(resp.text)))
+        assert len(rows) <= points and (not points or rows)
+        page = client.get(f"/runs/{demo_run}/charts/{chart_id}")
+        assert page.status_code == 200 and chart.title in page.text
+
+
+def test_chart_numbers_match_the_rollouts(client, demo_run):
+    rows = []
+    url = f"/runs/{demo_run}/rollouts.json?limit=1000"
+    rows = client.get(url).json()["rollouts"]
+    fig = client.get(f"/runs/{demo_run}/charts/endings.json").json()["figure"]
+    errors = next(t for t in fig["data"] if t["name"] == "error")
+    for step, share, link in zip(errors["x"], errors["y"], errors["customdata"]):
+        at = [r for r in rows if r["step"] == step]
+        assert share == pytest.approx(sum(r["ending"] == "error" for r in at) / len(at))
+        assert link == f"/runs/{demo_run}/rollouts?step={step}&ending=error"
+    reward = client.get(f"/runs/{demo_run}/charts/reward.json").json()["figure"]
+    mean0 = next(t for t in reward["data"] if t["name"] == "mean (errors scored 0)")
+    for step, m in zip(mean0["x"], mean0["y"]):
+        vals = [0.0 if r["ending"] == "error" else r["reward"] for r in rows if r["step"] == step
+                and (r["ending"] == "error" or r["reward"] is not None)]
+        assert m == pytest.approx(sum(vals) / len(vals))
+
+
+def test_step_range_and_moving_average(client, demo_run):
+    d = client.get(f"/runs/{demo_run}/charts/reward.json?steps=2-4&smooth=3").json()
+    xs = {x for t in d["figure"]["data"] for x in t["x"]}
+    assert xs == {2, 3, 4}
+    names = [t["name"] for t in d["figure"]["data"]]
+    assert "mean (errors scored 0) (avg 3)" in names and "mean (errors scored 0)" in names  # raw kept
+    assert client.get(f"/runs/{demo_run}/charts/reward.json?steps=4-2").status_code == 422
+    assert client.get(f"/runs/{demo_run}/charts/reward.json?steps=abc").status_code == 422
+    assert client.get(f"/runs/{demo_run}/charts/nope.json").status_code == 404
+
+
+def test_step_page_tells_the_story(client, engine, tmp_path):
+    rs = [rollout(f"a{i}", run="r1", step=3, group="g1", index=i, reward=float(i % 2),
+                  ending="error" if i >= 6 else "submitted", task={"key": "t<b>1</b>"}) for i in range(8)]
+    for r in rs[6:]:
+        r.ending.detail = "sandbox_crash"
+    rs += [rollout(f"b{i}", run="r1", step=3, group="g2", index=i, reward=1.0, task={"key": "t2"}) for i in range(4)]
+    rs += [rollout(f"c{i}", run="r1", step=2, group="g0", index=i, reward=0.5, task={"key": "t<b>1</b>"}) for i in range(4)]
+    ingest(engine, write_jsonl(tmp_path / "s.jsonl", rs))
+    d = client.get("/runs/r1/steps/3.json").json()
+    assert d["rollouts"] == 12 and d["previous_url"] == "/runs/r1/steps/2" and d["next_url"] is None
+    err = next(e for e in d["endings"] if e["ending"] == "error")
+    assert err["count"] == 2 and err["details"] == [{"detail": "sandbox_crash", "count": 2}]
+    assert [h["step"] for h in d["history"]] == [2, 3]
+    assert d["groups"]["table"][0]["group_id"] == "g1"  # most affected first
+    assert d["groups"]["zero_variance"]["errors_dropped"] == 1  # g2: all 1.0
+    reasons = {r["rollout_id"]: r["reason"] for r in d["no_gradient"]["rollouts"]}
+    assert reasons == {"a6": "error_dropped", "a7": "error_dropped", "b0": "zero_variance_group",
+                       "b1": "zero_variance_group", "b2": "zero_variance_group", "b3": "zero_variance_group"}
+    task = next(t for t in d["tasks"] if t["task"] == "t<b>1</b>")
+    assert task["previous_mean_reward"] == 0.5 and task["errors"] == 2
+    html = client.get("/runs/r1/steps/3").text
+    assert "t&lt;b&gt;1&lt;/b&gt;" in html and "<b>1</b>" not in html and "sandbox_crash" in html
+    assert client.get("/runs/r1/steps/9").status_code == 404
+    assert client.get("/runs/r1/steps/x").status_code == 422
+    changes = client.get("/runs/r1/task-changes.json?a=2&b=3").json()
+    t1 = next(t for t in changes["tasks"] if t["task"] == "t<b>1</b>")
+    assert t1["endings"]["error"] == [0, 2] and t1["url_b"] == "/runs/r1/rollouts?step=3&task=t%3Cb%3E1%3C%2Fb%3E"
+    assert "t<b>1</b>" in client.get("/runs/r1/task-changes.csv?a=2&b=3").text
+
+
+def test_compare_two_runs(client, engine, tmp_path):
+    rs = [rollout(f"x{s}-{i}", run="base", step=s, reward=float(i % 2), task={"key": "t1"}) for s in range(3) for i in range(4)]
+    rs += [rollout(f"y{s}-{i}", run="new", step=s, reward=1.0, ending="error" if i == 0 else "submitted",
+                   task={"key": "t1"}) for s in range(3) for i in range(4)]
+    ingest(engine, write_jsonl(tmp_path / "c.jsonl", rs))
+    d = client.get("/compare.json?runs=base,new").json()
+    assert [r["id"] for r in d["runs"]] == ["base", "new"]
+    err = next(e for e in d["endings"] if e["ending"] == "error")
+    assert err["counts"] == [0, 3] and err["delta"] == pytest.approx(0.25)
+    fig = client.get(d["charts"]["reward"]["json_url"]).json()["figure"]
+    names = [t["name"] for t in fig["data"]]
+    assert "base: mean (errors scored 0)" in names and "new: mean (errors scored 0)" in names
+    assert d["tasks"][0]["mean_reward"] == [pytest.approx(0.5), pytest.approx(0.75)]
+    assert client.get("/compare").status_code == 422
+    assert client.get("/compare.json?runs=base,missing").status_code == 404
+    assert client.get("/compare?runs=base,new").status_code == 200
+    rows = list(csv.DictReader(io.StringIO(client.get(d["charts"]["endings"]["csv_url"]).text)))
+    assert {r["series"] for r in rows} >= {"base: submitted", "new: error"}
+    assert client.get("/compare/charts/task_heatmap.json?runs=base,new").status_code == 404
+    assert client.get("/compare/charts/reward.json?runs=base").status_code == 422
+
+
+def test_search_hits_link_to_messages_and_follow_replacement(client, engine, tmp_path):
+    msgs = [{"role": "user", "content": "Please fix the <script>alert(1)</script> zanzibar bug"},
+            {"role": "assistant", "content": "Looking at zanzibar now"}]
+    ingest(engine, write_jsonl(tmp_path / "a.jsonl", [rollout("q1", run="r1", messages=msgs),
+                                                      rollout("q2", run="r2", messages=[msgs[0]])]))
+    d = client.get("/search.json?q=zanzibar").json()
+    assert len(d["hits"]) == 3
+    assert {h["run_id"] for h in d["hits"]} == {"r1", "r2"}
+    one = client.get("/search.json?q=zanzibar&run=r1").json()["hits"]
+    assert len(one) == 2 and {h["node_idx"] for h in one} == {0, 1}
+    hit = next(h for h in one if h["node_idx"] == 1)
+    assert any(s["hit"] and s["text"].lower() == "zanzibar" for s in hit["snippet"])
+    resp = client.get(hit["url"], follow_redirects=False)
+    assert resp.status_code == 307 and resp.headers["location"] == "/runs/r1/rollouts/q1?branch=0&offset=0#node-1"
+    html = client.get("/search?q=zanzibar+bug").text
+    assert "<mark>zanzibar</mark>" in html.lower() and "<script>alert" not in html
+    assert client.get("/search.json?q=zanzibar+nowhere").json()["hits"] == []
+    # paging
+    first = client.get("/search.json?q=zanzibar&limit=2").json()
+    assert len(first["hits"]) == 2 and first["next_url"]
+    rest = client.get(first["next_url"].replace("/search?", "/search.json?")).json()
+    assert len(rest["hits"]) == 1
+    # a replaced rollout's old text leaves the index with it
+    ingest(engine, write_jsonl(tmp_path / "b.jsonl", [rollout("q1", run="r1", messages=[
+        {"role": "user", "content": "now about quokka"}, {"role": "assistant", "content": "ok"}])]))
+    assert {h["run_id"] for h in client.get("/search.json?q=zanzibar").json()["hits"]} == {"r2"}
+    assert len(client.get("/search.json?q=quokka").json()["hits"]) == 1
+    assert client.get("/search.json?q=%22%27%28%29*").json()["hits"] == []  # no words: nothing
