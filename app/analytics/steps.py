@@ -190,11 +190,38 @@ def weighted_mean(pairs: list[tuple[float | None, int]]) -> float | None:
     return out if math.isfinite(out) else None
 
 
+def exact_total_mean(stats: list[StepStats], policy: str) -> float | None:
+    """The mean reward over all the steps' rollouts under `policy` ("errors_as_zero" or
+    "errors_dropped"), exactly rounded: `fsum` of every step's exact partial sums
+    (app/store/rollups.py `exact_partials`) over the total count. None when a step lacks its
+    partials (a sum that overflowed) or nothing is scored; callers then weight the step means."""
+    parts: list[float] = []
+    n = 0
+    for s in stats:
+        k = s.get("reward", policy, "n", default=0)
+        if not k:
+            continue
+        p = s.get("reward", policy, "partials")
+        if p is None:
+            return None
+        parts += p
+        n += k
+    if not n:
+        return None
+    m = math.fsum(parts) / n
+    return m if math.isfinite(m) else None
+
+
 def run_totals(stats: list[StepStats]) -> dict:
-    """Counts per ending, no-gradient reasons and agents summed over steps; mean rewards weighted."""
+    """Counts per ending, no-gradient reasons and agents summed over steps; mean rewards exactly
+    rounded over all rollouts (`exact_total_mean`), else weighted step means."""
     endings = {e: sum(s.endings[e] for s in stats) for e in ENDINGS}
-    m0 = weighted_mean([(s.mean_reward, s.scored) for s in stats])
-    m1 = weighted_mean([(s.mean_reward_no_errors, s.get("reward", "errors_dropped", "n", default=0)) for s in stats])
+    m0 = exact_total_mean(stats, "errors_as_zero")
+    if m0 is None:
+        m0 = weighted_mean([(s.mean_reward, s.scored) for s in stats])
+    m1 = exact_total_mean(stats, "errors_dropped")
+    if m1 is None:
+        m1 = weighted_mean([(s.mean_reward_no_errors, s.get("reward", "errors_dropped", "n", default=0)) for s in stats])
     agents: dict[str, int] = {}
     findings: dict[str, int] = {}
     for s in stats:

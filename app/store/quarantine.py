@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -14,19 +14,20 @@ from ingest.source import RecordError
 Q = models.Quarantine.__table__
 
 
-def _row(err: RecordError) -> dict:
+def _row(err: RecordError, context: dict | None = None) -> dict:
     raw = err.raw or ""
     sha = hashlib.sha256(raw.encode("utf-8", "replace") + str(err).encode()).hexdigest()
     return dict(source_file=err.file, line=err.line, field=err.field, error=err.message,
-                raw=raw[:4096], raw_sha256=sha, created_at=models.utcnow())
+                raw=raw[:4096], raw_sha256=sha, created_at=models.utcnow(), context=context)
 
 
-def quarantine_many(conn: sa.Connection, errors: list[RecordError]) -> int:
-    """Record rejected records, each once (by file, line and content): one query for what is
-    already there, one insert for the rest. Returns how many were new."""
+def quarantine_many(conn: sa.Connection, errors: list[RecordError], *, context: dict | None = None) -> int:
+    """Record rejected records, each once (by file, line and content), with `context` (how the
+    input was read: `IngestContext` as a dict, or None): one query for what is already there,
+    one insert for the rest. Returns how many were new."""
     rows: dict[tuple, dict] = {}
     for err in errors:
-        row = _row(err)
+        row = _row(err, context)
         rows.setdefault((row["source_file"], row["line"], row["raw_sha256"]), row)
     if not rows:
         return 0
@@ -75,12 +76,6 @@ class IngestContext:
     step: int | None = None
     format: str | None = None
     root: str | None = None
-
-
-def remember_context(engine: Engine, source_file: str, context: IngestContext) -> None:
-    """Attach `context` to every quarantined record of `source_file` (the latest ingest's)."""
-    with engine.begin() as conn:
-        conn.execute(Q.update().where(Q.c.source_file == source_file).values(context=asdict(context)))
 
 
 def files_to_retry(engine: Engine) -> list[tuple[str, IngestContext | None]]:

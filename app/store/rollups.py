@@ -68,6 +68,27 @@ def _mean(values: list[float]) -> float | None:
     return m if math.isfinite(m) else None
 
 
+def exact_partials(values: list[float]) -> list[float] | None:
+    """Non-overlapping floats whose exact sum is the exact sum of `values` (Shewchuk's partials,
+    the algorithm behind `math.fsum`; Python recipe 393090). A step keeps them so that a run's
+    total over its steps is exactly rounded too: `fsum` of every step's partials. None when an
+    intermediate sum overflows (huge finite values); callers then weight the step means."""
+    partials: list[float] = []
+    for x in values:
+        i = 0
+        for y in partials:
+            if abs(x) < abs(y):
+                x, y = y, x
+            hi = x + y
+            lo = y - (hi - x)
+            if lo:
+                partials[i] = lo
+                i += 1
+            x = hi
+        partials[i:] = [x]
+    return partials if all(math.isfinite(p) for p in partials) else None
+
+
 def quantiles(values: list[float]) -> dict:
     """mean, p10, median, p90 (numpy's linear interpolation) of finite values; None when empty."""
     if not values:
@@ -178,7 +199,8 @@ def compute_step(rows: list[Mapping], *, max_staleness: int | None = None) -> tu
     stats = {
         "endings": {e: endings.get(e, 0) for e in ENDINGS},
         "ending_details": {e: dict(c.most_common(20)) for e, c in sorted(details.items())},
-        "reward": {"errors_as_zero": quantiles(with_err), "errors_dropped": quantiles(no_err)},
+        "reward": {"errors_as_zero": quantiles(with_err) | {"partials": exact_partials(with_err)},
+                   "errors_dropped": quantiles(no_err) | {"partials": exact_partials(no_err)}},
         "lengths": {
             "response_tokens": quantiles([float(r["n_response_tokens"]) for r in rows]),
             "empty_responses": sum(1 for r in rows if r["n_response_tokens"] == 0),

@@ -190,11 +190,12 @@ def _executemany(conn: sa.Connection, table: sa.Table, columns: tuple[str, ...],
 
 def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordError], *,
                 known_runs: set[str] | None = None, quarantined_files: set[str] | None = None,
-                force: bool = False) -> StoreResult:
+                force: bool = False, quarantine_context: dict | None = None) -> StoreResult:
     """Write prepared rollouts (distinct identities) and quarantine `errors`, in the caller's
     transaction, with a constant number of statements. `force`: replace a stored rollout even
-    when its content is unchanged (re-checking stored rollouts). Raises on any database error:
-    the caller rolls back and uses `write_one_by_one`."""
+    when its content is unchanged (re-checking stored rollouts). `quarantine_context`: how the
+    input was read, kept with its quarantined records (app.store.quarantine.IngestContext).
+    Raises on any database error: the caller rolls back and uses `write_one_by_one`."""
     res = StoreResult()
     known_runs = known_runs if known_runs is not None else set()
     if batch:
@@ -223,7 +224,7 @@ def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordE
         recheck_groups(conn, res.groups)
         _run_hooks(conn, written)
     if errors:
-        quarantine_many(conn, errors)
+        quarantine_many(conn, errors, context=quarantine_context)
         res.rejected += len(errors)
     return res
 
@@ -274,7 +275,7 @@ def _write_one(conn: sa.Connection, p: Prepared, groups: set[tuple[str, str]], f
 
 
 def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[RecordError], *,
-                     force: bool = False) -> StoreResult:
+                     force: bool = False, quarantine_context: dict | None = None) -> StoreResult:
     """Write a batch inside the caller's transaction, each rollout in its own savepoint (with
     its share of `BATCH_HOOKS`).
 
@@ -312,7 +313,7 @@ def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[Re
                 break
     recheck_groups(conn, res.groups)
     if errors or refused:
-        quarantine_many(conn, [*errors, *refused])
+        quarantine_many(conn, [*errors, *refused], context=quarantine_context)
     res.errors += refused
     res.rejected += len(errors) + len(refused)
     return res
@@ -415,7 +416,8 @@ def _with_retries(engine: Engine, write, in_transaction, last_item, total: Store
 
 def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=None,
           batch_size: int = BATCH, in_transaction: Callable[[sa.Connection, object], None] | None = None,
-          context: CheckContext | None = None, force: bool = False) -> StoreResult:
+          context: CheckContext | None = None, force: bool = False,
+          quarantine_context: dict | None = None) -> StoreResult:
     """Store a stream of rollouts and rejections, `batch_size` rollouts per transaction.
 
     Rollouts are prepared (rows, checks, hash) before the transaction opens. Rejections are
@@ -426,6 +428,7 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     is counted in `repeated`; the later one wins. `context`: the run's tokenizer and chat template
     for the checks (None: the checks that need them record that they could not decide).
     `force`: replace stored rollouts whose content is unchanged too (`rollscope recheck`).
+    `quarantine_context`: how the input was read, kept with its quarantined records.
     """
     total = StoreResult()
     pending: list[Rollout] = []
@@ -449,13 +452,15 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
         try:
             res = _with_retries(engine, lambda conn: write_batch(
                 conn, prepared, batch_errors, known_runs=known_runs, force=force,
+                quarantine_context=quarantine_context,
                 quarantined_files=_quarantined_files(conn, prepared, files_checked, quarantined_files)),
                 in_transaction, last[0], total)
         except Exception as exc:  # noqa: BLE001 - the fallback isolates the one that failed
             if database_gone(exc):
                 raise  # retried already: the database is down, writing row by row cannot help
             with engine.begin() as conn:
-                res = write_one_by_one(conn, prepared, batch_errors, force=force)
+                res = write_one_by_one(conn, prepared, batch_errors, force=force,
+                                       quarantine_context=quarantine_context)
                 if in_transaction:
                     in_transaction(conn, last[0])
             res.fallbacks += 1

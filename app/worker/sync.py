@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from sqlalchemy.engine import Engine
@@ -21,7 +21,7 @@ from ingest.formats import registry as _registry  # noqa: F401 - formats.registr
 from ingest.formats import ReadContext
 from ingest.files import TRACE_SUFFIXES, read_records, walk
 from ingest.source import RecordError, Source, open_source
-from app.store.quarantine import IngestContext, quarantine_many, remember_context
+from app.store.quarantine import IngestContext, quarantine_many
 from app.store.write import BATCH, StoreResult, database_gone, ensure_run, store, store_tokenizer
 
 
@@ -109,8 +109,7 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
             # Named on the command line: rejected. Found in a folder: a broken file with a trace
             # file's name (.json, .jsonl, .csv) is rejected too; anything else is skipped (not a trace).
             if explicit or (source is None and path.suffix.lower() in TRACE_SUFFIXES):
-                _reject_file(engine, report, exc)
-                _remember(engine, path, file_ctx)
+                _reject_file(engine, report, exc, file_ctx)
             else:
                 report.skipped.append((str(path), exc.message))
             continue
@@ -120,7 +119,7 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
 
         try:
             result = store(engine, read_records(reader, source, file_ctx, file_errors), on_item=on_item,
-                           batch_size=batch_size, context=check_context)
+                           batch_size=batch_size, context=check_context, quarantine_context=_context(file_ctx))
         except Exception as exc:  # noqa: BLE001 - one file must not stop the others
             if database_gone(exc):  # not this file's fault: stop, saying how far it got
                 exc.rollouts_committed = (getattr(exc, "rollouts_committed", 0)  # type: ignore[attr-defined]
@@ -128,12 +127,9 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
                 raise
             err = RecordError(str(path), source.last_line, None,
                               f"ingest of this file stopped: {type(exc).__name__}: {exc}", source.last_raw)
-            _reject_file(engine, report, err)
-            _remember(engine, path, file_ctx)
+            _reject_file(engine, report, err, file_ctx)
             continue
         file_errors += result.errors
-        if file_errors:
-            _remember(engine, path, file_ctx)
         report.files.append(FileReport(str(path), reader.NAME, result, file_errors))
         report.errors += file_errors
         report.total.add(result)
@@ -154,13 +150,13 @@ def _files(paths: list[Path], roots: dict[Path, Path]):
             yield path, explicit, root
 
 
-def _remember(engine: Engine, path: Path, ctx: ReadContext) -> None:
-    remember_context(engine, str(path), IngestContext(
-        cwd=os.getcwd(), run=ctx.run_id, step=ctx.step, format=ctx.format,
-        root=str(ctx.root.resolve()) if ctx.root is not None else None))
+def _context(ctx: ReadContext) -> dict:
+    """How a file is read, kept with its quarantined records (`--retry-quarantined`)."""
+    return asdict(IngestContext(cwd=os.getcwd(), run=ctx.run_id, step=ctx.step, format=ctx.format,
+                                root=str(ctx.root.resolve()) if ctx.root is not None else None))
 
 
-def _reject_file(engine: Engine, report: IngestReport, err: RecordError) -> None:
+def _reject_file(engine: Engine, report: IngestReport, err: RecordError, ctx: ReadContext) -> None:
     report.errors.append(err)
     with engine.begin() as conn:
-        quarantine_many(conn, [err])
+        quarantine_many(conn, [err], context=_context(ctx))
