@@ -56,6 +56,8 @@ serve: $(STAMP)
 test: $(STAMP)
 	./scripts/ensure-services.sh
 	$(PY) -m pytest -n 2 -q
+	# then, alone: the test that restarts the Postgres server (nothing else may use it meanwhile)
+	ROLLSCOPE_TEST_PG_RESTART=1 $(PY) -m pytest -q tests/worker/test_pg_restart.py
 
 schema: $(STAMP)
 	$(RS) schema --out docs/rollscope-1.schema.json

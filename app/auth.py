@@ -19,6 +19,7 @@ from typing import Annotated, Literal
 
 import sqlalchemy as sa
 from fastapi import Depends, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.engine import Engine
 
 from app.db import models
@@ -187,8 +188,10 @@ class ReadTokenGate:
 
         request = Request(scope)
         token = bearer(request)
-        info = verify(self.engine, token) if token else None
-        if info is None:  # the one error shape for JSON clients, the error page for browsers
+        # verify() queries the database: in the thread pool, never on the event loop
+        info = await run_in_threadpool(verify, self.engine, token) if token else None
+        if info is None:
+            # the one error shape for JSON clients and the API, the error page for a browser
             response = error_response(request, 401, "reading needs a token (ROLLSCOPE_REQUIRE_READ_TOKEN is set): "
                                       "send `Authorization: Bearer <token>` or add `?token=`",
                                       headers={"WWW-Authenticate": "Bearer"})

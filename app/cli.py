@@ -518,6 +518,7 @@ def main() -> None:
     debug = "--debug" in sys.argv[1:]
     if debug:
         sys.argv.remove("--debug")
+    sys.argv[1:] = hoist_db(sys.argv[1:])
     try:
         code = app(standalone_mode=False)  # click returns a command's exit code instead of exiting
         raise SystemExit(code if isinstance(code, int) else 0)
@@ -547,6 +548,26 @@ def main() -> None:
         console.print(Text.assemble(("error: ", "red"), f"{type(exc).__name__}: {detail} (--debug shows the traceback)"),
                       soft_wrap=True)
         raise SystemExit(1) from None
+
+
+def hoist_db(args: list[str]) -> list[str]:
+    """`--db URL` (or `--db=URL`) is accepted anywhere on the command line, before or after the
+    command (`rollscope ingest x.jsonl --db sqlite:///x.db`): moved to the front, where the
+    group's option is parsed. A `--db` after `--` is left alone."""
+    end = args.index("--") if "--" in args else len(args)
+    head, rest, moved, i = args[:end], args[end:], [], 0
+    kept: list[str] = []
+    while i < len(head):
+        if head[i] == "--db" and i + 1 < len(head):
+            moved += head[i:i + 2]
+            i += 2
+            continue
+        if head[i].startswith("--db="):
+            moved.append(head[i])
+        else:
+            kept.append(head[i])
+        i += 1
+    return moved + kept + rest
 
 
 def click_exceptions() -> tuple[type[Exception], ...]:

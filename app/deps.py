@@ -1,10 +1,11 @@
 """Request dependencies, as Annotated aliases in one place."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, Request, Security
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPBearer
 from sqlmodel import Session
 
@@ -13,9 +14,16 @@ from app.config import Settings
 from app.errors import ApiError
 
 
-def get_session(request: Request) -> Iterator[Session]:
-    with Session(request.app.state.engine) as session:
+async def get_session(request: Request) -> AsyncIterator[Session]:
+    """A session for the request. Opening one touches no database (a connection is taken on the
+    first query, in the endpoint's thread), so it opens on the event loop; closing it returns the
+    connection to the pool, which is database work, so it closes in the thread pool. Each hop to
+    the thread pool waits for the GIL behind busy threads: under load they add up (bench/load.py)."""
+    session = Session(request.app.state.engine)
+    try:
         yield session
+    finally:
+        await run_in_threadpool(session.close)
 
 
 def get_settings_dep(request: Request) -> Settings:
@@ -36,9 +44,10 @@ def _query_names(dependant) -> set[str]:
     return names
 
 
-def refuse_unknown_query(request: Request) -> None:
+async def refuse_unknown_query(request: Request) -> None:
     """422 `unknown_parameter` for a query parameter the endpoint does not take: a typo
-    (`?stepp=3`) must not silently return everything. Put on a router (`dependencies=[...]`)."""
+    (`?stepp=3`) must not silently return everything. Put on a router (`dependencies=[...]`).
+    Pure computation: it runs on the event loop, without a hop to the thread pool."""
     route = request.scope.get("route")
     dependant = getattr(route, "dependant", None)
     if dependant is None:
@@ -77,11 +86,14 @@ def require_scope(scope: str):
     """A dependency: the request's token, which must allow `scope` (admin ⊇ write ⊇ read); for
     `read` without a token, None unless reading needs a token."""
 
-    def dependency(request: Request, _doc=Security(BEARER)):
+    async def dependency(request: Request, _doc=Security(BEARER)):
         # A token sent with a read is checked even when reading is open: a wrong token is a
         # misconfigured client (401), and a right one names the request in the log.
         sent = auth.bearer(request) is not None
-        info = auth.require(scope, optional_for_read=not sent)(request)
+        check = auth.require(scope, optional_for_read=not sent)
+        # Without a token nothing is looked up (open reading, or a 401): decided on the event
+        # loop; a token is verified against the database in the thread pool.
+        info = await run_in_threadpool(check, request) if sent else check(request)
         if info is not None:
             request.state.token_name = token_label(info)
         return info

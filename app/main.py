@@ -6,7 +6,6 @@ from pathlib import Path
 from urllib.parse import parse_qsl, unquote
 
 import logging
-import time
 
 import sqlalchemy as sa
 from fastapi import APIRouter, FastAPI, Request
@@ -14,11 +13,13 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
 from app import errors, urls
+from app.asgi import HttpMiddleware, Observed
 from app.auth import ReadTokenGate
 from app.api.v1 import router as api_v1
 from app.config import Settings, get_settings
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
+from app.render import compile_templates
 from app.routes import ingest_http, pages, receive, status
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
@@ -89,10 +90,12 @@ class HeadAsGet:
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
-    """Build the app for `settings` (default: from the environment); migrates the database."""
+    """Build the app for `settings` (default: from the environment); migrates the database and
+    compiles the page templates (so a new server worker's first requests do not)."""
     settings = settings or get_settings()
     engine = make_engine(settings.db.url, pool_size=settings.db.pool_size, max_overflow=settings.db.max_overflow)
     upgrade(engine)
+    compile_templates()
     app = FastAPI(title="Rollscope API", version="1.0.0", description=API_DESCRIPTION,
                   openapi_url="/api/openapi.json", docs_url=None, redoc_url=None)
     app.state.settings = settings
@@ -117,34 +120,50 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(ReadTokenGate, engine=engine, required=settings.require_read_token)
     app.add_middleware(RoutingPath)  # inside security_headers, so its 400s get the headers too
 
-    @app.middleware("http")
-    async def request_log(request: Request, call_next):
-        """One line per request: method, path, status, milliseconds, and the token's name."""
-        request.state.token_name = None
-        start = time.perf_counter()
-        response = await call_next(request)
-        raw = request.scope.get("raw_path")  # as sent: an id's %2F stays visible
-        path = raw.decode("latin-1") if raw else request.url.path
-        access_log.info("%s %s %d %.1fms token=%s", request.method, path, response.status_code,
-                        (time.perf_counter() - start) * 1000, request.state.token_name or "-")
-        return response
-
-    @app.middleware("http")
-    async def security_headers(request: Request, call_next):
-        response = await call_next(request)
-        response.headers.setdefault("Content-Security-Policy", CSP)
-        response.headers.setdefault("X-Content-Type-Options", "nosniff")
-        return response
-
+    app.add_middleware(RequestLog)
+    app.add_middleware(SecurityHeaders)
     app.add_middleware(HeadAsGet)  # added last: outermost
 
     errors.install(app)
     return app
 
 
+class RequestLog(Observed):
+    """One line per request (`rollscope.access`): method, path as sent, status, milliseconds,
+    and the token's name (set on `request.state.token_name` by the token dependency)."""
+
+    async def http(self, scope, receive, send):
+        scope.setdefault("state", {})["token_name"] = None
+        await super().http(scope, receive, send)
+
+    def observe(self, scope, status: int, seconds: float) -> None:
+        raw = scope.get("raw_path")  # as sent: an id's %2F stays visible
+        path = raw.decode("latin-1") if raw else scope["path"]
+        access_log.info("%s %s %d %.1fms token=%s", scope["method"], path, status, seconds * 1000,
+                        scope["state"].get("token_name") or "-")
+
+
+class SecurityHeaders(HttpMiddleware):
+    """The CSP and `nosniff` on every HTTP response (unless the response set its own)."""
+
+    HEADERS = ((b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"))
+
+    async def http(self, scope, receive, send):
+        async def send_headers(message):
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {k.lower() for k, _ in headers}
+                headers += [(k, v) for k, v in self.HEADERS if k not in present]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_headers)
+
+
 API_DESCRIPTION = """Rollscope's REST API for operators: runs, training steps, metrics, groups with
 both baselines, rollouts (filters, keyset pages, `fields=`), one rollout's envelope, graph and
-branches, token arrays (JSON or `application/x-ndarray`), findings.
+branches, token arrays (JSON or `application/x-ndarray`), findings, labels and notes, and a run's
+export in every `rollscope export` format, streamed.
 
 Errors: `{"error": {"code", "message", "field"}}`. Reading is open unless
 `ROLLSCOPE_REQUIRE_READ_TOKEN=1` is set; writing needs `Authorization: Bearer <token>` with the

@@ -261,7 +261,6 @@ def load() -> str:
 def drain_spool(work: Path, mb: int) -> None:
     """Fill a spool with `mb` MB of workload files, drain it with `rollscope worker --once` in a
     child process (SQLite), and print rollouts/s and the child's peak RSS."""
-    import resource
     import subprocess
 
     spool = work / "big-spool" / "bench"
@@ -276,19 +275,22 @@ def drain_spool(work: Path, mb: int) -> None:
         rng_seed += 1
     url = f"sqlite:///{work / 'spool.db'}"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ROLLSCOPE_DATABASE_URL": url}
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "app.cli", "worker", "--spool", str(spool.parent), "--once"], env=env,
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--spool", str(spool.parent), "--once"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS (not other children's)
+    proc.returncode = os.waitstatus_to_exitcode(status)
     dt = time.perf_counter() - t
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    if proc.returncode:
+        raise RuntimeError(f"worker exited {proc.returncode}")
+    rss = usage.ru_maxrss / 1024
     engine = make_engine(url)
     with engine.connect() as c:
         stored = c.execute(sa.select(sa.func.count()).select_from(models.Rollout.__table__)).scalar_one()
     engine.dispose()
     print(f"[sqlite] spool of {size / 1e9:.2f} GB ({n} rollouts, {rng_seed} files) drained by `rollscope worker "
           f"--once`: {stored} stored in {dt:.1f} s = {stored / dt:,.0f} rollouts/s; worker peak RSS "
-          f"{rss:,.0f} MB{' (an earlier child may hold the peak)' if before else ''}; {load()}")
+          f"{rss:,.0f} MB; {load()}")
 
 
 def latency(work: Path, n: int = 20) -> None:

@@ -2,17 +2,24 @@
 Postgres. Prints p50 / p99 latency and the error count per endpoint and overall.
 
 The server is the real one (`rollscope serve --workers N` in a subprocess, over TCP); the data
-is the demo run (`rollscope demo`), ingested before the readers start; during the measurement a
-second demo run is ingested by `rollscope ingest` in another process. Readers are threads with
-one httpx client each, cycling through: the rollouts list page, a rollout page, the run page
-(both charts), the API's rollouts list, one rollout and the run metrics. Any status other than
-200 or a transport error counts as an error. Goal (issue 12): zero errors, p99 under 1 s.
+is the demo run (`rollscope demo`), ingested before the readers start; during the measurement the
+ingest worker (`rollscope worker`, another process) ingests a second demo run (run `live`, 1,920
+rollouts) from its spool folder. Readers are threads with one httpx client each, cycling through: the rollouts list page, a rollout page, the run page
+(both charts), the API's rollouts list, one rollout and the run metrics, first for `--warmup`
+seconds unmeasured (every server worker warms its pools and caches), then for `--seconds`
+measured while the worker ingests. Any status other than 200 or a transport error counts as an
+error, in both phases. Goal (issue 12): zero errors, p99 under 1 s.
 
-Run: `.venv/bin/python bench/load.py [--seconds 20] [--readers 16] [--workers 2] [--db sqlite,postgres]`.
+The machine is shared, so the load average (`os.getloadavg()`) is printed beside the figures,
+before and after each measurement.
+
+Run: `.venv/bin/python bench/load.py [--seconds 20] [--warmup 5] [--readers 16] [--workers 2]
+[--db sqlite,postgres]`.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -65,12 +72,27 @@ def _percentile(values: list[float], p: float) -> float:
     return values[k]
 
 
-def measure(db: str, url: str, tmp: Path, *, seconds: float, readers: int, workers: int) -> None:
+def _load() -> str:
+    return "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def _as_run(src: Path, dst: Path, run: str) -> None:
+    """`src` (native JSONL) with every rollout moved to `run`."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with src.open() as f, dst.open("w") as out:
+        for line in f:
+            rec = json.loads(line)
+            rec["run"] = {**rec.get("run", {}), "id": run}
+            out.write(json.dumps(rec) + "\n")
+
+
+def measure(db: str, url: str, tmp: Path, *, seconds: float, warmup: float, readers: int, workers: int) -> None:
     env = {**os.environ, "ROLLSCOPE_DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
     base_file, live_file = tmp / "base.jsonl", tmp / "live.jsonl"
     if not base_file.exists():
         _run([RS, "demo", "--out", str(base_file), "--steps", "10"], env)
         _run([RS, "demo", "--out", str(live_file), "--steps", "30", "--seed", "1"], env)
+    spool = tmp / f"spool-{db}"
     t0 = time.perf_counter()
     _run([RS, "ingest", str(base_file), "--tokenizer", str(base_file.with_suffix(".tokenizer.json"))], env)
     print(f"{db}: base run ingested in {time.perf_counter() - t0:.1f} s")
@@ -100,10 +122,9 @@ def measure(db: str, url: str, tmp: Path, *, seconds: float, readers: int, worke
         names = list(endpoints)
         lat: dict[str, list[float]] = defaultdict(list)
         errors: dict[str, int] = defaultdict(int)
-        stop = time.perf_counter() + seconds
         lock = threading.Lock()
 
-        def reader(k: int) -> None:
+        def reader(k: int, stop: float, record: bool) -> None:
             with httpx.Client(base_url=base, timeout=30) as c:
                 i = k
                 while time.perf_counter() < stop:
@@ -115,24 +136,34 @@ def measure(db: str, url: str, tmp: Path, *, seconds: float, readers: int, worke
                         ok = False
                     took = time.perf_counter() - start
                     with lock:
-                        lat[name].append(took)
+                        if record:
+                            lat[name].append(took)
                         if not ok:
                             errors[name] += 1
                     i += 1
 
-        writer = subprocess.Popen([RS, "ingest", str(live_file), "--run", "live"], env=env,
+        def readers_for(duration: float, record: bool) -> None:
+            stop = time.perf_counter() + duration
+            threads = [threading.Thread(target=reader, args=(k, stop, record)) for k in range(readers)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+
+        # Every server worker's connection pool, statement caches and lazily imported modules
+        # warm up before the measurement (errors count from here on): a steady state, not a start.
+        readers_for(warmup, record=False)
+        print(f"{db}: before the load: {_load()}")
+        _as_run(live_file, spool / "live" / "demo.native.jsonl", "live")
+        writer = subprocess.Popen([RS, "worker", "--spool", str(spool), "--poll", "0.2"], env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        threads = [threading.Thread(target=reader, args=(k,)) for k in range(readers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        writer_running = writer.poll() is None
-        writer.wait()
+        readers_for(seconds, record=True)
         live = httpx.get(f"{base}/api/v1/runs/live").json()["totals"]["rollouts"]
-        print(f"{db}: {readers} readers for {seconds:.0f} s, {workers} server workers; ingest of a 1,920-rollout "
-              f"run {'still running at the end' if writer_running else 'finished during the load'} "
-              f"({live} rollouts stored)")
+        after = _load()
+        writer.terminate()
+        writer.wait(30)
+        print(f"{db}: {readers} readers for {seconds:.0f} s, {workers} server workers; the worker ingesting a "
+              f"1,920-rollout run had stored {live} of them by the end; {after}")
         print(f"  {'endpoint':24} {'requests':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6}")
         everything = []
         for name in names:
@@ -156,6 +187,7 @@ def measure(db: str, url: str, tmp: Path, *, seconds: float, readers: int, worke
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--warmup", type=float, default=5, help="seconds of unmeasured reads first")
     ap.add_argument("--readers", type=int, default=16)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--db", default="sqlite,postgres")
@@ -164,12 +196,14 @@ def main() -> None:
         tmp = Path(d)
         for db in args.db.split(","):
             if db == "sqlite":
-                measure(db, f"sqlite:///{tmp / 'load.db'}", tmp, seconds=args.seconds, readers=args.readers,
+                measure(db, f"sqlite:///{tmp / 'load.db'}", tmp, seconds=args.seconds, warmup=args.warmup,
+                        readers=args.readers,
                         workers=args.workers)
             elif db == "postgres":
                 url, drop = _pg_database()
                 try:
-                    measure(db, url, tmp, seconds=args.seconds, readers=args.readers, workers=args.workers)
+                    measure(db, url, tmp, seconds=args.seconds, warmup=args.warmup, readers=args.readers,
+                            workers=args.workers)
                 finally:
                     drop()
 

@@ -15,7 +15,7 @@ Every writer keeps every digit of big integers (`ingest.source.dumps`) and write
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,74 +70,118 @@ def _line(value: Any) -> bytes:
     return dumps(value) + b"\n"
 
 
-def _jsonl_writer(convert: Callable[[Rollout], list[Any]]) -> Callable[[Iterable[Rollout], Path], int]:
-    def write(rollouts: Iterable[Rollout], out: Path) -> int:
-        n = 0
-        with out.open("wb") as f:
-            for r in rollouts:
-                for item in convert(r):
-                    f.write(_line(item))
-                    n += 1
-        return n
-    return write
+class Export:
+    """One export, as bytes chunk by chunk: iterate it (`for chunk in Export(rollouts, fmt)`),
+    then `records` is how many records it wrote (rollouts, or samples for `samples`/`parquet`).
+
+    Every format streams: the JSONL formats (and OTLP/JSON lines) yield one chunk per rollout;
+    Parquet yields each row group (up to `PARQUET_ROWS` samples) as soon as pyarrow has encoded it,
+    then the footer, so nothing is spooled to disk and memory holds one row group. The same
+    object serves `rollscope export` (written to a file, `write`) and `GET /api/v1/runs/{run}/export`
+    (the response body). ValueError for an unknown format.
+    """
+
+    PARQUET_ROWS = 1000
+
+    def __init__(self, rollouts: Iterable[Rollout], fmt: str):
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown export format {fmt!r}; formats: {', '.join(FORMATS)}")
+        self.rollouts, self.format, self.records = rollouts, fmt, 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        if self.format == "parquet":
+            yield from self._parquet()
+            return
+        encode = _encoders()[self.format]
+        for r in self.rollouts:
+            lines = encode(r)
+            if lines:
+                self.records += len(lines)
+                yield b"".join(lines)
+
+    def _parquet(self) -> Iterator[bytes]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        sink = _Drain()
+        writer = pq.ParquetWriter(sink, parquet_schema())
+        batch: list[dict] = []
+        for r in self.rollouts:
+            batch += training_samples(r)
+            if len(batch) >= self.PARQUET_ROWS:
+                writer.write_table(pa.Table.from_pylist(batch, schema=writer.schema))
+                self.records += len(batch)
+                batch = []
+                yield sink.take()
+        if batch or self.records == 0:  # an empty export is still a valid file, with the schema
+            writer.write_table(pa.Table.from_pylist(batch, schema=writer.schema))
+            self.records += len(batch)
+        writer.close()
+        yield sink.take()
 
 
-def _parquet(rollouts: Iterable[Rollout], out: Path) -> int:
+class _Drain:
+    """A write-only file for pyarrow that hands out what was written since the last `take()`."""
+
+    closed = False
+
+    def __init__(self):
+        self._parts: list[bytes] = []
+        self._pos = 0
+
+    def write(self, data) -> int:
+        b = bytes(data)
+        self._parts.append(b)
+        self._pos += len(b)
+        return len(b)
+
+    def tell(self) -> int:
+        return self._pos
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def take(self) -> bytes:
+        out, self._parts = b"".join(self._parts), []
+        return out
+
+
+def parquet_schema():
+    """The Parquet columns of a training sample (`training_samples`); pyarrow is imported only
+    for Parquet."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    schema = pa.schema([
+    return pa.schema([
         ("run_id", pa.string()), ("rollout_id", pa.string()), ("attempt", pa.int32()), ("branch", pa.int32()),
         ("prompt_ids", pa.list_(pa.int32())), ("response_ids", pa.list_(pa.int32())),
         ("response_mask", pa.list_(pa.int8())), ("response_logprobs", pa.list_(pa.float64())),
         ("advantages", pa.list_(pa.float64())), ("reward", pa.float64()), ("step", pa.int32()),
         ("group_id", pa.string()), ("sample_index", pa.int32()), ("ending", pa.string()),
     ])
-    n = 0
-    with pq.ParquetWriter(str(out), schema) as writer:
-        batch: list[dict] = []
-        for r in rollouts:
-            batch += training_samples(r)
-            if len(batch) >= 1000:
-                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-                n += len(batch)
-                batch = []
-        if batch or n == 0:
-            writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-            n += len(batch)
-    return n
 
 
-def _otlp(rollouts: Iterable[Rollout], out: Path) -> int:
-    """OTLP/JSON lines: one ExportTraceServiceRequest per rollout (ingest/formats/otlp.py)."""
-    from ingest.formats import otlp
-
-    n = 0
-    with out.open("wb") as f:
-        for r in rollouts:
-            f.write(otlp.write([r]))
-            n += 1
-    return n
-
-
-def _writers() -> dict[str, Callable[[Iterable[Rollout], Path], int]]:
-    from ingest.formats import atif, nemo_gym, verifiers
+def _encoders() -> dict[str, Callable[[Rollout], list[bytes]]]:
+    """Format → the JSON lines of one rollout (several for `samples`, one a branch)."""
+    from ingest.formats import atif, nemo_gym, otlp, verifiers
 
     return {
-        "native": _jsonl_writer(lambda r: [r.to_json_dict()]),
-        "verifiers": _jsonl_writer(lambda r: [verifiers.to_episode(r)]),
-        "atif": _jsonl_writer(lambda r: [atif.to_trajectory(r)]),
-        "samples": _jsonl_writer(training_samples),
-        "parquet": _parquet,
-        "otlp": _otlp,
-        "nemo_gym": _jsonl_writer(lambda r: [nemo_gym.to_record(r)]),
+        "native": lambda r: [_line(r.to_json_dict())],
+        "verifiers": lambda r: [_line(verifiers.to_episode(r))],
+        "atif": lambda r: [_line(atif.to_trajectory(r))],
+        "samples": lambda r: [_line(s) for s in training_samples(r)],
+        "otlp": lambda r: [otlp.write([r])],  # one ExportTraceServiceRequest a line (ingest/formats/otlp.py)
+        "nemo_gym": lambda r: [_line(nemo_gym.to_record(r))],
     }
 
 
 def write(rollouts: Iterable[Rollout], fmt: str, out: Path) -> int:
     """Write `rollouts` to `out` in `fmt` (one of FORMATS); returns the number of records written
     (rollouts, or samples for `samples`/`parquet`). ValueError for an unknown format."""
-    writers = _writers()
-    if fmt not in writers:
-        raise ValueError(f"unknown export format {fmt!r}; formats: {', '.join(FORMATS)}")
-    return writers[fmt](rollouts, out)
+    export = Export(rollouts, fmt)
+    with out.open("wb") as f:
+        for chunk in export:
+            f.write(chunk)
+    return export.records

@@ -1,7 +1,9 @@
-"""The collector side: hand rollouts to Rollscope from a training loop.
+"""Rollscope from Python: the collector's writer and the operators' client, in one package.
 
-Standard library and httpx only (no Rollscope, no Tunix needed), so a trainer can import it
-without the service's dependencies::
+Standard library and httpx only (no Rollscope service, no Tunix needed), so a trainer or a
+script imports it without the service's dependencies.
+
+**Collector side**, `RolloutWriter`: hand rollouts to Rollscope from a training loop::
 
     from rollscope.client import RolloutWriter
     with RolloutWriter("/shared/spool", run="grpo-7") as w:        # or "http://host:8000", token=...
@@ -20,6 +22,19 @@ with `to_json_dict()`), and Tunix's `Trajectory` / `TrajectoryItem` objects or t
 `TrajectoryCollectEngine` returns (Trajectory, Token mode, TrajectoryItem), sent as Tunix JSON and
 read by the worker's Tunix reader (ingest/formats/tunix.py). Every write returns the rollout's
 stable URL (`rollout_url`).
+
+**Operators' side**, `Client(url, token)`: the REST API (/api/v1, docs/api.md), typed with the
+wire shapes of rollscope/schemas.py::
+
+    from rollscope.client import Client
+    with Client("http://rollscope:8000", token="rs_...") as rs:
+        for r in rs.rollouts("grpo-7", step=120, ending="error"):
+            print(r["rollout_id"], r["reward"], r["url"])
+        rs.export("grpo-7", "grpo-7.parquet", format="parquet", step=120)
+
+Lists are iterators over keyset pages (`next`), so a long listing costs one request per page and
+sees each rollout once even while the server ingests. `export` streams the body to a file.
+Errors raise `ApiError` with the server's `code`, `message` and `field`.
 """
 from __future__ import annotations
 
@@ -31,12 +46,18 @@ import os
 import random
 import socket
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
-__all__ = ["RolloutWriter", "rollout_url", "to_record"]
+from rollscope.schemas import BranchTokens, Rollout, RolloutRow, RunRow
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["ApiError", "BranchTokens", "Client", "Rollout", "RolloutRow", "RolloutWriter", "RunRow", "rollout_url",
+           "to_record"]
 
 DEFAULT_BASE = "http://127.0.0.1:8000"
 
@@ -205,3 +226,169 @@ class RolloutWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# --- the operators' client ---------------------------------------------------------------------
+
+class ApiError(Exception):
+    """An error answer: HTTP `status`, and the body's `code`, `message` and `field`."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None):
+        super().__init__(f"{status} {code}: {message}" + (f" (field {field})" if field else ""))
+        self.status, self.code, self.message, self.field = status, code, message, field
+
+
+def _seg(value: str | int) -> str:
+    return quote(str(value), safe="")
+
+
+def _params(params: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if v is not None}
+
+
+class Client:
+    """A Rollscope server at `url` (e.g. `http://127.0.0.1:8000`), with an API token when the
+    call needs one (`read` where reading is locked, `write` for labels and notes, `admin` to
+    delete a run). `transport`: an httpx transport (tests, proxies)."""
+
+    def __init__(self, url: str, token: str | None = None, *, timeout: float = 30.0,
+                 transport: httpx.BaseTransport | None = None):
+        import httpx
+
+        headers = {"Accept": "application/json", "User-Agent": "rollscope-client/1"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._http = httpx.Client(base_url=url.rstrip("/") + "/api/v1", headers=headers, timeout=timeout,
+                                  transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- plumbing ---
+
+    @staticmethod
+    def _raise_for(r: httpx.Response) -> None:
+        if r.status_code < 400:
+            return
+        try:
+            err = r.json()["error"]
+            raise ApiError(r.status_code, err.get("code", "error"), err.get("message", r.text), err.get("field"))
+        except (ValueError, KeyError, TypeError):
+            raise ApiError(r.status_code, "error", r.text[:500]) from None
+
+    def _request(self, method: str, path: str, **kw) -> httpx.Response:
+        r = self._http.request(method, path, **kw)
+        self._raise_for(r)
+        return r
+
+    def _get(self, path: str, **params) -> Any:
+        return self._request("GET", path, params=_params(params)).json()
+
+    def _pages(self, path: str, params: dict) -> Iterator[dict]:
+        params = _params(params)
+        while True:
+            page = self._request("GET", path, params=params).json()
+            yield from page["items"]
+            if not page.get("next"):
+                return
+            params = {**params, "after": page["next"]}
+
+    # --- reads ---
+
+    def runs(self) -> list[RunRow]:
+        """Every run with its counts and mean rewards."""
+        return self._get("/runs")["items"]
+
+    def run(self, run: str) -> dict[str, Any]:
+        """One run: header, endings, totals."""
+        return self._get(f"/runs/{_seg(run)}")
+
+    def steps(self, run: str) -> list[dict[str, Any]]:
+        """The run's training steps with their rollups."""
+        return self._get(f"/runs/{_seg(run)}/steps")["items"]
+
+    def metrics(self, run: str) -> dict[str, Any]:
+        """Per-step metrics as columns (`step`, `mean_reward`, `rates`, ...)."""
+        return self._get(f"/runs/{_seg(run)}/metrics")
+
+    def rollouts(self, run: str, *, fields: list[str] | None = None, page_size: int | None = None,
+                 **filters: Any) -> Iterator[RolloutRow]:
+        """Every rollout of `run` matching `filters` (`step`, `ending`, `group`, `task`,
+        `reward_min`, `reward_max`, `flag`, `label`), page after page."""
+        params = {**filters, "limit": page_size, "fields": ",".join(fields) if fields else None}
+        return self._pages(f"/runs/{_seg(run)}/rollouts", params)  # type: ignore[return-value]
+
+    def rollout(self, run: str, rollout_id: str, *, attempt: int | None = None) -> Rollout:
+        """One rollout (the latest attempt unless `attempt`)."""
+        return self._get(f"/runs/{_seg(run)}/rollouts/{_seg(rollout_id)}", attempt=attempt)
+
+    def messages(self, run: str, rollout_id: str, *, branch: int = 0, attempt: int | None = None) -> Iterator[dict]:
+        """The messages of one branch, root first."""
+        offset: int | None = 0
+        while offset is not None:
+            page = self._get(f"/runs/{_seg(run)}/rollouts/{_seg(rollout_id)}/branches/{branch}/messages",
+                             attempt=attempt, offset=offset)
+            yield from page["items"]
+            offset = page["next_offset"]
+
+    def tokens(self, run: str, rollout_id: str, *, branch: int = 0, attempt: int | None = None) -> BranchTokens:
+        """A branch's token arrays (ids, loss mask, behaviour logprobs, advantages) as lists."""
+        return self._get(f"/runs/{_seg(run)}/rollouts/{_seg(rollout_id)}/branches/{branch}/tokens", attempt=attempt)
+
+    def tokens_npz(self, run: str, rollout_id: str, *, branch: int = 0, attempt: int | None = None) -> bytes:
+        """The same arrays as a NumPy .npz archive (`numpy.load(io.BytesIO(data))`), float32 as stored."""
+        return self._request("GET", f"/runs/{_seg(run)}/rollouts/{_seg(rollout_id)}/branches/{branch}/tokens",
+                             params=_params({"attempt": attempt}), headers={"Accept": "application/x-ndarray"}).content
+
+    def group(self, run: str, group_id: str) -> dict[str, Any]:
+        """A group with both baselines and each member's advantage."""
+        return self._get(f"/runs/{_seg(run)}/groups/{_seg(group_id)}")
+
+    def findings(self, run: str, *, kind: str | None = None, severity: str | None = None) -> Iterator[dict]:
+        """Every finding of the run's trace checks, page after page."""
+        return self._pages(f"/runs/{_seg(run)}/findings", {"kind": kind, "severity": severity})
+
+    def export(self, run: str, out: str | os.PathLike, *, format: str = "native", **filters: Any) -> int:  # noqa: A002
+        """Stream the run's export into the file `out`, chunk by chunk as it arrives; returns the
+        bytes written. `format`: native, verifiers, atif, samples, parquet, otlp or nemo_gym (what
+        `rollscope export` writes; docs/formats.md); `filters` as for `rollouts`. On an error
+        answer (an unknown format is a 422) the file is not created (ApiError)."""
+        path = Path(out)
+        with self._http.stream("GET", f"/runs/{_seg(run)}/export", params=_params({**filters, "format": format}),
+                               headers={"Accept": "*/*"}) as r:
+            if r.status_code >= 400:
+                r.read()
+                self._raise_for(r)
+            n = 0
+            with path.open("wb") as f:
+                for chunk in r.iter_bytes():
+                    n += f.write(chunk)
+        return n
+
+    # --- writes (token needed) ---
+
+    def label(self, run: str, rollout_id: str, label: str) -> None:
+        """Label a rollout (`write` token)."""
+        self._request("PUT", f"/runs/{_seg(run)}/rollouts/{_seg(rollout_id)}/labels/{_seg(label)}")
+
+    def unlabel(self, run: str, rollout_id: str, label: str) -> None:
+        """Remove this token's label from a rollout (`write` token)."""
+        self._request("DELETE", f"/runs/{_seg(run)}/rollouts/{_seg(rollout_id)}/labels/{_seg(label)}")
+
+    def note(self, run: str, text: str, *, rollout_id: str | None = None, step: int | None = None) -> None:
+        """Write this token's note on a rollout or on a training step (`write` token)."""
+        if (rollout_id is None) == (step is None):
+            raise ValueError("give rollout_id or step")
+        path = f"/runs/{_seg(run)}/rollouts/{_seg(rollout_id)}/notes" if rollout_id is not None else \
+            f"/runs/{_seg(run)}/steps/{step}/notes"
+        self._request("PUT", path, json={"text": text})
+
+    def delete_run(self, run: str) -> None:
+        """Delete a run and everything of it (`admin` token)."""
+        self._request("DELETE", f"/runs/{_seg(run)}")

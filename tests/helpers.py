@@ -38,3 +38,17 @@ def ingest(engine, *paths: Path, run: str | None = None, tokenizer_key: str | No
            check_context=None) -> IngestReport:
     return ingest_paths(engine, list(paths), ReadContext(run_id=run), tokenizer_key=tokenizer_key,
                         check_context=check_context)
+
+
+def stored(engine, run: str) -> dict[str, dict]:
+    """What the database holds of `run` (read back as for export), by `id#attempt`, without the
+    source location: what a round trip must keep."""
+    from app.queries.rollouts import RolloutFilters
+    from app.store.load import iter_rollouts
+
+    out = {}
+    for r in iter_rollouts(engine, run, RolloutFilters()):
+        body = r.to_json_dict()
+        body.pop("source", None)
+        out[f"{r.id}#{r.attempt}"] = body
+    return out

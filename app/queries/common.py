@@ -52,18 +52,41 @@ def _decimal_mean(total, count: int) -> float | None:
         return math.copysign(math.inf, total)
 
 
-def reward_rollups(session: Session, keys: list, *where) -> dict[tuple, dict]:
+def _empty_slot() -> dict:
+    return {"n": 0, "endings": {e: 0 for e in ENDINGS}, "s0": [], "c0": 0, "s1": [], "c1": 0}
+
+
+def reward_rollups(session: Session, keys: list, *where, total: bool = False) -> dict[tuple, dict]:
     """Per value of `keys` (columns of `rollout`), over the rows matching `where`: `n` rollouts,
     `endings` (count per ending), `mean_reward` (errored rollouts scored 0, their stored reward
     ignored), `mean_reward_no_errors` (errored rollouts dropped), `scored` (rollouts in the first
-    mean) and `excluded` (missing or non-finite reward, in neither mean).
+    mean) and `excluded` (missing or non-finite reward, in neither mean). With `total`, the same
+    over all those rows under the key `()`, from the same single pass over the rows.
 
     Means are exact: Postgres sums in NUMERIC; on SQLite, whose SUM is a running float sum, the
-    rewards are summed here with `math.fsum`."""
+    rewards are summed here with `math.fsum`. The total sums the same terms (exact Decimal
+    partial sums; every reward for fsum), so it equals a separate query's answer."""
     out: dict[tuple, dict] = {}
 
     def slot(key: tuple) -> dict:
-        return out.setdefault(key, {"n": 0, "endings": {e: 0 for e in ENDINGS}, "s0": [], "c0": 0, "s1": [], "c1": 0})
+        d = out.get(key)
+        if d is None:
+            d = out[key] = _empty_slot()
+        return d
+
+    def add_total() -> None:
+        if not total:
+            return
+        t = _empty_slot()
+        for d in list(out.values()):
+            t["n"] += d["n"]
+            for e, n in d["endings"].items():
+                t["endings"][e] = t["endings"].get(e, 0) + n
+            t["s0"] += d["s0"]
+            t["s1"] += d["s1"]
+            t["c0"] += d["c0"]
+            t["c1"] += d["c1"]
+        out[()] = t
 
     is_err = R.c.ending == "error"
     if session.get_bind().dialect.name == "postgresql":
@@ -82,20 +105,25 @@ def reward_rollups(session: Session, keys: list, *where) -> dict[tuple, dict]:
             d["c0"] += c0
             d["s1"].append(s1 or 0)
             d["c1"] += c1
+        add_total()
         for d in out.values():
             s0, s1 = sum(d.pop("s0")), sum(d.pop("s1"))  # Decimal: exact
             d["mean_reward"], d["mean_reward_no_errors"] = _decimal_mean(s0, d["c0"]), _decimal_mean(s1, d["c1"])
     else:
+        # count per (key, ending) and collect the rewards
+        k = len(keys)
         for row in session.execute(sa.select(*keys, R.c.ending, R.c.reward).where(*where)):
-            *key, ending, reward = row
-            d = slot(tuple(key))
+            d = slot(row[:k])
+            ending, reward = row[k], row[k + 1]
             d["n"] += 1
-            d["endings"][ending] = d["endings"].get(ending, 0) + 1
+            endings = d["endings"]
+            endings[ending] = endings.get(ending, 0) + 1
             if ending == "error":
                 d["s0"].append(0.0)
             elif reward is not None:
                 d["s0"].append(reward)
                 d["s1"].append(reward)
+        add_total()
         for d in out.values():
             s0, s1 = d.pop("s0"), d.pop("s1")
             d["c0"], d["c1"] = len(s0), len(s1)

@@ -27,6 +27,15 @@ def get_tokenizer(*, session: Session, sha256: str) -> Tokenizer | None:
     return session.get(Tokenizer, sha256)
 
 
+def has_chat_template(*, session: Session, sha256: str | None) -> bool:
+    """Whether the tokenizer `sha256` keeps a chat template (one flag, not the vocabulary: a real
+    tokenizer's vocabulary is megabytes of JSON)."""
+    if not sha256:
+        return False
+    T = Tokenizer.__table__
+    return bool(session.execute(sa.select(T.c.chat_template.is_not(None)).where(T.c.sha256 == sha256)).scalar())
+
+
 def node_arrays(*, session: Session, rollout_pk: int, idxs: list[int]) -> list:
     """The token arrays (ids, mask, logprobs, advantages as stored) of `idxs`, in that order,
     without message bodies."""

@@ -71,8 +71,9 @@ class StepRow:
         return {e: (n / self.rollouts if self.rollouts else 0.0) for e, n in self.endings.items()}
 
 
-def run_steps(*, session: Session, run_id: str) -> list[StepRow]:
-    """Per training step: counts per ending and mean reward with and without errored rollouts.
+def run_steps(*, session: Session, run_id: str) -> tuple[list[StepRow], StepRow]:
+    """Per training step, and over the whole run (`step` None): counts per ending and mean reward
+    with and without errored rollouts, in one pass over the run's rollouts.
 
     Every attempt counts: a rollout that errored and was retried is one error and one more
     rollout at that step (the error rate shows what the infrastructure did). Group baselines,
@@ -82,10 +83,15 @@ def run_steps(*, session: Session, run_id: str) -> list[StepRow]:
     errored rollouts. Rollouts with a missing or non-finite reward are excluded from both means
     and counted in `excluded`.
     """
-    steps = reward_rollups(session, [R.c.step], R.c.run_id == run_id)
-    return [StepRow(step=step, rollouts=d["n"], endings=d["endings"], mean_reward=d["mean_reward"],
-                    mean_reward_no_errors=d["mean_reward_no_errors"], scored=d["scored"], excluded=d["excluded"])
-            for (step,), d in sorted(steps.items(), key=lambda kv: (kv[0][0] is None, kv[0][0] or 0))]
+    rollups = reward_rollups(session, [R.c.step], R.c.run_id == run_id, total=True)
+    total = rollups.pop(())
+
+    def row(step, d) -> StepRow:
+        return StepRow(step=step, rollouts=d["n"], endings=d["endings"], mean_reward=d["mean_reward"],
+                       mean_reward_no_errors=d["mean_reward_no_errors"], scored=d["scored"], excluded=d["excluded"])
+
+    steps = [row(step, d) for (step,), d in sorted(rollups.items(), key=lambda kv: (kv[0][0] is None, kv[0][0] or 0))]
+    return steps, row(None, total)
 
 
 def count_retries(*, session: Session, run_id: str) -> int:

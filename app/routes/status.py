@@ -8,7 +8,6 @@ histograms per route (collected by this process) and totals from the database.
 """
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import sqlalchemy as sa
@@ -17,6 +16,7 @@ from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel
 
 from app import urls
+from app.asgi import Observed
 from app.auth import ReadToken
 from app.db import models
 from app.errors import ErrorBody
@@ -123,18 +123,24 @@ def _esc(v: str) -> str:
     return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+class _Timed(Observed):
+    """Observes each HTTP request's duration by route template (inside the routing middleware,
+    whose scope carries the matched route)."""
+
+    def __init__(self, app, *, latency: Latency):
+        super().__init__(app)
+        self.latency = latency
+
+    def observe(self, scope, status: int, seconds: float) -> None:
+        route = getattr(scope.get("route"), "path", None) or "other"
+        self.latency.observe(scope["method"], route, status, seconds)
+
+
 def install_latency(app) -> None:
     """Time every request (by route template, not by URL, so ids do not explode the labels)."""
     latency = Latency()
     app.state.latency = latency
-
-    @app.middleware("http")
-    async def timed(request: Request, call_next):
-        started = time.perf_counter()
-        response = await call_next(request)
-        route = getattr(request.scope.get("route"), "path", None) or "other"
-        latency.observe(request.method, route, response.status_code, time.perf_counter() - started)
-        return response
+    app.add_middleware(_Timed, latency=latency)
 
 
 @router.get("/metrics", include_in_schema=False)

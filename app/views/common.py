@@ -1,20 +1,30 @@
-"""What the page models share: the base model, a rollout's summary row, JSON-safe numbers and
-timestamps."""
+"""What the page models share: the base model (and models made from the API's wire shapes), a
+rollout's summary row, JSON-safe numbers and timestamps."""
 from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, get_type_hints
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, create_model
 
 from app import urls
+from rollscope import schemas
 
 
 class PageModel(BaseModel):
     """Base of every page model: plain data, no validation surprises (extra keys refused)."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+def model_of(shape: type, defaults: dict[str, Any] | None = None) -> type[PageModel]:
+    """A page model with the fields (names, types, order, docstring) of a TypedDict wire shape
+    of rollscope/schemas.py: the client's types and the server's schema are one definition.
+    Every field is required but those given in `defaults`."""
+    hints, defaults = get_type_hints(shape), defaults or {}
+    return create_model(shape.__name__, __base__=PageModel, __doc__=shape.__doc__,
+                        **{name: (hints[name], defaults.get(name, ...)) for name in shape.__annotations__})
 
 
 def num(x: Any) -> Any:
@@ -48,47 +58,16 @@ class FindingLink(PageModel):
     url: str
 
 
-class RolloutSummary(PageModel):
-    """One rollout as a list row: the summary columns (no bodies), its attempt count and links.
+class RolloutSummary(model_of(schemas.RolloutRow, defaults={"advantage": None, "advantage_estimator": None,
+                                                          "labels": []})):
+    """One rollout as a list row: the summary columns (no bodies), its attempt count and links
+    (the fields of `rollscope.schemas.RolloutRow`, what the API's list answers), and the links of
+    its findings for the pages.
 
     `url` carries `?attempt=N` when the rollout id has several attempts or this one is a retry.
     """
 
-    run_id: str
-    rollout_id: str
-    attempt: int
-    step: int | None
-    group_id: str | None
-    group_index: int | None
-    group_size: int | None
-    episode_id: str | None
-    agent: str | None
-    task_key: str | None
-    ending: str
-    ending_detail: str | None
-    reward: float | None
-    reward_status: str
-    advantage: float | None = None  # the advantage the source recorded, if any
-    advantage_estimator: str | None = None  # the estimator the source declares, if any
-    stop_condition: str | None
-    policy_version_min: int | None
-    policy_version_max: int | None
-    n_nodes: int
-    n_turns: int
-    n_tool_calls: int
-    n_tokens: int
-    n_trained_tokens: int
-    n_branches: int
-    flags: list[str] | None
     findings: list[FindingLink] = []  # rollout and group findings, each linking to the filtered list
-    source_format: str | None
-    source_file: str | None
-    source_line: int | None
-    ingested_at: str | None
-    n_attempts: int | None
-    url: str
-    group_url: str | None
-    labels: list[str] = []
 
 
 class LabelView(PageModel):

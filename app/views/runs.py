@@ -11,26 +11,12 @@ from app.queries import nodes as q_nodes
 from app.queries import runs as q_runs
 from app.queries.common import ENDINGS
 from app.queries import annotations as q_annotations
-from app.views.common import NoteView, PageModel, iso, note_view
+from app.views.common import NoteView, PageModel, iso, model_of, note_view
 from ingest import checks
+from rollscope import schemas
 
-
-class RunRow(PageModel):
-    """A run in the runs list. Means: errors scored 0, and errored rollouts dropped."""
-
-    id: str
-    name: str | None
-    type: str
-    rollouts: int
-    first_step: int | None
-    last_step: int | None
-    steps: int
-    mean_reward: float | None
-    mean_reward_no_errors: float | None
-    endings: dict[str, int]
-    tokenizer: str | None
-    created_at: str | None
-    url: str
+# A run in the runs list: the shape the client's `runs()` returns, defined once in rollscope/schemas.py.
+RunRow = model_of(schemas.RunRow)
 
 
 class RunsPage(PageModel):
@@ -121,16 +107,43 @@ class RunPage(PageModel):
 LIVE_SECONDS = 120  # a run that received a rollout from a live source this recently is "receiving"
 
 
-def run_page(session: Session, run_id: str, *, json: bool = False) -> RunPage | None:
-    """A run: per training step, counts per ending and both means; None if there is no such run.
-    Links go to the JSON twins when `json` (the charts' links stay on the pages)."""
+class RunSummary(PageModel):
+    """A run's header, its per-step rollups and its totals: what the API's run, steps and metrics
+    answer, without the page's charts, checks and notes."""
+
+    run: RunHeader
+    endings: list[str]
+    steps: list[StepView]
+    totals: RunTotals
+
+
+def run_summary(session: Session, run_id: str, *, json: bool = False) -> RunSummary | None:
+    """The header, steps and totals of a run (one pass over its rollouts); None if there is no
+    such run. Links go to the JSON twins when `json`."""
     run = q_runs.get_run(session=session, run_id=run_id)
     if run is None:
         return None
-    steps = q_runs.run_steps(session=session, run_id=run_id)
-    step_rows = [StepView(**s.__dict__, rates=s.rates(), url=urls.rollouts(run_id, json=json, step=s.step)) for s in steps]
-    means = q_runs.reward_means(session=session, run_ids=[run_id]).get(run_id, {})
-    checks_ran, per_step = _checks_table(session, run_id, sum(s.rollouts for s in steps))
+    steps, total = q_runs.run_steps(session=session, run_id=run_id)
+    return RunSummary(
+        run=RunHeader(id=run.id, name=run.name, type=run.type, tokenizer=run.tokenizer_sha256,
+                      url=urls.run(run.id, json=json), rollouts_url=urls.rollouts(run.id, json=json)),
+        endings=ENDINGS,
+        steps=[StepView(**s.__dict__, rates=s.rates(), url=urls.rollouts(run_id, json=json, step=s.step)) for s in steps],
+        totals=RunTotals(rollouts=total.rollouts, endings={e: total.endings.get(e, 0) for e in ENDINGS},
+                         mean_reward=total.mean_reward, mean_reward_no_errors=total.mean_reward_no_errors,
+                         excluded=total.excluded, retries=q_runs.count_retries(session=session, run_id=run_id)),
+    )
+
+
+def run_page(session: Session, run_id: str, *, json: bool = False) -> RunPage | None:
+    """A run: per training step, counts per ending and both means; the charts, the checks and the
+    step notes; None if there is no such run. Links go to the JSON twins when `json` (the charts'
+    links stay on the pages)."""
+    summary = run_summary(session, run_id, json=json)
+    if summary is None:
+        return None
+    steps = summary.steps
+    checks_ran, per_step = _checks_table(session, run_id, summary.totals.rollouts)
     fired = [(c.kind, c.label) for c in checks_ran if c.rollouts]
     # Without a training step (Tunix files, tau-bench) a per-step chart has no axis to draw on.
     steps_recorded = any(s.step is not None for s in steps)
@@ -139,29 +152,18 @@ def run_page(session: Session, run_id: str, *, json: bool = False) -> RunPage | 
     return RunPage(
         live=live, in_progress_step=newest if live else None,
         version=q_runs.run_version(session=session, run_id=run_id),
-        run=RunHeader(id=run.id, name=run.name, type=run.type, tokenizer=run.tokenizer_sha256,
-                      url=urls.run(run.id, json=json), rollouts_url=urls.rollouts(run.id, json=json)),
-        endings=ENDINGS,
-        steps=step_rows,
+        run=summary.run,
+        endings=summary.endings,
+        steps=steps,
         steps_recorded=steps_recorded,
-        totals=RunTotals(rollouts=sum(s.rollouts for s in steps),
-                         endings={e: sum(s.endings.get(e, 0) for s in steps) for e in ENDINGS},
-                         mean_reward=means.get("mean_reward"),
-                         mean_reward_no_errors=means.get("mean_reward_no_errors"),
-                         excluded=means.get("excluded", 0),
-                         retries=q_runs.count_retries(session=session, run_id=run_id)),
+        totals=summary.totals,
         charts=RunCharts(ending_rates=charts.ending_rates(run_id, steps), reward=charts.reward_trend(run_id, steps),
                          findings=charts.finding_rates(run_id, steps, per_step, fired))
         if steps_recorded else None,
         checks=checks_ran,
-        chat_template=_has_template(session, run.tokenizer_sha256),
+        chat_template=q_nodes.has_chat_template(session=session, sha256=summary.run.tokenizer),
         notes=[note_view(n) for n in q_annotations.notes_of(session=session, run_id=run_id)],
     )
-
-
-def _has_template(session: Session, sha256: str | None) -> bool:
-    t = q_nodes.get_tokenizer(session=session, sha256=sha256) if sha256 else None
-    return bool(t is not None and t.chat_template)
 
 
 def _checks_table(session: Session, run_id: str, n_rollouts: int) -> tuple[list[CheckRow], dict]:

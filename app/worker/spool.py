@@ -1,9 +1,9 @@
 """The spool: files that collectors write into a directory, ingested while they grow, exactly once.
 
-A collector appends whole JSONL lines to files in a spool directory (app/client.py does this);
-the worker reads what has been appended since the last commit, through the same readers as
-`rollscope ingest`, and commits the rows together with the file's new byte offset
-(`spool_file.offset`), in one transaction. A worker killed at any moment leaves the rows and the
+A collector appends whole JSONL lines to files in a spool directory (`RolloutWriter` in
+rollscope/client.py does this); the worker reads what has been appended since the last commit,
+through the same readers as `rollscope ingest`, and commits the rows together with the file's
+new byte offset (`spool_file.offset`), in one transaction. A worker killed at any moment leaves the rows and the
 offset of its last commit, nothing in between; the next one resumes there. Re-reading a stretch
 twice would change nothing anyway: a rollout is identified by (run, id, attempt) and its content
 hash, and quarantined records by file, line and content.

@@ -138,3 +138,22 @@ def test_readyz_is_503_when_the_schema_is_behind(client, engine):
     finally:
         with engine.begin() as conn:
             conn.execute(sa.text("UPDATE alembic_version SET version_num = :v"), {"v": head})
+
+
+def test_run_totals_from_the_one_pass_rollups_are_exact(client, engine, tmp_path):
+    """A run's totals come from the same pass as its steps (app.queries.common.reward_rollups,
+    `total=True`); they equal the runs list's means, computed by a query of their own, and are
+    exactly rounded across steps (a running float sum of these rewards gives 0.0 for the mean
+    without errors, not 0.12)."""
+    rewards = [0.1, 0.2, 0.3, 1e16, -1e16, 0.7]
+    rs = [rollout(f"r{i}", run="exact", step=i % 3, reward=r, ending="error" if i == 5 else "submitted")
+          for i, r in enumerate(rewards)]
+    assert ingest(engine, write_jsonl(tmp_path / "a.jsonl", rs)).ok
+    listed = client.get("/api/v1/runs").json()["items"][0]
+    totals = client.get("/api/v1/runs/exact").json()["totals"]
+    assert totals["rollouts"] == 6 and totals["endings"]["error"] == 1
+    assert totals["mean_reward"] == listed["mean_reward"]
+    assert abs(totals["mean_reward"] - 0.1) < 1e-16  # 0.6 / 6, the error scored 0
+    assert totals["mean_reward_no_errors"] == listed["mean_reward_no_errors"] == 0.12  # 0.6 / 5, exactly rounded
+    steps = client.get("/api/v1/runs/exact/steps").json()["items"]
+    assert sum(s["rollouts"] for s in steps) == totals["rollouts"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from app import auth
-from app.client import ApiError, Client
+from rollscope.client import ApiError, Client
 from tests.browser import live_server
 from tests.helpers import ingest, rollout, write_jsonl
 

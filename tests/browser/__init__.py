@@ -26,10 +26,11 @@ def _free_port() -> int:
 
 
 @contextmanager
-def live_server(database_url: str) -> Iterator[str]:
-    """Serve the real app on a free port in a thread; yields its base URL."""
+def live_server(database_url: str, **settings) -> Iterator[str]:
+    """Serve the real app on a free port in a thread (`settings`: more `Settings` fields, e.g.
+    `require_read_token=True`); yields its base URL."""
     port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(create_app(Settings(database_url=database_url)), host="127.0.0.1",
+    srv = uvicorn.Server(uvicorn.Config(create_app(Settings(database_url=database_url, **settings)), host="127.0.0.1",
                                         port=port, log_level="warning"))
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import FIXTURES
-from tests.helpers import ingest
+from tests.helpers import ingest, stored
 
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
@@ -29,15 +29,6 @@ SOURCES = {  # run → files (real data of each format read)
     "tx": [REAL / "tunix/v0.1.7/submitted.Trajectory.json", REAL / "tunix/v0.1.7/env_timeout.Token.json"],
     "tau": [REAL / "tau-bench"],
 }
-
-
-def stored(engine, run: str) -> dict[str, dict]:
-    out = {}
-    for r in iter_rollouts(engine, run, RolloutFilters()):
-        body = r.to_json_dict()
-        body.pop("source", None)
-        out[f"{r.id}#{r.attempt}"] = body
-    return out
 
 
 @pytest.fixture

@@ -63,6 +63,8 @@ def test_every_command_names_its_database_first_and_finds_the_same_one_from_any_
     assert "0 new" in c.stdout and "1 unchanged" in c.stdout  # the same database, from another folder
     d = rs("--db", f"sqlite:///{tmp_path / 'other.db'}", "ingest", str(data), cwd=there)
     assert d.stderr.splitlines()[0] == f"database: sqlite:///{tmp_path / 'other.db'}" and "1 new" in d.stdout
+    d2 = rs("ingest", str(data), f"--db=sqlite:///{tmp_path / 'other.db'}", cwd=there)  # after the command too
+    assert d2.stderr.splitlines()[0] == f"database: sqlite:///{tmp_path / 'other.db'}" and "1 unchanged" in d2.stdout
     (there / "rollscope.db").touch()  # a ./rollscope.db wins over the data folder
     e = rs("quarantine", cwd=there)
     assert e.stderr.splitlines()[0] == f"database: sqlite:///{there / 'rollscope.db'}"

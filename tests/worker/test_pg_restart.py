@@ -2,10 +2,11 @@
 ingests: afterwards every rollout is present exactly once and every spooled line was committed
 once (issue 6, "Database restart").
 
-Opt-in: it restarts the whole server, which other test runs on this machine share, so it runs
-only with ROLLSCOPE_TEST_PG_RESTART=1 (as root or the postgres user, on a Debian-style cluster
-found with `pg_lsclusters` on the test server's port). test_db_outage.py covers the same path on
-every run by cutting only this test's connections."""
+It restarts the whole server, which every other test shares, so it runs only with
+ROLLSCOPE_TEST_PG_RESTART=1: `make test` (and so CI) runs it alone after the parallel run (as
+root or the postgres user, on a Debian-style cluster found with `pg_lsclusters` on the test
+server's port). test_db_outage.py covers the same path in the parallel run by cutting only its
+own connections."""
 from __future__ import annotations
 
 import os
@@ -28,7 +29,7 @@ from tests.helpers import rollout
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("ROLLSCOPE_TEST_PG_RESTART") != "1",
-    reason="restarts the shared Postgres server (other test runs use it): set ROLLSCOPE_TEST_PG_RESTART=1 to run")
+    reason="restarts the shared Postgres server, so `make test` runs it alone afterwards (ROLLSCOPE_TEST_PG_RESTART=1)")
 
 R = models.Rollout.__table__
 S = models.SpoolFile.__table__

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from urllib.parse import unquote
 
 import numpy as np
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, Field, create_model
 
 from app import urls
@@ -22,10 +22,11 @@ from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
 from app.queries.rollouts import RolloutFilters
 from app.db.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
-from app.views.common import PageModel, RolloutSummary, summary_fields, with_labels
+from app.views.common import PageModel, RolloutSummary, model_of, summary_fields, with_labels
 from app.views.rollout import AttemptView, FindingView, RolloutHeader, finding_view, rollout_page
 from ingest import checks
 from ingest.graph import branches
+from rollscope import schemas
 
 router = APIRouter(tags=["rollouts"])
 RunId = Annotated[str, Path(description="run id (`/` encoded as `%2F`)")]
@@ -50,25 +51,41 @@ def _limit(request: Request, limit: int | None) -> int:
     return limit or api.page_size
 
 
-@router.get("/runs/{run}/rollouts", response_model=RolloutPage, response_model_exclude_unset=True)
-def list_rollouts(
-    request: Request, session: SessionDep, _: ReadToken, run: RunId,
+def rollout_filters(
     step: OptInt = None, ending: OptStr = None, group: OptStr = None, task: OptStr = None,
     reward_min: OptFloat = None, reward_max: OptFloat = None,
     flag: Annotated[str | None, Query(description="a finding kind")] = None,
+    label: Annotated[str | None, Query(description="a label given to the rollout (any author)")] = None,
+) -> RolloutFilters:
+    """The rollouts list's filters as query parameters (the list and the export take them)."""
+    return RolloutFilters(step=step, ending=ending, group=group, task=task, reward_min=reward_min,
+                          reward_max=reward_max, flag=flag, label=label)
+
+
+Filters = Annotated[RolloutFilters, Depends(rollout_filters)]
+
+
+def known_run(session, run: str, filters: RolloutFilters, after: str | None = None) -> str:
+    """The decoded run id; 404 for an unknown run, 422 for a filter value no rollout can have."""
+    run_id = unquote(run)
+    if q_runs.get_run(session=session, run_id=run_id) is None:
+        raise ApiError(404, f"no run {run_id!r}", field="run")
+    check_rollout_filters(session, run_id, ending=filters.ending, flag=filters.flag, after=after)
+    return run_id
+
+
+@router.get("/runs/{run}/rollouts", response_model=RolloutPage, response_model_exclude_unset=True)
+def list_rollouts(
+    request: Request, session: SessionDep, _: ReadToken, run: RunId, filters: Filters,
     after: Annotated[str | None, Query(description="`next` of the previous page")] = None,
     limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
-    label: Annotated[str | None, Query(description="a label given to the rollout (any author)")] = None,
     fields: Annotated[str | None, Query(description="comma-separated fields of each item, e.g. "
                                         "`rollout_id,reward,ending` (default: all)")] = None,
 ):
     """A run's rollouts, filtered like the list page, ordered by (step, ingest order), one keyset
     page at a time. `reward_min`/`reward_max` are inclusive; `flag` keeps rollouts with a finding
     of that kind; `label` those labelled so."""
-    run_id = unquote(run)
-    if q_runs.get_run(session=session, run_id=run_id) is None:
-        raise ApiError(404, f"no run {run_id!r}", field="run")
-    check_rollout_filters(session, run_id, ending=ending, flag=flag, after=after)
+    run_id = known_run(session, run, filters, after)
     chosen = SUMMARY_FIELDS
     if fields:
         chosen = [f.strip() for f in fields.split(",") if f.strip()]
@@ -77,8 +94,6 @@ def list_rollouts(
             raise ApiError(422, f"unknown field(s) {', '.join(unknown) or '(none given)'}; fields: "
                            + ", ".join(SUMMARY_FIELDS), field="fields")
     n = _limit(request, limit)
-    filters = RolloutFilters(step=step, ending=ending, group=group, task=task, reward_min=reward_min,
-                             reward_max=reward_max, flag=flag, label=label)
     rows, nxt = q_rollouts.list_rollouts(session=session, run_id=run_id, filters=filters, after=after, limit=n)
     full = [summary_fields(r, json=True) for r in rows]
     if "labels" in chosen:
@@ -233,18 +248,7 @@ def get_branch_messages(request: Request, session: SessionDep, _: ReadToken, run
     return MessagePage(items=items, branch=branch, offset=start, total=len(path), next_offset=nxt)
 
 
-class BranchTokens(PageModel):
-    """The token arrays of one branch, concatenated root to leaf: what the model saw, with the
-    loss mask (true = sampled by the policy, carries gradient), behaviour logprobs and advantages
-    (null = missing). `node[i]` is the node index token i belongs to."""
-
-    branch: int
-    nodes: list[int]
-    node: list[int]
-    token_ids: list[int]
-    mask: list[bool]
-    logprobs: list[float | None]
-    advantages: list[float | None]
+BranchTokens = model_of(schemas.BranchTokens)
 
 
 def _arrays(session, pk: int, path: list[int]) -> dict[str, np.ndarray]:

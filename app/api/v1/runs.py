@@ -11,7 +11,7 @@ from app.api.v1.schemas import Items
 from app.deps import AdminToken, ReadToken, SessionDep
 from app.errors import ApiError
 from app.queries import runs as q_runs
-from app.views.runs import RunHeader, RunRow, RunTotals, StepView, run_page, runs_page
+from app.views.runs import RunHeader, RunRow, RunTotals, StepView, run_summary, runs_page
 from app.views.common import PageModel
 
 router = APIRouter(tags=["runs"])
@@ -39,7 +39,7 @@ class RunMetrics(PageModel):
 
 
 def _page(session, run_id: str):
-    page = run_page(session, unquote(run_id), json=True)
+    page = run_summary(session, unquote(run_id), json=True)
     if page is None:
         raise ApiError(404, f"no run {unquote(run_id)!r}", field="run")
     return page

@@ -1,0 +1,62 @@
+"""Export: a run's rollouts in every `rollscope export` format, streamed as the response body.
+
+One code path with the CLI: `app.store.load.iter_rollouts` reads the rollouts a page at a time
+and `ingest.export.Export` turns them into bytes (docs/formats.md, "Export"). The JSONL formats
+go out a rollout at a time; Parquet goes out a row group at a time (each group written to the
+response as soon as pyarrow has encoded it, the footer last), with no temporary file.
+"""
+from __future__ import annotations
+
+import re
+from enum import Enum
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
+
+from app.api.v1.rollouts import Filters, RunId, known_run
+from app.deps import ReadToken, SessionDep
+from app.store.load import iter_rollouts
+from ingest.export import FORMATS, Export
+
+router = APIRouter(tags=["export"])
+
+ExportFormat = Enum("ExportFormat", {f: f for f in FORMATS}, type=str)  # type: ignore[misc]
+NDJSON = "application/x-ndjson"
+PARQUET = "application/vnd.apache.parquet"
+_BINARY = {"schema": {"type": "string", "format": "binary"}}
+
+
+def media_type(fmt: str) -> str:
+    """Parquet is `application/vnd.apache.parquet`; every other format is JSON Lines."""
+    return PARQUET if fmt == "parquet" else NDJSON
+
+
+def file_name(run_id: str, fmt: str) -> str:
+    """`<run>.<format>.jsonl` or `<run>.parquet`, the run id reduced to safe characters."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).strip("._") or "run"
+    return f"{stem}.parquet" if fmt == "parquet" else f"{stem}.{fmt}.jsonl"
+
+
+@router.get("/runs/{run}/export", response_class=StreamingResponse,
+            responses={200: {"content": {NDJSON: _BINARY, PARQUET: _BINARY},
+                             "description": "the export as an attachment: JSON Lines "
+                                            f"(`{NDJSON}`) for every format but `parquet` "
+                                            f"(`{PARQUET}`)"}})
+def export_run(
+    request: Request, session: SessionDep, _: ReadToken, run: RunId, filters: Filters,
+    format: Annotated[ExportFormat, Query(description="native: rollscope/1 JSONL; verifiers: Episode JSONL; "  # noqa: A002
+                                          "atif: ATIF-v1.7 JSONL; samples: flat training samples JSONL; "
+                                          "parquet: the samples as Parquet; otlp: OTLP/JSON lines "
+                                          "of OTel GenAI spans; nemo_gym: NeMo Gym rollout JSONL")] = ExportFormat.native,
+) -> StreamingResponse:
+    """A run's rollouts (the rollouts list's filters; every attempt, in the list's order) in
+    `format`, streamed: records go out as they are read, so an export of any size holds one page
+    of rollouts (and, for Parquet, one row group of up to 1000 samples) in memory. The body reads
+    back with `rollscope ingest` (Parquet: its rows are the `samples` lines). 404 for an unknown
+    run, 422 for an unknown format or filter value."""
+    run_id = known_run(session, run, filters)
+    fmt = ExportFormat(format).value
+    body = Export(iter_rollouts(request.app.state.engine, run_id, filters), fmt)
+    return StreamingResponse(iter(body), media_type=media_type(fmt),
+                             headers={"Content-Disposition": f'attachment; filename="{file_name(run_id, fmt)}"'})
