@@ -513,7 +513,7 @@ def _resolve_focus(focus: str | None, paths: list[list[int]], branch: int, start
         for b, p in enumerate(paths):
             if n in p:
                 return b, p.index(n), None
-        count = sum(1 for _ in {i for p in paths for i in p})
+        count = len({i for p in paths for i in p})
         raise ApiError(422, f"focus: no message {n}; this rollout has messages 0..{count - 1}" if count
                        else f"focus: no message {n}; this rollout has no messages", field="focus")
     total = int(starts[-1]) if len(starts) else 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from urllib.parse import urlencode
 
 from app.text import INVISIBLE
 from app.worker.sync import register_tokenizer
@@ -36,7 +37,9 @@ def hostile_rollout() -> Rollout:
 def load(engine, tmp_path):
     key = register_tokenizer(engine, data_path("tokenizers", "mistral-v1-tokenizer.model"),
                              {32000: "<pad>", 32001: "<s1>", 32002: "<s2>", 32003: f"{RLO}piece{ZWSP}"})
-    assert ingest(engine, write_jsonl(tmp_path / "in.jsonl", [hostile_rollout()]), tokenizer_key=key).ok
+    sibling = Rollout.model_validate(dict(hostile_rollout().model_dump(mode="json", by_alias=True), id="plain",
+                                          group={"id": f"g{WJ}1", "index": 1}))
+    assert ingest(engine, write_jsonl(tmp_path / "in.jsonl", [hostile_rollout(), sibling]), tokenizer_key=key).ok
 
 
 def test_pages_show_invisible_characters_and_twins_keep_them(engine, client, tmp_path):
@@ -48,7 +51,8 @@ def test_pages_show_invisible_characters_and_twins_keep_them(engine, client, tmp
     for url in pages:
         r = client.get(url)
         assert r.status_code == 200, url
-        assert not ANY_INVISIBLE.search(r.text), (url, ANY_INVISIBLE.findall(r.text)[:5])
+        shown = re.sub(r' value="[^"]*"', "", r.text)  # form values are sent back, not shown
+        assert not ANY_INVISIBLE.search(shown), (url, ANY_INVISIBLE.findall(shown)[:5])
         assert "⟨U+" in r.text, url
     html = client.get(rollout_url).text
     title = re.search(r"<title>(.*?)</title>", html, re.S).group(1)
@@ -67,6 +71,11 @@ def test_pages_show_invisible_characters_and_twins_keep_them(engine, client, tmp
     assert full.endswith("?reveal=1")
     assert client.get(full).text.startswith("⟨U+202E⟩evil.exe⟨U+202C⟩ txt")
     assert client.get(full.removesuffix("?reveal=1")).text.startswith(TEXT)
+    # form fields send back the raw id (shown revealed): the group's diff picker still works
+    group_html = client.get(urls.group(run, f"g{WJ}1")).text
+    assert f'<option value="{HOSTILE_ID}"' in group_html and ">abc⟨U+202E⟩fed</option>" in group_html
+    r = client.get(urls.group(run, f"g{WJ}1") + "?" + urlencode({"a": HOSTILE_ID, "b": "plain"}))
+    assert r.status_code == 200
     # the JSON twin is data: the raw text, exactly
     d = client.get(urls.rollout(run, HOSTILE_ID, json=True)).json()
     assert d["rollout"]["rollout_id"] == HOSTILE_ID
