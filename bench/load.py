@@ -11,7 +11,9 @@ measured while the worker ingests. Any status other than 200 or a transport erro
 error, in both phases. Goal (issue 12): zero errors, p99 under 1 s.
 
 The machine is shared, so the load average (`os.getloadavg()`) is printed beside the figures,
-before and after each measurement.
+before and after each measurement, and so is the server's CPU time per request (its processes'
+user + system time from /proc, Linux), which the machine's other load inflates far less than it
+inflates latency.
 
 Run: `.venv/bin/python bench/load.py [--seconds 20] [--warmup 5] [--readers 16] [--workers 2]
 [--db sqlite,postgres]`.
@@ -70,6 +72,30 @@ def _percentile(values: list[float], p: float) -> float:
     values = sorted(values)
     k = min(len(values) - 1, max(0, round(p / 100 * (len(values) - 1))))
     return values[k]
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of `pid` and its children, from /proc (Linux): what the server
+    spent, which the machine's other load does not inflate the way it inflates latency."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for p in [pid, *_children(pid)]:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return out
 
 
 def _load() -> str:
@@ -157,7 +183,9 @@ def measure(db: str, url: str, tmp: Path, *, seconds: float, warmup: float, read
         _as_run(live_file, spool / "live" / "demo.native.jsonl", "live")
         writer = subprocess.Popen([RS, "worker", "--spool", str(spool), "--poll", "0.2"], env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cpu0 = _cpu_seconds(server.pid)
         readers_for(seconds, record=True)
+        server_cpu = _cpu_seconds(server.pid) - cpu0
         live = httpx.get(f"{base}/api/v1/runs/live").json()["totals"]["rollouts"]
         after = _load()
         writer.terminate()
@@ -175,7 +203,8 @@ def measure(db: str, url: str, tmp: Path, *, seconds: float, warmup: float, read
         print(f"  {'all':24} {len(everything):8d} {statistics.median(everything) * 1000:8.1f} "
               f"{_percentile(everything, 99) * 1000:8.1f} {total_errors:6d}")
         print(f"{db}: p99 {_percentile(everything, 99) * 1000:.0f} ms, {total_errors} errors, "
-              f"{len(everything) / seconds:.0f} requests/s")
+              f"{len(everything) / seconds:.0f} requests/s, server CPU {server_cpu / len(everything) * 1000:.1f} ms "
+              f"a request; {after}")
     finally:
         server.terminate()
         try:
