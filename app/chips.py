@@ -3,6 +3,8 @@ per chip cost ~230 µs (470 ms for a 2,048-token page), this ~10 µs.
 
 Every value goes through `markupsafe.escape` (as autoescape would) before it is placed: trace
 text (pieces, raw byte-level pieces) is never trusted, and the only markup is this module's own.
+Pieces first go through `app.text.reveal_invisible` (bidi controls and zero-width characters shown
+as `⟨U+XXXX⟩`), as the templates' `finalize` hook does for every other string.
 Registered as the `chip` filter; `_macros.html`'s `token(t)` calls it.
 """
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from markupsafe import Markup, escape
 
 from app.render import compact_number
+from app.text import reveal_invisible
 
 
 def _classes(t: dict, p: dict | None) -> str:
@@ -70,7 +73,7 @@ def _text(t: dict, p: dict | None) -> str:
         return p["hex"]
     if p.get("unknown"):
         return f"<{t['id']}>"
-    return p["text"].replace("\n", "↵")
+    return reveal_invisible(p["text"]).replace("\n", "↵")
 
 
 def chip(t: dict) -> Markup:
@@ -90,7 +93,7 @@ def chip(t: dict) -> Markup:
     if p and p.get("partial"):
         data.append(("data-hex", p["hex"]))
     if p and p.get("raw"):
-        data.append(("data-raw", p["raw"]))
+        data.append(("data-raw", reveal_invisible(p["raw"])))
     attrs = "".join(f' {k}="{escape(v)}"' for k, v in data)
     return Markup(f'<span class="{escape(_classes(t, p))}" id="t-{int(t["t"])}" data-i="{int(t["i"])}" '
-                  f'data-id="{int(t["id"])}"{attrs} title="{escape(_title(t, p))}">{escape(_text(t, p))}</span>')
+                  f'data-id="{int(t["id"])}"{attrs} title="{escape(reveal_invisible(_title(t, p)))}">{escape(_text(t, p))}</span>')

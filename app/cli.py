@@ -151,7 +151,7 @@ def ingest(
         try:
             RunRef(id=run)
         except ValueError:
-            raise typer.BadParameter(f"{run!r}: a run id is 1-300 characters without control characters",
+            raise typer.BadParameter(f"{run!r}: a run id is 1-300 characters of valid Unicode without control characters",
                                      param_hint="--run") from None
 
     engine = _engine()

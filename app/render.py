@@ -15,9 +15,11 @@ from typing import Any
 from fastapi import HTTPException, Request
 from fastapi.responses import Response
 from jinja2_fragments.fastapi import Jinja2Blocks
+from markupsafe import Markup, escape
 from pydantic import BaseModel
 
 from app import urls
+from app.text import reveal_invisible
 from ingest.source import dumps
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -50,6 +52,23 @@ def plural(n, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
+def _finalize(value: Any) -> Any:
+    """Every value a template prints: trace text shows its bidirectional controls and invisible
+    characters (app.text.reveal_invisible). Markup (our own, already escaped) passes unchanged;
+    the result is still escaped by autoescape, so no trace text is ever marked safe."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return reveal_invisible(value)
+    return value
+
+
+def verbatim(value: Any) -> Markup:
+    """Escaped exactly as autoescape would, without revealing invisible characters: for a form
+    field's `value`, which must send back what it was given (`{{ d.filters.task | verbatim }}`)."""
+    return escape(value)
+
+
+templates.env.finalize = _finalize  # before any template compiles: Jinja bakes finalize into the code
+templates.env.filters["verbatim"] = verbatim
 templates.env.filters["compact"] = compact_number
 templates.env.filters["plural"] = plural
 templates.env.globals["urls"] = urls

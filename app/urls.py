@@ -68,9 +68,11 @@ def group(run_id: str, group_id: str, *, json: bool = False) -> str:
     return _url(f"/runs/{q(run_id)}/groups/{q(group_id)}", json, {})
 
 
-def node_text(run_id: str, rollout_pk: int, idx: int) -> str:
-    """The full text of one message, as text/plain."""
-    return f"/runs/{q(run_id)}/nodes/{int(rollout_pk)}/{int(idx)}.txt"
+def node_text(run_id: str, rollout_pk: int, idx: int, *, reveal: bool = False) -> str:
+    """The full text of one message, as text/plain; `reveal=True` (`?reveal=1`, the page's "show
+    full text" link) shows bidi controls and invisible characters as `⟨U+XXXX⟩` (app.text)."""
+    return _url(f"/runs/{q(run_id)}/nodes/{int(rollout_pk)}/{int(idx)}.txt", False,
+                {"reveal": 1 if reveal else None})
 
 
 def quarantine(*, json: bool = False, **params: Any) -> str:

@@ -24,7 +24,7 @@ from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = "rollscope/1"
 
@@ -42,7 +42,20 @@ def _not_a_dot_segment(v: str) -> str:
     return v
 
 
-Id = Annotated[str, Field(min_length=1, max_length=300, pattern=r"^[^\x00-\x1f\x7f]*$"),
+# Ids must be valid Unicode. A lone UTF-16 surrogate ("\ud800", a valid JSON escape) cannot be
+# stored; the JSON reader turns it into U+FFFD (ingest/source.py), as undecodable bytes are, and an
+# id carrying U+FFFD would silently name a different rollout than the source meant. Free text keeps
+# its U+FFFD (shown as lost bytes); an id is refused, naming the field.
+def _valid_unicode(v: str) -> str:
+    for i, ch in enumerate(v):
+        if ch == "\ufffd" or "\ud800" <= ch <= "\udfff":
+            what = "a lone surrogate" if ch != "\ufffd" else "U+FFFD (a lone surrogate or undecodable bytes in the source)"
+            raise ValueError(f"ids must be valid Unicode: {what} at character {i}")
+    return v
+
+
+Id = Annotated[str, BeforeValidator(lambda v: _valid_unicode(v) if isinstance(v, str) else v),
+               Field(min_length=1, max_length=300, pattern=r"^[^\x00-\x1f\x7f]*$"),
                AfterValidator(_not_a_dot_segment)]
 # Stored as int32. -1 = id not recorded by the source (a reader's convention); other negative
 # values are placeholders a writer left in the sequence (-100, -200): kept, and reported by the

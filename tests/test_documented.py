@@ -17,3 +17,17 @@ def test_readme_lists_every_setting():
     missing = [name for name in setting_env_names() if name not in listed]
     assert not missing, f"README's configuration table lacks {missing}"
     assert "ROLLSCOPE_WORKER__SPOOL_DIR" in setting_env_names()
+
+
+def test_readme_lists_every_demo_run():
+    """Every run `make demo` loads (the Makefile's demo-data target) is named in the README."""
+    makefile = (ROOT / "Makefile").read_text()
+    target = makefile[makefile.index("\ndemo-data:"):]
+    target = target[:target.index("\n\n")]
+    runs = set(re.findall(r"--run ([\w.-]+)", target)) | {"demo-grpo"}
+    assert len(runs) == 10, runs
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## The demo data"):]
+    section = section[:section.index("\n## ", 1)]
+    missing = sorted(run for run in runs if f"`{run}`" not in section)
+    assert not missing, f"README's demo-data section lacks {missing}"

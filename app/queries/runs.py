@@ -29,6 +29,31 @@ class StepRow:
         return {e: (n / self.rollouts if self.rollouts else 0.0) for e, n in self.endings.items()}
 
 
+# Where a rollout came from a live source, by its stored source file: the worker's spool (a
+# spool_file row's `name`), `POST /api/v1/ingest` (`http/<sha256>.jsonl`, app.routes.ingest_http)
+# or the OTLP receiver (`/v1/traces`, app.routes.receive). A one-off `rollscope ingest` names
+# the files it was given, none of these.
+HTTP_SOURCE_PREFIX, OTLP_SOURCE = "http/", "/v1/traces"
+
+
+def received_live_within(*, session, run_id: str, seconds: float) -> bool:
+    """Whether the run is receiving: it stored a rollout in the last `seconds` from a live source
+    (the worker's spool, HTTP ingest or OTLP; see above). A CLI batch that has finished is not
+    receiving, however recent."""
+    from datetime import timedelta
+
+    from app.db import models
+
+    R = models.Rollout.__table__
+    S = models.SpoolFile.__table__
+    since = models.utcnow() - timedelta(seconds=seconds)
+    live_source = sa.or_(R.c.source_file.startswith(HTTP_SOURCE_PREFIX, autoescape=True),
+                         R.c.source_file == OTLP_SOURCE,
+                         R.c.source_file.in_(sa.select(S.c.name)))
+    return session.execute(sa.select(R.c.pk).where(R.c.run_id == run_id, R.c.ingested_at >= since, live_source)
+                           .limit(1)).first() is not None
+
+
 def delete_run(*, session: Session, run_id: str) -> int:
     """Delete a run and everything of it: rollouts, their details, nodes, findings, search
     documents and rollups (the foreign keys cascade, and are deleted explicitly too so SQLite

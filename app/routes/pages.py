@@ -40,6 +40,7 @@ from app.queries.common import INT32_MAX, INT32_MIN
 from app.queries.nodes import get_node
 from app.queries.rollouts import RolloutFilters
 from app.render import respond, split_twin, wants_json
+from app.text import reveal_invisible
 from app.views import group_extras, tokenpages
 from app.views.groups import group_page
 from app.views.quarantine import quarantine_page
@@ -90,13 +91,17 @@ def quarantine(request: Request, session: SessionDep, file: OptStr = None, befor
 
 @router.get("/runs/{run_id:path}/nodes/{rollout_pk}/{idx}.txt")
 def node_text(session: SessionDep, run_id: str, rollout_pk: Annotated[Count, Path()],
-              idx: Annotated[Count, Path()]):
+              idx: Annotated[Count, Path()], reveal: bool = False):
     """The full text of one message, as text/plain (never rendered as HTML): text parts joined,
-    other parts named (`[image_url]`), as in the page's preview (ingest.schema.content_text)."""
+    other parts named (`[image_url]`), as in the page's preview (ingest.schema.content_text).
+    `reveal=1` shows bidi controls and invisible characters as `⟨U+XXXX⟩` (app.text), as the page
+    does; without it the text is exactly as stored."""
     node = get_node(session=session, run_id=unquote(run_id), rollout_pk=rollout_pk, idx=idx)
     if node is None:
         raise ApiError(404, "not found")
     text = content_text((node.message or {}).get("content"))
+    if reveal:
+        text = reveal_invisible(text)
     return PlainTextResponse(text, headers={"X-Content-Type-Options": "nosniff",
                                                      "Content-Security-Policy": "default-src 'none'"})
 
@@ -126,15 +131,18 @@ def _list_filters(query: str | None) -> RolloutFilters | None:
 
 @router.get("/runs/{run_id:path}/rollouts/{rollout_id:path}")
 def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
-            branch: OptCount = None, offset: OptCount = None, attempt: OptInt = None, tokens: OptStr = None,
+            branch: OptCount = None, offset: OptCount = None, attempt: OptInt = None,
+            tokens: Annotated[str | None, Query(pattern="^all$")] = None,
             focus: Annotated[str | None, Query(pattern=r"^(m|node|t)-\d{1,10}$")] = None, limit: OptLimit = None,
             node: OptCount = None, from_: Annotated[OptCount, Query(alias="from")] = None, to: OptCount = None,
             at: OptCount = None, radius: OptCount = None, vs: OptCount = None,
-            list_: Annotated[str | None, Query(alias="list", max_length=2000)] = None):
+            list_: Annotated[str | None, Query(alias="list", max_length=2000)] = None,
+            graph: Annotated[int | None, Query(ge=1, le=1)] = None):
     """One rollout: ending, reward, findings, the message graph, branches, and one page (`ROLLSCOPE_WEB__MESSAGES_PER_PAGE`,
     50) of the messages of one branch with tool calls paired to results and the token strip. `tokens=all`
     (or the JSON twin) gives every token with ids, loss mask, behaviour logprobs and advantages,
-    and the graph (nodes with parent, role, sampled, token counts, branches).
+    and, on a branch's first page or with `graph=1`, the graph (nodes with parent, role, sampled,
+    token counts, branches); later pages link it as `graph_url`.
 
     `focus=m-N` / `t-N` opens the page holding message N / branch token N (the page's script
     adds it for a `#m-N` / `#t-N` link). `attempt=N` shows attempt N of the rollout id; without
@@ -143,6 +151,9 @@ def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
     Token windows: `node=N&from=S&to=E` gives tokens S..E of node N on `branch` (an htmx
     fragment, or JSON); `at=T&radius=R` the tokens around branch offset T (R ≤ 2048, default
     128). `vs=B` shows `branch` and branch B side by side from their fork point.
+
+    A branch, node, offset, token position (`focus=t-N`, `at`, `from`/`to`) or radius out of
+    range is a 422 in the one error shape, naming the parameter (never a silent clamp).
 
     `list=` carries the query of the rollouts list the reader came from (its filters): the page
     then links the previous and next rollout of that list (keys `p` / `n`)."""
@@ -159,7 +170,7 @@ def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
         return respond(request, "compare.html", data, json=want_json)
     data = rollout_page(session, run, rid, web=request.app.state.settings.web, branch=branch or 0,
                         offset=offset or 0, attempt=attempt, all_tokens=want_json or tokens == "all", focus=focus,
-                        limit=limit, came_from=_list_filters(list_), json=want_json)
+                        limit=limit, came_from=_list_filters(list_), json=want_json, with_graph=graph == 1)
     return respond(request, "rollout.html", data, json=want_json, block="messages")
 
 
@@ -182,6 +193,9 @@ def group(request: Request, session: SessionDep, run_id: str, group_id: str,
     members (messages, then tokens)."""
     group_id, js = _twin(group_id, lambda gid: q_groups.group_exists(session=session, run_id=unquote(run_id),
                                                                         group_id=gid))
+    if (a is None) != (b is None):
+        missing = "b" if b is None else "a"
+        raise ApiError(422, f"a diff names two members: give both a= and b= ({missing} is missing)", field=missing)
     if a is not None and b is not None:
         return respond(request, "diff.html", group_extras.diff_page(session, unquote(run_id), group_id, a, b),
                        json=wants_json(request, js))

@@ -10,6 +10,7 @@ import numpy as np
 from sqlmodel import Session
 
 from app import urls
+from app.errors import ApiError
 from app.db.tokenarrays import unpack_bits, unpack_floats, unpack_ids
 from app.queries import groups as q_groups
 from app.queries import nodes as q_nodes
@@ -182,14 +183,18 @@ def _align(session: Session, data: dict, member_pks: list, nodes_of: dict, run_i
 def diff_page(session: Session, run_id: str, group_id: str, a: str, b: str) -> DiffPage | None:
     """Two members of a group compared: their messages (first branch) aligned by position with
     the first message that differs, then their token sequences from the first differing token.
-    `a`/`b` are rollout ids (latest attempt). None when either is not in the group."""
+    `a`/`b` are rollout ids (latest attempt). None when the group does not exist; ApiError 422
+    (field `a` or `b`) when either is not one of its members."""
     pks = q_groups.member_pks(session=session, run_id=run_id, group_id=group_id)
+    if not pks:
+        return None
     def latest(rid):
         got = [(att, pk) for (r, att), pk in pks.items() if r == rid]
         return max(got)[1] if got else None
     pa, pb = latest(a), latest(b)
-    if pa is None or pb is None:
-        return None
+    for field, rid, pk in (("a", a, pa), ("b", b, pb)):
+        if pk is None:
+            raise ApiError(422, f"{field}: {rid!r} is not a member of group {group_id!r}", field=field)
     nodes_of = q_groups.member_nodes(session=session, pks=[pa, pb])
     run = q_runs.get_run(session=session, run_id=run_id)
     pieces = Pieces(_load_vocab(session, run.tokenizer_sha256 if run else None))

@@ -14,6 +14,7 @@ from sqlmodel import Session
 
 from app import urls
 from app.config import WebSettings
+from app.errors import ApiError
 from app.db.tokenarrays import f32, floats_or_none, unpack_bits, unpack_floats, unpack_ids
 from app.queries import findings as q_findings
 from app.queries import graph as q_graph
@@ -256,7 +257,11 @@ class RolloutPage(PageModel):
     branch: int
     branch_prev_url: str | None
     branch_next_url: str | None
-    graph: dict[str, Any] | None  # JSON twin: nodes with parent, role, sampled, tokens, kind, branches
+    # JSON twin, on the first page of a branch (offset 0) or with `graph=1`: nodes with parent,
+    # role, sampled, tokens, kind, branches. Later pages carry `graph_url` instead (a 5,000-turn
+    # rollout's 10,002 nodes were 1.1 MB of every 50-message page).
+    graph: dict[str, Any] | None
+    graph_url: str | None
     svg: dict[str, Any]  # the drawn graph's geometry (app/views/graph_svg.py)
     offset: int
     limit: int
@@ -473,36 +478,56 @@ class NodeLinks:
         return f"{self.page_url(b, p // self.limit * self.limit)}#m-{idx}"
 
 
+def _span(xs: list[int]) -> str:
+    """`[0, 1, 2, 7]` → "0–2, 7": a short list of numbers for an error message."""
+    runs: list[list[int]] = []
+    for x in xs:
+        if runs and x == runs[-1][1] + 1:
+            runs[-1][1] = x
+        else:
+            runs.append([x, x])
+    out = ", ".join(f"{a}" if a == b else f"{a}–{b}" for a, b in runs[:8])
+    return out + (", …" if len(runs) > 8 else "")
+
+
+def check_branch(branch: int, paths: list[list[int]], *, field: str = "branch") -> None:
+    """422 (ApiError, naming `field`) unless `branch` is a branch of this rollout (0..len-1)."""
+    if not 0 <= branch < len(paths):
+        raise ApiError(422, f"{field} must be 0..{len(paths) - 1}: this rollout has {len(paths)} branches"
+                       if paths else f"{field}: this rollout has no messages", field=field)
+
+
 def _resolve_focus(focus: str | None, paths: list[list[int]], branch: int, starts) -> tuple[int, int | None, int | None]:
     """A deep link's target → (branch, position on the branch, token index within that node).
 
     `m-N` / `node-N`: message N, on `branch` when it holds N, else on the first branch that does.
-    `t-N`: token offset N of the branch's token sequence (clamped to its last token). Unknown
-    targets give (branch, None, None)."""
-    if not focus or not paths:
+    `t-N`: token offset N of the branch's token sequence. A message no branch holds, or a token
+    past the branch's last, raises ApiError 422 (field `focus`)."""
+    if not focus:
         return branch, None, None
     kind, _, num = focus.partition("-")
-    if not num.isdigit():
-        return branch, None, None
-    n = int(num)
+    n = int(num)  # the route's pattern guarantees digits
     if kind in ("m", "node"):
-        if n in paths[branch]:
+        if paths and n in paths[branch]:
             return branch, paths[branch].index(n), None
         for b, p in enumerate(paths):
             if n in p:
                 return b, p.index(n), None
-        return branch, None, None
-    if kind == "t" and len(starts) > 1 and starts[-1] > 0:
-        n = min(n, int(starts[-1]) - 1)
-        pos = int(np.searchsorted(starts, n, side="right")) - 1
-        return branch, pos, n - int(starts[pos])
-    return branch, None, None
+        count = len({i for p in paths for i in p})
+        raise ApiError(422, f"focus: no message {n}; this rollout has messages 0..{count - 1}" if count
+                       else f"focus: no message {n}; this rollout has no messages", field="focus")
+    total = int(starts[-1]) if len(starts) else 0
+    if n >= total:
+        raise ApiError(422, f"focus: no token {n}; branch {branch} has tokens 0..{total - 1}" if total
+                       else f"focus: no token {n}; branch {branch} has no tokens", field="focus")
+    pos = int(np.searchsorted(starts, n, side="right")) - 1
+    return branch, pos, n - int(starts[pos])
 
 
 def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSettings, branch: int = 0,
                  offset: int = 0, attempt: int | None = None, all_tokens: bool = False, limit: int | None = None,
                  focus: str | None = None, came_from: q_rollouts.RolloutFilters | None = None,
-                 json: bool = False) -> RolloutPage | None:
+                 json: bool = False, with_graph: bool = False) -> RolloutPage | None:
     """The rollout page: header, findings, the drawn message graph, branches (each labelled with
     the sample it becomes and why it forked), and one page of messages of one branch.
 
@@ -513,6 +538,9 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
     `focus` (`m-N`, `node-N` or `t-N`, a deep link's fragment) opens the page of messages that
     holds message N or branch token N, with that token's window drawn; `range` then says which
     messages are shown ("messages 100–122 of 123") and `prev_url` loads the earlier ones.
+
+    The JSON twin (`json`) carries the whole message graph on a branch's first page (offset 0)
+    or when `with_graph`; other pages link it (`graph_url`) rather than repeat it.
 
     `came_from`: the filters of the rollouts list the reader came from; `list_nav` then links the
     previous and next rollout of that list (and back to it). Links go to the JSON twins when
@@ -543,14 +571,17 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
     headers: dict[int, dict] = {}
     gnodes = q_graph.graph_nodes(session=session, rollout_pk=pk, headers=headers)
     paths = branches(gnodes) if gnodes else []
-    branch = max(0, min(branch, len(paths) - 1)) if paths else 0
+    if paths or branch:
+        check_branch(branch, paths)
     starts = np.concatenate([[0], np.cumsum([gnodes[i].n_tokens for i in paths[branch]])]) if paths else np.zeros(1)
     branch, focus_pos, focus_token = _resolve_focus(focus, paths, branch, starts)
     path = paths[branch] if paths else []
     if paths and focus_pos is not None:
         starts = np.concatenate([[0], np.cumsum([gnodes[i].n_tokens for i in path])])
         offset = focus_pos // limit * limit
-    offset = min(offset, max(0, len(path) - 1))
+    if offset and offset >= len(path):
+        raise ApiError(422, f"offset must be 0..{max(0, len(path) - 1)}: branch {branch} has "
+                       f"{len(path)} messages", field="offset")
     pinned = row.attempt if attempt is not None or len(attempts) > 1 else None
     link = NodeLinks(run_id, rollout_id, paths, branch, offset, limit, pinned, json)
     offsets: dict[int, dict[int, int]] = {}  # branch → node → offset of its first token
@@ -695,7 +726,8 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
         "branch": branch,
         "branch_prev_url": link.page_url(branch - 1, 0) if branch > 0 else None,
         "branch_next_url": link.page_url(branch + 1, 0) if branch + 1 < len(paths) else None,
-        "graph": graph_svg.graph_data(gnodes, paths) if all_tokens else None,
+        "graph": graph_svg.graph_data(gnodes, paths) if json and (offset == 0 or with_graph) else None,
+        "graph_url": link.page_url(branch, offset, graph=1) if json and not (offset == 0 or with_graph) else None,
         "svg": graph_svg.layout(gnodes, paths, branch, graph_href),
         "offset": offset,
         "limit": limit,

@@ -103,7 +103,7 @@ class RunPage(PageModel):
     checks: list[CheckRow]
     chat_template: bool  # a chat template is kept with the run's tokenizer (the template checks use it)
     notes: list[NoteView]  # notes on the run's training steps
-    live: bool = False  # a rollout arrived in the last LIVE_SECONDS: the page refreshes itself every 2 s
+    live: bool = False  # a rollout arrived from a live source (spool, HTTP, OTLP) in the last LIVE_SECONDS: the page refreshes itself every 2 s
     in_progress_step: int | None = None  # the newest step while live: more rollouts may still come
     version: str = ""  # changes when a rollout of the run is stored or replaced (live polling)
     # training-step analytics (app/analytics/pages.py): every registered chart's URLs, the run's
@@ -114,7 +114,7 @@ class RunPage(PageModel):
     search_url: str | None = None
 
 
-LIVE_SECONDS = 120  # a run that received a rollout this recently is "receiving"
+LIVE_SECONDS = 120  # a run that received a rollout from a live source this recently is "receiving"
 
 
 class RunSummary(PageModel):
@@ -183,7 +183,9 @@ def run_page(session: Session, run_id: str, *, json: bool = False, steps_range=N
     fired = [(c.kind, c.label) for c in checks_ran if c.rollouts]
     # Without a training step (Tunix files, tau-bench) a per-step chart has no axis to draw on.
     steps_recorded = any(s.step is not None for s in steps)
-    live = _last_ingest_age(stats) < LIVE_SECONDS
+    # receiving: something arrived lately (the rollups know, no scan), and from a live source
+    live = _last_ingest_age(stats) < LIVE_SECONDS and q_runs.received_live_within(
+        session=session, run_id=run_id, seconds=LIVE_SECONDS)
     newest = max((s.step for s in steps if s.step is not None), default=None)
     return RunPage(
         live=live, in_progress_step=newest if live else None,

@@ -18,8 +18,9 @@ from app.queries import graph as q_graph
 from app.queries import nodes as q_nodes
 from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
+from app.errors import ApiError
 from app.views.common import PageModel
-from app.views.rollout import MarkedToken, Pieces, _declares_byte_level, _load_vocab, _token_chips
+from app.views.rollout import MarkedToken, _span, check_branch, Pieces, _declares_byte_level, _load_vocab, _token_chips
 from ingest.graph import branches, fork_points, samples
 
 MAX_WINDOW = 4096  # tokens per window request
@@ -98,26 +99,36 @@ def token_window_page(session: Session, run_id: str, rollout_id: str, *, branch:
 
     Returns `{rollout_id, branch, from, to, total, tokens: [chip + node]}` (chips as
     `tokenview.token_views` gives them, each with the `node` it belongs to); None when the
-    rollout, branch or node does not exist."""
+    rollout does not exist. A branch, node, `from`/`to`, `at` or `radius` out of range raises
+    ApiError 422 naming the parameter (`from` > the node's tokens, `to` before `from` or past
+    them, a window over MAX_WINDOW, `at` past the branch's last token, `radius` > MAX_WINDOW / 2)."""
     got = _rollout(session, run_id, rollout_id, attempt)
     if got is None:
         return None
     row, gnodes, paths = got
-    if not paths or not 0 <= branch < len(paths):
-        return None
+    check_branch(branch, paths)
     path = paths[branch]
     starts = np.concatenate([[0], np.cumsum([gnodes[i].n_tokens for i in path])]).astype(int)
     total = int(starts[-1])
     if node is not None:
         if node not in path:
-            return None
+            raise ApiError(422, f"node {node} is not on branch {branch} (its nodes: {_span(path)})", field="node")
         pos = path.index(node)
         n = gnodes[node].n_tokens
-        s = max(0, min(start, n))
-        e = min(n, s + MAX_WINDOW) if end is None else max(s, min(end, n, s + MAX_WINDOW))
-        lo, hi = int(starts[pos]) + s, int(starts[pos]) + e
+        if start > n:
+            raise ApiError(422, f"from must be 0..{n}: node {node} has {n} tokens", field="from")
+        e = min(n, start + MAX_WINDOW) if end is None else end
+        if not start <= e <= n:
+            raise ApiError(422, f"to must be {start}..{n}: node {node} has {n} tokens", field="to")
+        if e - start > MAX_WINDOW:
+            raise ApiError(422, f"a window is at most {MAX_WINDOW} tokens (to - from)", field="to")
+        lo, hi = int(starts[pos]) + start, int(starts[pos]) + e
     elif at is not None:
-        radius = max(0, min(radius, MAX_WINDOW // 2))
+        if radius > MAX_WINDOW // 2:
+            raise ApiError(422, f"radius must be 0..{MAX_WINDOW // 2}", field="radius")
+        if at >= total:
+            raise ApiError(422, f"at must be a token position 0..{total - 1}: branch {branch} has {total} tokens"
+                           if total else f"branch {branch} has no tokens", field="at")
         lo, hi = max(0, at - radius), min(total, at + radius + 1)
     else:
         lo, hi = 0, min(total, MAX_WINDOW)
@@ -164,13 +175,14 @@ def branch_compare_page(session: Session, run_id: str, rollout_id: str, *, a: in
     first token where their sequences differ (None when one is a prefix of the other: then the
     shorter simply ends), and each side's tokens from a little before that point.
 
-    Returns None when the rollout or either branch does not exist."""
+    Returns None when the rollout does not exist; a branch out of range raises ApiError 422
+    (field `branch` or `vs`)."""
     got = _rollout(session, run_id, rollout_id, attempt)
     if got is None:
         return None
     row, gnodes, paths = got
-    if not (0 <= a < len(paths) and 0 <= b < len(paths)):
-        return None
+    check_branch(a, paths)
+    check_branch(b, paths, field="vs")
     pieces = _pieces(session, run_id, row.pk)
     ids_a, starts_a, nodes_a = _branch_ids(session, row.pk, paths[a])
     ids_b, starts_b, nodes_b = _branch_ids(session, row.pk, paths[b])

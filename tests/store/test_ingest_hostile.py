@@ -65,6 +65,27 @@ def test_surrogates_nul_and_bom_are_stored(engine, client, tmp_path):
     assert n1 == "before\ufffdafter"  # one rule on both databases: NUL → U+FFFD
 
 
+def test_lone_surrogate_in_an_id_is_rejected_with_the_field(engine, client, tmp_path):
+    """An id must be valid Unicode: `sur\\ud800` is refused (not stored as `sur\ufffd`), in a native
+    line, a group id and a chat record, each error naming the field."""
+    base = rollout("ok").to_json_dict()
+    native = json.dumps(dict(base, id="PLACE")).replace('"PLACE"', '"sur\\ud800"')
+    group = json.dumps(dict(base, id="g1", group={"id": "PLACE"})).replace('"PLACE"', '"grp\\udfff"')
+    chat = '{"rollout_id": "chat\\ud800", "messages": [{"role": "user", "content": "a\\ud800b"}]}'
+    path = tmp_path / "lone.jsonl"
+    path.write_text("\n".join([json.dumps(base), native, group]) + "\n")
+    (tmp_path / "chat.jsonl").write_text(chat + "\n" + chat_line("chat-ok") + "\n")
+    report = ingest(engine, path, tmp_path / "chat.jsonl", run="lone")
+    assert report.total.inserted == 2, [str(e) for e in report.errors]
+    errors = {(Path(e.file).name, e.line): (e.field, e.message) for e in report.errors}
+    assert set(errors) == {("lone.jsonl", 2), ("lone.jsonl", 3), ("chat.jsonl", 1)}
+    assert errors["lone.jsonl", 2][0] == "id" and "valid Unicode" in errors["lone.jsonl", 2][1]
+    assert errors["lone.jsonl", 3][0] == "group.id" and "valid Unicode" in errors["lone.jsonl", 3][1]
+    assert errors["chat.jsonl", 1][0] == "id" and "valid Unicode" in errors["chat.jsonl", 1][1]
+    ids = sorted(r["rollout_id"] for r in client.get("/runs/lone/rollouts.json").json()["rollouts"])
+    assert ids == ["chat-ok", "ok"]
+
+
 def test_broken_first_line_costs_one_record(engine, tmp_path):
     good = [json.dumps(rollout(f"g{i}").to_json_dict()) for i in range(3)]
     path = tmp_path / "first-bad.jsonl"

@@ -183,9 +183,30 @@ def _branch(session, run: str, rollout: str, attempt: int | None, branch: int):
     return row, paths[branch]
 
 
+# Longest string (characters) of a message a list answers with: one 40 MB tool output made a
+# 50-message page 40 MB. The full text is behind `full_text_url`.
+MESSAGE_TEXT_CAP = 65_536
+
+
+def _capped(value: Any, cut: list[bool]) -> Any:
+    """`value` with every string longer than MESSAGE_TEXT_CAP cut to its first MESSAGE_TEXT_CAP
+    characters (`cut[0]` set when any was)."""
+    if isinstance(value, str):
+        if len(value) > MESSAGE_TEXT_CAP:
+            cut[0] = True
+            return value[:MESSAGE_TEXT_CAP]
+        return value
+    if isinstance(value, list):
+        return [_capped(v, cut) for v in value]
+    if isinstance(value, dict):
+        return {k: _capped(v, cut) for k, v in value.items()}
+    return value
+
+
 class MessageItem(PageModel):
     """A message of a branch: the stored message (role, content, tool calls, ...) and its
-    place in the graph."""
+    place in the graph. Every string of `message` longer than 65,536 characters is cut there,
+    with `truncated: true`; `full_text_url` gives the message's whole text (text/plain)."""
 
     idx: int
     parent: int | None
@@ -195,6 +216,8 @@ class MessageItem(PageModel):
     policy_version: int | None
     timestamp: float | None
     message: dict[str, Any]
+    truncated: bool = False
+    full_text_url: str
 
 
 class MessagePage(PageModel):
@@ -209,15 +232,20 @@ class MessagePage(PageModel):
 def get_branch_messages(request: Request, session: SessionDep, _: ReadToken, run: RunId, rollout: RolloutId,
                         branch: Annotated[Count, Path()], attempt: OptInt = None, offset: OptCount = None,
                         limit: Annotated[int | None, Query(ge=1, le=1000)] = None):
-    """The messages of one branch, root first, `limit` at a time from `offset`."""
+    """The messages of one branch, root first, `limit` at a time from `offset`. Strings longer
+    than 65,536 characters are cut (`truncated: true`); `full_text_url` has the whole text."""
     row, path = _branch(session, run, rollout, attempt, branch)
     start, n = offset or 0, _limit(request, limit)
     nodes = q_nodes.get_nodes(session=session, rollout_pk=row.pk, idxs=path[start:start + n])
     nxt = start + n if start + n < len(path) else None
-    return MessagePage(items=[MessageItem(idx=x.idx, parent=x.parent, role=x.role, sampled=x.sampled,
-                                          n_tokens=x.n_tokens, policy_version=x.policy_version,
-                                          timestamp=x.timestamp, message=x.message or {}) for x in nodes],
-                       branch=branch, offset=start, total=len(path), next_offset=nxt)
+    items = []
+    for x in nodes:
+        cut = [False]
+        message = _capped(x.message or {}, cut)
+        items.append(MessageItem(idx=x.idx, parent=x.parent, role=x.role, sampled=x.sampled, n_tokens=x.n_tokens,
+                                 policy_version=x.policy_version, timestamp=x.timestamp, message=message,
+                                 truncated=cut[0], full_text_url=urls.node_text(run, row.pk, x.idx)))
+    return MessagePage(items=items, branch=branch, offset=start, total=len(path), next_offset=nxt)
 
 
 BranchTokens = model_of(schemas.BranchTokens)
