@@ -9,6 +9,7 @@ from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, check, memo
 from ingest.graph import CallRef, Pairing, branches, pair
 from ingest.schema import Rollout
+from ingest.source import cut_short
 
 
 def _pairings(r: Rollout) -> list[Pairing]:
@@ -91,7 +92,7 @@ def arguments_shape(arguments: str) -> str:
     try:
         value = json.loads(arguments)
     except ValueError:
-        return "cut_off" if _truncated_json(arguments) else "not_json"
+        return "cut_off" if cut_short(arguments) else "not_json"
     if isinstance(value, dict):
         return "object"
     if isinstance(value, list):
@@ -103,19 +104,6 @@ def arguments_shape(arguments: str) -> str:
             return "scalar"
         return "double_encoded" if isinstance(inner, dict | list) else "scalar"
     return "scalar"
-
-
-def _truncated_json(text: str) -> bool:
-    """JSON that opens an object or array and stops before it closes (JSONDecodeError at the
-    end of the text)."""
-    t = text.strip()
-    if not t.startswith(("{", "[")):
-        return False
-    try:
-        json.loads(t)
-    except json.JSONDecodeError as e:
-        return e.pos >= len(t) - 1 or e.msg.startswith("Unterminated")
-    return False
 
 
 SHAPE_WORDS = {
