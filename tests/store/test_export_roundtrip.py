@@ -48,7 +48,7 @@ def fresh(tmp_path):
     eng.dispose()
 
 
-@pytest.mark.parametrize("fmt", ["native", "verifiers", "atif"])
+@pytest.mark.parametrize("fmt", ["native", "verifiers", "atif", "otlp"])
 def test_round_trip_gives_the_same_content(engine, fresh, tmp_path, fmt):
     for run, paths in SOURCES.items():
         assert ingest(engine, *paths, run=run).ok, run
@@ -138,3 +138,47 @@ def test_nemo_gym_round_trip_through_the_export_command(engine, db_url, fresh, t
     assert set(after) == set(before)
     for key in before:
         assert after[key] == before[key], key
+
+
+def findings_of(engine, run: str) -> list[tuple]:
+    from sqlalchemy import text
+    with engine.connect() as c:
+        return sorted(c.execute(text(
+            "SELECT r.rollout_id, f.kind, f.node_idx, f.position FROM finding f JOIN rollout r ON r.pk = f.rollout_pk "
+            "WHERE r.run_id = :r AND f.severity != 'skipped'"), {"r": run}).all())
+
+
+def test_otlp_export_through_the_cli_gives_back_nodes_tool_calls_and_tokens(engine, db_url, fresh, tmp_path, monkeypatch):
+    """`rollscope export --format otlp` of real runs with no recorded calls (tau-bench, Atropos)
+    and with tokens (Atropos, verifiers, Tunix): every node's message, parent and token arrays,
+    every tool call and the findings come back; the spans a GenAI viewer reads are there."""
+    from app.cli import app
+
+    for run in ("tau", "at", "vf", "tx"):
+        assert ingest(engine, *SOURCES[run], run=run).ok
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    for run in ("tau", "at", "vf", "tx"):
+        out = tmp_path / f"{run}.otlp.jsonl"
+        res = CliRunner().invoke(app, ["export", "--run", run, "--format", "otlp", "--out", str(out)])
+        assert res.exit_code == 0, res.output
+        before = {r.id: r for r in iter_rollouts(engine, run, RolloutFilters())}
+        assert ingest(fresh, out, run=run).ok
+        after = {r.id: r for r in iter_rollouts(fresh, run, RolloutFilters())}
+        assert set(after) == set(before)
+        for rid, b in before.items():
+            a = after[rid]
+            assert [n.to_json_dict() for n in a.nodes] == [n.to_json_dict() for n in b.nodes], (run, rid)
+            assert [(n.token_ids, n.mask, n.logprobs) for n in a.nodes] == [(n.token_ids, n.mask, n.logprobs) for n in b.nodes]
+            assert [c.to_json_dict() for c in a.calls] == [c.to_json_dict() for c in b.calls]
+            assert (a.reward, a.ending, a.rewards) == (b.reward, b.ending, b.rewards)
+        assert findings_of(fresh, run) == findings_of(engine, run), run
+        spans = [sp for line in out.read_text().splitlines()
+                 for rs in json.loads(line)["resourceSpans"] for ss in rs["scopeSpans"] for sp in ss["spans"]]
+        ops = {a["value"].get("stringValue") for sp in spans for a in sp["attributes"] if a["key"] == "gen_ai.operation.name"}
+        assert {"invoke_agent", "chat"} <= ops, run
+    tau = {r.id: r for r in iter_rollouts(fresh, "tau", RolloutFilters())}["task0-trial0"]
+    assert len(tau.nodes) == 32 and sum(len(n.message.tool_calls or []) for n in tau.nodes) == 8
+    assert not [f for f in findings_of(fresh, "tau") if f[1] == "unpaired_tool_result"]
+    atropos = list(iter_rollouts(fresh, "at", RolloutFilters()))
+    assert len(atropos) == 4 and all(len(r.nodes) == 4 for r in atropos)
+    assert all(sum(len(n.token_ids) for n in r.nodes) > 1000 for r in atropos)
