@@ -1,6 +1,7 @@
 """`rollscope export` round trips (issue 7): ingest, export to a format, ingest the export into a
 fresh database, and the stored content is the same. One test per export format, on the real
-files of every format Rollscope reads."""
+files of every format Rollscope reads (the RL formats and the agent harnesses: text-action
+SWE-agent and mini-swe-agent, OpenHands, Inspect)."""
 from __future__ import annotations
 
 import json
@@ -28,6 +29,10 @@ SOURCES = {  # run → files (real data of each format read)
     "at": [REAL / "atropos"],
     "tx": [REAL / "tunix/v0.1.7/submitted.Trajectory.json", REAL / "tunix/v0.1.7/env_timeout.Token.json"],
     "tau": [REAL / "tau-bench"],
+    "swe": [REAL / "swe-agent"],
+    "mini": [REAL / "mini-swe-agent"],
+    "oh": [REAL / "openhands"],
+    "insp": [REAL / "inspect_ai"],
 }
 
 
@@ -64,6 +69,7 @@ def test_round_trip_gives_the_same_content(engine, fresh, tmp_path, fmt):
         assert set(after) == set(before), run
         for key in before:
             assert after[key] == before[key], (run, key)
+        assert findings_of(fresh, run) == findings_of(engine, run), run  # e.g. no unanswered_tool_call gained
 
 
 def test_training_samples_round_trip_through_the_verl_reader(engine, fresh, tmp_path):
