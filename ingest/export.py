@@ -6,7 +6,8 @@
 - `samples`: flat per-branch training samples, JSONL, the shape verl, SkyRL, OpenRLHF and Atropos
   share: `{prompt_ids, response_ids, response_mask, response_logprobs, advantages, reward, step,
   group_id, sample_index, ending, ...}` (`training_samples`).
-- `parquet`: the same training samples as a Parquet file (pyarrow).
+- `parquet`: the same training samples as a Parquet file (pyarrow); read back by the `verl`
+  reader, like the JSONL samples.
 - `otlp`: OpenTelemetry GenAI spans, one OTLP/JSON request per rollout (`otlp.write`).
 - `nemo_gym`: NeMo Gym rollout JSONL, OpenAI Responses items (`nemo_gym.to_record`), the shape
   `ng_collect_rollouts` writes and the `nemo-gym` reader reads.
@@ -15,7 +16,8 @@ Every writer keeps every digit of big integers (`ingest.source.dumps`) and write
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import os
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,11 @@ from ingest.schema import Rollout
 from ingest.source import dumps
 
 FORMATS = ("native", "verifiers", "atif", "samples", "parquet", "otlp", "nemo_gym")
+SAMPLE_FORMATS = ("samples", "parquet")
+
+
+class NoSamples(ValueError):
+    """A `samples` / `parquet` export found no branch with tokens: nothing to train on, so no file."""
 
 
 def training_samples(r: Rollout) -> list[dict[str, Any]]:
@@ -102,7 +109,7 @@ def _parquet(rollouts: Iterable[Rollout], out: Path) -> int:
                 writer.write_table(pa.Table.from_pylist(batch, schema=schema))
                 n += len(batch)
                 batch = []
-        if batch or n == 0:
+        if batch:
             writer.write_table(pa.Table.from_pylist(batch, schema=schema))
             n += len(batch)
     return n
@@ -134,10 +141,38 @@ def _writers() -> dict[str, Callable[[Iterable[Rollout], Path], int]]:
     }
 
 
+class _Counted:
+    """The rollouts, counted as a writer consumes them."""
+
+    def __init__(self, rollouts: Iterable[Rollout]) -> None:
+        self.rollouts, self.n = rollouts, 0
+
+    def __iter__(self) -> Iterator[Rollout]:
+        for r in self.rollouts:
+            self.n += 1
+            yield r
+
+
 def write(rollouts: Iterable[Rollout], fmt: str, out: Path) -> int:
     """Write `rollouts` to `out` in `fmt` (one of FORMATS); returns the number of records written
-    (rollouts, or samples for `samples`/`parquet`). ValueError for an unknown format."""
+    (rollouts, or samples for `samples`/`parquet`). The file is written beside `out` and moved
+    into place when complete, so a failed export leaves no partial file (and an existing `out`
+    untouched). ValueError for an unknown format; NoSamples (a ValueError, one line) when a
+    `samples`/`parquet` export has no branch with token ids (runs of text-only formats such as
+    tau-bench, SWE-agent, OpenHands, mini-swe-agent, Inspect): nothing is written."""
     writers = _writers()
     if fmt not in writers:
         raise ValueError(f"unknown export format {fmt!r}; formats: {', '.join(FORMATS)}")
-    return writers[fmt](rollouts, out)
+    partial = out.with_name(f".{out.name}.partial")
+    counted = _Counted(rollouts)
+    try:
+        n = writers[fmt](counted, partial)
+        if fmt in SAMPLE_FORMATS and n == 0:
+            raise NoSamples(
+                f"no training samples: the {counted.n} rollouts exported carry no token arrays (token ids), so there is "
+                "nothing to train on; nothing written" if counted.n else
+                "no training samples: no rollouts match; nothing written")
+        os.replace(partial, out)
+    finally:
+        partial.unlink(missing_ok=True)
+    return n

@@ -14,6 +14,9 @@
   non-finite values reach the reader as float('nan') / float('inf'), and lone surrogates (which
   UTF-8 cannot carry) become U+FFFD. Nesting deeper than the parser allows is a RecordError.
 - A UTF-8 byte-order mark is ignored.
+- A Parquet file (magic `PAR1`) opens as kind 'parquet': `parquet_rows()` streams its rows as
+  dicts, one record batch at a time (pyarrow); the training samples `rollscope export --format
+  parquet` writes are read back this way (by the verl reader).
 - A gzip file (magic bytes 1f 8b, whatever its name) is read through the decompressor, streamed
   like the file it holds: every reader sees the uncompressed JSON, JSONL or CSV, and `size` is
   the uncompressed size the gzip trailer records (an estimate for progress past 4 GiB).
@@ -46,6 +49,7 @@ PROBE_LINES = 50  # lines tried for a first good record when the first line is b
 BOM = b"\xef\xbb\xbf"
 ZIP_MAGIC = b"PK\x03\x04"
 GZIP_MAGIC = b"\x1f\x8b"
+PARQUET_MAGIC = b"PAR1"
 EMPTY_ZIP_MAGIC = b"PK\x05\x06"
 MAX_MEMBER_BYTES = 1 << 30  # 1 GiB uncompressed per zip member
 STREAM_BYTES = 32 << 20  # a top-level JSON array larger than this is streamed, element by element
@@ -152,7 +156,7 @@ def dumps(value: Any, *, sort_keys: bool = False) -> bytes:
 
 @dataclass
 class Source:
-    """One input file, opened. `kind` is 'json' (one document), 'jsonl', 'csv' or 'zip'.
+    """One input file, opened. `kind` is 'json' (one document), 'jsonl', 'csv', 'zip' or 'parquet'.
 
     `first` is the first good record (the whole document for 'json'; the sorted member names
     for 'zip'), which readers sniff. `member`: for a file inside a zip archive, its name there
@@ -283,6 +287,24 @@ class Source:
                                          f"invalid JSON (element starts at byte {offset}): {exc}", self.last_raw)
         self.position = self.size
 
+    def parquet_rows(self) -> Iterator[tuple[int, Any]]:
+        """Parquet: (row number from 1, row dict or RecordError), one record batch in memory at
+        a time. A file pyarrow cannot read is one RecordError."""
+        import pyarrow.parquet as pq
+
+        row = self.line_base
+        try:
+            pf = pq.ParquetFile(self.path)
+            for batch in pf.iter_batches(batch_size=1024):
+                for value in batch.to_pylist():
+                    row += 1
+                    self.last_line, self.last_raw = row, None
+                    yield row, value
+                self.position = min(self.size, self.position + batch.nbytes)
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds for a broken file
+            yield row + 1, RecordError(self.name, row + 1, None, f"cannot read Parquet: {exc}")
+        self.position = self.size
+
     def csv_rows(self) -> Iterator[tuple[int, dict[str, str]]]:
         """CSV: (line number of the row's first line, row dict), streamed."""
         csv.field_size_limit(sys.maxsize)
@@ -391,7 +413,21 @@ def open_source(path: Path) -> Source:
         return _open_zip(path, size)
     if head.startswith(GZIP_MAGIC):
         return _open_gzip(path, size)
+    if head.startswith(PARQUET_MAGIC):
+        return _open_parquet(path, size)
     return _open_head(path, head, size, None, None)
+
+
+def _open_parquet(path: Path, size: int) -> Source:
+    """A Parquet file; `first` is its first row (or None when it has none)."""
+    src = Source(path, "parquet", None, size=size)
+    for _, value in src.parquet_rows():
+        if isinstance(value, RecordError):
+            raise value
+        src.first = value
+        break
+    src.position, src.last_line = 0, None
+    return src
 
 
 def _open_gzip(path: Path, size: int) -> Source:

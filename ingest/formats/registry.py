@@ -61,6 +61,7 @@ def explain(source: Source, *, short: bool = False) -> str:
     and skipped, where the full list repeated per sidecar file would bury the report."""
     if short:
         return f"no reader recognises it ({source.kind})"
-    kind = {"json": "a JSON document", "jsonl": "JSONL", "csv": "CSV", "zip": "a zip archive"}.get(source.kind, source.kind)
+    kind = {"json": "a JSON document", "jsonl": "JSONL", "csv": "CSV", "zip": "a zip archive",
+            "parquet": "a Parquet file"}.get(source.kind, source.kind)
     tried = "; ".join(f"{r.NAME}: expects {r.EXPECTS}" for r in READERS)
     return f"no reader recognises this file ({kind}). Formats tried: {tried}"

@@ -188,3 +188,54 @@ def test_otlp_export_through_the_cli_gives_back_nodes_tool_calls_and_tokens(engi
     atropos = list(iter_rollouts(fresh, "at", RolloutFilters()))
     assert len(atropos) == 4 and all(len(r.nodes) == 4 for r in atropos)
     assert all(sum(len(n.token_ids) for n in r.nodes) > 1000 for r in atropos)
+
+
+def test_parquet_samples_are_read_back_through_the_cli(engine, db_url, tmp_path, monkeypatch):
+    """`rollscope export --format parquet` → `rollscope ingest` of that file (the verl reader
+    reads Parquet samples) → export again: the same rows, and the same rollouts (tokens, mask,
+    logprobs, reward, group) as ingesting the JSONL samples."""
+    from app.cli import app
+
+    assert ingest(engine, *SOURCES["at"], run="at").ok and ingest(engine, *SOURCES["vf"], run="vf").ok
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    for run in ("at", "vf"):
+        pq_out, js_out = tmp_path / f"{run}.parquet", tmp_path / f"{run}.samples.jsonl"
+        for fmt, out in (("parquet", pq_out), ("samples", js_out)):
+            res = CliRunner().invoke(app, ["export", "--run", run, "--format", fmt, "--out", str(out)])
+            assert res.exit_code == 0, res.output
+        res = CliRunner().invoke(app, ["ingest", "--run", f"{run}-pq", str(pq_out)])
+        assert res.exit_code == 0 and "binary file" not in res.output, res.output
+        assert "verl" in res.output
+        assert ingest(engine, js_out, run=f"{run}-js").ok
+        from_pq, from_js = stored(engine, f"{run}-pq"), stored(engine, f"{run}-js")
+        assert from_pq and len(from_pq) == len(pq.read_table(pq_out))
+        for body in (*from_pq.values(), *from_js.values()):
+            body.pop("run")
+        assert from_pq == from_js, run
+        again = tmp_path / f"{run}.again.parquet"
+        res = CliRunner().invoke(app, ["export", "--run", f"{run}-pq", "--format", "parquet", "--out", str(again)])
+        assert res.exit_code == 0, res.output
+
+        def rows(p):
+            return [{k: v for k, v in r.items() if k != "run_id"} for r in pq.read_table(p).to_pylist()]
+        assert rows(again) == rows(pq_out)
+
+
+@pytest.mark.parametrize("fmt", ["samples", "parquet"])
+def test_runs_without_tokens_have_no_training_samples(engine, db_url, tmp_path, monkeypatch, fmt):
+    from app.cli import app
+
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    for run in ("tau", "swe", "oh", "mini", "insp"):
+        assert ingest(engine, *SOURCES[run], run=run).ok
+        out = tmp_path / f"{run}.{fmt}"
+        out_before = tmp_path / "kept.txt"
+        out_before.write_text("an earlier file")
+        for target in (out, out_before):
+            res = CliRunner().invoke(app, ["export", "--run", run, "--format", fmt, "--out", str(target)])
+            assert res.exit_code == 1, res.output
+            errors = [x for x in res.output.splitlines() if x.startswith("error:")]
+            assert len(errors) == 1 and "no token arrays" in errors[0] and "nothing written" in errors[0], res.output
+            assert "wrote" not in res.output
+        assert not out.exists() and out_before.read_text() == "an earlier file"
+        assert not list(tmp_path.glob(".*partial"))
