@@ -412,18 +412,17 @@ def rollout_from_spans(spans: list[SpanRecord], *, run_id: str | None = None,
             a = s.attributes
             m = _tool_message(a, s.name)
             cid, name = m.tool_call_id, m.name
-            caller = _caller(g, cid, name, s)
-            parent = caller if caller is not None else cursor[key]
+            callers = _callers(g, cid, name)
+            caller = callers[-1] if callers else None
+            # An input may already hold this result, after the message that made this call or,
+            # when an agent reuses call ids (`call_0` each turn), after an earlier one.
             recorded = False
-            while parent is not None:  # after the results already recorded for this call's message
-                if message_key(m, parent) in g.index:
-                    recorded = True  # an input already holds this result
+            for start in reversed(callers or [cursor[key]]):
+                recorded, end = _after_results(g, m, start)
+                if recorded:
                     break
-                nxt = next((i for i in range(parent + 1, len(g.nodes)) if g.nodes[i].parent == parent
-                            and g.nodes[i].message.role == "tool"), None)
-                if nxt is None:
-                    break
-                parent = nxt
+                if start == caller or not callers:
+                    parent = end
             if recorded:
                 continue
             idx = g.place(m, parent, s.end)
@@ -523,15 +522,26 @@ def _written_by_rollscope(spans: list[SpanRecord], root: SpanRecord, run_id: str
     return Rollout.model_validate(body)
 
 
-def _caller(g: _Graph, cid: Any, name: Any, s: SpanRecord) -> int | None:
-    """The assistant node whose tool call this tool span executed: by call id, else the latest
-    with a call of this tool name."""
-    best = None
-    for i, n in enumerate(g.nodes):
-        for c in n.message.tool_calls or []:
-            if (cid is not None and c.id == cid) or (cid is None and c.name == name):
-                best = i
-    return best
+def _callers(g: _Graph, cid: Any, name: Any) -> list[int]:
+    """The assistant nodes whose tool call this tool span may have executed, oldest first: by
+    call id, else by tool name (the latest is the one taken)."""
+    return [i for i, n in enumerate(g.nodes)
+            if any((cid is not None and c.id == cid) or (cid is None and c.name == name) for c in n.message.tool_calls or [])]
+
+
+def _after_results(g: _Graph, m: Message, start: int | None) -> tuple[bool, int | None]:
+    """(already recorded, where result `m` goes after `start`: past the tool results already
+    recorded there). Recorded when one of them is `m` (an input already holds it)."""
+    parent = start
+    while parent is not None:
+        if message_key(m, parent) in g.index:
+            return True, parent
+        nxt = next((i for i in range(parent + 1, len(g.nodes)) if g.nodes[i].parent == parent
+                    and g.nodes[i].message.role == "tool"), None)
+        if nxt is None:
+            break
+        parent = nxt
+    return False, parent
 
 
 def _ending(rl: dict, root: SpanRecord, calls: list[Call]) -> EndingInfo:
