@@ -616,6 +616,21 @@ def _item(r: Rollout, i: int, finish: str | None = None) -> dict:
     return item
 
 
+class _Items:
+    """Each node's message item as JSON text, made once: a chat span's input repeats the whole
+    path before its node, so a long rollout would otherwise rebuild each item once per later call."""
+
+    def __init__(self, r: Rollout) -> None:
+        self.r = r
+        self.text: dict[int, str] = {}
+
+    def json(self, path: list[int]) -> str:
+        for i in path:
+            if i not in self.text:
+                self.text[i] = json.dumps(_item(self.r, i), ensure_ascii=False)
+        return "[" + ",".join(self.text[i] for i in path) + "]"
+
+
 def spans_from_rollout(r: Rollout, *, service: str = "rollscope") -> list[SpanRecord]:
     """OTel GenAI spans for one rollout: an `invoke_agent` root (with the `rollscope.*` RL
     fields), a `chat` span per model call and an `execute_tool` span per tool result, so a
@@ -682,6 +697,7 @@ def spans_from_rollout(r: Rollout, *, service: str = "rollscope") -> list[SpanRe
             i = r.nodes[i].parent
         return p[::-1]
 
+    items = _Items(r)
     has_child = {n.parent for n in r.nodes if n.parent is not None}
     call_of = {c.node: k for k, c in enumerate(r.calls) if c.node is not None and 0 <= c.node < len(r.nodes)}
     order: list[tuple[str, int]] = [("call", k) for k, c in enumerate(r.calls) if c.node is None or k not in call_of.values()]
@@ -694,17 +710,17 @@ def spans_from_rollout(r: Rollout, *, service: str = "rollscope") -> list[SpanRe
             order.append(("node", i))  # a message no call or tool span would carry
     for what, k in order:
         if what == "call":
-            out.append(_chat_span(r, k, trace_id, root_id, resource, path_to))
+            out.append(_chat_span(r, k, trace_id, root_id, resource, path_to, items))
             continue
         n = r.nodes[k]
         if what == "node":
             path = path_to(k)
             a = {"gen_ai.operation.name": "chat", CALL: False}
             if n.message.role == "assistant":
-                a["gen_ai.input.messages"] = json.dumps([_item(r, i) for i in path[:-1]], ensure_ascii=False)
-                a["gen_ai.output.messages"] = json.dumps([_item(r, k)], ensure_ascii=False)
+                a["gen_ai.input.messages"] = items.json(path[:-1])
+                a["gen_ai.output.messages"] = items.json([k])
             else:
-                a["gen_ai.input.messages"] = json.dumps([_item(r, i) for i in path], ensure_ascii=False)
+                a["gen_ai.input.messages"] = items.json(path)
             out.append(SpanRecord(trace_id=trace_id, span_id=_id(f"{trace_id}:node:{k}", 8), parent_span_id=root_id,
                                   name="chat", kind=3, start_ns=ns(n.timestamp), end_ns=ns(n.timestamp),
                                   attributes=a, resource=resource, scope="rollscope"))
@@ -723,7 +739,7 @@ def spans_from_rollout(r: Rollout, *, service: str = "rollscope") -> list[SpanRe
     return out
 
 
-def _chat_span(r: Rollout, k: int, trace_id: str, root_id: str, resource: dict, path_to) -> SpanRecord:
+def _chat_span(r: Rollout, k: int, trace_id: str, root_id: str, resource: dict, path_to, items: _Items) -> SpanRecord:
     c = r.calls[k]
     ns = (lambda t: int(round(t * 1e9)) if t is not None else None)
     a: dict[str, Any] = {"gen_ai.operation.name": "chat"}
@@ -744,7 +760,7 @@ def _chat_span(r: Rollout, k: int, trace_id: str, root_id: str, resource: dict, 
                 a[attr] = v
     if c.node is not None and 0 <= c.node < len(r.nodes):
         path = path_to(c.node)
-        a["gen_ai.input.messages"] = json.dumps([_item(r, i) for i in path[:-1]], ensure_ascii=False)
+        a["gen_ai.input.messages"] = items.json(path[:-1])
         a["gen_ai.output.messages"] = json.dumps([_item(r, c.node, c.finish_reason_raw)], ensure_ascii=False)
     a[CALL] = _attr_json({"index": k, **c.to_json_dict()})
     time = c.time or Span()
