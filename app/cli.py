@@ -273,10 +273,11 @@ def export(
     """Write a run's rollouts (the rollouts list's filters) as native JSONL, verifiers Episode
     JSONL, ATIF v1.7 JSONL, flat training-sample JSONL, Parquet, OTLP/JSON lines of OTel GenAI
     spans (`invoke_agent` → `chat` and `execute_tool`, RL fields as `rollscope.*` attributes)
-    ready for an OTLP/HTTP endpoint, or NeMo Gym rollout JSONL (docs/formats.md, "Export")."""
+    ready for an OTLP/HTTP endpoint, or NeMo Gym rollout JSONL (docs/formats.md, "Export").
+    Samples and Parquet need token arrays: a run with none exits 1 and writes nothing."""
     from app.queries.rollouts import RolloutFilters
     from app.store.load import iter_rollouts
-    from ingest.export import FORMATS, write
+    from ingest.export import FORMATS, NoSamples, write
 
     if format not in FORMATS:
         raise typer.BadParameter(f"{format!r}: formats are {', '.join(FORMATS)}", param_hint="--format")
@@ -287,6 +288,9 @@ def export(
     except OSError as exc:
         console.print(Text.assemble(("error: ", "red"), f"cannot write {out}: {exc.strerror or exc}"), soft_wrap=True)
         raise typer.Exit(2) from None
+    except NoSamples as exc:
+        console.print(Text.assemble(("error: ", "red"), f"run {run!r}: {exc}"), soft_wrap=True)
+        raise typer.Exit(1) from None
     out_console = Console(soft_wrap=True)
     out_console.print(Text(f"wrote {n} {'samples' if format in ('samples', 'parquet') else 'rollouts'} to {out}"))
 

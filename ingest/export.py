@@ -6,7 +6,8 @@
 - `samples`: flat per-branch training samples, JSONL, the shape verl, SkyRL, OpenRLHF and Atropos
   share: `{prompt_ids, response_ids, response_mask, response_logprobs, advantages, reward, step,
   group_id, sample_index, ending, ...}` (`training_samples`).
-- `parquet`: the same training samples as a Parquet file (pyarrow).
+- `parquet`: the same training samples as a Parquet file (pyarrow); read back by the `verl`
+  reader, like the JSONL samples.
 - `otlp`: OpenTelemetry GenAI spans, one OTLP/JSON request per rollout (`otlp.write`).
 - `nemo_gym`: NeMo Gym rollout JSONL, OpenAI Responses items (`nemo_gym.to_record`), the shape
   `ng_collect_rollouts` writes and the `nemo-gym` reader reads.
@@ -15,6 +16,7 @@ Every writer keeps every digit of big integers (`ingest.source.dumps`) and write
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,11 @@ from ingest.schema import Rollout
 from ingest.source import dumps
 
 FORMATS = ("native", "verifiers", "atif", "samples", "parquet", "otlp", "nemo_gym")
+SAMPLE_FORMATS = ("samples", "parquet")
+
+
+class NoSamples(ValueError):
+    """A `samples` / `parquet` export found no branch with tokens: nothing to train on, so no file."""
 
 
 def training_samples(r: Rollout) -> list[dict[str, Any]]:
@@ -177,11 +184,39 @@ def _encoders() -> dict[str, Callable[[Rollout], list[bytes]]]:
     }
 
 
+class _Counted:
+    """The rollouts, counted as a writer consumes them."""
+
+    def __init__(self, rollouts: Iterable[Rollout]) -> None:
+        self.rollouts, self.n = rollouts, 0
+
+    def __iter__(self) -> Iterator[Rollout]:
+        for r in self.rollouts:
+            self.n += 1
+            yield r
+
+
 def write(rollouts: Iterable[Rollout], fmt: str, out: Path) -> int:
     """Write `rollouts` to `out` in `fmt` (one of FORMATS); returns the number of records written
-    (rollouts, or samples for `samples`/`parquet`). ValueError for an unknown format."""
-    export = Export(rollouts, fmt)
-    with out.open("wb") as f:
-        for chunk in export:
-            f.write(chunk)
+    (rollouts, or samples for `samples`/`parquet`), through `Export` (the API's export streams the
+    same bytes). The file is written beside `out` and moved into place when complete, so a
+    failed export leaves no partial file (and an existing `out` untouched). ValueError for an
+    unknown format; NoSamples (a ValueError, one line) when a `samples`/`parquet` export has no
+    branch with token ids (runs of text-only formats such as tau-bench, SWE-agent, OpenHands,
+    mini-swe-agent, Inspect): nothing is written."""
+    counted = _Counted(rollouts)
+    export = Export(counted, fmt)
+    partial = out.with_name(f".{out.name}.partial")
+    try:
+        with partial.open("wb") as f:
+            for chunk in export:
+                f.write(chunk)
+        if fmt in SAMPLE_FORMATS and export.records == 0:
+            raise NoSamples(
+                f"no training samples: the {counted.n} rollouts exported carry no token arrays (token ids), so there is "
+                "nothing to train on; nothing written" if counted.n else
+                "no training samples: no rollouts match; nothing written")
+        os.replace(partial, out)
+    finally:
+        partial.unlink(missing_ok=True)
     return export.records

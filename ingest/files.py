@@ -11,7 +11,7 @@ from ingest.formats import ReadContext, Reader
 from ingest.schema import Rollout
 from ingest.source import RecordError, Source
 
-TRACE_SUFFIXES = {".json", ".jsonl", ".csv", ".ndjson"}
+TRACE_SUFFIXES = {".json", ".jsonl", ".csv", ".ndjson", ".gz", ".parquet"}
 
 
 def walk(paths: list[Path]) -> list[tuple[Path, bool]]:

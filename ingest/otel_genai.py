@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -67,6 +68,7 @@ from ingest.schema import (
     ToolCall,
     Usage,
 )
+from ingest.source import dumps
 
 MODEL_OPS = frozenset({"chat", "text_completion", "generate_content", "completion"})
 AGENT_OPS = frozenset({"invoke_agent", "create_agent"})
@@ -74,6 +76,12 @@ ROLES = {"system": "system", "developer": "system", "user": "user", "human": "us
          "ai": "assistant", "model": "assistant", "tool": "tool", "function": "tool", "ipython": "tool"}
 RAW_ARGUMENTS = "rollscope.arguments_raw"  # on a tool_call part: the argument string as sampled
 ENDS_ROLLOUT = "rollscope.ends_rollout"  # on a tool_call part: the call ended the rollout (submit, finish)
+# What GenAI has no place for, written by `spans_from_rollout` so a round trip loses nothing:
+ROLLOUT = "rollscope.rollout"  # root: the rollout's fields other than nodes and calls (JSON)
+NODES = "rollscope.nodes"  # root: per node, its fields other than the message (JSON list, node order)
+NODE = "rollscope.node"  # on a message item or an execute_tool span: the node index
+MESSAGE = "rollscope.message"  # beside it: the message, where the GenAI form would not rebuild it
+CALL = "rollscope.call"  # on a chat span: the recorded call (JSON with its `index`), or false: no call
 SAMPLING = ("temperature", "top_p", "top_k", "max_tokens", "seed", "stop_sequences", "frequency_penalty",
             "presence_penalty", "choice.count")
 
@@ -306,6 +314,10 @@ def rollout_from_spans(spans: list[SpanRecord], *, run_id: str | None = None,
     order = [s for _, _, s in sorted(keyed, key=lambda x: (x[0], x[1]))]
     roots = [s for s in order if not s.parent_span_id or s.parent_span_id not in by_id]
     root = next((s for s in roots if is_agent_span(s)), roots[0] if roots else order[0])
+    if ROLLOUT in root.attributes:
+        exact = _written_by_rollscope(order, root, run_id, source)
+        if exact is not None:
+            return exact
 
     def agent_of(s: SpanRecord) -> SpanRecord | None:
         cur, seen = by_id.get(s.parent_span_id or ""), set()
@@ -398,22 +410,19 @@ def rollout_from_spans(spans: list[SpanRecord], *, run_id: str | None = None,
             key = agent_key(s)
             start_agent(key, s)
             a = s.attributes
-            cid = a.get("gen_ai.tool.call.id") or a.get("tool_call.id")
-            name = a.get("gen_ai.tool.name") or a.get("tool.name") or s.name.removeprefix("execute_tool ").strip()
-            result = a.get("gen_ai.tool.call.result", a.get("output.value"))
-            caller = _caller(g, cid, name, s)
-            m = Message(role="tool", content=_text(result), tool_call_id=cid, name=name)
-            parent = caller if caller is not None else cursor[key]
+            m = _tool_message(a, s.name)
+            cid, name = m.tool_call_id, m.name
+            callers = _callers(g, cid, name)
+            caller = callers[-1] if callers else None
+            # An input may already hold this result, after the message that made this call or,
+            # when an agent reuses call ids (`call_0` each turn), after an earlier one.
             recorded = False
-            while parent is not None:  # after the results already recorded for this call's message
-                if message_key(m, parent) in g.index:
-                    recorded = True  # an input already holds this result
+            for start in reversed(callers or [cursor[key]]):
+                recorded, end = _after_results(g, m, start)
+                if recorded:
                     break
-                nxt = next((i for i in range(parent + 1, len(g.nodes)) if g.nodes[i].parent == parent
-                            and g.nodes[i].message.role == "tool"), None)
-                if nxt is None:
-                    break
-                parent = nxt
+                if start == caller or not callers:
+                    parent = end
             if recorded:
                 continue
             idx = g.place(m, parent, s.end)
@@ -460,15 +469,79 @@ def rollout_from_spans(spans: list[SpanRecord], *, run_id: str | None = None,
         source=source or {"format": "otlp"})
 
 
-def _caller(g: _Graph, cid: Any, name: Any, s: SpanRecord) -> int | None:
-    """The assistant node whose tool call this tool span executed: by call id, else the latest
-    with a call of this tool name."""
-    best = None
-    for i, n in enumerate(g.nodes):
-        for c in n.message.tool_calls or []:
-            if (cid is not None and c.id == cid) or (cid is None and c.name == name):
-                best = i
-    return best
+def _tool_message(a: dict, span_name: str = "") -> Message:
+    """The tool result an `execute_tool` / TOOL span carries."""
+    cid = a.get("gen_ai.tool.call.id") or a.get("tool_call.id")
+    name = a.get("gen_ai.tool.name") or a.get("tool.name") or span_name.removeprefix("execute_tool").strip() or None
+    result = a.get("gen_ai.tool.call.result", a.get("output.value"))
+    return Message(role="tool", content=_text(result), tool_call_id=cid, name=name)
+
+
+def _written_by_rollscope(spans: list[SpanRecord], root: SpanRecord, run_id: str | None,
+                          source: dict | None) -> Rollout | None:
+    """The rollout `spans_from_rollout` wrote, rebuilt exactly from its `rollscope.*`
+    attributes (node indices, node fields, recorded calls, rollout fields), with the messages
+    from the GenAI items; None when a piece is missing (spans dropped or edited on the way),
+    and the spans are then read like any other trace."""
+    fields, node_fields = _json(root.attributes.get(ROLLOUT)), _json(root.attributes.get(NODES))
+    if not isinstance(fields, dict) or not isinstance(node_fields, list):
+        return None
+    messages: dict[int, Any] = {}
+    calls: list[tuple[int, dict]] = []
+
+    def take(idx: Any, build) -> None:
+        if isinstance(idx, int) and not isinstance(idx, bool) and idx not in messages:
+            messages[idx] = build()
+
+    for s in spans:
+        a = s.attributes
+        if is_tool_span(s):
+            exact = _json(a.get(MESSAGE))
+            take(a.get(NODE), lambda: Message.model_validate(exact) if isinstance(exact, dict) else _tool_message(a, s.name))
+            continue
+        if not is_model_span(s):
+            continue
+        call = _json(a.get(CALL)) if isinstance(a.get(CALL), str) else a.get(CALL)
+        if isinstance(call, dict):
+            calls.append((call.pop("index", len(calls)), call))
+        elif call is not False:
+            return None  # a model span Rollscope did not write
+        items = genai_items(s)
+        for item in (items[0] + items[1]) if items else []:
+            exact = item.get(MESSAGE)
+            take(item.get(NODE), lambda: Message.model_validate(exact) if isinstance(exact, dict) else _genai_message(item)[0])
+    if set(messages) != set(range(len(node_fields))):
+        return None
+    body = dict(fields)
+    body["nodes"] = [{**(f if isinstance(f, dict) else {}), "message": messages[i].to_json_dict()}
+                     for i, f in enumerate(node_fields)]
+    body["calls"] = [c for _, c in sorted(calls, key=lambda x: x[0])]
+    if run_id:
+        body["run"] = {**(body.get("run") or {}), "id": run_id}
+    body["source"] = source or {"format": "otlp"}
+    return Rollout.model_validate(body)
+
+
+def _callers(g: _Graph, cid: Any, name: Any) -> list[int]:
+    """The assistant nodes whose tool call this tool span may have executed, oldest first: by
+    call id, else by tool name (the latest is the one taken)."""
+    return [i for i, n in enumerate(g.nodes)
+            if any((cid is not None and c.id == cid) or (cid is None and c.name == name) for c in n.message.tool_calls or [])]
+
+
+def _after_results(g: _Graph, m: Message, start: int | None) -> tuple[bool, int | None]:
+    """(already recorded, where result `m` goes after `start`: past the tool results already
+    recorded there). Recorded when one of them is `m` (an input already holds it)."""
+    parent = start
+    while parent is not None:
+        if message_key(m, parent) in g.index:
+            return True, parent
+        nxt = next((i for i in range(parent + 1, len(g.nodes)) if g.nodes[i].parent == parent
+                    and g.nodes[i].message.role == "tool"), None)
+        if nxt is None:
+            break
+        parent = nxt
+    return False, parent
 
 
 def _ending(rl: dict, root: SpanRecord, calls: list[Call]) -> EndingInfo:
@@ -526,10 +599,54 @@ def _message_json(m: Message, finish: str | None = None) -> dict:
     return out
 
 
+def _attr_json(value: Any) -> str:
+    """A JSON attribute value keeping every digit of big integers (`ingest.source.dumps`)."""
+    return dumps(value).decode("utf-8")
+
+
+def _item(r: Rollout, i: int, finish: str | None = None) -> dict:
+    """Node `i`'s message as a GenAI message item, with its node index (`rollscope.node`) and,
+    where the GenAI form would not give the message back exactly, the message itself
+    (`rollscope.message`)."""
+    m = r.nodes[i].message
+    item = _message_json(m, finish)
+    item[NODE] = i
+    if _genai_message(item)[0].to_json_dict() != m.to_json_dict():
+        item[MESSAGE] = m.to_json_dict()
+    return item
+
+
+class _Items:
+    """Each node's message item as JSON text, made once: a chat span's input repeats the whole
+    path before its node, so a long rollout would otherwise rebuild each item once per later call."""
+
+    def __init__(self, r: Rollout) -> None:
+        self.r = r
+        self.text: dict[int, str] = {}
+
+    def json(self, path: list[int]) -> str:
+        for i in path:
+            if i not in self.text:
+                self.text[i] = json.dumps(_item(self.r, i), ensure_ascii=False)
+        return "[" + ",".join(self.text[i] for i in path) + "]"
+
+
 def spans_from_rollout(r: Rollout, *, service: str = "rollscope") -> list[SpanRecord]:
-    """OTel GenAI spans for one rollout: `invoke_agent` root (with `rollscope.*` RL fields), a
-    `chat` span per model call and an `execute_tool` span per tool result. Ids come from the
-    rollout's own trace when it was read from OTLP, else from a hash of run and rollout id."""
+    """OTel GenAI spans for one rollout: an `invoke_agent` root (with the `rollscope.*` RL
+    fields), a `chat` span per model call and an `execute_tool` span per tool result, so a
+    GenAI viewer sees the conversation. Ids come from the rollout's own trace when it was read
+    from OTLP, else from a hash of run and rollout id.
+
+    What GenAI has no place for travels as `rollscope.*` attributes, so reading the spans back
+    (`rollout_from_spans`) gives the same rollout: on the root `rollscope.rollout` (the
+    rollout's fields other than nodes and calls, JSON) and `rollscope.nodes` (per node, in node
+    order: parent, sampled, timestamp, token ids, mask, logprobs, advantages, ... without the
+    message); on each message item `rollscope.node` (its node index) and `rollscope.message`
+    where the GenAI parts would not rebuild the message exactly; on each `chat` span
+    `rollscope.call` (the recorded call, JSON, with its index). An assistant message with no
+    recorded call gets a `chat` span with `rollscope.call = false`, and a conversation that ends
+    on a user or system message one with that path as input and no output, so every message
+    is in some span."""
     otel = r.extra.get("otel") or {}
     trace_id = otel.get("trace_id") or _id(f"{r.run.id}\x00{r.id}", 16)
     root_id = otel.get("root_span_id") or _id(f"{trace_id}:root", 8)
@@ -555,14 +672,16 @@ def spans_from_rollout(r: Rollout, *, service: str = "rollscope") -> list[SpanRe
             attrs["rollscope.group.size"] = r.group.size
     if r.attempt:
         attrs["rollscope.attempt"] = r.attempt
-    if r.reward is not None:
+    if r.reward is not None and math.isfinite(r.reward):
         attrs["rollscope.reward"] = float(r.reward)
     if r.rewards:
         attrs["rollscope.rewards"] = json.dumps({k: None if v is None else {
             "score": v.score, "weight": v.weight, **({"extra": v.extra} if v.extra else {})} for k, v in r.rewards.items()},
             default=str)
     if r.task is not None:
-        attrs["rollscope.task"] = json.dumps(r.task.to_json_dict(), default=str)
+        attrs["rollscope.task"] = _attr_json(r.task.to_json_dict())
+    attrs[ROLLOUT] = _attr_json(r.to_json_dict(exclude={"nodes", "calls", "source"}))
+    attrs[NODES] = _attr_json([n.to_json_dict(exclude={"message"}) for n in r.nodes])
     root = SpanRecord(trace_id=trace_id, span_id=root_id, parent_span_id=None,
                       name=f"invoke_agent {otel.get('agent') or 'agent'}", kind=1,
                       start_ns=otel.get("start_ns") or ns(t0), end_ns=otel.get("end_ns") or ns(t1),
@@ -578,23 +697,41 @@ def spans_from_rollout(r: Rollout, *, service: str = "rollscope") -> list[SpanRe
             i = r.nodes[i].parent
         return p[::-1]
 
-    call_of = {c.node: k for k, c in enumerate(r.calls) if c.node is not None}
-    order = [("call", k) for k, c in enumerate(r.calls) if c.node is None]
+    items = _Items(r)
+    has_child = {n.parent for n in r.nodes if n.parent is not None}
+    call_of = {c.node: k for k, c in enumerate(r.calls) if c.node is not None and 0 <= c.node < len(r.nodes)}
+    order: list[tuple[str, int]] = [("call", k) for k, c in enumerate(r.calls) if c.node is None or k not in call_of.values()]
     for i, n in enumerate(r.nodes):
         if i in call_of:
             order.append(("call", call_of[i]))
         elif n.message.role == "tool":
             order.append(("tool", i))
+        elif n.message.role == "assistant" or i not in has_child:
+            order.append(("node", i))  # a message no call or tool span would carry
     for what, k in order:
         if what == "call":
-            out.append(_chat_span(r, k, trace_id, root_id, resource, path_to))
+            out.append(_chat_span(r, k, trace_id, root_id, resource, path_to, items))
             continue
         n = r.nodes[k]
-        a = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.call.result": n.message.text()}
+        if what == "node":
+            path = path_to(k)
+            a = {"gen_ai.operation.name": "chat", CALL: False}
+            if n.message.role == "assistant":
+                a["gen_ai.input.messages"] = items.json(path[:-1])
+                a["gen_ai.output.messages"] = items.json([k])
+            else:
+                a["gen_ai.input.messages"] = items.json(path)
+            out.append(SpanRecord(trace_id=trace_id, span_id=_id(f"{trace_id}:node:{k}", 8), parent_span_id=root_id,
+                                  name="chat", kind=3, start_ns=ns(n.timestamp), end_ns=ns(n.timestamp),
+                                  attributes=a, resource=resource, scope="rollscope"))
+            continue
+        a = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.call.result": n.message.text(), NODE: k}
         if n.message.tool_call_id:
             a["gen_ai.tool.call.id"] = n.message.tool_call_id
         if n.message.name:
             a["gen_ai.tool.name"] = n.message.name
+        if _tool_message(a).to_json_dict() != n.message.to_json_dict():
+            a[MESSAGE] = _attr_json(n.message.to_json_dict())
         out.append(SpanRecord(trace_id=trace_id, span_id=_id(f"{trace_id}:tool:{k}", 8), parent_span_id=root_id,
                               name=f"execute_tool {n.message.name or ''}".strip(), kind=1,
                               start_ns=ns(n.timestamp), end_ns=ns(n.timestamp), attributes=a,
@@ -602,7 +739,7 @@ def spans_from_rollout(r: Rollout, *, service: str = "rollscope") -> list[SpanRe
     return out
 
 
-def _chat_span(r: Rollout, k: int, trace_id: str, root_id: str, resource: dict, path_to) -> SpanRecord:
+def _chat_span(r: Rollout, k: int, trace_id: str, root_id: str, resource: dict, path_to, items: _Items) -> SpanRecord:
     c = r.calls[k]
     ns = (lambda t: int(round(t * 1e9)) if t is not None else None)
     a: dict[str, Any] = {"gen_ai.operation.name": "chat"}
@@ -621,11 +758,11 @@ def _chat_span(r: Rollout, k: int, trace_id: str, root_id: str, resource: dict, 
                         ("rollscope.usage.cost", c.usage.cost)):
             if v is not None:
                 a[attr] = v
-    if c.node is not None:
+    if c.node is not None and 0 <= c.node < len(r.nodes):
         path = path_to(c.node)
-        a["gen_ai.input.messages"] = json.dumps([_message_json(r.nodes[i].message) for i in path[:-1]], ensure_ascii=False)
-        a["gen_ai.output.messages"] = json.dumps([_message_json(r.nodes[c.node].message, c.finish_reason_raw)],
-                                                 ensure_ascii=False)
+        a["gen_ai.input.messages"] = items.json(path[:-1])
+        a["gen_ai.output.messages"] = json.dumps([_item(r, c.node, c.finish_reason_raw)], ensure_ascii=False)
+    a[CALL] = _attr_json({"index": k, **c.to_json_dict()})
     time = c.time or Span()
     return SpanRecord(
         trace_id=trace_id, span_id=c.extra.get("span_id") or _id(f"{trace_id}:call:{k}", 8), parent_span_id=root_id,

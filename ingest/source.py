@@ -14,6 +14,12 @@
   non-finite values reach the reader as float('nan') / float('inf'), and lone surrogates (which
   UTF-8 cannot carry) become U+FFFD. Nesting deeper than the parser allows is a RecordError.
 - A UTF-8 byte-order mark is ignored.
+- A Parquet file (magic `PAR1`) opens as kind 'parquet': `parquet_rows()` streams its rows as
+  dicts, one record batch at a time (pyarrow); the training samples `rollscope export --format
+  parquet` writes are read back this way (by the verl reader).
+- A gzip file (magic bytes 1f 8b, whatever its name) is read through the decompressor, streamed
+  like the file it holds: every reader sees the uncompressed JSON, JSONL or CSV, and `size` is
+  the uncompressed size the gzip trailer records (an estimate for progress past 4 GiB).
 - Zip archives (Inspect's `.eval` logs, zipped run folders) open as kind 'zip': `members()`
   lists the files inside and `open_member(name)` opens one as its own Source (JSON, JSONL or CSV by
   the same rules), named `<archive>!<member>` in errors. Members are read into memory one at a
@@ -22,6 +28,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 import math
@@ -29,6 +36,7 @@ import re
 import stat
 import sys
 import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +48,8 @@ HEAD_BYTES = 1 << 16  # what is read to decide the format of a file
 PROBE_LINES = 50  # lines tried for a first good record when the first line is broken
 BOM = b"\xef\xbb\xbf"
 ZIP_MAGIC = b"PK\x03\x04"
+GZIP_MAGIC = b"\x1f\x8b"
+PARQUET_MAGIC = b"PAR1"
 EMPTY_ZIP_MAGIC = b"PK\x05\x06"
 MAX_MEMBER_BYTES = 1 << 30  # 1 GiB uncompressed per zip member
 STREAM_BYTES = 32 << 20  # a top-level JSON array larger than this is streamed, element by element
@@ -106,6 +116,23 @@ def loads(data: bytes | str) -> Any:
         raise ValueError("JSON nested too deeply to read") from None
 
 
+def cut_short(text: bytes | str) -> bool:
+    """True when `text` looks like a JSON value cut short: it opens an object or array (`{`,
+    `[`) and the parser stops at the end of the input (or inside an unterminated string), as
+    when a writer stops mid-record. Text that is simply not JSON (`hello world`, `{"a": 1} x`)
+    is False."""
+    t = (text.decode("utf-8", "replace") if isinstance(text, bytes | bytearray) else text).strip()
+    if not t.startswith(("{", "[")):
+        return False
+    try:
+        json.loads(t)
+    except json.JSONDecodeError as e:
+        return e.pos >= len(t) - 1 or e.msg.startswith("Unterminated")
+    except (ValueError, RecursionError):
+        return False
+    return False
+
+
 def strict(value: Any) -> Any:
     """A copy with non-finite floats (NaN, ±Infinity) as None: what strict JSON can hold."""
     if isinstance(value, float):
@@ -129,7 +156,7 @@ def dumps(value: Any, *, sort_keys: bool = False) -> bytes:
 
 @dataclass
 class Source:
-    """One input file, opened. `kind` is 'json' (one document), 'jsonl', 'csv' or 'zip'.
+    """One input file, opened. `kind` is 'json' (one document), 'jsonl', 'csv', 'zip' or 'parquet'.
 
     `first` is the first good record (the whole document for 'json'; the sorted member names
     for 'zip'), which readers sniff. `member`: for a file inside a zip archive, its name there
@@ -150,17 +177,28 @@ class Source:
     data: bytes | None = field(default=None, repr=False)
     line_base: int = 0  # lines before `data` in the file (a worker reading a stretch of a file)
     streamed: bool = False  # a top-level array too big to load: `document` is None, `first` its first element in a list
+    gzip: bool = False  # the file on disk is gzip; everything read from it is decompressed
 
     @property
     def name(self) -> str:
         return str(self.path) if self.member is None else f"{self.path}!{self.member}"
 
-    def _open(self):
-        return io.BytesIO(self.data) if self.data is not None else self.path.open("rb")
+    def open(self):
+        """The file's content as a binary stream (a zip member's bytes; a gzip file decompressed)."""
+        if self.data is not None:
+            return io.BytesIO(self.data)
+        return gzip.open(self.path, "rb") if self.gzip else self.path.open("rb")
+
+    _open = open
 
     def read_bytes(self) -> bytes:
-        """The whole file (or zip member) as bytes."""
-        return self.data if self.data is not None else self.path.read_bytes()
+        """The whole file (or zip member) as bytes, decompressed when the file is gzip."""
+        if self.data is not None:
+            return self.data
+        if self.gzip:
+            with self.open() as f:
+                return f.read()
+        return self.path.read_bytes()
 
     def members(self) -> list[str]:
         """The file names inside a zip archive (directories left out), sorted; [] otherwise."""
@@ -215,8 +253,8 @@ class Source:
         try:
             return loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
-            torn = not raw.rstrip().endswith((b"}", b"]"))
-            msg = ("torn or malformed line: the record ends mid-JSON (as when a writer stops mid-line): " if torn else "invalid JSON: ") + str(exc)
+            torn = cut_short(raw)
+            msg = ("torn line: the record ends mid-JSON (as when a writer stops mid-line): " if torn else "invalid JSON: ") + str(exc)
             return RecordError(self.name, lineno, None, msg, self.last_raw)
 
     def records(self) -> Iterator[tuple[int | None, Any]]:
@@ -247,6 +285,24 @@ class Source:
                 except (ValueError, UnicodeDecodeError) as exc:
                     yield i, RecordError(self.name, None, f"[{i}]",
                                          f"invalid JSON (element starts at byte {offset}): {exc}", self.last_raw)
+        self.position = self.size
+
+    def parquet_rows(self) -> Iterator[tuple[int, Any]]:
+        """Parquet: (row number from 1, row dict or RecordError), one record batch in memory at
+        a time. A file pyarrow cannot read is one RecordError."""
+        import pyarrow.parquet as pq
+
+        row = self.line_base
+        try:
+            pf = pq.ParquetFile(self.path)
+            for batch in pf.iter_batches(batch_size=1024):
+                for value in batch.to_pylist():
+                    row += 1
+                    self.last_line, self.last_raw = row, None
+                    yield row, value
+                self.position = min(self.size, self.position + batch.nbytes)
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds for a broken file
+            yield row + 1, RecordError(self.name, row + 1, None, f"cannot read Parquet: {exc}")
         self.position = self.size
 
     def csv_rows(self) -> Iterator[tuple[int, dict[str, str]]]:
@@ -350,13 +406,41 @@ def open_source(path: Path) -> Source:
 
     Raises RecordError (naming the file) when the file is none of them.
     """
-    name = str(path)
     size = _regular(path)
     with path.open("rb") as f:
         head = f.read(HEAD_BYTES)
     if head.startswith((ZIP_MAGIC, EMPTY_ZIP_MAGIC)):
         return _open_zip(path, size)
+    if head.startswith(GZIP_MAGIC):
+        return _open_gzip(path, size)
+    if head.startswith(PARQUET_MAGIC):
+        return _open_parquet(path, size)
     return _open_head(path, head, size, None, None)
+
+
+def _open_parquet(path: Path, size: int) -> Source:
+    """A Parquet file; `first` is its first row (or None when it has none)."""
+    src = Source(path, "parquet", None, size=size)
+    for _, value in src.parquet_rows():
+        if isinstance(value, RecordError):
+            raise value
+        src.first = value
+        break
+    src.position, src.last_line = 0, None
+    return src
+
+
+def _open_gzip(path: Path, size: int) -> Source:
+    """A gzip file: its content decides the kind, read through the decompressor."""
+    try:
+        with gzip.open(path, "rb") as f:
+            head = f.read(HEAD_BYTES)
+        with path.open("rb") as f:  # ISIZE: the uncompressed size mod 2^32, the last 4 bytes
+            f.seek(max(size - 4, 0))
+            isize = int.from_bytes(f.read(4), "little")
+    except (OSError, EOFError, zlib.error) as exc:
+        raise RecordError(str(path), None, None, f"broken gzip file: {exc}") from None
+    return _open_head(path, head, max(isize, len(head)), None, None, gz=True)
 
 
 def _open_zip(path: Path, size: int) -> Source:
@@ -372,7 +456,8 @@ def _open_bytes(path: Path, data: bytes, member: str) -> Source:
     return _open_head(path, data[:HEAD_BYTES], len(data), member, data)
 
 
-def _open_head(path: Path, head: bytes, size: int, member: str | None, data: bytes | None) -> Source:
+def _open_head(path: Path, head: bytes, size: int, member: str | None, data: bytes | None,
+               gz: bool = False) -> Source:
     name = str(path) if member is None else f"{path}!{member}"
     if head.startswith(BOM):
         head = head[len(BOM):]
@@ -382,12 +467,12 @@ def _open_head(path: Path, head: bytes, size: int, member: str | None, data: byt
     if b"\x00" in head[:4096]:
         raise RecordError(name, None, None, "binary file (NUL bytes): not JSON, JSONL, CSV or a zip archive")
     if stripped[:1] == b"[" and size > STREAM_BYTES and data is None:
-        return _open_array(path, size)
+        return _open_array(path, size, gz)
     if stripped[:1] in (b"{", b"["):
-        return _open_json(path, size, member, data)
+        return _open_json(path, size, member, data, gz)
     first_line = stripped.split(b"\n", 1)[0].decode("utf-8", "replace")
     if "," in first_line:
-        src = Source(path, "csv", None, size=size, member=member, data=data)
+        src = Source(path, "csv", None, size=size, member=member, data=data, gzip=gz)
         src.first = next((row for _, row in src.csv_rows()), None)
         src.position = 0
         return src
@@ -395,9 +480,10 @@ def _open_head(path: Path, head: bytes, size: int, member: str | None, data: byt
                                      "or a zip archive")
 
 
-def _open_json(path: Path, size: int, member: str | None = None, data: bytes | None = None) -> Source:
+def _open_json(path: Path, size: int, member: str | None = None, data: bytes | None = None,
+               gz: bool = False) -> Source:
     def make(kind: str, first: Any, document: Any = None) -> Source:
-        return Source(path, kind, first, document, size=size, member=member, data=data)
+        return Source(path, kind, first, document, size=size, member=member, data=data, gzip=gz)
 
     probe = make("jsonl", None)
     name = probe.name
@@ -425,9 +511,9 @@ def _open_json(path: Path, size: int, member: str | None = None, data: bytes | N
         raise RecordError(name, lineno, None, f"not JSON or JSONL: {whole_exc}") from None
 
 
-def _open_array(path: Path, size: int) -> Source:
+def _open_array(path: Path, size: int, gz: bool = False) -> Source:
     """A top-level JSON array too big to load: streamed; `first` holds its first element."""
-    src = Source(path, "json", [], size=size, streamed=True)
+    src = Source(path, "json", [], size=size, streamed=True, gzip=gz)
     for _, value in src.elements():
         if not isinstance(value, RecordError):
             src.first = [value]

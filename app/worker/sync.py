@@ -104,7 +104,7 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
             if reader is None:
                 from ingest.formats.registry import explain
 
-                raise RecordError(str(path), None, None, explain(source))
+                raise RecordError(str(path), None, None, explain(source, short=not explicit))
         except RecordError as exc:
             # Named on the command line: rejected. Found in a folder: a broken file with a trace
             # file's name (.json, .jsonl, .csv) is rejected too; anything else is skipped (not a trace).

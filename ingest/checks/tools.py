@@ -9,6 +9,7 @@ from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, check, memo
 from ingest.graph import CallRef, Pairing, branches, pair
 from ingest.schema import Rollout
+from ingest.source import cut_short
 
 
 def _pairings(r: Rollout) -> list[Pairing]:
@@ -80,20 +81,18 @@ def unpaired_tool_result(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
                           {"id": m.tool_call_id, "name": m.name})
 
 
-def arguments_shape(arguments: str, source_type: str | None = None) -> str:
+def arguments_shape(arguments: str) -> str:
     """The shape of a tool call's raw arguments: "object" (one well-formed JSON object, the
-    only good shape), "object_not_string" (an object where the source's API requires a JSON
-    string), "double_encoded" (a JSON string holding the JSON object), "cut_off" (JSON that
-    ends early), "not_json", "scalar" (a bare string, number, boolean or null), "array", or
-    "missing" (no arguments at all)."""
-    if source_type is not None:
-        return "object_not_string"
+    only good shape, whether the source wrote it as a JSON string or as an object: the chat
+    reader keeps an object's serialisation as the raw text), "double_encoded" (a JSON string
+    holding the JSON object), "cut_off" (JSON that ends early), "not_json", "scalar" (a bare
+    string, number, boolean or null), "array", or "missing" (no arguments at all)."""
     if not arguments.strip():
         return "missing"
     try:
         value = json.loads(arguments)
     except ValueError:
-        return "cut_off" if _truncated_json(arguments) else "not_json"
+        return "cut_off" if cut_short(arguments) else "not_json"
     if isinstance(value, dict):
         return "object"
     if isinstance(value, list):
@@ -107,21 +106,7 @@ def arguments_shape(arguments: str, source_type: str | None = None) -> str:
     return "scalar"
 
 
-def _truncated_json(text: str) -> bool:
-    """JSON that opens an object or array and stops before it closes (JSONDecodeError at the
-    end of the text)."""
-    t = text.strip()
-    if not t.startswith(("{", "[")):
-        return False
-    try:
-        json.loads(t)
-    except json.JSONDecodeError as e:
-        return e.pos >= len(t) - 1 or e.msg.startswith("Unterminated")
-    return False
-
-
 SHAPE_WORDS = {
-    "object_not_string": "an object where the API requires a JSON string",
     "double_encoded": "JSON encoded twice",
     "cut_off": "cut off",
     "not_json": "not JSON",
@@ -134,12 +119,13 @@ SHAPE_WORDS = {
 @check("malformed_tool_arguments", "warning", label="malformed tool arguments", at="call")
 def malformed_tool_arguments(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """Tool-call arguments that are not one well-formed JSON object: encoded twice, cut off, a
-    bare scalar, missing, or an object where the source's API requires a string (case 21,
-    ml-explore/mlx-lm#1065). `detail.shape` says which; these are usually why the call failed.
+    bare scalar, an array, not JSON, or missing (case 21, ml-explore/mlx-lm#1065). A
+    well-formed object is never flagged, whether written as a string or as an object.
+    `detail.shape` says which; these are usually why the call failed.
     `position` is the call's index within its message's `tool_calls`."""
     for i, node in enumerate(r.nodes):
         for pos, tc in enumerate(node.message.tool_calls or []):
-            shape = arguments_shape(tc.arguments, tc.extra.get("arguments_source_type"))
+            shape = arguments_shape(tc.arguments)
             if shape != "object":
                 yield Hit(f"node {i}: arguments of call {tc.id or tc.name!r} are {SHAPE_WORDS[shape]}", i, pos,
                           {"shape": shape, "id": tc.id, "name": tc.name, "arguments": tc.arguments[:200]})

@@ -443,6 +443,8 @@ def _apply_node_rl(node: Any, srl: dict) -> None:
         node.message.name = srl["message_name"]
     if isinstance(srl.get("reasoning_content"), str):
         node.message.reasoning_content = srl["reasoning_content"]
+    if srl.get("message_role") == "tool":
+        node.message.role = "tool"
 
 
 def _tool_call(tc: ATIFToolCall) -> Any:
@@ -600,6 +602,10 @@ def _step_rl(n: Any) -> dict:
         rl["message_name"] = n.message.name
     if n.message.reasoning_content is not None and n.message.role != "assistant":
         rl["reasoning_content"] = n.message.reasoning_content
+    if n.message.role == "tool" and n.message.tool_call_id is None:
+        # A result that names no call (text-action agents: SWE-agent, mini-swe-agent): ATIF's
+        # `source_call_id` is null, which reads as a user message; keep it a tool result.
+        rl["message_role"] = "tool"
     return rl
 
 

@@ -76,7 +76,7 @@ class ReadContext:
 
 
 # Suffixes left out of a name a missing id is derived from (`rollouts.jsonl` → `rollouts`).
-ID_SUFFIXES = (".jsonl", ".json", ".ndjson", ".csv", ".traj", ".gz")
+ID_SUFFIXES = (".jsonl", ".json", ".ndjson", ".csv", ".traj", ".gz", ".parquet")
 
 
 def _strip_suffix(name: str) -> str:

@@ -117,11 +117,11 @@ def _read_streamed(source: Source, ctx: ReadContext) -> Iterator[Rollout | Recor
     import ijson
 
     try:
-        with source.path.open("rb") as f:
+        with source.open() as f:
             header = {"eval": next(ijson.items(f, "eval", use_float=True), {})}
-        with source.path.open("rb") as f:
+        with source.open() as f:
             header["status"] = next(ijson.items(f, "status"), None)
-        with source.path.open("rb") as f:
+        with source.open() as f:
             for i, sample in enumerate(ijson.items(f, "samples.item", use_float=True)):
                 yield _guarded(sample, header, source.name, f"samples[{i}]", ctx, source, None)
     except ijson.JSONError as exc:

@@ -55,8 +55,13 @@ def claims(source: Source) -> list[str]:
     return [r.NAME for r in READERS if r.sniff(source)]
 
 
-def explain(source: Source) -> str:
-    """Why no reader took `source`: each format tried and the shape it expects."""
-    kind = {"json": "a JSON document", "jsonl": "JSONL", "csv": "CSV", "zip": "a zip archive"}.get(source.kind, source.kind)
+def explain(source: Source, *, short: bool = False) -> str:
+    """Why no reader took `source`: each format tried and the shape it expects. `short`: one
+    line without the formats (`no reader recognises it (json)`), for a file found in a folder
+    and skipped, where the full list repeated per sidecar file would bury the report."""
+    if short:
+        return f"no reader recognises it ({source.kind})"
+    kind = {"json": "a JSON document", "jsonl": "JSONL", "csv": "CSV", "zip": "a zip archive",
+            "parquet": "a Parquet file"}.get(source.kind, source.kind)
     tried = "; ".join(f"{r.NAME}: expects {r.EXPECTS}" for r in READERS)
     return f"no reader recognises this file ({kind}). Formats tried: {tried}"

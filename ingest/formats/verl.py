@@ -17,7 +17,8 @@ Two shapes, one rollout per line:
   → the prompt node (mask 0), then the response split by mask runs: a run of 1s is an assistant
   node (sampled), a run of 0s an environment node. Rollscope's own training-sample export
   (`ingest.export.training_samples`: `advantages`, `reward`, `step`, `group_id`, `sample_index`,
-  `ending`, `rollout_id`) is the same shape and is read back the same way.
+  `ending`, `rollout_id`) is the same shape and is read back the same way, from JSONL or from
+  the Parquet file `rollscope export --format parquet` writes (one row per sample).
 """
 from __future__ import annotations
 
@@ -53,6 +54,8 @@ def _is_tokens(d: Any) -> bool:
 
 
 def sniff(source: Source) -> bool:
+    if source.kind == "parquet":  # Rollscope's Parquet training samples (`rollscope export --format parquet`)
+        return _is_tokens(source.first)
     return source.kind == "jsonl" and (_is_text(source.first) or _is_tokens(source.first))
 
 
@@ -63,7 +66,7 @@ def _file_step(source: Source) -> int | None:
 
 def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
     stem = ctx.source_key(source)
-    for line, value in source.lines():
+    for line, value in (source.parquet_rows() if source.kind == "parquet" else source.lines()):
         if isinstance(value, RecordError):
             yield value
         elif _is_tokens(value):

@@ -8,13 +8,23 @@ from tests.helpers import ingest, rollout, write_jsonl
 def test_21_each_malformed_argument_shape_is_named(client, engine):
     assert load(client, engine, "21-tool-arguments-shapes.json").ok
     d, _ = findings(client, "cases", "case21")
-    shapes = {f["detail"]["id"]: f["detail"]["shape"] for f in d["findings"] if f["kind"] == "malformed_tool_arguments"}
-    assert shapes == {"a": "object_not_string", "b": "double_encoded", "c": "cut_off", "d": "scalar", "e": "missing"}
+    hits = [f for f in d["findings"] if f["kind"] == "malformed_tool_arguments"]
+    assert len(hits) == 4  # the well-formed object ("a") is not a fault (the case's `_case.expect`)
+    shapes = {f["detail"]["id"]: f["detail"]["shape"] for f in hits}
+    assert shapes == {"b": "double_encoded", "c": "cut_off", "d": "scalar", "e": "missing"}
     calls = [c for m in d["messages"] for c in m["tool_calls"]]
     assert [c["result_node"] for c in calls] == [2, 3, 4, 5, 6]  # all five kept and paired
     html = client.get("/runs/cases/rollouts/case21").text
     assert "are JSON encoded twice" in html and "{&#34;q&#34;: &#34;weather in Par" in html  # raw text, escaped
     assert client.get("/runs/cases/rollouts.json?flag=malformed_tool_arguments").json()["rollouts"][0]["rollout_id"] == "case21"
+
+
+def test_20b_an_object_argument_is_well_formed(client, engine):
+    # the call's arguments are a JSON object holding a big integer: well formed, so no finding
+    assert load(client, engine, "20b-big-integer-in-payload.json").ok
+    d, _ = findings(client, "cases", "case20b")
+    assert [f for f in d["findings"] if f["kind"] == "malformed_tool_arguments"] == []
+    assert d["messages"][1]["tool_calls"][0]["arguments"] == '{"account": 98765432109876543210987}'
 
 
 def test_22_reasoning_without_an_answer(client, engine):

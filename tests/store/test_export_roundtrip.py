@@ -1,6 +1,7 @@
 """`rollscope export` round trips (issue 7): ingest, export to a format, ingest the export into a
 fresh database, and the stored content is the same. One test per export format, on the real
-files of every format Rollscope reads."""
+files of every format Rollscope reads (the RL formats and the agent harnesses: text-action
+SWE-agent and mini-swe-agent, OpenHands, Inspect)."""
 from __future__ import annotations
 
 import json
@@ -28,6 +29,10 @@ SOURCES = {  # run → files (real data of each format read)
     "at": [REAL / "atropos"],
     "tx": [REAL / "tunix/v0.1.7/submitted.Trajectory.json", REAL / "tunix/v0.1.7/env_timeout.Token.json"],
     "tau": [REAL / "tau-bench"],
+    "swe": [REAL / "swe-agent"],
+    "mini": [REAL / "mini-swe-agent"],
+    "oh": [REAL / "openhands"],
+    "insp": [REAL / "inspect_ai"],
 }
 
 
@@ -39,7 +44,7 @@ def fresh(tmp_path):
     eng.dispose()
 
 
-@pytest.mark.parametrize("fmt", ["native", "verifiers", "atif"])
+@pytest.mark.parametrize("fmt", ["native", "verifiers", "atif", "otlp"])
 def test_round_trip_gives_the_same_content(engine, fresh, tmp_path, fmt):
     for run, paths in SOURCES.items():
         assert ingest(engine, *paths, run=run).ok, run
@@ -55,6 +60,7 @@ def test_round_trip_gives_the_same_content(engine, fresh, tmp_path, fmt):
         assert set(after) == set(before), run
         for key in before:
             assert after[key] == before[key], (run, key)
+        assert findings_of(fresh, run) == findings_of(engine, run), run  # e.g. no unanswered_tool_call gained
 
 
 def test_training_samples_round_trip_through_the_verl_reader(engine, fresh, tmp_path):
@@ -129,3 +135,98 @@ def test_nemo_gym_round_trip_through_the_export_command(engine, db_url, fresh, t
     assert set(after) == set(before)
     for key in before:
         assert after[key] == before[key], key
+
+
+def findings_of(engine, run: str) -> list[tuple]:
+    from sqlalchemy import text
+    with engine.connect() as c:
+        return sorted(c.execute(text(
+            "SELECT r.rollout_id, f.kind, f.node_idx, f.position FROM finding f JOIN rollout r ON r.pk = f.rollout_pk "
+            "WHERE r.run_id = :r AND f.severity != 'skipped'"), {"r": run}).all())
+
+
+def test_otlp_export_through_the_cli_gives_back_nodes_tool_calls_and_tokens(engine, db_url, fresh, tmp_path, monkeypatch):
+    """`rollscope export --format otlp` of real runs with no recorded calls (tau-bench, Atropos)
+    and with tokens (Atropos, verifiers, Tunix): every node's message, parent and token arrays,
+    every tool call and the findings come back; the spans a GenAI viewer reads are there."""
+    from app.cli import app
+
+    for run in ("tau", "at", "vf", "tx"):
+        assert ingest(engine, *SOURCES[run], run=run).ok
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    for run in ("tau", "at", "vf", "tx"):
+        out = tmp_path / f"{run}.otlp.jsonl"
+        res = CliRunner().invoke(app, ["export", "--run", run, "--format", "otlp", "--out", str(out)])
+        assert res.exit_code == 0, res.output
+        before = {r.id: r for r in iter_rollouts(engine, run, RolloutFilters())}
+        assert ingest(fresh, out, run=run).ok
+        after = {r.id: r for r in iter_rollouts(fresh, run, RolloutFilters())}
+        assert set(after) == set(before)
+        for rid, b in before.items():
+            a = after[rid]
+            assert [n.to_json_dict() for n in a.nodes] == [n.to_json_dict() for n in b.nodes], (run, rid)
+            assert [(n.token_ids, n.mask, n.logprobs) for n in a.nodes] == [(n.token_ids, n.mask, n.logprobs) for n in b.nodes]
+            assert [c.to_json_dict() for c in a.calls] == [c.to_json_dict() for c in b.calls]
+            assert (a.reward, a.ending, a.rewards) == (b.reward, b.ending, b.rewards)
+        assert findings_of(fresh, run) == findings_of(engine, run), run
+        spans = [sp for line in out.read_text().splitlines()
+                 for rs in json.loads(line)["resourceSpans"] for ss in rs["scopeSpans"] for sp in ss["spans"]]
+        ops = {a["value"].get("stringValue") for sp in spans for a in sp["attributes"] if a["key"] == "gen_ai.operation.name"}
+        assert {"invoke_agent", "chat"} <= ops, run
+    tau = {r.id: r for r in iter_rollouts(fresh, "tau", RolloutFilters())}["task0-trial0"]
+    assert len(tau.nodes) == 32 and sum(len(n.message.tool_calls or []) for n in tau.nodes) == 8
+    assert not [f for f in findings_of(fresh, "tau") if f[1] == "unpaired_tool_result"]
+    atropos = list(iter_rollouts(fresh, "at", RolloutFilters()))
+    assert len(atropos) == 4 and all(len(r.nodes) == 4 for r in atropos)
+    assert all(sum(len(n.token_ids) for n in r.nodes) > 1000 for r in atropos)
+
+
+def test_parquet_samples_are_read_back_through_the_cli(engine, db_url, tmp_path, monkeypatch):
+    """`rollscope export --format parquet` → `rollscope ingest` of that file (the verl reader
+    reads Parquet samples) → export again: the same rows, and the same rollouts (tokens, mask,
+    logprobs, reward, group) as ingesting the JSONL samples."""
+    from app.cli import app
+
+    assert ingest(engine, *SOURCES["at"], run="at").ok and ingest(engine, *SOURCES["vf"], run="vf").ok
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    for run in ("at", "vf"):
+        pq_out, js_out = tmp_path / f"{run}.parquet", tmp_path / f"{run}.samples.jsonl"
+        for fmt, out in (("parquet", pq_out), ("samples", js_out)):
+            res = CliRunner().invoke(app, ["export", "--run", run, "--format", fmt, "--out", str(out)])
+            assert res.exit_code == 0, res.output
+        res = CliRunner().invoke(app, ["ingest", "--run", f"{run}-pq", str(pq_out)])
+        assert res.exit_code == 0 and "binary file" not in res.output, res.output
+        assert "verl" in res.output
+        assert ingest(engine, js_out, run=f"{run}-js").ok
+        from_pq, from_js = stored(engine, f"{run}-pq"), stored(engine, f"{run}-js")
+        assert from_pq and len(from_pq) == len(pq.read_table(pq_out))
+        for body in (*from_pq.values(), *from_js.values()):
+            body.pop("run")
+        assert from_pq == from_js, run
+        again = tmp_path / f"{run}.again.parquet"
+        res = CliRunner().invoke(app, ["export", "--run", f"{run}-pq", "--format", "parquet", "--out", str(again)])
+        assert res.exit_code == 0, res.output
+
+        def rows(p):
+            return [{k: v for k, v in r.items() if k != "run_id"} for r in pq.read_table(p).to_pylist()]
+        assert rows(again) == rows(pq_out)
+
+
+@pytest.mark.parametrize("fmt", ["samples", "parquet"])
+def test_runs_without_tokens_have_no_training_samples(engine, db_url, tmp_path, monkeypatch, fmt):
+    from app.cli import app
+
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    for run in ("tau", "swe", "oh", "mini", "insp"):
+        assert ingest(engine, *SOURCES[run], run=run).ok
+        out = tmp_path / f"{run}.{fmt}"
+        out_before = tmp_path / "kept.txt"
+        out_before.write_text("an earlier file")
+        for target in (out, out_before):
+            res = CliRunner().invoke(app, ["export", "--run", run, "--format", fmt, "--out", str(target)])
+            assert res.exit_code == 1, res.output
+            errors = [x for x in res.output.splitlines() if x.startswith("error:")]
+            assert len(errors) == 1 and "no token arrays" in errors[0] and "nothing written" in errors[0], res.output
+            assert "wrote" not in res.output
+        assert not out.exists() and out_before.read_text() == "an earlier file"
+        assert not list(tmp_path.glob(".*partial"))
