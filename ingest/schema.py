@@ -24,7 +24,7 @@ from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = "rollscope/1"
 
@@ -54,9 +54,8 @@ def _valid_unicode(v: str) -> str:
     return v
 
 
-Id = Annotated[str, BeforeValidator(lambda v: _valid_unicode(v) if isinstance(v, str) else v),
-               Field(min_length=1, max_length=300, pattern=r"^[^\x00-\x1f\x7f]*$"),
-               AfterValidator(_not_a_dot_segment)]
+Id = Annotated[str, Field(min_length=1, max_length=300, pattern=r"^[^\x00-\x1f\x7f]*$"),
+               AfterValidator(_valid_unicode), AfterValidator(_not_a_dot_segment)]
 # Stored as int32. -1 = id not recorded by the source (a reader's convention); other negative
 # values are placeholders a writer left in the sequence (-100, -200): kept, and reported by the
 # `placeholder_token_id` check rather than refused.
