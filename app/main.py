@@ -12,7 +12,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
-from app import errors, urls
+from app import errors
 from app.asgi import HttpMiddleware, Observed
 from app.auth import ReadTokenGate
 from app.api.v1 import router as api_v1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import sqlalchemy as sa
 from sqlmodel import Session

@@ -69,7 +69,6 @@ def layout(nodes: Sequence[GraphNode], paths: Sequence[Sequence[int]], current: 
     # A unit per kept node; a run of non-kept nodes becomes one unit keyed by its first node.
     unit_of: dict[int, int] = {}
     units: list[dict] = []
-    col: dict[int, int] = {}
     for b in shown:
         prev_unit = None
         for depth, i in enumerate(paths[b]):

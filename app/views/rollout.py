@@ -15,7 +15,7 @@ from sqlmodel import Session
 from app import urls
 from app.config import WebSettings
 from app.errors import ApiError
-from app.db.tokenarrays import f32, floats_or_none, unpack_bits, unpack_floats, unpack_ids
+from app.db.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
 from app.queries import findings as q_findings
 from app.queries import graph as q_graph
 from app.queries import nodes as q_nodes

@@ -37,7 +37,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ingest import endings, timestamps
-from ingest.align import fill_node
 from ingest.fields import FieldError, is_number_or_none
 from ingest.formats import _openai, _rl
 from ingest.formats._build import RolloutBuilder
@@ -46,14 +45,11 @@ from ingest.schema import (
     Ending,
     EndingInfo,
     EpisodeRef,
-    Error,
     GroupRef,
     Message,
-    PolicySpan,
     Reward,
     Rollout,
     RunRef,
-    Task,
     Usage,
 )
 from ingest.source import RecordError, Source, loads

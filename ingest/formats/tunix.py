@@ -50,8 +50,8 @@ import ast
 import json
 import math
 import re
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from ingest import endings

@@ -12,11 +12,9 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
 
 import sqlalchemy as sa
 import uvicorn
-from fastapi.testclient import TestClient
 
 from app import auth
 from app.config import Settings

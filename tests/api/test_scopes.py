@@ -28,7 +28,9 @@ def test_scopes_labels_notes_and_delete(client, engine, tmp_path, caplog):
     alice, _ = auth.issue(engine, "write", "alice")
     bob, _ = auth.issue(engine, "write", "bob")
     admin, _ = auth.issue(engine, "admin", "ops")
-    revoked, info = auth.revoke(engine, str(auth.issue(engine, "admin", "old")[1].pk))[0], None
+    revoked, old = auth.issue(engine, "admin", "old")
+    assert client.get("/api/v1/runs", headers=_bearer(revoked)).status_code == 200  # works until revoked
+    assert [t.pk for t in auth.revoke(engine, str(old.pk))] == [old.pk]
     label_url = "/api/v1/runs/r%2F1/rollouts/x/labels/reward-hacking"
 
     assert client.put(label_url).status_code == 401

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from app.store.prepare import prepare as _prepare
-from ingest.checks import REGISTRY, run_rollout_checks
+from ingest.checks import run_rollout_checks
 from ingest.schema import Rollout
 
 

@@ -5,7 +5,6 @@ Examples are bounded (`max_examples`) so the suite stays fast."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest

@@ -5,7 +5,6 @@ SWE-agent and mini-swe-agent, OpenHands, Inspect)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest

@@ -11,7 +11,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from app.db import models
-from tests.helpers import ingest, rollout, write_jsonl
+from tests.helpers import ingest, rollout
 
 ROOT = Path(__file__).resolve().parents[2]
 

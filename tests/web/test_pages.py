@@ -39,7 +39,7 @@ def test_every_page_has_a_json_twin(client, engine, tmp_path):
     for url in ["/runs", "/runs/r1", "/runs/r1/rollouts", "/runs/r1/rollouts/r0", "/runs/r1/groups/g1", "/quarantine"]:
         page = client.get(url)
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html"), url
-        assert f'rel="alternate" type="application/json"' in page.text
+        assert 'rel="alternate" type="application/json"' in page.text
         twin = client.get(url.split("?")[0] + ".json")
         assert twin.status_code == 200 and twin.headers["content-type"] == "application/json", url
     assert client.get("/runs/nope.json").status_code == 404

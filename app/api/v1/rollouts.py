@@ -9,7 +9,7 @@ from urllib.parse import unquote
 
 import numpy as np
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
-from pydantic import BaseModel, Field, create_model
+from pydantic import BaseModel, create_model
 
 from app import urls
 from app.api.v1.schemas import Page
@@ -23,7 +23,7 @@ from app.queries import runs as q_runs
 from app.queries.rollouts import RolloutFilters
 from app.db.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
 from app.views.common import PageModel, RolloutSummary, model_of, summary_fields, with_labels
-from app.views.rollout import AttemptView, FindingView, RolloutHeader, finding_view, rollout_page
+from app.views.rollout import AttemptView, FindingView, RolloutHeader, finding_view
 from ingest import checks
 from ingest.graph import branches
 from rollscope import schemas

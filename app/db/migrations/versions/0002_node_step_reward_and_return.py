@@ -6,7 +6,6 @@ Create Date: 2026-11-29 11:00:47.554591
 """
 from alembic import op
 import sqlalchemy as sa
-import sqlmodel
 
 
 revision = '0002'
