@@ -251,12 +251,14 @@ def test_rollouts_table_collapses_its_columns_at_800px(browser, tmp_path):
             over = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
             assert over <= 0, (width, over)
             heads = page.locator("#rollouts thead th")
-            shown = [h.inner_text() for h in heads.all() if h.is_visible()]
+            names = [h.inner_text().strip(" ↑↓") for h in heads.all()]
+            shown = [n for n, h in zip(names, heads.all()) if h.is_visible()]
             for key in ("rollout", "ending", "reward"):
                 assert key in shown, (width, shown)
             assert ("task" not in shown and "turns" not in shown and "tokens" not in shown) == collapsed, shown
             first = page.locator("#rollouts tbody tr").first
-            for col in (1, 5, 6):  # rollout, ending, reward: visible, and wide enough to read
+            for name in ("rollout", "ending", "reward"):  # visible, and wide enough to read
+                col = names.index(name) + 1
                 cell = first.locator(f"td:nth-child({col})")
                 box = cell.bounding_box()
                 assert cell.is_visible() and box and box["width"] >= 40 and box["x"] + box["width"] <= width, (col, box)

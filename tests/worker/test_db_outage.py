@@ -11,32 +11,26 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
 
 from app.db import models
 from app.db.engine import make_engine
 from app.worker.run import wait_for
 from ingest.formats.native import write_line
-from tests.conftest import PG_URL, ROOT, _pg_admin
+from tests.conftest import ROOT, _pg_admin
 from tests.helpers import rollout
+from tests.worker import new_pg_database, start_worker
 
 R = models.Rollout.__table__
 
 
 def test_worker_survives_its_connections_being_cut(tmp_path):
-    name = f"rs_outage_{uuid.uuid4().hex[:10]}"
-    with _pg_admin() as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+    name, url = new_pg_database("rs_outage")
     spool = tmp_path / "spool" / "outage"
     spool.mkdir(parents=True)
     f = spool / "r.jsonl"
-    env = {**os.environ, "ROLLSCOPE_DATABASE_URL": url}
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--spool", str(tmp_path / "spool"),
-                             "--poll", "0.05"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = start_worker(url, tmp_path / "spool")
     engine = make_engine(url)
 
     def stored() -> int:

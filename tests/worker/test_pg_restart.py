@@ -12,9 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
-import uuid
 
 import pytest
 import sqlalchemy as sa
@@ -24,8 +22,9 @@ from app.db import models
 from app.db.engine import make_engine
 from app.worker.run import wait_for
 from ingest.formats.native import write_line
-from tests.conftest import PG_URL, ROOT, _pg_admin
+from tests.conftest import PG_URL, _pg_admin
 from tests.helpers import rollout
+from tests.worker import new_pg_database, start_worker
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("ROLLSCOPE_TEST_PG_RESTART") != "1",
@@ -67,16 +66,11 @@ def _up() -> bool:
 
 
 def test_worker_loses_and_doubles_nothing_across_real_server_restarts(tmp_path, restart=restart_postgres):
-    name = f"rs_restart_{uuid.uuid4().hex[:10]}"
-    with _pg_admin() as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+    name, url = new_pg_database("rs_restart")
     spool = tmp_path / "spool" / "restart"
     spool.mkdir(parents=True)
     f = spool / "r.jsonl"
-    env = {**os.environ, "ROLLSCOPE_DATABASE_URL": url}
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--spool", str(tmp_path / "spool"),
-                             "--poll", "0.05"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = start_worker(url, tmp_path / "spool")
     engine = make_engine(url)
 
     def count(stmt) -> int:
