@@ -2,7 +2,8 @@
 
 Prints: each agent reader's throughput (MB/s of source read into native rollouts, no database)
 on the real files of tests/fixtures/realdata, repeated to a few MB; OTLP/JSON decode + mapping
-throughput (spans/s); and `POST /v1/traces` over real HTTP (uvicorn on a free port, the SDK's
+throughput (spans/s); the OTLP export of case 17 (5,000 turns, 10,002 nodes: size against the
+native export, write and read-back time, exactness); and `POST /v1/traces` over real HTTP (uvicorn on a free port, the SDK's
 own protobuf exporter, one request per batch of spans) in spans/s and rollouts/s, stored.
 Run: `.venv/bin/python bench/agents_and_otlp.py` (also part of `make bench`).
 """
@@ -64,6 +65,38 @@ def otlp_mapping() -> None:
         spans += len(s)
     dt = time.perf_counter() - start
     print(f"  OTLP/JSON decode + GenAI mapping: {spans / dt:,.0f} spans/s ({len(doc) * reps / dt / 1e6:.1f} MB/s)")
+
+
+def otlp_export_size(turns: int = 5000) -> None:
+    """Case 17 of ../shared/cases, generated: `otlp.write` and reading the file back (what
+    `rollscope export --format otlp` and `rollscope ingest` do around the database)."""
+    import os
+    import subprocess
+
+    from ingest.formats import native, otlp
+
+    script = ROOT.parent / "shared" / "cases" / "15-17-make-large-cases.py"
+    if not script.exists():
+        script = ROOT / "tests" / "fixtures" / "cases" / "15-17-make-large-cases.py"
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, str(script), tmp, "0.001", str(turns)], check=True, capture_output=True)
+        src = open_source(Path(tmp) / "17-many-turns.json")
+        [r] = list(registry.detect(src).read(src, ReadContext(run_id="bench")))
+        size_native = len(native.write_line(r))
+        start = time.perf_counter()
+        data = otlp.write([r])
+        t_write = time.perf_counter() - start
+        out = Path(tmp) / "case17.otlp.jsonl"
+        out.write_bytes(data)
+        start = time.perf_counter()
+        back = open_source(out)
+        [again] = list(otlp.read(back, ReadContext()))
+        t_read = time.perf_counter() - start
+        a, b = r.to_json_dict(), again.to_json_dict()
+        a.pop("source"), b.pop("source")
+        print(f"  OTLP export of case 17 ({turns:,} turns, {len(r.nodes):,} nodes): {len(data) / 1e6:.1f} MB "
+              f"({len(data) / size_native:.1f}x native {size_native / 1e6:.1f} MB), write {t_write:.2f} s, "
+              f"read back {t_read:.2f} s, exact: {a == b}  (load {os.getloadavg()})")
 
 
 def receiver() -> None:
@@ -130,4 +163,5 @@ if __name__ == "__main__":
     reader_throughput()
     print("OTLP:")
     otlp_mapping()
+    otlp_export_size()
     receiver()

@@ -38,8 +38,11 @@ Reading (docs/formats.md, "OpenTelemetry"):
   call's finish reason (`stop` → submitted, `length` → length_cut), else unknown.
 
 Writing: `spans_from_rollout` emits `invoke_agent` (root, with the `rollscope.*` fields) → one
-`chat` span per model call (input = the path to the call's node, output = the node) and one
-`execute_tool` span per tool result, so reading them back gives the same rollout.
+`chat` span per model call (output = the call's node; input = the messages on the path to it
+after the previous model output on that branch, `rollscope.input.elided` counting the earlier
+ones and `rollscope.input.after` naming the span that output the last of them, so the export
+grows with the rollout, not its square) and one `execute_tool` span per tool result, so reading
+them back gives the same rollout. Reading such an input continues after that span's output node.
 """
 from __future__ import annotations
 
@@ -82,6 +85,9 @@ NODES = "rollscope.nodes"  # root: per node, its fields other than the message (
 NODE = "rollscope.node"  # on a message item or an execute_tool span: the node index
 MESSAGE = "rollscope.message"  # beside it: the message, where the GenAI form would not rebuild it
 CALL = "rollscope.call"  # on a chat span: the recorded call (JSON with its `index`), or false: no call
+# A chat span's input holds only the messages after the previous model output on its branch:
+ELIDED = "rollscope.input.elided"  # on a chat span: how many earlier messages of its context were left out
+AFTER = "rollscope.input.after"  # beside it: the span id whose output is the message just before its input
 SAMPLING = ("temperature", "top_p", "top_k", "max_tokens", "seed", "stop_sequences", "frequency_penalty",
             "presence_penalty", "choice.count")
 
@@ -334,6 +340,8 @@ def rollout_from_spans(spans: list[SpanRecord], *, run_id: str | None = None,
     calls: list[Call] = []
     call_tokens: dict[int, str] = {}  # node → span id of its model call
     last_context: dict[str | None, tuple[list[dict], list[int]]] = {}  # agent → (items, their nodes)
+    output_node: dict[str, int] = {}  # model span id → the node it output
+    order = _after_first(order)
 
     def agent_key(s: SpanRecord) -> str | None:
         a = agent_of(s)
@@ -361,11 +369,17 @@ def rollout_from_spans(spans: list[SpanRecord], *, run_id: str | None = None,
                 # A model call's input repeats the context the previous call of this agent saw:
                 # the equal leading items are the nodes already placed (checked by value).
                 ins, outs = items
-                seen_items, seen_nodes = last_context.get(key, ([], []))
-                k = 0
-                while k < len(ins) and k < len(seen_items) and ins[k] == seen_items[k]:
-                    k += 1
-                parent = (seen_nodes[k - 1] if k else anchor[key]) if ins else cursor[key]
+                after = _elided_after(s)
+                if after is not None:
+                    # Rollscope's own export: the input continues after another span's output.
+                    seen_items, seen_nodes, k = [], [], 0
+                    parent = output_node.get(after, cursor[key])
+                else:
+                    seen_items, seen_nodes = last_context.get(key, ([], []))
+                    k = 0
+                    while k < len(ins) and k < len(seen_items) and ins[k] == seen_items[k]:
+                        k += 1
+                    parent = (seen_nodes[k - 1] if k else anchor[key]) if ins else cursor[key]
                 path_nodes = list(seen_nodes[:k])
                 for item in ins[k:]:
                     parent = g.place(_genai_message(item)[0], parent, None)
@@ -376,7 +390,7 @@ def rollout_from_spans(spans: list[SpanRecord], *, run_id: str | None = None,
                     last = g.place(m, last, s.end)
                     path_nodes.append(last)
                     raw_finish = raw_finish or fr
-                if ins:
+                if ins and after is None:
                     last_context[key] = (ins + outs, path_nodes)
                 outputs = outs
             else:
@@ -396,6 +410,8 @@ def rollout_from_spans(spans: list[SpanRecord], *, run_id: str | None = None,
             raw_finish = raw_finish or s.attributes.get("llm.finish_reason")
             cursor[key] = last
             node = last if outputs else None
+            if node is not None:
+                output_node[s.span_id] = node
             a = s.attributes
             calls.append(Call(
                 node=node, model=a.get("gen_ai.response.model") or a.get("gen_ai.request.model") or a.get("llm.model_name"),
@@ -467,6 +483,32 @@ def rollout_from_spans(spans: list[SpanRecord], *, run_id: str | None = None,
                         "start_ns": min(starts) if starts else None, "end_ns": max(ends) if ends else None,
                         **({"agent": root.attributes["gen_ai.agent.name"]} if "gen_ai.agent.name" in root.attributes else {})}},
         source=source or {"format": "otlp"})
+
+
+def _elided_after(s: SpanRecord) -> str | None:
+    """The span id after whose output this span's input continues (`rollscope.input.after`,
+    written with `rollscope.input.elided` > 0), or None when the input is the whole context."""
+    n, after = s.attributes.get(ELIDED), s.attributes.get(AFTER)
+    ok = isinstance(n, int) and not isinstance(n, bool) and n > 0 and isinstance(after, str)
+    return after if ok else None
+
+
+def _after_first(order: list[SpanRecord]) -> list[SpanRecord]:
+    """`order` with each span whose input continues another's (`rollscope.input.after`) moved
+    after that span, so the node it continues from is placed first whatever the span times say."""
+    by_id = {s.span_id: s for s in order}
+    out: list[SpanRecord] = []
+    done: set[int] = set()  # by identity: a file may repeat a span id
+    for s in order:
+        chain: list[SpanRecord] = []
+        cur: SpanRecord | None = s
+        while cur is not None and id(cur) not in done:
+            done.add(id(cur))  # also ends a loop of `after` links
+            chain.append(cur)
+            after = _elided_after(cur)
+            cur = by_id.get(after) if after is not None else None
+        out += reversed(chain)
+    return out
 
 
 def _tool_message(a: dict, span_name: str = "") -> Message:
@@ -617,8 +659,8 @@ def _item(r: Rollout, i: int, finish: str | None = None) -> dict:
 
 
 class _Items:
-    """Each node's message item as JSON text, made once: a chat span's input repeats the whole
-    path before its node, so a long rollout would otherwise rebuild each item once per later call."""
+    """Each node's message item as JSON text, made once (a tool result is in its execute_tool
+    span and in the next chat span's input)."""
 
     def __init__(self, r: Rollout) -> None:
         self.r = r
@@ -643,7 +685,11 @@ def spans_from_rollout(r: Rollout, *, service: str = "rollscope") -> list[SpanRe
     order: parent, sampled, timestamp, token ids, mask, logprobs, advantages, ... without the
     message); on each message item `rollscope.node` (its node index) and `rollscope.message`
     where the GenAI parts would not rebuild the message exactly; on each `chat` span
-    `rollscope.call` (the recorded call, JSON, with its index). An assistant message with no
+    `rollscope.call` (the recorded call, JSON, with its index). A chat span's input holds only
+    the messages after the previous model output on its branch (the system prompt and task in
+    the first call only): `rollscope.input.elided` says how many earlier messages of the context
+    were left out and `rollscope.input.after` which span output the last of them; a span whose
+    input starts at the root has neither. An assistant message with no
     recorded call gets a `chat` span with `rollscope.call = false`, and a conversation that ends
     on a user or system message one with that path as input and no output, so every message
     is in some span."""
@@ -690,17 +736,33 @@ def spans_from_rollout(r: Rollout, *, service: str = "rollscope") -> list[SpanRe
                       status_message=r.errors[0].message if r.ending.type == Ending.error and r.errors else "")
     out = [root]
 
-    def path_to(i: int | None) -> list[int]:
-        p = []
-        while i is not None:
-            p.append(i)
-            i = r.nodes[i].parent
-        return p[::-1]
-
     items = _Items(r)
     has_child = {n.parent for n in r.nodes if n.parent is not None}
     call_of = {c.node: k for k, c in enumerate(r.calls) if c.node is not None and 0 <= c.node < len(r.nodes)}
-    order: list[tuple[str, int]] = [("call", k) for k, c in enumerate(r.calls) if c.node is None or k not in call_of.values()]
+    # The span that outputs each node some chat span outputs: where a later input may start.
+    output_span = {i: _call_span_id(r, k, trace_id) for i, k in call_of.items()}
+    output_span.update({i: _id(f"{trace_id}:node:{i}", 8) for i, n in enumerate(r.nodes)
+                        if i not in call_of and n.message.role == "assistant"})
+
+    depth = _depths(r)
+
+    def new_input(last: int | None) -> dict[str, Any]:
+        """`gen_ai.input.messages` for a span whose context is the path to node `last`: only the
+        messages after the last one an earlier chat span output (the previous model call on this
+        branch), with how many were left out and that span's id, so the export grows with the
+        rollout, not with its square."""
+        new: list[int] = []
+        while last is not None and last not in output_span:
+            new.append(last)
+            last = r.nodes[last].parent
+        a: dict[str, Any] = {"gen_ai.input.messages": items.json(new[::-1])}
+        if last is not None:
+            a[ELIDED] = depth[last] + 1
+            a[AFTER] = output_span[last]
+        return a
+
+    chosen = set(call_of.values())
+    order: list[tuple[str, int]] = [("call", k) for k, c in enumerate(r.calls) if c.node is None or k not in chosen]
     for i, n in enumerate(r.nodes):
         if i in call_of:
             order.append(("call", call_of[i]))
@@ -710,17 +772,16 @@ def spans_from_rollout(r: Rollout, *, service: str = "rollscope") -> list[SpanRe
             order.append(("node", i))  # a message no call or tool span would carry
     for what, k in order:
         if what == "call":
-            out.append(_chat_span(r, k, trace_id, root_id, resource, path_to, items))
+            out.append(_chat_span(r, k, trace_id, root_id, resource, new_input))
             continue
         n = r.nodes[k]
         if what == "node":
-            path = path_to(k)
             a = {"gen_ai.operation.name": "chat", CALL: False}
             if n.message.role == "assistant":
-                a["gen_ai.input.messages"] = items.json(path[:-1])
+                a.update(new_input(n.parent))
                 a["gen_ai.output.messages"] = items.json([k])
             else:
-                a["gen_ai.input.messages"] = items.json(path)
+                a.update(new_input(k))
             out.append(SpanRecord(trace_id=trace_id, span_id=_id(f"{trace_id}:node:{k}", 8), parent_span_id=root_id,
                                   name="chat", kind=3, start_ns=ns(n.timestamp), end_ns=ns(n.timestamp),
                                   attributes=a, resource=resource, scope="rollscope"))
@@ -739,7 +800,26 @@ def spans_from_rollout(r: Rollout, *, service: str = "rollscope") -> list[SpanRe
     return out
 
 
-def _chat_span(r: Rollout, k: int, trace_id: str, root_id: str, resource: dict, path_to, items: _Items) -> SpanRecord:
+def _call_span_id(r: Rollout, k: int, trace_id: str) -> str:
+    return r.calls[k].extra.get("span_id") or _id(f"{trace_id}:call:{k}", 8)
+
+
+def _depths(r: Rollout) -> list[int]:
+    """Each node's position in its path (a root is 0), in one pass over the nodes."""
+    depth: list[int | None] = [None] * len(r.nodes)
+    for i in range(len(r.nodes)):
+        up, j = [], i
+        while j is not None and depth[j] is None:
+            up.append(j)
+            j = r.nodes[j].parent
+        d = -1 if j is None else depth[j]
+        for j in reversed(up):
+            d += 1
+            depth[j] = d
+    return depth  # type: ignore[return-value]
+
+
+def _chat_span(r: Rollout, k: int, trace_id: str, root_id: str, resource: dict, new_input) -> SpanRecord:
     c = r.calls[k]
     ns = (lambda t: int(round(t * 1e9)) if t is not None else None)
     a: dict[str, Any] = {"gen_ai.operation.name": "chat"}
@@ -759,13 +839,12 @@ def _chat_span(r: Rollout, k: int, trace_id: str, root_id: str, resource: dict, 
             if v is not None:
                 a[attr] = v
     if c.node is not None and 0 <= c.node < len(r.nodes):
-        path = path_to(c.node)
-        a["gen_ai.input.messages"] = items.json(path[:-1])
+        a.update(new_input(r.nodes[c.node].parent))
         a["gen_ai.output.messages"] = json.dumps([_item(r, c.node, c.finish_reason_raw)], ensure_ascii=False)
     a[CALL] = _attr_json({"index": k, **c.to_json_dict()})
     time = c.time or Span()
     return SpanRecord(
-        trace_id=trace_id, span_id=c.extra.get("span_id") or _id(f"{trace_id}:call:{k}", 8), parent_span_id=root_id,
+        trace_id=trace_id, span_id=_call_span_id(r, k, trace_id), parent_span_id=root_id,
         name=f"chat {c.model or ''}".strip(), kind=3,
         start_ns=c.extra.get("start_ns") or ns(time.start), end_ns=c.extra.get("end_ns") or ns(time.end),
         attributes=a, resource=resource, scope="rollscope",
