@@ -184,7 +184,7 @@ def _encoders() -> dict[str, Callable[[Rollout], list[bytes]]]:
     }
 
 
-class _Counted:
+class Counted:
     """The rollouts, counted as a writer consumes them."""
 
     def __init__(self, rollouts: Iterable[Rollout]) -> None:
@@ -196,6 +196,14 @@ class _Counted:
             yield r
 
 
+def no_samples_message(n_rollouts: int) -> str:
+    """Why a `samples`/`parquet` export has nothing in it, for the CLI and the API."""
+    if not n_rollouts:
+        return "no training samples: no rollouts match"
+    return (f"no training samples: the {n_rollouts} rollouts exported carry no token arrays (token ids), so there "
+            "is nothing to train on")
+
+
 def write(rollouts: Iterable[Rollout], fmt: str, out: Path) -> int:
     """Write `rollouts` to `out` in `fmt` (one of FORMATS); returns the number of records written
     (rollouts, or samples for `samples`/`parquet`), through `Export` (the API's export streams the
@@ -204,7 +212,7 @@ def write(rollouts: Iterable[Rollout], fmt: str, out: Path) -> int:
     unknown format; NoSamples (a ValueError, one line) when a `samples`/`parquet` export has no
     branch with token ids (runs of text-only formats such as tau-bench, SWE-agent, OpenHands,
     mini-swe-agent, Inspect): nothing is written."""
-    counted = _Counted(rollouts)
+    counted = Counted(rollouts)
     export = Export(counted, fmt)
     partial = out.with_name(f".{out.name}.partial")
     try:
@@ -212,10 +220,7 @@ def write(rollouts: Iterable[Rollout], fmt: str, out: Path) -> int:
             for chunk in export:
                 f.write(chunk)
         if fmt in SAMPLE_FORMATS and export.records == 0:
-            raise NoSamples(
-                f"no training samples: the {counted.n} rollouts exported carry no token arrays (token ids), so there is "
-                "nothing to train on; nothing written" if counted.n else
-                "no training samples: no rollouts match; nothing written")
+            raise NoSamples(no_samples_message(counted.n) + "; nothing written")
         os.replace(partial, out)
     finally:
         partial.unlink(missing_ok=True)

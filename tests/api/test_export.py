@@ -104,7 +104,9 @@ def test_filters_errors_and_tokens(db_url, engine, fresh, tmp_path):
         lines = _get(base, "verifiers", ending="truncated").content.splitlines()
         assert len(lines) == 1 and json.loads(lines[0])["traces"][0]["stop_condition"] == "max_turns"
         assert _get(base, "native", step=123456).content == b""
-        assert pq.read_table(io.BytesIO(_get(base, "parquet", step=123456).content)).num_rows == 0
+        for fmt in ("parquet", "samples"):  # no sample to train on: refused before the first byte, as the CLI does
+            r = httpx.get(base + EXPORT, params={"format": fmt, "step": 123456})
+            assert r.status_code == 422 and r.json()["error"]["message"] == "no training samples: no rollouts match"
 
         r = httpx.get(base + EXPORT, params={"format": "csv"})
         assert r.status_code == 422 and r.json()["error"]["field"] == "format"
@@ -113,6 +115,10 @@ def test_filters_errors_and_tokens(db_url, engine, fresh, tmp_path):
         assert r.status_code == 422 and r.json()["error"]["field"] == "ending"
         r = httpx.get(base + EXPORT, params={"formt": "native"})
         assert r.status_code == 422 and r.json()["error"]["code"] == "unknown_parameter"
+        assert ingest(engine, REAL / "tau-bench", run="tau").ok  # text only: no token ids
+        r = httpx.get(base + "/api/v1/runs/tau/export", params={"format": "parquet"})
+        assert r.status_code == 422 and "carry no token arrays" in r.json()["error"]["message"]
+        assert httpx.get(base + "/api/v1/runs/tau/export", params={"format": "native"}).status_code == 200
         r = httpx.get(base + "/api/v1/runs/nope/export")
         assert r.status_code == 404 and r.json()["error"]["field"] == "run"
     with live_server(db_url, require_read_token=True) as base:

@@ -7,6 +7,7 @@ response as soon as pyarrow has encoded it, the footer last), with no temporary 
 """
 from __future__ import annotations
 
+import itertools
 import re
 from enum import Enum
 from typing import Annotated
@@ -16,8 +17,9 @@ from fastapi.responses import StreamingResponse
 
 from app.api.v1.rollouts import Filters, RunId, known_run
 from app.deps import ReadToken, SessionDep
+from app.errors import ApiError
 from app.store.load import iter_rollouts
-from ingest.export import FORMATS, Export
+from ingest.export import FORMATS, SAMPLE_FORMATS, Counted, Export, no_samples_message
 
 router = APIRouter(tags=["export"])
 
@@ -54,9 +56,16 @@ def export_run(
     `format`, streamed: records go out as they are read, so an export of any size holds one page
     of rollouts (and, for Parquet, one row group of up to 1000 samples) in memory. The body reads
     back with `rollscope ingest` (Parquet: its rows are the `samples` lines). 404 for an unknown
-    run, 422 for an unknown format or filter value."""
+    run, 422 for an unknown format or filter value, and 422 for `samples`/`parquet` when no
+    rollout exported carries token ids (nothing to train on: text-only formats), decided before
+    the first byte is sent (the first chunk is read ahead)."""
     run_id = known_run(session, run, filters)
     fmt = ExportFormat(format).value
-    body = Export(iter_rollouts(request.app.state.engine, run_id, filters), fmt)
-    return StreamingResponse(iter(body), media_type=media_type(fmt),
+    rollouts = Counted(iter_rollouts(request.app.state.engine, run_id, filters))
+    body = Export(rollouts, fmt)
+    chunks = iter(body)
+    first = next(chunks, None)
+    if fmt in SAMPLE_FORMATS and body.records == 0:
+        raise ApiError(422, no_samples_message(rollouts.n), field="format")
+    return StreamingResponse(itertools.chain([] if first is None else [first], chunks), media_type=media_type(fmt),
                              headers={"Content-Disposition": f'attachment; filename="{file_name(run_id, fmt)}"'})
