@@ -113,11 +113,18 @@ def test_run_page_checks_table_never_breaks_words_and_fits(run_server, browser, 
     page.goto(f"{run_server}/runs/checks-run")
     page.wait_for_load_state("networkidle")
     assert page.locator("table.checks tbody tr").count() > 5
-    broken = page.evaluate(BROKEN_WORDS, "table.grid th, table.checks td:not(:first-child), h1, h2")
+    broken = page.evaluate(BROKEN_WORDS, "table.grid th, table.checks td:not(:first-child), table.checks code.kind, "
+                                         "h1, h2")
     assert broken == [], (width, broken)
     overflow = page.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth")
     assert overflow <= 0, (width, overflow)
     page.goto(f"{run_server}/runs/checks-run/rollouts")
+    page.wait_for_load_state("networkidle")
+    assert page.evaluate(BROKEN_WORDS, "table.grid th, .flag") == [], width
+    assert page.evaluate(BROKEN_WORDS, "#rollouts td:first-child a") == [], width  # "r0" … stay whole
+    overflow = page.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth")
+    assert overflow <= 0, (width, overflow)
+    page.goto(f"{run_server}/runs")  # the runs list: its per-ending columns collapse at 800 px
     page.wait_for_load_state("networkidle")
     assert page.evaluate(BROKEN_WORDS, "table.grid th") == [], width
     overflow = page.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth")
