@@ -123,13 +123,21 @@ def revoke(engine: Engine, ident: str) -> list[TokenInfo]:
 
 # --- the web side ------------------------------------------------------------------------------
 
+READ_COOKIE = "rollscope_read"  # set by ReadTokenGate from a valid `?token=`, so a browser's next pages read too
+
+
 def bearer(request: Request) -> str | None:
-    """The token of a request: `Authorization: Bearer <token>`, else `?token=`."""
+    """The token of a request: `Authorization: Bearer <token>`, else `?token=`, else, for a
+    GET or HEAD only (reads; a cookie never authorises a write, so no cross-site request can
+    write), the read cookie a `?token=` link set."""
     header = request.headers.get("authorization", "")
     kind, _, value = header.partition(" ")
     if kind.lower() == "bearer" and value.strip():
         return value.strip()
-    return request.query_params.get("token") or None
+    token = request.query_params.get("token") or None
+    if token is None and request.method in ("GET", "HEAD"):
+        token = request.cookies.get(READ_COOKIE) or None
+    return token
 
 
 def article(word: str) -> str:
@@ -171,8 +179,10 @@ AdminToken = Annotated[TokenInfo, Depends(require("admin"))]
 
 class ReadTokenGate:
     """ASGI middleware: when `ROLLSCOPE_REQUIRE_READ_TOKEN=1`, every page, JSON twin and API
-    read needs a read token (header or `?token=`); `/healthz` and `/static` stay open (health
-    checks, the stylesheet of the 401 page). Writes check their own scope in their route."""
+    read needs a read token (header, `?token=`, or the cookie a `?token=` link sets: HttpOnly,
+    SameSite=Strict, one day, so the pages a link opens and the API docs' own requests read
+    too); `/healthz` and `/static` stay open (health checks, the stylesheet of the 401 page).
+    Writes check their own scope in their route."""
 
     OPEN = ("/healthz", "/static/")
 
@@ -192,9 +202,21 @@ class ReadTokenGate:
         info = await run_in_threadpool(verify, self.engine, token) if token else None
         if info is None:
             # the one error shape for JSON clients and the API, the error page for a browser
-            response = error_response(request, 401, "reading needs a token (ROLLSCOPE_REQUIRE_READ_TOKEN is set): "
-                                      "send `Authorization: Bearer <token>` or add `?token=`",
-                                      headers={"WWW-Authenticate": "Bearer"})
+            message = ("unknown or revoked token" if token else
+                       "reading needs a token (ROLLSCOPE_REQUIRE_READ_TOKEN is set): "
+                       "send `Authorization: Bearer <token>` or add `?token=`")
+            response = error_response(request, 401, message, headers={"WWW-Authenticate": "Bearer"})
             await response(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        link_token = request.query_params.get("token")
+        if link_token != token:
+            await self.app(scope, receive, send)
+            return
+        cookie = f"{READ_COOKIE}={token}; Path=/; Max-Age=86400; HttpOnly; SameSite=Strict".encode("latin-1")
+
+        async def send_with_cookie(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie)]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_cookie)

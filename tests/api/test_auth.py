@@ -63,6 +63,12 @@ def test_reading_is_open_unless_locked(db_url, engine):
         assert c.get("/runs.json").json()["error"]["code"] == "unauthorized"
         assert c.get("/runs", headers={"Authorization": f"Bearer {token}"}).status_code == 200
         assert c.get(f"/runs?token={token}").status_code == 200  # links in training logs
+        assert c.cookies.get("rollscope_read") == token  # ... and the pages they link to read too
+        assert c.get("/runs").status_code == 200 and c.get("/api/openapi.json").status_code == 200
+        assert c.post("/api/v1/ingest", content=b"").status_code == 401  # a cookie never writes
+        c.cookies.clear()
+        assert c.get("/runs.json", headers={"Authorization": "Bearer rs_wrong"}).json()["error"]["message"] == \
+            "unknown or revoked token"
         assert c.get("/runs", headers={"Authorization": "Bearer rs_wrong"}).status_code == 401
         assert c.get("/healthz").status_code == 200
         assert "ROLLSCOPE_REQUIRE_READ_TOKEN=1" in c.get("/api/openapi.json", headers={
