@@ -24,10 +24,28 @@ MAX_ADDED_ID = 4_000_000  # larger than any real vocabulary; the table is a list
 INT32_MAX = 2**31 - 1
 # Results go to stdout, progress and problems to stderr. Off a terminal (make, CI logs) rich
 # would wrap tables at 80 columns; give them room instead.
-out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+class _Revealing:
+    """The stream of one of the CLI's consoles (sys.stdout or sys.stderr, looked up at each write,
+    so test runners that swap them still capture): text is written with its bidirectional,
+    zero-width and tag characters shown as `⟨U+XXXX⟩` (app/text.py), so a run id, file name or
+    error message from a trace never reorders or hides what the terminal shows."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def write(self, text: str) -> int:
+        from app.text import reveal_invisible
+
+        return getattr(sys, self._name).write(reveal_invisible(text))
+
+    def __getattr__(self, attr: str):
+        return getattr(getattr(sys, self._name), attr)
+
+
+out = Console(file=_Revealing("stdout"), soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Rollscope: a trace inspector for agentic RL.")
-console = Console(stderr=True)
+console = Console(file=_Revealing("stderr"))
 
 
 @app.callback()
@@ -291,7 +309,7 @@ def export(
     except NoSamples as exc:
         console.print(Text.assemble(("error: ", "red"), f"run {run!r}: {exc}"), soft_wrap=True)
         raise typer.Exit(1) from None
-    out_console = Console(soft_wrap=True)
+    out_console = Console(file=_Revealing("stdout"), soft_wrap=True)
     out_console.print(Text(f"wrote {n} {'samples' if format in ('samples', 'parquet') else 'rollouts'} to {out}"))
 
 

@@ -205,3 +205,18 @@ def test_numbers_are_numbers(engine, tmp_path):
     assert report.total.inserted == 1
     assert {e.line: e.field for e in report.errors} == {2: "nodes[0].token_ids[0]", 3: "nodes[0].token_ids[0]",
                                                         4: "reward", 5: "reward"}
+
+
+def test_cli_shows_bidi_and_zero_width_characters_visibly(db_url, tmp_path, monkeypatch):
+    """A run id (or file name, or error) with a right-to-left override is printed with the
+    character shown as ⟨U+202E⟩, so the terminal never reverses what follows it."""
+    from typer.testing import CliRunner
+
+    from app.cli import app as cli
+    from tests.helpers import rollout, write_jsonl
+
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    path = write_jsonl(tmp_path / "r.jsonl", [rollout("a")])
+    res = CliRunner().invoke(cli, ["ingest", "--run", "bidi\u202erun\u200b", str(path)])
+    assert res.exit_code == 0, res.output
+    assert "runs: bidi⟨U+202E⟩run⟨U+200B⟩" in res.stdout and "\u202e" not in res.output
