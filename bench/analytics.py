@@ -197,7 +197,7 @@ def endpoints(steps: int, client: httpx.Client) -> list[tuple[str, str, str]]:
         deep = first["next_url"].replace("/rollouts.json", "/rollouts")
     out = [("chart", f"chart {c}", f"{r}/charts/{c}.json") for c in charts.REGISTRY]
     out += [("page", "run page", r), ("page", "step page", f"{r}/steps/{steps // 2}"),
-            ("page", "compare (run with itself)", f"/compare.json?runs={RUN},{RUN}-copy"),
+            ("page", "compare (the run and a copy of its rollups under another id)", f"/compare.json?runs={RUN},{RUN}-copy"),
             ("list", "rollouts: first page", f"{r}/rollouts"),
             ("list", "rollouts: filtered (ending=error, task prefix)", f"{r}/rollouts?ending=error&task=task-01"),
             ("list", "rollouts: deep page", deep),
