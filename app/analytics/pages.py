@@ -21,8 +21,8 @@ from app.analytics.steps import (StepRange, StepStats, heatmap_tasks, one_step, 
 from app.db import models
 from app.queries import annotations as q_annotations
 from app.queries.common import SUMMARY_COLUMNS
-from app.views.common import iso, note_view
 from app.store import rollups
+from app.views.common import iso, note_view
 from ingest.advantages import Member, group_advantages
 
 ENDINGS = rollups.ENDINGS
