@@ -83,30 +83,40 @@ def ingest_status(engine) -> IngestStatus:
                         rollouts=rollouts)
 
 
-# (kind, name, path, format, condition on a `source_file` column, the quarantine link's `file`)
-LIVE = (("http", "HTTP ingest", "/api/v1/ingest", None, lambda c: c.like("http/%"), None),
-        ("otlp", "OTLP receiver", "/v1/traces", "otlp", lambda c: c == "/v1/traces", "/v1/traces"))
+# (kind, name, path, format, the quarantine link's `file`); `_kind` tells a `source_file`'s kind
+LIVE = (("http", "HTTP ingest", "/api/v1/ingest", None, None),
+        ("otlp", "OTLP receiver", "/v1/traces", "otlp", "/v1/traces"))
+
+
+def _kind(col):
+    """'http' for HTTP ingest's files (`http/<sha256>.jsonl`), 'otlp' for the receiver's, else NULL."""
+    return sa.case((col.like("http/%"), "http"), (col == "/v1/traces", "otlp"))
 
 
 def _live_sources(conn, since) -> list[SourceStatus]:
     """HTTP ingest and the OTLP receiver, those that stored or rejected anything: rollouts stored
-    (rows, every attempt), in the last minute, quarantined records, the last time, the last error."""
+    (rows, every attempt), in the last minute, quarantined records, the last time, the last error.
+    One pass over the rollouts (as the last-minute figure above) and one over the quarantine."""
+    kr, kq = _kind(R.c.source_file), _kind(Q.c.source_file)
+    stored = {k: (n, recent, last) for k, n, recent, last in conn.execute(
+        sa.select(kr, sa.func.count(), sa.func.count().filter(R.c.ingested_at >= since), sa.func.max(R.c.ingested_at))
+        .where(kr.is_not(None)).group_by(kr))}
+    rejected = {k: (n, last, pk) for k, n, last, pk in conn.execute(
+        sa.select(kq, sa.func.count(), sa.func.max(Q.c.created_at), sa.func.max(Q.c.pk))
+        .where(kq.is_not(None)).group_by(kq))}
+    errors = {r.pk: (f"{r.field}: " if r.field else "") + r.error for r in conn.execute(
+        sa.select(Q.c.pk, Q.c.field, Q.c.error).where(Q.c.pk.in_([v[2] for v in rejected.values()])))} \
+        if rejected else {}
     out = []
-    for kind, name, path, fmt, where, qfile in LIVE:
-        stored, recent, last = conn.execute(sa.select(
-            sa.func.count(), sa.func.count().filter(R.c.ingested_at >= since), sa.func.max(R.c.ingested_at))
-            .where(where(R.c.source_file))).one()
-        rejected, last_q = conn.execute(sa.select(sa.func.count(), sa.func.max(Q.c.created_at))
-                                        .where(where(Q.c.source_file))).one()
-        if not stored and not rejected:
+    for kind, name, path, fmt, qfile in LIVE:
+        n, recent, last = stored.get(kind, (0, 0, None))
+        nq, last_q, pk = rejected.get(kind, (0, None, None))
+        if not n and not nq:
             continue
-        last_q_row = conn.execute(sa.select(Q.c.field, Q.c.error).where(where(Q.c.source_file))
-                                  .order_by(Q.c.pk.desc()).limit(1)).first() if rejected else None
-        error = (f"{last_q_row.field}: " if last_q_row.field else "") + last_q_row.error if last_q_row else None
         out.append(SourceStatus(
-            name=name, path=path, kind=kind, format=fmt, status="live", bytes_behind=0, records=stored,
-            rejected=rejected, records_last_minute=recent, records_per_s=round(recent / 60, 2),
-            quarantined=rejected, last_error=error, last_record_at=iso(max((t for t in (last, last_q) if t), key=_utc)),
+            name=name, path=path, kind=kind, format=fmt, status="live", bytes_behind=0, records=n,
+            rejected=nq, records_last_minute=recent, records_per_s=round(recent / 60, 2),
+            quarantined=nq, last_error=errors.get(pk), last_record_at=iso(max((t for t in (last, last_q) if t), key=_utc)),
             quarantine_url=urls.quarantine(file=qfile)))
     return out
 
