@@ -19,9 +19,10 @@ from app.analytics import search as search_q
 from app.analytics.steps import (StepRange, StepStats, heatmap_tasks, one_step, run_totals, step_stats, task_rows,
                                  task_totals)
 from app.db import models
+from app.queries import annotations as q_annotations
 from app.queries.common import SUMMARY_COLUMNS
-from app.views.common import iso
 from app.store import rollups
+from app.views.common import iso, note_view
 from ingest.advantages import Member, group_advantages
 
 ENDINGS = rollups.ENDINGS
@@ -38,28 +39,28 @@ LIST_CAP = 200  # rows of the step page's no-gradient list; the rest by the roll
 q = urls.q
 
 
-def run_url(run_id: str) -> str:
-    return urls.run(run_id)
+def run_url(run_id: str, json: bool = False) -> str:
+    return urls.run(run_id, json=json)
 
 
-def rollouts_url(run_id: str, **params) -> str:
-    return urls.rollouts(run_id, **{k: v for k, v in params.items() if v != ""})
+def rollouts_url(run_id: str, json: bool = False, **params) -> str:
+    return urls.rollouts(run_id, json=json, **{k: v for k, v in params.items() if v != ""})
 
 
-def step_url(run_id: str, step: int) -> str:
-    return urls.step(run_id, step)
+def step_url(run_id: str, step: int, json: bool = False) -> str:
+    return urls.step(run_id, step, json=json)
 
 
 def chart_url(run_id: str, chart_id: str, ext: str = "", **params) -> str:
     return urls.chart(run_id, chart_id, ext=ext, **params)
 
 
-def rollout_url(run_id: str, rollout_id: str, attempt: int | None = None) -> str:
-    return urls.rollout(run_id, rollout_id, attempt=attempt or None)
+def rollout_url(run_id: str, rollout_id: str, attempt: int | None = None, json: bool = False) -> str:
+    return urls.rollout(run_id, rollout_id, json=json, attempt=attempt or None)
 
 
-def group_url(run_id: str, group_id: str) -> str:
-    return urls.group(run_id, group_id)
+def group_url(run_id: str, group_id: str, json: bool = False) -> str:
+    return urls.group(run_id, group_id, json=json)
 
 
 def _num(x):
@@ -70,8 +71,9 @@ def _run(session: Session, run_id: str):
     return session.get(models.Run, run_id)
 
 
-def chart_nav(run_id: str, steps: StepRange, window: int) -> list[dict]:
-    return [{"id": c.id, "title": c.title, "url": chart_url(run_id, c.id, steps=str(steps) or None, smooth=window)}
+def chart_nav(run_id: str, steps: StepRange, window: int, json: bool = False) -> list[dict]:
+    return [{"id": c.id, "title": c.title,
+             "url": chart_url(run_id, c.id, ".json" if json else "", steps=str(steps) or None, smooth=window)}
             for c in charts.REGISTRY.values()]
 
 
@@ -82,9 +84,12 @@ def chart_figure(session: Session, run_id: str, chart: charts.Chart, steps: Step
     return charts.figure(chart, run_id, stats, tasks, window=window)
 
 
-def chart_page(session: Session, run_id: str, chart_id: str, *, steps: StepRange, window: int) -> dict | None:
+def chart_page(session: Session, run_id: str, chart_id: str, *, steps: StepRange, window: int,
+               json: bool = False) -> dict | None:
     """One chart of a run: its figure data (Plotly), caption, and the URLs of its JSON twin, CSV
-    and neighbours. `steps` limits the step axis; `window` > 1 adds a trailing moving average."""
+    and neighbours. `steps` limits the step axis; `window` > 1 adds a trailing moving average.
+    `json`: the run and neighbour links go to JSON twins; the figure's `customdata` stays page
+    links, since the pages' script fetches this twin and navigates with them (static/app.js)."""
     run = _run(session, run_id)
     chart = charts.REGISTRY.get(chart_id)
     if run is None or chart is None:
@@ -92,19 +97,19 @@ def chart_page(session: Session, run_id: str, chart_id: str, *, steps: StepRange
     fig = chart_figure(session, run_id, chart, steps, window)
     params = {"steps": str(steps) or None, "smooth": window}
     return {
-        "run": {"id": run.id, "name": run.name, "url": run_url(run.id)},
+        "run": {"id": run.id, "name": run.name, "url": run_url(run.id, json)},
         "chart": {"id": chart.id, "title": chart.title, "caption": chart.caption,
                   "url": chart_url(run_id, chart.id, **params), "json_url": chart_url(run_id, chart.id, ".json", **params),
                   "csv_url": chart_url(run_id, chart.id, ".csv", **params)},
         "steps": str(steps), "smooth": window,
         "figure": fig,
-        "charts": chart_nav(run_id, steps, window),
+        "charts": chart_nav(run_id, steps, window, json),
     }
 
 
 # --- a step's story ---------------------------------------------------------------------------
 
-def _groups_table(run_id: str, rows: list[dict]) -> list[dict]:
+def _groups_table(run_id: str, rows: list[dict], json: bool = False) -> list[dict]:
     """Per group of the step (latest attempts): size, endings, mean reward under both policies,
     zero variance and sign flips; most affected first (errors, then other non-task endings)."""
     groups: dict[str, list[dict]] = defaultdict(list)
@@ -117,7 +122,7 @@ def _groups_table(run_id: str, rows: list[dict]) -> list[dict]:
         a0, a1 = res["errors_as_zero"], res["errors_dropped"]
         flips = sum(1 for m in members if (a0.advantages[str(m["pk"])] or 0) * (a1.advantages[str(m["pk"])] or 0) < 0)
         e = Counter(m["ending"] for m in members)
-        out.append({"group_id": gid, "url": group_url(run_id, gid), "size": len(members),
+        out.append({"group_id": gid, "url": group_url(run_id, gid, json), "size": len(members),
                     "endings": {k: e[k] for k in ENDINGS if e.get(k)}, "errors": e.get("error", 0),
                     "not_finished": e.get("error", 0) + e.get("truncated", 0) + e.get("length_cut", 0),
                     "mean_errors_as_zero": _num(a0.mean), "mean_errors_dropped": _num(a1.mean),
@@ -126,7 +131,7 @@ def _groups_table(run_id: str, rows: list[dict]) -> list[dict]:
     return out
 
 
-def _tasks_table(session: Session, run_id: str, step: int, prev: int | None) -> list[dict]:
+def _tasks_table(session: Session, run_id: str, step: int, prev: int | None, json: bool = False) -> list[dict]:
     """Per task at this step against the previous recorded step: rollouts, errors, mean reward
     and its change; most affected first (errors, then the largest change)."""
     here: dict[str, object] = {}
@@ -142,15 +147,17 @@ def _tasks_table(session: Session, run_id: str, step: int, prev: int | None) -> 
                     "errors": (t.endings or {}).get("error", 0), "mean_reward": t.mean_reward,
                     "mean_reward_no_errors": t.mean_reward_no_errors,
                     "previous_mean_reward": b.mean_reward if b is not None else None, "delta": delta,
-                    "url": rollouts_url(run_id, step=step, task=key)})
+                    "url": rollouts_url(run_id, json, step=step, task=key)})
     out.sort(key=lambda t: (-t["errors"], -abs(t["delta"] or 0.0), t["task"]))
     return out
 
 
-def step_page(session: Session, run_id: str, step: int) -> dict | None:
+def step_page(session: Session, run_id: str, step: int, *, json: bool = False) -> dict | None:
     """A training step's story: counts per ending with the source's details, groups and tasks
-    most affected, reward with and without errors against the previous steps, findings, and the
-    rollouts that carried no gradient with their reason."""
+    most affected, reward with and without errors against the previous steps, findings, the
+    rollouts that carried no gradient with their reason, and the step's notes (`notes`: author,
+    text, step, updated_at as RFC 3339 `Z`; by time). `json`: every link
+    goes to a JSON twin (the chart link to the reward chart's twin)."""
     run = _run(session, run_id)
     if run is None:
         return None
@@ -164,7 +171,7 @@ def step_page(session: Session, run_id: str, step: int) -> dict | None:
     conn = session.connection()
     rows = rollups.step_rows(conn, run_id, step)
     limit = rollups.max_staleness(conn, run_id)
-    group_table = _groups_table(run_id, rows)
+    group_table = _groups_table(run_id, rows, json)
     zv = {g["group_id"] for g in group_table if g["zero_variance"]}
     latest = {r["pk"] for r in rollups.latest_attempts(rows)}
     no_grad = []
@@ -175,40 +182,48 @@ def step_page(session: Session, run_id: str, step: int) -> dict | None:
                             "detail": r["trainer_filtered"] if reason == "trainer_filtered" else
                             (r["ending_detail"] if reason == "error_dropped" else None),
                             "group_id": r["group_id"], "ending": r["ending"], "reward": _num(r["reward"]),
-                            "url": rollout_url(run_id, r["rollout_id"], r["attempt"] or None)})
+                            "url": rollout_url(run_id, r["rollout_id"], r["attempt"] or None, json)})
     details = s.get("ending_details") or {}
     headline = _headline(s, prev[-1] if prev else None, details)
     endings = [{"ending": e, "count": s.endings[e], "share": s.share(s.endings[e]),
-                "url": rollouts_url(run_id, step=step, ending=e),
+                "url": rollouts_url(run_id, json, step=step, ending=e),
                 "details": [{"detail": d or "(none recorded)", "count": n} for d, n in
                             sorted((details.get(e) or {}).items(), key=lambda kv: (-kv[1], kv[0]))]}
                for e in ENDINGS if s.endings[e]]
     return {
-        "run": {"id": run.id, "name": run.name, "url": run_url(run.id)},
+        "run": {"id": run.id, "name": run.name, "url": run_url(run.id, json)},
         "step": step,
         "headline": headline,
-        "previous_url": step_url(run_id, prev[-1].step) if prev else None,
-        "next_url": step_url(run_id, nxt) if nxt is not None else None,
-        "rollouts": s.rollouts, "rollouts_url": rollouts_url(run_id, step=step),
+        "previous_url": step_url(run_id, prev[-1].step, json) if prev else None,
+        "next_url": step_url(run_id, nxt, json) if nxt is not None else None,
+        "rollouts": s.rollouts, "rollouts_url": rollouts_url(run_id, json, step=step),
         "endings": endings,
         "reward": {"mean": s.mean_reward, "mean_no_errors": s.mean_reward_no_errors, "excluded": s.excluded,
                    "errors_as_zero": s.get("reward", "errors_as_zero"), "errors_dropped": s.get("reward", "errors_dropped")},
-        "history": [{"step": h.step, "url": step_url(run_id, h.step), "rollouts": h.rollouts,
+        "history": [{"step": h.step, "url": step_url(run_id, h.step, json), "rollouts": h.rollouts,
                      "errors": h.endings["error"], "error_share": h.share(h.endings["error"]),
                      "mean_reward": h.mean_reward, "mean_reward_no_errors": h.mean_reward_no_errors,
                      "current": h.step == step} for h in history],
         "groups": {**{k: v for k, v in s.get("groups", default={}).items()}, "table": group_table[:20]},
-        "tasks": _tasks_table(session, run_id, step, prev[-1].step if prev else None)[:20],
-        "findings": [{"kind": k, "count": n, "url": rollouts_url(run_id, step=step, flag=k)}
+        "tasks": _tasks_table(session, run_id, step, prev[-1].step if prev else None, json)[:20],
+        "findings": [{"kind": k, "count": n, "url": rollouts_url(run_id, json, step=step, flag=k)}
                      for k, n in sorted((s.get("findings") or {}).items(), key=lambda kv: (-kv[1], kv[0]))],
         "no_gradient": {"counts": [{"reason": k, "label": NO_GRADIENT_LABELS[k], "count": n, "share": s.share(n)}
                                    for k, n in (s.get("no_gradient") or {}).items() if n],
                         "total": len(no_grad), "rollouts": no_grad[:LIST_CAP], "shown": min(len(no_grad), LIST_CAP)},
         "lengths": s.get("lengths"), "mismatch": s.get("mismatch"), "staleness": s.get("staleness"),
         "advantages": s.get("advantages"),
-        "charts_url": f"{run_url(run_id)}/charts/reward?steps={max(0, step - 20)}-{step + 20}",
-        "task_changes_url": urls.task_changes(run_id, prev[-1].step if prev else step, step),
+        "charts_url": chart_url(run_id, "reward", ".json" if json else "", steps=f"{max(0, step - 20)}-{step + 20}"),
+        "task_changes_url": urls.task_changes(run_id, prev[-1].step if prev else step, step,
+                                              ext=".json" if json else ""),
+        "notes": step_notes(session, run_id, step),
     }
+
+
+def step_notes(session: Session, run_id: str, step: int) -> list[dict]:
+    """The notes on one step of a run, one per author, by time: author, text, step, updated_at
+    (the API's note shape, app.views.common.NoteView)."""
+    return [note_view(n).model_dump(mode="json") for n in q_annotations.notes_of(session=session, run_id=run_id, step=step)]
 
 
 def _fmt(x) -> str:
@@ -238,9 +253,9 @@ def _headline(s: StepStats, p: StepStats | None, details: dict) -> list[str]:
 
 # --- task changes between two steps -----------------------------------------------------------
 
-def task_changes(session: Session, run_id: str, a: int, b: int) -> dict | None:
+def task_changes(session: Session, run_id: str, a: int, b: int, *, json: bool = False) -> dict | None:
     """Tasks whose ending counts or mean reward changed between steps `a` and `b`, largest change
-    first, each linking to both steps' rollouts of the task."""
+    first, each linking to both steps' rollouts of the task (their JSON twins when `json`)."""
     run = _run(session, run_id)
     if run is None:
         return None
@@ -259,17 +274,20 @@ def task_changes(session: Session, run_id: str, a: int, b: int) -> dict | None:
             continue
         rows.append({"task": key, "rollouts": [ta.rollouts if ta else 0, tb.rollouts if tb else 0],
                      "mean_reward": [ma, mb], "delta": delta, "endings": changed_endings,
-                     "url_a": rollouts_url(run_id, step=a, task=key), "url_b": rollouts_url(run_id, step=b, task=key)})
+                     "url_a": rollouts_url(run_id, json, step=a, task=key),
+                     "url_b": rollouts_url(run_id, json, step=b, task=key)})
     rows.sort(key=lambda r: (-abs(r["delta"] or 0.0), -sum(abs(x - y) for x, y in r["endings"].values()), r["task"]))
-    return {"run": {"id": run.id, "name": run.name, "url": run_url(run.id)}, "a": a, "b": b,
-            "a_url": step_url(run_id, a), "b_url": step_url(run_id, b), "endings": ENDINGS, "tasks": rows}
+    return {"run": {"id": run.id, "name": run.name, "url": run_url(run.id, json)}, "a": a, "b": b,
+            "a_url": step_url(run_id, a, json), "b_url": step_url(run_id, b, json), "endings": ENDINGS, "tasks": rows}
 
 
 # --- compare runs -----------------------------------------------------------------------------
 
-def compare_page(session: Session, run_ids: list[str], *, steps: StepRange, window: int) -> dict | None:
+def compare_page(session: Session, run_ids: list[str], *, steps: StepRange, window: int,
+                 json: bool = False) -> dict | None:
     """Two or more runs on one step axis: every comparable chart overlaid, and the differences per
-    ending (share of rollouts) and per task (mean reward, errors scored 0) over the step range."""
+    ending (share of rollouts) and per task (mean reward, errors scored 0) over the step range.
+    `json`: run and rollouts links go to JSON twins (charts' `json_url`/`csv_url` are data already)."""
     runs = [_run(session, r) for r in run_ids]
     missing = [r for r, got in zip(run_ids, runs) if got is None]
     if missing:
@@ -295,10 +313,10 @@ def compare_page(session: Session, run_ids: list[str], *, steps: StepRange, wind
         task_rows_.append({"task": key, "rollouts": [tt[r].get(key, {}).get("rollouts", 0) for r in run_ids],
                            "mean_reward": means, "errors": errs,
                            "delta": (means[-1] - means[0]) if None not in (means[0], means[-1]) else None,
-                           "urls": [rollouts_url(r, task=key) for r in run_ids]})
+                           "urls": [rollouts_url(r, json, task=key) for r in run_ids]})
     task_rows_.sort(key=lambda t: (-abs(t["delta"] or 0.0), t["task"]))
     return {
-        "runs": [{"id": r.id, "name": r.name, "url": run_url(r.id), "rollouts": totals[r.id]["rollouts"],
+        "runs": [{"id": r.id, "name": r.name, "url": run_url(r.id, json), "rollouts": totals[r.id]["rollouts"],
                   "mean_reward": totals[r.id]["mean_reward"], "mean_reward_no_errors": totals[r.id]["mean_reward_no_errors"],
                   "first_step": totals[r.id]["first_step"], "last_step": totals[r.id]["last_step"]} for r in runs],
         "steps": str(steps), "smooth": window,
@@ -319,10 +337,12 @@ def compare_figure(session: Session, run_ids: list[str], chart: charts.Chart, *,
 
 # --- search -----------------------------------------------------------------------------------
 
-def search_page(session: Session, text: str, *, run_id: str | None, limit: int, before: int | None) -> dict:
+def search_page(session: Session, text: str, *, run_id: str | None, limit: int, before: int | None,
+                json: bool = False) -> dict:
     """Messages whose text matches `text` (every word, as a prefix-free full-text match), newest
-    first, within one run or across runs; each hit with a snippet (marked segments) and the link
-    to its message."""
+    first, within one run or across runs; each hit with a snippet (marked segments), the link
+    to its message and `rollout_url`. `json`: `rollout_url` and `next_url` go to JSON twins (a
+    hit's `url` is the message's deep link, a redirect to the rollout page)."""
     hits, nxt = search_q.search(session=session, text=text, run_id=run_id, limit=limit, before=before) \
         if text.strip() else ([], None)
     params = {"q": text, **({"run": run_id} if run_id else {})}
@@ -330,8 +350,9 @@ def search_page(session: Session, text: str, *, run_id: str | None, limit: int, 
         "q": text, "run": run_id,
         "runs": [r for r in session.execute(sa.select(models.Run.id).order_by(models.Run.id)).scalars()],
         "hits": [dict(h, url=urls.message(h["run_id"], h["rollout_pk"], h["node_idx"]),
-                      rollout_url=rollout_url(h["run_id"], h["rollout_id"], h["attempt"] or None)) for h in hits],
-        "next_url": "/search?" + urlencode({**params, "before": nxt}) if nxt else None,
+                      rollout_url=rollout_url(h["run_id"], h["rollout_id"], h["attempt"] or None, json))
+                 for h in hits],
+        "next_url": urls.search(json=json, **params, before=nxt) if nxt else None,
         "limit": limit,
     }
 

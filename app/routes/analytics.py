@@ -77,8 +77,9 @@ def search(request: Request, session: SessionDep, q: str = "", run: OptStr = Non
     a match) and `url`, the deep link to its message. Keyset pages: `before` from `next_url`."""
     if "\x00" in q:
         raise HTTPException(400, "NUL character in the query")
-    data = pages.search_page(session, q[:500], run_id=run, limit=limit or 20, before=before)
-    return respond(request, "search.html", data, json=wants_json(request, request.url.path.endswith(".json")))
+    json = wants_json(request, request.url.path.endswith(".json"))
+    data = pages.search_page(session, q[:500], run_id=run, limit=limit or 20, before=before, json=json)
+    return respond(request, "search.html", data, json=json)
 
 
 @router.get("/compare")
@@ -88,8 +89,9 @@ def compare(request: Request, session: SessionDep, runs: Annotated[list[str], Qu
     """Two or more runs (`runs=a,b`, or `runs` repeated; up to 8) on one step axis: every
     comparable chart overlaid (`run: series`), and tables of the differences per ending (share)
     and per task (mean reward, errors scored 0; delta = last run − first run)."""
-    data = pages.compare_page(session, _run_ids(runs), steps=_steps(steps), window=smooth or 1)
-    return respond(request, "compare_runs.html", data, json=wants_json(request, request.url.path.endswith(".json")))
+    json = wants_json(request, request.url.path.endswith(".json"))
+    data = pages.compare_page(session, _run_ids(runs), steps=_steps(steps), window=smooth or 1, json=json)
+    return respond(request, "compare_runs.html", data, json=json)
 
 
 @router.get("/compare/charts/{chart_id}")
@@ -122,11 +124,12 @@ def chart(request: Request, session: SessionDep, run_id: str, chart_id: str, ste
     chart_id, ext = _ext(chart_id, (".json", ".csv"))
     if chart_id not in charts.REGISTRY:
         raise HTTPException(404, f"no chart {chart_id!r}; charts: {', '.join(charts.REGISTRY)}")
-    data = pages.chart_page(session, unquote(run_id), chart_id, steps=_steps(steps), window=smooth or 1)
+    json = ext != ".csv" and wants_json(request, ext == ".json")
+    data = pages.chart_page(session, unquote(run_id), chart_id, steps=_steps(steps), window=smooth or 1, json=json)
     if data is not None and ext == ".csv":
         return csv_response(charts.figure_rows(data["figure"]), ["series", "step", "task", "value", "url"],
                             f"{data['run']['id']}-{chart_id}.csv")
-    return respond(request, "chart.html", data, json=wants_json(request, ext == ".json"))
+    return respond(request, "chart.html", data, json=json)
 
 
 @router.get("/runs/{run_id:path}/facets.json")
@@ -159,8 +162,8 @@ def step(request: Request, session: SessionDep, run_id: str, step: str):
             raise ValueError
     except ValueError:
         raise HTTPException(422, "step: a whole number ≥ 0") from None
-    return respond(request, "step.html", pages.step_page(session, unquote(run_id), n),
-                   json=wants_json(request, bool(ext)))
+    json = wants_json(request, bool(ext))
+    return respond(request, "step.html", pages.step_page(session, unquote(run_id), n, json=json), json=json)
 
 
 @router.get("/runs/{run_id:path}/task-changes")
@@ -170,14 +173,16 @@ def task_changes(request: Request, session: SessionDep, run_id: str, a: Annotate
                  b: Annotated[Count, Query()]):
     """Tasks whose ending counts or mean reward changed between steps `a` and `b`, largest change
     first; each links to both steps' rollouts of the task. `.csv` downloads the table."""
-    data = pages.task_changes(session, unquote(run_id), a, b)
-    if data is not None and request.url.path.endswith(".csv"):
+    csv_ = request.url.path.endswith(".csv")
+    json = not csv_ and wants_json(request, request.url.path.endswith(".json"))
+    data = pages.task_changes(session, unquote(run_id), a, b, json=json)
+    if data is not None and csv_:
         rows = [{"task": t["task"], "rollouts_a": t["rollouts"][0], "rollouts_b": t["rollouts"][1],
                  "mean_reward_a": t["mean_reward"][0], "mean_reward_b": t["mean_reward"][1], "delta": t["delta"],
                  "endings_changed": "; ".join(f"{e} {x}→{y}" for e, (x, y) in t["endings"].items()),
                  "url_a": t["url_a"], "url_b": t["url_b"]} for t in data["tasks"]]
         return csv_response(rows, list(rows[0]) if rows else ["task"], f"{data['run']['id']}-tasks-{a}-{b}.csv")
-    return respond(request, "task_changes.html", data, json=wants_json(request, request.url.path.endswith(".json")))
+    return respond(request, "task_changes.html", data, json=json)
 
 
 @router.get("/runs/{run_id:path}/messages/{rollout_pk}/{idx}")

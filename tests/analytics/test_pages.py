@@ -68,6 +68,12 @@ def test_step_range_and_moving_average(client, demo_run):
     assert xs == {2, 3, 4}
     names = [t["name"] for t in d["figure"]["data"]]
     assert "mean (errors scored 0) (avg 3)" in names and "mean (errors scored 0)" in names  # raw kept
+    assert d["run"]["url"] == "/runs/demo-grpo.json"  # the twin's links go to twins, its points to pages
+    assert d["charts"][0]["url"].startswith("/runs/demo-grpo/charts/") and d["charts"][0]["url"].endswith(
+        ".json?steps=2-4&smooth=3")
+    assert all(u.startswith("/runs/demo-grpo/") and ".json" not in u for t in d["figure"]["data"] for u in t["customdata"])
+    html = client.get(f"/runs/{demo_run}/charts/reward?steps=2-4&smooth=3").text
+    assert 'href="/runs/demo-grpo/charts/endings?steps=2-4&amp;smooth=3"' in html
     assert client.get(f"/runs/{demo_run}/charts/reward.json?steps=4-2").status_code == 422
     assert client.get(f"/runs/{demo_run}/charts/reward.json?steps=abc").status_code == 422
     assert client.get(f"/runs/{demo_run}/charts/nope.json").status_code == 404
@@ -82,7 +88,19 @@ def test_step_page_tells_the_story(client, engine, tmp_path):
     rs += [rollout(f"c{i}", run="r1", step=2, group="g0", index=i, reward=0.5, task={"key": "t<b>1</b>"}) for i in range(4)]
     ingest(engine, write_jsonl(tmp_path / "s.jsonl", rs))
     d = client.get("/runs/r1/steps/3.json").json()
-    assert d["rollouts"] == 12 and d["previous_url"] == "/runs/r1/steps/2" and d["next_url"] is None
+    assert d["rollouts"] == 12 and d["previous_url"] == "/runs/r1/steps/2.json" and d["next_url"] is None
+    # the twin links to twins, each answering JSON; the page links to pages
+    links = [d["run"]["url"], d["previous_url"], d["rollouts_url"], d["charts_url"], d["task_changes_url"],
+             *(e["url"] for e in d["endings"]), *(h["url"] for h in d["history"]), *(g["url"] for g in d["groups"]["table"]),
+             *(t["url"] for t in d["tasks"]), *(r["url"] for r in d["no_gradient"]["rollouts"])]
+    assert d["run"]["url"] == "/runs/r1.json" and d["rollouts_url"] == "/runs/r1/rollouts.json?step=3"
+    assert d["charts_url"] == "/runs/r1/charts/reward.json?steps=0-23"
+    assert d["task_changes_url"] == "/runs/r1/task-changes.json?a=2&b=3"
+    for link in dict.fromkeys(links):
+        resp = client.get(link)
+        assert resp.status_code == 200 and resp.headers["content-type"] == "application/json", link
+    assert client.get("/runs/r1/steps/3", headers={"Accept": "application/json"}).json()["previous_url"] \
+        == "/runs/r1/steps/2.json"
     err = next(e for e in d["endings"] if e["ending"] == "error")
     assert err["count"] == 2 and err["details"] == [{"detail": "sandbox_crash", "count": 2}]
     assert [h["step"] for h in d["history"]] == [2, 3]
@@ -95,12 +113,19 @@ def test_step_page_tells_the_story(client, engine, tmp_path):
     assert task["previous_mean_reward"] == 0.5 and task["errors"] == 2
     html = client.get("/runs/r1/steps/3").text
     assert "t&lt;b&gt;1&lt;/b&gt;" in html and "<b>1</b>" not in html and "sandbox_crash" in html
+    assert 'href="/runs/r1/steps/2"' in html and 'href="/runs/r1/rollouts?step=3"' in html and ".json?" not in html
     assert client.get("/runs/r1/steps/9").status_code == 404
     assert client.get("/runs/r1/steps/x").status_code == 422
     changes = client.get("/runs/r1/task-changes.json?a=2&b=3").json()
     t1 = next(t for t in changes["tasks"] if t["task"] == "t<b>1</b>")
-    assert t1["endings"]["error"] == [0, 2] and t1["url_b"] == "/runs/r1/rollouts?step=3&task=t%3Cb%3E1%3C%2Fb%3E"
-    assert "t<b>1</b>" in client.get("/runs/r1/task-changes.csv?a=2&b=3").text
+    assert t1["endings"]["error"] == [0, 2] and t1["url_b"] == "/runs/r1/rollouts.json?step=3&task=t%3Cb%3E1%3C%2Fb%3E"
+    assert (changes["run"]["url"], changes["a_url"], changes["b_url"]) == \
+        ("/runs/r1.json", "/runs/r1/steps/2.json", "/runs/r1/steps/3.json")
+    assert {r["step"] for r in client.get(t1["url_a"]).json()["rollouts"]} == {2}
+    html = client.get("/runs/r1/task-changes?a=2&b=3").text
+    assert 'href="/runs/r1/steps/2"' in html and "rollouts.json" not in html
+    csv_text = client.get("/runs/r1/task-changes.csv?a=2&b=3").text
+    assert "t<b>1</b>" in csv_text and "/runs/r1/rollouts?step=3" in csv_text  # the download links to pages
 
 
 def test_compare_two_runs(client, engine, tmp_path):
@@ -110,6 +135,11 @@ def test_compare_two_runs(client, engine, tmp_path):
     ingest(engine, write_jsonl(tmp_path / "c.jsonl", rs))
     d = client.get("/compare.json?runs=base,new").json()
     assert [r["id"] for r in d["runs"]] == ["base", "new"]
+    assert [r["url"] for r in d["runs"]] == ["/runs/base.json", "/runs/new.json"]
+    assert d["tasks"][0]["urls"] == ["/runs/base/rollouts.json?task=t1", "/runs/new/rollouts.json?task=t1"]
+    assert client.get(d["tasks"][0]["urls"][1]).json()["total"] == 12
+    html = client.get("/compare?runs=base,new").text
+    assert 'href="/runs/base"' in html and "rollouts.json" not in html
     err = next(e for e in d["endings"] if e["ending"] == "error")
     assert err["counts"] == [0, 3] and err["delta"] == pytest.approx(0.25)
     fig = client.get(d["charts"]["reward"]["json_url"]).json()["figure"]
@@ -144,12 +174,36 @@ def test_search_hits_link_to_messages_and_follow_replacement(client, engine, tmp
     assert client.get("/search.json?q=zanzibar+nowhere").json()["hits"] == []
     # paging
     first = client.get("/search.json?q=zanzibar&limit=2").json()
-    assert len(first["hits"]) == 2 and first["next_url"]
-    rest = client.get(first["next_url"].replace("/search?", "/search.json?")).json()
+    assert len(first["hits"]) == 2 and first["next_url"].startswith("/search.json?q=zanzibar&before=")
+    assert all(h["rollout_url"].startswith(f"/runs/{h['run_id']}/rollouts/{h['rollout_id']}.json") for h in first["hits"])
+    assert client.get(first["hits"][0]["rollout_url"]).headers["content-type"] == "application/json"
+    rest = client.get(first["next_url"]).json()
     assert len(rest["hits"]) == 1
+    page = client.get("/search?q=zanzibar&limit=2").text
+    assert 'href="/search?q=zanzibar&amp;before=' in page and ".json" not in page.split("<main", 1)[-1].split("</main>")[0]
     # a replaced rollout's old text leaves the index with it
     ingest(engine, write_jsonl(tmp_path / "b.jsonl", [rollout("q1", run="r1", messages=[
         {"role": "user", "content": "now about quokka"}, {"role": "assistant", "content": "ok"}])]))
     assert {h["run_id"] for h in client.get("/search.json?q=zanzibar").json()["hits"]} == {"r2"}
     assert len(client.get("/search.json?q=quokka").json()["hits"]) == 1
     assert client.get("/search.json?q=%22%27%28%29*").json()["hits"] == []  # no words: nothing
+
+
+def test_step_notes_on_the_step_page_and_its_twin(client, engine, tmp_path):
+    from app import auth
+
+    ingest(engine, write_jsonl(tmp_path / "n.jsonl", [rollout(f"s{s}", run="r/1", step=s) for s in (2, 3)]))
+    bob, _ = auth.issue(engine, "write", "bob")
+    h = {"Authorization": f"Bearer {bob}"}
+    assert client.put("/api/v1/runs/r%2F1/steps/3/notes", json={"text": "lr <i>spike</i>"}, headers=h).status_code == 204
+    assert client.put("/api/v1/runs/r%2F1/steps/2/notes", json={"text": "warmup done"}, headers=h).status_code == 204
+    d = client.get("/runs/r%2F1/steps/3.json").json()
+    assert [(n["author"], n["text"], n["step"]) for n in d["notes"]] == [("bob", "lr <i>spike</i>", 3)]
+    assert d["notes"][0]["updated_at"].endswith("Z")
+    assert client.get("/runs/r%2F1/steps/2.json").json()["notes"][0]["text"] == "warmup done"
+    html = client.get("/runs/r%2F1/steps/3").text
+    assert 'id="notes"' in html and "lr &lt;i&gt;spike&lt;/i&gt;" in html and "<i>spike" not in html
+    assert "warmup done" not in html
+    r = client.put("/api/v1/runs/r%2F1/steps/999/notes", json={"text": "nowhere"}, headers=h)
+    assert r.status_code == 404 and r.json()["error"]["field"] == "step" and "999" in r.json()["error"]["message"]
+    assert client.get("/api/v1/runs/r%2F1/steps/999/notes").json()["items"] == []

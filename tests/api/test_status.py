@@ -1,10 +1,15 @@
 """Operators' view: `/api/v1/ingest/status`, the `/ingest` page, `/metrics`, `rollscope link`."""
 from __future__ import annotations
 
+from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
+from app import auth
 from app.cli import app as cli
+from app.config import Settings
+from app.main import create_app
 from app.worker.run import run as run_worker
+from ingest.formats.native import write_line
 from tests.helpers import rollout, write_jsonl
 
 
@@ -29,3 +34,42 @@ def test_status_page_metrics_and_link(client, engine, tmp_path):
     assert 'rollscope_http_request_seconds_count{method="GET",route="/ingest",status="200"} 1' in m.text
     out = CliRunner().invoke(cli, ["link", "team/exp", "x 1", "--node", "3", "--token", "rs_t", "--base", "http://h:8000/"])
     assert out.stdout.strip() == "http://h:8000/runs/team%2Fexp/rollouts/x%201?token=rs_t#node-3"
+
+
+def test_http_ingest_and_otlp_are_listed_as_live_sources(db_url, engine, tmp_path):
+    app = create_app(Settings(database_url=db_url, worker={"otlp_spool_dir": tmp_path / "otlp-spool"}))
+    try:
+        with TestClient(app) as client:
+            _live_sources(client, engine)
+    finally:
+        app.state.engine.dispose()
+
+
+def _live_sources(client, engine):
+    assert client.get("/api/v1/ingest/status").json()["sources"] == []  # nothing received yet: nothing listed
+    write, _ = auth.issue(engine, "write")
+    h = {"Authorization": f"Bearer {write}"}
+    body = write_line(rollout("a")) + write_line(rollout("b")) + \
+        b'{"schema": "rollscope/1", "id": "c", "run": {"id": "r1"}, "nodes": [{"message": {"role": "robot"}}]}\n'
+    assert client.post("/api/v1/ingest", content=body, headers=h).json()["accepted"] == 2
+    assert client.post("/api/v1/ingest", content=write_line(rollout("d")), headers=h).json()["accepted"] == 1
+    span = {"traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": "b7ad6b7169203331", "name": "plain http call",
+            "startTimeUnixNano": "1700000000000000000", "endTimeUnixNano": "1700000001000000000"}
+    otlp = {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
+    r = client.post("/v1/traces", json=otlp, headers=h)
+    assert r.status_code == 200 and r.json()["partialSuccess"]["rejectedSpans"] == "1", r.text
+    st = client.get("/api/v1/ingest/status", headers=h).json()
+    by = {s["kind"]: s for s in st["sources"]}
+    assert set(by) == {"http", "otlp"}
+    web = by["http"]
+    assert (web["path"], web["status"], web["records"], web["rejected"], web["quarantined"], web["bytes_behind"]) == \
+        ("/api/v1/ingest", "live", 3, 1, 1, 0)
+    assert web["records_last_minute"] == 3 and web["last_error"].startswith("nodes[0].message.role: ") and web["last_record_at"].endswith("Z")
+    tel = by["otlp"]
+    assert (tel["path"], tel["records"], tel["rejected"]) == ("/v1/traces", 0, 1) and "GenAI" in tel["last_error"]
+    assert tel["quarantine_url"] == "/quarantine?file=%2Fv1%2Ftraces"
+    assert client.get(tel["quarantine_url"].replace("/quarantine", "/quarantine.json"), headers=h).json()["matching"] == 1
+    assert st["rollouts"] == 3 and st["quarantined"] == 2
+    page = client.get("/ingest", headers=h).text
+    assert "HTTP ingest" in page and "OTLP receiver" in page and web["last_record_at"] in page
+    assert client.get("/ingest.json", headers=h).json()["sources"] == st["sources"]

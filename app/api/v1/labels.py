@@ -8,6 +8,7 @@ import re
 from typing import Annotated
 from urllib.parse import unquote
 
+import sqlalchemy as sa
 from fastapi import APIRouter, Body, Path, Response
 from pydantic import BaseModel, Field
 
@@ -42,6 +43,15 @@ def _run(session, run: str) -> str:
     if q_runs.get_run(session=session, run_id=run_id) is None:
         raise ApiError(404, f"no run {run_id!r}", field="run")
     return run_id
+
+
+def _step(session, run_id: str, step: int) -> None:
+    """404 naming `step` unless the run has rollouts recorded at this training step."""
+    from app.db.models import StepRollup
+
+    if session.execute(sa.select(StepRollup.step).where(StepRollup.run_id == run_id,
+                                                        StepRollup.step == step).limit(1)).first() is None:
+        raise ApiError(404, f"run {run_id!r} has no step {step}", field="step")
 
 
 def _label(label: str) -> str:
@@ -120,8 +130,10 @@ def get_step_notes(session: SessionDep, _: ReadToken, run: RunId, step: Annotate
 @router.put("/runs/{run}/steps/{step}/notes", status_code=204, response_class=Response)
 def put_step_note(session: SessionDep, token: WriteToken, run: RunId, step: Annotated[Int32, Path(ge=0)],
                   body: Annotated[NoteBody, Body()]):
-    """Write this token's note on a training step of the run. Needs a `write` token."""
+    """Write this token's note on a training step of the run. Needs a `write` token. 404 (`field`
+    `step`) if the run has no rollouts at that step."""
     run_id = _run(session, run)
+    _step(session, run_id, step)
     q_annotations.set_note(session=session, run_id=run_id, step=step, author=token_label(token), text=body.text)
     session.commit()
     return Response(status_code=204)
