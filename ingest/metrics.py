@@ -5,8 +5,10 @@ them on the rollout summary and roll them up per training step without reading m
 
 Sources of each number (first match wins):
 - response tokens: tokens of sampled (assistant) nodes, 0 for an empty response;
-- tool errors: `metrics.tool_errors` (verifiers, the demo), else tool messages whose
-  `extra.is_error` is true or whose text starts with `Error` (OpenAI/Anthropic tool-result habit);
+- tool errors: `metrics.tool_errors` (verifiers, the demo), else tool messages the reader marked
+  as failed (`tool_result_failed`: `extra.is_error` true (Anthropic), `extra.error` set (Inspect's
+  ToolCallError: parsing, timeout, permission...), `extra.observation = "error"` (OpenHands'
+  ErrorObservation)) or whose text starts with `Error` (OpenAI/Anthropic tool-result habit);
 - model latency (seconds): `timing.agent.model.duration` (verifiers' timing), else Σ over calls of
   `time.end − time.start`;
 - tool latency (seconds): `timing.agent.harness.duration`, Tunix `timing.env_time`, else Σ over
@@ -27,7 +29,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ingest.schema import Rollout
+from ingest.schema import Message, Rollout
 
 RATIO_LOW, RATIO_HIGH = 0.8, 1.25
 TRAINER_LOGPROB_KEYS = ("trainer_logprobs", "old_logprobs")
@@ -76,8 +78,15 @@ def tool_errors(r: Rollout) -> int:
     recorded = _num(r.metrics.get("tool_errors")) if r.metrics else None
     if recorded is not None:
         return int(recorded)
-    return sum(1 for n in r.nodes if n.message.role == "tool" and (
-        n.message.extra.get("is_error") is True or n.message.text().lstrip().startswith("Error")))
+    return sum(1 for n in r.nodes if n.message.role == "tool" and tool_result_failed(n.message))
+
+
+def tool_result_failed(m: Message) -> bool:
+    """Whether tool result `m` reports a failure: the reader recorded one (`extra.is_error` true,
+    a non-empty `extra.error`, `extra.observation == "error"`) or its text starts with `Error`."""
+    x = m.extra
+    return (x.get("is_error") is True or bool(x.get("error")) or x.get("observation") == "error"
+            or m.text().lstrip().startswith("Error"))
 
 
 def mismatch(r: Rollout) -> dict:

@@ -7,8 +7,8 @@
   stays bounded by the largest element whatever the file's size (a 124 MB array took 630 MB
   parsed whole). Readers iterate a document's records with `records()`, which serves both.
 - The format is decided by content: a first line that is a JSON value followed by more lines is
-  JSONL. A JSONL file whose first line is broken is still JSONL when a later line parses, so one
-  bad first line costs one record, not the file.
+  JSONL. A JSONL file whose first line is broken (a torn JSON value, or not JSON at all) is still
+  JSONL when a later line parses as an object, so one bad first line costs one record, not the file.
 - JSON is parsed with orjson; when orjson refuses (bare NaN/Infinity, which Python's json.dumps
   writes; lone surrogates), the standard library parser takes over, so such files load: the
   non-finite values reach the reader as float('nan') / float('inf'), and lone surrogates (which
@@ -468,7 +468,7 @@ def _open_head(path: Path, head: bytes, size: int, member: str | None, data: byt
         raise RecordError(name, None, None, "binary file (NUL bytes): not JSON, JSONL, CSV or a zip archive")
     if stripped[:1] == b"[" and size > STREAM_BYTES and data is None:
         return _open_array(path, size, gz)
-    if stripped[:1] in (b"{", b"["):
+    if stripped[:1] in (b"{", b"[") or _later_line_is_object(stripped):
         return _open_json(path, size, member, data, gz)
     first_line = stripped.split(b"\n", 1)[0].decode("utf-8", "replace")
     if "," in first_line:
@@ -478,6 +478,22 @@ def _open_head(path: Path, head: bytes, size: int, member: str | None, data: byt
         return src
     raise RecordError(name, 1, None, "not a trace file: expected a JSON object or array, JSONL records, CSV "
                                      "or a zip archive")
+
+
+def _later_line_is_object(head: bytes) -> bool:
+    """Whether one of the lines after the first (up to PROBE_LINES, within `head`) is a JSON
+    object: a file whose first line is not JSON at all (`hello`, a stray log line) is still JSONL
+    then, and the broken line costs one record, as it would anywhere else in the file."""
+    for raw in head.split(b"\n")[1:PROBE_LINES]:
+        raw = raw.strip()
+        if raw[:1] != b"{":
+            continue
+        try:
+            if isinstance(loads(raw), dict):
+                return True
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            continue
+    return False
 
 
 def _open_json(path: Path, size: int, member: str | None = None, data: bytes | None = None,

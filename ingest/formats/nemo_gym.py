@@ -14,7 +14,8 @@ through `_responses` (one sampled node per model call; parallel calls paired by 
 call with no output stays unanswered; token fields present but empty mean "not recorded"; vLLM
 `output_text.logprobs` become tokens without ids). Group = `_ng_task_index`, index =
 `_ng_rollout_index`, attempt = `_ng_attempt_index` (only the latest attempt enters a group's
-baseline); ids and groups are scoped by `agent_ref.name` when present (`<agent>:task<t>-rollout<r>`,
+baseline); `_rollscope` (Rollscope's writer) names the rollout (`rollout_id`) and restores what
+NeMo Gym has no place for (`patch`, applied last); ids and groups are scoped by `agent_ref.name` when present (`<agent>:task<t>-rollout<r>`,
 group `<agent>:<t>`), since one collection may mix environments whose task indices overlap. Every environment field (`terminated`, `resolved`, `info`, timings...) is kept in
 `extra`; the ending is decided by `_ending` (the table in docs/formats-nemo-gym.md).
 """
@@ -66,7 +67,8 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
             yield RecordError(source.name, line, prefix or None,
                               "not a NeMo Gym rollout: expected response.output and responses_create_params")
         else:
-            yield guarded(source.name, line, prefix, lambda: _rollout(source, ctx, value, line, prefix, default_id))
+            yield guarded(source.name, line, prefix, lambda: _rollout(
+                value, ctx.run_for(source), ctx.step, source.name, line, prefix, default_id))
 
 
 def _index(d: dict, key: str) -> int | None:
@@ -78,7 +80,8 @@ def _index(d: dict, key: str) -> int | None:
     return v
 
 
-def _rollout(source: Source, ctx: ReadContext, d: dict, line: int | None, prefix: str, default_id: str) -> Rollout:
+def _rollout(d: dict, run_id: str, step: int | None, file: str, line: int | None, prefix: str,
+             default_id: str) -> Rollout:
     params = d.get("responses_create_params") or {}
     if not isinstance(params, dict):
         raise FieldError("responses_create_params", "expected an object")
@@ -108,9 +111,10 @@ def _rollout(source: Source, ctx: ReadContext, d: dict, line: int | None, prefix
         raise FieldError("reward", f"expected a number or null, got {type(reward).__name__}")
     agent = d["agent_ref"].get("name") if isinstance(d.get("agent_ref"), dict) else None
     scope = f"{agent}:" if isinstance(agent, str) and agent else ""  # one collection may mix environments
-    named = d["_rollscope"].get("rollout_id") if isinstance(d.get("_rollscope"), dict) else None
-    rid = _rollout_id(scope, task_index, rollout_index) or (named if isinstance(named, str) and named else default_id)
-    info: dict[str, Any] = {"format": NAME, "file": source.name, "line": line}
+    kept = d["_rollscope"] if isinstance(d.get("_rollscope"), dict) else {}
+    named = kept.get("rollout_id")
+    rid = (named if isinstance(named, str) and named else None) or _rollout_id(scope, task_index, rollout_index) or default_id
+    info: dict[str, Any] = {"format": NAME, "file": file, "line": line}
     if prefix:
         info["path"] = prefix
     timing: dict[str, Any] = {}
@@ -133,7 +137,7 @@ def _rollout(source: Source, ctx: ReadContext, d: dict, line: int | None, prefix
             if is_number_or_none(usage.get(k)) and usage.get(k) is not None:
                 metrics[f"usage.{k}"] = float(usage[k])
     rollout = Rollout(
-        id=rid, run=RunRef(id=ctx.run_for(source)), step=ctx.step, attempt=attempt,
+        id=rid, run=RunRef(id=run_id), step=step, attempt=attempt,
         group=GroupRef(id=f"{scope}{task_index}", index=rollout_index) if task_index is not None else None,
         task=Task(type=(d.get("agent_ref") or {}).get("name") if isinstance(d.get("agent_ref"), dict) else None,
                   key=None if task_index is None else str(task_index),
@@ -146,7 +150,65 @@ def _rollout(source: Source, ctx: ReadContext, d: dict, line: int | None, prefix
     rollout.errors.extend(errors)
     if isinstance(params.get("max_output_tokens"), int):
         rollout.ending.evidence.last_output_token_cap = params["max_output_tokens"]
-    return b.finish(rollout)
+    rollout = b.finish(rollout)
+    patch = kept.get("patch")
+    if patch is None:
+        return rollout
+    if not isinstance(patch, dict):
+        raise FieldError("_rollscope.patch", "expected an object")
+    return Rollout.model_validate(_apply(rollout.to_json_dict(), patch, "_rollscope.patch"))
+
+
+# `_rollscope.patch`: what Rollscope's writer adds for the fields NeMo Gym has no place for
+# (verifiers' group and rewards, an ending a harness decided, node timestamps...), as the
+# difference between the rollout and what reading the line without it gives:
+# `{"set": {key: value}, "drop": [key], "in": {key: patch}, "at": {"<index>": patch}}`; `in`
+# patches an object field, `at` one item of a list (nodes, calls) of the same length.
+
+def _diff(mine: Any, back: Any, depth: int) -> dict | None:
+    """The patch that turns `back` into `mine` (None when equal); objects and equal-length
+    lists are entered `depth` levels deep, below that a differing value is set whole."""
+    if mine == back:
+        return None
+    p: dict[str, Any] = {}
+    for k in [*mine, *(k for k in back if k not in mine)]:
+        if k not in mine:
+            p.setdefault("drop", []).append(k)
+            continue
+        a, b = mine[k], back.get(k)
+        if a == b and k in back:
+            continue
+        if depth > 0 and isinstance(a, dict) and isinstance(b, dict):
+            p.setdefault("in", {})[k] = _diff(a, b, depth - 1)
+        elif depth > 0 and isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and all(
+                isinstance(x, dict) and isinstance(y, dict) for x, y in zip(a, b)):
+            p.setdefault("at", {})[k] = {str(i): _diff(x, y, depth - 1) for i, (x, y) in enumerate(zip(a, b)) if x != y}
+        else:
+            p.setdefault("set", {})[k] = a
+    return p
+
+
+def _apply(target: dict, p: dict, where: str) -> dict:
+    """`target` with patch `p` applied (see `_diff`); FieldError naming `where` for a bad patch."""
+    if not isinstance(p, dict) or not isinstance(target, dict):
+        raise FieldError(where, "expected an object")
+    out = dict(target)
+    for k in p.get("drop") or []:
+        out.pop(k, None)
+    out.update(p.get("set") or {})
+    for k, sub in (p.get("in") or {}).items():
+        out[k] = _apply(out.get(k) if isinstance(out.get(k), dict) else {}, sub, f"{where}.in.{k}")
+    for k, items in (p.get("at") or {}).items():
+        seq = out.get(k)
+        if not isinstance(seq, list) or not isinstance(items, dict):
+            raise FieldError(f"{where}.at.{k}", "expected a list to patch")
+        seq = list(seq)
+        for i, sub in items.items():
+            if not (isinstance(i, str) and i.isdigit() and int(i) < len(seq)):
+                raise FieldError(f"{where}.at.{k}", f"no item {i!r}")
+            seq[int(i)] = _apply(seq[int(i)], sub, f"{where}.at.{k}.{i}")
+        out[k] = seq
+    return out
 
 
 def _rollout_id(scope: str, task_index: int | None, rollout_index: int | None) -> str | None:
@@ -337,6 +399,18 @@ def to_record(r: Rollout) -> dict[str, Any]:
     d.update(extra)
     agent = extra["agent_ref"].get("name") if isinstance(extra.get("agent_ref"), dict) else None
     scope = f"{agent}:" if isinstance(agent, str) and agent else ""
+    kept: dict[str, Any] = {}
     if _rollout_id(scope, d.get("_ng_task_index"), d.get("_ng_rollout_index")) != r.id:
-        d["_rollscope"] = {"rollout_id": r.id}  # NeMo Gym has no id field: the indices name a rollout
+        kept["rollout_id"] = r.id  # NeMo Gym has no id field: the indices name a rollout
+    d.pop("_rollscope", None)
+    if kept:
+        d["_rollscope"] = kept
+    # what NeMo Gym has no place for: read the line back, keep the difference
+    back = _rollout(json.loads(json.dumps(d)), r.run.id, None, "", None, "", r.id).to_json_dict()
+    mine = r.to_json_dict()
+    mine.pop("source", None)
+    back.pop("source", None)
+    patch = _diff(mine, back, 2)
+    if patch:
+        d["_rollscope"] = {**kept, "patch": patch}
     return d

@@ -29,13 +29,23 @@ READERS: list[Reader] = [  # type: ignore[list-item]
 ]
 
 
+ALIASES = {"nemo_gym": "nemo-gym"}  # other spelling → reader NAME (`rollscope export --format nemo_gym`)
+
+
 def names() -> list[str]:
-    """Every reader's NAME, in detection order."""
-    return [r.NAME for r in READERS]
+    """Every name `--format` takes: each reader's NAME in detection order, an alias (ALIASES)
+    right after the name it stands for."""
+    out = []
+    for r in READERS:
+        out.append(r.NAME)
+        out += [a for a, name in ALIASES.items() if name == r.NAME]
+    return out
 
 
 def get(name: str) -> Reader:
-    """The reader called `name` (`--format NAME`); KeyError listing the known names otherwise."""
+    """The reader called `name` or its alias (`--format NAME`); KeyError listing the known
+    names otherwise."""
+    name = ALIASES.get(name, name)
     for r in READERS:
         if r.NAME == name:
             return r

@@ -14,6 +14,7 @@ from ingest.checks import run_rollout_checks
 
 from ingest.formats import ReadContext, detect
 from ingest.formats.inspect import value_to_float
+from ingest.metrics import tool_errors
 from ingest.schema import Rollout
 from ingest.source import Source, open_source
 from tests.conftest import data_path
@@ -83,6 +84,31 @@ def test_inspect_json_log_tool_errors_without_calls():
     f = kinds(r)
     assert len(f["unpaired_tool_result"]) == 11  # results with no call are flagged, never dropped
     assert "unanswered_tool_call" not in f
+    assert tool_errors(r) == 11  # each result carries Inspect's ToolCallError (extra.error)
+
+
+def test_inspect_tool_errors_reach_the_rollout_summary(engine):
+    from sqlalchemy import text
+    assert ingest(engine, REAL / "inspect_ai" / "log_tool_call_error.json", run="te").ok
+    with engine.connect() as c:
+        assert c.execute(text("SELECT n_tool_errors FROM rollout WHERE run_id = 'te'")).scalars().all() == [11]
+
+
+def test_openhands_error_observation_is_a_tool_error(tmp_path):
+    events = [
+        {"id": 0, "source": "user", "action": "message", "message": "list files", "args": {"content": "list files"}},
+        {"id": 1, "source": "agent", "action": "run", "message": "ls", "args": {"command": "ls"},
+         "tool_call_metadata": {"tool_call_id": "c1", "function_name": "execute_bash"}},
+        {"id": 2, "source": "agent", "observation": "error", "cause": 1, "content": "bash: ls: command not found",
+         "message": "", "tool_call_metadata": {"tool_call_id": "c1", "function_name": "execute_bash"}},
+        {"id": 3, "source": "agent", "observation": "run", "cause": 1, "content": "a.txt", "message": ""},
+    ]
+    p = tmp_path / "oh.json"
+    p.write_text(json.dumps(events))
+    [r] = read(p, "openhands")
+    tools = [n.message for n in r.nodes if n.message.role == "tool"]
+    assert [m.extra["observation"] for m in tools] == ["error", "run"]
+    assert tool_errors(r) == 1
 
 
 @pytest.mark.parametrize("value,expected", [

@@ -75,9 +75,13 @@ def test_registry_order_specific_first_generic_last():
     names = registry.names()
     assert names[-1] == GENERIC and names[0] == "native"
     assert len(set(names)) == len(names)
+    assert [n for n in names if n not in registry.ALIASES] == [r.NAME for r in registry.READERS]
     for reader in registry.READERS:
         assert reader.EXPECTS and callable(reader.sniff) and callable(reader.read)
     assert registry.get("tunix").NAME == "tunix"
+    # export says `nemo_gym`, the reader is `nemo-gym`: `--format` takes both
+    assert registry.get("nemo_gym") is registry.get("nemo-gym") and registry.get("nemo_gym").NAME == "nemo-gym"
+    assert names.index("nemo_gym") == names.index("nemo-gym") + 1
     with pytest.raises(KeyError, match="formats: native"):
         registry.get("nope")
 
@@ -105,8 +109,8 @@ def test_explain_lists_every_format_tried(tmp_path):
     src = open_source(p)
     assert registry.detect(src) is None
     text = registry.explain(src)
-    for name in registry.names():
-        assert f"{name}: expects" in text
+    for reader in registry.READERS:
+        assert f"{reader.NAME}: expects" in text
 
 
 # --- moved from test_chat.py: the chat reader no longer knows other formats; the order decides ---
@@ -159,4 +163,4 @@ def test_format_option_forces_a_reader_and_refusals_list_every_format(engine, tm
     odd = write(tmp_path, "odd.json", json.dumps({"hello": "world"}))
     report = ingest_paths(engine, [odd], ReadContext(run_id="x"))
     (err,) = report.errors
-    assert "Formats tried" in err.message and all(f"{n}: expects" in err.message for n in registry.names())
+    assert "Formats tried" in err.message and all(f"{r.NAME}: expects" in err.message for r in registry.READERS)

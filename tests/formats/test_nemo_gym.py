@@ -120,3 +120,22 @@ def test_retries_are_attempts_and_only_the_latest_enters_the_group(client, engin
     assert len(g["members"]) == 2 and len(g["superseded"]) == 1
     assert {m["attempt"] for m in g["members"]
             if m["rollout_id"] == "grl_sokoban_gymnasium_agent:task0-rollout0"} == {1}
+
+
+def test_rollscope_patch_restores_what_nemo_gym_has_no_place_for_and_a_bad_one_costs_its_line(tmp_path):
+    """`to_record` of a tau-bench rollout (id not from the indices, ending decided by its reader)
+    reads back the same; a `_rollscope.patch` that does not fit is a record error, not a crash."""
+    from ingest.formats import tau_bench
+
+    [r, *_] = [x for x in tau_bench.read(open_source(FIXTURES / "realdata/tau-bench/gpt-4o-airline.sample.json"),
+                                         ReadContext(run_id="t")) if isinstance(x, Rollout)]
+    d = nemo_gym.to_record(r)
+    assert d["_rollscope"]["rollout_id"] == r.id and "patch" in d["_rollscope"]
+    bad = json.loads(json.dumps(d))
+    bad["_rollscope"]["patch"] = {"at": {"nodes": {"999": {"set": {"timestamp": 1}}}}}
+    p = tmp_path / "x.jsonl"
+    p.write_text(json.dumps(d) + "\n" + json.dumps(bad) + "\n")
+    good, err = list(nemo_gym.read(open_source(p), ReadContext(run_id="t")))
+    assert good.to_json_dict(exclude={"source"}) == r.to_json_dict(exclude={"source"})
+    assert good.ending == r.ending and good.id == r.id
+    assert isinstance(err, RecordError) and err.line == 2 and "_rollscope.patch" in str(err)

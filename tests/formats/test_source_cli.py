@@ -92,3 +92,20 @@ def test_skipped_sidecars_get_one_short_line_and_a_named_file_the_full_explanati
     assert "Formats tried" not in res.output
     res = run_cli(db_url, monkeypatch, "--run", "tx", sidecars[0])
     assert res.exit_code != 0 and "Formats tried" in " ".join(res.output.split())
+
+
+def test_a_first_line_that_is_not_json_costs_one_record(engine, db_url, monkeypatch, tmp_path):
+    """`hello` then two native lines: JSONL still (ingest/source.py), 2 new and line 1 rejected,
+    as the same line in the middle of the file would be."""
+    from ingest.schema import Message, Node, Rollout, RunRef
+
+    lines = [Rollout(id=f"r{i}", run=RunRef(id="h"), nodes=[Node(message=Message(role="user", content=f"hi {i}"))],
+                     reward=float(i)).to_json() for i in range(2)]
+    f = tmp_path / "first.jsonl"
+    f.write_bytes(b"hello\n" + b"\n".join(lines) + b"\n")
+    res = run_cli(db_url, monkeypatch, "--run", "h", "--verbose", f)
+    out = " ".join(res.output.split())
+    assert count(engine, "h") == 2
+    assert f"{f}:1: invalid JSON:" in out, out
+    assert "2 new" in out and "1 rejected" in out and "not a trace file" not in out, out
+    assert open_source(f).kind == "jsonl" and detect(open_source(f)).NAME == "native"

@@ -43,7 +43,7 @@ def fresh(tmp_path):
     eng.dispose()
 
 
-@pytest.mark.parametrize("fmt", ["native", "verifiers", "atif", "otlp"])
+@pytest.mark.parametrize("fmt", ["native", "verifiers", "atif", "otlp", "nemo_gym"])
 def test_round_trip_gives_the_same_content(engine, fresh, tmp_path, fmt):
     for run, paths in SOURCES.items():
         assert ingest(engine, *paths, run=run).ok, run
@@ -54,7 +54,7 @@ def test_round_trip_gives_the_same_content(engine, fresh, tmp_path, fmt):
         assert n == len(before)
         report = ingest(fresh, out, run=run)
         assert report.ok, [str(e) for e in report.errors]
-        assert {f.format for f in report.files} == {"native" if fmt == "native" else fmt}
+        assert {f.format for f in report.files} == {{"nemo_gym": "nemo-gym"}.get(fmt, fmt)}
         after = stored(fresh, run)
         assert set(after) == set(before), run
         for key in before:
@@ -127,9 +127,9 @@ def test_nemo_gym_round_trip_through_the_export_command(engine, db_url, fresh, t
     def shape(d):
         return sorted(set(d) - {"_rollscope"}), d["reward"], [i.get("type", "message") for i in d["response"]["output"]]
     assert sorted(map(shape, lines)) == sorted(map(shape, sources))
-    report = ingest(fresh, out, run="ng")
-    assert report.ok, [str(e) for e in report.errors]
-    assert {f.format for f in report.files} == {"nemo-gym"}
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", f"sqlite:///{tmp_path / 'fresh.db'}")
+    res = CliRunner().invoke(app, ["ingest", "--run", "ng", "--format", "nemo_gym", str(out)])  # export's spelling
+    assert res.exit_code == 0 and "nemo-gym" in res.output, res.output
     after = stored(fresh, "ng")
     assert set(after) == set(before)
     for key in before:
