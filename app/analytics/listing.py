@@ -34,12 +34,14 @@ F = models.Finding.__table__
 TR = models.TaskRollup.__table__
 SORTS = {"step": R.c.step, "reward": R.c.reward, "tokens": R.c.n_tokens, "turns": R.c.n_turns}
 TOP = "\U0010ffff"
+NO_AGENT = "(none)"  # `agent=(none)`: the rollouts that name no agent (the agent facet's "(none)" value)
 
 
 @dataclass
 class ListFilters(RolloutFilters):
     """Query parameters of the rollouts page: the API's filters (app.queries.rollouts), where
-    `task` and `group` match by prefix here, plus `steps` (a range `A-B`) and `agent`."""
+    `task` and `group` match by prefix here, plus `steps` (a range `A-B`) and `agent`
+    (`agent=(none)`, NO_AGENT, selects the rollouts without an agent)."""
 
     steps: str | None = None  # A-B, inclusive
     agent: str | None = None
@@ -73,7 +75,7 @@ def where(run_id: str, f: ListFilters, *, skip: str | None = None) -> list:
     if f.task and skip != "task":
         out.append(_prefix(R.c.task_key, f.task))
     if f.agent and skip != "agent":
-        out.append(R.c.agent == f.agent)
+        out.append(sa.or_(R.c.agent.is_(None), R.c.agent == "") if f.agent == NO_AGENT else R.c.agent == f.agent)
     if f.reward_min is not None:
         out.append(R.c.reward >= f.reward_min)
     if f.reward_max is not None:
@@ -191,6 +193,18 @@ def page(*, session: Session, run_id: str, filters: ListFilters, columns: list, 
             "prev": key(rows[0]) if rows and has_prev else None}
 
 
+def neighbours(*, session: Session, run_id: str, filters: ListFilters, sort: str | None, row) -> tuple:
+    """The rows just before and after `row` (a rollout row with its pk and sort column) in the
+    list with these filters and this sort, in the order `page` shows it (NULLs last); None at
+    either end. Two one-row keyset pages, so a rollout page's prev / next walk the list shown."""
+    name, _ = parse_sort(sort)
+    cursor = encode_cursor(getattr(row, SORTS[name].name), row.pk)
+    cols = [R.c.pk, R.c.run_id, R.c.rollout_id, R.c.attempt, *SORTS.values()]
+    prev = page(session=session, run_id=run_id, filters=filters, columns=cols, sort=sort, before=cursor, limit=1)
+    nxt = page(session=session, run_id=run_id, filters=filters, columns=cols, sort=sort, after=cursor, limit=1)
+    return (prev["rows"][0] if prev["rows"] else None), (nxt["rows"][0] if nxt["rows"] else None)
+
+
 # --- counts and facets ------------------------------------------------------------------------
 
 COUNT_CAP = 100_000  # a filtered count stops here (the page says "100,000+"); rollup counts are exact
@@ -275,7 +289,7 @@ def facets(*, session: Session, run_id: str, filters: ListFilters) -> dict:
         stats = step_stats(session=session, run_id=run_id, steps=rng, include_unstepped=not filters.as_query())
         tot = run_totals(stats)
         out["ending"] = [(e, n) for e, n in tot["endings"].items() if n]
-        out["agent"] = sorted(((a or "", n) for a, n in tot["agents"].items()), key=lambda x: -x[1])
+        out["agent"] = sorted(((a or NO_AGENT, n) for a, n in tot["agents"].items()), key=lambda x: -x[1])
         out["flag"] = sorted(tot["findings"].items(), key=lambda x: -x[1])
         tasks = session.execute(sa.select(TR.c.task_key, sa.func.sum(TR.c.rollouts).label("n"))
                                 .where(TR.c.run_id == run_id, rng.where(TR.c.step)).group_by(TR.c.task_key)
@@ -295,7 +309,7 @@ def facets(*, session: Session, run_id: str, filters: ListFilters) -> dict:
 
         out["ending"] = grouped(R.c.ending, "ending")
         out["task"] = [(t, n) for t, n in grouped(R.c.task_key, "task", FACET_TASKS + 1) if t is not None][:FACET_TASKS]
-        out["agent"] = [(a or "", n) for a, n in grouped(R.c.agent, "agent")]
+        out["agent"] = [(a or NO_AGENT, n) for a, n in grouped(R.c.agent, "agent")]
         fq = sa.select(F.c.kind, sa.func.count(sa.distinct(F.c.rollout_pk)).label("n")).join(R, R.c.pk == F.c.rollout_pk) \
             .where(*where(run_id, filters, skip="flag")).group_by(F.c.kind).order_by(sa.desc("n"), F.c.kind)
         out["flag"] = [(k, n) for k, n in budget.run("flag", fq)]

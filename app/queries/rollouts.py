@@ -85,19 +85,6 @@ def list_rollouts(*, session: Session, run_id: str, filters: RolloutFilters, aft
     return rows[:limit], nxt
 
 
-def neighbours(*, session: Session, run_id: str, filters: RolloutFilters, row) -> tuple:
-    """The rollouts just before and after `row` (a summary row with `step`, `pk`) in the list
-    with these filters, in the list's order; None at either end. Two keyset lookups."""
-    key = sa.tuple_(*_sort_key())
-    here = sa.tuple_(sa.literal(row.step if row.step is not None else -1), sa.literal(row.pk))
-    cols = [R.c.pk, R.c.run_id, R.c.rollout_id, R.c.attempt, R.c.step]
-    prev = session.execute(_filtered(sa.select(*cols), run_id, filters).where(key < here)
-                           .order_by(*(c.desc() for c in _sort_key())).limit(1)).first()
-    nxt = session.execute(_filtered(sa.select(*cols), run_id, filters).where(key > here)
-                          .order_by(*_sort_key()).limit(1)).first()
-    return prev, nxt
-
-
 def get_rollout(*, session: Session, run_id: str, rollout_id: str, attempt: int | None = None):
     """The summary row of a rollout (latest attempt unless `attempt` is given), or None."""
     q = sa.select(R).where(R.c.run_id == run_id, R.c.rollout_id == rollout_id)

@@ -22,8 +22,9 @@ from pydantic import BeforeValidator, Field
 
 from app import charts
 from app.analytics import pages
-from app.analytics.steps import StepRange
+from app.analytics.steps import StepRange, one_step
 from app.deps import RefuseUnknownQuery, SessionDep
+from app.errors import ApiError
 from app.params import Count, OptCount, OptSmooth, OptStr, _blank_is_none
 from app.queries.common import INT32_MAX
 from app.render import respond, wants_json
@@ -74,9 +75,12 @@ def search(request: Request, session: SessionDep, q: str = "", run: OptStr = Non
            limit: SearchLimit = None):
     """Full-text search over message content and tool output: messages holding every word of
     `q`, newest first, within `run` or across runs. Each hit has a snippet (segments, `hit` marks
-    a match) and `url`, the deep link to its message. Keyset pages: `before` from `next_url`."""
+    a match) and `url`, the deep link to its message. Keyset pages: `before` from `next_url`.
+    An unknown `run` is a 404 naming `run`."""
     if "\x00" in q:
         raise HTTPException(400, "NUL character in the query")
+    if run is not None and pages._run(session, run) is None:
+        raise ApiError(404, f"no run {run!r}", field="run")
     json = wants_json(request, request.url.path.endswith(".json"))
     data = pages.search_page(session, q[:500], run_id=run, limit=limit or 20, before=before, json=json)
     return respond(request, "search.html", data, json=json)
@@ -172,10 +176,16 @@ def step(request: Request, session: SessionDep, run_id: str, step: str):
 def task_changes(request: Request, session: SessionDep, run_id: str, a: Annotated[Count, Query()],
                  b: Annotated[Count, Query()]):
     """Tasks whose ending counts or mean reward changed between steps `a` and `b`, largest change
-    first; each links to both steps' rollouts of the task. `.csv` downloads the table."""
+    first; each links to both steps' rollouts of the task. `.csv` downloads the table. A step the
+    run does not have is a 404 naming `a` or `b` (as `/steps/{step}` is)."""
+    rid = unquote(run_id)
+    if pages._run(session, rid) is not None:
+        for field, n in (("a", a), ("b", b)):
+            if one_step(session=session, run_id=rid, step=n) is None:
+                raise ApiError(404, f"no step {n} in run {rid!r}", field=field)
     csv_ = request.url.path.endswith(".csv")
     json = not csv_ and wants_json(request, request.url.path.endswith(".json"))
-    data = pages.task_changes(session, unquote(run_id), a, b, json=json)
+    data = pages.task_changes(session, rid, a, b, json=json)
     if data is not None and csv_:
         rows = [{"task": t["task"], "rollouts_a": t["rollouts"][0], "rollouts_b": t["rollouts"][1],
                  "mean_reward_a": t["mean_reward"][0], "mean_reward_b": t["mean_reward"][1], "delta": t["delta"],

@@ -36,9 +36,8 @@ from app.params import (SORT_PATTERN, Count, OptCount, OptFloat, OptInt, OptLimi
 from app.queries import groups as q_groups
 from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
-from app.queries.common import INT32_MAX, INT32_MIN
+from app.queries.common import INT32_MAX
 from app.queries.nodes import get_node
-from app.queries.rollouts import RolloutFilters
 from app.render import respond, split_twin, wants_json
 from app.text import reveal_invisible
 from app.views import group_extras, tokenpages
@@ -106,27 +105,46 @@ def node_text(session: SessionDep, run_id: str, rollout_pk: Annotated[Count, Pat
                                                      "Content-Security-Policy": "default-src 'none'"})
 
 
-def _list_filters(query: str | None) -> RolloutFilters | None:
-    """The filters of a rollouts-list query string (`list=`), or None when there is none; values
-    that do not parse are dropped (the list then is the wider one)."""
+def _list_filters(query: str | None) -> tuple[ListFilters, str | None] | None:
+    """The filters and sort of a rollouts-list query string (`list=`, as the list's rows carry
+    it: every filter of the list page and `sort`), or None when there is none; values that do not
+    parse are dropped (the list then is the wider one, or in step order)."""
     if query is None:
         return None
     from urllib.parse import parse_qsl
 
+    from app.analytics import listing
+    from app.analytics.steps import StepRange
+
     kinds = {"step": int, "reward_min": float, "reward_max": float}
-    out = {}
+    out: dict = {}
+    sort = None
     for k, v in parse_qsl(query):
-        if k in ("step", "ending", "group", "task", "reward_min", "reward_max", "flag", "label") and v != "":
+        if v == "":
+            continue
+        if k == "sort":
+            try:
+                listing.parse_sort(v)
+                sort = v
+            except ValueError:
+                pass
+        elif k == "steps":
+            try:
+                StepRange.parse(v)
+                out[k] = v
+            except ValueError:
+                pass
+        elif k in ("step", "ending", "group", "task", "agent", "reward_min", "reward_max", "flag", "label"):
             try:
                 out[k] = kinds.get(k, str)(v)
             except ValueError:
                 continue
-    if isinstance(out.get("step"), int) and not INT32_MIN <= out["step"] <= INT32_MAX:
+    if isinstance(out.get("step"), int) and not 0 <= out["step"] <= INT32_MAX:
         out.pop("step")
     for k in ("reward_min", "reward_max"):
         if k in out and out[k] != out[k] or k in out and abs(out[k]) == float("inf"):
             out.pop(k)
-    return RolloutFilters(**out)
+    return ListFilters(**out), sort
 
 
 @router.get("/runs/{run_id:path}/rollouts/{rollout_id:path}")
@@ -155,8 +173,9 @@ def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
     A branch, node, offset, token position (`focus=t-N`, `at`, `from`/`to`) or radius out of
     range is a 422 in the one error shape, naming the parameter (never a silent clamp).
 
-    `list=` carries the query of the rollouts list the reader came from (its filters): the page
-    then links the previous and next rollout of that list (keys `p` / `n`)."""
+    `list=` carries the query of the rollouts list the reader came from (its filters and `sort`):
+    the page then links the previous and next rollout of that list in the list's order (keys
+    `p` / `n`)."""
     rollout_id, js = _twin(rollout_id, lambda rid: q_rollouts.get_rollout(
         session=session, run_id=unquote(run_id), rollout_id=rid) is not None)
     want_json = wants_json(request, js)
@@ -209,13 +228,13 @@ def group(request: Request, session: SessionDep, run_id: str, group_id: str,
 @router.get("/runs/{run_id:path}/rollouts.csv")
 def rollouts(
     request: Request, session: SessionDep, run_id: str,
-    step: OptInt = None, steps: OptStr = None, ending: OptStr = None, group: OptStr = None, task: OptStr = None,
+    step: OptCount = None, steps: OptStr = None, ending: OptStr = None, group: OptStr = None, task: OptStr = None,
     agent: OptStr = None, reward_min: OptFloat = None, reward_max: OptFloat = None, flag: OptStr = None,
     label: OptStr = None, sort: Annotated[str | None, Query(pattern=SORT_PATTERN)] = None,
     after: OptStr = None, before: OptStr = None, limit: OptLimit = None,
 ):
-    """Rollout summaries of a run, filtered: `step` or `steps=A-B`, `ending`, `group` and `task`
-    (prefix), `agent`, `reward_min`/`reward_max` (inclusive), `flag` (a finding kind). `sort` is
+    """Rollout summaries of a run, filtered: `step` (≥ 0, else 422) or `steps=A-B`, `ending`, `group`
+    and `task` (prefix), `agent` (`(none)`: rollouts without one), `reward_min`/`reward_max` (inclusive), `flag` (a finding kind). `sort` is
     `step` (default), `reward`, `tokens` or `turns`, `-` first for descending; missing values
     last. Every page has its own URL: `after` / `before` are keyset cursors from `next_url` /
     `prev_url`. The page carries `total` (all matches) and `facets` (value counts for ending,

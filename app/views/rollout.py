@@ -15,6 +15,7 @@ from sqlmodel import Session
 from app import urls
 from app.config import WebSettings
 from app.errors import ApiError
+from app.analytics import listing
 from app.db.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
 from app.queries import findings as q_findings
 from app.queries import graph as q_graph
@@ -526,7 +527,7 @@ def _resolve_focus(focus: str | None, paths: list[list[int]], branch: int, start
 
 def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSettings, branch: int = 0,
                  offset: int = 0, attempt: int | None = None, all_tokens: bool = False, limit: int | None = None,
-                 focus: str | None = None, came_from: q_rollouts.RolloutFilters | None = None,
+                 focus: str | None = None, came_from: tuple[listing.ListFilters, str | None] | None = None,
                  json: bool = False, with_graph: bool = False) -> RolloutPage | None:
     """The rollout page: header, findings, the drawn message graph, branches (each labelled with
     the sample it becomes and why it forked), and one page of messages of one branch.
@@ -542,8 +543,9 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
     The JSON twin (`json`) carries the whole message graph on a branch's first page (offset 0)
     or when `with_graph`; other pages link it (`graph_url`) rather than repeat it.
 
-    `came_from`: the filters of the rollouts list the reader came from; `list_nav` then links the
-    previous and next rollout of that list (and back to it). Links go to the JSON twins when
+    `came_from`: the filters and sort of the rollouts list the reader came from; `list_nav` then
+    links the previous and next rollout of that list in its order (app.analytics.listing, the
+    list page's own engine), and back to it. Links go to the JSON twins when
     `json`."""
     limit = limit or web.messages_per_page
     row = q_rollouts.get_rollout(session=session, run_id=run_id, rollout_id=rollout_id, attempt=attempt)
@@ -672,15 +674,17 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
 
     list_nav = None
     if came_from is not None:
-        before, after = q_rollouts.neighbours(session=session, run_id=run_id, filters=came_from, row=row)
-        listq = urlencode(came_from.as_query())
+        filters, sort = came_from
+        before, after = listing.neighbours(session=session, run_id=run_id, filters=filters, sort=sort, row=row)
+        keep = {**filters.as_query(), **({"sort": sort} if sort else {})}
+        listq = urlencode(keep)
 
         def there(n):
             return urls.rollout(n.run_id, n.rollout_id, json=json, attempt=n.attempt or None, list=listq) if n else None
 
         list_nav = {"prev_url": there(before), "next_url": there(after), "prev": before.rollout_id if before else None,
                     "next": after.rollout_id if after else None,
-                    "list_url": urls.rollouts(run_id, json=json, **came_from.as_query())}
+                    "list_url": urls.rollouts(run_id, json=json, **keep)}
 
     error_policy = "errors_dropped"  # the group default (ingest.advantages): an errored rollout has no gradient
     no_gradient = summary["ending"] == "error" and error_policy == "errors_dropped"

@@ -4,6 +4,7 @@ of the CSV download (app/analytics/listing.py runs the queries)."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from sqlmodel import Session
 
@@ -45,6 +46,7 @@ class RolloutsPage(PageModel):
     run: RunLink
     filters: dict[str, int | float | str]
     sort: str
+    list_query: str  # the filters and sort as a query string: each row's `list=` (its prev / next walk this list)
     sorts: list[SortLink]
     endings: list[str]
     finding_kinds: list[str]
@@ -100,6 +102,7 @@ def rollouts_page(session: Session, run_id: str, filters: listing.ListFilters, *
         run=RunLink(id=run.id, name=run.name, url=urls.run(run.id, json=twin)),
         filters=filters.as_query(),
         sort=sort or "step",
+        list_query=urlencode({**filters.as_query(), **({"sort": sort_param} if sort_param else {})}),
         sorts=sorts,
         endings=ENDINGS,
         finding_kinds=sorted(set(present) | set(q_findings.FINDING_KINDS)),

@@ -52,7 +52,7 @@ def _limit(request: Request, limit: int | None) -> int:
 
 
 def rollout_filters(
-    step: OptInt = None, ending: OptStr = None, group: OptStr = None, task: OptStr = None,
+    step: OptCount = None, ending: OptStr = None, group: OptStr = None, task: OptStr = None,
     reward_min: OptFloat = None, reward_max: OptFloat = None,
     flag: Annotated[str | None, Query(description="a finding kind")] = None,
     label: Annotated[str | None, Query(description="a label given to the rollout (any author)")] = None,
