@@ -229,3 +229,18 @@ def test_runs_without_tokens_have_no_training_samples(engine, db_url, tmp_path, 
             assert "wrote" not in res.output
         assert not out.exists() and out_before.read_text() == "an earlier file"
         assert not list(tmp_path.glob(".*partial"))
+
+
+def test_samples_export_says_how_many_rollouts_gave_samples(engine, db_url, tmp_path, monkeypatch):
+    """NeMo Gym's examples: 8 rollouts, 2 with token ids. The summary names both counts and why
+    they differ, so a short training file is not a surprise."""
+    from app.cli import app
+
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    assert ingest(engine, *SOURCES["ng"], run="ng").ok
+    res = CliRunner().invoke(app, ["export", "--run", "ng", "--format", "samples", "--out", str(tmp_path / "s.jsonl")])
+    assert res.exit_code == 0, res.output
+    lines = (tmp_path / "s.jsonl").read_text().splitlines()
+    assert f"wrote {len(lines)} samples from 8 rollouts" in res.stdout and "no token ids" in res.stdout, res.stdout
+    res = CliRunner().invoke(app, ["export", "--run", "ng", "--format", "native", "--out", str(tmp_path / "n.jsonl")])
+    assert "wrote 8 rollouts to" in res.stdout
