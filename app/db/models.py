@@ -66,6 +66,10 @@ class Rollout(SQLModel, table=True):
         sa.Index("ix_rollout_run_reward", "run_id", "reward"),
         sa.Index("ix_rollout_run_tokens", "run_id", "n_tokens"),
         sa.Index("ix_rollout_run_turns", "run_id", "n_turns"),
+        # the ingest status page (polled every 2 s): rollouts of the last minute, and those of the
+        # live sources (HTTP ingest, the OTLP receiver), found without a scan (migration 0008)
+        sa.Index("ix_rollout_ingested_at", "ingested_at"),
+        sa.Index("ix_rollout_source_file", "source_file"),
     )
 
     pk: int | None = Field(default=None, primary_key=True)
