@@ -269,6 +269,19 @@ class Source:
         else:
             yield None, self.document
 
+    def entries(self) -> Iterator[tuple[int | None, str, int, Any]]:
+        """Every record of the file, whatever its kind, as (line, field prefix, index, value):
+        a JSONL line is (its 1-based line, "", line - 1, value); an element of a JSON array is
+        (None, "[i]", i, value); a single JSON document is (None, "", 0, value). The prefix
+        starts the field name of a RecordError; the index numbers records for missing ids. A
+        value may be a RecordError (a line or element that is not JSON)."""
+        if self.kind == "jsonl":
+            for line, value in self.lines():
+                yield line, "", line - 1, value
+            return
+        for i, value in self.records():
+            yield None, "" if i is None else f"[{i}]", i or 0, value
+
     def elements(self) -> Iterator[tuple[int, Any]]:
         """(i, parsed element or RecordError) for each element of the top-level JSON array in
         this file, read `READ_CHUNK` bytes at a time (memory bounded by the largest element)."""

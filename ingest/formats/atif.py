@@ -211,11 +211,7 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
         yield guarded(source.name, None, None, lambda: _from_documents(source, ctx, _segments(source.document, source)))
         return
     # JSONL or a JSON array: one trajectory (or one Harbor export row) per record.
-    if source.kind == "jsonl":
-        items: Any = ((line, "", v) for line, v in source.lines())
-    else:
-        items = ((None, "" if i is None else f"[{i}]", v) for i, v in source.records())
-    for line, prefix, value in items:
+    for line, prefix, _, value in source.entries():
         if isinstance(value, RecordError):
             yield value
         elif _is_export_row(value):

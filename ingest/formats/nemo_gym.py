@@ -56,11 +56,8 @@ def sniff(source: Source) -> bool:
 
 def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
     stem = ctx.source_key(source)
-    if source.kind == "jsonl":
-        items: Any = ((line, "", f"{stem}#{line - 1}", v) for line, v in source.lines())
-    else:
-        items = ((None, "" if i is None else f"[{i}]", f"{stem}#{i or 0}", v) for i, v in source.records())
-    for line, prefix, default_id, value in items:
+    for line, prefix, index, value in source.entries():
+        default_id = f"{stem}#{index}"
         if isinstance(value, RecordError):
             yield value
         elif not _is_record(value):

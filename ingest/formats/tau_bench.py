@@ -44,11 +44,7 @@ def sniff(source: Source) -> bool:
 
 
 def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
-    if source.kind == "jsonl":
-        items: Any = ((line, "", v) for line, v in source.lines())
-    else:
-        items = ((None, "" if i is None else f"[{i}]", v) for i, v in source.records())
-    for line, prefix, value in items:
+    for line, prefix, _, value in source.entries():
         if isinstance(value, RecordError):
             yield value
         elif not _is_tau(value):

@@ -128,11 +128,7 @@ def _effective_ids(path: Path) -> set[str]:
 def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
     facts = path_facts(source.path) if source.member is None else {}
     skip = _effective_ids(source.path) if facts.get("subset") == "all" else set()
-    if source.kind == "jsonl":
-        items: Any = ((line, "", v) for line, v in source.lines())
-    else:
-        items = ((None, "" if i is None else f"[{i}]", v) for i, v in source.records())
-    for line, prefix, value in items:
+    for line, prefix, _, value in source.entries():
         if isinstance(value, RecordError):
             yield value
             continue
