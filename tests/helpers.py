@@ -1,6 +1,8 @@
 """Building native rollouts and ingesting them through the real pipeline, for tests."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ingest.formats import ReadContext
@@ -52,3 +54,36 @@ def stored(engine, run: str) -> dict[str, dict]:
         body.pop("source", None)
         out[f"{r.id}#{r.attempt}"] = body
     return out
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def serving(app) -> Iterator[str]:
+    """Serve `app` (a real `create_app`) with uvicorn on a free port in a thread, over real TCP;
+    yields its base URL, stops the server and disposes the app's engine afterwards."""
+    import threading
+    import time
+
+    import uvicorn
+
+    port = _free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    for _ in range(400):
+        if srv.started:
+            break
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        srv.should_exit = True
+        thread.join(10)
+        app.state.engine.dispose()

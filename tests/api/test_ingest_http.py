@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import socket
 import sys
 import threading
 import time
@@ -14,7 +13,6 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 import sqlalchemy as sa
-import uvicorn
 
 from app import auth
 from app.config import Settings
@@ -24,7 +22,7 @@ from app.worker.run import run as run_worker
 from ingest.formats.native import write_line
 from rollscope.client import RolloutWriter, rollout_url
 from tests.conftest import ROOT, data_path
-from tests.helpers import rollout
+from tests.helpers import rollout, serving
 
 R = models.Rollout.__table__
 
@@ -61,29 +59,11 @@ def test_per_line_results_and_tokens(client, engine):
     assert client.post("/api/v1/ingest", content=b"not json\n", headers=auth_w).status_code == 415
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def served(db_url: str, **api):
     app = create_app(Settings(database_url=db_url, api=api or {}))
-    port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    t = threading.Thread(target=srv.run, daemon=True)
-    t.start()
-    for _ in range(400):
-        if srv.started:
-            break
-        time.sleep(0.05)
-    try:
-        yield app, f"http://127.0.0.1:{port}"
-    finally:
-        srv.should_exit = True
-        t.join(10)
-        app.state.engine.dispose()
+    with serving(app) as base:
+        yield app, base
 
 
 def test_full_queue_gets_429_and_the_client_retry_lands_everything(db_url, engine):

@@ -2,16 +2,12 @@
 Playwright, and a page opener that collects console errors."""
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import uvicorn
-
 from app.config import Settings
 from app.main import create_app
+from tests.helpers import serving
 
 CHROMIUM = "/usr/bin/chromium"
 # No downloads, no background traffic: this machine's network is closed.
@@ -19,30 +15,12 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def live_server(database_url: str, **settings) -> Iterator[str]:
     """Serve the real app on a free port in a thread (`settings`: more `Settings` fields, e.g.
     `require_read_token=True`); yields its base URL."""
-    port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(create_app(Settings(database_url=database_url, **settings)), host="127.0.0.1",
-                                        port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    for _ in range(200):
-        if srv.started:
-            break
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        srv.should_exit = True
-        thread.join(5)
+    with serving(create_app(Settings(database_url=database_url, **settings))) as base:
+        yield base
 
 
 @contextmanager

@@ -5,19 +5,17 @@ span per request, assembled into one rollout."""
 from __future__ import annotations
 
 import json
-import socket
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
 from app.auth import issue
 from app.config import Settings
 from app.main import create_app
+from tests.helpers import serving
 from ingest.formats import ReadContext
 from ingest.formats import swe_agent
 from ingest.source import open_source
@@ -26,32 +24,14 @@ from tests.conftest import data_path
 RUN_FILE = data_path("realdata", "swe-agent", "marshmallow-code__marshmallow-1867.function_calling_replace.traj")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def serve(db_url: str, tmp: Path, **settings):
     """The app in a thread, its OTLP spool under `tmp`."""
     worker = {"otlp_spool_dir": tmp / "otlp-spool", **settings.pop("worker", {})}
     app = create_app(Settings(database_url=db_url, worker=worker, **settings))
     app.state.write_token, _ = issue(app.state.engine, "write", name="otlp test")
-    port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    for _ in range(200):
-        if srv.started:
-            break
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}", app
-    finally:
-        srv.should_exit = True
-        thread.join(10)
-        app.state.engine.dispose()
+    with serving(app) as base:
+        yield base, app
 
 
 def real_run():
