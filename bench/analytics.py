@@ -121,7 +121,6 @@ def load_sqlite(engine, n: int, steps: int) -> None:
     cur = raw.driver_connection.cursor()
     cur.execute("INSERT INTO run (id, name, type, created_at, extra) VALUES (?, ?, 'train', ?, ?)",
                 (RUN, "Benchmark run, 1M rollouts", datetime.now(UTC).isoformat(), '{"model": "bench"}'))
-    cur.execute("DROP TRIGGER search_doc_ai")
     ins = f"INSERT INTO rollout ({', '.join(ROLLOUT_COLS)}) VALUES ({', '.join('?' * len(ROLLOUT_COLS))})"
     for rows, finds, docs in generate(n, steps):
         cur.execute("BEGIN")
@@ -130,9 +129,7 @@ def load_sqlite(engine, n: int, steps: int) -> None:
                         "VALUES (?, ?, ?, ?, ?, ?, ?)", finds)
         cur.executemany("INSERT INTO search_doc (pk, rollout_pk, run_id, node_idx, text) VALUES (?, ?, ?, ?, ?)", docs)
         cur.execute("COMMIT")
-    cur.execute("INSERT INTO search_fts(search_fts) VALUES ('rebuild')")
-    cur.execute("CREATE TRIGGER search_doc_ai AFTER INSERT ON search_doc BEGIN "
-                "INSERT INTO search_fts(rowid, text) VALUES (new.pk, new.text); END")
+    cur.execute("INSERT INTO search_fts(search_fts) VALUES ('rebuild')")  # the index, built once
     cur.execute("ANALYZE")
     raw.close()
 

@@ -5,8 +5,9 @@ names and arguments), written in the rollout's own transaction and deleted with 
 CASCADE), so the index never needs a rebuild. The text is made by app.store.prepare, outside
 the transaction; the batch hook writes a whole batch's documents with one executemany.
 
-SQLite indexes `search_doc.text` with the FTS5 table `search_fts` (external content, kept by the
-triggers of migration 0007_analytics); Postgres with a GIN index on the stored column `tsv` =
+SQLite indexes `search_doc.text` with the FTS5 table `search_fts` (external content): `add_docs`
+fills it with the documents, in one INSERT ... SELECT per call (a per-row trigger cost 8 times
+more; migration 0009), and the delete trigger of 0007_analytics empties it; Postgres with a GIN index on the stored column `tsv` =
 to_tsvector('simple', text). The 'simple' configuration (no stemming, no stop words) matches
 what FTS5's unicode61 tokenizer does, so a word finds the same messages on both databases.
 """
@@ -54,22 +55,31 @@ def search_texts(r) -> list[tuple[int, str]]:
     return out
 
 
-def doc_rows(rollout_pk: int, run_id: str, node_rows: Iterable[Mapping]) -> list[dict]:
-    """search_doc rows for a rollout's node rows (app/store/prepare._node_rows)."""
+def doc_rows(rollout_pk: int, run_id: str, node_rows: Iterable[Mapping]) -> list[tuple[int, str, int, str]]:
+    """search_doc rows, (rollout_pk, run_id, node idx, text), for a rollout's node rows (app/store/prepare._node_rows)."""
     out = []
     for n in node_rows:
         text = message_text(n.get("message"))
         if text.strip():
-            out.append({"rollout_pk": rollout_pk, "run_id": run_id, "node_idx": n["idx"], "text": text})
+            out.append((rollout_pk, run_id, n["idx"], text))
     return out
 
 
-def index_rollout(conn: sa.Connection, rollout_pk: int, run_id: str, node_rows: Iterable[Mapping]) -> int:
-    """Index one stored rollout's messages in the caller's transaction; returns documents added."""
-    rows = doc_rows(rollout_pk, run_id, node_rows)
-    if rows:
-        conn.execute(SD.insert(), rows)
-    return len(rows)
+def add_docs(conn: sa.Connection, rows: list[tuple[int, str, int, str]]) -> None:
+    """Insert search documents, (rollout_pk, run_id, node idx, text), and index them, in the
+    caller's transaction: the one way documents are added. The rollouts must have no documents
+    yet (new rollouts; `rebuild` deletes first). One executemany by the driver; on SQLite then one
+    INSERT ... SELECT of these rollouts' documents into the FTS5 index."""
+    if not rows:
+        return
+    sqlite = conn.dialect.name == "sqlite"
+    mark = "?" if sqlite else "%s"
+    conn.exec_driver_sql(f"INSERT INTO search_doc (rollout_pk, run_id, node_idx, text) VALUES ({mark}, {mark}, {mark}, {mark})",
+                         rows)
+    if sqlite:
+        pks = sorted({r[0] for r in rows})
+        conn.exec_driver_sql("INSERT INTO search_fts(rowid, text) SELECT pk, text FROM search_doc "
+                             f"WHERE rollout_pk IN ({', '.join('?' * len(pks))})", tuple(pks))
 
 
 def rebuild(conn: sa.Connection, run_id: str | None = None, *, chunk: int = 500) -> int:
@@ -88,8 +98,7 @@ def rebuild(conn: sa.Connection, run_id: str | None = None, *, chunk: int = 500)
         for pk, idx, message in conn.execute(sa.select(N.c.rollout_pk, N.c.idx, N.c.message)
                                              .where(N.c.rollout_pk.in_(list(part)))):
             rows += doc_rows(pk, part[pk], [{"idx": idx, "message": message}])
-        if rows:
-            conn.execute(SD.insert(), rows)
+        add_docs(conn, rows)
         total += len(rows)
     return total
 
@@ -98,6 +107,4 @@ def on_batch(conn: sa.Connection, written) -> None:
     """The batch hook (app.store.write.BATCH_HOOKS): index the messages of the rollouts the batch
     inserted, in one executemany (the replaced versions' documents went with them, by ON DELETE
     CASCADE)."""
-    if written.search:
-        conn.execute(SD.insert(), [{"rollout_pk": pk, "run_id": run, "node_idx": idx, "text": text}
-                                   for pk, run, idx, text in written.search])
+    add_docs(conn, written.search)

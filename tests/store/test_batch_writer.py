@@ -49,7 +49,7 @@ def test_a_batch_of_200_costs_at_most_10_statements(engine, tmp_path, monkeypatc
 
 def test_the_analytics_hooks_cost_at_most_5_statements_per_batch_whatever_the_steps(engine, tmp_path, monkeypatch):
     # rollups (one read, one upsert per table; Postgres adds one lock statement) and search (one
-    # executemany): the same cost whether a batch touches one step or twenty
+    # executemany; SQLite adds the INSERT ... SELECT into its FTS5 index): the same cost whether a batch touches one step or twenty
     for n_steps, run in ((1, "one"), (20, "many")):
         path = write_jsonl(tmp_path / f"{run}.jsonl", [
             rollout(f"a{i}", run=run, group=f"g{i % 8}-{i % n_steps}", index=i // 8, step=i % n_steps, task={"key": f"t{i % 5}"})
