@@ -382,6 +382,9 @@ def worker(
     torn_after: Annotated[float, typer.Option(help="Seconds a file must stop growing before a last line without "
                                               "its newline is reported as torn and skipped.", min=0.1)] = 30.0,
     once: Annotated[bool, typer.Option("--once", help="Read what is there, then exit (no tailing).")] = False,
+    parsers: Annotated[int | None, typer.Option(help="Processes that parse and check the next stretches of a file "
+                                                "while the worker writes one: for machines with spare cores (default "
+                                                "ROLLSCOPE_WORKER__PARSERS, 0: the worker parses).", min=0, max=64)] = None,
     heartbeat: Annotated[Path | None, typer.Option(help="A file touched on every pass, for health checks "
                                                    "(docker-compose.yml).")] = None,
 ) -> None:
@@ -409,6 +412,7 @@ def worker(
     console.print(f"worker: reading {', '.join(str(d) for d in dirs)}", markup=False, soft_wrap=True)
     n = run(engine, dirs, stop=stop, poll=poll, once=once, torn_after=torn_after, heartbeat=heartbeat,
             batch_lines=get_settings().worker.batch_size,
+            parsers=get_settings().worker.parsers if parsers is None else parsers,
             log=lambda msg: console.print(msg, markup=False, soft_wrap=True))
     console.print(f"worker: stopped after {n} commits", markup=False, soft_wrap=True)
     if lock is not None:

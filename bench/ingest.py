@@ -50,6 +50,10 @@ from ingest.formats import ReadContext  # noqa: E402
 sys.path.insert(0, str(ROOT / "bench"))
 import workload  # noqa: E402
 
+# The worker as `rollscope worker` runs by default (no parser process), then with one
+# (`--parsers 1`, for machines with a spare core); the ratio is printed for each, the last line
+# for the last. BENCH_PARSERS=0,1,2 tries others.
+PARSERS = tuple(int(p) for p in os.environ.get("BENCH_PARSERS", "0,1").split(","))
 PG = os.environ.get("ROLLSCOPE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 
@@ -211,28 +215,34 @@ def rollscope(path: Path, url: str, label: str) -> tuple[float, int]:
     return dt, total.inserted
 
 
-def through_worker(path: Path, url: str, label: str, work: Path) -> tuple[float, int]:
-    """Ingest `path` through the spool worker (`rollscope worker --once`): the file is put in a
-    spool folder and the worker drains it. Returns (seconds, rollouts)."""
+def through_worker(path: Path, url: str, label: str, work: Path, parsers: int) -> tuple[float, int]:
+    """Ingest `path` through the spool worker (`rollscope worker --once`) with `parsers` parser
+    processes: the file is put in a spool folder and the worker drains it. Returns (seconds,
+    rollouts). CPU is the worker's and its parsers' together (their start included)."""
     import resource
     import shutil
 
     from app.worker.run import run
 
-    spool = work / f"spool-{label}" / "bench"
+    spool = work / f"spool-{label}-{parsers}" / "bench"
     spool.mkdir(parents=True)
     shutil.copy(path, spool / path.name)
     engine = make_engine(url, writer=True)
     upgrade(engine)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     t, cpu = time.perf_counter(), time.process_time()
-    run(engine, [spool.parent], once=True, log=lambda _m: None)
+    run(engine, [spool.parent], once=True, log=lambda _m: None, parsers=parsers)
     dt, cpu = time.perf_counter() - t, time.process_time() - cpu
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_kids = after.ru_utime + after.ru_stime - kids.ru_utime - kids.ru_stime
     with engine.connect() as c:
         n = c.execute(sa.select(sa.func.count()).select_from(models.Rollout.__table__)).scalar_one()
         n_tok = c.execute(sa.select(sa.func.sum(models.Rollout.__table__.c.n_tokens))).scalar() or 0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"[{label}] worker: {n} rollouts in {dt:.2f} s = {n / dt:,.0f} rollouts/s, {n_tok / dt:,.0f} tokens/s "
-          f"(CPU {cpu:.2f} s); peak RSS of this process {rss:,.0f} MB; {load()}")
+    print(f"[{label}] worker, {parsers} parser process{'es' if parsers != 1 else ''}: {n} rollouts in {dt:.2f} s = "
+          f"{n / dt:,.0f} rollouts/s, {n_tok / dt:,.0f} tokens/s (CPU {cpu + cpu_kids:.2f} s = "
+          f"{(cpu + cpu_kids) / max(n, 1) * 1e3:.2f} ms per rollout, of which parsers {cpu_kids:.2f} s); "
+          f"peak RSS of the bench process {rss:,.0f} MB, of a parser {after.ru_maxrss / 1024:,.0f} MB; {load()}")
     engine.dispose()
     return dt, n
 
@@ -275,22 +285,37 @@ def drain_spool(work: Path, mb: int) -> None:
         rng_seed += 1
     url = f"sqlite:///{work / 'spool.db'}"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ROLLSCOPE_DATABASE_URL": url}
+    parsers = PARSERS[-1]
     t = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--spool", str(spool.parent), "--once"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS (not other children's)
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--spool", str(spool.parent), "--once",
+                             "--parsers", str(parsers)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tree = 0.0  # the worker and its parser processes together, sampled every 0.2 s
+    while proc.poll() is None:
+        tree = max(tree, _tree_rss_mb(proc.pid))
+        time.sleep(0.2)
     dt = time.perf_counter() - t
     if proc.returncode:
         raise RuntimeError(f"worker exited {proc.returncode}")
-    rss = usage.ru_maxrss / 1024
     engine = make_engine(url)
     with engine.connect() as c:
         stored = c.execute(sa.select(sa.func.count()).select_from(models.Rollout.__table__)).scalar_one()
     engine.dispose()
     print(f"[sqlite] spool of {size / 1e9:.2f} GB ({n} rollouts, {rng_seed} files) drained by `rollscope worker "
-          f"--once`: {stored} stored in {dt:.1f} s = {stored / dt:,.0f} rollouts/s; worker peak RSS "
-          f"{rss:,.0f} MB; {load()}")
+          f"--once --parsers {parsers}`: {stored} stored in {dt:.1f} s = {stored / dt:,.0f} rollouts/s; peak RSS of "
+          f"the worker and its parsers together {tree:,.0f} MB; {load()}")
+
+
+def _tree_rss_mb(pid: int) -> float:
+    """Resident MB of a process and its children, from /proc (0 once it is gone)."""
+    total = 0
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(ln.split(":", 1) for ln in status.read_text().splitlines() if ":" in ln)
+        except OSError:
+            continue
+        if status.parent.name == str(pid) or fields.get("PPid", "").strip() == str(pid):
+            total += int((fields.get("VmRSS") or "0 kB").split()[0])
+    return total / 1024
 
 
 def latency(work: Path, n: int = 20) -> None:
@@ -368,29 +393,35 @@ def main() -> None:
                     rollscope(path, url, "postgres")
                 finally:
                     drop()
-                url, drop = _pg_database()
-                try:
-                    dt, n = through_worker(path, url, "postgres", work)
-                finally:
-                    drop()
+                rates = {}
+                for parsers in PARSERS:
+                    url, drop = _pg_database()
+                    try:
+                        dt, n = through_worker(path, url, "postgres", work, parsers)
+                        rates[parsers] = n / dt
+                    finally:
+                        drop()
                 url, drop = _pg_database()
                 try:
                     floor = floor_postgres(path, url)
                 finally:
                     drop()
-                results.append(("postgres", n / dt, n / floor))
+                results += [("postgres", parsers, rate, n / floor) for parsers, rate in rates.items()]
         floor = floor_sqlite(path, f"sqlite:///{work / 'floor.db'}")
         if not args.quick:
             rollscope(path, f"sqlite:///{work / 'bench.db'}", "sqlite")
-        dt, n = through_worker(path, f"sqlite:///{work / 'worker.db'}", "sqlite", work)
-        results.append(("sqlite", n / dt, n / floor))
+        for parsers in PARSERS:
+            dt, n = through_worker(path, f"sqlite:///{work / f'worker-{parsers}.db'}", "sqlite", work, parsers)
+            results.append(("sqlite", parsers, n / dt, n / floor))
         if not args.quick:
             latency(work)
         if args.spool_mb:
             drain_spool(work, args.spool_mb)
         print(load())
-        for label, ours, fl in results:
-            print(f"{label}: {ours:,.0f} rollouts/s, floor {fl:,.0f} rollouts/s, ratio {ours / fl:.2f}")
+        # the default worker (no parser process) last, SQLite on the very last line
+        for label, parsers, ours, fl in sorted(results, key=lambda r: (r[1] == 0, r[0] == "sqlite")):
+            how = f" (--parsers {parsers})" if parsers else ""
+            print(f"{label}{how}: {ours:,.0f} rollouts/s, floor {fl:,.0f} rollouts/s, ratio {ours / fl:.2f}")
 
 
 if __name__ == "__main__":

@@ -63,6 +63,9 @@ class RecordError(Exception):
         super().__init__(message)
         self.file, self.line, self.field, self.message, self.raw = file, line, field, message, raw
 
+    def __reduce__(self):  # pickled whole (the worker's parser processes send rejections back)
+        return (RecordError, (self.file, self.line, self.field, self.message, self.raw))
+
     def __str__(self) -> str:
         where = self.file + (f":{self.line}" if self.line is not None else "")
         return f"{where}: {self.field + ': ' if self.field else ''}{self.message}"

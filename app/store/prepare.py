@@ -33,12 +33,23 @@ from ingest.source import RecordError, dumps, loads  # dumps/loads keep integers
 Identity = tuple[str, str, int]  # (run id, rollout id, attempt)
 
 
+@dataclass(slots=True, frozen=True)
+class RolloutRef:
+    """A prepared rollout's name for a quarantine entry, when the rollout itself stayed in the
+    process that prepared it: its id, `source` (format, file, line) and, as its raw text, the
+    first 4 KB of its envelope (the native JSON without its nodes)."""
+
+    id: str
+    source: dict[str, Any]
+    raw: str | None
+
+
 @dataclass(slots=True)
 class Prepared:
     """One rollout, ready to write: rows without database keys (`rollout_pk` is filled in by the
     writer), its identity and its content hash."""
 
-    rollout: Rollout
+    rollout: Rollout | RolloutRef
     identity: Identity
     run: dict[str, Any]  # id, name, type: the run row to create when missing
     summary: dict[str, Any]  # the `rollout` row (no pk)
@@ -51,6 +62,14 @@ class Prepared:
     @property
     def group_id(self) -> str | None:
         return self.summary["group_id"]
+
+    def detached(self) -> "Prepared":
+        """A copy that keeps of the rollout only what a writer needs (`RolloutRef`): small to send
+        to another process (app/worker/parse.py), rows unchanged."""
+        r = self.rollout
+        ref = RolloutRef(r.id, dict(r.source), self.envelope[:4096])
+        return Prepared(ref, self.identity, self.run, self.summary, self.envelope, self.nodes,  # type: ignore[arg-type]
+                        self.findings, self.n_findings, self.search)
 
     @property
     def content_hash(self) -> str:
@@ -104,7 +123,7 @@ def prepare_or_error(r: Rollout, context: CheckContext | None = None) -> Prepare
         return storage_error(r, exc)
 
 
-def storage_error(r: Rollout, exc: BaseException) -> RecordError:
+def storage_error(r: Rollout | RolloutRef, exc: BaseException) -> RecordError:
     """The RecordError for a rollout that could not be prepared or stored."""
     src = r.source or {}
     detail = str(getattr(exc, "orig", None) or exc).splitlines()[0][:500] if str(exc) else ""
@@ -112,9 +131,11 @@ def storage_error(r: Rollout, exc: BaseException) -> RecordError:
                        f"cannot store rollout {r.id!r}: {type(exc).__name__}: {detail}", raw_text(r))
 
 
-def raw_text(r: Rollout) -> str | None:
+def raw_text(r: Rollout | RolloutRef) -> str | None:
     """The first 4 KB of a rollout's native JSON, for the quarantine (None if it cannot be
     serialized at all, e.g. nested deeper than the serializer allows)."""
+    if isinstance(r, RolloutRef):
+        return r.raw
     try:
         return orjson.dumps(r.to_json_dict(), default=str)[:4096].decode("utf-8", "replace")
     except (TypeError, ValueError):

@@ -61,6 +61,14 @@ def run(engine: Engine, dirs: list[Path], *, stop: threading.Event | None = None
     `heartbeat` is touched on every pass (health checks). Returns the number of chunks committed."""
     stop = stop or threading.Event()
     spool = Spool(engine, dirs, log=log, **spool_options)
+    try:
+        return _loop(spool, engine, stop, poll, once, log, heartbeat)
+    finally:
+        spool.close()
+
+
+def _loop(spool: Spool, engine: Engine, stop: threading.Event, poll: float, once: bool,
+          log: Callable[[str], None], heartbeat: Path | None) -> int:
     backoff = 0.0
     total = 0
     while not stop.is_set():

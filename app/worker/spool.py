@@ -35,7 +35,10 @@ import stat
 import time
 import uuid
 import zlib
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -46,11 +49,12 @@ from sqlalchemy.engine import Engine
 from app.db import models
 from app.db.engine import insert_for
 from app.store.quarantine import quarantine_many
-from app.store.write import StoreResult, prepare_all, store, write_in
+from app.store.write import StoreResult, store, write_in
+from app.worker.parse import Parsed, Parsers, parse_lines
 from ingest.files import read_records
 from ingest.formats import ReadContext
-from ingest.formats.registry import detect, explain, get
-from ingest.source import RecordError, Source, loads, open_source
+from ingest.formats.registry import detect, explain
+from ingest.source import RecordError, loads, open_source
 
 S = models.SpoolFile.__table__
 HEAD_BYTES = 256  # first bytes kept per file: a rewrite changes them
@@ -140,8 +144,21 @@ class Spool:
     settle: float = 2.0  # seconds a non-JSONL file must stay unchanged before it is read
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
     log: Callable[[str], None] = lambda _msg: None
+    parsers: int = 0  # processes parsing the next stretches of a file while one is written (app/worker/parse.py)
     _gz: dict[int, _GzState] = field(default_factory=dict)
     _idle: dict[int, tuple[int, int]] = field(default_factory=dict)  # pk → (size, offset) when nothing was readable
+    # pk → stretches read ahead of the file's offset, in order, each with its parse under way (a
+    # future) or None (not sent: parsed here when its turn comes)
+    _ahead: dict[int, deque[tuple[Chunk, Future | None]]] = field(default_factory=dict)
+    _pool: Parsers = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._pool = Parsers(self.parsers)
+
+    def close(self) -> None:
+        """Stop the parser processes (stretches parsed but not written are read again next time)."""
+        self._ahead.clear()
+        self._pool.close()
 
     # --- discovering files -------------------------------------------------------------------
 
@@ -273,40 +290,27 @@ class Spool:
             return 0
         if mode == "whole":
             return self._whole_file(row, path)
-        chunk = self._read_chunk(row, path)
+        chunk, parsing = self._next_chunk(row, path)
         if chunk is None:
             self._idle[row.pk] = (row.size, row.offset)
             return 0
         self._idle.pop(row.pk, None)
-        errors: list[RecordError] = []
-        items: list = []
-        fmt = row.format
-        if chunk.data:
-            source = Source(Path(row.name), "jsonl", None, size=len(chunk.data), data=chunk.data,
-                            line_base=chunk.line)
-            source.first = next((v for _, v in source.lines() if isinstance(v, dict)), None)
-            source.position, source.last_line, source.last_raw = 0, None, None
-            reader = get(fmt) if fmt else (detect(source) if source.first is not None else None)
-            if reader is None:
-                if source.first is not None:  # lines of JSON, but no reader knows them
-                    return self._refuse(row, explain(source))
-                # every line broken: each is reported by the native reader's line parser
-                from ingest.formats import native as reader  # noqa: PLW0127
-            else:
-                fmt = reader.NAME
-            items = list(read_records(reader, source, ReadContext(root=self._root_of(row.name)), errors))
-            _name_bytes(errors, chunk)
+        parsed = self._parsed(row, chunk, parsing)
+        if parsed.refused is not None:
+            self._ahead.pop(row.pk, None)
+            return self._refuse(row, parsed.refused)
+        prepared, rejected, fmt = parsed.prepared, parsed.rejected, parsed.fmt or row.format
         if chunk.torn is not None:
             errors_line = chunk.line + chunk.n_lines + 1
             raw = chunk.torn[:4096].decode("utf-8", "replace")
-            items.append(RecordError(row.name, errors_line, None,
-                                     f"torn last line (starts at byte {chunk.end - len(chunk.torn)}): no newline and the file "
-                                     f"stopped growing for {self.torn_after:g} s (a writer stopped mid-record); skipped",
-                                     raw))
-        prepared, rejected = prepare_all(items)
+            rejected.append(RecordError(row.name, errors_line, None,
+                                        f"torn last line (starts at byte {chunk.end - len(chunk.torn)}): no newline and the file "
+                                        f"stopped growing for {self.torn_after:g} s (a writer stopped mid-record); skipped",
+                                        raw))
         with self.engine.begin() as conn:
             cur = conn.execute(sa.select(S.c.offset, S.c.claimed_by).where(S.c.pk == row.pk).with_for_update()).first()
             if cur is None or cur.offset != chunk.start or cur.claimed_by != self.worker_id:
+                self._ahead.pop(row.pk, None)
                 return 0  # another worker moved it on, or it was reset: this stretch is not ours
             res = write_in(conn, prepared, rejected)
             n_lines = chunk.n_lines + (1 if chunk.torn is not None else 0)
@@ -318,6 +322,51 @@ class Spool:
                 status="done" if self._finished(row, chunk) else "active"))
         self._after_commit(row, chunk)
         return 1
+
+    def _next_chunk(self, row, path: Path) -> tuple[Chunk | None, Future | None]:
+        """The stretch at the file's stored offset, with its parse when a parser process has it.
+
+        With parser processes, a plain JSONL file whose format is known is read ahead, up to
+        `parsers` + 1 stretches, all parsed in the pool, so that the worker only writes while the
+        pool parses. A lone stretch (nothing more to read yet) is parsed here: starting a process
+        for it would cost more than it saves."""
+        ahead = self._ahead.get(row.pk)
+        if ahead and ahead[0][0].start != row.offset:
+            ahead = None  # the offset moved (another worker, a truncation): what was read ahead is stale
+        if not ahead:
+            self._ahead.pop(row.pk, None)
+            chunk = self._read_chunk(row, path)
+            if chunk is None:
+                return None, None
+            ahead = self._ahead[row.pk] = deque([(chunk, None)])
+        if self.parsers and row.format and not _is_gzip(row.head):
+            while len(ahead) <= self.parsers and ahead[-1][0].torn is None:
+                last = ahead[-1][0]
+                nxt = self._read_chunk(row, path, at=(last.end, last.line + last.n_lines))
+                if nxt is None:
+                    break
+                ahead.append((nxt, None))
+            if len(ahead) > 1:
+                for k, (chunk, parsing) in enumerate(ahead):
+                    if parsing is None and chunk.data:
+                        ahead[k] = (chunk, self._pool.submit(*self._parse_args(row, chunk)))
+        return ahead.popleft()
+
+    def _parse_args(self, row, chunk: Chunk) -> tuple:
+        return (chunk.data, row.name, chunk.start, chunk.line, row.format, self._root_of(row.name))
+
+    def _parsed(self, row, chunk: Chunk, parsing: Future | None) -> Parsed:
+        """The stretch's parse: waited for when a parser process has it, else done here."""
+        if not chunk.data:
+            return Parsed(row.format)
+        if parsing is not None:
+            try:
+                return parsing.result()
+            except BrokenProcessPool as exc:  # a parser died (the OOM killer, a signal): parse here
+                self.log(f"{row.name}: a parser process died ({exc}); parsing in the worker")
+                self._pool.close()
+                self._ahead.clear()
+        return parse_lines(*self._parse_args(row, chunk))
 
     def _mode(self, row, path: Path) -> str | None:
         """"lines" (JSONL, gzip: tailed), "whole" (a JSON document, CSV: read once settled), or
@@ -347,14 +396,16 @@ class Spool:
         if state is not None:
             state.buffer = state.buffer[chunk.end - (state.out_pos - len(state.buffer)):]
 
-    def _read_chunk(self, row, path: Path) -> Chunk | None:
-        """Complete lines from `row.offset`: up to `batch_lines` lines or `batch_bytes` bytes.
-        None when nothing complete is there yet."""
+    def _read_chunk(self, row, path: Path, at: tuple[int, int] | None = None) -> Chunk | None:
+        """Complete lines from `row.offset` (or from `at`, (byte, lines before it), of a plain
+        file): up to `batch_lines` lines or `batch_bytes` bytes. None when nothing complete is
+        there yet."""
         if _is_gzip(row.head):
             return self._read_gz(row, path)
+        offset, line = at or (row.offset, row.line)
         try:
             with path.open("rb") as f:
-                f.seek(row.offset)
+                f.seek(offset)
                 data = f.read(self.batch_bytes)
                 while data and b"\n" not in data and len(data) < MAX_LINE_BYTES:
                     more = f.read(self.batch_bytes)
@@ -364,10 +415,11 @@ class Spool:
         except OSError as exc:
             self.log(f"{row.name}: cannot read: {exc}")
             return None
-        return self._cut(row, data, at_eof=len(data) < self.batch_bytes or b"\n" not in data)
+        return self._cut(row, data, at_eof=len(data) < self.batch_bytes or b"\n" not in data, at=(offset, line))
 
-    def _cut(self, row, data: bytes, *, at_eof: bool) -> Chunk | None:
-        """The complete lines at the start of `data` (read from `row.offset`)."""
+    def _cut(self, row, data: bytes, *, at_eof: bool, at: tuple[int, int] | None = None) -> Chunk | None:
+        """The complete lines at the start of `data` (read from `row.offset`, or from `at`)."""
+        offset, line = at or (row.offset, row.line)
         lines, pos = 0, 0
         while lines < self.batch_lines:
             nl = data.find(b"\n", pos)
@@ -375,9 +427,9 @@ class Spool:
                 break
             pos, lines = nl + 1, lines + 1
         if pos:
-            return Chunk(data[:pos], row.offset, row.offset + pos, row.line, lines)
+            return Chunk(data[:pos], offset, offset + pos, line, lines)
         if data and at_eof and self._torn_due(row, models.utcnow()):
-            return Chunk(b"", row.offset, row.offset + len(data), row.line, 0, torn=data)
+            return Chunk(b"", offset, offset + len(data), line, 0, torn=data)
         return None
 
     def _read_gz(self, row, path: Path) -> Chunk | None:
@@ -455,22 +507,3 @@ class Spool:
                 status="done", last_error=why, rejected=S.c.rejected + 1, updated_at=models.utcnow()))
         self.log(f"{row.name}: {why}")
         return 1
-
-
-def _name_bytes(errors: list[RecordError], chunk: Chunk) -> None:
-    """Add the byte offset of its line to each rejection (in a growing file the line number
-    alone is slow to find)."""
-    if not errors:
-        return
-    starts = [chunk.start]
-    pos = 0
-    while True:
-        nl = chunk.data.find(b"\n", pos)
-        if nl < 0:
-            break
-        pos = nl + 1
-        starts.append(chunk.start + pos)
-    for err in errors:
-        k = (err.line or 0) - chunk.line - 1
-        if 0 <= k < len(starts) and "(byte " not in err.message:
-            err.message += f" (line starts at byte {starts[k]})"

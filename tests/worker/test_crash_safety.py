@@ -71,13 +71,16 @@ def _count(engine) -> int:
         return -1
 
 
-def _crash_run(db_url: str, tmp_path: Path, workers: int, seed: int) -> None:
+def _crash_run(db_url: str, tmp_path: Path, workers: int, seed: int, batch: int = 200) -> None:
     rng = random.Random(seed)
     spool = tmp_path / "spool" / "crash-run"
     spool.mkdir(parents=True)
     files = [spool / "a.jsonl", spool / "b.jsonl"]
     lines = _lines(N)
-    env = {**os.environ, "ROLLSCOPE_DATABASE_URL": db_url}
+    # a small batch makes a restarted worker find many stretches waiting: its parser process
+    # (app/worker/parse.py) reads ahead while it writes, and is killed with it
+    env = {**os.environ, "ROLLSCOPE_DATABASE_URL": db_url, "ROLLSCOPE_WORKER__BATCH_SIZE": str(batch),
+           "ROLLSCOPE_WORKER__PARSERS": "1"}
     engine = make_engine(db_url)
     procs = [_start(env, tmp_path / "spool") for _ in range(workers)]
     done = threading.Event()
@@ -122,7 +125,7 @@ def _crash_run(db_url: str, tmp_path: Path, workers: int, seed: int) -> None:
 
 
 def test_sigkill_loses_nothing_sqlite(tmp_path):
-    _crash_run(f"sqlite:///{tmp_path / 'crash.db'}", tmp_path, workers=1, seed=1)
+    _crash_run(f"sqlite:///{tmp_path / 'crash.db'}", tmp_path, workers=1, seed=1, batch=5)
 
 
 def test_sigkill_loses_nothing_postgres_two_workers(tmp_path):
@@ -136,7 +139,7 @@ def test_sigkill_loses_nothing_postgres_two_workers(tmp_path):
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
         _crash_run(make_url(PG_URL).set(database=name).render_as_string(hide_password=False), tmp_path,
-                   workers=2, seed=2)
+                   workers=2, seed=2, batch=7)
     finally:
         with _pg_admin() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

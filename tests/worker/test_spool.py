@@ -154,3 +154,74 @@ def _safe_count(engine) -> int:
         return count(engine, R)
     except sa.exc.OperationalError:
         return 0
+
+
+def _rows(engine) -> tuple[list, list]:
+    with engine.connect() as conn:
+        rollouts = sorted(conn.execute(sa.select(R.c.rollout_id, R.c.content_hash, R.c.source_line, R.c.n_tokens)).all())
+        quarantined = sorted(conn.execute(sa.select(Q.c.line, Q.c.error)).all())
+    return rollouts, quarantined
+
+
+def test_parser_processes_store_exactly_what_the_worker_alone_stores(engine, tmp_path):
+    # A file many stretches long, read ahead and parsed by a parser process while the worker
+    # writes: the same rows, the same rejections (line and byte), the same offsets as parsing
+    # in the worker itself; a restart with a different pool reads nothing twice.
+    from app.db.engine import make_engine
+    from app.db.migrate import upgrade
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    lines = [line(f"p{i:03d}", step=i // 8, group=f"g{i // 4}", index=i % 4, reward=i % 2) for i in range(90)]
+    lines[37] = b'{"schema": "rollscope/1", "id": "bad", "run": {"id": "r"}, "nodes": 7}\n'
+    lines[61] = b'{"schema": "rollscope/1", "id": \n'
+    (spool / "big.jsonl").write_bytes(b"".join(lines))
+    run(engine, [spool], once=True, log=lambda _m: None, batch_lines=7, parsers=1)
+    alone = make_engine(f"sqlite:///{tmp_path / 'alone.db'}", writer=True)
+    upgrade(alone)
+    run(alone, [spool], once=True, log=lambda _m: None, batch_lines=7, parsers=0)
+    pooled, reference = _rows(engine), _rows(alone)
+    assert len(pooled[0]) == 88 and [q[0] for q in pooled[1]] == [38, 62]
+    assert pooled == reference
+    starts = [0]
+    for ln in lines:
+        starts.append(starts[-1] + len(ln))
+    assert f"byte {starts[37]}" in pooled[1][0][1] and f"byte {starts[61]}" in pooled[1][1][1]
+    with engine.connect() as conn:
+        (f,) = conn.execute(sa.select(S.c.offset, S.c.line, S.c.records, S.c.rejected, S.c.format)).all()
+    assert f == (starts[-1], 90, 88, 2, "native")
+    with (spool / "big.jsonl").open("ab") as out:  # more arrives; a worker with two parsers takes it
+        out.write(b"".join(line(f"q{i:03d}", step=20) for i in range(30)))
+    run(engine, [spool], once=True, log=lambda _m: None, batch_lines=4, parsers=2)
+    assert count(engine, R) == 118 and count(engine, Q) == 2
+    alone.dispose()
+
+
+def test_a_killed_worker_leaves_no_parser_process_behind(tmp_path):
+    # The pool's processes die with the worker (PR_SET_PDEATHSIG), even on SIGKILL.
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "a.jsonl").write_bytes(b"".join(line(f"k{i:04d}", reward=i % 2) for i in range(3000)))
+    env = {**os.environ, "ROLLSCOPE_DATABASE_URL": f"sqlite:///{tmp_path / 'k.db'}", "ROLLSCOPE_WORKER__BATCH_SIZE": "20"}
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--spool", str(spool), "--parsers", "1"],
+                            env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def children() -> list[int]:
+        out = []
+        for status in Path("/proc").glob("[0-9]*/status"):
+            try:
+                fields = dict(ln.split(":\t", 1) for ln in status.read_text().splitlines() if ":\t" in ln)
+            except OSError:
+                continue
+            if fields.get("PPid", "").strip() == str(proc.pid):
+                out.append(int(status.parent.name))
+        return out
+
+    try:
+        assert wait_for(lambda: len(children()) >= 1, 60), "no parser process started"
+        kids = children()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    assert wait_for(lambda: not any(Path(f"/proc/{k}").exists() and "zombie" not in
+                                    Path(f"/proc/{k}/status").read_text(errors="replace") for k in kids), 20), kids
