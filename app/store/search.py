@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 import sqlalchemy as sa
 
 from app.db import models
+from app.db.engine import bulk_insert
 
 SD = models.SearchDoc.__table__
 MAX_TEXT = 100_000  # characters indexed per message; a longer tool output is indexed by its head
@@ -68,14 +69,12 @@ def doc_rows(rollout_pk: int, run_id: str, node_rows: Iterable[Mapping]) -> list
 def add_docs(conn: sa.Connection, rows: list[tuple[int, str, int, str]]) -> None:
     """Insert search documents, (rollout_pk, run_id, node idx, text), and index them, in the
     caller's transaction: the one way documents are added. The rollouts must have no documents
-    yet (new rollouts; `rebuild` deletes first). One executemany by the driver; on SQLite then one
+    yet (new rollouts; `rebuild` deletes first). One `bulk_insert`; on SQLite then one
     INSERT ... SELECT of these rollouts' documents into the FTS5 index."""
     if not rows:
         return
+    bulk_insert(conn, SD, ("rollout_pk", "run_id", "node_idx", "text"), rows)
     sqlite = conn.dialect.name == "sqlite"
-    mark = "?" if sqlite else "%s"
-    conn.exec_driver_sql(f"INSERT INTO search_doc (rollout_pk, run_id, node_idx, text) VALUES ({mark}, {mark}, {mark}, {mark})",
-                         rows)
     if sqlite:
         pks = sorted({r[0] for r in rows})
         conn.exec_driver_sql("INSERT INTO search_fts(rowid, text) SELECT pk, text FROM search_doc "

@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from app.db import models
+from app.db.engine import bulk_insert
 from app.db.engine import insert_for as _insert
 from app.store import rollups, search
 from app.store.groups import recheck_groups
@@ -168,24 +169,10 @@ def _insert_rows(conn: sa.Connection, todo: list[Prepared], deleted: list[dict[s
         findings += [(pk, *row) for row in p.findings]
         inserted.append(dict(p.summary, pk=pk))
         docs += [(pk, p.identity[0], idx, text) for idx, text in p.search]
-    _executemany(conn, DET, ("rollout_pk", "envelope"), details)
-    _executemany(conn, NODE, ("rollout_pk", *NODE_COLUMNS), nodes)
-    _executemany(conn, FIND, ("rollout_pk", *FINDING_COLUMNS), findings)
+    bulk_insert(conn, DET, ("rollout_pk", "envelope"), details)
+    bulk_insert(conn, NODE, ("rollout_pk", *NODE_COLUMNS), nodes)
+    bulk_insert(conn, FIND, ("rollout_pk", *FINDING_COLUMNS), findings)
     return Written(inserted, deleted, docs)
-
-
-def _executemany(conn: sa.Connection, table: sa.Table, columns: tuple[str, ...], rows: list[tuple]) -> None:
-    """INSERT rows (tuples in `columns` order; JSON columns as JSON text) with the driver's own
-    executemany: the rows are ready, so no per-value processing by SQLAlchemy (that cost more
-    than the database's own work here)."""
-    if not rows:
-        return
-    pg = conn.dialect.name == "postgresql"
-    marks = []
-    for name in columns:
-        is_json = isinstance(table.c[name].type, sa.JSON)
-        marks.append(("CAST(%s AS JSONB)" if is_json else "%s") if pg else "?")
-    conn.exec_driver_sql(f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES ({', '.join(marks)})", rows)
 
 
 def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordError], *,
@@ -431,7 +418,8 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     `quarantine_context`: how the input was read, kept with its quarantined records.
     """
     total = StoreResult()
-    pending: list[Rollout] = []
+    pending: list[Prepared] = []  # prepared as they arrive, each rollout let go once prepared
+    failed: list[RecordError] = []  # rollouts that cannot be stored at all
     errors: list[RecordError] = []
     identities: set[Identity] = set()  # of `pending`
     seen: set[Identity] = set()  # in this call
@@ -441,13 +429,9 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     last: list[object] = [None]
 
     def flush() -> None:
-        if not pending and not errors:
+        if not pending and not errors and not failed:
             return
-        prepared: list[Prepared] = []
-        failed: list[RecordError] = []  # rollouts that cannot be stored at all
-        for r in pending:
-            p = prepare_or_error(r, context)
-            (failed if isinstance(p, RecordError) else prepared).append(p)
+        prepared = list(pending)
         batch_errors = errors + failed
         try:
             res = _with_retries(engine, lambda conn: write_batch(
@@ -469,6 +453,7 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
         known_runs.update(p.identity[0] for p in prepared)
         total.add(res)
         pending.clear()
+        failed.clear()
         errors.clear()
         identities.clear()
 
@@ -483,9 +468,13 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
                 flush()
             seen.add(identity)
             identities.add(identity)
-            pending.append(item)
+            p = prepare_or_error(item, context)
+            if isinstance(p, RecordError):
+                failed.append(p)
+            else:
+                pending.append(p.detached())
         last[0] = item
-        if len(pending) >= batch_size or len(errors) >= batch_size:
+        if len(pending) + len(failed) >= batch_size or len(errors) >= batch_size:
             flush()
         if on_item:
             on_item(item)
