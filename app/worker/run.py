@@ -71,10 +71,14 @@ def _loop(spool: Spool, engine: Engine, stop: threading.Event, poll: float, once
           log: Callable[[str], None], heartbeat: Path | None) -> int:
     backoff = 0.0
     total = 0
+    claims_released = engine.dialect.name != "sqlite"  # one worker per SQLite file: a dead one's leases go
     while not stop.is_set():
         if heartbeat is not None:
             heartbeat.touch()
         try:
+            if not claims_released:
+                spool.release_claims()
+                claims_released = True
             spool.sync_files()
             done = spool.work(stop.is_set)
             total += done

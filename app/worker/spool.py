@@ -155,6 +155,14 @@ class Spool:
     def __post_init__(self) -> None:
         self._pool = Parsers(self.parsers)
 
+    def release_claims(self) -> None:
+        """Let go of every file claim (the worker's own and a dead one's). For SQLite, where one
+        worker at a time holds the database (app/worker/run.py's lock file): a worker killed with
+        SIGKILL leaves 60 s leases that would otherwise stall its successor."""
+        with self.engine.begin() as conn:
+            conn.execute(S.update().where(S.c.spool == INGEST, S.c.claimed_by.is_not(None))
+                         .values(claimed_by=None, claimed_until=None))
+
     def close(self) -> None:
         """Stop the parser processes (stretches parsed but not written are read again next time)."""
         self._ahead.clear()
@@ -239,8 +247,8 @@ class Spool:
                         break
                     done += n
                     row = self._reload(row.pk)
-                    if row is None or row.claimed_by != self.worker_id:
-                        break
+                    if row is None or row.claimed_by != self.worker_id or row.status != "active":
+                        break  # lost, or finished (read whole, refused, a gzip stream at its end)
             finally:
                 self._release(row.pk if row is not None else None)
         return done
@@ -255,12 +263,28 @@ class Spool:
                 wanted = sa.and_(wanted, S.c.pk.notin_(tried))
             for row in conn.execute(sa.select(S).where(wanted).order_by(S.c.updated_at, S.c.pk).limit(50)
                                     .with_for_update(skip_locked=True)):
-                if self._idle.get(row.pk) == (row.size, row.offset) and not self._torn_due(row, now):
+                if self._idle.get(row.pk) == (row.size, row.offset) and not self._due(row, now):
                     continue  # nothing new since the last look
                 conn.execute(S.update().where(S.c.pk == row.pk)
                              .values(claimed_by=self.worker_id, claimed_until=now + LEASE))
                 return row
         return None
+
+    def _due(self, row, now) -> bool:
+        """A file with nothing new is looked at again once waiting may have changed the answer:
+        a file not yet read (a JSON document or CSV, read whole once it settles) after `settle`
+        seconds, a last line without its newline after `torn_after`."""
+        if row.offset == 0 and not row.format and self._settled(row, now):
+            return True
+        return self._torn_due(row, now)
+
+    def _settled(self, row, now) -> bool:
+        grew = row.grew_at
+        if grew is None:
+            return True
+        if grew.tzinfo is None:
+            grew = grew.replace(tzinfo=now.tzinfo)
+        return (now - grew).total_seconds() >= self.settle
 
     def _torn_due(self, row, now) -> bool:
         grew = row.grew_at
@@ -433,7 +457,9 @@ class Spool:
         return None
 
     def _read_gz(self, row, path: Path) -> Chunk | None:
-        """Complete lines of a gzip stream from uncompressed offset `row.offset`."""
+        """Complete lines of a gzip stream from uncompressed offset `row.offset`. A file of
+        several gzip members (`gzip >> file`, also appended later) is read member after member,
+        as `gzip -d` does; a stream whose writer died mid-member ends as a torn last line."""
         state = self._gz.get(row.pk)
         if state is None or state.out_pos - len(state.buffer) != row.offset:
             state = _GzState(zlib.decompressobj(wbits=47), 0, 0)
@@ -443,6 +469,9 @@ class Spool:
             skip = 0
         try:
             with path.open("rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if state.eof and size > state.compressed_pos:  # another member was appended
+                    state.zobj, state.eof = zlib.decompressobj(wbits=47), False
                 f.seek(state.compressed_pos)
                 while not state.eof and (skip or b"\n" not in state.buffer[-self.batch_bytes:]
                                          or len(state.buffer) < self.batch_bytes):
@@ -450,19 +479,30 @@ class Spool:
                     if not raw:
                         break
                     state.compressed_pos += len(raw)
-                    out = state.zobj.decompress(raw)  # type: ignore[attr-defined]
-                    if state.zobj.eof:  # type: ignore[attr-defined]
-                        state.eof = True
+                    out = b""
+                    while raw:
+                        out += state.zobj.decompress(raw)  # type: ignore[attr-defined]
+                        if not state.zobj.eof:  # type: ignore[attr-defined]
+                            break
+                        raw = state.zobj.unused_data  # type: ignore[attr-defined]
+                        if raw.lstrip(b"\x00"):  # the next member starts here (NUL padding is not one)
+                            state.zobj = zlib.decompressobj(wbits=47)
+                        else:
+                            state.eof = state.compressed_pos >= size
+                            if not state.eof:
+                                state.zobj = zlib.decompressobj(wbits=47)
+                            raw = b""
                     state.out_pos += len(out)
                     state.buffer += out
                     if skip:
                         cut = min(skip, len(state.buffer))
                         state.buffer, skip = state.buffer[cut:], skip - cut
+                at_end = state.eof or state.compressed_pos >= size
         except (OSError, zlib.error) as exc:
             self._gz.pop(row.pk, None)
             self.log(f"{row.name}: cannot read as gzip: {exc}")
             return None
-        return self._cut(row, state.buffer, at_eof=state.eof)
+        return self._cut(row, state.buffer, at_eof=at_end)
 
     def _whole_file(self, row, path: Path) -> int:
         """A JSON document or CSV: read whole once it has stopped changing, then marked done."""

@@ -6,10 +6,12 @@ Atropos, Tunix...) is never taken for a plain chat transcript. Adding a format i
 """
 from __future__ import annotations
 
+from itertools import takewhile
+
 from ingest.formats import (atif, atropos, chat, inspect, mini_swe_agent, native, nemo_gym, openhands, otlp,
                             swe_agent, tau_bench, tunix, verifiers, verl)
 from ingest.formats.base import Reader
-from ingest.source import Source
+from ingest.source import PROBE_LINES, Source
 
 READERS: list[Reader] = [  # type: ignore[list-item]
     native,
@@ -53,11 +55,31 @@ def get(name: str) -> Reader:
 
 
 def detect(source: Source) -> Reader | None:
-    """The first reader whose `sniff` claims `source`, or None when none does."""
+    """The first reader whose `sniff` claims `source`, or None when none does.
+
+    JSONL is judged by its first record, and when no reader knows that record, by the next ones
+    (up to `PROBE_LINES` lines): one unknown record at the top (`{"foo": 1}`, a header some tool
+    wrote) costs that record, rejected on its own line by the reader that takes the rest, not
+    the file. `source.first` is left at the record that was recognised."""
     for reader in READERS:
         if reader.sniff(source):
             return reader
-    return None
+    if source.kind != "jsonl" or source.first is None:
+        return None
+    first, position = source.first, source.position
+    try:
+        records = (value for _, value in takewhile(lambda lv: lv[0] <= PROBE_LINES, source.lines())
+                   if isinstance(value, dict))
+        next(records, None)  # the first record: tried above
+        for value in records:
+            source.first = value
+            for reader in READERS:
+                if reader.sniff(source):
+                    return reader
+        source.first = first
+        return None
+    finally:
+        source.position, source.last_line, source.last_raw = position, None, None
 
 
 def claims(source: Source) -> list[str]:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -225,3 +226,83 @@ def test_a_killed_worker_leaves_no_parser_process_behind(tmp_path):
         proc.wait(30)
     assert wait_for(lambda: not any(Path(f"/proc/{k}").exists() and "zombie" not in
                                     Path(f"/proc/{k}/status").read_text(errors="replace") for k in kids), 20), kids
+
+
+def test_gzip_members_appended_later_and_a_stream_cut_mid_member(engine, tmp_path):
+    # `gzip >> file` appends a member: it is read, also after the first member was finished; a
+    # stream whose writer died mid-member ends as a torn line once the file stops growing.
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    members = spool / "m.jsonl.gz"
+    members.write_bytes(gzip.compress(b"".join(line(f"a{i}") for i in range(3))))
+    cut = spool / "cut.jsonl.gz"
+    import io
+
+    buf = io.BytesIO()
+    z = gzip.GzipFile(fileobj=buf, mode="wb")  # a writer that flushes each record, then dies mid-record
+    z.write(line("c0") + line("c1"))
+    z.flush()
+    z.write(line("c-last")[:50])
+    z.flush()
+    with worker(engine, spool, torn_after=1):
+        assert wait_for(lambda: count(engine, R) == 3, 30)
+        assert wait_for(lambda: count(engine, S, S.c.status == "done") == 1, 30)
+        with members.open("ab") as out:
+            out.write(gzip.compress(line("b0")) + gzip.compress(line("b1")))
+        assert wait_for(lambda: count(engine, R) == 5, 30), ids(engine)
+        cut.write_bytes(buf.getvalue())  # no end of the last line, no gzip trailer
+        assert wait_for(lambda: count(engine, Q) == 1, 30)
+    assert ids(engine) == ["a0", "a1", "a2", "b0", "b1", "c0", "c1"]
+    with engine.connect() as conn:
+        (q,) = conn.execute(sa.select(Q)).all()
+    assert q.line == 3 and "torn" in q.error
+
+
+def test_unreadable_files_are_refused_once_and_documents_wait_only_to_settle(engine, tmp_path):
+    # A file no reader knows is refused once (not once per pass); a JSONL file whose first record
+    # no reader knows keeps the rest; a JSON document is read once it has stopped changing for
+    # `settle` seconds (not `torn_after`), and once.
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "notes.txt").write_text("hello\n")
+    (spool / "mixed.jsonl").write_bytes(b'{"foo": 1}\n' + line("m1") + line("m2"))
+    with worker(engine, spool, torn_after=3600, settle=0.5):
+        assert wait_for(lambda: count(engine, R) == 2 and count(engine, Q) == 2, 30)
+        doc = {"schema": "rollscope/1", "id": "d1", "run": {"id": "docs"},
+               "nodes": [{"message": {"role": "user", "content": "hi"}}]}
+        import json
+
+        (spool / "doc.json").write_text(json.dumps(doc, indent=2))
+        assert wait_for(lambda: count(engine, R) == 3, 10), "a document waited longer than it needed"
+        with (spool / "mixed.jsonl").open("ab") as out:
+            out.write(line("m3"))
+        assert wait_for(lambda: count(engine, R) == 4, 30)
+    with engine.connect() as conn:
+        files = {Path(r.name).name: r for r in conn.execute(sa.select(S))}
+        errors = sorted((Path(q.source_file).name, q.line) for q in conn.execute(sa.select(Q)))
+    assert files["notes.txt"].rejected == 1 and files["notes.txt"].status == "done"
+    assert files["doc.json"].records == 1 and files["doc.json"].status == "done"
+    assert (files["mixed.jsonl"].records, files["mixed.jsonl"].rejected, files["mixed.jsonl"].format) == (3, 1, "native")
+    assert errors == [("mixed.jsonl", 1), ("notes.txt", None)]
+
+
+def test_a_sqlite_worker_takes_over_the_claims_of_one_killed_before_it(tmp_path):
+    # SQLite has one worker at a time (its lock file), so the leases a SIGKILLed worker left
+    # are let go at once instead of stalling its successor for a minute.
+    from app.db.engine import make_engine
+    from app.db.migrate import upgrade
+    from app.db.models import utcnow
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'lease.db'}", writer=True)
+    upgrade(engine)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "a.jsonl").write_bytes(line("x1"))
+    run(engine, [spool], once=True, log=lambda _m: None)
+    with engine.begin() as conn:  # a worker died holding the file
+        conn.execute(S.update().values(claimed_by="dead:1:abc", claimed_until=utcnow() + timedelta(seconds=60)))
+    with (spool / "a.jsonl").open("ab") as out:
+        out.write(line("x2"))
+    run(engine, [spool], once=True, log=lambda _m: None)
+    assert ids(engine) == ["x1", "x2"]
+    engine.dispose()
