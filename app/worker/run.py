@@ -38,7 +38,8 @@ def sqlite_lock(engine: Engine):
     db = engine.url.database or ""
     if db in ("", ":memory:"):
         return None
-    path = Path(db).resolve().with_name(Path(db).name + ".worker.lock")
+    real = Path(db).resolve()  # the file itself, whatever link or relative path names it
+    path = real.with_name(real.name + ".worker.lock")
     f = path.open("a+")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)

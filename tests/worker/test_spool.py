@@ -306,3 +306,19 @@ def test_a_sqlite_worker_takes_over_the_claims_of_one_killed_before_it(tmp_path)
     run(engine, [spool], once=True, log=lambda _m: None)
     assert ids(engine) == ["x1", "x2"]
     engine.dispose()
+
+
+def test_the_sqlite_worker_lock_holds_through_a_symlink(tmp_path):
+    from app.db.engine import make_engine
+    from app.worker.run import WorkerLocked, sqlite_lock
+
+    (tmp_path / "w.db").touch()
+    (tmp_path / "link.db").symlink_to(tmp_path / "w.db")
+    held = sqlite_lock(make_engine(f"sqlite:///{tmp_path / 'w.db'}"))
+    try:
+        import pytest
+
+        with pytest.raises(WorkerLocked):
+            sqlite_lock(make_engine(f"sqlite:///{tmp_path / 'link.db'}"))
+    finally:
+        held.close()
