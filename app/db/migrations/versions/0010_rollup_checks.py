@@ -1,0 +1,73 @@
+"""rollups for the run page, compare and the list at a million rollouts
+
+Revision ID: 0010_rollup_checks
+Revises: 0009_search_insert
+
+- `run_task_rollup`: one row per (run, task) over all steps (compare's task table, the task
+  facet, the heatmap's task volumes), kept at ingest by app/store/rollups.py;
+- the step rollups' `stats` gain `checks`: per step, the rollouts with a finding or a skipped
+  outcome of each check kind and the reasons given (the run page's checks table and findings
+  chart, which counted them with a join over every rollout of the run);
+- the rollouts list's sort indexes end in `pk`, the keyset order (on Postgres a page sorted by
+  reward sorted all 300,000 ties of reward 1.0 of the benchmark run), and the ending index
+  continues with (step, pk): the ending filter in the list's default order.
+
+Every rollup is recomputed here from the stored rows (`rollups.rebuild`), as `rollscope
+rebuild-analytics` does.
+"""
+from alembic import op
+import sqlalchemy as sa
+import sqlmodel
+from sqlalchemy.dialects import postgresql
+
+
+revision = "0010_rollup_checks"
+down_revision = "0009_search_insert"
+branch_labels = None
+depends_on = None
+
+JSON = sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql")
+SORT_INDEXES = {  # name: (old columns, new columns)
+    "ix_rollout_run_step": (["run_id", "step"], ["run_id", "step", "pk"]),
+    "ix_rollout_run_ending": (["run_id", "ending"], ["run_id", "ending", "step", "pk"]),
+    "ix_rollout_run_reward": (["run_id", "reward"], ["run_id", "reward", "pk"]),
+    "ix_rollout_run_tokens": (["run_id", "n_tokens"], ["run_id", "n_tokens", "pk"]),
+    "ix_rollout_run_turns": (["run_id", "n_turns"], ["run_id", "n_turns", "pk"]),
+}
+
+
+def upgrade() -> None:
+    op.create_table("run_task_rollup",
+        sa.Column("pk", sa.Integer(), nullable=False),
+        sa.Column("run_id", sqlmodel.sql.sqltypes.AutoString(length=200), nullable=False),
+        sa.Column("task_key", sqlmodel.sql.sqltypes.AutoString(length=500), nullable=False),
+        sa.Column("rollouts", sa.Integer(), nullable=False),
+        sa.Column("errors", sa.Integer(), nullable=False),
+        sa.Column("scored", sa.Integer(), nullable=False),
+        sa.Column("scored_no_errors", sa.Integer(), nullable=False),
+        sa.Column("mean_reward", sa.Float(), nullable=True),
+        sa.Column("mean_reward_no_errors", sa.Float(), nullable=True),
+        sa.Column("endings", JSON, nullable=True),
+        sa.Column("sums", JSON, nullable=True),
+        sa.ForeignKeyConstraint(["run_id"], ["run.id"], ),
+        sa.PrimaryKeyConstraint("pk"))
+    op.create_index("uq_run_task_rollup_key", "run_task_rollup", ["run_id", "task_key"], unique=True)
+    for name, (_, cols) in SORT_INDEXES.items():
+        op.drop_index(name, table_name="rollout")
+        op.create_index(name, "rollout", cols, unique=False)
+
+    from app.store import rollups  # computed from the summary rows and findings already stored
+
+    rollups.rebuild(op.get_bind())
+    # the planner's statistics of the new indexes and table (SQLite keeps none until ANALYZE:
+    # without them it ran the ending facet under a task filter through the ending index, 0.5 s)
+    for table in ("rollout", "task_rollup", "run_task_rollup"):
+        op.execute(f"ANALYZE {table}")
+
+
+def downgrade() -> None:
+    for name, (cols, _) in SORT_INDEXES.items():
+        op.drop_index(name, table_name="rollout")
+        op.create_index(name, "rollout", cols, unique=False)
+    op.drop_index("uq_run_task_rollup_key", table_name="run_task_rollup")
+    op.drop_table("run_task_rollup")
