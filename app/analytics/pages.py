@@ -292,7 +292,8 @@ def compare_page(session: Session, run_ids: list[str], *, steps: StepRange, wind
     missing = [r for r, got in zip(run_ids, runs) if got is None]
     if missing:
         return None
-    stats = {r: step_stats(session=session, run_id=r, steps=steps, sections=RUN_SECTIONS) for r in run_ids}
+    # the totals compare shows: rollouts, endings, mean rewards (exact, from each step's partial sums)
+    stats = {r: step_stats(session=session, run_id=r, steps=steps, sections=("endings", "reward")) for r in run_ids}
     params = {"runs": ",".join(run_ids), "steps": str(steps) or None, "smooth": window}
     q_ = urlencode({k: v for k, v in params.items() if v not in (None, "", 1)})
     figures = {c.id: {"title": c.title, "caption": c.caption, "json_url": f"/compare/charts/{c.id}.json?{q_}",

@@ -69,10 +69,12 @@ def search(*, session: Session, text: str, run_id: str | None = None, limit: int
         params["rare"] = RARE_MATCHES
         n_rare = session.execute(sa.text(
             f"SELECT count(*) FROM (SELECT 1 FROM search_doc d WHERE {match} LIMIT :rare) AS m"), params).scalar_one()
-        pick = (f"SELECT pk FROM search_doc d WHERE {match} LIMIT :rare" if n_rare < RARE_MATCHES else None)
-        source = (f"WITH rare AS MATERIALIZED ({pick}) SELECT d.pk, d.run_id, d.rollout_pk, d.node_idx, d.text "
-                  f"FROM search_doc d JOIN rare ON rare.pk = d.pk" if pick else
-                  f"SELECT d.pk, d.run_id, d.rollout_pk, d.node_idx, d.text FROM search_doc d WHERE {match}")
+        if n_rare < RARE_MATCHES:  # the page's keys from the matches, then their rows by key
+            source = (f"WITH rare AS MATERIALIZED (SELECT pk FROM search_doc d WHERE {match} LIMIT :rare), "
+                      "top AS MATERIALIZED (SELECT pk FROM rare ORDER BY pk DESC LIMIT :n) "
+                      "SELECT d.pk, d.run_id, d.rollout_pk, d.node_idx, d.text FROM top JOIN search_doc d ON d.pk = top.pk")
+        else:
+            source = f"SELECT d.pk, d.run_id, d.rollout_pk, d.node_idx, d.text FROM search_doc d WHERE {match}"
         sql = f"""
             WITH hits AS ({source} ORDER BY d.pk DESC LIMIT :n)
             SELECT pk, run_id, rollout_pk, node_idx,

@@ -353,36 +353,40 @@ def check_counts(conn: sa.Connection, keys: list[tuple[str, int | None]]) -> dic
     - `group_skip_reasons`: kind → message → groups with that skipped outcome, each group counted
       at the first step of its members (so a run's total counts every group once).
 
-    Four grouped statements whatever the number of steps."""
+    One statement (four grouped parts) whatever the number of steps."""
     out: dict[tuple, dict] = {k: empty_checks() for k in keys}
     if not keys:
         return out
     in_keys = _keys_where(R, keys)
-    skipped = (F.c.severity == SKIPPED).label("skipped")
+    skipped = sa.case((F.c.severity == SKIPPED, 1), else_=0)
+    no_message = sa.cast(sa.null(), sa.String)
     own = R.join(F, F.c.rollout_pk == R.c.pk)
     grouped = R.join(F, sa.and_(F.c.rollout_pk.is_(None), F.c.run_id == R.c.run_id, F.c.group_id == R.c.group_id))
-    for source in (own, grouped):
-        for run_id, step, kind, skip, n in conn.execute(
-                sa.select(R.c.run_id, R.c.step, F.c.kind, skipped, sa.func.count(sa.distinct(R.c.pk)))
-                .select_from(source).where(in_keys).group_by(R.c.run_id, R.c.step, F.c.kind, skipped)):
-            d = out[(run_id, step)]["skipped" if skip else "found"]
-            d[kind] = d.get(kind, 0) + n
-    for run_id, step, kind, message, n in conn.execute(
-            sa.select(R.c.run_id, R.c.step, F.c.kind, F.c.message, sa.func.count()).select_from(own)
-            .where(in_keys, F.c.severity == SKIPPED).group_by(R.c.run_id, R.c.step, F.c.kind, F.c.message)):
-        out[(run_id, step)]["skip_reasons"].setdefault(kind, {})[message] = n
+    counts = [sa.select(sa.literal("count"), R.c.run_id, R.c.step, F.c.kind, skipped, no_message,
+                        sa.func.count(sa.distinct(R.c.pk))).select_from(source).where(in_keys)
+              .group_by(R.c.run_id, R.c.step, F.c.kind, skipped) for source in (own, grouped)]
+    reasons = (sa.select(sa.literal("reason"), R.c.run_id, R.c.step, F.c.kind, sa.literal(1), F.c.message,
+                         sa.func.count()).select_from(own).where(in_keys, F.c.severity == SKIPPED)
+               .group_by(R.c.run_id, R.c.step, F.c.kind, F.c.message))
     # the groups with a member in these steps, each at its first step
     M = R.alias("member")
     touched = sa.select(R.c.run_id, R.c.group_id).where(in_keys, R.c.group_id.is_not(None)).distinct()
     first = (sa.select(M.c.run_id, M.c.group_id, sa.func.min(M.c.step).label("step"))
              .where(sa.tuple_(M.c.run_id, M.c.group_id).in_(touched)).group_by(M.c.run_id, M.c.group_id).subquery())
-    for run_id, step, kind, message, n in conn.execute(
-            sa.select(first.c.run_id, first.c.step, F.c.kind, F.c.message, sa.func.count())
-            .select_from(first.join(F, sa.and_(F.c.rollout_pk.is_(None), F.c.run_id == first.c.run_id,
-                                               F.c.group_id == first.c.group_id)))
-            .where(F.c.severity == SKIPPED).group_by(first.c.run_id, first.c.step, F.c.kind, F.c.message)):
-        if (run_id, step) in out:
-            out[(run_id, step)]["group_skip_reasons"].setdefault(kind, {})[message] = n
+    group_reasons = (sa.select(sa.literal("group_reason"), first.c.run_id, first.c.step, F.c.kind, sa.literal(1),
+                               F.c.message, sa.func.count())
+                     .select_from(first.join(F, sa.and_(F.c.rollout_pk.is_(None), F.c.run_id == first.c.run_id,
+                                                        F.c.group_id == first.c.group_id)))
+                     .where(F.c.severity == SKIPPED).group_by(first.c.run_id, first.c.step, F.c.kind, F.c.message))
+    for tag, run_id, step, kind, skip, message, n in conn.execute(sa.union_all(*counts, reasons, group_reasons)):
+        c = out.get((run_id, step))
+        if c is None:  # a group whose first step is not among these
+            continue
+        if tag == "count":
+            d = c["skipped" if skip else "found"]
+            d[kind] = d.get(kind, 0) + n
+        else:
+            c["skip_reasons" if tag == "reason" else "group_skip_reasons"].setdefault(kind, {})[message] = n
     return out
 
 

@@ -270,3 +270,19 @@ def test_rebuild_analytics_command_restores_rollups_and_search(engine, db_url, t
     assert _tables(engine) == before
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(models.SearchDoc.__table__)).scalar() == 2 * 26
+
+
+def test_rollups_exact_when_a_batch_falls_back_to_one_by_one(engine, tmp_path, monkeypatch):
+    """Written one by one (a batch failed), each rollout's hooks run before its group's findings
+    are recomputed; the rollups then recompute the groups' steps, and stay exact."""
+    from app.store import write
+
+    def refuse_bad(conn, written):
+        if any(r["rollout_id"] == "bad" for r in written.inserted):
+            raise ValueError("this hook refuses 'bad'")
+
+    monkeypatch.setattr(write, "BATCH_HOOKS", [refuse_bad, *write.BATCH_HOOKS])
+    rows = _batch("x") + [rollout("bad", run="run-a", step=1, group="s1g0", index=9, reward=0.0)]
+    report = ingest(engine, write_jsonl(tmp_path / "a.jsonl", rows))
+    assert report.total.fallbacks >= 1 and report.total.inserted == len(rows) - 1
+    _check(engine)
