@@ -258,8 +258,9 @@ class TaskRollup(SQLModel, table=True):
 
     __tablename__ = "task_rollup"
     __table_args__ = (sa.Index("ix_task_rollup_run_step", "run_id", "step"),
-                      # covering: the task facet and the heatmap's task volumes read only this index
-                      sa.Index("ix_task_rollup_run_task", "run_id", "task_key", "step", "rollouts"),
+                      # covering: the task facet, the heatmap's task volumes and the step facet
+                      # under a task filter (and ending=error) read only this index (errors: 0010)
+                      sa.Index("ix_task_rollup_run_task", "run_id", "task_key", "step", "rollouts", "errors"),
                       sa.Index("uq_task_rollup_key", "run_id", sa.text("coalesce(step, -2147483648)"), "task_key",
                                unique=True))
 

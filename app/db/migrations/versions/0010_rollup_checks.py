@@ -10,7 +10,8 @@ Revises: 0009_search_insert
   chart, which counted them with a join over every rollout of the run);
 - the rollouts list's sort indexes end in `pk`, the keyset order (on Postgres a page sorted by
   reward sorted all 300,000 ties of reward 1.0 of the benchmark run), and the ending index
-  continues with (step, pk): the ending filter in the list's default order.
+  continues with (step, pk): the ending filter in the list's default order; the (run, task)
+  index of task_rollup also covers `errors`.
 
 Every rollup is recomputed here from the stored rows (`rollups.rebuild`), as `rollscope
 rebuild-analytics` does.
@@ -34,6 +35,8 @@ SORT_INDEXES = {  # name: (old columns, new columns)
     "ix_rollout_run_tokens": (["run_id", "n_tokens"], ["run_id", "n_tokens", "pk"]),
     "ix_rollout_run_turns": (["run_id", "n_turns"], ["run_id", "n_turns", "pk"]),
 }
+# the step facet under a task filter sums `errors` (ending=error) from this index alone
+TASK_INDEX = (["run_id", "task_key", "step", "rollouts"], ["run_id", "task_key", "step", "rollouts", "errors"])
 
 
 def upgrade() -> None:
@@ -55,6 +58,8 @@ def upgrade() -> None:
     for name, (_, cols) in SORT_INDEXES.items():
         op.drop_index(name, table_name="rollout")
         op.create_index(name, "rollout", cols, unique=False)
+    op.drop_index("ix_task_rollup_run_task", table_name="task_rollup")
+    op.create_index("ix_task_rollup_run_task", "task_rollup", TASK_INDEX[1], unique=False)
 
     from app.store import rollups  # computed from the summary rows and findings already stored
 
@@ -66,6 +71,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("ix_task_rollup_run_task", table_name="task_rollup")
+    op.create_index("ix_task_rollup_run_task", "task_rollup", TASK_INDEX[0], unique=False)
     for name, (cols, _) in SORT_INDEXES.items():
         op.drop_index(name, table_name="rollout")
         op.create_index(name, "rollout", cols, unique=False)
