@@ -252,14 +252,17 @@ def _task_rollup_steps(session: Session, run_id: str, task: str, ending: str | N
                                                     TR.c.step.is_not(None)).group_by(TR.c.step))}
 
 
-LIST_SECTIONS = ("endings", "agents", "findings", "by_ending")  # what counts and facets read of each step
+def list_sections(f: ListFilters) -> tuple[str, ...]:
+    """What the list's counts and facets read of each step's stats: per ending only under an
+    ending filter."""
+    return ("endings", "agents", "findings") + (("by_ending",) if f.ending else ())
 
 
 def _rollup_steps(session: Session, run_id: str, f: ListFilters) -> list:
     """The step rollups the filters' step range selects; the rollouts without a step too when
     the filters name no step (the same read for every count and facet of a request)."""
     rng = f.step_range()
-    stats = step_stats(session=session, run_id=run_id, include_unstepped=True, sections=LIST_SECTIONS)
+    stats = step_stats(session=session, run_id=run_id, include_unstepped=True, sections=list_sections(f))
     if f.step is None and not f.steps:
         return stats
     return [s for s in stats if s.step is not None and (rng.first is None or s.step >= rng.first)
@@ -402,6 +405,7 @@ def facets(*, session: Session, run_id: str, filters: ListFilters) -> dict:
     does not finish in time comes back empty and is named in `timed_out` (narrower filters make
     it fit). Findings are the rollouts' own (not skipped outcomes), as in the rollups."""
     names = ("ending", "task", "agent", "flag", "steps")
+    step_stats(session=session, run_id=run_id, include_unstepped=True, sections=list_sections(filters))  # one read
     out: dict[str, list] = {}
     for name in names:
         f = _without(filters, name)

@@ -113,8 +113,9 @@ def step_stats(*, session: Session, run_id: str, steps: StepRange = StepRange(),
     two of the document's ~2 KB. Read once per session (request), run and sections; ranges are
     cut from that."""
     memo = session.info.setdefault("step_stats", {})
-    key = next((k for k in ((run_id, include_unstepped, sections), (run_id, include_unstepped, None)) if k in memo),
-               (run_id, include_unstepped, sections))
+    key = next((k for k in memo if k[:2] == (run_id, include_unstepped) and (
+        k[2] is None or (sections is not None and set(sections) <= set(k[2])))),  # a read that holds these
+        (run_id, include_unstepped, sections))
     if key not in memo and steps.first is not None and steps.last is not None:
         return _read_step_stats(session, run_id, False, steps, sections)  # a few steps: read just those
     if key not in memo:
