@@ -168,12 +168,19 @@ class Finding(SQLModel, table=True):
     that could not decide on this rollout or group, with the reason in `message`."""
 
     __table_args__ = (
-        sa.Index("ix_finding_kind_rollout", "kind", "rollout_pk"),
         sa.Index("ix_finding_run_group", "run_id", "group_id"),
+        # the rollout-scope indexes leave out the group findings (rollout_pk NULL; migration 0010):
+        # SQLite's statistics count rows per value and take NULL for one more value, so with
+        # 150,000 group findings "rollout_pk IS NULL" looked like 5 rows and the planner walked
+        # all of them instead of the (run_id, group_id) index
+        sa.Index("ix_finding_kind_rollout", "kind", "rollout_pk", sqlite_where=sa.text("rollout_pk IS NOT NULL"),
+                 postgresql_where=sa.text("rollout_pk IS NOT NULL")),
+        sa.Index("ix_finding_rollout_pk", "rollout_pk", sqlite_where=sa.text("rollout_pk IS NOT NULL"),
+                 postgresql_where=sa.text("rollout_pk IS NOT NULL")),
     )
 
     pk: int | None = Field(default=None, primary_key=True)
-    rollout_pk: int | None = Field(default=None, foreign_key="rollout.pk", ondelete="CASCADE", index=True)
+    rollout_pk: int | None = Field(default=None, foreign_key="rollout.pk", ondelete="CASCADE")
     run_id: str | None = Field(default=None, max_length=200)  # group findings: the group's run
     group_id: str | None = Field(default=None, max_length=300)  # group findings: the group
     kind: str

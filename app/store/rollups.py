@@ -361,7 +361,12 @@ def check_counts(conn: sa.Connection, keys: list[tuple[str, int | None]]) -> dic
     skipped = sa.case((F.c.severity == SKIPPED, 1), else_=0)
     no_message = sa.cast(sa.null(), sa.String)
     own = R.join(F, F.c.rollout_pk == R.c.pk)
-    grouped = R.join(F, sa.and_(F.c.rollout_pk.is_(None), F.c.run_id == R.c.run_id, F.c.group_id == R.c.group_id))
+    # group findings through the steps' groups (a few per step) and then their members in these
+    # steps: joined straight from the rollouts, Postgres hashed every group finding of the run
+    groups = sa.select(R.c.run_id, R.c.group_id).where(in_keys, R.c.group_id.is_not(None)).distinct().subquery()
+    grouped = groups.join(F, sa.and_(F.c.rollout_pk.is_(None), F.c.run_id == groups.c.run_id,
+                                     F.c.group_id == groups.c.group_id)) \
+        .join(R, sa.and_(R.c.run_id == groups.c.run_id, R.c.group_id == groups.c.group_id))
     counts = [sa.select(sa.literal("count"), R.c.run_id, R.c.step, F.c.kind, skipped, no_message,
                         sa.func.count(sa.distinct(R.c.pk))).select_from(source).where(in_keys)
               .group_by(R.c.run_id, R.c.step, F.c.kind, skipped) for source in (own, grouped)]
