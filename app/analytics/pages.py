@@ -16,8 +16,8 @@ from sqlmodel import Session
 
 from app import charts, urls
 from app.analytics import search as search_q
-from app.analytics.steps import (RUN_SECTIONS, StepRange, StepStats, heatmap_tasks, one_step, run_totals, step_stats,
-                                 task_rows, task_totals)
+from app.analytics.steps import (RUN_SECTIONS, StepRange, StepStats, every_run_step_stats, heatmap_tasks, one_step,
+                                 run_totals, step_stats, task_rows, task_totals)
 from app.db import models
 from app.queries import annotations as q_annotations
 from app.queries.common import SUMMARY_COLUMNS
@@ -550,11 +550,8 @@ def runs_overview(session: Session) -> dict:
     """Every run with rollouts, steps, mean reward (errors scored 0 / dropped), ending counts and a
     reward sparkline, from the rollups (one row per step), and the compare form's URL."""
     runs = list(session.execute(sa.select(models.Run).order_by(models.Run.created_at, models.Run.id)).scalars())
-    SR = models.StepRollup.__table__
-    by_run: dict[str, list[StepStats]] = defaultdict(list)
-    for r in session.execute(sa.select(SR).order_by(SR.c.run_id, SR.c.step.is_(None), SR.c.step)):
-        by_run[r.run_id].append(StepStats(r.run_id, r.step, r.rollouts, r.mean_reward, r.mean_reward_no_errors,
-                                          r.scored, r.excluded, r.stats or {}))
+    # the totals shown: rollouts, steps, endings, mean rewards (exact, from each step's partial sums)
+    by_run = every_run_step_stats(session=session, sections=("endings", "reward"))
     out = []
     for run in runs:
         stats = by_run.get(run.id, [])

@@ -143,16 +143,19 @@ def _sections_text(session: Session, sections: tuple[str, ...] | None):
                                 type_=sa.Text)
 
 
-def _read_step_stats(session: Session, run_id: str, include_unstepped: bool,
+def _read_step_stats(session: Session, run_id: str | None, include_unstepped: bool,
                      steps: StepRange = StepRange(), sections: tuple[str, ...] | None = None) -> list[StepStats]:
+    """The step rollups of one run (`run_id` None: of every run, by run), as `step_stats`."""
     where = steps.where(SR.c.step) if include_unstepped is False else sa.or_(steps.where(SR.c.step), SR.c.step.is_(None))
     # stats as text, parsed here by orjson: they hold only counts and finite floats, so the
     # engine's careful JSON reader (ingest.source.loads: long integers kept) would cost 10x more
     q = sa.select(SR.c.run_id, SR.c.step, SR.c.rollouts, SR.c.mean_reward, SR.c.mean_reward_no_errors, SR.c.scored,
-                  SR.c.excluded, _sections_text(session, sections).label("stats")).where(SR.c.run_id == run_id, where)
+                  SR.c.excluded, _sections_text(session, sections).label("stats")).where(where)
+    if run_id is not None:
+        q = q.where(SR.c.run_id == run_id)
     if not include_unstepped:
         q = q.where(SR.c.step.is_not(None))
-    rows = session.execute(q.order_by(*_order(SR.c.step))).all()
+    rows = session.execute(q.order_by(*(() if run_id is not None else (SR.c.run_id,)), *_order(SR.c.step))).all()
 
     def parse(text):
         if not text:
@@ -164,6 +167,14 @@ def _read_step_stats(session: Session, run_id: str, include_unstepped: bool,
 
     return [StepStats(r.run_id, r.step, r.rollouts, r.mean_reward, r.mean_reward_no_errors, r.scored, r.excluded,
                       parse(r.stats)) for r in rows]
+
+
+def every_run_step_stats(*, session: Session, sections: tuple[str, ...]) -> dict[str, list[StepStats]]:
+    """Every run's step rollups (with the rollouts without a step, last), by run: the runs list."""
+    out: dict[str, list[StepStats]] = {}
+    for s in _read_step_stats(session, None, True, sections=sections):
+        out.setdefault(s.run_id, []).append(s)
+    return out
 
 
 def one_step(*, session: Session, run_id: str, step: int) -> StepStats | None:
