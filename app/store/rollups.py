@@ -342,7 +342,8 @@ def empty_checks() -> dict:
     return {"found": {}, "skipped": {}, "skip_reasons": {}, "group_skip_reasons": {}}
 
 
-def check_counts(conn: sa.Connection, keys: list[tuple[str, int | None]]) -> dict[tuple, dict]:
+def check_counts(conn: sa.Connection, keys: list[tuple[str, int | None]],
+                 pk_range: tuple[int | None, int | None] | None = None) -> dict[tuple, dict]:
     """Per (run, step) of `keys`: what the checks found in the step's rollouts (the run page's
     checks table and findings chart), from the `finding` table:
 
@@ -353,7 +354,8 @@ def check_counts(conn: sa.Connection, keys: list[tuple[str, int | None]]) -> dic
     - `group_skip_reasons`: kind → message → groups with that skipped outcome, each group counted
       at the first step of its members (so a run's total counts every group once).
 
-    One statement (four grouped parts) whatever the number of steps."""
+    One statement (four grouped parts) whatever the number of steps; `pk_range`: the smallest and
+    largest key of the steps' rollouts, when the caller has read them (else one more statement)."""
     out: dict[tuple, dict] = {k: empty_checks() for k in keys}
     if not keys:
         return out
@@ -361,6 +363,11 @@ def check_counts(conn: sa.Connection, keys: list[tuple[str, int | None]]) -> dic
     skipped = sa.case((F.c.severity == SKIPPED, 1), else_=0)
     no_message = sa.cast(sa.null(), sa.String)
     own = R.join(F, F.c.rollout_pk == R.c.pk)
+    # the findings' keys bounded by the steps' first and last rollout (implied by the join): else
+    # Postgres merge-joined from the start of the whole finding index, a walk as long as the run
+    lo, hi = pk_range if pk_range is not None else conn.execute(
+        sa.select(sa.func.min(R.c.pk), sa.func.max(R.c.pk)).where(in_keys)).one()
+    in_bounds = F.c.rollout_pk.between(lo if lo is not None else 0, hi if hi is not None else -1)
     # group findings through the steps' groups (a few per step) and then their members in these
     # steps: joined straight from the rollouts, Postgres hashed every group finding of the run
     groups = sa.select(R.c.run_id, R.c.group_id).where(in_keys, R.c.group_id.is_not(None)).distinct().subquery()
@@ -368,10 +375,10 @@ def check_counts(conn: sa.Connection, keys: list[tuple[str, int | None]]) -> dic
                                      F.c.group_id == groups.c.group_id)) \
         .join(R, sa.and_(R.c.run_id == groups.c.run_id, R.c.group_id == groups.c.group_id))
     counts = [sa.select(sa.literal("count"), R.c.run_id, R.c.step, F.c.kind, skipped, no_message,
-                        sa.func.count(sa.distinct(R.c.pk))).select_from(source).where(in_keys)
-              .group_by(R.c.run_id, R.c.step, F.c.kind, skipped) for source in (own, grouped)]
+                        sa.func.count(sa.distinct(R.c.pk))).select_from(source).where(in_keys, *extra)
+              .group_by(R.c.run_id, R.c.step, F.c.kind, skipped) for source, extra in ((own, [in_bounds]), (grouped, []))]
     reasons = (sa.select(sa.literal("reason"), R.c.run_id, R.c.step, F.c.kind, sa.literal(1), F.c.message,
-                         sa.func.count()).select_from(own).where(in_keys, F.c.severity == SKIPPED)
+                         sa.func.count()).select_from(own).where(in_keys, in_bounds, F.c.severity == SKIPPED)
                .group_by(R.c.run_id, R.c.step, F.c.kind, F.c.message))
     # the groups with a member in these steps, each at its first step
     M = R.alias("member")
@@ -536,7 +543,8 @@ def apply(conn: sa.Connection, *, inserted: Iterable[Mapping] = (), deleted: Ite
         d = dict(zip(names, row))
         limits[d["run_id"]] = _staleness_limit({"max_staleness": d.pop("run_max_staleness")})
         by_key[(d["run_id"], d["step"])].append(d)
-    checks = check_counts(conn, keys)
+    pks = [d["pk"] for rows in by_key.values() for d in rows]
+    checks = check_counts(conn, keys, (min(pks), max(pks)) if pks else (None, None))
     old_tasks = [dict(r._mapping) for r in conn.execute(sa.select(*TASK_COLUMNS).where(_keys_where(TR, keys)))]
     step_out, task_out = [], []
     for run_id, step in keys:
