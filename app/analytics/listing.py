@@ -10,8 +10,9 @@ Prefix filters compare by range (`task >= p AND task < p + U+10FFFF`, plus an ex
 (run_id, task_key) / (run_id, group_id) indexes serve them; this is exact under byte-order
 collations (SQLite, Postgres `C` / `C.UTF-8`).
 
-Counts and facets without filters (or with only a step range) come from the rollups; with other
-filters from the rollout table through its indexes.
+Counts and facets under a step range, an ending and a task prefix come from the rollups (each
+step's counts per ending, agent and finding kind; the task rows); under other filters from the
+rollout table through its indexes.
 """
 from __future__ import annotations
 
@@ -47,9 +48,6 @@ class ListFilters(RolloutFilters):
 
     steps: str | None = None  # A-B, inclusive
     agent: str | None = None
-
-    def only_steps(self) -> bool:
-        return not any(v for k, v in self.as_query().items() if k not in ("step", "steps"))
 
     def step_range(self) -> StepRange:
         if self.step is not None:
@@ -234,19 +232,24 @@ def _run_task_endings(session: Session, run_id: str, task: str, ending: str | No
     return out
 
 
+def _task_row_count(session: Session, ending: str | None):
+    """A task_rollup row's rollouts, or those ending in `ending` (one of ENDINGS): the `errors`
+    column, or the count in its `endings` document."""
+    if not ending:
+        return TR.c.rollouts
+    if ending == "error":
+        return TR.c.errors
+    if session.get_bind().dialect.name == "postgresql":
+        return sa.cast(TR.c.endings.op("->>")(sa.literal(ending)), sa.Integer)
+    return sa.func.json_extract(TR.c.endings, f'$."{ending}"')
+
+
 def _task_rollup_steps(session: Session, run_id: str, task: str, ending: str | None) -> dict[int, int]:
     """step → rollouts (ending `ending`, when given) of the tasks starting with `task`, from the
     per-step task rollups (the rows of those tasks only, through the (run, task) index)."""
-    if not ending:
-        n = TR.c.rollouts
-    elif ending not in ENDINGS:
+    if ending and ending not in ENDINGS:
         return {}
-    elif ending == "error":
-        n = TR.c.errors
-    elif session.get_bind().dialect.name == "postgresql":
-        n = sa.cast(TR.c.endings.op("->>")(sa.literal(ending)), sa.Integer)
-    else:
-        n = sa.func.json_extract(TR.c.endings, f'$."{ending}"')
+    n = _task_row_count(session, ending)
     return {step: int(k or 0) for step, k in session.execute(
         sa.select(TR.c.step, sa.func.sum(n)).where(TR.c.run_id == run_id, _prefix(TR.c.task_key, task),
                                                     TR.c.step.is_not(None)).group_by(TR.c.step))}
@@ -356,14 +359,8 @@ def _task_counts(session: Session, run_id: str, f: ListFilters) -> list[tuple[st
         got = [(t, (e or {}).get(ending, 0)) for t, e in session.execute(
             sa.select(RT.c.task_key, RT.c.endings).where(RT.c.run_id == run_id))]
     else:
-        if ending == "error":
-            n = TR.c.errors
-        elif session.get_bind().dialect.name == "postgresql":
-            n = sa.cast(TR.c.endings.op("->>")(sa.literal(ending)), sa.Integer)
-        else:
-            n = sa.func.json_extract(TR.c.endings, f'$."{ending}"')
         got = [(t, int(k or 0)) for t, k in session.execute(
-            sa.select(TR.c.task_key, sa.func.sum(n)).where(TR.c.run_id == run_id, rng.where(TR.c.step))
+            sa.select(TR.c.task_key, sa.func.sum(_task_row_count(session, ending))).where(TR.c.run_id == run_id, rng.where(TR.c.step))
             .group_by(TR.c.task_key))]
     return sorted(((t, n) for t, n in got if n > 0), key=lambda x: (-x[1], x[0]))[:FACET_TASKS]
 
