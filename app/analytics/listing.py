@@ -232,6 +232,20 @@ def _run_task_endings(session: Session, run_id: str, task: str, ending: str | No
     return out
 
 
+def _run_task_values(session: Session, run_id: str, task: str, ending: str | None, part: str) -> list[tuple]:
+    """(agent or finding kind, rollouts) of the tasks starting with `task` (ending `ending`, when
+    given) over every step, largest first: from the run's task rollups (`by_ending`)."""
+    counts: dict[str, int] = {}
+    for (by_end,) in session.execute(sa.select(RT.c.by_ending).where(RT.c.run_id == run_id,
+                                                                     _prefix(RT.c.task_key, task))):
+        for e, parts in (by_end or {}).items():
+            if ending is None or e == ending:
+                for v, n in parts.get(part, {}).items():
+                    counts[v] = counts.get(v, 0) + n
+    pairs = sorted(((v or NO_AGENT) if part == "agents" else v, n) for v, n in counts.items() if n)
+    return sorted(pairs, key=lambda x: -x[1])
+
+
 def _task_row_count(session: Session, ending: str | None):
     """A task_rollup row's rollouts, or those ending in `ending` (one of ENDINGS): the `errors`
     column, or the count in its `endings` document."""
@@ -415,6 +429,8 @@ def facets(*, session: Session, run_id: str, filters: ListFilters) -> dict:
         elif from_task_rollups(f) and name == "ending" and not f.step and not f.steps:
             got = _run_task_endings(session, run_id, f.task)
             out[name] = [(e, got[e]) for e in ENDINGS if got.get(e)]
+        elif from_task_rollups(f) and name in ("agent", "flag") and not f.step and not f.steps:
+            out[name] = _run_task_values(session, run_id, f.task, f.ending, "agents" if name == "agent" else "findings")
     counted = [name for name in names if name not in out]
     # the rest within the budget (on SQLite its progress handler interrupts any statement past it)
     budget = FacetBudget(session, FACET_BUDGET_MS) if counted else None

@@ -230,11 +230,7 @@ def compute_step(rows: list[Mapping], *, max_staleness: int | None = None,
                       "recorded": len(stale)},
         "no_gradient": {k: no_grad.get(k, 0) for k in NO_GRADIENT_REASONS},
         "agents": dict(sorted(Counter(r["agent"] or "" for r in rows).items())),
-        # per ending, agents and finding kinds (flags): facets under an ending filter
-        "by_ending": {e: {"agents": dict(sorted(Counter(r["agent"] or "" for r in rows if r["ending"] == e).items())),
-                          "findings": dict(sorted(Counter(k for r in rows if r["ending"] == e
-                                                          for k in (r["flags"] or [])).items()))}
-                      for e in sorted(endings)},
+        "by_ending": by_ending(rows),
         "retries": sum(1 for r in rows if r["attempt"] > 0),
         # where the step's rollouts came from and when (the run page's metadata)
         "sources": dict(Counter(f"{r['source_format'] or '?'}:{r['source_file'] or '?'}" for r in rows).most_common(20)),
@@ -257,9 +253,21 @@ def compute_step(rows: list[Mapping], *, max_staleness: int | None = None,
         task_rows.append({
             "task_key": key, "rollouts": len(t), "mean_reward": _mean(t0), "mean_reward_no_errors": _mean(t1),
             "scored": len(t0), "scored_no_errors": len(t1), "errors": e.get("error", 0),
-            "endings": {k: e[k] for k in ENDINGS if e.get(k)},
+            "endings": {k: e[k] for k in ENDINGS if e.get(k)}, "by_ending": by_ending(t),
         })
     return step_row, task_rows
+
+
+def by_ending(rows: list[Mapping]) -> dict:
+    """Per ending of `rows`: rollouts per agent and per finding kind (flags), {ending: {"agents":
+    {agent or "": n}, "findings": {kind: n}}}: the list's agent and finding facets under an ending
+    or a task filter, from the rollups."""
+    out: dict[str, dict] = {}
+    for r in rows:
+        d = out.setdefault(r["ending"], {"agents": Counter(), "findings": Counter()})
+        d["agents"][r["agent"] or ""] += 1
+        d["findings"].update(r["flags"] or [])
+    return {e: {k: dict(sorted(c.items())) for k, c in out[e].items()} for e in sorted(out)}
 
 
 def _iso(t) -> str:
@@ -426,7 +434,7 @@ def _contribution(t: Mapping) -> dict:
     return {"rollouts": t["rollouts"], "errors": t["errors"],
             "scored": t["scored"] if m0 is not None else 0,
             "scored_no_errors": t["scored_no_errors"] if m1 is not None else 0,
-            "endings": t.get("endings") or {},
+            "endings": t.get("endings") or {}, "by_ending": t.get("by_ending") or {},
             "s0": Fraction(m0) * t["scored"] if m0 is not None else Fraction(0),
             "s1": Fraction(m1) * t["scored_no_errors"] if m1 is not None else Fraction(0)}
 
@@ -456,13 +464,15 @@ def _apply_run_tasks(conn: sa.Connection, old: list[Mapping], new: list[Mapping]
         for t in rows:
             c = _contribution(t)
             d = delta.setdefault((t["run_id"], t["task_key"]), {k: 0 for k in TASK_NUMBERS} | {
-                "endings": Counter(), "s0": Fraction(0), "s1": Fraction(0)})
+                "endings": Counter(), "by_ending": Counter(), "s0": Fraction(0), "s1": Fraction(0)})
             for k in (*TASK_NUMBERS, "s0", "s1"):
                 d[k] += sign * c[k]
             for e, n in c["endings"].items():
                 d["endings"][e] += sign * n
+            for path, n in _flat(c["by_ending"]).items():
+                d["by_ending"][path] += sign * n
     keys = sorted(k for k, d in delta.items() if any(d[x] for x in (*TASK_NUMBERS, "s0", "s1"))
-                  or any(d["endings"].values()))
+                  or any(d["endings"].values()) or any(d["by_ending"].values()))
     if not keys:
         return
     _lock_tasks(conn, keys)
@@ -477,13 +487,15 @@ def _apply_run_tasks(conn: sa.Connection, old: list[Mapping], new: list[Mapping]
         row = {k: (cur[k] if cur is not None else 0) + d[k] for k in TASK_NUMBERS}
         endings = Counter((cur["endings"] if cur is not None else None) or {})
         endings.update(d["endings"])
+        nested = Counter(_flat((cur["by_ending"] if cur is not None else None) or {}))
+        nested.update(d["by_ending"])
         s0 = _fraction(sums.get("errors_as_zero")) + d["s0"]
         s1 = _fraction(sums.get("errors_dropped")) + d["s1"]
         if row["rollouts"] <= 0:
             gone.append(key)
             continue
         rows.append(dict(row, run_id=key[0], task_key=key[1],
-                         endings={e: n for e, n in sorted(endings.items()) if n},
+                         endings={e: n for e, n in sorted(endings.items()) if n}, by_ending=_nest(nested),
                          mean_reward=_ratio(s0, row["scored"]), mean_reward_no_errors=_ratio(s1, row["scored_no_errors"]),
                          sums={"errors_as_zero": str(s0), "errors_dropped": str(s1)}))
     if rows:
@@ -493,6 +505,20 @@ def _apply_run_tasks(conn: sa.Connection, old: list[Mapping], new: list[Mapping]
             set_={c.name: ins.excluded[c.name] for c in RT.c if c.name not in ("pk", "run_id", "task_key")}))
     for i in range(0, len(gone), 500):
         conn.execute(RT.delete().where(sa.tuple_(RT.c.run_id, RT.c.task_key).in_(gone[i:i + 500])))
+
+
+def _flat(by_end: Mapping) -> dict[tuple[str, str, str], int]:
+    """{ending: {"agents" | "findings": {value: n}}} → {(ending, part, value): n}."""
+    return {(e, part, v): n for e, parts in by_end.items() for part, counts in parts.items() for v, n in counts.items()}
+
+
+def _nest(flat: Mapping[tuple[str, str, str], int]) -> dict:
+    """The inverse of `_flat`, without zero counts, every level sorted by key."""
+    out: dict[str, dict] = {}
+    for (e, part, v), n in sorted(flat.items()):
+        if n:
+            out.setdefault(e, {"agents": {}, "findings": {}})[part][v] = n
+    return out
 
 
 def _ratio(total: Fraction, n: int) -> float | None:
@@ -507,7 +533,7 @@ def _ratio(total: Fraction, n: int) -> float | None:
 
 
 TASK_COLUMNS = [TR.c.run_id, TR.c.step, TR.c.task_key, TR.c.rollouts, TR.c.errors, TR.c.scored, TR.c.scored_no_errors,
-                TR.c.mean_reward, TR.c.mean_reward_no_errors, TR.c.endings]
+                TR.c.mean_reward, TR.c.mean_reward_no_errors, TR.c.endings, TR.c.by_ending]
 
 
 def apply(conn: sa.Connection, *, inserted: Iterable[Mapping] = (), deleted: Iterable[Mapping] = (),
@@ -562,7 +588,7 @@ def apply(conn: sa.Connection, *, inserted: Iterable[Mapping] = (), deleted: Ite
         for task in sorted({t["task_key"] for t in old_tasks if (t["run_id"], t["step"]) == (run_id, step)} - present):
             task_out.append({"run_id": run_id, "step": step, "task_key": task, "rollouts": 0, "mean_reward": None,
                              "mean_reward_no_errors": None, "scored": 0, "scored_no_errors": 0, "errors": 0,
-                             "endings": None})
+                             "endings": None, "by_ending": None})
     _upsert(conn, SR, STEP_KEY, step_out)
     _upsert(conn, TR, TASK_KEY, task_out)
     _apply_run_tasks(conn, old_tasks, task_out)

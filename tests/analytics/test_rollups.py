@@ -112,11 +112,16 @@ def _check_run_tasks(tasks: dict, run_tasks: dict) -> None:
     expected: dict = {}
     for (run_id, _, task), t in tasks.items():
         e = expected.setdefault((run_id, task), {"rollouts": 0, "errors": 0, "scored": 0, "scored_no_errors": 0,
-                                                 "endings": {}, "s0": Fraction(0), "s1": Fraction(0)})
+                                                 "endings": {}, "by_ending": {}, "s0": Fraction(0), "s1": Fraction(0)})
         for k in ("rollouts", "errors", "scored", "scored_no_errors"):
             e[k] += t[k]
         for k, n in (t["endings"] or {}).items():
             e["endings"][k] = e["endings"].get(k, 0) + n
+        for ending, parts in (t["by_ending"] or {}).items():
+            for part, counts in parts.items():
+                for v, n in counts.items():
+                    d = e["by_ending"].setdefault(ending, {"agents": {}, "findings": {}})[part]
+                    d[v] = d.get(v, 0) + n
         e["s0"] += Fraction(t["mean_reward"]) * t["scored"] if t["mean_reward"] is not None else 0
         e["s1"] += Fraction(t["mean_reward_no_errors"]) * t["scored_no_errors"] \
             if t["mean_reward_no_errors"] is not None else 0
@@ -126,6 +131,8 @@ def _check_run_tasks(tasks: dict, run_tasks: dict) -> None:
         assert {k: row[k] for k in ("rollouts", "errors", "scored", "scored_no_errors")} == \
             {k: e[k] for k in ("rollouts", "errors", "scored", "scored_no_errors")}, key
         assert row["endings"] == e["endings"], key
+        assert row["by_ending"] == e["by_ending"], key
+        assert sum(n for parts in row["by_ending"].values() for n in parts["agents"].values()) == row["rollouts"]
         assert row["mean_reward"] == (float(e["s0"] / e["scored"]) if e["scored"] else None), key
         assert row["mean_reward_no_errors"] == (float(e["s1"] / e["scored_no_errors"]) if e["scored_no_errors"]
                                                 else None), key

@@ -4,7 +4,9 @@ Revision ID: 0010_rollup_checks
 Revises: 0009_search_insert
 
 - `run_task_rollup`: one row per (run, task) over all steps (compare's task table, the task
-  facet, the heatmap's task volumes), kept at ingest by app/store/rollups.py;
+  facet, the heatmap's task volumes), kept at ingest by app/store/rollups.py; it and
+  `task_rollup` gain `by_ending`, rollouts per agent and finding kind for each ending (the list's
+  agent and finding facets under a task filter);
 - the step rollups' `stats` gain `checks`: per step, the rollouts with a finding or a skipped
   outcome of each check kind and the reasons given (the run page's checks table and findings
   chart, which counted them with a join over every rollout of the run);
@@ -57,10 +59,12 @@ def upgrade() -> None:
         sa.Column("mean_reward", sa.Float(), nullable=True),
         sa.Column("mean_reward_no_errors", sa.Float(), nullable=True),
         sa.Column("endings", JSON, nullable=True),
+        sa.Column("by_ending", JSON, nullable=True),
         sa.Column("sums", JSON, nullable=True),
         sa.ForeignKeyConstraint(["run_id"], ["run.id"], ),
         sa.PrimaryKeyConstraint("pk"))
     op.create_index("uq_run_task_rollup_key", "run_task_rollup", ["run_id", "task_key"], unique=True)
+    op.add_column("task_rollup", sa.Column("by_ending", JSON, nullable=True))
     for name, (_, cols) in SORT_INDEXES.items():
         op.drop_index(name, table_name="rollout")
         op.create_index(name, "rollout", cols, unique=False)
@@ -94,5 +98,7 @@ def downgrade() -> None:
     for name, (cols, _) in SORT_INDEXES.items():
         op.drop_index(name, table_name="rollout")
         op.create_index(name, "rollout", cols, unique=False)
+    with op.batch_alter_table("task_rollup") as b:
+        b.drop_column("by_ending")
     op.drop_index("uq_run_task_rollup_key", table_name="run_task_rollup")
     op.drop_table("run_task_rollup")
