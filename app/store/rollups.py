@@ -342,8 +342,19 @@ def _upsert(conn: sa.Connection, table: sa.Table, key: tuple[str, ...], rows: li
     ins = insert_for(conn, table)
     target = [sa.func.coalesce(table.c.step, sa.literal_column(str(NO_STEP))) if k == "step" else table.c[k] for k in key]
     cols = [c.name for c in table.c if c.name != "pk" and c.name not in key]
-    conn.execute(ins.values(rows).on_conflict_do_update(index_elements=target,
-                                                         set_={c: ins.excluded[c] for c in cols}))
+    for part in _param_chunks(rows):
+        conn.execute(ins.values(part).on_conflict_do_update(index_elements=target,
+                                                             set_={c: ins.excluded[c] for c in cols}))
+
+
+MAX_PARAMS = 30_000  # bound parameters per multi-row statement (Postgres allows 65,535; SQLite 32,766 by default)
+
+
+def _param_chunks(rows: list[dict]) -> list[list[dict]]:
+    """`rows` in runs short enough for one multi-row VALUES statement each: one run for a batch
+    of ingest, several for `rebuild`'s 50 steps of many tasks."""
+    size = max(1, MAX_PARAMS // max(1, len(rows[0]) if rows else 1))
+    return [rows[i:i + size] for i in range(0, len(rows), size)]
 
 
 def empty_checks() -> dict:
@@ -500,9 +511,10 @@ def _apply_run_tasks(conn: sa.Connection, old: list[Mapping], new: list[Mapping]
                          sums={"errors_as_zero": str(s0), "errors_dropped": str(s1)}))
     if rows:
         ins = insert_for(conn, RT)
-        conn.execute(ins.values(rows).on_conflict_do_update(
-            index_elements=[RT.c.run_id, RT.c.task_key],
-            set_={c.name: ins.excluded[c.name] for c in RT.c if c.name not in ("pk", "run_id", "task_key")}))
+        for part in _param_chunks(rows):
+            conn.execute(ins.values(part).on_conflict_do_update(
+                index_elements=[RT.c.run_id, RT.c.task_key],
+                set_={c.name: ins.excluded[c.name] for c in RT.c if c.name not in ("pk", "run_id", "task_key")}))
     for i in range(0, len(gone), 500):
         conn.execute(RT.delete().where(sa.tuple_(RT.c.run_id, RT.c.task_key).in_(gone[i:i + 500])))
 

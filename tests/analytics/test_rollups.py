@@ -293,3 +293,12 @@ def test_rollups_exact_when_a_batch_falls_back_to_one_by_one(engine, tmp_path, m
     report = ingest(engine, write_jsonl(tmp_path / "a.jsonl", rows))
     assert report.total.fallbacks >= 1 and report.total.inserted == len(rows) - 1
     _check(engine)
+
+
+def test_upserts_stay_within_the_drivers_parameter_limits():
+    """`rebuild` upserts 50 steps of task rows at once (6,250 rows of 11 columns at 125 tasks a
+    step: more bound parameters than Postgres takes in one statement): they go in runs."""
+    rows = [{f"c{i}": i for i in range(11)} for _ in range(6250)]
+    parts = rollups._param_chunks(rows)
+    assert sum(len(p) for p in parts) == 6250 and all(len(p) * 11 <= rollups.MAX_PARAMS for p in parts)
+    assert rollups._param_chunks([]) == []
