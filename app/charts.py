@@ -140,6 +140,7 @@ class Chart:
     build: Callable  # (run_id, steps: list[StepStats], tasks: list | None) -> {"data", "layout"}
     needs_tasks: bool = False  # build reads the per-task rollups of the largest tasks (heatmap)
     comparable: bool = True  # can be overlaid across runs on /compare
+    sections: tuple[str, ...] = ()  # the keys of each step's stats that build reads (only those are read)
 
 
 REGISTRY: dict[str, Chart] = {}
@@ -406,18 +407,18 @@ def build_no_gradient(run_id: str, steps, tasks=None) -> dict:
     return {"data": data, "layout": layout}
 
 
-register(Chart("endings", "Ending-type rates", "Share of rollouts per ending at each training step. Click a bar for its rollouts.", build_endings))
-register(Chart("reward", "Reward", "Mean (solid), median (dashed) and the p10–p90 band of reward per step, errored rollouts scored 0 (blue) and dropped (purple). Missing or non-finite rewards are left out of both.", build_reward))
-register(Chart("task_heatmap", "Reward per task", "Mean reward (errors scored 0) of each task at each step. Click a cell for that task's rollouts at that step.", build_task_heatmap, needs_tasks=True, comparable=False))
-register(Chart("lengths", "Response length", "Tokens the policy sampled per rollout (empty responses count as 0): mean, median and p90, and the share of rollouts with an empty response (right axis).", build_lengths))
-register(Chart("turns", "Turns and tool calls", "Assistant turns, tool calls and tool errors per rollout.", build_turns))
-register(Chart("latency", "Latency", "Mean seconds per rollout spent in the model and in tools or the environment, over the rollouts that recorded timing.", build_latency))
-register(Chart("groups", "Group statistics", "Share of groups whose rewards are all equal (zero variance: no learning signal), with errored rollouts dropped and scored 0, and of groups where dropping errored rollouts flips the sign of an advantage.", build_groups))
-register(Chart("advantages", "Advantages", "Advantage = reward − group mean, under both error policies: mean |A| and the p10–p90 range.", build_advantages))
-register(Chart("findings", "Findings", "Rollouts with a finding of each trace-check kind per step. Click a point for those rollouts.", build_findings))
-register(Chart("mismatch", "Training–inference mismatch", "Where both the inference engine's and the trainer's logprobs of the sampled tokens are recorded: mean and max |Δ logprob|, and the share of tokens whose importance ratio exp(Δ) leaves [0.8, 1.25] (right axis).", build_mismatch))
-register(Chart("staleness", "Off-policy staleness", "Rollouts by how many trainer steps behind the policy that sampled them was (step − policy version).", build_staleness))
-register(Chart("no_gradient", "No gradient", "Share of rollouts that contributed nothing to the step's gradient, by reason: filtered by the trainer, error dropped, loss mask zeroed by a filter, too stale, or a zero-variance group. Click for the step's list.", build_no_gradient))
+register(Chart("endings", "Ending-type rates", "Share of rollouts per ending at each training step. Click a bar for its rollouts.", build_endings, sections=("endings",)))
+register(Chart("reward", "Reward", "Mean (solid), median (dashed) and the p10–p90 band of reward per step, errored rollouts scored 0 (blue) and dropped (purple). Missing or non-finite rewards are left out of both.", build_reward, sections=("reward",)))
+register(Chart("task_heatmap", "Reward per task", "Mean reward (errors scored 0) of each task at each step. Click a cell for that task's rollouts at that step.", build_task_heatmap, needs_tasks=True, comparable=False, sections=()))
+register(Chart("lengths", "Response length", "Tokens the policy sampled per rollout (empty responses count as 0): mean, median and p90, and the share of rollouts with an empty response (right axis).", build_lengths, sections=("lengths",)))
+register(Chart("turns", "Turns and tool calls", "Assistant turns, tool calls and tool errors per rollout.", build_turns, sections=("lengths",)))
+register(Chart("latency", "Latency", "Mean seconds per rollout spent in the model and in tools or the environment, over the rollouts that recorded timing.", build_latency, sections=("lengths",)))
+register(Chart("groups", "Group statistics", "Share of groups whose rewards are all equal (zero variance: no learning signal), with errored rollouts dropped and scored 0, and of groups where dropping errored rollouts flips the sign of an advantage.", build_groups, sections=("groups",)))
+register(Chart("advantages", "Advantages", "Advantage = reward − group mean, under both error policies: mean |A| and the p10–p90 range.", build_advantages, sections=("advantages",)))
+register(Chart("findings", "Findings", "Rollouts with a finding of each trace-check kind per step. Click a point for those rollouts.", build_findings, sections=("findings",)))
+register(Chart("mismatch", "Training–inference mismatch", "Where both the inference engine's and the trainer's logprobs of the sampled tokens are recorded: mean and max |Δ logprob|, and the share of tokens whose importance ratio exp(Δ) leaves [0.8, 1.25] (right axis).", build_mismatch, sections=("mismatch",)))
+register(Chart("staleness", "Off-policy staleness", "Rollouts by how many trainer steps behind the policy that sampled them was (step − policy version).", build_staleness, sections=("staleness",)))
+register(Chart("no_gradient", "No gradient", "Share of rollouts that contributed nothing to the step's gradient, by reason: filtered by the trainer, error dropped, loss mask zeroed by a filter, too stale, or a zero-variance group. Click for the step's list.", build_no_gradient, sections=("no_gradient",)))
 
 
 def moving_average(ys: list, window: int) -> list:

@@ -1,6 +1,8 @@
 """The FastAPI application: `create_app(settings)` builds it (uvicorn factory)."""
 from __future__ import annotations
 
+import gc
+
 import re
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote
@@ -127,7 +129,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(HeadAsGet)  # added last: outermost
 
     errors.install(app)
+    freeze_startup_heap()
     return app
+
+
+_FROZEN = False
+
+
+def freeze_startup_heap() -> None:
+    """Move everything alive after the first app is built (modules, routes, templates, the ORM's
+    mappers: about 100,000 objects) into the garbage collector's permanent generation, once per
+    process. A full collection otherwise walks all of them whenever a request's temporaries
+    trigger one: on the 1M-rollout benchmark every third chart request paid 35-45 ms for it (its
+    p95 was 3.5x its p50). Objects created later are collected as usual."""
+    global _FROZEN
+    if not _FROZEN:
+        _FROZEN = True
+        gc.collect()
+        gc.freeze()
 
 
 class RequestLog(Observed):

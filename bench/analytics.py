@@ -9,8 +9,9 @@ the run page, < 200 ms for list pages and facets, < 500 ms for search; RSS < 300
 
 The load bypasses the ingest pipeline on purpose (a million parsed traces would take an hour
 and measure the parser): it writes the summary rows the pipeline would write (`rollout`, the
-`finding` rows behind `flags`, one `search_doc` per rollout for its tool output), then builds the
-rollups with `app.store.rollups.rebuild`, the same code ingest runs per batch.
+`finding` rows behind `flags`, the group checks' outcomes of every group, one `search_doc` per
+rollout for its tool output), then builds the rollups with `app.store.rollups.rebuild`, the same
+code ingest runs per batch.
 
 Run: `.venv/bin/python bench/analytics.py [--rollouts N] [--steps S] [--db sqlite|postgres|both]
 [--requests K] [--keep DIR]`. Not part of the test suite.
@@ -49,6 +50,7 @@ DETAILS = {"error": ["sandbox_crash", "tool_server_timeout", "connection_reset"]
            "length_cut": ["max_output_tokens"], "submitted": ["agent_completed"], "task_detected": ["env_done"]}
 KINDS = ["token_drift", "empty_response", "unanswered_tool_call"]
 COMMON, RARE = "result", "xylophone"
+NO_ADVANTAGES = "no advantages recorded for this group's rollouts"
 WORDS = [f"w{i:04d}" for i in range(3000)]
 
 ROLLOUT_COLS = ["pk", "run_id", "rollout_id", "attempt", "step", "group_id", "group_index", "group_size", "episode_id",
@@ -61,7 +63,11 @@ ROLLOUT_COLS = ["pk", "run_id", "rollout_id", "attempt", "step", "group_id", "gr
 
 
 def generate(n: int, steps: int, seed: int = 0):
-    """Yield chunks of (rollout rows, finding rows, search_doc rows) as tuples in column order."""
+    """Yield chunks of (rollout rows, finding rows, search_doc rows, group finding rows) as tuples
+    in column order. Group findings are what ingest's group checks store for these groups (none
+    records advantages): `advantage_mismatch` skipped for every group, `errored_reward_in_baseline`
+    skipped for a group with an errored member, `zero_variance_group` for a group whose members
+    outside errors all have one reward."""
     rng = np.random.default_rng(seed)
     per_step = n // steps
     group_size = 8  # 1,000 rollouts per step = 125 groups of 8
@@ -91,7 +97,7 @@ def generate(n: int, steps: int, seed: int = 0):
         mm_max = rng.random(m) * 0.5
         mm_out = rng.integers(0, 5, m)
         word_ix = rng.integers(0, len(WORDS), (m, 12))
-        rows, finds, docs = [], [], []
+        rows, finds, docs, group_finds = [], [], [], []
         for k in range(m):
             pk += 1
             g = k // group_size
@@ -113,7 +119,18 @@ def generate(n: int, steps: int, seed: int = 0):
             words = " ".join(WORDS[i] for i in word_ix[k])
             extra = f" {RARE}" if (pk - 1) in rare_at else ""
             docs.append((pk, pk, RUN, 3, f"tool {COMMON}: {words}{extra}"))
-        yield rows, finds, docs
+        for g in range(groups):
+            members = rows[g * group_size:(g + 1) * group_size]
+            gid = members[0][5]
+            group_finds.append((RUN, gid, "advantage_mismatch", "skipped", NO_ADVANTAGES))
+            if any(r[11] == "error" for r in members):
+                group_finds.append((RUN, gid, "errored_reward_in_baseline", "skipped", NO_ADVANTAGES))
+            kept = {r[13] for r in members if r[11] != "error" and r[13] is not None}
+            if len(kept) == 1:
+                n_kept = sum(1 for r in members if r[11] != "error" and r[13] is not None)
+                group_finds.append((RUN, gid, "zero_variance_group", "warning",
+                                    f"all {n_kept} members in the baseline have reward {kept.pop():g}: std 0, no learning signal"))
+        yield rows, finds, docs, group_finds
 
 
 def load_sqlite(engine, n: int, steps: int) -> None:
@@ -122,11 +139,13 @@ def load_sqlite(engine, n: int, steps: int) -> None:
     cur.execute("INSERT INTO run (id, name, type, created_at, extra) VALUES (?, ?, 'train', ?, ?)",
                 (RUN, "Benchmark run, 1M rollouts", datetime.now(UTC).isoformat(), '{"model": "bench"}'))
     ins = f"INSERT INTO rollout ({', '.join(ROLLOUT_COLS)}) VALUES ({', '.join('?' * len(ROLLOUT_COLS))})"
-    for rows, finds, docs in generate(n, steps):
+    for rows, finds, docs, group_finds in generate(n, steps):
         cur.execute("BEGIN")
         cur.executemany(ins, rows)
         cur.executemany("INSERT INTO finding (rollout_pk, kind, severity, node_idx, position, message, detail) "
                         "VALUES (?, ?, ?, ?, ?, ?, ?)", finds)
+        cur.executemany("INSERT INTO finding (run_id, group_id, kind, severity, message) VALUES (?, ?, ?, ?, ?)",
+                        group_finds)
         cur.executemany("INSERT INTO search_doc (pk, rollout_pk, run_id, node_idx, text) VALUES (?, ?, ?, ?, ?)", docs)
         cur.execute("COMMIT")
     cur.execute("INSERT INTO search_fts(search_fts) VALUES ('rebuild')")  # the index, built once
@@ -141,7 +160,7 @@ def load_postgres(engine, n: int, steps: int) -> None:
     conn.execute("INSERT INTO run (id, name, type, created_at, extra) VALUES (%s, %s, 'train', now(), %s)",
                  (RUN, "Benchmark run, 1M rollouts", '{"model": "bench"}'))
     conn.execute("DROP INDEX ix_search_doc_tsv")
-    for rows, finds, docs in generate(n, steps):
+    for rows, finds, docs, group_finds in generate(n, steps):
         with conn.transaction():
             with conn.cursor().copy(f"COPY rollout ({', '.join(ROLLOUT_COLS)}) FROM STDIN") as cp:
                 for r in rows:
@@ -149,6 +168,9 @@ def load_postgres(engine, n: int, steps: int) -> None:
             with conn.cursor().copy("COPY finding (rollout_pk, kind, severity, node_idx, position, message, detail) "
                                     "FROM STDIN") as cp:
                 for r in finds:
+                    cp.write_row(r)
+            with conn.cursor().copy("COPY finding (run_id, group_id, kind, severity, message) FROM STDIN") as cp:
+                for r in group_finds:
                     cp.write_row(r)
             with conn.cursor().copy("COPY search_doc (pk, rollout_pk, run_id, node_idx, text) FROM STDIN") as cp:
                 for r in docs:
@@ -227,6 +249,27 @@ def measure(base: str, pid: int, steps: int, requests: int) -> list[tuple]:
 GOALS = {"chart": 300, "page": 300, "list": 200, "search": 500}
 
 
+COPIED = (models.StepRollup.__table__, models.TaskRollup.__table__, models.RunTaskRollup.__table__)
+
+
+def copy_rollups(conn: sa.Connection) -> bool:
+    """A second run for /compare: the same rollups under another id (rollups only, no rollouts).
+    Made when missing or out of date (a migration rebuilds every rollup from the rollouts, and
+    the copy has none); returns whether it was made."""
+    copy = f"{RUN}-copy"
+    count = lambda t, r: conn.execute(sa.select(sa.func.count()).select_from(t).where(t.c.run_id == r)).scalar()  # noqa: E731
+    if all(count(t, copy) == count(t, RUN) for t in COPIED):
+        return False
+    if conn.execute(sa.select(models.Run.__table__.c.id).where(models.Run.__table__.c.id == copy)).first() is None:
+        conn.execute(models.Run.__table__.insert().values(id=copy, type="train", created_at=datetime.now(UTC)))
+    for table in COPIED:
+        conn.execute(table.delete().where(table.c.run_id == copy))
+        cols = [c.name for c in table.c if c.name not in ("pk", "run_id")]
+        conn.execute(table.insert().from_select(["run_id", *cols], sa.select(sa.literal(copy),
+                     *[table.c[c] for c in cols]).where(table.c.run_id == RUN)))
+    return True
+
+
 def bench(label: str, url: str, n: int, steps: int, requests: int, reuse: bool = False,
           load_only: bool = False) -> None:
     engine = make_engine(url, writer=True)
@@ -235,6 +278,11 @@ def bench(label: str, url: str, n: int, steps: int, requests: int, reuse: bool =
         loaded = conn.execute(sa.select(sa.func.count()).select_from(models.StepRollup.__table__)).scalar()
     if reuse and loaded:
         print(f"[{label}] reusing the loaded database")
+        with engine.begin() as conn:
+            copied = copy_rollups(conn)
+        if copied:  # a migration rebuilt the rollups from the rollouts, and the copy has none
+            print(f"[{label}] copied the rollups to {RUN}-copy again")
+        engine.dispose()
         return serve_and_measure(label, url, steps, requests)
     t = time.perf_counter()
     (load_sqlite if url.startswith("sqlite") else load_postgres)(engine, n, steps)
@@ -242,12 +290,7 @@ def bench(label: str, url: str, n: int, steps: int, requests: int, reuse: bool =
     t = time.perf_counter()
     with engine.begin() as conn:
         n_steps = rollups.rebuild(conn, RUN)
-        # a second run for /compare: the same rollups under another id (rollups only, no rollouts)
-        conn.execute(models.Run.__table__.insert().values(id=f"{RUN}-copy", type="train", created_at=datetime.now(UTC)))
-        for table in (models.StepRollup.__table__, models.TaskRollup.__table__):
-            cols = [c.name for c in table.c if c.name not in ("pk", "run_id")]
-            conn.execute(table.insert().from_select(["run_id", *cols], sa.select(sa.literal(f"{RUN}-copy"),
-                         *[table.c[c] for c in cols]).where(table.c.run_id == RUN)))
+        copy_rollups(conn)
     t_rollup = time.perf_counter() - t
     engine.dispose()
     print(f"[{label}] loaded {n:,} rollouts over {steps:,} steps in {t_load:.0f} s (bulk); "

@@ -16,8 +16,8 @@ from sqlmodel import Session
 
 from app import charts, urls
 from app.analytics import search as search_q
-from app.analytics.steps import (StepRange, StepStats, heatmap_tasks, one_step, run_totals, step_stats, task_rows,
-                                 task_totals)
+from app.analytics.steps import (RUN_SECTIONS, StepRange, StepStats, every_run_step_stats, heatmap_tasks, one_step,
+                                 run_totals, step_stats, task_rows, task_totals)
 from app.db import models
 from app.queries import annotations as q_annotations
 from app.queries.common import SUMMARY_COLUMNS
@@ -78,7 +78,7 @@ def chart_nav(run_id: str, steps: StepRange, window: int, json: bool = False) ->
 
 
 def chart_figure(session: Session, run_id: str, chart: charts.Chart, steps: StepRange, window: int) -> dict:
-    stats = step_stats(session=session, run_id=run_id, steps=steps)
+    stats = step_stats(session=session, run_id=run_id, steps=steps, sections=chart.sections)
     tasks = heatmap_tasks(session=session, run_id=run_id, steps=steps, limit=charts.HEATMAP_TASKS) \
         if chart.needs_tasks else None
     return charts.figure(chart, run_id, stats, tasks, window=window)
@@ -292,7 +292,8 @@ def compare_page(session: Session, run_ids: list[str], *, steps: StepRange, wind
     missing = [r for r, got in zip(run_ids, runs) if got is None]
     if missing:
         return None
-    stats = {r: step_stats(session=session, run_id=r, steps=steps) for r in run_ids}
+    # the totals compare shows: rollouts, endings, mean rewards (exact, from each step's partial sums)
+    stats = {r: step_stats(session=session, run_id=r, steps=steps, sections=("endings", "reward")) for r in run_ids}
     params = {"runs": ",".join(run_ids), "steps": str(steps) or None, "smooth": window}
     q_ = urlencode({k: v for k, v in params.items() if v not in (None, "", 1)})
     figures = {c.id: {"title": c.title, "caption": c.caption, "json_url": f"/compare/charts/{c.id}.json?{q_}",
@@ -331,7 +332,8 @@ def compare_figure(session: Session, run_ids: list[str], chart: charts.Chart, *,
     """One chart with every run overlaid on the same step axis (`run: series` traces)."""
     if any(_run(session, r) is None for r in run_ids) or not chart.comparable:
         return None
-    return charts.overlay({r: charts.figure(chart, r, step_stats(session=session, run_id=r, steps=steps), None,
+    return charts.overlay({r: charts.figure(chart, r, step_stats(session=session, run_id=r, steps=steps,
+                                                                 sections=chart.sections), None,
                                             window=window) for r in run_ids})
 
 
@@ -419,7 +421,7 @@ def run_metadata(session: Session, run_id: str) -> dict:
     run = _run(session, run_id)
     if run is None:
         return {}
-    stats = step_stats(session=session, run_id=run_id, include_unstepped=True)
+    stats = step_stats(session=session, run_id=run_id, include_unstepped=True, sections=RUN_SECTIONS)
     sources: Counter = Counter()
     firsts, lasts = [], []
     for s in stats:
@@ -506,7 +508,7 @@ def run_overview(session: Session, run_id: str, *, steps: StepRange = StepRange(
     run = _run(session, run_id)
     if run is None:
         return None
-    all_stats = step_stats(session=session, run_id=run_id, include_unstepped=True)
+    all_stats = step_stats(session=session, run_id=run_id, include_unstepped=True, sections=RUN_SECTIONS)
     shown = [s for s in all_stats if s.step is None or (
         (steps.first is None or s.step >= steps.first) and (steps.last is None or s.step <= steps.last))]
     stepped = [s for s in shown if s.step is not None]
@@ -548,11 +550,8 @@ def runs_overview(session: Session) -> dict:
     """Every run with rollouts, steps, mean reward (errors scored 0 / dropped), ending counts and a
     reward sparkline, from the rollups (one row per step), and the compare form's URL."""
     runs = list(session.execute(sa.select(models.Run).order_by(models.Run.created_at, models.Run.id)).scalars())
-    SR = models.StepRollup.__table__
-    by_run: dict[str, list[StepStats]] = defaultdict(list)
-    for r in session.execute(sa.select(SR).order_by(SR.c.run_id, SR.c.step.is_(None), SR.c.step)):
-        by_run[r.run_id].append(StepStats(r.run_id, r.step, r.rollouts, r.mean_reward, r.mean_reward_no_errors,
-                                          r.scored, r.excluded, r.stats or {}))
+    # the totals shown: rollouts, steps, endings, mean rewards (exact, from each step's partial sums)
+    by_run = every_run_step_stats(session=session, sections=("endings", "reward"))
     out = []
     for run in runs:
         stats = by_run.get(run.id, [])

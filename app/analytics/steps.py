@@ -16,6 +16,7 @@ from app.store.rollups import ENDINGS, NO_GRADIENT_REASONS
 
 SR = models.StepRollup.__table__
 TR = models.TaskRollup.__table__
+RT = models.RunTaskRollup.__table__
 STEP_RANGE = re.compile(r"^\s*(\d+)?\s*-\s*(\d+)?\s*$|^\s*(\d+)\s*$")
 
 
@@ -99,16 +100,26 @@ def _order(col):
     return (col.is_(None), col)
 
 
+# What a run's totals and its page read of each step (app.analytics.steps.run_totals, the run
+# page's table, checks and metadata): not the chart-only sections (lengths, groups, advantages,
+# mismatch, staleness) nor the ending details.
+RUN_SECTIONS = ("endings", "reward", "no_gradient", "agents", "findings", "retries", "ingested", "sources", "checks")
+
+
 def step_stats(*, session: Session, run_id: str, steps: StepRange = StepRange(),
-               include_unstepped: bool = False) -> list[StepStats]:
+               include_unstepped: bool = False, sections: tuple[str, ...] | None = None) -> list[StepStats]:
     """The run's step rollups in step order (rollouts without a step last, when asked for).
-    Read once per session (request) and run; ranges are cut from that."""
+    `sections`: the top-level keys of `stats` to read (None: all of them); a chart reads one or
+    two of the document's ~2 KB. Read once per session (request), run and sections; ranges are
+    cut from that."""
     memo = session.info.setdefault("step_stats", {})
-    key = (run_id, include_unstepped)
+    key = next((k for k in memo if k[:2] == (run_id, include_unstepped) and (
+        k[2] is None or (sections is not None and set(sections) <= set(k[2])))),  # a read that holds these
+        (run_id, include_unstepped, sections))
     if key not in memo and steps.first is not None and steps.last is not None:
-        return _read_step_stats(session, run_id, False, steps)  # a few steps: read just those
+        return _read_step_stats(session, run_id, False, steps, sections)  # a few steps: read just those
     if key not in memo:
-        memo[key] = _read_step_stats(session, run_id, include_unstepped)
+        memo[key] = _read_step_stats(session, run_id, include_unstepped, sections=sections)
     rows = memo[key]
     if steps.first is None and steps.last is None:
         return list(rows)
@@ -116,18 +127,54 @@ def step_stats(*, session: Session, run_id: str, steps: StepRange = StepRange(),
             and (steps.last is None or r.step <= steps.last)]
 
 
-def _read_step_stats(session: Session, run_id: str, include_unstepped: bool,
-                     steps: StepRange = StepRange()) -> list[StepStats]:
+def _sections_text(session: Session, sections: tuple[str, ...] | None):
+    """`stats` as JSON text: the whole document, or a JSON array of the values of `sections`
+    (one parse of the stored document per row on SQLite, json_extract with several paths; a
+    jsonb lookup per section on Postgres)."""
+    if sections is None:
+        return sa.cast(SR.c.stats, sa.Text)
+    if not sections:
+        return sa.null()
+    if session.get_bind().dialect.name == "postgresql":
+        return sa.cast(sa.func.jsonb_build_array(*[SR.c.stats.op("->")(sa.literal(k)) for k in sections]), sa.Text)
+    paths = [f'$."{k}"' for k in sections]
+    # with a single path json_extract returns the value itself, not an array: ask twice
+    return sa.func.json_extract(sa.cast(SR.c.stats, sa.Text), *(paths if len(paths) > 1 else paths * 2),
+                                type_=sa.Text)
+
+
+def _read_step_stats(session: Session, run_id: str | None, include_unstepped: bool,
+                     steps: StepRange = StepRange(), sections: tuple[str, ...] | None = None) -> list[StepStats]:
+    """The step rollups of one run (`run_id` None: of every run, by run), as `step_stats`."""
     where = steps.where(SR.c.step) if include_unstepped is False else sa.or_(steps.where(SR.c.step), SR.c.step.is_(None))
     # stats as text, parsed here by orjson: they hold only counts and finite floats, so the
     # engine's careful JSON reader (ingest.source.loads: long integers kept) would cost 10x more
     q = sa.select(SR.c.run_id, SR.c.step, SR.c.rollouts, SR.c.mean_reward, SR.c.mean_reward_no_errors, SR.c.scored,
-                  SR.c.excluded, sa.cast(SR.c.stats, sa.Text).label("stats")).where(SR.c.run_id == run_id, where)
+                  SR.c.excluded, _sections_text(session, sections).label("stats")).where(where)
+    if run_id is not None:
+        q = q.where(SR.c.run_id == run_id)
     if not include_unstepped:
         q = q.where(SR.c.step.is_not(None))
-    rows = session.execute(q.order_by(*_order(SR.c.step))).all()
+    rows = session.execute(q.order_by(*(() if run_id is not None else (SR.c.run_id,)), *_order(SR.c.step))).all()
+
+    def parse(text):
+        if not text:
+            return {}
+        got = orjson.loads(text)
+        if sections is None:
+            return got or {}
+        return {k: v for k, v in zip(sections, got) if v is not None}
+
     return [StepStats(r.run_id, r.step, r.rollouts, r.mean_reward, r.mean_reward_no_errors, r.scored, r.excluded,
-                      (orjson.loads(r.stats) if r.stats else None) or {}) for r in rows]
+                      parse(r.stats)) for r in rows]
+
+
+def every_run_step_stats(*, session: Session, sections: tuple[str, ...]) -> dict[str, list[StepStats]]:
+    """Every run's step rollups (with the rollouts without a step, last), by run: the runs list."""
+    out: dict[str, list[StepStats]] = {}
+    for s in _read_step_stats(session, None, True, sections=sections):
+        out.setdefault(s.run_id, []).append(s)
+    return out
 
 
 def one_step(*, session: Session, run_id: str, step: int) -> StepStats | None:
@@ -143,8 +190,17 @@ def task_rows(*, session: Session, run_id: str, steps: list[int]) -> list:
 
 def task_totals(*, session: Session, run_ids: list[str], steps: StepRange = StepRange()) -> dict[str, dict[str, dict]]:
     """Per run, per task: rollouts, errored rollouts and mean rewards over the step range (means
-    weighted by each step's scored count: the mean over all the task's rollouts). Aggregated by
-    the database: one row per (run, task) comes back, whatever the number of steps."""
+    weighted by each step's scored count: the mean over all the task's rollouts). Over every
+    step: the run's task rollups (one row per task, kept at ingest, exact weighted means);
+    over a range: aggregated by the database, one row per (run, task) comes back."""
+    out: dict[str, dict[str, dict]] = {r: {} for r in run_ids}
+    if steps.first is None and steps.last is None:  # every step: the run's task rows, one per task
+        for t in session.execute(sa.select(RT.c.run_id, RT.c.task_key, RT.c.rollouts, RT.c.errors, RT.c.mean_reward,
+                                           RT.c.mean_reward_no_errors).where(RT.c.run_id.in_(run_ids))):
+            out[t.run_id][t.task_key] = {"rollouts": t.rollouts, "errors": t.errors, "mean_reward": _finite(t.mean_reward),
+                                         "mean_reward_no_errors": _finite(t.mean_reward_no_errors)}
+        return out
+
     def weighted(mean, n):
         return sa.func.sum(mean * n) / sa.func.nullif(sa.func.sum(sa.case((mean.is_not(None), n), else_=0)), 0)
 
@@ -153,7 +209,6 @@ def task_totals(*, session: Session, run_ids: list[str], steps: StepRange = Step
                    weighted(TR.c.mean_reward, TR.c.scored).label("m0"),
                    weighted(TR.c.mean_reward_no_errors, TR.c.scored_no_errors).label("m1"))
          .where(TR.c.run_id.in_(run_ids), steps.where(TR.c.step)).group_by(TR.c.run_id, TR.c.task_key))
-    out: dict[str, dict[str, dict]] = {r: {} for r in run_ids}
     for t in session.execute(q):
         out[t.run_id][t.task_key] = {"rollouts": int(t.rollouts), "errors": int(t.errors),
                                      "mean_reward": _finite(t.m0), "mean_reward_no_errors": _finite(t.m1)}
@@ -169,14 +224,30 @@ def heatmap_tasks(*, session: Session, run_id: str, steps: StepRange, limit: int
     (by step then task), and how many tasks the range has: the heatmap reads these, not every
     task row of the run."""
     where = (TR.c.run_id == run_id, TR.c.step.is_not(None), steps.where(TR.c.step))
-    volume = session.execute(sa.select(TR.c.task_key, sa.func.sum(TR.c.rollouts).label("n")).where(*where)
-                             .group_by(TR.c.task_key)).all()
+    volume = task_volumes(session=session, run_id=run_id, steps=steps, stepped=True)
     top = [k for k, _ in sorted(volume, key=lambda v: (-v[1], v[0]))[:limit]]
     if not top:
         return [], 0
     rows = session.execute(sa.select(TR.c.step, TR.c.task_key, TR.c.rollouts, TR.c.mean_reward, TR.c.scored)
                            .where(*where, TR.c.task_key.in_(top)).order_by(TR.c.step, TR.c.task_key)).all()
     return rows, len(volume)
+
+
+def task_volumes(*, session: Session, run_id: str, steps: StepRange = StepRange(),
+                 stepped: bool = False) -> list[tuple[str, int]]:
+    """(task, rollouts) of every task of the run over the step range (`stepped`: only rollouts
+    with a step). Over every step from the run's task rollups (one row per task); the rollouts
+    without a step are then taken off from their few task rows."""
+    if steps.first is None and steps.last is None:
+        got = dict(session.execute(sa.select(RT.c.task_key, RT.c.rollouts).where(RT.c.run_id == run_id)).all())
+        if stepped:
+            for task, n in session.execute(sa.select(TR.c.task_key, TR.c.rollouts).where(TR.c.run_id == run_id,
+                                                                                          TR.c.step.is_(None))):
+                got[task] = got.get(task, 0) - n
+        return [(t, n) for t, n in got.items() if n > 0]
+    where = [TR.c.run_id == run_id, steps.where(TR.c.step)] + ([TR.c.step.is_not(None)] if stepped else [])
+    return [(t, int(n)) for t, n in session.execute(sa.select(TR.c.task_key, sa.func.sum(TR.c.rollouts))
+                                                    .where(*where).group_by(TR.c.task_key))]
 
 
 def weighted_mean(pairs: list[tuple[float | None, int]]) -> float | None:

@@ -58,14 +58,18 @@ class Rollout(SQLModel, table=True):
 
     __table_args__ = (
         sa.UniqueConstraint("run_id", "rollout_id", "attempt", name="uq_rollout_identity"),
-        sa.Index("ix_rollout_run_step", "run_id", "step"),
+        # The list's keyset order is (sort column, pk): each sort index ends in pk, so a page is a
+        # range of one index. (SQLite keeps the rowid, which is pk, in every index entry anyway;
+        # Postgres orders equal keys by heap position, and a page sorted by a column with many
+        # ties, reward 1.0 in a pass/fail run, sorted every tie first: migration 0010.)
+        sa.Index("ix_rollout_run_step", "run_id", "step", "pk"),
         sa.Index("ix_rollout_run_group", "run_id", "group_id"),
-        sa.Index("ix_rollout_run_ending", "run_id", "ending"),
+        sa.Index("ix_rollout_run_ending", "run_id", "ending", "step", "pk"),  # ending filter in step order
         # sortable columns and prefix filters of the rollouts list (analytics, migration 0007_analytics)
         sa.Index("ix_rollout_run_task", "run_id", "task_key", "ending"),  # task prefix (and ending) filters, the ending facet
-        sa.Index("ix_rollout_run_reward", "run_id", "reward"),
-        sa.Index("ix_rollout_run_tokens", "run_id", "n_tokens"),
-        sa.Index("ix_rollout_run_turns", "run_id", "n_turns"),
+        sa.Index("ix_rollout_run_reward", "run_id", "reward", "pk"),
+        sa.Index("ix_rollout_run_tokens", "run_id", "n_tokens", "pk"),
+        sa.Index("ix_rollout_run_turns", "run_id", "n_turns", "pk"),
         # the ingest status page (polled every 2 s): rollouts of the last minute, and those of the
         # live sources (HTTP ingest, the OTLP receiver), found without a scan (migration 0008)
         sa.Index("ix_rollout_ingested_at", "ingested_at"),
@@ -164,12 +168,19 @@ class Finding(SQLModel, table=True):
     that could not decide on this rollout or group, with the reason in `message`."""
 
     __table_args__ = (
-        sa.Index("ix_finding_kind_rollout", "kind", "rollout_pk"),
         sa.Index("ix_finding_run_group", "run_id", "group_id"),
+        # the rollout-scope indexes leave out the group findings (rollout_pk NULL; migration 0010):
+        # SQLite's statistics count rows per value and take NULL for one more value, so with
+        # 150,000 group findings "rollout_pk IS NULL" looked like 5 rows and the planner walked
+        # all of them instead of the (run_id, group_id) index
+        sa.Index("ix_finding_kind_rollout", "kind", "rollout_pk", sqlite_where=sa.text("rollout_pk IS NOT NULL"),
+                 postgresql_where=sa.text("rollout_pk IS NOT NULL")),
+        sa.Index("ix_finding_rollout_pk", "rollout_pk", sqlite_where=sa.text("rollout_pk IS NOT NULL"),
+                 postgresql_where=sa.text("rollout_pk IS NOT NULL")),
     )
 
     pk: int | None = Field(default=None, primary_key=True)
-    rollout_pk: int | None = Field(default=None, foreign_key="rollout.pk", ondelete="CASCADE", index=True)
+    rollout_pk: int | None = Field(default=None, foreign_key="rollout.pk", ondelete="CASCADE")
     run_id: str | None = Field(default=None, max_length=200)  # group findings: the group's run
     group_id: str | None = Field(default=None, max_length=300)  # group findings: the group
     kind: str
@@ -254,8 +265,9 @@ class TaskRollup(SQLModel, table=True):
 
     __tablename__ = "task_rollup"
     __table_args__ = (sa.Index("ix_task_rollup_run_step", "run_id", "step"),
-                      # covering: the task facet and the heatmap's task volumes read only this index
-                      sa.Index("ix_task_rollup_run_task", "run_id", "task_key", "step", "rollouts"),
+                      # covering: the task facet, the heatmap's task volumes and the step facet
+                      # under a task filter (and ending=error) read only this index (errors: 0010)
+                      sa.Index("ix_task_rollup_run_task", "run_id", "task_key", "step", "rollouts", "errors"),
                       sa.Index("uq_task_rollup_key", "run_id", sa.text("coalesce(step, -2147483648)"), "task_key",
                                unique=True))
 
@@ -270,6 +282,31 @@ class TaskRollup(SQLModel, table=True):
     scored_no_errors: int = 0  # rollouts in mean_reward_no_errors
     errors: int = 0  # rollouts ending in error (also in `endings`; a column so sums need no JSON)
     endings: dict | None = _json()
+    by_ending: dict | None = _json()  # per ending, rollouts per agent and finding kind (rollups.by_ending; 0010)
+
+
+class RunTaskRollup(SQLModel, table=True):
+    """Per (run, task) over all its steps: what compare's task table, the task facet and the
+    heatmap's task volumes read (one row per task, not one per step and task). Kept exact at
+    ingest by app/store/rollups.py from the task_rollup rows it replaces: `sums` holds the exact
+    sums Σ mean·scored of both reward means as fractions ("numerator/denominator"), so the means
+    are the correctly rounded weighted means of the step rows, whatever the order of updates."""
+
+    __tablename__ = "run_task_rollup"
+    __table_args__ = (sa.Index("uq_run_task_rollup_key", "run_id", "task_key", unique=True),)
+
+    pk: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="run.id", max_length=200)
+    task_key: str = Field(max_length=500)
+    rollouts: int = 0
+    errors: int = 0
+    scored: int = 0  # rollouts in mean_reward (errors scored 0)
+    scored_no_errors: int = 0  # rollouts in mean_reward_no_errors
+    mean_reward: float | None = None
+    mean_reward_no_errors: float | None = None
+    endings: dict | None = _json()  # rollouts per ending
+    by_ending: dict | None = _json()  # per ending, rollouts per agent and finding kind (rollups.by_ending)
+    sums: dict | None = _json()  # {"errors_as_zero": "n/d", "errors_dropped": "n/d"}
 
 
 class SearchDoc(SQLModel, table=True):

@@ -45,36 +45,6 @@ def group_findings(*, session: Session, run_id: str, group_id: str) -> list[Find
         Finding.run_id == run_id, Finding.group_id == group_id, Finding.rollout_pk.is_(None)).order_by(Finding.pk)).scalars())
 
 
-def finding_counts(*, session: Session, run_id: str) -> list:
-    """Per (step, kind, skipped): the number of distinct rollouts of the run with a finding of
-    that kind (or, skipped=True, on which the check could not decide). A group-scope finding
-    counts every rollout of its group. Two statements, grouped in the database."""
-    skipped = (F.c.severity == checks.SKIPPED).label("skipped")
-    own = (sa.select(R.c.step, F.c.kind, skipped, sa.func.count(sa.distinct(R.c.pk)))
-           .join(R, R.c.pk == F.c.rollout_pk).where(R.c.run_id == run_id)
-           .group_by(R.c.step, F.c.kind, skipped))
-    grouped = (sa.select(R.c.step, F.c.kind, skipped, sa.func.count(sa.distinct(R.c.pk)))
-               .join(R, sa.and_(R.c.run_id == F.c.run_id, R.c.group_id == F.c.group_id))
-               .where(F.c.run_id == run_id, F.c.rollout_pk.is_(None))
-               .group_by(R.c.step, F.c.kind, skipped))
-    return session.execute(own).all() + session.execute(grouped).all()
-
-
-def skip_reasons(*, session: Session, run_id: str, per_kind: int = 3) -> dict[str, list[tuple[str, int]]]:
-    """kind → the most frequent reasons its check gave for not deciding in this run, with how
-    many rollouts (rollout scope) or groups (group scope) gave each."""
-    own = (sa.select(F.c.kind, F.c.message, sa.func.count()).join(R, R.c.pk == F.c.rollout_pk)
-           .where(R.c.run_id == run_id, F.c.severity == checks.SKIPPED).group_by(F.c.kind, F.c.message))
-    grouped = (sa.select(F.c.kind, F.c.message, sa.func.count())
-               .where(F.c.run_id == run_id, F.c.rollout_pk.is_(None), F.c.severity == checks.SKIPPED)
-               .group_by(F.c.kind, F.c.message))
-    out: dict[str, list[tuple[str, int]]] = {}
-    for kind, message, n in sorted(session.execute(sa.union_all(own, grouped)).all(), key=lambda x: (x[0], -x[2], x[1])):
-        if len(out.setdefault(kind, [])) < per_kind:
-            out[kind].append((message, n))
-    return out
-
-
 def group_kinds(*, session: Session, run_id: str, group_ids: list[str]) -> dict[str, list[str]]:
     """group id → kinds of the group-scope findings stored for it (skipped outcomes excluded)."""
     out: dict[str, set[str]] = {}

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
+from fractions import Fraction
 
 import numpy as np
 import sqlalchemy as sa
@@ -40,7 +41,10 @@ from ingest.advantages import Member, group_advantages
 R = models.Rollout.__table__
 SR = models.StepRollup.__table__
 TR = models.TaskRollup.__table__
+RT = models.RunTaskRollup.__table__
+F = models.Finding.__table__
 RUN = models.Run.__table__
+SKIPPED = "skipped"  # the severity of a stored skipped check outcome (ingest.checks.registry.SKIPPED)
 ENDINGS = ["submitted", "task_detected", "truncated", "length_cut", "error", "unknown"]
 # Why a rollout carried no gradient, in the order they are checked (the first that applies).
 NO_GRADIENT_REASONS = ["trainer_filtered", "error_dropped", "mask_zeroed", "too_stale", "zero_variance_group"]
@@ -163,11 +167,13 @@ def no_gradient_reason(row: Mapping, *, zero_variance_groups: set[str], latest: 
     return None
 
 
-def compute_step(rows: list[Mapping], *, max_staleness: int | None = None) -> tuple[dict, list[dict]]:
+def compute_step(rows: list[Mapping], *, max_staleness: int | None = None,
+                 checks: dict | None = None) -> tuple[dict, list[dict]]:
     """The step_rollup row (without run_id/step) and the task_rollup rows of one step's rollouts.
 
     Reward: errors scored 0 (their stored reward ignored) and errors dropped; missing or
-    non-finite rewards excluded from both and counted in `excluded`.
+    non-finite rewards excluded from both and counted in `excluded`. `checks`: the step's
+    finding counts (`check_counts`), kept as `stats["checks"]`.
     """
     n = len(rows)
     endings = Counter(r["ending"] for r in rows)
@@ -224,11 +230,13 @@ def compute_step(rows: list[Mapping], *, max_staleness: int | None = None) -> tu
                       "recorded": len(stale)},
         "no_gradient": {k: no_grad.get(k, 0) for k in NO_GRADIENT_REASONS},
         "agents": dict(sorted(Counter(r["agent"] or "" for r in rows).items())),
+        "by_ending": by_ending(rows),
         "retries": sum(1 for r in rows if r["attempt"] > 0),
         # where the step's rollouts came from and when (the run page's metadata)
         "sources": dict(Counter(f"{r['source_format'] or '?'}:{r['source_file'] or '?'}" for r in rows).most_common(20)),
         "ingested": {"first": min(_iso(r["ingested_at"]) for r in rows) if rows else None,
                      "last": max(_iso(r["ingested_at"]) for r in rows) if rows else None},
+        "checks": checks or empty_checks(),
     }
     step_row = {"rollouts": n, "mean_reward": _mean(with_err), "mean_reward_no_errors": _mean(no_err),
                 "scored": len(with_err), "excluded": n - len(with_err), "stats": _json_safe(stats)}
@@ -245,9 +253,21 @@ def compute_step(rows: list[Mapping], *, max_staleness: int | None = None) -> tu
         task_rows.append({
             "task_key": key, "rollouts": len(t), "mean_reward": _mean(t0), "mean_reward_no_errors": _mean(t1),
             "scored": len(t0), "scored_no_errors": len(t1), "errors": e.get("error", 0),
-            "endings": {k: e[k] for k in ENDINGS if e.get(k)},
+            "endings": {k: e[k] for k in ENDINGS if e.get(k)}, "by_ending": by_ending(t),
         })
     return step_row, task_rows
+
+
+def by_ending(rows: list[Mapping]) -> dict:
+    """Per ending of `rows`: rollouts per agent and per finding kind (flags), {ending: {"agents":
+    {agent or "": n}, "findings": {kind: n}}}: the list's agent and finding facets under an ending
+    or a task filter, from the rollups."""
+    out: dict[str, dict] = {}
+    for r in rows:
+        d = out.setdefault(r["ending"], {"agents": Counter(), "findings": Counter()})
+        d["agents"][r["agent"] or ""] += 1
+        d["findings"].update(r["flags"] or [])
+    return {e: {k: dict(sorted(c.items())) for k, c in out[e].items()} for e in sorted(out)}
 
 
 def _iso(t) -> str:
@@ -322,21 +342,231 @@ def _upsert(conn: sa.Connection, table: sa.Table, key: tuple[str, ...], rows: li
     ins = insert_for(conn, table)
     target = [sa.func.coalesce(table.c.step, sa.literal_column(str(NO_STEP))) if k == "step" else table.c[k] for k in key]
     cols = [c.name for c in table.c if c.name != "pk" and c.name not in key]
-    conn.execute(ins.values(rows).on_conflict_do_update(index_elements=target,
-                                                         set_={c: ins.excluded[c] for c in cols}))
+    for part in _param_chunks(rows):
+        conn.execute(ins.values(part).on_conflict_do_update(index_elements=target,
+                                                             set_={c: ins.excluded[c] for c in cols}))
 
 
-def apply(conn: sa.Connection, *, inserted: Iterable[Mapping] = (), deleted: Iterable[Mapping] = ()) -> int:
+MAX_PARAMS = 30_000  # bound parameters per multi-row statement (Postgres allows 65,535; SQLite 32,766 by default)
+
+
+def _param_chunks(rows: list[dict]) -> list[list[dict]]:
+    """`rows` in runs short enough for one multi-row VALUES statement each: one run for a batch
+    of ingest, several for `rebuild`'s 50 steps of many tasks."""
+    size = max(1, MAX_PARAMS // max(1, len(rows[0]) if rows else 1))
+    return [rows[i:i + size] for i in range(0, len(rows), size)]
+
+
+def empty_checks() -> dict:
+    return {"found": {}, "skipped": {}, "skip_reasons": {}, "group_skip_reasons": {}}
+
+
+def check_counts(conn: sa.Connection, keys: list[tuple[str, int | None]],
+                 pk_range: tuple[int | None, int | None] | None = None) -> dict[tuple, dict]:
+    """Per (run, step) of `keys`: what the checks found in the step's rollouts (the run page's
+    checks table and findings chart), from the `finding` table:
+
+    - `found` / `skipped`: kind → rollouts of the step with a finding / a skipped outcome of that
+      kind: their own (rollout scope) plus those whose group has one (group scope), each rollout
+      counted once per kind and scope;
+    - `skip_reasons`: kind → message → skipped outcomes of the step's rollouts (rollout scope);
+    - `group_skip_reasons`: kind → message → groups with that skipped outcome, each group counted
+      at the first step of its members (so a run's total counts every group once).
+
+    One statement (four grouped parts) whatever the number of steps; `pk_range`: the smallest and
+    largest key of the steps' rollouts, when the caller has read them (else one more statement)."""
+    out: dict[tuple, dict] = {k: empty_checks() for k in keys}
+    if not keys:
+        return out
+    in_keys = _keys_where(R, keys)
+    skipped = sa.case((F.c.severity == SKIPPED, 1), else_=0)
+    no_message = sa.cast(sa.null(), sa.String)
+    own = R.join(F, F.c.rollout_pk == R.c.pk)
+    # the findings' keys bounded by the steps' first and last rollout (implied by the join): else
+    # Postgres merge-joined from the start of the whole finding index, a walk as long as the run
+    lo, hi = pk_range if pk_range is not None else conn.execute(
+        sa.select(sa.func.min(R.c.pk), sa.func.max(R.c.pk)).where(in_keys)).one()
+    in_bounds = F.c.rollout_pk.between(lo if lo is not None else 0, hi if hi is not None else -1)
+    # group findings through the steps' groups (a few per step) and then their members in these
+    # steps: joined straight from the rollouts, Postgres hashed every group finding of the run
+    groups = sa.select(R.c.run_id, R.c.group_id).where(in_keys, R.c.group_id.is_not(None)).distinct().subquery()
+    grouped = groups.join(F, sa.and_(F.c.rollout_pk.is_(None), F.c.run_id == groups.c.run_id,
+                                     F.c.group_id == groups.c.group_id)) \
+        .join(R, sa.and_(R.c.run_id == groups.c.run_id, R.c.group_id == groups.c.group_id))
+    counts = [sa.select(sa.literal("count"), R.c.run_id, R.c.step, F.c.kind, skipped, no_message,
+                        sa.func.count(sa.distinct(R.c.pk))).select_from(source).where(in_keys, *extra)
+              .group_by(R.c.run_id, R.c.step, F.c.kind, skipped) for source, extra in ((own, [in_bounds]), (grouped, []))]
+    reasons = (sa.select(sa.literal("reason"), R.c.run_id, R.c.step, F.c.kind, sa.literal(1), F.c.message,
+                         sa.func.count()).select_from(own).where(in_keys, in_bounds, F.c.severity == SKIPPED)
+               .group_by(R.c.run_id, R.c.step, F.c.kind, F.c.message))
+    # the groups with a member in these steps, each at its first step
+    M = R.alias("member")
+    touched = sa.select(R.c.run_id, R.c.group_id).where(in_keys, R.c.group_id.is_not(None)).distinct()
+    first = (sa.select(M.c.run_id, M.c.group_id, sa.func.min(M.c.step).label("step"))
+             .where(sa.tuple_(M.c.run_id, M.c.group_id).in_(touched)).group_by(M.c.run_id, M.c.group_id).subquery())
+    group_reasons = (sa.select(sa.literal("group_reason"), first.c.run_id, first.c.step, F.c.kind, sa.literal(1),
+                               F.c.message, sa.func.count())
+                     .select_from(first.join(F, sa.and_(F.c.rollout_pk.is_(None), F.c.run_id == first.c.run_id,
+                                                        F.c.group_id == first.c.group_id)))
+                     .where(F.c.severity == SKIPPED).group_by(first.c.run_id, first.c.step, F.c.kind, F.c.message))
+    for tag, run_id, step, kind, skip, message, n in conn.execute(sa.union_all(*counts, reasons, group_reasons)):
+        c = out.get((run_id, step))
+        if c is None:  # a group whose first step is not among these
+            continue
+        if tag == "count":
+            d = c["skipped" if skip else "found"]
+            d[kind] = d.get(kind, 0) + n
+        else:
+            c["skip_reasons" if tag == "reason" else "group_skip_reasons"].setdefault(kind, {})[message] = n
+    return out
+
+
+def _group_steps(conn: sa.Connection, groups: set[tuple[str, str]]) -> set[tuple[str, int | None]]:
+    """(run, step) of every stored member of the (run, group) `groups`: a group's findings count
+    in each step its members are in."""
+    out: set = set()
+    keys = sorted(groups)
+    for i in range(0, len(keys), 500):
+        out |= {(r, s) for r, s in conn.execute(sa.select(R.c.run_id, R.c.step).distinct().where(
+            sa.tuple_(R.c.run_id, R.c.group_id).in_(keys[i:i + 500])))}
+    return out
+
+
+# --- per (run, task) over all steps -----------------------------------------------------------
+
+def _fraction(text: str | None) -> Fraction:
+    return Fraction(text) if text else Fraction(0)
+
+
+def _contribution(t: Mapping) -> dict:
+    """What one task_rollup row adds to its run's task row: counts, endings and the exact sums
+    mean·scored (a mean stands for `scored` rollouts; a missing mean adds nothing)."""
+    m0, m1 = t.get("mean_reward"), t.get("mean_reward_no_errors")
+    return {"rollouts": t["rollouts"], "errors": t["errors"],
+            "scored": t["scored"] if m0 is not None else 0,
+            "scored_no_errors": t["scored_no_errors"] if m1 is not None else 0,
+            "endings": t.get("endings") or {}, "by_ending": t.get("by_ending") or {},
+            "s0": Fraction(m0) * t["scored"] if m0 is not None else Fraction(0),
+            "s1": Fraction(m1) * t["scored_no_errors"] if m1 is not None else Fraction(0)}
+
+
+def _lock_tasks(conn: sa.Connection, keys: list[tuple[str, str]]) -> None:
+    """On Postgres, a transaction-scoped advisory lock per (run, task), in one order for every
+    writer and after the step locks (`_lock`): the read-modify-write of run_task_rollup rows by
+    two writers of different steps is serialised. Seed 1 of `hashtextextended` keeps these keys
+    apart from the group locks (app.store.groups, seed 0)."""
+    if conn.dialect.name != "postgresql" or not keys:
+        return
+    conn.execute(sa.text("SELECT count(pg_advisory_xact_lock(k)) FROM (SELECT DISTINCT hashtextextended(n, 1) AS k "
+                         "FROM unnest(CAST(:names AS text[])) AS n ORDER BY k OFFSET 0) AS keys"),
+                 {"names": [f"{r}\x1f{t}" for r, t in keys]})
+
+
+TASK_NUMBERS = ("rollouts", "errors", "scored", "scored_no_errors")
+
+
+def _apply_run_tasks(conn: sa.Connection, old: list[Mapping], new: list[Mapping]) -> None:
+    """Bring run_task_rollup up to date after the task_rollup rows `old` were replaced by `new`
+    (rows of the same steps): add each task's difference to its run row. Integer counts and
+    fractions add exactly, so the rows equal a recomputation over all the run's step rows in any
+    order of updates; a row left without rollouts goes."""
+    delta: dict[tuple[str, str], dict] = {}
+    for rows, sign in ((old, -1), (new, 1)):
+        for t in rows:
+            c = _contribution(t)
+            d = delta.setdefault((t["run_id"], t["task_key"]), {k: 0 for k in TASK_NUMBERS} | {
+                "endings": Counter(), "by_ending": Counter(), "s0": Fraction(0), "s1": Fraction(0)})
+            for k in (*TASK_NUMBERS, "s0", "s1"):
+                d[k] += sign * c[k]
+            for e, n in c["endings"].items():
+                d["endings"][e] += sign * n
+            for path, n in _flat(c["by_ending"]).items():
+                d["by_ending"][path] += sign * n
+    keys = sorted(k for k, d in delta.items() if any(d[x] for x in (*TASK_NUMBERS, "s0", "s1"))
+                  or any(d["endings"].values()) or any(d["by_ending"].values()))
+    if not keys:
+        return
+    _lock_tasks(conn, keys)
+    current: dict[tuple[str, str], Mapping] = {}
+    for i in range(0, len(keys), 500):
+        for r in conn.execute(sa.select(RT).where(sa.tuple_(RT.c.run_id, RT.c.task_key).in_(keys[i:i + 500]))):
+            current[(r.run_id, r.task_key)] = r._mapping
+    rows, gone = [], []
+    for key in keys:
+        d, cur = delta[key], current.get(key)
+        sums = (cur["sums"] if cur is not None else None) or {}
+        row = {k: (cur[k] if cur is not None else 0) + d[k] for k in TASK_NUMBERS}
+        endings = Counter((cur["endings"] if cur is not None else None) or {})
+        endings.update(d["endings"])
+        nested = Counter(_flat((cur["by_ending"] if cur is not None else None) or {}))
+        nested.update(d["by_ending"])
+        s0 = _fraction(sums.get("errors_as_zero")) + d["s0"]
+        s1 = _fraction(sums.get("errors_dropped")) + d["s1"]
+        if row["rollouts"] <= 0:
+            gone.append(key)
+            continue
+        rows.append(dict(row, run_id=key[0], task_key=key[1],
+                         endings={e: n for e, n in sorted(endings.items()) if n}, by_ending=_nest(nested),
+                         mean_reward=_ratio(s0, row["scored"]), mean_reward_no_errors=_ratio(s1, row["scored_no_errors"]),
+                         sums={"errors_as_zero": str(s0), "errors_dropped": str(s1)}))
+    if rows:
+        ins = insert_for(conn, RT)
+        for part in _param_chunks(rows):
+            conn.execute(ins.values(part).on_conflict_do_update(
+                index_elements=[RT.c.run_id, RT.c.task_key],
+                set_={c.name: ins.excluded[c.name] for c in RT.c if c.name not in ("pk", "run_id", "task_key")}))
+    for i in range(0, len(gone), 500):
+        conn.execute(RT.delete().where(sa.tuple_(RT.c.run_id, RT.c.task_key).in_(gone[i:i + 500])))
+
+
+def _flat(by_end: Mapping) -> dict[tuple[str, str, str], int]:
+    """{ending: {"agents" | "findings": {value: n}}} → {(ending, part, value): n}."""
+    return {(e, part, v): n for e, parts in by_end.items() for part, counts in parts.items() for v, n in counts.items()}
+
+
+def _nest(flat: Mapping[tuple[str, str, str], int]) -> dict:
+    """The inverse of `_flat`, without zero counts, every level sorted by key."""
+    out: dict[str, dict] = {}
+    for (e, part, v), n in sorted(flat.items()):
+        if n:
+            out.setdefault(e, {"agents": {}, "findings": {}})[part][v] = n
+    return out
+
+
+def _ratio(total: Fraction, n: int) -> float | None:
+    """total / n correctly rounded, or None (nothing scored, or beyond a float)."""
+    if n <= 0:
+        return None
+    try:
+        v = float(total / n)
+    except OverflowError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+TASK_COLUMNS = [TR.c.run_id, TR.c.step, TR.c.task_key, TR.c.rollouts, TR.c.errors, TR.c.scored, TR.c.scored_no_errors,
+                TR.c.mean_reward, TR.c.mean_reward_no_errors, TR.c.endings, TR.c.by_ending]
+
+
+def apply(conn: sa.Connection, *, inserted: Iterable[Mapping] = (), deleted: Iterable[Mapping] = (),
+          groups: Iterable[tuple[str, str]] = ()) -> int:
     """Bring the rollups up to date after rollouts were inserted and/or deleted in this
     transaction. `inserted` / `deleted` are summary rows (anything with `run_id` and `step`, and
     `task_key` for deleted ones); every (run, step) they name is recomputed from its stored
-    rollouts. A constant number of statements whatever the number of steps: (Postgres: one lock
-    statement), the steps' rows with their run's staleness limit, one upsert per rollup table, and
-    on a replacement one delete per table for the rollups left empty. Returns the number of
-    steps recomputed."""
-    deleted = list(deleted)
-    keys = sorted({(r["run_id"], r["step"]) for r in inserted} | {(r["run_id"], r["step"]) for r in deleted},
-                  key=lambda k: (k[0], k[1] is None, k[1] or 0))
+    rollouts and findings, and so is every step with a member of a group they name (`group_id`)
+    or of `groups` (their group findings were recomputed). A constant number of statements
+    whatever the number of steps: (Postgres: one lock statement), the groups' steps, the steps'
+    rows with their run's staleness limit, their findings (`check_counts`), their old task rows,
+    one upsert per rollup table, the run-task rows they change (read, upsert), and on a
+    replacement one delete per table for the rollups left empty. Returns the number of steps
+    recomputed."""
+    inserted, deleted = list(inserted), list(deleted)
+    touched_groups = {(r["run_id"], r["group_id"]) for r in (*inserted, *deleted) if r.get("group_id") is not None}
+    touched_groups |= set(groups)
+    keyset = {(r["run_id"], r["step"]) for r in inserted} | {(r["run_id"], r["step"]) for r in deleted}
+    if touched_groups:
+        keyset |= _group_steps(conn, touched_groups)
+    keys = sorted(keyset, key=lambda k: (k[0], k[1] is None, k[1] or 0))
     if not keys:
         return 0
     _lock(conn, keys)
@@ -351,11 +581,14 @@ def apply(conn: sa.Connection, *, inserted: Iterable[Mapping] = (), deleted: Ite
         d = dict(zip(names, row))
         limits[d["run_id"]] = _staleness_limit({"max_staleness": d.pop("run_max_staleness")})
         by_key[(d["run_id"], d["step"])].append(d)
+    pks = [d["pk"] for rows in by_key.values() for d in rows]
+    checks = check_counts(conn, keys, (min(pks), max(pks)) if pks else (None, None))
+    old_tasks = [dict(r._mapping) for r in conn.execute(sa.select(*TASK_COLUMNS).where(_keys_where(TR, keys)))]
     step_out, task_out = [], []
     for run_id, step in keys:
         rows = by_key.get((run_id, step), [])
         if rows:
-            step_row, tasks = compute_step(rows, max_staleness=limits.get(run_id))
+            step_row, tasks = compute_step(rows, max_staleness=limits.get(run_id), checks=checks[(run_id, step)])
         else:  # the step lost its last rollout: its rollup goes (below)
             step_row = {"rollouts": 0, "mean_reward": None, "mean_reward_no_errors": None, "scored": 0,
                         "excluded": 0, "stats": None}
@@ -363,15 +596,15 @@ def apply(conn: sa.Connection, *, inserted: Iterable[Mapping] = (), deleted: Ite
         step_out.append(dict(step_row, run_id=run_id, step=step))
         present = {t["task_key"] for t in tasks}
         task_out += [dict(t, run_id=run_id, step=step) for t in tasks]
-        # a task a replaced rollout left: its row is zeroed here and deleted below
-        for task in sorted({r.get("task_key") for r in deleted if (r["run_id"], r["step"]) == (run_id, step)}
-                           - present - {None}):
+        # a task the step no longer has: its row is zeroed here and deleted below
+        for task in sorted({t["task_key"] for t in old_tasks if (t["run_id"], t["step"]) == (run_id, step)} - present):
             task_out.append({"run_id": run_id, "step": step, "task_key": task, "rollouts": 0, "mean_reward": None,
                              "mean_reward_no_errors": None, "scored": 0, "scored_no_errors": 0, "errors": 0,
-                             "endings": None})
+                             "endings": None, "by_ending": None})
     _upsert(conn, SR, STEP_KEY, step_out)
     _upsert(conn, TR, TASK_KEY, task_out)
-    if deleted:
+    _apply_run_tasks(conn, old_tasks, task_out)
+    if any(s["rollouts"] == 0 for s in step_out) or any(t["rollouts"] == 0 for t in task_out):
         for table in (SR, TR):
             conn.execute(table.delete().where(_keys_where(table, keys), table.c.rollouts == 0))
     return len(keys)
@@ -383,7 +616,7 @@ REBUILD_STEPS = 50  # steps recomputed per statement group by `rebuild` (bounds 
 def rebuild(conn: sa.Connection, run_id: str | None = None) -> int:
     """Recompute every rollup (of one run, or all): for migrations, `rollscope rebuild-analytics`
     and the benchmark's bulk load. Returns the number of steps."""
-    for t in (SR, TR):
+    for t in (SR, TR, RT):
         conn.execute(t.delete() if run_id is None else t.delete().where(t.c.run_id == run_id))
     q = sa.select(R.c.run_id, R.c.step).distinct()
     if run_id is not None:

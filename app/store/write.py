@@ -299,6 +299,9 @@ def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[Re
                 res.outcomes[p.identity] = "rejected"
                 break
     recheck_groups(conn, res.groups)
+    # the group findings just recomputed count in the step rollups of every member's step (each
+    # rollout's hooks ran before them)
+    rollups.apply(conn, groups=res.groups)
     if errors or refused:
         quarantine_many(conn, [*errors, *refused], context=quarantine_context)
     res.errors += refused

@@ -88,7 +88,8 @@ def rollouts_page(session: Session, run_id: str, filters: listing.ListFilters, *
         sorts.append(SortLink(key=key, label=label, active=key == name, desc=key == name and desc,
                               url=url(twin, sort=None if nxt == "step" else nxt)))
     # kinds beyond the registry's (stored by older checks), from the rollups: no findings scan
-    present = {k for st in step_stats(session=session, run_id=run_id, include_unstepped=True)
+    present = {k for st in step_stats(session=session, run_id=run_id, include_unstepped=True,
+                                      sections=listing.list_sections(filters))
                for k in (st.get("findings") or {})}
     rows = [RolloutSummary.model_validate(d)
             for d in with_labels(session, run_id, [summary_fields(r, json=twin) for r in got["rows"]])]

@@ -6,7 +6,6 @@ from typing import Any
 from sqlmodel import Session
 
 from app import charts, urls
-from app.queries import findings as q_findings
 from app.queries import nodes as q_nodes
 from app.queries import runs as q_runs
 from app.queries.common import ENDINGS
@@ -131,12 +130,12 @@ def run_summary(session: Session, run_id: str, *, json: bool = False) -> RunSumm
     """The header, steps and totals of a run, from the per-step rollups (app/store/rollups.py:
     one row per step at any run size); None if there is no such run. Links go to the JSON twins
     when `json`."""
-    from app.analytics.steps import run_totals, step_stats
+    from app.analytics.steps import RUN_SECTIONS, run_totals, step_stats
 
     run = q_runs.get_run(session=session, run_id=run_id)
     if run is None:
         return None
-    stats = step_stats(session=session, run_id=run_id, include_unstepped=True)
+    stats = step_stats(session=session, run_id=run_id, include_unstepped=True, sections=RUN_SECTIONS)
     steps = [q_runs.StepRow(step=s.step, rollouts=s.rollouts, endings=dict(s.endings), mean_reward=s.mean_reward,
                             mean_reward_no_errors=s.mean_reward_no_errors, scored=s.scored, excluded=s.excluded)
              for s in stats]
@@ -160,13 +159,13 @@ def run_page(session: Session, run_id: str, *, json: bool = False, steps_range=N
     steps table and the charts, `window` adds a moving average to the charts. Links go to the
     JSON twins when `json` (the charts' links stay on the pages)."""
     from app.analytics import pages as analytics_pages
-    from app.analytics.steps import StepRange, run_totals, step_stats
+    from app.analytics.steps import RUN_SECTIONS, StepRange, run_totals, step_stats
 
     run = q_runs.get_run(session=session, run_id=run_id)
     if run is None:
         return None
     steps_range = steps_range or StepRange()
-    stats = step_stats(session=session, run_id=run_id, include_unstepped=True)
+    stats = step_stats(session=session, run_id=run_id, include_unstepped=True, sections=RUN_SECTIONS)
     steps = [q_runs.StepRow(step=s.step, rollouts=s.rollouts, endings=dict(s.endings), mean_reward=s.mean_reward,
                             mean_reward_no_errors=s.mean_reward_no_errors, scored=s.scored, excluded=s.excluded)
              for s in stats]
@@ -179,7 +178,7 @@ def run_page(session: Session, run_id: str, *, json: bool = False, steps_range=N
     tot = run_totals(stats)
     means = {"mean_reward": tot["mean_reward"], "mean_reward_no_errors": tot["mean_reward_no_errors"],
              "excluded": tot["excluded"]}
-    checks_ran, per_step = _checks_table(session, run_id, sum(s.rollouts for s in steps))
+    checks_ran, per_step = _checks_table(run_id, stats, sum(s.rollouts for s in steps))
     fired = [(c.kind, c.label) for c in checks_ran if c.rollouts]
     # Without a training step (Tunix files, tau-bench) a per-step chart has no axis to draw on.
     steps_recorded = any(s.step is not None for s in steps)
@@ -236,24 +235,37 @@ def _version(stats) -> str:
     return f"{sum(s.rollouts for s in stats)}-{last}"
 
 
-def _checks_table(session: Session, run_id: str, n_rollouts: int) -> tuple[list[CheckRow], dict]:
+def _checks_table(run_id: str, stats, n_rollouts: int) -> tuple[list[CheckRow], dict]:
     """Every registered check with what it did in this run (see CheckRow), in registry order;
-    and (step, kind) → rollouts with a finding, for the chart."""
+    and (step, kind) → rollouts with a finding, for the chart. From the step rollups' `checks`
+    (app.store.rollups.check_counts, kept at ingest): one row per step, whatever the number of
+    rollouts and findings."""
     with_finding: dict[str, int] = {}
     undecided: dict[str, int] = {}
     per_step: dict[tuple, int] = {}
-    for step, kind, skipped, n in q_findings.finding_counts(session=session, run_id=run_id):
-        kind = checks.legacy_kind(kind)
-        if skipped:
-            undecided[kind] = undecided.get(kind, 0) + n
-        else:
+    reasons: dict[tuple[str, str, bool], int] = {}
+    for s in stats:
+        c = s.get("checks") or {}
+        for kind, n in (c.get("found") or {}).items():
+            kind = checks.legacy_kind(kind)
             with_finding[kind] = with_finding.get(kind, 0) + n
-            per_step[(step, kind)] = per_step.get((step, kind), 0) + n
-    reasons = q_findings.skip_reasons(session=session, run_id=run_id)
+            per_step[(s.step, kind)] = per_step.get((s.step, kind), 0) + n
+        for kind, n in (c.get("skipped") or {}).items():
+            kind = checks.legacy_kind(kind)
+            undecided[kind] = undecided.get(kind, 0) + n
+        for scope in ("skip_reasons", "group_skip_reasons"):
+            for kind, messages in (c.get(scope) or {}).items():
+                for message, n in messages.items():
+                    key = (kind, message, scope == "group_skip_reasons")
+                    reasons[key] = reasons.get(key, 0) + n
+    top: dict[str, list[tuple[str, int]]] = {}  # the 3 commonest reasons per stored kind
+    for (kind, message, _), n in sorted(reasons.items(), key=lambda x: (x[0][0], -x[1], x[0][1], x[0][2])):
+        if len(top.setdefault(kind, [])) < 3:
+            top[kind].append((message, n))
     table = [CheckRow(kind=kind, label=c.label, scope=c.scope, severity=c.severity, rule=c.doc,
                       rollouts=with_finding.get(kind, 0), skipped=undecided.get(kind, 0),
                       checked=max(0, n_rollouts - undecided.get(kind, 0)),
-                      skip_reasons=[{"reason": m, "count": n} for m, n in reasons.get(kind, [])],
+                      skip_reasons=[{"reason": m, "count": n} for m, n in top.get(kind, [])],
                       url=urls.rollouts(run_id, flag=kind))
              for kind, c in checks.REGISTRY.items()]
     return table, per_step

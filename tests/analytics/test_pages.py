@@ -7,8 +7,11 @@ import csv
 import io
 
 import pytest
+from sqlmodel import Session
 
 from app import charts
+from app.analytics import search as search_q
+from app.analytics.steps import StepRange, heatmap_tasks, step_stats
 from ingest import demo
 from tests.helpers import ingest, rollout, write_jsonl
 
@@ -210,3 +213,38 @@ def test_step_notes_on_the_step_page_and_its_twin(client, engine, tmp_path):
     r = client.put("/api/v1/runs/r%2F1/steps/999/notes", json={"text": "nowhere"}, headers=h)
     assert r.status_code == 404 and r.json()["error"]["field"] == "step" and "999" in r.json()["error"]["message"]
     assert client.get("/api/v1/runs/r%2F1/steps/999/notes").json()["items"] == []
+
+
+def test_each_chart_reads_only_the_sections_it_draws(engine, demo_run):
+    """A chart reads only its `sections` of each step's stats: the figure is the one drawn from
+    the whole documents."""
+    with Session(engine) as s:
+        full = step_stats(session=s, run_id=demo_run)
+        tasks = heatmap_tasks(session=s, run_id=demo_run, steps=StepRange(), limit=charts.HEATMAP_TASKS)
+    for chart in charts.REGISTRY.values():
+        with Session(engine) as s:
+            part = step_stats(session=s, run_id=demo_run, sections=chart.sections)
+        assert [p.stats for p in part] == [{k: f.stats[k] for k in chart.sections if k in f.stats} for f in full]
+        assert charts.figure(chart, demo_run, part, tasks) == charts.figure(chart, demo_run, full, tasks), chart.id
+
+
+def test_search_pages_the_same_through_a_words_matches_or_the_newest_messages(engine, tmp_path, monkeypatch):
+    """Postgres searches a rare word through its matches and a common one by walking the newest
+    messages: both give the same pages."""
+    rs = [rollout(f"s{i}", step=i, messages=[{"role": "user", "content": f"quokka number {i}"},
+                                             {"role": "assistant", "content": "quokka" if i % 2 else "nothing"}])
+          for i in range(7)]
+    ingest(engine, write_jsonl(tmp_path / "s.jsonl", rs))
+
+    def pages():
+        out, before = [], None
+        with Session(engine) as s:
+            while True:
+                hits, before = search_q.search(session=s, text="quokka", run_id="r1", limit=3, before=before)
+                out.append([(h["rollout_id"], h["node_idx"], h["snippet"]) for h in hits])
+                if before is None:
+                    return out
+
+    rare = pages()
+    monkeypatch.setattr(search_q, "RARE_MATCHES", 1)
+    assert pages() == rare and sum(len(p) for p in rare) == 10

@@ -1,9 +1,11 @@
-"""The per-step and per-task rollups stay exact through inserts, replacements (a rollout that
-changes step, reward or ending) and re-ingests: checked against an independent SQL computation
-and against a full rebuild, on SQLite and Postgres."""
+"""The per-step, per-task and per-run-task rollups stay exact through inserts, replacements (a
+rollout that changes step, reward, ending or group) and re-ingests: checked against an
+independent SQL computation (counts, means, the checks' findings per step and kind) and against a
+full rebuild, bit for bit, on SQLite and Postgres."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import sqlalchemy as sa
 
@@ -12,6 +14,7 @@ from app.store import rollups
 from tests.helpers import ingest, rollout, write_jsonl
 
 R, SR, TR = models.Rollout.__table__, models.StepRollup.__table__, models.TaskRollup.__table__
+RT, F = models.RunTaskRollup.__table__, models.Finding.__table__
 
 
 def _batch(tag: str, shift: float = 0.0) -> list:
@@ -48,13 +51,91 @@ def _independent(engine) -> dict:
     return {"steps": steps, "endings": endings, "tasks": tasks}
 
 
-def _tables(engine) -> tuple[dict, dict]:
+def _tables(engine) -> tuple[dict, dict, dict]:
     with engine.connect() as conn:
         s = {(r.run_id, r.step): dict(r._mapping) for r in conn.execute(sa.select(SR))}
         t = {(r.run_id, r.step, r.task_key): dict(r._mapping) for r in conn.execute(sa.select(TR))}
-    for d in (*s.values(), *t.values()):
+        rt = {(r.run_id, r.task_key): dict(r._mapping) for r in conn.execute(sa.select(RT))}
+    for d in (*s.values(), *t.values(), *rt.values()):
         d.pop("pk")
-    return s, t
+    return s, t, rt
+
+
+def _independent_checks(engine) -> tuple[dict, dict, dict]:
+    """Straight from `finding` joined to every rollout of each run (what the run page counted
+    before the rollups kept it): (run, step, kind, skipped) → distinct rollouts, rollout-scope
+    and group-scope added; (run, kind, message) → skipped outcomes of the run's rollouts; (run,
+    kind, message) → groups with that skipped outcome."""
+    skipped = (F.c.severity == "skipped").label("skipped")
+    counts: dict = {}
+    with engine.connect() as conn:
+        own = (sa.select(R.c.run_id, R.c.step, F.c.kind, skipped, sa.func.count(sa.distinct(R.c.pk)))
+               .join(R, R.c.pk == F.c.rollout_pk).group_by(R.c.run_id, R.c.step, F.c.kind, skipped))
+        grouped = (sa.select(R.c.run_id, R.c.step, F.c.kind, skipped, sa.func.count(sa.distinct(R.c.pk)))
+                   .join(R, sa.and_(R.c.run_id == F.c.run_id, R.c.group_id == F.c.group_id))
+                   .where(F.c.rollout_pk.is_(None)).group_by(R.c.run_id, R.c.step, F.c.kind, skipped))
+        for q in (own, grouped):
+            for run_id, step, kind, skip, n in conn.execute(q):
+                key = (run_id, step, kind, bool(skip))
+                counts[key] = counts.get(key, 0) + n
+        reasons = {(r, k, m): n for r, k, m, n in conn.execute(
+            sa.select(R.c.run_id, F.c.kind, F.c.message, sa.func.count()).join(R, R.c.pk == F.c.rollout_pk)
+            .where(F.c.severity == "skipped").group_by(R.c.run_id, F.c.kind, F.c.message))}
+        group_reasons = {(r, k, m): n for r, k, m, n in conn.execute(
+            sa.select(F.c.run_id, F.c.kind, F.c.message, sa.func.count())
+            .where(F.c.rollout_pk.is_(None), F.c.severity == "skipped").group_by(F.c.run_id, F.c.kind, F.c.message))}
+    return counts, reasons, group_reasons
+
+
+def _check_checks(engine, steps: dict) -> None:
+    counts, reasons, group_reasons = _independent_checks(engine)
+    got, got_reasons, got_group = {}, {}, {}
+    for (run_id, step), row in steps.items():
+        c = row["stats"]["checks"]
+        for skip, part in ((False, c["found"]), (True, c["skipped"])):
+            for kind, n in part.items():
+                got[(run_id, step, kind, skip)] = n
+        for kind, messages in c["skip_reasons"].items():
+            for m, n in messages.items():
+                got_reasons[(run_id, kind, m)] = got_reasons.get((run_id, kind, m), 0) + n
+        for kind, messages in c["group_skip_reasons"].items():
+            for m, n in messages.items():
+                got_group[(run_id, kind, m)] = got_group.get((run_id, kind, m), 0) + n
+    assert got == counts
+    assert got_reasons == reasons
+    assert got_group == group_reasons
+
+
+def _check_run_tasks(tasks: dict, run_tasks: dict) -> None:
+    """Each (run, task) row against its step rows: sums of the counts and endings, and means
+    weighted by the scored counts, summed exactly."""
+    expected: dict = {}
+    for (run_id, _, task), t in tasks.items():
+        e = expected.setdefault((run_id, task), {"rollouts": 0, "errors": 0, "scored": 0, "scored_no_errors": 0,
+                                                 "endings": {}, "by_ending": {}, "s0": Fraction(0), "s1": Fraction(0)})
+        for k in ("rollouts", "errors", "scored", "scored_no_errors"):
+            e[k] += t[k]
+        for k, n in (t["endings"] or {}).items():
+            e["endings"][k] = e["endings"].get(k, 0) + n
+        for ending, parts in (t["by_ending"] or {}).items():
+            for part, counts in parts.items():
+                for v, n in counts.items():
+                    d = e["by_ending"].setdefault(ending, {"agents": {}, "findings": {}})[part]
+                    d[v] = d.get(v, 0) + n
+        e["s0"] += Fraction(t["mean_reward"]) * t["scored"] if t["mean_reward"] is not None else 0
+        e["s1"] += Fraction(t["mean_reward_no_errors"]) * t["scored_no_errors"] \
+            if t["mean_reward_no_errors"] is not None else 0
+    assert set(run_tasks) == set(expected)
+    for key, row in run_tasks.items():
+        e = expected[key]
+        assert {k: row[k] for k in ("rollouts", "errors", "scored", "scored_no_errors")} == \
+            {k: e[k] for k in ("rollouts", "errors", "scored", "scored_no_errors")}, key
+        assert row["endings"] == e["endings"], key
+        assert row["by_ending"] == e["by_ending"], key
+        assert sum(n for parts in row["by_ending"].values() for n in parts["agents"].values()) == row["rollouts"]
+        assert row["mean_reward"] == (float(e["s0"] / e["scored"]) if e["scored"] else None), key
+        assert row["mean_reward_no_errors"] == (float(e["s1"] / e["scored_no_errors"]) if e["scored_no_errors"]
+                                                else None), key
 
 
 def _close(a, b) -> bool:
@@ -63,7 +144,7 @@ def _close(a, b) -> bool:
 
 def _check(engine) -> None:
     ind = _independent(engine)
-    steps, tasks = _tables(engine)
+    steps, tasks, run_tasks = _tables(engine)
     assert set(steps) == set(ind["steps"])
     for key, row in steps.items():
         exp = ind["steps"][key]
@@ -76,16 +157,32 @@ def _check(engine) -> None:
     for key, row in tasks.items():
         assert row["rollouts"] == ind["tasks"][key].n
         assert _close(row["mean_reward"], ind["tasks"][key].m0)
+    _check_run_tasks(tasks, run_tasks)
+    _check_checks(engine, steps)
     # and a full rebuild from scratch yields the very same rows, bit for bit
     with engine.begin() as conn:
         rollups.rebuild(conn)
-    assert _tables(engine) == (steps, tasks)
+    assert _tables(engine) == (steps, tasks, run_tasks)
 
 
 def test_rollups_exact_through_replace_and_reingest(engine, tmp_path):
     first = write_jsonl(tmp_path / "a.jsonl", _batch("x"))
     ingest(engine, first)
     _check(engine)
+    counts, reasons, group_reasons = _independent_checks(engine)
+    assert counts and reasons and group_reasons  # the checks found and skipped things: the comparison counts
+    # compare's task table over every step (the run's task rows) and over a range (step rows)
+    from sqlmodel import Session
+
+    from app.analytics.steps import StepRange, task_totals
+    with Session(engine) as s:
+        every = task_totals(session=s, run_ids=["run-a"], steps=StepRange())["run-a"]
+        ranged = task_totals(session=s, run_ids=["run-a"], steps=StepRange(0, 100))["run-a"]
+    assert every.keys() == ranged.keys() and every
+    for task, t in every.items():
+        assert t["rollouts"] == ranged[task]["rollouts"] and t["errors"] == ranged[task]["errors"]
+        assert _close(t["mean_reward"], ranged[task]["mean_reward"])
+        assert _close(t["mean_reward_no_errors"], ranged[task]["mean_reward_no_errors"])
     with engine.connect() as conn:
         s0 = conn.execute(sa.select(SR.c.stats).where(SR.c.run_id == "run-a", SR.c.step == 0)).scalar_one()
     # step 0: group 0 has one error (dropped), group 1 rewards 0,1,0,1
@@ -123,7 +220,7 @@ def test_a_step_or_task_a_replacement_empties_loses_its_rollup(engine, tmp_path)
             and r.run.id == "run-a" else r for r in moved]
     ingest(engine, write_jsonl(tmp_path / "c.jsonl", gone))
     _check(engine)
-    steps, tasks = _tables(engine)
+    steps, tasks, run_tasks = _tables(engine)
     assert ("run-a", 7) not in steps and ("run-a", 0, "task-1") not in tasks and ("run-a", 0, "task-5") in tasks
 
 
@@ -171,7 +268,7 @@ def test_rebuild_analytics_command_restores_rollups_and_search(engine, db_url, t
     ingest(engine, write_jsonl(tmp_path / "a.jsonl", _batch("x")))
     before = _tables(engine)
     with engine.begin() as conn:
-        for t in (SR, TR, models.SearchDoc.__table__):
+        for t in (SR, TR, RT, models.SearchDoc.__table__):
             conn.execute(t.delete())
     monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
     res = CliRunner().invoke(cli, ["rebuild-analytics"])
@@ -180,3 +277,28 @@ def test_rebuild_analytics_command_restores_rollups_and_search(engine, db_url, t
     assert _tables(engine) == before
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(models.SearchDoc.__table__)).scalar() == 2 * 26
+
+
+def test_rollups_exact_when_a_batch_falls_back_to_one_by_one(engine, tmp_path, monkeypatch):
+    """Written one by one (a batch failed), each rollout's hooks run before its group's findings
+    are recomputed; the rollups then recompute the groups' steps, and stay exact."""
+    from app.store import write
+
+    def refuse_bad(conn, written):
+        if any(r["rollout_id"] == "bad" for r in written.inserted):
+            raise ValueError("this hook refuses 'bad'")
+
+    monkeypatch.setattr(write, "BATCH_HOOKS", [refuse_bad, *write.BATCH_HOOKS])
+    rows = _batch("x") + [rollout("bad", run="run-a", step=1, group="s1g0", index=9, reward=0.0)]
+    report = ingest(engine, write_jsonl(tmp_path / "a.jsonl", rows))
+    assert report.total.fallbacks >= 1 and report.total.inserted == len(rows) - 1
+    _check(engine)
+
+
+def test_upserts_stay_within_the_drivers_parameter_limits():
+    """`rebuild` upserts 50 steps of task rows at once (6,250 rows of 11 columns at 125 tasks a
+    step: more bound parameters than Postgres takes in one statement): they go in runs."""
+    rows = [{f"c{i}": i for i in range(11)} for _ in range(6250)]
+    parts = rollups._param_chunks(rows)
+    assert sum(len(p) for p in parts) == 6250 and all(len(p) * 11 <= rollups.MAX_PARAMS for p in parts)
+    assert rollups._param_chunks([]) == []

@@ -10,7 +10,7 @@ Revises: 0006_quarantine_context
   triggers (the external-content recipe of https://sqlite.org/fts5.html §4.4.3), Postgres with a
   stored generated column `tsv` = to_tsvector('simple', text) and a GIN index on it.
 
-Existing rollouts get their rollups computed here; their new metric columns stay at their
+Existing rollouts get their rollups computed by 0010_rollup_checks; their new metric columns stay at their
 defaults and their messages unsearchable until `rollscope rebuild-analytics` re-indexes
 them (it recomputes rollups and the search index from what is stored).
 """
@@ -99,9 +99,8 @@ def upgrade() -> None:
                    "GENERATED ALWAYS AS (to_tsvector('simple', text)) STORED")
         op.execute("CREATE INDEX ix_search_doc_tsv ON search_doc USING gin (tsv)")
 
-    from app.store import rollups  # computed from the summary rows already stored
-
-    rollups.rebuild(bind)
+    # Existing rollouts get their rollups from 0010_rollup_checks, the last migration that changes
+    # what the rollups hold (rollups.rebuild writes the tables of the newest schema).
 
 
 SQLITE_FTS = [
