@@ -323,7 +323,7 @@ def max_staleness(conn: sa.Connection, run_id: str) -> int | None:
     return _staleness_limit(conn.execute(sa.select(RUN.c.extra).where(RUN.c.id == run_id)).scalar())
 
 
-def _lock(conn: sa.Connection, keys: list[tuple[str, int | None]]) -> None:
+def lock_steps(conn: sa.Connection, keys: list[tuple[str, int | None]]) -> None:
     """On Postgres, take a transaction-scoped advisory lock per (run, step), in one statement and
     in one order for every writer (no deadlock); SQLite serialises writers anyway."""
     if conn.dialect.name != "postgresql" or not keys:
@@ -452,7 +452,7 @@ def _contribution(t: Mapping) -> dict:
 
 def _lock_tasks(conn: sa.Connection, keys: list[tuple[str, str]]) -> None:
     """On Postgres, a transaction-scoped advisory lock per (run, task), in one order for every
-    writer and after the step locks (`_lock`): the read-modify-write of run_task_rollup rows by
+    writer and after the step locks (`lock_steps`): the read-modify-write of run_task_rollup rows by
     two writers of different steps is serialised. Seed 1 of `hashtextextended` keeps these keys
     apart from the group locks (app.store.groups, seed 0)."""
     if conn.dialect.name != "postgresql" or not keys:
@@ -569,7 +569,7 @@ def apply(conn: sa.Connection, *, inserted: Iterable[Mapping] = (), deleted: Ite
     keys = sorted(keyset, key=lambda k: (k[0], k[1] is None, k[1] or 0))
     if not keys:
         return 0
-    _lock(conn, keys)
+    lock_steps(conn, keys)
     # the rows of every touched step, each with its run's staleness limit (one statement)
     limit_col = RUN.c.extra["max_staleness"].label("run_max_staleness")
     result = conn.execute(sa.select(*ROW_COLUMNS, limit_col).join(RUN, RUN.c.id == R.c.run_id)

@@ -273,6 +273,9 @@ def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[Re
     """
     res = StoreResult()
     refused: list[RecordError] = []
+    # Every rollout's hooks lock its steps; taken here first, all at once in the one order every
+    # writer uses, they cannot interleave with a concurrent batch's into a deadlock.
+    rollups.lock_steps(conn, list({(p.identity[0], p.summary["step"]) for p in batch}))
     for p in batch:
         res.runs.add(p.identity[0])
         for attempt in range(2):
@@ -293,8 +296,8 @@ def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[Re
                     raise
                 # another writer stored this rollout meanwhile: look again (unchanged or replace)
             except Exception as exc:  # noqa: BLE001 - one rollout must not cost its neighbours
-                if database_gone(exc):
-                    raise  # not this rollout's fault: the whole batch is retried later
+                if database_gone(exc) or lost_a_race(exc):
+                    raise  # not this rollout's fault: the whole batch is retried
                 refused.append(storage_error(p.rollout, exc))
                 res.outcomes[p.identity] = "rejected"
                 break
@@ -385,9 +388,18 @@ def database_gone(exc: BaseException) -> bool:
     return False
 
 
+def lost_a_race(exc: BaseException) -> bool:
+    """Postgres chose this transaction to give way to a concurrent one (SQLSTATE 40P01
+    deadlock_detected, 40001 serialization_failure): nothing is wrong with the data, and the
+    transaction succeeds when tried again."""
+    orig = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
+    return str(getattr(orig, "sqlstate", None) or "") in ("40P01", "40001")
+
+
 def _with_retries(engine: Engine, write, in_transaction, last_item, total: StoreResult) -> StoreResult:
-    """One batch transaction, retried while the database is unreachable. When it stays away
-    the error carries `rollouts_committed` (what earlier batches stored)."""
+    """One batch transaction, retried while the database is unreachable, or when it gave way
+    to a concurrent writer (`lost_a_race`). When the database stays away the error carries
+    `rollouts_committed` (what earlier batches stored)."""
     for wait in (*RETRY_WAITS, None):
         try:
             with engine.begin() as conn:
@@ -396,6 +408,9 @@ def _with_retries(engine: Engine, write, in_transaction, last_item, total: Store
                     in_transaction(conn, last_item)
             return res
         except Exception as exc:
+            if lost_a_race(exc) and wait is not None:
+                time.sleep(wait / 10)
+                continue
             if not database_gone(exc) or wait is None:
                 if database_gone(exc):
                     exc.rollouts_committed = total.inserted + total.replaced  # type: ignore[attr-defined]
@@ -445,11 +460,9 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
         except Exception as exc:  # noqa: BLE001 - the fallback isolates the one that failed
             if database_gone(exc):
                 raise  # retried already: the database is down, writing row by row cannot help
-            with engine.begin() as conn:
-                res = write_one_by_one(conn, prepared, batch_errors, force=force,
-                                       quarantine_context=quarantine_context)
-                if in_transaction:
-                    in_transaction(conn, last[0])
+            res = _with_retries(engine, lambda conn: write_one_by_one(
+                conn, prepared, batch_errors, force=force, quarantine_context=quarantine_context),
+                in_transaction, last[0], total)
             res.fallbacks += 1
         res.errors = failed + res.errors
         res.batches += 1

@@ -119,3 +119,25 @@ def test_rejections_are_quarantined_with_their_batch(engine, tmp_path, monkeypat
     assert count(engine, models.Quarantine.__table__) == 1 and n <= 10
     again = ingest(engine, path)
     assert again.total.unchanged == 2 and count(engine, models.Quarantine.__table__) == 1
+
+
+def test_a_transaction_that_gives_way_to_another_writer_is_tried_again_not_quarantined(engine, tmp_path, monkeypatch):
+    # Postgres aborts one of two deadlocked transactions (40P01): not the data's fault. The batch
+    # and its one-by-one fallback are tried again; every rollout lands, none is quarantined.
+    import psycopg
+
+    monkeypatch.setattr(write, "RETRY_WAITS", (0.01, 0.01, 0.01))
+    left = [3]  # the batch, its fallback, and the fallback's retry each give way once
+
+    def gives_way(conn, written):
+        if left[0]:
+            left[0] -= 1
+            raise sa.exc.OperationalError("SELECT pg_advisory_xact_lock(...)", {},
+                                          psycopg.errors.DeadlockDetected("deadlock detected"))
+
+    monkeypatch.setattr(write, "BATCH_HOOKS", [*write.BATCH_HOOKS, gives_way])
+    report = ingest(engine, write_jsonl(tmp_path / "d.jsonl", [rollout(f"d{i}") for i in range(5)]))
+    assert left[0] == 0 and report.total.inserted == 5 and report.total.rejected == 0
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(models.Quarantine.__table__)).scalar_one() == 0
+        assert conn.execute(sa.select(sa.func.count()).select_from(R)).scalar_one() == 5
