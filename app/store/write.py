@@ -341,7 +341,20 @@ def write_in(conn: sa.Connection, prepared: list[Prepared], errors: list[RecordE
 
 # --- the stream -------------------------------------------------------------------------------
 
-RETRY_WAITS = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)  # about 30 s for a database to come back
+RETRY_SECONDS = 30.0  # default of `ROLLSCOPE_DB__RETRY_SECONDS` (app.config.DbSettings)
+
+
+def retry_waits(seconds: float = RETRY_SECONDS) -> list[float]:
+    """The pauses (s) between tries while a database is unreachable: 0.5 s doubling, at most
+    15 s, adding up to `seconds` (the last one shortened to fit); [] for 0. 30 s gives
+    0.5, 1, 2, 4, 8, 14.5. The CLI uses the same budget at start (`app.cli._engine`) and mid-ingest."""
+    waits: list[float] = []
+    wait, left = 0.5, max(0.0, seconds)
+    while left > 1e-9:
+        waits.append(min(wait, left))
+        left -= waits[-1]
+        wait = min(wait * 2, 15.0)
+    return waits
 
 
 def _quarantined_files(conn: sa.Connection, prepared: list[Prepared], checked: set[str], found: set[str]) -> set[str]:
@@ -382,10 +395,11 @@ def database_gone(exc: BaseException) -> bool:
     return False
 
 
-def _with_retries(engine: Engine, write, in_transaction, last_item, total: StoreResult) -> StoreResult:
-    """One batch transaction, retried while the database is unreachable. When it stays away
-    the error carries `rollouts_committed` (what earlier batches stored)."""
-    for wait in (*RETRY_WAITS, None):
+def _with_retries(engine: Engine, write, in_transaction, last_item, total: StoreResult,
+                  retry_seconds: float = RETRY_SECONDS) -> StoreResult:
+    """One batch transaction, retried while the database is unreachable (`retry_waits`). When it
+    stays away the error carries `rollouts_committed` (what earlier batches stored)."""
+    for wait in (*retry_waits(retry_seconds), None):
         try:
             with engine.begin() as conn:
                 res = write(conn)
@@ -396,6 +410,7 @@ def _with_retries(engine: Engine, write, in_transaction, last_item, total: Store
             if not database_gone(exc) or wait is None:
                 if database_gone(exc):
                     exc.rollouts_committed = total.inserted + total.replaced  # type: ignore[attr-defined]
+                    exc.retried_seconds = retry_seconds  # type: ignore[attr-defined]
                 raise
             engine.dispose()
             time.sleep(wait)
@@ -404,7 +419,7 @@ def _with_retries(engine: Engine, write, in_transaction, last_item, total: Store
 def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=None,
           batch_size: int = BATCH, in_transaction: Callable[[sa.Connection, object], None] | None = None,
           context: CheckContext | None = None, force: bool = False,
-          quarantine_context: dict | None = None) -> StoreResult:
+          quarantine_context: dict | None = None, retry_seconds: float = RETRY_SECONDS) -> StoreResult:
     """Store a stream of rollouts and rejections, `batch_size` rollouts per transaction.
 
     Rollouts are prepared (rows, checks, hash) before the transaction opens. Rejections are
@@ -416,6 +431,7 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     for the checks (None: the checks that need them record that they could not decide).
     `force`: replace stored rollouts whose content is unchanged too (`rollscope recheck`).
     `quarantine_context`: how the input was read, kept with its quarantined records.
+    `retry_seconds`: how long a batch waits for an unreachable database (`retry_waits`).
     """
     total = StoreResult()
     pending: list[Prepared] = []  # prepared as they arrive, each rollout let go once prepared
@@ -438,7 +454,7 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
                 conn, prepared, batch_errors, known_runs=known_runs, force=force,
                 quarantine_context=quarantine_context,
                 quarantined_files=_quarantined_files(conn, prepared, files_checked, quarantined_files)),
-                in_transaction, last[0], total)
+                in_transaction, last[0], total, retry_seconds)
         except Exception as exc:  # noqa: BLE001 - the fallback isolates the one that failed
             if database_gone(exc):
                 raise  # retried already: the database is down, writing row by row cannot help

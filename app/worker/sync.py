@@ -22,7 +22,7 @@ from ingest.formats import ReadContext
 from ingest.files import TRACE_SUFFIXES, read_records, walk
 from ingest.source import RecordError, Source, open_source
 from app.store.quarantine import IngestContext, quarantine_many
-from app.store.write import BATCH, StoreResult, database_gone, ensure_run, store, store_tokenizer
+from app.store.write import BATCH, RETRY_SECONDS, StoreResult, database_gone, ensure_run, store, store_tokenizer
 
 
 @dataclass
@@ -76,7 +76,7 @@ def register_tokenizer(engine: Engine, path: Path, added: dict[int, str] | None 
 def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokenizer_key: str | None = None,
                  check_context: CheckContext | None = None, on_file: Callable[[Path, Source], None] | None = None,
                  on_item: Callable[[object], None] | None = None, batch_size: int = BATCH,
-                 roots: dict[Path, Path] | None = None) -> IngestReport:
+                 roots: dict[Path, Path] | None = None, retry_seconds: float = RETRY_SECONDS) -> IngestReport:
     """Ingest every file under `paths`, `batch_size` rollouts per transaction
     (`ROLLSCOPE_WORKER__BATCH_SIZE`). `on_file`/`on_item` drive progress displays.
 
@@ -92,7 +92,8 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
     (`ReadContext.source_key`); a file given by name is known by its name, unless `roots` names
     the folder it was first ingested from (`--retry-quarantined`). A file with rejected records
     keeps, with them, how it was read (`IngestContext`: working folder, `ctx`'s run, step and
-    format, root), so a retry from any folder reads it the same way.
+    format, root), so a retry from any folder reads it the same way. `retry_seconds`: how long a
+    batch waits for an unreachable database (`ROLLSCOPE_DB__RETRY_SECONDS`).
     """
     report = IngestReport()
     for path, explicit, root in _files(paths, roots or {}):
@@ -119,7 +120,8 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
 
         try:
             result = store(engine, read_records(reader, source, file_ctx, file_errors), on_item=on_item,
-                           batch_size=batch_size, context=check_context, quarantine_context=_context(file_ctx))
+                           batch_size=batch_size, context=check_context, quarantine_context=_context(file_ctx),
+                           retry_seconds=retry_seconds)
         except Exception as exc:  # noqa: BLE001 - one file must not stop the others
             if database_gone(exc):  # not this file's fault: stop, saying how far it got
                 exc.rollouts_committed = (getattr(exc, "rollouts_committed", 0)  # type: ignore[attr-defined]
