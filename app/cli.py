@@ -175,22 +175,27 @@ def ingest(
 
     engine = _engine()
     paths = list(paths or [])
-    retries: dict[tuple, list[tuple[Path, Path | None]]] = {}  # (cwd, run, step, format) → (file, root)
+    # (cwd, run, step, format) → (file where it is now, root, the name its records are known by)
+    retries: dict[tuple, list[tuple[Path, Path | None, str]]] = {}
     if retry_quarantined:
         from app.store.quarantine import files_to_retry
 
         gone = []
-        for name, first in files_to_retry(engine):
+        for f in files_to_retry(engine):
+            first = f.context
             cwd = Path(first.cwd) if first else Path.cwd()
-            if not (cwd / name).is_file():  # (an absolute name stays itself)
-                gone.append(name)
-            elif Path(name) not in paths:  # a file given again by name is read with this command's options
+            if f.gone is not None:
+                gone.append(f.gone)
+            elif Path(f.name) not in paths:  # a file given again by name is read with this command's options
                 key = (str(cwd), first.run, first.step, first.format) if first else (str(cwd), run, step, format)
-                retries.setdefault(key, []).append((Path(name), Path(first.root) if first and first.root else None))
+                retries.setdefault(key, []).append((Path(f.path), Path(first.root) if first and first.root else None,
+                                                    f.name))
         n = sum(len(v) for v in retries.values())
         console.print(f"retrying {n} file{'s' if n != 1 else ''} with quarantined records, each as it was first "
-                      "ingested" + (f" ({len(gone)} no longer readable, e.g. {gone[0]})" if gone else ""),
+                      "ingested" + (f" ({len(gone)} no longer readable)" if gone else ""),
                       markup=False, soft_wrap=True)
+        for why in gone:  # its records stay quarantined
+            console.print(Text.assemble(("not retried ", "yellow"), why), soft_wrap=True)
         if not paths and not retries:
             out.print(Text("nothing to retry"))
             raise typer.Exit(0)
@@ -227,9 +232,10 @@ def ingest(
             report.add(ingest_paths(engine, paths, ReadContext(run_id=run, step=step, format=format), **options))
         for (cwd, first_run, first_step, first_format), files in retries.items():
             with contextlib.chdir(cwd):  # the files' names are relative to it, as first ingested
-                report.add(ingest_paths(engine, [f for f, _ in files], ReadContext(
+                report.add(ingest_paths(engine, [f for f, _, _ in files], ReadContext(
                     run_id=first_run, step=first_step, format=first_format),
-                    roots={f: root for f, root in files if root is not None}, **options))
+                    roots={f: root for f, root, _ in files if root is not None},
+                    names={f: name for f, _, name in files if str(f) != name}, **options))
     total, errors, skipped = report.total, report.errors, report.skipped
     rows = [(f.path, f.format, f.result) for f in report.files]
 
