@@ -604,9 +604,10 @@ def main() -> None:
 
         if isinstance(exc, ValidationError):  # a setting (or --db) the app cannot use: say which, and why
             for e in exc.errors():
-                where = ".".join(str(x) for x in e.get("loc", ())) or "settings"
+                where = ".".join(str(x) for x in e.get("loc", ()))
                 msg = str(e.get("msg", "")).removeprefix("Value error, ")
-                console.print(Text.assemble(("error: ", "red"), f"setting {where}: {msg}"), soft_wrap=True)
+                console.print(Text.assemble(("error: ", "red"), f"setting {where}: {msg}" if where else msg),
+                              soft_wrap=True)
             raise SystemExit(2) from None
         console.print(Text.assemble(("error: ", "red"), f"{type(exc).__name__}: {detail} (--debug shows the traceback)"),
                       soft_wrap=True)
