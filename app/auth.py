@@ -1,8 +1,10 @@
 """API tokens: issue, hash, verify, revoke; scopes read < write < admin.
 
-Writes over the network need a token (`Authorization: Bearer <token>`); reading stays open
-unless `ROLLSCOPE_REQUIRE_READ_TOKEN=1`, and then a read token may also come as `?token=` (so a
-link printed in a training log opens in a browser). A token is 32 random bytes (`rs_` +
+Writes over the network need a token, sent only as `Authorization: Bearer <token>`: a write
+with `?token=` is refused (401), because a URL is written to access logs and proxies' logs.
+Reading stays open unless `ROLLSCOPE_REQUIRE_READ_TOKEN=1`, and then a read (GET or HEAD) may
+also carry its token as `?token=` (so a link printed in a training log opens in a browser); the
+access log masks that value (`mask_token`). A token is 32 random bytes (`rs_` +
 URL-safe base64), shown once when it is created; the database keeps only its sha256, which is
 enough for a secret with that much entropy (a slow password hash protects guessable secrets,
 and these are not guessable), plus its first characters to recognise it in `rollscope token
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -126,18 +130,52 @@ def revoke(engine: Engine, ident: str) -> list[TokenInfo]:
 READ_COOKIE = "rollscope_read"  # set by ReadTokenGate from a valid `?token=`, so a browser's next pages read too
 
 
+READS = ("GET", "HEAD")  # the methods that may carry a token in the URL or the read cookie
+TOKEN_IN_URL = ("a write takes its token only from the `Authorization: Bearer <token>` header, never "
+                "`?token=` (URLs are written to access logs): send it in the header, and revoke a write "
+                "token that was sent in a URL (`rollscope token revoke`)")
+# `token=` after `?`, `&` or `;`, its letters possibly percent-encoded (`%74oken=`), up to the next separator
+_TOKEN_VALUE = re.compile(r"(?i)((?:^|[?&;])(?:t|%74)(?:o|%6f)(?:k|%6b)(?:e|%65)(?:n|%6e)(?:=|%3d))[^&;#\s\"']*")
+
+
+def mask_token(text: str) -> str:
+    """`text` (a logged path or request line) with every `token=` value replaced by `***`."""
+    return _TOKEN_VALUE.sub(r"\1***", text)
+
+
+class MaskTokenFilter(logging.Filter):
+    """A logging filter that masks `token=` values in a record's message and arguments
+    (uvicorn's access log formats `(client, method, path with query, http version, status)`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(mask_token(a) if isinstance(a, str) else a for a in record.args)
+        elif isinstance(record.args, dict):
+            record.args = {k: mask_token(v) if isinstance(v, str) else v for k, v in record.args.items()}
+        if isinstance(record.msg, str):
+            record.msg = mask_token(record.msg)
+        return True
+
+
+def mask_access_log(logger: str = "uvicorn.access") -> None:
+    """Install `MaskTokenFilter` on `logger` once (create_app calls it: every server process)."""
+    log = logging.getLogger(logger)
+    if not any(isinstance(f, MaskTokenFilter) for f in log.filters):
+        log.addFilter(MaskTokenFilter())
+
+
 def bearer(request: Request) -> str | None:
-    """The token of a request: `Authorization: Bearer <token>`, else `?token=`, else, for a
-    GET or HEAD only (reads; a cookie never authorises a write, so no cross-site request can
-    write), the read cookie a `?token=` link set."""
+    """The token of a request: `Authorization: Bearer <token>`, else, for a GET or HEAD only
+    (reads), `?token=`, else the read cookie a `?token=` link set. A write's token comes only
+    from the header (a cookie never authorises a write, so no cross-site request can write; a
+    URL is logged, so a write token never travels in one: `require` refuses it)."""
     header = request.headers.get("authorization", "")
     kind, _, value = header.partition(" ")
     if kind.lower() == "bearer" and value.strip():
         return value.strip()
-    token = request.query_params.get("token") or None
-    if token is None and request.method in ("GET", "HEAD"):
-        token = request.cookies.get(READ_COOKIE) or None
-    return token
+    if request.method not in READS:
+        return None
+    return request.query_params.get("token") or request.cookies.get(READ_COOKIE) or None
 
 
 def article(word: str) -> str:
@@ -149,11 +187,14 @@ def require(scope: Scope, *, optional_for_read: bool = True):
     """A FastAPI dependency: the request's token, which must allow `scope`.
 
     401 (with `WWW-Authenticate: Bearer`) when the token is missing, unknown or revoked; 403
-    when its scope is too small. With `scope="read"` and reading open
+    when its scope is too small; 401 for any request other than GET or HEAD with `?token=` in
+    its URL (even with the header too: the URL already put the token in a log). With `scope="read"` and reading open
     (`ROLLSCOPE_REQUIRE_READ_TOKEN` unset), no token is needed and None is returned.
     """
 
     def dependency(request: Request) -> TokenInfo | None:
+        if request.method not in READS and "token" in request.query_params:
+            raise HTTPException(401, TOKEN_IN_URL, headers={"WWW-Authenticate": "Bearer"})
         settings = request.app.state.settings
         if scope == "read" and optional_for_read and not getattr(settings, "require_read_token", False):
             return None

@@ -82,34 +82,35 @@ def database_url() -> str:
 
 
 def _engine():
-    from app.db.engine import make_engine
-    from app.db.migrate import upgrade
-
-    url = database_url()
-    shown = sa_url_shown(url)
-    console.print(f"database: {shown}", markup=False, soft_wrap=True)  # first line, on stderr
-    engine = make_engine(url, writer=True)
-    upgrade(engine)
-    return engine
-
-
-def _engine_with_retries(attempts: int = 8):
-    """`_engine()` for a long-running process: a database that is starting or restarting is
-    waited for (0.5 s doubling), one line each time."""
+    """The database's engine, migrated, for a command: its URL printed once (first line, stderr);
+    a database that is unreachable (starting, restarting, down) is tried again with the same
+    budget as mid-ingest (`ROLLSCOPE_DB__RETRY_SECONDS`, 0.5 s doubling), one line per wait;
+    when it stays away the error propagates (`main` prints one line, exit 3)."""
     import time
 
-    from app.store.write import database_gone
+    from app.config import get_settings
+    from app.db.engine import make_engine
+    from app.db.migrate import upgrade
+    from app.store.write import database_gone, retry_waits
 
-    wait = 0.5
-    for k in range(attempts):
+    url = database_url()
+    console.print(f"database: {sa_url_shown(url)}", markup=False, soft_wrap=True)
+    waits = retry_waits(get_settings().db.retry_seconds)
+    for k in range(len(waits) + 1):
+        engine = make_engine(url, writer=True)
         try:
-            return _engine()
+            upgrade(engine)
+            return engine
         except Exception as exc:
-            if not database_gone(exc) or k == attempts - 1:
+            engine.dispose()
+            if not database_gone(exc) or k == len(waits):
+                if database_gone(exc):
+                    exc.retried_seconds = sum(waits)  # type: ignore[attr-defined]
                 raise
-            console.print(f"database unavailable; retrying in {wait:g} s", markup=False)
-            time.sleep(wait)
-            wait = min(wait * 2, 30.0)
+            first = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+            console.print(f"database unavailable ({first[0][:200] if first else type(exc).__name__}); "
+                          f"retrying in {waits[k]:g} s", markup=False, soft_wrap=True)
+            time.sleep(waits[k])
     raise AssertionError("unreachable")
 
 
@@ -174,22 +175,27 @@ def ingest(
 
     engine = _engine()
     paths = list(paths or [])
-    retries: dict[tuple, list[tuple[Path, Path | None]]] = {}  # (cwd, run, step, format) → (file, root)
+    # (cwd, run, step, format) → (file where it is now, root, the name its records are known by)
+    retries: dict[tuple, list[tuple[Path, Path | None, str]]] = {}
     if retry_quarantined:
         from app.store.quarantine import files_to_retry
 
         gone = []
-        for name, first in files_to_retry(engine):
+        for f in files_to_retry(engine):
+            first = f.context
             cwd = Path(first.cwd) if first else Path.cwd()
-            if not (cwd / name).is_file():  # (an absolute name stays itself)
-                gone.append(name)
-            elif Path(name) not in paths:  # a file given again by name is read with this command's options
+            if f.gone is not None:
+                gone.append(f.gone)
+            elif Path(f.name) not in paths:  # a file given again by name is read with this command's options
                 key = (str(cwd), first.run, first.step, first.format) if first else (str(cwd), run, step, format)
-                retries.setdefault(key, []).append((Path(name), Path(first.root) if first and first.root else None))
+                retries.setdefault(key, []).append((Path(f.path), Path(first.root) if first and first.root else None,
+                                                    f.name))
         n = sum(len(v) for v in retries.values())
         console.print(f"retrying {n} file{'s' if n != 1 else ''} with quarantined records, each as it was first "
-                      "ingested" + (f" ({len(gone)} no longer readable, e.g. {gone[0]})" if gone else ""),
+                      "ingested" + (f" ({len(gone)} no longer readable)" if gone else ""),
                       markup=False, soft_wrap=True)
+        for why in gone:  # its records stay quarantined
+            console.print(Text.assemble(("not retried ", "yellow"), why), soft_wrap=True)
         if not paths and not retries:
             out.print(Text("nothing to retry"))
             raise typer.Exit(0)
@@ -220,15 +226,16 @@ def ingest(
             progress.update(current["task"], completed=current["source"].position)
 
         options = dict(tokenizer_key=key, check_context=check_context, on_file=on_file, on_item=on_item,
-                       batch_size=get_settings().worker.batch_size)
+                       batch_size=get_settings().worker.batch_size, retry_seconds=get_settings().db.retry_seconds)
         report = IngestReport()
         if paths:
             report.add(ingest_paths(engine, paths, ReadContext(run_id=run, step=step, format=format), **options))
         for (cwd, first_run, first_step, first_format), files in retries.items():
             with contextlib.chdir(cwd):  # the files' names are relative to it, as first ingested
-                report.add(ingest_paths(engine, [f for f, _ in files], ReadContext(
+                report.add(ingest_paths(engine, [f for f, _, _ in files], ReadContext(
                     run_id=first_run, step=first_step, format=first_format),
-                    roots={f: root for f, root in files if root is not None}, **options))
+                    roots={f: root for f, root, _ in files if root is not None},
+                    names={f: name for f, _, name in files if str(f) != name}, **options))
     total, errors, skipped = report.total, report.errors, report.skipped
     rows = [(f.path, f.format, f.result) for f in report.files]
 
@@ -402,7 +409,7 @@ def worker(
     dirs = spool or [get_settings().worker.spool_dir]
     for d in dirs:
         d.mkdir(parents=True, exist_ok=True)
-    engine = _engine_with_retries()
+    engine = _engine()
     try:
         lock = sqlite_lock(engine)
     except WorkerLocked as exc:
@@ -587,10 +594,21 @@ def main() -> None:
             n = getattr(exc, "rollouts_committed", None)
             done = f"{n} rollouts were committed; " if n is not None else ""
             what = "has no space left" if out_of_space(exc) else "is unreachable"
-            console.print(Text.assemble(("error: ", "red"), f"the database {what} ({detail}); {done}"
+            waited = getattr(exc, "retried_seconds", None)
+            tried = f" after retrying for {waited:g} s" if waited else ""
+            console.print(Text.assemble(("error: ", "red"), f"the database {what}{tried} ({detail}); {done}"
                                         "re-run the same command to resume (what is stored is not written again)"),
                           soft_wrap=True)
             raise SystemExit(3) from None
+        from pydantic import ValidationError
+
+        if isinstance(exc, ValidationError):  # a setting (or --db) the app cannot use: say which, and why
+            for e in exc.errors():
+                where = ".".join(str(x) for x in e.get("loc", ()))
+                msg = str(e.get("msg", "")).removeprefix("Value error, ")
+                console.print(Text.assemble(("error: ", "red"), f"setting {where}: {msg}" if where else msg),
+                              soft_wrap=True)
+            raise SystemExit(2) from None
         console.print(Text.assemble(("error: ", "red"), f"{type(exc).__name__}: {detail} (--debug shows the traceback)"),
                       soft_wrap=True)
         raise SystemExit(1) from None

@@ -41,6 +41,9 @@ class DbSettings(BaseModel):
                      "`postgresql://user@host:5432/db` (also as `ROLLSCOPE_DATABASE_URL`)")
     pool_size: int = Field(5, ge=1, le=200, description="Postgres connections kept open per process")
     max_overflow: int = Field(10, ge=0, le=1000, description="extra Postgres connections under load, per process")
+    retry_seconds: float = Field(30.0, ge=0, le=3600, description="how long a CLI command waits for an unreachable "
+                                 "database (at start and mid-ingest; 0.5 s doubling, at most 15 s apart) before it "
+                                 "stops with a one-line error")
 
     @field_validator("url")
     @classmethod

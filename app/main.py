@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from app import errors
 from app.asgi import HttpMiddleware, Observed
-from app.auth import ReadTokenGate
+from app.auth import ReadTokenGate, mask_access_log
 from app.api.v1 import router as api_v1
 from app.config import Settings, get_settings
 from app.db.engine import make_engine
@@ -95,6 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app for `settings` (default: from the environment); migrates the database and
     compiles the page templates (so a new server worker's first requests do not)."""
     settings = settings or get_settings()
+    mask_access_log()  # a read's `?token=` never reaches uvicorn's access log in clear
     engine = make_engine(settings.db.url, pool_size=settings.db.pool_size, max_overflow=settings.db.max_overflow)
     upgrade(engine)
     compile_templates()

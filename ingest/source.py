@@ -181,6 +181,14 @@ class Source:
     line_base: int = 0  # lines before `data` in the file (a worker reading a stretch of a file)
     streamed: bool = False  # a top-level array too big to load: `document` is None, `first` its first element in a list
     gzip: bool = False  # the file on disk is gzip; everything read from it is decompressed
+    # where the bytes are when not at `path`: a spool file renamed since it was first seen keeps
+    # its first name as `path` (what its records are known by) and is read from here (`read_as`)
+    file: Path | None = None
+
+    @property
+    def disk(self) -> Path:
+        """The file the bytes are read from (`file`, else `path`)."""
+        return self.file or self.path
 
     @property
     def name(self) -> str:
@@ -190,7 +198,7 @@ class Source:
         """The file's content as a binary stream (a zip member's bytes; a gzip file decompressed)."""
         if self.data is not None:
             return io.BytesIO(self.data)
-        return gzip.open(self.path, "rb") if self.gzip else self.path.open("rb")
+        return gzip.open(self.disk, "rb") if self.gzip else self.disk.open("rb")
 
     _open = open
 
@@ -201,13 +209,13 @@ class Source:
         if self.gzip:
             with self.open() as f:
                 return f.read()
-        return self.path.read_bytes()
+        return self.disk.read_bytes()
 
     def members(self) -> list[str]:
         """The file names inside a zip archive (directories left out), sorted; [] otherwise."""
         if self.kind != "zip":
             return []
-        with zipfile.ZipFile(self.path) as z:
+        with zipfile.ZipFile(self.disk) as z:
             return sorted(i.filename for i in z.infolist() if not i.is_dir())
 
     def open_member(self, name: str) -> "Source":
@@ -216,7 +224,7 @@ class Source:
         or not a trace file."""
         label = f"{self.path}!{name}"
         try:
-            with zipfile.ZipFile(self.path) as z:
+            with zipfile.ZipFile(self.disk) as z:
                 info = z.getinfo(name)
                 if info.file_size > MAX_MEMBER_BYTES:
                     raise RecordError(label, None, None, f"zip member of {info.file_size} bytes is larger than "
@@ -310,7 +318,7 @@ class Source:
 
         row = self.line_base
         try:
-            pf = pq.ParquetFile(self.path)
+            pf = pq.ParquetFile(self.disk)
             for batch in pf.iter_batches(batch_size=1024):
                 for value in batch.to_pylist():
                     row += 1
@@ -415,6 +423,20 @@ def _regular(path: Path) -> int:
     if not stat.S_ISREG(st.st_mode):
         raise RecordError(str(path), None, None, "not a regular file (a device, FIFO or socket is never read)")
     return st.st_size
+
+
+def read_as(path: Path, name: Path) -> Source:
+    """`open_source(path)` for a file whose records are known by another name (a spool file
+    renamed since it was first seen under `name`): the bytes come from `path`, every record,
+    id and rejection names `name`."""
+    try:
+        source = open_source(path)
+    except RecordError as exc:
+        if exc.file == str(path):
+            exc.file = str(name)
+        raise
+    source.file, source.path = path, name
+    return source
 
 
 def open_source(path: Path) -> Source:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -22,23 +23,45 @@ def _row(err: RecordError, context: dict | None = None) -> dict:
 
 
 def quarantine_many(conn: sa.Connection, errors: list[RecordError], *, context: dict | None = None) -> int:
-    """Record rejected records, each once (by file, line and content), with `context` (how the
-    input was read: `IngestContext` as a dict, or None): one query for what is already there,
-    one insert for the rest. Returns how many were new."""
+    """Record rejected records with `context` (how the input was read: `IngestContext` as a
+    dict, or None). A record is known by its file and line (line None: the whole file): a new
+    rejection of it replaces the entry an earlier read left (the latest error wins; a retry or a
+    worker and a CLI reading the same file leave one entry, not one per message), and the same
+    rejection again changes nothing. Several rejections of one line in one call (a line holding
+    several records) are all kept. One query for what is there, one delete, one insert.
+    Returns how many entries were written."""
     rows: dict[tuple, dict] = {}
     for err in errors:
         row = _row(err, context)
         rows.setdefault((row["source_file"], row["line"], row["raw_sha256"]), row)
     if not rows:
         return 0
-    have = conn.execute(sa.select(Q.c.source_file, Q.c.line, Q.c.raw_sha256)
-                        .where(Q.c.raw_sha256.in_(sorted({k[2] for k in rows}))))
-    for key in have:
-        rows.pop(tuple(key), None)
+    lines = sorted({(f, n) for f, n, _ in rows if n is not None})
+    whole = sorted({f for f, n, _ in rows if n is None})
+    where = []
+    if lines:
+        where.append(sa.tuple_(Q.c.source_file, Q.c.line).in_(lines))
+    if whole:
+        where.append(sa.and_(Q.c.source_file.in_(whole), Q.c.line.is_(None)))
+    stale = []
+    for pk, *key in conn.execute(sa.select(Q.c.pk, Q.c.source_file, Q.c.line, Q.c.raw_sha256).where(sa.or_(*where))):
+        if rows.pop(tuple(key), None) is None:
+            stale.append(pk)  # an earlier rejection of the same file and line: replaced
+    if stale:
+        conn.execute(Q.delete().where(Q.c.pk.in_(stale)))
     if rows:
         # ON CONFLICT: another writer may quarantine the same record at the same moment
         conn.execute(insert_for(conn, Q).on_conflict_do_nothing(), list(rows.values()))
     return len(rows)
+
+
+def clear_whole_file(conn: sa.Connection, name: str, *, before) -> int:
+    """Delete the whole-file entries (line None) of the file `name` written before `before` (a
+    UTC datetime taken when the file began to be read record by record): its records have each
+    landed or been quarantined by line since, so such an entry says nothing more (one that read
+    wrote stays). Returns how many."""
+    return conn.execute(Q.delete().where(Q.c.source_file == name, Q.c.line.is_(None),
+                                         Q.c.created_at < before)).rowcount or 0
 
 
 def quarantine(conn: sa.Connection, err: RecordError) -> bool:
@@ -78,13 +101,52 @@ class IngestContext:
     root: str | None = None
 
 
-def files_to_retry(engine: Engine) -> list[tuple[str, IngestContext | None]]:
-    """Each file with quarantined records, as it was named, with the context it was last
-    ingested with (None for records quarantined before contexts were kept)."""
+@dataclass(frozen=True)
+class RetryFile:
+    """A file with quarantined records, to read again: `name` (what its records are known by:
+    its path when first ingested), `context` (how it was read; None for entries from before
+    contexts were kept), `path` (where its bytes are now: `name`, or for a spool file renamed
+    since, its current path; relative to `context.cwd`), `gone` (why it cannot be read, or None)."""
+
+    name: str
+    context: IngestContext | None
+    path: str | None
+    gone: str | None = None
+
+
+def files_to_retry(engine: Engine) -> list[RetryFile]:
+    """Each file with quarantined records, with the context it was last ingested with and where
+    it is now. A spool file (the worker's `spool_file` row of that first name) is followed to
+    its current path when it was renamed (rotated), and is gone when it was deleted or another
+    file now stands at its path; any other file is read at its name."""
+    S = models.SpoolFile.__table__
     with engine.connect() as conn:
         rows = conn.execute(sa.select(Q.c.source_file, Q.c.context).order_by(Q.c.source_file, Q.c.pk.desc())).all()
-    out: dict[str, IngestContext | None] = {}
-    for name, ctx in rows:
-        if name not in out or (out[name] is None and ctx):
-            out[name] = IngestContext(**ctx) if ctx else None
-    return list(out.items())
+        contexts: dict[str, IngestContext | None] = {}
+        for name, ctx in rows:
+            if name not in contexts or (contexts[name] is None and ctx):
+                contexts[name] = IngestContext(**ctx) if ctx else None
+        spooled: dict[str, object] = {}
+        names = sorted(contexts)
+        for start in range(0, len(names), 500):
+            for r in conn.execute(sa.select(S.c.name, S.c.path, S.c.device, S.c.inode, S.c.status)
+                                  .where(S.c.name.in_(names[start:start + 500])).order_by(S.c.pk)):
+                spooled.setdefault(r.name, r)  # (older databases may hold two files of one name: the first)
+    out = []
+    for name, ctx in contexts.items():
+        cwd = Path(ctx.cwd) if ctx else Path.cwd()
+        spool = spooled.get(name)
+        if spool is None:
+            out.append(RetryFile(name, ctx, name, None if (cwd / name).is_file() else f"{name}: no longer readable"))
+            continue
+        if spool.status == "gone":
+            out.append(RetryFile(name, ctx, None, f"{name}: the spool file was deleted (last at {spool.path})"))
+            continue
+        try:
+            st = (cwd / spool.path).stat()
+            same = (st.st_dev, st.st_ino) == (spool.device, spool.inode)
+        except OSError:
+            same = False
+        out.append(RetryFile(name, ctx, spool.path, None) if same else
+                   RetryFile(name, ctx, None, f"{name}: the spool file is no longer at {spool.path}"))
+    return out

@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -34,7 +35,7 @@ from app.db.engine import insert_for as _insert
 from app.store import rollups, search
 from app.store.groups import recheck_groups
 from app.store.prepare import FINDING_COLUMNS, NODE_COLUMNS, Identity, Prepared, prepare_or_error, storage_error
-from app.store.quarantine import quarantine_many
+from app.store.quarantine import clear_whole_file, quarantine_many
 from ingest.checks import CheckContext
 from ingest.schema import Rollout
 from ingest.source import RecordError
@@ -324,21 +325,22 @@ def prepare_all(items: Iterable[Rollout | RecordError]) -> tuple[list[Prepared],
 
 
 def write_in(conn: sa.Connection, prepared: list[Prepared], errors: list[RecordError], *,
-             known_runs: set[str] | None = None) -> StoreResult:
+             known_runs: set[str] | None = None, quarantine_context: dict | None = None) -> StoreResult:
     """Write prepared rollouts (distinct identities) and quarantine `errors` inside the caller's
     transaction: the batch in one savepoint, one rollout per savepoint if that fails (the worker
     commits its file offset in the same transaction). Of rollouts with the same identity the
-    later wins (counted in `repeated`)."""
+    later wins (counted in `repeated`). `quarantine_context`: how the input was read, kept with
+    its quarantined records."""
     last = {p.identity: p for p in prepared}
     repeated = len(prepared) - len(last)
     prepared = list(last.values()) if repeated else prepared
     try:
         with conn.begin_nested():
-            res = write_batch(conn, prepared, errors, known_runs=known_runs)
+            res = write_batch(conn, prepared, errors, known_runs=known_runs, quarantine_context=quarantine_context)
     except Exception as exc:  # noqa: BLE001 - the fallback isolates the one that failed
         if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
             raise  # the database went away: writing row by row cannot help
-        res = write_one_by_one(conn, prepared, errors)
+        res = write_one_by_one(conn, prepared, errors, quarantine_context=quarantine_context)
         res.fallbacks += 1
     res.batches += 1
     res.repeated += repeated
@@ -347,13 +349,29 @@ def write_in(conn: sa.Connection, prepared: list[Prepared], errors: list[RecordE
 
 # --- the stream -------------------------------------------------------------------------------
 
-RETRY_WAITS = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)  # about 30 s for a database to come back
+RETRY_SECONDS = 30.0  # default of `ROLLSCOPE_DB__RETRY_SECONDS` (app.config.DbSettings)
 
 
-def _quarantined_files(conn: sa.Connection, prepared: list[Prepared], checked: set[str], found: set[str]) -> set[str]:
-    """The batch's source files that have quarantine entries, looked up once per file per call
-    (so a batch of an unquarantined file spends no statement on clearing)."""
-    new = {p.summary["source_file"] for p in prepared if p.summary["source_file"]} - checked
+def retry_waits(seconds: float = RETRY_SECONDS) -> list[float]:
+    """The pauses (s) between tries while a database is unreachable: 0.5 s doubling, at most
+    15 s, adding up to `seconds` (the last one shortened to fit); [] for 0. 30 s gives
+    0.5, 1, 2, 4, 8, 14.5. The CLI uses the same budget at start (`app.cli._engine`) and mid-ingest."""
+    waits: list[float] = []
+    wait, left = 0.5, max(0.0, seconds)
+    while left > 1e-9:
+        waits.append(min(wait, left))
+        left -= waits[-1]
+        wait = min(wait * 2, 15.0)
+    return waits
+
+
+def _quarantined_files(conn: sa.Connection, prepared: list[Prepared], errors: list[RecordError], checked: set[str],
+                       found: set[str]) -> set[str]:
+    """The source files of the batch's rollouts and rejections that have quarantine entries
+    (from before this batch), looked up once per file per call (so a batch of an unquarantined
+    file spends no statement on clearing)."""
+    new = ({p.summary["source_file"] for p in prepared if p.summary["source_file"]}
+           | {e.file for e in errors if e.file}) - checked
     if new:
         Q = models.Quarantine.__table__
         found |= set(conn.execute(sa.select(Q.c.source_file).where(Q.c.source_file.in_(sorted(new))).distinct())
@@ -396,11 +414,12 @@ def lost_a_race(exc: BaseException) -> bool:
     return str(getattr(orig, "sqlstate", None) or "") in ("40P01", "40001")
 
 
-def _with_retries(engine: Engine, write, in_transaction, last_item, total: StoreResult) -> StoreResult:
-    """One batch transaction, retried while the database is unreachable, or when it gave way
-    to a concurrent writer (`lost_a_race`). When the database stays away the error carries
-    `rollouts_committed` (what earlier batches stored)."""
-    for wait in (*RETRY_WAITS, None):
+def _with_retries(engine: Engine, write, in_transaction, last_item, total: StoreResult,
+                  retry_seconds: float = RETRY_SECONDS) -> StoreResult:
+    """One batch transaction, retried while the database is unreachable (`retry_waits`), or when
+    it gave way to a concurrent writer (`lost_a_race`). When the database stays away the error
+    carries `rollouts_committed` (what earlier batches stored)."""
+    for wait in (*retry_waits(retry_seconds), None):
         try:
             with engine.begin() as conn:
                 res = write(conn)
@@ -414,6 +433,7 @@ def _with_retries(engine: Engine, write, in_transaction, last_item, total: Store
             if not database_gone(exc) or wait is None:
                 if database_gone(exc):
                     exc.rollouts_committed = total.inserted + total.replaced  # type: ignore[attr-defined]
+                    exc.retried_seconds = retry_seconds  # type: ignore[attr-defined]
                 raise
             engine.dispose()
             time.sleep(wait)
@@ -422,7 +442,8 @@ def _with_retries(engine: Engine, write, in_transaction, last_item, total: Store
 def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=None,
           batch_size: int = BATCH, in_transaction: Callable[[sa.Connection, object], None] | None = None,
           context: CheckContext | None = None, force: bool = False,
-          quarantine_context: dict | None = None) -> StoreResult:
+          quarantine_context: dict | None = None, retry_seconds: float = RETRY_SECONDS,
+          whole_file: tuple[str, datetime] | None = None) -> StoreResult:
     """Store a stream of rollouts and rejections, `batch_size` rollouts per transaction.
 
     Rollouts are prepared (rows, checks, hash) before the transaction opens. Rejections are
@@ -434,6 +455,11 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     for the checks (None: the checks that need them record that they could not decide).
     `force`: replace stored rollouts whose content is unchanged too (`rollscope recheck`).
     `quarantine_context`: how the input was read, kept with its quarantined records.
+    `retry_seconds`: how long a batch waits for an unreachable database (`retry_waits`).
+    `whole_file`: (the file these records are read from, record by record; when that began):
+    the last batch clears the file's whole-file quarantine entries from before (an earlier
+    rejection of the file as a whole), once every record has landed or been quarantined by line;
+    it costs a statement only for a file with quarantine entries.
     """
     total = StoreResult()
     pending: list[Prepared] = []  # prepared as they arrive, each rollout let go once prepared
@@ -446,23 +472,29 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     quarantined_files: set[str] = set()  # ... and those that have some (records landing clear them)
     last: list[object] = [None]
 
-    def flush() -> None:
-        if not pending and not errors and not failed:
+    def write(conn: sa.Connection, prepared: list[Prepared], batch_errors: list[RecordError], final: bool):
+        files = _quarantined_files(conn, prepared, batch_errors, files_checked, quarantined_files)
+        res = write_batch(conn, prepared, batch_errors, known_runs=known_runs, force=force,
+                          quarantine_context=quarantine_context, quarantined_files=files)
+        if final and whole_file is not None and whole_file[0] in files:
+            clear_whole_file(conn, whole_file[0], before=whole_file[1])
+        return res
+
+    def flush(final: bool = False) -> None:
+        if not pending and not errors and not failed and not (
+                final and whole_file is not None and whole_file[0] in quarantined_files):
             return
         prepared = list(pending)
         batch_errors = errors + failed
         try:
-            res = _with_retries(engine, lambda conn: write_batch(
-                conn, prepared, batch_errors, known_runs=known_runs, force=force,
-                quarantine_context=quarantine_context,
-                quarantined_files=_quarantined_files(conn, prepared, files_checked, quarantined_files)),
-                in_transaction, last[0], total)
+            res = _with_retries(engine, lambda conn: write(conn, prepared, batch_errors, final),
+                                in_transaction, last[0], total, retry_seconds)
         except Exception as exc:  # noqa: BLE001 - the fallback isolates the one that failed
             if database_gone(exc):
                 raise  # retried already: the database is down, writing row by row cannot help
             res = _with_retries(engine, lambda conn: write_one_by_one(
                 conn, prepared, batch_errors, force=force, quarantine_context=quarantine_context),
-                in_transaction, last[0], total)
+                in_transaction, last[0], total, retry_seconds)
             res.fallbacks += 1
         res.errors = failed + res.errors
         res.batches += 1
@@ -494,5 +526,5 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
             flush()
         if on_item:
             on_item(item)
-    flush()
+    flush(final=True)
     return total

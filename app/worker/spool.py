@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
@@ -48,13 +48,13 @@ from sqlalchemy.engine import Engine
 
 from app.db import models
 from app.db.engine import insert_for
-from app.store.quarantine import quarantine_many
+from app.store.quarantine import IngestContext, clear_whole_file, quarantine_many
 from app.store.write import StoreResult, store, write_in
 from app.worker.parse import Parsed, Parsers, parse_lines
 from ingest.files import read_records
 from ingest.formats import ReadContext
 from ingest.formats.registry import detect, explain
-from ingest.source import RecordError, loads, open_source
+from ingest.source import RecordError, loads, read_as
 
 S = models.SpoolFile.__table__
 HEAD_BYTES = 256  # first bytes kept per file: a rewrite changes them
@@ -93,6 +93,19 @@ def scan(dirs: list[Path]) -> dict[tuple[int, int], Seen]:
                 if stat.S_ISREG(st.st_mode):
                     out.setdefault((st.st_dev, st.st_ino), Seen(path, st.st_dev, st.st_ino, st.st_size, st.st_mtime))
     return out
+
+
+def unique_name(path: str, taken: set[str]) -> str:
+    """The name a file newly seen at `path` is known by: `path`, or `path~2`, `path~3`, ...
+    when another file was first seen there (the new file of a rotation, at the rotated one's
+    old path), so that a name is one file's and its records, ids and quarantine entries are never
+    another file's. Adds the name to `taken`."""
+    name, n = path, 1
+    while name in taken:
+        n += 1
+        name = f"{path}~{n}"
+    taken.add(name)
+    return name
 
 
 def _head(path: Path) -> bytes:
@@ -176,16 +189,17 @@ class Spool:
         now = models.utcnow()
         with self.engine.begin() as conn:
             rows = {(r.device, r.inode): r for r in conn.execute(sa.select(S).where(S.c.spool == INGEST))}
+            taken = {r.name for r in rows.values()}
             new = []
             for key, s in seen.items():
                 row = rows.get(key)
                 if row is None:
                     head = _head(s.path)
-                    new.append(dict(spool=INGEST, name=str(s.path), path=str(s.path), device=s.device, inode=s.inode, head=head,
+                    new.append(dict(spool=INGEST, name=unique_name(str(s.path), taken), path=str(s.path), device=s.device, inode=s.inode, head=head,
                                     offset=0, line=0, size=s.size, status="active", records=0, rejected=0,
                                     grew_at=now, updated_at=now))
                     continue
-                changes = self._changes(row, s, now)
+                changes = self._changes(row, s, now, taken)
                 if changes:
                     conn.execute(S.update().where(S.c.pk == row.pk).values(**changes, updated_at=now))
             if new:
@@ -199,8 +213,8 @@ class Spool:
                     if msg:
                         self.log(f"{row.name}: {msg}")
 
-    def _changes(self, row, s: Seen, now) -> dict:
-        """What to update for a known file seen again."""
+    def _changes(self, row, s: Seen, now, taken: set[str]) -> dict:
+        """What to update for a known file seen again (`taken`: the names in use, `unique_name`)."""
         changes: dict = {}
         if str(s.path) != row.path:
             changes["path"] = str(s.path)  # renamed (rotated): same file, same offset, same name
@@ -213,8 +227,8 @@ class Spool:
             self.log(f"{row.name}: {why}; reading it again from the start")
             changes.update(offset=0, line=0, head=head, status="active", format=None,
                            last_error=f"{why}; read again from the start", grew_at=now, size=s.size)
-            if row.status == "gone":
-                changes["name"] = str(s.path)
+            if row.status == "gone" and str(s.path) != row.name:
+                changes["name"] = unique_name(str(s.path), taken)
             self._gz.pop(row.pk, None)
             return changes
         if len(head) > len(row.head):
@@ -336,7 +350,9 @@ class Spool:
             if cur is None or cur.offset != chunk.start or cur.claimed_by != self.worker_id:
                 self._ahead.pop(row.pk, None)
                 return 0  # another worker moved it on, or it was reset: this stretch is not ours
-            res = write_in(conn, prepared, rejected)
+            if chunk.start == 0:  # read line by line from its start: a whole-file rejection says nothing more
+                clear_whole_file(conn, row.name, before=models.utcnow())
+            res = write_in(conn, prepared, rejected, quarantine_context=self._context(row.name, fmt))
             n_lines = chunk.n_lines + (1 if chunk.torn is not None else 0)
             conn.execute(S.update().where(S.c.pk == row.pk).values(
                 offset=chunk.end, line=chunk.line + n_lines, format=fmt,
@@ -514,15 +530,16 @@ class Spool:
             self._idle[row.pk] = (row.size, row.offset)
             return 0
         try:
-            source = open_source(path)
-            source.path = Path(row.name)
+            source = read_as(path, Path(row.name))  # its records keep the name it was first seen under
             reader = detect(source)
             if reader is None:
                 return self._refuse(row, explain(source))
         except RecordError as exc:
             return self._refuse(row, exc.message)
         errors: list[RecordError] = []
-        res: StoreResult = store(self.engine, read_records(reader, source, ReadContext(root=self._root_of(row.name)), errors))
+        res: StoreResult = store(self.engine, read_records(reader, source, ReadContext(root=self._root_of(row.name)), errors),
+                                 quarantine_context=self._context(row.name, reader.NAME),
+                                 whole_file=(row.name, models.utcnow()))
         with self.engine.begin() as conn:
             conn.execute(S.update().where(S.c.pk == row.pk).values(
                 offset=st.st_size, size=st.st_size, format=reader.NAME, status="done",
@@ -539,10 +556,17 @@ class Spool:
                 return d
         return None
 
+    def _context(self, name: str, fmt: str | None) -> dict:
+        """How the worker read the file first seen as `name` (its working folder, the format,
+        the spool folder ids are derived from), kept with its quarantined records so that
+        `rollscope ingest --retry-quarantined` reads it the same way."""
+        root = self._root_of(name)
+        return asdict(IngestContext(cwd=os.getcwd(), format=fmt, root=str(root.resolve()) if root else None))
+
     def _refuse(self, row, why: str) -> int:
         err = RecordError(row.name, None, None, why)
         with self.engine.begin() as conn:
-            quarantine_many(conn, [err])
+            quarantine_many(conn, [err], context=self._context(row.name, None))
             conn.execute(S.update().where(S.c.pk == row.pk).values(
                 status="done", last_error=why, rejected=S.c.rejected + 1, updated_at=models.utcnow()))
         self.log(f"{row.name}: {why}")

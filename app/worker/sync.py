@@ -20,9 +20,10 @@ from ingest.checks import CheckContext
 from ingest.formats import registry as _registry  # noqa: F401 - formats.registry
 from ingest.formats import ReadContext
 from ingest.files import TRACE_SUFFIXES, read_records, walk
-from ingest.source import RecordError, Source, open_source
+from ingest.source import RecordError, Source, open_source, read_as
+from app.db import models
 from app.store.quarantine import IngestContext, quarantine_many
-from app.store.write import BATCH, StoreResult, database_gone, ensure_run, store, store_tokenizer
+from app.store.write import BATCH, RETRY_SECONDS, StoreResult, database_gone, ensure_run, store, store_tokenizer
 
 
 @dataclass
@@ -76,7 +77,8 @@ def register_tokenizer(engine: Engine, path: Path, added: dict[int, str] | None 
 def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokenizer_key: str | None = None,
                  check_context: CheckContext | None = None, on_file: Callable[[Path, Source], None] | None = None,
                  on_item: Callable[[object], None] | None = None, batch_size: int = BATCH,
-                 roots: dict[Path, Path] | None = None) -> IngestReport:
+                 roots: dict[Path, Path] | None = None, names: dict[Path, str] | None = None,
+                 retry_seconds: float = RETRY_SECONDS) -> IngestReport:
     """Ingest every file under `paths`, `batch_size` rollouts per transaction
     (`ROLLSCOPE_WORKER__BATCH_SIZE`). `on_file`/`on_item` drive progress displays.
 
@@ -92,19 +94,24 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
     (`ReadContext.source_key`); a file given by name is known by its name, unless `roots` names
     the folder it was first ingested from (`--retry-quarantined`). A file with rejected records
     keeps, with them, how it was read (`IngestContext`: working folder, `ctx`'s run, step and
-    format, root), so a retry from any folder reads it the same way.
+    format, root), so a retry from any folder reads it the same way. `names`: files whose records
+    are known by another name (a spool file renamed since the worker first saw it: its current
+    path → its first name), read where they are and named as before. A file read record by
+    record clears the whole-file entry an earlier rejection of it left. `retry_seconds`: how long a
+    batch waits for an unreachable database (`ROLLSCOPE_DB__RETRY_SECONDS`).
     """
     report = IngestReport()
     for path, explicit, root in _files(paths, roots or {}):
         file_ctx = replace(ctx, root=root)
         source = None
+        name = (names or {}).get(path)
         try:
-            source = open_source(path)
+            source = read_as(path, Path(name)) if name else open_source(path)
             reader = formats.registry.get(ctx.format) if ctx.format else formats.detect(source)
             if reader is None:
                 from ingest.formats.registry import explain
 
-                raise RecordError(str(path), None, None, explain(source, short=not explicit))
+                raise RecordError(source.name, None, None, explain(source, short=not explicit))
         except RecordError as exc:
             # Named on the command line: rejected. Found in a folder: a broken file with a trace
             # file's name (.json, .jsonl, .csv) is rejected too; anything else is skipped (not a trace).
@@ -116,21 +123,22 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
         if on_file:
             on_file(path, source)
         file_errors: list[RecordError] = []
-
+        started = models.utcnow()
         try:
             result = store(engine, read_records(reader, source, file_ctx, file_errors), on_item=on_item,
-                           batch_size=batch_size, context=check_context, quarantine_context=_context(file_ctx))
+                           batch_size=batch_size, context=check_context, quarantine_context=_context(file_ctx),
+                           retry_seconds=retry_seconds, whole_file=(source.name, started))
         except Exception as exc:  # noqa: BLE001 - one file must not stop the others
             if database_gone(exc):  # not this file's fault: stop, saying how far it got
                 exc.rollouts_committed = (getattr(exc, "rollouts_committed", 0)  # type: ignore[attr-defined]
                                           + report.total.inserted + report.total.replaced)
                 raise
-            err = RecordError(str(path), source.last_line, None,
+            err = RecordError(source.name, source.last_line, None,
                               f"ingest of this file stopped: {type(exc).__name__}: {exc}", source.last_raw)
             _reject_file(engine, report, err, file_ctx)
             continue
         file_errors += result.errors
-        report.files.append(FileReport(str(path), reader.NAME, result, file_errors))
+        report.files.append(FileReport(source.name, reader.NAME, result, file_errors))
         report.errors += file_errors
         report.total.add(result)
     if tokenizer_key:

@@ -74,3 +74,54 @@ def test_reading_is_open_unless_locked(db_url, engine):
         assert "ROLLSCOPE_REQUIRE_READ_TOKEN=1" in c.get("/api/openapi.json", headers={
             "Authorization": f"Bearer {token}"}).json()["info"]["description"]  # the setting that exists
     locked.state.engine.dispose()
+
+
+def test_a_token_in_a_write_url_is_refused_and_no_token_reaches_the_access_log(db_url, engine, tmp_path):
+    """`rollscope serve` as a user runs it: a write with `?token=` is 401 (the header is the only
+    way), a read's `?token=` still opens pages, and uvicorn's access log shows no token."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from tests.conftest import ROOT
+    from tests.helpers import _free_port, rollout, write_jsonl
+
+    write, _ = auth.issue(engine, "write")
+    read, _ = auth.issue(engine, "read")
+    body = write_jsonl(tmp_path / "f.jsonl", [rollout("a")]).read_bytes()
+    port = _free_port()
+    log = tmp_path / "serve.log"
+    env = {**os.environ, "ROLLSCOPE_DATABASE_URL": db_url, "ROLLSCOPE_REQUIRE_READ_TOKEN": "1"}
+    with log.open("wb") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)], cwd=ROOT, env=env,
+                                stdout=sink, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f"{base}/healthz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        with httpx.Client(base_url=base) as c:
+            r = c.post(f"/api/v1/ingest?run=r&token={write}", content=body)
+            assert r.status_code == 401 and "Authorization: Bearer" in r.json()["error"]["message"]
+            # with the header as well: the URL has logged the token already, so still refused
+            r = c.post(f"/api/v1/ingest?run=r&token={write}", content=body, headers={"Authorization": f"Bearer {write}"})
+            assert r.status_code == 401
+            assert c.delete(f"/api/v1/runs/r?token={write}").status_code == 401
+            assert c.post("/api/v1/ingest?run=r", content=body,
+                          headers={"Authorization": f"Bearer {write}"}).json()["accepted"] == 1
+            r = c.get(f"/runs?token={read}")  # a read's link still works and sets the read cookie
+            assert r.status_code == 200 and c.cookies.get(auth.READ_COOKIE) == read
+            assert c.post("/api/v1/ingest?run=r", content=body).status_code == 401  # the cookie never writes
+            c.get(f"/api/v1/runs?%74oken={write}")  # a percent-encoded name is masked too
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    text = log.read_text()
+    assert "/api/v1/ingest?run=r&token=*** HTTP/1.1" in text and "/runs?token=*** " in text  # uvicorn's access log
+    assert write not in text and read not in text and write[3:] not in text

@@ -126,7 +126,7 @@ def test_a_transaction_that_gives_way_to_another_writer_is_tried_again_not_quara
     # and its one-by-one fallback are tried again; every rollout lands, none is quarantined.
     import psycopg
 
-    monkeypatch.setattr(write, "RETRY_WAITS", (0.01, 0.01, 0.01))
+    monkeypatch.setattr(write, "retry_waits", lambda _seconds=0: [0.01] * 3)
     left = [3]  # the batch, its fallback, and the fallback's retry each give way once
 
     def gives_way(conn, written):

@@ -59,7 +59,8 @@ def test_worker_survives_its_connections_being_cut(tmp_path):
 
 
 def test_cli_against_an_unreachable_database_prints_one_line(tmp_path):
-    env = {**os.environ, "ROLLSCOPE_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none"}
+    env = {**os.environ, "ROLLSCOPE_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none",
+           "ROLLSCOPE_DB__RETRY_SECONDS": "0"}
     data = tmp_path / "r.jsonl"
     data.write_bytes(write_line(rollout("a")))
     out = subprocess.run([sys.executable, "-m", "app.cli", "ingest", str(data)], env=env, cwd=ROOT,
@@ -71,3 +72,111 @@ def test_cli_against_an_unreachable_database_prints_one_line(tmp_path):
     debug = subprocess.run([sys.executable, "-m", "app.cli", "--debug", "ingest", str(data)], env=env, cwd=ROOT,
                            capture_output=True, text=True, timeout=120)
     assert "Traceback" in debug.stderr
+
+
+def _cli(*args: str, env: dict, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], env={**os.environ, **env}, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, **kw)
+
+
+def test_a_database_down_at_start_is_retried_with_the_ingest_budget_then_one_line(tmp_path):
+    """Down at start: tried again 0.5 s, 1 s, ... within ROLLSCOPE_DB__RETRY_SECONDS (30 s by
+    default, the budget of a batch mid-ingest), the `database:` line printed once, then one
+    error line saying how long it waited; the worker the same."""
+    data = tmp_path / "r.jsonl"
+    data.write_bytes(write_line(rollout("a")))
+    env = {"ROLLSCOPE_DB__RETRY_SECONDS": "1.5"}
+    t0 = time.monotonic()
+    out = _cli("--db", "postgresql://postgres@127.0.0.1:1/x", "ingest", str(data), env=env)
+    assert out.returncode == 3 and time.monotonic() - t0 >= 1.5 and "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert lines[0].startswith("database: ") and sum(x.startswith("database: ") for x in lines) == 1
+    assert [x.rsplit("retrying in ", 1)[1] for x in lines[1:-1]] == ["0.5 s", "1 s"], lines
+    assert "the database is unreachable after retrying for 1.5 s" in lines[-1] and "re-run" in lines[-1]
+    worker = _cli("--db", "postgresql://postgres@127.0.0.1:1/x", "worker", "--once", "--spool", str(tmp_path / "sp"),
+                  env=env)
+    lines = worker.stderr.strip().splitlines()
+    assert worker.returncode == 3 and sum(x.startswith("database: ") for x in lines) == 1, lines
+    assert sum("retrying in" in x for x in lines) == 2, lines
+
+
+def test_a_database_that_comes_up_during_the_wait_is_used(tmp_path):
+    """The server is unreachable at first (nothing listens on the port); once the CLI says it
+    is retrying, a forwarder to the real Postgres opens there: the ingest goes through."""
+    import socket
+    import threading
+
+    from sqlalchemy.engine import make_url
+
+    from tests.helpers import _free_port
+
+    name, url = new_pg_database("rs_late")
+    real = make_url(url)
+    port = _free_port()
+    stop = threading.Event()
+
+    def pipe(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def forward() -> None:
+        with socket.create_server(("127.0.0.1", port)) as srv:
+            srv.settimeout(0.2)
+            while not stop.is_set():
+                try:
+                    client, _ = srv.accept()
+                except TimeoutError:
+                    continue
+                upstream = socket.create_connection((real.host, real.port or 5432))
+                for a, b in ((client, upstream), (upstream, client)):
+                    threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+
+    thread = threading.Thread(target=forward, daemon=True)
+    data = tmp_path / "r.jsonl"
+    data.write_bytes(b"".join(write_line(rollout(f"r{i}")) for i in range(3)))
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "--db",
+                                 real.set(port=port).render_as_string(hide_password=False), "ingest", str(data)],
+                                env={**os.environ, "ROLLSCOPE_DB__RETRY_SECONDS": "20"}, cwd=ROOT, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        err = []
+        for line in proc.stderr:
+            err.append(line)
+            if "retrying in" in line:
+                thread.start()
+                break
+        rest, more = proc.communicate(timeout=120)
+        err.append(more)
+        assert proc.returncode == 0, err
+        assert "retrying in 0.5 s" in err[1] and "".join(err).count("database: ") == 1
+        engine = make_engine(url)
+        with engine.connect() as conn:
+            assert conn.execute(sa.select(sa.func.count()).select_from(R)).scalar_one() == 3
+        engine.dispose()
+    finally:
+        stop.set()
+        if thread.is_alive():
+            thread.join(5)
+        with _pg_admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_a_database_url_of_another_kind_says_what_is_wrong(tmp_path):
+    data = tmp_path / "r.jsonl"
+    data.write_bytes(write_line(rollout("a")))
+    for args in (("--db", "mysql://x", "ingest", str(data)), ("ingest", str(data), "--db=mysql://x")):
+        out = _cli(*args, env={})
+        assert out.returncode == 2 and "Traceback" not in out.stderr and "ValidationError" not in out.stderr
+        assert "must be a sqlite:// or postgresql:// URL" in out.stderr, out.stderr
+    out = _cli("ingest", str(data), env={"ROLLSCOPE_DATABASE_URL": f"sqlite:///{tmp_path / 'x.db'}",
+                                         "ROLLSCOPE_WORKER__BATCH_SIZE": "many"})
+    assert out.returncode == 2 and "worker.batch_size" in out.stderr and "integer" in out.stderr, out.stderr
