@@ -364,12 +364,12 @@ class Spool:
         return 1
 
     def _next_chunk(self, row, path: Path) -> tuple[Chunk | None, Future | None]:
-        """The stretch at the file's stored offset, with its parse when it is under way.
+        """The stretch at the file's stored offset, with its parse when a parser process has it.
 
-        A plain JSONL file whose format is known is read ahead, up to `parsers` + 1 stretches
-        (2 without parser processes), and they are parsed in the pool (`Parsers`: processes, or
-        one thread) while the worker writes. A lone stretch (nothing more to read yet) is parsed
-        here, at once."""
+        With parser processes, a plain JSONL file whose format is known is read ahead, up to
+        `parsers` + 1 stretches, all parsed in the pool, so that the worker only writes while the
+        pool parses. A lone stretch (nothing more to read yet) is parsed here: starting a process
+        for it would cost more than it saves."""
         ahead = self._ahead.get(row.pk)
         if ahead and ahead[0][0].start != row.offset:
             ahead = None  # the offset moved (another worker, a truncation): what was read ahead is stale
@@ -379,8 +379,8 @@ class Spool:
             if chunk is None:
                 return None, None
             ahead = self._ahead[row.pk] = deque([(chunk, None)])
-        if row.format and not _is_gzip(row.head):
-            while len(ahead) <= max(self.parsers, 1) and ahead[-1][0].torn is None:
+        if self.parsers and row.format and not _is_gzip(row.head):
+            while len(ahead) <= self.parsers and ahead[-1][0].torn is None:
                 last = ahead[-1][0]
                 nxt = self._read_chunk(row, path, at=(last.end, last.line + last.n_lines))
                 if nxt is None:
