@@ -241,7 +241,7 @@ def through_worker(path: Path, url: str, label: str, work: Path, parsers: int) -
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"[{label}] worker, {parsers} parser process{'es' if parsers != 1 else ''}: {n} rollouts in {dt:.2f} s = "
           f"{n / dt:,.0f} rollouts/s, {n_tok / dt:,.0f} tokens/s (CPU {cpu + cpu_kids:.2f} s = "
-          f"{(cpu + cpu_kids) / max(n, 1) * 1e3:.2f} ms per rollout, of which parsers {cpu_kids:.2f} s); "
+          f"{(cpu + cpu_kids) / max(n, 1) * 1e3:.2f} ms per rollout, of which parser processes {max(cpu_kids, 0):.2f} s); "
           f"peak RSS of the bench process {rss:,.0f} MB, of a parser {after.ru_maxrss / 1024:,.0f} MB; {load()}")
     engine.dispose()
     return dt, n
