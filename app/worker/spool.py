@@ -116,6 +116,16 @@ def _head(path: Path) -> bytes:
         return b""
 
 
+def _still_for(row, now, seconds: float, *, unknown: bool) -> bool:
+    """Whether a file has not grown for `seconds` (`unknown` when it was never seen growing)."""
+    grew = row.grew_at
+    if grew is None:
+        return unknown
+    if grew.tzinfo is None:
+        grew = grew.replace(tzinfo=now.tzinfo)
+    return (now - grew).total_seconds() >= seconds
+
+
 def _is_gzip(head: bytes) -> bool:
     return head[:2] == b"\x1f\x8b"
 
@@ -288,25 +298,12 @@ class Spool:
         """A file with nothing new is looked at again once waiting may have changed the answer:
         a file not yet read (a JSON document or CSV, read whole once it settles) after `settle`
         seconds, a last line without its newline after `torn_after`."""
-        if row.offset == 0 and not row.format and self._settled(row, now):
+        if row.offset == 0 and not row.format and _still_for(row, now, self.settle, unknown=True):
             return True
         return self._torn_due(row, now)
 
-    def _settled(self, row, now) -> bool:
-        grew = row.grew_at
-        if grew is None:
-            return True
-        if grew.tzinfo is None:
-            grew = grew.replace(tzinfo=now.tzinfo)
-        return (now - grew).total_seconds() >= self.settle
-
     def _torn_due(self, row, now) -> bool:
-        grew = row.grew_at
-        if grew is None:
-            return False
-        if grew.tzinfo is None:
-            grew = grew.replace(tzinfo=now.tzinfo)
-        return (now - grew).total_seconds() >= self.torn_after
+        return _still_for(row, now, self.torn_after, unknown=False)
 
     def _reload(self, pk: int):
         with self.engine.connect() as conn:
