@@ -73,8 +73,3 @@ def delete_note(*, session: Session, run_id: str, author: str, rollout_id: str |
     return session.execute(NT.delete().where(
         NT.c.run_id == run_id, NT.c.rollout_id == (rollout_id or ""), NT.c.step == (-1 if step is None else step),
         NT.c.author == author)).rowcount > 0
-
-
-def delete_run_annotations(*, session: Session, run_id: str) -> None:
-    session.execute(L.delete().where(L.c.run_id == run_id))
-    session.execute(NT.delete().where(NT.c.run_id == run_id))

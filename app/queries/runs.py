@@ -55,20 +55,25 @@ def received_live_within(*, session, run_id: str, seconds: float) -> bool:
 
 
 def delete_run(*, session: Session, run_id: str) -> int:
-    """Delete a run and everything of it: rollouts, their details, nodes, findings, search
-    documents and rollups (the foreign keys cascade, and are deleted explicitly too so SQLite
-    without cascades agrees). Returns the number of rollouts removed; the caller commits."""
-    from app.db.models import Finding, Node, RolloutDetail, SearchDoc, StepRollup, TaskRollup
-    from app.queries.annotations import delete_run_annotations
+    """Delete a run and everything of it: rollouts, their details and nodes, and the rows of
+    every table with a `run_id` column (group findings, search documents, rollups of every kind,
+    labels, notes: found from the schema, so a table added later is not forgotten). Foreign keys
+    cascade where they exist; rows are deleted explicitly so every table agrees. Quarantined
+    records stay (they belong to their files). Returns the number of rollouts removed; the
+    caller commits."""
+    from sqlmodel import SQLModel
 
-    for table in (SearchDoc.__table__, StepRollup.__table__, TaskRollup.__table__):
-        session.execute(table.delete().where(table.c.run_id == run_id))
+    from app.db.models import Finding, Node, RolloutDetail
+
+    run_table = Run.__table__
+    for table in reversed(SQLModel.metadata.sorted_tables):
+        if table is not R and "run_id" in table.c:
+            session.execute(table.delete().where(table.c.run_id == run_id))
     pks = sa.select(R.c.pk).where(R.c.run_id == run_id).scalar_subquery()
     for table in (Finding.__table__, Node.__table__):
         session.execute(table.delete().where(table.c.rollout_pk.in_(pks)))
     D = RolloutDetail.__table__
     session.execute(D.delete().where(D.c.rollout_pk.in_(pks)))
     n = session.execute(R.delete().where(R.c.run_id == run_id)).rowcount
-    session.execute(Run.__table__.delete().where(Run.__table__.c.id == run_id))
-    delete_run_annotations(session=session, run_id=run_id)
+    session.execute(run_table.delete().where(run_table.c.id == run_id))
     return n

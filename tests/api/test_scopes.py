@@ -4,6 +4,8 @@ filterable, kept through re-ingest), admin deletes a run with everything of it; 
 logged with its token's name. The client does the same over TCP."""
 from __future__ import annotations
 
+import sqlalchemy as sa
+
 import logging
 
 from app import auth
@@ -13,8 +15,9 @@ from tests.helpers import ingest, rollout, write_jsonl
 
 
 def _seed(engine, tmp_path, name="a.jsonl", reward=1.0):
-    rs = [rollout("x", run="r/1", step=1, reward=reward), rollout("y", run="r/1", step=1, reward=0.0),
-          rollout("z", run="other", step=1)]
+    rs = [rollout("x", run="r/1", step=1, reward=reward, task={"key": "t1"}),
+          rollout("y", run="r/1", step=1, reward=0.0, task={"key": "t2"}, group="g1", index=0),
+          rollout("z", run="other", step=1, task={"key": "t1"})]
     assert ingest(engine, write_jsonl(tmp_path / name, rs)).ok
 
 
@@ -95,6 +98,15 @@ def test_scopes_labels_notes_and_delete(client, engine, tmp_path, caplog):
     assert client.get("/api/v1/runs/r%2F1").status_code == 404
     assert client.delete("/api/v1/runs/r%2F1", headers=_bearer(admin)).status_code == 404
     assert [r["id"] for r in client.get("/api/v1/runs").json()["items"]] == ["other"]
+    from sqlmodel import SQLModel
+
+    with engine.connect() as conn:  # no table keeps a row of the deleted run; the other run keeps its own
+        for table in SQLModel.metadata.sorted_tables:
+            if "run_id" in table.c:
+                left = conn.execute(sa.select(sa.func.count()).select_from(table).where(table.c.run_id == "r/1"))
+                assert left.scalar_one() == 0, table.name
+        rt = SQLModel.metadata.tables["run_task_rollup"]
+        assert conn.execute(sa.select(sa.func.count()).select_from(rt).where(rt.c.run_id == "other")).scalar_one() == 1
     _seed(engine, tmp_path, "c.jsonl")  # ingested again: nothing of the old labels or notes comes back
     assert client.get("/api/v1/runs/r%2F1/rollouts/x/labels").json()["items"] == []
     assert client.get("/api/v1/runs/r%2F1/steps/1/notes").json()["items"] == []
