@@ -1,6 +1,6 @@
 """Full-text search over message content and tool output (the index app/store/search.py keeps
-at ingest). SQLite: FTS5 `MATCH` with `snippet()`; Postgres: the stored column `tsv` (to_tsvector('simple',
-text)) `@@ plainto_tsquery('simple', q)` on its GIN index, with `ts_headline()` for the snippet
+at ingest). SQLite: FTS5 `MATCH` with `snippet()`; Postgres: the stored column `tsv` `@@
+plainto_tsquery('simple', q)` on its GIN index, with `ts_headline()` for the snippet
 of the page's hits only.
 
 A query is a list of words; a message matches when it holds every word (FTS5's implicit AND of

@@ -311,9 +311,9 @@ class RunTaskRollup(SQLModel, table=True):
 
 class SearchDoc(SQLModel, table=True):
     """One message's searchable text (content, reasoning, tool calls, tool output). SQLite indexes
-    it with the FTS5 table `search_fts` (external content, kept by triggers); Postgres with a GIN
-    index on the stored column `tsv` = to_tsvector('simple', text). Both are made by migration
-    0007_analytics."""
+    it with the FTS5 table `search_fts` (external content, filled by app.store.search.add_docs);
+    Postgres with a GIN index on the stored column `tsv` (app/store/search.py says how). Both are
+    made by migrations (0007_analytics, 0009, 0011), not by this model."""
 
     __tablename__ = "search_doc"
 

@@ -7,9 +7,11 @@ the transaction; the batch hook writes a whole batch's documents with one execut
 
 SQLite indexes `search_doc.text` with the FTS5 table `search_fts` (external content): `add_docs`
 fills it with the documents, in one INSERT ... SELECT per call (a per-row trigger cost 8 times
-more; migration 0009), and the delete trigger of 0007_analytics empties it; Postgres with a GIN index on the stored column `tsv` =
-to_tsvector('simple', text). The 'simple' configuration (no stemming, no stop words) matches
-what FTS5's unicode61 tokenizer does, so a word finds the same messages on both databases.
+more; migration 0009), and the delete trigger of 0007_analytics empties it; Postgres with a GIN index on the stored
+column `tsv` = to_tsvector('simple', translate(text, '<>/&', '    ')) (migration 0011). The
+'simple' configuration (no stemming, no stop words), with markup and path separators read as
+spaces, indexes the words FTS5's unicode61 tokenizer does, so a word finds the same messages on
+both databases (`<script>` by `script`, `/usr/bin/x` by `bin`).
 """
 from __future__ import annotations
 

@@ -159,7 +159,7 @@ def test_compare_two_runs(client, engine, tmp_path):
 
 
 def test_search_hits_link_to_messages_and_follow_replacement(client, engine, tmp_path):
-    msgs = [{"role": "user", "content": "Please fix the <script>alert(1)</script> zanzibar bug"},
+    msgs = [{"role": "user", "content": "Please fix the <script>alert(1)</script> zanzibar bug in /opt/kumquat/run.sh"},
             {"role": "assistant", "content": "Looking at zanzibar now"}]
     ingest(engine, write_jsonl(tmp_path / "a.jsonl", [rollout("q1", run="r1", messages=msgs),
                                                       rollout("q2", run="r2", messages=[msgs[0]])]))
@@ -175,6 +175,9 @@ def test_search_hits_link_to_messages_and_follow_replacement(client, engine, tmp
     html = client.get("/search?q=zanzibar+bug").text
     assert "<mark>zanzibar</mark>" in html.lower() and "<script>alert" not in html
     assert client.get("/search.json?q=zanzibar+nowhere").json()["hits"] == []
+    # words inside markup and paths are words on both databases (Postgres's parser keeps tags apart)
+    for word in ("script", "kumquat", "opt"):
+        assert len(client.get(f"/search.json?q={word}").json()["hits"]) == 2, word
     # paging
     first = client.get("/search.json?q=zanzibar&limit=2").json()
     assert len(first["hits"]) == 2 and first["next_url"].startswith("/search.json?q=zanzibar&before=")
