@@ -292,8 +292,12 @@ def compare_page(session: Session, run_ids: list[str], *, steps: StepRange, wind
     missing = [r for r, got in zip(run_ids, runs) if got is None]
     if missing:
         return None
-    # the totals compare shows: rollouts, endings, mean rewards (exact, from each step's partial sums)
-    stats = {r: step_stats(session=session, run_id=r, steps=steps, sections=("endings", "reward")) for r in run_ids}
+    # the totals compare shows: rollouts, endings, mean rewards (exact, from each step's partial
+    # sums); without a step range, rollouts without a step count too, as on the run page and in
+    # the task table
+    whole = steps.first is None and steps.last is None
+    stats = {r: step_stats(session=session, run_id=r, steps=steps, include_unstepped=whole,
+                           sections=("endings", "reward")) for r in run_ids}
     params = {"runs": ",".join(run_ids), "steps": str(steps) or None, "smooth": window}
     q_ = urlencode({k: v for k, v in params.items() if v not in (None, "", 1)})
     figures = {c.id: {"title": c.title, "caption": c.caption, "json_url": f"/compare/charts/{c.id}.json?{q_}",

@@ -135,20 +135,26 @@ def test_compare_two_runs(client, engine, tmp_path):
     rs = [rollout(f"x{s}-{i}", run="base", step=s, reward=float(i % 2), task={"key": "t1"}) for s in range(3) for i in range(4)]
     rs += [rollout(f"y{s}-{i}", run="new", step=s, reward=1.0, ending="error" if i == 0 else "submitted",
                    task={"key": "t1"}) for s in range(3) for i in range(4)]
+    rs.append(rollout("y-nostep", run="new", step=None, reward=0.0, ending="truncated", task={"key": "t1"}))
     ingest(engine, write_jsonl(tmp_path / "c.jsonl", rs))
     d = client.get("/compare.json?runs=base,new").json()
     assert [r["id"] for r in d["runs"]] == ["base", "new"]
+    # a rollout without a step counts in the totals as on the run page, and not in a step range
+    assert [r["rollouts"] for r in d["runs"]] == [12, 13]
+    assert next(e for e in d["endings"] if e["ending"] == "truncated")["counts"] == [0, 1]
+    ranged = client.get("/compare.json?runs=base,new&steps=0-2").json()
+    assert [r["rollouts"] for r in ranged["runs"]] == [12, 12], ranged
     assert [r["url"] for r in d["runs"]] == ["/runs/base.json", "/runs/new.json"]
     assert d["tasks"][0]["urls"] == ["/runs/base/rollouts.json?task=t1", "/runs/new/rollouts.json?task=t1"]
-    assert client.get(d["tasks"][0]["urls"][1]).json()["total"] == 12
+    assert client.get(d["tasks"][0]["urls"][1]).json()["total"] == 13
     html = client.get("/compare?runs=base,new").text
     assert 'href="/runs/base"' in html and "rollouts.json" not in html
     err = next(e for e in d["endings"] if e["ending"] == "error")
-    assert err["counts"] == [0, 3] and err["delta"] == pytest.approx(0.25)
+    assert err["counts"] == [0, 3] and err["delta"] == pytest.approx(3 / 13)
     fig = client.get(d["charts"]["reward"]["json_url"]).json()["figure"]
     names = [t["name"] for t in fig["data"]]
     assert "base: mean (errors scored 0)" in names and "new: mean (errors scored 0)" in names
-    assert d["tasks"][0]["mean_reward"] == [pytest.approx(0.5), pytest.approx(0.75)]
+    assert d["tasks"][0]["mean_reward"] == [pytest.approx(0.5), pytest.approx(9 / 13)]  # 9 of 13 scored 1 (errors scored 0)
     assert client.get("/compare").status_code == 422
     assert client.get("/compare.json?runs=base,missing").status_code == 404
     assert client.get("/compare?runs=base,new").status_code == 200
