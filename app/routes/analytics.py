@@ -25,7 +25,7 @@ from app.analytics import pages
 from app.analytics.steps import StepRange, one_step
 from app.deps import RefuseUnknownQuery, SessionDep
 from app.errors import ApiError
-from app.params import Count, OptCount, OptSmooth, OptStr, _blank_is_none
+from app.params import SORT_PATTERN, Count, OptCount, OptFloat, OptSmooth, OptStr, _blank_is_none
 from app.queries.common import INT32_MAX
 from app.render import respond, wants_json
 
@@ -139,12 +139,15 @@ def chart(request: Request, session: SessionDep, run_id: str, chart_id: str, ste
 @router.get("/runs/{run_id:path}/facets.json")
 def facets(request: Request, session: SessionDep, run_id: str, step: OptCount = None,
            steps: OptStr = None, ending: OptStr = None, group: OptStr = None, task: OptStr = None,
-           agent: OptStr = None, flag: OptStr = None):
+           agent: OptStr = None, flag: OptStr = None, reward_min: OptFloat = None, reward_max: OptFloat = None,
+           label: OptStr = None, sort: Annotated[str | None, Query(pattern=SORT_PATTERN)] = None):
     """Facet counts of the rollouts list (JSON only): value counts for ending, task, agent, step
-    range and findings under the given filters, each facet ignoring its own filter."""
+    range and findings under the given filters, each facet ignoring its own filter. Takes every
+    parameter the list takes (a list's query can be reused as is); `sort` changes no count."""
     from app.analytics import listing
 
-    f = listing.ListFilters(step=step, steps=steps, ending=ending, group=group, task=task, agent=agent, flag=flag)
+    f = listing.ListFilters(step=step, steps=steps, ending=ending, group=group, task=task, agent=agent, flag=flag,
+                            reward_min=reward_min, reward_max=reward_max, label=label)
     _steps(steps)
     rid = unquote(run_id)
     if pages._run(session, rid) is None:
