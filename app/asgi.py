@@ -4,6 +4,7 @@ per request that bench/load.py measures under load."""
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 
 
 class HttpMiddleware:
@@ -22,12 +23,13 @@ class HttpMiddleware:
         await self.app(scope, receive, send)
 
 
-class Observed(HttpMiddleware):
+class Observed(HttpMiddleware, ABC):
     """Calls `observe(scope, status, seconds)` after each HTTP request: the response's status
     (500 when none was sent) and the time from the request to the end of the response."""
 
+    @abstractmethod
     def observe(self, scope, status: int, seconds: float) -> None:
-        raise NotImplementedError
+        """What to record of one request (each subclass: a log line, a latency histogram)."""
 
     async def http(self, scope, receive, send):
         started = time.perf_counter()

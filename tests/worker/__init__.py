@@ -25,3 +25,16 @@ def start_worker(url: str, spool_root: Path) -> subprocess.Popen:
     env = {**os.environ, "ROLLSCOPE_DATABASE_URL": url}
     return subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--spool", str(spool_root), "--poll", "0.05"],
                             env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def stop_worker_and_drop(proc: subprocess.Popen, engine, name: str, admin=_pg_admin) -> str:
+    """SIGTERM the worker and drop its database (through `admin`, a connection factory); returns
+    the worker's stderr."""
+    import signal
+
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=60)[1].decode()
+    engine.dispose()
+    with admin() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return err

@@ -7,7 +7,6 @@ database's backends is what a restart does to the worker's connections.)"""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from app.worker.run import wait_for
 from ingest.formats.native import write_line
 from tests.conftest import ROOT, _pg_admin
 from tests.helpers import rollout
-from tests.worker import new_pg_database, start_worker
+from tests.worker import new_pg_database, start_worker, stop_worker_and_drop
 
 R = models.Rollout.__table__
 
@@ -50,11 +49,7 @@ def test_worker_survives_its_connections_being_cut(tmp_path):
                               "WHERE datname = %s AND pid <> pg_backend_pid()", (name,))
         assert wait_for(lambda: stored() == 180, 120), stored()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        err = proc.communicate(timeout=60)[1].decode()
-        engine.dispose()
-        with _pg_admin() as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        err = stop_worker_and_drop(proc, engine, name)
     assert proc.returncode == 0 and "Traceback" not in err, err[-3000:]
 
 

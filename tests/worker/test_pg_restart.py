@@ -10,7 +10,6 @@ own connections."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 
@@ -24,7 +23,7 @@ from app.worker.run import wait_for
 from ingest.formats.native import write_line
 from tests.conftest import PG_URL, _pg_admin
 from tests.helpers import rollout
-from tests.worker import new_pg_database, start_worker
+from tests.worker import new_pg_database, start_worker, stop_worker_and_drop
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("ROLLSCOPE_TEST_PG_RESTART") != "1",
@@ -99,9 +98,5 @@ def test_worker_loses_and_doubles_nothing_across_real_server_restarts(tmp_path, 
             row = conn.execute(sa.select(S.c.offset, S.c.line)).one()
         assert row.offset == f.stat().st_size and row.line == n  # every line read once, to the end
     finally:
-        proc.send_signal(signal.SIGTERM)
-        err = proc.communicate(timeout=60)[1].decode()
-        engine.dispose()
-        with _admin_when_up() as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        err = stop_worker_and_drop(proc, engine, name, admin=_admin_when_up)
     assert proc.returncode == 0 and "Traceback" not in err, err[-3000:]
