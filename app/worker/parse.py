@@ -16,7 +16,7 @@ import multiprocessing
 import os
 import signal
 import sys
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,19 +104,23 @@ def _child_init(worker_pid: int) -> None:
 
 
 class Parsers:
-    """A pool of `n` parser processes, started on first use and `spawn`ed (no database
-    connection or thread of the worker is inherited)."""
+    """Where the next stretches are parsed while the worker writes: `n` parser processes
+    (`spawn`ed on first use: no database connection or thread of the worker is inherited), or,
+    with `n` = 0, one thread of the worker's own. The thread shares the interpreter lock, but a
+    write spends much of its time where the lock is let go (the database's own work: SQLite's
+    B-trees, waiting on Postgres), and parsing fills that time."""
 
     def __init__(self, n: int):
         self.n = n
-        self._pool: ProcessPoolExecutor | None = None
+        self._pool: Executor | None = None
 
     def submit(self, *args) -> Future:
-        """`parse_lines(*args)` in a parser process. A pool that broke (a parser was killed)
-        is replaced."""
+        """`parse_lines(*args)` in a parser process (or the parser thread). A pool that broke
+        (a parser was killed) is replaced."""
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.n, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_child_init, initargs=(os.getpid(),))
+            self._pool = (ProcessPoolExecutor(self.n, mp_context=multiprocessing.get_context("spawn"),
+                                              initializer=_child_init, initargs=(os.getpid(),))
+                          if self.n else ThreadPoolExecutor(1, thread_name_prefix="rollscope-parser"))
         try:
             return self._pool.submit(parse_lines, *args)
         except BrokenProcessPool:

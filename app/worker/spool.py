@@ -265,14 +265,16 @@ class Spool:
                 break
             tried.add(row.pk)
             try:
-                while not stop() and time.monotonic() - started < budget:
-                    n = self._step(row)
+                while not stop():
+                    n = self._step(row, read_ahead=time.monotonic() - started < budget)
                     if n == 0:
                         break
                     done += n
                     row = self._reload(row.pk)
                     if row is None or row.claimed_by != self.worker_id or row.status != "active":
                         break  # lost, or finished (read whole, refused, a gzip stream at its end)
+                    if time.monotonic() - started >= budget and not self._ahead.get(row.pk):
+                        break  # past the budget once what was read ahead is written: a file let go holds nothing
             finally:
                 self._release(row.pk if row is not None else None)
         return done
@@ -312,12 +314,16 @@ class Spool:
     def _release(self, pk: int | None) -> None:
         if pk is None:
             return
+        for _chunk, parsing in self._ahead.pop(pk, ()):  # stale once let go: another worker may move on
+            if parsing is not None:
+                parsing.cancel()
         with self.engine.begin() as conn:
             conn.execute(S.update().where(S.c.pk == pk, S.c.claimed_by == self.worker_id)
                          .values(claimed_by=None, claimed_until=None))
 
-    def _step(self, row) -> int:
-        """Read and commit one chunk of a claimed file; 0 when nothing could be read."""
+    def _step(self, row, *, read_ahead: bool = True) -> int:
+        """Read and commit one chunk of a claimed file; 0 when nothing could be read.
+        `read_ahead`: whether the next stretches may be read and parsed while this one is written."""
         path = Path(row.path)
         mode = self._mode(row, path)
         if mode is None:
@@ -325,7 +331,7 @@ class Spool:
             return 0
         if mode == "whole":
             return self._whole_file(row, path)
-        chunk, parsing = self._next_chunk(row, path)
+        chunk, parsing = self._next_chunk(row, path, read_ahead=read_ahead)
         if chunk is None:
             self._idle[row.pk] = (row.size, row.offset)
             return 0
@@ -360,13 +366,13 @@ class Spool:
         self._after_commit(row, chunk)
         return 1
 
-    def _next_chunk(self, row, path: Path) -> tuple[Chunk | None, Future | None]:
-        """The stretch at the file's stored offset, with its parse when a parser process has it.
+    def _next_chunk(self, row, path: Path, *, read_ahead: bool = True) -> tuple[Chunk | None, Future | None]:
+        """The stretch at the file's stored offset, with its parse when it is under way.
 
-        With parser processes, a plain JSONL file whose format is known is read ahead, up to
-        `parsers` + 1 stretches, all parsed in the pool, so that the worker only writes while the
-        pool parses. A lone stretch (nothing more to read yet) is parsed here: starting a process
-        for it would cost more than it saves."""
+        A plain JSONL file whose format is known is read ahead, up to `parsers` + 1 stretches
+        (2 without parser processes), and they are parsed in the pool (`Parsers`: processes, or
+        one thread) while the worker writes. A lone stretch (nothing more to read yet) is parsed
+        here, at once."""
         ahead = self._ahead.get(row.pk)
         if ahead and ahead[0][0].start != row.offset:
             ahead = None  # the offset moved (another worker, a truncation): what was read ahead is stale
@@ -376,8 +382,8 @@ class Spool:
             if chunk is None:
                 return None, None
             ahead = self._ahead[row.pk] = deque([(chunk, None)])
-        if self.parsers and row.format and not _is_gzip(row.head):
-            while len(ahead) <= self.parsers and ahead[-1][0].torn is None:
+        if read_ahead and row.format and not _is_gzip(row.head):
+            while len(ahead) <= max(self.parsers, 1) and ahead[-1][0].torn is None:
                 last = ahead[-1][0]
                 nxt = self._read_chunk(row, path, at=(last.end, last.line + last.n_lines))
                 if nxt is None:
