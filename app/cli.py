@@ -85,24 +85,32 @@ def _engine():
     """The database's engine, migrated, for a command: its URL printed once (first line, stderr);
     a database that is unreachable (starting, restarting, down) is tried again with the same
     budget as mid-ingest (`ROLLSCOPE_DB__RETRY_SECONDS`, 0.5 s doubling), one line per wait;
-    when it stays away the error propagates (`main` prints one line, exit 3)."""
+    when it stays away the error propagates (`main` prints one line, exit 3). A database that
+    cannot be used at all (no such database or role, a refused password, a SQLite folder that
+    does not exist: app/db/unusable.py) is not waited for: DatabaseUnusable (exit 2)."""
     import time
 
     from app.config import get_settings
     from app.db.engine import make_engine
     from app.db.migrate import upgrade
+    from app.db.unusable import DatabaseUnusable, why_unusable
     from app.store.write import database_gone, retry_waits
 
     url = database_url()
     console.print(f"database: {sa_url_shown(url)}", markup=False, soft_wrap=True)
     waits = retry_waits(get_settings().db.retry_seconds)
     for k in range(len(waits) + 1):
-        engine = make_engine(url, writer=True)
+        engine = None
         try:
+            engine = make_engine(url, writer=True)
             upgrade(engine)
             return engine
         except Exception as exc:
-            engine.dispose()
+            if engine is not None:
+                engine.dispose()
+            why = why_unusable(exc, url)
+            if why:
+                raise DatabaseUnusable(sa_url_shown(url), why) from exc
             if not database_gone(exc) or k == len(waits):
                 if database_gone(exc):
                     exc.retried_seconds = sum(waits)  # type: ignore[attr-defined]
@@ -116,9 +124,9 @@ def _engine():
 
 def sa_url_shown(url: str) -> str:
     """The URL without its password."""
-    from sqlalchemy.engine import make_url
+    from app.db.unusable import masked
 
-    return make_url(url).render_as_string(hide_password=True)
+    return masked(url)
 
 
 def _parse_added(values: list[str]) -> dict[int, str]:
@@ -586,10 +594,18 @@ def main() -> None:
     except Exception as exc:  # noqa: BLE001 - one line, not a traceback
         if debug:
             raise
+        from app.db.unusable import DatabaseUnusable, why_unusable
         from app.store.write import database_gone, out_of_space
 
         first = str(getattr(exc, "orig", None) or exc).strip().splitlines()
         detail = first[0][:300] if first else type(exc).__name__
+        url = os.environ.get("ROLLSCOPE_DATABASE_URL") or os.environ.get("ROLLSCOPE_DB__URL")
+        why = why_unusable(exc, url)
+        if why:  # waiting would not help: say which database, and what is wrong with it
+            shown = exc.url if isinstance(exc, DatabaseUnusable) else sa_url_shown(url or "")
+            console.print(Text.assemble(("error: ", "red"), f"the database {shown} cannot be used: {why} "
+                                        "(not retried: waiting will not fix this)"), soft_wrap=True)
+            raise SystemExit(2) from None
         if database_gone(exc):
             n = getattr(exc, "rollouts_committed", None)
             done = f"{n} rollouts were committed; " if n is not None else ""

@@ -21,6 +21,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from app.db.unusable import DatabaseUnusable, why_unusable
 from app.worker.spool import Spool
 
 MAX_BACKOFF = 30.0
@@ -50,7 +51,13 @@ def sqlite_lock(engine: Engine):
     return f
 
 
-def _transient(exc: BaseException) -> bool:
+def _transient(exc: BaseException, engine: Engine) -> bool:
+    """An outage the worker waits out (a lost or refused connection, a full disk). Raises
+    DatabaseUnusable for what waiting cannot fix (a database or role that was dropped, a revoked
+    grant: app/db/unusable.py)."""
+    why = why_unusable(exc, engine.url.render_as_string(hide_password=False))
+    if why:
+        raise DatabaseUnusable(engine.url.render_as_string(hide_password=True), why) from exc
     return isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError)) or (
         isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated)
 
@@ -87,7 +94,7 @@ def _loop(spool: Spool, engine: Engine, stop: threading.Event, poll: float, once
                 log("database reachable again; resuming from the stored offsets")
             backoff = 0.0
         except Exception as exc:  # noqa: BLE001 - only database outages are retried
-            if not _transient(exc):
+            if not _transient(exc, engine):
                 raise
             backoff = min(MAX_BACKOFF, max(0.5, backoff * 2))
             first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
