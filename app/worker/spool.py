@@ -19,8 +19,14 @@ files (a JSON document, CSV) are read whole once they stop changing.
 
 Several workers may share the spool on Postgres: each claims a file for a short lease with
 `SELECT ... FOR UPDATE SKIP LOCKED`, and commits only when the file's offset is still the one it
-read from (checked under the row lock), so no stretch is ever committed twice. On SQLite there is
-one worker (app/worker/run.py holds a lock file).
+read from (checked under the row lock), so no stretch is ever committed twice. A claim is also
+tied to its worker's life: each worker holds a session-level advisory lock (`WORKER_LOCK_CLASS`,
+a key of its own, named in its `worker_id` as `host:pid:s<key>`) on a connection it keeps open,
+and a claim whose worker's lock is gone (the worker was killed, its connection died with it) is
+taken over at once, not after the lease: no worker waits for a dead one. A claim whose holder
+cannot be checked (written by an older version) lapses with its lease; the worker says in one
+line which file waits on whose lease, and until when. On SQLite there is one worker
+(app/worker/run.py holds a lock file) and it lets go of every claim when it starts.
 
 The `/v1/traces` receiver keeps the spans it has answered 200 for in a spool of its own
 (app/worker/trace_spool.py: one file per trace, `spool_file.spool = "otlp"`), on the same table
@@ -30,10 +36,11 @@ never touches those rows.
 from __future__ import annotations
 
 import os
+import random
+import re
 import socket
 import stat
 import time
-import uuid
 import zlib
 from collections import deque
 from collections.abc import Callable
@@ -62,6 +69,19 @@ LEASE = timedelta(seconds=60)  # a claim lapses after this (a worker that died l
 MAX_LINE_BYTES = 1 << 30  # a line longer than this is refused, not buffered
 SKIPPED_SUFFIXES = (".tmp", ".part", ".partial", ".swp")
 INGEST = "ingest"  # spool_file.spool of the worker's files
+WORKER_LOCK_CLASS = 0x726F6C6C  # pg_advisory_lock(class, key): "roll", the class of workers' session locks
+_SESSION_KEY = re.compile(r":s(\d{1,10})$")
+
+
+def new_worker_id() -> str:
+    """`host:pid:s<key>`: who the worker is (for a person) and the key of its session lock."""
+    return f"{socket.gethostname()}:{os.getpid()}:s{random.randint(1, 2**31 - 1)}"
+
+
+def session_key(worker_id: str | None) -> int | None:
+    """The advisory lock key named in a worker id (None for an id without one)."""
+    m = _SESSION_KEY.search(worker_id or "")
+    return int(m.group(1)) if m else None
 
 
 @dataclass
@@ -165,7 +185,7 @@ class Spool:
     batch_bytes: int = 16 << 20
     torn_after: float = 30.0  # seconds without growth before a last line without newline is torn
     settle: float = 2.0  # seconds a non-JSONL file must stay unchanged before it is read
-    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
+    worker_id: str = field(default_factory=new_worker_id)
     log: Callable[[str], None] = lambda _msg: None
     parsers: int = 0  # processes parsing the next stretches of a file while one is written (app/worker/parse.py)
     _gz: dict[int, _GzState] = field(default_factory=dict)
@@ -174,6 +194,8 @@ class Spool:
     # future) or None (not sent: parsed here when its turn comes)
     _ahead: dict[int, deque[tuple[Chunk, Future | None]]] = field(default_factory=dict)
     _pool: Parsers = field(init=False)
+    _session: sa.Connection | None = None  # Postgres: the connection holding this worker's advisory lock
+    _said: dict[int, str] = field(default_factory=dict)  # pk → the last wait or takeover said of it
 
     def __post_init__(self) -> None:
         self._pool = Parsers(self.parsers)
@@ -187,9 +209,79 @@ class Spool:
                          .values(claimed_by=None, claimed_until=None))
 
     def close(self) -> None:
-        """Stop the parser processes (stretches parsed but not written are read again next time)."""
+        """Stop the parser processes (stretches parsed but not written are read again next time)
+        and let go of the session lock."""
         self._ahead.clear()
         self._pool.close()
+        self._drop_session()
+
+    # --- the worker's session lock (Postgres) -----------------------------------------------
+
+    def hold_session(self) -> None:
+        """Postgres: make sure this worker holds its advisory lock on a live connection (taken
+        on the first pass, taken again after the connection was lost). Other workers take over
+        the claims of a worker whose lock is gone. Raises the driver's error when the database
+        is unreachable (the caller's backoff). If the key is still held by a connection of ours
+        the server has not seen die yet, the worker takes a new key (and id)."""
+        if self.engine.dialect.name != "postgresql":
+            return
+        if self._session is not None:
+            try:
+                self._session.exec_driver_sql("SELECT 1")
+                return
+            except sa.exc.DBAPIError:
+                self._drop_session()
+        if session_key(self.worker_id) is None:
+            self.worker_id = new_worker_id()
+        conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            while not conn.execute(sa.text("SELECT pg_try_advisory_lock(:c, :k)"),
+                                   {"c": WORKER_LOCK_CLASS, "k": session_key(self.worker_id)}).scalar_one():
+                self.worker_id = new_worker_id()
+        except BaseException:
+            conn.close()
+            raise
+        self._session = conn
+
+    def _drop_session(self) -> None:
+        if self._session is None:
+            return
+        try:
+            self._session.close()  # its lock goes with it
+        except Exception:  # noqa: BLE001 - a connection already gone
+            pass
+        self._session = None
+
+    def _gone_holders(self, conn: sa.Connection, now) -> set[str]:
+        """Postgres: the workers holding unexpired claims whose session lock is gone (killed,
+        or their connection died): their claims are free. A holder whose id names no key
+        (an older version) waits for its lease; that is said once per file and holder."""
+        if conn.dialect.name != "postgresql":
+            return set()
+        held = conn.execute(sa.select(S.c.pk, S.c.name, S.c.claimed_by, S.c.claimed_until).where(
+            S.c.spool == INGEST, S.c.status == "active", S.c.claimed_by.is_not(None),
+            S.c.claimed_by != self.worker_id, S.c.claimed_until >= now)).all()
+        if not held:
+            return set()
+        live = {int(k) for k in conn.execute(sa.text(
+            "SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND classid = :c AND objsubid = 2 AND granted "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"),
+            {"c": WORKER_LOCK_CLASS}).scalars()}
+        gone = set()
+        for row in held:
+            key = session_key(row.claimed_by)
+            if key is None:
+                self._say(row.pk, f"{row.name}: waits for worker {row.claimed_by}'s lease until "
+                                  f"{row.claimed_until:%Y-%m-%d %H:%M:%S} UTC (its worker names no session to check)")
+            elif key not in live:
+                gone.add(row.claimed_by)
+        return gone
+
+    def _say(self, pk: int, msg: str) -> None:
+        """Log `msg` about a file once (until something else is said about it)."""
+        if self._said.get(pk) != msg:
+            self._said[pk] = msg
+            self.log(msg)
 
     # --- discovering files -------------------------------------------------------------------
 
@@ -259,6 +351,7 @@ class Spool:
         done = 0
         started = time.monotonic()
         tried: set[int] = set()
+        self.hold_session()
         while not stop() and time.monotonic() - started < budget:
             row = self._claim(tried)
             if row is None:
@@ -281,7 +374,9 @@ class Spool:
         """Take a lease on one active file no other worker holds (row lock, SKIP LOCKED)."""
         now = models.utcnow()
         with self.engine.begin() as conn:
-            free = sa.or_(S.c.claimed_by.is_(None), S.c.claimed_until < now, S.c.claimed_by == self.worker_id)
+            gone = self._gone_holders(conn, now)
+            free = sa.or_(S.c.claimed_by.is_(None), S.c.claimed_until < now, S.c.claimed_by == self.worker_id,
+                          *([S.c.claimed_by.in_(sorted(gone))] if gone else []))
             wanted = sa.and_(S.c.spool == INGEST, S.c.status == "active", free)
             if tried:
                 wanted = sa.and_(wanted, S.c.pk.notin_(tried))
@@ -289,6 +384,11 @@ class Spool:
                                     .with_for_update(skip_locked=True)):
                 if self._idle.get(row.pk) == (row.size, row.offset) and not self._due(row, now):
                     continue  # nothing new since the last look
+                if row.claimed_by not in (None, self.worker_id):
+                    why = ("its database session is gone (the worker died)" if row.claimed_by in gone
+                           else "its lease lapsed")
+                    self._say(row.pk, f"{row.name}: taking over from worker {row.claimed_by}: {why}; its lease ran "
+                                      f"to {row.claimed_until:%Y-%m-%d %H:%M:%S} UTC")
                 conn.execute(S.update().where(S.c.pk == row.pk)
                              .values(claimed_by=self.worker_id, claimed_until=now + LEASE))
                 return row
