@@ -150,6 +150,50 @@ def _is_gzip(head: bytes) -> bool:
     return head[:2] == b"\x1f\x8b"
 
 
+GZ_PIECE = 1 << 16  # compressed bytes inflated at a time: what corrupt data can take with it
+
+
+def _inflate(state: "_GzState", raw: bytes, at: int, size: int) -> bytes:
+    """The uncompressed bytes of `raw` (the compressed bytes from `at` of a file of `size`
+    bytes), member after member, as `gzip -d` reads them (NUL padding after a member is not
+    another one). Corrupt data ends the stream: what was inflated before it (up to `GZ_PIECE`
+    compressed bytes earlier) is returned, and `state.broken` says where and why."""
+    view, pos, parts = memoryview(raw), 0, []
+    data_end = len(raw.rstrip(b"\x00"))  # past it, only NUL padding
+    try:
+        while pos < len(raw):
+            piece = view[pos:pos + GZ_PIECE]
+            parts.append(state.zobj.decompress(piece))  # type: ignore[attr-defined]
+            if not state.zobj.eof:  # type: ignore[attr-defined]
+                pos += len(piece)
+                continue
+            pos += len(piece) - len(state.zobj.unused_data)  # type: ignore[attr-defined]
+            if pos < data_end:  # the next member starts here
+                state.zobj = zlib.decompressobj(wbits=47)
+                continue
+            state.eof = state.compressed_pos >= size
+            if not state.eof:  # more may be appended after the padding
+                state.zobj = zlib.decompressobj(wbits=47)
+            break
+    except zlib.error as exc:
+        out = b"".join(parts)
+        state.broken = (f"corrupt gzip data near compressed byte {at + pos} (uncompressed byte "
+                        f"{state.out_pos + len(out)}): {exc}")
+        state.eof = True
+        return out
+    return b"".join(parts)
+
+
+
+
+@dataclass
+class Left:
+    """A file a pass left with bytes unread: `name`, `why` (for a person), and `due`: seconds
+    until waiting may change that (a document settles, a last line counts as torn), or None."""
+
+    name: str
+    why: str
+    due: float | None = None
 
 
 @dataclass
@@ -172,6 +216,7 @@ class _GzState:
     out_pos: int  # uncompressed bytes produced so far
     buffer: bytes = b""  # produced, not yet handed out (starts at out_pos - len(buffer))
     eof: bool = False
+    broken: str | None = None  # why the stream cannot be read past `compressed_pos` (corrupt data)
 
 
 @dataclass
@@ -282,6 +327,54 @@ class Spool:
         if self._said.get(pk) != msg:
             self._said[pk] = msg
             self.log(msg)
+
+    def left_unread(self) -> list[Left]:
+        """The files with bytes this worker has not read, and why (`rollscope worker --once`
+        waits for those `due` soon and names the rest): a JSON document or CSV still changing
+        (read once it has not changed for `settle` seconds), a last line without its newline
+        (read when it ends, or torn after `torn_after` seconds without growth), a gzip stream
+        that has not ended, a file another worker holds."""
+        now = models.utcnow()
+        wall = time.time()
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(S).where(S.c.spool == INGEST, S.c.status == "active")
+                                .order_by(S.c.name)).all()
+        out: list[Left] = []
+        for row in rows:
+            try:
+                st = Path(row.path).stat()
+            except OSError:
+                continue  # gone since: the next pass marks it
+            grew = self._since_growth(row, now)
+            if row.claimed_by not in (None, self.worker_id) and row.claimed_until is not None \
+                    and row.claimed_until >= now:
+                out.append(Left(row.name, f"held by worker {row.claimed_by} until "
+                                          f"{row.claimed_until:%Y-%m-%d %H:%M:%S} UTC"))
+            elif _is_gzip(row.head):
+                out.append(Left(row.name, "its gzip stream has not ended: read on when more of it arrives, or its "
+                                          f"last line reported as torn once the file has not grown for "
+                                          f"{self.torn_after:g} s", max(self.torn_after - grew, 0.0)))
+            elif st.st_size <= row.offset:
+                continue
+            elif row.offset == 0 and not row.format:
+                age = min(wall - st.st_mtime, grew)
+                out.append(Left(row.name, f"still changing: a JSON document or CSV is read once it has not "
+                                          f"changed for {self.settle:g} s", max(self.settle - age, 0.0)))
+            else:
+                out.append(Left(row.name, f"its last line has no newline yet ({st.st_size - row.offset} bytes): "
+                                          "it is read when the line ends, or reported as torn once the file has "
+                                          f"not grown for {self.torn_after:g} s", max(self.torn_after - grew, 0.0)))
+        return out
+
+    @staticmethod
+    def _since_growth(row, now) -> float:
+        """Seconds since the file last grew (0 when unknown)."""
+        grew = row.grew_at
+        if grew is None:
+            return 0.0
+        if grew.tzinfo is None:
+            grew = grew.replace(tzinfo=now.tzinfo)
+        return max((now - grew).total_seconds(), 0.0)
 
     # --- discovering files -------------------------------------------------------------------
 
@@ -427,6 +520,9 @@ class Spool:
             return self._whole_file(row, path)
         chunk, parsing = self._next_chunk(row, path)
         if chunk is None:
+            state = self._gz.get(row.pk)
+            if state is not None and state.broken is not None:  # every whole line before it is in
+                return self._corrupt(row, state)
             self._idle[row.pk] = (row.size, row.offset)
             return 0
         self._idle.pop(row.pk, None)
@@ -524,9 +620,10 @@ class Spool:
             return "whole"  # "{" alone: pretty-printed JSON; or a broken first line (read whole, probed)
 
     def _finished(self, row, chunk: Chunk) -> bool:
-        """A gzip stream read to its end (appending to a .gz is not a thing writers do)."""
+        """A gzip stream read to its end (appending to a .gz is not a thing writers do); a
+        corrupt one is finished by `_corrupt`, once what came before the damage is in."""
         state = self._gz.get(row.pk)
-        return state is not None and state.eof and chunk.end >= state.out_pos
+        return state is not None and state.eof and state.broken is None and chunk.end >= state.out_pos
 
     def _after_commit(self, row, chunk: Chunk) -> None:
         state = self._gz.get(row.pk)
@@ -550,7 +647,7 @@ class Spool:
                         break
                     data += more
         except OSError as exc:
-            self.log(f"{row.name}: cannot read: {exc}")
+            self._say(row.pk, f"{row.name}: cannot read: {exc}")
             return None
         return self._cut(row, data, at_eof=len(data) < self.batch_bytes or b"\n" not in data, at=(offset, line))
 
@@ -574,6 +671,8 @@ class Spool:
         several gzip members (`gzip >> file`, also appended later) is read member after member,
         as `gzip -d` does; a stream whose writer died mid-member ends as a torn last line."""
         state = self._gz.get(row.pk)
+        if state is not None and state.broken is not None and state.out_pos - len(state.buffer) == row.offset:
+            return self._cut(row, state.buffer, at_eof=False)  # the whole lines before the damage
         if state is None or state.out_pos - len(state.buffer) != row.offset:
             state = _GzState(zlib.decompressobj(wbits=47), 0, 0)
             self._gz[row.pk] = state
@@ -588,34 +687,43 @@ class Spool:
                 f.seek(state.compressed_pos)
                 while not state.eof and (skip or b"\n" not in state.buffer[-self.batch_bytes:]
                                          or len(state.buffer) < self.batch_bytes):
+                    block_at = state.compressed_pos
                     raw = f.read(1 << 20)
                     if not raw:
                         break
                     state.compressed_pos += len(raw)
-                    out = b""
-                    while raw:
-                        out += state.zobj.decompress(raw)  # type: ignore[attr-defined]
-                        if not state.zobj.eof:  # type: ignore[attr-defined]
-                            break
-                        raw = state.zobj.unused_data  # type: ignore[attr-defined]
-                        if raw.lstrip(b"\x00"):  # the next member starts here (NUL padding is not one)
-                            state.zobj = zlib.decompressobj(wbits=47)
-                        else:
-                            state.eof = state.compressed_pos >= size
-                            if not state.eof:
-                                state.zobj = zlib.decompressobj(wbits=47)
-                            raw = b""
+                    out = _inflate(state, raw, block_at, size)
                     state.out_pos += len(out)
                     state.buffer += out
                     if skip:
                         cut = min(skip, len(state.buffer))
                         state.buffer, skip = state.buffer[cut:], skip - cut
                 at_end = state.eof or state.compressed_pos >= size
-        except (OSError, zlib.error) as exc:
+        except OSError as exc:
             self._gz.pop(row.pk, None)
-            self.log(f"{row.name}: cannot read as gzip: {exc}")
+            self._say(row.pk, f"{row.name}: cannot read: {exc}")
             return None
+        if state.broken is not None:
+            return self._cut(row, state.buffer, at_eof=False)  # whole lines first; then `_corrupt`
         return self._cut(row, state.buffer, at_eof=at_end)
+
+    def _corrupt(self, row, state: _GzState) -> int:
+        """A gzip file whose data is damaged, read up to the damage: rejected once (one
+        quarantine entry at the first line not read, counted once in its `rejected` and last
+        error) and finished; looked at again only when the file changes."""
+        self._gz.pop(row.pk, None)
+        tail = f"; an unfinished line of {len(state.buffer)} bytes before it is lost" if state.buffer else ""
+        why = f"{state.broken}; the rest of the file cannot be read{tail}"
+        err = RecordError(row.name, row.line + 1, None, why)
+        with self.engine.begin() as conn:
+            cur = conn.execute(sa.select(S.c.offset, S.c.claimed_by).where(S.c.pk == row.pk).with_for_update()).first()
+            if cur is None or cur.offset != row.offset or cur.claimed_by != self.worker_id:
+                return 0  # moved on meanwhile: not ours to finish
+            quarantine_many(conn, [err], context=self._context(row.name, row.format))
+            conn.execute(S.update().where(S.c.pk == row.pk).values(
+                status="done", last_error=str(err), rejected=S.c.rejected + 1, updated_at=models.utcnow()))
+        self.log(f"{row.name}: {why}")  # once: the file is finished until it changes
+        return 1
 
     def _whole_file(self, row, path: Path) -> int:
         """A JSON document or CSV: read whole once it has stopped changing, then marked done."""
