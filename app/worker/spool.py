@@ -153,7 +153,7 @@ def _is_gzip(head: bytes) -> bool:
 GZ_PIECE = 1 << 16  # compressed bytes inflated at a time: what corrupt data can take with it
 
 
-def _inflate(state: "_GzState", raw: bytes, at: int, size: int) -> bytes:
+def _inflate(state: _GzState, raw: bytes, at: int, size: int) -> bytes:
     """The uncompressed bytes of `raw` (the compressed bytes from `at` of a file of `size`
     bytes), member after member, as `gzip -d` reads them (NUL padding after a member is not
     another one). Corrupt data ends the stream: what was inflated before it (up to `GZ_PIECE`

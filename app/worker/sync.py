@@ -22,8 +22,8 @@ from ingest.formats import ReadContext
 from ingest.files import TRACE_SUFFIXES, read_records, walk
 from ingest.source import RecordError, Source, open_source, read_as
 from app.db import models
-from app.store.quarantine import IngestContext, quarantine_many
 from app.db.unusable import why_unusable
+from app.store.quarantine import IngestContext, quarantine_many
 from app.store.write import BATCH, RETRY_SECONDS, StoreResult, database_gone, ensure_run, store, store_tokenizer
 
 

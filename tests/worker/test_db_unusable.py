@@ -11,13 +11,13 @@ import subprocess
 import sys
 import time
 
+from sqlalchemy.engine import make_url
+
 from app.worker.run import wait_for
 from ingest.formats.native import write_line
 from tests.conftest import PG_URL, ROOT
 from tests.helpers import rollout
 from tests.worker import new_pg_database, start_worker
-
-from sqlalchemy.engine import make_url
 
 
 def _cli(*args: str, env: dict) -> subprocess.CompletedProcess:
