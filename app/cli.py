@@ -631,8 +631,11 @@ def main() -> None:
                 console.print(Text.assemble(("error: ", "red"), f"setting {where}: {msg}" if where else msg),
                               soft_wrap=True)
             raise SystemExit(2) from None
-        console.print(Text.assemble(("error: ", "red"), f"{type(exc).__name__}: {detail} (--debug shows the traceback)"),
-                      soft_wrap=True)
+        import sqlalchemy as sa
+
+        where = f"database {sa_url_shown(url)}; " if url and isinstance(exc, sa.exc.DBAPIError) else ""
+        console.print(Text.assemble(("error: ", "red"), f"{type(exc).__name__}: {detail} ({where}--debug shows the "
+                                                        "traceback)"), soft_wrap=True)
         raise SystemExit(1) from None
 
 

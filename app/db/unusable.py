@@ -70,13 +70,15 @@ def why_unusable(exc: BaseException, url: str | None = None) -> str | None:
     if _is_sqlite(url, orig):
         return _sqlite_why(text, url)
     state = str(getattr(orig, "sqlstate", None) or "")
-    for pattern in PERMANENT_WORDS:
+    if state:  # the server said it: its code decides (its text may quote a record's values)
+        if state.startswith(PERMANENT_SQLSTATES):
+            first = text.strip().splitlines()
+            return first[0] if first else state
+        return None
+    for pattern in PERMANENT_WORDS:  # refused before a session existed: libpq's words
         found = pattern.search(text)
         if found:
             return found.group(0).strip()
-    if state.startswith(PERMANENT_SQLSTATES):
-        first = text.strip().splitlines()
-        return first[0] if first else state
     return None
 
 
@@ -97,7 +99,7 @@ def _sqlite_why(text: str, url: str | None) -> str | None:
     lower = text.lower()
     if "unable to open database file" in lower:
         if path is None:
-            return "unable to open the database file"
+            return None
         folder = path.parent
         if not folder.is_dir():
             return f"its folder {folder} does not exist"
@@ -105,7 +107,7 @@ def _sqlite_why(text: str, url: str | None) -> str | None:
             return f"permission denied: cannot create or write files in {folder}"
         if path.exists() and not os.access(path, os.R_OK | os.W_OK):
             return f"permission denied: cannot read and write {path}"
-        return f"unable to open {path}"
+        return None  # no lasting cause found (too many open files, ...): not said to be unusable
     if "readonly database" in lower or "read-only" in lower:
         where = path if path is not None else "the database file"
         return f"permission denied: {where} (or its folder) is read-only"
