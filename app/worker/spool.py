@@ -184,8 +184,6 @@ def _inflate(state: _GzState, raw: bytes, at: int, size: int) -> bytes:
     return b"".join(parts)
 
 
-
-
 @dataclass
 class Left:
     """A file a pass left with bytes unread: `name`, `why` (for a person), and `due`: seconds
