@@ -85,24 +85,32 @@ def _engine():
     """The database's engine, migrated, for a command: its URL printed once (first line, stderr);
     a database that is unreachable (starting, restarting, down) is tried again with the same
     budget as mid-ingest (`ROLLSCOPE_DB__RETRY_SECONDS`, 0.5 s doubling), one line per wait;
-    when it stays away the error propagates (`main` prints one line, exit 3)."""
+    when it stays away the error propagates (`main` prints one line, exit 3). A database that
+    cannot be used at all (no such database or role, a refused password, a SQLite folder that
+    does not exist: app/db/unusable.py) is not waited for: DatabaseUnusable (exit 2)."""
     import time
 
     from app.config import get_settings
     from app.db.engine import make_engine
     from app.db.migrate import upgrade
+    from app.db.unusable import DatabaseUnusable, why_unusable
     from app.store.write import database_gone, retry_waits
 
     url = database_url()
     console.print(f"database: {sa_url_shown(url)}", markup=False, soft_wrap=True)
     waits = retry_waits(get_settings().db.retry_seconds)
     for k in range(len(waits) + 1):
-        engine = make_engine(url, writer=True)
+        engine = None
         try:
+            engine = make_engine(url, writer=True)
             upgrade(engine)
             return engine
         except Exception as exc:
-            engine.dispose()
+            if engine is not None:
+                engine.dispose()
+            why = why_unusable(exc, url)
+            if why:
+                raise DatabaseUnusable(sa_url_shown(url), why) from exc
             if not database_gone(exc) or k == len(waits):
                 if database_gone(exc):
                     exc.retried_seconds = sum(waits)  # type: ignore[attr-defined]
@@ -116,9 +124,9 @@ def _engine():
 
 def sa_url_shown(url: str) -> str:
     """The URL without its password."""
-    from sqlalchemy.engine import make_url
+    from app.db.unusable import masked
 
-    return make_url(url).render_as_string(hide_password=True)
+    return masked(url)
 
 
 def _parse_added(values: list[str]) -> dict[int, str]:
@@ -388,7 +396,9 @@ def worker(
                                         min=0.05, max=60)] = 0.5,
     torn_after: Annotated[float, typer.Option(help="Seconds a file must stop growing before a last line without "
                                               "its newline is reported as torn and skipped.", min=0.1)] = 30.0,
-    once: Annotated[bool, typer.Option("--once", help="Read what is there, then exit (no tailing).")] = False,
+    once: Annotated[bool, typer.Option("--once", help="Read what is there, then exit (no tailing): a document still "
+                                       "being written is waited for up to the settle time (2 s); a file left unread "
+                                       "is named with why, and the exit code is then 1.")] = False,
     parsers: Annotated[int | None, typer.Option(help="Processes that parse and check the next stretches of a file "
                                                 "while the worker writes one: for machines with spare cores (default "
                                                 "ROLLSCOPE_WORKER__PARSERS, 0: the worker parses).", min=0, max=64)] = None,
@@ -401,7 +411,8 @@ def worker(
     .gz files are read as streams, other files once they stop changing. Each file's offset is
     committed with the rows it produced, so a restart resumes exactly there; renamed, rotated,
     truncated and deleted files are followed. SIGTERM stops cleanly. On Postgres several workers
-    may share the folders; on SQLite one worker writes.
+    may share the folders; on SQLite one worker writes. With --once it exits 1 when it left a file
+    unread (each named on stderr with why).
     """
     from app.config import get_settings
     from app.worker.run import WorkerLocked, run, sqlite_lock, stop_on_signals
@@ -417,13 +428,16 @@ def worker(
         raise typer.Exit(2) from None
     stop = stop_on_signals()
     console.print(f"worker: reading {', '.join(str(d) for d in dirs)}", markup=False, soft_wrap=True)
-    n = run(engine, dirs, stop=stop, poll=poll, once=once, torn_after=torn_after, heartbeat=heartbeat,
-            batch_lines=get_settings().worker.batch_size,
-            parsers=get_settings().worker.parsers if parsers is None else parsers,
-            log=lambda msg: console.print(msg, markup=False, soft_wrap=True))
-    console.print(f"worker: stopped after {n} commits", markup=False, soft_wrap=True)
+    ran = run(engine, dirs, stop=stop, poll=poll, once=once, torn_after=torn_after, heartbeat=heartbeat,
+              batch_lines=get_settings().worker.batch_size,
+              parsers=get_settings().worker.parsers if parsers is None else parsers,
+              log=lambda msg: console.print(msg, markup=False, soft_wrap=True))
+    left = f"; left {len(ran.left)} file{'s' if len(ran.left) != 1 else ''} unread" if ran.left else ""
+    console.print(f"worker: stopped after {ran.commits} commits{left}", markup=False, soft_wrap=True)
     if lock is not None:
         lock.close()
+    if ran.left:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -586,10 +600,18 @@ def main() -> None:
     except Exception as exc:  # noqa: BLE001 - one line, not a traceback
         if debug:
             raise
+        from app.db.unusable import DatabaseUnusable, why_unusable
         from app.store.write import database_gone, out_of_space
 
         first = str(getattr(exc, "orig", None) or exc).strip().splitlines()
         detail = first[0][:300] if first else type(exc).__name__
+        url = os.environ.get("ROLLSCOPE_DATABASE_URL") or os.environ.get("ROLLSCOPE_DB__URL")
+        why = why_unusable(exc, url)
+        if why:  # waiting would not help: say which database, and what is wrong with it
+            shown = exc.url if isinstance(exc, DatabaseUnusable) else sa_url_shown(url or "")
+            console.print(Text.assemble(("error: ", "red"), f"the database {shown} cannot be used: {why} "
+                                        "(not retried: waiting will not fix this)"), soft_wrap=True)
+            raise SystemExit(2) from None
         if database_gone(exc):
             n = getattr(exc, "rollouts_committed", None)
             done = f"{n} rollouts were committed; " if n is not None else ""
@@ -609,8 +631,11 @@ def main() -> None:
                 console.print(Text.assemble(("error: ", "red"), f"setting {where}: {msg}" if where else msg),
                               soft_wrap=True)
             raise SystemExit(2) from None
-        console.print(Text.assemble(("error: ", "red"), f"{type(exc).__name__}: {detail} (--debug shows the traceback)"),
-                      soft_wrap=True)
+        import sqlalchemy as sa
+
+        where = f"database {sa_url_shown(url)}; " if url and isinstance(exc, sa.exc.DBAPIError) else ""
+        console.print(Text.assemble(("error: ", "red"), f"{type(exc).__name__}: {detail} ({where}--debug shows the "
+                                                        "traceback)"), soft_wrap=True)
         raise SystemExit(1) from None
 
 

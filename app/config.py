@@ -24,13 +24,22 @@ PageSize = Annotated[int, Field(ge=1, le=1000)]
 
 def normalize_db_url(v: str) -> str:
     """`postgres://` and `postgresql://` → `postgresql+psycopg://`; sqlite URLs as given.
-    Raises ValueError for any other scheme."""
+    Raises ValueError for any other scheme, and for a URL that does not parse (a port that is
+    not a number); the URL is named with its password masked."""
+    from sqlalchemy.engine import make_url
+
+    from app.db.unusable import masked
+
     if v.startswith("postgres://"):
         v = "postgresql://" + v[len("postgres://"):]
     if v.startswith("postgresql://"):
         v = "postgresql+psycopg://" + v[len("postgresql://"):]
     if not (v.startswith("sqlite") or v.startswith("postgresql+psycopg://")):
-        raise ValueError(f"ROLLSCOPE_DATABASE_URL must be a sqlite:// or postgresql:// URL, got {v!r}")
+        raise ValueError(f"ROLLSCOPE_DATABASE_URL must be a sqlite:// or postgresql:// URL, got {masked(v)!r}")
+    try:
+        make_url(v)
+    except Exception as exc:  # noqa: BLE001 - sqlalchemy raises ArgumentError or ValueError
+        raise ValueError(f"ROLLSCOPE_DATABASE_URL {masked(v)!r} is not a valid URL: {exc}") from None
     return v
 
 

@@ -32,6 +32,7 @@ from sqlalchemy.engine import Engine
 from app.db import models
 from app.db.engine import bulk_insert
 from app.db.engine import insert_for as _insert
+from app.db.unusable import why_unusable
 from app.store import rollups, search
 from app.store.groups import recheck_groups
 from app.store.prepare import FINDING_COLUMNS, NODE_COLUMNS, Identity, Prepared, prepare_or_error, storage_error
@@ -297,8 +298,8 @@ def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[Re
                     raise
                 # another writer stored this rollout meanwhile: look again (unchanged or replace)
             except Exception as exc:  # noqa: BLE001 - one rollout must not cost its neighbours
-                if database_gone(exc) or lost_a_race(exc):
-                    raise  # not this rollout's fault: the whole batch is retried
+                if database_gone(exc) or lost_a_race(exc) or why_unusable(exc):
+                    raise  # not this rollout's fault: the whole batch is retried (or the command stops)
                 refused.append(storage_error(p.rollout, exc))
                 res.outcomes[p.identity] = "rejected"
                 break
@@ -394,9 +395,13 @@ def out_of_space(exc: BaseException) -> bool:
 def database_gone(exc: BaseException) -> bool:
     """The database cannot take writes for a reason outside the data: a lost or refused
     connection (a restart, a network cut) or no space left (`out_of_space`). Such an error is
-    retried and then reported; it never quarantines a record."""
+    retried and then reported; it never quarantines a record. A database that cannot be used at
+    all (no such database or role, a refused password, ...: app/db/unusable.py) is not gone:
+    waiting would not help."""
     if out_of_space(exc):
         return True
+    if why_unusable(exc):
+        return False
     if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
         return True
     if isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError)):
@@ -490,8 +495,8 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
             res = _with_retries(engine, lambda conn: write(conn, prepared, batch_errors, final),
                                 in_transaction, last[0], total, retry_seconds)
         except Exception as exc:  # noqa: BLE001 - the fallback isolates the one that failed
-            if database_gone(exc):
-                raise  # retried already: the database is down, writing row by row cannot help
+            if database_gone(exc) or why_unusable(exc):
+                raise  # retried already, or cannot be used: writing row by row cannot help
             res = _with_retries(engine, lambda conn: write_one_by_one(
                 conn, prepared, batch_errors, force=force, quarantine_context=quarantine_context),
                 in_transaction, last[0], total, retry_seconds)

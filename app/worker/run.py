@@ -16,14 +16,25 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from app.worker.spool import Spool
+from app.db.unusable import DatabaseUnusable, why_unusable
+from app.worker.spool import Left, Spool
 
 MAX_BACKOFF = 30.0
+
+
+@dataclass
+class Ran:
+    """What a run did: `commits` (chunks committed) and, with `once`, the files it `left` with
+    bytes unread (each named on the log with why)."""
+
+    commits: int = 0
+    left: list[Left] = field(default_factory=list)
 
 
 class WorkerLocked(RuntimeError):
@@ -50,28 +61,44 @@ def sqlite_lock(engine: Engine):
     return f
 
 
-def _transient(exc: BaseException) -> bool:
+def _transient(exc: BaseException, engine: Engine) -> bool:
+    """An outage the worker waits out (a lost or refused connection, a full disk). Raises
+    DatabaseUnusable for what waiting cannot fix (a database or role that was dropped, a revoked
+    grant: app/db/unusable.py)."""
+    why = why_unusable(exc, engine.url.render_as_string(hide_password=False))
+    if why:
+        raise DatabaseUnusable(engine.url.render_as_string(hide_password=True), why) from exc
     return isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError)) or (
         isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated)
 
 
 def run(engine: Engine, dirs: list[Path], *, stop: threading.Event | None = None, poll: float = 0.5,
         once: bool = False, log: Callable[[str], None] = print, heartbeat: Path | None = None,
-        **spool_options) -> int:
+        **spool_options) -> Ran:
     """Ingest from `dirs` until `stop` is set (or, with `once`, until nothing is left to read).
-    `heartbeat` is touched on every pass (health checks). Returns the number of chunks committed."""
+    `heartbeat` is touched on every pass (health checks).
+
+    With `once`, what is not readable yet is waited for when waiting `settle` seconds (2 s) more
+    would make it so (a JSON document still being written settles); anything still unread after
+    that is named on the log, one line per file with why, and listed in `Ran.left`."""
     stop = stop or threading.Event()
     spool = Spool(engine, dirs, log=log, **spool_options)
     try:
-        return _loop(spool, engine, stop, poll, once, log, heartbeat)
+        ran = _loop(spool, engine, stop, poll, once, log, heartbeat)
+        if once and not stop.is_set():
+            ran.left = spool.left_unread()
+            for f in ran.left:
+                log(f"worker: left {f.name} unread: {f.why}")
+        return ran
     finally:
         spool.close()
 
 
 def _loop(spool: Spool, engine: Engine, stop: threading.Event, poll: float, once: bool,
-          log: Callable[[str], None], heartbeat: Path | None) -> int:
+          log: Callable[[str], None], heartbeat: Path | None) -> Ran:
     backoff = 0.0
     total = 0
+    settle_by: float | None = None  # --once: when nothing else is left, wait until then at most
     claims_released = engine.dialect.name != "sqlite"  # one worker per SQLite file: a dead one's leases go
     while not stop.is_set():
         if heartbeat is not None:
@@ -87,7 +114,7 @@ def _loop(spool: Spool, engine: Engine, stop: threading.Event, poll: float, once
                 log("database reachable again; resuming from the stored offsets")
             backoff = 0.0
         except Exception as exc:  # noqa: BLE001 - only database outages are retried
-            if not _transient(exc):
+            if not _transient(exc, engine):
                 raise
             backoff = min(MAX_BACKOFF, max(0.5, backoff * 2))
             first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
@@ -95,11 +122,18 @@ def _loop(spool: Spool, engine: Engine, stop: threading.Event, poll: float, once
             engine.dispose()
             stop.wait(backoff)
             continue
-        if done == 0:
-            if once:
-                break
+        if done:
+            settle_by = None
+        elif once:
+            now = time.monotonic()
+            settle_by = settle_by or now + spool.settle + poll
+            due = min((f.due for f in spool.left_unread() if f.due is not None), default=None)
+            if due is None or now + due > settle_by:
+                break  # nothing left that waiting `settle` seconds would make readable
+            stop.wait(min(max(due, poll), settle_by - now))
+        else:
             stop.wait(poll)
-    return total
+    return Ran(total)
 
 
 def stop_on_signals() -> threading.Event:

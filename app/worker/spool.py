@@ -19,8 +19,14 @@ files (a JSON document, CSV) are read whole once they stop changing.
 
 Several workers may share the spool on Postgres: each claims a file for a short lease with
 `SELECT ... FOR UPDATE SKIP LOCKED`, and commits only when the file's offset is still the one it
-read from (checked under the row lock), so no stretch is ever committed twice. On SQLite there is
-one worker (app/worker/run.py holds a lock file).
+read from (checked under the row lock), so no stretch is ever committed twice. A claim is also
+tied to its worker's life: each worker holds a session-level advisory lock (`WORKER_LOCK_CLASS`,
+a key of its own, named in its `worker_id` as `host:pid:s<key>`) on a connection it keeps open,
+and a claim whose worker's lock is gone (the worker was killed, its connection died with it) is
+taken over at once, not after the lease: no worker waits for a dead one. A claim whose holder
+cannot be checked (written by an older version) lapses with its lease; the worker says in one
+line which file waits on whose lease, and until when. On SQLite there is one worker
+(app/worker/run.py holds a lock file) and it lets go of every claim when it starts.
 
 The `/v1/traces` receiver keeps the spans it has answered 200 for in a spool of its own
 (app/worker/trace_spool.py: one file per trace, `spool_file.spool = "otlp"`), on the same table
@@ -30,10 +36,11 @@ never touches those rows.
 from __future__ import annotations
 
 import os
+import random
+import re
 import socket
 import stat
 import time
-import uuid
 import zlib
 from collections import deque
 from collections.abc import Callable
@@ -62,6 +69,19 @@ LEASE = timedelta(seconds=60)  # a claim lapses after this (a worker that died l
 MAX_LINE_BYTES = 1 << 30  # a line longer than this is refused, not buffered
 SKIPPED_SUFFIXES = (".tmp", ".part", ".partial", ".swp")
 INGEST = "ingest"  # spool_file.spool of the worker's files
+WORKER_LOCK_CLASS = 0x726F6C6C  # pg_advisory_lock(class, key): "roll", the class of workers' session locks
+_SESSION_KEY = re.compile(r":s(\d{1,10})$")
+
+
+def new_worker_id() -> str:
+    """`host:pid:s<key>`: who the worker is (for a person) and the key of its session lock."""
+    return f"{socket.gethostname()}:{os.getpid()}:s{random.randint(1, 2**31 - 1)}"
+
+
+def session_key(worker_id: str | None) -> int | None:
+    """The advisory lock key named in a worker id (None for an id without one)."""
+    m = _SESSION_KEY.search(worker_id or "")
+    return int(m.group(1)) if m else None
 
 
 @dataclass
@@ -130,6 +150,48 @@ def _is_gzip(head: bytes) -> bool:
     return head[:2] == b"\x1f\x8b"
 
 
+GZ_PIECE = 1 << 16  # compressed bytes inflated at a time: what corrupt data can take with it
+
+
+def _inflate(state: _GzState, raw: bytes, at: int, size: int) -> bytes:
+    """The uncompressed bytes of `raw` (the compressed bytes from `at` of a file of `size`
+    bytes), member after member, as `gzip -d` reads them (NUL padding after a member is not
+    another one). Corrupt data ends the stream: what was inflated before it (up to `GZ_PIECE`
+    compressed bytes earlier) is returned, and `state.broken` says where and why."""
+    view, pos, parts = memoryview(raw), 0, []
+    data_end = len(raw.rstrip(b"\x00"))  # past it, only NUL padding
+    try:
+        while pos < len(raw):
+            piece = view[pos:pos + GZ_PIECE]
+            parts.append(state.zobj.decompress(piece))  # type: ignore[attr-defined]
+            if not state.zobj.eof:  # type: ignore[attr-defined]
+                pos += len(piece)
+                continue
+            pos += len(piece) - len(state.zobj.unused_data)  # type: ignore[attr-defined]
+            if pos < data_end:  # the next member starts here
+                state.zobj = zlib.decompressobj(wbits=47)
+                continue
+            state.eof = state.compressed_pos >= size
+            if not state.eof:  # more may be appended after the padding
+                state.zobj = zlib.decompressobj(wbits=47)
+            break
+    except zlib.error as exc:
+        out = b"".join(parts)
+        state.broken = (f"corrupt gzip data near compressed byte {at + pos} (uncompressed byte "
+                        f"{state.out_pos + len(out)}): {exc}")
+        state.eof = True
+        return out
+    return b"".join(parts)
+
+
+@dataclass
+class Left:
+    """A file a pass left with bytes unread: `name`, `why` (for a person), and `due`: seconds
+    until waiting may change that (a document settles, a last line counts as torn), or None."""
+
+    name: str
+    why: str
+    due: float | None = None
 
 
 @dataclass
@@ -152,6 +214,7 @@ class _GzState:
     out_pos: int  # uncompressed bytes produced so far
     buffer: bytes = b""  # produced, not yet handed out (starts at out_pos - len(buffer))
     eof: bool = False
+    broken: str | None = None  # why the stream cannot be read past `compressed_pos` (corrupt data)
 
 
 @dataclass
@@ -165,7 +228,7 @@ class Spool:
     batch_bytes: int = 16 << 20
     torn_after: float = 30.0  # seconds without growth before a last line without newline is torn
     settle: float = 2.0  # seconds a non-JSONL file must stay unchanged before it is read
-    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
+    worker_id: str = field(default_factory=new_worker_id)
     log: Callable[[str], None] = lambda _msg: None
     parsers: int = 0  # processes parsing the next stretches of a file while one is written (app/worker/parse.py)
     _gz: dict[int, _GzState] = field(default_factory=dict)
@@ -174,6 +237,8 @@ class Spool:
     # future) or None (not sent: parsed here when its turn comes)
     _ahead: dict[int, deque[tuple[Chunk, Future | None]]] = field(default_factory=dict)
     _pool: Parsers = field(init=False)
+    _session: sa.Connection | None = None  # Postgres: the connection holding this worker's advisory lock
+    _said: dict[int, str] = field(default_factory=dict)  # pk → the last wait or takeover said of it
 
     def __post_init__(self) -> None:
         self._pool = Parsers(self.parsers)
@@ -187,9 +252,127 @@ class Spool:
                          .values(claimed_by=None, claimed_until=None))
 
     def close(self) -> None:
-        """Stop the parser processes (stretches parsed but not written are read again next time)."""
+        """Stop the parser processes (stretches parsed but not written are read again next time)
+        and let go of the session lock."""
         self._ahead.clear()
         self._pool.close()
+        self._drop_session()
+
+    # --- the worker's session lock (Postgres) -----------------------------------------------
+
+    def hold_session(self) -> None:
+        """Postgres: make sure this worker holds its advisory lock on a live connection (taken
+        on the first pass, taken again after the connection was lost). Other workers take over
+        the claims of a worker whose lock is gone. Raises the driver's error when the database
+        is unreachable (the caller's backoff). If the key is still held by a connection of ours
+        the server has not seen die yet, the worker takes a new key (and id)."""
+        if self.engine.dialect.name != "postgresql":
+            return
+        if self._session is not None:
+            try:
+                self._session.exec_driver_sql("SELECT 1")
+                return
+            except sa.exc.DBAPIError:
+                self._drop_session()
+        if session_key(self.worker_id) is None:
+            self.worker_id = new_worker_id()
+        conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            while not conn.execute(sa.text("SELECT pg_try_advisory_lock(:c, :k)"),
+                                   {"c": WORKER_LOCK_CLASS, "k": session_key(self.worker_id)}).scalar_one():
+                self.worker_id = new_worker_id()
+        except BaseException:
+            conn.close()
+            raise
+        self._session = conn
+
+    def _drop_session(self) -> None:
+        if self._session is None:
+            return
+        try:
+            self._session.close()  # its lock goes with it
+        except Exception:  # noqa: BLE001 - a connection already gone
+            pass
+        self._session = None
+
+    def _gone_holders(self, conn: sa.Connection, now) -> set[str]:
+        """Postgres: the workers holding unexpired claims whose session lock is gone (killed,
+        or their connection died): their claims are free. A holder whose id names no key
+        (an older version) waits for its lease; that is said once per file and holder."""
+        if conn.dialect.name != "postgresql":
+            return set()
+        held = conn.execute(sa.select(S.c.pk, S.c.name, S.c.claimed_by, S.c.claimed_until).where(
+            S.c.spool == INGEST, S.c.status == "active", S.c.claimed_by.is_not(None),
+            S.c.claimed_by != self.worker_id, S.c.claimed_until >= now)).all()
+        if not held:
+            return set()
+        live = {int(k) for k in conn.execute(sa.text(
+            "SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND classid = :c AND objsubid = 2 AND granted "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"),
+            {"c": WORKER_LOCK_CLASS}).scalars()}
+        gone = set()
+        for row in held:
+            key = session_key(row.claimed_by)
+            if key is None:
+                self._say(row.pk, f"{row.name}: waits for worker {row.claimed_by}'s lease until "
+                                  f"{row.claimed_until:%Y-%m-%d %H:%M:%S} UTC (its worker names no session to check)")
+            elif key not in live:
+                gone.add(row.claimed_by)
+        return gone
+
+    def _say(self, pk: int, msg: str) -> None:
+        """Log `msg` about a file once (until something else is said about it)."""
+        if self._said.get(pk) != msg:
+            self._said[pk] = msg
+            self.log(msg)
+
+    def left_unread(self) -> list[Left]:
+        """The files with bytes this worker has not read, and why (`rollscope worker --once`
+        waits for those `due` soon and names the rest): a JSON document or CSV still changing
+        (read once it has not changed for `settle` seconds), a last line without its newline
+        (read when it ends, or torn after `torn_after` seconds without growth), a gzip stream
+        that has not ended, a file another worker holds."""
+        now = models.utcnow()
+        wall = time.time()
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(S).where(S.c.spool == INGEST, S.c.status == "active")
+                                .order_by(S.c.name)).all()
+        out: list[Left] = []
+        for row in rows:
+            try:
+                st = Path(row.path).stat()
+            except OSError:
+                continue  # gone since: the next pass marks it
+            grew = self._since_growth(row, now)
+            if row.claimed_by not in (None, self.worker_id) and row.claimed_until is not None \
+                    and row.claimed_until >= now:
+                out.append(Left(row.name, f"held by worker {row.claimed_by} until "
+                                          f"{row.claimed_until:%Y-%m-%d %H:%M:%S} UTC"))
+            elif _is_gzip(row.head):
+                out.append(Left(row.name, "its gzip stream has not ended: read on when more of it arrives, or its "
+                                          f"last line reported as torn once the file has not grown for "
+                                          f"{self.torn_after:g} s", max(self.torn_after - grew, 0.0)))
+            elif st.st_size <= row.offset:
+                continue
+            elif row.offset == 0 and not row.format:
+                age = min(wall - st.st_mtime, grew)
+                out.append(Left(row.name, f"still changing: a JSON document or CSV is read once it has not "
+                                          f"changed for {self.settle:g} s", max(self.settle - age, 0.0)))
+            else:
+                out.append(Left(row.name, f"its last line has no newline yet ({st.st_size - row.offset} bytes): "
+                                          "it is read when the line ends, or reported as torn once the file has "
+                                          f"not grown for {self.torn_after:g} s", max(self.torn_after - grew, 0.0)))
+        return out
+
+    @staticmethod
+    def _since_growth(row, now) -> float:
+        """Seconds since the file last grew (0 when unknown)."""
+        grew = row.grew_at
+        if grew is None:
+            return 0.0
+        if grew.tzinfo is None:
+            grew = grew.replace(tzinfo=now.tzinfo)
+        return max((now - grew).total_seconds(), 0.0)
 
     # --- discovering files -------------------------------------------------------------------
 
@@ -259,6 +442,7 @@ class Spool:
         done = 0
         started = time.monotonic()
         tried: set[int] = set()
+        self.hold_session()
         while not stop() and time.monotonic() - started < budget:
             row = self._claim(tried)
             if row is None:
@@ -283,7 +467,9 @@ class Spool:
         """Take a lease on one active file no other worker holds (row lock, SKIP LOCKED)."""
         now = models.utcnow()
         with self.engine.begin() as conn:
-            free = sa.or_(S.c.claimed_by.is_(None), S.c.claimed_until < now, S.c.claimed_by == self.worker_id)
+            gone = self._gone_holders(conn, now)
+            free = sa.or_(S.c.claimed_by.is_(None), S.c.claimed_until < now, S.c.claimed_by == self.worker_id,
+                          *([S.c.claimed_by.in_(sorted(gone))] if gone else []))
             wanted = sa.and_(S.c.spool == INGEST, S.c.status == "active", free)
             if tried:
                 wanted = sa.and_(wanted, S.c.pk.notin_(tried))
@@ -291,6 +477,11 @@ class Spool:
                                     .with_for_update(skip_locked=True)):
                 if self._idle.get(row.pk) == (row.size, row.offset) and not self._due(row, now):
                     continue  # nothing new since the last look
+                if row.claimed_by not in (None, self.worker_id):
+                    why = ("its database session is gone (the worker died)" if row.claimed_by in gone
+                           else "its lease lapsed")
+                    self._say(row.pk, f"{row.name}: taking over from worker {row.claimed_by}: {why}; its lease ran "
+                                      f"to {row.claimed_until:%Y-%m-%d %H:%M:%S} UTC")
                 conn.execute(S.update().where(S.c.pk == row.pk)
                              .values(claimed_by=self.worker_id, claimed_until=now + LEASE))
                 return row
@@ -333,6 +524,9 @@ class Spool:
             return self._whole_file(row, path)
         chunk, parsing = self._next_chunk(row, path, read_ahead=read_ahead)
         if chunk is None:
+            state = self._gz.get(row.pk)
+            if state is not None and state.broken is not None:  # every whole line before it is in
+                return self._corrupt(row, state)
             self._idle[row.pk] = (row.size, row.offset)
             return 0
         self._idle.pop(row.pk, None)
@@ -430,9 +624,10 @@ class Spool:
             return "whole"  # "{" alone: pretty-printed JSON; or a broken first line (read whole, probed)
 
     def _finished(self, row, chunk: Chunk) -> bool:
-        """A gzip stream read to its end (appending to a .gz is not a thing writers do)."""
+        """A gzip stream read to its end (appending to a .gz is not a thing writers do); a
+        corrupt one is finished by `_corrupt`, once what came before the damage is in."""
         state = self._gz.get(row.pk)
-        return state is not None and state.eof and chunk.end >= state.out_pos
+        return state is not None and state.eof and state.broken is None and chunk.end >= state.out_pos
 
     def _after_commit(self, row, chunk: Chunk) -> None:
         state = self._gz.get(row.pk)
@@ -456,7 +651,7 @@ class Spool:
                         break
                     data += more
         except OSError as exc:
-            self.log(f"{row.name}: cannot read: {exc}")
+            self._say(row.pk, f"{row.name}: cannot read: {exc}")
             return None
         return self._cut(row, data, at_eof=len(data) < self.batch_bytes or b"\n" not in data, at=(offset, line))
 
@@ -480,6 +675,8 @@ class Spool:
         several gzip members (`gzip >> file`, also appended later) is read member after member,
         as `gzip -d` does; a stream whose writer died mid-member ends as a torn last line."""
         state = self._gz.get(row.pk)
+        if state is not None and state.broken is not None and state.out_pos - len(state.buffer) == row.offset:
+            return self._cut(row, state.buffer, at_eof=False)  # the whole lines before the damage
         if state is None or state.out_pos - len(state.buffer) != row.offset:
             state = _GzState(zlib.decompressobj(wbits=47), 0, 0)
             self._gz[row.pk] = state
@@ -494,34 +691,43 @@ class Spool:
                 f.seek(state.compressed_pos)
                 while not state.eof and (skip or b"\n" not in state.buffer[-self.batch_bytes:]
                                          or len(state.buffer) < self.batch_bytes):
+                    block_at = state.compressed_pos
                     raw = f.read(1 << 20)
                     if not raw:
                         break
                     state.compressed_pos += len(raw)
-                    out = b""
-                    while raw:
-                        out += state.zobj.decompress(raw)  # type: ignore[attr-defined]
-                        if not state.zobj.eof:  # type: ignore[attr-defined]
-                            break
-                        raw = state.zobj.unused_data  # type: ignore[attr-defined]
-                        if raw.lstrip(b"\x00"):  # the next member starts here (NUL padding is not one)
-                            state.zobj = zlib.decompressobj(wbits=47)
-                        else:
-                            state.eof = state.compressed_pos >= size
-                            if not state.eof:
-                                state.zobj = zlib.decompressobj(wbits=47)
-                            raw = b""
+                    out = _inflate(state, raw, block_at, size)
                     state.out_pos += len(out)
                     state.buffer += out
                     if skip:
                         cut = min(skip, len(state.buffer))
                         state.buffer, skip = state.buffer[cut:], skip - cut
                 at_end = state.eof or state.compressed_pos >= size
-        except (OSError, zlib.error) as exc:
+        except OSError as exc:
             self._gz.pop(row.pk, None)
-            self.log(f"{row.name}: cannot read as gzip: {exc}")
+            self._say(row.pk, f"{row.name}: cannot read: {exc}")
             return None
+        if state.broken is not None:
+            return self._cut(row, state.buffer, at_eof=False)  # whole lines first; then `_corrupt`
         return self._cut(row, state.buffer, at_eof=at_end)
+
+    def _corrupt(self, row, state: _GzState) -> int:
+        """A gzip file whose data is damaged, read up to the damage: rejected once (one
+        quarantine entry at the first line not read, counted once in its `rejected` and last
+        error) and finished; looked at again only when the file changes."""
+        self._gz.pop(row.pk, None)
+        tail = f"; an unfinished line of {len(state.buffer)} bytes before it is lost" if state.buffer else ""
+        why = f"{state.broken}; the rest of the file cannot be read{tail}"
+        err = RecordError(row.name, row.line + 1, None, why)
+        with self.engine.begin() as conn:
+            cur = conn.execute(sa.select(S.c.offset, S.c.claimed_by).where(S.c.pk == row.pk).with_for_update()).first()
+            if cur is None or cur.offset != row.offset or cur.claimed_by != self.worker_id:
+                return 0  # moved on meanwhile: not ours to finish
+            quarantine_many(conn, [err], context=self._context(row.name, row.format))
+            conn.execute(S.update().where(S.c.pk == row.pk).values(
+                status="done", last_error=str(err), rejected=S.c.rejected + 1, updated_at=models.utcnow()))
+        self.log(f"{row.name}: {why}")  # once: the file is finished until it changes
+        return 1
 
     def _whole_file(self, row, path: Path) -> int:
         """A JSON document or CSV: read whole once it has stopped changing, then marked done."""

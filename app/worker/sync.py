@@ -22,6 +22,7 @@ from ingest.formats import ReadContext
 from ingest.files import TRACE_SUFFIXES, read_records, walk
 from ingest.source import RecordError, Source, open_source, read_as
 from app.db import models
+from app.db.unusable import why_unusable
 from app.store.quarantine import IngestContext, quarantine_many
 from app.store.write import BATCH, RETRY_SECONDS, StoreResult, database_gone, ensure_run, store, store_tokenizer
 
@@ -129,7 +130,7 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
                            batch_size=batch_size, context=check_context, quarantine_context=_context(file_ctx),
                            retry_seconds=retry_seconds, whole_file=(source.name, started))
         except Exception as exc:  # noqa: BLE001 - one file must not stop the others
-            if database_gone(exc):  # not this file's fault: stop, saying how far it got
+            if database_gone(exc) or why_unusable(exc):  # not this file's fault: stop, saying how far it got
                 exc.rollouts_committed = (getattr(exc, "rollouts_committed", 0)  # type: ignore[attr-defined]
                                           + report.total.inserted + report.total.replaced)
                 raise

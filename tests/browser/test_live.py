@@ -22,7 +22,7 @@ def test_run_page_shows_a_new_step_without_reload(browser, tmp_path):
 
     def collect(name, rollouts):  # a collector writes a file into the spool; the worker takes it
         write_jsonl(spool / name, rollouts)
-        assert run_worker(engine, [spool], once=True, poll=0.05, log=lambda _m: None) >= 1
+        assert run_worker(engine, [spool], once=True, poll=0.05, log=lambda _m: None).commits >= 1
 
     collect("s0.jsonl", [rollout(f"a{i}", run="live", step=0) for i in range(4)])
     with live_server(url) as base:

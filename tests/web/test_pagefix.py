@@ -147,7 +147,7 @@ def test_receiving_means_a_live_source_not_a_finished_cli_batch(engine, client, 
     spool = tmp_path / "spool"
     spool.mkdir()
     (spool / "rollouts.jsonl").write_bytes(b"".join(write_line(rollout(f"s{i}", run="spooled", step=i)) for i in range(3)))
-    assert run_worker(engine, [spool], once=True, poll=0.05, log=lambda _m: None) >= 1
+    assert run_worker(engine, [spool], once=True, poll=0.05, log=lambda _m: None).commits >= 1
     d = client.get("/runs/spooled.json").json()
     assert d["live"] is True and d["in_progress_step"] == 2
     html = client.get("/runs/spooled").text

@@ -42,7 +42,7 @@ def ids(engine) -> list[str]:
 def worker(engine, spool: Path, **options):
     stop = threading.Event()
     t = threading.Thread(target=run, args=(engine, [spool]),
-                         kwargs=dict(stop=stop, poll=0.05, log=lambda _m: None, **options), daemon=True)
+                         kwargs={"stop": stop, "poll": 0.05, "log": lambda _m: None, **options}, daemon=True)
     t.start()
     try:
         yield
