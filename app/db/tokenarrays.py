@@ -31,7 +31,10 @@ def pack_floats(values: Sequence[float | None] | None) -> bytes | None:
     (the invalid_logprob check reports it)."""
     if values is None:
         return None
-    a = array("f", values if None not in values else [_NAN if v is None else v for v in values])
+    try:  # first as if no None were there: `None in values` compares every float with None, slowly
+        a = array("f", values)
+    except TypeError:
+        a = array("f", [_NAN if v is None else v for v in values])
     if _SWAP:
         a.byteswap()
     return a.tobytes()

@@ -38,11 +38,11 @@ def _bounds(values: list) -> tuple[float, float] | None:
     when it has to be looked at value by value (a mix with None, NaN, ±inf)."""
     if not values:
         return math.inf, -math.inf
-    if None in values:
-        return (math.inf, -math.inf) if values.count(None) == len(values) else None
-    try:
+    try:  # `None in values` first would compare every float with None, slowly
         a = np.frombuffer(array("d", values), dtype=np.float64)
-    except (TypeError, OverflowError):  # a number beyond float64
+    except TypeError:  # a None among them
+        return (math.inf, -math.inf) if values[0] is None and values.count(None) == len(values) else None
+    except OverflowError:  # a number beyond float64
         return None
     low, high = float(a.min()), float(a.max())  # NaN propagates into both
     return (low, high) if math.isfinite(low) and math.isfinite(high) else None
