@@ -729,8 +729,10 @@ class Spool:
             if cur is None or cur.offset != row.offset or cur.claimed_by != self.worker_id:
                 return 0  # moved on meanwhile: not ours to finish
             quarantine_many(conn, [err], context=self._context(row.name, row.format))
+            again = row.last_error == str(err)  # the same damage seen again: its one entry, counted once
             conn.execute(S.update().where(S.c.pk == row.pk).values(
-                status="done", last_error=str(err), rejected=S.c.rejected + 1, updated_at=models.utcnow()))
+                status="done", last_error=str(err), rejected=S.c.rejected + (0 if again else 1),
+                updated_at=models.utcnow()))
         self.log(f"{row.name}: {why}")  # once: the file is finished until it changes
         return 1
 
@@ -781,7 +783,9 @@ class Spool:
         err = RecordError(row.name, None, None, why)
         with self.engine.begin() as conn:
             quarantine_many(conn, [err], context=self._context(row.name, None))
+            # one quarantine entry, counted once: the same refusal again (the file grew) adds nothing
+            again = row.last_error == why
             conn.execute(S.update().where(S.c.pk == row.pk).values(
-                status="done", last_error=why, rejected=S.c.rejected + 1, updated_at=models.utcnow()))
+                status="done", last_error=why, rejected=S.c.rejected + (0 if again else 1), updated_at=models.utcnow()))
         self.log(f"{row.name}: {why}")
         return 1

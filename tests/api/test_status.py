@@ -126,3 +126,12 @@ def test_a_file_read_again_from_the_start_is_counted_once(client, engine, tmp_pa
     assert counts(f"{f}~2") == (2, 0)
     assert sum(s["records"] for s in client.get("/api/v1/ingest/status").json()["sources"]) == 3 + 1 + 2
     assert client.get("/ingest.json").json()["rollouts"] == 6
+    # a file no reader knows, refused whole, then grown: still one rejection (one quarantine entry)
+    odd = spool / "notes.txt"
+    odd.write_bytes(b"hello\n")
+    once()
+    assert counts(str(odd)) == (0, 1)
+    with odd.open("ab") as out:
+        out.write(b"more\n")
+    once()
+    assert counts(str(odd)) == (0, 1) and source(str(odd))["quarantined"] == 1
