@@ -1,6 +1,7 @@
 """Exceptions → the error page (HTML) or a JSON body, negotiated like the page itself
-(app.render.wants_json), so a page and its errors always answer in the same form. `/api/v1`
-and the health endpoints always answer JSON.
+(app.render.wants_json), so a page and its errors always answer in the same form. `/api/v1`,
+the health endpoints and downloads (`.csv`, `.txt`, `/metrics`: app.render.is_download) always
+answer JSON.
 
 Every JSON error has one shape, on the pages' twins and on the API alike:
 
@@ -8,7 +9,9 @@ Every JSON error has one shape, on the pages' twins and on the API alike:
 
 `code` is a stable word per kind of failure (`CODES`, or a more specific one such as
 `unknown_parameter`), `message` is for a person, and `field` names the query or path parameter
-(or body field) at fault, dotted for nested fields, or is null.
+(or body field) at fault, dotted for nested fields (`body` for a body that is not valid as a
+whole), or is null. A 422 always names its field (tests/web/test_errors_422.py checks every
+place that raises one).
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.render import error_page, wants_json
+from app.render import error_page, is_download, wants_json
 
 log = logging.getLogger("rollscope.errors")
 
@@ -53,15 +56,31 @@ class ApiError(StarletteHTTPException):
         self.code = code or CODES.get(status, "error")
 
 
-def _field(loc: tuple | list) -> str | None:
-    """A pydantic error location without its source (`("query", "step")` → `step`)."""
-    parts = [str(x) for x in loc[1:]] if loc and loc[0] in ("query", "path", "body", "header", "cookie") else \
-        [str(x) for x in loc]
-    return ".".join(parts) or None
+SOURCES = ("query", "path", "body", "header", "cookie")
+
+
+def _field(loc: tuple | list, kind: str | None = None) -> str | None:
+    """A pydantic error location without its source (`("query", "step")` → `step`); the source
+    alone when the error is about it as a whole (`("body",)`, or a body that is not JSON, whose
+    location ends in a character position: `body`)."""
+    loc = tuple(loc or ())
+    if loc and loc[0] in SOURCES:
+        if len(loc) == 1 or kind == "json_invalid":
+            return str(loc[0])
+        loc = loc[1:]
+    return ".".join(str(x) for x in loc) or None
+
+
+def _error_field(e: dict) -> str | None:
+    return _field(e.get("loc", ()), e.get("type"))
 
 
 def _validation_message(errors: list[dict]) -> str:
-    return "; ".join(f"{_field(e.get('loc', ())) or 'request'}: {e.get('msg', '')}" for e in errors)
+    def why(e: dict) -> str:
+        detail = (e.get("ctx") or {}).get("error") if e.get("type") == "json_invalid" else None
+        return f"{e.get('msg', '')}: {detail}" if detail else str(e.get("msg", ""))
+
+    return "; ".join(f"{_error_field(e) or 'request'}: {why(e)}" for e in errors)
 
 
 def is_api(request: Request) -> bool:
@@ -73,7 +92,7 @@ def is_api(request: Request) -> bool:
 def error_response(request: Request, status: int, message: str, *, field: str | None = None,
                    code: str | None = None, headers: dict[str, str] | None = None) -> Response:
     """The error page for browsers, `{"error": {"code", "message", "field"}}` for JSON clients."""
-    if is_api(request) or wants_json(request):
+    if is_api(request) or is_download(request) or wants_json(request):
         body = ErrorBody(error=ErrorDetail(code=code or CODES.get(status, "error"), message=message, field=field))
         return JSONResponse(body.model_dump(), status_code=status, headers=headers)
     page = error_page(request, status, message)
@@ -97,8 +116,8 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError):
         errors = exc.errors()
-        return error_response(request, 422, _validation_message(errors),
-                              field=_field(errors[0].get("loc", ())) if errors else None)
+        return error_response(request, 422, _validation_message(errors) or "the request is not valid",
+                              field=(_error_field(errors[0]) if errors else None) or "request")
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):

@@ -4,7 +4,9 @@ JSON twin.
 A request wants JSON when its path ends in `.json` (the twin), or when its Accept header names
 `application/json` explicitly and does not name `text/html` with at least the same quality.
 Everything else, `Accept: */*` and browsers included, gets HTML. Pages and their errors use the
-same rule (app.errors). An htmx request (`HX-Request: true`) for a page with a `block` gets only
+same rule (app.errors). A download (a path ending in `.csv` or `.txt`, and `/metrics`) is read by
+programs (pandas, curl, a scraper), which send `*/*` or nothing: its errors are never an HTML
+page but the JSON error shape, as the API's are (`is_download`). An htmx request (`HX-Request: true`) for a page with a `block` gets only
 that named block of the page template (jinja2-fragments).
 """
 from __future__ import annotations
@@ -121,6 +123,16 @@ def wants_json(request: Request, suffix_json: bool | None = None) -> bool:
     if suffix_json is None:
         suffix_json = request.url.path.endswith(".json") or request.url.path.startswith("/api/")
     return suffix_json or accepts_json(request)
+
+
+DOWNLOAD_SUFFIXES = (".csv", ".txt")  # data files served beside the pages: rollouts, charts, task changes, a message
+
+
+def is_download(request: Request) -> bool:
+    """Whether the request asks for a data file rather than a page (`.csv`, `.txt`, `/metrics`):
+    its errors answer in the JSON error shape whatever the Accept header says."""
+    path = request.url.path
+    return path.endswith(DOWNLOAD_SUFFIXES) or path == "/metrics"
 
 
 def json_body(data: BaseModel | dict) -> bytes:

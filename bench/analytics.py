@@ -223,6 +223,10 @@ def endpoints(steps: int, client: httpx.Client) -> list[tuple[str, str, str]]:
             ("list", "rollouts: sorted by reward", f"{r}/rollouts?sort=-reward"),
             ("list", "facets", f"{r}/facets.json"),
             ("list", "facets (filtered)", f"{r}/facets.json?ending=error"),
+            # counted from the rows (a group prefix is not in the rollups): the flag facet with the
+            # members of flagged groups, and the list of a group-scope kind's rollouts
+            ("list", "facets (group prefix, from the rows)", f"{r}/facets.json?group=s{steps // 2:04d}-g00"),
+            ("list", "rollouts: flag=zero_variance_group", f"{r}/rollouts?flag=zero_variance_group&step={steps // 2}"),
             ("search", f"search rare word ({RARE})", f"/search.json?q={RARE}&run={RUN}"),
             ("search", f"search common word ({COMMON})", f"/search.json?q={COMMON}&run={RUN}"),
             ("search", "search common word, all runs", f"/search.json?q={COMMON}")]

@@ -404,6 +404,21 @@ def _rollup_facet(session: Session, run_id: str, name: str, f: ListFilters) -> l
     return sorted(pairs, key=lambda x: -x[1])
 
 
+def _flag_counts(budget: FacetBudget, conds: list) -> list[tuple[str, int]]:
+    """(kind, matching rollouts with a finding of that kind), largest first: a rollout's own
+    findings through the (kind, rollout_pk) index, and for group-scope kinds every member of a
+    flagged group through the (run_id, group_id) index, as `has_finding` selects them. One
+    statement, under the facet budget."""
+    own = sa.select(F.c.kind, R.c.pk).select_from(R.join(F, F.c.rollout_pk == R.c.pk)) \
+        .where(*conds, F.c.severity != SKIPPED)
+    grouped = sa.select(F.c.kind, R.c.pk).select_from(R.join(F, sa.and_(
+        F.c.rollout_pk.is_(None), F.c.run_id == R.c.run_id, F.c.group_id == R.c.group_id))) \
+        .where(*conds, F.c.severity != SKIPPED)
+    both = sa.union(own, grouped).subquery()  # a rollout once per kind
+    fq = sa.select(both.c.kind, sa.func.count().label("n")).group_by(both.c.kind).order_by(sa.desc("n"), both.c.kind)
+    return [(k, n) for k, n in budget.run("flag", fq)]
+
+
 def facets(*, session: Session, run_id: str, filters: ListFilters) -> dict:
     """Value counts for ending, task (the FACET_TASKS largest), agent, step range and findings.
     Each facet's counts apply every active filter except its own (so another value can be
@@ -414,7 +429,8 @@ def facets(*, session: Session, run_id: str, filters: ListFilters) -> dict:
     (exact, one row per step or task). Otherwise it is counted over the matching rollouts within
     FACET_BUDGET_MS for all such facets together (datasette's facet time limit): a facet that
     does not finish in time comes back empty and is named in `timed_out` (narrower filters make
-    it fit). Findings are the rollouts' own (not skipped outcomes), as in the rollups."""
+    it fit). Findings are the rollouts' own and their group's (a group-scope finding counts for
+    every member, as the `flag` filter selects them), not skipped outcomes, as in the rollups."""
     names = ("ending", "task", "agent", "flag", "steps")
     step_stats(session=session, run_id=run_id, include_unstepped=True, sections=list_sections(filters))  # one read
     out: dict[str, list] = {}
@@ -449,10 +465,7 @@ def facets(*, session: Session, run_id: str, filters: ListFilters) -> dict:
         elif name == "agent":
             out[name] = [(a or NO_AGENT, n) for a, n in grouped(R.c.agent)]
         elif name == "flag":
-            fq = sa.select(F.c.kind, sa.func.count(sa.distinct(F.c.rollout_pk)).label("n")) \
-                .join(R, R.c.pk == F.c.rollout_pk).where(*where(run_id, filters, skip="flag"), F.c.severity != SKIPPED) \
-                .group_by(F.c.kind).order_by(sa.desc("n"), F.c.kind)
-            out[name] = [(k, n) for k, n in budget.run("flag", fq)]
+            out[name] = _flag_counts(budget, where(run_id, filters, skip="flag"))
         else:
             span = budget.run("steps", sa.select(sa.func.min(R.c.step), sa.func.max(R.c.step))
                               .where(*where(run_id, filters, skip="step")))

@@ -25,7 +25,8 @@ from app.analytics import pages
 from app.analytics.steps import StepRange, one_step
 from app.deps import RefuseUnknownQuery, SessionDep
 from app.errors import ApiError
-from app.params import SORT_PATTERN, Count, OptCount, OptFloat, OptSmooth, OptStr, _blank_is_none
+from app.params import (SORT_PATTERN, Count, OptCount, OptFloat, OptSmooth, OptStr, _blank_is_none,
+                        check_list_query, check_rollout_filters, step_range)
 from app.queries.common import INT32_MAX
 from app.render import respond, wants_json
 
@@ -43,17 +44,15 @@ def _ext(value: str, allowed: tuple[str, ...]) -> tuple[str, str]:
 
 
 def _steps(text: str | None) -> StepRange:
-    try:
-        return StepRange.parse(text)
-    except ValueError as exc:
-        raise HTTPException(422, str(exc)) from None
+    """`steps=A-B` parsed; 422 naming `steps` when it does not parse (app.params.step_range)."""
+    return step_range(text)
 
 
 def _run_ids(runs: list[str]) -> list[str]:
     """`runs=a,b` or `runs=a&runs=b` (the runs list's checkboxes) → distinct ids, in order."""
     ids = list(dict.fromkeys(r for part in runs for r in (x.strip() for x in part.split(",")) if r))
     if not 2 <= len(ids) <= 8:
-        raise HTTPException(422, "runs: give 2 to 8 different run ids, comma-separated (runs=a,b)")
+        raise ApiError(422, "runs: give 2 to 8 different run ids, comma-separated (runs=a,b)", field="runs")
     return ids
 
 
@@ -146,10 +145,11 @@ def facets(request: Request, session: SessionDep, run_id: str, step: OptCount = 
     parameter the list takes (a list's query can be reused as is); `sort` changes no count."""
     from app.analytics import listing
 
+    rid = unquote(run_id)
+    check_rollout_filters(session, rid, ending=ending, flag=flag, after=None)  # 422s as the list's
     f = listing.ListFilters(step=step, steps=steps, ending=ending, group=group, task=task, agent=agent, flag=flag,
                             reward_min=reward_min, reward_max=reward_max, label=label)
-    _steps(steps)
-    rid = unquote(run_id)
+    check_list_query(f, sort=sort, after=None, before=None)
     if pages._run(session, rid) is None:
         raise HTTPException(404, "not found")
     total, capped = listing.count(session=session, run_id=rid, filters=f)
@@ -168,7 +168,7 @@ def step(request: Request, session: SessionDep, run_id: str, step: str):
         if not 0 <= n <= INT32_MAX:
             raise ValueError
     except ValueError:
-        raise HTTPException(422, "step: a whole number ≥ 0") from None
+        raise ApiError(422, "step: a whole number ≥ 0", field="step") from None
     json = wants_json(request, bool(ext))
     return respond(request, "step.html", pages.step_page(session, unquote(run_id), n, json=json), json=json)
 

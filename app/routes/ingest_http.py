@@ -28,6 +28,7 @@ from fastapi.concurrency import run_in_threadpool
 from app import urls
 from app.api.v1.schemas import ERRORS, ErrorBody
 from app.auth import WriteToken
+from app.errors import ApiError
 from app.store.prepare import prepare_or_error
 from app.store.write import BATCH, StoreResult, write_in
 from ingest.files import read_records
@@ -118,11 +119,11 @@ def _ingest(engine, data: bytes, run: str | None, fmt: str | None, step: int | N
     try:
         reader = get(fmt) if fmt else detect(source)
     except KeyError as exc:
-        raise HTTPException(422, str(exc.args[0])) from None
+        raise ApiError(422, str(exc.args[0]), field="format") from None
     if reader is None:
         if source.first is None and data.strip():
             raise HTTPException(415, "the body is not NDJSON: one JSON object per line")
-        raise HTTPException(422, explain(source) if data.strip() else "empty body")
+        raise ApiError(422, explain(source) if data.strip() else "empty body", field="body")
     ctx = ReadContext(run_id=run, step=step, format=fmt)
     items = list(read_records(reader, source, ctx, []))
     results: list[dict] = []

@@ -363,6 +363,12 @@ def empty_checks() -> dict:
 
 def check_counts(conn: sa.Connection, keys: list[tuple[str, int | None]],
                  pk_range: tuple[int | None, int | None] | None = None) -> dict[tuple, dict]:
+    """Per (run, step) of `keys`: what the checks found in the step's rollouts (see `finding_counts`)."""
+    return finding_counts(conn, keys, pk_range)[0]
+
+
+def finding_counts(conn: sa.Connection, keys: list[tuple[str, int | None]],
+                   pk_range: tuple[int | None, int | None] | None = None) -> tuple[dict[tuple, dict], dict[tuple, set]]:
     """Per (run, step) of `keys`: what the checks found in the step's rollouts (the run page's
     checks table and findings chart), from the `finding` table:
 
@@ -373,11 +379,17 @@ def check_counts(conn: sa.Connection, keys: list[tuple[str, int | None]],
     - `group_skip_reasons`: kind → message → groups with that skipped outcome, each group counted
       at the first step of its members (so a run's total counts every group once).
 
-    One statement (four grouped parts) whatever the number of steps; `pk_range`: the smallest and
+    and, second, (run, group) → the kinds of the group-scope findings (not skipped outcomes) of
+    every group with a member in these steps: a group's finding counts for each of its members
+    wherever the rollups count findings per rollout (`compute_step`'s `findings`, `by_ending`), as
+    the list's `flag` filter selects them (app.queries.findings.has_finding).
+
+    One statement (five grouped parts) whatever the number of steps; `pk_range`: the smallest and
     largest key of the steps' rollouts, when the caller has read them (else one more statement)."""
     out: dict[tuple, dict] = {k: empty_checks() for k in keys}
+    kinds: dict[tuple, set] = {}
     if not keys:
-        return out
+        return out, kinds
     in_keys = _keys_where(R, keys)
     skipped = sa.case((F.c.severity == SKIPPED, 1), else_=0)
     no_message = sa.cast(sa.null(), sa.String)
@@ -409,7 +421,17 @@ def check_counts(conn: sa.Connection, keys: list[tuple[str, int | None]],
                      .select_from(first.join(F, sa.and_(F.c.rollout_pk.is_(None), F.c.run_id == first.c.run_id,
                                                         F.c.group_id == first.c.group_id)))
                      .where(F.c.severity == SKIPPED).group_by(first.c.run_id, first.c.step, F.c.kind, F.c.message))
-    for tag, run_id, step, kind, skip, message, n in conn.execute(sa.union_all(*counts, reasons, group_reasons)):
+    # the kinds each of these groups was flagged with (the message column carries the group id)
+    group_kinds = (sa.select(sa.literal("group_kind"), groups.c.run_id, sa.cast(sa.null(), sa.Integer), F.c.kind,
+                             sa.literal(0), groups.c.group_id, sa.func.count())
+                   .select_from(groups.join(F, sa.and_(F.c.rollout_pk.is_(None), F.c.run_id == groups.c.run_id,
+                                                       F.c.group_id == groups.c.group_id)))
+                   .where(F.c.severity != SKIPPED).group_by(groups.c.run_id, groups.c.group_id, F.c.kind))
+    for tag, run_id, step, kind, skip, message, n in conn.execute(
+            sa.union_all(*counts, reasons, group_reasons, group_kinds)):
+        if tag == "group_kind":
+            kinds.setdefault((run_id, message), set()).add(kind)
+            continue
         c = out.get((run_id, step))
         if c is None:  # a group whose first step is not among these
             continue
@@ -418,7 +440,7 @@ def check_counts(conn: sa.Connection, keys: list[tuple[str, int | None]],
             d[kind] = d.get(kind, 0) + n
         else:
             c["skip_reasons" if tag == "reason" else "group_skip_reasons"].setdefault(kind, {})[message] = n
-    return out
+    return out, kinds
 
 
 def _group_steps(conn: sa.Connection, groups: set[tuple[str, str]]) -> set[tuple[str, int | None]]:
@@ -582,7 +604,12 @@ def apply(conn: sa.Connection, *, inserted: Iterable[Mapping] = (), deleted: Ite
         limits[d["run_id"]] = _staleness_limit({"max_staleness": d.pop("run_max_staleness")})
         by_key[(d["run_id"], d["step"])].append(d)
     pks = [d["pk"] for rows in by_key.values() for d in rows]
-    checks = check_counts(conn, keys, (min(pks), max(pks)) if pks else (None, None))
+    checks, group_kinds = finding_counts(conn, keys, (min(pks), max(pks)) if pks else (None, None))
+    for rows in by_key.values():  # a group's findings count for each of its members (`finding_counts`)
+        for d in rows:
+            extra = group_kinds.get((d["run_id"], d["group_id"])) if d["group_id"] is not None else None
+            if extra:
+                d["flags"] = sorted(set(d["flags"] or ()) | extra)
     old_tasks = [dict(r._mapping) for r in conn.execute(sa.select(*TASK_COLUMNS).where(_keys_where(TR, keys)))]
     step_out, task_out = [], []
     for run_id, step in keys:

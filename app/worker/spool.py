@@ -11,7 +11,8 @@ hash, and quarantined records by file, line and content.
 Files are known by device and inode, so a rename (rotation: `a.jsonl` → `a.jsonl.1`, a new
 `a.jsonl`) keeps its offset and its records keep the name they were first read under. A file
 that shrinks below its offset, or whose first bytes change, was truncated or rewritten: it is
-read again from the start (unchanged records are recognised as such). A deleted file is marked
+read again from the start (unchanged records are recognised as such), and its counts of records
+and rejections start again: they count what the file holds now, never a record twice. A deleted file is marked
 `gone`; its rows stay. A last line without its newline waits for it; if the file stops growing
 for `torn_after` seconds it is reported as a torn line, quarantined with its line and byte
 offset, and skipped. `.gz` files are read as a stream (offsets count uncompressed bytes). Other
@@ -418,7 +419,8 @@ class Spool:
             # rewritten or truncated: read it again from the start (what is unchanged stays so)
             why = "its first bytes changed" if not same_start else f"it shrank to {s.size} bytes"
             self.log(f"{row.name}: {why}; reading it again from the start")
-            changes.update(offset=0, line=0, head=head, status="active", format=None,
+            # its counts restart with it: they are the records of what the file holds now
+            changes.update(offset=0, line=0, records=0, rejected=0, head=head, status="active", format=None,
                            last_error=f"{why}; read again from the start", grew_at=now, size=s.size)
             if row.status == "gone" and str(s.path) != row.name:
                 changes["name"] = unique_name(str(s.path), taken)
@@ -551,10 +553,13 @@ class Spool:
                 clear_whole_file(conn, row.name, before=models.utcnow())
             res = write_in(conn, prepared, rejected, quarantine_context=self._context(row.name, fmt))
             n_lines = chunk.n_lines + (1 if chunk.torn is not None else 0)
+            # a stretch from byte 0 starts the counts again, whatever reset the offset (a rewrite,
+            # a truncation, an inode reused): a record read twice is never counted twice
+            before = (0, 0) if chunk.start == 0 else (S.c.records, S.c.rejected)
             conn.execute(S.update().where(S.c.pk == row.pk).values(
                 offset=chunk.end, line=chunk.line + n_lines, format=fmt,
-                records=S.c.records + res.inserted + res.replaced + res.unchanged,
-                rejected=S.c.rejected + res.rejected, claimed_until=models.utcnow() + LEASE,
+                records=before[0] + res.inserted + res.replaced + res.unchanged,
+                rejected=before[1] + res.rejected, claimed_until=models.utcnow() + LEASE,
                 last_error=(str(rejected[-1]) if rejected else row.last_error), updated_at=models.utcnow(),
                 status="done" if self._finished(row, chunk) else "active"))
         self._after_commit(row, chunk)
@@ -724,8 +729,10 @@ class Spool:
             if cur is None or cur.offset != row.offset or cur.claimed_by != self.worker_id:
                 return 0  # moved on meanwhile: not ours to finish
             quarantine_many(conn, [err], context=self._context(row.name, row.format))
+            again = row.last_error == str(err)  # the same damage seen again: its one entry, counted once
             conn.execute(S.update().where(S.c.pk == row.pk).values(
-                status="done", last_error=str(err), rejected=S.c.rejected + 1, updated_at=models.utcnow()))
+                status="done", last_error=str(err), rejected=S.c.rejected + (0 if again else 1),
+                updated_at=models.utcnow()))
         self.log(f"{row.name}: {why}")  # once: the file is finished until it changes
         return 1
 
@@ -776,7 +783,9 @@ class Spool:
         err = RecordError(row.name, None, None, why)
         with self.engine.begin() as conn:
             quarantine_many(conn, [err], context=self._context(row.name, None))
+            # one quarantine entry, counted once: the same refusal again (the file grew) adds nothing
+            again = row.last_error == why
             conn.execute(S.update().where(S.c.pk == row.pk).values(
-                status="done", last_error=why, rejected=S.c.rejected + 1, updated_at=models.utcnow()))
+                status="done", last_error=why, rejected=S.c.rejected + (0 if again else 1), updated_at=models.utcnow()))
         self.log(f"{row.name}: {why}")
         return 1

@@ -165,7 +165,8 @@ class TraceSpool:
                           grew_at=now, updated_at=now))
         moved = conn.execute(S.update().where(S.c.device == st.st_dev, S.c.inode == st.st_ino, S.c.spool == OTLP,
                                               S.c.offset < end)
-                             .values(offset=end, size=st.st_size, status="done", records=S.c.records + 1,
+                             # one trace per file: a late span stores it again, still one record
+                             .values(offset=end, size=st.st_size, status="done", records=1,
                                      updated_at=now))
         return moved.rowcount == 1
 

@@ -102,6 +102,15 @@ def _check_checks(engine, steps: dict) -> None:
             for m, n in messages.items():
                 got_group[(run_id, kind, m)] = got_group.get((run_id, kind, m), 0) + n
     assert got == counts
+    # the findings the list's flag facet and the findings chart count are the same rollouts: their
+    # own findings and their group's (a group finding counts for each member)
+    for row in steps.values():
+        assert row["stats"]["findings"] == row["stats"]["checks"]["found"]
+        per_ending: dict = {}
+        for parts in row["stats"]["by_ending"].values():
+            for kind, n in parts["findings"].items():
+                per_ending[kind] = per_ending.get(kind, 0) + n
+        assert per_ending == row["stats"]["findings"]
     assert got_reasons == reasons
     assert got_group == group_reasons
 

@@ -73,3 +73,65 @@ def _live_sources(client, engine):
     page = client.get("/ingest", headers=h).text
     assert "HTTP ingest" in page and "OTLP receiver" in page and web["last_record_at"] in page
     assert client.get("/ingest.json", headers=h).json()["sources"] == st["sources"]
+
+
+def test_a_file_read_again_from_the_start_is_counted_once(client, engine, tmp_path):
+    """Rewritten, truncated, truncated and refilled (copytruncate), rotated: the status's records
+    and rejections of each source are what the file holds now, never a record counted twice."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    f = spool / "a.jsonl"
+    bad = b'{"schema": "rollscope/1", "id": "bad"}\n'
+    once = lambda: run_worker(engine, [spool], once=True, log=lambda _m: None, torn_after=3600)  # noqa: E731
+
+    def source(name=str(f)) -> dict:
+        (src,) = [s for s in client.get("/api/v1/ingest/status").json()["sources"] if s["name"] == name]
+        return src
+
+    def counts(name=str(f)) -> tuple[int, int]:
+        src = source(name)
+        return src["records"], src["rejected"]
+
+    write_jsonl(f, [rollout("a"), rollout("b")])
+    with f.open("ab") as out:
+        out.write(bad)
+    once()
+    assert counts() == (2, 1)
+    # rewritten in place with the same records first (its first bytes unchanged) and one more,
+    # after a truncation below the offset: read again from the start, each record counted once
+    f.write_bytes(write_line(rollout("a")))
+    once()
+    assert counts() == (1, 0)
+    with f.open("ab") as out:
+        out.write(write_line(rollout("b")) + write_line(rollout("c")))
+    once()
+    assert counts() == (3, 0)
+    # rewritten: other first bytes (the same records, in another order, plus the bad line)
+    f.write_bytes(write_line(rollout("c")) + write_line(rollout("b")) + write_line(rollout("a")) + bad)
+    once()
+    assert counts() == (3, 1)
+    # copytruncate: a copy, then the file cut to nothing and refilled
+    (spool / "a.jsonl.1").write_bytes(f.read_bytes())
+    f.write_bytes(b"")
+    once()
+    assert counts() == (0, 0) and counts(str(spool / "a.jsonl.1")) == (3, 1)
+    f.write_bytes(write_line(rollout("d")))
+    once()
+    assert counts() == (1, 0)
+    # rotation by rename: the renamed file keeps its counts, the new one has its own
+    f.rename(spool / "a.jsonl.2")
+    f.write_bytes(write_line(rollout("e")) + write_line(rollout("f")))
+    once()
+    assert counts() == (1, 0)  # the renamed file keeps the name it was first read under
+    assert counts(f"{f}~2") == (2, 0)
+    assert sum(s["records"] for s in client.get("/api/v1/ingest/status").json()["sources"]) == 3 + 1 + 2
+    assert client.get("/ingest.json").json()["rollouts"] == 6
+    # a file no reader knows, refused whole, then grown: still one rejection (one quarantine entry)
+    odd = spool / "notes.txt"
+    odd.write_bytes(b"hello\n")
+    once()
+    assert counts(str(odd)) == (0, 1)
+    with odd.open("ab") as out:
+        out.write(b"more\n")
+    once()
+    assert counts(str(odd)) == (0, 1) and source(str(odd))["quarantined"] == 1

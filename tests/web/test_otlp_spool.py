@@ -140,4 +140,6 @@ def test_trace_spool_torn_line_and_exactly_once(engine, tmp_path):
     got, end = spool.read(TRACE)
     res = spool.commit([(TRACE, rollout_from_spans(got, source={"format": "otlp"}), end)])
     assert res.replaced == 1 and end == c.end
+    with engine.connect() as conn:  # one trace per file: stored again, still one record
+        assert conn.execute(sa.text("SELECT records FROM spool_file")).scalar_one() == 1
     assert spool.prune(keep=3600) == 0 and spool.prune(keep=-1) == 1 and not spool.path(TRACE).exists()
