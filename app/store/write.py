@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -451,7 +452,10 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
           whole_file: tuple[str, datetime] | None = None) -> StoreResult:
     """Store a stream of rollouts and rejections, `batch_size` rollouts per transaction.
 
-    Rollouts are prepared (rows, checks, hash) before the transaction opens. Rejections are
+    Rollouts are prepared (rows, checks, hash) before the transaction opens. On Postgres a batch
+    is written by a thread while the next one is read and prepared (the write mostly waits on the
+    server, with Python's lock let go), one batch at a time and in order, so at most two batches
+    are held; on SQLite the write is this process's own CPU, and is done in line. Rejections are
     quarantined in the transaction of the batch they arrived with. `on_item(item)` is called after
     each item is read (progress bars). `in_transaction(conn, last_item)` is called inside each
     batch's transaction after its rows are written (the worker stores its file offsets there, so
@@ -476,6 +480,14 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     files_checked: set[str] = set()  # source files whose quarantine entries were looked up
     quarantined_files: set[str] = set()  # ... and those that have some (records landing clear them)
     last: list[object] = [None]
+    repeated = 0
+    writer = ThreadPoolExecutor(1, thread_name_prefix="rollscope-store") if engine.dialect.name != "sqlite" else None
+    writing: list[Future] = []  # the batch being written, if any
+
+    def written() -> None:
+        """Wait for the batch being written; raise what its write raised."""
+        if writing:
+            writing.pop().result()
 
     def write(conn: sa.Connection, prepared: list[Prepared], batch_errors: list[RecordError], final: bool):
         files = _quarantined_files(conn, prepared, batch_errors, files_checked, quarantined_files)
@@ -485,51 +497,67 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
             clear_whole_file(conn, whole_file[0], before=whole_file[1])
         return res
 
-    def flush(final: bool = False) -> None:
-        if not pending and not errors and not failed and not (
-                final and whole_file is not None and whole_file[0] in quarantined_files):
-            return
-        prepared = list(pending)
-        batch_errors = errors + failed
+    def write_batch_of(prepared: list[Prepared], batch_errors: list[RecordError], unstorable: list[RecordError],
+                       last_item: object, final: bool) -> None:
         try:
             res = _with_retries(engine, lambda conn: write(conn, prepared, batch_errors, final),
-                                in_transaction, last[0], total, retry_seconds)
+                                in_transaction, last_item, total, retry_seconds)
         except Exception as exc:  # noqa: BLE001 - the fallback isolates the one that failed
             if database_gone(exc) or why_unusable(exc):
                 raise  # retried already, or cannot be used: writing row by row cannot help
             res = _with_retries(engine, lambda conn: write_one_by_one(
                 conn, prepared, batch_errors, force=force, quarantine_context=quarantine_context),
-                in_transaction, last[0], total, retry_seconds)
+                in_transaction, last_item, total, retry_seconds)
             res.fallbacks += 1
-        res.errors = failed + res.errors
+        res.errors = unstorable + res.errors
         res.batches += 1
         known_runs.update(p.identity[0] for p in prepared)
         total.add(res)
+
+    def flush(final: bool = False) -> None:
+        if final:
+            written()  # the last batch may have to clear what the one before it quarantined
+        if not pending and not errors and not failed and not (
+                final and whole_file is not None and whole_file[0] in quarantined_files):
+            return
+        batch = (list(pending), errors + failed, list(failed), last[0], final)
         pending.clear()
         failed.clear()
         errors.clear()
         identities.clear()
+        written()
+        if writer is None:
+            write_batch_of(*batch)
+            return
+        writing.append(writer.submit(write_batch_of, *batch))
+        if final:
+            written()
 
-    for item in items:
-        if isinstance(item, RecordError):
-            errors.append(item)
-        else:
-            identity = (item.run.id, item.id, item.attempt)
-            if identity in seen:
-                total.repeated += 1
-            if identity in identities:  # the same rollout twice in one batch: write the first
-                flush()
-            seen.add(identity)
-            identities.add(identity)
-            p = prepare_or_error(item, context)
-            if isinstance(p, RecordError):
-                failed.append(p)
+    try:
+        for item in items:
+            if isinstance(item, RecordError):
+                errors.append(item)
             else:
-                pending.append(p.detached())
-        last[0] = item
-        if len(pending) + len(failed) >= batch_size or len(errors) >= batch_size:
-            flush()
-        if on_item:
-            on_item(item)
-    flush(final=True)
+                identity = (item.run.id, item.id, item.attempt)
+                if identity in seen:
+                    repeated += 1
+                if identity in identities:  # the same rollout twice in one batch: write the first
+                    flush()
+                seen.add(identity)
+                identities.add(identity)
+                p = prepare_or_error(item, context)
+                if isinstance(p, RecordError):
+                    failed.append(p)
+                else:
+                    pending.append(p.detached())
+            last[0] = item
+            if len(pending) + len(failed) >= batch_size or len(errors) >= batch_size:
+                flush()
+            if on_item:
+                on_item(item)
+        flush(final=True)
+    finally:
+        if writer is not None:
+            writer.shutdown(wait=True)  # after an error: the batch being written ends, committed or not
+    total.repeated += repeated
     return total

@@ -238,11 +238,16 @@ class Spool:
     # future) or None (not sent: parsed here when its turn comes)
     _ahead: dict[int, deque[tuple[Chunk, Future | None]]] = field(default_factory=dict)
     _pool: Parsers = field(init=False)
+    _parse_ahead: bool = field(init=False, default=False)
     _session: sa.Connection | None = None  # Postgres: the connection holding this worker's advisory lock
     _said: dict[int, str] = field(default_factory=dict)  # pk → the last wait or takeover said of it
 
     def __post_init__(self) -> None:
         self._pool = Parsers(self.parsers)
+        # without parser processes, a thread parses ahead only where the database works in its
+        # own process (Postgres): the worker waits on it meanwhile. On SQLite the write is the
+        # worker's own CPU, and a second thread only contends for Python's lock (measured: no gain)
+        self._parse_ahead = self.parsers > 0 or self.engine.dialect.name != "sqlite"
 
     def release_claims(self) -> None:
         """Let go of every file claim (the worker's own and a dead one's). For SQLite, where one
@@ -569,9 +574,9 @@ class Spool:
         """The stretch at the file's stored offset, with its parse when it is under way.
 
         A plain JSONL file whose format is known is read ahead, up to `parsers` + 1 stretches
-        (2 without parser processes), and they are parsed in the pool (`Parsers`: processes, or
-        one thread) while the worker writes. A lone stretch (nothing more to read yet) is parsed
-        here, at once."""
+        (2 without parser processes, on Postgres; none on SQLite), and they are parsed in the pool
+        (`Parsers`: processes, or one thread) while the worker writes. A lone stretch (nothing
+        more to read yet) is parsed here, at once."""
         ahead = self._ahead.get(row.pk)
         if ahead and ahead[0][0].start != row.offset:
             ahead = None  # the offset moved (another worker, a truncation): what was read ahead is stale
@@ -581,7 +586,7 @@ class Spool:
             if chunk is None:
                 return None, None
             ahead = self._ahead[row.pk] = deque([(chunk, None)])
-        if read_ahead and row.format and not _is_gzip(row.head):
+        if read_ahead and self._parse_ahead and row.format and not _is_gzip(row.head):
             while len(ahead) <= max(self.parsers, 1) and ahead[-1][0].torn is None:
                 last = ahead[-1][0]
                 nxt = self._read_chunk(row, path, at=(last.end, last.line + last.n_lines))
