@@ -38,3 +38,16 @@ def stop_worker_and_drop(proc: subprocess.Popen, engine, name: str, admin=_pg_ad
     with admin() as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     return err
+
+
+def rollouts_stored(engine) -> int:
+    """Rollouts in the database, or -1 while the worker has not created the tables yet."""
+    import sqlalchemy as sa
+
+    from app.db import models
+
+    try:
+        with engine.connect() as conn:
+            return conn.execute(sa.select(sa.func.count()).select_from(models.Rollout.__table__)).scalar_one()
+    except sa.exc.DBAPIError:  # not migrated yet
+        return -1

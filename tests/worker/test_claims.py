@@ -18,18 +18,10 @@ from app.worker.run import run, wait_for
 from app.worker.spool import LEASE, Spool
 from ingest.formats.native import write_line
 from tests.helpers import rollout
-from tests.worker import new_pg_database, start_worker, stop_worker_and_drop
+from tests.worker import new_pg_database, rollouts_stored, start_worker, stop_worker_and_drop
 
 R, S = models.Rollout.__table__, models.SpoolFile.__table__
 N = 600
-
-
-def _count(engine) -> int:
-    try:
-        with engine.connect() as conn:
-            return conn.execute(sa.select(sa.func.count()).select_from(R)).scalar_one()
-    except sa.exc.DBAPIError:  # not migrated yet
-        return -1
 
 
 def _claim(engine):
@@ -49,17 +41,17 @@ def test_a_worker_restarted_after_sigkill_takes_over_its_dead_predecessors_file_
     second = None
     try:
         # killed in the middle of the file, while it holds the claim
-        assert wait_for(lambda: _count(engine) >= 30 and (_claim(engine) or (None,))[0] is not None, 60)
+        assert wait_for(lambda: rollouts_stored(engine) >= 30 and (_claim(engine) or (None,))[0] is not None, 60)
         first.send_signal(signal.SIGKILL)
         first.wait(30)
-        held, stored = _claim(engine), _count(engine)
+        held, stored = _claim(engine), rollouts_stored(engine)
         assert held.claimed_by is not None and held.offset < f.stat().st_size, held
         killed_at = time.monotonic()
         second = start_worker(url, tmp_path / "spool")
         # the file is read on well before the dead worker's lease (60 s from its last commit) lapses
-        assert wait_for(lambda: _count(engine) > stored, LEASE.total_seconds() / 3), _count(engine)
+        assert wait_for(lambda: rollouts_stored(engine) > stored, LEASE.total_seconds() / 3), rollouts_stored(engine)
         assert time.monotonic() - killed_at < LEASE.total_seconds() / 3
-        assert wait_for(lambda: _count(engine) == N, 180), _count(engine)
+        assert wait_for(lambda: rollouts_stored(engine) == N, 180), rollouts_stored(engine)
     finally:
         if first.poll() is None:
             first.kill()
@@ -84,14 +76,14 @@ def test_a_live_workers_claim_is_not_taken_and_an_unknown_holder_is_named_with_i
             conn.execute(S.update().values(claimed_by=live.worker_id, claimed_until=until))
         said: list[str] = []
         run(engine, [spool], once=True, log=said.append)
-        assert _count(engine) == 0 and _claim(engine).claimed_by == live.worker_id  # not taken
+        assert rollouts_stored(engine) == 0 and _claim(engine).claimed_by == live.worker_id  # not taken
         assert not any("taking over" in m for m in said), said
         # a holder that names no session (an older worker) is waited for, and said so once
         with engine.begin() as conn:
             conn.execute(S.update().values(claimed_by="old-host:4242:abc123", claimed_until=until))
         said.clear()
         run(engine, [spool], once=True, log=said.append)
-        assert _count(engine) == 0
+        assert rollouts_stored(engine) == 0
         waits = [m for m in said if "waits for worker old-host:4242:abc123's lease until "
                  f"{until:%Y-%m-%d %H:%M:%S} UTC" in m]
         assert len(waits) == 1 and waits[0].startswith(f"{spool / 'a.jsonl'}: "), said
@@ -100,7 +92,7 @@ def test_a_live_workers_claim_is_not_taken_and_an_unknown_holder_is_named_with_i
             conn.execute(S.update().values(claimed_until=models.utcnow() - timedelta(seconds=1)))
         said.clear()
         run(engine, [spool], once=True, log=said.append)
-        assert _count(engine) == 1
+        assert rollouts_stored(engine) == 1
         assert any("taking over from worker old-host:4242:abc123: its lease lapsed" in m for m in said), said
     finally:
         live.close()

@@ -22,6 +22,7 @@ from ingest.formats import ReadContext
 from ingest.formats.native import write_line
 from tests.conftest import ROOT
 from tests.helpers import rollout
+from tests.worker import rollouts_stored
 
 R, S, Q = models.Rollout.__table__, models.SpoolFile.__table__, models.Quarantine.__table__
 N = 240
@@ -63,14 +64,6 @@ def _stored(engine) -> list[tuple]:
                                              R.c.group_id, R.c.source_file)).all())
 
 
-def _count(engine) -> int:
-    try:
-        with engine.connect() as conn:
-            return conn.execute(sa.select(sa.func.count()).select_from(R)).scalar_one()
-    except sa.exc.DBAPIError:  # not migrated yet
-        return -1
-
-
 def _crash_run(db_url: str, tmp_path: Path, workers: int, seed: int, batch: int = 200) -> None:
     rng = random.Random(seed)
     spool = tmp_path / "spool" / "crash-run"
@@ -91,7 +84,7 @@ def _crash_run(db_url: str, tmp_path: Path, workers: int, seed: int, batch: int 
     try:
         # At least 3 kills even when a quiet machine drains the spool first: a kill after the
         # last line still proves a restart resumes from its offsets and adds nothing.
-        while (not done.is_set() or _count(engine) < N or kills < 3) and time.monotonic() < deadline:
+        while (not done.is_set() or rollouts_stored(engine) < N or kills < 3) and time.monotonic() < deadline:
             time.sleep(0.3 + rng.random() * 1.5)
             if kills < 6:
                 k = rng.randrange(workers)
@@ -99,7 +92,7 @@ def _crash_run(db_url: str, tmp_path: Path, workers: int, seed: int, batch: int 
                 procs[k].wait(30)
                 kills += 1
                 procs[k] = _start(env, tmp_path / "spool")
-        assert wait_for(lambda: _count(engine) == N, 120), _count(engine)
+        assert wait_for(lambda: rollouts_stored(engine) == N, 120), rollouts_stored(engine)
         time.sleep(1.0)  # nothing more arrives
     finally:
         for p in procs:
