@@ -356,6 +356,8 @@ class SpoolFile(SQLModel, table=True):
     device: int = Field(sa_column=Column(sa.BigInteger, nullable=False))
     inode: int = Field(sa_column=Column(sa.BigInteger, nullable=False))
     head: bytes = Field(sa_column=Column(BlobType, nullable=False))  # first bytes: a rewrite changes them
+    # the up to 64 bytes before `offset` (plain files): another file on a recycled inode differs there
+    tail: bytes | None = Field(default=None, sa_column=Column(BlobType, nullable=True))
     format: str | None = None  # the reader, decided on the first records
     offset: int = Field(default=0, sa_column=Column(sa.BigInteger, nullable=False))
     line: int = 0

@@ -10,7 +10,8 @@ hash, and quarantined records by file, line and content.
 
 Files are known by device and inode, so a rename (rotation: `a.jsonl` → `a.jsonl.1`, a new
 `a.jsonl`) keeps its offset and its records keep the name they were first read under. A file
-that shrinks below its offset, or whose first bytes change, was truncated or rewritten: it is
+that shrinks below its offset, or whose first bytes or the 64 bytes before its offset change
+(`tail`), was truncated or rewritten, or is another file on a deleted one's recycled inode: it is
 read again from the start (unchanged records are recognised as such), and its counts of records
 and rejections start again: they count what the file holds now, never a record twice. A deleted file is marked
 `gone`; its rows stay. A last line without its newline waits for it; if the file stops growing
@@ -66,6 +67,7 @@ from ingest.source import RecordError, loads, read_as
 
 S = models.SpoolFile.__table__
 HEAD_BYTES = 256  # first bytes kept per file: a rewrite changes them
+TAIL_BYTES = 64  # bytes kept before a plain file's offset: another file that begins alike differs there
 LEASE = timedelta(seconds=60)  # a claim lapses after this (a worker that died lets go)
 MAX_LINE_BYTES = 1 << 30  # a line longer than this is refused, not buffered
 SKIPPED_SUFFIXES = (".tmp", ".part", ".partial", ".swp")
@@ -130,11 +132,17 @@ def unique_name(path: str, taken: set[str]) -> str:
 
 
 def _head(path: Path) -> bytes:
+    return _bytes_at(path, 0, HEAD_BYTES) or b""
+
+
+def _bytes_at(path: Path, offset: int, n: int) -> bytes | None:
+    """Up to `n` bytes of `path` from `offset` (None when it cannot be read)."""
     try:
         with path.open("rb") as f:
-            return f.read(HEAD_BYTES)
+            f.seek(max(offset, 0))
+            return f.read(n)
     except OSError:
-        return b""
+        return None
 
 
 def _still_for(row, now, seconds: float, *, unknown: bool) -> bool:
@@ -420,15 +428,22 @@ class Spool:
         head = _head(s.path) if (s.size != row.size or len(row.head) < HEAD_BYTES) else row.head
         same_start = head[:len(row.head)] == row.head[:len(head)]
         gz = _is_gzip(row.head)
-        if not same_start or (not gz and s.size < row.offset):
-            # rewritten or truncated: read it again from the start (what is unchanged stays so)
-            why = "its first bytes changed" if not same_start else f"it shrank to {s.size} bytes"
+        moved = s.size != row.size or str(s.path) != row.path
+        before = None if gz or not moved or not row.tail or s.size < row.offset else \
+            _bytes_at(s.path, row.offset - len(row.tail), len(row.tail))
+        same_end = before is None or before == row.tail  # None: nothing to compare, or unreadable now
+        if not same_start or not same_end or (not gz and s.size < row.offset):
+            # rewritten, truncated, or another file on a recycled inode that begins alike: read it
+            # again from the start (what is unchanged stays so)
+            why = ("its first bytes changed" if not same_start else
+                   "the bytes before its read offset changed (rewritten, or a new file on a deleted one's inode)"
+                   if not same_end else f"it shrank to {s.size} bytes")
             self.log(f"{row.name}: {why}; reading it again from the start")
             # its counts restart with it: they are the records of what the file holds now
-            changes.update(offset=0, line=0, records=0, rejected=0, head=head, status="active", format=None,
+            changes.update(offset=0, line=0, records=0, rejected=0, head=head, tail=None, status="active", format=None,
                            last_error=f"{why}; read again from the start", grew_at=now, size=s.size)
-            if row.status == "gone" and str(s.path) != row.name:
-                changes["name"] = unique_name(str(s.path), taken)
+            if str(s.path) != row.name and (row.status == "gone" or str(s.path) != row.path):
+                changes["name"] = unique_name(str(s.path), taken)  # another file: never the old one's name
             self._gz.pop(row.pk, None)
             return changes
         if len(head) > len(row.head):
@@ -562,7 +577,7 @@ class Spool:
             # a truncation, an inode reused): a record read twice is never counted twice
             before = (0, 0) if chunk.start == 0 else (S.c.records, S.c.rejected)
             conn.execute(S.update().where(S.c.pk == row.pk).values(
-                offset=chunk.end, line=chunk.line + n_lines, format=fmt,
+                offset=chunk.end, line=chunk.line + n_lines, format=fmt, tail=self._tail(row, chunk),
                 records=before[0] + res.inserted + res.replaced + res.unchanged,
                 rejected=before[1] + res.rejected, claimed_until=models.utcnow() + LEASE,
                 last_error=(str(rejected[-1]) if rejected else row.last_error), updated_at=models.utcnow(),
@@ -638,6 +653,14 @@ class Spool:
         corrupt one is finished by `_corrupt`, once what came before the damage is in."""
         state = self._gz.get(row.pk)
         return state is not None and state.eof and state.broken is None and chunk.end >= state.out_pos
+
+    def _tail(self, row, chunk: Chunk) -> bytes | None:
+        """The up to TAIL_BYTES bytes before the offset once `chunk` is committed (None for gzip:
+        its offsets count uncompressed bytes)."""
+        if _is_gzip(row.head):
+            return None
+        read = chunk.data or chunk.torn or b""
+        return read[-TAIL_BYTES:] if len(read) >= TAIL_BYTES else ((row.tail or b"") + read)[-TAIL_BYTES:]
 
     def _after_commit(self, row, chunk: Chunk) -> None:
         state = self._gz.get(row.pk)

@@ -362,3 +362,56 @@ def test_a_file_let_go_keeps_nothing_read_ahead(engine, tmp_path, monkeypatch):
     assert count(engine, R) == 120
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.sum(S.c.records))).scalar_one() == 120
+
+
+def test_a_new_file_that_begins_like_the_old_one_on_its_inode_is_read_from_the_start(engine, tmp_path):
+    # A spool file is known by its inode and its first bytes. A file deleted and replaced by one
+    # the filesystem puts on the same inode, beginning with the same bytes (chat logs with one
+    # system prompt), looked like the old file grown: the worker resumed at the old offset and
+    # the new file's first records were lost, silently. Rewriting the file in place (same inode)
+    # is the same case, deterministically.
+    spool = tmp_path / "spool" / "run6"
+    spool.mkdir(parents=True)
+    f = spool / "collector.jsonl"
+    system = {"role": "system", "content": "You are a careful coding agent. Use the tools. " * 8}
+
+    def chat(ids) -> bytes:
+        import json
+
+        return b"".join(json.dumps({"messages": [system, {"role": "user", "content": f"task {i}"},
+                                                 {"role": "assistant", "content": f"answer {i}"}],
+                                    "reward": 1.0, "rollout_id": f"c{i}"}).encode() + b"\n" for i in ids)
+
+    f.write_bytes(chat(range(0, 50)))
+    inode = f.stat().st_ino
+    run(engine, [spool.parent], once=True, log=lambda _m: None)
+    assert count(engine, R) == 50
+    with f.open("r+b") as out:  # another file's content on the same inode, longer, same first bytes
+        out.write(chat(range(100, 160)))
+    assert f.stat().st_ino == inode and f.read_bytes()[:256] == chat([0])[:256]
+    messages = []
+    run(engine, [spool.parent], once=True, log=messages.append)
+    assert count(engine, R) == 110, "the new records before the old offset were skipped"
+    assert any("bytes before its read offset changed" in m for m in messages)
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(S.c.records, S.c.rejected)).one() == (60, 0)
+
+
+def test_a_different_file_at_a_new_path_on_a_known_inode_gets_its_own_name(engine, tmp_path):
+    # The file seen on a recycled inode at another path is another file: its records are known by
+    # its own path, never the deleted file's name.
+    spool = tmp_path / "spool" / "b"
+    spool.mkdir(parents=True)
+    a = spool / "a.jsonl"
+    a.write_bytes(b"".join(line(f"a{i}") for i in range(5)))
+    run(engine, [spool.parent], once=True, log=lambda _m: None)
+    b = spool / "b2.jsonl"
+    a.rename(b)  # same inode, new path ...
+    with b.open("r+b") as out:  # ... and other content: what a recycled inode looks like
+        out.write(b"".join(line(f"b{i}") for i in range(8)))
+    run(engine, [spool.parent], once=True, log=lambda _m: None)
+    with engine.connect() as conn:
+        names = dict(conn.execute(sa.select(R.c.rollout_id, R.c.source_file)).all())
+        assert conn.execute(sa.select(S.c.name, S.c.path)).one() == (str(b), str(b))
+    assert {names[f"b{i}"] for i in range(8)} == {str(b)}
+    assert {names[f"a{i}"] for i in range(5)} == {str(a)}
