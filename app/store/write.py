@@ -124,6 +124,22 @@ def store_tokenizer(engine: Engine, *, sha256: str, name: str, kind: str, n_voca
                                            chat_template=chat_template, created_at=models.utcnow()))
 
 
+@dataclass(frozen=True)
+class IngestOrder:
+    """The files of one ingest call by name, in the order they are read (`files`: name → index),
+    and the index of the one being read. A rollout id met in several of them is the later file's
+    (counted as `repeated`), also when the same files are ingested again: an earlier file's record
+    never replaces it back, so re-ingesting adds and rewrites nothing."""
+
+    files: dict[str, int]
+    current: int
+
+    def of(self, stored_file: str | None) -> int | None:
+        """The index of the file a stored rollout came from, when it is one of this call's (a zip
+        member `archive!member` counts as its archive)."""
+        return None if stored_file is None else self.files.get(stored_file.split("!", 1)[0])
+
+
 # --- the batch path ---------------------------------------------------------------------------
 
 def _ensure_runs(conn: sa.Connection, batch: list[Prepared], known: set[str]) -> None:
@@ -135,15 +151,15 @@ def _ensure_runs(conn: sa.Connection, batch: list[Prepared], known: set[str]) ->
                      [dict(run, tokenizer_sha256=None, created_at=now) for run in runs.values()])
 
 
-def _existing(conn: sa.Connection, batch: list[Prepared]) -> dict[Identity, tuple[int, str]]:
-    """(run, id, attempt) → (pk, content hash) of the batch's rollouts already stored: one query
-    (a superset by run and id, filtered here; the identity index serves it)."""
+def _existing(conn: sa.Connection, batch: list[Prepared]) -> dict[Identity, tuple[int, str, str | None]]:
+    """(run, id, attempt) → (pk, content hash, source file) of the batch's rollouts already
+    stored: one query (a superset by run and id, filtered here; the identity index serves it)."""
     runs = sorted({p.identity[0] for p in batch})
     ids = sorted({p.identity[1] for p in batch})
-    rows = conn.execute(sa.select(RO.c.pk, RO.c.run_id, RO.c.rollout_id, RO.c.attempt, RO.c.content_hash)
-                        .where(RO.c.run_id.in_(runs), RO.c.rollout_id.in_(ids)))
+    rows = conn.execute(sa.select(RO.c.pk, RO.c.run_id, RO.c.rollout_id, RO.c.attempt, RO.c.content_hash,
+                                  RO.c.source_file).where(RO.c.run_id.in_(runs), RO.c.rollout_id.in_(ids)))
     wanted = {p.identity for p in batch}
-    return {(r.run_id, r.rollout_id, r.attempt): (r.pk, r.content_hash) for r in rows
+    return {(r.run_id, r.rollout_id, r.attempt): (r.pk, r.content_hash, r.source_file) for r in rows
             if (r.run_id, r.rollout_id, r.attempt) in wanted}
 
 
@@ -180,34 +196,46 @@ def _insert_rows(conn: sa.Connection, todo: list[Prepared], deleted: list[dict[s
 
 def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordError], *,
                 known_runs: set[str] | None = None, quarantined_files: set[str] | None = None,
-                force: bool = False, quarantine_context: dict | None = None) -> StoreResult:
+                force: bool = False, quarantine_context: dict | None = None,
+                order: IngestOrder | None = None) -> StoreResult:
     """Write prepared rollouts (distinct identities) and quarantine `errors`, in the caller's
     transaction, with a constant number of statements. `force`: replace a stored rollout even
     when its content is unchanged (re-checking stored rollouts). `quarantine_context`: how the
     input was read, kept with its quarantined records (app.store.quarantine.IngestContext).
+    `order`: the files of this ingest call (`IngestOrder`): a rollout stored from a later one is
+    left as it is, one from an earlier one is replaced; both are counted as `repeated`.
     Raises on any database error: the caller rolls back and uses `write_one_by_one`."""
     res = StoreResult()
     known_runs = known_runs if known_runs is not None else set()
     if batch:
         _ensure_runs(conn, batch, known_runs)
         existing = _existing(conn, batch)
-        todo, replaced = [], []
+        todo, replaced, repeats = [], [], 0
         for p in batch:
             old = existing.get(p.identity)
             if old is not None and old[1] == p.content_hash and not force:
                 res.unchanged += 1
                 res.outcomes[p.identity] = "unchanged"
                 continue
+            k = order.of(old[2]) if old is not None and order is not None and not force else None
+            if k is not None and k > order.current:  # a later file of this ingest has it: it stays that file's
+                res.repeated += 1
+                res.outcomes[p.identity] = "repeated"
+                continue
             if old is not None:
                 replaced.append(old[0])
-                res.replaced_ids.append(p.identity)
+                if k is not None and k < order.current:  # an earlier file of this ingest: the later one wins
+                    repeats += 1
+                    res.repeated += 1
+                else:
+                    res.replaced_ids.append(p.identity)
             res.outcomes[p.identity] = "replaced" if old is not None else "inserted"
             todo.append(p)
         written = _insert_rows(conn, todo, _delete(conn, replaced))
         inserted, deleted = written.inserted, written.deleted
         res.cleared = _clear_landed(conn, inserted if quarantined_files is None
                                     else [r for r in inserted if r["source_file"] in quarantined_files])
-        res.replaced, res.inserted = len(replaced), len(todo) - len(replaced)
+        res.replaced, res.inserted = len(replaced) - repeats, len(todo) - len(replaced)
         res.findings = sum(p.n_findings for p in todo)
         res.runs = {p.identity[0] for p in batch}
         res.groups = _groups(inserted, deleted)
@@ -449,7 +477,7 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
           batch_size: int = BATCH, in_transaction: Callable[[sa.Connection, object], None] | None = None,
           context: CheckContext | None = None, force: bool = False,
           quarantine_context: dict | None = None, retry_seconds: float = RETRY_SECONDS,
-          whole_file: tuple[str, datetime] | None = None) -> StoreResult:
+          whole_file: tuple[str, datetime] | None = None, order: IngestOrder | None = None) -> StoreResult:
     """Store a stream of rollouts and rejections, `batch_size` rollouts per transaction.
 
     Rollouts are prepared (rows, checks, hash) before the transaction opens. On Postgres a batch
@@ -468,7 +496,8 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     `whole_file`: (the file these records are read from, record by record; when that began):
     the last batch clears the file's whole-file quarantine entries from before (an earlier
     rejection of the file as a whole), once every record has landed or been quarantined by line;
-    it costs a statement only for a file with quarantine entries.
+    it costs a statement only for a file with quarantine entries. `order`: the files of the
+    ingest call this store is one of (`IngestOrder`, see `write_batch`).
     """
     total = StoreResult()
     pending: list[Prepared] = []  # prepared as they arrive, each rollout let go once prepared
@@ -492,7 +521,7 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     def write(conn: sa.Connection, prepared: list[Prepared], batch_errors: list[RecordError], final: bool):
         files = _quarantined_files(conn, prepared, batch_errors, files_checked, quarantined_files)
         res = write_batch(conn, prepared, batch_errors, known_runs=known_runs, force=force,
-                          quarantine_context=quarantine_context, quarantined_files=files)
+                          quarantine_context=quarantine_context, quarantined_files=files, order=order)
         if final and whole_file is not None and whole_file[0] in files:
             clear_whole_file(conn, whole_file[0], before=whole_file[1])
         return res

@@ -24,7 +24,8 @@ from ingest.source import RecordError, Source, open_source, read_as
 from app.db import models
 from app.db.unusable import why_unusable
 from app.store.quarantine import IngestContext, quarantine_many
-from app.store.write import BATCH, RETRY_SECONDS, StoreResult, database_gone, ensure_run, store, store_tokenizer
+from app.store.write import (BATCH, RETRY_SECONDS, IngestOrder, StoreResult, database_gone, ensure_run, store,
+                             store_tokenizer)
 
 
 @dataclass
@@ -102,7 +103,9 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
     batch waits for an unreachable database (`ROLLSCOPE_DB__RETRY_SECONDS`).
     """
     report = IngestReport()
-    for path, explicit, root in _files(paths, roots or {}):
+    files = list(_files(paths, roots or {}))
+    order = {str((names or {}).get(path) or path): k for k, (path, _, _) in enumerate(files)}
+    for k, (path, explicit, root) in enumerate(files):
         file_ctx = replace(ctx, root=root)
         source = None
         name = (names or {}).get(path)
@@ -128,7 +131,8 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
         try:
             result = store(engine, read_records(reader, source, file_ctx, file_errors), on_item=on_item,
                            batch_size=batch_size, context=check_context, quarantine_context=_context(file_ctx),
-                           retry_seconds=retry_seconds, whole_file=(source.name, started))
+                           retry_seconds=retry_seconds, whole_file=(source.name, started),
+                           order=IngestOrder(order, k))
         except Exception as exc:  # noqa: BLE001 - one file must not stop the others
             if database_gone(exc) or why_unusable(exc):  # not this file's fault: stop, saying how far it got
                 exc.rollouts_committed = (getattr(exc, "rollouts_committed", 0)  # type: ignore[attr-defined]

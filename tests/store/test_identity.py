@@ -173,3 +173,39 @@ def test_retry_quarantined_reads_each_file_as_it_was_first_ingested(db_url, tmp_
     eng.dispose()
     nothing = runner.invoke(cli, ["ingest", "--retry-quarantined"])
     assert nothing.exit_code == 0 and "nothing to retry" in nothing.stdout, nothing.output
+
+
+def test_an_id_in_two_files_of_one_ingest_is_the_later_files_and_a_reingest_rewrites_nothing(db_url, tmp_path,
+                                                                                            monkeypatch):
+    # Two files of one folder carry the same rollout ids with different content (prime-rl's
+    # `all` and `effective` copies, or three verifiers files forced into one run with --run).
+    # The later file's record wins, counted as repeated, not replaced; ingesting the folder
+    # again must add and rewrite nothing (it replaced every id back and forth, 8 each time).
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    runner = CliRunner()
+    folder = tmp_path / "two"
+    folder.mkdir()
+    write_jsonl(folder / "a.jsonl", [rollout(f"x{i}", reward=0.0) for i in range(3)])
+    write_jsonl(folder / "b.jsonl", [rollout(f"x{i}", reward=1.0) for i in range(3)])
+    first = runner.invoke(cli, ["ingest", str(folder)])
+    assert first.exit_code == 0, first.output
+    assert "3 new, 0 replaced, 0 unchanged" in first.stdout
+    assert "3 records repeated a rollout id already read in this ingest (the later one wins)" in first.output
+
+    from app.db.engine import make_engine
+
+    eng = make_engine(db_url)
+    R = models.Rollout.__table__
+
+    def stored():
+        with eng.connect() as conn:
+            return sorted(conn.execute(sa.select(R.c.rollout_id, R.c.pk, R.c.reward, R.c.source_file)).all())
+
+    before = stored()
+    assert [(r.reward, r.source_file) for r in before] == [(1.0, str(folder / "b.jsonl"))] * 3
+    for _ in range(2):
+        again = runner.invoke(cli, ["ingest", str(folder)])
+        assert again.exit_code == 0, again.output
+        assert "0 new, 0 replaced, 3 unchanged" in again.stdout and "replaced (same id" not in again.stdout
+        assert stored() == before  # same rows, same keys: nothing rewritten
+    eng.dispose()
