@@ -572,7 +572,9 @@ class Spool:
             if chunk.start == 0:  # read line by line from its start: a whole-file rejection says nothing more
                 clear_whole_file(conn, row.name, before=models.utcnow())
             res = write_in(conn, prepared, rejected, quarantine_context=self._context(row.name, fmt))
-            n_lines = chunk.n_lines + (1 if chunk.torn is not None else 0)
+            # a torn line has not ended: what its writer appends later (the rest of it, or a next
+            # record after a restart) is on the same line, and keeps its number
+            n_lines = chunk.n_lines
             # a stretch from byte 0 starts the counts again, whatever reset the offset (a rewrite,
             # a truncation, an inode reused): a record read twice is never counted twice
             before = (0, 0) if chunk.start == 0 else (S.c.records, S.c.rejected)

@@ -415,3 +415,25 @@ def test_a_different_file_at_a_new_path_on_a_known_inode_gets_its_own_name(engin
         assert conn.execute(sa.select(S.c.name, S.c.path)).one() == (str(b), str(b))
     assert {names[f"b{i}"] for i in range(8)} == {str(b)}
     assert {names[f"a{i}"] for i in range(5)} == {str(a)}
+
+
+def test_what_a_writer_appends_after_a_torn_line_keeps_the_line_numbers_of_the_file(engine, tmp_path):
+    # A torn last line is skipped once the file stops growing. What its writer appends later
+    # (the rest of that line, then more records) is still on that line and the ones after it:
+    # the rest is quarantined on the torn line's number (one entry per file and line: a retry
+    # that lands the repaired line clears it) and the next record keeps its own line number (it
+    # was one too far, and the rest's entry stayed beside the torn line's).
+    spool = tmp_path / "spool" / "b"
+    spool.mkdir(parents=True)
+    f = spool / "live.jsonl"
+    whole = line("t2")
+    f.write_bytes(line("t0") + line("t1") + whole[:40])
+    with worker(engine, spool.parent, torn_after=0.5):
+        assert wait_for(lambda: count(engine, Q) == 1 and count(engine, R) == 2, 30)
+        with f.open("ab") as out:
+            out.write(whole[40:] + line("t3"))
+        assert wait_for(lambda: count(engine, R) == 3, 30)
+    with engine.connect() as conn:
+        assert sorted(conn.execute(sa.select(Q.c.line)).scalars()) == [3]
+        assert dict(conn.execute(sa.select(R.c.rollout_id, R.c.source_line)).all()) == {"t0": 1, "t1": 2, "t3": 4}
+        assert conn.execute(sa.select(S.c.line)).scalar_one() == 4
