@@ -40,7 +40,7 @@ from ingest import endings, timestamps
 from ingest.fields import FieldError, is_number_or_none
 from ingest.formats import _openai, _rl
 from ingest.formats._build import RolloutBuilder
-from ingest.formats.base import ReadContext, guarded
+from ingest.formats.base import ReadContext, guarded, shape_error
 from ingest.schema import (
     Ending,
     EndingInfo,
@@ -220,7 +220,8 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
             yield guarded(source.name, line, prefix,
                           lambda: _from_documents(source, ctx, _segments(value, source), line=line))
         else:
-            yield RecordError(source.name, line, prefix or None, "not an ATIF trajectory: no schema_version")
+            yield shape_error(source.name, line, prefix, value, "ATIF trajectory", (("schema_version", "string"),),
+                              otherwise=': schema_version must start with "ATIF-"')
 
 
 def _export_row(source: Source, ctx: ReadContext, row: dict, line: int | None) -> Rollout:

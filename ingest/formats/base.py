@@ -158,6 +158,58 @@ def record_error(file: str, line: int | None, prefix: str | None, exc: BaseExcep
     return RecordError(file, line, prefix or None, f"cannot read record: {type(exc).__name__}: {exc}", raw)
 
 
+def json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type: object, array, string, number, boolean, null."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def shape_error(file: str, line: int | None, prefix: str | None, value: Any, what: str,
+                fields: tuple[tuple[str, str], ...], one_of: bool = False, otherwise: str = "") -> RecordError:
+    """Why `value` is not a `what` record ("verifiers Episode"), naming the field at fault.
+
+    `fields`: (key, JSON type: "object", "array", "string", "id" = string or integer, "any") in the
+    order the format lists them. All are needed, or with `one_of` at least one. The error names the
+    first present key of the wrong type (`messages: must be an array, got string`), else the
+    first missing one (`traces: missing`); a value that is not an object is named at `prefix`.
+    When every field is there and well typed, the error is `not a <what>` + `otherwise` (what else
+    the format needs), at `prefix`.
+    """
+    names = ", ".join(k for k, _ in fields)
+    a = "an" if what[0] in "AEIOUaeiou" else "a"
+    need = f"{a} {what} has {'one of ' if one_of else ''}{names}"
+    if not isinstance(value, dict):
+        return RecordError(file, line, prefix or None, f"expected a JSON object ({need}), got {json_type(value)}")
+    for key, kind in fields:
+        if key in value and not _is_kind(value[key], kind):
+            want = "a string or integer id" if kind == "id" else f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
+            return RecordError(file, line, join_path(prefix, key),
+                               f"must be {want}, got {json_type(value[key])} ({need})")
+    missing = [k for k, _ in fields if k not in value]
+    if missing and (not one_of or len(missing) == len(fields)):
+        return RecordError(file, line, join_path(prefix, missing[0]), f"missing: {need}")
+    return RecordError(file, line, prefix or None, f"not {a} {what}{otherwise}")
+
+
+def _is_kind(value: Any, kind: str) -> bool:
+    if kind == "any":
+        return True
+    if kind == "id":
+        return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+    return json_type(value) == kind
+
+
 def guarded(file: str, line: int | None, prefix: str | None,
             build: Callable[[], Rollout]) -> Rollout | RecordError:
     """`build()`, or the RecordError `record_error` makes of whatever it raised."""

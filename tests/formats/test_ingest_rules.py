@@ -42,3 +42,35 @@ def test_a_native_record_without_a_run_goes_to_the_folders_run_like_a_chat_recor
     res = run_cli(db_url, monkeypatch, "--run", "forced", folder)
     assert res.exit_code == 0, res.output
     assert runs(engine)["forced"] == 4
+
+
+def test_a_record_of_the_wrong_shape_is_rejected_with_its_field_named(engine, db_url, monkeypatch, tmp_path):
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    (folder / "arr.json").write_text(json.dumps([
+        {"id": "ok", "messages": [{"role": "user", "content": "hi"}]},
+        {"id": "b1", "messages": "notalist"},
+        {"id": "b2", "messages": ["notamessage"]},
+        {"id": "b3", "prompt": "no messages at all"},
+    ]))
+    res = run_cli(db_url, monkeypatch, "--verbose", folder / "arr.json")
+    assert res.exit_code == 1, res.output
+    out = " ".join(res.output.split())
+    assert "arr.json: [1].messages: must be an array, got string" in out
+    assert "arr.json: [2].messages[0]: must be a message object" in out
+    assert "arr.json: [3].messages: missing: a chat record has one of messages," in out
+    assert runs(engine) == {"bad": 1}
+
+
+def test_a_native_line_in_a_verifiers_body_over_http_names_the_missing_field(client, engine):
+    from app import auth
+    write, _ = auth.issue(engine, "write")
+    episode = {"id": "e1", "env": "math", "traces": [{"id": "t1", "nodes": [], "calls": [], "rewards": {}}]}
+    native = {"schema": "rollscope/1", "id": "n1", "run": {"id": "r"},
+              "nodes": [{"message": {"role": "user", "content": "hi"}}]}
+    body = (json.dumps(episode) + "\n" + json.dumps(native) + "\n").encode()
+    r = client.post("/api/v1/ingest?format=verifiers", content=body, headers={"Authorization": f"Bearer {write}"})
+    assert r.status_code == 200, r.text
+    bad = [x for x in r.json()["results"] if x["status"] == "rejected"]
+    assert [(x["line"], x["field"]) for x in bad] == [(2, "traces")], r.text
+    assert "missing: a verifiers Episode has id, traces" in bad[0]["error"]
