@@ -33,6 +33,7 @@ class FileReport:
     format: str
     result: StoreResult
     errors: list[RecordError] = field(default_factory=list)
+    note: str | None = None  # what the reader said of a file it read on purpose without records (ReadContext.notes)
 
 
 @dataclass
@@ -102,7 +103,9 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
     batch waits for an unreachable database (`ROLLSCOPE_DB__RETRY_SECONDS`).
     """
     report = IngestReport()
-    for path, explicit, root in _files(paths, roots or {}):
+    todo = list(_files(paths, roots or {}))
+    ctx = replace(ctx, files=frozenset(path.resolve() for path, _, _ in todo))
+    for path, explicit, root in todo:
         file_ctx = replace(ctx, root=root)
         source = None
         name = (names or {}).get(path)
@@ -139,7 +142,8 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
             _reject_file(engine, report, err, file_ctx)
             continue
         file_errors += result.errors
-        report.files.append(FileReport(source.name, reader.NAME, result, file_errors))
+        report.files.append(FileReport(source.name, reader.NAME, result, file_errors,
+                                       file_ctx.notes.pop(source.name, None)))
         report.errors += file_errors
         report.total.add(result)
     if tokenizer_key:

@@ -30,6 +30,10 @@ class ReadContext:
     `root`: the folder being ingested (the one given on the command line, the spool directory);
     a record without an id is named after its file's path relative to it (`source_key`). None
     means the file's own folder.
+    `files`: every file this ingest reads (resolved paths), when the caller knows them
+    (`ingest_paths`); None (the spool worker, HTTP) means unknown. `notes`: what a reader says
+    about a file that gives no records by design (file name → one line, e.g. an ATIF continuation
+    merged into its first part's rollout), for the ingest summary.
     """
 
     run_id: str | None = None
@@ -37,6 +41,8 @@ class ReadContext:
     format: str | None = None
     root: Path | None = None
     extra: dict = field(default_factory=dict)
+    files: frozenset[Path] | None = None
+    notes: dict[str, str] = field(default_factory=dict)
 
     def run_for(self, source: Source, record_run: str | None = None) -> str:
         """`--run`, else the record's own run, else the file's folder name, else "default"."""

@@ -19,6 +19,11 @@ def run_cli(db_url, monkeypatch, *args):
     return CliRunner().invoke(app, ["ingest", *map(str, args)])
 
 
+def file_cells(output: str) -> str:
+    """The summary table's file column, its wrapped lines joined."""
+    return " ".join(ln.split("│")[1].strip() for ln in output.splitlines() if ln.startswith("│"))
+
+
 def runs(engine) -> dict[str, int]:
     from sqlalchemy import text
     with engine.connect() as c:
@@ -74,3 +79,27 @@ def test_a_native_line_in_a_verifiers_body_over_http_names_the_missing_field(cli
     bad = [x for x in r.json()["results"] if x["status"] == "rejected"]
     assert [(x["line"], x["field"]) for x in bad] == [(2, "traces")], r.text
     assert "missing: a verifiers Episode has id, traces" in bad[0]["error"]
+
+
+def test_an_atif_continuation_given_alone_is_stored_whole_and_merged_when_its_first_part_is_given(
+        engine, db_url, monkeypatch, tmp_path):
+    from sqlalchemy import text
+
+    folder = tmp_path / "atif"
+    folder.mkdir()
+    for part in ("part1", "part2"):
+        shutil.copy(ATIF / f"max_turns.{part}.trajectory.json", folder)
+    part2 = folder / "max_turns.part2.trajectory.json"
+    res = run_cli(db_url, monkeypatch, part2)
+    assert res.exit_code == 0, res.output
+    assert "part2.trajectory.json (continuation of max_turns.part1.trajectory.json, not given in this ingest: " \
+           "stored rollout 'traj-max-turns-1'" in file_cells(res.output), res.output
+    assert "1 new" in res.output and runs(engine) == {"atif": 1}
+    with engine.connect() as c:
+        assert c.execute(text("SELECT rollout_id FROM rollout")).scalars().all() == ["traj-max-turns-1"]
+    # both parts in one ingest: part 1 reads the chain, part 2's row says where its steps went
+    res = run_cli(db_url, monkeypatch, folder / "max_turns.part1.trajectory.json", part2)
+    assert res.exit_code == 0, res.output
+    assert "part2.trajectory.json (continuation of max_turns.part1.trajectory.json: merged into rollout " \
+           "'traj-max-turns-1')" in file_cells(res.output), res.output
+    assert "0 new, 0 replaced, 1 unchanged" in res.output and runs(engine) == {"atif": 1}
