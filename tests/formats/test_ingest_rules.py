@@ -103,3 +103,22 @@ def test_an_atif_continuation_given_alone_is_stored_whole_and_merged_when_its_fi
     assert "part2.trajectory.json (continuation of max_turns.part1.trajectory.json: merged into rollout " \
            "'traj-max-turns-1')" in file_cells(res.output), res.output
     assert "0 new, 0 replaced, 1 unchanged" in res.output and runs(engine) == {"atif": 1}
+
+
+def test_nemo_gym_and_verl_lines_of_the_wrong_shape_name_the_field(engine, db_url, monkeypatch, tmp_path):
+    nemo = tmp_path / "nemo.jsonl"
+    nemo.write_text("\n".join(json.dumps(x) for x in [
+        {"responses_create_params": {"input": []}, "response": {"output": []}, "reward": 1.0},
+        {"responses_create_params": {"input": []}, "response": {"output": "text"}},
+        {"responses_create_params": {"input": []}, "response": "text"}]) + "\n")
+    verl = tmp_path / "verl.jsonl"
+    verl.write_text("\n".join(json.dumps(x) for x in [
+        {"prompt_ids": [1, 2], "response_ids": [3]},
+        {"prompt_ids": [1, 2], "response_ids": "3"},
+        {"input": "q", "output": 7, "score": 1}]) + "\n")
+    res = run_cli(db_url, monkeypatch, "--verbose", "--run", "x", nemo, verl)
+    out = " ".join(res.output.split())
+    assert "nemo.jsonl:2: response.output: must be an array, got string" in out, res.output
+    assert "nemo.jsonl:3: response: must be an object, got string" in out
+    assert "verl.jsonl:2: response_ids: must be an array, got string" in out
+    assert "verl.jsonl:3: output: must be a string, got number" in out
