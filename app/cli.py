@@ -245,17 +245,18 @@ def ingest(
                     roots={f: root for f, root, _ in files if root is not None},
                     names={f: name for f, _, name in files if str(f) != name}, **options))
     total, errors, skipped = report.total, report.errors, report.skipped
-    rows = [(f.path, f.format, f.result) for f in report.files]
+    rows = [(f.path, f.format, f.result, f.note) for f in report.files]
 
     table = Table(title="ingest summary", show_lines=False)
     for col in ("file", "format", "new", "replaced", "unchanged", "rejected", "findings"):
         table.add_column(col, justify="right" if col not in ("file", "format") else "left",
                          overflow="fold" if col == "file" else "ellipsis")
     # Files with something to say first; a long tail of clean files is summed up in one row.
-    rows.sort(key=lambda x: x[2].inserted + x[2].replaced + x[2].rejected == 0)
+    rows.sort(key=lambda x: x[2].inserted + x[2].replaced + x[2].rejected == 0 and not x[3])
     shown_rows = rows if verbose else rows[:MAX_FILES_SHOWN]
-    for name, fmt, r in shown_rows:
-        table.add_row(Text(name), fmt, str(r.inserted), str(r.replaced), str(r.unchanged), str(r.rejected), str(r.findings))
+    for name, fmt, r, note in shown_rows:  # a note (e.g. an ATIF part merged into another file's rollout) under the name
+        table.add_row(Text(name + (f" ({note})" if note else "")), fmt, str(r.inserted), str(r.replaced),
+                      str(r.unchanged), str(r.rejected), str(r.findings))
     if len(rows) > len(shown_rows):
         table.add_row(Text(f"... {len(rows) - len(shown_rows)} more files (--verbose lists them)"), "", "", "", "", "", "")
     if rows:

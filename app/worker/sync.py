@@ -34,6 +34,7 @@ class FileReport:
     format: str
     result: StoreResult
     errors: list[RecordError] = field(default_factory=list)
+    note: str | None = None  # what the reader said of a file it read on purpose without records (ReadContext.notes)
 
 
 @dataclass
@@ -105,6 +106,7 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
     report = IngestReport()
     files = list(_files(paths, roots or {}))
     order = {str((names or {}).get(path) or path): k for k, (path, _, _) in enumerate(files)}
+    ctx = replace(ctx, files=frozenset(path.resolve() for path, _, _ in files))
     for k, (path, explicit, root) in enumerate(files):
         file_ctx = replace(ctx, root=root)
         source = None
@@ -143,7 +145,8 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
             _reject_file(engine, report, err, file_ctx)
             continue
         file_errors += result.errors
-        report.files.append(FileReport(source.name, reader.NAME, result, file_errors))
+        report.files.append(FileReport(source.name, reader.NAME, result, file_errors,
+                                       file_ctx.notes.pop(source.name, None)))
         report.errors += file_errors
         report.total.add(result)
     if tokenizer_key:

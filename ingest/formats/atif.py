@@ -17,7 +17,8 @@ models `src/harbor/models/trajectories/*.py`; Google Tunix's RL extension
   `env_tokens/masks` are deltas already;
 - `continued_trajectory_ref` (a file beside this one, or a trajectory id) is followed and its
   steps appended; a file that is the continuation of another file in the same folder is read as
-  part of that one, not on its own;
+  part of that one, not on its own: merged (a note in the summary) when that file is in the same
+  ingest, else the whole trajectory is read from its first part;
 - embedded `subagent_trajectories` become branches hanging under the agent step whose
   observation refers to them (`subagent_trajectory_ref.trajectory_id`), else under the root;
 - rewards: Harbor's `result.json` (`verifier_result.rewards`) beside the trajectory or one folder
@@ -40,7 +41,7 @@ from ingest import endings, timestamps
 from ingest.fields import FieldError, is_number_or_none
 from ingest.formats import _openai, _rl
 from ingest.formats._build import RolloutBuilder
-from ingest.formats.base import ReadContext, guarded
+from ingest.formats.base import ReadContext, guarded, shape_error
 from ingest.schema import (
     Ending,
     EndingInfo,
@@ -52,7 +53,7 @@ from ingest.schema import (
     RunRef,
     Usage,
 )
-from ingest.source import RecordError, Source, loads
+from ingest.source import RecordError, Source, loads, open_source
 
 NAME = "atif"
 EXPECTS = 'an ATIF trajectory (`schema_version: "ATIF-v1.x"`, `agent`, `steps`), or Tunix traj_*/metadata.json'
@@ -172,9 +173,9 @@ def sniff(source: Source) -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def _continuations(folder: str, stamp: float) -> frozenset[str]:
-    """Names of the files in `folder` that another ATIF file there continues into."""
-    out: set[str] = set()
+def _continuations(folder: str, stamp: float) -> dict[str, str]:
+    """{name of a file in `folder` that another ATIF file there continues into: that file's name}."""
+    out: dict[str, str] = {}
     for f in Path(folder).glob("*.json"):
         try:
             if f.stat().st_size > 64 << 20:
@@ -183,18 +184,47 @@ def _continuations(folder: str, stamp: float) -> frozenset[str]:
         except (OSError, ValueError):
             continue
         ref = doc.get("continued_trajectory_ref") if isinstance(doc, dict) and _is_atif(doc) else None
-        if isinstance(ref, str):
-            out.add(Path(ref).name)
-    return frozenset(out)
+        if isinstance(ref, str) and Path(ref).name != f.name:
+            out.setdefault(Path(ref).name, f.name)
+    return out
 
 
-def _is_continuation(path: Path) -> bool:
+def _first_part(path: Path) -> Path | None:
+    """The file whose `continued_trajectory_ref` chain reaches `path` first (part 1 of part 3), or
+    None when no ATIF file beside `path` continues into it."""
     folder = path.resolve().parent
     try:
         stamp = folder.stat().st_mtime
     except OSError:
-        return False
-    return path.name in _continuations(str(folder), stamp)
+        return None
+    into = _continuations(str(folder), stamp)
+    name, seen = path.name, {path.name}
+    while name in into and into[name] not in seen and len(seen) <= MAX_SEGMENTS:
+        name = into[name]
+        seen.add(name)
+    return None if name == path.name else path.parent / name
+
+
+def _continuation(source: Source, ctx: ReadContext, first: Path) -> Iterator[Rollout | RecordError]:
+    """A file another file continues into. When its first part is read in the same ingest (or
+    the caller cannot say: the spool worker reads each file as it lands), it is merged there and
+    this file gives nothing but a note. Given without its first part, the whole trajectory is read
+    from the first part, so the rollout is the one a folder ingest stores (same id, every step)."""
+    try:
+        doc = loads(first.read_bytes())
+    except (OSError, ValueError) as exc:
+        yield RecordError(source.name, None, None, f"continuation of {first.name}, which cannot be read: {exc}")
+        return
+    rid = _rl_of(doc).get("id") or doc.get("trajectory_id") or doc.get("session_id")
+    named = f"rollout {rid!r}" if isinstance(rid, str) else "its rollout"
+    if ctx.files is None or first.resolve() in ctx.files:
+        ctx.extra["atif_continuations"] = ctx.extra.get("atif_continuations", 0) + 1
+        ctx.notes[source.name] = f"continuation of {first.name}: merged into {named}"
+        return
+    head = open_source(first)
+    ctx.notes[source.name] = (f"continuation of {first.name}, not given in this ingest: stored {named} "
+                              f"read from it, every part included")
+    yield guarded(source.name, None, None, lambda: _from_documents(head, ctx, _segments(doc, head)))
 
 
 # --- reading --------------------------------------------------------------------------------
@@ -204,9 +234,10 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
         yield guarded(source.name, None, None, lambda: _tunix_store(source, ctx))
         return
     single = source.kind == "json" and isinstance(source.document, dict)
-    if source.member is None and _is_continuation(source.path):
-        ctx.extra["atif_continuations"] = ctx.extra.get("atif_continuations", 0) + 1
-        return  # read as part of the file that continues into it
+    first = _first_part(source.path) if source.member is None else None
+    if first is not None:
+        yield from _continuation(source, ctx, first)
+        return
     if single and _is_atif(source.document):
         yield guarded(source.name, None, None, lambda: _from_documents(source, ctx, _segments(source.document, source)))
         return
@@ -220,7 +251,8 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
             yield guarded(source.name, line, prefix,
                           lambda: _from_documents(source, ctx, _segments(value, source), line=line))
         else:
-            yield RecordError(source.name, line, prefix or None, "not an ATIF trajectory: no schema_version")
+            yield shape_error(source.name, line, prefix, value, "ATIF trajectory", (("schema_version", "string"),),
+                              otherwise=': schema_version must start with "ATIF-"')
 
 
 def _export_row(source: Source, ctx: ReadContext, row: dict, line: int | None) -> Rollout:

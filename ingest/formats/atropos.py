@@ -25,7 +25,7 @@ from ingest.align import fill_node
 from ingest.fields import FieldError, floats, ints, is_number_or_none
 from ingest.formats import _openai
 from ingest.formats._build import RolloutBuilder, align_segments, mask_runs
-from ingest.formats.base import ReadContext, guarded
+from ingest.formats.base import ReadContext, guarded, shape_error
 from ingest.schema import Ending, EndingInfo, GroupRef, Message, Rollout, RunRef
 from ingest.source import RecordError, Source
 
@@ -58,7 +58,8 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
             yield value
             continue
         if not _is_group(value):
-            yield RecordError(source.name, line, None, "not an Atropos ScoredDataGroup: expected tokens, masks, scores")
+            yield shape_error(source.name, line, None, value, "Atropos ScoredDataGroup",
+                              (("tokens", "array"), ("masks", "array"), ("scores", "array")))
             continue
         n = len(value["tokens"])
         for key in ("masks", "scores"):

@@ -30,6 +30,10 @@ class ReadContext:
     `root`: the folder being ingested (the one given on the command line, the spool directory);
     a record without an id is named after its file's path relative to it (`source_key`). None
     means the file's own folder.
+    `files`: every file this ingest reads (resolved paths), when the caller knows them
+    (`ingest_paths`); None (the spool worker, HTTP) means unknown. `notes`: what a reader says
+    about a file that gives no records by design (file name → one line, e.g. an ATIF continuation
+    merged into its first part's rollout), for the ingest summary.
     """
 
     run_id: str | None = None
@@ -37,6 +41,8 @@ class ReadContext:
     format: str | None = None
     root: Path | None = None
     extra: dict = field(default_factory=dict)
+    files: frozenset[Path] | None = None
+    notes: dict[str, str] = field(default_factory=dict)
 
     def run_for(self, source: Source, record_run: str | None = None) -> str:
         """`--run`, else the record's own run, else the file's folder name, else "default"."""
@@ -156,6 +162,58 @@ def record_error(file: str, line: int | None, prefix: str | None, exc: BaseExcep
             path = join_path(path, named) or ""
         return RecordError(file, line, join_path(prefix, path), msg, raw)
     return RecordError(file, line, prefix or None, f"cannot read record: {type(exc).__name__}: {exc}", raw)
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type: object, array, string, number, boolean, null."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def shape_error(file: str, line: int | None, prefix: str | None, value: Any, what: str,
+                fields: tuple[tuple[str, str], ...], one_of: bool = False, otherwise: str = "") -> RecordError:
+    """Why `value` is not a `what` record ("verifiers Episode"), naming the field at fault.
+
+    `fields`: (key, JSON type: "object", "array", "string", "id" = string or integer, "any") in the
+    order the format lists them. All are needed, or with `one_of` at least one. The error names the
+    first present key of the wrong type (`messages: must be an array, got string`), else the
+    first missing one (`traces: missing`); a value that is not an object is named at `prefix`.
+    When every field is there and well typed, the error is `not a <what>` + `otherwise` (what else
+    the format needs), at `prefix`.
+    """
+    names = ", ".join(k for k, _ in fields)
+    a = "an" if what[0] in "AEIOUaeiou" else "a"
+    need = f"{a} {what} has {'one of ' if one_of else ''}{names}"
+    if not isinstance(value, dict):
+        return RecordError(file, line, prefix or None, f"expected a JSON object ({need}), got {json_type(value)}")
+    for key, kind in fields:
+        if key in value and not _is_kind(value[key], kind):
+            want = "a string or integer id" if kind == "id" else f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
+            return RecordError(file, line, join_path(prefix, key),
+                               f"must be {want}, got {json_type(value[key])} ({need})")
+    missing = [k for k, _ in fields if k not in value]
+    if missing and (not one_of or len(missing) == len(fields)):
+        return RecordError(file, line, join_path(prefix, missing[0]), f"missing: {need}")
+    return RecordError(file, line, prefix or None, f"not {a} {what}{otherwise}")
+
+
+def _is_kind(value: Any, kind: str) -> bool:
+    if kind == "any":
+        return True
+    if kind == "id":
+        return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+    return json_type(value) == kind
 
 
 def guarded(file: str, line: int | None, prefix: str | None,

@@ -44,7 +44,8 @@ from ingest import endings
 from ingest.fields import FieldError, floats, ints, is_number_or_none
 from ingest.formats import _openai
 from ingest.formats._build import RolloutBuilder, TokenTurn, apply_completion, set_tokens, turn_drift
-from ingest.formats.base import ReadContext, guarded, id_text, join_path as _join
+from ingest.formats.base import ReadContext, guarded, id_text, json_type, shape_error
+from ingest.formats.base import join_path as _join
 from ingest.schema import Ending, EndingInfo, Error, GroupRef, Message, Rollout, RunRef, Task
 from ingest.source import RecordError, Source
 
@@ -240,11 +241,26 @@ def _read_dict(value: dict, source: Source, ctx: ReadContext, line: int | None, 
         yield from _read_value(value, source, ctx, line, prefix, default_id, defaults, top=False)
         return
     if not _is_record(d, strict=False):
-        yield RecordError(source.name, line, prefix or None,
-                          "not a chat record: expected messages, turns, turn_tokens, completion_ids, "
-                          "logprobs or rollouts")
+        yield _not_a_record(d, source.name, line, prefix)
         return
     yield _record(source, ctx, value, line, prefix, default_id, defaults, variant=variant)
+
+
+def _not_a_record(d: dict, file: str, line: int | None, prefix: str) -> RecordError:
+    """Why `d` is not a chat record, naming the field: `messages` of the wrong type or holding
+    something other than message objects, a token key that is not an array, `logprobs` of no
+    known shape, else `messages` missing."""
+    msgs = d.get("messages")
+    if isinstance(msgs, list) and msgs and not isinstance(msgs[0], dict):
+        return RecordError(file, line, _join(prefix or None, "messages[0]"),
+                           f"must be a message object ({{role, content}}), got {json_type(msgs[0])}")
+    if "logprobs" in d and not any(k in d for k in ("messages", *TOKEN_KEYS, "rollouts")):
+        return RecordError(file, line, _join(prefix or None, "logprobs"),
+                           "expected {content: [...]} or an array of {token, logprob}, got "
+                           f"{json_type(d['logprobs'])}")
+    return shape_error(file, line, prefix, d, "chat record", (
+        ("messages", "array"), ("turns", "array"), ("turn_tokens", "array"), ("completion_ids", "array"),
+        ("logprobs", "any"), ("rollouts", "array")), one_of=True)
 
 
 # --- one chat record -----------------------------------------------------------------------

@@ -21,17 +21,21 @@ def sniff(source: Source) -> bool:
 
 
 def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
+    """A record without `run` is filed under `ctx.run_for(source)` (`--run`, else the file's
+    folder name), the rule every reader follows; `--run` overrides a record's own run."""
+    run = ctx.run_for(source)
     if source.kind == "jsonl":
         for line, raw in source.raw_lines():
             rollout = _from_bytes(raw, source.name, line, ctx)
             if rollout is None:  # the slow path names the line and field of what is wrong
                 value = source.parse_line(line, raw)
-                rollout = value if isinstance(value, RecordError) else parse_record(value, source.name, line, ctx)
+                rollout = value if isinstance(value, RecordError) else parse_record(
+                    value, source.name, line, ctx, default_run=run)
             yield rollout
         return
     for i, value in source.records():
         yield value if isinstance(value, RecordError) else parse_record(
-            value, source.name, None, ctx, prefix=None if i is None else f"[{i}]")
+            value, source.name, None, ctx, prefix=None if i is None else f"[{i}]", default_run=run)
 
 
 def _from_bytes(raw: bytes, file: str, line: int, ctx: ReadContext) -> Rollout | None:
@@ -51,16 +55,17 @@ def _from_bytes(raw: bytes, file: str, line: int, ctx: ReadContext) -> Rollout |
 
 
 def parse_record(value: object, file: str, line: int | None, ctx: ReadContext,
-                 prefix: str | None = None) -> Rollout | RecordError:
+                 prefix: str | None = None, default_run: str | None = None) -> Rollout | RecordError:
     """Validate one native record. Errors name the first failing field as a dotted path, after
-    `prefix` (the record's place in a JSON array, `[i]`)."""
+    `prefix` (the record's place in a JSON array, `[i]`). A record without `run` gets
+    `{"id": ctx.run_id or default_run}`; with neither it is rejected at `run`."""
     if not isinstance(value, dict):
         return RecordError(file, line, prefix, f"expected a JSON object, got {type(value).__name__}")
     if value.get("schema") != SCHEMA_VERSION:
         return RecordError(file, line, join_path(prefix, "schema"),
                            f"unsupported schema {value.get('schema')!r}; this reader knows {SCHEMA_VERSION!r}")
-    if ctx.run_id and "run" not in value:
-        value = {**value, "run": {"id": ctx.run_id}}
+    if "run" not in value and (ctx.run_id or default_run):
+        value = {**value, "run": {"id": ctx.run_id or default_run}}
     try:
         rollout = Rollout.model_validate(value)
     except ValidationError as exc:

@@ -29,7 +29,7 @@ from ingest import endings, timestamps
 from ingest.fields import FieldError, is_number_or_none
 from ingest.formats import _responses
 from ingest.formats._build import RolloutBuilder
-from ingest.formats.base import ReadContext, guarded
+from ingest.formats.base import ReadContext, guarded, join_path, shape_error
 from ingest.schema import Ending, EndingInfo, Error, GroupRef, Message, Node, Rollout, RunRef, Task, Usage
 from ingest.source import RecordError, Source
 
@@ -47,6 +47,16 @@ def _is_record(d: Any) -> bool:
         d["response"].get("output"), list) and ("responses_create_params" in d or "reward" in d)
 
 
+def _not_a_record(d: Any, file: str, line: int | None, prefix: str | None) -> RecordError:
+    """Why `d` is not a NeMo Gym rollout, at the field at fault (`response.output: missing`)."""
+    if isinstance(d, dict) and isinstance(d.get("response"), dict):
+        return shape_error(file, line, join_path(prefix or None, "response"), d["response"], "NeMo Gym response",
+                           (("output", "array"),), otherwise=": a NeMo Gym rollout has responses_create_params or "
+                           "reward beside response")
+    return shape_error(file, line, prefix, d, "NeMo Gym rollout", (("response", "object"),
+                                                                   ("responses_create_params", "object")))
+
+
 def sniff(source: Source) -> bool:
     first = source.first
     if source.kind == "json" and isinstance(first, list) and first:
@@ -61,8 +71,7 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
         if isinstance(value, RecordError):
             yield value
         elif not _is_record(value):
-            yield RecordError(source.name, line, prefix or None,
-                              "not a NeMo Gym rollout: expected response.output and responses_create_params")
+            yield _not_a_record(value, source.name, line, prefix)
         else:
             yield guarded(source.name, line, prefix, lambda: _rollout(
                 value, ctx.run_for(source), ctx.step, source.name, line, prefix, default_id))

@@ -40,6 +40,7 @@ from typing import Any
 
 from ingest.endings import from_reason
 from ingest.formats import ReadContext, record_error
+from ingest.formats.base import shape_error
 from ingest.formats._harness import Chain, action_call, documents, openai_tool_call
 from ingest.schema import Call, Ending, EndingInfo, Message, Rollout, RunRef
 from ingest.source import RecordError, Source
@@ -61,7 +62,7 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
             yield doc
             continue
         if not (isinstance(doc, dict) and isinstance(doc.get("history"), list) and isinstance(doc.get("info"), dict)):
-            yield RecordError(source.name, line, None, "not a SWE-agent trajectory (needs history and info)")
+            yield shape_error(source.name, line, None, doc, "SWE-agent trajectory", (("history", "array"), ("info", "object")))
             continue
         try:
             yield _rollout(doc, source, ctx, line)

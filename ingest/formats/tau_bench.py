@@ -20,7 +20,7 @@ from typing import Any
 from ingest.fields import FieldError
 from ingest.formats import _openai
 from ingest.formats._build import RolloutBuilder
-from ingest.formats.base import ReadContext, guarded, id_text
+from ingest.formats.base import ReadContext, guarded, id_text, shape_error
 from ingest.schema import Ending, EndingInfo, Error, GroupRef, Rollout, RunRef, Task
 from ingest.source import RecordError, Source
 
@@ -48,7 +48,7 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
         if isinstance(value, RecordError):
             yield value
         elif not _is_tau(value):
-            yield RecordError(source.name, line, prefix or None, "not a tau-bench record: expected task_id and traj")
+            yield shape_error(source.name, line, prefix, value, "tau-bench record", (("task_id", "any"), ("traj", "array")))
         else:
             yield guarded(source.name, line, prefix, lambda: _record(source, ctx, value, line, prefix))
 

@@ -39,7 +39,7 @@ from ingest.align import fit
 from ingest.fields import FieldError, floats, ints, is_number_or_none
 from ingest.formats import _openai, _rl
 from ingest.formats._build import RolloutBuilder
-from ingest.formats.base import ReadContext, guarded, id_text
+from ingest.formats.base import ReadContext, guarded, id_text, shape_error
 from ingest.schema import (
     EndingInfo,
     EpisodeRef,
@@ -135,7 +135,8 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
         if _is_trace(value) and not _is_episode(value):
             value = {"id": value.get("id"), "traces": [value], "task": value.get("task")}
         if not _is_episode(value):
-            yield RecordError(source.name, line, prefix or None, "not a verifiers Episode: expected id and traces")
+            yield shape_error(source.name, line, prefix, value, "verifiers Episode", (("id", "id"), ("traces", "array")),
+                              otherwise=": expected env, ok or run beside id and traces")
             continue
         traces = value["traces"]
         if not traces:

@@ -29,7 +29,7 @@ from typing import Any
 from ingest import endings
 from ingest.fields import FieldError, floats, ints, is_number_or_none
 from ingest.formats._build import RolloutBuilder, mask_runs
-from ingest.formats.base import ReadContext, guarded, id_text
+from ingest.formats.base import ReadContext, guarded, id_text, shape_error
 from ingest.schema import Ending, EndingInfo, GroupRef, Message, Rollout, RunRef, Task
 from ingest.source import RecordError, Source
 
@@ -53,6 +53,15 @@ def _is_tokens(d: Any) -> bool:
     return isinstance(d, dict) and isinstance(d.get("prompt_ids"), list) and isinstance(d.get("response_ids"), list)
 
 
+def _not_a_line(d: Any, file: str, line: int | None) -> RecordError:
+    """Why `d` is not a verl line, at the field at fault: token lines have prompt_ids and
+    response_ids, text dumps input, output and score or gts."""
+    if isinstance(d, dict) and ("prompt_ids" in d or "response_ids" in d):
+        return shape_error(file, line, None, d, "verl token line", (("prompt_ids", "array"), ("response_ids", "array")))
+    return shape_error(file, line, None, d, "verl line", (("input", "string"), ("output", "string")),
+                       otherwise=": expected score or gts beside input and output (or prompt_ids/response_ids)")
+
+
 def sniff(source: Source) -> bool:
     if source.kind == "parquet":  # Rollscope's Parquet training samples (`rollscope export --format parquet`)
         return _is_tokens(source.first)
@@ -74,7 +83,7 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
         elif _is_text(value):
             yield guarded(source.name, line, None, lambda: _text(source, ctx, value, line, f"{stem}#{line - 1}"))
         else:
-            yield RecordError(source.name, line, None, "not a verl line: expected input/output or prompt_ids/response_ids")
+            yield _not_a_line(value, source.name, line)
 
 
 def _step(value: Any, source: Source, ctx: ReadContext) -> int | None:
