@@ -139,7 +139,8 @@ def chart(request: Request, session: SessionDep, run_id: str, chart_id: str, ste
 def facets(request: Request, session: SessionDep, run_id: str, step: OptCount = None,
            steps: OptStr = None, ending: OptStr = None, group: OptStr = None, task: OptStr = None,
            agent: OptStr = None, flag: OptStr = None, reward_min: OptFloat = None, reward_max: OptFloat = None,
-           label: OptStr = None, sort: Annotated[str | None, Query(pattern=SORT_PATTERN)] = None):
+           label: OptStr = None, staleness: OptCount = None,
+           sort: Annotated[str | None, Query(pattern=SORT_PATTERN)] = None):
     """Facet counts of the rollouts list (JSON only): value counts for ending, task, agent, step
     range and findings under the given filters, each facet ignoring its own filter. Takes every
     parameter the list takes (a list's query can be reused as is); `sort` changes no count."""
@@ -148,7 +149,7 @@ def facets(request: Request, session: SessionDep, run_id: str, step: OptCount = 
     rid = unquote(run_id)
     check_rollout_filters(session, rid, ending=ending, flag=flag, after=None)  # 422s as the list's
     f = listing.ListFilters(step=step, steps=steps, ending=ending, group=group, task=task, agent=agent, flag=flag,
-                            reward_min=reward_min, reward_max=reward_max, label=label)
+                            reward_min=reward_min, reward_max=reward_max, label=label, staleness=staleness)
     check_list_query(f, sort=sort, after=None, before=None)
     if pages._run(session, rid) is None:
         raise HTTPException(404, "not found")
