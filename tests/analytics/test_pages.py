@@ -283,3 +283,13 @@ def test_search_pages_the_same_through_a_words_matches_or_the_newest_messages(en
     rare = pages()
     monkeypatch.setattr(search_q, "RARE_MATCHES", 1)
     assert pages() == rare and sum(len(p) for p in rare) == 10
+
+
+def test_a_download_suffix_a_page_lacks_is_a_404_not_a_bad_parameter(client, demo_run):
+    for url in (f"/runs/{demo_run}/steps/3.csv", f"/runs/{demo_run}/steps/3.txt", f"/runs/{demo_run}/charts/reward.txt"):
+        r = client.get(url)
+        assert r.status_code == 404, url
+        err = r.json()["error"]
+        assert err["code"] == "not_found" and err["field"] is None and "download" in err["message"], url
+    assert client.get(f"/runs/{demo_run}/steps/3.json").status_code == 200
+    assert client.get(f"/runs/{demo_run}/steps/x.json").status_code == 422  # a bad step is still one
