@@ -28,7 +28,7 @@ from app.errors import ApiError
 from app.params import (SORT_PATTERN, Count, OptCount, OptFloat, OptSmooth, OptStr, _blank_is_none,
                         check_list_query, check_rollout_filters, step_range)
 from app.queries.common import INT32_MAX
-from app.render import respond, wants_json
+from app.render import DOWNLOAD_SUFFIXES, respond, wants_json
 
 router = APIRouter(tags=["analytics"], dependencies=[RefuseUnknownQuery])
 
@@ -36,10 +36,15 @@ SearchLimit = Annotated[Annotated[int, Field(ge=1, le=200)] | None, BeforeValida
 
 
 def _ext(value: str, allowed: tuple[str, ...]) -> tuple[str, str]:
-    """'reward.csv' → ('reward', '.csv') for an allowed extension; else (value, '')."""
+    """'reward.csv' → ('reward', '.csv') for an allowed extension; else (value, ''). A download
+    suffix (`.csv`, `.txt`) this page does not offer is a 404 saying so, not a bad parameter
+    (`/steps/3.csv` is no step "3.csv")."""
     for ext in allowed:
         if value.endswith(ext):
             return value[: -len(ext)], ext
+    for ext in DOWNLOAD_SUFFIXES:
+        if value.endswith(ext):
+            raise ApiError(404, f"this page has no {ext[1:].upper()} download (its data: the page's .json twin)")
     return value, ""
 
 
