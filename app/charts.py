@@ -373,11 +373,12 @@ def build_mismatch(run_id: str, steps, tasks=None) -> dict:
 
 def build_staleness(run_id: str, steps, tasks=None) -> dict:
     """Off-policy staleness: rollouts per number of trainer steps between the sampling policy
-    and the step that trains on them, stacked per step."""
+    and the step that trains on them, stacked per step. Each bar links to exactly the rollouts it
+    counts (the list's `staleness` filter)."""
     values = sorted({int(k) for s in steps for k in (s.get("staleness", "histogram") or {})})
     data = [{"type": "bar", "name": f"{v} behind", "x": _xs(steps),
              "y": [s.get("staleness", "histogram", str(v), default=0) for s in steps],
-             "customdata": _step_urls(run_id, steps), "marker": {"color": PALETTE[i % len(PALETTE)]},
+             "customdata": _step_urls(run_id, steps, staleness=v), "marker": {"color": PALETTE[i % len(PALETTE)]},
              "hovertemplate": f"step %{{x}}<br>{v} steps behind: %{{y}} rollouts<extra></extra>"}
             for i, v in enumerate(values)]
     layout = _layout("Off-policy staleness per step", {"title": {"text": "rollouts"}}, _xs(steps))

@@ -54,18 +54,33 @@ def _options(
                                            "overrides ROLLSCOPE_DATABASE_URL.", show_default=False)] = None,
 ) -> None:
     """Choose the database once for every command (see `database_url`)."""
+    global _db_source
+    _db_source = "--db" if db is not None else None
     if db is not None:
         os.environ["ROLLSCOPE_DATABASE_URL"] = db
         os.environ.pop("ROLLSCOPE_DB__URL", None)
+
+
+_db_source: str | None = None  # "--db" when this invocation named the database on the command line
 
 
 def database_url() -> str:
     """The database every command uses, found the same way from any folder: `--db`, else
     ROLLSCOPE_DATABASE_URL / ROLLSCOPE_DB__URL, else ./rollscope.db when it exists, else
     rollscope.db in the user's data folder (platformdirs). Exported to the environment so the
-    server a command starts uses it too."""
-    from app.config import Settings, get_settings
+    server a command starts uses it too. A URL the app cannot use is one line naming where it
+    came from (`--db`, or the variable) and SystemExit(2)."""
+    from app.config import Settings, get_settings, normalize_db_url
 
+    given = os.environ.get("ROLLSCOPE_DATABASE_URL") or os.environ.get("ROLLSCOPE_DB__URL")
+    if given:
+        source = _db_source or ("ROLLSCOPE_DATABASE_URL" if os.environ.get("ROLLSCOPE_DATABASE_URL")
+                                else "ROLLSCOPE_DB__URL")
+        try:
+            normalize_db_url(given, source=source)
+        except ValueError as exc:
+            console.print(Text.assemble(("error: ", "red"), str(exc)), soft_wrap=True)
+            raise SystemExit(2) from None
     if not (os.environ.get("ROLLSCOPE_DATABASE_URL") or os.environ.get("ROLLSCOPE_DB__URL")):
         here = Path("rollscope.db")
         if here.exists():

@@ -22,10 +22,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 PageSize = Annotated[int, Field(ge=1, le=1000)]
 
 
-def normalize_db_url(v: str) -> str:
+def normalize_db_url(v: str, *, source: str = "ROLLSCOPE_DATABASE_URL") -> str:
     """`postgres://` and `postgresql://` → `postgresql+psycopg://`; sqlite URLs as given.
     Raises ValueError for any other scheme, and for a URL that does not parse (a port that is
-    not a number); the URL is named with its password masked."""
+    not a number); the message names where the URL came from (`source`: the variable, or the
+    CLI's `--db`) and the URL with its password masked."""
     from sqlalchemy.engine import make_url
 
     from app.db.unusable import masked
@@ -35,11 +36,11 @@ def normalize_db_url(v: str) -> str:
     if v.startswith("postgresql://"):
         v = "postgresql+psycopg://" + v[len("postgresql://"):]
     if not (v.startswith("sqlite") or v.startswith("postgresql+psycopg://")):
-        raise ValueError(f"ROLLSCOPE_DATABASE_URL must be a sqlite:// or postgresql:// URL, got {masked(v)!r}")
+        raise ValueError(f"{source} must be a sqlite:// or postgresql:// URL, got {masked(v)!r}")
     try:
         make_url(v)
     except Exception as exc:  # noqa: BLE001 - sqlalchemy raises ArgumentError or ValueError
-        raise ValueError(f"ROLLSCOPE_DATABASE_URL {masked(v)!r} is not a valid URL: {exc}") from None
+        raise ValueError(f"{source} {masked(v)!r} is not a valid URL: {exc}") from None
     return v
 
 
@@ -57,7 +58,7 @@ class DbSettings(BaseModel):
     @field_validator("url")
     @classmethod
     def _url(cls, v: str) -> str:
-        return normalize_db_url(v)
+        return normalize_db_url(v, source="ROLLSCOPE_DB__URL")
 
 
 class WebSettings(BaseModel):

@@ -31,3 +31,34 @@ def test_readme_lists_every_demo_run():
     section = section[:section.index("\n## ", 1)]
     missing = sorted(run for run in runs if f"`{run}`" not in section)
     assert not missing, f"README's demo-data section lacks {missing}"
+
+
+def _route_shapes(routers) -> set[str]:
+    """Each route's path with its parameters blanked (`/runs/{run_id:path}/steps/{step}` →
+    `/runs/{}/steps/{}`, `.json` dropped), each included router's without its prefix."""
+    out = set()
+    for router in routers:
+        for r in router.routes:
+            if hasattr(r, "original_router"):
+                out |= _route_shapes([r.original_router])
+            elif getattr(r, "path", ""):
+                out.add(re.sub(r"\{[^}]*\}", "{}", r.path).removesuffix(".json"))
+    return out
+
+
+def test_every_documented_page_url_is_a_route():
+    """Every `/runs/...` URL pattern the README and docs/ name in backticks is a route of the
+    pages (docs/api.md's table may leave out the `/api/v1` prefix of its own routes): a README
+    once named `/runs/{run}/export?format=` where only `/api/v1/runs/{run}/export` exists."""
+    from app.api.v1 import router as api_v1
+    from app.routes import analytics, pages, status
+
+    page_routes = _route_shapes([analytics.router, pages.router, status.router])
+    api_routes = _route_shapes([api_v1])
+    wrong = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for url in re.findall(r"`(/runs/[^`?#\s]*\{[^`?#\s]*)", doc.read_text()):
+            shape = re.sub(r"\{[^}]*\}", "{}", url).removesuffix(".json")
+            if shape not in page_routes and not (doc.name == "api.md" and shape in api_routes):
+                wrong.append(f"{doc.name}: {url}")
+    assert not wrong, f"documented URLs that are no route: {wrong}"

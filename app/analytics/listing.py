@@ -80,6 +80,8 @@ def where(run_id: str, f: ListFilters, *, skip: str | None = None) -> list:
         out.append(R.c.reward >= f.reward_min)
     if f.reward_max is not None:
         out.append(R.c.reward <= f.reward_max)
+    if f.staleness is not None:
+        out.append(R.c.staleness == f.staleness)
     if f.flag and skip != "flag":
         from app.queries.findings import has_finding
 
@@ -212,13 +214,14 @@ COUNT_CAP = 100_000  # a filtered count stops here (the page says "100,000+"); r
 
 def from_rollups(f: ListFilters) -> bool:
     """The filters name only a step range and an ending: counts come from the step rollups."""
-    return not any(v for k, v in f.as_query().items() if k not in ("step", "steps", "ending"))
+    # by key, not value: a filter of 0 (`staleness=0`, `reward_min=0`) is a filter
+    return not any(k not in ("step", "steps", "ending") for k in f.as_query())
 
 
 def from_task_rollups(f: ListFilters) -> bool:
     """The filters name a task prefix and at most a step range and an ending: the task rollups
     hold the counts (per step and task, or per task over every step)."""
-    return bool(f.task) and not any(v for k, v in f.as_query().items() if k not in ("step", "steps", "ending", "task"))
+    return bool(f.task) and not any(k not in ("step", "steps", "ending", "task") for k in f.as_query())
 
 
 def _run_task_endings(session: Session, run_id: str, task: str, ending: str | None = None) -> dict[str, int]:

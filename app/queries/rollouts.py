@@ -15,7 +15,8 @@ from app.queries.findings import has_finding
 
 @dataclass
 class RolloutFilters:
-    """Query parameters of the rollouts list. `reward_min`/`reward_max` are inclusive."""
+    """Query parameters of the rollouts list. `reward_min`/`reward_max` are inclusive;
+    `staleness`: policy versions behind (step − the oldest policy version that sampled it), exact."""
 
     step: int | None = None
     ending: str | None = None
@@ -25,6 +26,7 @@ class RolloutFilters:
     reward_max: float | None = None
     flag: str | None = None
     label: str | None = None
+    staleness: int | None = None
 
     def as_query(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if v is not None and v != ""}
@@ -63,6 +65,8 @@ def _filtered(q, run_id: str, filters: RolloutFilters):
         q = q.where(R.c.reward >= f.reward_min)
     if f.reward_max is not None:
         q = q.where(R.c.reward <= f.reward_max)
+    if f.staleness is not None:
+        q = q.where(R.c.staleness == f.staleness)
     if f.flag:
         q = q.where(has_finding(f.flag))
     if f.label:

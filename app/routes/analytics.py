@@ -28,7 +28,7 @@ from app.errors import ApiError
 from app.params import (SORT_PATTERN, Count, OptCount, OptFloat, OptSmooth, OptStr, _blank_is_none,
                         check_list_query, check_rollout_filters, step_range)
 from app.queries.common import INT32_MAX
-from app.render import respond, wants_json
+from app.render import DOWNLOAD_SUFFIXES, respond, wants_json
 
 router = APIRouter(tags=["analytics"], dependencies=[RefuseUnknownQuery])
 
@@ -36,10 +36,15 @@ SearchLimit = Annotated[Annotated[int, Field(ge=1, le=200)] | None, BeforeValida
 
 
 def _ext(value: str, allowed: tuple[str, ...]) -> tuple[str, str]:
-    """'reward.csv' → ('reward', '.csv') for an allowed extension; else (value, '')."""
+    """'reward.csv' → ('reward', '.csv') for an allowed extension; else (value, ''). A download
+    suffix (`.csv`, `.txt`) this page does not offer is a 404 saying so, not a bad parameter
+    (`/steps/3.csv` is no step "3.csv")."""
     for ext in allowed:
         if value.endswith(ext):
             return value[: -len(ext)], ext
+    for ext in DOWNLOAD_SUFFIXES:
+        if value.endswith(ext):
+            raise ApiError(404, f"this page has no {ext[1:].upper()} download (its data: the page's .json twin)")
     return value, ""
 
 
@@ -139,7 +144,8 @@ def chart(request: Request, session: SessionDep, run_id: str, chart_id: str, ste
 def facets(request: Request, session: SessionDep, run_id: str, step: OptCount = None,
            steps: OptStr = None, ending: OptStr = None, group: OptStr = None, task: OptStr = None,
            agent: OptStr = None, flag: OptStr = None, reward_min: OptFloat = None, reward_max: OptFloat = None,
-           label: OptStr = None, sort: Annotated[str | None, Query(pattern=SORT_PATTERN)] = None):
+           label: OptStr = None, staleness: OptCount = None,
+           sort: Annotated[str | None, Query(pattern=SORT_PATTERN)] = None):
     """Facet counts of the rollouts list (JSON only): value counts for ending, task, agent, step
     range and findings under the given filters, each facet ignoring its own filter. Takes every
     parameter the list takes (a list's query can be reused as is); `sort` changes no count."""
@@ -148,7 +154,7 @@ def facets(request: Request, session: SessionDep, run_id: str, step: OptCount = 
     rid = unquote(run_id)
     check_rollout_filters(session, rid, ending=ending, flag=flag, after=None)  # 422s as the list's
     f = listing.ListFilters(step=step, steps=steps, ending=ending, group=group, task=task, agent=agent, flag=flag,
-                            reward_min=reward_min, reward_max=reward_max, label=label)
+                            reward_min=reward_min, reward_max=reward_max, label=label, staleness=staleness)
     check_list_query(f, sort=sort, after=None, before=None)
     if pages._run(session, rid) is None:
         raise HTTPException(404, "not found")

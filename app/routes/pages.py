@@ -1,7 +1,7 @@
 """Dashboard pages. Each returns HTML or its JSON twin (`.json` suffix or Accept: application/json).
 
 URLs are stable and readable; training code may print them into its logs:
-`/runs`, `/runs/{run}`, `/runs/{run}/rollouts?step=&ending=&group=&task=&reward_min=&reward_max=&flag=&label=&after=`,
+`/runs`, `/runs/{run}`, `/runs/{run}/rollouts?step=&ending=&group=&task=&reward_min=&reward_max=&flag=&label=&staleness=&after=`,
 `/runs/{run}/rollouts/{rollout_id}`, `/runs/{run}/groups/{group_id}`, `/quarantine?file=&before=`.
 
 Ids may contain `/`: links encode it as `%2F`, and the app routes on a path where `%2F` and `%25`
@@ -116,7 +116,7 @@ def _list_filters(query: str | None) -> tuple[ListFilters, str | None] | None:
     from app.analytics import listing
     from app.analytics.steps import StepRange
 
-    kinds = {"step": int, "reward_min": float, "reward_max": float}
+    kinds = {"step": int, "staleness": int, "reward_min": float, "reward_max": float}
     out: dict = {}
     sort = None
     for k, v in parse_qsl(query):
@@ -134,13 +134,14 @@ def _list_filters(query: str | None) -> tuple[ListFilters, str | None] | None:
                 out[k] = v
             except ValueError:
                 pass
-        elif k in ("step", "ending", "group", "task", "agent", "reward_min", "reward_max", "flag", "label"):
+        elif k in ("step", "ending", "group", "task", "agent", "reward_min", "reward_max", "flag", "label", "staleness"):
             try:
                 out[k] = kinds.get(k, str)(v)
             except ValueError:
                 continue
-    if isinstance(out.get("step"), int) and not 0 <= out["step"] <= INT32_MAX:
-        out.pop("step")
+    for k in ("step", "staleness"):
+        if isinstance(out.get(k), int) and not 0 <= out[k] <= INT32_MAX:
+            out.pop(k)
     for k in ("reward_min", "reward_max"):
         if k in out and out[k] != out[k] or k in out and abs(out[k]) == float("inf"):
             out.pop(k)
@@ -230,11 +231,11 @@ def rollouts(
     request: Request, session: SessionDep, run_id: str,
     step: OptCount = None, steps: OptStr = None, ending: OptStr = None, group: OptStr = None, task: OptStr = None,
     agent: OptStr = None, reward_min: OptFloat = None, reward_max: OptFloat = None, flag: OptStr = None,
-    label: OptStr = None, sort: Annotated[str | None, Query(pattern=SORT_PATTERN)] = None,
+    label: OptStr = None, staleness: OptCount = None, sort: Annotated[str | None, Query(pattern=SORT_PATTERN)] = None,
     after: OptStr = None, before: OptStr = None, limit: OptLimit = None,
 ):
     """Rollout summaries of a run, filtered: `step` (≥ 0, else 422) or `steps=A-B`, `ending`, `group`
-    and `task` (prefix), `agent` (`(none)`: rollouts without one), `reward_min`/`reward_max` (inclusive), `flag` (a finding kind). `sort` is
+    and `task` (prefix), `agent` (`(none)`: rollouts without one), `reward_min`/`reward_max` (inclusive), `flag` (a finding kind), `staleness` (policy versions behind: step − policy version). `sort` is
     `step` (default), `reward`, `tokens` or `turns`, `-` first for descending; missing values
     last. Every page has its own URL: `after` / `before` are keyset cursors from `next_url` /
     `prev_url`. The page carries `total` (all matches) and `facets` (value counts for ending,
@@ -246,7 +247,7 @@ def rollouts(
     rid = unquote(run_id)
     check_rollout_filters(session, rid, ending=ending, flag=flag, after=None)
     filters = ListFilters(step=step, steps=steps, ending=ending, group=group, task=task, agent=agent,
-                          reward_min=reward_min, reward_max=reward_max, flag=flag, label=label)
+                          reward_min=reward_min, reward_max=reward_max, flag=flag, label=label, staleness=staleness)
     check_list_query(filters, sort=sort, after=after, before=before)
     if request.url.path.endswith(".csv"):
         if q_runs.get_run(session=session, run_id=rid) is None:

@@ -74,6 +74,22 @@ SKIPPED_SUFFIXES = (".tmp", ".part", ".partial", ".swp")
 INGEST = "ingest"  # spool_file.spool of the worker's files
 WORKER_LOCK_CLASS = 0x726F6C6C  # pg_advisory_lock(class, key): "roll", the class of workers' session locks
 _SESSION_KEY = re.compile(r":s(\d{1,10})$")
+REJECTED_SHOWN = 5  # rejected records named on stderr per stretch read; the rest are counted in one line
+REJECTED_CHARS = 300  # a rejection's line is cut here (its whole text is in the quarantine)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\s]+")
+
+
+def rejected_lines(errors: list[RecordError], *, shown: int = REJECTED_SHOWN) -> list[str]:
+    """What the worker says about a stretch's rejected records: one line each for the first
+    `shown` (`rejected a.jsonl:7: field: why`, control characters and line breaks made spaces,
+    cut to REJECTED_CHARS), then `… and 37 more rejected in this stretch`. [] for none."""
+    out = []
+    for e in errors[:shown]:
+        text = _CONTROL.sub(" ", str(e)).strip()
+        out.append("rejected " + (text if len(text) <= REJECTED_CHARS else text[:REJECTED_CHARS - 1] + "…"))
+    if len(errors) > shown:
+        out.append(f"… and {len(errors) - shown} more rejected in this stretch")
+    return out
 
 
 def new_worker_id() -> str:
@@ -585,7 +601,15 @@ class Spool:
                 last_error=(str(rejected[-1]) if rejected else row.last_error), updated_at=models.utcnow(),
                 status="done" if self._finished(row, chunk) else "active"))
         self._after_commit(row, chunk)
+        self._say_rejected(rejected, res)
         return 1
+
+    def _say_rejected(self, rejected: list[RecordError], res: StoreResult) -> None:
+        """Name a committed stretch's rejected records on the log (stderr): those read as bad and
+        those the database refused, at most REJECTED_SHOWN of them (rejected_lines)."""
+        refused = [e for e in res.errors if not any(e is r for r in rejected)]
+        for msg in rejected_lines(rejected + refused):
+            self.log(msg)
 
     def _next_chunk(self, row, path: Path, *, read_ahead: bool = True) -> tuple[Chunk | None, Future | None]:
         """The stretch at the file's stored offset, with its parse when it is under way.
@@ -791,6 +815,7 @@ class Spool:
                 offset=st.st_size, size=st.st_size, format=reader.NAME, status="done",
                 records=res.inserted + res.replaced + res.unchanged, rejected=res.rejected,
                 last_error=str(errors[-1]) if errors else None, updated_at=models.utcnow()))
+        self._say_rejected(errors, res)
         return 1
 
     def _root_of(self, name: str) -> Path | None:

@@ -65,6 +65,32 @@ def test_chart_numbers_match_the_rollouts(client, demo_run):
         assert m == pytest.approx(sum(vals) / len(vals))
 
 
+def test_count_chart_points_open_exactly_their_rollouts(client, demo_run):
+    """A chart whose points count rollouts (staleness, findings): the list each point links to
+    totals its value, in the page list, the API list and the export."""
+    seen = 0
+    for chart_id in ("staleness", "findings"):
+        fig = client.get(f"/runs/{demo_run}/charts/{chart_id}.json").json()["figure"]
+        for t in fig["data"]:
+            for url, y in zip(t["customdata"], t["y"]):
+                path, _, query = url.partition("?")
+                assert client.get(f"{path}.json?{query}").json()["total"] == y, (chart_id, t["name"], url)
+                seen += 1
+    staleness = client.get(f"/runs/{demo_run}/charts/staleness.json").json()["figure"]["data"]
+    assert len(staleness) >= 2 and seen  # the demo samples from more than one policy version
+    one = staleness[1]
+    step, y, url = one["x"][0], one["y"][0], one["customdata"][0]
+    assert url == f"/runs/{demo_run}/rollouts?step={step}&staleness={one['name'].split()[0]}"
+    api = client.get(f"/api/v1/runs/{demo_run}/rollouts?{url.partition('?')[2]}&limit=1000").json()
+    assert len(api["items"]) == y
+    assert 'name="staleness"' in client.get(url).text
+    assert client.get(f"/runs/{demo_run}/rollouts.json?staleness=-1").status_code == 422
+    # a filter whose value is 0 is a filter (the count once came from the step rollups, unfiltered)
+    rows = client.get(f"/runs/{demo_run}/rollouts.json?limit=1000").json()["rollouts"]
+    zero = client.get(f"/runs/{demo_run}/rollouts.json?reward_max=0&limit=1000").json()
+    assert zero["total"] == len(zero["rollouts"]) == sum(r["reward"] is not None and r["reward"] <= 0 for r in rows) < len(rows)
+
+
 def test_step_range_and_moving_average(client, demo_run):
     d = client.get(f"/runs/{demo_run}/charts/reward.json?steps=2-4&smooth=3").json()
     xs = {x for t in d["figure"]["data"] for x in t["x"]}
@@ -257,3 +283,13 @@ def test_search_pages_the_same_through_a_words_matches_or_the_newest_messages(en
     rare = pages()
     monkeypatch.setattr(search_q, "RARE_MATCHES", 1)
     assert pages() == rare and sum(len(p) for p in rare) == 10
+
+
+def test_a_download_suffix_a_page_lacks_is_a_404_not_a_bad_parameter(client, demo_run):
+    for url in (f"/runs/{demo_run}/steps/3.csv", f"/runs/{demo_run}/steps/3.txt", f"/runs/{demo_run}/charts/reward.txt"):
+        r = client.get(url)
+        assert r.status_code == 404, url
+        err = r.json()["error"]
+        assert err["code"] == "not_found" and err["field"] is None and "download" in err["message"], url
+    assert client.get(f"/runs/{demo_run}/steps/3.json").status_code == 200
+    assert client.get(f"/runs/{demo_run}/steps/x.json").status_code == 422  # a bad step is still one

@@ -113,10 +113,17 @@ def test_cases_11_good_lines_land_bad_line_quarantined_with_line_and_byte(engine
     for name in ("11-torn-jsonl-tail.jsonl", "11b-malformed-middle-line.jsonl"):
         (spool / name[:3]).mkdir()  # one run per case (the folder's name): both use ids t-0, t-1
         (spool / name[:3] / name).write_bytes(data_path("cases", name).read_bytes())
-    with worker(engine, spool, torn_after=0.5):
+    said: list[str] = []
+    with worker(engine, spool, torn_after=0.5, log=said.append):
         assert wait_for(lambda: count(engine, Q) == 2 and count(engine, R) == 4, 30)
     with engine.connect() as conn:
         quarantined = {Path(q.source_file).name: q for q in conn.execute(sa.select(Q))}
+    # each rejection is named on the log (stderr): file, line and why, on one line
+    rejected = [m for m in said if m.startswith("rejected ")]
+    assert len(rejected) == 2, said
+    assert any("11-torn-jsonl-tail.jsonl:3: " in m and "torn" in m for m in rejected), said
+    assert any("11b-malformed-middle-line.jsonl:2: " in m for m in rejected), said
+    assert all("\n" not in m for m in rejected)
     torn = quarantined["11-torn-jsonl-tail.jsonl"]
     data = (spool / "11-" / "11-torn-jsonl-tail.jsonl").read_bytes()
     torn_at = data.rindex(b"\n") + 1
@@ -437,3 +444,21 @@ def test_what_a_writer_appends_after_a_torn_line_keeps_the_line_numbers_of_the_f
         assert sorted(conn.execute(sa.select(Q.c.line)).scalars()) == [3]
         assert dict(conn.execute(sa.select(R.c.rollout_id, R.c.source_line)).all()) == {"t0": 1, "t1": 2, "t3": 4}
         assert conn.execute(sa.select(S.c.line)).scalar_one() == 4
+
+
+def test_rejected_records_are_named_on_the_log_a_few_per_stretch(engine, tmp_path):
+    """One line per rejected record (file, line, why; control characters and line breaks made
+    spaces, cut short), at most REJECTED_SHOWN per stretch, then a count of the rest."""
+    from app.worker.spool import REJECTED_CHARS, REJECTED_SHOWN
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    bad = [b'{"x": "\x1b[31m' + b"y" * 2000 + b'\n' for _ in range(REJECTED_SHOWN + 37)]
+    (spool / "r.jsonl").write_bytes(line("ok") + b"".join(bad) + line("ok2"))
+    said: list[str] = []
+    run(engine, [spool], once=True, log=said.append, batch_lines=1000)
+    assert ids(engine) == ["ok", "ok2"] and count(engine, Q) == REJECTED_SHOWN + 37
+    rejected = [m for m in said if m.startswith("rejected ")]
+    assert [m.split(": ")[0].rpartition("/")[2] for m in rejected] == [f"r.jsonl:{n}" for n in range(2, 2 + REJECTED_SHOWN)], said
+    assert all(len(m) <= len("rejected ") + REJECTED_CHARS and "\x1b" not in m and "\n" not in m for m in rejected)
+    assert "… and 37 more rejected in this stretch" in said, said

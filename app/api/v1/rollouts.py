@@ -56,10 +56,11 @@ def rollout_filters(
     reward_min: OptFloat = None, reward_max: OptFloat = None,
     flag: Annotated[str | None, Query(description="a finding kind")] = None,
     label: Annotated[str | None, Query(description="a label given to the rollout (any author)")] = None,
+    staleness: Annotated[OptCount, Query(description="policy versions behind (step − policy version)")] = None,
 ) -> RolloutFilters:
     """The rollouts list's filters as query parameters (the list and the export take them)."""
     return RolloutFilters(step=step, ending=ending, group=group, task=task, reward_min=reward_min,
-                          reward_max=reward_max, flag=flag, label=label)
+                          reward_max=reward_max, flag=flag, label=label, staleness=staleness)
 
 
 Filters = Annotated[RolloutFilters, Depends(rollout_filters)]
