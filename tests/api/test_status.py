@@ -18,13 +18,13 @@ def test_status_page_metrics_and_link(client, engine, tmp_path):
     spool.mkdir()
     f = write_jsonl(spool / "a.jsonl", [rollout("a"), rollout("b")])
     with f.open("ab") as out:
-        out.write(b'{"schema": "rollscope/1", "id": "bad"}\n{"schema": "rollscope/1", "id": "partial')
+        out.write(b'{"schema": "rollscope/1", "id": "bad", "nodes": 7}\n{"schema": "rollscope/1", "id": "partial')
     run_worker(engine, [spool], once=True, log=lambda _m: None, torn_after=3600)
     st = client.get("/api/v1/ingest/status").json()
     (src,) = st["sources"]
     assert src["name"] == str(f) and src["format"] == "native" and src["records"] == 2 and src["quarantined"] == 1
     assert src["bytes_behind"] == len(b'{"schema": "rollscope/1", "id": "partial') and src["records_last_minute"] == 2
-    assert "bad" in src["last_error"] or "run" in src["last_error"]
+    assert "a.jsonl:3: nodes" in src["last_error"]
     page = client.get("/ingest")
     assert page.status_code == 200 and 'hx-trigger="every 2s"' in page.text and str(f) in page.text
     assert client.get("/ingest.json").json()["rollouts"] == 2
@@ -81,7 +81,7 @@ def test_a_file_read_again_from_the_start_is_counted_once(client, engine, tmp_pa
     spool = tmp_path / "spool"
     spool.mkdir()
     f = spool / "a.jsonl"
-    bad = b'{"schema": "rollscope/1", "id": "bad"}\n'
+    bad = b'{"schema": "rollscope/1", "id": "bad", "nodes": 7}\n'
     once = lambda: run_worker(engine, [spool], once=True, log=lambda _m: None, torn_after=3600)  # noqa: E731
 
     def source(name=str(f)) -> dict:
