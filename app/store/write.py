@@ -448,18 +448,14 @@ def lost_a_race(exc: BaseException) -> bool:
     return str(getattr(orig, "sqlstate", None) or "") in ("40P01", "40001")
 
 
-def _with_retries(engine: Engine, write, in_transaction, last_item, total: StoreResult,
-                  retry_seconds: float = RETRY_SECONDS) -> StoreResult:
+def _with_retries(engine: Engine, write, total: StoreResult, retry_seconds: float = RETRY_SECONDS) -> StoreResult:
     """One batch transaction, retried while the database is unreachable (`retry_waits`), or when
     it gave way to a concurrent writer (`lost_a_race`). When the database stays away the error
     carries `rollouts_committed` (what earlier batches stored)."""
     for wait in (*retry_waits(retry_seconds), None):
         try:
             with engine.begin() as conn:
-                res = write(conn)
-                if in_transaction:
-                    in_transaction(conn, last_item)
-            return res
+                return write(conn)
         except Exception as exc:
             if lost_a_race(exc) and wait is not None:
                 time.sleep(wait / 10)
@@ -474,8 +470,7 @@ def _with_retries(engine: Engine, write, in_transaction, last_item, total: Store
     raise AssertionError("unreachable")
 
 def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=None,
-          batch_size: int = BATCH, in_transaction: Callable[[sa.Connection, object], None] | None = None,
-          context: CheckContext | None = None, force: bool = False,
+          batch_size: int = BATCH, context: CheckContext | None = None, force: bool = False,
           quarantine_context: dict | None = None, retry_seconds: float = RETRY_SECONDS,
           whole_file: tuple[str, datetime] | None = None, order: IngestOrder | None = None) -> StoreResult:
     """Store a stream of rollouts and rejections, `batch_size` rollouts per transaction.
@@ -485,9 +480,7 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     server, with Python's lock let go), one batch at a time and in order, so at most two batches
     are held; on SQLite the write is this process's own CPU, and is done in line. Rejections are
     quarantined in the transaction of the batch they arrived with. `on_item(item)` is called after
-    each item is read (progress bars). `in_transaction(conn, last_item)` is called inside each
-    batch's transaction after its rows are written (the worker stores its file offsets there, so
-    rows and offset commit together). A rollout repeating an identity already seen in this call
+    each item is read (progress bars). A rollout repeating an identity already seen in this call
     is counted in `repeated`; the later one wins. `context`: the run's tokenizer and chat template
     for the checks (None: the checks that need them record that they could not decide).
     `force`: replace stored rollouts whose content is unchanged too (`rollscope recheck`).
@@ -508,7 +501,6 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     known_runs: set[str] = set()
     files_checked: set[str] = set()  # source files whose quarantine entries were looked up
     quarantined_files: set[str] = set()  # ... and those that have some (records landing clear them)
-    last: list[object] = [None]
     repeated = 0
     writer = ThreadPoolExecutor(1, thread_name_prefix="rollscope-store") if engine.dialect.name != "sqlite" else None
     writing: list[Future] = []  # the batch being written, if any
@@ -527,16 +519,16 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
         return res
 
     def write_batch_of(prepared: list[Prepared], batch_errors: list[RecordError], unstorable: list[RecordError],
-                       last_item: object, final: bool) -> None:
+                       final: bool) -> None:
         try:
             res = _with_retries(engine, lambda conn: write(conn, prepared, batch_errors, final),
-                                in_transaction, last_item, total, retry_seconds)
+                                total, retry_seconds)
         except Exception as exc:  # noqa: BLE001 - the fallback isolates the one that failed
             if database_gone(exc) or why_unusable(exc):
                 raise  # retried already, or cannot be used: writing row by row cannot help
             res = _with_retries(engine, lambda conn: write_one_by_one(
                 conn, prepared, batch_errors, force=force, quarantine_context=quarantine_context),
-                in_transaction, last_item, total, retry_seconds)
+                total, retry_seconds)
             res.fallbacks += 1
         res.errors = unstorable + res.errors
         res.batches += 1
@@ -549,7 +541,7 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
         if not pending and not errors and not failed and not (
                 final and whole_file is not None and whole_file[0] in quarantined_files):
             return
-        batch = (list(pending), errors + failed, list(failed), last[0], final)
+        batch = (list(pending), errors + failed, list(failed), final)
         pending.clear()
         failed.clear()
         errors.clear()
@@ -579,7 +571,6 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
                     failed.append(p)
                 else:
                     pending.append(p.detached())
-            last[0] = item
             if len(pending) + len(failed) >= batch_size or len(errors) >= batch_size:
                 flush()
             if on_item:

@@ -59,6 +59,7 @@ from app.db import models
 from app.db.engine import insert_for
 from app.store.quarantine import IngestContext, clear_whole_file, quarantine_many
 from app.store.write import StoreResult, store, write_in
+from app.worker.gzstream import GzState, inflate, is_gzip
 from app.worker.parse import Parsed, Parsers, parse_lines
 from ingest.files import read_records
 from ingest.formats import ReadContext
@@ -171,44 +172,6 @@ def _still_for(row, now, seconds: float, *, unknown: bool) -> bool:
     return (now - grew).total_seconds() >= seconds
 
 
-def _is_gzip(head: bytes) -> bool:
-    return head[:2] == b"\x1f\x8b"
-
-
-GZ_PIECE = 1 << 16  # compressed bytes inflated at a time: what corrupt data can take with it
-
-
-def _inflate(state: _GzState, raw: bytes, at: int, size: int) -> bytes:
-    """The uncompressed bytes of `raw` (the compressed bytes from `at` of a file of `size`
-    bytes), member after member, as `gzip -d` reads them (NUL padding after a member is not
-    another one). Corrupt data ends the stream: what was inflated before it (up to `GZ_PIECE`
-    compressed bytes earlier) is returned, and `state.broken` says where and why."""
-    view, pos, parts = memoryview(raw), 0, []
-    data_end = len(raw.rstrip(b"\x00"))  # past it, only NUL padding
-    try:
-        while pos < len(raw):
-            piece = view[pos:pos + GZ_PIECE]
-            parts.append(state.zobj.decompress(piece))  # type: ignore[attr-defined]
-            if not state.zobj.eof:  # type: ignore[attr-defined]
-                pos += len(piece)
-                continue
-            pos += len(piece) - len(state.zobj.unused_data)  # type: ignore[attr-defined]
-            if pos < data_end:  # the next member starts here
-                state.zobj = zlib.decompressobj(wbits=47)
-                continue
-            state.eof = state.compressed_pos >= size
-            if not state.eof:  # more may be appended after the padding
-                state.zobj = zlib.decompressobj(wbits=47)
-            break
-    except zlib.error as exc:
-        out = b"".join(parts)
-        state.broken = (f"corrupt gzip data near compressed byte {at + pos} (uncompressed byte "
-                        f"{state.out_pos + len(out)}): {exc}")
-        state.eof = True
-        return out
-    return b"".join(parts)
-
-
 @dataclass
 class Left:
     """A file a pass left with bytes unread: `name`, `why` (for a person), and `due`: seconds
@@ -233,16 +196,6 @@ class Chunk:
 
 
 @dataclass
-class _GzState:
-    zobj: object
-    compressed_pos: int
-    out_pos: int  # uncompressed bytes produced so far
-    buffer: bytes = b""  # produced, not yet handed out (starts at out_pos - len(buffer))
-    eof: bool = False
-    broken: str | None = None  # why the stream cannot be read past `compressed_pos` (corrupt data)
-
-
-@dataclass
 class Spool:
     """One worker's view of the spool directories. `work()` does one pass: find files, claim
     one with something to read, read and commit it chunk by chunk."""
@@ -256,7 +209,7 @@ class Spool:
     worker_id: str = field(default_factory=new_worker_id)
     log: Callable[[str], None] = lambda _msg: None
     parsers: int = 0  # processes parsing the next stretches of a file while one is written (app/worker/parse.py)
-    _gz: dict[int, _GzState] = field(default_factory=dict)
+    _gz: dict[int, GzState] = field(default_factory=dict)
     _idle: dict[int, tuple[int, int]] = field(default_factory=dict)  # pk → (size, offset) when nothing was readable
     # pk → stretches read ahead of the file's offset, in order, each with its parse under way (a
     # future) or None (not sent: parsed here when its turn comes)
@@ -378,7 +331,7 @@ class Spool:
                     and row.claimed_until >= now:
                 out.append(Left(row.name, f"held by worker {row.claimed_by} until "
                                           f"{row.claimed_until:%Y-%m-%d %H:%M:%S} UTC"))
-            elif _is_gzip(row.head):
+            elif is_gzip(row.head):
                 out.append(Left(row.name, "its gzip stream has not ended: read on when more of it arrives, or its "
                                           f"last line reported as torn once the file has not grown for "
                                           f"{self.torn_after:g} s", max(self.torn_after - grew, 0.0)))
@@ -443,7 +396,7 @@ class Spool:
             changes["path"] = str(s.path)  # renamed (rotated): same file, same offset, same name
         head = _head(s.path) if (s.size != row.size or len(row.head) < HEAD_BYTES) else row.head
         same_start = head[:len(row.head)] == row.head[:len(head)]
-        gz = _is_gzip(row.head)
+        gz = is_gzip(row.head)
         moved = s.size != row.size or str(s.path) != row.path
         before = None if gz or not moved or not row.tail or s.size < row.offset else \
             _bytes_at(s.path, row.offset - len(row.tail), len(row.tail))
@@ -627,7 +580,7 @@ class Spool:
             if chunk is None:
                 return None, None
             ahead = self._ahead[row.pk] = deque([(chunk, None)])
-        if read_ahead and self._parse_ahead and row.format and not _is_gzip(row.head):
+        if read_ahead and self._parse_ahead and row.format and not is_gzip(row.head):
             while len(ahead) <= max(self.parsers, 1) and ahead[-1][0].torn is None:
                 last = ahead[-1][0]
                 nxt = self._read_chunk(row, path, at=(last.end, last.line + last.n_lines))
@@ -659,7 +612,7 @@ class Spool:
     def _mode(self, row, path: Path) -> str | None:
         """"lines" (JSONL, gzip: tailed), "whole" (a JSON document, CSV: read once settled), or
         None (too early to tell: the first line is not complete yet)."""
-        if _is_gzip(row.head) or row.offset > 0 or row.format:
+        if is_gzip(row.head) or row.offset > 0 or row.format:
             return "lines"
         try:
             with path.open("rb") as f:
@@ -683,7 +636,7 @@ class Spool:
     def _tail(self, row, chunk: Chunk) -> bytes | None:
         """The up to TAIL_BYTES bytes before the offset once `chunk` is committed (None for gzip:
         its offsets count uncompressed bytes)."""
-        if _is_gzip(row.head):
+        if is_gzip(row.head):
             return None
         read = chunk.data or chunk.torn or b""
         return read[-TAIL_BYTES:] if len(read) >= TAIL_BYTES else ((row.tail or b"") + read)[-TAIL_BYTES:]
@@ -697,7 +650,7 @@ class Spool:
         """Complete lines from `row.offset` (or from `at`, (byte, lines before it), of a plain
         file): up to `batch_lines` lines or `batch_bytes` bytes. None when nothing complete is
         there yet."""
-        if _is_gzip(row.head):
+        if is_gzip(row.head):
             return self._read_gz(row, path)
         offset, line = at or (row.offset, row.line)
         try:
@@ -737,7 +690,7 @@ class Spool:
         if state is not None and state.broken is not None and state.out_pos - len(state.buffer) == row.offset:
             return self._cut(row, state.buffer, at_eof=False)  # the whole lines before the damage
         if state is None or state.out_pos - len(state.buffer) != row.offset:
-            state = _GzState(zlib.decompressobj(wbits=47), 0, 0)
+            state = GzState(zlib.decompressobj(wbits=47), 0, 0)
             self._gz[row.pk] = state
             skip = row.offset
         else:
@@ -755,7 +708,7 @@ class Spool:
                     if not raw:
                         break
                     state.compressed_pos += len(raw)
-                    out = _inflate(state, raw, block_at, size)
+                    out = inflate(state, raw, block_at, size)
                     state.out_pos += len(out)
                     state.buffer += out
                     if skip:
@@ -770,7 +723,7 @@ class Spool:
             return self._cut(row, state.buffer, at_eof=False)  # whole lines first; then `_corrupt`
         return self._cut(row, state.buffer, at_eof=at_end)
 
-    def _corrupt(self, row, state: _GzState) -> int:
+    def _corrupt(self, row, state: GzState) -> int:
         """A gzip file whose data is damaged, read up to the damage: rejected once (one
         quarantine entry at the first line not read, counted once in its `rejected` and last
         error) and finished; looked at again only when the file changes."""
