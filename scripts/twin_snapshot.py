@@ -59,7 +59,16 @@ def mask(value, tmp: str):
     return value
 
 
-def crawl(db: Path, out: Path, limit: int) -> int:
+def _run_of(path: str) -> str | None:
+    parts = path.split("/")
+    if len(parts) > 2 and parts[1] == "runs":
+        return parts[2].removesuffix(".json")
+    if len(parts) > 4 and parts[1:3] == ["api", "v1"] and parts[3] == "runs":
+        return parts[4]
+    return None
+
+
+def crawl(db: Path, out: Path, limit: int, per_run_limit: int) -> int:
     from fastapi.testclient import TestClient
 
     from app.config import Settings
@@ -67,8 +76,11 @@ def crawl(db: Path, out: Path, limit: int) -> int:
 
     app = create_app(Settings(database_url=f"sqlite:///{db}"))
     seen: set[str] = set()
+    written: list[str] = []
     queue = deque(["/runs", "/quarantine", "/search?q=error", "/api/v1/runs", "/ingest"])
     n = 0
+    per_run: dict[str, int] = {}
+    shapes: dict[tuple, int] = {}
     with TestClient(app) as c:
         while queue and n < limit:
             url = queue.popleft()
@@ -76,12 +88,23 @@ def crawl(db: Path, out: Path, limit: int) -> int:
                 continue
             seen.add(url)
             path = urlsplit(url).path
+            query = urlsplit(url).query
+            if query:  # a filter / sort / page variant: a few of each shape, not every combination
+                shape = (path.removesuffix(".json"), tuple(sorted(k.split("=")[0] for k in query.split("&"))))
+                if shapes.get(shape, 0) >= 3:
+                    continue
+                shapes[shape] = shapes.get(shape, 0) + 1
+            run = _run_of(path)
+            if run is not None:
+                if per_run.get(run, 0) >= per_run_limit:
+                    continue
+                per_run[run] = per_run.get(run, 0) + 1
             if path.startswith("/static") or path.endswith((".csv", ".txt", ".npz")) or "/export" in path:
                 continue
             if not path.startswith("/api/"):
                 r = c.get(url, headers={"accept": "text/html"})
                 if r.status_code == 200 and "html" in r.headers.get("content-type", ""):
-                    for href in HREF.findall(r.text):
+                    for href in sorted(set(HREF.findall(r.text))):
                         href = urldefrag(href.replace("&amp;", "&"))[0]
                         if href.startswith("/") and href not in seen:
                             queue.append(href)
@@ -98,7 +121,56 @@ def crawl(db: Path, out: Path, limit: int) -> int:
             (out / f"{name}.json").write_text(json.dumps({"url": url, "status": r.status_code, "body": body},
                                                          indent=1, sort_keys=True, default=str))
             n += 1
-    (out / "_index.txt").write_text("\n".join(sorted(seen)) + "\n")
+            written.append(url)
+        n += _api(c, out, written)
+    (out / "_index.txt").write_text("\n".join(sorted(written)) + "\n")
+    return n
+
+
+def _save(out: Path, url: str, r) -> None:
+    try:
+        body = mask(r.json(), str(ROOT))
+    except ValueError:
+        body = {"_not_json": r.text[:200]}
+    name = hashlib.sha1(url.encode()).hexdigest()[:16]
+    (out / f"{name}.json").write_text(json.dumps({"url": url, "status": r.status_code, "body": body},
+                                                 indent=1, sort_keys=True, default=str))
+
+
+def _api(c, out: Path, written: list[str]) -> int:
+    """/api/v1: every run, its steps, metrics, findings, a rollouts page, and the first rollouts of
+    each run with their branches' messages and tokens, labels and notes."""
+    from urllib.parse import quote
+
+    n = 0
+
+    def get(url):
+        nonlocal n
+        r = c.get(url)
+        _save(out, url, r)
+        written.append(url)
+        n += 1
+        return r.json() if r.status_code == 200 else {}
+
+    for run in get("/api/v1/runs").get("items", []):
+        base = f"/api/v1/runs/{quote(run['id'], safe='')}"
+        for tail in ("", "/steps", "/metrics", "/findings?limit=20"):
+            get(base + tail)
+        for step in get(base + "/steps").get("items", [])[:2]:
+            if step.get("step") is not None:
+                get(f"{base}/steps/{step['step']}/notes")
+        page = get(base + "/rollouts?limit=8")
+        for item in page.get("items", [])[:4]:
+            rid = quote(str(item.get("rollout_id") or item.get("id")), safe="")
+            detail = get(f"{base}/rollouts/{rid}")
+            get(f"{base}/rollouts/{rid}/labels")
+            get(f"{base}/rollouts/{rid}/notes")
+            for bid in range(min(2, len(detail.get("branches") or []))):  # branches: lists of node indices
+                get(f"{base}/rollouts/{rid}/branches/{bid}/messages?limit=20")
+                get(f"{base}/rollouts/{rid}/branches/{bid}/tokens")
+        if item := (page.get("items") or [None])[0]:
+            if item.get("group_id"):
+                get(f"{base}/groups/{quote(str(item['group_id']), safe='')}")
     return n
 
 
@@ -118,7 +190,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--db", type=Path, default=ROOT / "build" / "twins.db")
     ap.add_argument("--reuse-db", action="store_true", help="crawl an existing database, do not load")
-    ap.add_argument("--limit", type=int, default=4000)
+    ap.add_argument("--limit", type=int, default=6000)
+    ap.add_argument("--per-run", type=int, default=500, help="at most this many URLs of one run")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     a.db.parent.mkdir(parents=True, exist_ok=True)
@@ -126,7 +199,7 @@ def main() -> None:
         for suffix in ("", "-wal", "-shm"):
             Path(str(a.db) + suffix).unlink(missing_ok=True)
         load(a.db)
-    n = crawl(a.db, a.out, a.limit)
+    n = crawl(a.db, a.out, a.limit, a.per_run)
     print(f"{n} twins in {a.out}")
 
 
