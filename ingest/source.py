@@ -43,6 +43,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import zstandard
+
+from ingest.ziparchive import UnsupportedCompression, read_member
 
 HEAD_BYTES = 1 << 16  # what is read to decide the format of a file
 PROBE_LINES = 50  # lines tried for a first good record when the first line is broken
@@ -229,10 +232,10 @@ class Source:
                 if info.file_size > MAX_MEMBER_BYTES:
                     raise RecordError(label, None, None, f"zip member of {info.file_size} bytes is larger than "
                                                          f"{MAX_MEMBER_BYTES} bytes: refused")
-                data = z.read(info)
+                data = read_member(z, info)
         except KeyError:
             raise RecordError(label, None, None, "no such member in the zip archive") from None
-        except (zipfile.BadZipFile, OSError, RuntimeError, NotImplementedError) as exc:
+        except (zipfile.BadZipFile, OSError, RuntimeError, UnsupportedCompression, zstandard.ZstdError) as exc:
             raise RecordError(label, None, None, f"cannot read zip member: {exc}") from None
         return _open_bytes(self.path, data, member=name)
 
