@@ -8,7 +8,9 @@ Sources of each number (first match wins):
 - tool errors: `metrics.tool_errors` (verifiers, the demo), else tool messages the reader marked
   as failed (`tool_result_failed`: `extra.is_error` true (Anthropic), `extra.error` set (Inspect's
   ToolCallError: parsing, timeout, permission...), `extra.observation = "error"` (OpenHands'
-  ErrorObservation)) or whose text starts with `Error` (OpenAI/Anthropic tool-result habit);
+  ErrorObservation)) or whose text starts with the word `error` in any case (`Error: ...`, the
+  OpenAI/Anthropic tool-result habit; `error: ...`, what verifiers' v1 harness tools return,
+  `verifiers/v1/harnesses/utils/core.py`; `errors found: 0` is not one);
 - model latency (seconds): `timing.agent.model.duration` (verifiers' timing), else Σ over calls of
   `time.end − time.start`;
 - tool latency (seconds): `timing.agent.harness.duration`, Tunix `timing.env_time`, else Σ over
@@ -27,6 +29,7 @@ Sources of each number (first match wins):
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from ingest.schema import Message, Rollout
@@ -74,6 +77,9 @@ def tool_latency(r: Rollout) -> float | None:
     return float(math.fsum(spans)) if spans else None
 
 
+ERROR_WORD = re.compile(r"\s*error\b", re.IGNORECASE)  # a tool result that opens with the word "error"
+
+
 def tool_errors(r: Rollout) -> int:
     recorded = _num(r.metrics.get("tool_errors")) if r.metrics else None
     if recorded is not None:
@@ -83,10 +89,11 @@ def tool_errors(r: Rollout) -> int:
 
 def tool_result_failed(m: Message) -> bool:
     """Whether tool result `m` reports a failure: the reader recorded one (`extra.is_error` true,
-    a non-empty `extra.error`, `extra.observation == "error"`) or its text starts with `Error`."""
+    a non-empty `extra.error`, `extra.observation == "error"`) or its text starts with the word
+    `error`, any case (`Error: ...`, `error: ...`, `ERROR ...`)."""
     x = m.extra
     return (x.get("is_error") is True or bool(x.get("error")) or x.get("observation") == "error"
-            or m.text().lstrip().startswith("Error"))
+            or ERROR_WORD.match(m.text()) is not None)
 
 
 def mismatch(r: Rollout) -> dict:
