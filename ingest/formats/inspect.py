@@ -22,10 +22,14 @@ Mapping (docs/formats.md, "Inspect"):
 - `attachment://<hash>` strings anywhere in a sample are replaced by `sample.attachments[hash]`
   (Inspect moves long strings there; `log/_condense.py`).
 - `model` events → calls (model, config, usage, stop reason, start `timestamp` and `completed`
-  times, error), tied to the assistant node whose message id the output carries.
+  times, error), tied to the assistant node whose message id the output carries. A call that
+  failed has finish reason `error`: the output Inspect records for it is a placeholder (`stop`).
+- `tool` events → the tool message's `extra.timing` (`start`, `end`, `working_time`) and its
+  timestamp (the completion time), found by the event's `message_id` (else its call id).
+- run name: the task's name.
 - `scores` → named rewards. A score value that is a letter maps as Inspect's `value_to_float`
   (`scorer/_metric.py`): C → 1, P → 0.5, I and N → 0, yes/true → 1, no/false → 0, numeric
-  strings and numbers as they are; the label is kept in the reward's `extra.label`. A value
+  strings and numbers as they are; a string value is also kept as the reward's `extra.label`. A value
   `value_to_float` cannot read (Inspect logs a warning and uses 0) is kept as a label with score
   null. `reward` is the first scorer's value.
 - Ending: `sample.error` → error; `sample.limit` (or a `sample_limit` event) → truncated with
@@ -208,6 +212,9 @@ def _sample(sample: Any, header: dict, file: str, path: str | None, ctx: ReadCon
             times.append(t)
         if e.get("event") == "sample_limit" and limit is None:
             limit = {"type": e.get("type"), "limit": e.get("limit"), "message": e.get("message")}
+        if e.get("event") == "tool":
+            _tool_timing(chain, by_msg_id, e, t)
+            continue
         if e.get("event") != "model":
             continue
         out = e.get("output") or {}
@@ -217,9 +224,11 @@ def _sample(sample: Any, header: dict, file: str, path: str | None, ctx: ReadCon
         assumed |= a
         raw_stop = (choice or {}).get("stop_reason")
         error = e.get("error")
+        if error:  # Inspect's output of a failed call is a placeholder (`stop`, no content): not the model's
+            raw_stop = None
         chain.calls.append(Call(
             node=by_msg_id.get(mid), model=e.get("model"), sampling=e.get("config") or None,
-            finish_reason=finish_reason(raw_stop), finish_reason_raw=raw_stop,
+            finish_reason="error" if error else finish_reason(raw_stop), finish_reason_raw=raw_stop,
             usage=usage_from(out.get("usage") if isinstance(out, dict) else None),
             time=Span(start=t, end=end), error=Error(type="model_error", message=str(error)) if error else None,
             extra={"working_time": e["working_time"]} if "working_time" in e else {}))
@@ -232,7 +241,7 @@ def _sample(sample: Any, header: dict, file: str, path: str | None, ctx: ReadCon
     out = sample.get("output") if isinstance(sample.get("output"), dict) else {}
     last_choice = (out.get("choices") or [{}])[0] if out.get("choices") else {}
     stop = (last_choice or {}).get("stop_reason") or out.get("stop_reason")
-    if stop and chain.calls and chain.calls[-1].finish_reason_raw is None:
+    if stop and chain.calls and chain.calls[-1].finish_reason_raw is None and chain.calls[-1].error is None:
         chain.calls[-1].finish_reason_raw = stop
         chain.calls[-1].finish_reason = finish_reason(stop)
 
@@ -272,7 +281,7 @@ def _sample(sample: Any, header: dict, file: str, path: str | None, ctx: ReadCon
         extra["timestamps_assumed_utc"] = True
     try:
         return chain.finish(Rollout(
-            id=f"{task}:{sid}:{epoch}", run=RunRef(id=run_id, type="eval"),
+            id=f"{task}:{sid}:{epoch}", run=RunRef(id=run_id, name=task, type="eval"),
             group=GroupRef(id=f"{task}:{sid}", index=epoch - 1 if epoch >= 1 else 0, size=epochs),
             task=Task(type=task, key=str(sid), data={"input": sample.get("input"), "target": sample.get("target")}),
             tools=tools, nodes=chain.nodes, calls=chain.calls, rewards=rewards,
@@ -281,6 +290,26 @@ def _sample(sample: Any, header: dict, file: str, path: str | None, ctx: ReadCon
             source={"format": NAME, "file": file, "line": line, **({"path": path} if path else {})}))
     except ValueError as exc:
         return err(None, str(exc))
+
+
+def _tool_timing(chain: Chain, by_msg_id: dict[str, int], e: dict, start: float | None) -> None:
+    """A `tool` event's times on the tool message it produced (`message_id`, else the call id):
+    `extra.timing = {start, end, working_time}` (epoch seconds; working time in seconds, Inspect's
+    time net of waits), and the node's timestamp the completion time when the message has none."""
+    idx = by_msg_id.get(e.get("message_id")) if isinstance(e.get("message_id"), str) else None
+    if idx is None and isinstance(e.get("id"), str):
+        idx = next((i for i, n in enumerate(chain.nodes)
+                    if n.message.role == "tool" and n.message.tool_call_id == e["id"]), None)
+    if idx is None:
+        return
+    end, _ = to_epoch(e.get("completed"))
+    timing = {k: v for k, v in (("start", start), ("end", end), ("working_time", e.get("working_time")))
+              if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    node = chain.nodes[idx]
+    if timing:
+        node.message.extra["timing"] = timing
+    if node.timestamp is None and end is not None:
+        node.timestamp = end
 
 
 def resolve_attachments(value: Any, attachments: dict) -> Any:
@@ -376,9 +405,10 @@ def _scores(scores: Any) -> tuple[dict[str, Reward], dict[str, Any]]:
             for k, v in value.items():
                 rewards[f"{name}.{k}"] = Reward(score=value_to_float(v), weight=1.0, extra={"label": v, **extra})
             continue
-        if isinstance(value, str):
+        if isinstance(value, str):  # a letter or word is a label; a number is only a score
             labels[name] = value
-        rewards[name] = Reward(score=value_to_float(value), weight=1.0, extra={"label": value, **extra})
+            extra = {"label": value, **extra}
+        rewards[name] = Reward(score=value_to_float(value), weight=1.0, extra=extra)
     return rewards, labels
 
 

@@ -47,6 +47,7 @@ def test_every_sample_as_inspect_reads_it(logs, fmt, epochs, db_url, client):
     ingest(path, db_url)
     run = log.eval.run_id
     assert len(log.samples) == len(SAMPLES) * epochs
+    assert client.get(f"/api/v1/runs/{quote(run, safe='')}").json()["run"]["name"] == log.eval.task
     for s in log.samples:
         rid = f"{log.eval.task}:{s.id}:{s.epoch}"
         base = f"/api/v1/runs/{quote(run, safe='')}/rollouts/{quote(rid, safe='')}"
@@ -78,6 +79,16 @@ def test_every_sample_as_inspect_reads_it(logs, fmt, epochs, db_url, client):
         if s.id == "message-limit":
             assert s.limit.type == "message" and env["ending"]["detail"] == "message_limit"
             assert len(s.messages) == MESSAGE_LIMIT
+        if s.error is not None:  # the failed call's placeholder output is not the model's `stop`
+            assert env["calls"][-1]["finish_reason"] == "error", env["calls"]
+        else:
+            assert all(c.get("finish_reason") != "error" for c in env["calls"])
+        for mine, theirs in zip(ours, s.messages):
+            if theirs.role == "tool":  # Inspect's tool event times, on the tool message
+                t = mine["extra"]["timing"]
+                assert t["start"] <= t["end"] and t["working_time"] >= 0
+        for name, score in (s.scores or {}).items():  # a label only where the value is a word
+            assert ("label" in env["rewards"][name].get("extra", {})) is isinstance(score.value, str)
         # usage: Inspect's per-model totals are the sum of the calls'
         total = sum((c.get("usage") or {}).get("output_tokens") or 0 for c in env["calls"])
         assert total == sum(u.output_tokens for u in s.model_usage.values()), rid
