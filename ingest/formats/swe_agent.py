@@ -28,6 +28,9 @@ Mapping (docs/formats.md, "SWE-agent"):
   `submitted (exit_X)` reads as `exit_X`; anything else (`early_exit`, `skipped`) → unknown.
 - `info.model_stats` is usage: `tokens_sent` → metrics.input_tokens, `tokens_received` →
   output_tokens, `instance_cost` → cost, `api_calls` → api_calls. `submission` stays in `extra`.
+- A demonstration (`trajectories/demonstrations/*.traj`: `{history}` alone, no `trajectory` or
+  `info`) is read the same way; its ending is unknown (detail `demonstration`) and the rollout
+  carries `extra.demonstration = true`.
 - Rollout id: the file name without `.traj`; run: `--run`, else the parent folder.
 """
 from __future__ import annotations
@@ -48,12 +51,21 @@ from ingest.source import RecordError, Source
 EXPECTS = "SWE-agent .traj {trajectory: [steps], history: [messages], info: {exit_status, model_stats}}"
 NAME = "swe-agent"
 _AUTO = re.compile(r"^submitted \((exit_[a-z_]+)\)$")
+DEMONSTRATION_KEYS = {"history", "environment", "replay_config"}
 
 
 def sniff(source: Source) -> bool:
     d = source.first
-    return (source.kind in ("json", "jsonl") and isinstance(d, dict) and isinstance(d.get("trajectory"), list)
-            and isinstance(d.get("history"), list) and isinstance(d.get("info"), dict))
+    return (source.kind in ("json", "jsonl") and isinstance(d, dict) and isinstance(d.get("history"), list)
+            and ((isinstance(d.get("trajectory"), list) and isinstance(d.get("info"), dict)) or is_demonstration(d)))
+
+
+def is_demonstration(d: dict) -> bool:
+    """A demonstration (`trajectories/demonstrations/*.traj`, shown to the model as an example):
+    `{history: [...]}` alone, whose messages carry SWE-agent's own `agent` / `message_type` keys."""
+    history = d.get("history")
+    return (isinstance(history, list) and bool(history) and set(d) <= DEMONSTRATION_KEYS
+            and all(isinstance(m, dict) and "role" in m and ("agent" in m or "message_type" in m) for m in history))
 
 
 def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
@@ -61,7 +73,8 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
         if isinstance(doc, RecordError):
             yield doc
             continue
-        if not (isinstance(doc, dict) and isinstance(doc.get("history"), list) and isinstance(doc.get("info"), dict)):
+        if not (isinstance(doc, dict) and isinstance(doc.get("history"), list)
+                and (isinstance(doc.get("info"), dict) or is_demonstration(doc))):
             yield shape_error(source.name, line, None, doc, "SWE-agent trajectory", (("history", "array"), ("info", "object")))
             continue
         try:
@@ -102,7 +115,8 @@ def _state(value: Any) -> Any:
 def _rollout(doc: dict, source: Source, ctx: ReadContext, line: int | None) -> Rollout:
     history = doc["history"]
     steps = doc.get("trajectory") if isinstance(doc.get("trajectory"), list) else []
-    info = doc["info"]
+    demonstration = "info" not in doc
+    info = doc.get("info") or {}
     chain = Chain()
     pending_text_call = False  # an old-generation action waiting for its observation
     observations: list[int] = []
@@ -176,6 +190,8 @@ def _rollout(doc: dict, source: Source, ctx: ReadContext, line: int | None) -> R
 
     status = info.get("exit_status")
     ending = EndingInfo(type=exit_ending(status), detail=str(status) if status is not None else None)
+    if demonstration:  # an example written for the model to imitate: it records no exit status
+        ending = EndingInfo(type=Ending.unknown, detail="demonstration", message="a demonstration records no exit status")
     stats = info.get("model_stats") if isinstance(info.get("model_stats"), dict) else {}
     metrics = {}
     for src, dst in (("tokens_sent", "input_tokens"), ("tokens_received", "output_tokens"),
@@ -187,6 +203,8 @@ def _rollout(doc: dict, source: Source, ctx: ReadContext, line: int | None) -> R
                              "environment": doc.get("environment"), "generation": _generation(doc)}
     if "replay_config" in doc:
         extra["replay_config"] = doc["replay_config"]
+    if demonstration:
+        extra["demonstration"] = True
     stem = ctx.source_key(source)
     try:
         return chain.finish(Rollout(id=stem if line is None else f"{stem}#{line}", run=RunRef(id=ctx.run_for(source), type="eval"),

@@ -439,3 +439,24 @@ def test_damaged_real_files_never_raise(rel, tmp_path):
             continue
         for item in reader.read(src, ReadContext()):  # must not raise
             assert isinstance(item, Rollout) or (item.message and item.file)
+
+
+def test_swe_agent_demonstration_is_read():
+    """SWE-agent's demonstrations (`{history}` alone, no trajectory or info) are rollouts, not refusals:
+    every message in order, tool calls paired by `tool_call_ids`, ending unknown (a demonstration
+    records no exit status)."""
+    from ingest.formats import swe_agent
+    from tests.conftest import FIXTURES
+
+    path = FIXTURES / "upstream" / "swe-agent" / "function_calling_simple.traj"
+    doc = json.loads(path.read_text())
+    assert set(doc) == {"history"}
+    src = open_source(path)
+    assert swe_agent.sniff(src)
+    [r] = list(swe_agent.read(src, ReadContext()))
+    assert isinstance(r, Rollout), r
+    assert [n.message.role for n in r.nodes] == [m["role"] for m in doc["history"]]
+    assert r.ending.type == "unknown" and r.ending.detail == "demonstration" and r.extra["demonstration"] is True
+    calls = {tc.id for n in r.nodes for tc in n.message.tool_calls or []}
+    results = [n.message.tool_call_id for n in r.nodes if n.message.role == "tool"]
+    assert results and set(results) <= calls
