@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from app import urls
 from app.text import reveal_invisible
-from ingest.source import dumps
+from ingest.jsonio import dumps
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 templates = Jinja2Blocks(directory=str(TEMPLATES))  # autoescape on for .html (Starlette default)
@@ -137,7 +137,7 @@ def is_download(request: Request) -> bool:
 
 def json_body(data: BaseModel | dict) -> bytes:
     """A page model (or plain data) as strict JSON bytes: NaN/inf → null, integers past 64 bits
-    with every digit (`ingest.source.dumps`: orjson, several times faster than walking the data
+    with every digit (`ingest.jsonio.dumps`: orjson, several times faster than walking the data
     in Python and encoding with the standard library, measured on the rollout twin)."""
     if isinstance(data, BaseModel):
         data = data.model_dump(mode="json")

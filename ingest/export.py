@@ -12,7 +12,7 @@
 - `nemo_gym`: NeMo Gym rollout JSONL, OpenAI Responses items (`nemo_gym.to_record`), the shape
   `ng_collect_rollouts` writes and the `nemo-gym` reader reads.
 
-Every writer keeps every digit of big integers (`ingest.source.dumps`) and writes strict JSON.
+Every writer keeps every digit of big integers (`ingest.jsonio.dumps`) and writes strict JSON.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from typing import Any
 
 from ingest.graph import branches
 from ingest.schema import Rollout
-from ingest.source import dumps
+from ingest.jsonio import dumps
 
 FORMATS = ("native", "verifiers", "atif", "samples", "parquet", "otlp", "nemo_gym")
 SAMPLE_FORMATS = ("samples", "parquet")

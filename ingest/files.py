@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ingest.formats import ReadContext, Reader
 from ingest.schema import Rollout
-from ingest.source import RecordError, Source
+from ingest.errors import RecordError
+from ingest.source import Source
 
 TRACE_SUFFIXES = {".json", ".jsonl", ".csv", ".ndjson", ".gz", ".parquet"}
 

@@ -18,7 +18,7 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest.source import loads
+from ingest.jsonio import loads
 
 SPAN_KINDS = {"SPAN_KIND_UNSPECIFIED": 0, "SPAN_KIND_INTERNAL": 1, "SPAN_KIND_SERVER": 2, "SPAN_KIND_CLIENT": 3,
               "SPAN_KIND_PRODUCER": 4, "SPAN_KIND_CONSUMER": 5}

@@ -71,7 +71,7 @@ from ingest.schema import (
     ToolCall,
     Usage,
 )
-from ingest.source import dumps
+from ingest.jsonio import dumps
 
 MODEL_OPS = frozenset({"chat", "text_completion", "generate_content", "completion"})
 AGENT_OPS = frozenset({"invoke_agent", "create_agent"})
@@ -642,7 +642,7 @@ def _message_json(m: Message, finish: str | None = None) -> dict:
 
 
 def _attr_json(value: Any) -> str:
-    """A JSON attribute value keeping every digit of big integers (`ingest.source.dumps`)."""
+    """A JSON attribute value keeping every digit of big integers (`ingest.jsonio.dumps`)."""
     return dumps(value).decode("utf-8")
 
 

@@ -94,7 +94,7 @@ class Model(BaseModel):
         except TypeError as exc:
             if "64-bit" not in str(exc):
                 raise
-            from ingest.source import dumps  # integers past 64 bits: every digit kept (cases 20, 20b)
+            from ingest.jsonio import dumps  # integers past 64 bits: every digit kept (cases 20, 20b)
 
             return dumps(self.to_json_dict(exclude=exclude), sort_keys=sort_keys)
 

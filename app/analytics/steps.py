@@ -148,7 +148,7 @@ def _read_step_stats(session: Session, run_id: str | None, include_unstepped: bo
     """The step rollups of one run (`run_id` None: of every run, by run), as `step_stats`."""
     where = steps.where(SR.c.step) if include_unstepped is False else sa.or_(steps.where(SR.c.step), SR.c.step.is_(None))
     # stats as text, parsed here by orjson: they hold only counts and finite floats, so the
-    # engine's careful JSON reader (ingest.source.loads: long integers kept) would cost 10x more
+    # engine's careful JSON reader (ingest.jsonio.loads: long integers kept) would cost 10x more
     q = sa.select(SR.c.run_id, SR.c.step, SR.c.rollouts, SR.c.mean_reward, SR.c.mean_reward_no_errors, SR.c.scored,
                   SR.c.excluded, _sections_text(session, sections).label("stats")).where(where)
     if run_id is not None:

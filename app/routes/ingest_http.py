@@ -35,9 +35,10 @@ from ingest.files import read_records
 from ingest.formats import ReadContext
 from ingest.formats.registry import detect, explain, get
 from ingest.schema import INT32_MAX
-from ingest.source import RecordError, Source
+from ingest.errors import RecordError
 
 # The error bodies it can answer, described in the OpenAPI document like the rest of /api/v1.
+from ingest.source import Source
 _PUSHBACK = {status: {"model": ErrorBody, "description": d} for status, d in {
     413: "the body is larger than the ingest limit", 415: "the body is not NDJSON (one JSON object per line)",
     429: "too many ingest requests in flight: retry after `Retry-After` seconds",

@@ -42,7 +42,7 @@ from ingest.otel import OtlpError, SpanRecord, decode_json, decode_protobuf
 from ingest.otel_assembler import TraceAssembler
 from ingest.otel_genai import is_genai_trace, rollout_from_spans
 from ingest.schema import Rollout
-from ingest.source import RecordError
+from ingest.errors import RecordError
 
 
 

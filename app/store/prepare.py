@@ -28,7 +28,8 @@ from ingest.endings import correct_silent_truncation, derive, fill_evidence
 from ingest.graph import branches
 from ingest.metrics import rollout_metrics
 from ingest.schema import Rollout
-from ingest.source import RecordError, dumps, loads  # dumps/loads keep integers past 64 bits
+from ingest.errors import RecordError
+from ingest.jsonio import dumps, loads  # dumps/loads keep integers past 64 bits
 
 Identity = tuple[str, str, int]  # (run id, rollout id, attempt)
 

@@ -10,7 +10,7 @@ from sqlalchemy.engine import Engine
 
 from app.db import models
 from app.db.engine import insert_for
-from ingest.source import RecordError
+from ingest.errors import RecordError
 
 Q = models.Quarantine.__table__
 

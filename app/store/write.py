@@ -40,7 +40,7 @@ from app.store.prepare import FINDING_COLUMNS, NODE_COLUMNS, Identity, Prepared,
 from app.store.quarantine import clear_whole_file, quarantine_many
 from ingest.checks import CheckContext
 from ingest.schema import Rollout
-from ingest.source import RecordError
+from ingest.errors import RecordError
 
 BATCH = 200  # default of `ROLLSCOPE_WORKER__BATCH_SIZE` (app.config.WorkerSettings)
 

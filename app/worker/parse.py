@@ -25,7 +25,8 @@ from app.store.prepare import Prepared, prepare_or_error
 from ingest.files import read_records
 from ingest.formats import ReadContext
 from ingest.formats.registry import detect, explain, get
-from ingest.source import RecordError, Source
+from ingest.errors import RecordError
+from ingest.source import Source
 
 
 @dataclass

@@ -64,7 +64,9 @@ from app.worker.parse import Parsed, Parsers, parse_lines
 from ingest.files import read_records
 from ingest.formats import ReadContext
 from ingest.formats.registry import detect, explain
-from ingest.source import RecordError, loads, read_as
+from ingest.errors import RecordError
+from ingest.jsonio import loads
+from ingest.source import read_as
 
 S = models.SpoolFile.__table__
 HEAD_BYTES = 256  # first bytes kept per file: a rewrite changes them

@@ -20,7 +20,8 @@ from ingest.checks import CheckContext
 from ingest.formats import registry as _registry  # noqa: F401 - formats.registry
 from ingest.formats import ReadContext
 from ingest.files import TRACE_SUFFIXES, read_records, walk
-from ingest.source import RecordError, Source, open_source, read_as
+from ingest.errors import RecordError
+from ingest.source import Source, open_source, read_as
 from app.db import models
 from app.db.unusable import why_unusable
 from app.store.quarantine import IngestContext, quarantine_many

@@ -38,7 +38,7 @@ from app.store.write import StoreResult, prepare_all, write_in
 from app.worker.spool import HEAD_BYTES, S, scan
 from ingest.otel import OtlpError, SpanRecord, decode_json, encode_json
 from ingest.schema import Rollout
-from ingest.source import RecordError
+from ingest.errors import RecordError
 
 OTLP = "otlp"  # spool_file.spool of the receiver's files
 

@@ -21,7 +21,8 @@ from ingest.formats._openai import finish_reason  # noqa: F401 - re-exported for
 from ingest.formats._openai import tool_call_from_openai
 from ingest.formats.base import ReadContext, record_error
 from ingest.schema import Message, Rollout, ToolCall, Usage
-from ingest.source import RecordError, Source
+from ingest.errors import RecordError
+from ingest.source import Source
 
 
 def to_epoch(value: Any) -> tuple[float | None, bool]:

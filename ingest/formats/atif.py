@@ -53,7 +53,9 @@ from ingest.schema import (
     RunRef,
     Usage,
 )
-from ingest.source import RecordError, Source, loads, open_source
+from ingest.errors import RecordError
+from ingest.jsonio import loads
+from ingest.source import Source, open_source
 
 NAME = "atif"
 EXPECTS = 'an ATIF trajectory (`schema_version: "ATIF-v1.x"`, `agent`, `steps`), or Tunix traj_*/metadata.json'

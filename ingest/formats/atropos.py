@@ -27,7 +27,8 @@ from ingest.formats import _openai
 from ingest.formats._build import RolloutBuilder, align_segments, mask_runs
 from ingest.formats.base import ReadContext, guarded, shape_error
 from ingest.schema import Ending, EndingInfo, GroupRef, Message, Rollout, RunRef
-from ingest.source import RecordError, Source
+from ingest.errors import RecordError
+from ingest.source import Source
 
 NAME = "atropos"
 EXPECTS = "JSONL of ScoredDataGroups (`tokens`, `masks`, `scores` lists, one entry per sample)"

@@ -17,7 +17,8 @@ from pydantic import ValidationError
 
 from ingest.fields import FieldError
 from ingest.schema import Rollout
-from ingest.source import RecordError, Source
+from ingest.errors import RecordError
+from ingest.source import Source
 
 
 @dataclass

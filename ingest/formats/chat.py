@@ -47,7 +47,8 @@ from ingest.formats._build import RolloutBuilder, TokenTurn, apply_completion, s
 from ingest.formats.base import ReadContext, guarded, id_text, json_type, shape_error
 from ingest.formats.base import join_path as _join
 from ingest.schema import Ending, EndingInfo, Error, GroupRef, Message, Rollout, RunRef, Task
-from ingest.source import RecordError, Source
+from ingest.errors import RecordError
+from ingest.source import Source
 
 NAME = "chat"
 EXPECTS = ("OpenAI-style chat records (`messages`, `turns`, `turn_tokens`, `completion_ids` or a "

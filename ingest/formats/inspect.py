@@ -55,7 +55,8 @@ from ingest.schema import (
     Span,
     Task,
 )
-from ingest.source import RecordError, Source
+from ingest.errors import RecordError
+from ingest.source import Source
 
 EXPECTS = "Inspect eval log: a .json EvalLog {version, status, eval: {task, ...}, samples} or a zipped .eval with header.json"
 NAME = "inspect"

@@ -7,7 +7,8 @@ from pydantic import ValidationError
 
 from ingest.formats.base import ReadContext, join_path, record_error
 from ingest.schema import SCHEMA_VERSION, Rollout
-from ingest.source import RecordError, Source
+from ingest.errors import RecordError
+from ingest.source import Source
 
 NAME = "native"
 EXPECTS = 'JSONL (or a JSON array) of records with `schema: "rollscope/1"`'

@@ -31,7 +31,8 @@ from ingest.formats import _responses
 from ingest.formats._build import RolloutBuilder
 from ingest.formats.base import ReadContext, guarded, join_path, shape_error
 from ingest.schema import Ending, EndingInfo, Error, GroupRef, Message, Node, Rollout, RunRef, Task, Usage
-from ingest.source import RecordError, Source
+from ingest.errors import RecordError
+from ingest.source import Source
 
 NAME = "nemo-gym"
 EXPECTS = "JSONL of `{responses_create_params, response: {output: [Responses items]}, reward, _ng_task_index?}`"

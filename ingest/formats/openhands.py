@@ -41,7 +41,8 @@ from ingest.formats import ReadContext
 from ingest.formats._harness import (Chain, action_call, finish_reason, openai_tool_call, read_documents, to_epoch,
                                      usage_from)
 from ingest.schema import Call, Ending, EndingInfo, Error, Message, Rollout, RunRef, ToolCall
-from ingest.source import RecordError, Source
+from ingest.errors import RecordError
+from ingest.source import Source
 
 EXPECTS = "OpenHands event list [{id, source, action | observation, ...}] or {history: [events]}"
 NAME = "openhands"

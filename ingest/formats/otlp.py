@@ -12,7 +12,8 @@ from ingest.formats._harness import documents
 from ingest.otel import OtlpError, SpanRecord, decode_json, is_otlp_json
 from ingest.otel_genai import is_genai_trace, rollout_from_spans
 from ingest.schema import Rollout
-from ingest.source import RecordError, Source
+from ingest.errors import RecordError
+from ingest.source import Source
 
 NAME = "otlp"
 EXPECTS = "OTLP/JSON ExportTraceServiceRequest {resourceSpans: [...]} (a document or JSON Lines) with GenAI spans"

@@ -43,7 +43,8 @@ from ingest.formats import ReadContext, record_error
 from ingest.formats.base import shape_error
 from ingest.formats._harness import Chain, action_call, documents, openai_tool_call
 from ingest.schema import Call, Ending, EndingInfo, Message, Rollout, RunRef
-from ingest.source import RecordError, Source
+from ingest.errors import RecordError
+from ingest.source import Source
 
 EXPECTS = "SWE-agent .traj {trajectory: [steps], history: [messages], info: {exit_status, model_stats}}"
 NAME = "swe-agent"

@@ -60,7 +60,8 @@ from ingest.formats import _openai
 from ingest.formats._build import RolloutBuilder, align_segments, mask_runs
 from ingest.formats.base import ReadContext, guarded
 from ingest.schema import Ending, EndingInfo, GroupRef, Message, Rollout, RunRef, Task, ToolCall
-from ingest.source import RecordError, Source
+from ingest.errors import RecordError
+from ingest.source import Source
 
 NAME = "tunix"
 EXPECTS = ("a Tunix Trajectory, Steps, Token or Conversation rollout (`<end_of_turn>` in assistant text), "

@@ -54,7 +54,9 @@ from ingest.schema import (
     Task,
     Usage,
 )
-from ingest.source import RecordError, Source, loads
+from ingest.errors import RecordError
+from ingest.jsonio import loads
+from ingest.source import Source
 
 NAME = "verifiers"
 EXPECTS = "JSONL of verifiers Episodes (`traces: [{nodes, calls, rewards, ...}]`), e.g. prime-rl's traces.jsonl"

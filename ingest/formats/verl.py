@@ -31,7 +31,8 @@ from ingest.fields import FieldError, floats, ints, is_number_or_none
 from ingest.formats._build import RolloutBuilder, mask_runs
 from ingest.formats.base import ReadContext, guarded, id_text, shape_error
 from ingest.schema import Ending, EndingInfo, GroupRef, Message, Rollout, RunRef, Task
-from ingest.source import RecordError, Source
+from ingest.errors import RecordError
+from ingest.source import Source
 
 NAME = "verl"
 EXPECTS = ("verl JSONL: rollout_data_dir lines `{input, output, score, step}`, or token lines "

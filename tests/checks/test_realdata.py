@@ -20,7 +20,8 @@ from ingest.advantages import recorded_advantage
 from ingest.checks import Group, GroupMember, run_group_checks, run_rollout_checks
 from ingest.files import read_records, walk
 from ingest.formats import ReadContext
-from ingest.source import RecordError, open_source
+from ingest.errors import RecordError
+from ingest.source import open_source
 from tests.conftest import FIXTURES
 
 REALDATA = FIXTURES / "realdata"

@@ -9,7 +9,8 @@ from tests.conftest import data_path
 from ingest import graph
 from ingest.formats import ReadContext
 from ingest.schema import Rollout
-from ingest.source import RecordError, open_source
+from ingest.errors import RecordError
+from ingest.source import open_source
 
 
 def data(rel: str) -> Path:

@@ -15,7 +15,8 @@ from tests.conftest import FIXTURES
 from ingest.formats import ReadContext, atif, registry
 from ingest.graph import branches, pair_tool_calls
 from ingest.schema import Ending, Rollout
-from ingest.source import RecordError, open_source
+from ingest.errors import RecordError
+from ingest.source import open_source
 
 DATA = FIXTURES / "realdata" / "atif"
 

@@ -10,7 +10,8 @@ from tests.conftest import FIXTURES
 
 from ingest.formats import ReadContext, atropos, registry
 from ingest.schema import Ending, Rollout
-from ingest.source import RecordError, open_source
+from ingest.errors import RecordError
+from ingest.source import open_source
 
 FILE = FIXTURES / "realdata" / "atropos" / "rubiks_process_results_32.line1.jsonl"
 

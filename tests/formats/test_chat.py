@@ -13,7 +13,8 @@ from tests.formats.reading import data, only_branch_pairs, read_with, rollouts_w
 from ingest import graph
 from ingest.formats import ReadContext, _openai, chat
 from ingest.schema import Ending, Rollout
-from ingest.source import RecordError, open_source
+from ingest.errors import RecordError
+from ingest.source import open_source
 
 HERE = Path(__file__).resolve().parent
 

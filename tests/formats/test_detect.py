@@ -18,7 +18,8 @@ import pytest
 from tests.conftest import FIXTURES
 
 from ingest.formats import registry
-from ingest.source import RecordError, open_source
+from ingest.errors import RecordError
+from ingest.source import open_source
 
 REALDATA = FIXTURES / "realdata"
 GENERIC = "chat"

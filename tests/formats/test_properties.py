@@ -15,7 +15,9 @@ from tests.conftest import FIXTURES
 
 from ingest.formats import ReadContext, registry
 from ingest.schema import Rollout
-from ingest.source import RecordError, dumps, open_source
+from ingest.errors import RecordError
+from ingest.jsonio import dumps
+from ingest.source import open_source
 
 REAL = FIXTURES / "realdata"
 SEEDS = {  # reader → (file, kind): the first record of a real file

@@ -15,7 +15,8 @@ from app.db import models
 from ingest.formats import ReadContext, native
 from ingest.formats.registry import detect
 from ingest.schema import Rollout
-from ingest.source import RecordError, open_source
+from ingest.errors import RecordError
+from ingest.source import open_source
 from tests.helpers import ingest, rollout
 
 

@@ -10,7 +10,8 @@ from tests.formats.reading import data, only_branch_pairs, read_with, rollouts_w
 from ingest import graph
 from ingest.formats import ReadContext, tau_bench
 from ingest.schema import Ending, Rollout
-from ingest.source import RecordError, open_source
+from ingest.errors import RecordError
+from ingest.source import open_source
 
 
 def read(path: Path, ctx: ReadContext | None = None) -> list[Rollout | RecordError]:

@@ -17,7 +17,8 @@ from ingest.formats import ReadContext, tunix
 from ingest.graph import branches
 from ingest.schema import Ending, Rollout
 from tests.conftest import data_path
-from ingest.source import RecordError, open_source
+from ingest.errors import RecordError
+from ingest.source import open_source
 
 DATA = data_path("realdata", "tunix", "v0.1.7")  # committed copy of ../shared/realdata/tunix/v0.1.7
 

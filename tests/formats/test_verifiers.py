@@ -16,7 +16,8 @@ from tests.helpers import ingest
 from ingest.formats import ReadContext, registry, verifiers
 from ingest.graph import branches, pair_tool_calls
 from ingest.schema import Ending, Rollout
-from ingest.source import RecordError, open_source
+from ingest.errors import RecordError
+from ingest.source import open_source
 
 DATA = FIXTURES / "realdata" / "verifiers"
 

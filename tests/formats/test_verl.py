@@ -7,7 +7,8 @@ import json
 
 from ingest.formats import ReadContext, verl
 from ingest.schema import Ending, Rollout
-from ingest.source import RecordError, open_source
+from ingest.errors import RecordError
+from ingest.source import open_source
 
 
 def lines(tmp_path, name, *records):
