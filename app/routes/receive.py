@@ -10,8 +10,8 @@ are counted in `partialSuccess.rejectedSpans` (and quarantined with the reason).
 not OTLP is 400, another media type 415.
 
 Writing needs a write token (`Authorization: Bearer ...`). Spans of one trace may come in several
-requests; `ingest/otel_assembler.py` holds them until the root span arrives or the trace has been
-idle `worker.otlp_idle_seconds`, then the trace is stored as one rollout (`ingest/otel_genai.py`).
+requests; `ingest/otel/assembler.py` holds them until the root span arrives or the trace has been
+idle `worker.otlp_idle_seconds`, then the trace is stored as one rollout (`ingest/otel/read.py`).
 Before a request is answered 200 its spans are appended and fsynced to the receiver's spool
 (app/worker/trace_spool.py, in `worker.otlp_spool_dir`); at start-up the assembler is rebuilt
 from it, and a finished trace's rows and its spool offset are committed together, so a killed
@@ -38,9 +38,10 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from app.auth import TokenInfo, require
 from app.worker.trace_spool import TraceSpool
 from ingest.formats import record_error
-from ingest.otel import OtlpError, SpanRecord, decode_json, decode_protobuf
-from ingest.otel_assembler import TraceAssembler
-from ingest.otel_genai import is_genai_trace, rollout_from_spans
+from ingest.otel.wire import OtlpError, SpanRecord, decode_json, decode_protobuf
+from ingest.otel.assembler import TraceAssembler
+from ingest.otel.read import rollout_from_spans
+from ingest.otel.semconv import is_genai_trace
 from ingest.schema import Rollout
 from ingest.errors import RecordError
 

@@ -13,8 +13,9 @@ from ingest.checks import run_rollout_checks
 
 from ingest.formats import ReadContext, detect
 from ingest.formats import otlp
-from ingest.otel import decode_json, decode_protobuf, encode_json
-from ingest.otel_genai import rollout_from_spans, spans_from_rollout
+from ingest.otel.wire import decode_json, decode_protobuf, encode_json
+from ingest.otel.read import rollout_from_spans
+from ingest.otel.write import spans_from_rollout
 from ingest.schema import Rollout
 from ingest.source import open_source
 from tests.conftest import data_path
@@ -332,7 +333,7 @@ def test_genai_spans_alone_rebuild_the_message_graph_of_every_real_file():
     rollouts with no recorded calls (tau-bench, Atropos)."""
     from ingest.files import walk
     from ingest.formats import detect
-    from ingest.otel_genai import NODES, ROLLOUT
+    from ingest.otel.semconv import NODES, ROLLOUT
     from tests.store.test_export_roundtrip import SOURCES
 
     def shape(r):

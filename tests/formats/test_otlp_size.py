@@ -8,7 +8,9 @@ import subprocess
 import sys
 
 from ingest.formats import ReadContext, detect, native, otlp
-from ingest.otel_genai import AFTER, ELIDED, NODES, ROLLOUT, rollout_from_spans, spans_from_rollout
+from ingest.otel.read import rollout_from_spans
+from ingest.otel.semconv import AFTER, ELIDED, NODES, ROLLOUT
+from ingest.otel.write import spans_from_rollout
 from ingest.source import open_source
 from tests.conftest import data_path
 from tests.formats.test_otlp import agent_run, read_file, sdk_spans, write_otlp_json

@@ -209,7 +209,7 @@ def test_database_down_is_503_and_nothing_is_lost(tmp_path):
         # spans taken before the database failed are kept and stored later, never dropped
         rec = app.state.otlp_receiver if getattr(app.state, "otlp_receiver", None) else None
         from app.routes.receive import Receiver
-        from ingest.otel import decode_json
+        from ingest.otel.wire import decode_json
 
         rec = rec or Receiver(app)
         rec.assembler.add(decode_json(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [chat, root]}]}]})), 0.0)

@@ -8,7 +8,7 @@ Wire formats (open-telemetry/opentelemetry-proto `opentelemetry/proto/trace/v1/t
 `spanId` are hex strings, 64-bit integers may be strings, enums may be numbers or names, and keys
 may be lowerCamelCase or snake_case. Protobuf is parsed with the `opentelemetry-proto` package.
 
-This module knows nothing of GenAI semantics; `ingest/otel_genai.py` turns span records of one
+This module knows nothing of GenAI semantics; `ingest/otel/read.py` and `write.py` turn span records of one
 trace into a rollout and back. No database, no web (the `/v1/traces` receiver lives in
 `app/routes/receive.py`).
 """

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from ingest.otel import SpanRecord
+from ingest.otel.wire import SpanRecord
 
 
 @dataclass
