@@ -326,10 +326,11 @@ def export(
     Samples and Parquet need token arrays: a run with none exits 1 and writes nothing."""
     from app.queries.rollouts import RolloutFilters
     from app.store.load import iter_rollouts
-    from ingest.export import FORMATS, SAMPLE_FORMATS, Counted, NoSamples, write
+    from ingest.export import Counted, NoSamples, write
+    from ingest.formats.registry import WRITERS
 
-    if format not in FORMATS:
-        raise typer.BadParameter(f"{format!r}: formats are {', '.join(FORMATS)}", param_hint="--format")
+    if format not in WRITERS:
+        raise typer.BadParameter(f"{format!r}: formats are {', '.join(WRITERS)}", param_hint="--format")
     filters = RolloutFilters(step=step, ending=ending, group=group, task=task, reward_min=reward_min,
                              reward_max=reward_max, flag=flag)
     try:
@@ -342,7 +343,7 @@ def export(
         console.print(Text.assemble(("error: ", "red"), f"run {run!r}: {exc}"), soft_wrap=True)
         raise typer.Exit(1) from None
     out_console = Console(file=_Revealing("stdout"), soft_wrap=True)
-    if format in SAMPLE_FORMATS:  # one sample per branch with token ids: say how many rollouts gave them
+    if WRITERS[format].samples:  # one sample per branch with token ids: say how many rollouts gave them
         out_console.print(Text(f"wrote {n} samples from {rollouts.n} rollouts to {out}"
                                + (" (a rollout whose branches carry no token ids gives no sample)"
                                   if n < rollouts.n else "")))

@@ -28,7 +28,7 @@ from app.main import create_app  # noqa: E402
 from ingest.formats import ReadContext, registry  # noqa: E402
 from ingest.otel.wire import decode_json  # noqa: E402
 from ingest.otel.read import rollout_from_spans  # noqa: E402
-from ingest.otel.write import spans_from_rollout
+from ingest.otel.write import spans_from_rollout  # noqa: E402
 from ingest.otel.wire import encode_json  # noqa: E402
 from ingest.source import open_source  # noqa: E402
 
@@ -69,11 +69,12 @@ def otlp_mapping() -> None:
 
 
 def otlp_export_size(turns: int = 5000) -> None:
-    """Case 17 of ../shared/cases, generated: `otlp.write` and reading the file back (what
+    """Case 17 of ../shared/cases, generated: the OTLP writer and reading the file back (what
     `rollscope export --format otlp` and `rollscope ingest` do around the database)."""
     import os
     import subprocess
 
+    from ingest.export import Export
     from ingest.formats import native, otlp
 
     script = ROOT.parent / "shared" / "cases" / "15-17-make-large-cases.py"
@@ -85,7 +86,7 @@ def otlp_export_size(turns: int = 5000) -> None:
         [r] = list(registry.detect(src).read(src, ReadContext(run_id="bench")))
         size_native = len(native.write_line(r))
         start = time.perf_counter()
-        data = otlp.write([r])
+        data = b"".join(Export([r], "otlp"))
         t_write = time.perf_counter() - start
         out = Path(tmp) / "case17.otlp.jsonl"
         out.write_bytes(data)

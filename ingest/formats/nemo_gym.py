@@ -22,14 +22,14 @@ group `<agent>:<t>`), since one collection may mix environments whose task indic
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ingest import endings, timestamps
 from ingest.fields import FieldError, is_number_or_none
 from ingest.formats import _responses
 from ingest.formats._build import RolloutBuilder
-from ingest.formats.base import ReadContext, guarded, join_path, shape_error
+from ingest.formats.base import ReadContext, guarded, join_path, json_line, shape_error
 from ingest.schema import Ending, EndingInfo, Error, GroupRef, Message, Node, Rollout, RunRef, Task, Usage
 from ingest.errors import RecordError
 from ingest.source import Source
@@ -421,3 +421,10 @@ def to_record(r: Rollout) -> dict[str, Any]:
     if patch:
         d["_rollscope"] = {**kept, "patch": patch}
     return d
+
+
+def write(rollouts: Iterable[Rollout]) -> Iterator[tuple[bytes, int]]:
+    """NeMo Gym rollout JSONL, one line a rollout (`to_record`), the shape `ng_collect_rollouts`
+    writes."""
+    for r in rollouts:
+        yield json_line(to_record(r)), 1

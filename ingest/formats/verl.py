@@ -16,7 +16,7 @@ Two shapes, one rollout per line:
   0 = tool/user token), response_logprobs?, reward_score?, num_turns?, metrics?, extra_fields?}`.
   → the prompt node (mask 0), then the response split by mask runs: a run of 1s is an assistant
   node (sampled), a run of 0s an environment node. Rollscope's own training-sample export
-  (`ingest.export.training_samples`: `advantages`, `reward`, `step`, `group_id`, `sample_index`,
+  (`ingest.formats.samples.training_samples`: `advantages`, `reward`, `step`, `group_id`, `sample_index`,
   `ending`, `rollout_id`) is the same shape and is read back the same way, from JSONL or from
   the Parquet file `rollscope export --format parquet` writes (one row per sample).
 """

@@ -12,6 +12,7 @@ import pytest
 from ingest.checks import run_rollout_checks
 
 from ingest.formats import ReadContext, detect
+from ingest.export import Export
 from ingest.formats import otlp
 from ingest.otel.wire import decode_json, decode_protobuf, encode_json
 from ingest.otel.read import rollout_from_spans
@@ -209,7 +210,7 @@ def test_openinference_attributes():
 def test_round_trip_otlp_rollscope_otlp_rollscope(tmp_path):
     [first] = read_file(write_otlp_json(tmp_path / "a.json", sdk_spans(lambda t: agent_run(t, subagent=True))))
     out = tmp_path / "b.json"
-    out.write_bytes(otlp.write([first]))
+    out.write_bytes(b"".join(Export([first], "otlp")))
     [second] = read_file(out)
     a, b = first.to_json_dict(), second.to_json_dict()
     a.pop("source"), b.pop("source")
@@ -223,7 +224,7 @@ def test_real_agent_runs_export_and_read_back(name, tmp_path):
     src = open_source(path)
     [r] = list(detect(src).read(src, ReadContext(run_id="x")))
     out = tmp_path / "x.json"
-    out.write_bytes(otlp.write([r]))
+    out.write_bytes(b"".join(Export([r], "otlp")))
     [back] = read_file(out)
     key = lambda x: [(n.parent, n.message.role, n.message.text(), n.message.tool_call_id,  # noqa: E731
                       [(c.id, c.name, c.arguments) for c in n.message.tool_calls or []]) for n in x.nodes]

@@ -19,11 +19,12 @@ from app.api.v1.rollouts import Filters, RunId, known_run
 from app.deps import ReadToken, SessionDep
 from app.errors import ApiError
 from app.store.load import iter_rollouts
-from ingest.export import FORMATS, SAMPLE_FORMATS, Counted, Export, no_samples_message
+from ingest.export import Counted, Export, no_samples_message
+from ingest.formats.registry import WRITERS
 
 router = APIRouter(tags=["export"])
 
-ExportFormat = Enum("ExportFormat", {f: f for f in FORMATS}, type=str)  # type: ignore[misc]
+ExportFormat = Enum("ExportFormat", {f: f for f in WRITERS}, type=str)  # type: ignore[misc]
 NDJSON = "application/x-ndjson"
 PARQUET = "application/vnd.apache.parquet"
 _BINARY = {"schema": {"type": "string", "format": "binary"}}
@@ -65,7 +66,7 @@ def export_run(
     body = Export(rollouts, fmt)
     chunks = iter(body)
     first = next(chunks, None)
-    if fmt in SAMPLE_FORMATS and body.records == 0:
+    if WRITERS[fmt].samples and body.records == 0:
         raise ApiError(422, no_samples_message(rollouts.n), field="format")
     return StreamingResponse(itertools.chain([] if first is None else [first], chunks), media_type=media_type(fmt),
                              headers={"Content-Disposition": f'attachment; filename="{file_name(run_id, fmt)}"'})
