@@ -179,7 +179,7 @@ def ingest(
     """
     from app.config import get_settings
     from app.worker.sync import IngestReport, ingest_paths, register_tokenizer
-    from ingest.formats import ReadContext
+    from ingest.formats.base import ReadContext
     from ingest.schema import RunRef
 
     if format is not None:

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from app.db.engine import make_engine  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
 from app.worker.sync import ingest_paths  # noqa: E402
-from ingest.formats import ReadContext  # noqa: E402
+from ingest.formats.base import ReadContext  # noqa: E402
 
 CASES = ROOT.parent / "shared" / "cases" / "15-17-make-large-cases.py"
 CHROMIUM = "/usr/bin/chromium"

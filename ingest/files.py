@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from ingest.formats import ReadContext, Reader
+from ingest.formats.base import ReadContext, Reader
 from ingest.schema import Rollout
 from ingest.errors import RecordError
 from ingest.source import Source

@@ -32,7 +32,7 @@ from app.errors import ApiError
 from app.store.prepare import prepare_or_error
 from app.store.write import BATCH, StoreResult, write_in
 from ingest.files import read_records
-from ingest.formats import ReadContext
+from ingest.formats.base import ReadContext
 from ingest.formats.registry import detect, explain, get
 from ingest.schema import INT32_MAX
 from ingest.errors import RecordError

@@ -37,7 +37,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from app.auth import TokenInfo, require
 from app.worker.trace_spool import TraceSpool
-from ingest.formats import record_error
+from ingest.formats.base import record_error
 from ingest.otel.wire import OtlpError, SpanRecord, decode_json, decode_protobuf
 from ingest.otel.assembler import TraceAssembler
 from ingest.otel.read import rollout_from_spans

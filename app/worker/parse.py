@@ -23,7 +23,7 @@ from pathlib import Path
 
 from app.store.prepare import Prepared, prepare_or_error
 from ingest.files import read_records
-from ingest.formats import ReadContext
+from ingest.formats.base import ReadContext
 from ingest.formats.registry import detect, explain, get
 from ingest.errors import RecordError
 from ingest.source import Source

@@ -62,7 +62,7 @@ from app.store.write import StoreResult, store, write_in
 from app.worker.gzstream import GzState, inflate, is_gzip
 from app.worker.parse import Parsed, Parsers, parse_lines
 from ingest.files import read_records
-from ingest.formats import ReadContext
+from ingest.formats.base import ReadContext
 from ingest.formats.registry import detect, explain
 from ingest.errors import RecordError
 from ingest.jsonio import loads

@@ -15,10 +15,9 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
-from ingest import formats
 from ingest.checks import CheckContext
-from ingest.formats import registry as _registry  # noqa: F401 - formats.registry
-from ingest.formats import ReadContext
+from ingest.formats import registry
+from ingest.formats.base import ReadContext
 from ingest.files import TRACE_SUFFIXES, read_records, walk
 from ingest.errors import RecordError
 from ingest.source import Source, open_source, read_as
@@ -114,7 +113,7 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
         name = (names or {}).get(path)
         try:
             source = read_as(path, Path(name)) if name else open_source(path)
-            reader = formats.registry.get(ctx.format) if ctx.format else formats.detect(source)
+            reader = registry.get(ctx.format) if ctx.format else registry.detect(source)
             if reader is None:
                 from ingest.formats.registry import explain
 

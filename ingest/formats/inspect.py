@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ingest.formats import ReadContext, record_error
+from ingest.formats.base import ReadContext, record_error
 from ingest.formats._harness import Chain, documents, finish_reason, openai_tool_call, to_epoch, usage_from
 from ingest.schema import (
     Call,

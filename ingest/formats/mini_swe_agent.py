@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ingest.endings import from_reason
-from ingest.formats import ReadContext
+from ingest.formats.base import ReadContext
 from ingest.formats._harness import Chain, action_call, read_documents
 from ingest.schema import Call, Ending, EndingInfo, Message, Rollout, RunRef
 from ingest.errors import RecordError

@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ingest.formats import ReadContext
+from ingest.formats.base import ReadContext
 from ingest.formats._harness import (Chain, action_call, finish_reason, openai_tool_call, read_documents, to_epoch,
                                      usage_from)
 from ingest.schema import Call, Ending, EndingInfo, Error, Message, Rollout, RunRef, ToolCall

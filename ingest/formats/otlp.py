@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from ingest.formats import ReadContext, record_error
+from ingest.formats.base import ReadContext, record_error
 from ingest.formats._harness import documents
 from ingest.formats.base import json_line
 from ingest.otel.wire import OtlpError, SpanRecord, decode_json, encode_json, is_otlp_json

@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ingest.endings import from_reason
-from ingest.formats import ReadContext, record_error
+from ingest.formats.base import ReadContext, record_error
 from ingest.formats.base import shape_error
 from ingest.formats._harness import Chain, action_call, documents, openai_tool_call
 from ingest.schema import Call, Ending, EndingInfo, Message, Rollout, RunRef

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from app.store.prepare import prepare as _prepare
-from ingest import formats
+from ingest.formats.registry import detect
 from ingest.advantages import recorded_advantage
 from ingest.checks import Group, GroupMember, run_group_checks, run_rollout_checks
 from ingest.files import read_records, walk
-from ingest.formats import ReadContext
+from ingest.formats.base import ReadContext
 from ingest.errors import RecordError
 from ingest.source import open_source
 from tests.conftest import FIXTURES
@@ -93,7 +93,7 @@ GROUP_EXPECTED: dict[str, dict[str, int]] = {
 def _check_file(path: Path) -> tuple[Counter, Counter, Counter]:
     """(rollout findings, group findings, group skips) per kind over every record of a file."""
     source = open_source(path)
-    reader = formats.detect(source)
+    reader = detect(source)
     assert reader is not None, f"{path}: no reader"
     own, grouped, skipped = Counter(), Counter(), Counter()
     groups: dict[tuple[str, str], list] = defaultdict(list)
@@ -127,7 +127,7 @@ def test_every_real_file_a_reader_reads_has_an_expectation():
     read = []
     for path, _ in walk([REALDATA]):
         try:
-            reader = formats.detect(open_source(path))
+            reader = detect(open_source(path))
         except RecordError:
             continue
         if reader is not None:

@@ -9,9 +9,9 @@ from app.store.prepare import prepare as _prepare
 from ingest.chat_template import TemplateError, load_config, render
 from ingest.checks import CheckContext, run_rollout_checks
 from ingest.checks.context import load_context
-from ingest import formats
+from ingest.formats.registry import detect
 from ingest.files import read_records
-from ingest.formats import ReadContext
+from ingest.formats.base import ReadContext
 from ingest.source import open_source
 from ingest.schema import Rollout
 from tests.conftest import FIXTURES
@@ -81,7 +81,7 @@ def read_chat(path, rec: dict) -> Rollout:
 
     path.write_text(json.dumps(rec))
     source = open_source(path)
-    (r,) = list(read_records(formats.detect(source), source, ReadContext(run_id="r"), []))
+    (r,) = list(read_records(detect(source), source, ReadContext(run_id="r"), []))
     return prepare(r)
 
 

@@ -7,7 +7,7 @@ from types import ModuleType
 from tests.conftest import data_path
 
 from ingest import graph
-from ingest.formats import ReadContext
+from ingest.formats.base import ReadContext
 from ingest.schema import Rollout
 from ingest.errors import RecordError
 from ingest.source import open_source

@@ -12,7 +12,9 @@ import pytest
 
 from tests.conftest import FIXTURES
 
-from ingest.formats import ReadContext, atif, registry
+from ingest.formats import atif, registry
+
+from ingest.formats.base import ReadContext
 from ingest.graph import branches, pair_tool_calls
 from ingest.schema import Ending, Rollout
 from ingest.errors import RecordError

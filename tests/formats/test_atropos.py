@@ -8,7 +8,9 @@ from pathlib import Path
 
 from tests.conftest import FIXTURES
 
-from ingest.formats import ReadContext, atropos, registry
+from ingest.formats import atropos, registry
+
+from ingest.formats.base import ReadContext
 from ingest.schema import Ending, Rollout
 from ingest.errors import RecordError
 from ingest.source import open_source

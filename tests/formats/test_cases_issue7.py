@@ -10,7 +10,9 @@ from urllib.parse import quote
 from tests.conftest import data_path
 from tests.helpers import ingest
 
-from ingest.formats import ReadContext, chat, registry
+from ingest.formats import chat, registry
+
+from ingest.formats.base import ReadContext
 from ingest.schema import Ending
 from ingest.source import open_source
 

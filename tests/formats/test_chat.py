@@ -11,7 +11,8 @@ import pytest
 from tests.formats.reading import data, only_branch_pairs, read_with, rollouts_with, write
 
 from ingest import graph
-from ingest.formats import ReadContext, _openai, chat
+from ingest.formats import _openai, chat
+from ingest.formats.base import ReadContext
 from ingest.schema import Ending, Rollout
 from ingest.errors import RecordError
 from ingest.source import open_source

@@ -11,7 +11,9 @@ import pytest
 from tests.conftest import FIXTURES
 from tests.helpers import ingest
 
-from ingest.formats import ReadContext, nemo_gym, registry
+from ingest.formats import nemo_gym, registry
+
+from ingest.formats.base import ReadContext
 from ingest.graph import branches, pair_tool_calls
 from ingest.schema import Ending, Rollout
 from ingest.errors import RecordError

@@ -11,7 +11,9 @@ import pytest
 
 from ingest.checks import run_rollout_checks
 
-from ingest.formats import ReadContext, detect
+from ingest.formats.base import ReadContext
+
+from ingest.formats.registry import detect
 from ingest.export import Export
 from ingest.formats import otlp
 from ingest.otel.wire import decode_json, decode_protobuf, encode_json
@@ -333,7 +335,7 @@ def test_genai_spans_alone_rebuild_the_message_graph_of_every_real_file():
     tool calls, including agents that reuse one call id every turn (verifiers `call_0`) and
     rollouts with no recorded calls (tau-bench, Atropos)."""
     from ingest.files import walk
-    from ingest.formats import detect
+    from ingest.formats.registry import detect
     from ingest.otel.semconv import NODES, ROLLOUT
     from tests.store.test_export_roundtrip import SOURCES
 

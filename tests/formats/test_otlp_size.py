@@ -8,7 +8,9 @@ import subprocess
 import sys
 
 from ingest.export import Export
-from ingest.formats import ReadContext, detect, native
+from ingest.formats import native
+from ingest.formats.base import ReadContext
+from ingest.formats.registry import detect
 from ingest.otel.read import rollout_from_spans
 from ingest.otel.semconv import AFTER, ELIDED, NODES, ROLLOUT
 from ingest.otel.write import spans_from_rollout

@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 
 from tests.conftest import FIXTURES
 
-from ingest.formats import ReadContext, registry
+from ingest.formats import registry
+
+from ingest.formats.base import ReadContext
 from ingest.schema import Rollout
 from ingest.errors import RecordError
 from ingest.jsonio import dumps

@@ -12,7 +12,8 @@ import sqlalchemy as sa
 
 import ingest.source as source_mod
 from app.db import models
-from ingest.formats import ReadContext, native
+from ingest.formats import native
+from ingest.formats.base import ReadContext
 from ingest.formats.registry import detect
 from ingest.schema import Rollout
 from ingest.errors import RecordError

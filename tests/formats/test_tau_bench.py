@@ -8,7 +8,8 @@ from pathlib import Path
 from tests.formats.reading import data, only_branch_pairs, read_with, rollouts_with, write
 
 from ingest import graph
-from ingest.formats import ReadContext, tau_bench
+from ingest.formats import tau_bench
+from ingest.formats.base import ReadContext
 from ingest.schema import Ending, Rollout
 from ingest.errors import RecordError
 from ingest.source import open_source

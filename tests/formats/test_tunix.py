@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ingest.formats import ReadContext, tunix
+from ingest.formats import tunix
+
+from ingest.formats.base import ReadContext
 from ingest.graph import branches
 from ingest.schema import Ending, Rollout
 from tests.conftest import data_path

@@ -13,7 +13,9 @@ import pytest
 from tests.conftest import FIXTURES
 from tests.helpers import ingest
 
-from ingest.formats import ReadContext, registry, verifiers
+from ingest.formats import registry, verifiers
+
+from ingest.formats.base import ReadContext
 from ingest.formats._verifiers_arrays import compact
 from ingest.graph import branches, pair_tool_calls
 from ingest.schema import Ending, Rollout

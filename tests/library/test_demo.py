@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ingest import demo
-from ingest.formats import ReadContext
+from ingest.formats.base import ReadContext
 from ingest.formats import native
 from ingest.schema import Ending, Rollout
 from ingest.source import open_source

@@ -16,7 +16,7 @@ from app.auth import issue
 from app.config import Settings
 from app.main import create_app
 from tests.helpers import serving
-from ingest.formats import ReadContext
+from ingest.formats.base import ReadContext
 from ingest.formats import swe_agent
 from ingest.source import open_source
 from tests.conftest import data_path

@@ -18,7 +18,7 @@ from app.db import models
 from app.db.engine import make_engine
 from app.worker.run import wait_for
 from app.worker.sync import ingest_paths
-from ingest.formats import ReadContext
+from ingest.formats.base import ReadContext
 from ingest.formats.native import write_line
 from tests.conftest import ROOT
 from tests.helpers import rollout
