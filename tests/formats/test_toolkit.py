@@ -155,7 +155,7 @@ def test_media_parts_become_placeholders_stored_once():
 
 def test_reader_specific_status_tables_agree_with_the_one_table():
     from ingest import endings
-    from ingest.formats import tunix
+    from ingest.formats._tunix_build import _STATUS_ENDINGS
 
-    for status, (ending, _) in tunix._STATUS_ENDINGS.items():
+    for status, (ending, _) in _STATUS_ENDINGS.items():
         assert endings.from_reason(status) == ending, status
