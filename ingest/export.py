@@ -4,8 +4,8 @@ The writers live beside the readers, one per format module, and `ingest/formats/
 names them (`WRITERS`, export name → `Writer`):
 
 - `native`: Rollscope's own JSONL (`rollscope/1`, docs/trace-format.md), one rollout per line.
-- `verifiers`: verifiers v1 Episode JSONL (`ingest/formats/verifiers_write.py`), prime-rl's traces.jsonl shape.
-- `atif`: ATIF-v1.7 trajectories (`ingest/formats/atif_write.py`), one per line (JSONL).
+- `verifiers`: verifiers v1 Episode JSONL (`ingest/formats/_verifiers_write.py`), prime-rl's traces.jsonl shape.
+- `atif`: ATIF-v1.7 trajectories (`ingest/formats/_atif_write.py`), one per line (JSONL).
 - `samples`, `parquet`: flat per-branch training samples as JSONL or Parquet
   (`ingest/formats/samples.py`), read back by the `verl` reader.
 - `otlp`: OpenTelemetry GenAI spans, one OTLP/JSON request per rollout (`ingest/otel/write.py`).

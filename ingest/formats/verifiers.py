@@ -12,7 +12,8 @@ metrics, stop_condition, errors, timing. Two conversions at the edge:
 
 - verifiers stores `logprobs`, `advantages` and `reference_logprobs` only over mask-true tokens;
   the native node aligns them to every token (None where the mask is 0). `expand` and `compact`
-  convert; a compact array of the wrong length is fitted and its length recorded.
+  (`_verifiers_arrays.py`) convert; a compact array of the wrong length is fitted and its length
+  recorded.
 - verifiers `usage.prompt_tokens` excludes cache reads; native `input_tokens` (OTel) includes them:
   `input_tokens = prompt_tokens + cached_input_tokens`.
 
