@@ -16,8 +16,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ingest.formats._build import RolloutBuilder
-from ingest.formats._openai import arguments_text as arguments  # noqa: F401 - re-exported for the readers
-from ingest.formats._openai import finish_reason  # noqa: F401 - re-exported for the readers
 from ingest.formats._openai import tool_call_from_openai
 from ingest.formats.base import ReadContext, record_error
 from ingest.schema import Message, Rollout, ToolCall, Usage

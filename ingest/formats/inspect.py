@@ -41,7 +41,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from ingest.formats.base import ReadContext, record_error
-from ingest.formats._harness import Chain, documents, finish_reason, openai_tool_call, to_epoch, usage_from
+from ingest.formats._harness import Chain, documents, openai_tool_call, to_epoch, usage_from
+from ingest.formats._openai import finish_reason
 from ingest.schema import (
     Call,
     Ending,

@@ -38,8 +38,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from ingest.formats.base import ReadContext
-from ingest.formats._harness import (Chain, action_call, finish_reason, openai_tool_call, read_documents, to_epoch,
-                                     usage_from)
+from ingest.formats._harness import Chain, action_call, openai_tool_call, read_documents, to_epoch, usage_from
+from ingest.formats._openai import finish_reason
 from ingest.schema import Call, Ending, EndingInfo, Error, Message, Rollout, RunRef, ToolCall
 from ingest.errors import RecordError
 from ingest.source import Source

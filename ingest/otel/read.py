@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ingest.formats._harness import finish_reason
+from ingest.formats._openai import finish_reason
 from ingest.otel.semconv import (AFTER, CALL, ELIDED, MESSAGE, NODE, NODES, ROLLOUT, SAMPLING, genai_items,
                                     genai_message, is_agent_span, is_model_span, is_tool_span, json_value,
                                     span_messages, tool_message)

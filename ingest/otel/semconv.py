@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ingest.formats._harness import arguments as raw_arguments
+from ingest.formats._openai import arguments_text
 from ingest.otel.wire import SpanRecord
 from ingest.schema import Message, ToolCall
 
@@ -119,7 +119,7 @@ def genai_message(m: dict) -> tuple[Message, str | None]:
             elif t == "tool_call":
                 raw = p.get(RAW_ARGUMENTS)
                 calls.append(ToolCall(id=p.get("id"), name=str(p.get("name") or ""),
-                                      arguments=raw if isinstance(raw, str) else raw_arguments(p.get("arguments")),
+                                      arguments=raw if isinstance(raw, str) else arguments_text(p.get("arguments")),
                                       extra={"ends_rollout": True} if p.get(ENDS_ROLLOUT) else {}))
             elif t == "tool_call_response":
                 tool_call_id = p.get("id")
@@ -151,9 +151,9 @@ def _flat_messages(attrs: dict, prefix: str, oi: bool) -> list[tuple[Message, st
         for _, tc in _indexed(d, "tool_calls.").items():
             if oi:
                 calls.append(ToolCall(id=tc.get("tool_call.id"), name=str(tc.get("tool_call.function.name") or ""),
-                                      arguments=raw_arguments(tc.get("tool_call.function.arguments"))))
+                                      arguments=arguments_text(tc.get("tool_call.function.arguments"))))
             else:
-                calls.append(ToolCall(id=tc.get("id"), name=str(tc.get("name") or ""), arguments=raw_arguments(tc.get("arguments"))))
+                calls.append(ToolCall(id=tc.get("id"), name=str(tc.get("name") or ""), arguments=arguments_text(tc.get("arguments"))))
         out.append((Message(role=role, content=text_value(content), tool_calls=calls or None,
                             tool_call_id=d.get("tool_call_id"), name=d.get("name")), d.get("finish_reason")))
     return out

@@ -15,7 +15,7 @@ import json
 import math
 from typing import Any
 
-from ingest.formats._harness import arguments as raw_arguments
+from ingest.formats._openai import arguments_text
 from ingest.jsonio import dumps
 from ingest.otel.semconv import (AFTER, CALL, ELIDED, ENDS_ROLLOUT, MESSAGE, NODE, NODES, RAW_ARGUMENTS, ROLLOUT,
                                     SAMPLING, genai_message, json_value, tool_message)
@@ -42,7 +42,7 @@ def _message_json(m: Message, finish: str | None = None) -> dict:
         args = json_value(c.arguments) if c.arguments else None
         part = {"type": "tool_call", "id": c.id, "name": c.name,
                 "arguments": c.arguments if args is None and c.arguments else args}
-        if args is not None and raw_arguments(args) != c.arguments:
+        if args is not None and arguments_text(args) != c.arguments:
             part[RAW_ARGUMENTS] = c.arguments  # the string as sampled, where the object would not rebuild it
         if c.extra.get("ends_rollout"):
             part[ENDS_ROLLOUT] = True
