@@ -28,9 +28,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ingest.demo.render import _Plan, _render
-from ingest.demo.scripts import _calc_script, _edit_script, _loop_script, _runaway
-from ingest.demo.tasks import _CALC_TOOLS, _EDIT_TOOLS, _HTML_TASK, TASKS, CalcTask, EditTask, _task_ref
+from ingest.demo.render import Plan, render_plan
+from ingest.demo.scripts import calc_script, edit_script, loop_script, runaway
+from ingest.demo.tasks import CALC_TOOLS, EDIT_TOOLS, HTML_TASK, TASKS, CalcTask, EditTask, task_ref
 from ingest.demo.toy_tokenizer import ToyTokenizer
 from ingest.schema import SCHEMA_VERSION, Rollout
 
@@ -67,7 +67,7 @@ def _incidents(steps: int, rng: random.Random) -> dict[int, float]:
 
 
 def _plan(task: CalcTask | EditTask, p_correct: float, p_err: float, t: float,
-          rng: random.Random) -> _Plan:
+          rng: random.Random) -> Plan:
     """Draw one rollout: its ending first, then correctness and the conversation."""
     u = rng.random()
     p_len = 0.06 - 0.04 * t
@@ -76,11 +76,11 @@ def _plan(task: CalcTask | EditTask, p_correct: float, p_err: float, t: float,
     is_calc = isinstance(task, CalcTask)
     if u < p_err:
         correct = rng.random() < p_correct
-        turns, _ = (_calc_script(task, correct, rng, fmt_ok) if is_calc
-                    else _edit_script(task, correct, rng, fmt_ok, detect=False))
+        turns, _ = (calc_script(task, correct, rng, fmt_ok) if is_calc
+                    else edit_script(task, correct, rng, fmt_ok, detect=False))
         tool_turns = [i for i, tr in enumerate(turns) if tr.calls]
         if not tool_turns:
-            turns = _loop_script(task, rng)
+            turns = loop_script(task, rng)
             tool_turns = list(range(len(turns)))
         cut = rng.choice(tool_turns)
         crashed = turns[cut].calls[0].name
@@ -92,30 +92,30 @@ def _plan(task: CalcTask | EditTask, p_correct: float, p_err: float, t: float,
             detail, err = "tool_server_unavailable", {
                 "type": "ToolServerError", "status_code": 503,
                 "message": f"tool server returned 503 Service Unavailable for {crashed}"}
-        return _Plan(task, "error", detail, turns[:cut + 1], False, 0.0, 0.0, err)
+        return Plan(task, "error", detail, turns[:cut + 1], False, 0.0, 0.0, err)
     if u < p_err + p_len:
         correct = rng.random() < p_correct
-        turns, _ = (_calc_script(task, correct, rng, fmt_ok) if is_calc
-                    else _edit_script(task, correct, rng, fmt_ok, detect=False))
+        turns, _ = (calc_script(task, correct, rng, fmt_ok) if is_calc
+                    else edit_script(task, correct, rng, fmt_ok, detect=False))
         cut = rng.randrange(len(turns))
-        return _Plan(task, "length_cut", "max_output_tokens", turns[:cut] + [_runaway(task)],
+        return Plan(task, "length_cut", "max_output_tokens", turns[:cut] + [runaway(task)],
                      False, 0.0, 0.0)
     if u < p_err + p_len + p_trunc:
         # Scored by the task's normal scorer on the final state: a file fix may already be in.
         fixed = not is_calc and rng.random() < 0.3 * p_correct
-        return _Plan(task, "truncated", "max_turns", _loop_script(task, rng, fixed), True,
+        return Plan(task, "truncated", "max_turns", loop_script(task, rng, fixed), True,
                      1.0 if fixed else 0.0, 0.0)
     correct = rng.random() < p_correct
     if is_calc:
-        turns, malformed = _calc_script(task, correct, rng, fmt_ok)
-        return _Plan(task, "submitted", "final_answer", turns, False, float(correct),
+        turns, malformed = calc_script(task, correct, rng, fmt_ok)
+        return Plan(task, "submitted", "final_answer", turns, False, float(correct),
                      float(fmt_ok and not malformed))
     detect = rng.random() < (0.5 if correct else 0.12)
-    turns, malformed = _edit_script(task, correct, rng, fmt_ok, detect=detect)
+    turns, malformed = edit_script(task, correct, rng, fmt_ok, detect=detect)
     if detect:
-        return _Plan(task, "task_detected", "goal_reached" if correct else "unrecoverable_state",
+        return Plan(task, "task_detected", "goal_reached" if correct else "unrecoverable_state",
                      turns, True, float(correct), float(not malformed))
-    return _Plan(task, "submitted", "final_answer", turns, False, float(correct),
+    return Plan(task, "submitted", "final_answer", turns, False, float(correct),
                  float(fmt_ok and not malformed))
 
 
@@ -155,7 +155,7 @@ def generate(*, run_id: str = "demo-grpo", steps: int = 30, groups: int = 8, gro
         for g in range(groups):
             task = TASKS[rng.choices(range(len(TASKS)), weights)[0]]
             if s == 0 and g == groups - 1:
-                task = _HTML_TASK             # every run shows the hostile-HTML case
+                task = HTML_TASK             # every run shows the hostile-HTML case
             p_correct = min(0.97, max(0.03, base + task.difficulty))
             bad_host = s in incidents and rng.random() < 0.5
             p_err = 0.025 + (incidents[s] if bad_host else 0.0)
@@ -166,14 +166,14 @@ def generate(*, run_id: str = "demo-grpo", steps: int = 30, groups: int = 8, gro
                 rid = f"{group_id}-r{i}"
                 versions = _versions(s, len(plan.turns), rng)
                 t0 = round(step_t0 + rng.uniform(0.0, 6.0), 3)
-                body = _render(plan, versions, t0, rate, rng, tok)
+                body = render_plan(plan, versions, t0, rate, rng, tok)
                 reward = round(plan.correct * 1.0 + plan.fmt * 0.1, 6)
                 record = {
                     "schema": SCHEMA_VERSION, "id": rid, "run": run, "step": s,
                     "policy": {"start": versions[0], "end": versions[-1]},
                     "group": {"id": group_id, "index": i, "size": group_size},
-                    "task": _task_ref(task),
-                    "tools": _CALC_TOOLS if isinstance(task, CalcTask) else _EDIT_TOOLS,
+                    "task": task_ref(task),
+                    "tools": CALC_TOOLS if isinstance(task, CalcTask) else EDIT_TOOLS,
                     "nodes": body["nodes"], "calls": body["calls"],
                     "rewards": {"correct": {"score": plan.correct, "weight": 1.0},
                                 "format": {"score": plan.fmt, "weight": 0.1}},

@@ -6,15 +6,15 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from ingest.demo.scripts import MAX_TOKENS, MAX_TURNS, _Turn
-from ingest.demo.tasks import _CALC_SYSTEM, _EDIT_SYSTEM, CalcTask, EditTask
+from ingest.demo.scripts import MAX_TOKENS, MAX_TURNS, Turn
+from ingest.demo.tasks import CALC_SYSTEM, EDIT_SYSTEM, CalcTask, EditTask
 from ingest.demo.toy_tokenizer import IM_END, IM_START, ROLE_TOKEN, ToyTokenizer
 
 MODEL = "rollscope/toy-agent-1b"
 TEMPERATURE = 1.0
 
 
-def _sampled_text(turn: _Turn) -> str:
+def _sampled_text(turn: Turn) -> str:
     """What the model sampled for `turn`, as one string (call ids are assigned by the server)."""
     parts = []
     if turn.reasoning:
@@ -45,22 +45,22 @@ def _logprobs(n: int, rate: float, rng: random.Random) -> list[float]:
 
 
 @dataclass
-class _Plan:
+class Plan:
     task: CalcTask | EditTask
     ending: str
     detail: str
-    turns: list[_Turn]
+    turns: list[Turn]
     terminal_result: bool       # keep the last tool result as an untokenized terminal node
     correct: float
     fmt: float
     error: dict[str, Any] | None = None
 
 
-def _render(plan: _Plan, versions: list[int], t0: float, rate: float, rng: random.Random,
+def render_plan(plan: Plan, versions: list[int], t0: float, rate: float, rng: random.Random,
             tok: ToyTokenizer) -> dict[str, Any]:
     """Nodes, calls, timing and ending of one rollout (advantages are filled in later)."""
     task = plan.task
-    system = _CALC_SYSTEM if isinstance(task, CalcTask) else _EDIT_SYSTEM
+    system = CALC_SYSTEM if isinstance(task, CalcTask) else EDIT_SYSTEM
     nodes = [_prompt_node(tok, "system", {"role": "system", "content": system}, None, t0),
              _prompt_node(tok, "user", {"role": "user", "content": task.prompt}, 0, t0)]
     calls: list[dict[str, Any]] = []

@@ -134,25 +134,25 @@ TASKS: tuple[CalcTask | EditTask, ...] = (
 )
 
 
-_HTML_TASK = next(t for t in TASKS if t.key == "edit/escape-greeting")
+HTML_TASK = next(t for t in TASKS if t.key == "edit/escape-greeting")
 
 
-_CALC_SYSTEM = ("You are a careful assistant. Use the calculator tool for arithmetic. When you are "
+CALC_SYSTEM = ("You are a careful assistant. Use the calculator tool for arithmetic. When you are "
                 "done, reply with a final line of the form `Answer: <number>`.")
 
 
-_EDIT_SYSTEM = ("You are a coding agent in a sandboxed repository. Use the tools to read and edit "
+EDIT_SYSTEM = ("You are a coding agent in a sandboxed repository. Use the tools to read and edit "
                 "files and to run the tests. When the task is done, reply with a line "
                 "`Summary: <what you changed>`.")
 
 
-_CALC_TOOLS = [{"type": "function", "function": {
+CALC_TOOLS = [{"type": "function", "function": {
     "name": "calculator", "description": "Evaluate an arithmetic expression.",
     "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
                    "required": ["expression"]}}}]
 
 
-_EDIT_TOOLS = [
+EDIT_TOOLS = [
     {"type": "function", "function": {
         "name": "read_file", "description": "Read a file from the repository.",
         "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
@@ -173,34 +173,34 @@ def _task_ref_cached(task: CalcTask | EditTask) -> str:
     return json.dumps(_task_ref_uncached(task))
 
 
-def _task_ref(task: CalcTask | EditTask) -> dict[str, Any]:
+def task_ref(task: CalcTask | EditTask) -> dict[str, Any]:
     """`Task` of the envelope: type, key, prompt (and answer), and a hash of key and prompt."""
     return json.loads(_task_ref_cached(task))
 
 
 def _task_ref_uncached(task: CalcTask | EditTask) -> dict[str, Any]:
     if isinstance(task, CalcTask):
-        kind, data = "calculator", {"prompt": task.prompt, "answer": _fmt(_run_steps(task.steps)[-1])}
+        kind, data = "calculator", {"prompt": task.prompt, "answer": fmt_number(run_steps(task.steps)[-1])}
     else:
         kind, data = "file_edit", {"prompt": task.prompt, "path": task.path}
     return {"type": kind, "key": task.key, "data": data,
             "hash": sha256(f"{task.key}\n{task.prompt}".encode()).hexdigest()[:16]}
 
 
-def _eval(expr: str) -> float:
+def eval_expr(expr: str) -> float:
     # Only ever our own expressions (digits, operators, spaces, parentheses).
     return float(eval(expr, {"__builtins__": {}}, {}))  # noqa: S307
 
 
-def _fmt(x: float) -> str:
+def fmt_number(x: float) -> str:
     x = round(x, 2)
     return str(int(x)) if x == int(x) else f"{x:.2f}".rstrip("0")
 
 
-def _run_steps(steps: tuple[str, ...] | list[str]) -> list[float]:
+def run_steps(steps: tuple[str, ...] | list[str]) -> list[float]:
     results: list[float] = []
     for s in steps:
-        results.append(_eval(s.format(*[_fmt(r) for r in results])))
+        results.append(eval_expr(s.format(*[fmt_number(r) for r in results])))
     return results
 
 
@@ -222,15 +222,15 @@ def _perturb(expr: str, rng: random.Random) -> str:
     return expr[:m.start()] + new + expr[m.end():]
 
 
-def _wrong_steps(steps: tuple[str, ...], rng: random.Random) -> list[str]:
+def wrong_steps(steps: tuple[str, ...], rng: random.Random) -> list[str]:
     """`steps` with one slip that changes the final answer."""
-    answer = _fmt(_run_steps(steps)[-1])
+    answer = fmt_number(run_steps(steps)[-1])
     candidates = [i for i, e in enumerate(steps) if _literals(e)]
     for _ in range(20):
         out = list(steps)
         i = rng.choice(candidates)
         out[i] = _perturb(out[i], rng)
-        if _fmt(_run_steps(out)[-1]) != answer:
+        if fmt_number(run_steps(out)[-1]) != answer:
             return out
     out = list(steps)
     out[-1] = f"({out[-1]}) + 1"

@@ -120,11 +120,11 @@ def tokenize(text: str) -> list[int]:
     return ToyTokenizer().encode(text)
 
 
-def _count(text: str) -> int:
+def count_pieces(text: str) -> int:
     return len(_PIECE.findall(text))
 
 
-def _cut(text: str, n: int) -> str:
+def cut_pieces(text: str, n: int) -> str:
     """The prefix of `text` that tokenizes to exactly its first `n` tokens."""
     end = 0
     for i, m in enumerate(_PIECE.finditer(text)):

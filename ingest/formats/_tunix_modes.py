@@ -1,5 +1,5 @@
 """One Tunix record → one rollout, per mode (`ingest/formats/tunix.py`'s docstring gives the
-shapes): Trajectory, Steps, Token and Conversation; `_BUILDERS` maps the shape `tunix.py` detected
+shapes): Trajectory, Steps, Token and Conversation; `BUILDERS` maps the shape `tunix.py` detected
 to its builder."""
 from __future__ import annotations
 
@@ -259,7 +259,7 @@ def _from_conversation(messages: list, head: dict) -> Rollout:
     return _finish(rollout, chain)
 
 
-_BUILDERS = {
+BUILDERS = {
     "trajectory": _from_trajectory,
     "token": _from_token,
     "steps": _from_steps,
@@ -267,4 +267,4 @@ _BUILDERS = {
 }
 
 
-_MODE_NAMES = {"trajectory": "Trajectory", "token": "Token", "steps": "Steps", "conversation": "Conversation"}
+MODE_NAMES = {"trajectory": "Trajectory", "token": "Token", "steps": "Steps", "conversation": "Conversation"}

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest.fields import FieldError
-from ingest.formats._tunix_modes import _BUILDERS, _MODE_NAMES
+from ingest.formats._tunix_modes import BUILDERS, MODE_NAMES
 from ingest.formats.base import ReadContext, guarded
 from ingest.schema import GroupRef, Rollout, RunRef
 from ingest.errors import RecordError
@@ -294,10 +294,10 @@ def _convert(shape: str, data: Any, where: _Where, group: GroupRef | None = None
             run=RunRef(id=where.run),
             step=where.step,
             group=group,
-            source={"format": NAME, "file": where.file, "line": where.line, "mode": _MODE_NAMES[shape],
+            source={"format": NAME, "file": where.file, "line": where.line, "mode": MODE_NAMES[shape],
                     **({"path": where.path} if where.path != "$" else {})},
         )
-        rollout = _BUILDERS[shape](data, head)
+        rollout = BUILDERS[shape](data, head)
         if item_extra:
             rollout.extra["item"] = item_extra
         return rollout
