@@ -12,7 +12,7 @@ from ingest.formats.base import join_path as _join
 from ingest.schema import Message
 
 
-def _turn_list(v: Any, path: str) -> list[TokenTurn]:
+def token_turns(v: Any, path: str) -> list[TokenTurn]:
     if not isinstance(v, list):
         raise FieldError(path, f"expected a list of turns, got {type(v).__name__}")
     out = []
@@ -37,7 +37,7 @@ def _turn_list(v: Any, path: str) -> list[TokenTurn]:
     return out
 
 
-def _align_turns(b: RolloutBuilder, turns: list[TokenTurn], path: str, extra: dict) -> None:
+def align_turns(b: RolloutBuilder, turns: list[TokenTurn], path: str, extra: dict) -> None:
     """Token data per assistant message, in order: turn k → k-th assistant node. Surplus turns
     are kept in `rollout.extra["unaligned_<path>"]`; prompt ids are checked for drift."""
     assistants = b.assistants()
@@ -60,7 +60,7 @@ def _align_turns(b: RolloutBuilder, turns: list[TokenTurn], path: str, extra: di
         extra[f"{path}_count_mismatch"] = {"assistant_messages": len(assistants), path: len(turns)}
 
 
-def _append_openai_logprobs(b: RolloutBuilder, rec: dict) -> None:
+def append_openai_logprobs(b: RolloutBuilder, rec: dict) -> None:
     """`{response, logprobs: {content: [...]} | [...]}` → one sampled assistant node."""
     lp = rec["logprobs"]
     entries, base = (lp["content"], "logprobs.content") if isinstance(lp, dict) else (lp, "logprobs")

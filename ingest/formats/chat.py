@@ -44,7 +44,7 @@ from ingest import endings
 from ingest.fields import FieldError, is_number_or_none
 from ingest.formats import _openai
 from ingest.formats._build import RolloutBuilder, apply_completion
-from ingest.formats._chat_tokens import _align_turns, _append_openai_logprobs, _turn_list
+from ingest.formats._chat_tokens import align_turns, append_openai_logprobs, token_turns
 from ingest.formats.base import ReadContext, guarded, id_text, json_type, shape_error
 from ingest.formats.base import join_path as _join
 from ingest.schema import Ending, EndingInfo, Error, GroupRef, Rollout, RunRef, Task
@@ -288,9 +288,9 @@ def _build_record(source: Source, ctx: ReadContext, value: dict, line: int | Non
     for key in ("turns", "turn_tokens"):
         if rec.get(key) is None:
             continue
-        turns = _turn_list(rec[key], key)
+        turns = token_turns(rec[key], key)
         if msgs is not None:
-            _align_turns(b, turns, key, extra)
+            align_turns(b, turns, key, extra)
         else:
             for t, turn in enumerate(turns):
                 b.token_turn(turn, t)
@@ -298,7 +298,7 @@ def _build_record(source: Source, ctx: ReadContext, value: dict, line: int | Non
 
     if rec.get("completion_ids") is not None:
         keys = ("prompt_ids", "prompt_pieces", "completion_ids", "completion_pieces", "logprobs", "finish_reason")
-        parsed = _turn_list([{k: rec[k] for k in keys if k in rec}], "")[0]
+        parsed = token_turns([{k: rec[k] for k in keys if k in rec}], "")[0]
         used.update(keys)
         assistants = b.assistants()
         if assistants:
@@ -309,7 +309,7 @@ def _build_record(source: Source, ctx: ReadContext, value: dict, line: int | Non
                 used.add("response")
             b.token_turn(parsed, 0, content=content, turn_extra=False)
     elif _is_logprobs_shape(rec):
-        _append_openai_logprobs(b, rec)
+        append_openai_logprobs(b, rec)
         used.update(("logprobs", "response", "finish_reason"))
 
     rollout_id = id_text(rec.get("rollout_id"), "rollout_id")
