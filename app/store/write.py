@@ -213,7 +213,7 @@ def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordE
         todo, replaced, repeats = [], [], 0
         for p in batch:
             old = existing.get(p.identity)
-            if old is not None and old[1] == p.content_hash and not force:
+            if old is not None and old[1] == p.summary["content_hash"] and not force:
                 res.unchanged += 1
                 res.outcomes[p.identity] = "unchanged"
                 continue
@@ -278,7 +278,7 @@ def _write_one(conn: sa.Connection, p: Prepared, groups: set[tuple[str, str]], f
     run_id, rollout_id, attempt = p.identity
     existing = conn.execute(sa.select(RO.c.pk, RO.c.content_hash).where(
         RO.c.run_id == run_id, RO.c.rollout_id == rollout_id, RO.c.attempt == attempt)).first()
-    if existing is not None and existing.content_hash == p.content_hash and not force:
+    if existing is not None and existing.content_hash == p.summary["content_hash"] and not force:
         return "unchanged"
     deleted = []
     if existing is not None:

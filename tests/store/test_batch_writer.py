@@ -69,7 +69,7 @@ def test_the_analytics_hooks_cost_at_most_11_statements_per_batch_whatever_the_s
 
 def test_the_hash_is_the_canonical_json_and_prepare_matches(engine):
     r = rollout("x1")
-    assert prepare(r).content_hash == content_hash(r)
+    assert prepare(r).summary["content_hash"] == content_hash(r)
     other = rollout("x1", reward=0.5)
     assert content_hash(other) != content_hash(r)
 
