@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -113,6 +114,17 @@ def prepare_or_error(r: Rollout, context: CheckContext | None = None) -> Prepare
         return prepare(r, context)
     except Exception as exc:  # noqa: BLE001 - one rollout must not cost its neighbours
         return storage_error(r, exc)
+
+
+def prepare_all(items: Iterable[Rollout | RecordError]) -> tuple[list[Prepared], list[RecordError]]:
+    """Prepare rollouts outside any transaction: (prepared, rejections). A rollout that cannot
+    be prepared becomes a rejection naming its file and line."""
+    prepared: list[Prepared] = []
+    errors: list[RecordError] = []
+    for item in items:
+        p = item if isinstance(item, RecordError) else prepare_or_error(item)
+        (errors if isinstance(p, RecordError) else prepared).append(p)
+    return prepared, errors
 
 
 def storage_error(r: Rollout | RolloutRef, exc: BaseException) -> RecordError:

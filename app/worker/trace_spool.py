@@ -34,7 +34,8 @@ from sqlalchemy.engine import Engine
 
 from app.db import models
 from app.db.engine import insert_for
-from app.store.write import StoreResult, prepare_all, write_in
+from app.store.prepare import prepare_all
+from app.store.write import StoreResult, write_in
 from app.worker.spool import HEAD_BYTES, S, scan
 from ingest.endings import normalise
 from ingest.otel import OtlpError, SpanRecord, decode_json, encode_json
