@@ -39,7 +39,7 @@ from app.store import rollups, search
 from app.store.groups import recheck_groups
 from app.store.outage import RETRY_SECONDS, lost_a_race, not_the_data, with_retries
 from app.store.prepare import FINDING_COLUMNS, NODE_COLUMNS, Identity, Prepared, prepare_or_error, storage_error
-from app.store.quarantine import clear_whole_file, quarantine_many
+from app.store.quarantine import clear_landed, clear_whole_file, files_with_entries, quarantine_many
 from ingest.checks import CheckContext
 from ingest.schema import Rollout
 from ingest.source import RecordError
@@ -261,7 +261,7 @@ def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordE
             todo.append(p)
         written = _insert_rows(conn, todo, _delete(conn, replaced))
         inserted, deleted = written.inserted, written.deleted
-        res.cleared = _clear_landed(conn, inserted if quarantined_files is None
+        res.cleared = clear_landed(conn, inserted if quarantined_files is None
                                     else [r for r in inserted if r["source_file"] in quarantined_files])
         res.replaced, res.inserted = len(replaced) - repeats, len(todo) - len(replaced)
         res.findings = sum(p.n_findings for p in todo)
@@ -274,17 +274,6 @@ def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordE
         quarantine_many(conn, errors, context=quarantine_context)
         res.rejected += len(errors)
     return res
-
-
-def _clear_landed(conn: sa.Connection, rows: list[dict[str, Any]]) -> int:
-    """Delete the quarantine entries of records that now landed (same file and line: the record
-    was fixed and re-ingested); returns how many."""
-    keys = sorted({(r["source_file"], r["source_line"]) for r in rows
-                   if r["source_file"] is not None and r["source_line"] is not None})
-    if not keys:
-        return 0
-    Q = models.Quarantine.__table__
-    return conn.execute(Q.delete().where(sa.tuple_(Q.c.source_file, Q.c.line).in_(keys))).rowcount or 0
 
 
 def _groups(*row_lists: list[dict[str, Any]]) -> set[tuple[str, str]]:
@@ -373,21 +362,6 @@ def write_in(conn: sa.Connection, prepared: list[Prepared], errors: list[RecordE
 
 # --- the stream -------------------------------------------------------------------------------
 
-def _quarantined_files(conn: sa.Connection, prepared: list[Prepared], errors: list[RecordError], checked: set[str],
-                       found: set[str]) -> set[str]:
-    """The source files of the batch's rollouts and rejections that have quarantine entries
-    (from before this batch), looked up once per file per call (so a batch of an unquarantined
-    file spends no statement on clearing)."""
-    new = ({p.summary["source_file"] for p in prepared if p.summary["source_file"]}
-           | {e.file for e in errors if e.file}) - checked
-    if new:
-        Q = models.Quarantine.__table__
-        found |= set(conn.execute(sa.select(Q.c.source_file).where(Q.c.source_file.in_(sorted(new))).distinct())
-                     .scalars())
-        checked |= new
-    return found
-
-
 def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=None,
           batch_size: int = BATCH, context: CheckContext | None = None, force: bool = False,
           quarantine_context: dict | None = None, retry_seconds: float = RETRY_SECONDS,
@@ -432,7 +406,7 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     def write(conn: sa.Connection, prepared: list[Prepared], batch_errors: list[RecordError], final: bool,
               one_by_one: bool = False):
         """The batch in one go, or (`one_by_one`) its fallback: the same rules either way."""
-        files = _quarantined_files(conn, prepared, batch_errors, files_checked, quarantined_files)
+        files = files_with_entries(conn, prepared, batch_errors, files_checked, quarantined_files)
         res = (write_one_by_one if one_by_one else write_batch)(
             conn, prepared, batch_errors, known_runs=known_runs, force=force,
             quarantine_context=quarantine_context, quarantined_files=files, order=order)
