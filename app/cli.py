@@ -109,7 +109,7 @@ def _engine():
     from app.db.engine import make_engine
     from app.db.migrate import upgrade
     from app.db.unusable import DatabaseUnusable, why_unusable
-    from app.store.write import database_gone, retry_waits
+    from app.store.outage import database_gone, retry_waits
 
     url = database_url()
     console.print(f"database: {sa_url_shown(url)}", markup=False, soft_wrap=True)
@@ -618,7 +618,7 @@ def main() -> None:
         if debug:
             raise
         from app.db.unusable import DatabaseUnusable, why_unusable
-        from app.store.write import database_gone, out_of_space
+        from app.store.outage import database_gone, out_of_space
 
         first = str(getattr(exc, "orig", None) or exc).strip().splitlines()
         detail = first[0][:300] if first else type(exc).__name__

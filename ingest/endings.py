@@ -65,6 +65,19 @@ def from_reason(reason: str | None, *, unlisted: Ending = Ending.unknown) -> End
     return WORDS.get(reason.strip().lower(), unlisted)
 
 
+def normalise(rollout: Rollout) -> Rollout:
+    """Make a reader's rollout final, in place, and return it: the ending derived where the
+    reader set none (`derive`), the evidence filled from the trace (`fill_evidence`) and a silent
+    truncation corrected (`correct_silent_truncation`). Idempotent. Every reader's output goes
+    through it at one place (ingest/files.py `read_records`; the OTLP receiver's traces in
+    app/worker/trace_spool.py), so a notebook reading files with `ingest` sees the endings the
+    dashboard stores."""
+    derive(rollout)
+    fill_evidence(rollout)
+    correct_silent_truncation(rollout)
+    return rollout
+
+
 def fill_evidence(rollout: Rollout) -> None:
     """Fill `ending.evidence` from the trace itself where the reader left it empty:
     last finish reason, output tokens sampled (mask = 1) and turns (assistant messages)."""

@@ -29,7 +29,8 @@ from app.db import models
 from app.queries.annotations import labelled
 from app.queries.common import SUMMARY_COLUMNS, attempt_columns
 from app.queries.rollouts import RolloutFilters
-from app.store.rollups import ENDINGS, SKIPPED
+from app.store.rollups import SKIPPED
+from ingest.stats import ENDINGS
 
 R = models.Rollout.__table__
 F = models.Finding.__table__

@@ -22,10 +22,10 @@ from app.db import models
 from app.queries import annotations as q_annotations
 from app.queries.common import SUMMARY_COLUMNS
 from app.store import rollups
+from ingest.stats import ENDINGS, latest_attempts, no_gradient_reason
 from app.views.common import iso, note_view
 from ingest.advantages import Member, group_advantages
 
-ENDINGS = rollups.ENDINGS
 NO_GRADIENT_LABELS = {
     "trainer_filtered": "filtered by the trainer",
     "error_dropped": "error dropped (infrastructure failure says nothing about the policy)",
@@ -113,7 +113,7 @@ def _groups_table(run_id: str, rows: list[dict], json: bool = False) -> list[dic
     """Per group of the step (latest attempts): size, endings, mean reward under both policies,
     zero variance and sign flips; most affected first (errors, then other non-task endings)."""
     groups: dict[str, list[dict]] = defaultdict(list)
-    for r in rollups.latest_attempts(rows):
+    for r in latest_attempts(rows):
         if r["group_id"] is not None:
             groups[r["group_id"]].append(r)
     out = []
@@ -173,10 +173,10 @@ def step_page(session: Session, run_id: str, step: int, *, json: bool = False) -
     limit = rollups.max_staleness(conn, run_id)
     group_table = _groups_table(run_id, rows, json)
     zv = {g["group_id"] for g in group_table if g["zero_variance"]}
-    latest = {r["pk"] for r in rollups.latest_attempts(rows)}
+    latest = {r["pk"] for r in latest_attempts(rows)}
     no_grad = []
     for r in sorted(rows, key=lambda r: (r["group_id"] or "", r["rollout_id"], r["attempt"])):
-        reason = rollups.no_gradient_reason(r, zero_variance_groups=zv, latest=r["pk"] in latest, max_staleness=limit)
+        reason = no_gradient_reason(r, zero_variance_groups=zv, latest=r["pk"] in latest, max_staleness=limit)
         if reason:
             no_grad.append({"rollout_id": r["rollout_id"], "attempt": r["attempt"], "reason": reason,
                             "detail": r["trainer_filtered"] if reason == "trainer_filtered" else

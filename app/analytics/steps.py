@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from app.db import models
-from app.store.rollups import ENDINGS, NO_GRADIENT_REASONS
+from ingest.stats import ENDINGS, NO_GRADIENT_REASONS
 
 SR = models.StepRollup.__table__
 TR = models.TaskRollup.__table__
@@ -264,7 +264,7 @@ def weighted_mean(pairs: list[tuple[float | None, int]]) -> float | None:
 def exact_total_mean(stats: list[StepStats], policy: str) -> float | None:
     """The mean reward over all the steps' rollouts under `policy` ("errors_as_zero" or
     "errors_dropped"), exactly rounded: `fsum` of every step's exact partial sums
-    (app/store/rollups.py `exact_partials`) over the total count. None when a step lacks its
+    (ingest/stats.py `exact_partials`) over the total count. None when a step lacks its
     partials (a sum that overflowed) or nothing is scored; callers then weight the step means."""
     parts: list[float] = []
     n = 0

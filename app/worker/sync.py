@@ -22,10 +22,9 @@ from ingest.files import TRACE_SUFFIXES, read_records, walk
 from ingest.errors import RecordError
 from ingest.source import Source, open_source, read_as
 from app.db import models
-from app.db.unusable import why_unusable
+from app.store.outage import RETRY_SECONDS, not_the_data
 from app.store.quarantine import IngestContext, quarantine_many
-from app.store.write import (BATCH, RETRY_SECONDS, IngestOrder, StoreResult, database_gone, ensure_run, store,
-                             store_tokenizer)
+from app.store.write import BATCH, IngestOrder, StoreResult, ensure_run, store, store_tokenizer
 
 
 @dataclass
@@ -136,7 +135,7 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
                            retry_seconds=retry_seconds, whole_file=(source.name, started),
                            order=IngestOrder(order, k))
         except Exception as exc:  # noqa: BLE001 - one file must not stop the others
-            if database_gone(exc) or why_unusable(exc):  # not this file's fault: stop, saying how far it got
+            if not_the_data(exc):  # not this file's fault: stop, saying how far it got
                 exc.rollouts_committed = (getattr(exc, "rollouts_committed", 0)  # type: ignore[attr-defined]
                                           + report.total.inserted + report.total.replaced)
                 raise

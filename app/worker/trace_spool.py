@@ -34,8 +34,10 @@ from sqlalchemy.engine import Engine
 
 from app.db import models
 from app.db.engine import insert_for
-from app.store.write import StoreResult, prepare_all, write_in
+from app.store.prepare import prepare_all
+from app.store.write import StoreResult, write_in
 from app.worker.spool import HEAD_BYTES, S, scan
+from ingest.endings import normalise
 from ingest.otel.wire import OtlpError, SpanRecord, decode_json, encode_json
 from ingest.schema import Rollout
 from ingest.errors import RecordError
@@ -140,7 +142,8 @@ class TraceSpool:
         """Store finished traces: (trace id, its rollout or rejection, end of the bytes it was
         assembled from, None when it never went through the spool). One transaction; a trace
         whose range is already committed is skipped. Raises the database's errors."""
-        todo = [(tid, prepare_all([item]), end) for tid, item, end in traces]
+        todo = [(tid, prepare_all([normalise(item) if isinstance(item, Rollout) else item]), end)  # final, as a reader's
+                for tid, item, end in traces]
         with self.engine.begin() as conn:
             prepared, rejected = [], []
             for tid, (p, r), end in todo:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from app.store.prepare import prepare as _prepare
 from ingest.formats.registry import detect
 from ingest.advantages import recorded_advantage
 from ingest.checks import Group, GroupMember, run_group_checks, run_rollout_checks
@@ -27,11 +26,6 @@ from tests.conftest import FIXTURES
 REALDATA = FIXTURES / "realdata"
 TUNIX = "tunix/v0.1.7/"
 _MODES = ("Conversation", "Steps", "Token", "Trajectory")
-
-
-def prepare(r):
-    """Derive the ending as the store does (in place) and return the rollout."""
-    return _prepare(r).rollout
 
 
 def _tunix(case: str, **by_mode: dict) -> dict[str, dict]:
@@ -98,8 +92,7 @@ def _check_file(path: Path) -> tuple[Counter, Counter, Counter]:
     own, grouped, skipped = Counter(), Counter(), Counter()
     groups: dict[tuple[str, str], list] = defaultdict(list)
     for item in read_records(reader, source, ReadContext(), []):
-        assert not isinstance(item, RecordError), item
-        prepare(item)
+        assert not isinstance(item, RecordError), item  # final: its ending normalised by read_records
         own.update(f.kind for f in run_rollout_checks(item).findings)
         if item.group is not None:
             groups[(item.run.id, item.group.id)].append(item)
