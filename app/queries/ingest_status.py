@@ -10,7 +10,7 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from app.db import models
-from app.worker.spool import INGEST
+from app.worker.spool_files import INGEST
 
 S, R, Q = models.SpoolFile.__table__, models.Rollout.__table__, models.Quarantine.__table__
 

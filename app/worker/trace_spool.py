@@ -35,7 +35,7 @@ from sqlalchemy.engine import Engine
 from app.db import models
 from app.db.engine import insert_for
 from app.store.write import StoreResult, prepare_all, write_in
-from app.worker.spool import HEAD_BYTES, S, scan
+from app.worker.spool_files import HEAD_BYTES, S, scan
 from ingest.otel import OtlpError, SpanRecord, decode_json, encode_json
 from ingest.schema import Rollout
 from ingest.source import RecordError
