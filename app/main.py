@@ -22,7 +22,9 @@ from app.config import Settings, get_settings
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
 from app.render import compile_templates
-from app.routes import analytics, ingest_http, pages, receive, status
+from app.api.v1.ingest import Gate
+from app.receivers import otlp
+from app.routes import analytics, pages, status
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 
@@ -104,8 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = engine
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    app.state.ingest_gate = ingest_http.Gate(settings.api.ingest_max_inflight)
-    app.include_router(ingest_http.router)
+    app.state.ingest_gate = Gate(settings.api.ingest_max_inflight)
     app.include_router(status.router)
     status.install_latency(app)
     app.include_router(api_v1)
@@ -113,7 +114,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # before pages: its /runs/{run_id:path} catches the rest
     app.include_router(analytics.router, include_in_schema=False)
     app.include_router(pages.router, include_in_schema=False)
-    app.include_router(receive.router)
+    app.include_router(otlp.router)
 
     @app.get("/api/docs", include_in_schema=False)
     def api_docs(request: Request):

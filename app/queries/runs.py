@@ -30,8 +30,8 @@ class StepRow:
 
 
 # Where a rollout came from a live source, by its stored source file: the worker's spool (a
-# spool_file row's `name`), `POST /api/v1/ingest` (`http/<sha256>.jsonl`, app.routes.ingest_http)
-# or the OTLP receiver (`/v1/traces`, app.routes.receive). A one-off `rollscope ingest` names
+# spool_file row's `name`), `POST /api/v1/ingest` (`http/<sha256>.jsonl`, app.api.v1.ingest)
+# or the OTLP receiver (`/v1/traces`, app.receivers.otlp). A one-off `rollscope ingest` names
 # the files it was given, none of these.
 HTTP_SOURCE_PREFIX, OTLP_SOURCE = "http/", "/v1/traces"
 

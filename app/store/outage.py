@@ -31,7 +31,7 @@ RETRY_SECONDS = 30.0  # default of `ROLLSCOPE_DB__RETRY_SECONDS` (app.config.DbS
 def retry_waits(seconds: float = RETRY_SECONDS) -> list[float]:
     """The pauses (s) between tries while a database is unreachable: 0.5 s doubling, at most
     15 s, adding up to `seconds` (the last one shortened to fit); [] for 0. 30 s gives
-    0.5, 1, 2, 4, 8, 14.5. The CLI uses the same budget at start (`app.cli._engine`) and mid-ingest."""
+    0.5, 1, 2, 4, 8, 14.5. The CLI uses the same budget at start (`app.cli.common.open_engine`) and mid-ingest."""
     waits: list[float] = []
     wait, left = 0.5, max(0.0, seconds)
     while left > 1e-9:

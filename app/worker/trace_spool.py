@@ -36,7 +36,7 @@ from app.db import models
 from app.db.engine import insert_for
 from app.store.prepare import prepare_all
 from app.store.write import StoreResult, write_in
-from app.worker.spool import HEAD_BYTES, S, scan
+from app.worker.spool_files import HEAD_BYTES, S, scan
 from ingest.endings import normalise
 from ingest.otel.wire import OtlpError, SpanRecord, decode_json, encode_json
 from ingest.schema import Rollout

@@ -10,7 +10,7 @@ may be lowerCamelCase or snake_case. Protobuf is parsed with the `opentelemetry-
 
 This module knows nothing of GenAI semantics; `ingest/otel/read.py` and `write.py` turn span records of one
 trace into a rollout and back. No database, no web (the `/v1/traces` receiver lives in
-`app/routes/receive.py`).
+`app/receivers/otlp.py`).
 """
 from __future__ import annotations
 

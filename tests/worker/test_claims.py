@@ -15,7 +15,8 @@ from app.db import models
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
 from app.worker.run import run, wait_for
-from app.worker.spool import LEASE, Spool
+from app.worker.claims import LEASE
+from app.worker.spool import Spool
 from ingest.formats.native import write_line
 from tests.helpers import rollout
 from tests.worker import new_pg_database, rollouts_stored, start_worker, stop_worker_and_drop

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
 from app.api.v1.rollouts import Filters, RunId, known_run
-from app.deps import ReadToken, SessionDep
+from app.deps import SessionDep
 from app.errors import ApiError
 from app.store.load import iter_rollouts
 from ingest.export import Counted, Export, no_samples_message
@@ -47,7 +47,7 @@ def file_name(run_id: str, fmt: str) -> str:
                                             f"(`{NDJSON}`) for every format but `parquet` "
                                             f"(`{PARQUET}`)"}})
 def export_run(
-    request: Request, session: SessionDep, _: ReadToken, run: RunId, filters: Filters,
+    request: Request, session: SessionDep, run: RunId, filters: Filters,
     format: Annotated[ExportFormat, Query(description="native: rollscope/1 JSONL; verifiers: Episode JSONL; "  # noqa: A002
                                           "atif: ATIF-v1.7 JSONL; samples: flat training samples JSONL; "
                                           "parquet: the samples as Parquet; otlp: OTLP/JSON lines "

@@ -13,7 +13,7 @@ from pydantic import BaseModel, create_model
 
 from app import urls
 from app.api.v1.schemas import Page
-from app.deps import ReadToken, SessionDep
+from app.deps import SessionDep
 from app.errors import ApiError
 from app.params import Count, OptCount, OptFloat, OptInt, OptStr, check_rollout_filters
 from app.queries import findings as q_findings
@@ -77,7 +77,7 @@ def known_run(session, run: str, filters: RolloutFilters, after: str | None = No
 
 @router.get("/runs/{run}/rollouts", response_model=RolloutPage, response_model_exclude_unset=True)
 def list_rollouts(
-    request: Request, session: SessionDep, _: ReadToken, run: RunId, filters: Filters,
+    request: Request, session: SessionDep, run: RunId, filters: Filters,
     after: Annotated[str | None, Query(description="`next` of the previous page")] = None,
     limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
     fields: Annotated[str | None, Query(description="comma-separated fields of each item, e.g. "
@@ -149,7 +149,7 @@ def _paths(session, pk: int) -> tuple[list, list[list[int]]]:
 
 
 @router.get("/runs/{run}/rollouts/{rollout}", response_model=RolloutDetail)
-def get_rollout(session: SessionDep, _: ReadToken, run: RunId, rollout: RolloutId, attempt: OptInt = None):
+def get_rollout(session: SessionDep, run: RunId, rollout: RolloutId, attempt: OptInt = None):
     """One rollout (the latest attempt, or `attempt`): summary, attempts, envelope, findings,
     message graph and branches."""
     run_id, rollout_id = unquote(run), unquote(rollout)
@@ -230,7 +230,7 @@ class MessagePage(PageModel):
 
 
 @router.get("/runs/{run}/rollouts/{rollout}/branches/{branch}/messages", response_model=MessagePage)
-def get_branch_messages(request: Request, session: SessionDep, _: ReadToken, run: RunId, rollout: RolloutId,
+def get_branch_messages(request: Request, session: SessionDep, run: RunId, rollout: RolloutId,
                         branch: Annotated[Count, Path()], attempt: OptInt = None, offset: OptCount = None,
                         limit: Annotated[int | None, Query(ge=1, le=1000)] = None):
     """The messages of one branch, root first, `limit` at a time from `offset`. Strings longer
@@ -276,7 +276,7 @@ def _arrays(session, pk: int, path: list[int]) -> dict[str, np.ndarray]:
                              "description": "JSON, or with `Accept: application/x-ndarray` a NumPy .npz "
                                             "archive of int32 `node`, `token_ids`, bool `mask`, float32 "
                                             "`logprobs`, `advantages` (NaN = missing)"}})
-def get_branch_tokens(request: Request, session: SessionDep, _: ReadToken, run: RunId, rollout: RolloutId,
+def get_branch_tokens(request: Request, session: SessionDep, run: RunId, rollout: RolloutId,
                       branch: Annotated[Count, Path()], attempt: OptInt = None):
     """A branch's token arrays. JSON by default; `Accept: application/x-ndarray` gives the compact
     binary form, a NumPy NPZ archive (`numpy.load(io.BytesIO(body))`), float32 as stored."""

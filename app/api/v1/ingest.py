@@ -8,7 +8,7 @@ with `Retry-After`. Nothing is dropped silently: every line gets a result, accep
 URL), unchanged, or rejected (with the field and the reason), and rejected lines are quarantined
 as file rejections are.
 
-The body may be gzip (`Content-Encoding: gzip`, or gzip bytes). Query: `run` (applied to every
+The body may be gzip (`Content-Encoding: gzip`, or gzip bytes: app.receivers.body). Query: `run` (applied to every
 record, as `rollscope ingest --run`), `format` (a reader name; detected by content otherwise),
 `step` (for records that carry none). The records' source file is `http/<sha256 of the body>`:
 re-sending the same body (a retry after a timeout) gives the same ids and is `unchanged`.
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import threading
-import zlib
 from pathlib import Path
 from typing import Annotated
 
@@ -26,9 +25,10 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
 from app import urls
-from app.api.v1.schemas import ERRORS, ErrorBody
-from app.auth import WriteToken
+from app.api.v1.schemas import ErrorBody
+from app.deps import WriteToken
 from app.errors import ApiError
+from app.receivers.body import BodyError, read_body
 from app.store.prepare import prepare_or_error
 from app.store.write import BATCH, StoreResult, write_in
 from ingest.files import read_records
@@ -43,7 +43,7 @@ _PUSHBACK = {status: {"model": ErrorBody, "description": d} for status, d in {
     413: "the body is larger than the ingest limit", 415: "the body is not NDJSON (one JSON object per line)",
     429: "too many ingest requests in flight: retry after `Retry-After` seconds",
     503: "the database is unavailable: retry after `Retry-After` seconds"}.items()}
-router = APIRouter(prefix="/api/v1", tags=["ingest"], responses={**ERRORS, **_PUSHBACK})
+router = APIRouter(tags=["ingest"], responses=_PUSHBACK)
 
 MAX_BODY = 512 << 20  # uncompressed bytes per request
 RETRY_AFTER_BUSY = 1
@@ -79,15 +79,18 @@ async def ingest(
 
     Returns `{"accepted": n, "unchanged": n, "rejected": n, "results": [{"line", "status",
     "id", "url"} | {"line", "status": "rejected", "field", "error"}]}`. 401 without a token,
-    403 with a read token, 413 over 512 MB, 415 for a body that is not NDJSON, 429 when busy and
+    403 with a read token, 400 for gzip that does not inflate, 413 over 512 MB, 415 for a body that
+    is not NDJSON or an encoding other than gzip, 429 when busy and
     503 when the database is down (both with `Retry-After`).
     """
     gate: Gate = request.app.state.ingest_gate
     if not gate.enter():
         raise _busy(RETRY_AFTER_BUSY, "the ingest queue is full; retry after the delay given", 429)
     try:
-        body = await request.body()
-        data = _decompress(body, request.headers.get("content-encoding", ""))
+        try:
+            data = await read_body(request, limit=MAX_BODY)
+        except BodyError as exc:
+            raise HTTPException(exc.status, exc.message) from None
         base = str(request.base_url).rstrip("/")
         try:
             return await run_in_threadpool(_ingest, request.app.state.engine, data, run, format, step, base)
@@ -96,20 +99,6 @@ async def ingest(
                         503) from None
     finally:
         gate.leave()
-
-
-def _decompress(body: bytes, encoding: str) -> bytes:
-    if "gzip" in encoding.lower() or body[:2] == b"\x1f\x8b":
-        try:
-            d = zlib.decompressobj(wbits=47)
-            data = d.decompress(body, MAX_BODY + 1)
-        except zlib.error as exc:
-            raise HTTPException(400, f"body is not valid gzip: {exc}") from None
-    else:
-        data = body
-    if len(data) > MAX_BODY:
-        raise HTTPException(413, f"body larger than {MAX_BODY} bytes uncompressed: send it in parts")
-    return data
 
 
 def _ingest(engine, data: bytes, run: str | None, fmt: str | None, step: int | None, base: str) -> dict:
