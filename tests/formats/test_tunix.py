@@ -299,8 +299,15 @@ def test_conversation_mode():
 
 
 def test_ids_are_stable_across_reads():
-    for name in ("orchestrator_group.Token.json", "trajectory_log_orchestrator_group.csv", "submitted.Token.json"):
-        assert [r.id for r in read_ok(name)] == [r.id for r in read_ok(name)]
+    # derived from the file's name and the record's place in it, never from the read itself
+    expected = {
+        "orchestrator_group.Token.json": [f"orchestrator_group.Token#{g}.{i}" for g in (0, 1) for i in (0, 1, 2)],
+        "trajectory_log_orchestrator_group.csv": [f"trajectory_log_orchestrator_group#{i}" for i in range(6)],
+        "submitted.Token.json": ["submitted.Token"],
+    }
+    for name, ids in expected.items():
+        first = [r.id for r in read_ok(name)]
+        assert first == ids and [r.id for r in read_ok(name)] == first
 
 
 def test_run_and_step_from_context():

@@ -238,7 +238,8 @@ def test_written_file_reads_back_through_the_native_reader(tmp_path: Path):
 
 
 def test_tokenizer_is_stable_and_lossless():
-    assert demo.tokenize("Answer: 395") == demo.tokenize("Answer: 395")
+    # CRC-32 of each piece, the same in every process and version (a pinned value, not a second call)
+    assert demo.tokenize("Answer: 395") == [25075, 4047, 12898]
     ids = demo.tokenize("hello world")
     assert len(ids) == 2 and all(16 <= i < 32000 for i in ids)
     assert ids == [demo.tokenize("hello")[0], demo.tokenize(" world")[0]]

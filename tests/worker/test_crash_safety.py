@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from app.db import models
@@ -121,6 +122,7 @@ def test_sigkill_loses_nothing_sqlite(tmp_path):
     _crash_run(f"sqlite:///{tmp_path / 'crash.db'}", tmp_path, workers=1, seed=1, batch=5)
 
 
+@pytest.mark.postgres
 def test_sigkill_loses_nothing_postgres_two_workers(tmp_path):
     from tests.conftest import _pg_admin, PG_URL
     import uuid
