@@ -157,16 +157,3 @@ def client(db_url, engine):
     with TestClient(app) as c:
         yield c
     app.state.engine.dispose()
-
-
-@pytest.fixture(scope="session")
-def browser():
-    """Debian's chromium (never a downloaded browser), headless."""
-    from playwright.sync_api import sync_playwright
-
-    from tests.browser import ARGS, CHROMIUM
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
