@@ -31,14 +31,12 @@ from app.main import create_app
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
-SHARED = ROOT.parent / "shared"
 PG_URL = os.environ.get("ROLLSCOPE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 
 def data_path(*parts: str) -> Path:
-    """A test input: the committed copy under tests/fixtures, else ../shared (same layout)."""
-    committed = FIXTURES.joinpath(*parts)
-    return committed if committed.exists() else SHARED.joinpath(*parts)
+    """A test input under tests/fixtures (the handed cases, real traces, tokenizers)."""
+    return FIXTURES.joinpath(*parts)
 
 
 def _pg_admin():

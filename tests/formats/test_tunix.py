@@ -1,4 +1,4 @@
-"""The Tunix reader against real google-tunix 0.1.7 output (shared/realdata/tunix/v0.1.7).
+"""The Tunix reader against real google-tunix 0.1.7 output (tests/fixtures/realdata/tunix/v0.1.7).
 
 Every trace file is sniffed and read without RecordError, and what it yields is compared with
 the generator's own summary.json: ending per status (docs/formats-tunix.md), trajectory reward,
@@ -19,7 +19,7 @@ from ingest.schema import Ending, Rollout
 from tests.conftest import data_path
 from ingest.source import RecordError, open_source
 
-DATA = data_path("realdata", "tunix", "v0.1.7")  # committed copy of ../shared/realdata/tunix/v0.1.7
+DATA = data_path("realdata", "tunix", "v0.1.7")
 
 SUMMARY = json.loads((DATA / "summary.json").read_text()) if DATA.is_dir() else {"cases": []}
 CASES = {c["file"]: c for c in SUMMARY["cases"]}
