@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from ingest.formats import ReadContext, detect, native, otlp
 from ingest.otel_genai import AFTER, ELIDED, NODES, ROLLOUT, rollout_from_spans, spans_from_rollout
 from ingest.source import open_source
@@ -40,6 +42,7 @@ def _paths(r):
     return sorted(paths)
 
 
+@pytest.mark.slow
 def test_export_of_500_turns_is_linear_and_round_trips(tmp_path):
     r = _many_turns(tmp_path, 500)
     assert len(r.nodes) == 1002

@@ -51,6 +51,7 @@ def test_default_run_has_30_steps_of_8_groups_of_8(run):
         assert len({m.task.key for m in members}) == 1
 
 
+@pytest.mark.slow
 def test_same_seed_gives_identical_bytes(tmp_path: Path):
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     assert demo.write(a) == 1920
@@ -189,6 +190,7 @@ def test_error_rollouts(run):
     assert not any(r.errors for r in run if r.ending.type != Ending.error)
 
 
+@pytest.mark.slow
 def test_advantages_use_the_errors_dropped_baseline(run):
     groups: dict[str, list[Rollout]] = defaultdict(list)
     for r in run:
@@ -219,6 +221,7 @@ def test_hostile_html_reaches_tool_output(run):
     assert 0 < len(hostile) < 0.1 * len(run)
 
 
+@pytest.mark.slow
 def test_round_trip(run):
     for r in run:
         assert Rollout.model_validate(r.to_json_dict()) == r
@@ -356,6 +359,7 @@ def test_write_writes_the_tokenizer_beside_the_run(tmp_path: Path):
     assert json.loads(tj)["model"]["type"] == "WordLevel"
 
 
+@pytest.mark.slow
 def test_cli_demo_writes_tokenizer_and_pages_show_text(tmp_path: Path):
     from fastapi.testclient import TestClient
 

@@ -31,6 +31,7 @@ def _claim(engine):
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_a_worker_restarted_after_sigkill_takes_over_its_dead_predecessors_file_at_once(tmp_path, monkeypatch):
     name, url = new_pg_database("rs_claims")
     spool = tmp_path / "spool" / "c"

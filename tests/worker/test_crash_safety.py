@@ -25,6 +25,8 @@ from tests.conftest import ROOT
 from tests.helpers import rollout
 from tests.worker import rollouts_stored
 
+pytestmark = pytest.mark.slow
+
 R, S, Q = models.Rollout.__table__, models.SpoolFile.__table__, models.Quarantine.__table__
 N = 240
 

@@ -22,6 +22,8 @@ from tests.conftest import ROOT, _pg_admin
 from tests.helpers import rollout
 from tests.worker import new_pg_database, start_worker, stop_worker_and_drop
 
+pytestmark = pytest.mark.slow
+
 R = models.Rollout.__table__
 
 

@@ -31,6 +31,7 @@ def _pg(**parts) -> str:
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_an_unusable_database_fails_at_once_naming_it_and_what_is_wrong(tmp_path):
     data = tmp_path / "r.jsonl"
     data.write_bytes(write_line(rollout("a")))
