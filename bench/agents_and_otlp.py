@@ -70,7 +70,7 @@ def otlp_mapping() -> None:
 
 
 def otlp_export_size(turns: int = 5000) -> None:
-    """Case 17 of ../shared/cases, generated: the OTLP writer and reading the file back (what
+    """Case 17 of tests/fixtures/cases, generated: `otlp.write` and reading the file back (what
     `rollscope export --format otlp` and `rollscope ingest` do around the database)."""
     import os
     import subprocess

@@ -2,7 +2,7 @@
 (derivation) and docs/formats-<name>.md (per format).
 
 `Ending` values: submitted, task_detected, truncated, length_cut, error, unknown
-(../shared/domain.md). The source's own reason is kept as `ending.detail`.
+(docs/trace-format.md, "Endings"). The source's own reason is kept as `ending.detail`.
 """
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def settle(rollout: Rollout) -> EndingInfo:
 
     - aborted: the last generation was aborted or failed at the inference server
       (`abort`, `aborted`, `error`, `cancelled`) → `error`: it says nothing about the policy, so it
-      leaves the default baseline (../shared/cases/32);
+      leaves the default baseline (tests/fixtures/cases/32-finish-reason-abort.json);
     - silent truncation: the agent "submitted", but its last generation stopped for length →
       `length_cut`.
 
@@ -167,7 +167,7 @@ def correct_silent_truncation(rollout: Rollout) -> EndingInfo:
 
     The source's claim is kept: `ending.detail` stays the source's own reason and
     `ending.extra["silent_truncation"]` records the claimed type and why it was corrected; the
-    `silent_truncation` check reports it (../shared/domain.md, "Endings")."""
+    `silent_truncation` check reports it (docs/trace-format.md, "Endings")."""
     info = rollout.ending
     if info.type not in (Ending.submitted, Ending.task_detected) or "silent_truncation" in info.extra:
         return info

@@ -11,7 +11,7 @@ updated by deltas drift from a fresh sum. A batch of rollouts touches one or a f
 step is a bounded set (a GRPO step is batch × group size rows, read by the (run_id, step) index),
 so every write recomputes the steps it touched from the stored summary rows with the same
 function a full rebuild uses: the rollups equal a full recomputation by construction, after
-inserts, replacements and re-ingests alike (tests/store/test_rollups.py checks it against an
+inserts, replacements and re-ingests alike (tests/analytics/test_rollups.py checks it against an
 independent computation on SQLite and Postgres).
 
 A batch costs a constant number of statements (see `apply`): every touched step is read in one

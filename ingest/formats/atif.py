@@ -1,4 +1,4 @@
-"""ATIF, the Agent Trajectory Interchange Format v1.0–v1.7 (docs/formats-atif.md).
+"""ATIF, the Agent Trajectory Interchange Format v1.0–v1.7 (docs/formats.md).
 
 Sources: harbor-framework/harbor `rfcs/0001-trajectory-format.md` (the spec, v1.7) and its
 models `src/harbor/models/trajectories/*.py`; Google Tunix's RL extension

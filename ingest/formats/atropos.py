@@ -1,4 +1,4 @@
-"""Atropos ScoredDataGroup JSONL (docs/formats-atropos.md).
+"""Atropos ScoredDataGroup JSONL (docs/formats.md).
 
 Source: NousResearch/atropos `atroposlib/envs/base.py` (`ScoredDataGroup`, written one group per
 line by the environment's `process` / `--data_path_to_save_groups` JSONL dump):

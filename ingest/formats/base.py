@@ -250,7 +250,7 @@ def guarded(file: str, line: int | None, prefix: str | None,
 
 def id_text(value: Any, path: str, *, required: bool = False) -> str | None:
     """An id as written: a string, or an integer kept with every digit (`str(int)`), never a
-    float (../shared/cases/20). Raises FieldError for anything else."""
+    float (tests/fixtures/cases/20-big-integer-ids.json). Raises FieldError for anything else."""
     if value is None:
         if required:
             raise FieldError(path, "missing id")

@@ -1,7 +1,7 @@
 """OpenAI-style chat transcripts, with or without token data (docs/formats-chat.md).
 
 The generic reader: the registry tries it last, so it never needs to know other formats. It
-claims a file only by the chat shapes below. Shapes read (a `_case` key, as in ../shared/cases,
+claims a file only by the chat shapes below. Shapes read (a `_case` key, as in tests/fixtures/cases,
 is dropped before parsing and kept in `rollout.extra["_case"]`):
 
 1. Chat records: `{messages: [...], rollout_id?, reward?, reward_components?, ending?,

@@ -1,4 +1,4 @@
-"""verifiers v1 Episodes, as prime-rl writes them (docs/formats-verifiers.md).
+"""verifiers v1 Episodes, as prime-rl writes them (docs/formats.md).
 
 Sources: PrimeIntellect-ai/verifiers `verifiers/v1/episode.py` (`Episode.to_record()`),
 `verifiers/v1/trace.py` (`Trace`, `ModelCall`, `Reward`, `Timing`, `Error`), `verifiers/v1/graph.py`

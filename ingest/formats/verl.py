@@ -1,4 +1,4 @@
-"""verl rollout dumps (docs/formats-verl.md), and flat training-sample JSONL.
+"""verl rollout dumps (docs/formats.md), and flat training-sample JSONL.
 
 Sources: verl-project/verl `verl/trainer/ppo/ray_trainer.py` (`_dump_generations` /
 `_write_generations`: `trainer.rollout_data_dir/{global_steps}.jsonl`, also

@@ -2,7 +2,7 @@
 records, and the encoding of span records back into OTLP/JSON.
 
 Wire formats (open-telemetry/opentelemetry-proto `opentelemetry/proto/trace/v1/trace.proto`,
-`collector/trace/v1/trace_service.proto`, and the OTLP/JSON rules of
+`collector/trace/v1/trace_service.proto`, and the OTLP/JSON rules of the same repository's
 `docs/specification.md`): an `ExportTraceServiceRequest` `{resourceSpans: [{resource:
 {attributes}, scopeSpans: [{scope: {name, version}, spans: [Span]}]}]}`. In JSON, `traceId` and
 `spanId` are hex strings, 64-bit integers may be strings, enums may be numbers or names, and keys

@@ -1,5 +1,5 @@
 """Every real file the readers on this branch read (tests/fixtures/realdata, a copy of
-../shared/realdata) goes through all checks, rollout and group scope, and what fires is asserted.
+tests/fixtures/realdata) goes through all checks, rollout and group scope, and what fires is asserted.
 
 The expectations were reviewed one by one: tau-bench reuses a tool-call id; Tunix tokenizes the
 final tool result of an episode cut at its step or context budget (nothing follows it); Tunix's

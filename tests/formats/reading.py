@@ -14,7 +14,7 @@ from ingest.source import open_source
 
 
 def data(rel: str) -> Path:
-    """`tests/fixtures/<rel>` (committed copies of ../shared), else `../shared/<rel>`."""
+    """`tests/fixtures/<rel>`, which must exist."""
     path = data_path(*rel.split("/"))
     assert path.exists(), f"test input missing: {rel}"
     return path

@@ -1,5 +1,5 @@
 """The chat reader (ingest/formats/chat.py), reader only: every case in
-../shared/cases, detection, and record-level validation errors."""
+tests/fixtures/cases, detection, and record-level validation errors."""
 from __future__ import annotations
 
 import json

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from ingest.export import Export
 from ingest.formats import native
 from ingest.formats.base import ReadContext
@@ -45,6 +47,7 @@ def _paths(r):
     return sorted(paths)
 
 
+@pytest.mark.slow
 def test_export_of_500_turns_is_linear_and_round_trips(tmp_path):
     r = _many_turns(tmp_path, 500)
     assert len(r.nodes) == 1002

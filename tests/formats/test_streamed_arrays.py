@@ -35,6 +35,7 @@ def _write_array(path, n: int, *, pad: int = 0, bad: dict[int, bytes] | None = N
     return path.stat().st_size
 
 
+@pytest.mark.slow
 def test_a_big_array_is_read_record_by_record_in_bounded_memory(tmp_path, monkeypatch):
     monkeypatch.setattr(source_mod, "STREAM_BYTES", 1 << 20)
     path = tmp_path / "big.json"

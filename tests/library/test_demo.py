@@ -52,6 +52,7 @@ def test_default_run_has_30_steps_of_8_groups_of_8(run):
         assert len({m.task.key for m in members}) == 1
 
 
+@pytest.mark.slow
 def test_same_seed_gives_identical_bytes(tmp_path: Path):
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     assert demo.write(a) == 1920
@@ -190,6 +191,7 @@ def test_error_rollouts(run):
     assert not any(r.errors for r in run if r.ending.type != Ending.error)
 
 
+@pytest.mark.slow
 def test_advantages_use_the_errors_dropped_baseline(run):
     groups: dict[str, list[Rollout]] = defaultdict(list)
     for r in run:
@@ -220,6 +222,7 @@ def test_hostile_html_reaches_tool_output(run):
     assert 0 < len(hostile) < 0.1 * len(run)
 
 
+@pytest.mark.slow
 def test_round_trip(run):
     for r in run:
         assert Rollout.model_validate(r.to_json_dict()) == r
@@ -239,7 +242,8 @@ def test_written_file_reads_back_through_the_native_reader(tmp_path: Path):
 
 
 def test_tokenizer_is_stable_and_lossless():
-    assert toy_tokenizer.tokenize("Answer: 395") == toy_tokenizer.tokenize("Answer: 395")
+    # CRC-32 of each piece, the same in every process and version (a pinned value, not a second call)
+    assert toy_tokenizer.tokenize("Answer: 395") == [25075, 4047, 12898]
     ids = toy_tokenizer.tokenize("hello world")
     assert len(ids) == 2 and all(16 <= i < 32000 for i in ids)
     assert ids == [toy_tokenizer.tokenize("hello")[0], toy_tokenizer.tokenize(" world")[0]]
@@ -356,6 +360,7 @@ def test_write_writes_the_tokenizer_beside_the_run(tmp_path: Path):
     assert json.loads(tj)["model"]["type"] == "WordLevel"
 
 
+@pytest.mark.slow
 def test_cli_demo_writes_tokenizer_and_pages_show_text(tmp_path: Path):
     from fastapi.testclient import TestClient
 

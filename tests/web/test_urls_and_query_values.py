@@ -1,6 +1,6 @@
-"""Web-side fixes from QA, each through the real HTTP app on SQLite and Postgres: empty and
-out-of-range query values, ids with slashes, NUL, huge rewards, labelled means, group warnings,
-quarantine paging, node links, token marks and the error page."""
+"""URLs and query values through the real HTTP app on SQLite and Postgres: empty and out-of-range
+values, NUL, ids with slashes and `%`, next links and quarantine paging, node links to other
+branches and pages, the finding filter, and validation errors rendered for the client."""
 from __future__ import annotations
 
 import re
@@ -10,6 +10,7 @@ import pytest
 from sqlmodel import Session
 
 from app.db.models import Quarantine
+from ingest.schema import Rollout
 from tests.conftest import data_path
 from tests.helpers import ingest, rollout, write_jsonl
 
@@ -18,14 +19,7 @@ def _case(engine, name: str, run: str = "cases"):
     assert ingest(engine, data_path("cases", name), run=run).ok
 
 
-def _article(html: str, idx: int) -> str:
-    """The HTML of one message article."""
-    start = html.index(f'id="m-{idx}"')
-    end = html.find("</article>", start)
-    return html[start:end]
-
-
-# --- 1. empty filter fields -------------------------------------------------------------------
+# --- empty filter fields -------------------------------------------------------------------
 
 def test_empty_query_values_mean_no_filter(client, engine, tmp_path):
     ingest(engine, write_jsonl(tmp_path / "a.jsonl", [
@@ -45,7 +39,7 @@ def test_empty_query_values_mean_no_filter(client, engine, tmp_path):
         assert err["code"] == "invalid" and err["field"] == bad.split("=")[0] and err["message"].startswith(err["field"])
 
 
-# --- 2. run ids with slashes ------------------------------------------------------------------
+# --- run ids with slashes ------------------------------------------------------------------
 
 def _walk(client, url: str) -> None:
     """A page and its JSON twin both answer 200, the twin found through the page's own link."""
@@ -112,7 +106,7 @@ def test_percent_in_ids_survives(client, engine, tmp_path):
     assert client.get(rows[0]["group_url"]).json()["group"]["id"] == "g%"
 
 
-# --- 3. out-of-range values and NUL ---------------------------------------------------------------
+# --- out-of-range values and NUL ---------------------------------------------------------------
 
 @pytest.mark.parametrize("url", [
     "/runs/r1/rollouts?step=99999999999999999999999",
@@ -148,74 +142,7 @@ def test_nul_in_path_or_query_is_400(client, engine, tmp_path, url):
         "error": {"code": "bad_request", "message": "NUL character in the URL", "field": None}}
 
 
-# --- 4. huge finite rewards -------------------------------------------------------------------------
-
-def test_huge_finite_rewards_do_not_overflow(client, engine, tmp_path):
-    rs = [rollout(f"h{i}", group="g", index=i, reward=rw) for i, rw in enumerate([1e308, 1e308, -1e308, 1.7e308])]
-    ingest(engine, write_jsonl(tmp_path / "h.jsonl", rs))
-    assert client.get("/runs/r1/groups/g").status_code == 200
-    raw = client.get("/runs/r1/groups/g.json")
-    assert raw.status_code == 200 and "Infinity" not in raw.text and "NaN" not in raw.text
-    d = raw.json()
-    assert d["policies"]["errors_dropped"]["mean"] == pytest.approx(0.675e308)
-    assert d["policies"]["errors_dropped"]["std"] > 0
-    # the run page and the runs list sum rewards too (Postgres raises on float overflow)
-    run = client.get("/runs/r1.json").json()
-    assert run["steps"][0]["mean_reward"] == pytest.approx(0.675e308)
-    assert client.get("/runs.json").json()["runs"][0]["mean_reward"] == pytest.approx(0.675e308)
-    assert client.get("/runs").status_code == 200 and client.get("/runs/r1").status_code == 200
-
-
-def test_subnormal_rewards_do_not_underflow(client, engine, tmp_path):
-    """Postgres raises on float8 underflow too (5e-324 arithmetic): sums run in NUMERIC there."""
-    rs = [rollout(f"t{i}", step=0, group="g", index=i, reward=rw) for i, rw in enumerate([5e-324, 1e-310, 0.5])]
-    ingest(engine, write_jsonl(tmp_path / "t.jsonl", rs))
-    for url in ("/runs", "/runs.json", "/runs/r1", "/runs/r1.json", "/runs/r1/groups/g.json"):
-        assert client.get(url).status_code == 200, url
-    assert client.get("/runs/r1.json").json()["steps"][0]["mean_reward"] == pytest.approx(0.5 / 3)
-
-
-# --- 5. the runs list shows the run page's two means --------------------------------------------------
-
-def test_runs_list_means_match_the_run_page(client, engine, tmp_path):
-    # the errored rollout carries a stored reward of 1.0: scored 0, or dropped, never averaged in
-    rs = [rollout("a", step=0, reward=1.0), rollout("b", step=1, reward=0.0),
-          rollout("c", step=1, reward=1.0, ending="error"), rollout("d", step=1, reward=1.0)]
-    ingest(engine, write_jsonl(tmp_path / "m.jsonl", rs))
-    row = client.get("/runs.json").json()["runs"][0]
-    totals = client.get("/runs/r1.json").json()["totals"]
-    assert row["mean_reward"] == totals["mean_reward"] == pytest.approx(2 / 4)
-    assert row["mean_reward_no_errors"] == totals["mean_reward_no_errors"] == pytest.approx(2 / 3)
-    html = client.get("/runs").text
-    assert 'title="errored rollouts scored 0">mean reward (errors scored 0)</th>' in html
-    assert "mean reward (errors dropped)" in html and "0.500" in html and "0.667" in html
-    run_html = client.get("/runs/r1").text
-    assert "mean reward (errors scored 0)" in run_html and "mean reward (errors dropped)" in run_html
-    assert "0.500" in run_html and "0.667" in run_html
-
-
-# --- 6. groups larger than declared ----------------------------------------------------------------
-
-def test_group_warns_of_extra_members_and_duplicate_indices(client, engine, tmp_path):
-    rs = []
-    for copy in range(3):  # the same 3 episodes, ingested from 3 files
-        for i in range(3):
-            r = rollout(f"f{copy}-e{i}", group="g", index=i)
-            r.group.size = 3
-            rs.append(r)
-    ingest(engine, write_jsonl(tmp_path / "g.jsonl", rs))
-    d = client.get("/runs/r1/groups/g.json").json()
-    assert d["warnings"] == ["declared size 3 but 9 members", "duplicate indices #0 ×3, #1 ×3, #2 ×3"]
-    assert "declared size 3 but 9 members; duplicate indices #0 ×3, #1 ×3, #2 ×3" in client.get("/runs/r1/groups/g").text
-    ok = [rollout(f"k{i}", group="h", index=i) for i in range(2)]
-    for r in ok:
-        r.group.size = 2
-    ingest(engine, write_jsonl(tmp_path / "h.jsonl", ok))
-    assert client.get("/runs/r1/groups/h.json").json()["warnings"] == []
-    assert "group-warning" not in client.get("/runs/r1/groups/h").text
-
-
-# --- 7. quarantine ----------------------------------------------------------------------------------
+# --- quarantine ----------------------------------------------------------------------------------
 
 def test_quarantine_counts_pages_filters_and_whole_file_records(client, engine):
     with Session(engine) as s:
@@ -245,7 +172,7 @@ def test_quarantine_counts_pages_filters_and_whole_file_records(client, engine):
     assert "5 from" in client.get("/quarantine?file=a.jsonl&before=").text
 
 
-# --- 8. node text belongs to its run ------------------------------------------------------------------
+# --- node text belongs to its run ------------------------------------------------------------------
 
 def test_node_text_only_under_its_own_run(client, engine, tmp_path):
     ingest(engine, write_jsonl(tmp_path / "a.jsonl", [rollout("x", run="r1"), rollout("y", run="r2")]))
@@ -255,7 +182,7 @@ def test_node_text_only_under_its_own_run(client, engine, tmp_path):
     assert client.get(url.replace("/runs/r1/", "/runs/nope/")).status_code == 404
 
 
-# --- 9. next links keep their face and limit ------------------------------------------------------------
+# --- next links keep their face and limit ------------------------------------------------------------
 
 def test_rollouts_next_url_keeps_json_and_limit(client, engine, tmp_path):
     ingest(engine, write_jsonl(tmp_path / "a.jsonl", [rollout(f"x{i}", step=i) for i in range(5)]))
@@ -275,7 +202,7 @@ def test_rollouts_next_url_keeps_json_and_limit(client, engine, tmp_path):
     assert "limit=" not in (client.get("/runs/r1/rollouts.json").json()["next_url"] or "")
 
 
-# --- 10. validation errors: HTML for browsers, JSON for clients --------------------------------------------
+# --- validation errors: HTML for browsers, JSON for clients --------------------------------------------
 
 def test_validation_errors_render_for_the_client(client, engine, tmp_path):
     ingest(engine, write_jsonl(tmp_path / "a.jsonl", [rollout("x")]))
@@ -290,7 +217,7 @@ def test_validation_errors_render_for_the_client(client, engine, tmp_path):
     assert client.get("/no/such/page").headers["content-type"].startswith("text/html")
 
 
-# --- 11. node links reach other branches and pages ---------------------------------------------------------
+# --- node links reach other branches and pages ---------------------------------------------------------
 
 def test_node_links_point_at_the_branch_and_page_holding_the_node(client, engine, tmp_path):
     _case(engine, "01-token-drift-retokenization.json")
@@ -320,94 +247,7 @@ def test_node_links_point_at_the_branch_and_page_holding_the_node(client, engine
     assert later["calls"][0]["node_url"] == "/runs/r1/rollouts/long.json?branch=0&offset=0#m-1"
 
 
-# --- 12. runs without training steps ------------------------------------------------------------------------
-
-def test_run_without_steps_hides_charts(client, engine, tmp_path):
-    ingest(engine, write_jsonl(tmp_path / "a.jsonl", [rollout("x", step=None), rollout("y", step=None)]))
-    d = client.get("/runs/r1.json").json()
-    assert d["charts"] is None and d["steps_recorded"] is False
-    assert [s["step"] for s in d["steps"]] == [None] and d["steps"][0]["rollouts"] == 2
-    html = client.get("/runs/r1").text
-    assert "figure" not in html and "fig-endings" not in html
-    assert "No training steps recorded: ingest with <code>--step</code> or include <code>step</code>" in html
-    assert '<a href="/runs/r1/rollouts">–</a>' in html
-    ingest(engine, write_jsonl(tmp_path / "b.jsonl", [rollout("z", run="r2", step=4)]))
-    assert client.get("/runs/r2.json").json()["charts"] is not None
-    assert "fig-endings" in client.get("/runs/r2").text
-
-
-# --- 13. the token legend -------------------------------------------------------------------------------------
-
-def test_token_legend_only_when_it_explains_something(client, engine, tmp_path):
-    ingest(engine, write_jsonl(tmp_path / "a.jsonl", [rollout("none", tokens=False), rollout("ids")]))
-    assert 'class="legend"' not in client.get("/runs/r1/rollouts/none").text
-    html = client.get("/runs/r1/rollouts/ids").text
-    assert 'class="legend"' in html and "no tokenizer stored" in html
-    assert html.count("tok-id") >= 6  # every bare id is set apart
-    _case(engine, "08-utf8-split-across-tokens.json")  # token text from source-recorded bytes
-    html = client.get("/runs/cases/rollouts/08-utf8-split-across-tokens%23variant_a").text
-    assert 'class="legend"' in html and "no tokenizer stored" not in html and "tok-id" not in html
-
-
-# --- 14. one badge for lost bytes -------------------------------------------------------------------------------
-
-def test_bytes_lost_upstream_is_one_badge(client, engine):
-    _case(engine, "08-utf8-split-across-tokens.json")
-    html = client.get("/runs/cases/rollouts/08-utf8-split-across-tokens%23variant_b").text
-    header = _article(html, 0).split("</header>")[0]
-    assert header.count('class="flag') == 1
-    assert header.count("bytes lost upstream") == 1 and ">bytes_lost_upstream<" not in header
-
-
-# --- 15. suspected padding at token level -----------------------------------------------------------------------
-
-def test_suspected_padding_marks_its_tokens(client, engine):
-    _case(engine, "04-logprobs-length-mismatch.json")
-    d = client.get("/runs/cases/rollouts/case04b.json").json()
-    toks = [t for m in d["messages"] for t in m["tokens"]]
-    assert [t["suspect"] for t in toks] == [False] * 4 + [True] * 2
-    html = client.get("/runs/cases/rollouts/case04b").text
-    assert html.count("tok-suspect") == 2 and "suspected padding" in html
-    assert "tok-suspect" not in client.get("/runs/cases/rollouts/case04a").text
-
-
-# --- 16. every call sharing a duplicated id ----------------------------------------------------------------------
-
-def test_duplicate_tool_call_id_lists_every_call(client, engine):
-    _case(engine, "05-duplicate-tool-call-ids.json")
-    d = client.get("/runs/cases/rollouts/case05.json").json()
-    dup = {f["detail"]["id"]: f["calls"] for f in d["findings"] if f["kind"] == "duplicate_tool_call_id"}
-    assert [(c["node"], c["position"]) for c in dup["call_X"]] == [(1, 0), (3, 0)]
-    assert [(c["node"], c["position"]) for c in dup["call_Y"]] == [(5, 0), (5, 1)]
-    findings = client.get("/runs/cases/rollouts/case05").text.split('class="findings"')[1].split("</section>")[0]
-    for text in ['href="#m-1">#1 call 0</a>', 'href="#m-3">#3 call 0</a>',
-                 'href="#m-5">#5 call 0</a>', 'href="#m-5">#5 call 1</a>']:
-        assert text in findings
-
-
-# --- 17. why an advantage is missing ----------------------------------------------------------------------------
-
-def test_missing_advantages_say_why(client, engine):
-    _case(engine, "10-nan-and-null-rewards.json", run="r10")
-    html = client.get("/runs/r10/groups/g1").text
-    d = client.get("/runs/r10/groups/g1.json").json()
-    reasons = {m["rollout_id"]: m["no_advantage"] for m in d["members"]}
-    assert reasons["g1-0"] == {"errors_as_zero": None, "errors_dropped": None}
-    assert reasons["g1-1"] == {"errors_as_zero": "reward_excluded", "errors_dropped": "reward_excluded"}
-    assert html.count("excluded (reward missing/NaN/inf)") == 6  # 3 excluded members × 2 columns
-
-
-def test_errored_rollouts_say_no_gradient(client, engine, tmp_path):
-    ingest(engine, write_jsonl(tmp_path / "a.jsonl", [
-        rollout("ok", group="g", index=0, reward=1.0), rollout("err", group="g", index=1, ending="error"),
-        rollout("nan", group="g", index=2, reward=float("nan"))]))
-    html = client.get("/runs/r1/groups/g").text
-    assert html.count("no gradient (error dropped)") == 1
-    assert html.count("excluded (reward missing/NaN/inf)") == 2
-    assert re.search(r'class="k">advantage[^<]*</span> <span class="missing">–', html) is None
-
-
-# --- 18. the finding filter is a select ----------------------------------------------------------------------------
+# --- the finding filter is a select ----------------------------------------------------------------------------
 
 def test_finding_filter_is_a_select_of_known_kinds(client, engine):
     _case(engine, "05-duplicate-tool-call-ids.json")
@@ -424,3 +264,49 @@ def test_finding_filter_is_a_select_of_known_kinds(client, engine):
     assert odd.status_code == 422 and "custom<kind>" not in odd.text and "flag must be a finding kind" in odd.text
     err = client.get("/runs/cases/rollouts.json?flag=dup%25").json()["error"]
     assert err["field"] == "flag" and err["code"] == "invalid"
+
+
+def test_out_of_range_parameters_are_422_naming_the_field(engine, client, tmp_path):
+    """A branch, node, offset, token position or radius out of range is refused, on the page and
+    its twin, in the one error shape; values in range still answer 200."""
+    fork = Rollout.model_validate({
+        "schema": "rollscope/1", "id": "fork", "run": {"id": "rng"}, "step": 1, "reward": 1.0,
+        "ending": {"type": "submitted"}, "group": {"id": "g", "index": 0},
+        "nodes": [
+            {"parent": None, "message": {"role": "user", "content": "pick"}, "token_ids": [1, 2], "mask": [False] * 2},
+            {"parent": 0, "sampled": True, "message": {"role": "assistant", "content": "A"},
+             "token_ids": [3, 4, 5], "mask": [True] * 3, "logprobs": [-0.1] * 3},
+            {"parent": 0, "sampled": True, "message": {"role": "assistant", "content": "B"},
+             "token_ids": [3, 6], "mask": [True] * 2, "logprobs": [-0.1] * 2}]})
+    other = Rollout.model_validate(dict(fork.model_dump(mode="json", by_alias=True), id="other",
+                                        group={"id": "g", "index": 1}))
+    assert ingest(engine, write_jsonl(tmp_path / "in.jsonl", [fork, other])).ok
+    page = "/runs/rng/rollouts/fork"
+    ok = ["", "?branch=1", "?offset=1", "?focus=t-4", "?focus=m-2", "?at=4&radius=2048", "?node=1&from=0&to=3",
+          "?vs=1", "?branch=1&vs=0", "?tokens=all"]
+    for q in ok:
+        for suffix in ("", ".json"):
+            assert client.get(page + suffix + q).status_code == 200, suffix + q
+    bad = {"?branch=2": "branch", "?branch=99": "branch", "?offset=2": "offset", "?focus=t-5": "focus",
+           "?focus=t-999999": "focus", "?focus=m-7": "focus", "?branch=1&focus=t-4": "focus",
+           "?at=5": "at", "?at=5&radius=999999": "radius", "?at=0&radius=2049": "radius",
+           "?node=2&from=0&to=2": "node", "?node=1&from=4": "from", "?node=1&from=2&to=1": "to",
+           "?node=1&from=0&to=9": "to", "?vs=2": "vs", "?branch=5&vs=0": "branch", "?tokens=some": "tokens"}
+    for q, field in bad.items():
+        for suffix in ("", ".json"):
+            r = client.get(page + suffix + q)
+            assert r.status_code == 422, (suffix + q, r.status_code)
+            if suffix:
+                err = r.json()["error"]
+                assert err["code"] == "invalid" and err["field"] == field, (q, err)
+            else:
+                assert r.headers["content-type"].startswith("text/html")
+    assert "0..1" in client.get(page + ".json?branch=99").json()["error"]["message"]
+    # the group page: a diff names two members of the group
+    group = "/runs/rng/groups/g"
+    assert client.get(group + ".json?a=fork&b=other").status_code == 200
+    for q, field in {"?a=fork&b=nobody": "b", "?a=nobody&b=fork": "a", "?a=fork": "b", "?b=fork": "a",
+                     "?sort=bogus": "sort"}.items():
+        r = client.get(group + ".json" + q)
+        assert r.status_code == 422 and r.json()["error"]["field"] == field, (q, r.status_code, r.text[:200])
+    assert client.get("/runs/rng/groups/nope.json?a=x&b=y").status_code == 404

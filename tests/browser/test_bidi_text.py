@@ -1,5 +1,5 @@
-"""QA faults as a person sees them, in Debian's chromium against a live uvicorn server on a real
-SQLite file: bidi controls in ids and messages are shown as markers and never reverse the text."""
+"""Bidi controls as a person sees them, in Debian's chromium against a live uvicorn server on a
+real SQLite file: in ids and messages they are shown as markers and never reverse the text."""
 from __future__ import annotations
 
 import pytest
@@ -7,7 +7,7 @@ import pytest
 from app import urls
 from tests.browser import live_server, open_page
 from tests.helpers import ingest, write_jsonl
-from tests.web.test_pagefix import HOSTILE_ID, hostile_rollout
+from tests.web.test_hostile_text import HOSTILE_ID, hostile_rollout
 
 pytestmark = pytest.mark.browser
 
@@ -74,59 +74,4 @@ def test_bidi_controls_show_as_markers_and_never_reverse_text(server, browser):
     assert link.count() >= 1
     box_abc = page.evaluate(POSITIONS, ["main table", ["abc", "fed"]])
     assert box_abc["abc"] < box_abc["fed"], box_abc
-    page.close()
-
-
-# Words (runs of letters and digits) drawn on more than one line: a word broken mid-word (a
-# break at a hyphen or slash is a separator, not mid-word).
-BROKEN_WORDS = """sel => {
-  const broken = [];
-  for (const cell of document.querySelectorAll(sel)) {
-    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
-    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
-      for (const m of n.data.matchAll(/[\\p{L}\\p{N}]+/gu)) {
-        const r = document.createRange(); r.setStart(n, m.index); r.setEnd(n, m.index + m[0].length);
-        const lines = new Set([...r.getClientRects()].map(x => Math.round(x.top)));
-        if (lines.size > 1) broken.push(m[0]);
-      }
-    }
-  }
-  return broken;
-}"""
-
-
-@pytest.fixture(scope="module")
-def run_server(tmp_path_factory):
-    from tests.browser import served_rollouts
-    from tests.helpers import rollout
-
-    long_id = "a-very-long-rollout-identifier-with-many-separators/" * 3
-    rs = [rollout(f"r{i}", run="checks-run", step=i % 3, group=f"g{i % 2}", index=i) for i in range(6)]
-    rs.append(rollout(long_id, run="checks-run", step=1))
-    with served_rollouts(tmp_path_factory.mktemp("checks"), rs) as base:
-        yield base
-
-
-@pytest.mark.parametrize("width", [1400, 800])
-def test_run_page_checks_table_never_breaks_words_and_fits(run_server, browser, width):
-    page = browser.new_page(viewport={"width": width, "height": 900})
-    page.goto(f"{run_server}/runs/checks-run")
-    page.wait_for_load_state("networkidle")
-    assert page.locator("table.checks tbody tr").count() > 5
-    broken = page.evaluate(BROKEN_WORDS, "table.grid th, table.checks td:not(:first-child), table.checks code.kind, "
-                                         "h1, h2")
-    assert broken == [], (width, broken)
-    overflow = page.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth")
-    assert overflow <= 0, (width, overflow)
-    page.goto(f"{run_server}/runs/checks-run/rollouts")
-    page.wait_for_load_state("networkidle")
-    assert page.evaluate(BROKEN_WORDS, "table.grid th, .flag") == [], width
-    assert page.evaluate(BROKEN_WORDS, "#rollouts td:first-child a") == [], width  # "r0" … stay whole
-    overflow = page.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth")
-    assert overflow <= 0, (width, overflow)
-    page.goto(f"{run_server}/runs")  # the runs list: its per-ending columns collapse at 800 px
-    page.wait_for_load_state("networkidle")
-    assert page.evaluate(BROKEN_WORDS, "table.grid th") == [], width
-    overflow = page.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth")
-    assert overflow <= 0, (width, overflow)
     page.close()

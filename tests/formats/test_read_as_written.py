@@ -1,7 +1,7 @@
-"""The handed cases named in issue 7 (../shared/cases 20, 20b, 21, 22, 25, 30, 32), each through the
-reader it fits, the store and the HTTP app: numbers exactly as written, content in every shape,
-aborted generations as errors. (Findings about them are the checks' job: these tests check what
-the readers record for the checks to read.)"""
+"""Readers record what was written: handed cases 20, 20b, 21, 22, 25, 30 and 32 (tests/fixtures/cases),
+each through the reader it fits, the store and the HTTP app: numbers exactly as written, content in
+every shape, aborted generations as errors. (Findings about them are the checks' job: these tests
+check what the readers record for the checks to read.)"""
 from __future__ import annotations
 
 import json
