@@ -1,4 +1,4 @@
-"""`rollscope demo`: the deterministic synthetic demo run and its tokenizer (ingest/demo.py)."""
+"""`rollscope demo`: the deterministic synthetic demo run and its tokenizer (ingest/demo/)."""
 from __future__ import annotations
 
 from pathlib import Path

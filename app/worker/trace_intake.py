@@ -1,6 +1,6 @@
 """Behind the OTLP receiver (app/receivers/otlp.py): the spans it took become rollouts here.
 
-Spans of one trace may come in several requests; `ingest/otel_assembler.py` holds them until the
+Spans of one trace may come in several requests; `ingest/otel/assembler.py` holds them until the
 root span arrives or the trace has been idle `worker.otlp_idle_seconds`, then the trace is
 stored as one rollout (`ingest/otel/read.py`). Before the receiver answers 200, `accept` has
 appended and fsynced the spans to the spool (app/worker/trace_spool.py, in
