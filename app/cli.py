@@ -18,10 +18,11 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeE
 from rich.table import Table
 from rich.text import Text
 
+from ingest.schema import INT32_MAX
+
 MAX_ERRORS_SHOWN = 20
 MAX_FILES_SHOWN = 50
 MAX_ADDED_ID = 4_000_000  # larger than any real vocabulary; the table is a list indexed by id
-INT32_MAX = 2**31 - 1
 # Results go to stdout, progress and problems to stderr. Off a terminal (make, CI logs) rich
 # would wrap tables at 80 columns; give them room instead.
 class _Revealing:
@@ -324,7 +325,7 @@ def export(
     spans (`invoke_agent` → `chat` and `execute_tool`, RL fields as `rollscope.*` attributes)
     ready for an OTLP/HTTP endpoint, or NeMo Gym rollout JSONL (docs/formats.md, "Export").
     Samples and Parquet need token arrays: a run with none exits 1 and writes nothing."""
-    from app.queries.rollouts import RolloutFilters
+    from app.queries.rollout_list import RolloutFilters
     from app.store.load import iter_rollouts
     from ingest.export import FORMATS, SAMPLE_FORMATS, Counted, NoSamples, write
 

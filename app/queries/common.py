@@ -1,4 +1,4 @@
-"""What the read modules share: table handles, the int32 bounds of query values, the ending list,
+"""What the read modules share: table handles, the int32 lower bound of query values, the ending list,
 the summary columns of a rollout row and its attempt lookups."""
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from ingest.schema import Ending
 
 # The endings in their display order, from the native schema (ingest/schema.py `Ending`).
 ENDINGS: list[str] = [e.value for e in Ending]
-# INTEGER columns are int32 on Postgres: a query value outside this range is refused (422), not sent.
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+# INTEGER columns are int32 on Postgres: a query value outside this range is refused (422), not sent
+# (the upper bound: ingest.schema.INT32_MAX).
+INT32_MIN = -(2**31)
 R = Rollout.__table__
 N = Node.__table__
 

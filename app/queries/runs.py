@@ -1,5 +1,5 @@
 """Runs: one run, the step row shape, deleting a run. (The runs list
-and the per-step numbers come from the rollups: app.analytics.steps.)"""
+and the per-step numbers come from the rollups: app.queries.steps.)"""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -12,7 +12,8 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from app.db import models
-from app.store.rollups import ENDINGS, NO_GRADIENT_REASONS
+from app.queries.common import ENDINGS
+from app.store.rollups import NO_GRADIENT_REASONS
 
 SR = models.StepRollup.__table__
 TR = models.TaskRollup.__table__
@@ -100,7 +101,7 @@ def _order(col):
     return (col.is_(None), col)
 
 
-# What a run's totals and its page read of each step (app.analytics.steps.run_totals, the run
+# What a run's totals and its page read of each step (run_totals below, the run
 # page's table, checks and metadata): not the chart-only sections (lengths, groups, advantages,
 # mismatch, staleness) nor the ending details.
 RUN_SECTIONS = ("endings", "reward", "no_gradient", "agents", "findings", "retries", "ingested", "sources", "checks")
@@ -309,12 +310,3 @@ def run_totals(stats: list[StepStats]) -> dict:
             "first_step": min((s.step for s in stats if s.step is not None), default=None),
             "last_step": max((s.step for s in stats if s.step is not None), default=None)}
 
-
-def reward_series(*, session: Session, run_ids: list[str]) -> dict[str, list[tuple[int, float | None]]]:
-    """Per run, (step, mean reward with errors scored 0) for the runs list's sparklines."""
-    out: dict[str, list] = {r: [] for r in run_ids}
-    for run_id, step, m in session.execute(
-            sa.select(SR.c.run_id, SR.c.step, SR.c.mean_reward)
-            .where(SR.c.run_id.in_(run_ids), SR.c.step.is_not(None)).order_by(SR.c.run_id, SR.c.step)):
-        out[run_id].append((step, m))
-    return out
