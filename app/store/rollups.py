@@ -37,6 +37,8 @@ from app.db import models
 from app.db.engine import insert_for
 from app.store.prepare import _json_safe
 from ingest.advantages import Member, group_advantages
+from ingest.checks.registry import SKIPPED  # the severity of a stored skipped check outcome
+from ingest.schema import Ending
 
 R = models.Rollout.__table__
 SR = models.StepRollup.__table__
@@ -44,8 +46,7 @@ TR = models.TaskRollup.__table__
 RT = models.RunTaskRollup.__table__
 F = models.Finding.__table__
 RUN = models.Run.__table__
-SKIPPED = "skipped"  # the severity of a stored skipped check outcome (ingest.checks.registry.SKIPPED)
-ENDINGS = ["submitted", "task_detected", "truncated", "length_cut", "error", "unknown"]
+ENDINGS = [e.value for e in Ending]  # in the schema's order
 # Why a rollout carried no gradient, in the order they are checked (the first that applies).
 NO_GRADIENT_REASONS = ["trainer_filtered", "error_dropped", "mask_zeroed", "too_stale", "zero_variance_group"]
 
