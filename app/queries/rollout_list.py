@@ -42,17 +42,18 @@ class RolloutFilters:
     group's for a group-scope kind); `label` a label given to the rollout (any author);
     `staleness` policy versions behind (step − the oldest policy version that sampled it), exact."""
 
+    # in the order the URLs name them (`as_query`)
     step: int | None = None
-    steps: str | None = None
     ending: str | None = None
     group: str | None = None
     task: str | None = None
-    agent: str | None = None
     reward_min: float | None = None
     reward_max: float | None = None
     flag: str | None = None
     label: str | None = None
     staleness: int | None = None
+    steps: str | None = None
+    agent: str | None = None
 
     def as_query(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if v is not None and v != ""}
