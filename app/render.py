@@ -5,10 +5,14 @@ renderer registry is the model) or the Accept header.
 A request wants JSON when its path ends in `.json` (the twin), or when its Accept header names
 `application/json` explicitly and does not name `text/html` with at least the same quality.
 Everything else, `Accept: */*` and browsers included, gets HTML. Pages and their errors use the
-same rule (app.errors). A download (a path ending in `.csv` or `.txt`, and `/metrics`) is read by
-programs (pandas, curl, a scraper), which send `*/*` or nothing: its errors are never an HTML
-page but the JSON error shape, as the API's are (`is_download`). An htmx request (`HX-Request: true`) for a page with a `block` gets only
-that named block of the page template (jinja2-fragments).
+same rule (app.errors). A download (a suffix RENDERERS marks so: `.csv`, `.txt`, `.npz`; and
+`/metrics`) is read by programs (pandas, curl, a scraper), which send `*/*` or nothing: its
+errors are never an HTML page but the JSON error shape, as the API's are (`is_download`). An
+htmx request (`HX-Request: true`) for a page with a `block` gets only that named block of the
+page template (jinja2-fragments).
+
+A route declares once which suffixes it offers (`page_route`, `split_suffix` for a suffix on an
+id segment); `by_id` decides whether a trailing `.json` is the twin or part of the id.
 """
 from __future__ import annotations
 
