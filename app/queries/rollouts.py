@@ -28,3 +28,15 @@ def get_envelope(*, session: Session, rollout_pk: int) -> dict:
     """The stored envelope of a rollout (calls, rewards, errors, timing, task, extra); {} if none."""
     d = session.get(RolloutDetail, rollout_pk)
     return (d.envelope or {}) if d else {}
+
+
+def rollout_by_pk(*, session: Session, run_id: str, rollout_pk: int):
+    """(rollout_id, attempt) of a stored rollout of the run, or None."""
+    return session.execute(sa.select(R.c.rollout_id, R.c.attempt).where(R.c.pk == rollout_pk, R.c.run_id == run_id)).first()
+
+
+def first_envelope(*, session: Session, run_id: str) -> dict:
+    """The envelope of the run's first stored rollout (what the run page's metadata reads the
+    sampling models from); {} for a run without rollouts."""
+    first_pk = session.execute(sa.select(R.c.pk).where(R.c.run_id == run_id).order_by(R.c.pk).limit(1)).scalar()
+    return get_envelope(session=session, rollout_pk=first_pk) if first_pk is not None else {}

@@ -183,6 +183,11 @@ def one_step(*, session: Session, run_id: str, step: int) -> StepStats | None:
     return got[0] if got else None
 
 
+def next_step(*, session: Session, run_id: str, step: int) -> int | None:
+    """The run's first recorded step after `step`, or None."""
+    return session.execute(sa.select(sa.func.min(SR.c.step)).where(SR.c.run_id == run_id, SR.c.step > step)).scalar()
+
+
 def task_rows(*, session: Session, run_id: str, steps: list[int]) -> list:
     """The per-(step, task) rollups of the given steps of a run, by step then task."""
     return session.execute(sa.select(TR).where(TR.c.run_id == run_id, TR.c.step.in_(sorted(set(steps))))

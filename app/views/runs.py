@@ -6,13 +6,12 @@ import math
 from collections import Counter
 from typing import Any
 
-import sqlalchemy as sa
 from sqlmodel import Session
 
 from app import charts, urls
-from app.db import models
 from app.queries import annotations as q_annotations
 from app.queries import nodes as q_nodes
+from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
 from app.queries.common import ENDINGS
 from app.queries.steps import RUN_SECTIONS, StepRange, every_run_step_stats, run_totals, step_stats
@@ -37,7 +36,7 @@ def runs_page(session: Session, *, json: bool = False) -> RunsPage:
     """Every run with its counts, step range, mean rewards, ending counts and a reward sparkline,
     read from the per-step rollups (one row per step, at any run size); links to the JSON twins
     when `json`."""
-    runs = list(session.execute(sa.select(models.Run).order_by(models.Run.created_at, models.Run.id)).scalars())
+    runs = q_runs.list_runs(session=session)
     # the totals shown: rollouts, steps, endings, mean rewards (exact, from each step's partial sums)
     by_run = every_run_step_stats(session=session, sections=("endings", "reward"))
     rows = []
@@ -321,13 +320,11 @@ def run_metadata(session: Session, run_id: str) -> dict:
         if s.get("ingested", "first"):
             firsts.append(s.get("ingested", "first"))
             lasts.append(s.get("ingested", "last"))
-    R, D = models.Rollout.__table__, models.RolloutDetail.__table__
-    first_pk = session.execute(sa.select(R.c.pk).where(R.c.run_id == run_id).order_by(R.c.pk).limit(1)).scalar()
-    envelope = session.execute(sa.select(D.c.envelope).where(D.c.rollout_pk == first_pk)).scalar() if first_pk else None
+    envelope = q_rollouts.first_envelope(session=session, run_id=run_id)
     calls = (envelope or {}).get("calls") or []
     model_names = sorted({c.get("model") for c in calls if isinstance(c, dict) and c.get("model")})
     sampling = next((c.get("sampling") for c in calls if isinstance(c, dict) and c.get("sampling")), None)
-    tok = session.get(models.Tokenizer, run.tokenizer_sha256) if run.tokenizer_sha256 else None
+    tok = q_runs.get_tokenizer(session=session, sha256=run.tokenizer_sha256)
     return {
         "name": run.name, "type": run.type, "created_at": iso(run.created_at),
         "extra": run.extra or {},

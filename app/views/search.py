@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
-import sqlalchemy as sa
 from sqlmodel import Session
 
 from app import urls
-from app.db import models
+from app.queries import nodes as q_nodes
+from app.queries import rollouts as q_rollouts
+from app.queries import runs as q_runs
 from app.queries import search as search_q
 from app.views.common import PageModel
+from ingest.graph import branches
 
 
 class SearchHit(PageModel):
@@ -50,7 +52,7 @@ def search_page(session: Session, text: str, *, run_id: str | None, limit: int, 
     params = {"q": text, **({"run": run_id} if run_id else {})}
     return SearchPage(
         q=text, run=run_id,
-        runs=[r for r in session.execute(sa.select(models.Run.id).order_by(models.Run.id)).scalars()],
+        runs=q_runs.run_ids(session=session),
         hits=[SearchHit(**h, url=urls.message(h["run_id"], h["rollout_pk"], h["node_idx"]),
                         rollout_url=urls.rollout(h["run_id"], h["rollout_id"], json=json, attempt=h["attempt"] or None))
               for h in hits],
@@ -66,25 +68,14 @@ def message_url(session: Session, run_id: str, rollout_pk: int, idx: int) -> str
     """The rollout-page URL showing message `idx` of a stored rollout: the first branch that
     holds it, the page of that branch it falls on, and its anchor; None when there is no such
     message in the run."""
-    from ingest.graph import branches
-
-    R, N = models.Rollout.__table__, models.Node.__table__
-    row = session.execute(sa.select(R.c.rollout_id, R.c.attempt).where(R.c.pk == rollout_pk, R.c.run_id == run_id)).first()
+    row = q_rollouts.rollout_by_pk(session=session, run_id=run_id, rollout_pk=rollout_pk)
     if row is None:
         return None
-    graph = session.execute(sa.select(N.c.idx, N.c.parent).where(N.c.rollout_pk == rollout_pk).order_by(N.c.idx)).all()
-    if not any(i == idx for i, _ in graph):
+    graph = q_nodes.graph_headers(session=session, rollout_pk=rollout_pk)
+    if not any(g.idx == idx for g in graph):
         return None
-
-    class _N:
-        __slots__ = ("parent",)
-
-        def __init__(self, parent):
-            self.parent = parent
-
-    n_attempts = session.execute(sa.select(sa.func.count()).where(R.c.run_id == run_id,
-                                                                  R.c.rollout_id == row.rollout_id)).scalar_one()
-    for b, path in enumerate(branches([_N(p) for _, p in graph])):
+    n_attempts = len(q_rollouts.rollout_attempts(session=session, run_id=run_id, rollout_id=row.rollout_id))
+    for b, path in enumerate(branches(graph)):
         if idx in path:
             params = {"branch": b, "offset": path.index(idx) // MESSAGES_PER_PAGE * MESSAGES_PER_PAGE}
             if row.attempt or n_attempts > 1:

@@ -10,15 +10,13 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
-import sqlalchemy as sa
 from sqlmodel import Session
 
 from app import urls
-from app.db import models
 from app.queries import annotations as q_annotations
 from app.queries import runs as q_runs
 from app.queries.common import ENDINGS
-from app.queries.steps import StepRange, StepStats, one_step, step_stats, task_rows
+from app.queries.steps import StepRange, StepStats, next_step, one_step, step_stats, task_rows
 from app.store import rollups
 from app.views.chart import RunRef
 from app.views.common import NoteView, PageModel, note_view, num
@@ -122,8 +120,7 @@ def step_page(session: Session, run_id: str, step: int, *, json: bool = False) -
         return None
     history = step_stats(session=session, run_id=run_id, steps=StepRange(max(0, step - 10), step))
     prev = [h for h in history if h.step < step]
-    nxt = session.execute(sa.select(sa.func.min(models.StepRollup.step)).where(
-        models.StepRollup.run_id == run_id, models.StepRollup.step > step)).scalar()
+    nxt = next_step(session=session, run_id=run_id, step=step)
     conn = session.connection()
     rows = rollups.step_rows(conn, run_id, step)
     limit = rollups.max_staleness(conn, run_id)
