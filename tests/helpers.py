@@ -45,7 +45,7 @@ def ingest(engine, *paths: Path, run: str | None = None, tokenizer_key: str | No
 def stored(engine, run: str) -> dict[str, dict]:
     """What the database holds of `run` (read back as for export), by `id#attempt`, without the
     source location: what a round trip must keep."""
-    from app.queries.rollouts import RolloutFilters
+    from app.queries.rollout_list import RolloutFilters
     from app.store.load import iter_rollouts
 
     out = {}

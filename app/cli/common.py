@@ -13,7 +13,6 @@ from rich.console import Console
 from rich.text import Text
 
 MAX_ADDED_ID = 4_000_000  # larger than any real vocabulary; the table is a list indexed by id
-INT32_MAX = 2**31 - 1  # the largest step the store holds (kept here: the CLI starts without importing ingest.schema)
 
 
 class _Revealing:

@@ -9,7 +9,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from app.cli.common import INT32_MAX, _Revealing, console, open_engine
+from app.cli.common import _Revealing, console, open_engine
+from ingest.fields import INT32_MAX
 
 
 def export(
@@ -29,7 +30,7 @@ def export(
     spans (`invoke_agent` → `chat` and `execute_tool`, RL fields as `rollscope.*` attributes)
     ready for an OTLP/HTTP endpoint, or NeMo Gym rollout JSONL (docs/formats.md, "Export").
     Samples and Parquet need token arrays: a run with none exits 1 and writes nothing."""
-    from app.queries.rollouts import RolloutFilters
+    from app.queries.rollout_list import RolloutFilters
     from app.store.load import iter_rollouts
     from ingest.export import Counted, NoSamples, write
     from ingest.formats.registry import WRITERS

@@ -12,7 +12,8 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeE
 from rich.table import Table
 from rich.text import Text
 
-from app.cli.common import INT32_MAX, console, open_engine, out, parse_added
+from app.cli.common import console, open_engine, out, parse_added
+from ingest.fields import INT32_MAX
 
 MAX_ERRORS_SHOWN = 20
 MAX_FILES_SHOWN = 50

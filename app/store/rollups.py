@@ -38,6 +38,7 @@ from app.db import models
 from app.db.engine import insert_for
 from app.store.prepare import _json_safe
 from ingest.stats import compute_step, empty_checks
+from ingest.checks.registry import SKIPPED  # the severity of a stored skipped check outcome
 
 R = models.Rollout.__table__
 SR = models.StepRollup.__table__
@@ -45,7 +46,6 @@ TR = models.TaskRollup.__table__
 RT = models.RunTaskRollup.__table__
 F = models.Finding.__table__
 RUN = models.Run.__table__
-SKIPPED = "skipped"  # the severity of a stored skipped check outcome (ingest.checks.registry.SKIPPED)
 ROW_COLUMNS = [R.c.pk, R.c.run_id, R.c.step, R.c.rollout_id, R.c.attempt, R.c.group_id, R.c.task_key, R.c.agent,
                R.c.ending, R.c.ending_detail, R.c.reward, R.c.reward_status, R.c.n_turns, R.c.n_tool_calls,
                R.c.n_tokens, R.c.n_trained_tokens, R.c.n_response_tokens, R.c.n_tool_errors, R.c.model_latency,

@@ -15,7 +15,7 @@ from sqlmodel import Session
 from app import urls
 from app.config import WebSettings
 from app.errors import ApiError
-from app.analytics import listing
+from app.queries import rollout_list
 from app.db.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
 from app.queries import findings as q_findings
 from app.queries import graph as q_graph
@@ -527,7 +527,7 @@ def _resolve_focus(focus: str | None, paths: list[list[int]], branch: int, start
 
 def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSettings, branch: int = 0,
                  offset: int = 0, attempt: int | None = None, all_tokens: bool = False, limit: int | None = None,
-                 focus: str | None = None, came_from: tuple[listing.ListFilters, str | None] | None = None,
+                 focus: str | None = None, came_from: tuple[rollout_list.RolloutFilters, str | None] | None = None,
                  json: bool = False, with_graph: bool = False) -> RolloutPage | None:
     """The rollout page: header, findings, the drawn message graph, branches (each labelled with
     the sample it becomes and why it forked), and one page of messages of one branch.
@@ -544,7 +544,7 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
     or when `with_graph`; other pages link it (`graph_url`) rather than repeat it.
 
     `came_from`: the filters and sort of the rollouts list the reader came from; `list_nav` then
-    links the previous and next rollout of that list in its order (app.analytics.listing, the
+    links the previous and next rollout of that list in its order (app.queries.rollout_list, the
     list page's own engine), and back to it. Links go to the JSON twins when
     `json`."""
     limit = limit or web.messages_per_page
@@ -675,7 +675,7 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
     list_nav = None
     if came_from is not None:
         filters, sort = came_from
-        before, after = listing.neighbours(session=session, run_id=run_id, filters=filters, sort=sort, row=row)
+        before, after = rollout_list.neighbours(session=session, run_id=run_id, filters=filters, sort=sort, row=row)
         keep = {**filters.as_query(), **({"sort": sort} if sort else {})}
         listq = urlencode(keep)
 

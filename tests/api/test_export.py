@@ -14,7 +14,7 @@ import pytest
 from app import auth
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
-from app.queries.rollouts import RolloutFilters
+from app.queries.rollout_list import RolloutFilters
 from app.store.load import iter_rollouts
 from ingest.export import Export
 from ingest.formats.registry import WRITERS

@@ -40,8 +40,8 @@ def test_bare_id_chips_wrap_between_not_inside(server, browser):
 
 def test_step_axis_is_whole_steps_and_a_single_ending_has_a_legend(server, browser):
     page, problems = open_page(browser, f"{server}/runs/few")
-    for fig in ("fig-endings", "fig-reward"):
-        plot = page.locator(f'figure[data-figure="{fig}"] .plot')
+    for fig in ('figure[data-figure="fig-endings"]', "figure#chart-reward"):  # embedded; fetched from its twin
+        plot = page.locator(f"{fig} .plot")
         plot.locator(".main-svg").first.wait_for()
         ticks = plot.locator(".xtick text").evaluate_all("els => els.map(e => e.textContent)")
         assert ticks and all(re.fullmatch(r"-?\d+", t) for t in ticks), (fig, ticks)

@@ -15,7 +15,7 @@ from tests.helpers import ingest, stored
 
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
-from app.queries.rollouts import RolloutFilters
+from app.queries.rollout_list import RolloutFilters
 from app.store.load import iter_rollouts
 from ingest import export
 from ingest.formats.samples import training_samples

@@ -15,9 +15,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
-from app.api.v1.rollouts import Filters, RunId, known_run
+from app.api.v1.rollouts import RunId, known_run
 from app.deps import SessionDep
 from app.errors import ApiError
+from app.params import Filters
 from app.store.load import iter_rollouts
 from ingest.export import Counted, Export, no_samples_message
 from ingest.formats.registry import WRITERS

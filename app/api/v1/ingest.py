@@ -34,7 +34,7 @@ from app.store.write import BATCH, StoreResult, write_in
 from ingest.files import read_records
 from ingest.formats.base import ReadContext
 from ingest.formats.registry import detect, explain, get
-from ingest.schema import INT32_MAX
+from ingest.fields import INT32_MAX
 from ingest.errors import RecordError
 
 # The error bodies it can answer, described in the OpenAPI document like the rest of /api/v1.

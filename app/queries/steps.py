@@ -100,7 +100,7 @@ def _order(col):
     return (col.is_(None), col)
 
 
-# What a run's totals and its page read of each step (app.analytics.steps.run_totals, the run
+# What a run's totals and its page read of each step (run_totals below, the run
 # page's table, checks and metadata): not the chart-only sections (lengths, groups, advantages,
 # mismatch, staleness) nor the ending details.
 RUN_SECTIONS = ("endings", "reward", "no_gradient", "agents", "findings", "retries", "ingested", "sources", "checks")
@@ -180,6 +180,11 @@ def every_run_step_stats(*, session: Session, sections: tuple[str, ...]) -> dict
 def one_step(*, session: Session, run_id: str, step: int) -> StepStats | None:
     got = step_stats(session=session, run_id=run_id, steps=StepRange(step, step))
     return got[0] if got else None
+
+
+def next_step(*, session: Session, run_id: str, step: int) -> int | None:
+    """The run's first recorded step after `step`, or None."""
+    return session.execute(sa.select(sa.func.min(SR.c.step)).where(SR.c.run_id == run_id, SR.c.step > step)).scalar()
 
 
 def task_rows(*, session: Session, run_id: str, steps: list[int]) -> list:
@@ -309,12 +314,3 @@ def run_totals(stats: list[StepStats]) -> dict:
             "first_step": min((s.step for s in stats if s.step is not None), default=None),
             "last_step": max((s.step for s in stats if s.step is not None), default=None)}
 
-
-def reward_series(*, session: Session, run_ids: list[str]) -> dict[str, list[tuple[int, float | None]]]:
-    """Per run, (step, mean reward with errors scored 0) for the runs list's sparklines."""
-    out: dict[str, list] = {r: [] for r in run_ids}
-    for run_id, step, m in session.execute(
-            sa.select(SR.c.run_id, SR.c.step, SR.c.mean_reward)
-            .where(SR.c.run_id.in_(run_ids), SR.c.step.is_not(None)).order_by(SR.c.run_id, SR.c.step)):
-        out[run_id].append((step, m))
-    return out

@@ -1,235 +1,48 @@
-"""The rollouts list as researchers use lists: filters (prefix `task` / `group`, step ranges),
-sortable columns with keyset pages that each have their own URL, a total count, facets whose
-counts follow the active filters, and a CSV stream of everything that matches.
+"""Counts and facets of the rollouts list (app/queries/rollout_list.py: the filters and pages):
+a total count, and facets whose counts follow the active filters.
 
-Keyset pages: the order is (sort column, pk), NULL values last in either direction; a cursor is
-`<value>~<pk>` (`n~<pk>` inside the NULL tail). A page deep in a million rows costs what the first
-page costs. `before=` walks back, so Back, reload and shared links return the same rows.
-
-Prefix filters compare by range (`task >= p AND task < p + U+10FFFF`, plus an exact LIKE), so the
-(run_id, task_key) / (run_id, group_id) indexes serve them; this is exact under byte-order
-collations (SQLite, Postgres `C` / `C.UTF-8`).
-
-Counts and facets under a step range, an ending and a task prefix come from the rollups (each
-step's counts per ending, agent and finding kind; the task rows); under other filters from the
-rollout table through its indexes.
+Counts and facets under a step range, an ending and a task filter (exact or `*` prefix) come
+from the rollups (each step's counts per ending, agent and finding kind; the task rows); under
+other filters from the rollout table through its indexes.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
-from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from app.analytics.steps import StepRange, step_stats, task_volumes
 from app.db import models
-from app.queries.annotations import labelled
-from app.queries.common import SUMMARY_COLUMNS, attempt_columns
-from app.queries.rollouts import RolloutFilters
-from app.store.rollups import SKIPPED
+from app.queries.rollout_list import NO_AGENT, R, RolloutFilters, matches, where
+from app.queries.steps import step_stats, task_volumes
+from ingest.checks import SKIPPED
 from ingest.stats import ENDINGS
 
-R = models.Rollout.__table__
 F = models.Finding.__table__
 TR = models.TaskRollup.__table__
 RT = models.RunTaskRollup.__table__
-SORTS = {"step": R.c.step, "reward": R.c.reward, "tokens": R.c.n_tokens, "turns": R.c.n_turns}
-TOP = "\U0010ffff"
-NO_AGENT = "(none)"  # `agent=(none)`: the rollouts that name no agent (the agent facet's "(none)" value)
-
-
-@dataclass
-class ListFilters(RolloutFilters):
-    """Query parameters of the rollouts page: the API's filters (app.queries.rollouts), where
-    `task` and `group` match by prefix here, plus `steps` (a range `A-B`) and `agent`
-    (`agent=(none)`, NO_AGENT, selects the rollouts without an agent)."""
-
-    steps: str | None = None  # A-B, inclusive
-    agent: str | None = None
-
-    def step_range(self) -> StepRange:
-        if self.step is not None:
-            return StepRange(self.step, self.step)
-        return StepRange.parse(self.steps)
-
-
-def _prefix(col, prefix: str):
-    esc = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return sa.and_(col >= prefix, col < prefix + TOP, col.like(esc + "%", escape="\\"))
-
-
-def where(run_id: str, f: ListFilters, *, skip: str | None = None) -> list:
-    """WHERE clauses of the filters (without the one named `skip`, for its own facet)."""
-    out = [R.c.run_id == run_id]
-    if skip != "step":
-        if f.step is not None:
-            out.append(R.c.step == f.step)
-        elif f.steps:
-            out.append(StepRange.parse(f.steps).where(R.c.step))
-    if f.ending and skip != "ending":
-        out.append(R.c.ending == f.ending)
-    if f.group:
-        out.append(_prefix(R.c.group_id, f.group))
-    if f.task and skip != "task":
-        out.append(_prefix(R.c.task_key, f.task))
-    if f.agent and skip != "agent":
-        out.append(sa.or_(R.c.agent.is_(None), R.c.agent == "") if f.agent == NO_AGENT else R.c.agent == f.agent)
-    if f.reward_min is not None:
-        out.append(R.c.reward >= f.reward_min)
-    if f.reward_max is not None:
-        out.append(R.c.reward <= f.reward_max)
-    if f.staleness is not None:
-        out.append(R.c.staleness == f.staleness)
-    if f.flag and skip != "flag":
-        from app.queries.findings import has_finding
-
-        out.append(has_finding(f.flag))  # the rollout's own finding, or its group's for a group-scope kind
-    if f.label:
-        out.append(labelled(R.c.run_id, R.c.rollout_id, f.label))
-    return out
-
-
-def list_columns() -> list:
-    """The summary columns of a list row, with its attempt count (app.queries.common)."""
-    return [*SUMMARY_COLUMNS, *attempt_columns()]
-
-
-# --- keyset pages -----------------------------------------------------------------------------
-
-def encode_cursor(value, pk: int) -> str:
-    if value is None:
-        return f"n~{pk}"
-    if isinstance(value, float):
-        return f"{value!r}~{pk}"
-    return f"{value}~{pk}"
-
-
-def decode_cursor(cursor: str, sort: str) -> tuple[object, int]:
-    """'value~pk' → (value or None, pk); ValueError for anything else."""
-    value, sep, pk = cursor.rpartition("~")
-    if not sep:
-        raise ValueError(cursor)
-    n = int(pk)
-    if not 0 <= n <= 2**31 - 1:
-        raise ValueError(cursor)
-    if value == "n":
-        return None, n
-    v = float(value) if sort == "reward" else int(value)
-    if isinstance(v, float) and not math.isfinite(v):
-        raise ValueError(cursor)
-    if isinstance(v, int) and not -(2**31) <= v <= 2**31 - 1:
-        raise ValueError(cursor)
-    return v, n
-
-
-def parse_sort(sort: str | None) -> tuple[str, bool]:
-    """'-reward' → ('reward', True). ValueError for an unknown column."""
-    s = sort or "step"
-    desc = s.startswith("-")
-    name = s.lstrip("-")
-    if name not in SORTS:
-        raise ValueError(f"sort: one of {', '.join(SORTS)} (prefix - for descending)")
-    return name, desc
-
-
-def page(*, session: Session, run_id: str, filters: ListFilters, columns: list, sort: str | None = None,
-         after: str | None = None, before: str | None = None, limit: int = 50) -> dict:
-    """One page of rows in (sort column, pk) order, NULLs last; `after` / `before` are cursors of
-    the neighbouring page's last / first row. Returns {"rows", "next", "prev"} (cursors or None)."""
-    name, desc = parse_sort(sort)
-    col = SORTS[name]
-    base = where(run_id, filters)
-    back = before is not None
-    cur = decode_cursor(before if back else after, name) if (before or after) else None
-    # Walking forward in `desc` order is walking the index backwards; `before` flips it again.
-    forward_desc = desc != back
-
-    def ordered(q, nulls: bool):
-        if nulls:
-            return q.order_by(R.c.pk.desc() if back else R.c.pk)
-        return q.order_by(*((col.desc(), R.c.pk.desc()) if forward_desc else (col, R.c.pk)))
-
-    def value_part(n: int, cursor):
-        q = sa.select(*columns).where(*base, col.is_not(None))
-        if cursor is not None:
-            v, pk = cursor
-            cmp = sa.tuple_(col, R.c.pk) < sa.tuple_(sa.literal(v), sa.literal(pk)) if forward_desc else \
-                sa.tuple_(col, R.c.pk) > sa.tuple_(sa.literal(v), sa.literal(pk))
-            q = q.where(cmp)
-        return list(session.execute(ordered(q, False).limit(n)).all())
-
-    def null_part(n: int, after_pk: int | None, before_pk: int | None = None):
-        q = sa.select(*columns).where(*base, col.is_(None))
-        if after_pk is not None:
-            q = q.where(R.c.pk > after_pk)
-        if before_pk is not None:
-            q = q.where(R.c.pk < before_pk)
-        return list(session.execute(ordered(q, True).limit(n)).all())
-
-    n = limit + 1
-    if not back:
-        if cur is not None and cur[0] is None:
-            rows = null_part(n, cur[1])
-        else:
-            rows = value_part(n, cur)
-            if len(rows) < n:
-                rows += null_part(n - len(rows), None)
-        more = len(rows) > limit
-        rows = rows[:limit]
-        has_prev = cur is not None
-    else:
-        if cur[0] is None:
-            rows = null_part(n, None, cur[1])
-            if len(rows) < n:
-                rows += value_part(n - len(rows), None)
-        else:
-            rows = value_part(n, cur)
-        more = len(rows) > limit  # rows before these exist
-        rows = list(reversed(rows[:limit]))
-        has_prev = more
-        more = True  # we came back from a later page
-    key = lambda r: encode_cursor(getattr(r, col.name), r.pk)  # noqa: E731
-    return {"rows": rows, "next": key(rows[-1]) if rows and more else None,
-            "prev": key(rows[0]) if rows and has_prev else None}
-
-
-def neighbours(*, session: Session, run_id: str, filters: ListFilters, sort: str | None, row) -> tuple:
-    """The rows just before and after `row` (a rollout row with its pk and sort column) in the
-    list with these filters and this sort, in the order `page` shows it (NULLs last); None at
-    either end. Two one-row keyset pages, so a rollout page's prev / next walk the list shown."""
-    name, _ = parse_sort(sort)
-    cursor = encode_cursor(getattr(row, SORTS[name].name), row.pk)
-    cols = [R.c.pk, R.c.run_id, R.c.rollout_id, R.c.attempt, *SORTS.values()]
-    prev = page(session=session, run_id=run_id, filters=filters, columns=cols, sort=sort, before=cursor, limit=1)
-    nxt = page(session=session, run_id=run_id, filters=filters, columns=cols, sort=sort, after=cursor, limit=1)
-    return (prev["rows"][0] if prev["rows"] else None), (nxt["rows"][0] if nxt["rows"] else None)
-
-
-# --- counts and facets ------------------------------------------------------------------------
 
 COUNT_CAP = 100_000  # a filtered count stops here (the page says "100,000+"); rollup counts are exact
 
 
-def from_rollups(f: ListFilters) -> bool:
+def from_rollups(f: RolloutFilters) -> bool:
     """The filters name only a step range and an ending: counts come from the step rollups."""
     # by key, not value: a filter of 0 (`staleness=0`, `reward_min=0`) is a filter
     return not any(k not in ("step", "steps", "ending") for k in f.as_query())
 
 
-def from_task_rollups(f: ListFilters) -> bool:
-    """The filters name a task prefix and at most a step range and an ending: the task rollups
+def from_task_rollups(f: RolloutFilters) -> bool:
+    """The filters name a task (exact or prefix) and at most a step range and an ending: the task rollups
     hold the counts (per step and task, or per task over every step)."""
     return bool(f.task) and not any(k not in ("step", "steps", "ending", "task") for k in f.as_query())
 
 
 def _run_task_endings(session: Session, run_id: str, task: str, ending: str | None = None) -> dict[str, int]:
-    """Rollouts per ending (only `ending`, when given) of the tasks starting with `task`, over
+    """Rollouts per ending (only `ending`, when given) of the tasks `task` matches (exact, or a `*` prefix), over
     every step: from the run's task rollups, one row per task."""
     out: dict[str, int] = {}
-    for (endings,) in session.execute(sa.select(RT.c.endings).where(RT.c.run_id == run_id, _prefix(RT.c.task_key, task))):
+    for (endings,) in session.execute(sa.select(RT.c.endings).where(RT.c.run_id == run_id, matches(RT.c.task_key, task))):
         for e, n in (endings or {}).items():
             if ending is None or e == ending:
                 out[e] = out.get(e, 0) + n
@@ -237,11 +50,11 @@ def _run_task_endings(session: Session, run_id: str, task: str, ending: str | No
 
 
 def _run_task_values(session: Session, run_id: str, task: str, ending: str | None, part: str) -> list[tuple]:
-    """(agent or finding kind, rollouts) of the tasks starting with `task` (ending `ending`, when
+    """(agent or finding kind, rollouts) of the tasks `task` matches (exact, or a `*` prefix) (ending `ending`, when
     given) over every step, largest first: from the run's task rollups (`by_ending`)."""
     counts: dict[str, int] = {}
     for (by_end,) in session.execute(sa.select(RT.c.by_ending).where(RT.c.run_id == run_id,
-                                                                     _prefix(RT.c.task_key, task))):
+                                                                     matches(RT.c.task_key, task))):
         for e, parts in (by_end or {}).items():
             if ending is None or e == ending:
                 for v, n in parts.get(part, {}).items():
@@ -263,23 +76,23 @@ def _task_row_count(session: Session, ending: str | None):
 
 
 def _task_rollup_steps(session: Session, run_id: str, task: str, ending: str | None) -> dict[int, int]:
-    """step → rollouts (ending `ending`, when given) of the tasks starting with `task`, from the
+    """step → rollouts (ending `ending`, when given) of the tasks `task` matches (exact, or a `*` prefix), from the
     per-step task rollups (the rows of those tasks only, through the (run, task) index)."""
     if ending and ending not in ENDINGS:
         return {}
     n = _task_row_count(session, ending)
     return {step: int(k or 0) for step, k in session.execute(
-        sa.select(TR.c.step, sa.func.sum(n)).where(TR.c.run_id == run_id, _prefix(TR.c.task_key, task),
+        sa.select(TR.c.step, sa.func.sum(n)).where(TR.c.run_id == run_id, matches(TR.c.task_key, task),
                                                     TR.c.step.is_not(None)).group_by(TR.c.step))}
 
 
-def list_sections(f: ListFilters) -> tuple[str, ...]:
+def list_sections(f: RolloutFilters) -> tuple[str, ...]:
     """What the list's counts and facets read of each step's stats: per ending only under an
     ending filter."""
     return ("endings", "agents", "findings") + (("by_ending",) if f.ending else ())
 
 
-def _rollup_steps(session: Session, run_id: str, f: ListFilters) -> list:
+def _rollup_steps(session: Session, run_id: str, f: RolloutFilters) -> list:
     """The step rollups the filters' step range selects; the rollouts without a step too when
     the filters name no step (the same read for every count and facet of a request)."""
     rng = f.step_range()
@@ -294,7 +107,7 @@ def _matching(s, ending: str | None) -> int:
     return s.endings.get(ending, 0) if ending else s.rollouts
 
 
-def count(*, session: Session, run_id: str, filters: ListFilters) -> tuple[int, bool]:
+def count(*, session: Session, run_id: str, filters: RolloutFilters) -> tuple[int, bool]:
     """Rollouts matching the filters (every attempt) and whether the count stopped at COUNT_CAP.
     Exact from the rollups when only steps and an ending filter; otherwise counted through the
     indexes, up to COUNT_CAP."""
@@ -361,11 +174,11 @@ FACET_FILTER = {"ending": ("ending",), "task": ("task",), "agent": ("agent",), "
                 "steps": ("step", "steps")}  # the filters a facet ignores: its own
 
 
-def _without(f: ListFilters, name: str) -> ListFilters:
+def _without(f: RolloutFilters, name: str) -> RolloutFilters:
     return dataclasses.replace(f, **{k: None for k in FACET_FILTER[name]})
 
 
-def _task_counts(session: Session, run_id: str, f: ListFilters) -> list[tuple[str, int]]:
+def _task_counts(session: Session, run_id: str, f: RolloutFilters) -> list[tuple[str, int]]:
     """(task, rollouts) of the FACET_TASKS largest tasks under a step range and an ending filter,
     from the run's task rollups (every step) or the per-step task rollups (a range)."""
     rng, ending = f.step_range(), f.ending
@@ -383,7 +196,7 @@ def _task_counts(session: Session, run_id: str, f: ListFilters) -> list[tuple[st
     return sorted(((t, n) for t, n in got if n > 0), key=lambda x: (-x[1], x[0]))[:FACET_TASKS]
 
 
-def _rollup_facet(session: Session, run_id: str, name: str, f: ListFilters) -> list[tuple]:
+def _rollup_facet(session: Session, run_id: str, name: str, f: RolloutFilters) -> list[tuple]:
     """One facet's counts from the rollups, under filters `f` (its own filter already left out)
     that name only a step range and an ending (`from_rollups`)."""
     ending = f.ending
@@ -423,7 +236,7 @@ def _flag_counts(budget: FacetBudget, conds: list) -> list[tuple[str, int]]:
     return [(k, n) for k, n in budget.run("flag", fq)]
 
 
-def facets(*, session: Session, run_id: str, filters: ListFilters) -> dict:
+def facets(*, session: Session, run_id: str, filters: RolloutFilters) -> dict:
     """Value counts for ending, task (the FACET_TASKS largest), agent, step range and findings.
     Each facet's counts apply every active filter except its own (so another value can be
     picked), and every value carries the filters that select it: {facet: [{"value", "count",
@@ -505,6 +318,3 @@ def facets(*, session: Session, run_id: str, filters: ListFilters) -> dict:
     got["timed_out"] = timed_out
     return got
 
-
-def ordered_endings() -> list[str]:
-    return ENDINGS
