@@ -47,6 +47,11 @@ STATES = [  # key, legend label, what it means (the legend and the hover text)
 ]
 STATE_TEXT = {k: d for k, _, d in STATES}
 
+
+def state_rows() -> list[dict[str, str]]:
+    """The six states as legend rows: `key`, `label`, `text`."""
+    return [{"key": k, "label": lab, "text": txt} for k, lab, txt in STATES]
+
 # Overlay scales: bucket edges (upper bounds), legend labels derived from them.
 LOGPROB_EDGES = [-8.0, -4.0, -2.0, -1.0, -0.3, -0.05]  # bucket 0: < -8 ... bucket 6: ≥ -0.05
 ADVANTAGE_EDGES = [-1.0, -0.3, -0.05, 0.05, 0.3, 1.0]  # diverging around 0
