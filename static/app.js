@@ -130,14 +130,17 @@
 
   // --- token details --------------------------------------------------------------------------
 
-  var STATE = {
-    "tok-trained": "sampled, trained (loss mask 1)", "tok-context": "context (mask 0)",
-    "tok-filtered": "sampled, not trained (mask 0)", "tok-fault": "trained but not sampled (mask 1 on a token the policy did not sample)",
-    "tok-special": "special token", "tok-placeholder": "placeholder id (not recorded)"
-  };
+  // The six token states as app/views/tokens.py words them, from the legend's JSON (#token-states).
+  var STATES = null;
 
   function stateOf(el) {
-    for (var k in STATE) if (el.classList.contains(k)) return STATE[k];
+    if (STATES === null) {
+      var src = document.getElementById("token-states");
+      try { STATES = src ? JSON.parse(src.textContent) : []; } catch (err) { STATES = []; }
+    }
+    for (var k = 0; k < STATES.length; k++) {
+      if (el.classList.contains("tok-" + STATES[k].key)) return STATES[k].label + ": " + STATES[k].text;
+    }
     return "";
   }
 
