@@ -24,7 +24,8 @@ from app.queries import runs as q_runs
 from app.queries.rollout_list import RolloutFilters
 from app.db.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
 from app.views.common import PageModel, RolloutSummary, model_of, summary_fields, with_labels
-from app.views.rollout import AttemptView, FindingView, RolloutHeader, finding_view
+from app.views.rollout.findings import FindingView, finding_view
+from app.views.rollout.models import AttemptView, RolloutHeader
 from ingest import checks
 from ingest.graph import branches
 from rollscope import schemas
