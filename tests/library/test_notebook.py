@@ -20,7 +20,7 @@ from ingest import formats
 from ingest.advantages import recorded_advantage
 from ingest.checks import Group, GroupMember, run_group_checks, run_rollout_checks
 from ingest.files import read_records, walk
-from ingest.formats import ReadContext
+from ingest.formats.base import ReadContext
 from ingest.schema import Rollout
 from ingest.source import RecordError, open_source
 from tests.conftest import FIXTURES
