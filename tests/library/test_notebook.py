@@ -16,13 +16,14 @@ import sqlalchemy as sa
 from app.db import models
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
-from ingest import formats
 from ingest.advantages import recorded_advantage
 from ingest.checks import Group, GroupMember, run_group_checks, run_rollout_checks
 from ingest.files import read_records, walk
 from ingest.formats.base import ReadContext
 from ingest.schema import Rollout
-from ingest.source import RecordError, open_source
+from ingest.errors import RecordError
+from ingest.formats.registry import detect
+from ingest.source import open_source
 from tests.conftest import FIXTURES
 from tests.helpers import ingest
 
@@ -39,7 +40,7 @@ def read_like_a_notebook(folder: Path) -> dict[tuple, Rollout]:
     for path in files:
         try:
             source = open_source(path)
-            reader = formats.detect(source)
+            reader = detect(source)
         except RecordError:
             continue
         if reader is None:
