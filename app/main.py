@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 import gc
-
+import logging
 import re
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote
-
-import logging
 
 import sqlalchemy as sa
 from fastapi import APIRouter, FastAPI, Request
@@ -15,15 +13,15 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
 from app import errors
+from app.api.v1 import router as api_v1
+from app.api.v1.ingest import Gate
 from app.asgi import HttpMiddleware, Observed
 from app.auth import ReadTokenGate, mask_access_log
-from app.api.v1 import router as api_v1
 from app.config import Settings, get_settings
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
-from app.render import compile_templates
-from app.api.v1.ingest import Gate
 from app.receivers import otlp
+from app.render import compile_templates
 from app.routes import analytics, pages, status
 
 STATIC = Path(__file__).resolve().parent.parent / "static"

@@ -17,11 +17,10 @@ from sqlmodel import Session
 from app.errors import ApiError
 from app.queries import findings as q_findings
 from app.queries import rollout_list
-from ingest.fields import INT32_MIN
-from ingest.stats import ENDINGS
 from app.queries.rollout_list import RolloutFilters
 from app.queries.steps import StepRange
-from ingest.fields import INT32_MAX
+from ingest.fields import INT32_MAX, INT32_MIN
+from ingest.stats import ENDINGS
 
 
 def _blank_is_none(v):

@@ -27,10 +27,12 @@ from app.config import Settings  # noqa: E402
 from app.main import create_app  # noqa: E402
 from ingest.formats import registry  # noqa: E402
 from ingest.formats.base import ReadContext  # noqa: E402
-from ingest.otel.wire import decode_json  # noqa: E402
 from ingest.otel.read import rollout_from_spans  # noqa: E402
+from ingest.otel.wire import (
+    decode_json,  # noqa: E402
+    encode_json,  # noqa: E402
+)
 from ingest.otel.write import spans_from_rollout  # noqa: E402
-from ingest.otel.wire import encode_json  # noqa: E402
 from ingest.source import open_source  # noqa: E402
 
 REAL = ROOT / "tests" / "fixtures" / "realdata"

@@ -18,12 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ingest import demo  # noqa: E402
-from ingest.formats.registry import detect  # noqa: E402
 from ingest.advantages import recorded_advantage  # noqa: E402
 from ingest.checks import Group, GroupMember, run_group_checks, run_rollout_checks  # noqa: E402
 from ingest.checks.context import load_context  # noqa: E402
 from ingest.files import read_records  # noqa: E402
 from ingest.formats.base import ReadContext  # noqa: E402
+from ingest.formats.registry import detect  # noqa: E402
 from ingest.source import open_source  # noqa: E402
 
 TEMPLATE_FOLDER = ROOT / "tests" / "fixtures" / "tokenizers" / "tiny-qwen3"

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ingest.endings import normalise
+from ingest.errors import RecordError
 from ingest.formats.base import ReadContext, Reader
 from ingest.schema import Rollout
-from ingest.errors import RecordError
 from ingest.source import Source
 
 TRACE_SUFFIXES = {".json", ".jsonl", ".csv", ".ndjson", ".gz", ".parquet"}

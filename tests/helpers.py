@@ -5,9 +5,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from app.worker.sync import IngestReport, ingest_paths
 from ingest.formats.base import ReadContext
 from ingest.formats.native import write_line
-from app.worker.sync import IngestReport, ingest_paths
 from ingest.schema import Rollout
 
 

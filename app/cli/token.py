@@ -9,7 +9,6 @@ from rich.text import Text
 
 from app.cli.common import console, open_engine, out
 
-
 token_app = typer.Typer(no_args_is_help=True, help="API tokens: create, list, revoke (app/auth.py).")
 
 

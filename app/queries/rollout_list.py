@@ -23,9 +23,8 @@ from sqlmodel import Session
 from app.db import models
 from app.queries.annotations import labelled
 from app.queries.common import SUMMARY_COLUMNS, attempt_columns
-from ingest.fields import INT32_MIN
 from app.queries.steps import StepRange
-from ingest.fields import INT32_MAX
+from ingest.fields import INT32_MAX, INT32_MIN
 
 R = models.Rollout.__table__
 SORTS = {"step": R.c.step, "reward": R.c.reward, "tokens": R.c.n_tokens, "turns": R.c.n_turns}

@@ -21,8 +21,17 @@ from pydantic import BeforeValidator, Field
 from app import charts
 from app.deps import RefuseUnknownQuery, SessionDep
 from app.errors import ApiError
-from app.params import (SORT_PATTERN, Count, Filters, OptCount, OptSmooth, OptStr, _blank_is_none, check_rollout_filters,
-                        step_range)
+from app.params import (
+    SORT_PATTERN,
+    Count,
+    Filters,
+    OptCount,
+    OptSmooth,
+    OptStr,
+    _blank_is_none,
+    check_rollout_filters,
+    step_range,
+)
 from app.queries import rollout_facets
 from app.queries import runs as q_runs
 from app.queries.steps import one_step

@@ -29,8 +29,19 @@ from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 from app import urls
 from app.deps import RefuseUnknownQuery, SessionDep
 from app.errors import ApiError
-from app.params import (SORT_PATTERN, Count, Filters, OptCount, OptInt, OptLimit, OptSmooth, OptStr, check_cursors,
-                        check_rollout_filters, step_range)
+from app.params import (
+    SORT_PATTERN,
+    Count,
+    Filters,
+    OptCount,
+    OptInt,
+    OptLimit,
+    OptSmooth,
+    OptStr,
+    check_cursors,
+    check_rollout_filters,
+    step_range,
+)
 from app.queries import rollout_list
 from app.queries import runs as q_runs
 from app.queries.nodes import get_node

@@ -12,10 +12,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from app.queries import rollout_list
-from app.queries import rollouts as queries
 from app.db.models import Node as NodeRow
 from app.db.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
+from app.queries import rollout_list
+from app.queries import rollouts as queries
 from ingest.schema import Rollout
 
 PAGE = 200

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -26,11 +26,11 @@ from app.db.tokenarrays import pack_bits, pack_floats, pack_ids
 from app.store.search import search_texts
 from ingest.advantages import estimator_name, recorded_advantage
 from ingest.checks import CheckContext, run_rollout_checks
+from ingest.errors import RecordError
 from ingest.graph import branches
+from ingest.jsonio import dumps, loads  # dumps/loads keep integers past 64 bits
 from ingest.metrics import rollout_metrics
 from ingest.schema import Rollout
-from ingest.errors import RecordError
-from ingest.jsonio import dumps, loads  # dumps/loads keep integers past 64 bits
 
 Identity = tuple[str, str, int]  # (run id, rollout id, attempt)
 

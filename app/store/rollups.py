@@ -37,8 +37,8 @@ import sqlalchemy as sa
 from app.db import models
 from app.db.engine import insert_for
 from app.store.prepare import _json_safe
-from ingest.stats import compute_step, empty_checks
 from ingest.checks.registry import SKIPPED  # the severity of a stored skipped check outcome
+from ingest.stats import compute_step, empty_checks
 
 R = models.Rollout.__table__
 SR = models.StepRollup.__table__

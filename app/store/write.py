@@ -41,8 +41,8 @@ from app.store.outage import RETRY_SECONDS, lost_a_race, not_the_data, with_retr
 from app.store.prepare import FINDING_COLUMNS, NODE_COLUMNS, Identity, Prepared, prepare_or_error, storage_error
 from app.store.quarantine import clear_landed, clear_whole_file, files_with_entries, quarantine_many
 from ingest.checks import CheckContext
-from ingest.schema import Rollout
 from ingest.errors import RecordError
+from ingest.schema import Rollout
 
 BATCH = 200  # default of `ROLLSCOPE_WORKER__BATCH_SIZE` (app.config.WorkerSettings)
 

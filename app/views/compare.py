@@ -9,9 +9,9 @@ from sqlmodel import Session
 
 from app import charts, urls
 from app.queries import runs as q_runs
-from ingest.stats import ENDINGS
 from app.queries.steps import StepRange, run_totals, step_stats, task_totals
 from app.views.common import PageModel
+from ingest.stats import ENDINGS
 
 
 class CompareRun(PageModel):

@@ -10,8 +10,8 @@ import numpy as np
 from sqlmodel import Session
 
 from app import urls
-from app.errors import ApiError
 from app.db.tokenarrays import unpack_bits, unpack_floats, unpack_ids
+from app.errors import ApiError
 from app.queries import groups as q_groups
 from app.queries import nodes as q_nodes
 from app.queries import runs as q_runs

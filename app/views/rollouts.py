@@ -15,11 +15,11 @@ from app.queries import findings as q_findings
 from app.queries import rollout_facets, rollout_list
 from app.queries import runs as q_runs
 from app.queries.common import SUMMARY_COLUMNS
-from ingest.stats import ENDINGS
 from app.queries.rollout_list import RolloutFilters
 from app.queries.steps import step_stats
 from app.views.common import FindingLink, PageModel, RolloutSummary, summary_fields, with_labels
 from ingest import checks
+from ingest.stats import ENDINGS
 
 SORTS = [("step", "step"), ("reward", "reward"), ("tokens", "tokens"), ("turns", "turns")]
 

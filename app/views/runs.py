@@ -13,11 +13,11 @@ from app.queries import annotations as q_annotations
 from app.queries import nodes as q_nodes
 from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
-from ingest.stats import ENDINGS
 from app.queries.steps import RUN_SECTIONS, StepRange, every_run_step_stats, run_totals, step_stats
 from app.views.chart import RunCharts, run_charts
 from app.views.common import NoteView, PageModel, iso, model_of, note_view
 from ingest import checks
+from ingest.stats import ENDINGS
 from rollscope import schemas
 
 STEPS_TABLE = 200  # steps listed on the run page; a longer run shows its last ones (narrow with ?steps=)

@@ -15,12 +15,12 @@ from sqlmodel import Session
 from app import urls
 from app.queries import annotations as q_annotations
 from app.queries import runs as q_runs
-from ingest.stats import ENDINGS, latest_attempts, no_gradient_reason
 from app.queries.steps import StepRange, StepStats, next_step, one_step, step_stats, task_rows
 from app.store import rollups
 from app.views.chart import RunRef
 from app.views.common import NoteView, PageModel, note_view, num
 from ingest.advantages import Member, group_advantages
+from ingest.stats import ENDINGS, latest_attempts, no_gradient_reason
 
 NO_GRADIENT_LABELS = {
     "trainer_filtered": "filtered by the trainer",

@@ -6,10 +6,10 @@ from sqlmodel import Session
 
 from app import urls
 from app.queries import runs as q_runs
-from ingest.stats import ENDINGS
 from app.queries.steps import task_rows
 from app.views.chart import RunRef
 from app.views.common import PageModel
+from ingest.stats import ENDINGS
 
 
 class TaskChange(PageModel):

@@ -14,11 +14,11 @@ from sqlmodel import Session
 
 from app import urls
 from app.db.tokenarrays import unpack_ids
+from app.errors import ApiError
 from app.queries import graph as q_graph
 from app.queries import nodes as q_nodes
 from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
-from app.errors import ApiError
 from app.views.common import PageModel
 from app.views.rollout.links import check_branch, span
 from app.views.rollout.models import MarkedToken

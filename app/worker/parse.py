@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.store.prepare import Prepared, prepare_or_error
+from ingest.errors import RecordError
 from ingest.files import read_records
 from ingest.formats.base import ReadContext
 from ingest.formats.registry import detect, explain, get
-from ingest.errors import RecordError
 from ingest.source import Source
 
 

@@ -15,16 +15,16 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
-from ingest.checks import CheckContext
-from ingest.formats import registry
-from ingest.formats.base import ReadContext
-from ingest.files import TRACE_SUFFIXES, read_records, walk
-from ingest.errors import RecordError
-from ingest.source import Source, open_source, read_as
 from app.db import models
 from app.store.outage import RETRY_SECONDS, not_the_data
 from app.store.quarantine import IngestContext, quarantine_many
 from app.store.write import BATCH, IngestOrder, StoreResult, ensure_run, store, store_tokenizer
+from ingest.checks import CheckContext
+from ingest.errors import RecordError
+from ingest.files import TRACE_SUFFIXES, read_records, walk
+from ingest.formats import registry
+from ingest.formats.base import ReadContext
+from ingest.source import Source, open_source, read_as
 
 
 @dataclass

@@ -20,13 +20,13 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from app.worker.trace_spool import TraceSpool
+from ingest.errors import RecordError
 from ingest.formats.base import record_error
 from ingest.otel.assembler import TraceAssembler
 from ingest.otel.read import rollout_from_spans
 from ingest.otel.semconv import is_genai_trace
 from ingest.otel.wire import SpanRecord
 from ingest.schema import Rollout
-from ingest.errors import RecordError
 
 RETRY_FULL, RETRY_DOWN = 1, 5  # Retry-After seconds for 429 and 503
 PRUNE_EVERY = 60.0  # seconds between sweeps of stored traces' spool files

@@ -38,9 +38,9 @@ from app.store.prepare import prepare_all
 from app.store.write import StoreResult, write_in
 from app.worker.spool_files import HEAD_BYTES, S, scan
 from ingest.endings import normalise
+from ingest.errors import RecordError
 from ingest.otel.wire import OtlpError, SpanRecord, decode_json, encode_json
 from ingest.schema import Rollout
-from ingest.errors import RecordError
 
 OTLP = "otlp"  # spool_file.spool of the receiver's files
 

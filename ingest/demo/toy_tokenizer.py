@@ -17,7 +17,6 @@ import re
 import zlib
 from pathlib import Path
 
-
 UNK, IM_START, IM_END = 0, 1, 2                           # chat-template scaffold (+ unknown)
 
 

@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
 
+from ingest.errors import RecordError
 from ingest.formats._build import RolloutBuilder
 from ingest.formats._openai import tool_call_from_openai
 from ingest.formats.base import ReadContext, record_error
 from ingest.schema import Message, Rollout, ToolCall, Usage
-from ingest.errors import RecordError
 from ingest.source import Source
 
 

@@ -9,9 +9,23 @@ from typing import Any
 from ingest.fields import FieldError, floats, ints
 from ingest.formats import _openai
 from ingest.formats._build import align_segments, mask_runs
-from ingest.formats._tunix_build import (_action_calls, _Chain, _ending, _extra, _finish, _number,
-                                         _observation_messages, _policy_version, _record_turn_rewards,
-                                         _split_prompt, _status, _task, _timing, _turn_extra, _turns)
+from ingest.formats._tunix_build import (
+    _action_calls,
+    _Chain,
+    _ending,
+    _extra,
+    _finish,
+    _number,
+    _observation_messages,
+    _policy_version,
+    _record_turn_rewards,
+    _split_prompt,
+    _status,
+    _task,
+    _timing,
+    _turn_extra,
+    _turns,
+)
 from ingest.schema import Ending, EndingInfo, Message, Rollout
 
 # TrajectoryCollectEngine's default `filter_statuses`: with `overlong_filter=True` a rollout that

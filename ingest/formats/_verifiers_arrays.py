@@ -6,7 +6,6 @@ from __future__ import annotations
 from ingest.align import fit
 from ingest.schema import Node
 
-
 COMPACT = ("logprobs", "advantages", "reference_logprobs")
 
 

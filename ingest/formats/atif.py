@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest import endings
+from ingest.errors import RecordError
 from ingest.fields import FieldError, is_number_or_none
 from ingest.formats import _rl
 from ingest.formats._atif_schema import ATIFTrajectory
@@ -43,6 +44,7 @@ from ingest.formats._atif_steps import add_steps
 from ingest.formats._atif_write import to_trajectory
 from ingest.formats._build import RolloutBuilder
 from ingest.formats.base import ReadContext, guarded, json_line, shape_error
+from ingest.jsonio import loads
 from ingest.schema import (
     Ending,
     EndingInfo,
@@ -52,8 +54,6 @@ from ingest.schema import (
     Rollout,
     RunRef,
 )
-from ingest.errors import RecordError
-from ingest.jsonio import loads
 from ingest.source import Source, open_source
 
 NAME = "atif"

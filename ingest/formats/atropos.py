@@ -22,12 +22,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from ingest.align import fill_node
+from ingest.errors import RecordError
 from ingest.fields import FieldError, floats, ints, is_number_or_none
 from ingest.formats import _openai
 from ingest.formats._build import RolloutBuilder, align_segments, mask_runs
 from ingest.formats.base import ReadContext, guarded, shape_error
 from ingest.schema import Ending, EndingInfo, GroupRef, Message, Rollout, RunRef
-from ingest.errors import RecordError
 from ingest.source import Source
 
 NAME = "atropos"

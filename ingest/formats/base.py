@@ -16,10 +16,10 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from ingest.fields import FieldError
-from ingest.schema import Rollout
 from ingest.errors import RecordError
+from ingest.fields import FieldError
 from ingest.jsonio import dumps
+from ingest.schema import Rollout
 from ingest.source import Source
 
 

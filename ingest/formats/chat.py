@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingest import endings
+from ingest.errors import RecordError
 from ingest.fields import FieldError, is_number_or_none
 from ingest.formats import _openai
 from ingest.formats._build import RolloutBuilder, apply_completion
@@ -48,7 +49,6 @@ from ingest.formats._chat_tokens import align_turns, append_openai_logprobs, tok
 from ingest.formats.base import ReadContext, guarded, id_text, json_type, shape_error
 from ingest.formats.base import join_path as _join
 from ingest.schema import Ending, EndingInfo, Error, GroupRef, Rollout, RunRef, Task
-from ingest.errors import RecordError
 from ingest.source import Source
 
 NAME = "chat"

@@ -5,9 +5,9 @@ from collections.abc import Iterable, Iterator
 
 from pydantic import ValidationError
 
+from ingest.errors import RecordError
 from ingest.formats.base import ReadContext, join_path, json_line, record_error
 from ingest.schema import SCHEMA_VERSION, Rollout
-from ingest.errors import RecordError
 from ingest.source import Source
 
 NAME = "native"

@@ -26,12 +26,12 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ingest import endings, timestamps
+from ingest.errors import RecordError
 from ingest.fields import FieldError, is_number_or_none
 from ingest.formats import _responses
 from ingest.formats._build import RolloutBuilder
 from ingest.formats.base import ReadContext, guarded, join_path, json_line, shape_error
 from ingest.schema import Ending, EndingInfo, Error, GroupRef, Message, Node, Rollout, RunRef, Task, Usage
-from ingest.errors import RecordError
 from ingest.source import Source
 
 NAME = "nemo-gym"

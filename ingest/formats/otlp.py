@@ -7,15 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from ingest.formats.base import ReadContext, record_error
+from ingest.errors import RecordError
 from ingest.formats._harness import documents
-from ingest.formats.base import json_line
-from ingest.otel.wire import OtlpError, SpanRecord, decode_json, encode_json, is_otlp_json
+from ingest.formats.base import ReadContext, json_line, record_error
 from ingest.otel.read import rollout_from_spans
 from ingest.otel.semconv import is_genai_trace
+from ingest.otel.wire import OtlpError, SpanRecord, decode_json, encode_json, is_otlp_json
 from ingest.otel.write import spans_from_rollout
 from ingest.schema import Rollout
-from ingest.errors import RecordError
 from ingest.source import Source
 
 NAME = "otlp"

@@ -13,8 +13,23 @@ from __future__ import annotations
 
 from itertools import takewhile
 
-from ingest.formats import (atif, atropos, chat, inspect, mini_swe_agent, native, nemo_gym, openhands, otlp,
-                            samples, swe_agent, tau_bench, tunix, verifiers, verl)
+from ingest.formats import (
+    atif,
+    atropos,
+    chat,
+    inspect,
+    mini_swe_agent,
+    native,
+    nemo_gym,
+    openhands,
+    otlp,
+    samples,
+    swe_agent,
+    tau_bench,
+    tunix,
+    verifiers,
+    verl,
+)
 from ingest.formats.base import Reader, Writer
 from ingest.source import PROBE_LINES, Source
 

@@ -52,11 +52,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ingest.errors import RecordError
 from ingest.fields import FieldError
 from ingest.formats._tunix_modes import BUILDERS, MODE_NAMES
 from ingest.formats.base import ReadContext, guarded
 from ingest.schema import GroupRef, Rollout, RunRef
-from ingest.errors import RecordError
 from ingest.source import Source
 
 NAME = "tunix"

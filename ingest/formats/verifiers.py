@@ -37,12 +37,14 @@ from typing import Any
 
 from ingest import endings
 from ingest.align import fit
+from ingest.errors import RecordError
 from ingest.fields import FieldError, floats, ints, is_number_or_none
 from ingest.formats import _openai, _rl
 from ingest.formats._build import RolloutBuilder
 from ingest.formats._verifiers_arrays import COMPACT, expand
 from ingest.formats._verifiers_write import to_episode
 from ingest.formats.base import ReadContext, guarded, id_text, json_line, shape_error
+from ingest.jsonio import loads
 from ingest.schema import (
     EndingInfo,
     EpisodeRef,
@@ -57,8 +59,6 @@ from ingest.schema import (
     Task,
     Usage,
 )
-from ingest.errors import RecordError
-from ingest.jsonio import loads
 from ingest.source import Source
 
 NAME = "verifiers"

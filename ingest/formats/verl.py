@@ -27,11 +27,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from ingest import endings
+from ingest.errors import RecordError
 from ingest.fields import FieldError, floats, ints, is_number_or_none
 from ingest.formats._build import RolloutBuilder, mask_runs
 from ingest.formats.base import ReadContext, guarded, id_text, shape_error
 from ingest.schema import Ending, EndingInfo, GroupRef, Message, Rollout, RunRef, Task
-from ingest.errors import RecordError
 from ingest.source import Source
 
 NAME = "verl"

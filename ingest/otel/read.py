@@ -41,9 +41,24 @@ import json
 from typing import Any
 
 from ingest.formats._openai import finish_reason
-from ingest.otel.semconv import (AFTER, CALL, ELIDED, MESSAGE, NODE, NODES, ROLLOUT, SAMPLING, genai_items,
-                                    genai_message, is_agent_span, is_model_span, is_tool_span, json_value,
-                                    span_messages, tool_message)
+from ingest.otel.semconv import (
+    AFTER,
+    CALL,
+    ELIDED,
+    MESSAGE,
+    NODE,
+    NODES,
+    ROLLOUT,
+    SAMPLING,
+    genai_items,
+    genai_message,
+    is_agent_span,
+    is_model_span,
+    is_tool_span,
+    json_value,
+    span_messages,
+    tool_message,
+)
 from ingest.otel.wire import STATUS_ERROR, SpanRecord
 from ingest.schema import (
     Call,

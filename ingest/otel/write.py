@@ -17,8 +17,21 @@ from typing import Any
 
 from ingest.formats._openai import arguments_text
 from ingest.jsonio import dumps
-from ingest.otel.semconv import (AFTER, CALL, ELIDED, ENDS_ROLLOUT, MESSAGE, NODE, NODES, RAW_ARGUMENTS, ROLLOUT,
-                                    SAMPLING, genai_message, json_value, tool_message)
+from ingest.otel.semconv import (
+    AFTER,
+    CALL,
+    ELIDED,
+    ENDS_ROLLOUT,
+    MESSAGE,
+    NODE,
+    NODES,
+    RAW_ARGUMENTS,
+    ROLLOUT,
+    SAMPLING,
+    genai_message,
+    json_value,
+    tool_message,
+)
 from ingest.otel.wire import STATUS_ERROR, SpanRecord
 from ingest.schema import Ending, Message, Rollout, Span
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from sqlmodel import Session
 
-from app.queries import rollout_facets, rollout_list
 from app.db import models
+from app.queries import rollout_facets, rollout_list
 from tests.helpers import ingest, rollout, write_jsonl
 
 R = models.Rollout.__table__

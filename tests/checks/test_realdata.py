@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from ingest.formats.registry import detect
 from ingest.advantages import recorded_advantage
 from ingest.checks import Group, GroupMember, run_group_checks, run_rollout_checks
+from ingest.errors import RecordError
 from ingest.files import read_records, walk
 from ingest.formats.base import ReadContext
-from ingest.errors import RecordError
+from ingest.formats.registry import detect
 from ingest.source import open_source
 from tests.conftest import FIXTURES
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import command
 
-from app.queries.common import R
-from app.queries.findings import has_finding
 from app.db import models
 from app.db.engine import make_engine
 from app.db.migrate import alembic_config, upgrade
+from app.queries.common import R
+from app.queries.findings import has_finding
 from tests.helpers import ingest, rollout, write_jsonl
 
 

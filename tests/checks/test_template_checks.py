@@ -9,11 +9,11 @@ from ingest.chat_template import TemplateError, load_config, render
 from ingest.checks import CheckContext, run_rollout_checks
 from ingest.checks.context import load_context
 from ingest.endings import normalise
-from ingest.formats.registry import detect
 from ingest.files import read_records
 from ingest.formats.base import ReadContext
-from ingest.source import open_source
+from ingest.formats.registry import detect
 from ingest.schema import Rollout
+from ingest.source import open_source
 from tests.conftest import FIXTURES
 
 FOLDER = FIXTURES / "tokenizers" / "tiny-qwen3"

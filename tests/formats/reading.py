@@ -4,13 +4,12 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
-from tests.conftest import data_path
-
 from ingest import graph
+from ingest.errors import RecordError
 from ingest.formats.base import ReadContext
 from ingest.schema import Rollout
-from ingest.errors import RecordError
 from ingest.source import open_source
+from tests.conftest import data_path
 
 
 def data(rel: str) -> Path:

@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.formats.reading import data, only_branch_pairs, read_with, rollouts_with, write
-
 from ingest import graph
+from ingest.errors import RecordError
 from ingest.formats import _openai, chat
 from ingest.formats.base import ReadContext
 from ingest.schema import Ending, Rollout
-from ingest.errors import RecordError
 from ingest.source import open_source
+from tests.formats.reading import data, only_branch_pairs, read_with, rollouts_with, write
 
 HERE = Path(__file__).resolve().parent
 

@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES
-
-from ingest.formats import registry
 from ingest.errors import RecordError
+from ingest.formats import registry
 from ingest.source import open_source
+from tests.conftest import FIXTURES
 
 REALDATA = FIXTURES / "realdata"
 GENERIC = "chat"

@@ -9,7 +9,6 @@ from pathlib import Path
 import orjson
 
 from ingest.formats import native
-
 from ingest.formats.base import ReadContext
 from ingest.schema import Rollout, json_schema
 from ingest.source import open_source

@@ -10,14 +10,12 @@ from pathlib import Path
 import pytest
 
 from ingest.checks import run_rollout_checks
-
-from ingest.formats.base import ReadContext
-
-from ingest.formats.registry import detect
 from ingest.export import Export
 from ingest.formats import otlp
-from ingest.otel.wire import decode_json, decode_protobuf, encode_json
+from ingest.formats.base import ReadContext
+from ingest.formats.registry import detect
 from ingest.otel.read import rollout_from_spans
+from ingest.otel.wire import decode_json, decode_protobuf, encode_json
 from ingest.otel.write import spans_from_rollout
 from ingest.schema import Rollout
 from ingest.source import open_source

@@ -7,14 +7,12 @@ from __future__ import annotations
 import json
 from urllib.parse import quote
 
-from tests.conftest import data_path
-from tests.helpers import ingest
-
 from ingest.formats import chat, registry
-
 from ingest.formats.base import ReadContext
 from ingest.schema import Ending
 from ingest.source import open_source
+from tests.conftest import data_path
+from tests.helpers import ingest
 
 
 def case(name: str):

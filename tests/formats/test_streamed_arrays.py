@@ -12,11 +12,11 @@ import sqlalchemy as sa
 
 import ingest.source as source_mod
 from app.db import models
+from ingest.errors import RecordError
 from ingest.formats import native
 from ingest.formats.base import ReadContext
 from ingest.formats.registry import detect
 from ingest.schema import Rollout
-from ingest.errors import RecordError
 from ingest.source import open_source
 from tests.helpers import ingest, rollout
 

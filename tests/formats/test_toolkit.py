@@ -6,14 +6,13 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from tests.conftest import FIXTURES
-
 from ingest.fields import FieldError
 from ingest.formats import _openai, _responses
 from ingest.formats._build import RolloutBuilder
 from ingest.formats.base import record_error
 from ingest.graph import branches
 from ingest.schema import Message, Rollout
+from tests.conftest import FIXTURES
 
 
 def test_arguments_kept_raw_with_their_shape():

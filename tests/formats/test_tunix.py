@@ -13,14 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from ingest.errors import RecordError
 from ingest.formats import tunix
-
 from ingest.formats.base import ReadContext
 from ingest.graph import branches
 from ingest.schema import Ending, Rollout
-from tests.conftest import data_path
-from ingest.errors import RecordError
 from ingest.source import open_source
+from tests.conftest import data_path
 
 DATA = data_path("realdata", "tunix", "v0.1.7")
 

@@ -10,17 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES
-from tests.helpers import ingest
-
+from ingest.errors import RecordError
 from ingest.formats import registry, verifiers
-
-from ingest.formats.base import ReadContext
 from ingest.formats._verifiers_arrays import compact
+from ingest.formats.base import ReadContext
 from ingest.graph import branches, pair_tool_calls
 from ingest.schema import Ending, Rollout
-from ingest.errors import RecordError
 from ingest.source import open_source
+from tests.conftest import FIXTURES
+from tests.helpers import ingest
 
 DATA = FIXTURES / "realdata" / "verifiers"
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 
+from ingest.errors import RecordError
 from ingest.formats import verl
-
 from ingest.formats.base import ReadContext
 from ingest.schema import Ending, Rollout
-from ingest.errors import RecordError
 from ingest.source import open_source
 
 

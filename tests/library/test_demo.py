@@ -14,8 +14,8 @@ import pytest
 
 from ingest import demo
 from ingest.demo import render, scripts, toy_tokenizer
-from ingest.formats.base import ReadContext
 from ingest.formats import native
+from ingest.formats.base import ReadContext
 from ingest.schema import Ending, Rollout
 from ingest.source import open_source
 

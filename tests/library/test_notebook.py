@@ -18,11 +18,11 @@ from app.db.engine import make_engine
 from app.db.migrate import upgrade
 from ingest.advantages import recorded_advantage
 from ingest.checks import Group, GroupMember, run_group_checks, run_rollout_checks
+from ingest.errors import RecordError
 from ingest.files import read_records, walk
 from ingest.formats.base import ReadContext
-from ingest.schema import Rollout
-from ingest.errors import RecordError
 from ingest.formats.registry import detect
+from ingest.schema import Rollout
 from ingest.source import open_source
 from tests.conftest import FIXTURES
 from tests.helpers import ingest

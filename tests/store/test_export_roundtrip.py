@@ -10,15 +10,14 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from tests.conftest import FIXTURES
-from tests.helpers import ingest, stored
-
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
 from app.queries.rollout_list import RolloutFilters
 from app.store.load import iter_rollouts
 from ingest import export
 from ingest.formats.samples import training_samples
+from tests.conftest import FIXTURES
+from tests.helpers import ingest, stored
 
 REAL = FIXTURES / "realdata"
 SOURCES = {  # run → files (real data of each format read)

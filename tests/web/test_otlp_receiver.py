@@ -15,11 +15,11 @@ import pytest
 from app.auth import issue
 from app.config import Settings
 from app.main import create_app
-from tests.helpers import serving
-from ingest.formats.base import ReadContext
 from ingest.formats import swe_agent
+from ingest.formats.base import ReadContext
 from ingest.source import open_source
 from tests.conftest import data_path
+from tests.helpers import serving
 
 RUN_FILE = data_path("realdata", "swe-agent", "marshmallow-code__marshmallow-1867.function_calling_replace.traj")
 

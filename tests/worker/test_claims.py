@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from app.db import models
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
-from app.worker.run import run, wait_for
 from app.worker.claims import LEASE
+from app.worker.run import run, wait_for
 from app.worker.spool import Spool
 from ingest.formats.native import write_line
 from tests.helpers import rollout

@@ -126,10 +126,11 @@ def test_sigkill_loses_nothing_sqlite(tmp_path):
 
 @pytest.mark.postgres
 def test_sigkill_loses_nothing_postgres_two_workers(tmp_path):
-    from tests.conftest import _pg_admin, PG_URL
     import uuid
 
     from sqlalchemy.engine import make_url
+
+    from tests.conftest import PG_URL, _pg_admin
 
     name = f"rs_crash_{uuid.uuid4().hex[:10]}"
     with _pg_admin() as conn:

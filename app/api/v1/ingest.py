@@ -31,14 +31,15 @@ from app.errors import ApiError
 from app.receivers.body import BodyError, read_body
 from app.store.prepare import prepare_or_error
 from app.store.write import BATCH, StoreResult, write_in
+from ingest.errors import RecordError
+from ingest.fields import INT32_MAX
 from ingest.files import read_records
 from ingest.formats.base import ReadContext
 from ingest.formats.registry import detect, explain, get
-from ingest.fields import INT32_MAX
-from ingest.errors import RecordError
 
 # The error bodies it can answer, described in the OpenAPI document like the rest of /api/v1.
 from ingest.source import Source
+
 _PUSHBACK = {status: {"model": ErrorBody, "description": d} for status, d in {
     413: "the body is larger than the ingest limit", 415: "the body is not NDJSON (one JSON object per line)",
     429: "too many ingest requests in flight: retry after `Retry-After` seconds",

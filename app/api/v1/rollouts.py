@@ -13,6 +13,7 @@ from pydantic import BaseModel, create_model
 
 from app import urls
 from app.api.v1.schemas import Page
+from app.db.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
 from app.deps import SessionDep
 from app.errors import ApiError
 from app.params import Count, Filters, OptCount, OptInt, check_cursors, check_rollout_filters
@@ -22,7 +23,6 @@ from app.queries import rollout_list
 from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
 from app.queries.rollout_list import RolloutFilters
-from app.db.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
 from app.views.common import PageModel, RolloutSummary, model_of, summary_fields, with_labels
 from app.views.rollout.findings import FindingView, finding_view
 from app.views.rollout.models import AttemptView, RolloutHeader

@@ -11,8 +11,8 @@ from app.api.v1.schemas import Items
 from app.deps import AdminToken, SessionDep
 from app.errors import ApiError
 from app.queries import runs as q_runs
-from app.views.runs import RunHeader, RunRow, RunTotals, StepView, run_summary, runs_page
 from app.views.common import PageModel
+from app.views.runs import RunHeader, RunRow, RunTotals, StepView, run_summary, runs_page
 
 router = APIRouter(tags=["runs"])
 RunId = Annotated[str, Path(description="run id (`/` encoded as `%2F`)")]

@@ -12,12 +12,12 @@ from __future__ import annotations
 from sqlmodel import Session
 
 from app import urls
-from app.queries import rollout_list
 from app.config import WebSettings
 from app.queries import annotations as q_annotations
 from app.queries import findings as q_findings
 from app.queries import graph as q_graph
 from app.queries import nodes as q_nodes
+from app.queries import rollout_list
 from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
 from app.views import tokens as tokenview

@@ -9,8 +9,8 @@ from urllib.parse import urlencode
 import numpy as np
 
 from app import urls
-from app.queries import rollout_list
 from app.errors import ApiError
+from app.queries import rollout_list
 from app.views.common import num, pins_attempt
 
 

@@ -2,7 +2,6 @@
 and how long each tool call took (from the message that made it to the message with its result)."""
 from __future__ import annotations
 
-
 TIMELINE_ROWS = 200  # rows drawn (and in the twin); a 5,000-turn rollout says how many more
 
 
