@@ -19,10 +19,10 @@ import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Annotated, Literal
+from typing import Literal
 
 import sqlalchemy as sa
-from fastapi import Depends, HTTPException, Request
+from fastapi import HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.engine import Engine
 
@@ -184,7 +184,9 @@ def article(word: str) -> str:
 
 
 def require(scope: Scope, *, optional_for_read: bool = True):
-    """A FastAPI dependency: the request's token, which must allow `scope`.
+    """A check of a request (`check(request) -> TokenInfo | None`): its token, which must allow
+    `scope`. The dependencies built on it are app.deps's (`WriteToken`, `AdminToken`, the read
+    check of the `/api/v1` router).
 
     401 (with `WWW-Authenticate: Bearer`) when the token is missing, unknown or revoked; 403
     when its scope is too small; 401 for any request other than GET or HEAD with `?token=` in
@@ -192,7 +194,7 @@ def require(scope: Scope, *, optional_for_read: bool = True):
     (`ROLLSCOPE_REQUIRE_READ_TOKEN` unset), no token is needed and None is returned.
     """
 
-    def dependency(request: Request) -> TokenInfo | None:
+    def check(request: Request) -> TokenInfo | None:
         if request.method not in READS and "token" in request.query_params:
             raise HTTPException(401, TOKEN_IN_URL, headers={"WWW-Authenticate": "Bearer"})
         settings = request.app.state.settings
@@ -210,12 +212,7 @@ def require(scope: Scope, *, optional_for_read: bool = True):
             raise HTTPException(403, f"this token's scope is {info.scope}; this needs {scope}")
         return info
 
-    return dependency
-
-
-ReadToken = Annotated[TokenInfo | None, Depends(require("read"))]
-WriteToken = Annotated[TokenInfo, Depends(require("write"))]
-AdminToken = Annotated[TokenInfo, Depends(require("admin"))]
+    return check
 
 
 class ReadTokenGate:

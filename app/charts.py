@@ -5,8 +5,7 @@ Every point carries `customdata` = the URL of the rollouts behind it, so a click
 from __future__ import annotations
 
 from app import urls
-from app.queries.common import ENDINGS
-from app.queries.runs import StepRow
+from ingest.stats import ENDINGS
 
 ENDING_COLORS = {  # the ending badges' colours (static/app.css .ending-*): one colour per ending everywhere
     "submitted": "#2e7d32",
@@ -50,77 +49,11 @@ def _layout(title: str, yaxis: dict, steps: list[int]) -> dict:
     }
 
 
-def ending_rates(run_id: str, steps: list[StepRow]) -> dict:
-    """Stacked bars: fraction of rollouts per ending at each training step."""
-    rows = [s for s in steps if s.step is not None]
-    data = []
-    for ending in ENDINGS:
-        if not any(s.endings.get(ending) for s in rows):
-            continue
-        data.append({
-            "type": "bar", "name": ending,
-            "x": [s.step for s in rows],
-            "y": [s.endings.get(ending, 0) / s.rollouts if s.rollouts else 0 for s in rows],
-            "text": [f"{s.endings.get(ending, 0)} of {s.rollouts}" for s in rows],
-            "textposition": "none",
-            "hovertemplate": "step %{x}<br>" + ending + ": %{y:.1%} (%{text})<extra></extra>",
-            "marker": {"color": ENDING_COLORS[ending]},
-            "customdata": _step_urls(run_id, rows, ending=ending),
-        })
-    layout = _layout("Ending-type rates per step",
-                     {"title": {"text": "share of rollouts"}, "tickformat": ".0%", "range": [0, 1]},
-                     [s.step for s in rows])
-    layout["barmode"] = "stack"
-    return {"data": data, "layout": layout}
-
-
-def reward_trend(run_id: str, steps: list[StepRow]) -> dict:
-    """Mean reward per step: errored rollouts scored 0, and errored rollouts dropped."""
-    rows = [s for s in steps if s.step is not None]
-    links = _step_urls(run_id, rows)
-    data = [
-        {"type": "scatter", "mode": "lines+markers", "name": "errors scored 0",
-         "x": [s.step for s in rows], "y": [s.mean_reward for s in rows], "customdata": links,
-         "hovertemplate": "step %{x}<br>mean reward %{y:.3f} (errors = 0)<extra></extra>",
-         "line": {"color": "#1565c0"}},
-        {"type": "scatter", "mode": "lines+markers", "name": "errors dropped",
-         "x": [s.step for s in rows], "y": [s.mean_reward_no_errors for s in rows], "customdata": links,
-         "hovertemplate": "step %{x}<br>mean reward %{y:.3f} (errors dropped)<extra></extra>",
-         "line": {"color": "#6a1b9a", "dash": "dot"}},
-    ]
-    layout = _layout("Mean reward per step", {"title": {"text": "mean reward"}}, [s.step for s in rows])
-    return {"data": data, "layout": layout}
-
-
-def finding_rates(run_id: str, steps: list[StepRow], counts: dict[tuple[int | None, str], int],
-                  kinds: list[tuple[str, str]]) -> dict:
-    """Grouped bars: per kind, the share of a step's rollouts with that finding. `counts`:
-    (step, kind) → rollouts with a finding; `kinds`: (kind, label) in registry order, only those
-    that fired. Each bar links to the rollouts list filtered by step and kind."""
-    rows = [s for s in steps if s.step is not None]
-    data = []
-    for kind, label in kinds:
-        data.append({
-            "type": "bar", "name": label,
-            "x": [s.step for s in rows],
-            "y": [counts.get((s.step, kind), 0) / s.rollouts if s.rollouts else 0 for s in rows],
-            "text": [f"{counts.get((s.step, kind), 0)} of {s.rollouts}" for s in rows],
-            "textposition": "none",
-            "hovertemplate": "step %{x}<br>" + kind + ": %{y:.1%} (%{text})<extra></extra>",
-            "customdata": _step_urls(run_id, rows, flag=kind),
-        })
-    layout = _layout("Rollouts with each finding per step",
-                     {"title": {"text": "share of rollouts"}, "tickformat": ".0%", "range": [0, 1]},
-                     [s.step for s in rows])
-    layout["barmode"] = "group"
-    return {"data": data, "layout": layout}
-
-
 # --- the chart registry -----------------------------------------------------------------------
 #
 # Every training-step chart is one `Chart`: an id (its URL), a title and caption (the page and the
 # docs say what it shows), and `build(run_id, steps, tasks)` turning the run's step rollups
-# (app.analytics.steps.StepStats, one per step) into Plotly figure data. Each figure serves as
+# (app.queries.steps.StepStats, one per step) into Plotly figure data. Each figure serves as
 # HTML (/runs/{run}/charts/{id}), JSON twin (.json) and CSV (.csv, one row per point), and every
 # point carries the URL of the rollouts behind it. Adding a chart is one function and one
 # `register(...)` line; tests/analytics/test_charts.py draws every registered chart.
@@ -228,7 +161,7 @@ HEATMAP_COLUMNS = 100  # columns: consecutive steps are pooled into at most this
 def build_task_heatmap(run_id: str, steps, tasks=None) -> dict:
     """Mean reward (errors scored 0) per task and step; a cell opens that task's rollouts.
     `tasks`: (per-(step, task) rollup rows of the largest tasks, the number of tasks in the range),
-    app.analytics.steps.heatmap_tasks.
+    app.queries.steps.heatmap_tasks.
 
     Bounded whatever the run's size: the HEATMAP_TASKS tasks with the most rollouts, and at most
     HEATMAP_COLUMNS columns, each pooling consecutive steps (a pooled cell is the mean over all its
@@ -243,7 +176,7 @@ def build_task_heatmap(run_id: str, steps, tasks=None) -> dict:
         volume[t.task_key] = volume.get(t.task_key, 0) + t.rollouts
     keys = sorted(sorted(volume, key=lambda k: (-volume[k], k))[:HEATMAP_TASKS])
     row = {k: i for i, k in enumerate(keys)}
-    from app.analytics.steps import weighted_mean
+    from app.queries.steps import weighted_mean
 
     cells = [[[[], 0] for _ in buckets] for _ in keys]  # (mean, scored) pairs, rollouts
     for t in tasks:

@@ -13,6 +13,7 @@ from markupsafe import Markup, escape
 
 from app.render import compact_number
 from app.text import reveal_invisible
+from app.views.tokens import STATE_TEXT
 
 
 def _classes(t: dict, p: dict | None) -> str:
@@ -46,10 +47,8 @@ def _title(t: dict, p: dict | None) -> str:
                                                     ("missing" if t["lpb"] == -1 else "none (context)"))]
     if t["advantage"] is not None:
         parts.append("advantage " + compact_number(t["advantage"], "%+.3f"))
-    if t["state"] == "fault":
-        parts.append("loss mask 1 on a token the policy did not sample")
-    elif t["state"] == "filtered":
-        parts.append("sampled, mask 0")
+    if t["state"] in ("fault", "filtered"):  # the states a reader must not miss
+        parts.append(STATE_TEXT[t["state"]])
     if p and p.get("partial"):
         parts.append(f"bytes {p['hex']} " + (f"(part of “{p['joined']}”)" if p.get("joined")
                                              else "(part of a character split across tokens)"))

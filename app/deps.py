@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Request, Security
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPBearer
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlmodel import Session
 
 from app import auth
@@ -66,15 +67,18 @@ RefuseUnknownQuery = Depends(refuse_unknown_query)
 
 
 # --- tokens and scopes ------------------------------------------------------------------------
-# Tokens are issued, hashed and verified by app.auth (built with the live-ingest worker); its
-# `require(scope)` checks a request (401 without or with an unknown or revoked token, 403 when
-# the scope is too small; reading is open unless the settings lock it). Here that check also
-# puts the token's name on `request.state.token_name`, for the request log (app.main).
-
+# Tokens are issued, hashed and verified by app.auth; its `require(scope)` checks a request (401
+# without or with an unknown or revoked token, 403 when the scope is too small; reading is open
+# unless the settings lock it). Here that check runs in the thread pool when a token must be
+# looked up, a database too broken to look it up is a 503 with `Retry-After` (like any other
+# write that cannot be stored now), and the token's name goes on `request.state.token_name`,
+# for the request log (app.main). These are the only token dependencies: `/api/v1` puts
+# `READ_ON_READS` on its router, writes name `WriteToken` or `AdminToken` in their signature.
 
 # Declares `Authorization: Bearer` in the OpenAPI document (the Authorize button of /api/docs);
 # app.auth reads the header itself.
 BEARER = HTTPBearer(auto_error=False, description="an API token: `rollscope token create --scope read|write|admin`")
+RETRY_DOWN = 5  # Retry-After seconds when the database cannot look a token up
 
 
 def token_label(info) -> str:
@@ -82,18 +86,26 @@ def token_label(info) -> str:
     return getattr(info, "name", None) or getattr(info, "prefix", None) or f"token-{getattr(info, 'pk', '?')}"
 
 
-def require_scope(scope: str):
-    """A dependency: the request's token, which must allow `scope` (admin ⊇ write ⊇ read); for
-    `read` without a token, None unless reading needs a token."""
+def require_scope(scope: auth.Scope, *, reads_only: bool = False):
+    """A dependency: the request's token (`auth.TokenInfo`), which must allow `scope` (admin ⊇
+    write ⊇ read); for `read` without a token, None unless reading needs a token. With
+    `reads_only`, requests other than GET and HEAD pass unchecked (None): they check their own
+    scope, so a router-wide read check does not look their token up twice."""
 
-    async def dependency(request: Request, _doc=Security(BEARER)):
+    async def dependency(request: Request, _doc=Security(BEARER)) -> auth.TokenInfo | None:
+        if reads_only and request.method not in auth.READS:
+            return None
         # A token sent with a read is checked even when reading is open: a wrong token is a
         # misconfigured client (401), and a right one names the request in the log.
         sent = auth.bearer(request) is not None
         check = auth.require(scope, optional_for_read=not sent)
         # Without a token nothing is looked up (open reading, or a 401): decided on the event
         # loop; a token is verified against the database in the thread pool.
-        info = await run_in_threadpool(check, request) if sent else check(request)
+        try:
+            info = await run_in_threadpool(check, request) if sent else check(request)
+        except (OperationalError, DBAPIError):
+            raise ApiError(503, "the database is unavailable; retry later",
+                           headers={"Retry-After": str(RETRY_DOWN)}) from None
         if info is not None:
             request.state.token_name = token_label(info)
         return info
@@ -101,6 +113,6 @@ def require_scope(scope: str):
     return dependency
 
 
-ReadToken = Annotated[object | None, Depends(require_scope("read"))]
-WriteToken = Annotated[object, Depends(require_scope("write"))]
-AdminToken = Annotated[object, Depends(require_scope("admin"))]
+READ_ON_READS = Depends(require_scope("read", reads_only=True))  # on the /api/v1 router
+WriteToken = Annotated[auth.TokenInfo, Depends(require_scope("write"))]
+AdminToken = Annotated[auth.TokenInfo, Depends(require_scope("admin"))]

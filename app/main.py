@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 import gc
-
+import logging
 import re
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote
-
-import logging
 
 import sqlalchemy as sa
 from fastapi import APIRouter, FastAPI, Request
@@ -15,14 +13,16 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
 from app import errors
+from app.api.v1 import router as api_v1
+from app.api.v1.ingest import Gate
 from app.asgi import HttpMiddleware, Observed
 from app.auth import ReadTokenGate, mask_access_log
-from app.api.v1 import router as api_v1
 from app.config import Settings, get_settings
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
+from app.receivers import otlp
 from app.render import compile_templates
-from app.routes import analytics, ingest_http, pages, receive, status
+from app.routes import analytics, pages, status
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 
@@ -104,8 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = engine
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    app.state.ingest_gate = ingest_http.Gate(settings.api.ingest_max_inflight)
-    app.include_router(ingest_http.router)
+    app.state.ingest_gate = Gate(settings.api.ingest_max_inflight)
     app.include_router(status.router)
     status.install_latency(app)
     app.include_router(api_v1)
@@ -113,7 +112,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # before pages: its /runs/{run_id:path} catches the rest
     app.include_router(analytics.router, include_in_schema=False)
     app.include_router(pages.router, include_in_schema=False)
-    app.include_router(receive.router)
+    app.include_router(otlp.router)
 
     @app.get("/api/docs", include_in_schema=False)
     def api_docs(request: Request):

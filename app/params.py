@@ -1,5 +1,7 @@
-"""Query and path parameter types shared by the pages and /api/v1, and the checks of the rollout
-filters (one definition, so a page's twin and the API refuse the same values).
+"""Query and path parameter types shared by the pages and /api/v1, the one dependency that reads
+the rollouts list's filters (`Filters`: the rollouts page, its twin and CSV, the facets, the
+API's list and the export), and their checks: one definition, so every list takes and refuses
+the same values. What each filter means: docs/api.md, "Filters".
 
 An empty value means "no filter" (an HTML form submits every field); integers are bounded to
 int32, the range of Postgres INTEGER columns, so an out-of-range value is a 422.
@@ -8,13 +10,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from fastapi import Depends, Query
 from pydantic import BeforeValidator, Field
 from sqlmodel import Session
 
 from app.errors import ApiError
 from app.queries import findings as q_findings
-from app.queries.common import ENDINGS, INT32_MAX, INT32_MIN
-from app.queries.rollouts import decode_cursor
+from app.queries import rollout_list
+from app.queries.rollout_list import RolloutFilters
+from app.queries.steps import StepRange
+from ingest.fields import INT32_MAX, INT32_MIN
+from ingest.stats import ENDINGS
 
 
 def _blank_is_none(v):
@@ -32,42 +38,58 @@ OptSmooth = Annotated[Annotated[int, Field(ge=1, le=100)] | None, BeforeValidato
 SORT_PATTERN = r"^-?(step|reward|tokens|turns)$"  # the rollouts list's sortable columns, `-` for descending
 
 
-def check_rollout_filters(session: Session, run_id: str, *, ending: str | None, flag: str | None, after: str | None) -> None:
-    """422 for a value no rollout can have: an unknown ending or finding kind (`flag=bogus`
-    would otherwise answer an empty list), or a cursor this API did not make."""
-    if ending is not None and ending not in ENDINGS:
-        raise ApiError(422, f"ending must be one of {', '.join(ENDINGS)}", field="ending")
-    if flag is not None and flag not in q_findings.FINDING_KINDS and \
-            flag not in q_findings.run_finding_kinds(session=session, run_id=run_id):
-        raise ApiError(422, f"flag must be a finding kind: {', '.join(q_findings.FINDING_KINDS)}", field="flag")
-    if after:
-        try:
-            decode_cursor(after)
-        except ValueError:
-            raise ApiError(422, "after: not a cursor from this API", field="after") from None
-
-
-def step_range(text: str | None):
-    """`steps=A-B` (or `A-`, `-B`, `A`) as an app.analytics.steps.StepRange; 422 when it does not parse."""
-    from app.analytics.steps import StepRange
-
+def step_range(text: str | None) -> StepRange:
+    """`steps=A-B` (or `A-`, `-B`, `A`) as an app.queries.steps.StepRange; 422 when it does not parse."""
     try:
         return StepRange.parse(text)
     except ValueError as exc:
         raise ApiError(422, str(exc), field="steps") from None
 
 
-def check_list_query(filters, *, sort: str | None, after: str | None, before: str | None) -> None:
-    """422 for what the rollouts list cannot take: a bad step range, or an `after` / `before`
-    cursor this list did not make for this sort (app.analytics.listing)."""
-    from app.analytics import listing
+_MATCH = "exact; a value ending in `*` matches by prefix (`task=gsm8k/*`)"
 
-    if filters.step is None:
-        step_range(filters.steps)
-    name = listing.parse_sort(sort)[0]
+
+def rollout_filters(
+    step: Annotated[OptCount, Query(description="one training step")] = None,
+    steps: Annotated[OptStr, Query(description="a step range `A-B` (inclusive; `A-`, `-B`, `A`)")] = None,
+    ending: Annotated[OptStr, Query(description="an ending (`submitted`, `error`, ...)")] = None,
+    group: Annotated[OptStr, Query(description=f"a group id: {_MATCH}")] = None,
+    task: Annotated[OptStr, Query(description=f"a task key: {_MATCH}")] = None,
+    agent: Annotated[OptStr, Query(description="an agent name; `(none)`: rollouts without one")] = None,
+    reward_min: Annotated[OptFloat, Query(description="reward ≥ this")] = None,
+    reward_max: Annotated[OptFloat, Query(description="reward ≤ this")] = None,
+    flag: Annotated[OptStr, Query(description="a finding kind")] = None,
+    label: Annotated[OptStr, Query(description="a label given to the rollout (any author)")] = None,
+    staleness: Annotated[OptCount, Query(description="policy versions behind (step − policy version)")] = None,
+) -> RolloutFilters:
+    """The rollouts list's filters as query parameters; 422 for a step range that does not parse.
+    (Values that need the run, an unknown ending or finding kind: `check_rollout_filters`.)"""
+    if step is None:
+        step_range(steps)
+    return RolloutFilters(step=step, steps=steps, ending=ending, group=group, task=task, agent=agent,
+                          reward_min=reward_min, reward_max=reward_max, flag=flag, label=label, staleness=staleness)
+
+
+Filters = Annotated[RolloutFilters, Depends(rollout_filters)]
+
+
+def check_rollout_filters(session: Session, run_id: str, filters: RolloutFilters) -> None:
+    """422 for a value no rollout can have: an unknown ending or finding kind (`flag=bogus`
+    would otherwise answer an empty list)."""
+    ending, flag = filters.ending, filters.flag
+    if ending is not None and ending not in ENDINGS:
+        raise ApiError(422, f"ending must be one of {', '.join(ENDINGS)}", field="ending")
+    if flag is not None and flag not in q_findings.FINDING_KINDS and \
+            flag not in q_findings.run_finding_kinds(session=session, run_id=run_id):
+        raise ApiError(422, f"flag must be a finding kind: {', '.join(q_findings.FINDING_KINDS)}", field="flag")
+
+
+def check_cursors(*, sort: str | None, after: str | None, before: str | None = None) -> None:
+    """422 for an `after` / `before` cursor this list did not make for this sort."""
+    name = rollout_list.parse_sort(sort)[0]
     for field, cursor in (("after", after), ("before", before)):
         if cursor:
             try:
-                listing.decode_cursor(cursor, name)
+                rollout_list.decode_cursor(cursor, name)
             except ValueError:
                 raise ApiError(422, f"{field}: not a cursor from this list", field=field) from None

@@ -1,28 +1,37 @@
-"""Content negotiation, in one place: one page model rendered as HTML, as an htmx block, or as its
-JSON twin.
+"""Content negotiation, in one place: one page model rendered as HTML, as an htmx block, as its
+JSON twin, or as a download, chosen by the path's suffix (the RENDERERS table, datasette's
+renderer registry is the model) or the Accept header.
 
 A request wants JSON when its path ends in `.json` (the twin), or when its Accept header names
 `application/json` explicitly and does not name `text/html` with at least the same quality.
 Everything else, `Accept: */*` and browsers included, gets HTML. Pages and their errors use the
-same rule (app.errors). A download (a path ending in `.csv` or `.txt`, and `/metrics`) is read by
-programs (pandas, curl, a scraper), which send `*/*` or nothing: its errors are never an HTML
-page but the JSON error shape, as the API's are (`is_download`). An htmx request (`HX-Request: true`) for a page with a `block` gets only
-that named block of the page template (jinja2-fragments).
+same rule (app.errors). A download (a suffix RENDERERS marks so: `.csv`, `.txt`, `.npz`; and
+`/metrics`) is read by programs (pandas, curl, a scraper), which send `*/*` or nothing: its
+errors are never an HTML page but the JSON error shape, as the API's are (`is_download`). An
+htmx request (`HX-Request: true`) for a page with a `block` gets only that named block of the
+page template (jinja2-fragments).
+
+A route declares once which suffixes it offers (`page_route`, `split_suffix` for a suffix on an
+id segment); `by_id` decides whether a trailing `.json` is the twin or part of the id.
 """
 from __future__ import annotations
 
+import csv
+import io
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from fastapi import HTTPException, Request
-from fastapi.responses import Response
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import Response, StreamingResponse
 from jinja2_fragments.fastapi import Jinja2Blocks
 from markupsafe import Markup, escape
 from pydantic import BaseModel
 
 from app import urls
 from app.text import reveal_invisible
-from ingest.source import dumps
+from ingest.jsonio import dumps
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 templates = Jinja2Blocks(directory=str(TEMPLATES))  # autoescape on for .html (Starlette default)
@@ -85,11 +94,76 @@ def _chip(t):
 templates.env.filters["chip"] = _chip
 
 
-def split_twin(value: str) -> tuple[str, bool]:
-    """`"abc.json"` → `("abc", True)`; anything else → `(value, False)`."""
+@dataclass(frozen=True)
+class Renderer:
+    """What a path suffix asks for: its media type, and whether it is a download (a data file
+    read by programs: its errors answer in the JSON error shape, see `is_download`)."""
+
+    suffix: str
+    media_type: str
+    download: bool
+
+
+# suffix → renderer: every suffix a page or data file may end in (a page offers some of them)
+RENDERERS: dict[str, Renderer] = {r.suffix: r for r in (
+    Renderer(".json", "application/json", download=False),  # the JSON twin of a page
+    Renderer(".csv", "text/csv; charset=utf-8", download=True),  # rollouts, charts, task changes
+    Renderer(".txt", "text/plain; charset=utf-8", download=True),  # one message's full text
+    Renderer(".npz", "application/x-ndarray", download=True),  # token arrays (the API: by Accept)
+)}
+DOWNLOAD_SUFFIXES = tuple(r.suffix for r in RENDERERS.values() if r.download)
+
+
+def split_suffix(value: str, offered: tuple[str, ...] = (".json",)) -> tuple[str, str]:
+    """`"reward.csv"` → `("reward", ".csv")` for a suffix this page offers; else `(value, "")`.
+    A download suffix the page does not offer is a 404 saying so, not a bad parameter
+    (`/steps/3.csv` is no step "3.csv")."""
+    for suffix in offered:
+        if value.endswith(suffix):
+            return value[: -len(suffix)], suffix
+    for suffix in DOWNLOAD_SUFFIXES:
+        if value.endswith(suffix):
+            from app.errors import ApiError  # app.errors renders its pages with this module
+
+            raise ApiError(404, f"this page has no {suffix[1:].upper()} download (its data: the page's .json twin)")
+    return value, ""
+
+
+def suffix_of(request: Request, offered: tuple[str, ...]) -> str:
+    """The suffix of the request's path among `offered` ("" for none)."""
+    return split_suffix(request.url.path, offered)[1]
+
+
+def page_route(router: APIRouter, path: str, offers: tuple[str, ...] = (".json",), **kwargs):
+    """Register an endpoint at `path` and at `path` + each suffix it offers (one declaration
+    instead of one decorator per suffix); the endpoint reads the suffix with `suffix_of`."""
+    for suffix in offers:
+        if suffix not in RENDERERS:
+            raise ValueError(f"{path}: no renderer for {suffix!r}")
+
+    def register(endpoint):
+        for suffix in ("", *offers):
+            router.get(path + suffix, **kwargs)(endpoint)
+        return endpoint
+
+    return register
+
+
+T = TypeVar("T")
+
+
+def by_id(value: str, accept_json: bool, build: Callable[[str, bool], T | None]) -> tuple[T | None, bool]:
+    """The page of the id in a path's last segment, and whether it is the JSON twin.
+
+    A trailing `.json` asks for the twin, unless the id itself ends in `.json`: when the
+    stripped id has no page (`build(stripped, True)` is None), the whole segment is the id, and
+    its twin is `<id>.json.json` or `Accept: application/json` (`accept_json`). `build(id,
+    json)` returns None for an id that does not exist; nothing is looked up twice on a hit."""
     if value.endswith(".json"):
-        return value[: -len(".json")], True
-    return value, False
+        got = build(value[: -len(".json")], True)
+        if got is not None:
+            return got, True
+    return build(value, accept_json), accept_json
 
 
 def _accept_quality(accept: str) -> dict[str, float]:
@@ -125,9 +199,6 @@ def wants_json(request: Request, suffix_json: bool | None = None) -> bool:
     return suffix_json or accepts_json(request)
 
 
-DOWNLOAD_SUFFIXES = (".csv", ".txt")  # data files served beside the pages: rollouts, charts, task changes, a message
-
-
 def is_download(request: Request) -> bool:
     """Whether the request asks for a data file rather than a page (`.csv`, `.txt`, `/metrics`):
     its errors answer in the JSON error shape whatever the Accept header says."""
@@ -137,7 +208,7 @@ def is_download(request: Request) -> bool:
 
 def json_body(data: BaseModel | dict) -> bytes:
     """A page model (or plain data) as strict JSON bytes: NaN/inf → null, integers past 64 bits
-    with every digit (`ingest.source.dumps`: orjson, several times faster than walking the data
+    with every digit (`ingest.jsonio.dumps`: orjson, several times faster than walking the data
     in Python and encoding with the standard library, measured on the rollout twin)."""
     if isinstance(data, BaseModel):
         data = data.model_dump(mode="json")
@@ -155,6 +226,37 @@ def respond(request: Request, template: str, data: BaseModel | None, *, json: bo
     if block and request.headers.get("hx-request") == "true":
         return templates.TemplateResponse(request, template, ctx, block_name=block)
     return templates.TemplateResponse(request, template, ctx)
+
+
+def csv_cell(v):
+    """Spreadsheet-safe: text that a spreadsheet would run as a formula is prefixed with '."""
+    if isinstance(v, str) and v[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + v
+    return "" if v is None else v
+
+
+def csv_lines(columns: list[str], rows: Iterable[dict]) -> Iterator[str]:
+    """The header, then one formula-safe CSV line per row (its values of `columns`)."""
+    buf = io.StringIO()
+    out = csv.writer(buf)
+
+    def line(values) -> str:
+        buf.seek(0)
+        buf.truncate()
+        out.writerow([csv_cell(v) for v in values])
+        return buf.getvalue()
+
+    yield line(columns)
+    for r in rows:
+        yield line([r.get(c) for c in columns])
+
+
+def csv_response(columns: list[str], rows: Iterable[dict], filename: str) -> StreamingResponse:
+    """`rows` (dicts, or a generator of them: streamed) as a CSV download named `filename`
+    (reduced to safe characters), header `columns`: the one CSV writer of the pages."""
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in filename)[:120]
+    return StreamingResponse(csv_lines(columns, rows), media_type=RENDERERS[".csv"].media_type,
+                             headers={"Content-Disposition": f'attachment; filename="{safe}"'})
 
 
 def error_page(request: Request, status: int, message: str) -> Response:

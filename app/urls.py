@@ -15,7 +15,6 @@ from urllib.parse import quote, quote_plus, urlencode
 
 from starlette.requests import Request
 
-
 _UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*\Z")  # what quote() leaves as it is
 
 

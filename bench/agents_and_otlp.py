@@ -25,10 +25,14 @@ import uvicorn  # noqa: E402
 
 from app.config import Settings  # noqa: E402
 from app.main import create_app  # noqa: E402
-from ingest.formats import ReadContext, registry  # noqa: E402
-from ingest.otel import decode_json  # noqa: E402
-from ingest.otel_genai import rollout_from_spans, spans_from_rollout  # noqa: E402
-from ingest.otel import encode_json  # noqa: E402
+from ingest.formats import registry  # noqa: E402
+from ingest.formats.base import ReadContext  # noqa: E402
+from ingest.otel.read import rollout_from_spans  # noqa: E402
+from ingest.otel.wire import (
+    decode_json,  # noqa: E402
+    encode_json,  # noqa: E402
+)
+from ingest.otel.write import spans_from_rollout  # noqa: E402
 from ingest.source import open_source  # noqa: E402
 
 REAL = ROOT / "tests" / "fixtures" / "realdata"
@@ -68,11 +72,12 @@ def otlp_mapping() -> None:
 
 
 def otlp_export_size(turns: int = 5000) -> None:
-    """Case 17 of ../shared/cases, generated: `otlp.write` and reading the file back (what
+    """Case 17 of tests/fixtures/cases, generated: `otlp.write` and reading the file back (what
     `rollscope export --format otlp` and `rollscope ingest` do around the database)."""
     import os
     import subprocess
 
+    from ingest.export import Export
     from ingest.formats import native, otlp
 
     script = ROOT.parent / "shared" / "cases" / "15-17-make-large-cases.py"
@@ -84,7 +89,7 @@ def otlp_export_size(turns: int = 5000) -> None:
         [r] = list(registry.detect(src).read(src, ReadContext(run_id="bench")))
         size_native = len(native.write_line(r))
         start = time.perf_counter()
-        data = otlp.write([r])
+        data = b"".join(Export([r], "otlp"))
         t_write = time.perf_counter() - start
         out = Path(tmp) / "case17.otlp.jsonl"
         out.write_bytes(data)

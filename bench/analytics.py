@@ -218,7 +218,7 @@ def endpoints(steps: int, client: httpx.Client) -> list[tuple[str, str, str]]:
     out += [("page", "run page", r), ("page", "step page", f"{r}/steps/{steps // 2}"),
             ("page", "compare (the run and a copy of its rollups under another id)", f"/compare.json?runs={RUN},{RUN}-copy"),
             ("list", "rollouts: first page", f"{r}/rollouts"),
-            ("list", "rollouts: filtered (ending=error, task prefix)", f"{r}/rollouts?ending=error&task=task-01"),
+            ("list", "rollouts: filtered (ending=error, task prefix)", f"{r}/rollouts?ending=error&task=task-01*"),
             ("list", "rollouts: deep page", deep),
             ("list", "rollouts: sorted by reward", f"{r}/rollouts?sort=-reward"),
             ("list", "facets", f"{r}/facets.json"),

@@ -17,13 +17,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ingest import demo, formats  # noqa: E402
+from ingest import demo  # noqa: E402
 from ingest.advantages import recorded_advantage  # noqa: E402
 from ingest.checks import Group, GroupMember, run_group_checks, run_rollout_checks  # noqa: E402
 from ingest.checks.context import load_context  # noqa: E402
-from ingest.endings import correct_silent_truncation, derive, fill_evidence  # noqa: E402
 from ingest.files import read_records  # noqa: E402
-from ingest.formats import ReadContext  # noqa: E402
+from ingest.formats.base import ReadContext  # noqa: E402
+from ingest.formats.registry import detect  # noqa: E402
 from ingest.source import open_source  # noqa: E402
 
 TEMPLATE_FOLDER = ROOT / "tests" / "fixtures" / "tokenizers" / "tiny-qwen3"
@@ -38,10 +38,7 @@ def main() -> None:
         demo.write(path, tokenizer=False)
         source = open_source(path)
         rollouts = []
-        for r in read_records(formats.detect(source), source, ReadContext(), []):
-            derive(r)
-            fill_evidence(r)
-            correct_silent_truncation(r)
+        for r in read_records(detect(source), source, ReadContext(), []):  # final: endings normalised
             rollouts.append(r)
             if len(rollouts) >= args.rollouts:
                 break

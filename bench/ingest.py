@@ -46,7 +46,7 @@ from app.db.migrate import upgrade  # noqa: E402
 from app.store.write import BATCH  # noqa: E402
 from app.worker.sync import ingest_paths  # noqa: E402
 from ingest import demo  # noqa: E402
-from ingest.formats import ReadContext  # noqa: E402
+from ingest.formats.base import ReadContext  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
 import workload  # noqa: E402

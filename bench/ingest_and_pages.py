@@ -22,14 +22,14 @@ from fastapi.testclient import TestClient
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.db import models  # noqa: E402
 from app.config import Settings  # noqa: E402
+from app.db import models  # noqa: E402
 from app.db.engine import make_engine  # noqa: E402
-from app.main import create_app  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
-from ingest import demo  # noqa: E402
-from ingest.formats import ReadContext  # noqa: E402
+from app.main import create_app  # noqa: E402
 from app.worker.sync import ingest_paths  # noqa: E402
+from ingest import demo  # noqa: E402
+from ingest.formats.base import ReadContext  # noqa: E402
 
 PG = os.environ.get("ROLLSCOPE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 

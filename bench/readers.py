@@ -17,8 +17,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ingest.export import training_samples  # noqa: E402
-from ingest.formats import ReadContext, registry  # noqa: E402
+from ingest.formats import registry  # noqa: E402
+from ingest.formats.base import ReadContext  # noqa: E402
+from ingest.formats.samples import training_samples  # noqa: E402
 from ingest.schema import Rollout  # noqa: E402
 from ingest.source import open_source  # noqa: E402
 

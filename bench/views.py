@@ -1,7 +1,7 @@
 """Figures for the rollout view on huge traces, in a real server and headless Chromium.
 
 Cases: the 12 MB tool output and the 5,000 tool-call turns of
-`../shared/cases/15-17-make-large-cases.py`, a generated 128k-token branch (64 turns of 2,000
+`tests/fixtures/cases/15-17-make-large-cases.py`, a generated 128k-token branch (64 turns of 2,000
 tokens) and a generated best-of-n tree with 2,000 branches. For each page (the first page, a
 deep link to a late message, a deep link to a late token) it prints: server time (median of 5
 GETs, wall clock and the server's CPU time), HTML size, peak RSS growth of the server process, and in Chromium: first contentful paint,
@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from app.db.engine import make_engine  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
 from app.worker.sync import ingest_paths  # noqa: E402
-from ingest.formats import ReadContext  # noqa: E402
+from ingest.formats.base import ReadContext  # noqa: E402
 
 CASES = ROOT.parent / "shared" / "cases" / "15-17-make-large-cases.py"
 CHROMIUM = "/usr/bin/chromium"

@@ -1,4 +1,4 @@
-"""Group baselines and advantages, the two policies of ../shared/domain.md.
+"""Group baselines and advantages, under the two policies below (docs/views.md shows both).
 
 - `errors_as_zero`: every rollout scored; an `error` ending gets reward 0.
 - `errors_dropped`: `error` rollouts leave the group before the baseline is computed and get no

@@ -2,7 +2,7 @@
 (derivation) and docs/formats-<name>.md (per format).
 
 `Ending` values: submitted, task_detected, truncated, length_cut, error, unknown
-(../shared/domain.md). The source's own reason is kept as `ending.detail`.
+(docs/trace-format.md, "Endings"). The source's own reason is kept as `ending.detail`.
 """
 from __future__ import annotations
 
@@ -65,6 +65,19 @@ def from_reason(reason: str | None, *, unlisted: Ending = Ending.unknown) -> End
     return WORDS.get(reason.strip().lower(), unlisted)
 
 
+def normalise(rollout: Rollout) -> Rollout:
+    """Make a reader's rollout final, in place, and return it: the ending derived where the
+    reader set none (`derive`), the evidence filled from the trace (`fill_evidence`) and a silent
+    truncation corrected (`correct_silent_truncation`). Idempotent. Every reader's output goes
+    through it at one place (ingest/files.py `read_records`; the OTLP receiver's traces in
+    app/worker/trace_spool.py), so a notebook reading files with `ingest` sees the endings the
+    dashboard stores."""
+    derive(rollout)
+    fill_evidence(rollout)
+    correct_silent_truncation(rollout)
+    return rollout
+
+
 def fill_evidence(rollout: Rollout) -> None:
     """Fill `ending.evidence` from the trace itself where the reader left it empty:
     last finish reason, output tokens sampled (mask = 1) and turns (assistant messages)."""
@@ -111,7 +124,7 @@ def settle(rollout: Rollout) -> EndingInfo:
 
     - aborted: the last generation was aborted or failed at the inference server
       (`abort`, `aborted`, `error`, `cancelled`) → `error`: it says nothing about the policy, so it
-      leaves the default baseline (../shared/cases/32);
+      leaves the default baseline (tests/fixtures/cases/32-finish-reason-abort.json);
     - silent truncation: the agent "submitted", but its last generation stopped for length →
       `length_cut`.
 
@@ -154,7 +167,7 @@ def correct_silent_truncation(rollout: Rollout) -> EndingInfo:
 
     The source's claim is kept: `ending.detail` stays the source's own reason and
     `ending.extra["silent_truncation"]` records the claimed type and why it was corrected; the
-    `silent_truncation` check reports it (../shared/domain.md, "Endings")."""
+    `silent_truncation` check reports it (docs/trace-format.md, "Endings")."""
     info = rollout.ending
     if info.type not in (Ending.submitted, Ending.task_detected) or "silent_truncation" in info.extra:
         return info

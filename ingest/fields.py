@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+# The range of Postgres INTEGER columns (and of SQLite's as we use them): steps, indices, counts.
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
 
 class FieldError(Exception):
     """A field of one record does not have the documented shape.

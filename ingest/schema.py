@@ -26,12 +26,13 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from ingest.fields import INT32_MAX
+
 SCHEMA_VERSION = "rollscope/1"
 
 # Counters are whole numbers, never booleans or 2.0, within int32 (Postgres INTEGER; one rule on
 # both databases). Ids are non-empty and carry no control characters (NUL cannot be stored in
 # Postgres text; tabs and newlines in an id are always a writer bug).
-INT32_MAX = 2**31 - 1
 Count = Annotated[int, Field(strict=True, ge=0, le=INT32_MAX)]
 Version = Annotated[int, Field(strict=True, ge=-INT32_MAX, le=INT32_MAX)]
 # "." and ".." are not ids: browsers collapse them as URL path segments, so their pages could not
@@ -94,7 +95,7 @@ class Model(BaseModel):
         except TypeError as exc:
             if "64-bit" not in str(exc):
                 raise
-            from ingest.source import dumps  # integers past 64 bits: every digit kept (cases 20, 20b)
+            from ingest.jsonio import dumps  # integers past 64 bits: every digit kept (cases 20, 20b)
 
             return dumps(self.to_json_dict(exclude=exclude), sort_keys=sort_keys)
 

@@ -1,9 +1,10 @@
-// Rollscope front-end: draws the Plotly figures embedded as JSON and makes chart points drill
-// down to their rollouts; on the rollout page, the token overlays, token details on hover or
-// focus, windows of long token strips and further messages loaded as they scroll into view,
-// deep links (#m-N, #t-N) to anything in the rollout, and the keyboard. No inline scripts (the
-// CSP forbids them); trace text is only ever set as textContent, never parsed as HTML here
-// (fragments come from the server, escaped by its templates).
+// Rollscope front-end, what htmx does not do: draws the Plotly figures embedded as JSON and makes
+// chart points drill down to their rollouts; on the rollout page, the token overlays, token
+// details on hover or focus, the reader's place kept while htmx loads windows of long token
+// strips and further messages, deep links (#m-N, #t-N) to anything in the rollout, and the
+// keyboard. No inline scripts (the CSP forbids them); trace text is only ever set as
+// textContent, never parsed as HTML here (fragments come from the server, escaped by its
+// templates, and htmx swaps them).
 (function () {
   "use strict";
 
@@ -56,88 +57,66 @@
   });
 
   // --- fragments ------------------------------------------------------------------------------
+  // htmx fetches and swaps every HTML fragment (hx-get on the placeholders: token windows, earlier
+  // and later messages; the server renders the page's `messages` block for an HX-Request). What
+  // htmx does not do is done here: keep the reader's place when content arrives above it, and
+  // run a step once a fragment is in (a deep link's window, `j` past the last message).
 
-  function fetchFragment(url) {
-    return fetch(url, {headers: {"HX-Request": "true"}, credentials: "same-origin"}).then(function (r) {
-      if (!r.ok) throw new Error("HTTP " + r.status + " for " + url);
-      return r.text();
-    }).then(function (html) {
-      var tpl = document.createElement("template");
-      tpl.innerHTML = html;
-      return tpl.content;
-    });
+  var after = [];  // {target, fn}: call fn once target's fragment is swapped in
+
+  function loadNow(el, fn) {
+    var target = el.classList.contains("tok-window") ? el : el.closest(".load-more, .load-earlier");
+    var link = target === el ? el : target.querySelector("[hx-get]");
+    if (!target || !link || typeof htmx === "undefined") return;
+    if (fn) after.push({target: target, fn: fn});
+    htmx.trigger(link, "load-now");
   }
 
-  var observer = null;
-  function observe(root) {
-    if (!observer) return;
-    root.querySelectorAll(".tok-window[data-src], .load-more[data-src]").forEach(function (el) {
-      observer.observe(el);
-    });
-  }
-
-  var loading = new WeakMap();
-  function loadWindow(el) {
-    if (loading.has(el)) return loading.get(el);
-    var p = fetchFragment(el.dataset.src).then(function (frag) {
-      if (observer) observer.unobserve(el);
+  document.addEventListener("htmx:beforeSwap", function (ev) {
+    var el = ev.detail.target;
+    if (!el || !el.classList) return;
+    if (el.classList.contains("tok-window")) {
       // A window that fills in before what the reader looks at must not push it away: the
       // highlighted token (a deep link's), else the chip after a window above the strip's
       // visible top, stays where it was (the placeholder cannot anchor the scroll: it goes).
       var strip = el.closest(".tokens");
+      if (!strip) return;
       var anchor = null;
-      if (strip) {
-        var seen = strip.querySelector(".tok.target, .tok.active");
-        if (seen) anchor = el.compareDocumentPosition(seen) & Node.DOCUMENT_POSITION_FOLLOWING ? seen : null;
-        else if (el.getBoundingClientRect().top < strip.getBoundingClientRect().top) anchor = el.nextElementSibling;
-      }
-      var y0 = anchor ? anchor.getBoundingClientRect().top : 0;
-      el.replaceWith(frag);
-      if (anchor) strip.scrollTop += anchor.getBoundingClientRect().top - y0;
-    });
-    loading.set(el, p);
-    return p;
-  }
+      var seen = strip.querySelector(".tok.target, .tok.active");
+      if (seen) anchor = el.compareDocumentPosition(seen) & Node.DOCUMENT_POSITION_FOLLOWING ? seen : null;
+      else if (el.getBoundingClientRect().top < strip.getBoundingClientRect().top) anchor = el.nextElementSibling;
+      if (!anchor) return;
+      var y0 = anchor.getBoundingClientRect().top;
+      after.push({target: el, fn: function () { strip.scrollTop += anchor.getBoundingClientRect().top - y0; }});
+    } else if (el.classList.contains("load-earlier")) {
+      var before = document.documentElement.scrollHeight;  // keep what the reader was looking at in place
+      after.push({target: el, fn: function () {
+        window.scrollBy(0, document.documentElement.scrollHeight - before);
+      }});
+    }
+  });
 
-  function loadMore(el) {
-    if (loading.has(el)) return loading.get(el);
-    var p = fetchFragment(el.dataset.src).then(function (frag) {
-      frag.querySelectorAll(".load-earlier").forEach(function (x) { x.remove(); });
-      if (observer) observer.unobserve(el);
-      var root = document.createElement("div");
-      root.appendChild(frag);
-      var nodes = Array.prototype.slice.call(root.childNodes);
-      el.replaceWith.apply(el, nodes);
-      observe(document.getElementById("messages"));
-    });
-    loading.set(el, p);
-    return p;
-  }
-
-  function loadEarlier(el) {
-    if (loading.has(el)) return loading.get(el);
-    var before = document.documentElement.scrollHeight;
-    var p = fetchFragment(el.dataset.src).then(function (frag) {
-      frag.querySelectorAll(".load-more").forEach(function (x) { x.remove(); });
-      el.replaceWith(frag);
-      // keep what the reader was looking at in place
-      window.scrollBy(0, document.documentElement.scrollHeight - before);
-      observe(document.getElementById("messages"));
-    });
-    loading.set(el, p);
-    return p;
-  }
+  document.addEventListener("htmx:afterSwap", function (ev) {
+    var t = ev.detail.target;
+    var due = after.filter(function (a) { return a.target === t; });
+    if (!due.length) return;
+    after = after.filter(function (a) { return a.target !== t; });
+    due.forEach(function (a) { a.fn(); });
+  });
 
   // --- token details --------------------------------------------------------------------------
 
-  var STATE = {
-    "tok-trained": "sampled, trained (loss mask 1)", "tok-context": "context (mask 0)",
-    "tok-filtered": "sampled, not trained (mask 0)", "tok-fault": "trained but not sampled (mask 1 on a token the policy did not sample)",
-    "tok-special": "special token", "tok-placeholder": "placeholder id (not recorded)"
-  };
+  // The six token states as app/views/tokens.py words them, from the legend's JSON (#token-states).
+  var STATES = null;
 
   function stateOf(el) {
-    for (var k in STATE) if (el.classList.contains(k)) return STATE[k];
+    if (STATES === null) {
+      var src = document.getElementById("token-states");
+      try { STATES = src ? JSON.parse(src.textContent) : []; } catch (err) { STATES = []; }
+    }
+    for (var k = 0; k < STATES.length; k++) {
+      if (el.classList.contains("tok-" + STATES[k].key)) return STATES[k].label + ": " + STATES[k].text;
+    }
     return "";
   }
 
@@ -188,10 +167,10 @@
     var el = document.getElementById(tg.id);
     if (el) { highlight(el); return; }
     if (tg.kind === "t") {
-      var w = Array.prototype.find.call(document.querySelectorAll(".tok-window[data-src]"), function (x) {
+      var w = Array.prototype.find.call(document.querySelectorAll(".tok-window"), function (x) {
         return +x.dataset.t0 <= tg.n && tg.n < +x.dataset.t1;
       });
-      if (w) { loadWindow(w).then(goToHash); return; }
+      if (w) { loadNow(w, goToHash); return; }
     }
     // not on this page: ask the server for the page that holds it (once)
     var u = new URL(location.href);
@@ -211,8 +190,8 @@
     if (dir > 0) {
       pick = Array.prototype.find.call(msgs, function (m) { return m.getBoundingClientRect().top > 8; });
       if (!pick) {
-        var more = document.querySelector(".load-more[data-src]");
-        if (more) { loadMore(more).then(function () { messageStep(1); }); return; }
+        var more = document.querySelector(".load-more");
+        if (more) { loadNow(more, function () { messageStep(1); }); return; }
       }
     } else {
       for (var i = msgs.length - 1; i >= 0; i--) {
@@ -315,25 +294,6 @@
   function initRollout() {
     var messages = document.getElementById("messages");
     if (!messages) return;
-    if ("IntersectionObserver" in window) {
-      observer = new IntersectionObserver(function (entries) {
-        entries.forEach(function (en) {
-          if (!en.isIntersecting) return;
-          var el = en.target;
-          if (el.classList.contains("tok-window")) loadWindow(el);
-          else if (el.classList.contains("load-more")) loadMore(el);
-        });
-      }, {rootMargin: "400px 0px"});
-      observe(document);
-    }
-    document.addEventListener("click", function (e) {
-      var a = e.target.closest && e.target.closest(".load-earlier a, .load-more a");
-      if (!a) return;
-      var box = a.closest("[data-src]");
-      if (!box) return;
-      e.preventDefault();
-      if (box.classList.contains("load-earlier")) loadEarlier(box); else loadMore(box);
-    });
     messages.addEventListener("mouseover", function (e) {
       var el = e.target.closest && e.target.closest(".tok");
       if (el) showToken(el);

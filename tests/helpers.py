@@ -5,9 +5,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ingest.formats import ReadContext
-from ingest.formats.native import write_line
 from app.worker.sync import IngestReport, ingest_paths
+from ingest.formats.base import ReadContext
+from ingest.formats.native import write_line
 from ingest.schema import Rollout
 
 
@@ -45,7 +45,7 @@ def ingest(engine, *paths: Path, run: str | None = None, tokenizer_key: str | No
 def stored(engine, run: str) -> dict[str, dict]:
     """What the database holds of `run` (read back as for export), by `id#attempt`, without the
     source location: what a round trip must keep."""
-    from app.queries.rollouts import RolloutFilters
+    from app.queries.rollout_list import RolloutFilters
     from app.store.load import iter_rollouts
 
     out = {}

@@ -7,7 +7,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import create_engine
 
-from ingest.source import dumps, loads
+from ingest.jsonio import dumps, loads
 
 
 def make_engine(url: str, *, writer: bool = False, pool_size: int = 5, max_overflow: int = 10) -> Engine:
@@ -56,7 +56,7 @@ def _json_dumps(value) -> str:
     if type(value) is JSONText:
         return value
     # orjson: several times faster than the standard library, and strict (NaN → null); integers
-    # past 64 bits (which orjson refuses) keep every digit through ingest.source.dumps
+    # past 64 bits (which orjson refuses) keep every digit through ingest.jsonio.dumps
     try:
         return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
     except TypeError:
@@ -64,7 +64,7 @@ def _json_dumps(value) -> str:
 
 
 def _json_loads(text):
-    # ingest.source.loads: orjson, but integers past 64 bits keep every digit, and NaN written by
+    # ingest.jsonio.loads: orjson, but integers past 64 bits keep every digit, and NaN written by
     # an older version through json.dumps still reads
     return loads(text)
 

@@ -257,7 +257,7 @@ class StepRollup(SQLModel, table=True):
     mean_reward_no_errors: float | None = None  # errored rollouts dropped
     scored: int = 0
     excluded: int = 0
-    stats: dict | None = _json()  # the rest, see app/store/rollups.py compute_step
+    stats: dict | None = _json()  # the rest, see ingest/stats.py compute_step
 
 
 class TaskRollup(SQLModel, table=True):
@@ -282,7 +282,7 @@ class TaskRollup(SQLModel, table=True):
     scored_no_errors: int = 0  # rollouts in mean_reward_no_errors
     errors: int = 0  # rollouts ending in error (also in `endings`; a column so sums need no JSON)
     endings: dict | None = _json()
-    by_ending: dict | None = _json()  # per ending, rollouts per agent and finding kind (rollups.by_ending; 0010)
+    by_ending: dict | None = _json()  # per ending, rollouts per agent and finding kind (ingest/stats.py by_ending; 0010)
 
 
 class RunTaskRollup(SQLModel, table=True):
@@ -305,7 +305,7 @@ class RunTaskRollup(SQLModel, table=True):
     mean_reward: float | None = None
     mean_reward_no_errors: float | None = None
     endings: dict | None = _json()  # rollouts per ending
-    by_ending: dict | None = _json()  # per ending, rollouts per agent and finding kind (rollups.by_ending)
+    by_ending: dict | None = _json()  # per ending, rollouts per agent and finding kind (ingest/stats.py by_ending)
     sums: dict | None = _json()  # {"errors_as_zero": "n/d", "errors_dropped": "n/d"}
 
 

@@ -1,6 +1,6 @@
 """A database that cannot be used, as opposed to one that is unreachable for a while.
 
-The CLI and the worker wait for a database that is down, restarting or cut off (app/store/write.py
+The CLI and the worker wait for a database that is down, restarting or cut off (app/store/outage.py
 `database_gone`: `ROLLSCOPE_DB__RETRY_SECONDS`, the worker for as long as it runs). Some errors
 cannot heal by waiting: a database or role that does not exist, a refused password or
 pg_hba.conf entry, a permission denied, a connection option the driver does not know, SSL the
@@ -60,7 +60,7 @@ def masked(url: str) -> str:
 
 def why_unusable(exc: BaseException, url: str | None = None) -> str | None:
     """Why the database at `url` cannot be used, when `exc` says so and waiting would not help;
-    None for an outage (app/store/write.py `database_gone`) or any other error."""
+    None for an outage (app/store/outage.py `database_gone`) or any other error."""
     if isinstance(exc, DatabaseUnusable):
         return exc.why
     if not isinstance(exc, (sa.exc.DBAPIError, sa.exc.ArgumentError)) and not _is_driver_error(exc):

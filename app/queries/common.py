@@ -1,16 +1,11 @@
-"""What the read modules share: table handles, the int32 bounds of query values, the ending list,
-the summary columns of a rollout row and its attempt lookups."""
+"""What the read modules share: table handles, the summary columns of a rollout row and its attempt
+lookups. (The int32 bounds of query values are ingest/fields.py's; the ending list ingest/stats.py's.)"""
 from __future__ import annotations
 
 import sqlalchemy as sa
 
 from app.db.models import Node, Rollout
-from ingest.schema import Ending
 
-# The endings in their display order, from the native schema (ingest/schema.py `Ending`).
-ENDINGS: list[str] = [e.value for e in Ending]
-# INTEGER columns are int32 on Postgres: a query value outside this range is refused (422), not sent.
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 R = Rollout.__table__
 N = Node.__table__
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from app.queries.common import N, R, SUMMARY_COLUMNS, attempt_columns
+from app.queries.common import SUMMARY_COLUMNS, N, R, attempt_columns
 
 
 def group_exists(*, session: Session, run_id: str, group_id: str) -> bool:

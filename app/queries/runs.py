@@ -1,5 +1,5 @@
-"""Runs: one run, the step row shape, deleting a run. (The runs list
-and the per-step numbers come from the rollups: app.analytics.steps.)"""
+"""Runs: one run, every run, a run's tokenizer, the step row shape, deleting a run. (The runs list
+and the per-step numbers come from the rollups: app.queries.steps.)"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,6 +13,23 @@ from app.queries.common import R
 
 def get_run(*, session: Session, run_id: str) -> Run | None:
     return session.get(Run, run_id)
+
+
+def list_runs(*, session: Session) -> list[Run]:
+    """Every run, oldest first (then by id)."""
+    return list(session.execute(sa.select(Run).order_by(Run.created_at, Run.id)).scalars())
+
+
+def run_ids(*, session: Session) -> list[str]:
+    """Every run id, in id order."""
+    return list(session.execute(sa.select(Run.id).order_by(Run.id)).scalars())
+
+
+def get_tokenizer(*, session: Session, sha256: str | None):
+    """The stored tokenizer with this hash, or None."""
+    from app.db.models import Tokenizer
+
+    return session.get(Tokenizer, sha256) if sha256 else None
 
 
 @dataclass
@@ -30,8 +47,8 @@ class StepRow:
 
 
 # Where a rollout came from a live source, by its stored source file: the worker's spool (a
-# spool_file row's `name`), `POST /api/v1/ingest` (`http/<sha256>.jsonl`, app.routes.ingest_http)
-# or the OTLP receiver (`/v1/traces`, app.routes.receive). A one-off `rollscope ingest` names
+# spool_file row's `name`), `POST /api/v1/ingest` (`http/<sha256>.jsonl`, app.api.v1.ingest)
+# or the OTLP receiver (`/v1/traces`, app.receivers.otlp). A one-off `rollscope ingest` names
 # the files it was given, none of these.
 HTTP_SOURCE_PREFIX, OTLP_SOURCE = "http/", "/v1/traces"
 

@@ -24,43 +24,44 @@ from typing import Annotated
 from urllib.parse import unquote
 
 from fastapi import APIRouter, Path, Query, Request
-from fastapi.responses import PlainTextResponse, RedirectResponse, Response, StreamingResponse
+from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 
 from app import urls
 from app.deps import RefuseUnknownQuery, SessionDep
 from app.errors import ApiError
-from app.analytics.listing import ListFilters
-from app.analytics.pages import rollouts_csv
-from app.params import (SORT_PATTERN, Count, OptCount, OptFloat, OptInt, OptLimit, OptSmooth, OptStr, check_list_query,
-                        check_rollout_filters, step_range)
-from app.queries import groups as q_groups
-from app.queries import rollouts as q_rollouts
+from app.params import (
+    SORT_PATTERN,
+    Count,
+    Filters,
+    OptCount,
+    OptInt,
+    OptLimit,
+    OptSmooth,
+    OptStr,
+    check_cursors,
+    check_rollout_filters,
+    step_range,
+)
+from app.queries import rollout_list
 from app.queries import runs as q_runs
-from app.queries.common import INT32_MAX
 from app.queries.nodes import get_node
-from app.render import respond, split_twin, wants_json
+from app.queries.rollout_list import RolloutFilters
+from app.queries.steps import StepRange
+from app.render import accepts_json, by_id, csv_response, page_route, respond, suffix_of, wants_json
 from app.text import reveal_invisible
 from app.views import group_extras, tokenpages
 from app.views.groups import group_page
 from app.views.quarantine import quarantine_page
 from app.views.rollout import rollout_page
-from app.views.rollouts import rollouts_page
+from app.views.rollouts import CSV_COLUMNS, rollouts_csv_rows, rollouts_page
 from app.views.runs import run_page, runs_page
+from ingest.fields import INT32_MAX
 from ingest.schema import content_text
 
 router = APIRouter(tags=["pages"], dependencies=[RefuseUnknownQuery])
-
-
-
-def _twin(value: str, exists) -> tuple[str, bool]:
-    """The id in the last path segment and whether the JSON twin is asked for. A trailing `.json`
-    asks for the twin, unless the id itself ends in `.json` (it exists and the stripped id does
-    not): then the segment is the id and the twin is `<id>.json.json` or `Accept: application/json`."""
-    value = unquote(value)
-    stripped, js = split_twin(value)
-    if js and not exists(stripped) and exists(value):
-        return value, False
-    return stripped, js
+# A page whose last path segment is an id learns from app.render.by_id whether its `.json` is the
+# twin suffix or part of the id: an id that itself ends in `.json` has the twin `<id>.json.json`
+# (or `Accept: application/json`).
 
 
 @router.get("/", include_in_schema=False)
@@ -68,16 +69,14 @@ def index() -> RedirectResponse:
     return RedirectResponse(urls.runs())
 
 
-@router.get("/runs")
-@router.get("/runs.json")
+@page_route(router, "/runs")
 def runs(request: Request, session: SessionDep):
     """All runs: rollouts, steps, mean reward (errors scored 0 / dropped) and ending counts per run."""
     json = wants_json(request)
     return respond(request, "runs.html", runs_page(session, json=json), json=json)
 
 
-@router.get("/quarantine")
-@router.get("/quarantine.json")
+@page_route(router, "/quarantine")
 def quarantine(request: Request, session: SessionDep, file: OptStr = None, before: OptCount = None,
                limit: OptLimit = None):
     """Records rejected at ingest, newest first: file, line, field, error and the first 4 KB of the
@@ -105,16 +104,13 @@ def node_text(session: SessionDep, run_id: str, rollout_pk: Annotated[Count, Pat
                                                      "Content-Security-Policy": "default-src 'none'"})
 
 
-def _list_filters(query: str | None) -> tuple[ListFilters, str | None] | None:
+def _list_filters(query: str | None) -> tuple[RolloutFilters, str | None] | None:
     """The filters and sort of a rollouts-list query string (`list=`, as the list's rows carry
     it: every filter of the list page and `sort`), or None when there is none; values that do not
     parse are dropped (the list then is the wider one, or in step order)."""
     if query is None:
         return None
     from urllib.parse import parse_qsl
-
-    from app.analytics import listing
-    from app.analytics.steps import StepRange
 
     kinds = {"step": int, "staleness": int, "reward_min": float, "reward_max": float}
     out: dict = {}
@@ -124,7 +120,7 @@ def _list_filters(query: str | None) -> tuple[ListFilters, str | None] | None:
             continue
         if k == "sort":
             try:
-                listing.parse_sort(v)
+                rollout_list.parse_sort(v)
                 sort = v
             except ValueError:
                 pass
@@ -145,7 +141,7 @@ def _list_filters(query: str | None) -> tuple[ListFilters, str | None] | None:
     for k in ("reward_min", "reward_max"):
         if k in out and out[k] != out[k] or k in out and abs(out[k]) == float("inf"):
             out.pop(k)
-    return ListFilters(**out), sort
+    return RolloutFilters(**out), sort
 
 
 @router.get("/runs/{run_id:path}/rollouts/{rollout_id:path}")
@@ -177,21 +173,27 @@ def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
     `list=` carries the query of the rollouts list the reader came from (its filters and `sort`):
     the page then links the previous and next rollout of that list in the list's order (keys
     `p` / `n`)."""
-    rollout_id, js = _twin(rollout_id, lambda rid: q_rollouts.get_rollout(
-        session=session, run_id=unquote(run_id), rollout_id=rid) is not None)
-    want_json = wants_json(request, js)
-    rid, run = rollout_id, unquote(run_id)
+    run = unquote(run_id)
     if node is not None or at is not None:
-        data = tokenpages.token_window_page(session, run, rid, branch=branch or 0, attempt=attempt, node=node,
-                                            start=from_ or 0, end=to, at=at, radius=128 if radius is None else radius)
-        return respond(request, "tokens.html", data, json=want_json)
-    if vs is not None:
-        data = tokenpages.branch_compare_page(session, run, rid, a=branch or 0, b=vs, attempt=attempt)
-        return respond(request, "compare.html", data, json=want_json)
-    data = rollout_page(session, run, rid, web=request.app.state.settings.web, branch=branch or 0,
-                        offset=offset or 0, attempt=attempt, all_tokens=want_json or tokens == "all", focus=focus,
-                        limit=limit, came_from=_list_filters(list_), json=want_json, with_graph=graph == 1)
-    return respond(request, "rollout.html", data, json=want_json, block="messages")
+        template, block = "tokens.html", None
+
+        def build(rid: str, json: bool):
+            return tokenpages.token_window_page(session, run, rid, branch=branch or 0, attempt=attempt, node=node,
+                                                start=from_ or 0, end=to, at=at, radius=128 if radius is None else radius)
+    elif vs is not None:
+        template, block = "compare.html", None
+
+        def build(rid: str, json: bool):
+            return tokenpages.branch_compare_page(session, run, rid, a=branch or 0, b=vs, attempt=attempt)
+    else:
+        template, block = "rollout.html", "messages"
+
+        def build(rid: str, json: bool):
+            return rollout_page(session, run, rid, web=request.app.state.settings.web, branch=branch or 0,
+                                offset=offset or 0, attempt=attempt, all_tokens=json or tokens == "all", focus=focus,
+                                limit=limit, came_from=_list_filters(list_), json=json, with_graph=graph == 1)
+    data, json = by_id(unquote(rollout_id), accepts_json(request), build)
+    return respond(request, template, data, json=json, block=block)
 
 
 @router.get("/runs/{run_id:path}/groups/{group_id:path}")
@@ -211,31 +213,28 @@ def group(request: Request, session: SessionDep, run_id: str, group_id: str,
     advantage the source recorded (with a mismatch marked), and its tokens aligned on the prefix
     all members share. `sort=reward|advantage` orders the members; `a=ID&b=ID` diffs two
     members (messages, then tokens)."""
-    group_id, js = _twin(group_id, lambda gid: q_groups.group_exists(session=session, run_id=unquote(run_id),
-                                                                        group_id=gid))
     if (a is None) != (b is None):
         missing = "b" if b is None else "a"
         raise ApiError(422, f"a diff names two members: give both a= and b= ({missing} is missing)", field=missing)
+    run = unquote(run_id)
     if a is not None and b is not None:
-        return respond(request, "diff.html", group_extras.diff_page(session, unquote(run_id), group_id, a, b),
-                       json=wants_json(request, js))
-    json = wants_json(request, js)
-    data = group_page(session, unquote(run_id), group_id, sort=None if sort == "index" else sort, json=json)
+        data, json = by_id(unquote(group_id), accepts_json(request),
+                           lambda gid, json: group_extras.diff_page(session, run, gid, a, b))
+        return respond(request, "diff.html", data, json=json)
+    data, json = by_id(unquote(group_id), accepts_json(request),
+                       lambda gid, json: group_page(session, run, gid, sort=None if sort == "index" else sort, json=json))
     return respond(request, "group.html", data, json=json)
 
 
-@router.get("/runs/{run_id:path}/rollouts")
-@router.get("/runs/{run_id:path}/rollouts.json")
-@router.get("/runs/{run_id:path}/rollouts.csv")
+@page_route(router, "/runs/{run_id:path}/rollouts", offers=(".json", ".csv"))
 def rollouts(
-    request: Request, session: SessionDep, run_id: str,
-    step: OptCount = None, steps: OptStr = None, ending: OptStr = None, group: OptStr = None, task: OptStr = None,
-    agent: OptStr = None, reward_min: OptFloat = None, reward_max: OptFloat = None, flag: OptStr = None,
-    label: OptStr = None, staleness: OptCount = None, sort: Annotated[str | None, Query(pattern=SORT_PATTERN)] = None,
+    request: Request, session: SessionDep, run_id: str, filters: Filters,
+    sort: Annotated[str | None, Query(pattern=SORT_PATTERN)] = None,
     after: OptStr = None, before: OptStr = None, limit: OptLimit = None,
 ):
-    """Rollout summaries of a run, filtered: `step` (≥ 0, else 422) or `steps=A-B`, `ending`, `group`
-    and `task` (prefix), `agent` (`(none)`: rollouts without one), `reward_min`/`reward_max` (inclusive), `flag` (a finding kind), `staleness` (policy versions behind: step − policy version). `sort` is
+    """Rollout summaries of a run, filtered (docs/api.md, "Filters": `step` or `steps=A-B`,
+    `ending`, `group` and `task` (exact; a trailing `*` matches a prefix), `agent` (`(none)`:
+    rollouts without one), `reward_min`/`reward_max` (inclusive), `flag`, `label`, `staleness`). `sort` is
     `step` (default), `reward`, `tokens` or `turns`, `-` first for descending; missing values
     last. Every page has its own URL: `after` / `before` are keyset cursors from `next_url` /
     `prev_url`. The page carries `total` (all matches) and `facets` (value counts for ending,
@@ -245,17 +244,12 @@ def rollouts(
     Every attempt is a row; `n_attempts` counts the attempts of its rollout id, and the row's
     `url` names its attempt (`?attempt=N`) when that is > 0 or the id has several."""
     rid = unquote(run_id)
-    check_rollout_filters(session, rid, ending=ending, flag=flag, after=None)
-    filters = ListFilters(step=step, steps=steps, ending=ending, group=group, task=task, agent=agent,
-                          reward_min=reward_min, reward_max=reward_max, flag=flag, label=label, staleness=staleness)
-    check_list_query(filters, sort=sort, after=after, before=before)
-    if request.url.path.endswith(".csv"):
+    check_rollout_filters(session, rid, filters)
+    check_cursors(sort=sort, after=after, before=before)
+    if suffix_of(request, (".csv",)):
         if q_runs.get_run(session=session, run_id=rid) is None:
             raise ApiError(404, "not found")
-        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in rid)[:100]
-        return StreamingResponse(rollouts_csv(session, rid, filters, sort=sort),
-                                 media_type="text/csv; charset=utf-8",
-                                 headers={"Content-Disposition": f'attachment; filename="{name}-rollouts.csv"'})
+        return csv_response(CSV_COLUMNS, rollouts_csv_rows(session, rid, filters, sort=sort), f"{rid[:100]}-rollouts.csv")
     json = wants_json(request)
     page_size = limit or request.app.state.settings.web.page_size
     data = rollouts_page(session, rid, filters, sort=sort, after=after, before=before, limit=page_size,
@@ -272,9 +266,9 @@ def run(request: Request, session: SessionDep, run_id: str, steps: OptStr = None
     `/runs/{run}/charts/{chart}.json`). `steps=A-B` limits the steps table and the charts;
     `smooth=N` adds an N-step moving average to the charts. Read from the per-step rollups.
     `since=<version>` (a live page polling with htmx): 204 when nothing changed since that version."""
-    run_id, js = _twin(run_id, lambda rid: q_runs.get_run(session=session, run_id=rid) is not None)
-    json = wants_json(request, js)
-    data = run_page(session, run_id, json=json, steps_range=step_range(steps), window=smooth or 1)
+    steps_range = step_range(steps)
+    data, json = by_id(unquote(run_id), accepts_json(request), lambda rid, json: run_page(
+        session, rid, json=json, steps_range=steps_range, window=smooth or 1))
     if data is not None and since and since == data.version and request.headers.get("hx-request"):
         return Response(status_code=204)  # a live page polling: nothing new, htmx keeps what it shows
     return respond(request, "run.html", data, json=json)

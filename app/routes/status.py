@@ -1,142 +1,19 @@
-"""Ingest status for operators: `GET /api/v1/ingest/status`, the `/ingest` page (and its JSON
-twin `/ingest.json`), and `/metrics` in Prometheus text format.
-
-Per source (each file the worker follows): bytes behind (size seen minus committed offset),
-records committed, records stored from it in the last minute (from `rollout.ingested_at`), the
-last error and the number of its records in the quarantine. The live sources in the service
-itself are listed too once they have received anything: `POST /api/v1/ingest` (HTTP ingest,
-whose records' source file is `http/<sha256>.jsonl`) and the OTLP receiver (`/v1/traces`), with
-their rollouts stored, records rejected (quarantined), the last one's time and the last error;
-nothing is behind there (each request is stored before it is answered). `/metrics` adds request latency
-histograms per route (collected by this process) and totals from the database.
+"""Operators' pages: the `/ingest` status page (and its JSON twin `/ingest.json`; the model is
+app.views.ingest_status, also served as `GET /api/v1/ingest/status`), and `/metrics` in
+Prometheus text format: the status's totals plus request latency histograms per route
+(collected by this process).
 """
 from __future__ import annotations
 
-from datetime import UTC, timedelta
-
-import sqlalchemy as sa
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse
-from pydantic import BaseModel
 
-from app import urls
 from app.asgi import Observed
-from app.auth import ReadToken
-from app.db import models
-from app.errors import ErrorBody
 from app.render import respond, wants_json
-from app.views.common import iso
-from app.worker.spool import INGEST
+from app.views.ingest_status import ingest_status
 
 router = APIRouter(tags=["ingest"])
-S, R, Q = models.SpoolFile.__table__, models.Rollout.__table__, models.Quarantine.__table__
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-
-class SourceStatus(BaseModel):
-    """One file the worker follows, or a live source of the service (`kind` http | otlp)."""
-
-    name: str
-    path: str
-    kind: str = "file"  # file | http | otlp
-    format: str | None
-    status: str  # active | done | gone; live for http and otlp
-    bytes_behind: int
-    records: int
-    rejected: int
-    records_last_minute: int
-    records_per_s: float  # over the last minute
-    quarantined: int
-    last_error: str | None
-    last_record_at: str | None = None  # RFC 3339 `Z`: the last rollout stored or record rejected (http, otlp)
-    quarantine_url: str
-
-
-class IngestStatus(BaseModel):
-    """Every source, the totals, and the quarantine size."""
-
-    sources: list[SourceStatus]
-    bytes_behind: int
-    records_last_minute: int
-    quarantined: int
-    rollouts: int
-
-
-def ingest_status(engine) -> IngestStatus:
-    """Ingest status from the database (the worker writes it; any process can read it)."""
-    since = models.utcnow() - timedelta(minutes=1)
-    with engine.connect() as conn:
-        files = conn.execute(sa.select(S).where(S.c.spool == INGEST).order_by(S.c.pk)).all()
-        recent = dict(conn.execute(sa.select(R.c.source_file, sa.func.count()).where(R.c.ingested_at >= since)
-                                   .group_by(R.c.source_file)).all())
-        quarantined = dict(conn.execute(sa.select(Q.c.source_file, sa.func.count()).group_by(Q.c.source_file)).all())
-        rollouts = conn.execute(sa.select(sa.func.count()).select_from(R)).scalar_one()
-        live = _live_sources(conn, since)
-    sources = [SourceStatus(
-        name=f.name, path=f.path, format=f.format, status=f.status,
-        bytes_behind=max(f.size - f.offset, 0) if f.status == "active" else 0,
-        records=f.records, rejected=f.rejected, records_last_minute=recent.get(f.name, 0),
-        records_per_s=round(recent.get(f.name, 0) / 60, 2), quarantined=quarantined.get(f.name, 0),
-        last_error=f.last_error, quarantine_url=urls.quarantine(file=f.name)) for f in files] + live
-    return IngestStatus(sources=sources, bytes_behind=sum(s.bytes_behind for s in sources),
-                        records_last_minute=sum(recent.values()), quarantined=sum(quarantined.values()),
-                        rollouts=rollouts)
-
-
-# (kind, name, path, format, the quarantine link's `file`); `_kind` tells a `source_file`'s kind
-LIVE = (("http", "HTTP ingest", "/api/v1/ingest", None, None),
-        ("otlp", "OTLP receiver", "/v1/traces", "otlp", "/v1/traces"))
-
-
-def _kind(col):
-    """'http' for HTTP ingest's files (`http/<sha256>.jsonl`), 'otlp' for the receiver's, else NULL."""
-    return sa.case((col.like("http/%"), "http"), (col == "/v1/traces", "otlp"))
-
-
-def _live_only(col):
-    """The rows `_kind` names, as ranges an index on `col` serves on both databases (a LIKE
-    prefix is not index-served on SQLite's default collation or Postgres's without
-    text_pattern_ops): "http/" ≤ col < "http0" ("0" follows "/"), or the receiver's name."""
-    return sa.or_(sa.and_(col >= "http/", col < "http0"), col == "/v1/traces")
-
-
-def _live_sources(conn, since) -> list[SourceStatus]:
-    """HTTP ingest and the OTLP receiver, those that stored or rejected anything: rollouts stored
-    (rows, every attempt), in the last minute, quarantined records, the last time, the last error.
-    Index-served (migration 0008): only the live sources' rows are read."""
-    kr, kq = _kind(R.c.source_file), _kind(Q.c.source_file)
-    stored = {k: (n, recent, last) for k, n, recent, last in conn.execute(
-        sa.select(kr, sa.func.count(), sa.func.count().filter(R.c.ingested_at >= since), sa.func.max(R.c.ingested_at))
-        .where(_live_only(R.c.source_file)).group_by(kr))}
-    rejected = {k: (n, last, pk) for k, n, last, pk in conn.execute(
-        sa.select(kq, sa.func.count(), sa.func.max(Q.c.created_at), sa.func.max(Q.c.pk))
-        .where(_live_only(Q.c.source_file)).group_by(kq))}
-    errors = {r.pk: (f"{r.field}: " if r.field else "") + r.error for r in conn.execute(
-        sa.select(Q.c.pk, Q.c.field, Q.c.error).where(Q.c.pk.in_([v[2] for v in rejected.values()])))} \
-        if rejected else {}
-    out = []
-    for kind, name, path, fmt, qfile in LIVE:
-        n, recent, last = stored.get(kind, (0, 0, None))
-        nq, last_q, pk = rejected.get(kind, (0, None, None))
-        if not n and not nq:
-            continue
-        out.append(SourceStatus(
-            name=name, path=path, kind=kind, format=fmt, status="live", bytes_behind=0, records=n,
-            rejected=nq, records_last_minute=recent, records_per_s=round(recent / 60, 2),
-            quarantined=nq, last_error=errors.get(pk), last_record_at=iso(max((t for t in (last, last_q) if t), key=_utc)),
-            quarantine_url=urls.quarantine(file=qfile)))
-    return out
-
-
-def _utc(t):
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
-
-
-@router.get("/api/v1/ingest/status", responses={code: {"model": ErrorBody} for code in (401, 403)})
-def status_api(request: Request, _token: ReadToken) -> IngestStatus:
-    """Per source: bytes and records behind, records/s over the last minute, last error and
-    quarantine count; plus totals."""
-    return ingest_status(request.app.state.engine)
 
 
 @router.get("/ingest", include_in_schema=False)

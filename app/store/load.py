@@ -12,9 +12,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from app.queries import rollouts as queries
 from app.db.models import Node as NodeRow
 from app.db.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
+from app.queries import rollout_list
+from app.queries import rollouts as queries
 from ingest.schema import Rollout
 
 PAGE = 200
@@ -50,15 +51,17 @@ def load(session: Session, rollout_pk: int) -> Rollout:
     return Rollout.model_validate(body)
 
 
-def iter_rollouts(engine: Engine, run_id: str, filters: queries.RolloutFilters) -> Iterator[Rollout]:
+def iter_rollouts(engine: Engine, run_id: str, filters: rollout_list.RolloutFilters) -> Iterator[Rollout]:
     """Every stored rollout of `run_id` that `filters` selects (the rollouts list's filters), in
-    the list's order, every attempt; streamed a page at a time."""
+    the list's default order (step, then ingest order; no step last), every attempt; streamed a
+    page at a time."""
     after = None
     while True:
         with Session(engine) as session:
-            rows, after = queries.list_rollouts(session=session, run_id=run_id, filters=filters, after=after,
-                                                limit=PAGE)
-            for row in rows:
+            got = rollout_list.page(session=session, run_id=run_id, filters=filters, columns=[rollout_list.R.c.pk,
+                                    rollout_list.R.c.step], after=after, limit=PAGE)
+            for row in got["rows"]:
                 yield load(session, row.pk)
+        after = got["next"]
         if after is None:
             return

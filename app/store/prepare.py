@@ -1,9 +1,10 @@
 """Rollout → rows, outside any transaction: the summary row, the envelope, node rows, findings
 and the content hash, from ONE serialisation of the rollout.
 
-Everything a rollout needs before it touches the database is computed here (endings derived,
-evidence filled, checks run, content hash), so writers hold the database's write lock (SQLite's
-is per database) only to write. Each part of the rollout is serialised once, by orjson, and
+Everything a rollout needs before it touches the database is computed here (checks run, content
+hash), so writers hold the database's write lock (SQLite's is per database) only to write. The
+rollout comes final from its reader: its ending is normalised in `ingest` (ingest/endings.py
+`normalise`, at ingest/files.py `read_records`), not here. Each part of the rollout is serialised once, by orjson, and
 stored as that text (`JSONText`): the recursive Python walk over every token array is gone.
 
 Text is made storable by one rule: NUL becomes U+FFFD on every database (Postgres text and JSONB
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,11 +26,11 @@ from app.db.tokenarrays import pack_bits, pack_floats, pack_ids
 from app.store.search import search_texts
 from ingest.advantages import estimator_name, recorded_advantage
 from ingest.checks import CheckContext, run_rollout_checks
-from ingest.endings import correct_silent_truncation, derive, fill_evidence
+from ingest.errors import RecordError
 from ingest.graph import branches
+from ingest.jsonio import dumps, loads  # dumps/loads keep integers past 64 bits
 from ingest.metrics import rollout_metrics
 from ingest.schema import Rollout
-from ingest.source import RecordError, dumps, loads  # dumps/loads keep integers past 64 bits
 
 Identity = tuple[str, str, int]  # (run id, rollout id, attempt)
 
@@ -47,7 +49,7 @@ class RolloutRef:
 @dataclass(slots=True)
 class Prepared:
     """One rollout, ready to write: rows without database keys (`rollout_pk` is filled in by the
-    writer), its identity and its content hash."""
+    writer), its identity and its content hash (`summary["content_hash"]`)."""
 
     rollout: Rollout | RolloutRef
     identity: Identity
@@ -71,25 +73,17 @@ class Prepared:
         return Prepared(ref, self.identity, self.run, self.summary, self.envelope, self.nodes,  # type: ignore[arg-type]
                         self.findings, self.n_findings, self.search)
 
-    @property
-    def content_hash(self) -> str:
-        return self.summary["content_hash"]
-
 
 def prepare(r: Rollout, context: CheckContext | None = None) -> Prepared:
-    """Derive the ending and correct a silent truncation (in place), run the checks (with the
-    run's tokenizer and chat template in `context`, when known) and build every row of `r`.
+    """Run the checks on `r`, a reader's final rollout (with the run's tokenizer and chat
+    template in `context`, when known), and build every row of it, with its `content_hash`.
 
-    The content hash is the sha256 of the canonical native JSON (sorted keys) without `source`.
     Serialisation is orjson's, in one pass per part: the whole rollout once for the hash, the
     envelope and each message once for their columns (stored as that text, not re-encoded); token
     arrays are packed once. Raises on a rollout no column can hold (e.g. nesting deeper than the
     JSON serializer allows); `prepare_or_error` turns that into a RecordError.
     """
-    derive(r)
-    fill_evidence(r)
-    correct_silent_truncation(r)
-    chash = hashlib.sha256(r.to_json(exclude=_NOT_HASHED, sort_keys=True)).hexdigest()
+    chash = content_hash(r)
     checked = run_rollout_checks(r, context)
     findings, flags = checked.all, checked.kinds()
     return Prepared(
@@ -123,6 +117,17 @@ def prepare_or_error(r: Rollout, context: CheckContext | None = None) -> Prepare
         return storage_error(r, exc)
 
 
+def prepare_all(items: Iterable[Rollout | RecordError]) -> tuple[list[Prepared], list[RecordError]]:
+    """Prepare rollouts outside any transaction: (prepared, rejections). A rollout that cannot
+    be prepared becomes a rejection naming its file and line."""
+    prepared: list[Prepared] = []
+    errors: list[RecordError] = []
+    for item in items:
+        p = item if isinstance(item, RecordError) else prepare_or_error(item)
+        (errors if isinstance(p, RecordError) else prepared).append(p)
+    return prepared, errors
+
+
 def storage_error(r: Rollout | RolloutRef, exc: BaseException) -> RecordError:
     """The RecordError for a rollout that could not be prepared or stored."""
     src = r.source or {}
@@ -143,7 +148,8 @@ def raw_text(r: Rollout | RolloutRef) -> str | None:
 
 
 def content_hash(rollout: Rollout) -> str:
-    """The hash that decides unchanged / replaced (see `prepare`)."""
+    """The hash that decides unchanged / replaced (app/store/write.py): the sha256 (64 hex
+    digits) of the canonical native JSON (sorted keys) without `source`."""
     return hashlib.sha256(rollout.to_json(exclude=_NOT_HASHED, sort_keys=True)).hexdigest()
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from app.db import models
 from app.db.engine import insert_for
-from ingest.source import RecordError
+from ingest.errors import RecordError
 
 Q = models.Quarantine.__table__
 
@@ -53,6 +54,31 @@ def quarantine_many(conn: sa.Connection, errors: list[RecordError], *, context: 
         # ON CONFLICT: another writer may quarantine the same record at the same moment
         conn.execute(insert_for(conn, Q).on_conflict_do_nothing(), list(rows.values()))
     return len(rows)
+
+
+def clear_landed(conn: sa.Connection, rows: list[dict[str, Any]]) -> int:
+    """Delete the quarantine entries of records that now landed (`rows`: summary rows written,
+    with `source_file` and `source_line`; same file and line: the record was fixed and
+    re-ingested); returns how many."""
+    keys = sorted({(r["source_file"], r["source_line"]) for r in rows
+                   if r["source_file"] is not None and r["source_line"] is not None})
+    if not keys:
+        return 0
+    return conn.execute(Q.delete().where(sa.tuple_(Q.c.source_file, Q.c.line).in_(keys))).rowcount or 0
+
+
+def files_with_entries(conn: sa.Connection, prepared: list, errors: list[RecordError], checked: set[str],
+                       found: set[str]) -> set[str]:
+    """The source files of a batch's rollouts (`Prepared`) and rejections that have quarantine entries
+    (from before this batch), looked up once per file per call (so a batch of an unquarantined
+    file spends no statement on clearing)."""
+    new = ({p.summary["source_file"] for p in prepared if p.summary["source_file"]}
+           | {e.file for e in errors if e.file}) - checked
+    if new:
+        found |= set(conn.execute(sa.select(Q.c.source_file).where(Q.c.source_file.in_(sorted(new))).distinct())
+                     .scalars())
+        checked |= new
+    return found
 
 
 def clear_whole_file(conn: sa.Connection, name: str, *, before) -> int:

@@ -1,4 +1,6 @@
 """Per-step and per-task rollups, kept exact at ingest in the same transaction as the rollouts.
+The statistics themselves are computed with no database by ingest/stats.py (`compute_step`);
+this module reads the rows, locks, and writes the results.
 
 Charts, the run page, compare and the runs list read `step_rollup` / `task_rollup` (one row per
 step, or per step and task) instead of scanning a million rollouts.
@@ -9,7 +11,7 @@ updated by deltas drift from a fresh sum. A batch of rollouts touches one or a f
 step is a bounded set (a GRPO step is batch × group size rows, read by the (run_id, step) index),
 so every write recomputes the steps it touched from the stored summary rows with the same
 function a full rebuild uses: the rollups equal a full recomputation by construction, after
-inserts, replacements and re-ingests alike (tests/store/test_rollups.py checks it against an
+inserts, replacements and re-ingests alike (tests/analytics/test_rollups.py checks it against an
 independent computation on SQLite and Postgres).
 
 A batch costs a constant number of statements (see `apply`): every touched step is read in one
@@ -30,13 +32,13 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 
-import numpy as np
 import sqlalchemy as sa
 
 from app.db import models
 from app.db.engine import insert_for
 from app.store.prepare import _json_safe
-from ingest.advantages import Member, group_advantages
+from ingest.checks.registry import SKIPPED  # the severity of a stored skipped check outcome
+from ingest.stats import compute_step, empty_checks
 
 R = models.Rollout.__table__
 SR = models.StepRollup.__table__
@@ -44,243 +46,12 @@ TR = models.TaskRollup.__table__
 RT = models.RunTaskRollup.__table__
 F = models.Finding.__table__
 RUN = models.Run.__table__
-SKIPPED = "skipped"  # the severity of a stored skipped check outcome (ingest.checks.registry.SKIPPED)
-ENDINGS = ["submitted", "task_detected", "truncated", "length_cut", "error", "unknown"]
-# Why a rollout carried no gradient, in the order they are checked (the first that applies).
-NO_GRADIENT_REASONS = ["trainer_filtered", "error_dropped", "mask_zeroed", "too_stale", "zero_variance_group"]
-
 ROW_COLUMNS = [R.c.pk, R.c.run_id, R.c.step, R.c.rollout_id, R.c.attempt, R.c.group_id, R.c.task_key, R.c.agent,
                R.c.ending, R.c.ending_detail, R.c.reward, R.c.reward_status, R.c.n_turns, R.c.n_tool_calls,
                R.c.n_tokens, R.c.n_trained_tokens, R.c.n_response_tokens, R.c.n_tool_errors, R.c.model_latency,
                R.c.tool_latency, R.c.staleness, R.c.mismatch_tokens, R.c.mismatch_abs_sum, R.c.mismatch_abs_max,
                R.c.mismatch_out_of_range, R.c.trainer_filtered, R.c.flags, R.c.source_file, R.c.source_format,
                R.c.ingested_at]
-
-
-def _mean(values: list[float]) -> float | None:
-    """Exactly rounded mean (fsum), so it does not depend on row order; huge finite values
-    (1e308) that overflow the sum are averaged scaled down by the largest magnitude."""
-    if not values:
-        return None
-    try:
-        m = math.fsum(values) / len(values)
-    except OverflowError:
-        m = math.inf
-    if not math.isfinite(m):
-        scale = max(abs(v) for v in values)
-        m = math.fsum(v / scale for v in values) / len(values) * scale
-    return m if math.isfinite(m) else None
-
-
-def exact_partials(values: list[float]) -> list[float] | None:
-    """Non-overlapping floats whose exact sum is the exact sum of `values` (Shewchuk's partials,
-    the algorithm behind `math.fsum`; Python recipe 393090). A step keeps them so that a run's
-    total over its steps is exactly rounded too: `fsum` of every step's partials. None when an
-    intermediate sum overflows (huge finite values); callers then weight the step means."""
-    partials: list[float] = []
-    for x in values:
-        i = 0
-        for y in partials:
-            if abs(x) < abs(y):
-                x, y = y, x
-            hi = x + y
-            lo = y - (hi - x)
-            if lo:
-                partials[i] = lo
-                i += 1
-            x = hi
-        partials[i:] = [x]
-    return partials if all(math.isfinite(p) for p in partials) else None
-
-
-def quantiles(values: list[float]) -> dict:
-    """mean, p10, median, p90 (numpy's linear interpolation) of finite values; None when empty."""
-    if not values:
-        return {"mean": None, "p10": None, "median": None, "p90": None, "n": 0}
-    p10, med, p90 = np.percentile(np.asarray(values, dtype=float), [10, 50, 90])
-    fin = lambda x: float(x) if math.isfinite(x) else None  # noqa: E731
-    return {"mean": _mean(values), "p10": fin(p10), "median": fin(med), "p90": fin(p90), "n": len(values)}
-
-
-def mask_zeroed(row: Mapping) -> bool:
-    """Tokens were recorded but none carries loss: a filter zeroed the loss mask (Tunix's
-    overlong_filter); the same rule as the rollout page's "trains on nothing"."""
-    return row["n_tokens"] > 0 and row["n_trained_tokens"] == 0 and row["n_turns"] > 0
-
-
-def latest_attempts(rows: Iterable[Mapping]) -> list[Mapping]:
-    latest: dict[str, Mapping] = {}
-    for r in rows:
-        cur = latest.get(r["rollout_id"])
-        if cur is None or r["attempt"] > cur["attempt"]:
-            latest[r["rollout_id"]] = r
-    return list(latest.values())
-
-
-def group_stats(rows: list[Mapping]) -> tuple[dict, dict[int, dict]]:
-    """Per step: group counts, zero-variance shares and sign flips under both error policies,
-    and per rollout pk its two advantages ({"errors_as_zero", "errors_dropped"})."""
-    groups: dict[str, list[Mapping]] = defaultdict(list)
-    for r in latest_attempts(rows):
-        if r["group_id"] is not None:
-            groups[r["group_id"]].append(r)
-    out = {"groups": len(groups), "zero_variance": {"errors_as_zero": 0, "errors_dropped": 0},
-           "sign_flip_groups": 0, "zero_variance_ids": []}
-    adv_by_pk: dict[int, dict] = {}
-    for gid in sorted(groups):
-        members = groups[gid]
-        res = group_advantages([Member(str(m["pk"]), m["reward"], m["ending"]) for m in members])
-        for policy in ("errors_as_zero", "errors_dropped"):
-            p = res[policy]
-            if p.n and p.std == 0:
-                out["zero_variance"][policy] += 1
-        if res["errors_dropped"].n and res["errors_dropped"].std == 0:
-            out["zero_variance_ids"].append(gid)
-        flipped = False
-        for m in members:
-            a0 = res["errors_as_zero"].advantages[str(m["pk"])]
-            a1 = res["errors_dropped"].advantages[str(m["pk"])]
-            adv_by_pk[m["pk"]] = {"errors_as_zero": a0, "errors_dropped": a1}
-            if a0 is not None and a1 is not None and a0 * a1 < 0:
-                flipped = True
-        out["sign_flip_groups"] += flipped
-    out["zero_variance_ids"] = out["zero_variance_ids"][:50]
-    return out, adv_by_pk
-
-
-def no_gradient_reason(row: Mapping, *, zero_variance_groups: set[str], latest: bool,
-                       max_staleness: int | None) -> str | None:
-    """Why a rollout contributed nothing to the step's gradient (None when it did, as far as
-    the trace shows). Superseded attempts are not listed: their retry replaced them."""
-    if not latest:
-        return None
-    if row["trainer_filtered"]:
-        return "trainer_filtered"
-    if row["ending"] == "error":
-        return "error_dropped"
-    if mask_zeroed(row):
-        return "mask_zeroed"
-    if max_staleness is not None and row["staleness"] is not None and row["staleness"] > max_staleness:
-        return "too_stale"
-    if row["group_id"] is not None and row["group_id"] in zero_variance_groups:
-        return "zero_variance_group"
-    return None
-
-
-def compute_step(rows: list[Mapping], *, max_staleness: int | None = None,
-                 checks: dict | None = None) -> tuple[dict, list[dict]]:
-    """The step_rollup row (without run_id/step) and the task_rollup rows of one step's rollouts.
-
-    Reward: errors scored 0 (their stored reward ignored) and errors dropped; missing or
-    non-finite rewards excluded from both and counted in `excluded`. `checks`: the step's
-    finding counts (`check_counts`), kept as `stats["checks"]`.
-    """
-    n = len(rows)
-    endings = Counter(r["ending"] for r in rows)
-    details: dict[str, Counter] = defaultdict(Counter)
-    for r in rows:
-        details[r["ending"]][r["ending_detail"] or ""] += 1
-    with_err = [0.0 if r["ending"] == "error" else r["reward"] for r in rows
-                if r["ending"] == "error" or r["reward"] is not None]
-    no_err = [r["reward"] for r in rows if r["ending"] != "error" and r["reward"] is not None]
-    groups, adv = group_stats(rows)
-    zv = set(groups.pop("zero_variance_ids"))
-    latest_pks = {r["pk"] for r in latest_attempts(rows)}
-    no_grad = Counter()
-    for r in rows:
-        reason = no_gradient_reason(r, zero_variance_groups=zv, latest=r["pk"] in latest_pks, max_staleness=max_staleness)
-        if reason:
-            no_grad[reason] += 1
-    advantages = {p: quantiles([a[p] for a in adv.values() if a[p] is not None])
-                  for p in ("errors_as_zero", "errors_dropped")}
-    for p in advantages:
-        vals = [abs(a[p]) for a in adv.values() if a[p] is not None]
-        advantages[p]["mean_abs"] = _mean(vals)
-    mm_tokens = sum(r["mismatch_tokens"] for r in rows)
-    mm_max = [r["mismatch_abs_max"] for r in rows if r["mismatch_abs_max"] is not None]
-    stale = [r["staleness"] for r in rows if r["staleness"] is not None]
-    model_lat = [r["model_latency"] for r in rows if r["model_latency"] is not None]
-    tool_lat = [r["tool_latency"] for r in rows if r["tool_latency"] is not None]
-    flags = Counter(k for r in rows for k in (r["flags"] or []))
-    stats = {
-        "endings": {e: endings.get(e, 0) for e in ENDINGS},
-        "ending_details": {e: dict(c.most_common(20)) for e, c in sorted(details.items())},
-        "reward": {"errors_as_zero": quantiles(with_err) | {"partials": exact_partials(with_err)},
-                   "errors_dropped": quantiles(no_err) | {"partials": exact_partials(no_err)}},
-        "lengths": {
-            "response_tokens": quantiles([float(r["n_response_tokens"]) for r in rows]),
-            "empty_responses": sum(1 for r in rows if r["n_response_tokens"] == 0),
-            "turns": _mean([float(r["n_turns"]) for r in rows]),
-            "tool_calls": _mean([float(r["n_tool_calls"]) for r in rows]),
-            "tool_errors": sum(r["n_tool_errors"] for r in rows),
-            "rollouts_with_tool_errors": sum(1 for r in rows if r["n_tool_errors"]),
-            "model_latency": _mean(model_lat), "model_latency_timed": len(model_lat),
-            "tool_latency": _mean(tool_lat), "tool_latency_timed": len(tool_lat),
-            "mask_zeroed": sum(1 for r in rows if mask_zeroed(r)),
-        },
-        "groups": groups,
-        "advantages": advantages,
-        "findings": dict(sorted(flags.items())),
-        "mismatch": {"tokens": mm_tokens,
-                     "mean_abs": (math.fsum(r["mismatch_abs_sum"] or 0.0 for r in rows) / mm_tokens) if mm_tokens else None,
-                     "max_abs": max(mm_max) if mm_max else None,
-                     "out_of_range": sum(r["mismatch_out_of_range"] for r in rows)},
-        "staleness": {"histogram": {str(k): v for k, v in sorted(Counter(stale).items())},
-                      "mean": _mean([float(s) for s in stale]), "max": max(stale) if stale else None,
-                      "recorded": len(stale)},
-        "no_gradient": {k: no_grad.get(k, 0) for k in NO_GRADIENT_REASONS},
-        "agents": dict(sorted(Counter(r["agent"] or "" for r in rows).items())),
-        "by_ending": by_ending(rows),
-        "retries": sum(1 for r in rows if r["attempt"] > 0),
-        # where the step's rollouts came from and when (the run page's metadata)
-        "sources": dict(Counter(f"{r['source_format'] or '?'}:{r['source_file'] or '?'}" for r in rows).most_common(20)),
-        "ingested": {"first": min(_iso(r["ingested_at"]) for r in rows) if rows else None,
-                     "last": max(_iso(r["ingested_at"]) for r in rows) if rows else None},
-        "checks": checks or empty_checks(),
-    }
-    step_row = {"rollouts": n, "mean_reward": _mean(with_err), "mean_reward_no_errors": _mean(no_err),
-                "scored": len(with_err), "excluded": n - len(with_err), "stats": _json_safe(stats)}
-    by_task: dict[str, list[Mapping]] = defaultdict(list)
-    for r in rows:
-        if r["task_key"] is not None:
-            by_task[r["task_key"]].append(r)
-    task_rows = []
-    for key in sorted(by_task):
-        t = by_task[key]
-        e = Counter(r["ending"] for r in t)
-        t0 = [0.0 if r["ending"] == "error" else r["reward"] for r in t if r["ending"] == "error" or r["reward"] is not None]
-        t1 = [r["reward"] for r in t if r["ending"] != "error" and r["reward"] is not None]
-        task_rows.append({
-            "task_key": key, "rollouts": len(t), "mean_reward": _mean(t0), "mean_reward_no_errors": _mean(t1),
-            "scored": len(t0), "scored_no_errors": len(t1), "errors": e.get("error", 0),
-            "endings": {k: e[k] for k in ENDINGS if e.get(k)}, "by_ending": by_ending(t),
-        })
-    return step_row, task_rows
-
-
-def by_ending(rows: list[Mapping]) -> dict:
-    """Per ending of `rows`: rollouts per agent and per finding kind (flags), {ending: {"agents":
-    {agent or "": n}, "findings": {kind: n}}}: the list's agent and finding facets under an ending
-    or a task filter, from the rollups."""
-    out: dict[str, dict] = {}
-    for r in rows:
-        d = out.setdefault(r["ending"], {"agents": Counter(), "findings": Counter()})
-        d["agents"][r["agent"] or ""] += 1
-        d["findings"].update(r["flags"] or [])
-    return {e: {k: dict(sorted(c.items())) for k, c in out[e].items()} for e in sorted(out)}
-
-
-def _iso(t) -> str:
-    """UTC ISO-8601 of a stored timestamp (SQLite gives back naive datetimes in UTC)."""
-    if t is None:
-        return ""
-    if isinstance(t, str):
-        return t
-    if t.tzinfo is None:
-        return t.isoformat() + "+00:00"
-    from datetime import UTC
-
-    return t.astimezone(UTC).isoformat()
 
 
 NO_STEP = -(2**31)  # stands for a NULL step in the rollups' unique indexes (NULLs are distinct there)
@@ -355,10 +126,6 @@ def _param_chunks(rows: list[dict]) -> list[list[dict]]:
     of ingest, several for `rebuild`'s 50 steps of many tasks."""
     size = max(1, MAX_PARAMS // max(1, len(rows[0]) if rows else 1))
     return [rows[i:i + size] for i in range(0, len(rows), size)]
-
-
-def empty_checks() -> dict:
-    return {"found": {}, "skipped": {}, "skip_reasons": {}, "group_skip_reasons": {}}
 
 
 def check_counts(conn: sa.Connection, keys: list[tuple[str, int | None]],
@@ -616,6 +383,7 @@ def apply(conn: sa.Connection, *, inserted: Iterable[Mapping] = (), deleted: Ite
         rows = by_key.get((run_id, step), [])
         if rows:
             step_row, tasks = compute_step(rows, max_staleness=limits.get(run_id), checks=checks[(run_id, step)])
+            step_row["stats"] = _json_safe(step_row["stats"])  # storable: NUL and non-finite floats go
         else:  # the step lost its last rollout: its rollup goes (below)
             step_row = {"rollouts": 0, "mean_reward": None, "mean_reward_no_errors": None, "scored": 0,
                         "excluded": 0, "stats": None}

@@ -13,14 +13,16 @@ for envelopes, nodes and findings, and the quarantined records of the same stret
 When anything in the batch fails (a value no column can hold, another writer inserting the same
 rollout at the same moment), the transaction is rolled back and the batch is written again one
 rollout per savepoint, so that one bad rollout costs only itself (the pattern of Arize-ai/phoenix
-`src/phoenix/db/insertion/types.py`, `QueueInserter._insert`).
+`src/phoenix/db/insertion/types.py`, `QueueInserter._insert`). The fallback writes each rollout
+through the same `write_batch`, so one decision (`decide`: new, replaced, unchanged or skipped)
+and every rule (the later file wins, `force`, clearing quarantine entries, whole-file ones
+included) hold on both paths. Outages (app/store/outage.py) are never a rollout's fault.
 
 Extension point: `BATCH_HOOKS` run inside each batch's transaction, after its rows are written,
 with what it inserted and deleted (per-step rollups keep themselves exact that way).
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -33,14 +35,14 @@ from sqlalchemy.engine import Engine
 from app.db import models
 from app.db.engine import bulk_insert
 from app.db.engine import insert_for as _insert
-from app.db.unusable import why_unusable
 from app.store import rollups, search
 from app.store.groups import recheck_groups
+from app.store.outage import RETRY_SECONDS, lost_a_race, not_the_data, with_retries
 from app.store.prepare import FINDING_COLUMNS, NODE_COLUMNS, Identity, Prepared, prepare_or_error, storage_error
-from app.store.quarantine import clear_whole_file, quarantine_many
+from app.store.quarantine import clear_landed, clear_whole_file, files_with_entries, quarantine_many
 from ingest.checks import CheckContext
+from ingest.errors import RecordError
 from ingest.schema import Rollout
-from ingest.source import RecordError
 
 BATCH = 200  # default of `ROLLSCOPE_WORKER__BATCH_SIZE` (app.config.WorkerSettings)
 
@@ -140,6 +142,32 @@ class IngestOrder:
         return None if stored_file is None else self.files.get(stored_file.split("!", 1)[0])
 
 
+# --- the one decision -------------------------------------------------------------------------
+
+Stored = tuple[int, str, str | None]  # (pk, content hash, source file) of a stored rollout
+# How each decision is reported in `StoreResult.outcomes`.
+OUTCOME = {"new": "inserted", "replaced": "replaced", "superseded": "replaced", "unchanged": "unchanged",
+           "skipped": "repeated"}
+
+
+def decide(p: Prepared, old: Stored | None, *, force: bool = False, order: IngestOrder | None = None) -> str:
+    """What writing `p` does, given the stored rollout of its identity (`old`, None when there
+    is none): "new"; "unchanged" (same content hash, and not `force`); "skipped" (a later file of
+    this ingest call, `order`, has it: it stays that file's); "superseded" (an earlier file of
+    this call has it: replaced, the later file wins, counted as repeated); else "replaced".
+    `force` (re-checking stored rollouts) replaces whatever is stored."""
+    if old is None:
+        return "new"
+    if old[1] == p.summary["content_hash"] and not force:
+        return "unchanged"
+    k = order.of(old[2]) if order is not None and not force else None
+    if k is not None and k > order.current:
+        return "skipped"
+    if k is not None and k < order.current:
+        return "superseded"
+    return "replaced"
+
+
 # --- the batch path ---------------------------------------------------------------------------
 
 def _ensure_runs(conn: sa.Connection, batch: list[Prepared], known: set[str]) -> None:
@@ -151,7 +179,7 @@ def _ensure_runs(conn: sa.Connection, batch: list[Prepared], known: set[str]) ->
                      [dict(run, tokenizer_sha256=None, created_at=now) for run in runs.values()])
 
 
-def _existing(conn: sa.Connection, batch: list[Prepared]) -> dict[Identity, tuple[int, str, str | None]]:
+def _existing(conn: sa.Connection, batch: list[Prepared]) -> dict[Identity, Stored]:
     """(run, id, attempt) → (pk, content hash, source file) of the batch's rollouts already
     stored: one query (a superset by run and id, filtered here; the identity index serves it)."""
     runs = sorted({p.identity[0] for p in batch})
@@ -197,14 +225,17 @@ def _insert_rows(conn: sa.Connection, todo: list[Prepared], deleted: list[dict[s
 def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordError], *,
                 known_runs: set[str] | None = None, quarantined_files: set[str] | None = None,
                 force: bool = False, quarantine_context: dict | None = None,
-                order: IngestOrder | None = None) -> StoreResult:
+                order: IngestOrder | None = None, groups_now: bool = True) -> StoreResult:
     """Write prepared rollouts (distinct identities) and quarantine `errors`, in the caller's
-    transaction, with a constant number of statements. `force`: replace a stored rollout even
-    when its content is unchanged (re-checking stored rollouts). `quarantine_context`: how the
-    input was read, kept with its quarantined records (app.store.quarantine.IngestContext).
-    `order`: the files of this ingest call (`IngestOrder`): a rollout stored from a later one is
-    left as it is, one from an earlier one is replaced; both are counted as `repeated`.
-    Raises on any database error: the caller rolls back and uses `write_one_by_one`."""
+    transaction, with a constant number of statements; each rollout as `decide` says.
+    `known_runs`: runs this call created already. `quarantined_files`: the source files with
+    quarantine entries (None: unknown), cleared for each record that lands. `force`: replace a
+    stored rollout even when its content is unchanged (re-checking stored rollouts).
+    `quarantine_context`: how the input was read, kept with its quarantined records
+    (app.store.quarantine.IngestContext). `order`: the files of this ingest call (`IngestOrder`).
+    `groups_now`: recompute the findings of the groups written before the hooks run (the
+    fallback does it once for the whole batch, `write_one_by_one`). Raises on any database error:
+    the caller rolls back and uses `write_one_by_one`."""
     res = StoreResult()
     known_runs = known_runs if known_runs is not None else set()
     if batch:
@@ -212,50 +243,37 @@ def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordE
         existing = _existing(conn, batch)
         todo, replaced, repeats = [], [], 0
         for p in batch:
-            old = existing.get(p.identity)
-            if old is not None and old[1] == p.content_hash and not force:
+            decision = decide(p, existing.get(p.identity), force=force, order=order)
+            res.outcomes[p.identity] = OUTCOME[decision]
+            if decision == "unchanged":
                 res.unchanged += 1
-                res.outcomes[p.identity] = "unchanged"
                 continue
-            k = order.of(old[2]) if old is not None and order is not None and not force else None
-            if k is not None and k > order.current:  # a later file of this ingest has it: it stays that file's
+            if decision == "skipped":
                 res.repeated += 1
-                res.outcomes[p.identity] = "repeated"
                 continue
-            if old is not None:
-                replaced.append(old[0])
-                if k is not None and k < order.current:  # an earlier file of this ingest: the later one wins
-                    repeats += 1
-                    res.repeated += 1
-                else:
-                    res.replaced_ids.append(p.identity)
-            res.outcomes[p.identity] = "replaced" if old is not None else "inserted"
+            if decision != "new":
+                replaced.append(existing[p.identity][0])
+            if decision == "superseded":
+                repeats += 1
+                res.repeated += 1
+            elif decision == "replaced":
+                res.replaced_ids.append(p.identity)
             todo.append(p)
         written = _insert_rows(conn, todo, _delete(conn, replaced))
         inserted, deleted = written.inserted, written.deleted
-        res.cleared = _clear_landed(conn, inserted if quarantined_files is None
+        res.cleared = clear_landed(conn, inserted if quarantined_files is None
                                     else [r for r in inserted if r["source_file"] in quarantined_files])
         res.replaced, res.inserted = len(replaced) - repeats, len(todo) - len(replaced)
         res.findings = sum(p.n_findings for p in todo)
         res.runs = {p.identity[0] for p in batch}
         res.groups = _groups(inserted, deleted)
-        recheck_groups(conn, res.groups)
+        if groups_now:
+            recheck_groups(conn, res.groups)
         _run_hooks(conn, written)
     if errors:
         quarantine_many(conn, errors, context=quarantine_context)
         res.rejected += len(errors)
     return res
-
-
-def _clear_landed(conn: sa.Connection, rows: list[dict[str, Any]]) -> int:
-    """Delete the quarantine entries of records that now landed (same file and line: the record
-    was fixed and re-ingested); returns how many."""
-    keys = sorted({(r["source_file"], r["source_line"]) for r in rows
-                   if r["source_file"] is not None and r["source_line"] is not None})
-    if not keys:
-        return 0
-    Q = models.Quarantine.__table__
-    return conn.execute(Q.delete().where(sa.tuple_(Q.c.source_file, Q.c.line).in_(keys))).rowcount or 0
 
 
 def _groups(*row_lists: list[dict[str, Any]]) -> set[tuple[str, str]]:
@@ -271,36 +289,18 @@ def _run_hooks(conn: sa.Connection, written: Written) -> None:
 
 # --- the fallback: one savepoint per rollout --------------------------------------------------
 
-def _write_one(conn: sa.Connection, p: Prepared, groups: set[tuple[str, str]], force: bool = False) -> str:
-    """Insert, replace or skip one prepared rollout, hooks included: "inserted" | "replaced" |
-    "unchanged" (never with `force`). The groups whose findings change are added to `groups`."""
-    ensure_run(conn, p.run["id"], name=p.run["name"], type_=p.run["type"])
-    run_id, rollout_id, attempt = p.identity
-    existing = conn.execute(sa.select(RO.c.pk, RO.c.content_hash).where(
-        RO.c.run_id == run_id, RO.c.rollout_id == rollout_id, RO.c.attempt == attempt)).first()
-    if existing is not None and existing.content_hash == p.content_hash and not force:
-        return "unchanged"
-    deleted = []
-    if existing is not None:
-        for table in (FIND, NODE, DET):
-            conn.execute(table.delete().where(table.c.rollout_pk == existing.pk))
-        deleted = _delete(conn, [existing.pk])
-    written = _insert_rows(conn, [p], deleted)
-    _clear_landed(conn, written.inserted)
-    _run_hooks(conn, written)
-    groups.update(_groups(written.inserted, written.deleted))
-    return "replaced" if existing is not None else "inserted"
-
-
 def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[RecordError], *,
-                     force: bool = False, quarantine_context: dict | None = None) -> StoreResult:
-    """Write a batch inside the caller's transaction, each rollout in its own savepoint (with
-    its share of `BATCH_HOOKS`).
+                     known_runs: set[str] | None = None, quarantined_files: set[str] | None = None,
+                     force: bool = False, quarantine_context: dict | None = None,
+                     order: IngestOrder | None = None) -> StoreResult:
+    """Write a batch inside the caller's transaction, each rollout in its own savepoint through
+    `write_batch` (the same decision and rules, with its share of `BATCH_HOOKS`); the batch's
+    groups are rechecked once at the end.
 
     A rollout another writer inserted meanwhile is retried once (it is then unchanged or
     replaced); one that cannot be stored (the database refuses it, a value no column can hold,
     a hook fails on it) becomes a RecordError in `errors`, naming its file and line, and is
-    quarantined; the rest of the batch is kept.
+    quarantined; the rest of the batch is kept. An outage (app/store/outage.py) is raised.
     """
     res = StoreResult()
     refused: list[RecordError] = []
@@ -311,23 +311,17 @@ def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[Re
         res.runs.add(p.identity[0])
         for attempt in range(2):
             try:
-                groups: set[tuple[str, str]] = set()
                 with conn.begin_nested():
-                    outcome = _write_one(conn, p, groups, force)
-                setattr(res, outcome, getattr(res, outcome) + 1)  # counted once it is committed
-                res.outcomes[p.identity] = outcome
-                res.groups |= groups
-                if outcome != "unchanged":
-                    res.findings += p.n_findings
-                if outcome == "replaced":
-                    res.replaced_ids.append(p.identity)
+                    one = write_batch(conn, [p], [], known_runs=known_runs, quarantined_files=quarantined_files,
+                                      force=force, order=order, groups_now=False)
+                res.add(one)  # counted once it is committed
                 break
             except sa.exc.IntegrityError:
                 if attempt == 1:
                     raise
                 # another writer stored this rollout meanwhile: look again (unchanged or replace)
             except Exception as exc:  # noqa: BLE001 - one rollout must not cost its neighbours
-                if database_gone(exc) or lost_a_race(exc) or why_unusable(exc):
+                if not_the_data(exc) or lost_a_race(exc):
                     raise  # not this rollout's fault: the whole batch is retried (or the command stops)
                 refused.append(storage_error(p.rollout, exc))
                 res.outcomes[p.identity] = "rejected"
@@ -341,17 +335,6 @@ def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[Re
     res.errors += refused
     res.rejected += len(errors) + len(refused)
     return res
-
-
-def prepare_all(items: Iterable[Rollout | RecordError]) -> tuple[list[Prepared], list[RecordError]]:
-    """Prepare rollouts outside any transaction: (prepared, rejections). A rollout that cannot
-    be prepared becomes a rejection naming its file and line."""
-    prepared: list[Prepared] = []
-    errors: list[RecordError] = []
-    for item in items:
-        p = item if isinstance(item, RecordError) else prepare_or_error(item)
-        (errors if isinstance(p, RecordError) else prepared).append(p)
-    return prepared, errors
 
 
 def write_in(conn: sa.Connection, prepared: list[Prepared], errors: list[RecordError], *,
@@ -368,9 +351,9 @@ def write_in(conn: sa.Connection, prepared: list[Prepared], errors: list[RecordE
         with conn.begin_nested():
             res = write_batch(conn, prepared, errors, known_runs=known_runs, quarantine_context=quarantine_context)
     except Exception as exc:  # noqa: BLE001 - the fallback isolates the one that failed
-        if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
-            raise  # the database went away: writing row by row cannot help
-        res = write_one_by_one(conn, prepared, errors, quarantine_context=quarantine_context)
+        if not_the_data(exc):
+            raise  # the database went away or cannot be used: writing row by row cannot help
+        res = write_one_by_one(conn, prepared, errors, known_runs=known_runs, quarantine_context=quarantine_context)
         res.fallbacks += 1
     res.batches += 1
     res.repeated += repeated
@@ -378,96 +361,6 @@ def write_in(conn: sa.Connection, prepared: list[Prepared], errors: list[RecordE
 
 
 # --- the stream -------------------------------------------------------------------------------
-
-RETRY_SECONDS = 30.0  # default of `ROLLSCOPE_DB__RETRY_SECONDS` (app.config.DbSettings)
-
-
-def retry_waits(seconds: float = RETRY_SECONDS) -> list[float]:
-    """The pauses (s) between tries while a database is unreachable: 0.5 s doubling, at most
-    15 s, adding up to `seconds` (the last one shortened to fit); [] for 0. 30 s gives
-    0.5, 1, 2, 4, 8, 14.5. The CLI uses the same budget at start (`app.cli._engine`) and mid-ingest."""
-    waits: list[float] = []
-    wait, left = 0.5, max(0.0, seconds)
-    while left > 1e-9:
-        waits.append(min(wait, left))
-        left -= waits[-1]
-        wait = min(wait * 2, 15.0)
-    return waits
-
-
-def _quarantined_files(conn: sa.Connection, prepared: list[Prepared], errors: list[RecordError], checked: set[str],
-                       found: set[str]) -> set[str]:
-    """The source files of the batch's rollouts and rejections that have quarantine entries
-    (from before this batch), looked up once per file per call (so a batch of an unquarantined
-    file spends no statement on clearing)."""
-    new = ({p.summary["source_file"] for p in prepared if p.summary["source_file"]}
-           | {e.file for e in errors if e.file}) - checked
-    if new:
-        Q = models.Quarantine.__table__
-        found |= set(conn.execute(sa.select(Q.c.source_file).where(Q.c.source_file.in_(sorted(new))).distinct())
-                     .scalars())
-        checked |= new
-    return found
-
-
-def out_of_space(exc: BaseException) -> bool:
-    """The database cannot grow: SQLite's SQLITE_FULL ("database or disk is full", also a file
-    size limit) or Postgres's SQLSTATE class 53, insufficient resources (53100 disk_full, 53200
-    out_of_memory)."""
-    orig = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
-    code = getattr(orig, "sqlite_errorcode", None)
-    if isinstance(code, int) and code & 0xFF == 13:  # SQLITE_FULL and its extended codes
-        return True
-    return str(getattr(orig, "sqlstate", None) or "").startswith("53")
-
-
-def database_gone(exc: BaseException) -> bool:
-    """The database cannot take writes for a reason outside the data: a lost or refused
-    connection (a restart, a network cut) or no space left (`out_of_space`). Such an error is
-    retried and then reported; it never quarantines a record. A database that cannot be used at
-    all (no such database or role, a refused password, ...: app/db/unusable.py) is not gone:
-    waiting would not help."""
-    if out_of_space(exc):
-        return True
-    if why_unusable(exc):
-        return False
-    if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
-        return True
-    if isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError)):
-        text = str(exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc).lower()
-        return any(w in text for w in ("connect", "terminat", "server closed", "shutdown", "admin_shutdown",
-                                       "the database system is", "broken pipe", "connection"))
-    return False
-
-
-def lost_a_race(exc: BaseException) -> bool:
-    """Postgres chose this transaction to give way to a concurrent one (SQLSTATE 40P01
-    deadlock_detected, 40001 serialization_failure): nothing is wrong with the data, and the
-    transaction succeeds when tried again."""
-    orig = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
-    return str(getattr(orig, "sqlstate", None) or "") in ("40P01", "40001")
-
-
-def _with_retries(engine: Engine, write, total: StoreResult, retry_seconds: float = RETRY_SECONDS) -> StoreResult:
-    """One batch transaction, retried while the database is unreachable (`retry_waits`), or when
-    it gave way to a concurrent writer (`lost_a_race`). When the database stays away the error
-    carries `rollouts_committed` (what earlier batches stored)."""
-    for wait in (*retry_waits(retry_seconds), None):
-        try:
-            with engine.begin() as conn:
-                return write(conn)
-        except Exception as exc:
-            if lost_a_race(exc) and wait is not None:
-                time.sleep(wait / 10)
-                continue
-            if not database_gone(exc) or wait is None:
-                if database_gone(exc):
-                    exc.rollouts_committed = total.inserted + total.replaced  # type: ignore[attr-defined]
-                    exc.retried_seconds = retry_seconds  # type: ignore[attr-defined]
-                raise
-            engine.dispose()
-            time.sleep(wait)
-    raise AssertionError("unreachable")
 
 def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=None,
           batch_size: int = BATCH, context: CheckContext | None = None, force: bool = False,
@@ -485,7 +378,7 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     for the checks (None: the checks that need them record that they could not decide).
     `force`: replace stored rollouts whose content is unchanged too (`rollscope recheck`).
     `quarantine_context`: how the input was read, kept with its quarantined records.
-    `retry_seconds`: how long a batch waits for an unreachable database (`retry_waits`).
+    `retry_seconds`: how long a batch waits for an unreachable database (app/store/outage.py).
     `whole_file`: (the file these records are read from, record by record; when that began):
     the last batch clears the file's whole-file quarantine entries from before (an earlier
     rejection of the file as a whole), once every record has landed or been quarantined by line;
@@ -510,25 +403,28 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
         if writing:
             writing.pop().result()
 
-    def write(conn: sa.Connection, prepared: list[Prepared], batch_errors: list[RecordError], final: bool):
-        files = _quarantined_files(conn, prepared, batch_errors, files_checked, quarantined_files)
-        res = write_batch(conn, prepared, batch_errors, known_runs=known_runs, force=force,
-                          quarantine_context=quarantine_context, quarantined_files=files, order=order)
+    def write(conn: sa.Connection, prepared: list[Prepared], batch_errors: list[RecordError], final: bool,
+              one_by_one: bool = False):
+        """The batch in one go, or (`one_by_one`) its fallback: the same rules either way."""
+        files = files_with_entries(conn, prepared, batch_errors, files_checked, quarantined_files)
+        res = (write_one_by_one if one_by_one else write_batch)(
+            conn, prepared, batch_errors, known_runs=known_runs, force=force,
+            quarantine_context=quarantine_context, quarantined_files=files, order=order)
         if final and whole_file is not None and whole_file[0] in files:
             clear_whole_file(conn, whole_file[0], before=whole_file[1])
         return res
 
     def write_batch_of(prepared: list[Prepared], batch_errors: list[RecordError], unstorable: list[RecordError],
                        final: bool) -> None:
+        committed = lambda: total.inserted + total.replaced  # noqa: E731
         try:
-            res = _with_retries(engine, lambda conn: write(conn, prepared, batch_errors, final),
-                                total, retry_seconds)
+            res = with_retries(engine, lambda conn: write(conn, prepared, batch_errors, final), committed,
+                               retry_seconds)
         except Exception as exc:  # noqa: BLE001 - the fallback isolates the one that failed
-            if database_gone(exc) or why_unusable(exc):
+            if not_the_data(exc):
                 raise  # retried already, or cannot be used: writing row by row cannot help
-            res = _with_retries(engine, lambda conn: write_one_by_one(
-                conn, prepared, batch_errors, force=force, quarantine_context=quarantine_context),
-                total, retry_seconds)
+            res = with_retries(engine, lambda conn: write(conn, prepared, batch_errors, final, one_by_one=True),
+                               committed, retry_seconds)
             res.fallbacks += 1
         res.errors = unstorable + res.errors
         res.batches += 1

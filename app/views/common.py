@@ -119,7 +119,3 @@ def summary_fields(row, n_attempts: int | None = None, *, json: bool = False) ->
     d["group_url"] = urls.group(d["run_id"], d["group_id"], json=json) if d.get("group_id") is not None else None
     return d
 
-
-def summary_row(row, n_attempts: int | None = None, *, json: bool = False) -> RolloutSummary:
-    """A rollout summary row as page data."""
-    return RolloutSummary.model_validate(summary_fields(row, n_attempts, json=json))

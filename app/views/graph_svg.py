@@ -55,23 +55,38 @@ def layout(nodes: Sequence[GraphNode], paths: Sequence[Sequence[int]], current: 
             lane_of.setdefault(i, lane)
             branch_of.setdefault(i, b)
     on_current = set(paths[current]) if 0 <= current < len(paths) else set()
+    collapse = max(len(paths[b]) for b in shown) > MAX_COLUMNS
+    units = _units(nodes, paths, shown, lane_of, on_current, collapse)
+    edges = _place(units, current, on_current, branch_of, href)
+    width = PAD * 2 + max(u["col"] for u in units) * DX
+    height = PAD * 2 + (len(shown) - 1) * DY
+    for u in units:
+        u.pop("parent_unit")
+        if u["count"] <= 1:
+            u["count"] = 0
+    return {"units": units, "edges": edges, "width": width, "height": height,
+            "hidden_branches": len(paths) - len(shown), "collapsed": collapse,
+            "lanes": [{"branch": b, "y": PAD + lane * DY, "current": b == current} for lane, b in enumerate(shown)]}
+
+
+def _units(nodes, paths, shown: list[int], lane_of: dict[int, int], on_current: set[int], collapse: bool) -> list[dict]:
+    """A unit per kept node, in column order along each shown branch; with `collapse`, a run of
+    nodes with one child each (and no kind) becomes one unit keyed by its first node (`count`)."""
     children: dict[int, int] = {}
     for n in nodes:
         if n.parent is not None:
             children[n.parent] = children.get(n.parent, 0) + 1
-    collapse = max(len(paths[b]) for b in shown) > MAX_COLUMNS
 
     def keep(i: int) -> bool:
         n = nodes[i]
         return (n.parent is None or children.get(i, 0) != 1 or n.kind is not None
                 or children.get(n.parent, 0) != 1)
 
-    # A unit per kept node; a run of non-kept nodes becomes one unit keyed by its first node.
     unit_of: dict[int, int] = {}
     units: list[dict] = []
     for b in shown:
         prev_unit = None
-        for depth, i in enumerate(paths[b]):
+        for i in paths[b]:
             if i in unit_of:
                 prev_unit = unit_of[i]
                 continue
@@ -92,6 +107,11 @@ def layout(nodes: Sequence[GraphNode], paths: Sequence[Sequence[int]], current: 
                           "parent_unit": parent_unit, "n_tokens": n.n_tokens})
             unit_of[i] = len(units) - 1
             prev_unit = len(units) - 1
+    return units
+
+
+def _place(units: list[dict], current: int, on_current: set[int], branch_of: dict[int, int], href) -> list[dict]:
+    """Give each unit (in place) its x, y, link and title; → the edges from each unit's parent."""
     edges = []
     for u in units:
         u["x"] = PAD + u["col"] * DX
@@ -106,12 +126,4 @@ def layout(nodes: Sequence[GraphNode], paths: Sequence[Sequence[int]], current: 
             edges.append({"x1": p["x"], "y1": p["y"], "x2": u["x"], "y2": u["y"],
                           "current": p["current"] and u["current"] or (u["first"] in on_current and p["last"] in on_current),
                           "kind": u["kind"]})
-    width = PAD * 2 + max(u["col"] for u in units) * DX
-    height = PAD * 2 + (len(shown) - 1) * DY
-    for u in units:
-        u.pop("parent_unit")
-        if u["count"] <= 1:
-            u["count"] = 0
-    return {"units": units, "edges": edges, "width": width, "height": height,
-            "hidden_branches": len(paths) - len(shown), "collapsed": collapse,
-            "lanes": [{"branch": b, "y": PAD + lane * DY, "current": b == current} for lane, b in enumerate(shown)]}
+    return edges

@@ -10,13 +10,14 @@ import numpy as np
 from sqlmodel import Session
 
 from app import urls
-from app.errors import ApiError
 from app.db.tokenarrays import unpack_bits, unpack_floats, unpack_ids
+from app.errors import ApiError
 from app.queries import groups as q_groups
 from app.queries import nodes as q_nodes
 from app.queries import runs as q_runs
 from app.views.common import PageModel
-from app.views.rollout import MarkedToken, Pieces, _load_vocab, _token_chips
+from app.views.rollout.models import MarkedToken
+from app.views.rollout.windows import Pieces, _load_vocab, _token_chips
 from app.views.tokenpages import PageLink
 from ingest import advantages as adv
 from ingest.graph import branches

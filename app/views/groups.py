@@ -11,7 +11,7 @@ from app import urls
 from app.queries import findings as q_findings
 from app.queries import groups as q_groups
 from app.views.common import PageModel, RolloutSummary, summary_fields
-from app.views.rollout import CheckSkipped, FindingView, finding_view
+from app.views.rollout.findings import CheckSkipped, FindingView, finding_view
 from ingest import advantages, checks
 
 

@@ -1,21 +1,25 @@
 """A run's rollouts list: filtered summary rows in a chosen order, one keyset page at a time,
 with the total count of matches, facets and the URLs of the neighbouring pages, of each sort and
-of the CSV download (app/analytics/listing.py runs the queries)."""
+of the CSV download, and the CSV's rows (app/queries/rollout_list.py and rollout_facets.py run
+the queries)."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
 
 from sqlmodel import Session
 
 from app import urls
-from app.analytics import listing
-from app.analytics.steps import step_stats
 from app.queries import findings as q_findings
+from app.queries import rollout_facets, rollout_list
 from app.queries import runs as q_runs
-from app.queries.common import ENDINGS
+from app.queries.common import SUMMARY_COLUMNS
+from app.queries.rollout_list import RolloutFilters
+from app.queries.steps import step_stats
 from app.views.common import FindingLink, PageModel, RolloutSummary, summary_fields, with_labels
 from ingest import checks
+from ingest.stats import ENDINGS
 
 SORTS = [("step", "step"), ("reward", "reward"), ("tokens", "tokens"), ("turns", "turns")]
 
@@ -40,7 +44,7 @@ class RolloutsPage(PageModel):
     """One page of rows. Every page has its own URL: `next` / `prev` are the cursors of the
     neighbouring pages (`after=` / `before=`), `next_url` / `prev_url` / `first_url` their links on
     the same face (HTML or JSON twin). `total` counts every match (`total_capped`: at least that
-    many, see app.analytics.listing.COUNT_CAP); `facets` are value counts that follow the other
+    many, see app.queries.rollout_facets.COUNT_CAP); `facets` are value counts that follow the other
     filters, each value with the query that selects it."""
 
     run: RunLink
@@ -60,22 +64,22 @@ class RolloutsPage(PageModel):
     first_url: str | None
     csv_url: str
     limit: int
-    facets: dict[str, list[Any]] | None  # see app.analytics.listing.facets; `timed_out`: facet names
+    facets: dict[str, list[Any]] | None  # see app.queries.rollout_facets.facets; `timed_out`: facet names
     facets_base: str
 
 
-def rollouts_page(session: Session, run_id: str, filters: listing.ListFilters, *, sort: str | None = None,
+def rollouts_page(session: Session, run_id: str, filters: RolloutFilters, *, sort: str | None = None,
                   after: str | None = None, before: str | None = None, limit: int, keep_limit: int | None = None,
                   twin: bool = False) -> RolloutsPage | None:
-    """One page of a run's rollouts in `sort` order (see app.analytics.listing.page). Links stay on
+    """One page of a run's rollouts in `sort` order (see app.queries.rollout_list.page). Links stay on
     the same face (HTML or JSON twin) and keep an explicit `limit`; empty filters stay out of
     every URL. None if there is no such run."""
     run = q_runs.get_run(session=session, run_id=run_id)
     if run is None:
         return None
-    got = listing.page(session=session, run_id=run_id, filters=filters, columns=listing.list_columns(), sort=sort,
+    got = rollout_list.page(session=session, run_id=run_id, filters=filters, columns=rollout_list.list_columns(), sort=sort,
                        after=after, before=before, limit=limit)
-    name, desc = listing.parse_sort(sort)
+    name, desc = rollout_list.parse_sort(sort)
     sort_param = None if name == "step" and not desc else sort
     keep = {**filters.as_query(), "sort": sort_param, "limit": keep_limit}
 
@@ -89,7 +93,7 @@ def rollouts_page(session: Session, run_id: str, filters: listing.ListFilters, *
                               url=url(twin, sort=None if nxt == "step" else nxt)))
     # kinds beyond the registry's (stored by older checks), from the rollups: no findings scan
     present = {k for st in step_stats(session=session, run_id=run_id, include_unstepped=True,
-                                      sections=listing.list_sections(filters))
+                                      sections=rollout_facets.list_sections(filters))
                for k in (st.get("findings") or {})}
     rows = [RolloutSummary.model_validate(d)
             for d in with_labels(session, run_id, [summary_fields(r, json=twin) for r in got["rows"]])]
@@ -98,7 +102,7 @@ def rollouts_page(session: Session, run_id: str, filters: listing.ListFilters, *
     for r in rows:  # the findings column: the rollout's own kinds and its group's, each a filter link
         kinds = sorted({checks.legacy_kind(k) for k in (r.flags or [])} | set(by_group.get(r.group_id, [])))
         r.findings = [FindingLink(kind=k, label=checks.label(k), url=url(twin, flag=k)) for k in kinds]
-    total, capped = listing.count(session=session, run_id=run_id, filters=filters)
+    total, capped = rollout_facets.count(session=session, run_id=run_id, filters=filters)
     return RolloutsPage(
         run=RunLink(id=run.id, name=run.name, url=urls.run(run.id, json=twin)),
         filters=filters.as_query(),
@@ -117,6 +121,29 @@ def rollouts_page(session: Session, run_id: str, filters: listing.ListFilters, *
         first_url=url(twin) if got["prev"] else None,
         csv_url=urls.rollouts_csv(run_id, **{k: v for k, v in keep.items() if k != "limit" and v is not None}),
         limit=limit,
-        facets=listing.facets(session=session, run_id=run_id, filters=filters),
+        facets=rollout_facets.facets(session=session, run_id=run_id, filters=filters),
         facets_base=urls.rollouts(run_id, json=twin),
     )
+
+
+CSV_COLUMNS = ["run_id", "rollout_id", "attempt", "step", "group_id", "group_index", "task_key", "agent", "ending",
+               "ending_detail", "reward", "reward_status", "n_turns", "n_tool_calls", "n_tokens", "n_trained_tokens",
+               "n_response_tokens", "n_tool_errors", "staleness", "flags", "url"]
+
+
+def rollouts_csv_rows(session: Session, run_id: str, filters: RolloutFilters, *, sort: str | None,
+                      chunk: int = 2000) -> Iterator[dict]:
+    """Every matching rollout as a CSV row (CSV_COLUMNS, written by app.render.csv_response),
+    in the list's order, fetched by keyset pages of `chunk`."""
+    after = None
+    while True:
+        got = rollout_list.page(session=session, run_id=run_id, filters=filters, columns=SUMMARY_COLUMNS, sort=sort,
+                                after=after, limit=chunk)
+        for r in got["rows"]:
+            d = dict(r._mapping)
+            d["flags"] = " ".join(d.get("flags") or [])
+            d["url"] = urls.rollout(d["run_id"], d["rollout_id"], attempt=d["attempt"] or None)
+            yield d
+        if not got["next"]:
+            return
+        after = got["next"]

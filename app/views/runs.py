@@ -1,18 +1,26 @@
-"""The runs list and a run's page (per-step rollups and the two charts)."""
+"""The runs list and a run's page (per-step rollups, the checks table, the run's recorded
+metadata and its charts), and the run summary the API answers; all from the rollups."""
 from __future__ import annotations
 
+import math
+from collections import Counter
 from typing import Any
 
 from sqlmodel import Session
 
 from app import charts, urls
-from app.queries import nodes as q_nodes
-from app.queries import runs as q_runs
-from app.queries.common import ENDINGS
 from app.queries import annotations as q_annotations
-from app.views.common import NoteView, PageModel, model_of, note_view
+from app.queries import nodes as q_nodes
+from app.queries import rollouts as q_rollouts
+from app.queries import runs as q_runs
+from app.queries.steps import RUN_SECTIONS, StepRange, every_run_step_stats, run_totals, step_stats
+from app.views.chart import RunCharts, run_charts
+from app.views.common import NoteView, PageModel, iso, model_of, note_view
 from ingest import checks
+from ingest.stats import ENDINGS
 from rollscope import schemas
+
+STEPS_TABLE = 200  # steps listed on the run page; a longer run shows its last ones (narrow with ?steps=)
 
 # A run in the runs list: the shape the client's `runs()` returns, defined once in rollscope/schemas.py.
 RunRow = model_of(schemas.RunRow, defaults={"sparkline": None})
@@ -28,10 +36,23 @@ def runs_page(session: Session, *, json: bool = False) -> RunsPage:
     """Every run with its counts, step range, mean rewards, ending counts and a reward sparkline,
     read from the per-step rollups (one row per step, at any run size); links to the JSON twins
     when `json`."""
-    from app.analytics import pages as analytics_pages
-
-    rows = [RunRow(**(r | {"url": urls.run(r["id"], json=json)}))
-            for r in analytics_pages.runs_overview(session)["runs"]]
+    runs = q_runs.list_runs(session=session)
+    # the totals shown: rollouts, steps, endings, mean rewards (exact, from each step's partial sums)
+    by_run = every_run_step_stats(session=session, sections=("endings", "reward"))
+    rows = []
+    for run in runs:
+        stats = by_run.get(run.id, [])
+        tot = run_totals(stats)
+        stepped = [s for s in stats if s.step is not None]
+        rows.append(RunRow(
+            id=run.id, name=run.name, type=run.type, url=urls.run(run.id, json=json),
+            rollouts=tot["rollouts"], first_step=tot["first_step"], last_step=tot["last_step"],
+            steps=len(stepped), mean_reward=tot["mean_reward"],
+            mean_reward_no_errors=tot["mean_reward_no_errors"], endings=tot["endings"],
+            tokenizer=run.tokenizer_sha256,
+            created_at=iso(run.created_at),
+            sparkline=sparkline([(s.step, s.mean_reward) for s in stepped]),
+        ))
     return RunsPage(runs=rows, endings=ENDINGS, compare_url="/compare")
 
 
@@ -67,12 +88,13 @@ class RunTotals(PageModel):
     retries: int
 
 
-class RunCharts(PageModel):
-    """Plotly figure data (`{"data", "layout"}`), drawn by static/app.js."""
+class HeadlineCharts(PageModel):
+    """The charts embedded in the run page (Plotly figure data, drawn by static/app.js): the
+    registry's `endings` and `findings` charts (app/charts.py) over the steps shown. The other
+    registered charts are fetched from their twins (`analytics`)."""
 
     ending_rates: dict[str, Any]
-    reward: dict[str, Any]
-    findings: dict[str, Any]  # share of rollouts with each finding per step
+    findings: dict[str, Any]
 
 
 class CheckRow(PageModel):
@@ -98,16 +120,16 @@ class RunPage(PageModel):
     steps: list[StepView]
     steps_recorded: bool
     totals: RunTotals
-    charts: RunCharts | None
+    charts: HeadlineCharts | None
     checks: list[CheckRow]
     chat_template: bool  # a chat template is kept with the run's tokenizer (the template checks use it)
     notes: list[NoteView]  # notes on the run's training steps
     live: bool = False  # a rollout arrived from a live source (spool, HTTP, OTLP) in the last LIVE_SECONDS: the page refreshes itself every 2 s
     in_progress_step: int | None = None  # the newest step while live: more rollouts may still come
     version: str = ""  # changes when a rollout of the run is stored or replaced (live polling)
-    # training-step analytics (app/analytics/pages.py): every registered chart's URLs, the run's
-    # recorded metadata, how many steps the table lists, and links to search and compare
-    analytics: dict[str, Any] | None = None
+    # every other registered chart's URLs (app/views/chart.py), the run's recorded metadata, how
+    # many steps the table lists, and the link to search
+    analytics: RunCharts | None = None
     metadata: dict[str, Any] | None = None
     steps_shown: dict[str, Any] | None = None
     search_url: str | None = None
@@ -130,8 +152,6 @@ def run_summary(session: Session, run_id: str, *, json: bool = False) -> RunSumm
     """The header, steps and totals of a run, from the per-step rollups (app/store/rollups.py:
     one row per step at any run size); None if there is no such run. Links go to the JSON twins
     when `json`."""
-    from app.analytics.steps import RUN_SECTIONS, run_totals, step_stats
-
     run = q_runs.get_run(session=session, run_id=run_id)
     if run is None:
         return None
@@ -158,9 +178,6 @@ def run_page(session: Session, run_id: str, *, json: bool = False, steps_range=N
     metadata and every analytics chart; None if there is no such run. `steps_range` limits the
     steps table and the charts, `window` adds a moving average to the charts. Links go to the
     JSON twins when `json` (the charts' links stay on the pages)."""
-    from app.analytics import pages as analytics_pages
-    from app.analytics.steps import RUN_SECTIONS, StepRange, run_totals, step_stats
-
     run = q_runs.get_run(session=session, run_id=run_id)
     if run is None:
         return None
@@ -172,14 +189,15 @@ def run_page(session: Session, run_id: str, *, json: bool = False, steps_range=N
     shown = [s for s in steps if s.step is None or (
         (steps_range.first is None or s.step >= steps_range.first) and (steps_range.last is None or s.step <= steps_range.last))]
     stepped = [s for s in shown if s.step is not None]
-    listed = stepped[-analytics_pages.STEPS_TABLE:] + [s for s in shown if s.step is None]
+    shown_steps = {s.step for s in stepped}
+    shown_stats = [s for s in stats if s.step is not None and s.step in shown_steps]  # the charts' rollups
+    listed = stepped[-STEPS_TABLE:] + [s for s in shown if s.step is None]
     step_rows = [StepView(**s.__dict__, rates=s.rates(), url=urls.rollouts(run_id, json=json, step=s.step))
                  for s in listed]
     tot = run_totals(stats)
     means = {"mean_reward": tot["mean_reward"], "mean_reward_no_errors": tot["mean_reward_no_errors"],
              "excluded": tot["excluded"]}
-    checks_ran, per_step = _checks_table(run_id, stats, sum(s.rollouts for s in steps))
-    fired = [(c.kind, c.label) for c in checks_ran if c.rollouts]
+    checks_ran = _checks_table(run_id, stats, sum(s.rollouts for s in steps))
     # Without a training step (Tunix files, tau-bench) a per-step chart has no axis to draw on.
     steps_recorded = any(s.step is not None for s in steps)
     # receiving: something arrived lately (the rollups know, no scan), and from a live source
@@ -200,17 +218,17 @@ def run_page(session: Session, run_id: str, *, json: bool = False, steps_range=N
                          mean_reward_no_errors=means.get("mean_reward_no_errors"),
                          excluded=means.get("excluded", 0),
                          retries=tot["retries"]),
-        charts=RunCharts(ending_rates=charts.ending_rates(run_id, stepped), reward=charts.reward_trend(run_id, stepped),
-                         findings=charts.finding_rates(run_id, stepped, per_step, fired))
+        charts=HeadlineCharts(ending_rates=charts.figure(charts.REGISTRY["endings"], run_id, shown_stats),
+                              findings=charts.figure(charts.REGISTRY["findings"], run_id, shown_stats))
         if steps_recorded else None,
         checks=checks_ran,
         chat_template=q_nodes.has_chat_template(session=session, sha256=run.tokenizer_sha256),
         notes=[note_view(n) for n in q_annotations.notes_of(session=session, run_id=run_id)],
-        analytics=analytics_pages.run_charts(run_id, steps=steps_range, window=window, skip=("endings", "findings")),
-        metadata=analytics_pages.run_metadata(session, run_id),
+        analytics=run_charts(run_id, steps=steps_range, window=window, skip=("endings", "findings")),
+        metadata=run_metadata(session, run_id),
         steps_shown={"listed": len([r for r in step_rows if r.step is not None]),
                      "of": len([s for s in steps if s.step is not None]),
-                     "cut": len(stepped) > analytics_pages.STEPS_TABLE},
+                     "cut": len(stepped) > STEPS_TABLE},
         search_url=urls.search(run=run_id),
     )
 
@@ -235,21 +253,18 @@ def _version(stats) -> str:
     return f"{sum(s.rollouts for s in stats)}-{last}"
 
 
-def _checks_table(run_id: str, stats, n_rollouts: int) -> tuple[list[CheckRow], dict]:
-    """Every registered check with what it did in this run (see CheckRow), in registry order;
-    and (step, kind) → rollouts with a finding, for the chart. From the step rollups' `checks`
+def _checks_table(run_id: str, stats, n_rollouts: int) -> list[CheckRow]:
+    """Every registered check with what it did in this run (see CheckRow), in registry order. From the step rollups' `checks`
     (app.store.rollups.check_counts, kept at ingest): one row per step, whatever the number of
     rollouts and findings."""
     with_finding: dict[str, int] = {}
     undecided: dict[str, int] = {}
-    per_step: dict[tuple, int] = {}
     reasons: dict[tuple[str, str, bool], int] = {}
     for s in stats:
         c = s.get("checks") or {}
         for kind, n in (c.get("found") or {}).items():
             kind = checks.legacy_kind(kind)
             with_finding[kind] = with_finding.get(kind, 0) + n
-            per_step[(s.step, kind)] = per_step.get((s.step, kind), 0) + n
         for kind, n in (c.get("skipped") or {}).items():
             kind = checks.legacy_kind(kind)
             undecided[kind] = undecided.get(kind, 0) + n
@@ -268,4 +283,53 @@ def _checks_table(run_id: str, stats, n_rollouts: int) -> tuple[list[CheckRow], 
                       skip_reasons=[{"reason": m, "count": n} for m, n in top.get(kind, [])],
                       url=urls.rollouts(run_id, flag=kind))
              for kind, c in checks.REGISTRY.items()]
-    return table, per_step
+    return table
+
+
+def sparkline(points: list[tuple[int, float | None]], width: int = 120, height: int = 24) -> dict | None:
+    """An SVG path ("M x y L ...") of a run's mean reward per step (errors scored 0), scaled to
+    `width` × `height`; pooled to at most `width` points. Numbers only: safe in an attribute."""
+    pts = [(s, v) for s, v in points if v is not None and math.isfinite(v)]
+    if len(pts) < 2:
+        return None
+    if len(pts) > width:
+        k = -(-len(pts) // width)
+        pts = [(pts[i][0], sum(v for _, v in pts[i:i + k]) / len(pts[i:i + k])) for i in range(0, len(pts), k)]
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+    sx = (width - 2) / ((x1 - x0) or 1)
+    sy = (height - 2) / ((y1 - y0) or 1)
+    d = " ".join(f"{'M' if i == 0 else 'L'}{1 + (x - x0) * sx:.1f} {height - 1 - (y - y0) * sy:.1f}"
+                 for i, (x, y) in enumerate(pts))
+    return {"path": d, "width": width, "height": height, "first": ys[0], "last": ys[-1], "min": y0, "max": y1}
+
+
+def run_metadata(session: Session, run_id: str) -> dict:
+    """What the source recorded about a run: the run's own fields (`extra`: config,
+    hyperparameters, as the reader kept them), the tokenizer, the models that sampled (from the
+    first stored rollout's calls), source files with their rollout counts, and the first and last
+    ingest. Reads the rollups and one envelope, whatever the run's size."""
+    run = q_runs.get_run(session=session, run_id=run_id)
+    if run is None:
+        return {}
+    stats = step_stats(session=session, run_id=run_id, include_unstepped=True, sections=RUN_SECTIONS)
+    sources: Counter = Counter()
+    firsts, lasts = [], []
+    for s in stats:
+        sources.update(s.get("sources") or {})
+        if s.get("ingested", "first"):
+            firsts.append(s.get("ingested", "first"))
+            lasts.append(s.get("ingested", "last"))
+    envelope = q_rollouts.first_envelope(session=session, run_id=run_id)
+    calls = (envelope or {}).get("calls") or []
+    model_names = sorted({c.get("model") for c in calls if isinstance(c, dict) and c.get("model")})
+    sampling = next((c.get("sampling") for c in calls if isinstance(c, dict) and c.get("sampling")), None)
+    tok = q_runs.get_tokenizer(session=session, sha256=run.tokenizer_sha256)
+    return {
+        "name": run.name, "type": run.type, "created_at": iso(run.created_at),
+        "extra": run.extra or {},
+        "models": model_names, "sampling": sampling,
+        "tokenizer": {"name": tok.name, "kind": tok.kind, "n_vocab": tok.n_vocab, "sha256": tok.sha256} if tok else None,
+        "sources": [{"source": k, "rollouts": n} for k, n in sources.most_common(20)],
+        "first_ingest": min(firsts) if firsts else None, "last_ingest": max(lasts) if lasts else None,
+    }

@@ -14,13 +14,15 @@ from sqlmodel import Session
 
 from app import urls
 from app.db.tokenarrays import unpack_ids
+from app.errors import ApiError
 from app.queries import graph as q_graph
 from app.queries import nodes as q_nodes
 from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
-from app.errors import ApiError
 from app.views.common import PageModel
-from app.views.rollout import MarkedToken, _span, check_branch, Pieces, _declares_byte_level, _load_vocab, _token_chips
+from app.views.rollout.links import check_branch, span
+from app.views.rollout.models import MarkedToken
+from app.views.rollout.windows import Pieces, _declares_byte_level, _load_vocab, _token_chips
 from ingest.graph import branches, fork_points, samples
 
 MAX_WINDOW = 4096  # tokens per window request
@@ -112,7 +114,7 @@ def token_window_page(session: Session, run_id: str, rollout_id: str, *, branch:
     total = int(starts[-1])
     if node is not None:
         if node not in path:
-            raise ApiError(422, f"node {node} is not on branch {branch} (its nodes: {_span(path)})", field="node")
+            raise ApiError(422, f"node {node} is not on branch {branch} (its nodes: {span(path)})", field="node")
         pos = path.index(node)
         n = gnodes[node].n_tokens
         if start > n:

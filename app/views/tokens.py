@@ -37,15 +37,22 @@ from ingest.tokenizer import TokenPiece, decode_pieces, piece_from_bytes
 FIRST = 256
 WINDOW = 512
 
-STATES = [  # key, legend label, what it means (the legend and the hover text)
+# The one place the six states are worded: the legend (d.token_states), a chip's title
+# (app/chips.py) and the token panel (static/app.js reads the legend's JSON) all take it from here.
+STATES = [  # key, legend label, what it means
     ("trained", "sampled, trained", "sampled by the policy, loss mask 1"),
     ("context", "context", "prompt, tool output or template token (mask 0); no behaviour logprob by design"),
     ("filtered", "sampled, not trained", "sampled by the policy, but mask 0: a filter zeroed it"),
-    ("fault", "trained, not sampled", "mask 1 on a token the policy did not sample: a fault"),
+    ("fault", "trained, not sampled", "loss mask 1 on a token the policy did not sample: a fault"),
     ("special", "special", "a control token of the tokenizer"),
     ("placeholder", "placeholder id", "the source recorded this token but not its id (-1)"),
 ]
 STATE_TEXT = {k: d for k, _, d in STATES}
+
+
+def state_rows() -> list[dict[str, str]]:
+    """The six states as legend rows: `key`, `label`, `text`."""
+    return [{"key": k, "label": lab, "text": txt} for k, lab, txt in STATES]
 
 # Overlay scales: bucket edges (upper bounds), legend labels derived from them.
 LOGPROB_EDGES = [-8.0, -4.0, -2.0, -1.0, -0.3, -0.05]  # bucket 0: < -8 ... bucket 6: ≥ -0.05

@@ -1,5 +1,5 @@
 """Reading a gzip spool file as a stream: member after member, as `gzip -d` does, from where the
-last read stopped, and noticing corrupt data instead of raising (app/worker/spool.py keeps one
+last read stopped, and noticing corrupt data instead of raising (app/worker/stretches.py keeps one
 `GzState` per file it tails; offsets count uncompressed bytes)."""
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Parsing a stretch of a spool file into rows ready to write: in the worker's own process, or in
 a pool of parser processes while the worker writes the stretch before it.
 
-Reading, validating and preparing a rollout (app.store.prepare: endings, checks, hash, packed
-token arrays) is pure CPU work that touches no database; writing it is mostly the database's
+Reading, validating and preparing a rollout (endings normalised by the reader's output path,
+ingest/files.py; then app.store.prepare: checks, hash, packed token arrays) is pure CPU work that touches no database; writing it is mostly the database's
 own work. With `parsers` > 0 the worker keeps that many processes parsing the next stretches of
 a file while it commits the current one, so on a machine with two cores or more the two
 overlap. The offsets still move only in the transaction that writes a stretch's rows, in file
@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.store.prepare import Prepared, prepare_or_error
+from ingest.errors import RecordError
 from ingest.files import read_records
-from ingest.formats import ReadContext
+from ingest.formats.base import ReadContext
 from ingest.formats.registry import detect, explain, get
-from ingest.source import RecordError, Source
+from ingest.source import Source
 
 
 @dataclass

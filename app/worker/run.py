@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from app.db.unusable import DatabaseUnusable, why_unusable
+from app.store.outage import worker_waits
 from app.worker.spool import Left, Spool
 
 MAX_BACKOFF = 30.0
@@ -68,8 +68,7 @@ def _transient(exc: BaseException, engine: Engine) -> bool:
     why = why_unusable(exc, engine.url.render_as_string(hide_password=False))
     if why:
         raise DatabaseUnusable(engine.url.render_as_string(hide_password=True), why) from exc
-    return isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError)) or (
-        isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated)
+    return worker_waits(exc)
 
 
 def run(engine: Engine, dirs: list[Path], *, stop: threading.Event | None = None, poll: float = 0.5,

@@ -15,17 +15,16 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
-from ingest import formats
-from ingest.checks import CheckContext
-from ingest.formats import registry as _registry  # noqa: F401 - formats.registry
-from ingest.formats import ReadContext
-from ingest.files import TRACE_SUFFIXES, read_records, walk
-from ingest.source import RecordError, Source, open_source, read_as
 from app.db import models
-from app.db.unusable import why_unusable
+from app.store.outage import RETRY_SECONDS, not_the_data
 from app.store.quarantine import IngestContext, quarantine_many
-from app.store.write import (BATCH, RETRY_SECONDS, IngestOrder, StoreResult, database_gone, ensure_run, store,
-                             store_tokenizer)
+from app.store.write import BATCH, IngestOrder, StoreResult, ensure_run, store, store_tokenizer
+from ingest.checks import CheckContext
+from ingest.errors import RecordError
+from ingest.files import TRACE_SUFFIXES, read_records, walk
+from ingest.formats import registry
+from ingest.formats.base import ReadContext
+from ingest.source import Source, open_source, read_as
 
 
 @dataclass
@@ -113,7 +112,7 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
         name = (names or {}).get(path)
         try:
             source = read_as(path, Path(name)) if name else open_source(path)
-            reader = formats.registry.get(ctx.format) if ctx.format else formats.detect(source)
+            reader = registry.get(ctx.format) if ctx.format else registry.detect(source)
             if reader is None:
                 from ingest.formats.registry import explain
 
@@ -136,7 +135,7 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
                            retry_seconds=retry_seconds, whole_file=(source.name, started),
                            order=IngestOrder(order, k))
         except Exception as exc:  # noqa: BLE001 - one file must not stop the others
-            if database_gone(exc) or why_unusable(exc):  # not this file's fault: stop, saying how far it got
+            if not_the_data(exc):  # not this file's fault: stop, saying how far it got
                 exc.rollouts_committed = (getattr(exc, "rollouts_committed", 0)  # type: ignore[attr-defined]
                                           + report.total.inserted + report.total.replaced)
                 raise

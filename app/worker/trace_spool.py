@@ -4,12 +4,12 @@ The same mechanism as the ingest worker's spool (app/worker/spool.py, the `spool
 spans are appended to a file before the request is answered, and the file's byte offset moves
 in the transaction that writes the rows they became. Here a file holds one trace
 (`<trace id>.jsonl`, one line per request that carried spans of it: an OTLP/JSON
-`ExportTraceServiceRequest`, `ingest/otel.py`), because traces finish in any order; its row has
+`ExportTraceServiceRequest`, `ingest/otel/wire.py`), because traces finish in any order; its row has
 `spool = "otlp"`.
 
 - `append` writes and fsyncs the lines; the receiver answers 200 after it returns.
 - `pending` gives, at start-up, every trace whose file holds bytes past its committed offset:
-  the assembler (ingest/otel_assembler.py) is rebuilt from them. A last line cut short by a
+  the assembler (ingest/otel/assembler.py) is rebuilt from them. A last line cut short by a
   crash was never answered 200: it is skipped when read, and the next append starts a new line.
 - `read` gives all the spans of a trace's file: a finished trace is assembled from it, so spans
   that other server processes (`serve --workers N`) took for the same trace are in the rollout.
@@ -34,11 +34,13 @@ from sqlalchemy.engine import Engine
 
 from app.db import models
 from app.db.engine import insert_for
-from app.store.write import StoreResult, prepare_all, write_in
-from app.worker.spool import HEAD_BYTES, S, scan
-from ingest.otel import OtlpError, SpanRecord, decode_json, encode_json
+from app.store.prepare import prepare_all
+from app.store.write import StoreResult, write_in
+from app.worker.spool_files import HEAD_BYTES, S, scan
+from ingest.endings import normalise
+from ingest.errors import RecordError
+from ingest.otel.wire import OtlpError, SpanRecord, decode_json, encode_json
 from ingest.schema import Rollout
-from ingest.source import RecordError
 
 OTLP = "otlp"  # spool_file.spool of the receiver's files
 
@@ -140,7 +142,8 @@ class TraceSpool:
         """Store finished traces: (trace id, its rollout or rejection, end of the bytes it was
         assembled from, None when it never went through the spool). One transaction; a trace
         whose range is already committed is skipped. Raises the database's errors."""
-        todo = [(tid, prepare_all([item]), end) for tid, item, end in traces]
+        todo = [(tid, prepare_all([normalise(item) if isinstance(item, Rollout) else item]), end)  # final, as a reader's
+                for tid, item, end in traces]
         with self.engine.begin() as conn:
             prepared, rejected = [], []
             for tid, (p, r), end in todo:

@@ -8,12 +8,14 @@ docs/checks.md.
 """
 from __future__ import annotations
 
-# Registration order is the order findings are listed in.
-from ingest.checks import arrays, mask, sequence, template, tools, messages, endings, rewards, groups  # noqa: F401,I001
+# Registration order is the order findings are listed in: not alphabetical, so not sorted.
+# isort: off
+from ingest.checks import arrays, mask, sequence, template, tools, messages, endings, rewards, groups  # noqa: F401
+# isort: on
 from ingest.checks.context import EMPTY, CheckContext
 from ingest.checks.groups import Group, GroupMember
-from ingest.checks.registry import (REGISTRY, SKIPPED, Check, CheckResults, FindingData, Hit, Skip, check, kinds,
-                                    label)
+from ingest.checks.registry import REGISTRY, SKIPPED, Check, CheckResults, FindingData, Hit, Skip, check, kinds, label
+
 
 # Kinds stored before the registry (one `<array>_len_mismatch` per array): migration 0003
 # renames them to `array_len_mismatch` with `detail.array`.

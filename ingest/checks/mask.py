@@ -1,5 +1,5 @@
-"""Checks on the loss mask: only what the policy sampled carries gradient (../shared/domain.md,
-"Token rules"). Environment tokens trained on as if the policy wrote them, and sampled tokens
+"""Checks on the loss mask: only what the policy sampled carries gradient (docs/checks.md,
+"Kinds"). Environment tokens trained on as if the policy wrote them, and sampled tokens
 silently left out, change the gradient without crashing anything."""
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ check that cannot decide (no tokenizer, no logprobs, no recorded advantages) rai
 the reason: the runner records it as a skipped outcome, so nothing passes silently.
 
 Modelled on datasette's declared facets (`datasette/facets.py`: a registry entry carries its
-name and docs; `tests/test_docs.py` fails when one is undocumented). docs/checks.md documents
+name and docs; simonw/datasette `tests/test_docs.py` fails when one is undocumented). docs/checks.md documents
 every kind; tests/checks/test_registry.py fails when one is missing there.
 """
 from __future__ import annotations

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, check, memo
 from ingest.graph import CallRef, Pairing, branches, pair
+from ingest.jsonio import cut_short
 from ingest.schema import Rollout
-from ingest.source import cut_short
 
 
 def _pairings(r: Rollout) -> list[Pairing]:

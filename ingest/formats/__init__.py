@@ -1,25 +1,12 @@
-"""Format readers (one module per format) and the toolkit they share.
+"""Format readers and writers (one module per format) and the toolkit they share.
 
-- `base.py`: the `Reader` protocol, `ReadContext`, `record_error()`.
-- `registry.py`: the ordered reader list, `detect()`, `names()`, `get()`.
+- `base.py`: the `Reader` protocol, `ReadContext`, `record_error()`; the `Writer` of an export format.
+- `registry.py`: the ordered reader list (`READERS`, `detect()`, `names()`, `get()`) and the
+  writers by export name (`WRITERS`).
 - `_openai.py`, `_responses.py`, `_build.py`: converters shared by readers, one per wire dialect
   (OpenAI chat messages, OpenAI Responses items) and the `RolloutBuilder` for node chains.
+- `_harness.py`, `_rl.py`: what agent-harness readers share; Rollscope's own fields under
+  `extra.rollscope` (written by the verifiers and ATIF writers, read back by their readers).
+- `_<format>_<job>.py`: one job of a format too large for one module (`_atif_steps.py`,
+  `_verifiers_write.py`, ...); the format's own module keeps `NAME`, `sniff`, `read`, `write`.
 """
-from __future__ import annotations
-
-from ingest.formats.base import ReadContext, Reader, record_error
-
-
-def detect(source):  # noqa: ANN001, ANN201 - thin re-export, see registry.detect
-    from ingest.formats.registry import detect as _detect
-
-    return _detect(source)
-
-
-def names() -> list[str]:
-    from ingest.formats.registry import names as _names
-
-    return _names()
-
-
-__all__ = ["ReadContext", "Reader", "detect", "names", "record_error"]

@@ -15,13 +15,12 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
 
+from ingest.errors import RecordError
 from ingest.formats._build import RolloutBuilder
-from ingest.formats._openai import arguments_text as arguments  # noqa: F401 - re-exported for the readers
-from ingest.formats._openai import finish_reason  # noqa: F401 - re-exported for the readers
 from ingest.formats._openai import tool_call_from_openai
 from ingest.formats.base import ReadContext, record_error
 from ingest.schema import Message, Rollout, ToolCall, Usage
-from ingest.source import RecordError, Source
+from ingest.source import Source
 
 
 def to_epoch(value: Any) -> tuple[float | None, bool]:

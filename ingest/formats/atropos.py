@@ -1,4 +1,4 @@
-"""Atropos ScoredDataGroup JSONL (docs/formats-atropos.md).
+"""Atropos ScoredDataGroup JSONL (docs/formats.md).
 
 Source: NousResearch/atropos `atroposlib/envs/base.py` (`ScoredDataGroup`, written one group per
 line by the environment's `process` / `--data_path_to_save_groups` JSONL dump):
@@ -22,12 +22,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from ingest.align import fill_node
+from ingest.errors import RecordError
 from ingest.fields import FieldError, floats, ints, is_number_or_none
 from ingest.formats import _openai
 from ingest.formats._build import RolloutBuilder, align_segments, mask_runs
 from ingest.formats.base import ReadContext, guarded, shape_error
 from ingest.schema import Ending, EndingInfo, GroupRef, Message, Rollout, RunRef
-from ingest.source import RecordError, Source
+from ingest.source import Source
 
 NAME = "atropos"
 EXPECTS = "JSONL of ScoredDataGroups (`tokens`, `masks`, `scores` lists, one entry per sample)"

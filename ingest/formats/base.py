@@ -1,5 +1,6 @@
-"""What every format reader is: the `Reader` protocol, the `ReadContext` a caller passes in, and
-the one way a reader reports a bad record (`record_error`).
+"""What every format reader and writer is: the `Reader` protocol, the `ReadContext` a caller passes
+in, the one way a reader reports a bad record (`record_error`), and the `Writer` of an export
+format (`json_line` for the JSON Lines ones).
 
 Readers are modules (or objects) with `NAME`, `EXPECTS`, `sniff(source)` and `read(source, ctx)`;
 `ingest/formats/registry.py` lists them in the order detection tries them. A reader never raises
@@ -8,16 +9,18 @@ path inside the record (`messages[3].tool_calls[0].function.name`), built by `re
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from ingest.errors import RecordError
 from ingest.fields import FieldError
+from ingest.jsonio import dumps
 from ingest.schema import Rollout
-from ingest.source import RecordError, Source
+from ingest.source import Source
 
 
 @dataclass
@@ -102,6 +105,26 @@ class Reader(Protocol):
     def sniff(self, source: Source) -> bool: ...
 
     def read(self, source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]: ...
+
+
+Chunks = Iterator[tuple[bytes, int]]  # a writer's output: bytes, with the number of records in them
+
+
+@dataclass(frozen=True)
+class Writer:
+    """One export format (`WRITERS` in registry.py, by export name; Inspect's recorders).
+    `write(rollouts)` is the format module's `write`: the file's bytes chunk by chunk (one a
+    rollout for the JSONL formats, one a row group for Parquet), each with how many records it
+    holds (rollouts, or training samples). `samples`: the format writes one record per branch
+    with token ids, so a run without tokens writes nothing (`ingest.export.NoSamples`)."""
+
+    write: Callable[[Iterable[Rollout]], Chunks]
+    samples: bool = False
+
+
+def json_line(value: Any) -> bytes:
+    """One JSON Lines line: strict JSON (NaN → null), big integers with every digit."""
+    return dumps(value) + b"\n"
 
 
 def join_path(prefix: str | None, sub: str | None) -> str | None:
@@ -227,7 +250,7 @@ def guarded(file: str, line: int | None, prefix: str | None,
 
 def id_text(value: Any, path: str, *, required: bool = False) -> str | None:
     """An id as written: a string, or an integer kept with every digit (`str(int)`), never a
-    float (../shared/cases/20). Raises FieldError for anything else."""
+    float (tests/fixtures/cases/20-big-integer-ids.json). Raises FieldError for anything else."""
     if value is None:
         if required:
             raise FieldError(path, "missing id")

@@ -1,7 +1,7 @@
 """OpenAI-style chat transcripts, with or without token data (docs/formats-chat.md).
 
 The generic reader: the registry tries it last, so it never needs to know other formats. It
-claims a file only by the chat shapes below. Shapes read (a `_case` key, as in ../shared/cases,
+claims a file only by the chat shapes below. Shapes read (a `_case` key, as in tests/fixtures/cases,
 is dropped before parsing and kept in `rollout.extra["_case"]`):
 
 1. Chat records: `{messages: [...], rollout_id?, reward?, reward_components?, ending?,
@@ -41,13 +41,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingest import endings
-from ingest.fields import FieldError, floats, ints, is_number_or_none
+from ingest.errors import RecordError
+from ingest.fields import FieldError, is_number_or_none
 from ingest.formats import _openai
-from ingest.formats._build import RolloutBuilder, TokenTurn, apply_completion, set_tokens, turn_drift
+from ingest.formats._build import RolloutBuilder, apply_completion
+from ingest.formats._chat_tokens import align_turns, append_openai_logprobs, token_turns
 from ingest.formats.base import ReadContext, guarded, id_text, json_type, shape_error
 from ingest.formats.base import join_path as _join
-from ingest.schema import Ending, EndingInfo, Error, GroupRef, Message, Rollout, RunRef, Task
-from ingest.source import RecordError, Source
+from ingest.schema import Ending, EndingInfo, Error, GroupRef, Rollout, RunRef, Task
+from ingest.source import Source
 
 NAME = "chat"
 EXPECTS = ("OpenAI-style chat records (`messages`, `turns`, `turn_tokens`, `completion_ids` or a "
@@ -78,7 +80,6 @@ class _Defaults:
     step: int | None = None
     run: str | None = None
     wrapper: dict = field(default_factory=dict)
-
 
 
 # --- detection -----------------------------------------------------------------------------
@@ -146,7 +147,6 @@ def _is_record(d: dict, strict: bool) -> bool:
 def _is_variants(d: dict) -> bool:
     values = list(d.values())
     return bool(values) and all(isinstance(v, dict) and _is_record(_strip_case(v), strict=True) for v in values)
-
 
 
 # --- reading -------------------------------------------------------------------------------
@@ -233,7 +233,6 @@ def _read_value(value: Any, source: Source, ctx: ReadContext, line: int | None, 
     yield from _read_dict(value, source, ctx, line, prefix, child_id(0) if top else base_id, defaults)
 
 
-
 def _read_dict(value: dict, source: Source, ctx: ReadContext, line: int | None, prefix: str, default_id: str,
                defaults: _Defaults, variant: str | None = None) -> Iterator[Rollout | RecordError]:
     d = _strip_case(value)
@@ -289,9 +288,9 @@ def _build_record(source: Source, ctx: ReadContext, value: dict, line: int | Non
     for key in ("turns", "turn_tokens"):
         if rec.get(key) is None:
             continue
-        turns = _turn_list(rec[key], key)
+        turns = token_turns(rec[key], key)
         if msgs is not None:
-            _align_turns(b, turns, key, extra)
+            align_turns(b, turns, key, extra)
         else:
             for t, turn in enumerate(turns):
                 b.token_turn(turn, t)
@@ -299,7 +298,7 @@ def _build_record(source: Source, ctx: ReadContext, value: dict, line: int | Non
 
     if rec.get("completion_ids") is not None:
         keys = ("prompt_ids", "prompt_pieces", "completion_ids", "completion_pieces", "logprobs", "finish_reason")
-        parsed = _turn_list([{k: rec[k] for k in keys if k in rec}], "")[0]
+        parsed = token_turns([{k: rec[k] for k in keys if k in rec}], "")[0]
         used.update(keys)
         assistants = b.assistants()
         if assistants:
@@ -310,7 +309,7 @@ def _build_record(source: Source, ctx: ReadContext, value: dict, line: int | Non
                 used.add("response")
             b.token_turn(parsed, 0, content=content, turn_extra=False)
     elif _is_logprobs_shape(rec):
-        _append_openai_logprobs(b, rec)
+        append_openai_logprobs(b, rec)
         used.update(("logprobs", "response", "finish_reason"))
 
     rollout_id = id_text(rec.get("rollout_id"), "rollout_id")
@@ -440,71 +439,3 @@ def _ending(v: Any, path: str) -> tuple[EndingInfo, list[Error]]:
     return info, errors
 
 # --- tokens --------------------------------------------------------------------------------
-
-def _turn_list(v: Any, path: str) -> list[TokenTurn]:
-    if not isinstance(v, list):
-        raise FieldError(path, f"expected a list of turns, got {type(v).__name__}")
-    out = []
-    for t, turn in enumerate(v):
-        p = _join(path, f"[{t}]") if path else ""
-        if not isinstance(turn, dict):
-            raise FieldError(p, f"expected a turn object, got {type(turn).__name__}")
-        sub = (lambda name: _join(p, name)) if p else (lambda name: name)
-        finish = turn.get("finish_reason")
-        if finish is not None and not isinstance(finish, str):
-            raise FieldError(sub("finish_reason"), "expected a string")
-        out.append(TokenTurn(
-            prompt_ids=ints(turn.get("prompt_ids"), sub("prompt_ids")),
-            prompt_hex=_openai.pieces(turn.get("prompt_pieces"), sub("prompt_pieces")),
-            completion_ids=ints(turn.get("completion_ids"), sub("completion_ids")),
-            completion_hex=_openai.pieces(turn.get("completion_pieces"), sub("completion_pieces")),
-            logprobs=floats(turn.get("logprobs"), sub("logprobs")),
-            finish_reason=finish,
-            rest={k: x for k, x in turn.items() if k not in (
-                "prompt_ids", "prompt_pieces", "completion_ids", "completion_pieces", "logprobs", "finish_reason")},
-        ))
-    return out
-
-
-def _align_turns(b: RolloutBuilder, turns: list[TokenTurn], path: str, extra: dict) -> None:
-    """Token data per assistant message, in order: turn k → k-th assistant node. Surplus turns
-    are kept in `rollout.extra["unaligned_<path>"]`; prompt ids are checked for drift."""
-    assistants = b.assistants()
-    for k, turn in enumerate(turns):
-        if k >= len(assistants):
-            extra.setdefault(f"unaligned_{path}", []).append(k)
-            continue
-        node = assistants[k]
-        apply_completion(node, turn)
-        if turn.prompt_ids is not None:  # the request's context; message nodes carry no prompt tokens
-            node.extra["prompt_ids"] = turn.prompt_ids
-            if turn.prompt_hex is not None:
-                node.extra["prompt_bytes"] = turn.prompt_hex
-        if k > 0:
-            drift = turn_drift(turns[k - 1], turn, k)
-            if drift:
-                node.extra["token_drift"] = drift
-                extra["token_drift"] = True
-    if len(turns) != len(assistants):
-        extra[f"{path}_count_mismatch"] = {"assistant_messages": len(assistants), path: len(turns)}
-
-
-def _append_openai_logprobs(b: RolloutBuilder, rec: dict) -> None:
-    """`{response, logprobs: {content: [...]} | [...]}` → one sampled assistant node."""
-    lp = rec["logprobs"]
-    entries, base = (lp["content"], "logprobs.content") if isinstance(lp, dict) else (lp, "logprobs")
-    response = rec.get("response")
-    if response is not None and not isinstance(response, str):
-        raise FieldError("response", "expected a string")
-    toks = _openai.tokens_from_openai_logprobs(entries, base)
-    idx = b.add(Message(role="assistant", content=response), sampled=True)
-    node = b.nodes[idx]
-    # OpenAI gives no token ids. None are invented: an unrecorded id is -1 (docs/trace-format.md),
-    # which keeps mask, logprobs and the source's bytes in lockstep per position.
-    set_tokens(node, toks.ids, sampled=True, logprobs=toks.logprobs, hexes=toks.hexes)
-    node.extra["token_text"] = toks.texts
-    if toks.top is not None:
-        node.extra["top_logprobs"] = toks.top
-    finish = rec.get("finish_reason")
-    if isinstance(finish, str):
-        b.call(idx, finish)

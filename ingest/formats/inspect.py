@@ -44,8 +44,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ingest.formats import ReadContext, record_error
-from ingest.formats._harness import Chain, documents, finish_reason, openai_tool_call, to_epoch, usage_from
+from ingest.errors import RecordError
+from ingest.formats._harness import Chain, documents, openai_tool_call, to_epoch, usage_from
+from ingest.formats._openai import finish_reason
+from ingest.formats.base import ReadContext, record_error
 from ingest.schema import (
     Call,
     Ending,
@@ -59,7 +61,7 @@ from ingest.schema import (
     Span,
     Task,
 )
-from ingest.source import RecordError, Source
+from ingest.source import Source
 
 EXPECTS = "Inspect eval log: a .json EvalLog {version, status, eval: {task, ...}, samples} or a zipped .eval with header.json"
 NAME = "inspect"

@@ -30,10 +30,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from ingest.endings import from_reason
-from ingest.formats import ReadContext
+from ingest.errors import RecordError
 from ingest.formats._harness import Chain, action_call, read_documents
+from ingest.formats.base import ReadContext
 from ingest.schema import Call, Ending, EndingInfo, Message, Rollout, RunRef
-from ingest.source import RecordError, Source
+from ingest.source import Source
 
 EXPECTS = "mini-swe-agent message list (bash blocks in assistant text, <returncode> observations) or {info, messages, trajectory_format}"
 NAME = "mini-swe-agent"

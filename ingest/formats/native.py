@@ -1,13 +1,14 @@
 """The native format: JSONL, one `rollscope/1` rollout per line (docs/trace-format.md)."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from pydantic import ValidationError
 
-from ingest.formats.base import ReadContext, join_path, record_error
+from ingest.errors import RecordError
+from ingest.formats.base import ReadContext, join_path, json_line, record_error
 from ingest.schema import SCHEMA_VERSION, Rollout
-from ingest.source import RecordError, Source
+from ingest.source import Source
 
 NAME = "native"
 EXPECTS = 'JSONL (or a JSON array) of records with `schema: "rollscope/1"`'
@@ -76,10 +77,15 @@ def parse_record(value: object, file: str, line: int | None, ctx: ReadContext,
     return rollout
 
 
-
+# --- writing --------------------------------------------------------------------------------
 
 def write_line(rollout: Rollout) -> bytes:
-    """One native JSONL line (with trailing newline) for `rollout`. Strict JSON: NaN → null."""
-    import orjson
+    """One native JSONL line (with trailing newline) for `rollout`: strict JSON (NaN → null),
+    integers past 64 bits with every digit."""
+    return json_line(rollout.to_json_dict())
 
-    return orjson.dumps(rollout.to_json_dict(), option=orjson.OPT_APPEND_NEWLINE)
+
+def write(rollouts: Iterable[Rollout]) -> Iterator[tuple[bytes, int]]:
+    """Native JSONL (`rollscope/1`, docs/trace-format.md), one line a rollout."""
+    for r in rollouts:
+        yield write_line(r), 1

@@ -1,4 +1,4 @@
-"""NVIDIA NeMo Gym rollout JSONL (docs/formats-nemo-gym.md).
+"""NVIDIA NeMo Gym rollout JSONL (docs/formats.md).
 
 Source: NVIDIA-NeMo/Gym `nemo_gym/global_config.py` and `nemo_gym/openai_utils.py`
 (`NeMoGymResponse`, token fields on output items), the `ng_collect_rollouts` writer, and the
@@ -17,21 +17,22 @@ call with no output stays unanswered; token fields present but empty mean "not r
 baseline); `_rollscope` (Rollscope's writer) names the rollout (`rollout_id`) and restores what
 NeMo Gym has no place for (`patch`, applied last); ids and groups are scoped by `agent_ref.name` when present (`<agent>:task<t>-rollout<r>`,
 group `<agent>:<t>`), since one collection may mix environments whose task indices overlap. Every environment field (`terminated`, `resolved`, `info`, timings...) is kept in
-`extra`; the ending is decided by `_ending` (the table in docs/formats-nemo-gym.md).
+`extra`; the ending is decided by `_ending` (the table in docs/formats.md).
 """
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ingest import endings, timestamps
+from ingest.errors import RecordError
 from ingest.fields import FieldError, is_number_or_none
 from ingest.formats import _responses
 from ingest.formats._build import RolloutBuilder
-from ingest.formats.base import ReadContext, guarded, join_path, shape_error
+from ingest.formats.base import ReadContext, guarded, join_path, json_line, shape_error
 from ingest.schema import Ending, EndingInfo, Error, GroupRef, Message, Node, Rollout, RunRef, Task, Usage
-from ingest.source import RecordError, Source
+from ingest.source import Source
 
 NAME = "nemo-gym"
 EXPECTS = "JSONL of `{responses_create_params, response: {output: [Responses items]}, reward, _ng_task_index?}`"
@@ -235,7 +236,7 @@ def _path_nodes(b: RolloutBuilder, idx: int) -> list:
 
 
 def _ending(d: dict, response: dict) -> tuple[EndingInfo, list[Error]]:
-    """NeMo Gym's ending, first rule that applies (docs/formats-nemo-gym.md):
+    """NeMo Gym's ending, first rule that applies (docs/formats.md):
 
     1. `response.error` → error;
     2. an environment error flag (`container_timed_out`, any `*_error` key that is true): the
@@ -420,3 +421,10 @@ def to_record(r: Rollout) -> dict[str, Any]:
     if patch:
         d["_rollscope"] = {**kept, "patch": patch}
     return d
+
+
+def write(rollouts: Iterable[Rollout]) -> Iterator[tuple[bytes, int]]:
+    """NeMo Gym rollout JSONL, one line a rollout (`to_record`), the shape `ng_collect_rollouts`
+    writes."""
+    for r in rollouts:
+        yield json_line(to_record(r)), 1

@@ -37,11 +37,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ingest.formats import ReadContext
-from ingest.formats._harness import (Chain, action_call, finish_reason, openai_tool_call, read_documents, to_epoch,
-                                     usage_from)
+from ingest.errors import RecordError
+from ingest.formats._harness import Chain, action_call, openai_tool_call, read_documents, to_epoch, usage_from
+from ingest.formats._openai import finish_reason
+from ingest.formats.base import ReadContext
 from ingest.schema import Call, Ending, EndingInfo, Error, Message, Rollout, RunRef, ToolCall
-from ingest.source import RecordError, Source
+from ingest.source import Source
 
 EXPECTS = "OpenHands event list [{id, source, action | observation, ...}] or {history: [events]}"
 NAME = "openhands"

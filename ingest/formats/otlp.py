@@ -1,18 +1,21 @@
 """OTLP/JSON trace files: one `ExportTraceServiceRequest` document, or JSON Lines of them (what
 the OpenTelemetry Collector's `file` exporter writes). Spans are grouped by trace id; each trace
-that carries GenAI or OpenInference spans becomes one rollout (`ingest/otel_genai.py` has the
-mapping; `ingest/otel.py` the wire format). A trace with no GenAI span is rejected by name.
+that carries GenAI or OpenInference spans becomes one rollout (`ingest/otel/read.py` has the
+mapping; `ingest/otel/wire.py` the wire format). A trace with no GenAI span is rejected by name.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
-from ingest.formats import ReadContext, record_error
+from ingest.errors import RecordError
 from ingest.formats._harness import documents
-from ingest.otel import OtlpError, SpanRecord, decode_json, is_otlp_json
-from ingest.otel_genai import is_genai_trace, rollout_from_spans
+from ingest.formats.base import ReadContext, json_line, record_error
+from ingest.otel.read import rollout_from_spans
+from ingest.otel.semconv import is_genai_trace
+from ingest.otel.wire import OtlpError, SpanRecord, decode_json, encode_json, is_otlp_json
+from ingest.otel.write import spans_from_rollout
 from ingest.schema import Rollout
-from ingest.source import RecordError, Source
+from ingest.source import Source
 
 NAME = "otlp"
 EXPECTS = "OTLP/JSON ExportTraceServiceRequest {resourceSpans: [...]} (a document or JSON Lines) with GenAI spans"
@@ -50,14 +53,9 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
             yield record_error(source.name, line, f"trace {trace_id}", exc)
 
 
-def write(rollouts) -> bytes:
-    """OTLP/JSON JSON Lines for `rollouts`: one ExportTraceServiceRequest per rollout, each an
+def write(rollouts: Iterable[Rollout]) -> Iterator[tuple[bytes, int]]:
+    """OTLP/JSON JSON Lines: one ExportTraceServiceRequest line per rollout, each an
     `invoke_agent` trace with `chat` and `execute_tool` spans and the RL fields as `rollscope.*`
-    attributes (`ingest/otel_genai.py` `spans_from_rollout`)."""
-    import orjson
-
-    from ingest.otel import encode_json
-    from ingest.otel_genai import spans_from_rollout
-
-    return b"".join(orjson.dumps(encode_json(spans_from_rollout(r)), option=orjson.OPT_APPEND_NEWLINE)
-                    for r in rollouts)
+    attributes (`ingest/otel/write.py` `spans_from_rollout`)."""
+    for r in rollouts:
+        yield json_line(encode_json(spans_from_rollout(r))), 1

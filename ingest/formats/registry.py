@@ -1,16 +1,36 @@
-"""The readers, in the order detection tries them: specific formats first, the generic chat
-reader last, so a format whose records also hold OpenAI-style messages (verifiers, NeMo Gym,
-Atropos, Tunix...) is never taken for a plain chat transcript. Adding a format is one module
-(`ingest/formats/<name>.py`, see base.Reader) and one line here, plus its line in
-`tests/formats/test_detect.py`.
+"""The readers, in the order detection tries them, and the writers, by export name.
+
+`READERS`: specific formats first, the generic chat reader last, so a format whose records also
+hold OpenAI-style messages (verifiers, NeMo Gym, Atropos, Tunix...) is never taken for a plain
+chat transcript. Adding a format is one module (`ingest/formats/<name>.py`, see base.Reader) and
+one line here, plus its line in `tests/formats/test_detect.py`.
+
+`WRITERS`: export name (`rollscope export --format`, `/api/v1/runs/{run}/export?format=`) → the
+format module's `write` (base.Writer), in the order the CLI and the API list them. A format with
+a writer adds one line here (`ingest/export.py` drives them).
 """
 from __future__ import annotations
 
 from itertools import takewhile
 
-from ingest.formats import (atif, atropos, chat, inspect, mini_swe_agent, native, nemo_gym, openhands, otlp,
-                            swe_agent, tau_bench, tunix, verifiers, verl)
-from ingest.formats.base import Reader
+from ingest.formats import (
+    atif,
+    atropos,
+    chat,
+    inspect,
+    mini_swe_agent,
+    native,
+    nemo_gym,
+    openhands,
+    otlp,
+    samples,
+    swe_agent,
+    tau_bench,
+    tunix,
+    verifiers,
+    verl,
+)
+from ingest.formats.base import Reader, Writer
 from ingest.source import PROBE_LINES, Source
 
 READERS: list[Reader] = [  # type: ignore[list-item]
@@ -31,7 +51,18 @@ READERS: list[Reader] = [  # type: ignore[list-item]
 ]
 
 
-ALIASES = {"nemo_gym": "nemo-gym"}  # other spelling → reader NAME (`rollscope export --format nemo_gym`)
+WRITERS: dict[str, Writer] = {
+    "native": Writer(native.write),
+    "verifiers": Writer(verifiers.write),
+    "atif": Writer(atif.write),
+    "samples": Writer(samples.write, samples=True),
+    "parquet": Writer(samples.write_parquet, samples=True),  # the samples as Parquet, read back by `verl`
+    "otlp": Writer(otlp.write),
+    "nemo_gym": Writer(nemo_gym.write),
+}
+
+# Another spelling → reader NAME (`rollscope ingest --format nemo_gym`, as `export --format` spells it).
+ALIASES = {"nemo_gym": "nemo-gym"}
 
 
 def names() -> list[str]:

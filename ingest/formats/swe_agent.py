@@ -42,11 +42,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from ingest.endings import from_reason
-from ingest.formats import ReadContext, record_error
-from ingest.formats.base import shape_error
+from ingest.errors import RecordError
 from ingest.formats._harness import Chain, action_call, documents, openai_tool_call
+from ingest.formats.base import ReadContext, record_error, shape_error
 from ingest.schema import Call, Ending, EndingInfo, Message, Rollout, RunRef
-from ingest.source import RecordError, Source
+from ingest.source import Source
 
 EXPECTS = "SWE-agent .traj {trajectory: [steps], history: [messages], info: {exit_status, model_stats}}"
 NAME = "swe-agent"

@@ -17,12 +17,13 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from ingest.errors import RecordError
 from ingest.fields import FieldError
 from ingest.formats import _openai
 from ingest.formats._build import RolloutBuilder
 from ingest.formats.base import ReadContext, guarded, id_text, shape_error
 from ingest.schema import Ending, EndingInfo, Error, GroupRef, Rollout, RunRef, Task
-from ingest.source import RecordError, Source
+from ingest.source import Source
 
 NAME = "tau-bench"
 EXPECTS = "a JSON array (or JSONL) of `{task_id, trial, reward, info, traj: [messages]}`"

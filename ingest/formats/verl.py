@@ -1,4 +1,4 @@
-"""verl rollout dumps (docs/formats-verl.md), and flat training-sample JSONL.
+"""verl rollout dumps (docs/formats.md), and flat training-sample JSONL.
 
 Sources: verl-project/verl `verl/trainer/ppo/ray_trainer.py` (`_dump_generations` /
 `_write_generations`: `trainer.rollout_data_dir/{global_steps}.jsonl`, also
@@ -16,7 +16,7 @@ Two shapes, one rollout per line:
   0 = tool/user token), response_logprobs?, reward_score?, num_turns?, metrics?, extra_fields?}`.
   → the prompt node (mask 0), then the response split by mask runs: a run of 1s is an assistant
   node (sampled), a run of 0s an environment node. Rollscope's own training-sample export
-  (`ingest.export.training_samples`: `advantages`, `reward`, `step`, `group_id`, `sample_index`,
+  (`ingest.formats.samples.training_samples`: `advantages`, `reward`, `step`, `group_id`, `sample_index`,
   `ending`, `rollout_id`) is the same shape and is read back the same way, from JSONL or from
   the Parquet file `rollscope export --format parquet` writes (one row per sample).
 """
@@ -27,11 +27,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from ingest import endings
+from ingest.errors import RecordError
 from ingest.fields import FieldError, floats, ints, is_number_or_none
 from ingest.formats._build import RolloutBuilder, mask_runs
 from ingest.formats.base import ReadContext, guarded, id_text, shape_error
 from ingest.schema import Ending, EndingInfo, GroupRef, Message, Rollout, RunRef, Task
-from ingest.source import RecordError, Source
+from ingest.source import Source
 
 NAME = "verl"
 EXPECTS = ("verl JSONL: rollout_data_dir lines `{input, output, score, step}`, or token lines "

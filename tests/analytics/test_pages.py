@@ -10,8 +10,8 @@ import pytest
 from sqlmodel import Session
 
 from app import charts
-from app.analytics import search as search_q
-from app.analytics.steps import StepRange, heatmap_tasks, step_stats
+from app.queries import search as search_q
+from app.queries.steps import StepRange, heatmap_tasks, step_stats
 from ingest import demo
 from tests.helpers import ingest, rollout, write_jsonl
 

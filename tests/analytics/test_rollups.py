@@ -183,7 +183,7 @@ def test_rollups_exact_through_replace_and_reingest(engine, tmp_path):
     # compare's task table over every step (the run's task rows) and over a range (step rows)
     from sqlmodel import Session
 
-    from app.analytics.steps import StepRange, task_totals
+    from app.queries.steps import StepRange, task_totals
     with Session(engine) as s:
         every = task_totals(session=s, run_ids=["run-a"], steps=StepRange())["run-a"]
         ranged = task_totals(session=s, run_ids=["run-a"], steps=StepRange(0, 100))["run-a"]

@@ -16,7 +16,7 @@ import pytest
 
 from app import auth
 from app.api.v1.rollouts import RolloutDetail, RolloutItem
-from app.queries.rollouts import RolloutFilters
+from app.queries.rollout_list import RolloutFilters
 from app.store.load import iter_rollouts
 from ingest.export import Export
 from rollscope import schemas

@@ -14,9 +14,10 @@ import pytest
 from app import auth
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
-from app.queries.rollouts import RolloutFilters
+from app.queries.rollout_list import RolloutFilters
 from app.store.load import iter_rollouts
-from ingest.export import FORMATS, Export
+from ingest.export import Export
+from ingest.formats.registry import WRITERS
 from tests.browser import live_server
 from tests.conftest import FIXTURES
 from tests.helpers import ingest, stored
@@ -59,7 +60,7 @@ def test_every_format_round_trips(db_url, engine, fresh, tmp_path):
     before = stored(engine, RUN)
     assert len(before) == 9
     with live_server(db_url) as base:
-        bodies = {fmt: _get(base, fmt) for fmt in FORMATS}
+        bodies = {fmt: _get(base, fmt) for fmt in WRITERS}
     for fmt, r in bodies.items():
         want = "application/vnd.apache.parquet" if fmt == "parquet" else "application/x-ndjson"
         assert r.headers["content-type"] == want, fmt

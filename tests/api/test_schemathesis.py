@@ -7,6 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis import checks
@@ -17,6 +18,8 @@ from app.db.engine import make_engine
 from app.db.migrate import upgrade
 from app.main import create_app
 from tests.helpers import ingest, rollout, write_jsonl
+
+pytestmark = pytest.mark.slow
 
 EXAMPLES = int(os.environ.get("SCHEMATHESIS_EXAMPLES", "20"))
 

@@ -4,9 +4,9 @@ filterable, kept through re-ingest), admin deletes a run with everything of it; 
 logged with its token's name. The client does the same over TCP."""
 from __future__ import annotations
 
-import sqlalchemy as sa
-
 import logging
+
+import sqlalchemy as sa
 
 from app import auth
 from rollscope.client import ApiError, Client

@@ -24,11 +24,11 @@ def test_a_findings_bar_opens_the_filtered_rollouts(server, browser):
     page, problems = open_page(browser, f"{server}/runs/r1")
     fig = page.locator('figure[data-figure="fig-findings"]')
     fig.locator(".main-svg").first.wait_for()
-    assert "placeholder token id" in fig.inner_text()
+    assert "placeholder_token_id" in fig.inner_text()
     row = page.locator("table.checks tr", has_text="placeholder_token_id")
     assert row.locator("td").nth(3).inner_text() == "1"
     assert "no chat template stored" in page.locator("table.checks tr", has_text="template_mismatch").inner_text()
-    fig.locator("g.point path").first.click(force=True)  # the step-0 bar
+    fig.locator("g.points path").first.click(force=True)  # the step-0 point
     page.wait_for_url("**/rollouts?step=0&flag=placeholder_token_id")
     assert [t.strip() for t in page.locator("#rows td:first-child").all_inner_texts()] == ["bad"]
     assert problems == []

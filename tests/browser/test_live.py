@@ -6,8 +6,8 @@ import pytest
 
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
-from tests.browser import live_server, open_page
 from app.worker.run import run as run_worker
+from tests.browser import live_server, open_page
 from tests.helpers import rollout, write_jsonl
 
 pytestmark = pytest.mark.browser

@@ -33,9 +33,9 @@ def test_run_page_counts_charts_and_says_which_checks_ran(client, engine, tmp_pa
     assert d["chat_template"] is False
     fig = d["charts"]["findings"]
     bars = {t["name"]: t for t in fig["data"]}
-    assert set(bars) == {"placeholder token id", "zero-variance group"}
-    assert bars["placeholder token id"]["y"] == [0.5, 0.0] and bars["zero-variance group"]["y"] == [0.0, 1.0]
-    url = bars["placeholder token id"]["customdata"][0]
+    assert set(bars) == {"placeholder_token_id", "zero_variance_group"}  # the registry's findings chart: rollouts per kind
+    assert bars["placeholder_token_id"]["y"] == [1, 0] and bars["zero_variance_group"]["y"] == [0, 2]
+    url = bars["placeholder_token_id"]["customdata"][0]
     assert parse_qs(urlparse(url).query) == {"step": ["0"], "flag": ["placeholder_token_id"]}
     assert [r["rollout_id"] for r in client.get(url.replace("/rollouts?", "/rollouts.json?")).json()["rollouts"]] == ["bad"]
     html = client.get("/runs/r1").text

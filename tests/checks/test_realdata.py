@@ -1,5 +1,5 @@
 """Every real file the readers on this branch read (tests/fixtures/realdata, a copy of
-../shared/realdata) goes through all checks, rollout and group scope, and what fires is asserted.
+tests/fixtures/realdata) goes through all checks, rollout and group scope, and what fires is asserted.
 
 The expectations were reviewed one by one: tau-bench reuses a tool-call id; Tunix tokenizes the
 final tool result of an episode cut at its step or context budget (nothing follows it); Tunix's
@@ -14,23 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from app.store.prepare import prepare as _prepare
-from ingest import formats
 from ingest.advantages import recorded_advantage
 from ingest.checks import Group, GroupMember, run_group_checks, run_rollout_checks
+from ingest.errors import RecordError
 from ingest.files import read_records, walk
-from ingest.formats import ReadContext
-from ingest.source import RecordError, open_source
+from ingest.formats.base import ReadContext
+from ingest.formats.registry import detect
+from ingest.source import open_source
 from tests.conftest import FIXTURES
 
 REALDATA = FIXTURES / "realdata"
 TUNIX = "tunix/v0.1.7/"
 _MODES = ("Conversation", "Steps", "Token", "Trajectory")
-
-
-def prepare(r):
-    """Derive the ending as the store does (in place) and return the rollout."""
-    return _prepare(r).rollout
 
 
 def _tunix(case: str, **by_mode: dict) -> dict[str, dict]:
@@ -92,13 +87,12 @@ GROUP_EXPECTED: dict[str, dict[str, int]] = {
 def _check_file(path: Path) -> tuple[Counter, Counter, Counter]:
     """(rollout findings, group findings, group skips) per kind over every record of a file."""
     source = open_source(path)
-    reader = formats.detect(source)
+    reader = detect(source)
     assert reader is not None, f"{path}: no reader"
     own, grouped, skipped = Counter(), Counter(), Counter()
     groups: dict[tuple[str, str], list] = defaultdict(list)
     for item in read_records(reader, source, ReadContext(), []):
-        assert not isinstance(item, RecordError), item
-        prepare(item)
+        assert not isinstance(item, RecordError), item  # final: its ending normalised by read_records
         own.update(f.kind for f in run_rollout_checks(item).findings)
         if item.group is not None:
             groups[(item.run.id, item.group.id)].append(item)
@@ -126,7 +120,7 @@ def test_every_real_file_a_reader_reads_has_an_expectation():
     read = []
     for path, _ in walk([REALDATA]):
         try:
-            reader = formats.detect(open_source(path))
+            reader = detect(open_source(path))
         except RecordError:
             continue
         if reader is not None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.queries import common as q_common, findings as q_findings
-from ingest import checks
+from app.queries import findings as q_findings
+from ingest import checks, stats
 from ingest.checks.registry import REGISTRY, check
 from tests.helpers import rollout
 
@@ -42,7 +42,7 @@ def test_documented_kinds_are_registered():
 
 def test_the_app_offers_exactly_the_registered_kinds():
     assert q_findings.FINDING_KINDS == checks.kinds()
-    assert q_common.ENDINGS == ["submitted", "task_detected", "truncated", "length_cut", "error", "unknown"]
+    assert stats.ENDINGS == ["submitted", "task_detected", "truncated", "length_cut", "error", "unknown"]
 
 
 def test_kinds_are_declared_once_with_known_severity_and_scope():

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import pytest
 
-from app.store.prepare import prepare as _prepare
 from ingest.checks import run_rollout_checks
+from ingest.endings import normalise
 from ingest.schema import Rollout
 
 
 def prepare(r):
-    """Derive the ending as the store does (in place) and return the rollout."""
-    return _prepare(r).rollout
+    """Normalise the ending as every reader's output is (in place) and return the rollout."""
+    return normalise(r)
 
 
 def node(role, ids=(), mask=None, logprobs=None, parent="auto", **msg):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import command
 
-from app.queries.common import R
-from app.queries.findings import has_finding
 from app.db import models
 from app.db.engine import make_engine
 from app.db.migrate import alembic_config, upgrade
+from app.queries.common import R
+from app.queries.findings import has_finding
 from tests.helpers import ingest, rollout, write_jsonl
 
 
@@ -76,8 +76,8 @@ def test_page_shows_empty_response_only_where_the_stored_check_fired(client, eng
     assert "(empty response, 3 tokens" in client.get("/runs/r1/rollouts/e").text
 
 
-def test_migration_renames_old_len_mismatch_kinds(db_url):
-    eng = make_engine(db_url, writer=True)
+def test_migration_renames_old_len_mismatch_kinds(empty_db_url):
+    eng = make_engine(empty_db_url, writer=True)
     try:
         cfg = alembic_config()
         with eng.begin() as conn:

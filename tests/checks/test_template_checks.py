@@ -5,23 +5,23 @@ from __future__ import annotations
 
 import pytest
 
-from app.store.prepare import prepare as _prepare
 from ingest.chat_template import TemplateError, load_config, render
 from ingest.checks import CheckContext, run_rollout_checks
 from ingest.checks.context import load_context
-from ingest import formats
+from ingest.endings import normalise
 from ingest.files import read_records
-from ingest.formats import ReadContext
-from ingest.source import open_source
+from ingest.formats.base import ReadContext
+from ingest.formats.registry import detect
 from ingest.schema import Rollout
+from ingest.source import open_source
 from tests.conftest import FIXTURES
 
 FOLDER = FIXTURES / "tokenizers" / "tiny-qwen3"
 
 
 def prepare(r):
-    """Derive the ending as the store does (in place) and return the rollout."""
-    return _prepare(r).rollout
+    """Normalise the ending as every reader's output is (in place) and return the rollout."""
+    return normalise(r)
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +81,8 @@ def read_chat(path, rec: dict) -> Rollout:
 
     path.write_text(json.dumps(rec))
     source = open_source(path)
-    (r,) = list(read_records(formats.detect(source), source, ReadContext(run_id="r"), []))
-    return prepare(r)
+    (r,) = list(read_records(detect(source), source, ReadContext(run_id="r"), []))
+    return r
 
 
 def two_turns(ctx, tmp_path, *, keep_reasoning: bool) -> Rollout:

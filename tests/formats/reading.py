@@ -4,16 +4,16 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
-from tests.conftest import data_path
-
 from ingest import graph
-from ingest.formats import ReadContext
+from ingest.errors import RecordError
+from ingest.formats.base import ReadContext
 from ingest.schema import Rollout
-from ingest.source import RecordError, open_source
+from ingest.source import open_source
+from tests.conftest import data_path
 
 
 def data(rel: str) -> Path:
-    """`tests/fixtures/<rel>` (committed copies of ../shared), else `../shared/<rel>`."""
+    """`tests/fixtures/<rel>`, which must exist."""
     path = data_path(*rel.split("/"))
     assert path.exists(), f"test input missing: {rel}"
     return path

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from ingest.checks import run_rollout_checks
-
-from ingest.formats import ReadContext, detect
+from ingest.formats.base import ReadContext
 from ingest.formats.inspect import value_to_float
+from ingest.formats.registry import detect
 from ingest.metrics import tool_errors
 from ingest.schema import Rollout
 from ingest.source import Source, open_source

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES
-
-from ingest.formats import ReadContext, atif, registry
+from ingest.errors import RecordError
+from ingest.formats import atif, registry
+from ingest.formats.base import ReadContext
 from ingest.graph import branches, pair_tool_calls
 from ingest.schema import Ending, Rollout
-from ingest.source import RecordError, open_source
+from ingest.source import open_source
+from tests.conftest import FIXTURES
 
 DATA = FIXTURES / "realdata" / "atif"
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import FIXTURES
-
-from ingest.formats import ReadContext, atropos, registry
+from ingest.errors import RecordError
+from ingest.formats import atropos, registry
+from ingest.formats.base import ReadContext
 from ingest.schema import Ending, Rollout
-from ingest.source import RecordError, open_source
+from ingest.source import open_source
+from tests.conftest import FIXTURES
 
 FILE = FIXTURES / "realdata" / "atropos" / "rubiks_process_results_32.line1.jsonl"
 

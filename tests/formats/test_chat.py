@@ -1,5 +1,5 @@
 """The chat reader (ingest/formats/chat.py), reader only: every case in
-../shared/cases, detection, and record-level validation errors."""
+tests/fixtures/cases, detection, and record-level validation errors."""
 from __future__ import annotations
 
 import json
@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.formats.reading import data, only_branch_pairs, read_with, rollouts_with, write
-
 from ingest import graph
-from ingest.formats import ReadContext, _openai, chat
+from ingest.errors import RecordError
+from ingest.formats import _openai, chat
+from ingest.formats.base import ReadContext
 from ingest.schema import Ending, Rollout
-from ingest.source import RecordError, open_source
+from ingest.source import open_source
+from tests.formats.reading import data, only_branch_pairs, read_with, rollouts_with, write
 
 HERE = Path(__file__).resolve().parent
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES
-
+from ingest.errors import RecordError
 from ingest.formats import registry
-from ingest.source import RecordError, open_source
+from ingest.source import open_source
+from tests.conftest import FIXTURES
 
 REALDATA = FIXTURES / "realdata"
 GENERIC = "chat"
@@ -155,7 +155,7 @@ def test_verl_text_and_token_lines_are_detected(tmp_path):
 
 def test_format_option_forces_a_reader_and_refusals_list_every_format(engine, tmp_path):
     from app.worker.sync import ingest_paths
-    from ingest.formats import ReadContext
+    from ingest.formats.base import ReadContext
 
     tau = REALDATA / "tau-bench" / "gpt-4o-airline.sample.json"
     forced = ingest_paths(engine, [tau], ReadContext(run_id="forced", format="chat"))

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import orjson
 
-from ingest.formats import ReadContext, native
+from ingest.formats import native
+from ingest.formats.base import ReadContext
 from ingest.schema import Rollout, json_schema
 from ingest.source import open_source
 from tests.helpers import rollout

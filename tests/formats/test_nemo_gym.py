@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES
-from tests.helpers import ingest
-
-from ingest.formats import ReadContext, nemo_gym, registry
+from ingest.errors import RecordError
+from ingest.formats import nemo_gym, registry
+from ingest.formats.base import ReadContext
 from ingest.graph import branches, pair_tool_calls
 from ingest.schema import Ending, Rollout
-from ingest.source import RecordError, open_source
+from ingest.source import open_source
+from tests.conftest import FIXTURES
+from tests.helpers import ingest
 
 DATA = FIXTURES / "realdata" / "nemo-gym"
 

@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 
 from ingest.checks import run_rollout_checks
-
-from ingest.formats import ReadContext, detect
+from ingest.export import Export
 from ingest.formats import otlp
-from ingest.otel import decode_json, decode_protobuf, encode_json
-from ingest.otel_genai import rollout_from_spans, spans_from_rollout
+from ingest.formats.base import ReadContext
+from ingest.formats.registry import detect
+from ingest.otel.read import rollout_from_spans
+from ingest.otel.wire import decode_json, decode_protobuf, encode_json
+from ingest.otel.write import spans_from_rollout
 from ingest.schema import Rollout
 from ingest.source import open_source
 from tests.conftest import data_path
@@ -208,7 +210,7 @@ def test_openinference_attributes():
 def test_round_trip_otlp_rollscope_otlp_rollscope(tmp_path):
     [first] = read_file(write_otlp_json(tmp_path / "a.json", sdk_spans(lambda t: agent_run(t, subagent=True))))
     out = tmp_path / "b.json"
-    out.write_bytes(otlp.write([first]))
+    out.write_bytes(b"".join(Export([first], "otlp")))
     [second] = read_file(out)
     a, b = first.to_json_dict(), second.to_json_dict()
     a.pop("source"), b.pop("source")
@@ -222,7 +224,7 @@ def test_real_agent_runs_export_and_read_back(name, tmp_path):
     src = open_source(path)
     [r] = list(detect(src).read(src, ReadContext(run_id="x")))
     out = tmp_path / "x.json"
-    out.write_bytes(otlp.write([r]))
+    out.write_bytes(b"".join(Export([r], "otlp")))
     [back] = read_file(out)
     key = lambda x: [(n.parent, n.message.role, n.message.text(), n.message.tool_call_id,  # noqa: E731
                       [(c.id, c.name, c.arguments) for c in n.message.tool_calls or []]) for n in x.nodes]
@@ -331,8 +333,8 @@ def test_genai_spans_alone_rebuild_the_message_graph_of_every_real_file():
     tool calls, including agents that reuse one call id every turn (verifiers `call_0`) and
     rollouts with no recorded calls (tau-bench, Atropos)."""
     from ingest.files import walk
-    from ingest.formats import detect
-    from ingest.otel_genai import NODES, ROLLOUT
+    from ingest.formats.registry import detect
+    from ingest.otel.semconv import NODES, ROLLOUT
     from tests.store.test_export_roundtrip import SOURCES
 
     def shape(r):

@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import data_path
 
 REAL = data_path("realdata")
@@ -18,6 +20,7 @@ def rs(*args, db):
     return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, env=env, timeout=120)
 
 
+@pytest.mark.slow
 def test_export_otlp_and_ingest_again(tmp_path):
     data = tmp_path / "data"
     shutil.copytree(REAL / "swe-agent", data / "swe-agent")

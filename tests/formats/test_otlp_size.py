@@ -7,8 +7,15 @@ import json
 import subprocess
 import sys
 
-from ingest.formats import ReadContext, detect, native, otlp
-from ingest.otel_genai import AFTER, ELIDED, NODES, ROLLOUT, rollout_from_spans, spans_from_rollout
+import pytest
+
+from ingest.export import Export
+from ingest.formats import native
+from ingest.formats.base import ReadContext
+from ingest.formats.registry import detect
+from ingest.otel.read import rollout_from_spans
+from ingest.otel.semconv import AFTER, ELIDED, NODES, ROLLOUT
+from ingest.otel.write import spans_from_rollout
 from ingest.source import open_source
 from tests.conftest import data_path
 from tests.formats.test_otlp import agent_run, read_file, sdk_spans, write_otlp_json
@@ -40,11 +47,12 @@ def _paths(r):
     return sorted(paths)
 
 
+@pytest.mark.slow
 def test_export_of_500_turns_is_linear_and_round_trips(tmp_path):
     r = _many_turns(tmp_path, 500)
     assert len(r.nodes) == 1002
     size_native = len(native.write_line(r))
-    data = otlp.write([r])
+    data = b"".join(Export([r], "otlp"))
     # The whole history in every span would be ~250x the native size here (measured 3.9 GB for
     # 5,000 turns); one copy of each message plus the span framing is a few times it.
     assert len(data) <= 6 * size_native, (len(data), size_native)
@@ -54,7 +62,7 @@ def test_export_of_500_turns_is_linear_and_round_trips(tmp_path):
     a, b = r.to_json_dict(), back.to_json_dict()
     a.pop("source"), b.pop("source")
     assert a == b
-    out.write_bytes(otlp.write([back]))
+    out.write_bytes(b"".join(Export([back], "otlp")))
     assert out.read_bytes() == data  # OTLP → Rollscope → OTLP gives the same spans
 
     spans = json.loads(data)["resourceSpans"][0]["scopeSpans"][0]["spans"]

@@ -11,11 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import FIXTURES
-
-from ingest.formats import ReadContext, registry
+from ingest.errors import RecordError
+from ingest.formats import registry
+from ingest.formats.base import ReadContext
+from ingest.jsonio import dumps
 from ingest.schema import Rollout
-from ingest.source import RecordError, dumps, open_source
+from ingest.source import open_source
+from tests.conftest import FIXTURES
 
 REAL = FIXTURES / "realdata"
 SEEDS = {  # reader → (file, kind): the first record of a real file

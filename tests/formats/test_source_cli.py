@@ -8,11 +8,11 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from tests.conftest import FIXTURES
-
 from app.cli import app
-from ingest.formats import ReadContext, detect
+from ingest.formats.base import ReadContext
+from ingest.formats.registry import detect
 from ingest.source import open_source
+from tests.conftest import FIXTURES
 
 REAL = FIXTURES / "realdata"
 

@@ -12,10 +12,12 @@ import sqlalchemy as sa
 
 import ingest.source as source_mod
 from app.db import models
-from ingest.formats import ReadContext, native
+from ingest.errors import RecordError
+from ingest.formats import native
+from ingest.formats.base import ReadContext
 from ingest.formats.registry import detect
 from ingest.schema import Rollout
-from ingest.source import RecordError, open_source
+from ingest.source import open_source
 from tests.helpers import ingest, rollout
 
 
@@ -33,6 +35,7 @@ def _write_array(path, n: int, *, pad: int = 0, bad: dict[int, bytes] | None = N
     return path.stat().st_size
 
 
+@pytest.mark.slow
 def test_a_big_array_is_read_record_by_record_in_bounded_memory(tmp_path, monkeypatch):
     monkeypatch.setattr(source_mod, "STREAM_BYTES", 1 << 20)
     path = tmp_path / "big.json"

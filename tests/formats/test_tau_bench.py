@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.formats.reading import data, only_branch_pairs, read_with, rollouts_with, write
-
 from ingest import graph
-from ingest.formats import ReadContext, tau_bench
+from ingest.errors import RecordError
+from ingest.formats import tau_bench
+from ingest.formats.base import ReadContext
 from ingest.schema import Ending, Rollout
-from ingest.source import RecordError, open_source
+from ingest.source import open_source
+from tests.formats.reading import data, only_branch_pairs, read_with, rollouts_with, write
 
 
 def read(path: Path, ctx: ReadContext | None = None) -> list[Rollout | RecordError]:

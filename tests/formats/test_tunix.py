@@ -1,4 +1,4 @@
-"""The Tunix reader against real google-tunix 0.1.7 output (shared/realdata/tunix/v0.1.7).
+"""The Tunix reader against real google-tunix 0.1.7 output (tests/fixtures/realdata/tunix/v0.1.7).
 
 Every trace file is sniffed and read without RecordError, and what it yields is compared with
 the generator's own summary.json: ending per status (docs/formats-tunix.md), trajectory reward,
@@ -13,13 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from ingest.formats import ReadContext, tunix
+from ingest.errors import RecordError
+from ingest.formats import tunix
+from ingest.formats.base import ReadContext
 from ingest.graph import branches
 from ingest.schema import Ending, Rollout
+from ingest.source import open_source
 from tests.conftest import data_path
-from ingest.source import RecordError, open_source
 
-DATA = data_path("realdata", "tunix", "v0.1.7")  # committed copy of ../shared/realdata/tunix/v0.1.7
+DATA = data_path("realdata", "tunix", "v0.1.7")
 
 SUMMARY = json.loads((DATA / "summary.json").read_text()) if DATA.is_dir() else {"cases": []}
 CASES = {c["file"]: c for c in SUMMARY["cases"]}
@@ -299,8 +301,15 @@ def test_conversation_mode():
 
 
 def test_ids_are_stable_across_reads():
-    for name in ("orchestrator_group.Token.json", "trajectory_log_orchestrator_group.csv", "submitted.Token.json"):
-        assert [r.id for r in read_ok(name)] == [r.id for r in read_ok(name)]
+    # derived from the file's name and the record's place in it, never from the read itself
+    expected = {
+        "orchestrator_group.Token.json": [f"orchestrator_group.Token#{g}.{i}" for g in (0, 1) for i in (0, 1, 2)],
+        "trajectory_log_orchestrator_group.csv": [f"trajectory_log_orchestrator_group#{i}" for i in range(6)],
+        "submitted.Token.json": ["submitted.Token"],
+    }
+    for name, ids in expected.items():
+        first = [r.id for r in read_ok(name)]
+        assert first == ids and [r.id for r in read_ok(name)] == first
 
 
 def test_run_and_step_from_context():

@@ -10,13 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES
-from tests.helpers import ingest
-
-from ingest.formats import ReadContext, registry, verifiers
+from ingest.errors import RecordError
+from ingest.formats import registry, verifiers
+from ingest.formats._verifiers_arrays import compact
+from ingest.formats.base import ReadContext
 from ingest.graph import branches, pair_tool_calls
 from ingest.schema import Ending, Rollout
-from ingest.source import RecordError, open_source
+from ingest.source import open_source
+from tests.conftest import FIXTURES
+from tests.helpers import ingest
 
 DATA = FIXTURES / "realdata" / "verifiers"
 
@@ -84,7 +86,7 @@ def test_group_with_advantages_run_step_policy():
 def test_compact_arrays_round_trip():
     (r,) = read(DATA / "train_multi_tool.jsonl")
     raw = json.loads((DATA / "train_multi_tool.jsonl").read_text())["traces"][0]["nodes"][1]
-    assert verifiers.compact(r.nodes[1], r.nodes[1].logprobs) == raw["logprobs"]
+    assert compact(r.nodes[1], r.nodes[1].logprobs) == raw["logprobs"]
 
 
 def test_run_directory_step_from_path_and_effective_preferred(tmp_path):

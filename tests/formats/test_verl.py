@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 
-from ingest.formats import ReadContext, verl
+from ingest.errors import RecordError
+from ingest.formats import verl
+from ingest.formats.base import ReadContext
 from ingest.schema import Ending, Rollout
-from ingest.source import RecordError, open_source
+from ingest.source import open_source
 
 
 def lines(tmp_path, name, *records):

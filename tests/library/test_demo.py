@@ -1,4 +1,4 @@
-"""The synthetic demo run (ingest/demo.py): size, determinism, dynamics and trace invariants."""
+"""The synthetic demo run (ingest/demo/): size, determinism, dynamics and trace invariants."""
 from __future__ import annotations
 
 import json
@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from ingest import demo
-from ingest.formats import ReadContext
+from ingest.demo import render, scripts, toy_tokenizer
 from ingest.formats import native
+from ingest.formats.base import ReadContext
 from ingest.schema import Ending, Rollout
 from ingest.source import open_source
 
@@ -23,9 +24,9 @@ PER_TOKEN = ("mask", "is_content", "logprobs", "advantages", "reference_logprobs
 
 
 @pytest.fixture(scope="module")
-def generated() -> tuple[list[Rollout], demo.ToyTokenizer]:
+def generated() -> tuple[list[Rollout], toy_tokenizer.ToyTokenizer]:
     # How long generation takes is measured by bench/ingest_and_pages.py, not asserted here.
-    tok = demo.ToyTokenizer()
+    tok = toy_tokenizer.ToyTokenizer()
     rollouts = list(demo.generate(tokenizer=tok))
     return rollouts, tok
 
@@ -51,6 +52,7 @@ def test_default_run_has_30_steps_of_8_groups_of_8(run):
         assert len({m.task.key for m in members}) == 1
 
 
+@pytest.mark.slow
 def test_same_seed_gives_identical_bytes(tmp_path: Path):
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     assert demo.write(a) == 1920
@@ -136,7 +138,7 @@ def test_masks_logprobs_and_scaffold(run):
                 continue
             assert node.sampled and node.policy_version is not None
             assert node.mask[-1] is False and node.is_content[-1] is False
-            assert node.token_ids[-1] == demo.IM_END
+            assert node.token_ids[-1] == toy_tokenizer.IM_END
             assert any(node.mask)
             for m, lp in zip(node.mask, node.logprobs):
                 assert (lp is not None and lp < 0) if m else lp is None
@@ -154,26 +156,26 @@ def test_calls_and_evidence(run):
     for r in run:
         assistants = [i for i, n in enumerate(r.nodes) if n.message.role == "assistant"]
         assert [c.node for c in r.calls] == assistants
-        assert 1 <= len(assistants) <= demo.MAX_TURNS
+        assert 1 <= len(assistants) <= scripts.MAX_TURNS
         for c in r.calls:
-            assert c.model == demo.MODEL
-            assert c.sampling == {"temperature": 1.0, "max_tokens": demo.MAX_TOKENS}
+            assert c.model == render.MODEL
+            assert c.sampling == {"temperature": 1.0, "max_tokens": scripts.MAX_TOKENS}
             assert c.finish_reason in ("tool_call", "stop", "length")
             assert c.usage.output_tokens == sum(r.nodes[c.node].mask)
             assert c.time.start < c.time.end
             assert r.step - 1 <= c.policy_version <= r.step and c.policy_version >= 0
         ev = r.ending.evidence
         assert ev.last_finish_reason == r.calls[-1].finish_reason
-        assert ev.turns == len(assistants) and ev.max_turns == demo.MAX_TURNS
-        assert ev.last_output_token_cap == demo.MAX_TOKENS
+        assert ev.turns == len(assistants) and ev.max_turns == scripts.MAX_TURNS
+        assert ev.last_output_token_cap == scripts.MAX_TOKENS
         assert ev.output_tokens == sum(sum(n.mask) for n in r.nodes)
         assert r.policy.start <= r.policy.end
         if r.ending.type == Ending.length_cut:
-            assert ev.last_finish_reason == "length" and ev.last_output_tokens == demo.MAX_TOKENS
+            assert ev.last_finish_reason == "length" and ev.last_output_tokens == scripts.MAX_TOKENS
         else:
-            assert ev.last_output_tokens < demo.MAX_TOKENS
+            assert ev.last_output_tokens < scripts.MAX_TOKENS
         if r.ending.type == Ending.truncated:
-            assert ev.turns == demo.MAX_TURNS and ev.last_finish_reason == "tool_call"
+            assert ev.turns == scripts.MAX_TURNS and ev.last_finish_reason == "tool_call"
         if r.ending.type == Ending.submitted:
             assert ev.last_finish_reason == "stop" and r.ending.detail == "final_answer"
     assert any(r.policy.start != r.policy.end for r in run)
@@ -189,6 +191,7 @@ def test_error_rollouts(run):
     assert not any(r.errors for r in run if r.ending.type != Ending.error)
 
 
+@pytest.mark.slow
 def test_advantages_use_the_errors_dropped_baseline(run):
     groups: dict[str, list[Rollout]] = defaultdict(list)
     for r in run:
@@ -219,6 +222,7 @@ def test_hostile_html_reaches_tool_output(run):
     assert 0 < len(hostile) < 0.1 * len(run)
 
 
+@pytest.mark.slow
 def test_round_trip(run):
     for r in run:
         assert Rollout.model_validate(r.to_json_dict()) == r
@@ -238,13 +242,14 @@ def test_written_file_reads_back_through_the_native_reader(tmp_path: Path):
 
 
 def test_tokenizer_is_stable_and_lossless():
-    assert demo.tokenize("Answer: 395") == demo.tokenize("Answer: 395")
-    ids = demo.tokenize("hello world")
+    # CRC-32 of each piece, the same in every process and version (a pinned value, not a second call)
+    assert toy_tokenizer.tokenize("Answer: 395") == [25075, 4047, 12898]
+    ids = toy_tokenizer.tokenize("hello world")
     assert len(ids) == 2 and all(16 <= i < 32000 for i in ids)
-    assert ids == [demo.tokenize("hello")[0], demo.tokenize(" world")[0]]
-    assert demo.tokenize(" world") != demo.tokenize("world")   # the leading space is part of it
+    assert ids == [toy_tokenizer.tokenize("hello")[0], toy_tokenizer.tokenize(" world")[0]]
+    assert toy_tokenizer.tokenize(" world") != toy_tokenizer.tokenize("world")   # the leading space is part of it
     text = 'def f(x):\n    return {"a": x}  \n\n\tdone. '
-    pieces = demo._PIECE.findall(text)
+    pieces = toy_tokenizer._PIECE.findall(text)
     assert "".join(pieces) == text
     assert pieces[:6] == ["def", " f", "(", "x", ")", ":"] and "   " in pieces and " return" in pieces
 
@@ -253,7 +258,7 @@ def _colliding_pair() -> tuple[str, str]:
     seen: dict[int, str] = {}
     for i in range(100_000):
         w = f"w{i}"
-        j = demo._crc_id(w)
+        j = toy_tokenizer._crc_id(w)
         if j in seen:
             return seen[j], w
         seen[j] = w
@@ -262,12 +267,12 @@ def _colliding_pair() -> tuple[str, str]:
 
 def test_colliding_pieces_get_distinct_ids_first_seen_keeps_its_hash():
     a, b = _colliding_pair()
-    tok = demo.ToyTokenizer()
+    tok = toy_tokenizer.ToyTokenizer()
     ia, _, ib, _, ia2 = tok.encode(f"{a}\n{b}\n{a}")
-    assert ia == ia2 == demo._crc_id(a) and ib != ia and 16 <= ib < 32000
+    assert ia == ia2 == toy_tokenizer._crc_id(a) and ib != ia and 16 <= ib < 32000
     assert tok.encode(b) == [ib] and tok.pieces()[ia] == a and tok.pieces()[ib] == b
-    other = demo.ToyTokenizer()
-    assert other.encode(b)[0] == demo._crc_id(b) and other.encode(a)[0] != demo._crc_id(a)
+    other = toy_tokenizer.ToyTokenizer()
+    assert other.encode(b)[0] == toy_tokenizer._crc_id(b) and other.encode(a)[0] != toy_tokenizer._crc_id(a)
 
 
 def _expected_body(node) -> str:
@@ -301,8 +306,8 @@ def test_run_tokenizer_decodes_every_id(generated, tmp_path: Path):
     tok.write(path)
     vocab = load(path)
     assert vocab.kind == "tokenizer.json" and not vocab.dummy_prefix
-    assert {demo.IM_START, demo.IM_END} <= vocab.special
-    assert decode_pieces(vocab, [demo.IM_START, demo.ROLE_TOKEN["tool"]])[1].text == "tool\n"
+    assert {toy_tokenizer.IM_START, toy_tokenizer.IM_END} <= vocab.special
+    assert decode_pieces(vocab, [toy_tokenizer.IM_START, toy_tokenizer.ROLE_TOKEN["tool"]])[1].text == "tool\n"
     used = {i for r in run for n in r.nodes for i in n.token_ids or ()}
     assert all(vocab.piece(i) is not None for i in used)
     sample = [r for r in run if r.id == "s000-g7-r0" or r.step % 7 == 3]
@@ -336,7 +341,7 @@ def test_run_tokenizer_is_a_real_huggingface_tokenizer(generated, tmp_path: Path
                 body = node.token_ids[2:-1]
                 text = hf.decode(body)
                 assert hf.encode(text, add_special_tokens=False).ids == body
-    assert hf.token_to_id("<|im_end|>") == demo.IM_END
+    assert hf.token_to_id("<|im_end|>") == toy_tokenizer.IM_END
 
 
 def test_write_writes_the_tokenizer_beside_the_run(tmp_path: Path):
@@ -349,12 +354,13 @@ def test_write_writes_the_tokenizer_beside_the_run(tmp_path: Path):
     tj = (tmp_path / "x.tokenizer.json").read_bytes()
     assert tj == (tmp_path / "other.json").read_bytes() == (tmp_path / "only.json").read_bytes()
     assert not (tmp_path / "y.tokenizer.json").exists() and not (tmp_path / "z.tokenizer.json").exists()
-    tok = demo.ToyTokenizer()
+    tok = toy_tokenizer.ToyTokenizer()
     list(demo.generate(tokenizer=tok, **kw))
     assert tj == tok.to_json().encode()
     assert json.loads(tj)["model"]["type"] == "WordLevel"
 
 
+@pytest.mark.slow
 def test_cli_demo_writes_tokenizer_and_pages_show_text(tmp_path: Path):
     from fastapi.testclient import TestClient
 

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import data_path
-
 from ingest import tokenizer as tok
+from tests.conftest import data_path
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tokenizers"
 MISTRAL_V1 = FIXTURES / "mistral-v1-tokenizer.model"

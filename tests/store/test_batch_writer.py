@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from app.db import models
-from app.store import write
+from app.store import outage, write
 from app.store.prepare import content_hash, prepare
 from tests.helpers import ingest, rollout, write_jsonl
 
@@ -69,7 +69,7 @@ def test_the_analytics_hooks_cost_at_most_11_statements_per_batch_whatever_the_s
 
 def test_the_hash_is_the_canonical_json_and_prepare_matches(engine):
     r = rollout("x1")
-    assert prepare(r).content_hash == content_hash(r)
+    assert prepare(r).summary["content_hash"] == content_hash(r)
     other = rollout("x1", reward=0.5)
     assert content_hash(other) != content_hash(r)
 
@@ -126,7 +126,7 @@ def test_a_transaction_that_gives_way_to_another_writer_is_tried_again_not_quara
     # and its one-by-one fallback are tried again; every rollout lands, none is quarantined.
     import psycopg
 
-    monkeypatch.setattr(write, "retry_waits", lambda _seconds=0: [0.01] * 3)
+    monkeypatch.setattr(outage, "retry_waits", lambda _seconds=0: [0.01] * 3)
     left = [3]  # the batch, its fallback, and the fallback's retry each give way once
 
     def gives_way(conn, written):

@@ -10,14 +10,14 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from tests.conftest import FIXTURES
-from tests.helpers import ingest, stored
-
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
-from app.queries.rollouts import RolloutFilters
+from app.queries.rollout_list import RolloutFilters
 from app.store.load import iter_rollouts
 from ingest import export
+from ingest.formats.samples import training_samples
+from tests.conftest import FIXTURES
+from tests.helpers import ingest, stored
 
 REAL = FIXTURES / "realdata"
 SOURCES = {  # run → files (real data of each format read)
@@ -81,7 +81,7 @@ def test_training_samples_round_trip_through_the_verl_reader(engine, fresh, tmp_
 
 def test_parquet_holds_the_same_samples(engine, tmp_path):
     assert ingest(engine, *SOURCES["at"], run="at").ok
-    rows = [s for r in iter_rollouts(engine, "at", RolloutFilters()) for s in export.training_samples(r)]
+    rows = [s for r in iter_rollouts(engine, "at", RolloutFilters()) for s in training_samples(r)]
     out = tmp_path / "s.parquet"
     assert export.write(iter_rollouts(engine, "at", RolloutFilters()), "parquet", out) == len(rows) == 4
     table = pq.read_table(out).to_pylist()

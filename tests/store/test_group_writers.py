@@ -9,7 +9,8 @@ import pytest
 import sqlalchemy as sa
 
 from app.db import models
-from app.store.write import ensure_run, prepare_all, write_in
+from app.store.prepare import prepare_all
+from app.store.write import ensure_run, write_in
 from ingest.schema import Rollout
 
 F = models.Finding.__table__

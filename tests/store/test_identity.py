@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
@@ -42,6 +43,7 @@ def test_summary_names_replaced_and_cleared(db_url, tmp_path, monkeypatch):
     eng.dispose()
 
 
+@pytest.mark.slow
 def test_every_command_names_its_database_first_and_finds_the_same_one_from_any_folder(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROLLSCOPE_")}
     env["XDG_DATA_HOME"] = str(tmp_path / "data")  # platformdirs' user data folder

@@ -7,11 +7,15 @@ from alembic.migration import MigrationContext
 from sqlmodel import SQLModel
 
 import app.db.models  # noqa: F401
+from app.db.engine import make_engine
 from app.db.migrate import include_name, upgrade
 
 
-def test_migrations_match_models(engine):
+def test_migrations_match_models(empty_db_url):
+    engine = make_engine(empty_db_url, writer=True)
+    upgrade(engine)
     upgrade(engine)  # again: idempotent
     with engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn, opts={"include_name": include_name}), SQLModel.metadata)
     assert diff == []
+    engine.dispose()

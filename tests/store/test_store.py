@@ -7,9 +7,9 @@ import json
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
+from app.cli import app as cli
 from app.db import models
 from app.db.tokenarrays import unpack_bits, unpack_floats, unpack_ids
-from app.cli import app as cli
 from tests.conftest import data_path
 from tests.helpers import ingest, rollout, write_jsonl
 

@@ -44,12 +44,12 @@ def test_prev_next_follow_prefix_filters_and_sort(client, engine, tmp_path):
     desc = client.get("/runs/r1/rollouts.json?step=3&sort=-reward").json()["list_query"]
     assert _walk(client, "r2", quote(desc, safe="")) == ["r2", "r5", "r0", "r4", "r1", "r3"]
     # a task prefix (the QA case: no prev / next at all before)
-    prefix = "task%3Dcalc%252F"
+    prefix = "task%3Dcalc%252F%252A"  # task=calc/*
     nav = client.get(f"/runs/r1/rollouts/r2.json?list={prefix}").json()["list_nav"]
     assert (nav["prev"], nav["next"]) == ("r1", "r3")
     assert _walk(client, "r0", prefix) == ["r0", "r1", "r2", "r3", "other-step"]
     # prefix and sort together, with an agent filter
-    both = "task%3Dcalc%252F%26sort%3D-reward%26agent%3Dsolver"
+    both = "task%3Dcalc%252F%252A%26sort%3D-reward%26agent%3Dsolver"
     assert _walk(client, "r1", both) == ["r1", "r3"]
     nav = client.get(f"/runs/r1/rollouts/r3?list={both}").text
     assert 'data-prev="/runs/r1/rollouts/r1?list=' in nav and 'data-next=""' in nav

@@ -1,5 +1,5 @@
 """Media parts in the message view and its JSON twin: a typed placeholder with media type and
-size (`[image · image/png · 34 KB]`), never the bytes. No file under ../shared/realdata carries an
+size (`[image · image/png · 34 KB]`), never the bytes. No file under tests/fixtures/realdata carries an
 image, so the input is a chat transcript written here with a 34 KiB PNG as a `data:` URL."""
 from __future__ import annotations
 

@@ -15,11 +15,11 @@ import pytest
 from app.auth import issue
 from app.config import Settings
 from app.main import create_app
-from tests.helpers import serving
-from ingest.formats import ReadContext
 from ingest.formats import swe_agent
+from ingest.formats.base import ReadContext
 from ingest.source import open_source
 from tests.conftest import data_path
+from tests.helpers import serving
 
 RUN_FILE = data_path("realdata", "swe-agent", "marshmallow-code__marshmallow-1867.function_calling_replace.traj")
 
@@ -208,10 +208,10 @@ def test_database_down_is_503_and_nothing_is_lost(tmp_path):
         assert r.status_code == 503 and r.headers["Retry-After"] == "5"
         # spans taken before the database failed are kept and stored later, never dropped
         rec = app.state.otlp_receiver if getattr(app.state, "otlp_receiver", None) else None
-        from app.routes.receive import Receiver
-        from ingest.otel import decode_json
+        from app.worker.trace_intake import TraceIntake
+        from ingest.otel.wire import decode_json
 
-        rec = rec or Receiver(app)
+        rec = rec or TraceIntake(app)
         rec.assembler.add(decode_json(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [chat, root]}]}]})), 0.0)
         with pytest.raises(Exception):
             rec.flush()

@@ -115,8 +115,8 @@ def test_trace_spool_torn_line_and_exactly_once(engine, tmp_path):
     """The spool on the real database: a line torn by a crash is skipped and the next append
     starts a new line; a range is committed once, a later range again (the rollout replaced)."""
     from app.worker.trace_spool import TraceSpool
-    from ingest.otel import decode_json
-    from ingest.otel_genai import rollout_from_spans
+    from ingest.otel.read import rollout_from_spans
+    from ingest.otel.wire import decode_json
 
     def spans(*items):
         return decode_json(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": list(items)}]}]}))

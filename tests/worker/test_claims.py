@@ -9,13 +9,15 @@ import signal
 import time
 from datetime import timedelta
 
+import pytest
 import sqlalchemy as sa
 
 from app.db import models
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
+from app.worker.claims import LEASE
 from app.worker.run import run, wait_for
-from app.worker.spool import LEASE, Spool
+from app.worker.spool import Spool
 from ingest.formats.native import write_line
 from tests.helpers import rollout
 from tests.worker import new_pg_database, rollouts_stored, start_worker, stop_worker_and_drop
@@ -29,6 +31,8 @@ def _claim(engine):
         return conn.execute(sa.select(S.c.claimed_by, S.c.claimed_until, S.c.offset)).first()
 
 
+@pytest.mark.postgres
+@pytest.mark.slow
 def test_a_worker_restarted_after_sigkill_takes_over_its_dead_predecessors_file_at_once(tmp_path, monkeypatch):
     name, url = new_pg_database("rs_claims")
     spool = tmp_path / "spool" / "c"
@@ -60,6 +64,7 @@ def test_a_worker_restarted_after_sigkill_takes_over_its_dead_predecessors_file_
     assert f"{f}: taking over from worker {held.claimed_by}: its database session is gone" in err, err[-3000:]
 
 
+@pytest.mark.postgres
 def test_a_live_workers_claim_is_not_taken_and_an_unknown_holder_is_named_with_its_lease(tmp_path):
     name, url = new_pg_database("rs_claims")
     engine = make_engine(url, writer=True)

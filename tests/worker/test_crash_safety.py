@@ -12,17 +12,20 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from app.db import models
 from app.db.engine import make_engine
 from app.worker.run import wait_for
 from app.worker.sync import ingest_paths
-from ingest.formats import ReadContext
+from ingest.formats.base import ReadContext
 from ingest.formats.native import write_line
 from tests.conftest import ROOT
 from tests.helpers import rollout
 from tests.worker import rollouts_stored
+
+pytestmark = pytest.mark.slow
 
 R, S, Q = models.Rollout.__table__, models.SpoolFile.__table__, models.Quarantine.__table__
 N = 240
@@ -121,11 +124,13 @@ def test_sigkill_loses_nothing_sqlite(tmp_path):
     _crash_run(f"sqlite:///{tmp_path / 'crash.db'}", tmp_path, workers=1, seed=1, batch=5)
 
 
+@pytest.mark.postgres
 def test_sigkill_loses_nothing_postgres_two_workers(tmp_path):
-    from tests.conftest import _pg_admin, PG_URL
     import uuid
 
     from sqlalchemy.engine import make_url
+
+    from tests.conftest import PG_URL, _pg_admin
 
     name = f"rs_crash_{uuid.uuid4().hex[:10]}"
     with _pg_admin() as conn:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import sqlalchemy as sa
 
 from app.db import models
@@ -21,9 +22,12 @@ from tests.conftest import ROOT, _pg_admin
 from tests.helpers import rollout
 from tests.worker import new_pg_database, start_worker, stop_worker_and_drop
 
+pytestmark = pytest.mark.slow
+
 R = models.Rollout.__table__
 
 
+@pytest.mark.postgres
 def test_worker_survives_its_connections_being_cut(tmp_path):
     name, url = new_pg_database("rs_outage")
     spool = tmp_path / "spool" / "outage"
@@ -95,6 +99,7 @@ def test_a_database_down_at_start_is_retried_with_the_ingest_budget_then_one_lin
     assert sum("retrying in" in x for x in lines) == 2, lines
 
 
+@pytest.mark.postgres
 def test_a_database_that_comes_up_during_the_wait_is_used(tmp_path):
     """The server is unreachable at first (nothing listens on the port); once the CLI says it
     is retrying, a forwarder to the real Postgres opens there: the ingest goes through."""

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from sqlalchemy.engine import make_url
 
 from app.worker.run import wait_for
@@ -29,6 +30,8 @@ def _pg(**parts) -> str:
     return make_url(PG_URL).set(**parts).render_as_string(hide_password=False)
 
 
+@pytest.mark.postgres
+@pytest.mark.slow
 def test_an_unusable_database_fails_at_once_naming_it_and_what_is_wrong(tmp_path):
     data = tmp_path / "r.jsonl"
     data.write_bytes(write_line(rollout("a")))
@@ -67,6 +70,7 @@ def test_a_url_that_does_not_parse_is_named_with_its_password_masked(tmp_path):
     assert out.returncode == 2 and "s3cret-pw" not in out.stderr and "mysql://root:***@x/y" in out.stderr, out.stderr
 
 
+@pytest.mark.postgres
 def test_a_worker_whose_database_is_dropped_stops_with_one_line(tmp_path):
     # An outage is waited out for as long as the worker runs; a database that no longer exists
     # is not an outage: the worker says so and stops (exit 2) instead of retrying forever.

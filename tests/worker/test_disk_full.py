@@ -23,6 +23,8 @@ from ingest.formats.native import write_line
 from tests.conftest import ROOT
 from tests.helpers import rollout
 
+pytestmark = pytest.mark.slow
+
 R = models.Rollout.__table__
 Q = models.Quarantine.__table__
 N = 120

@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from app.db import models
@@ -58,6 +59,7 @@ def _seen(engine, name: str) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_once_waits_for_a_document_being_written_then_reads_it(tmp_path):
     db = f"sqlite:///{tmp_path / 'once.db'}"
     spool = tmp_path / "spool"
@@ -82,6 +84,7 @@ def test_once_waits_for_a_document_being_written_then_reads_it(tmp_path):
     engine.dispose()
 
 
+@pytest.mark.slow
 def test_once_names_what_it_left_unread_and_exits_1(tmp_path):
     db = f"sqlite:///{tmp_path / 'once.db'}"
     spool = tmp_path / "spool"

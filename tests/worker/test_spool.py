@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from app.db import models
@@ -134,6 +135,7 @@ def test_cases_11_good_lines_land_bad_line_quarantined_with_line_and_byte(engine
     assert bad.line == 2 and f"byte {bad_at}" in bad.error
 
 
+@pytest.mark.slow
 def test_sigterm_stops_cleanly_and_a_second_sqlite_worker_is_refused(tmp_path):
     db = tmp_path / "w.db"
     spool = tmp_path / "spool"
@@ -171,6 +173,7 @@ def _rows(engine) -> tuple[list, list]:
     return rollouts, quarantined
 
 
+@pytest.mark.slow
 def test_parser_processes_store_exactly_what_the_worker_alone_stores(engine, tmp_path):
     # A file many stretches long, read ahead and parsed by a parser process while the worker
     # writes: the same rows, the same rejections (line and byte), the same offsets as parsing
@@ -205,6 +208,7 @@ def test_parser_processes_store_exactly_what_the_worker_alone_stores(engine, tmp
     alone.dispose()
 
 
+@pytest.mark.slow
 def test_a_killed_worker_leaves_no_parser_process_behind(tmp_path):
     # The pool's processes die with the worker (PR_SET_PDEATHSIG), even on SIGKILL.
     spool = tmp_path / "spool"

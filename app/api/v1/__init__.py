@@ -1,5 +1,6 @@
 """`/api/v1`: runs, steps, metrics, groups, rollouts (list, one, a branch's messages and token
-arrays), findings, labels and notes, and a run's export (streamed). Every JSON response is a
+arrays), findings, labels and notes, a run's export (streamed), HTTP ingest and the ingest
+status. Every JSON response is a
 pydantic model (the OpenAPI schema is exact); every error is
 `{"error": {"code", "message", "field"}}` (app.errors).
 
@@ -12,12 +13,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.api.v1 import export, findings, groups, index, labels, rollouts, runs
+from app.api.v1 import export, findings, groups, index, ingest, labels, rollouts, runs, status
 from app.api.v1.schemas import ERRORS
-from app.deps import RefuseUnknownQuery
+from app.deps import READ_ON_READS, RefuseUnknownQuery
 
-router = APIRouter(prefix="/api/v1", dependencies=[RefuseUnknownQuery], responses=ERRORS)
+# Every operation checks the read token here (writes, through READ_ON_READS, check their own
+# scope instead: `WriteToken` or `AdminToken` in their signature).
+router = APIRouter(prefix="/api/v1", dependencies=[RefuseUnknownQuery, READ_ON_READS], responses=ERRORS)
 router.add_api_route("", index.api_index, response_model=index.ApiIndex, tags=["index"])
 router.add_api_route("/", index.api_index, response_model=index.ApiIndex, include_in_schema=False)
-for module in (runs, rollouts, groups, findings, labels, export):
+for module in (runs, rollouts, groups, findings, labels, export, ingest, status):
     router.include_router(module.router)

@@ -15,15 +15,17 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
-from app.api.v1.rollouts import Filters, RunId, known_run
-from app.deps import ReadToken, SessionDep
+from app.api.v1.rollouts import RunId, known_run
+from app.deps import SessionDep
 from app.errors import ApiError
+from app.params import Filters
 from app.store.load import iter_rollouts
-from ingest.export import FORMATS, SAMPLE_FORMATS, Counted, Export, no_samples_message
+from ingest.export import Counted, Export, no_samples_message
+from ingest.formats.registry import WRITERS
 
 router = APIRouter(tags=["export"])
 
-ExportFormat = Enum("ExportFormat", {f: f for f in FORMATS}, type=str)  # type: ignore[misc]
+ExportFormat = Enum("ExportFormat", {f: f for f in WRITERS}, type=str)  # type: ignore[misc]
 NDJSON = "application/x-ndjson"
 PARQUET = "application/vnd.apache.parquet"
 _BINARY = {"schema": {"type": "string", "format": "binary"}}
@@ -46,7 +48,7 @@ def file_name(run_id: str, fmt: str) -> str:
                                             f"(`{NDJSON}`) for every format but `parquet` "
                                             f"(`{PARQUET}`)"}})
 def export_run(
-    request: Request, session: SessionDep, _: ReadToken, run: RunId, filters: Filters,
+    request: Request, session: SessionDep, run: RunId, filters: Filters,
     format: Annotated[ExportFormat, Query(description="native: rollscope/1 JSONL; verifiers: Episode JSONL; "  # noqa: A002
                                           "atif: ATIF-v1.7 JSONL; samples: flat training samples JSONL; "
                                           "parquet: the samples as Parquet; otlp: OTLP/JSON lines "
@@ -65,7 +67,7 @@ def export_run(
     body = Export(rollouts, fmt)
     chunks = iter(body)
     first = next(chunks, None)
-    if fmt in SAMPLE_FORMATS and body.records == 0:
+    if WRITERS[fmt].samples and body.records == 0:
         raise ApiError(422, no_samples_message(rollouts.n), field="format")
     return StreamingResponse(itertools.chain([] if first is None else [first], chunks), media_type=media_type(fmt),
                              headers={"Content-Disposition": f'attachment; filename="{file_name(run_id, fmt)}"'})

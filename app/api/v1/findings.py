@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query, Request
 
 from app import urls
 from app.api.v1.schemas import Page
-from app.deps import ReadToken, SessionDep
+from app.deps import SessionDep
 from app.errors import ApiError
 from app.params import OptCount
 from app.queries import findings as q_findings
@@ -41,7 +41,7 @@ class FindingItem(PageModel):
 
 
 @router.get("/runs/{run}/findings", response_model=Page[FindingItem])
-def list_findings(request: Request, session: SessionDep, _: ReadToken, run: Annotated[str, Path()],
+def list_findings(request: Request, session: SessionDep, run: Annotated[str, Path()],
                   kind: Annotated[str | None, Query(description="a finding kind")] = None,
                   severity: Annotated[str | None, Query(description="info, warning or error")] = None,
                   after: OptCount = None, limit: Annotated[int | None, Query(ge=1, le=1000)] = None):

@@ -6,7 +6,7 @@ from urllib.parse import unquote
 
 from fastapi import APIRouter, Path
 
-from app.deps import ReadToken, SessionDep
+from app.deps import SessionDep
 from app.errors import ApiError
 from app.views.groups import GroupPage, group_page
 
@@ -14,7 +14,7 @@ router = APIRouter(tags=["groups"])
 
 
 @router.get("/runs/{run}/groups/{group}", response_model=GroupPage)
-def get_group(session: SessionDep, _: ReadToken, run: Annotated[str, Path(description="run id")],
+def get_group(session: SessionDep, run: Annotated[str, Path(description="run id")],
               group: Annotated[str, Path(description="group id")]):
     """A group: members (the latest attempt of each rollout id) with reward, ending and advantage
     under both baselines (errored rollouts scored 0, and dropped), the baselines' mean, std and

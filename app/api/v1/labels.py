@@ -13,7 +13,7 @@ from fastapi import APIRouter, Body, Path, Response
 from pydantic import BaseModel, Field
 
 from app.api.v1.schemas import Items
-from app.deps import ReadToken, SessionDep, WriteToken, token_label
+from app.deps import SessionDep, WriteToken, token_label
 from app.errors import ApiError
 from app.params import Int32
 from app.queries import annotations as q_annotations
@@ -63,7 +63,7 @@ def _label(label: str) -> str:
 
 
 @router.get("/runs/{run}/rollouts/{rollout}/labels", response_model=Items[LabelView])
-def get_labels(session: SessionDep, _: ReadToken, run: RunId, rollout: RolloutId):
+def get_labels(session: SessionDep, run: RunId, rollout: RolloutId):
     """The rollout's labels, each with its author (token name)."""
     run_id, rollout_id = _rollout(session, run, rollout)
     rows = q_annotations.labels_of(session=session, run_id=run_id, rollout_ids=[rollout_id]).get(rollout_id, [])
@@ -92,7 +92,7 @@ def delete_label(session: SessionDep, token: WriteToken, run: RunId, rollout: Ro
 
 
 @router.get("/runs/{run}/rollouts/{rollout}/notes", response_model=Items[NoteView])
-def get_rollout_notes(session: SessionDep, _: ReadToken, run: RunId, rollout: RolloutId):
+def get_rollout_notes(session: SessionDep, run: RunId, rollout: RolloutId):
     """The notes on a rollout, one per author."""
     run_id, rollout_id = _rollout(session, run, rollout)
     return Items[NoteView](items=[note_view(n) for n in q_annotations.notes_of(session=session, run_id=run_id,
@@ -120,7 +120,7 @@ def delete_rollout_note(session: SessionDep, token: WriteToken, run: RunId, roll
 
 
 @router.get("/runs/{run}/steps/{step}/notes", response_model=Items[NoteView])
-def get_step_notes(session: SessionDep, _: ReadToken, run: RunId, step: Annotated[Int32, Path(ge=0)]):
+def get_step_notes(session: SessionDep, run: RunId, step: Annotated[Int32, Path(ge=0)]):
     """The notes on a training step, one per author."""
     run_id = _run(session, run)
     return Items[NoteView](items=[note_view(n) for n in q_annotations.notes_of(session=session, run_id=run_id,

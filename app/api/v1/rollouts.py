@@ -8,22 +8,24 @@ from typing import Annotated, Any
 from urllib.parse import unquote
 
 import numpy as np
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import BaseModel, create_model
 
 from app import urls
 from app.api.v1.schemas import Page
-from app.deps import ReadToken, SessionDep
+from app.db.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
+from app.deps import SessionDep
 from app.errors import ApiError
-from app.params import Count, OptCount, OptFloat, OptInt, OptStr, check_rollout_filters
+from app.params import Count, Filters, OptCount, OptInt, check_cursors, check_rollout_filters
 from app.queries import findings as q_findings
 from app.queries import nodes as q_nodes
+from app.queries import rollout_list
 from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
-from app.queries.rollouts import RolloutFilters
-from app.db.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
+from app.queries.rollout_list import RolloutFilters
 from app.views.common import PageModel, RolloutSummary, model_of, summary_fields, with_labels
-from app.views.rollout import AttemptView, FindingView, RolloutHeader, finding_view
+from app.views.rollout.findings import FindingView, finding_view
+from app.views.rollout.models import AttemptView, RolloutHeader
 from ingest import checks
 from ingest.graph import branches
 from rollscope import schemas
@@ -51,41 +53,26 @@ def _limit(request: Request, limit: int | None) -> int:
     return limit or api.page_size
 
 
-def rollout_filters(
-    step: OptCount = None, ending: OptStr = None, group: OptStr = None, task: OptStr = None,
-    reward_min: OptFloat = None, reward_max: OptFloat = None,
-    flag: Annotated[str | None, Query(description="a finding kind")] = None,
-    label: Annotated[str | None, Query(description="a label given to the rollout (any author)")] = None,
-    staleness: Annotated[OptCount, Query(description="policy versions behind (step − policy version)")] = None,
-) -> RolloutFilters:
-    """The rollouts list's filters as query parameters (the list and the export take them)."""
-    return RolloutFilters(step=step, ending=ending, group=group, task=task, reward_min=reward_min,
-                          reward_max=reward_max, flag=flag, label=label, staleness=staleness)
-
-
-Filters = Annotated[RolloutFilters, Depends(rollout_filters)]
-
-
 def known_run(session, run: str, filters: RolloutFilters, after: str | None = None) -> str:
     """The decoded run id; 404 for an unknown run, 422 for a filter value no rollout can have."""
     run_id = unquote(run)
     if q_runs.get_run(session=session, run_id=run_id) is None:
         raise ApiError(404, f"no run {run_id!r}", field="run")
-    check_rollout_filters(session, run_id, ending=filters.ending, flag=filters.flag, after=after)
+    check_rollout_filters(session, run_id, filters)
+    check_cursors(sort=None, after=after)
     return run_id
 
 
 @router.get("/runs/{run}/rollouts", response_model=RolloutPage, response_model_exclude_unset=True)
 def list_rollouts(
-    request: Request, session: SessionDep, _: ReadToken, run: RunId, filters: Filters,
+    request: Request, session: SessionDep, run: RunId, filters: Filters,
     after: Annotated[str | None, Query(description="`next` of the previous page")] = None,
     limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
     fields: Annotated[str | None, Query(description="comma-separated fields of each item, e.g. "
                                         "`rollout_id,reward,ending` (default: all)")] = None,
 ):
-    """A run's rollouts, filtered like the list page, ordered by (step, ingest order), one keyset
-    page at a time. `reward_min`/`reward_max` are inclusive; `flag` keeps rollouts with a finding
-    of that kind; `label` those labelled so."""
+    """A run's rollouts, filtered as the list page is (the same filters, docs/api.md "Filters"),
+    ordered by (step, ingest order), rollouts without a step last, one keyset page at a time."""
     run_id = known_run(session, run, filters, after)
     chosen = SUMMARY_FIELDS
     if fields:
@@ -95,7 +82,9 @@ def list_rollouts(
             raise ApiError(422, f"unknown field(s) {', '.join(unknown) or '(none given)'}; fields: "
                            + ", ".join(SUMMARY_FIELDS), field="fields")
     n = _limit(request, limit)
-    rows, nxt = q_rollouts.list_rollouts(session=session, run_id=run_id, filters=filters, after=after, limit=n)
+    got = rollout_list.page(session=session, run_id=run_id, filters=filters, columns=rollout_list.list_columns(),
+                            after=after, limit=n)
+    rows, nxt = got["rows"], got["next"]
     full = [summary_fields(r, json=True) for r in rows]
     if "labels" in chosen:
         with_labels(session, run_id, full)
@@ -149,7 +138,7 @@ def _paths(session, pk: int) -> tuple[list, list[list[int]]]:
 
 
 @router.get("/runs/{run}/rollouts/{rollout}", response_model=RolloutDetail)
-def get_rollout(session: SessionDep, _: ReadToken, run: RunId, rollout: RolloutId, attempt: OptInt = None):
+def get_rollout(session: SessionDep, run: RunId, rollout: RolloutId, attempt: OptInt = None):
     """One rollout (the latest attempt, or `attempt`): summary, attempts, envelope, findings,
     message graph and branches."""
     run_id, rollout_id = unquote(run), unquote(rollout)
@@ -230,7 +219,7 @@ class MessagePage(PageModel):
 
 
 @router.get("/runs/{run}/rollouts/{rollout}/branches/{branch}/messages", response_model=MessagePage)
-def get_branch_messages(request: Request, session: SessionDep, _: ReadToken, run: RunId, rollout: RolloutId,
+def get_branch_messages(request: Request, session: SessionDep, run: RunId, rollout: RolloutId,
                         branch: Annotated[Count, Path()], attempt: OptInt = None, offset: OptCount = None,
                         limit: Annotated[int | None, Query(ge=1, le=1000)] = None):
     """The messages of one branch, root first, `limit` at a time from `offset`. Strings longer
@@ -276,7 +265,7 @@ def _arrays(session, pk: int, path: list[int]) -> dict[str, np.ndarray]:
                              "description": "JSON, or with `Accept: application/x-ndarray` a NumPy .npz "
                                             "archive of int32 `node`, `token_ids`, bool `mask`, float32 "
                                             "`logprobs`, `advantages` (NaN = missing)"}})
-def get_branch_tokens(request: Request, session: SessionDep, _: ReadToken, run: RunId, rollout: RolloutId,
+def get_branch_tokens(request: Request, session: SessionDep, run: RunId, rollout: RolloutId,
                       branch: Annotated[Count, Path()], attempt: OptInt = None):
     """A branch's token arrays. JSON by default; `Accept: application/x-ndarray` gives the compact
     binary form, a NumPy NPZ archive (`numpy.load(io.BytesIO(body))`), float32 as stored."""

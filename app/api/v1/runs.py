@@ -8,11 +8,11 @@ from urllib.parse import unquote
 from fastapi import APIRouter, Path, Response
 
 from app.api.v1.schemas import Items
-from app.deps import AdminToken, ReadToken, SessionDep
+from app.deps import AdminToken, SessionDep
 from app.errors import ApiError
 from app.queries import runs as q_runs
-from app.views.runs import RunHeader, RunRow, RunTotals, StepView, run_summary, runs_page
 from app.views.common import PageModel
+from app.views.runs import RunHeader, RunRow, RunTotals, StepView, run_summary, runs_page
 
 router = APIRouter(tags=["runs"])
 RunId = Annotated[str, Path(description="run id (`/` encoded as `%2F`)")]
@@ -46,27 +46,27 @@ def _page(session, run_id: str):
 
 
 @router.get("/runs", response_model=Items[RunRow])
-def list_runs(session: SessionDep, _: ReadToken):
+def list_runs(session: SessionDep):
     """Every run: rollouts, steps, mean reward (errors scored 0 / dropped), ending counts."""
     return Items[RunRow](items=runs_page(session, json=True).runs)
 
 
 @router.get("/runs/{run}", response_model=RunDetail)
-def get_run(session: SessionDep, _: ReadToken, run: RunId):
+def get_run(session: SessionDep, run: RunId):
     """One run with its totals over every step."""
     page = _page(session, run)
     return RunDetail(run=page.run, endings=page.endings, totals=page.totals)
 
 
 @router.get("/runs/{run}/steps", response_model=Items[StepView])
-def get_steps(session: SessionDep, _: ReadToken, run: RunId):
+def get_steps(session: SessionDep, run: RunId):
     """The run's training steps with their rollups: counts and rates per ending, mean reward with
     errored rollouts scored 0 and dropped, and the rollouts excluded for a missing reward."""
     return Items[StepView](items=_page(session, run).steps)
 
 
 @router.get("/runs/{run}/metrics", response_model=RunMetrics)
-def get_metrics(session: SessionDep, _: ReadToken, run: RunId):
+def get_metrics(session: SessionDep, run: RunId):
     """The run's per-step metrics as columns, ready to plot."""
     page = _page(session, run)
     s = page.steps

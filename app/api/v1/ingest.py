@@ -1,0 +1,154 @@
+"""`POST /api/v1/ingest`: NDJSON over HTTP, through the same readers and store as files.
+
+Check, parse, hand off, push back when full (the receiver of Arize-ai/phoenix
+`src/phoenix/server/api/routers/v1/traces.py`, minus its silent drops): a write token is required
+(401 / 403); at most `api.ingest_max_inflight` requests are processed at once and the next one
+is answered 429 with `Retry-After` before its body is read; a database that is down gives 503
+with `Retry-After`. Nothing is dropped silently: every line gets a result, accepted (with its
+URL), unchanged, or rejected (with the field and the reason), and rejected lines are quarantined
+as file rejections are.
+
+The body may be gzip (`Content-Encoding: gzip`, or gzip bytes: app.receivers.body). Query: `run` (applied to every
+record, as `rollscope ingest --run`), `format` (a reader name; detected by content otherwise),
+`step` (for records that carry none). The records' source file is `http/<sha256 of the body>`:
+re-sending the same body (a retry after a timeout) gives the same ids and is `unchanged`.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import sqlalchemy as sa
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.concurrency import run_in_threadpool
+
+from app import urls
+from app.api.v1.schemas import ErrorBody
+from app.deps import WriteToken
+from app.errors import ApiError
+from app.receivers.body import BodyError, read_body
+from app.store.prepare import prepare_or_error
+from app.store.write import BATCH, StoreResult, write_in
+from ingest.errors import RecordError
+from ingest.fields import INT32_MAX
+from ingest.files import read_records
+from ingest.formats.base import ReadContext
+from ingest.formats.registry import detect, explain, get
+
+# The error bodies it can answer, described in the OpenAPI document like the rest of /api/v1.
+from ingest.source import Source
+
+_PUSHBACK = {status: {"model": ErrorBody, "description": d} for status, d in {
+    413: "the body is larger than the ingest limit", 415: "the body is not NDJSON (one JSON object per line)",
+    429: "too many ingest requests in flight: retry after `Retry-After` seconds",
+    503: "the database is unavailable: retry after `Retry-After` seconds"}.items()}
+router = APIRouter(tags=["ingest"], responses=_PUSHBACK)
+
+MAX_BODY = 512 << 20  # uncompressed bytes per request
+RETRY_AFTER_BUSY = 1
+RETRY_AFTER_DOWN = 5
+
+
+class Gate:
+    """At most `limit` ingest requests in process at once; the rest are told to come back."""
+
+    def __init__(self, limit: int):
+        self._sem = threading.BoundedSemaphore(limit)
+
+    def enter(self) -> bool:
+        return self._sem.acquire(blocking=False)
+
+    def leave(self) -> None:
+        self._sem.release()
+
+
+def _busy(retry_after: int, detail: str, status: int) -> HTTPException:
+    return HTTPException(status, detail, headers={"Retry-After": str(retry_after)})
+
+
+@router.post("/ingest")
+async def ingest(
+    request: Request,
+    token: WriteToken,
+    run: Annotated[str | None, Query(max_length=300, description="run id applied to every record")] = None,
+    format: Annotated[str | None, Query(max_length=50, description="reader name; detected if absent")] = None,
+    step: Annotated[int | None, Query(ge=0, le=INT32_MAX, description="step for records that carry none")] = None,
+) -> dict:
+    """Ingest NDJSON records (any supported format, gzip allowed); one result per line.
+
+    Returns `{"accepted": n, "unchanged": n, "rejected": n, "results": [{"line", "status",
+    "id", "url"} | {"line", "status": "rejected", "field", "error"}]}`. 401 without a token,
+    403 with a read token, 400 for gzip that does not inflate, 413 over 512 MB, 415 for a body that
+    is not NDJSON or an encoding other than gzip, 429 when busy and
+    503 when the database is down (both with `Retry-After`).
+    """
+    gate: Gate = request.app.state.ingest_gate
+    if not gate.enter():
+        raise _busy(RETRY_AFTER_BUSY, "the ingest queue is full; retry after the delay given", 429)
+    try:
+        try:
+            data = await read_body(request, limit=MAX_BODY)
+        except BodyError as exc:
+            raise HTTPException(exc.status, exc.message) from None
+        base = str(request.base_url).rstrip("/")
+        try:
+            return await run_in_threadpool(_ingest, request.app.state.engine, data, run, format, step, base)
+        except sa.exc.OperationalError as exc:
+            raise _busy(RETRY_AFTER_DOWN, f"the database is unavailable: {str(exc.orig or exc).splitlines()[0]}",
+                        503) from None
+    finally:
+        gate.leave()
+
+
+def _ingest(engine, data: bytes, run: str | None, fmt: str | None, step: int | None, base: str) -> dict:
+    name = f"http/{hashlib.sha256(data).hexdigest()[:16]}.jsonl"
+    source = Source(Path(name), "jsonl", None, size=len(data), data=data)
+    source.first = next((v for _, v in source.lines() if isinstance(v, dict)), None)
+    source.position, source.last_line, source.last_raw = 0, None, None
+    try:
+        reader = get(fmt) if fmt else detect(source)
+    except KeyError as exc:
+        raise ApiError(422, str(exc.args[0]), field="format") from None
+    if reader is None:
+        if source.first is None and data.strip():
+            raise HTTPException(415, "the body is not NDJSON: one JSON object per line")
+        raise ApiError(422, explain(source) if data.strip() else "empty body", field="body")
+    ctx = ReadContext(run_id=run, step=step, format=fmt)
+    items = list(read_records(reader, source, ctx, []))
+    results: list[dict] = []
+    pending: list[tuple[int, object]] = []  # (index in results, prepared or error)
+    for item in items:
+        if isinstance(item, RecordError):
+            pending.append((len(results), item))
+            results.append({"line": item.line, "status": "rejected", "field": item.field, "error": item.message})
+            continue
+        p = prepare_or_error(item)
+        pending.append((len(results), p))
+        if isinstance(p, RecordError):
+            results.append({"line": item.source.get("line"), "id": item.id, "status": "rejected",
+                            "field": p.field, "error": p.message})
+        else:
+            results.append({"line": item.source.get("line"), "id": item.id, "run": item.run.id,
+                            "attempt": item.attempt, "status": None})
+    total = StoreResult()
+    for start in range(0, len(pending), BATCH):
+        part = pending[start:start + BATCH]
+        prepared = [p for _, p in part if not isinstance(p, RecordError)]
+        errors = [p for _, p in part if isinstance(p, RecordError)]
+        with engine.begin() as conn:
+            total.add(write_in(conn, prepared, errors))
+    counts = {"accepted": 0, "unchanged": 0, "rejected": 0}
+    for r in results:
+        if r["status"] is None:
+            outcome = total.outcomes.get((r["run"], r["id"], r["attempt"]), "rejected")
+            r["status"] = {"inserted": "accepted", "replaced": "accepted"}.get(outcome, outcome)
+            if r["status"] == "rejected":
+                r["error"] = next((e.message for e in total.errors if e.line == r["line"]), "not stored")
+            else:
+                r["url"] = base + urls.rollout(r["run"], r["id"], **({"attempt": r["attempt"]} if r["attempt"] else {}))
+            if r["attempt"] == 0:
+                del r["attempt"]
+        counts[r["status"]] += 1
+    return {**counts, "results": results}

@@ -1,0 +1,130 @@
+"""The `rollscope` command: ingest, export, recheck, quarantine, worker, link, serve, demo,
+rebuild-analytics, schema, token. One module per command group; this one assembles them (in the
+order `rollscope --help` lists them) and holds the console entry point, `main`.
+
+Configuration comes from the environment through `get_settings()` (`ROLLSCOPE_DATABASE_URL`,
+`ROLLSCOPE_WORKER__BATCH_SIZE`, ...: app/config.py and the README's table); `--db` anywhere on
+the command line overrides the database (app/cli/common.py).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+from rich.text import Text
+
+from app.cli import common, demo, export, ingest, link, quarantine, rebuild, schema, serve, token, worker
+from app.cli.common import console
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Rollscope: a trace inspector for agentic RL.")
+app.callback()(common.choose_database)
+app.command()(ingest.ingest)
+app.command()(export.export)
+app.command()(rebuild.recheck)
+app.command()(quarantine.quarantine)
+app.command()(worker.worker)
+app.command()(link.link)
+app.add_typer(token.token_app, name="token")
+app.command()(serve.serve)
+app.command()(demo.demo)
+app.command("rebuild-analytics")(rebuild.rebuild_analytics)
+app.command()(schema.schema)
+
+
+def main() -> None:
+    """The console entry point: no traceback reaches a user unless `--debug` is given."""
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    debug = "--debug" in sys.argv[1:]
+    if debug:
+        sys.argv.remove("--debug")
+    sys.argv[1:] = hoist_db(sys.argv[1:])
+    try:
+        code = app(standalone_mode=False)  # click returns a command's exit code instead of exiting
+        raise SystemExit(code if isinstance(code, int) else 0)
+    except typer.Exit as exc:
+        raise SystemExit(exc.exit_code) from None
+    except click_exceptions() as exc:
+        exc.show()
+        raise SystemExit(exc.exit_code) from None
+    except (KeyboardInterrupt, EOFError):
+        console.print("interrupted", markup=False)
+        raise SystemExit(130) from None
+    except Exception as exc:  # noqa: BLE001 - one line, not a traceback
+        if debug:
+            raise
+        from app.db.unusable import DatabaseUnusable, why_unusable
+        from app.store.outage import database_gone, out_of_space
+
+        first = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        detail = first[0][:300] if first else type(exc).__name__
+        url = os.environ.get("ROLLSCOPE_DATABASE_URL") or os.environ.get("ROLLSCOPE_DB__URL")
+        why = why_unusable(exc, url)
+        if why:  # waiting would not help: say which database, and what is wrong with it
+            shown = exc.url if isinstance(exc, DatabaseUnusable) else common.sa_url_shown(url or "")
+            console.print(Text.assemble(("error: ", "red"), f"the database {shown} cannot be used: {why} "
+                                        "(not retried: waiting will not fix this)"), soft_wrap=True)
+            raise SystemExit(2) from None
+        if database_gone(exc):
+            n = getattr(exc, "rollouts_committed", None)
+            done = f"{n} rollouts were committed; " if n is not None else ""
+            what = "has no space left" if out_of_space(exc) else "is unreachable"
+            waited = getattr(exc, "retried_seconds", None)
+            tried = f" after retrying for {waited:g} s" if waited else ""
+            console.print(Text.assemble(("error: ", "red"), f"the database {what}{tried} ({detail}); {done}"
+                                        "re-run the same command to resume (what is stored is not written again)"),
+                          soft_wrap=True)
+            raise SystemExit(3) from None
+        from pydantic import ValidationError
+
+        if isinstance(exc, ValidationError):  # a setting (or --db) the app cannot use: say which, and why
+            for e in exc.errors():
+                where = ".".join(str(x) for x in e.get("loc", ()))
+                msg = str(e.get("msg", "")).removeprefix("Value error, ")
+                console.print(Text.assemble(("error: ", "red"), f"setting {where}: {msg}" if where else msg),
+                              soft_wrap=True)
+            raise SystemExit(2) from None
+        import sqlalchemy as sa
+
+        where = f"database {common.sa_url_shown(url)}; " if url and isinstance(exc, sa.exc.DBAPIError) else ""
+        console.print(Text.assemble(("error: ", "red"), f"{type(exc).__name__}: {detail} ({where}--debug shows the "
+                                                        "traceback)"), soft_wrap=True)
+        raise SystemExit(1) from None
+
+
+def hoist_db(args: list[str]) -> list[str]:
+    """`--db URL` (or `--db=URL`) is accepted anywhere on the command line, before or after the
+    command (`rollscope ingest x.jsonl --db sqlite:///x.db`): moved to the front, where the
+    group's option is parsed. A `--db` after `--` is left alone."""
+    end = args.index("--") if "--" in args else len(args)
+    head, rest, moved, i = args[:end], args[end:], [], 0
+    kept: list[str] = []
+    while i < len(head):
+        if head[i] == "--db" and i + 1 < len(head):
+            moved += head[i:i + 2]
+            i += 2
+            continue
+        if head[i].startswith("--db="):
+            moved.append(head[i])
+        else:
+            kept.append(head[i])
+        i += 1
+    return moved + kept + rest
+
+
+def click_exceptions() -> tuple[type[Exception], ...]:
+    """Usage errors (shown as typer shows them, exit code 2): typer's vendored click, or click."""
+    out: list[type[Exception]] = []
+    try:
+        from typer._click.exceptions import ClickException
+
+        out.append(ClickException)
+    except ImportError:
+        pass
+    try:
+        import click
+
+        out.append(click.exceptions.ClickException)
+    except ImportError:
+        pass
+    return tuple(out)

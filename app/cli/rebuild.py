@@ -1,0 +1,55 @@
+"""`rollscope recheck` and `rollscope rebuild-analytics`: recompute from what is stored (today's
+checks; the per-step rollups and the search index)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from app.cli.common import console, open_engine, out, parse_added
+
+
+def recheck(
+    run: Annotated[str, typer.Option(help="Run whose stored rollouts are checked again.")],
+    tokenizer: Annotated[Path | None, typer.Option(help="The run's tokenizer, as for `ingest` (the checks that need one are skipped without it).", exists=True)] = None,
+    added_token: Annotated[list[str], typer.Option("--added-token", help="Extra vocabulary entry ID=PIECE (repeatable).")] = [],  # noqa: B006
+) -> None:
+    """Run today's checks over a run's stored rollouts and replace their findings (rollouts
+    stored before a check existed get it without re-ingesting the files). Labels and notes are
+    kept. Exits 2 when the run has no rollouts."""
+    from app.config import get_settings
+    from app.store.recheck import recheck_run
+
+    if added_token and tokenizer is None:
+        raise typer.BadParameter("--added-token extends a tokenizer: give --tokenizer too", param_hint="--added-token")
+    check_context = None
+    if tokenizer is not None:
+        from ingest.checks.context import load_context
+
+        try:
+            check_context = load_context(tokenizer, parse_added(added_token))
+        except ValueError as exc:
+            console.print(Text.assemble(("error: ", "red"), str(exc)), soft_wrap=True)
+            raise typer.Exit(2) from None
+    try:
+        total = recheck_run(open_engine(), run, context=check_context, batch_size=get_settings().worker.batch_size)
+    except KeyError:
+        console.print(Text.assemble(("error: ", "red"), f"run {run!r} has no stored rollouts"), soft_wrap=True)
+        raise typer.Exit(2) from None
+    out.print(Text(f"re-checked {total.inserted + total.replaced} rollouts of {run}: {total.findings} findings"
+                   + (f", {total.rejected} could not be stored again" if total.rejected else "")))
+
+
+def rebuild_analytics(
+    run: Annotated[str | None, typer.Option(help="Only this run (default: every run).")] = None,
+) -> None:
+    """Recompute the per-step rollups and the search index from what is stored (ingest keeps both
+    current; this is for databases that hold rollouts from before they existed)."""
+    from app.store import rollups, search
+
+    with open_engine().begin() as conn:
+        steps = rollups.rebuild(conn, run)
+        docs = search.rebuild(conn, run)
+    out.print(f"rollups of {steps} steps, {docs} messages indexed for search")

@@ -1,0 +1,61 @@
+"""`rollscope worker`: the live-ingest worker over spool folders (app/worker/run.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from app.cli.common import console, open_engine
+
+
+def worker(
+    spool: Annotated[list[Path], typer.Option("--spool", help="A folder collectors write trace files into "
+                                              "(repeatable; default ROLLSCOPE_WORKER__SPOOL_DIR). Created if missing.")] = [],  # noqa: B006
+    poll: Annotated[float, typer.Option(help="Seconds between looks at the folders when nothing is left to read.",
+                                        min=0.05, max=60)] = 0.5,
+    torn_after: Annotated[float, typer.Option(help="Seconds a file must stop growing before a last line without "
+                                              "its newline is reported as torn and skipped.", min=0.1)] = 30.0,
+    once: Annotated[bool, typer.Option("--once", help="Read what is there, then exit (no tailing): a document still "
+                                       "being written is waited for up to the settle time (2 s); a file left unread "
+                                       "is named with why, and the exit code is then 1.")] = False,
+    parsers: Annotated[int | None, typer.Option(help="Processes that parse and check the next stretches of a file "
+                                                "while the worker writes one: for machines with spare cores (default "
+                                                "ROLLSCOPE_WORKER__PARSERS, 0: the worker parses).", min=0, max=64)] = None,
+    heartbeat: Annotated[Path | None, typer.Option(help="A file touched on every pass, for health checks "
+                                                   "(docker-compose.yml).")] = None,
+) -> None:
+    """Ingest trace files from spool folders as collectors append to them, exactly once.
+
+    Appended JSONL lines are read as they arrive (a partial last line waits for its newline),
+    .gz files are read as streams, other files once they stop changing. Each file's offset is
+    committed with the rows it produced, so a restart resumes exactly there; renamed, rotated,
+    truncated and deleted files are followed. SIGTERM stops cleanly. On Postgres several workers
+    may share the folders; on SQLite one worker writes. With --once it exits 1 when it left a file
+    unread (each named on stderr with why).
+    """
+    from app.config import get_settings
+    from app.worker.run import WorkerLocked, run, sqlite_lock, stop_on_signals
+
+    dirs = spool or [get_settings().worker.spool_dir]
+    for d in dirs:
+        d.mkdir(parents=True, exist_ok=True)
+    engine = open_engine()
+    try:
+        lock = sqlite_lock(engine)
+    except WorkerLocked as exc:
+        console.print(Text.assemble(("error: ", "red"), str(exc)), soft_wrap=True)
+        raise typer.Exit(2) from None
+    stop = stop_on_signals()
+    console.print(f"worker: reading {', '.join(str(d) for d in dirs)}", markup=False, soft_wrap=True)
+    ran = run(engine, dirs, stop=stop, poll=poll, once=once, torn_after=torn_after, heartbeat=heartbeat,
+              batch_lines=get_settings().worker.batch_size,
+              parsers=get_settings().worker.parsers if parsers is None else parsers,
+              log=lambda msg: console.print(msg, markup=False, soft_wrap=True))
+    left = f"; left {len(ran.left)} file{'s' if len(ran.left) != 1 else ''} unread" if ran.left else ""
+    console.print(f"worker: stopped after {ran.commits} commits{left}", markup=False, soft_wrap=True)
+    if lock is not None:
+        lock.close()
+    if ran.left:
+        raise typer.Exit(1)

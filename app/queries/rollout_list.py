@@ -1,0 +1,225 @@
+"""The one rollouts-list engine: the filters every list takes (the rollouts page, its JSON twin
+and CSV, `/api/v1/runs/{run}/rollouts`, the export), sortable columns and keyset pages that each
+have their own URL. Counts and facets: app/queries/rollout_facets.py. What each filter means is
+documented once, in docs/api.md ("Filters").
+
+Keyset pages: the order is (sort column, pk), NULL values last in either direction; a cursor is
+`<value>~<pk>` (`n~<pk>` inside the NULL tail). A page deep in a million rows costs what the first
+page costs. `before=` walks back, so Back, reload and shared links return the same rows.
+
+`task` and `group` match exactly; a value ending in `*` matches by prefix (`task=gsm8k/*`).
+A prefix compares by range (`task >= p AND task < p + U+10FFFF`, plus an exact LIKE), so the
+(run_id, task_key) / (run_id, group_id) indexes serve it; this is exact under byte-order
+collations (SQLite, Postgres `C` / `C.UTF-8`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from app.db import models
+from app.queries.annotations import labelled
+from app.queries.common import SUMMARY_COLUMNS, attempt_columns
+from app.queries.steps import StepRange
+from ingest.fields import INT32_MAX, INT32_MIN
+
+R = models.Rollout.__table__
+SORTS = {"step": R.c.step, "reward": R.c.reward, "tokens": R.c.n_tokens, "turns": R.c.n_turns}
+TOP = "\U0010ffff"
+NO_AGENT = "(none)"  # `agent=(none)`: the rollouts that name no agent (the agent facet's "(none)" value)
+PREFIX = "*"  # a `task` / `group` value ending in it matches by prefix
+
+
+@dataclass
+class RolloutFilters:
+    """The filters of every rollouts list (docs/api.md, "Filters"). `step` one step, or `steps`
+    a range `A-B` (inclusive, either end open); `ending` exact; `task`, `group` exact, or a prefix
+    when ending in `*`; `agent` exact, `(none)` (NO_AGENT) for the rollouts without one;
+    `reward_min` / `reward_max` inclusive; `flag` a finding kind (the rollout's own, or its
+    group's for a group-scope kind); `label` a label given to the rollout (any author);
+    `staleness` policy versions behind (step − the oldest policy version that sampled it), exact."""
+
+    # in the order the URLs name them (`as_query`)
+    step: int | None = None
+    ending: str | None = None
+    group: str | None = None
+    task: str | None = None
+    reward_min: float | None = None
+    reward_max: float | None = None
+    flag: str | None = None
+    label: str | None = None
+    staleness: int | None = None
+    steps: str | None = None
+    agent: str | None = None
+
+    def as_query(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if v is not None and v != ""}
+
+    def step_range(self) -> StepRange:
+        if self.step is not None:
+            return StepRange(self.step, self.step)
+        return StepRange.parse(self.steps)
+
+
+def is_prefix(value: str | None) -> bool:
+    return bool(value) and value.endswith(PREFIX)
+
+
+def _prefix(col, prefix: str):
+    esc = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return sa.and_(col >= prefix, col < prefix + TOP, col.like(esc + "%", escape="\\"))
+
+
+def matches(col, value: str):
+    """`col` equal to `value`, or starting with it when it ends in `*` (by range: see above)."""
+    return _prefix(col, value[:-1]) if is_prefix(value) else col == value
+
+
+def where(run_id: str, f: RolloutFilters, *, skip: str | None = None) -> list:
+    """WHERE clauses of the filters (without the one named `skip`, for its own facet)."""
+    out = [R.c.run_id == run_id]
+    if skip != "step":
+        if f.step is not None:
+            out.append(R.c.step == f.step)
+        elif f.steps:
+            out.append(StepRange.parse(f.steps).where(R.c.step))
+    if f.ending and skip != "ending":
+        out.append(R.c.ending == f.ending)
+    if f.group:
+        out.append(matches(R.c.group_id, f.group))
+    if f.task and skip != "task":
+        out.append(matches(R.c.task_key, f.task))
+    if f.agent and skip != "agent":
+        out.append(sa.or_(R.c.agent.is_(None), R.c.agent == "") if f.agent == NO_AGENT else R.c.agent == f.agent)
+    if f.reward_min is not None:
+        out.append(R.c.reward >= f.reward_min)
+    if f.reward_max is not None:
+        out.append(R.c.reward <= f.reward_max)
+    if f.staleness is not None:
+        out.append(R.c.staleness == f.staleness)
+    if f.flag and skip != "flag":
+        from app.queries.findings import has_finding
+
+        out.append(has_finding(f.flag))  # the rollout's own finding, or its group's for a group-scope kind
+    if f.label:
+        out.append(labelled(R.c.run_id, R.c.rollout_id, f.label))
+    return out
+
+
+def list_columns() -> list:
+    """The summary columns of a list row, with its attempt count (app.queries.common)."""
+    return [*SUMMARY_COLUMNS, *attempt_columns()]
+
+
+# --- keyset pages -----------------------------------------------------------------------------
+
+def encode_cursor(value, pk: int) -> str:
+    if value is None:
+        return f"n~{pk}"
+    if isinstance(value, float):
+        return f"{value!r}~{pk}"
+    return f"{value}~{pk}"
+
+
+def decode_cursor(cursor: str, sort: str) -> tuple[object, int]:
+    """'value~pk' → (value or None, pk); ValueError for anything else."""
+    value, sep, pk = cursor.rpartition("~")
+    if not sep:
+        raise ValueError(cursor)
+    n = int(pk)
+    if not 0 <= n <= INT32_MAX:
+        raise ValueError(cursor)
+    if value == "n":
+        return None, n
+    v = float(value) if sort == "reward" else int(value)
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ValueError(cursor)
+    if isinstance(v, int) and not INT32_MIN <= v <= INT32_MAX:
+        raise ValueError(cursor)
+    return v, n
+
+
+def parse_sort(sort: str | None) -> tuple[str, bool]:
+    """'-reward' → ('reward', True). ValueError for an unknown column."""
+    s = sort or "step"
+    desc = s.startswith("-")
+    name = s.lstrip("-")
+    if name not in SORTS:
+        raise ValueError(f"sort: one of {', '.join(SORTS)} (prefix - for descending)")
+    return name, desc
+
+
+def page(*, session: Session, run_id: str, filters: RolloutFilters, columns: list, sort: str | None = None,
+         after: str | None = None, before: str | None = None, limit: int = 50) -> dict:
+    """One page of rows in (sort column, pk) order, NULLs last; `after` / `before` are cursors of
+    the neighbouring page's last / first row. Returns {"rows", "next", "prev"} (cursors or None)."""
+    name, desc = parse_sort(sort)
+    col = SORTS[name]
+    base = where(run_id, filters)
+    back = before is not None
+    cur = decode_cursor(before if back else after, name) if (before or after) else None
+    # Walking forward in `desc` order is walking the index backwards; `before` flips it again.
+    forward_desc = desc != back
+
+    def ordered(q, nulls: bool):
+        if nulls:
+            return q.order_by(R.c.pk.desc() if back else R.c.pk)
+        return q.order_by(*((col.desc(), R.c.pk.desc()) if forward_desc else (col, R.c.pk)))
+
+    def value_part(n: int, cursor):
+        q = sa.select(*columns).where(*base, col.is_not(None))
+        if cursor is not None:
+            v, pk = cursor
+            cmp = sa.tuple_(col, R.c.pk) < sa.tuple_(sa.literal(v), sa.literal(pk)) if forward_desc else \
+                sa.tuple_(col, R.c.pk) > sa.tuple_(sa.literal(v), sa.literal(pk))
+            q = q.where(cmp)
+        return list(session.execute(ordered(q, False).limit(n)).all())
+
+    def null_part(n: int, after_pk: int | None, before_pk: int | None = None):
+        q = sa.select(*columns).where(*base, col.is_(None))
+        if after_pk is not None:
+            q = q.where(R.c.pk > after_pk)
+        if before_pk is not None:
+            q = q.where(R.c.pk < before_pk)
+        return list(session.execute(ordered(q, True).limit(n)).all())
+
+    n = limit + 1
+    if not back:
+        if cur is not None and cur[0] is None:
+            rows = null_part(n, cur[1])
+        else:
+            rows = value_part(n, cur)
+            if len(rows) < n:
+                rows += null_part(n - len(rows), None)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        has_prev = cur is not None
+    else:
+        if cur[0] is None:
+            rows = null_part(n, None, cur[1])
+            if len(rows) < n:
+                rows += value_part(n - len(rows), None)
+        else:
+            rows = value_part(n, cur)
+        more = len(rows) > limit  # rows before these exist
+        rows = list(reversed(rows[:limit]))
+        has_prev = more
+        more = True  # we came back from a later page
+    key = lambda r: encode_cursor(getattr(r, col.name), r.pk)  # noqa: E731
+    return {"rows": rows, "next": key(rows[-1]) if rows and more else None,
+            "prev": key(rows[0]) if rows and has_prev else None}
+
+
+def neighbours(*, session: Session, run_id: str, filters: RolloutFilters, sort: str | None, row) -> tuple:
+    """The rows just before and after `row` (a rollout row with its pk and sort column) in the
+    list with these filters and this sort, in the order `page` shows it (NULLs last); None at
+    either end. Two one-row keyset pages, so a rollout page's prev / next walk the list shown."""
+    name, _ = parse_sort(sort)
+    cursor = encode_cursor(getattr(row, SORTS[name].name), row.pk)
+    cols = [R.c.pk, R.c.run_id, R.c.rollout_id, R.c.attempt, *SORTS.values()]
+    prev = page(session=session, run_id=run_id, filters=filters, columns=cols, sort=sort, before=cursor, limit=1)
+    nxt = page(session=session, run_id=run_id, filters=filters, columns=cols, sort=sort, after=cursor, limit=1)
+    return (prev["rows"][0] if prev["rows"] else None), (nxt["rows"][0] if nxt["rows"] else None)

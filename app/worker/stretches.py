@@ -1,0 +1,161 @@
+"""Reading a spool file's next stretch of complete lines from its committed offset (app/worker/
+spool.py writes them): plain files by bytes, gzip files as a stream (offsets count uncompressed
+bytes: app/worker/gzstream.py), and deciding how a file is read at all (tailed line by line, or
+whole once it has stopped changing). A last line without its newline waits for it, until the
+file has not grown for `torn_after` seconds: then it is handed over as torn."""
+from __future__ import annotations
+
+import os
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.db import models
+from app.worker.gzstream import GzState, inflate, is_gzip
+from app.worker.spool_files import still_for
+from ingest.jsonio import loads
+
+MAX_LINE_BYTES = 1 << 30  # a line longer than this is refused, not buffered
+
+
+@dataclass
+class Chunk:
+    """Complete lines read from a file: `data` starts at byte `start` (line `line` + 1) and ends
+    at `end`; `torn` is a last line given up on (no newline, the file stopped growing)."""
+
+    data: bytes
+    start: int
+    end: int
+    line: int
+    n_lines: int
+    torn: bytes | None = None
+
+
+@dataclass
+class StretchReader:
+    """Reads stretches of up to `batch_lines` lines or `batch_bytes` bytes, keeping one gzip
+    stream state per file it tails. `say(pk, msg)` logs something about a file once."""
+
+    say: Callable[[int, str], None]
+    batch_lines: int = 200
+    batch_bytes: int = 16 << 20
+    torn_after: float = 30.0  # seconds without growth before a last line without newline is torn
+    settle: float = 2.0  # seconds a non-JSONL file must stay unchanged before it is read
+    gz: dict[int, GzState] = field(default_factory=dict)
+
+    def torn_due(self, row, now) -> bool:
+        """Whether a last line without its newline now counts as torn."""
+        return still_for(row, now, self.torn_after, unknown=False)
+
+    def forget(self, pk: int) -> None:
+        """Drop a file's gzip state (it is read again from the start)."""
+        self.gz.pop(pk, None)
+
+    def mode(self, row, path: Path) -> str | None:
+        """"lines" (JSONL, gzip: tailed), "whole" (a JSON document, CSV: read once settled), or
+        None (too early to tell: the first line is not complete yet)."""
+        if is_gzip(row.head) or row.offset > 0 or row.format:
+            return "lines"
+        try:
+            with path.open("rb") as f:
+                first = f.readline(MAX_LINE_BYTES)
+                settled = time.time() - os.fstat(f.fileno()).st_mtime >= self.settle
+        except OSError:
+            return None
+        if not first.endswith(b"\n"):
+            return "whole" if settled and first.strip() else None
+        try:
+            return "lines" if isinstance(loads(first.removeprefix(b"\xef\xbb\xbf")), dict) else "whole"
+        except (ValueError, UnicodeDecodeError):
+            return "whole"  # "{" alone: pretty-printed JSON; or a broken first line (read whole, probed)
+
+    def finished(self, row, chunk: Chunk) -> bool:
+        """A gzip stream read to its end (appending to a .gz is not a thing writers do); a
+        corrupt one is finished by the spool's `_corrupt`, once what came before the damage is in."""
+        state = self.gz.get(row.pk)
+        return state is not None and state.eof and state.broken is None and chunk.end >= state.out_pos
+
+    def after_commit(self, row, chunk: Chunk) -> None:
+        """Drop what a committed stretch took from the file's gzip buffer."""
+        state = self.gz.get(row.pk)
+        if state is not None:
+            state.buffer = state.buffer[chunk.end - (state.out_pos - len(state.buffer)):]
+
+    def read(self, row, path: Path, at: tuple[int, int] | None = None) -> Chunk | None:
+        """Complete lines from `row.offset` (or from `at`, (byte, lines before it), of a plain
+        file): up to `batch_lines` lines or `batch_bytes` bytes. None when nothing complete is
+        there yet."""
+        if is_gzip(row.head):
+            return self._read_gz(row, path)
+        offset, line = at or (row.offset, row.line)
+        try:
+            with path.open("rb") as f:
+                f.seek(offset)
+                data = f.read(self.batch_bytes)
+                while data and b"\n" not in data and len(data) < MAX_LINE_BYTES:
+                    more = f.read(self.batch_bytes)
+                    if not more:
+                        break
+                    data += more
+        except OSError as exc:
+            self.say(row.pk, f"{row.name}: cannot read: {exc}")
+            return None
+        return self._cut(row, data, at_eof=len(data) < self.batch_bytes or b"\n" not in data, at=(offset, line))
+
+    def _cut(self, row, data: bytes, *, at_eof: bool, at: tuple[int, int] | None = None) -> Chunk | None:
+        """The complete lines at the start of `data` (read from `row.offset`, or from `at`)."""
+        offset, line = at or (row.offset, row.line)
+        lines, pos = 0, 0
+        while lines < self.batch_lines:
+            nl = data.find(b"\n", pos)
+            if nl < 0:
+                break
+            pos, lines = nl + 1, lines + 1
+        if pos:
+            return Chunk(data[:pos], offset, offset + pos, line, lines)
+        if data and at_eof and self.torn_due(row, models.utcnow()):
+            return Chunk(b"", offset, offset + len(data), line, 0, torn=data)
+        return None
+
+    def _read_gz(self, row, path: Path) -> Chunk | None:
+        """Complete lines of a gzip stream from uncompressed offset `row.offset`. A file of
+        several gzip members (`gzip >> file`, also appended later) is read member after member,
+        as `gzip -d` does; a stream whose writer died mid-member ends as a torn last line."""
+        state = self.gz.get(row.pk)
+        if state is not None and state.broken is not None and state.out_pos - len(state.buffer) == row.offset:
+            return self._cut(row, state.buffer, at_eof=False)  # the whole lines before the damage
+        if state is None or state.out_pos - len(state.buffer) != row.offset:
+            state = GzState(zlib.decompressobj(wbits=47), 0, 0)
+            self.gz[row.pk] = state
+            skip = row.offset
+        else:
+            skip = 0
+        try:
+            with path.open("rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if state.eof and size > state.compressed_pos:  # another member was appended
+                    state.zobj, state.eof = zlib.decompressobj(wbits=47), False
+                f.seek(state.compressed_pos)
+                while not state.eof and (skip or b"\n" not in state.buffer[-self.batch_bytes:]
+                                         or len(state.buffer) < self.batch_bytes):
+                    block_at = state.compressed_pos
+                    raw = f.read(1 << 20)
+                    if not raw:
+                        break
+                    state.compressed_pos += len(raw)
+                    out = inflate(state, raw, block_at, size)
+                    state.out_pos += len(out)
+                    state.buffer += out
+                    if skip:
+                        cut = min(skip, len(state.buffer))
+                        state.buffer, skip = state.buffer[cut:], skip - cut
+                at_end = state.eof or state.compressed_pos >= size
+        except OSError as exc:
+            self.gz.pop(row.pk, None)
+            self.say(row.pk, f"{row.name}: cannot read: {exc}")
+            return None
+        if state.broken is not None:
+            return self._cut(row, state.buffer, at_eof=False)  # whole lines first; then `_corrupt`
+        return self._cut(row, state.buffer, at_eof=at_end)

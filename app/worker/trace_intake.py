@@ -1,0 +1,158 @@
+"""Behind the OTLP receiver (app/receivers/otlp.py): the spans it took become rollouts here.
+
+Spans of one trace may come in several requests; `ingest/otel/assembler.py` holds them until the
+root span arrives or the trace has been idle `worker.otlp_idle_seconds`, then the trace is
+stored as one rollout (`ingest/otel/read.py`). Before the receiver answers 200, `accept` has
+appended and fsynced the spans to the spool (app/worker/trace_spool.py, in
+`worker.otlp_spool_dir`); `restore` rebuilds the assembler from it at start-up, and a finished
+trace's rows and its spool offset are committed together (`TraceSpool.commit`), so a killed
+server loses no accepted span and stores no trace twice. A trace that could not be stored is
+put back and retried; a trace that is not GenAI, or that the mapping refuses, is quarantined.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import NamedTuple
+
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from app.worker.trace_spool import TraceSpool
+from ingest.errors import RecordError
+from ingest.formats.base import record_error
+from ingest.otel.assembler import TraceAssembler
+from ingest.otel.read import rollout_from_spans
+from ingest.otel.semconv import is_genai_trace
+from ingest.otel.wire import SpanRecord
+from ingest.schema import Rollout
+
+RETRY_FULL, RETRY_DOWN = 1, 5  # Retry-After seconds for 429 and 503
+PRUNE_EVERY = 60.0  # seconds between sweeps of stored traces' spool files
+
+
+class Refusal(NamedTuple):
+    """Why spans cannot be taken now: the HTTP status (429 too many waiting, 503 the spool cannot
+    be written), a message, and the `Retry-After` seconds."""
+
+    status: int
+    message: str
+    retry_after: int
+
+
+class TraceIntake:
+    """The app's one assembler, its spool, its lock and its idle flusher (`app.state.otlp_receiver`)."""
+
+    def __init__(self, app) -> None:
+        s = app.state.settings
+        self.app = app
+        self.assembler = TraceAssembler(idle=s.worker.otlp_idle_seconds)
+        self.max_pending = s.worker.otlp_max_pending_spans
+        self.spool = TraceSpool(app.state.engine, s.worker.otlp_spool_dir)
+        self.ends: dict[str, int] = {}  # trace id → end of its spool bytes the assembler holds
+        self.restored = False
+        self.lock = threading.Lock()
+        self.task: asyncio.Task | None = None
+        self.pruned_at = 0.0
+
+    def restore(self) -> None:
+        """Rebuild the assembler from the spool (once): every trace with spans not yet stored,
+        idle since its file last changed. Raises the database's error."""
+        with self.lock:
+            if self.restored:
+                return
+            now, wall = time.monotonic(), time.time()
+            for p in self.spool.pending():
+                self.assembler.add(p.spans, now - max(0.0, wall - p.mtime))
+                self.ends[p.trace_id] = max(self.ends.get(p.trace_id, 0), p.end)
+            self.restored = True
+        self.flush()
+
+    def accept(self, spans: list[SpanRecord]) -> Refusal | None:
+        """Spool and hold one request's spans; a 429 or 503 refusal when they cannot be taken."""
+        self.restore()
+        with self.lock:
+            if self.assembler.pending_spans + len(spans) > self.max_pending and spans:
+                return Refusal(429, f"{self.assembler.pending_spans} spans are waiting to be stored; retry later",
+                               RETRY_FULL)
+            try:
+                appended = self.spool.append(spans)
+            except OSError as exc:
+                return Refusal(503, f"the spool cannot be written ({exc.strerror}); retry later", RETRY_DOWN)
+            now = time.monotonic()
+            for a in appended:
+                if a.start and a.trace_id not in self.assembler.open and a.trace_id not in self.assembler.done:
+                    # a late span of a trace stored before a restart: assemble it again with the rest
+                    self.assembler.add(self.spool.read(a.trace_id, a.start)[0], now)
+                self.ends[a.trace_id] = max(self.ends.get(a.trace_id, 0), a.end)
+            self.assembler.add(spans, now)
+        return None
+
+    def flush(self, *, everything: bool = False) -> tuple[int, str | None]:
+        """Store every finished trace: (spans rejected, first reason). Raises the database's
+        error after putting the traces back."""
+        with self.lock:
+            ready = self.assembler.take_finished(time.monotonic(), everything=everything)
+            ends = {tid: self.ends.pop(tid, None) for tid, _ in ready}
+        if not ready:
+            return 0, None
+        items: list[tuple[str, Rollout | RecordError, int | None]] = []
+        rejected, reason = 0, None
+        for tid, spans in ready:
+            if ends[tid] is not None:  # spooled: the file holds every span taken for it, by any process
+                got, end = self.spool.read(tid)
+                if got:
+                    spans, ends[tid] = got, end
+            if not is_genai_trace(spans):
+                err = RecordError("/v1/traces", None, f"trace {tid}", "no GenAI or OpenInference span")
+            else:
+                try:
+                    items.append((tid, rollout_from_spans(spans, source={"format": "otlp", "file": "/v1/traces",
+                                                                         "line": None, "trace_id": tid}), ends[tid]))
+                    continue
+                except Exception as exc:  # noqa: BLE001 - one odd trace is quarantined, never a 500
+                    err = record_error("/v1/traces", None, f"trace {tid}", exc)
+            items.append((tid, err, ends[tid]))
+            rejected += len(spans)
+            reason = reason or err.message
+        try:
+            self.spool.commit(items)
+        except (OperationalError, DBAPIError):
+            with self.lock:
+                self.assembler.put_back(ready, time.monotonic())
+                for tid, end in ends.items():
+                    if end is not None:
+                        self.ends[tid] = max(self.ends.get(tid, 0), end)
+            raise
+        return rejected, reason
+
+    def prune(self) -> None:
+        """Now and then, delete spool files of traces stored longer ago than the assembler keeps them."""
+        if time.monotonic() - self.pruned_at < PRUNE_EVERY:
+            return
+        self.pruned_at = time.monotonic()
+        with self.lock:
+            self.spool.prune(self.assembler.keep)
+
+    def start(self) -> None:
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._idle_loop())
+
+    async def _idle_loop(self) -> None:
+        period = max(0.2, min(5.0, self.assembler.idle / 2))
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await run_in_threadpool(self.restore)
+                await run_in_threadpool(self.flush)
+                await run_in_threadpool(self.prune)
+            except (OperationalError, DBAPIError):
+                pass  # kept; tried again next period
+
+
+def intake(app) -> TraceIntake:
+    """The app's one TraceIntake (`app.state.otlp_receiver`), made on first use."""
+    if getattr(app.state, "otlp_receiver", None) is None:
+        app.state.otlp_receiver = TraceIntake(app)
+    return app.state.otlp_receiver
