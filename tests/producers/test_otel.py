@@ -138,7 +138,9 @@ def send_genai_forms(tp: TracerProvider) -> None:
 
 
 def send_tool_loop(tp: TracerProvider) -> None:
-    """A model call asks for two tools; one runs, one fails (status ERROR, `error.type`); the answer."""
+    """A model call asks for two tools; one runs, one fails (status ERROR, `error.type`); the answer. The
+    failed call's result, as the framework hands it back to the model, is the exception's text: the only
+    signal that it failed is the span's status (and `error.type`)."""
     tracer = tp.get_tracer("producers.agent")
     calls = [{"type": "tool_call", "id": "call_ok", "name": "add", "arguments": {"a": 2, "b": 3}},
              {"type": "tool_call", "id": "call_bad", "name": "divide", "arguments": {"a": 1, "b": 0}}]
@@ -164,7 +166,7 @@ def send_tool_loop(tp: TracerProvider) -> None:
                     {"role": "assistant", "parts": calls},
                     {"role": "tool", "parts": [{"type": "tool_call_response", "id": "call_ok", "response": "5"}]},
                     {"role": "tool", "parts": [{"type": "tool_call_response", "id": "call_bad",
-                                                "response": "error: division by zero"}]}]),
+                                                "response": "ZeroDivisionError: division by zero"}]}]),
                 "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [text_part("5, and 1/0 fails")],
                                                        "finish_reason": "stop"}])}):
             pass

@@ -24,7 +24,7 @@ from fastapi.testclient import TestClient
 
 from app.config import Settings
 from app.main import create_app
-from tests.producers.fake_openai import FakeOpenAI
+from tests.producers.fake_openai import CASE, FakeOpenAI
 from tests.producers.vf_script import GROUP_SIZE, MAX_TURNS, SCRIPT, run_vf_eval
 
 from verifiers.v1 import GroupInfo
@@ -53,10 +53,19 @@ def vf_run(tmp_path_factory) -> dict:
     return {"dir": out, "episodes": episodes, "grouped": grouped, "fake": fake}
 
 
-@pytest.fixture
-def sqlite_api(tmp_path) -> str:
-    """A real SQLite file (the CLI migrates it on first use)."""
-    return f"sqlite:///{tmp_path / 'rollscope.db'}"
+@pytest.fixture(scope="module")
+def db(vf_run, tmp_path_factory) -> str:
+    """The run folder ingested once into a real SQLite file (the CLI migrates it on first use)."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('vf-db') / 'rollscope.db'}"
+    ingest(vf_run["dir"], url)
+    return url
+
+
+@pytest.fixture(scope="module")
+def db_grouped(vf_run, tmp_path_factory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('vf-db-grouped') / 'rollscope.db'}"
+    ingest(vf_run["grouped"], url)
+    return url
 
 
 def ingest(path: Path, db_url: str) -> str:
@@ -70,7 +79,9 @@ def client_for(db_url: str) -> TestClient:
 
 
 def case_of(trace) -> str:
-    return trace.task.data["case"] if isinstance(trace.task.data, dict) else trace.task.data.case
+    """The case is the `[case:NAME]` marker of the task's prompt (`read_episodes` types task data as plain
+    `TaskData`)."""
+    return CASE.search(str(trace.task.data.prompt)).group(1)
 
 
 def is_tool_error(message) -> bool:
@@ -110,10 +121,9 @@ def test_the_cases_happened(vf_run):
         assert sum(is_tool_error(n.message) for n in t.nodes) == 2
 
 
-def test_every_trace_as_verifiers_reads_it(vf_run, sqlite_api):
-    ingest(vf_run["dir"], sqlite_api)
+def test_every_trace_as_verifiers_reads_it(vf_run, db):
     run = vf_run["episodes"][0].run.id
-    with client_for(sqlite_api) as c:
+    with client_for(db) as c:
         rows = rows_by_id(c, run)
         assert len(rows) == sum(len(ep.traces) for ep in vf_run["episodes"])
         for ep in vf_run["episodes"]:
@@ -149,12 +159,11 @@ def test_every_trace_as_verifiers_reads_it(vf_run, sqlite_api):
                 assert env["ending"]["type"] == expected_ending(ep, t), (case, env["ending"], t.stop_condition)
 
 
-def test_harness_tool_errors_count(vf_run, sqlite_api):
+def test_harness_tool_errors_count(vf_run, db):
     """verifiers' chat harness answers an unknown tool and unparsable arguments with `error: ...`
     (lowercase): each is a tool error in the rollout's row."""
-    ingest(vf_run["dir"], sqlite_api)
     run = vf_run["episodes"][0].run.id
-    with client_for(sqlite_api) as c:
+    with client_for(db) as c:
         rows = rows_by_id(c, run)
         for ep in vf_run["episodes"]:
             for t in ep.traces:
@@ -168,13 +177,12 @@ def test_harness_tool_errors_count(vf_run, sqlite_api):
     ("provider-error", "error", None),
     ("tool", "submitted", None),
 ])
-def test_endings(vf_run, sqlite_api, case, ending, detail):
+def test_endings(vf_run, db, case, ending, detail):
     """The turn cap → truncated (`max_turns` kept as the detail); a last generation cut at max_tokens →
     length_cut although verifiers says `agent_completed` (domain.md: a silent truncation); the provider's
     500 → error; a plain answer → submitted."""
-    ingest(vf_run["dir"], sqlite_api)
     run = vf_run["episodes"][0].run.id
-    with client_for(sqlite_api) as c:
+    with client_for(db) as c:
         rows = rows_by_id(c, run)
         mine = [(t, rows[t.id]) for ep in vf_run["episodes"] for t in ep.traces if case_of(t) == case]
         assert len(mine) == GROUP_SIZE
@@ -184,12 +192,11 @@ def test_endings(vf_run, sqlite_api, case, ending, detail):
                 assert row["ending_detail"] == detail
 
 
-def test_provider_error_is_kept(vf_run, sqlite_api):
+def test_provider_error_is_kept(vf_run, db):
     """The provider's failure is on the rollout (its message), and its reward is not counted as a score
     of the policy: the run's error-free mean leaves it out."""
-    ingest(vf_run["dir"], sqlite_api)
     run = vf_run["episodes"][0].run.id
-    with client_for(sqlite_api) as c:
+    with client_for(db) as c:
         for ep in vf_run["episodes"]:
             for t in ep.traces:
                 if case_of(t) != "provider-error":
@@ -199,13 +206,12 @@ def test_provider_error_is_kept(vf_run, sqlite_api):
                 assert "500" in text or "ProviderError" in text, d["envelope"].get("ending")
 
 
-def test_groups_of_an_eval_run(vf_run, sqlite_api):
+def test_groups_of_an_eval_run(vf_run, db):
     """`vf-eval -r 2` samples each task twice: verifiers' EvalConfig calls it "the trainer's group size",
     and its own planner groups the episodes by `task.hash`. The eval run folder names no `group`, so the
     rollouts of one task make one group of 2 (one id per task, never shared between tasks)."""
-    ingest(vf_run["dir"], sqlite_api)
     run = vf_run["episodes"][0].run.id
-    with client_for(sqlite_api) as c:
+    with client_for(db) as c:
         rows = rows_by_id(c, run)
         by_hash = defaultdict(set)
         for ep in vf_run["episodes"]:
@@ -216,30 +222,31 @@ def test_groups_of_an_eval_run(vf_run, sqlite_api):
             gids = {rows[r]["group_id"] for r in members}
             assert len(gids) == 1 and None not in gids, (h, gids)
             ids[h] = gids.pop()
-            assert all(rows[r]["group_size"] == GROUP_SIZE for r in members), [rows[r]["group_size"] for r in members]
+            g = c.get(f"/api/v1/runs/{quote(run, safe='')}/groups/{quote(ids[h], safe='')}").json()
+            assert g["group"]["size"] == GROUP_SIZE, g["group"]
         assert len(set(ids.values())) == len(by_hash)
 
 
-def test_groups_stamped_by_verifiers(vf_run, sqlite_api):
+def test_groups_stamped_by_verifiers(vf_run, db_grouped):
     """The same episodes with verifiers' own `GroupInfo` (as a trainer stamps them): group id as written,
     size 2; and the group page answers."""
-    ingest(vf_run["grouped"], sqlite_api)
     run = vf_run["episodes"][0].run.id
-    with client_for(sqlite_api) as c:
+    with client_for(db_grouped) as c:
         rows = rows_by_id(c, run)
         for ep in vf_run["episodes"]:
             for t in ep.traces:
                 assert rows[t.id]["group_id"] == ep.group.id
-                assert rows[t.id]["group_size"] == GROUP_SIZE
         for gid in {ep.group.id for ep in vf_run["episodes"]}:
             g = c.get(f"/api/v1/runs/{quote(run, safe='')}/groups/{quote(gid, safe='')}")
             assert g.status_code == 200, g.text[:300]
+            assert g.json()["group"]["size"] == GROUP_SIZE
+            assert sorted(m["rollout_id"] for m in g.json()["members"]) == sorted(
+                t.id for ep in vf_run["episodes"] if ep.group.id == gid for t in ep.traces)
 
 
-def test_every_page_answers(vf_run, sqlite_api):
-    ingest(vf_run["dir"], sqlite_api)
+def test_every_page_answers(vf_run, db):
     run = quote(vf_run["episodes"][0].run.id, safe="")
-    with client_for(sqlite_api) as c:
+    with client_for(db) as c:
         for ep in vf_run["episodes"]:
             for t in ep.traces:
                 for url in (f"/runs/{run}/rollouts/{quote(t.id, safe='')}", f"/runs/{run}/rollouts/{quote(t.id, safe='')}.json"):
