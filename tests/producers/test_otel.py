@@ -287,6 +287,12 @@ def test_every_span_arrives(server, sent):
             a = their.attributes
             out = a.get("gen_ai.usage.output_tokens", a.get("llm.token_count.completion"))
             assert (mine.get("usage") or {}).get("output_tokens") == out, (rid, mine)
+        # each tool span's result is a tool message paired with its call
+        tool_ids = {s.attributes.get("gen_ai.tool.call.id") or s.attributes.get("tool_call.id") for s in spans
+                    if s.attributes.get("gen_ai.operation.name") == "execute_tool"
+                    or s.attributes.get("openinference.span.kind") == "TOOL"}
+        paired = {m.get("tool_call_id") for m in messages(server, rid) if m["role"] == "tool"}
+        assert tool_ids <= paired, (rid, tool_ids, paired)
 
 
 @pytest.mark.parametrize("form", FORMS)

@@ -9,7 +9,8 @@ the harness's own tool errors (`error: ...`), rewards (and each rubric component
 
 Cases (one task each): one tool call; a call to an unknown tool and one with arguments that are not
 JSON (the harness answers both `error: ...`); a tool call every turn until `max_turns`; a generation
-cut at `max_tokens` (finish reason `length`); the provider answering 500; a plain answer."""
+cut at `max_tokens` (finish reason `length`); the provider answering 500 at once, and 503 after a tool
+turn; a plain answer."""
 from __future__ import annotations
 
 import json
@@ -21,15 +22,14 @@ from urllib.parse import quote
 
 import pytest
 from fastapi.testclient import TestClient
+from verifiers.v1 import GroupInfo
+from verifiers.v1.trace import Trace
+from verifiers.v1.utils.trace_store import TRACES_FILE, read_episodes, write_episode
 
 from app.config import Settings
 from app.main import create_app
 from tests.producers.fake_openai import CASE, FakeOpenAI
 from tests.producers.vf_script import GROUP_SIZE, MAX_TURNS, SCRIPT, run_vf_eval
-
-from verifiers.v1 import GroupInfo
-from verifiers.v1.trace import Trace
-from verifiers.v1.utils.trace_store import TRACES_FILE, read_episodes, write_episode
 
 RS = str(Path(sys.executable).parent / "rollscope")
 
@@ -115,7 +115,7 @@ def test_the_cases_happened(vf_run):
         assert t.stop_condition == "max_turns" and len(t.calls) == MAX_TURNS
     for ep, t in by_case["length"]:
         assert t.calls[-1].finish_reason == "length"
-    for ep, t in by_case["provider-error"]:
+    for ep, t in by_case["provider-error"] + by_case["provider-503"]:
         assert ep.errors or t.errors
     for ep, t in by_case["tool-error"]:
         assert sum(is_tool_error(n.message) for n in t.nodes) == 2
@@ -175,6 +175,7 @@ def test_harness_tool_errors_count(vf_run, db):
     ("max-turns", "truncated", "max_turns"),
     ("length", "length_cut", None),
     ("provider-error", "error", None),
+    ("provider-503", "error", None),
     ("tool", "submitted", None),
 ])
 def test_endings(vf_run, db, case, ending, detail):
@@ -199,11 +200,11 @@ def test_provider_error_is_kept(vf_run, db):
     with client_for(db) as c:
         for ep in vf_run["episodes"]:
             for t in ep.traces:
-                if case_of(t) != "provider-error":
+                if not case_of(t).startswith("provider-"):
                     continue
                 d = c.get(f"/api/v1/runs/{quote(run, safe='')}/rollouts/{quote(t.id, safe='')}").json()
                 text = json.dumps(d["envelope"].get("errors") or d["envelope"].get("ending"))
-                assert "500" in text or "ProviderError" in text, d["envelope"].get("ending")
+                assert ("503" if case_of(t) == "provider-503" else "500") in text, d["envelope"].get("ending")
 
 
 def test_groups_of_an_eval_run(vf_run, db):

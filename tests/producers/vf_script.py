@@ -32,6 +32,8 @@ SCRIPT: dict[str, list[dict]] = {
                 "completion_tokens": MAX_TOKENS}],
     # the provider fails
     "provider-error": [{"status": 500}],
+    # the provider is unavailable, after one good turn
+    "provider-503": [{"tool_calls": [("calc_add", {"a": 2, "b": 3})]}, {"status": 503}],
     "group": [ANSWER],
 }
 

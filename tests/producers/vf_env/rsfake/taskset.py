@@ -3,7 +3,7 @@ import verifiers.v1 as vf
 from rsfake.servers.tool import RsfakeToolset
 
 # The cases, in task order; the fake model server (tests/producers/fake_openai.py) scripts each by name.
-CASES = ["tool", "tool-error", "max-turns", "length", "provider-error", "group"]
+CASES = ["tool", "tool-error", "max-turns", "length", "provider-error", "provider-503", "group"]
 
 
 class RsfakeData(vf.TaskData):
