@@ -145,6 +145,17 @@ def test_every_trace_as_verifiers_reads_it(vf_run, db):
                         assert [(tc["id"], tc["name"]) for tc in mine.get("tool_calls") or []] == calls, case
                     if their.role == "tool":
                         assert mine["tool_call_id"] == their.tool_call_id, case
+                    if isinstance(their.content, str):
+                        assert mine.get("content") == their.content, (case, their.role)
+                # model calls: one per verifiers call, with its finish reason and usage
+                assert len(env["calls"]) == len(t.calls), case
+                for mine, their in zip(env["calls"], t.calls):
+                    # the source's word kept; `finish_reason` itself is the OTel GenAI enum (docs/trace-format.md)
+                    assert mine.get("finish_reason_raw", mine.get("finish_reason")) == their.finish_reason, case
+                    assert mine.get("finish_reason") == {"tool_calls": "tool_call"}.get(their.finish_reason,
+                                                                                         their.finish_reason), case
+                    if their.usage is not None:
+                        assert (mine.get("usage") or {}).get("output_tokens") == their.usage.completion_tokens, case
                 n_calls = sum(len(m.tool_calls or []) for m in theirs if m.role == "assistant")
                 assert d["rollout"]["n_tool_calls"] == n_calls, case
                 # rewards: every rubric component with its score and weight; the total is Σ score·weight

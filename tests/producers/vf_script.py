@@ -45,11 +45,14 @@ def env_for(base: Path) -> dict[str, str]:
         "FAKE_API_KEY": "sk-fake",
         "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
         "HOME": str(base / "home"),
-        # uv syncs the harness's PEP 723 script from the local package index, never the network
-        "UV_OFFLINE": "1", "UV_NO_INDEX": "1", "UV_FIND_LINKS": "/opt/wheels",
         "UV_PYTHON_DOWNLOADS": "never", "UV_PYTHON": sys.executable,
         "NO_COLOR": "1",
     })
+    # uv syncs the harness's PEP 723 script (openai, mcp, httpx2, ...): from the wheels pip is told to use
+    # (PIP_FIND_LINKS, as on the CI machine), never the network; elsewhere from uv's own configuration
+    links = [p for p in (env.get("UV_FIND_LINKS") or env.get("PIP_FIND_LINKS") or "").split() if Path(p).exists()]
+    if links:
+        env.update({"UV_OFFLINE": "1", "UV_NO_INDEX": "1", "UV_FIND_LINKS": links[0]})
     return env
 
 
