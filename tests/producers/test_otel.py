@@ -137,6 +137,40 @@ def send_genai_forms(tp: TracerProvider) -> None:
                 [{"role": "assistant", "content": ANSWER}])})
 
 
+TOOL_Q = "Add 2 and 3 with the tool."
+OAI_CALL = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": json.dumps({"a": 2, "b": 3})}}
+
+
+def send_tool_turn_forms(tp: TracerProvider) -> None:
+    """A tool turn (call, result, answer: two chat spans) in the two older event forms."""
+    tracer = tp.get_tracer("opentelemetry.instrumentation.openai_v2", "0.48b0")
+    ev = {"gen_ai.system": "openai"}
+    # 1.28–1.36: the second call's context as events, its tool call as the first call's choice
+    with tracer.start_as_current_span("invoke_agent solver", attributes=root_attrs("otel-message-events-tool")):
+        with tracer.start_as_current_span("chat " + MODEL, attributes=chat_attrs(finish="tool_calls")) as span:
+            span.add_event("gen_ai.user.message", ev | {"content": TOOL_Q})
+            span.add_event("gen_ai.choice", ev | {"index": 0, "finish_reason": "tool_calls", "message": json.dumps(
+                {"role": "assistant", "tool_calls": [OAI_CALL]})})
+        with tracer.start_as_current_span("chat " + MODEL, attributes=chat_attrs()) as span:
+            span.add_event("gen_ai.user.message", ev | {"content": TOOL_Q})
+            span.add_event("gen_ai.assistant.message", ev | {"tool_calls": json.dumps([OAI_CALL])})
+            span.add_event("gen_ai.tool.message", ev | {"content": "5", "id": "call_1"})
+            span.add_event("gen_ai.choice", ev | {"index": 0, "finish_reason": "stop",
+                                                  "message": json.dumps({"role": "assistant", "content": "It is 5."})})
+    # <= 1.27: the prompt and completion as OpenAI-style message lists
+    with tracer.start_as_current_span("invoke_agent solver", attributes=root_attrs("otel-content-events-tool")):
+        with tracer.start_as_current_span("chat " + MODEL, attributes=chat_attrs(finish="tool_calls")) as span:
+            span.add_event("gen_ai.content.prompt", {"gen_ai.prompt": json.dumps([{"role": "user", "content": TOOL_Q}])})
+            span.add_event("gen_ai.content.completion", {"gen_ai.completion": json.dumps(
+                [{"role": "assistant", "content": None, "tool_calls": [OAI_CALL]}])})
+        with tracer.start_as_current_span("chat " + MODEL, attributes=chat_attrs()) as span:
+            span.add_event("gen_ai.content.prompt", {"gen_ai.prompt": json.dumps([
+                {"role": "user", "content": TOOL_Q}, {"role": "assistant", "content": None, "tool_calls": [OAI_CALL]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "5"}])})
+            span.add_event("gen_ai.content.completion", {"gen_ai.completion": json.dumps(
+                [{"role": "assistant", "content": "It is 5."}])})
+
+
 def send_tool_loop(tp: TracerProvider) -> None:
     """A model call asks for two tools; one runs, one fails (status ERROR, `error.type`); the answer. The
     failed call's result, as the framework hands it back to the model, is the exception's text: the only
@@ -217,6 +251,7 @@ def send_openinference(tp: TracerProvider, fake: FakeOpenAI) -> None:
 def sent(server):
     tp, mem = provider(server)
     send_genai_forms(tp)
+    send_tool_turn_forms(tp)
     send_tool_loop(tp)
     send_no_content(tp)
     with FakeOpenAI(OI_SCRIPT) as fake:
@@ -350,3 +385,13 @@ def test_openinference_openai_client(server, sent):
     d = rollout(server, "otel-openinference")
     assert d["envelope"]["ending"]["type"] == "submitted"
     assert d["rollout"]["n_tool_errors"] == 0
+
+
+@pytest.mark.parametrize("form", ["message-events", "content-events"])
+def test_tool_turn_in_older_genai_forms(server, sent, form):
+    """A tool turn in the older event forms: the call, its paired result, the answer."""
+    ours = messages(server, f"otel-{form}-tool")
+    assert [m["role"] for m in ours] == ["user", "assistant", "tool", "assistant"], (form, ours)
+    assert [(c["id"], c["name"]) for c in ours[1].get("tool_calls") or []] == [("call_1", "add")]
+    assert ours[2]["tool_call_id"] == "call_1" and text_of(ours[2]) == "5"
+    assert text_of(ours[3]) == "It is 5."
