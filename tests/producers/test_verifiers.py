@@ -64,7 +64,7 @@ def db(vf_run, tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def db_grouped(vf_run, tmp_path_factory) -> str:
     url = f"sqlite:///{tmp_path_factory.mktemp('vf-db-grouped') / 'rollscope.db'}"
-    ingest(vf_run["grouped"], url)
+    ingest(vf_run["grouped"] / TRACES_FILE, url)  # the Episode file itself, not a run folder
     return url
 
 
