@@ -25,7 +25,7 @@ TUNIX_EPISODES := $(filter-out %.meta.json %/summary.json %/orchestrator_group.T
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,producers]'
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from itertools import takewhile
 
 from ingest.formats import (atif, atropos, chat, inspect, mini_swe_agent, native, nemo_gym, openhands, otlp,
-                            swe_agent, tau_bench, tunix, verifiers, verl)
+                            swe_agent, tau_bench, trackio, tunix, verifiers, verl)
 from ingest.formats.base import Reader
 from ingest.source import PROBE_LINES, Source
 
@@ -20,6 +20,7 @@ READERS: list[Reader] = [  # type: ignore[list-item]
     atropos,
     atif,
     verl,
+    trackio,
     tunix,
     tau_bench,
     otlp,
@@ -94,6 +95,6 @@ def explain(source: Source, *, short: bool = False) -> str:
     if short:
         return f"no reader recognises it ({source.kind})"
     kind = {"json": "a JSON document", "jsonl": "JSONL", "csv": "CSV", "zip": "a zip archive",
-            "parquet": "a Parquet file"}.get(source.kind, source.kind)
+            "parquet": "a Parquet file", "sqlite": "a SQLite database"}.get(source.kind, source.kind)
     tried = "; ".join(f"{r.NAME}: expects {r.EXPECTS}" for r in READERS)
     return f"no reader recognises this file ({kind}). Formats tried: {tried}"
