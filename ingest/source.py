@@ -477,7 +477,9 @@ def _open_sqlite(path: Path, size: int) -> Source:
     import sqlite3
 
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        # read-only; `immutable` (no -wal/-shm files created beside it) unless a writer left a WAL
+        mode = "mode=ro" if Path(f"{path}-wal").exists() else "immutable=1"
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?{mode}", uri=True)
         try:
             tables = sorted(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
         finally:

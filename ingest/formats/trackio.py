@@ -110,19 +110,25 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
     elif source.kind == "parquet":
         yield from _read_parquet(source, ctx)
     elif _is_session(source.first):
-        ctx.notes[source.name] = ("a Trackio trace session file (rendered for the Hub's viewer from the project's "
-                                  "`traces` table): not read; ingest the project's .db")
+        ctx.notes[source.name] = "a Trackio trace session file (the .db's trace, rendered for the Hub's viewer): not read"
     else:
         yield from _read_fragments(source, ctx)
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    """Read-only; a database whose WAL cannot be opened read-only is read as it is on disk."""
-    try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")
-    except sqlite3.OperationalError:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?immutable=1", uri=True)
+    """Read-only. A database without a `-wal` beside it (trackio finished, or its last connection
+    checkpointed) is opened `immutable`, so reading creates no `-wal`/`-shm` files in the
+    user's folder; one with a WAL (a run still logging) is opened `mode=ro` to see what the WAL
+    holds, and read as it is on disk when even that fails (a read-only folder)."""
+    uri = path.resolve().as_uri()
+    if not Path(f"{path}-wal").exists():
+        conn = sqlite3.connect(f"{uri}?immutable=1", uri=True)
+    else:
+        try:
+            conn = sqlite3.connect(f"{uri}?mode=ro", uri=True)
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")
+        except sqlite3.OperationalError:
+            conn = sqlite3.connect(f"{uri}?immutable=1", uri=True)
     conn.row_factory = sqlite3.Row
     return conn
 
