@@ -314,8 +314,9 @@ def _read_parquet(source: Source, ctx: ReadContext) -> Iterator[Rollout | Record
                                   "not read twice")
         return
     if project is None:
-        project = path.resolve().parent.parent.name if path.parent.name == "aux" else ""
-    metrics_file = (path.with_name(f"{project}.parquet") if path.name.endswith("_traces.parquet")
+        project = ""  # a static export's aux/traces.parquet: the project is not written in it
+    metrics_file = (path.with_name(path.name.removesuffix("_traces.parquet") + ".parquet")
+                    if path.name.endswith("_traces.parquet")
                     else path.parent.parent / "metrics.parquet" if path.parent.name == "aux" else None)
     by_log, by_time = _parquet_scalars(metrics_file)
     sizes, pairs = _parquet_groups(source)
@@ -516,7 +517,7 @@ def _rollout(source: Source, ctx: ReadContext, t: dict, line: int, project: str,
     rest = {k: v for k, v in metadata.items() if k not in used}
     if rest:
         extra["metadata"] = rest
-    extra["trackio"] = {k: v for k, v in (("project", project), ("run_id", t.get("run_id")), ("key", t.get("key")),
+    extra["trackio"] = {k: v for k, v in (("run_id", t.get("run_id")), ("key", t.get("key")),
                                           ("trace_index", t.get("trace_index")), ("log_id", t.get("log_id")),
                                           ("timestamp", t.get("timestamp"))) if v is not None}
     others = [s for s in spans if str(s.get("kind") or "").lower() not in ("generation", "tool")]
@@ -526,7 +527,11 @@ def _rollout(source: Source, ctx: ReadContext, t: dict, line: int, project: str,
     record_run = runs.get((t.get("run_id"), run_name)) or (run_name if isinstance(run_name, str) and run_name else None)
     run_id = ctx.run_for(source, record_run)
     timing = _timing(spans, t, meta)
+    # where it came from (not content: the same trace read from the .db, its Parquet copy or a
+    # fragment is the same rollout); a static export does not name its project
     src: dict[str, Any] = {"format": NAME, "file": source.name, "line": line, "table": table}
+    if project:
+        src["project"] = project
     rollout = Rollout(
         id=trace_id,
         run=RunRef(id=run_id, name=run_name if isinstance(run_name, str) else None),

@@ -3,6 +3,11 @@ what trackio itself reads back. Run in its own process (trackio reads TRACKIO_DI
 
     TRACKIO_DIR=DIR python tests/producers/trackio_writer.py OUT.json
 
+With TRACKIO_STORAGE_MODE=jsonl (what trackio picks on a network filesystem) trackio writes
+append-only JSONL fragments (`inbox/<writer>/*.jsonl`) instead of SQLite: they are copied to
+`DIR/../inbox-snapshot` and then imported by trackio itself (`fragments.import_inbox_dir`, which
+deletes them), so the project database and what trackio reads back are the same as in SQLite mode.
+
 Every socket connection to anything but the loopback is refused and recorded in OUT.json
 (`connections`), so a test can assert that nothing went to the network.
 """
@@ -99,6 +104,13 @@ def main(out: Path) -> None:
     trackio.finish()
 
     trackio_dir = Path(os.environ["TRACKIO_DIR"])
+    if (trackio_dir / "inbox").is_dir():
+        import shutil
+
+        from trackio import fragments
+
+        shutil.copytree(trackio_dir / "inbox", trackio_dir.parent / "inbox-snapshot")
+        fragments.import_inbox_dir()
     SQLiteStorage.export_for_static_space(PROJECT, trackio_dir.parent / "static")
     SQLiteStorage.export_to_parquet()  # the copies a Hub dataset sync keeps beside the .db
     traces = SQLiteStorage.get_traces(PROJECT, run=RUN, sort="step_asc")
