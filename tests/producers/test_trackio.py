@@ -285,14 +285,9 @@ def test_traces_inline_in_metrics_before_trackio_0_26(project, tmp_path):
     old_id = {t["id"]: f"{t['run_id']}:{t['step']}:{t['key']}" + (f":{t['index']}" if t["index"] is not None else "")
               for t in project["traces"]}
     assert set(got) == set(old_id.values())
-    metadata = {t["id"]: t["metadata"] for t in project["traces"]}
     for tid, r in new.items():
         g = got[old_id[tid]]
         assert (g.step, g.reward, g.extra.get("advantage")) == (r.step, r.reward, r.extra.get("advantage"))
-        if "group_id" in metadata[tid] or r.group is None:
-            assert g.group == r.group
-        else:  # the logged list, named by run, step and key (no log id then)
-            assert (g.group.id, g.group.index, g.group.size) == (f"{r.extra['trackio']['run_id']}:{r.step}:rollouts",
-                                                                 r.group.index, r.group.size)
+        assert g.group == r.group  # the metrics rows keep their log id: the same natural groups
         assert [n.message for n in g.nodes] == [n.message for n in r.nodes]
         assert g.metrics == r.metrics and [c.usage for c in g.calls] == [c.usage for c in r.calls]
