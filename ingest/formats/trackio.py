@@ -31,20 +31,16 @@ the next unused tool span.
 """
 from __future__ import annotations
 
-import math
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ingest import endings
 from ingest.fields import FieldError
-from ingest.formats import _openai
-from ingest.formats._build import RolloutBuilder
-from ingest.formats.base import ReadContext, guarded, id_text, json_type
-from ingest.schema import Call, Ending, EndingInfo, Error, GroupRef, Message, Rollout, RunRef, Span, Task, Usage
-from ingest.source import RecordError, Source, loads
-from ingest.timestamps import to_epoch
+from ingest.formats._trackio_trace import decode, rollout_of
+from ingest.formats.base import ReadContext, json_type, record_error
+from ingest.schema import Rollout
+from ingest.source import RecordError, Source
 
 NAME = "trackio"
 EXPECTS = ("a Trackio project database (`<project>.db` with a `traces` or `metrics` table), its traces "
@@ -52,23 +48,6 @@ EXPECTS = ("a Trackio project database (`<project>.db` with a `traces` or `metri
 
 TRACE_TYPE = "trackio.trace"
 TRACE_COLUMNS = ("id", "run_name", "step", "key", "messages")
-_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-
-# metadata keys mapped to Rollscope fields (the first present wins); the rest stays in extra
-REWARD_KEYS = ("reward", "score")
-COMPONENT_KEYS = ("rewards", "reward_components", "reward_breakdown")
-ADVANTAGE_KEYS = ("advantage", "advantages")
-GROUP_KEYS = ("group_id", "group", "uid", "group_uid")
-GROUP_INDEX_KEYS = ("group_index", "sample_index", "rollout_index", "sample_idx")
-GROUP_SIZE_KEYS = ("group_size",)
-POLICY_KEYS = ("policy_version", "weight_version", "model_version", "policy_step")
-FINISH_KEYS = ("finish_reason", "stop_reason")
-ENDING_KEYS = ("ending", "termination_reason", "stop_condition")
-TASK_KEYS = ("task_id", "prompt_id", "example_id", "problem_id", "question_id", "instance_id", "task")
-ERROR_STATUSES = frozenset({"error", "failed"})
-# logged scalars whose names Rollscope reads as per-rollout facts (ingest/metrics.py, advantages.py):
-# a batch-level value under that name is kept in `extra.logged_metrics`, not in `metrics`
-RESERVED_METRICS = frozenset({"tool_errors", "advantage"})
 
 
 # --- detection -------------------------------------------------------------------------------
@@ -113,6 +92,16 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
         ctx.notes[source.name] = "a Trackio trace session file (the .db's trace, rendered for the Hub's viewer): not read"
     else:
         yield from _read_fragments(source, ctx)
+
+
+def _one(source: Source, line: int, prefix: str | None, ctx: ReadContext, t: dict, *args: Any,
+         **kwargs: Any) -> Rollout | RecordError:
+    """One trace → its Rollout, or the RecordError naming the file, the row (its rowid, Parquet
+    row or JSONL line) and the field; one bad trace never stops the file."""
+    try:
+        return rollout_of(source, ctx, t, line, *args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - one odd trace must not stop the file
+        return record_error(source.name, line, prefix, exc)
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -160,8 +149,7 @@ def _read_sqlite(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordE
             line = t.pop("_rowid")
             source.last_line, source.last_raw = line, None
             source.position = source.size * (k + 1) // total
-            yield guarded(source.name, line, None, lambda t=t, line=line: _rollout(
-                source, ctx, t, line, project, scalars.get(t), runs, sizes, table="traces"))
+            yield _one(source, line, None, ctx, t, project, scalars.get(t), runs, sizes, table="traces")
     except sqlite3.Error as exc:
         yield RecordError(source.name, source.last_line, None, f"cannot read SQLite database: {exc}")
     finally:
@@ -220,7 +208,7 @@ class _SqliteScalars:
                                     (t.get(run_col), t.get("step"), t.get("timestamp"))).fetchone()
         if row is not None:
             try:
-                value = _decode(row[0], "metrics")
+                value = decode(row[0], "metrics")
             except FieldError:
                 value = None
             self.value = value if isinstance(value, dict) else None
@@ -241,7 +229,7 @@ def _read_inline(source: Source, ctx: ReadContext, conn: sqlite3.Connection,
         line = m["_rowid"]
         source.last_line = line
         try:
-            values = _decode(m["metrics"], "metrics")
+            values = decode(m["metrics"], "metrics")
         except FieldError as exc:
             yield RecordError(source.name, line, exc.field, exc.message)
             continue
@@ -256,9 +244,8 @@ def _read_inline(source: Source, ctx: ReadContext, conn: sqlite3.Connection,
                  "log_id": m.get("log_id"), "messages": trace.get("messages", []),
                  "metadata": trace.get("metadata", {}), "spans": trace.get("spans", [])}
             prefix = f"metrics.{key}" + (f"[{i}]" if i is not None else "")
-            yield guarded(source.name, line, prefix, lambda t=t, line=line, values=values, size=size: _rollout(
-                source, ctx, t, line, project, values, {}, {(t["log_id"], key): size}, table="metrics",
-                group_fallback=f"{run_key}:{t['step']}:{key}"))
+            yield _one(source, line, prefix, ctx, t, project, values, {}, {(t["log_id"], key): size},
+                       table="metrics", group_fallback=f"{run_key}:{t['step']}:{key}")
     if not found:
         ctx.notes[source.name] = "a Trackio database with no traces (metrics only): nothing to read"
 
@@ -297,9 +284,8 @@ def _read_fragments(source: Source, ctx: ReadContext) -> Iterator[Rollout | Reco
                  "messages": trace.get("messages", []), "metadata": trace.get("metadata", {}),
                  "spans": trace.get("spans", [])}
             prefix = f"metrics.{key}" + (f"[{i}]" if i is not None else "")
-            yield guarded(source.name, line, prefix, lambda t=t, line=line, size=size: _rollout(
-                source, ctx, t, line, project, values, {}, {(log_id, key): size}, table="inbox",
-                group_fallback=f"{run_id or run}:{line}:{key}"))
+            yield _one(source, line, prefix, ctx, t, project, values, {}, {(log_id, key): size}, table="inbox",
+                       group_fallback=f"{run_id or run}:{line}:{key}")
 
 
 def _read_parquet(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
@@ -328,8 +314,7 @@ def _read_parquet(source: Source, ctx: ReadContext) -> Iterator[Rollout | Record
         scalars = by_log.get(row.get("log_id")) if row.get("log_id") is not None else None
         if scalars is None:
             scalars = by_time.get((row.get("run_id") or row.get("run_name"), row.get("step"), row.get("timestamp")))
-        yield guarded(source.name, line, None, lambda row=row, line=line, scalars=scalars: _rollout(
-            source, ctx, row, line, project, scalars, runs, sizes, table="traces"))
+        yield _one(source, line, None, ctx, row, project, scalars, runs, sizes, table="traces")
 
 
 def _parquet_scalars(path: Path | None) -> tuple[dict, dict]:
@@ -373,459 +358,3 @@ def _parquet_groups(source: Source) -> tuple[dict, list]:
 
 
 # --- one trace -------------------------------------------------------------------------------
-
-def _decode(value: Any, path: str) -> Any:
-    """A JSON column as trackio writes it: orjson bytes in a BLOB, text in a TEXT column or a
-    Parquet string, or (inline payloads) the value itself."""
-    if isinstance(value, memoryview):
-        value = value.tobytes()
-    if isinstance(value, (bytes, bytearray, str)):
-        try:
-            return loads(bytes(value) if not isinstance(value, str) else value)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise FieldError(path, f"invalid JSON: {exc}") from None
-    return value
-
-
-def _finite(value: Any) -> Any:
-    """Trackio's spelling of a non-finite number ("NaN", "Infinity") → the float."""
-    return _NON_FINITE.get(value, value) if isinstance(value, str) else value
-
-
-def _number(value: Any, path: str, *, allow_bool: bool = True) -> float | None:
-    value = _finite(value)
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        if allow_bool:
-            return float(value)
-        raise FieldError(path, "expected a number, got boolean")
-    if isinstance(value, (int, float)):
-        return float(value)
-    raise FieldError(path, f"expected a number or null, got {json_type(value)}")
-
-
-def _first(meta: dict, keys: tuple[str, ...]) -> tuple[str | None, Any]:
-    for k in keys:
-        if k in meta and meta[k] is not None:
-            return k, meta[k]
-    return None, None
-
-
-def _stamp(value: Any, path: str) -> float | None:
-    if value in (None, ""):
-        return None
-    try:
-        return to_epoch(value, path).epoch
-    except FieldError:
-        return None
-
-
-def _rollout(source: Source, ctx: ReadContext, t: dict, line: int, project: str, scalars: dict | None,
-             runs: dict, sizes: dict, *, table: str, group_fallback: str | None = None) -> Rollout:
-    trace_id = id_text(t.get("id"), "id", required=True)
-    step = t.get("step")
-    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
-        raise FieldError("step", f"expected a training step (an integer ≥ 0), got {step!r}")
-    messages = _decode(t.get("messages"), "messages")
-    metadata = _decode(t.get("metadata"), "metadata")
-    spans = _decode(t.get("spans"), "spans") if t.get("spans") is not None else []
-    if messages is None:
-        messages = []
-    if not isinstance(messages, list):
-        raise FieldError("messages", f"expected an array of messages, got {json_type(messages)}")
-    if metadata is None:
-        metadata = {}
-    if not isinstance(metadata, dict):
-        raise FieldError("metadata", f"expected an object, got {json_type(metadata)}")
-    if not isinstance(spans, list):
-        raise FieldError("spans", f"expected an array of spans, got {json_type(spans)}")
-    meta = {k: _finite(v) for k, v in metadata.items()}  # as trackio's own reader gives them back
-    used: set[str] = set()
-
-    def take(keys: tuple[str, ...]) -> tuple[str | None, Any]:
-        k, v = _first(meta, keys)
-        if k is not None:
-            used.add(k)
-        return k, v
-
-    pk, pv = take(POLICY_KEYS)
-    policy = pv if isinstance(pv, int) and not isinstance(pv, bool) and pv >= 0 else None
-    if pk is not None and policy is None:
-        used.discard(pk)  # not a version number: kept as written
-    b = RolloutBuilder(policy_version=policy)
-    for i, span in enumerate(spans):
-        if not isinstance(span, dict):
-            raise FieldError(f"spans[{i}]", f"expected a span object, got {json_type(span)}")
-    generations = _ordered(spans, "generation")
-    tool_spans = _ordered(spans, "tool")
-    errors: list[Error] = []
-    if messages:
-        _openai.add_messages(b, messages, "messages")
-        _apply_spans(b, messages, generations, tool_spans, spans, errors)
-    else:
-        _from_spans(b, spans, errors)
-
-    rk, rv = take(REWARD_KEYS)
-    reward = _number(rv, f"metadata.{rk}") if rk else None
-    metrics: dict[str, float | None] = {}
-    extra: dict[str, Any] = {}
-    ck, cv = take(COMPONENT_KEYS)
-    if isinstance(cv, dict):
-        for name, v in cv.items():
-            v = _finite(v)
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                metrics[f"reward_components.{name}"] = float(v) if math.isfinite(v) else None
-        extra["reward_components"] = cv
-    elif ck is not None:
-        used.discard(ck)
-    ak, av = take(ADVANTAGE_KEYS)
-    if ak is not None:
-        if isinstance(av, list):  # per-token or per-turn advantages: kept as written
-            used.discard(ak)
-        else:
-            adv = _number(av, f"metadata.{ak}", allow_bool=False)
-            if adv is not None:
-                extra["advantage"] = adv
-    group = _group(t, meta, take, sizes, group_fallback)
-    task = _task(meta, take)
-    fk, fv = take(FINISH_KEYS)
-    if fk is not None:
-        if not isinstance(fv, str):
-            raise FieldError(f"metadata.{fk}", f"expected a string, got {json_type(fv)}")
-        _finish_reason(b, fv)
-    ending = EndingInfo()
-    stop_condition = None
-    ek, ev = take(ENDING_KEYS)
-    if ek is not None:
-        if not isinstance(ev, str):
-            raise FieldError(f"metadata.{ek}", f"expected a string, got {json_type(ev)}")
-        if ek == "stop_condition":
-            stop_condition = ev
-        else:
-            ending = EndingInfo(type=endings.from_reason(ev), detail=ev)
-    status = meta.get("status")
-    if isinstance(status, str) and status.strip().lower() in ERROR_STATUSES:
-        errors.append(Error(type="trace_status", message=str(meta.get("error") or status)))
-        if ending.type == Ending.unknown:
-            ending = EndingInfo(type=Ending.error, detail=f"status={status}")
-    if ending.type == Ending.error and not errors:
-        errors.append(Error(type=ending.detail or "error"))
-
-    logged = _scalars(scalars, extra)
-    metrics = {**logged, **metrics}
-    rest = {k: v for k, v in metadata.items() if k not in used}
-    if rest:
-        extra["metadata"] = rest
-    extra["trackio"] = {k: v for k, v in (("run_id", t.get("run_id")), ("key", t.get("key")),
-                                          ("trace_index", t.get("trace_index")), ("log_id", t.get("log_id")),
-                                          ("timestamp", t.get("timestamp"))) if v is not None}
-    others = [s for s in spans if str(s.get("kind") or "").lower() not in ("generation", "tool")]
-    if others:
-        extra["trackio"]["spans"] = others
-    run_name = t.get("run_name")
-    record_run = runs.get((t.get("run_id"), run_name)) or (run_name if isinstance(run_name, str) and run_name else None)
-    run_id = ctx.run_for(source, record_run)
-    timing = _timing(spans, t, meta)
-    # where it came from (not content: the same trace read from the .db, its Parquet copy or a
-    # fragment is the same rollout); a static export does not name its project
-    src: dict[str, Any] = {"format": NAME, "file": source.name, "line": line, "table": table}
-    if project:
-        src["project"] = project
-    rollout = Rollout(
-        id=trace_id,
-        run=RunRef(id=run_id, name=run_name if isinstance(run_name, str) else None),
-        step=step if step is not None else ctx.step,
-        group=group,
-        task=task,
-        reward=reward,
-        metrics=metrics,
-        stop_condition=stop_condition,
-        ending=ending,
-        errors=errors,
-        timing=timing,
-        extra=extra,
-        source=src,
-    )
-    endings.derive(rollout)
-    return b.finish(rollout)
-
-
-def _scalars(scalars: dict | None, extra: dict) -> dict[str, float | None]:
-    """The numbers logged beside the traces (the same for every trace of that `log()` call)."""
-    out: dict[str, float | None] = {}
-    for k, v in (scalars or {}).items():
-        v = _finite(v)
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            continue
-        if k in RESERVED_METRICS:
-            extra.setdefault("logged_metrics", {})[k] = v
-            continue
-        out[str(k)] = float(v) if math.isfinite(v) else None
-    return out
-
-
-def _group(t: dict, meta: dict, take: Callable, sizes: dict, fallback: str | None) -> GroupRef | None:
-    gk, gv = take(GROUP_KEYS)
-    ik, iv = take(GROUP_INDEX_KEYS)
-    sk, sv = take(GROUP_SIZE_KEYS)
-    for key, v in ((ik, iv), (sk, sv)):
-        if key is not None and (isinstance(v, bool) or not isinstance(v, int) or v < (1 if key == sk else 0)):
-            raise FieldError(f"metadata.{key}", f"expected an integer, got {json_type(v)}")
-    if gk is not None:
-        return GroupRef(id=id_text(gv, f"metadata.{gk}"), index=iv, size=sv)
-    index = t.get("trace_index")
-    if index is None:
-        return None
-    log_id = t.get("log_id")
-    size = sizes.get((log_id, t.get("key")))
-    gid = f"{log_id}:{t.get('key')}" if log_id is not None else fallback
-    if gid is None:
-        return None
-    return GroupRef(id=gid, index=iv if iv is not None else index, size=sv or size)
-
-
-def _task(meta: dict, take: Callable) -> Task | None:
-    tk, tv = take(TASK_KEYS)
-    if tk is None:
-        return None
-    if isinstance(tv, dict):
-        key = tv.get("id") if isinstance(tv.get("id"), (str, int)) and not isinstance(tv.get("id"), bool) else None
-        return Task(key=id_text(key, f"metadata.{tk}.id"), data=tv)
-    if isinstance(tv, (str, int)) and not isinstance(tv, bool):
-        return Task(key=id_text(tv, f"metadata.{tk}"))
-    raise FieldError(f"metadata.{tk}", f"expected a string or integer id, got {json_type(tv)}")
-
-
-def _finish_reason(b: RolloutBuilder, raw: str) -> None:
-    """The trace's finish reason: the last model call's, when the spans did not say."""
-    last_node = next((i for i in range(len(b.nodes) - 1, -1, -1) if b.nodes[i].sampled), None)
-    call = next((c for c in reversed(b.calls) if c.node is not None and c.node == last_node), None)
-    if call is None:
-        b.call(last_node, raw).extra["finish_reason_from"] = "metadata"
-    elif call.finish_reason_raw is None:
-        call.finish_reason, call.finish_reason_raw = _openai.finish_reason(raw), raw
-        call.extra["finish_reason_from"] = "metadata"
-
-
-# --- spans -----------------------------------------------------------------------------------
-
-def _ordered(spans: list[dict], kind: str) -> list[dict]:
-    """Spans of one kind by start time, then position (trackio.agent_sessions._ordered_spans)."""
-    indexed = [(i, s) for i, s in enumerate(spans) if str(s.get("kind") or "").lower() == kind]
-
-    def key(item: tuple[int, dict]) -> tuple[float, int]:
-        start = _stamp(item[1].get("start_time") or item[1].get("startTime"), "start_time")
-        return (start if start is not None else math.inf, item[0])
-
-    return [s for _, s in sorted(indexed, key=key)]
-
-
-def span_is_error(span: dict) -> bool:
-    """trackio.agent_sessions._span_is_error: status error/failed, or an error set."""
-    return str(span.get("status") or "").lower() in ERROR_STATUSES or bool(span.get("error"))
-
-
-def _error_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict):
-        for k in ("message", "error", "type"):
-            if isinstance(value.get(k), str):
-                return value[k]
-    return "" if value is None or value is True else _openai.arguments_text(value)
-
-
-def _span_time(span: dict) -> tuple[float | None, float | None]:
-    start = _stamp(span.get("start_time") or span.get("startTime"), "start_time")
-    end = _stamp(span.get("end_time") or span.get("endTime"), "end_time")
-    duration = span.get("duration_ms")
-    if isinstance(duration, (int, float)) and not isinstance(duration, bool) and math.isfinite(duration):
-        if end is None and start is not None:
-            end = start + duration / 1000
-        elif start is None and end is not None:
-            start = end - duration / 1000
-    return start, end
-
-
-def _usage(span: dict) -> Usage | None:
-    """trackio.agent_sessions.span_usage's fields: input/prompt, output/completion, cache reads, cost."""
-    u = span.get("usage") if isinstance(span.get("usage"), dict) else {}
-
-    def count(*keys: str) -> int | None:
-        for k in keys:
-            v = u.get(k)
-            if isinstance(v, int) and not isinstance(v, bool):
-                return v
-            if isinstance(v, float) and v.is_integer():
-                return int(v)
-        return None
-
-    cost = span.get("cost_usd")
-    cost = float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None
-    details = u.get("completion_tokens_details") if isinstance(u.get("completion_tokens_details"), dict) else {}
-    usage = Usage(input_tokens=count("input_tokens", "prompt_tokens"),
-                  output_tokens=count("output_tokens", "completion_tokens"),
-                  cache_read_input_tokens=count("cache_read_input_tokens", "cached_tokens"),
-                  reasoning_output_tokens=count("reasoning_tokens") or (
-                      details.get("reasoning_tokens") if isinstance(details.get("reasoning_tokens"), int) else None),
-                  cost=cost)
-    rest = {k: v for k, v in u.items() if k not in ("input_tokens", "prompt_tokens", "output_tokens",
-                                                     "completion_tokens", "cache_read_input_tokens", "cached_tokens",
-                                                     "reasoning_tokens")}
-    if rest:
-        usage.extra.update(rest)
-    if all(getattr(usage, f) is None for f in ("input_tokens", "output_tokens", "cache_read_input_tokens",
-                                               "reasoning_output_tokens", "cost")) and not rest:
-        return None
-    return usage
-
-
-def _span_finish(span: dict) -> str | None:
-    for holder in (span, span.get("metadata"), span.get("output")):
-        if isinstance(holder, dict):
-            for k in FINISH_KEYS:
-                if isinstance(holder.get(k), str):
-                    return holder[k]
-    return None
-
-
-def _span_extra(span: dict) -> dict:
-    out = {"span_id": span.get("id"), "span_name": span.get("name")}
-    for k in ("parent_id", "status", "duration_ms", "metadata"):
-        if span.get(k) is not None:
-            out[k] = span[k]
-    return {k: v for k, v in out.items() if v is not None}
-
-
-def _generation_call(b: RolloutBuilder, node: int | None, span: dict, errors: list[Error]) -> Call:
-    start, end = _span_time(span)
-    error = None
-    if span_is_error(span):
-        error = Error(type="generation_error", message=_error_text(span.get("error")) or str(span.get("status")))
-        errors.append(error.model_copy())
-    model = span.get("model") if isinstance(span.get("model"), str) else None
-    return b.call(node, _span_finish(span), _usage(span), model=model,
-                  time=Span(start=start, end=end) if start is not None or end is not None else None,
-                  error=error, extra=_span_extra(span))
-
-
-def _apply_spans(b: RolloutBuilder, messages: list, generations: list[dict], tool_spans: list[dict],
-                 spans: list[dict], errors: list[Error]) -> None:
-    """Spans onto the message nodes (node i is message i): generation spans become the calls of
-    the assistant messages in order, tool spans mark their tool results."""
-    assistants = [i for i, n in enumerate(b.nodes) if n.message.role == "assistant"]
-    message_calls = {c.node: c for c in b.calls}
-    for k, span in enumerate(generations):
-        node = assistants[k] if k < len(assistants) else None
-        call = _generation_call(b, node, span, errors)
-        old = message_calls.get(node)
-        if old is not None and node is not None:  # the message's own finish_reason: keep it on the span's call
-            b.calls.remove(old)
-            if call.finish_reason_raw is None:
-                call.finish_reason, call.finish_reason_raw = old.finish_reason, old.finish_reason_raw
-        if node is not None and b.nodes[node].timestamp is None and call.time is not None:
-            b.nodes[node].timestamp = call.time.end if call.time.end is not None else call.time.start
-    by_id = {str(s.get("id")): s for s in tool_spans}
-    remaining = list(tool_spans)
-    for i, node in enumerate(b.nodes):
-        if node.message.role != "tool":
-            continue
-        raw = messages[i] if i < len(messages) and isinstance(messages[i], dict) else {}
-        call_id = raw.get("tool_call_id") or raw.get("toolCallId")
-        span = by_id.get(str(call_id)) if call_id is not None else None
-        if span is None and remaining:
-            span = remaining[0]
-        if span is not None and span in remaining:
-            remaining.remove(span)
-        x = node.message.extra
-        if raw.get("isError") is True:
-            x["is_error"] = True
-        status = raw.get("status")
-        if isinstance(status, str) and status.lower() in ERROR_STATUSES and not x.get("error"):
-            x["error"] = status
-        if span is not None:
-            x["tool_span"] = _span_extra(span)
-            start, end = _span_time(span)
-            if start is not None or end is not None:
-                x["tool_span"]["time"] = {"start": start, "end": end}
-            if node.timestamp is None and end is not None:
-                node.timestamp = end
-            if span_is_error(span) and not x.get("error") and x.get("is_error") is not True:
-                x["error"] = _error_text(span.get("error")) or str(span.get("status"))
-    if remaining:
-        b.extra.setdefault("trackio_unmatched_tool_spans", [s.get("id") for s in remaining])
-
-
-def _text(value: Any) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, dict):
-        for k in ("text", "content", "message", "output"):
-            if isinstance(value.get(k), str):
-                return value[k]
-    return _openai.arguments_text(value)
-
-
-def _from_spans(b: RolloutBuilder, spans: list[dict], errors: list[Error]) -> None:
-    """A trace with spans and no messages (trackio.agent_sessions._spans_to_entries): a
-    generation is an assistant turn (its output the text; the first one's input, when it is a
-    string or a message list, the context); a tool span is a call on the generation before it
-    (else on a node of its own) and its result."""
-    def order(item: tuple[int, dict]) -> tuple[float, int]:
-        start = _stamp(item[1].get("start_time") or item[1].get("startTime"), "start_time")
-        return (start if start is not None else math.inf, item[0])
-
-    last_gen: int | None = None
-    for i, span in sorted(enumerate(spans), key=order):
-        kind = str(span.get("kind") or "span").lower()
-        if kind == "generation":
-            if not b.nodes:
-                inp = span.get("input")
-                if isinstance(inp, list) and all(isinstance(m, dict) and "role" in m for m in inp):
-                    _openai.add_messages(b, inp, f"spans[{i}].input")
-                elif isinstance(inp, str):
-                    b.add(Message(role="user", content=inp), extra={"from_span": span.get("id")})
-            last_gen = b.add(Message(role="assistant", content=_text(span.get("output"))), sampled=True,
-                             extra={"from_span": span.get("id")})
-            call = _generation_call(b, last_gen, span, errors)
-            if call.time is not None:
-                b.nodes[last_gen].timestamp = call.time.end if call.time.end is not None else call.time.start
-        elif kind == "tool":
-            call_id = id_text(span.get("id"), f"spans[{i}].id") or f"span-{i}"
-            name = span.get("name") if isinstance(span.get("name"), str) and span.get("name") else "tool"
-            tc = _openai.tool_call(call_id, name, span.get("input"))
-            if last_gen is not None and b.last == last_gen:
-                msg = b.nodes[last_gen].message
-                msg.tool_calls = (msg.tool_calls or []) + [tc]
-            else:
-                b.add(Message(role="assistant", tool_calls=[tc]), extra={"from_span": span.get("id"),
-                                                                         "synthetic": "a tool span's call"})
-            start, end = _span_time(span)
-            x: dict[str, Any] = {"tool_span": _span_extra(span)}
-            if span_is_error(span):
-                x["error"] = _error_text(span.get("error")) or str(span.get("status"))
-            content = span.get("error") if span_is_error(span) and span.get("output") is None else span.get("output")
-            b.add(Message(role="tool", tool_call_id=call_id, name=name, content=_text(content), extra=x),
-                  timestamp=end)
-            last_gen = None
-
-
-def _timing(spans: list[dict], t: dict, meta: dict) -> dict:
-    out: dict[str, Any] = {}
-    times = [_span_time(s) for s in spans]
-    starts = [s for s, _ in times if s is not None]
-    ends = [e for _, e in times if e is not None]
-    if starts:
-        out["start"] = min(starts)
-    if ends:
-        out["end"] = max(ends)
-    logged = _stamp(t.get("timestamp"), "timestamp")
-    if logged is not None:
-        out["logged_at"] = logged
-    for k in ("duration_ms", "latency_ms"):
-        v = meta.get(k)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-            out["duration"] = v / 1000
-            break
-    return out

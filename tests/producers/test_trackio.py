@@ -22,10 +22,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+import trackio  # noqa: F401 - the `producers` extra (make install): the real library, never skipped
 
 from tests.conftest import ROOT
-
-import trackio  # noqa: F401 - the `producers` extra (make install): the real library, never skipped
 
 WRITER = Path(__file__).with_name("trackio_writer.py")
 RS = Path(sys.executable).with_name("rollscope")
