@@ -174,6 +174,9 @@ def rollout_of(source: Source, ctx: ReadContext, t: dict, line: int, project: st
         errors.append(Error(type=ending.detail or "error"))
 
     logged = _scalars(scalars, extra)
+    tk, tv = take(("tool_errors", "num_tool_errors"))  # the trace's own count (ingest/metrics.py reads it)
+    if tk is not None:
+        metrics["tool_errors"] = _number(tv, f"metadata.{tk}", allow_bool=False)
     metrics = {**logged, **metrics}
     rest = {k: v for k, v in metadata.items() if k not in used}
     if rest:
@@ -199,6 +202,8 @@ def rollout_of(source: Source, ctx: ReadContext, t: dict, line: int, project: st
         step=step if step is not None else ctx.step,
         group=group,
         task=task,
+        nodes=b.nodes,
+        calls=b.calls,
         reward=reward,
         metrics=metrics,
         stop_condition=stop_condition,

@@ -290,3 +290,39 @@ def test_traces_inline_in_metrics_before_trackio_0_26(project, tmp_path):
         assert g.group == r.group  # the metrics rows keep their log id: the same natural groups
         assert [n.message for n in g.nodes] == [n.message for n in r.nodes]
         assert g.metrics == r.metrics and [c.usage for c in g.calls] == [c.usage for c in r.calls]
+
+
+def test_spans_generation_errors_and_endings(tmp_path):
+    """A trace with spans and no messages is built from its spans (as trackio renders it); a failed
+    generation span, a trace-level `status: error` and `stop_reason: length` give the endings the
+    table says; a batch scalar named `tool_errors` does not stand in for the rollout's own count."""
+    from ingest.formats import ReadContext, registry
+    from ingest.metrics import rollout_metrics
+    from ingest.source import open_source
+
+    written = _write(tmp_path, TRACKIO_WRITER_CASE="edge")
+    assert written["connections"] == [] and len(written["traces"]) == 4
+    got = list(registry.get("trackio").read(open_source(written["db"]), ReadContext()))
+    assert [r.id for r in got] == [t["id"] for t in sorted(written["traces"], key=lambda t: t["index"])]
+    spans_only, provider_error, status_error, length_cut = got
+
+    assert [(n.message.role, n.message.text()) for n in spans_only.nodes] == [
+        ("user", "List the files."), ("assistant", "I will call ls."), ("tool", "PermissionError: /")]
+    assert [(c.id, c.name, c.arguments) for c in spans_only.nodes[1].message.tool_calls] == [("t1", "ls", '{"path": "/"}')]
+    assert spans_only.nodes[2].message.tool_call_id == "t1"
+    assert spans_only.calls[0].model == "m" and spans_only.calls[0].usage.output_tokens == 4
+    assert spans_only.extra["trackio"]["spans"][0]["id"] == "s1"
+    assert rollout_metrics(spans_only, None)["n_tool_errors"] == 1
+
+    assert provider_error.ending.type == "error"
+    assert provider_error.calls[0].error.message == "upstream timeout"
+    assert provider_error.calls[0].time.end - provider_error.calls[0].time.start == pytest.approx(1.5)
+    assert (status_error.ending.type, status_error.ending.detail) == ("error", "status=error")
+    assert status_error.errors[0].message == "sandbox crashed"
+    assert (length_cut.ending.type, length_cut.reward) == ("length_cut", 0.5)
+    assert length_cut.calls[-1].finish_reason_raw == "length"
+
+    for r in got:  # the scalar logged beside them is the batch's, not each rollout's
+        assert r.extra["logged_metrics"] == {"tool_errors": 7.0}
+    assert rollout_metrics(length_cut, None)["n_tool_errors"] == 3  # the trace's own count, in its metadata
+    assert "metadata" not in length_cut.extra

@@ -87,9 +87,42 @@ def trace(trackio, step: int, i: int):
     return trackio.Trace(messages=messages, metadata=metadata, spans=spans)
 
 
+def edge_cases(trackio) -> None:
+    """Project `rl-edge`, run `edge-run`, one log() of four traces: spans and no messages (a
+    generation, then a tool that fails); a generation that failed (provider error); a trace whose
+    own status is `error`; a generation cut by its token limit (`stop_reason: length`)."""
+    t = "2026-12-01T11:00:0{}Z"
+    spans_only = trackio.Trace(messages=[], metadata={"reward": 0.0}, spans=[
+        {"id": "g1", "name": "chat", "kind": "generation", "model": "m", "input": "List the files.",
+         "output": "I will call ls.", "start_time": t.format(0), "end_time": t.format(1),
+         "usage": {"input_tokens": 5, "output_tokens": 4}},
+        {"id": "t1", "name": "ls", "kind": "tool", "input": {"path": "/"}, "status": "error",
+         "error": "PermissionError: /", "start_time": t.format(2), "end_time": t.format(3)},
+        {"id": "s1", "name": "episode", "kind": "span", "start_time": t.format(0), "end_time": t.format(4)}])
+    provider_error = trackio.Trace(
+        messages=[{"role": "user", "content": "Hello?"}, {"role": "assistant", "content": ""}],
+        spans=[{"id": "g2", "kind": "generation", "model": "m", "status": "error", "error": "upstream timeout",
+                "start_time": t.format(0), "duration_ms": 1500}])
+    status_error = trackio.Trace(messages=[{"role": "user", "content": "Run it."}],
+                                 metadata={"status": "error", "error": "sandbox crashed", "reward": 0.0})
+    length_cut = trackio.Trace(messages=[{"role": "user", "content": "Write a lot."},
+                                         {"role": "assistant", "content": "word " * 20}],
+                               metadata={"stop_reason": "length", "score": 0.5, "tool_errors": 3})
+    trackio.init(project="rl-edge", name="edge-run", embed=False, auto_log_gpu=False, auto_log_cpu=False)
+    trackio.log({"samples": [spans_only, provider_error, status_error, length_cut], "tool_errors": 7.0}, step=5)
+    trackio.finish()
+
+
 def main(out: Path) -> None:
     import trackio
     from trackio.sqlite_storage import SQLiteStorage
+
+    if os.environ.get("TRACKIO_WRITER_CASE") == "edge":
+        edge_cases(trackio)
+        traces = SQLiteStorage.get_traces("rl-edge", run="edge-run", sort="step_asc")
+        out.write_text(json.dumps({"version": trackio.__version__, "project": "rl-edge", "run": "edge-run",
+                                   "traces": traces, "connections": CONNECTIONS}, default=str))
+        return
 
     trackio.init(project=PROJECT, name=RUN, config={"lr": 1e-6, "algo": "grpo"}, embed=False,
                  auto_log_gpu=False, auto_log_cpu=False)
