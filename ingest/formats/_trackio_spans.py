@@ -119,12 +119,16 @@ def _span_extra(span: dict) -> dict:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def _generation_call(b: RolloutBuilder, node: int | None, span: dict, errors: list[Error]) -> Call:
+def _generation_call(b: RolloutBuilder, node: int | None, span: dict, errors: list[Error], *,
+                     last: bool = True) -> Call:
+    """The call of one generation span. A failed one is the rollout's error only when it is the
+    last generation (the rollout ended on it); one that was retried is the call's error alone."""
     start, end = span_time(span)
     error = None
     if span_is_error(span):
         error = Error(type="generation_error", message=_error_text(span.get("error")) or str(span.get("status")))
-        errors.append(error.model_copy())
+        if last:
+            errors.append(error.model_copy())
     model = span.get("model") if isinstance(span.get("model"), str) else None
     return b.call(node, _span_finish(span), _usage(span), model=model,
                   time=Span(start=start, end=end) if start is not None or end is not None else None,
@@ -134,12 +138,21 @@ def _generation_call(b: RolloutBuilder, node: int | None, span: dict, errors: li
 def apply_spans(b: RolloutBuilder, messages: list, generations: list[dict], tool_spans: list[dict],
                  spans: list[dict], errors: list[Error]) -> None:
     """Spans onto the message nodes (node i is message i): generation spans become the calls of
-    the assistant messages in order, tool spans mark their tool results."""
+    the assistant messages in order, tool spans mark their tool results. With more generation
+    spans than assistant messages, failed generations (retried, they produced no message) are
+    left without a node first, so the messages keep the generations that produced them; any
+    surplus beyond those is a call without a node."""
     assistants = [i for i, n in enumerate(b.nodes) if n.message.role == "assistant"]
     message_calls = {c.node: c for c in b.calls}
+    surplus = len(generations) - len(assistants)
+    unpaired = set()
     for k, span in enumerate(generations):
-        node = assistants[k] if k < len(assistants) else None
-        call = _generation_call(b, node, span, errors)
+        if len(unpaired) < surplus and span_is_error(span):
+            unpaired.add(k)
+    slots = iter(assistants)
+    for k, span in enumerate(generations):
+        node = None if k in unpaired else next(slots, None)
+        call = _generation_call(b, node, span, errors, last=k == len(generations) - 1)
         old = message_calls.get(node)
         if old is not None and node is not None:  # the message's own finish_reason: keep it on the span's call
             b.calls.remove(old)

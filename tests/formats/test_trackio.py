@@ -53,7 +53,7 @@ def test_static_export_is_the_same_rollouts():
 
 def test_edge_db_endings():
     got, _ = read(V / "rl-edge.db")
-    assert [r.ending.type for r in got.values()] == ["unknown", "error", "error", "length_cut"]
+    assert [r.ending.type for r in got.values()] == ["unknown", "error", "error", "length_cut", "submitted"]
 
 
 def test_inbox_fragment_and_session_file():

@@ -301,10 +301,10 @@ def test_spans_generation_errors_and_endings(tmp_path):
     from ingest.source import open_source
 
     written = _write(tmp_path, TRACKIO_WRITER_CASE="edge")
-    assert written["connections"] == [] and len(written["traces"]) == 4
+    assert written["connections"] == [] and len(written["traces"]) == 5
     got = list(registry.get("trackio").read(open_source(written["db"]), ReadContext()))
     assert [r.id for r in got] == [t["id"] for t in sorted(written["traces"], key=lambda t: t["index"])]
-    spans_only, provider_error, status_error, length_cut = got
+    spans_only, provider_error, status_error, length_cut, retried = got
 
     assert [(n.message.role, n.message.text()) for n in spans_only.nodes] == [
         ("user", "List the files."), ("assistant", "I will call ls."), ("tool", "PermissionError: /")]
@@ -321,6 +321,11 @@ def test_spans_generation_errors_and_endings(tmp_path):
     assert status_error.errors[0].message == "sandbox crashed"
     assert (length_cut.ending.type, length_cut.reward) == ("length_cut", 0.5)
     assert length_cut.calls[-1].finish_reason_raw == "length"
+
+    # the retried generation failed, then the next one answered: its message keeps that one's call
+    assert [(c.node, c.error.message if c.error else None) for c in retried.calls] == [(None, "429 rate limited"),
+                                                                                       (1, None)]
+    assert retried.calls[1].usage.output_tokens == 2 and retried.ending.type == "submitted" and not retried.errors
 
     for r in got:  # the scalar logged beside them is the batch's, not each rollout's
         assert r.extra["logged_metrics"] == {"tool_errors": 7.0}

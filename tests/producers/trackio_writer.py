@@ -88,9 +88,10 @@ def trace(trackio, step: int, i: int):
 
 
 def edge_cases(trackio) -> None:
-    """Project `rl-edge`, run `edge-run`, one log() of four traces: spans and no messages (a
+    """Project `rl-edge`, run `edge-run`, one log() of five traces: spans and no messages (a
     generation, then a tool that fails); a generation that failed (provider error); a trace whose
-    own status is `error`; a generation cut by its token limit (`stop_reason: length`)."""
+    own status is `error`; a generation cut by its token limit (`stop_reason: length`); a failed
+    generation retried before the answer."""
     t = "2026-12-01T11:00:0{}Z"
     spans_only = trackio.Trace(messages=[], metadata={"reward": 0.0}, spans=[
         {"id": "g1", "name": "chat", "kind": "generation", "model": "m", "input": "List the files.",
@@ -108,8 +109,16 @@ def edge_cases(trackio) -> None:
     length_cut = trackio.Trace(messages=[{"role": "user", "content": "Write a lot."},
                                          {"role": "assistant", "content": "word " * 20}],
                                metadata={"stop_reason": "length", "score": 0.5, "tool_errors": 3})
+    retried = trackio.Trace(messages=[{"role": "user", "content": "Again?"}, {"role": "assistant", "content": "Yes."}],
+                            metadata={"finish_reason": "stop"},
+                            spans=[{"id": "g3", "kind": "generation", "model": "m", "status": "error",
+                                    "error": "429 rate limited", "start_time": t.format(0), "end_time": t.format(1)},
+                                   {"id": "g4", "kind": "generation", "model": "m", "status": "ok",
+                                    "start_time": t.format(2), "end_time": t.format(3),
+                                    "usage": {"input_tokens": 3, "output_tokens": 2}}])
     trackio.init(project="rl-edge", name="edge-run", embed=False, auto_log_gpu=False, auto_log_cpu=False)
-    trackio.log({"samples": [spans_only, provider_error, status_error, length_cut], "tool_errors": 7.0}, step=5)
+    trackio.log({"samples": [spans_only, provider_error, status_error, length_cut, retried], "tool_errors": 7.0},
+                step=5)
     trackio.finish()
 
 
