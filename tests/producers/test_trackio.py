@@ -11,6 +11,7 @@ scalars beside them, and one single trace (not in a list) at step 2.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -22,7 +23,10 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-import trackio  # noqa: F401 - the `producers` extra (make install): the real library, never skipped
+
+# The `producers` extra (make install): the real library, never skipped. It runs in the writer's
+# own process only (importing it here would read TRACKIO_DIR from this process's environment).
+assert importlib.util.find_spec("trackio"), "trackio is missing: pip install -e '.[test,producers]'"
 
 from tests.conftest import ROOT
 
