@@ -74,3 +74,37 @@ def test_opening_leaves_no_wal_files(tmp_path):
     shutil.copy(V / "rl-project.db", db)
     read(db)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.db"]
+
+
+def test_a_run_still_logging_is_read_with_its_wal(tmp_path):
+    """While trackio logs, the database is in WAL mode and recent rows may be only in `-wal`: the
+    reader opens it read-only (not `immutable`) then, and sees them."""
+    import shutil
+
+    db = tmp_path / "live.db"
+    shutil.copy(V / "rl-project.db", db)
+    writer = sqlite3.connect(db)
+    try:
+        assert writer.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal"
+        writer.execute("PRAGMA wal_autocheckpoint = 0")
+        writer.execute("UPDATE traces SET metadata = ? WHERE rowid = (SELECT MIN(rowid) FROM traces)",
+                       (b'{"reward": 0.75}',))
+        writer.commit()
+        assert (tmp_path / "live.db-wal").stat().st_size > 0
+        got, _ = read(db)
+        assert next(iter(got.values())).reward == 0.75
+    finally:
+        writer.close()
+
+
+def test_two_trackio_runs_with_one_name_stay_apart(tmp_path):
+    import shutil
+
+    db = tmp_path / "two.db"
+    shutil.copy(V / "rl-project.db", db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE traces SET run_id = 'ffffffff00000000', id = 'x' || id WHERE step = 2")
+    got, _ = read(db)
+    runs = {r.run.id for r in got.values()}
+    assert len(runs) == 2 and {r.run.name for r in got.values()} == {"grpo-run"}
+    assert "grpo-run-ffffffff" in runs
