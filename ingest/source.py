@@ -52,6 +52,7 @@ BOM = b"\xef\xbb\xbf"
 ZIP_MAGIC = b"PK\x03\x04"
 GZIP_MAGIC = b"\x1f\x8b"
 PARQUET_MAGIC = b"PAR1"
+SQLITE_MAGIC = b"SQLite format 3\x00"  # a SQLite database (Trackio's `<project>.db`): kind 'sqlite'
 EMPTY_ZIP_MAGIC = b"PK\x05\x06"
 MAX_MEMBER_BYTES = 1 << 30  # 1 GiB uncompressed per zip member
 STREAM_BYTES = 32 << 20  # a top-level JSON array larger than this is streamed, element by element
@@ -354,6 +355,8 @@ def open_source(path: Path) -> Source:
         return _open_gzip(path, size)
     if head.startswith(PARQUET_MAGIC):
         return _open_parquet(path, size)
+    if head.startswith(SQLITE_MAGIC):
+        return _open_sqlite(path, size)
     return _open_head(path, head, size, None, None)
 
 
@@ -367,6 +370,24 @@ def _open_parquet(path: Path, size: int) -> Source:
         break
     src.position, src.last_line = 0, None
     return src
+
+
+def _open_sqlite(path: Path, size: int) -> Source:
+    """A SQLite database, opened read-only; `first` is its sorted table names (readers open it
+    themselves, e.g. ingest/formats/trackio.py)."""
+    import sqlite3
+
+    try:
+        # read-only; `immutable` (no -wal/-shm files created beside it) unless a writer left a WAL
+        mode = "mode=ro" if Path(f"{path}-wal").exists() else "immutable=1"
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?{mode}", uri=True)
+        try:
+            tables = sorted(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise RecordError(str(path), None, None, f"cannot read SQLite database: {exc}") from None
+    return Source(path, "sqlite", tables, size=size)
 
 
 def _open_gzip(path: Path, size: int) -> Source:

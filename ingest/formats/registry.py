@@ -26,6 +26,7 @@ from ingest.formats import (
     samples,
     swe_agent,
     tau_bench,
+    trackio,
     tunix,
     verifiers,
     verl,
@@ -40,6 +41,7 @@ READERS: list[Reader] = [  # type: ignore[list-item]
     atropos,
     atif,
     verl,
+    trackio,
     tunix,
     tau_bench,
     otlp,
@@ -125,6 +127,6 @@ def explain(source: Source, *, short: bool = False) -> str:
     if short:
         return f"no reader recognises it ({source.kind})"
     kind = {"json": "a JSON document", "jsonl": "JSONL", "csv": "CSV", "zip": "a zip archive",
-            "parquet": "a Parquet file"}.get(source.kind, source.kind)
+            "parquet": "a Parquet file", "sqlite": "a SQLite database"}.get(source.kind, source.kind)
     tried = "; ".join(f"{r.NAME}: expects {r.EXPECTS}" for r in READERS)
     return f"no reader recognises this file ({kind}). Formats tried: {tried}"

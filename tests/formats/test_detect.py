@@ -35,6 +35,7 @@ EXPECTED: dict[str, str | None] = {
     "swe-agent": "swe-agent",
     "openhands": "openhands",
     "mini-swe-agent": "mini-swe-agent",
+    "trackio": "trackio",
 }
 
 # Files that are not traces: sidecars that say how a fixture was made, tokenizers.
