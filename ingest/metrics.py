@@ -88,12 +88,27 @@ def tool_errors(r: Rollout) -> int:
 
 
 def tool_result_failed(m: Message) -> bool:
-    """Whether tool result `m` reports a failure: the reader recorded one (`extra.is_error` true,
-    a non-empty `extra.error`, `extra.observation == "error"`) or its text starts with the word
-    `error`, any case (`Error: ...`, `error: ...`, `ERROR ...`)."""
-    x = m.extra
-    return (x.get("is_error") is True or bool(x.get("error")) or x.get("observation") == "error"
-            or ERROR_WORD.match(m.text()) is not None)
+    """Whether tool result `m` reports a failure (`tool_failure`)."""
+    return tool_failure(m.extra, m.text()) is not None
+
+
+def tool_failure(extra: dict, text: str) -> str | None:
+    """What says a tool result failed, or None: the reader recorded it (`extra.error`, Inspect's
+    ToolCallError `{type, message}` or a string; `extra.is_error` true, Anthropic / MCP;
+    `extra.observation == "error"`, OpenHands' ErrorObservation), else the result's text opens
+    with the word `error`, any case (`Error: ...`, `error: ...`, `ERROR ...`). The answer is
+    the error's own message where there is one (`division by zero`), else the signal's name."""
+    err = extra.get("error")
+    if err:
+        if isinstance(err, dict):
+            msg = err.get("message") or err.get("type")
+            return str(msg) if msg else "error"
+        return str(err)
+    if extra.get("is_error") is True:
+        return "is_error"
+    if extra.get("observation") == "error":
+        return "error observation"
+    return "error text" if ERROR_WORD.match(text) is not None else None
 
 
 def mismatch(r: Rollout) -> dict:

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import sqlite3
 
-from tests.conftest import FIXTURES
-
 from ingest.formats import ReadContext, registry
 from ingest.source import RecordError, open_source
+from tests.conftest import FIXTURES
 
 V = FIXTURES / "realdata" / "trackio" / "v0.43.0"
 

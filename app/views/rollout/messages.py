@@ -11,6 +11,7 @@ from app.db.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpac
 from app.views.rollout.timeline import tool_duration
 from app.views.rollout.windows import Pieces, strip
 from ingest.formats._openai import MEDIA_PARTS
+from ingest.metrics import tool_failure
 from ingest.schema import content_text
 
 MEDIA_TYPES = frozenset(MEDIA_PARTS.values())  # the types a stored media placeholder has
@@ -104,6 +105,8 @@ def node_view(node, ctx: MessageContext, *, t0: int = 0, include_token: int | No
         "reasoning": msg.get("reasoning_content"),
         "tool_calls": ctx.calls_by_node.get(node.idx, []),
         "answers": ctx.answer_of.get(node.idx),
+        # a failed tool result, by its format's own signal (ingest.metrics.tool_failure)
+        "tool_error": tool_failure(msg.get("extra") or {}, text) if node.role == "tool" else None,
         "name": msg.get("name"),
         # a role the source used that the native model has no word for (kept by the reader)
         "source_role": (msg.get("extra") or {}).get("source_role"),

@@ -98,6 +98,7 @@ class NodeView(PageModel):
     reasoning_dropped_in: list[int] = []  # later branches whose re-rendered prompt leaves this reasoning out
     tool_calls: list[ToolCallView]
     answers: Answers | None
+    tool_error: str | None = None  # a failed tool result: the error's message, else the signal's name
     name: str | None
     source_role: str | None
     n_tokens: int
