@@ -50,3 +50,24 @@ def empty_reasoning_only(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
         if m.role == "assistant" and _has_reasoning(m) and not _answer_text(m).strip() and not m.tool_calls:
             yield Hit(f"node {i}: reasoning but no answer, text or tool call", i, None,
                       {"reasoning_chars": len(m.reasoning_content or "")})
+
+
+@check("content_not_recorded", "warning", label="message text not recorded")
+def content_not_recorded(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
+    """Model calls that report output tokens, in a rollout with no assistant turn that has text,
+    reasoning, a tool call or token ids: what the model said was not recorded (content capture
+    off, or carried where the reader did not look: the span events of older OpenTelemetry GenAI
+    conventions, open-telemetry/opentelemetry-python-contrib#4038). Never a silent rollout that
+    reads as a finished answer with nothing in it."""
+    used = [c for c in r.calls if c.usage is not None and (c.usage.output_tokens or 0) > 0]
+    if not used:
+        return
+    said = any(n.message.role == "assistant" and (n.message.text().strip() or n.message.tool_calls
+                                                   or (n.message.reasoning_content or "").strip() or n.token_ids)
+               for n in r.nodes)
+    if said:
+        return
+    tokens = sum(c.usage.output_tokens or 0 for c in used)
+    yield Hit(f"{plural(len(used), 'model call')} produced {plural(tokens, 'output token')}, but no message text "
+              f"was recorded ({plural(len(r.nodes), 'message')} in the trace)", None, None,
+              {"calls": len(used), "output_tokens": tokens, "messages": len(r.nodes)})

@@ -267,8 +267,13 @@ def rollout_from_spans(spans: list[SpanRecord], *, run_id: str | None = None,
                     break
                 if start == caller or not callers:
                     parent = end
+            failed = _tool_span_error(s)
             if recorded:
+                if failed:  # the result an input already holds failed: say so on it
+                    g.nodes[g.index[message_key(m, end)]].message.extra.setdefault("error", failed)
                 continue
+            if failed:
+                m.extra["error"] = failed
             idx = g.place(m, parent, s.end)
             if cursor[key] == parent or caller is None:
                 cursor[key] = idx
@@ -390,6 +395,16 @@ def _callers(g: _Graph, cid: Any, name: Any) -> list[int]:
     call id, else by tool name (the latest is the one taken)."""
     return [i for i, n in enumerate(g.nodes)
             if any((cid is not None and c.id == cid) or (cid is None and c.name == name) for c in n.message.tool_calls or [])]
+
+
+def _tool_span_error(s: SpanRecord) -> dict | None:
+    """A tool span that failed (status ERROR; GenAI `error.type` names the kind): the tool result's
+    `extra.error` `{type, message}` (ingest.metrics.tool_failure counts it), else None. The
+    result's own text may not say so (a Python exception's text: `ZeroDivisionError: ...`)."""
+    if s.status_code != STATUS_ERROR:
+        return None
+    kind = s.attributes.get("error.type")
+    return {"type": str(kind or "error"), "message": s.status_message or (str(kind) if kind else "tool span failed")}
 
 
 def _after_results(g: _Graph, m: Message, start: int | None) -> tuple[bool, int | None]:

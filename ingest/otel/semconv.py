@@ -12,7 +12,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ingest.formats._openai import arguments_text
+from ingest.fields import FieldError
+from ingest.formats._openai import arguments_text, message_from_openai
 from ingest.otel.wire import SpanRecord
 from ingest.schema import Message, ToolCall
 
@@ -187,8 +188,74 @@ def span_messages(s: SpanRecord) -> tuple[list[Message], list[tuple[Message, str
     if any(k.startswith("gen_ai.prompt.") or k.startswith("gen_ai.completion.") for k in a):
         return ([m for m, _ in _flat_messages(a, "gen_ai.prompt.", False)],
                 _flat_messages(a, "gen_ai.completion.", False))
-    return ([m for m, _ in _flat_messages(a, "llm.input_messages.", True)],
-            _flat_messages(a, "llm.output_messages.", True))
+    inputs = [m for m, _ in _flat_messages(a, "llm.input_messages.", True)]
+    outputs = _flat_messages(a, "llm.output_messages.", True)
+    if inputs or outputs:
+        return inputs, outputs
+    return event_messages(s)
+
+
+# Span events that carried message content before it moved to attributes (semconv 1.37):
+# ≤ 1.27 two events holding OpenAI-style message lists as JSON; 1.28-1.36 one event per message.
+CONTENT_EVENTS = {"gen_ai.content.prompt": "gen_ai.prompt", "gen_ai.content.completion": "gen_ai.completion"}
+MESSAGE_EVENTS = {"gen_ai.system.message": "system", "gen_ai.user.message": "user",
+                  "gen_ai.assistant.message": "assistant", "gen_ai.tool.message": "tool"}
+CHOICE_EVENT = "gen_ai.choice"
+
+
+def event_messages(s: SpanRecord) -> tuple[list[Message], list[tuple[Message, str | None]]]:
+    """(inputs, [(output, finish reason)]) from a model span's events, in the two older forms:
+    `gen_ai.content.prompt` / `gen_ai.content.completion` with `gen_ai.prompt` / `gen_ai.completion`
+    (a JSON list of OpenAI chat messages, semconv ≤ 1.27), and one event per message
+    (`gen_ai.{system,user,assistant,tool}.message` with `content`, `tool_calls`, `id`; `gen_ai.choice`
+    with `message`, `finish_reason`, `index`; semconv 1.28-1.36, open-telemetry/semantic-conventions
+    #980). Empty when the span has none of them. A message that is not OpenAI-shaped is skipped."""
+    inputs: list[Message] = []
+    outputs: list[tuple[Message, str | None]] = []
+    for e in s.events:
+        name, ea = e.get("name"), e.get("attributes") or {}
+        if name in CONTENT_EVENTS:
+            items = json_value(ea.get(CONTENT_EVENTS[name]))
+            for m in items if isinstance(items, list) else []:
+                msg = _openai(m)
+                if msg is None:
+                    continue
+                if name == "gen_ai.content.prompt":
+                    inputs.append(msg[0])
+                else:
+                    outputs.append(msg)
+        elif name in MESSAGE_EVENTS:
+            content = ea.get("content")  # a string, or structured parts as JSON
+            parsed = json_value(content) if isinstance(content, str) and content[:1] in "[{" else None
+            d = {"role": MESSAGE_EVENTS[name], "content": parsed if isinstance(parsed, list) else content}
+            if ea.get("tool_calls") is not None:
+                d["tool_calls"] = json_value(ea.get("tool_calls"))
+            if name == "gen_ai.tool.message" and ea.get("id") is not None:
+                d["tool_call_id"] = str(ea["id"])
+            msg = _openai(d)
+            if msg is not None:
+                inputs.append(msg[0])
+        elif name == CHOICE_EVENT:
+            raw = ea.get("message")
+            m = json_value(raw) if isinstance(raw, str) else raw
+            if not isinstance(m, dict):  # not JSON: the message's text itself
+                m = {"content": raw}
+            msg = _openai({"role": "assistant", **m})
+            if msg is not None:
+                outputs.append((msg[0], ea.get("finish_reason") if isinstance(ea.get("finish_reason"), str) else msg[1]))
+    return inputs, outputs
+
+
+def _openai(m: Any) -> tuple[Message, str | None] | None:
+    if not isinstance(m, dict):
+        return None
+    if isinstance(m.get("content"), (dict, int, float)):
+        m = {**m, "content": text_value(m["content"])}
+    try:
+        got = message_from_openai(m, "event")
+    except (FieldError, ValueError):
+        return None
+    return got.message, got.finish_reason
 
 def tool_message(a: dict, span_name: str = "") -> Message:
     """The tool result an `execute_tool` / TOOL span carries."""

@@ -194,3 +194,47 @@ def test_group_of_errors_is_zero_variance_and_undecided_checks_say_why(client, e
     assert "no advantages recorded" in skipped["advantage_mismatch"]
     assert "no advantages recorded" in skipped["errored_reward_in_baseline"]
     assert "no advantages recorded" in client.get("/runs/r1/groups/g32").text
+
+
+def test_42_genai_content_in_span_events_is_read_in_every_form(client, engine):
+    """The same conversation in the three OpenTelemetry GenAI forms (≤ 1.27 prompt/completion events,
+    1.28-1.36 one event per message, the current attributes) reads as the same three messages."""
+    assert load(client, engine, "42-genai-messages-in-span-events.otlp.json").ok
+    seen = {}
+    for rid in ("c42-content-events", "c42-message-events", "c42-attributes"):
+        d, f = findings(client, _run_of(client, rid), rid)
+        seen[rid] = [(m["role"], m["content"]) for m in d["messages"]]
+        assert "content_not_recorded" not in f, f
+    assert seen["c42-content-events"] == seen["c42-message-events"] == seen["c42-attributes"]
+    assert [r for r, _ in seen["c42-attributes"]] == ["system", "user", "assistant"]
+    assert seen["c42-attributes"][2][1] == "17 times 25 is 425."
+
+
+def test_42_model_calls_with_tokens_and_no_text_are_a_finding(client, engine, tmp_path):
+    """Content capture off (the attributes and the events stripped): the rollout is never a silent
+    0-message answer; it carries `content_not_recorded` with the calls' output tokens."""
+    import json
+
+    doc = json.loads(case("42-genai-messages-in-span-events.otlp.json").read_text())
+    for rs in doc["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for sp in ss["spans"]:
+                sp.pop("events", None)
+                sp["attributes"] = [a for a in sp.get("attributes", []) if not a["key"].startswith(
+                    ("gen_ai.input.", "gen_ai.output.", "gen_ai.system_instructions"))]
+    path = tmp_path / "no-content.otlp.json"
+    path.write_text(json.dumps(doc))
+    assert ingest(engine, path, run="cases").ok
+    for rid in ("c42-content-events", "c42-message-events", "c42-attributes"):
+        d, f = findings(client, _run_of(client, rid), rid)
+        assert d["messages"] == []
+        hit = f["content_not_recorded"]
+        assert hit["detail"]["output_tokens"] > 0 and hit["detail"]["messages"] == 0
+
+
+def _run_of(client, rid: str) -> str:
+    hits = [r for run in client.get("/api/v1/runs").json()["items"]
+            for r in client.get(f"/api/v1/runs/{quote(run['id'], safe='')}/rollouts?limit=200").json()["items"]
+            if r["rollout_id"] == rid]
+    assert len(hits) == 1, (rid, hits)
+    return quote(hits[0]["run_id"], safe="")
