@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from ingest.formats import ReadContext, registry
+from ingest.formats import registry
+from ingest.formats.base import ReadContext
 from ingest.source import RecordError, open_source
 from tests.conftest import FIXTURES
 

@@ -199,7 +199,7 @@ def test_trackio_dir_folder(engine, project, tmp_path):
     session files, metrics/configs Parquet and the lock file are skipped with a word; nothing is
     rejected and no -wal/-shm file is left in the folder."""
     from app.worker.sync import ingest_paths
-    from ingest.formats import ReadContext
+    from ingest.formats.base import ReadContext
 
     folder = tmp_path / "trackio"
     shutil.copytree(project["dir"], folder)
@@ -222,7 +222,8 @@ def test_trackio_dir_folder(engine, project, tmp_path):
 def test_inbox_fragments_match_trackios_import(jsonl_project, tmp_path):
     """TRACKIO_STORAGE_MODE=jsonl (trackio's choice on a network filesystem): the JSONL inbox
     fragments are read with the ids trackio's own import gives (`<run_id>:<log_id>:<key>:<i>`)."""
-    from ingest.formats import ReadContext, registry
+    from ingest.formats import registry
+    from ingest.formats.base import ReadContext
     from ingest.source import open_source
 
     fragments = sorted((jsonl_project["dir"].parent / "inbox-snapshot").rglob("*.jsonl"))
@@ -241,7 +242,8 @@ def test_inbox_fragments_match_trackios_import(jsonl_project, tmp_path):
 
 
 def test_a_bad_row_is_one_error_and_the_rows_around_it_are_kept(project, tmp_path):
-    from ingest.formats import ReadContext, registry
+    from ingest.formats import registry
+    from ingest.formats.base import ReadContext
     from ingest.source import RecordError, open_source
 
     db = tmp_path / "broken.db"
@@ -264,7 +266,8 @@ def test_traces_inline_in_metrics_before_trackio_0_26(project, tmp_path):
     """Before trackio 0.26 (#559) a trace stayed in the metrics JSON as a `trackio.trace` value,
     and trackio read it with the id `<run_id>:<step>:<key>[:<i>]`. The same project, put back
     in that layout (no `traces` table), gives the same rollouts under those ids."""
-    from ingest.formats import ReadContext, registry
+    from ingest.formats import registry
+    from ingest.formats.base import ReadContext
     from ingest.source import open_source
 
     db = tmp_path / "old.db"
@@ -300,7 +303,8 @@ def test_spans_generation_errors_and_endings(tmp_path):
     """A trace with spans and no messages is built from its spans (as trackio renders it); a failed
     generation span, a trace-level `status: error` and `stop_reason: length` give the endings the
     table says; a batch scalar named `tool_errors` does not stand in for the rollout's own count."""
-    from ingest.formats import ReadContext, registry
+    from ingest.formats import registry
+    from ingest.formats.base import ReadContext
     from ingest.metrics import rollout_metrics
     from ingest.source import open_source
 
