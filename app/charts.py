@@ -149,7 +149,8 @@ def build_reward(run_id: str, steps, tasks=None) -> dict:
              "customdata": links, "line": band, "fill": "tonexty", "fillcolor": color + "1a", "legendgroup": policy,
              "hovertemplate": f"step %{{x}}<br>p90 ({label}) %{{y:.3f}}<extra></extra>"},
             _line(f"mean ({label})", steps, q("mean"), links, color) | {"legendgroup": policy},
-            _line(f"median ({label})", steps, q("median"), links, color, dash="dash", width=1) | {"legendgroup": policy},
+            _line(f"median ({label})", steps, q("median"), links, color, dash="dash", width=1)
+            | {"legendgroup": policy},
         ]
     return {"data": data, "layout": _layout("Reward per step", {"title": {"text": "reward"}}, _xs(steps))}
 
@@ -200,7 +201,8 @@ def build_task_heatmap(run_id: str, steps, tasks=None) -> dict:
                               + "<br>task %{y}<br>mean reward %{z:.3f} (%{text})<extra></extra>"}]
     title = "Mean reward per task and step (errors scored 0)"
     if n_tasks > len(keys) or width > 1:
-        title += f": {len(keys)} of {max(n_tasks, len(keys))} tasks" + (f", {width} steps per column" if width > 1 else "")
+        title += (f": {len(keys)} of {max(n_tasks, len(keys))} tasks"
+                  + (f", {width} steps per column" if width > 1 else ""))
     layout = _layout(title, {"title": {"text": "task"}, "type": "category", "automargin": True}, x)
     layout["height"] = max(320, min(1200, 120 + 16 * len(keys)))
     layout["showlegend"] = False
@@ -291,7 +293,8 @@ def build_mismatch(run_id: str, steps, tasks=None) -> dict:
     |Δ logprob| (left axis) and the share of tokens whose importance ratio leaves [0.8, 1.25]."""
     links = _step_urls(run_id, steps)
     tok = [s.get("mismatch", "tokens", default=0) for s in steps]
-    data = [_line("mean |Δ logprob|", steps, [s.get("mismatch", "mean_abs") for s in steps], links, PALETTE[0], fmt=".4f"),
+    data = [_line("mean |Δ logprob|", steps, [s.get("mismatch", "mean_abs") for s in steps], links, PALETTE[0],
+                  fmt=".4f"),
             _line("max |Δ logprob|", steps, [s.get("mismatch", "max_abs") for s in steps], links, PALETTE[3], fmt=".4f",
                   dash="dot", width=1),
             _line("ratio outside [0.8, 1.25]", steps, [(s.get("mismatch", "out_of_range", default=0) / n) if n else None
@@ -334,25 +337,59 @@ def build_no_gradient(run_id: str, steps, tasks=None) -> dict:
                      "text": [f"{s.get('no_gradient', reason, default=0)} of {s.rollouts}" for s in steps],
                      "textposition": "none", "marker": {"color": color},
                      "customdata": _step_page_urls(run_id, steps, "no-gradient"),
-                     "hovertemplate": "step %{x}<br>" + reason.replace("_", " ") + ": %{y:.1%} (%{text})<extra></extra>"})
+                     "hovertemplate": "step %{x}<br>" + reason.replace("_", " ")
+                                      + ": %{y:.1%} (%{text})<extra></extra>"})
     layout = _layout("Rollouts that carried no gradient", {"title": {"text": "share of rollouts"}, "tickformat": ".0%",
                                                            "rangemode": "tozero"}, _xs(steps))
     layout["barmode"] = "stack"
     return {"data": data, "layout": layout}
 
 
-register(Chart("endings", "Ending-type rates", "Share of rollouts per ending at each training step. Click a bar for its rollouts.", build_endings, sections=("endings",)))
-register(Chart("reward", "Reward", "Mean (solid), median (dashed) and the p10–p90 band of reward per step, errored rollouts scored 0 (blue) and dropped (purple). Missing or non-finite rewards are left out of both.", build_reward, sections=("reward",)))
-register(Chart("task_heatmap", "Reward per task", "Mean reward (errors scored 0) of each task at each step. Click a cell for that task's rollouts at that step.", build_task_heatmap, needs_tasks=True, comparable=False, sections=()))
-register(Chart("lengths", "Response length", "Tokens the policy sampled per rollout (empty responses count as 0): mean, median and p90, and the share of rollouts with an empty response (right axis).", build_lengths, sections=("lengths",)))
-register(Chart("turns", "Turns and tool calls", "Assistant turns, tool calls and tool errors per rollout.", build_turns, sections=("lengths",)))
-register(Chart("latency", "Latency", "Mean seconds per rollout spent in the model and in tools or the environment, over the rollouts that recorded timing.", build_latency, sections=("lengths",)))
-register(Chart("groups", "Group statistics", "Share of groups whose rewards are all equal (zero variance: no learning signal), with errored rollouts dropped and scored 0, and of groups where dropping errored rollouts flips the sign of an advantage.", build_groups, sections=("groups",)))
-register(Chart("advantages", "Advantages", "Advantage = reward − group mean, under both error policies: mean |A| and the p10–p90 range.", build_advantages, sections=("advantages",)))
-register(Chart("findings", "Findings", "Rollouts with a finding of each trace-check kind per step. Click a point for those rollouts.", build_findings, sections=("findings",)))
-register(Chart("mismatch", "Training–inference mismatch", "Where both the inference engine's and the trainer's logprobs of the sampled tokens are recorded: mean and max |Δ logprob|, and the share of tokens whose importance ratio exp(Δ) leaves [0.8, 1.25] (right axis).", build_mismatch, sections=("mismatch",)))
-register(Chart("staleness", "Off-policy staleness", "Rollouts by how many trainer steps behind the policy that sampled them was (step − policy version).", build_staleness, sections=("staleness",)))
-register(Chart("no_gradient", "No gradient", "Share of rollouts that contributed nothing to the step's gradient, by reason: filtered by the trainer, error dropped, loss mask zeroed by a filter, too stale, or a zero-variance group. Click for the step's list.", build_no_gradient, sections=("no_gradient",)))
+register(Chart("endings", "Ending-type rates",
+               "Share of rollouts per ending at each training step. Click a bar for its rollouts.",
+               build_endings, sections=("endings",)))
+register(Chart("reward", "Reward",
+               "Mean (solid), median (dashed) and the p10–p90 band of reward per step, errored rollouts scored 0 "
+               "(blue) and dropped (purple). Missing or non-finite rewards are left out of both.",
+               build_reward, sections=("reward",)))
+register(Chart("task_heatmap", "Reward per task",
+               "Mean reward (errors scored 0) of each task at each step. Click a cell for that task's rollouts at "
+               "that step.",
+               build_task_heatmap, needs_tasks=True, comparable=False, sections=()))
+register(Chart("lengths", "Response length",
+               "Tokens the policy sampled per rollout (empty responses count as 0): mean, median and p90, and the "
+               "share of rollouts with an empty response (right axis).",
+               build_lengths, sections=("lengths",)))
+register(Chart("turns", "Turns and tool calls", "Assistant turns, tool calls and tool errors per rollout.",
+               build_turns, sections=("lengths",)))
+register(Chart("latency", "Latency",
+               "Mean seconds per rollout spent in the model and in tools or the environment, over the rollouts "
+               "that recorded timing.",
+               build_latency, sections=("lengths",)))
+register(Chart("groups", "Group statistics",
+               "Share of groups whose rewards are all equal (zero variance: no learning signal), with errored "
+               "rollouts dropped and scored 0, and of groups where dropping errored rollouts flips the sign of an "
+               "advantage.",
+               build_groups, sections=("groups",)))
+register(Chart("advantages", "Advantages",
+               "Advantage = reward − group mean, under both error policies: mean |A| and the p10–p90 range.",
+               build_advantages, sections=("advantages",)))
+register(Chart("findings", "Findings",
+               "Rollouts with a finding of each trace-check kind per step. Click a point for those rollouts.",
+               build_findings, sections=("findings",)))
+register(Chart("mismatch", "Training–inference mismatch",
+               "Where both the inference engine's and the trainer's logprobs of the sampled tokens are recorded: "
+               "mean and max |Δ logprob|, and the share of tokens whose importance ratio exp(Δ) leaves [0.8, 1.25] "
+               "(right axis).",
+               build_mismatch, sections=("mismatch",)))
+register(Chart("staleness", "Off-policy staleness",
+               "Rollouts by how many trainer steps behind the policy that sampled them was (step − policy version).",
+               build_staleness, sections=("staleness",)))
+register(Chart("no_gradient", "No gradient",
+               "Share of rollouts that contributed nothing to the step's gradient, by reason: filtered by the "
+               "trainer, error dropped, loss mask zeroed by a filter, too stale, or a zero-variance group. Click "
+               "for the step's list.",
+               build_no_gradient, sections=("no_gradient",)))
 
 
 def moving_average(ys: list, window: int) -> list:

@@ -95,4 +95,5 @@ def chip(t: dict) -> Markup:
         data.append(("data-raw", reveal_invisible(p["raw"])))
     attrs = "".join(f' {k}="{escape(v)}"' for k, v in data)
     return Markup(f'<span class="{escape(_classes(t, p))}" id="t-{int(t["t"])}" data-i="{int(t["i"])}" '
-                  f'data-id="{int(t["id"])}"{attrs} title="{escape(reveal_invisible(_title(t, p)))}">{escape(_text(t, p))}</span>')
+                  f'data-id="{int(t["id"])}"{attrs} title="{escape(reveal_invisible(_title(t, p)))}">'
+                  f'{escape(_text(t, p))}</span>')

@@ -3,8 +3,9 @@
 Prints: each agent reader's throughput (MB/s of source read into native rollouts, no database)
 on the real files of tests/fixtures/realdata, repeated to a few MB; OTLP/JSON decode + mapping
 throughput (spans/s); the OTLP export of case 17 (5,000 turns, 10,002 nodes: size against the
-native export, write and read-back time, exactness); and `POST /v1/traces` over real HTTP (uvicorn on a free port, the SDK's
-own protobuf exporter, one request per batch of spans) in spans/s and rollouts/s, stored.
+native export, write and read-back time, exactness); and `POST /v1/traces` over real HTTP
+(uvicorn on a free port, the SDK's own protobuf exporter, one request per batch of spans) in
+spans/s and rollouts/s, stored.
 Run: `.venv/bin/python bench/agents_and_otlp.py` (also part of `make bench`).
 """
 from __future__ import annotations
@@ -36,7 +37,8 @@ from ingest.otel.write import spans_from_rollout  # noqa: E402
 from ingest.source import open_source  # noqa: E402
 
 REAL = ROOT / "tests" / "fixtures" / "realdata"
-FILES = ["swe-agent/pydicom__pydicom-1458.traj", "swe-agent/marshmallow-code__marshmallow-1867.function_calling_replace.traj",
+FILES = ["swe-agent/pydicom__pydicom-1458.traj",
+         "swe-agent/marshmallow-code__marshmallow-1867.function_calling_replace.traj",
          "mini-swe-agent/github_issue.traj.json", "openhands/basic.json", "inspect_ai/log_read_sample.eval",
          "inspect_ai/log_tool_call_error.json"]
 
@@ -122,9 +124,11 @@ def receiver() -> None:
         th.start()
         while not srv.started:
             time.sleep(0.05)
-        exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces", headers={"Authorization": "Bearer bench"})
+        exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces",
+                                    headers={"Authorization": "Bearer bench"})
         provider = TracerProvider(resource=Resource.create({"service.name": "bench"}))
-        provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=200_000, max_export_batch_size=512, schedule_delay_millis=50))
+        provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=200_000, max_export_batch_size=512,
+                                                       schedule_delay_millis=50))
         tracer = provider.get_tracer("bench")
         history = [{"role": "user", "parts": [{"type": "text", "content": "task"}]}]
         n_traces, turns = 300, 8

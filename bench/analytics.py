@@ -129,7 +129,8 @@ def generate(n: int, steps: int, seed: int = 0):
             if len(kept) == 1:
                 n_kept = sum(1 for r in members if r[11] != "error" and r[13] is not None)
                 group_finds.append((RUN, gid, "zero_variance_group", "warning",
-                                    f"all {n_kept} members in the baseline have reward {kept.pop():g}: std 0, no learning signal"))
+                                    f"all {n_kept} members in the baseline have reward {kept.pop():g}: "
+                                    "std 0, no learning signal"))
         yield rows, finds, docs, group_finds
 
 
@@ -216,7 +217,8 @@ def endpoints(steps: int, client: httpx.Client) -> list[tuple[str, str, str]]:
         deep = first["next_url"].replace("/rollouts.json", "/rollouts")
     out = [("chart", f"chart {c}", f"{r}/charts/{c}.json") for c in charts.REGISTRY]
     out += [("page", "run page", r), ("page", "step page", f"{r}/steps/{steps // 2}"),
-            ("page", "compare (the run and a copy of its rollups under another id)", f"/compare.json?runs={RUN},{RUN}-copy"),
+            ("page", "compare (the run and a copy of its rollups under another id)",
+             f"/compare.json?runs={RUN},{RUN}-copy"),
             ("list", "rollouts: first page", f"{r}/rollouts"),
             ("list", "rollouts: filtered (ending=error, task prefix)", f"{r}/rollouts?ending=error&task=task-01*"),
             ("list", "rollouts: deep page", deep),
@@ -340,7 +342,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=20)
     ap.add_argument("--keep", type=Path, help="write the SQLite file here and keep it")
     ap.add_argument("--reuse", action="store_true",
-                    help="time the databases a previous --keep run loaded (SQLite in --keep, Postgres rs_bench_analytics)")
+                    help="time the databases a previous --keep run loaded "
+                         "(SQLite in --keep, Postgres rs_bench_analytics)")
     ap.add_argument("--load-only", action="store_true", help="load (and keep) the databases, time nothing")
     a = ap.parse_args()
     if a.db in ("sqlite", "both"):

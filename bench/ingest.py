@@ -1,13 +1,13 @@
 """Ingest speed against a floor measured in the same run, and statements per batch.
 
 For each database it prints what Rollscope's ingest achieves, through the CLI's path and through
-the spool worker (rollouts/s, tokens/s, SQL statements per rollout and per batch), and a *floor*: the same bytes parsed with orjson and the
-equivalent raw rows written into Rollscope's own tables with the bare driver (one `rollout` row
-with plain counts, one `rollout_detail` with the envelope as JSON text, one `node` row per
-message with its token arrays packed as int32 / bits / float32): `executemany` on sqlite3,
-`COPY` on psycopg, one transaction per 200 rollouts. No checks, no validation, no hash. Then
-`ratio = rollscope / floor`. Both run on the same machine in the same minute, so the ratio holds
-when the machine is busy (figures in rollouts/s do not).
+the spool worker (rollouts/s, tokens/s, SQL statements per rollout and per batch), and a *floor*:
+the same bytes parsed with orjson and the equivalent raw rows written into Rollscope's own tables
+with the bare driver (one `rollout` row with plain counts, one `rollout_detail` with the envelope
+as JSON text, one `node` row per message with its token arrays packed as int32 / bits / float32):
+`executemany` on sqlite3, `COPY` on psycopg, one transaction per 200 rollouts. No checks, no
+validation, no hash. Then `ratio = rollscope / floor`. Both run on the same machine in the same
+minute, so the ratio holds when the machine is busy (figures in rollouts/s do not).
 
     .venv/bin/python bench/ingest.py            # 2,000 agentic rollouts, SQLite and Postgres, + spool and latency
     .venv/bin/python bench/ingest.py --quick    # SQLite only, 300 rollouts, under a minute
@@ -203,7 +203,8 @@ def rollscope(path: Path, url: str, label: str) -> tuple[float, int]:
     with engine.connect() as c:
         n_tok = c.execute(sa.select(sa.func.sum(models.Rollout.__table__.c.n_tokens))).scalar() or 0
     print(f"[{label}] rollscope: {total.inserted} rollouts in {dt:.2f} s = {total.inserted / dt:,.0f} rollouts/s, "
-          f"{n_tok / dt:,.0f} tokens/s (CPU {cpu:.2f} s); {n[0]} statements = {n[0] / max(total.inserted, 1):.3f} per rollout, "
+          f"{n_tok / dt:,.0f} tokens/s (CPU {cpu:.2f} s); "
+          f"{n[0]} statements = {n[0] / max(total.inserted, 1):.3f} per rollout, "
           f"{n[0] / max(total.batches, 1):.1f} per batch of {BATCH} ({total.batches} batches, "
           f"{total.fallbacks} written one by one); {load()}")
     with count_statements(engine) as n:
@@ -242,7 +243,8 @@ def through_worker(path: Path, url: str, label: str, work: Path, parsers: int) -
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"[{label}] worker, {parsers} parser process{'es' if parsers != 1 else ''}: {n} rollouts in {dt:.2f} s = "
           f"{n / dt:,.0f} rollouts/s, {n_tok / dt:,.0f} tokens/s (CPU {cpu + cpu_kids:.2f} s = "
-          f"{(cpu + cpu_kids) / max(n, 1) * 1e3:.2f} ms per rollout, of which parser processes {max(cpu_kids, 0):.2f} s); "
+          f"{(cpu + cpu_kids) / max(n, 1) * 1e3:.2f} ms per rollout, "
+          f"of which parser processes {max(cpu_kids, 0):.2f} s); "
           f"peak RSS of the bench process {rss:,.0f} MB, of a parser {after.ru_maxrss / 1024:,.0f} MB; {load()}")
     engine.dispose()
     return dt, n
@@ -381,7 +383,8 @@ def main() -> None:
     ap.add_argument("--demo", action="store_true", help="the demo run instead of the agentic workload")
     ap.add_argument("-n", type=int, default=None, help="rollouts in the workload (default 2000; --quick 300)")
     ap.add_argument("--file", type=Path, help="a native JSONL file to ingest instead of the generated workload")
-    ap.add_argument("--spool-mb", type=int, default=0, help="also drain a spool of this many MB (2000 = the issue's 2 GB)")
+    ap.add_argument("--spool-mb", type=int, default=0,
+                    help="also drain a spool of this many MB (2000 = the issue's 2 GB)")
     ap.add_argument("--latency", action="store_true", help="only the append → page latency (SQLite)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

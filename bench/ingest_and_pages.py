@@ -87,7 +87,8 @@ def bench(url: str, label: str, work: Path) -> None:
     from app.db.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
 
     binary = sum(len(r.token_ids or b"") + len(r.mask or b"") + len(r.logprobs or b"") for r in rows)
-    as_json = sum(len(json.dumps(unpack_ids(r.token_ids).tolist())) + len(json.dumps(unpack_bits(r.mask, r.n_tokens).tolist()))
+    as_json = sum(len(json.dumps(unpack_ids(r.token_ids).tolist()))
+                  + len(json.dumps(unpack_bits(r.mask, r.n_tokens).tolist()))
                   + len(json.dumps(floats_or_none(unpack_floats(r.logprobs)))) for r in rows if r.n_tokens)
     print(f"[{label}] token arrays: {binary / 1e6:.2f} MB binary vs {as_json / 1e6:.2f} MB as JSON text "
           f"(binary is {binary / as_json:.2f}x the size)")
@@ -97,7 +98,8 @@ def bench(url: str, label: str, work: Path) -> None:
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        subprocess.run([sys.executable, str(ROOT / "tests/fixtures/cases/15-17-make-large-cases.py"), str(work), "12", "5000"],
+        subprocess.run([sys.executable, str(ROOT / "tests/fixtures/cases/15-17-make-large-cases.py"), str(work),
+                        "12", "5000"],
                        check=True, capture_output=True)
         bench(f"sqlite:///{work / 'bench.db'}", "sqlite", work)
         try:
@@ -105,12 +107,14 @@ def main() -> None:
 
             u = sa.engine.make_url(PG)
             name = f"rs_bench_{os.getpid()}"
-            with psycopg.connect(host=u.host, port=u.port or 5432, user=u.username, dbname=u.database, autocommit=True) as c:
+            with psycopg.connect(host=u.host, port=u.port or 5432, user=u.username, dbname=u.database,
+                                 autocommit=True) as c:
                 c.execute(f'CREATE DATABASE "{name}"')
             try:
                 bench(u.set(database=name).render_as_string(hide_password=False), "postgres", work)
             finally:
-                with psycopg.connect(host=u.host, port=u.port or 5432, user=u.username, dbname=u.database, autocommit=True) as c:
+                with psycopg.connect(host=u.host, port=u.port or 5432, user=u.username, dbname=u.database,
+                                     autocommit=True) as c:
                     c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         except psycopg.OperationalError as exc:
             print(f"[postgres] skipped: {exc}")

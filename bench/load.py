@@ -1,14 +1,15 @@
 """Load: many concurrent readers on the pages and /api/v1 while ingest writes, on SQLite and on
 Postgres. Prints p50 / p99 latency and the error count per endpoint and overall.
 
-The server is the real one (`rollscope serve --workers N` in a subprocess, over TCP); the data
-is the demo run (`rollscope demo`), ingested before the readers start; during the measurement the
+The server is the real one (`rollscope serve --workers N` in a subprocess, over TCP); the data is
+the demo run (`rollscope demo`), ingested before the readers start; during the measurement the
 ingest worker (`rollscope worker`, another process) ingests a second demo run (run `live`, 1,920
-rollouts) from its spool folder. Readers are threads with one httpx client each, cycling through: the rollouts list page, a rollout page, the run page
-(both charts), the API's rollouts list, one rollout and the run metrics, first for `--warmup`
-seconds unmeasured (every server worker warms its pools and caches), then for `--seconds`
-measured while the worker ingests. Any status other than 200 or a transport error counts as an
-error, in both phases. Goal (issue 12): zero errors, p99 under 1 s.
+rollouts) from its spool folder. Readers are threads with one httpx client each, cycling through:
+the rollouts list page, a rollout page, the run page (both charts), the API's rollouts list, one
+rollout and the run metrics, first for `--warmup` seconds unmeasured (every server worker warms its
+pools and caches), then for `--seconds` measured while the worker ingests. Any status other than
+200 or a transport error counts as an error, in both phases. Goal (issue 12): zero errors, p99
+under 1 s.
 
 The machine is shared, so the load average (`os.getloadavg()`) is printed beside the figures,
 before and after each measurement, and so is the server's CPU time per request (its processes'

@@ -2,12 +2,13 @@
 
 Cases: the 12 MB tool output and the 5,000 tool-call turns of
 `tests/fixtures/cases/15-17-make-large-cases.py`, a generated 128k-token branch (64 turns of 2,000
-tokens) and a generated best-of-n tree with 2,000 branches. For each page (the first page, a
-deep link to a late message, a deep link to a late token) it prints: server time (median of 5
-GETs, wall clock and the server's CPU time), HTML size, peak RSS growth of the server process, and in Chromium: first contentful paint,
-time to interactive (DOMContentLoaded, or the end of the last long task of the load when later),
-the longest task during load, and the longest task while scrolling to the bottom (windows and
-messages filling in). Goals (issue 10): first paint < 1 s, HTML < 1 MB, no long task > 200 ms.
+tokens) and a generated best-of-n tree with 2,000 branches. For each page (the first page, a deep
+link to a late message, a deep link to a late token) it prints: server time (median of 5 GETs, wall
+clock and the server's CPU time), HTML size, peak RSS growth of the server process, and in
+Chromium: first contentful paint, time to interactive (DOMContentLoaded, or the end of the last
+long task of the load when later), the longest task during load, and the longest task while
+scrolling to the bottom (windows and messages filling in). Goals (issue 10): first paint < 1 s,
+HTML < 1 MB, no long task > 200 ms.
 
 The server runs in its own process (uvicorn, as deployed), so the browser driver in this one
 never competes with it for the interpreter; its CPU time and peak RSS are read from /proc.
@@ -185,7 +186,8 @@ def main() -> None:
                 cpu.append(cpu_ms(server.pid) - c)
             grow = peak_rss_mb(server.pid) - rss0
             m = chromium(browser, base + path)
-            print(f"{label:32} {statistics.median(times):9.0f} {statistics.median(cpu):7.0f} {size / 1024:8.0f} {grow:8.1f} "
+            print(f"{label:32} {statistics.median(times):9.0f} {statistics.median(cpu):7.0f} "
+                  f"{size / 1024:8.0f} {grow:8.1f} "
                   f"{(m['fcp'] or 0):7.0f} {m['tti']:7.0f} {m['longest']:9.0f} {m['scroll_longest']:11.0f} "
                   f"{m['chips']:7d}")
         browser.close()

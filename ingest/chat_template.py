@@ -88,7 +88,8 @@ def load_config(path: str | Path) -> TemplateConfig:
     return TemplateConfig(template if isinstance(template, str) else None, tokens, special, str(cfg_path))
 
 
-def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, separators=None, sort_keys: bool = False) -> str:
+def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, separators=None,
+            sort_keys: bool = False) -> str:
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 

@@ -50,7 +50,8 @@ def _not_a_dot_segment(v: str) -> str:
 def _valid_unicode(v: str) -> str:
     for i, ch in enumerate(v):
         if ch == "\ufffd" or "\ud800" <= ch <= "\udfff":
-            what = "a lone surrogate" if ch != "\ufffd" else "U+FFFD (a lone surrogate or undecodable bytes in the source)"
+            what = ("a lone surrogate" if ch != "\ufffd"
+                    else "U+FFFD (a lone surrogate or undecodable bytes in the source)")
             raise ValueError(f"ids must be valid Unicode: {what} at character {i}")
     return v
 
@@ -181,7 +182,8 @@ class Node(Model):
     loss_weights: dict[str, list[float]] | None = None
     policy_version: Version | None = None
     reward: float | None = Field(None, description="reward credited at this node (the step's reward r_t)")
-    mc_return: float | None = Field(None, description="discounted Monte Carlo return G_t = r_t + γ·G_{t+1} at this node")
+    mc_return: float | None = Field(None,
+                                    description="discounted Monte Carlo return G_t = r_t + γ·G_{t+1} at this node")
 
     def mark_placeholders(self) -> None:
         """Record negative ids other than -1 (placeholders such as -100, -200) as `[position, id]`

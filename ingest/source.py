@@ -167,7 +167,8 @@ class Source:
             return loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
             torn = cut_short(raw)
-            msg = ("torn line: the record ends mid-JSON (as when a writer stops mid-line): " if torn else "invalid JSON: ") + str(exc)
+            msg = ("torn line: the record ends mid-JSON (as when a writer stops mid-line): " if torn
+                   else "invalid JSON: ") + str(exc)
             return RecordError(self.name, lineno, None, msg, self.last_raw)
 
     def records(self) -> Iterator[tuple[int | None, Any]]:

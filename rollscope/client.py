@@ -100,7 +100,8 @@ def to_record(obj: Any, run: str | None = None) -> tuple[str, dict]:
             rec["run"] = {**(rec.get("run") or {}), "id": run}
         return "native", rec
     rec = _plain(obj)
-    if isinstance(rec, dict) and (("steps" in rec and ("status" in rec or "task" in rec)) or "conversation_tokens" in rec
+    if isinstance(rec, dict) and (("steps" in rec and ("status" in rec or "task" in rec))
+                                  or "conversation_tokens" in rec
                                   or ("traj" in rec and ("pair_index" in rec or "group_id" in rec))):
         return "tunix", rec
     raise TypeError(f"not a rollout: {type(obj).__name__} (expected a native rollout, a Tunix Trajectory, "
@@ -179,7 +180,8 @@ class RolloutWriter:
             line = self._append(fmt, rec)
             # the Tunix reader's id: the file's path under the spool (ReadContext.source_key), its line
             rid = rec["id"] if fmt == "native" else f"{self.run}/{self.name}.{fmt}#L{line}"
-            out.append(rollout_url(self.base_url, self.run, rid, attempt=rec.get("attempt") if fmt == "native" else None))
+            out.append(rollout_url(self.base_url, self.run, rid,
+                                   attempt=rec.get("attempt") if fmt == "native" else None))
         return out
 
     def _post(self, fmt: str, records: list[dict]) -> list[str]:

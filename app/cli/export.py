@@ -16,7 +16,8 @@ from ingest.fields import INT32_MAX
 def export(
     run: Annotated[str, typer.Option(help="Run to export.")],
     out: Annotated[Path, typer.Option(help="File to write.")],
-    format: Annotated[str, typer.Option("--format", help="native | verifiers | atif | samples | parquet | otlp | nemo_gym")] = "native",  # noqa: A002
+    format: Annotated[str, typer.Option(  # noqa: A002
+        "--format", help="native | verifiers | atif | samples | parquet | otlp | nemo_gym")] = "native",
     step: Annotated[int | None, typer.Option(help="Only this training step.", min=0, max=INT32_MAX)] = None,
     ending: Annotated[str | None, typer.Option(help="Only this ending (submitted, error, ...).")] = None,
     group: Annotated[str | None, typer.Option(help="Only this group.")] = None,

@@ -13,8 +13,10 @@ from app.cli.common import console, open_engine, out, parse_added
 
 def recheck(
     run: Annotated[str, typer.Option(help="Run whose stored rollouts are checked again.")],
-    tokenizer: Annotated[Path | None, typer.Option(help="The run's tokenizer, as for `ingest` (the checks that need one are skipped without it).", exists=True)] = None,
-    added_token: Annotated[list[str], typer.Option("--added-token", help="Extra vocabulary entry ID=PIECE (repeatable).")] = [],  # noqa: B006
+    tokenizer: Annotated[Path | None, typer.Option(help="The run's tokenizer, as for `ingest` (the checks that need "
+                                                        "one are skipped without it).", exists=True)] = None,
+    added_token: Annotated[list[str], typer.Option(
+        "--added-token", help="Extra vocabulary entry ID=PIECE (repeatable).")] = [],  # noqa: B006
 ) -> None:
     """Run today's checks over a run's stored rollouts and replace their findings (rollouts
     stored before a check existed get it without re-ingesting the files). Labels and notes are

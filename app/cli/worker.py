@@ -12,7 +12,8 @@ from app.cli.common import console, open_engine
 
 def worker(
     spool: Annotated[list[Path], typer.Option("--spool", help="A folder collectors write trace files into "
-                                              "(repeatable; default ROLLSCOPE_WORKER__SPOOL_DIR). Created if missing.")] = [],  # noqa: B006
+                                              "(repeatable; default ROLLSCOPE_WORKER__SPOOL_DIR). "
+                                              "Created if missing.")] = [],  # noqa: B006
     poll: Annotated[float, typer.Option(help="Seconds between looks at the folders when nothing is left to read.",
                                         min=0.05, max=60)] = 0.5,
     torn_after: Annotated[float, typer.Option(help="Seconds a file must stop growing before a last line without "
@@ -22,7 +23,8 @@ def worker(
                                        "is named with why, and the exit code is then 1.")] = False,
     parsers: Annotated[int | None, typer.Option(help="Processes that parse and check the next stretches of a file "
                                                 "while the worker writes one: for machines with spare cores (default "
-                                                "ROLLSCOPE_WORKER__PARSERS, 0: the worker parses).", min=0, max=64)] = None,
+                                                "ROLLSCOPE_WORKER__PARSERS, 0: the worker parses).",
+                                                min=0, max=64)] = None,
     heartbeat: Annotated[Path | None, typer.Option(help="A file touched on every pass, for health checks "
                                                    "(docker-compose.yml).")] = None,
 ) -> None:

@@ -38,7 +38,8 @@ class Tokenizer(SQLModel, table=True):
     kind: str  # "sentencepiece" | "tokenizer.json"
     n_vocab: int
     vocab: bytes = Field(sa_column=Column(BlobType, nullable=False))  # zlib(JSON list of [hex, special])
-    chat_template: str | None = Field(default=None, sa_column=Column(sa.Text, nullable=True))  # from tokenizer_config.json
+    # from tokenizer_config.json
+    chat_template: str | None = Field(default=None, sa_column=Column(sa.Text, nullable=True))
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
 
 
@@ -66,7 +67,8 @@ class Rollout(SQLModel, table=True):
         sa.Index("ix_rollout_run_group", "run_id", "group_id"),
         sa.Index("ix_rollout_run_ending", "run_id", "ending", "step", "pk"),  # ending filter in step order
         # sortable columns and prefix filters of the rollouts list (analytics, migration 0007_analytics)
-        sa.Index("ix_rollout_run_task", "run_id", "task_key", "ending"),  # task prefix (and ending) filters, the ending facet
+        # task prefix (and ending) filters, the ending facet
+        sa.Index("ix_rollout_run_task", "run_id", "task_key", "ending"),
         sa.Index("ix_rollout_run_reward", "run_id", "reward", "pk"),
         sa.Index("ix_rollout_run_tokens", "run_id", "n_tokens", "pk"),
         sa.Index("ix_rollout_run_turns", "run_id", "n_turns", "pk"),
@@ -282,7 +284,8 @@ class TaskRollup(SQLModel, table=True):
     scored_no_errors: int = 0  # rollouts in mean_reward_no_errors
     errors: int = 0  # rollouts ending in error (also in `endings`; a column so sums need no JSON)
     endings: dict | None = _json()
-    by_ending: dict | None = _json()  # per ending, rollouts per agent and finding kind (ingest/stats.py by_ending; 0010)
+    # per ending, rollouts per agent and finding kind (ingest/stats.py by_ending; 0010)
+    by_ending: dict | None = _json()
 
 
 class RunTaskRollup(SQLModel, table=True):

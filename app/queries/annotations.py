@@ -64,7 +64,8 @@ def set_note(*, session: Session, run_id: str, author: str, text: str, rollout_i
     key = (NT.c.run_id == run_id, NT.c.rollout_id == (rollout_id or ""), NT.c.step == (-1 if step is None else step),
            NT.c.author == author)
     if session.execute(NT.update().where(*key).values(text=text, updated_at=utcnow())).rowcount == 0:
-        session.execute(NT.insert().values(run_id=run_id, rollout_id=rollout_id or "", step=-1 if step is None else step,
+        session.execute(NT.insert().values(run_id=run_id, rollout_id=rollout_id or "",
+                                           step=-1 if step is None else step,
                                            author=author, text=text, updated_at=utcnow()))
 
 

@@ -42,7 +42,8 @@ def run_finding_kinds(*, session: Session, run_id: str) -> list[str]:
 def group_findings(*, session: Session, run_id: str, group_id: str) -> list[Finding]:
     """A group's stored group-scope findings and skipped outcomes, in check order."""
     return list(session.exec(sa.select(Finding).where(
-        Finding.run_id == run_id, Finding.group_id == group_id, Finding.rollout_pk.is_(None)).order_by(Finding.pk)).scalars())
+        Finding.run_id == run_id, Finding.group_id == group_id, Finding.rollout_pk.is_(None)).order_by(Finding.pk)
+    ).scalars())
 
 
 def group_kinds(*, session: Session, run_id: str, group_ids: list[str]) -> dict[str, list[str]]:
@@ -51,7 +52,8 @@ def group_kinds(*, session: Session, run_id: str, group_ids: list[str]) -> dict[
     for chunk in range(0, len(group_ids), 900):
         part = group_ids[chunk:chunk + 900]
         for gid, kind in session.execute(sa.select(F.c.group_id, F.c.kind).distinct().where(
-                F.c.run_id == run_id, F.c.rollout_pk.is_(None), F.c.severity != checks.SKIPPED, F.c.group_id.in_(part))):
+                F.c.run_id == run_id, F.c.rollout_pk.is_(None), F.c.severity != checks.SKIPPED,
+                F.c.group_id.in_(part))):
             out.setdefault(gid, set()).add(kind)
     return {g: sorted(k) for g, k in out.items()}
 
@@ -62,7 +64,8 @@ def list_run_findings(*, session: Session, run_id: str, kind: str | None = None,
     group-scope (with the group id), by finding id, and the `after` cursor of the next page
     (keyset on the finding's primary key). Skipped outcomes are not findings."""
     q = (sa.select(F.c.pk, F.c.kind, F.c.severity, F.c.node_idx, F.c.position, F.c.message, F.c.detail,
-                   R.c.rollout_id, R.c.attempt, R.c.step, sa.func.coalesce(F.c.group_id, R.c.group_id).label("group_id"))
+                   R.c.rollout_id, R.c.attempt, R.c.step,
+                   sa.func.coalesce(F.c.group_id, R.c.group_id).label("group_id"))
          .select_from(F.outerjoin(R, R.c.pk == F.c.rollout_pk))
          .where(sa.or_(R.c.run_id == run_id, sa.and_(F.c.rollout_pk.is_(None), F.c.run_id == run_id)),
                 F.c.severity != checks.SKIPPED))

@@ -20,7 +20,8 @@ def graph_nodes(*, session: Session, rollout_pk: int, headers: dict[int, dict] |
     """Every node of a rollout as a GraphNode, by index (index = position in the list).
 
     With `headers` (a dict to fill), the same statement also reads each node's tool-call routing
-    fields and timestamp: `{idx: {role, tool_call_id, name, tool_calls, timestamp}}` (pairing calls with results needs them for a whole branch)."""
+    fields and timestamp: `{idx: {role, tool_call_id, name, tool_calls, timestamp}}` (pairing calls with
+    results needs them for a whole branch)."""
     cols = [N.c.idx, N.c.parent, N.c.role, N.c.sampled, N.c.n_tokens, N.c.mask,
             *(N.c.extra[p].as_string().label(f"x_{k}") for k, p in KIND_PATHS.items())]
     if headers is not None:
@@ -42,6 +43,6 @@ def graph_nodes(*, session: Session, rollout_pk: int, headers: dict[int, dict] |
         out.append(GraphNode(idx=idx, parent=parent, role=role, sampled=bool(sampled), n_tokens=n_tokens or 0,
                              n_trained=trained, kind=kind))
         if headers is not None:
-            headers[idx] = {"role": role, "tool_call_id": rest[nk], "name": rest[nk + 1], "tool_calls": rest[nk + 2] or [],
-                            "timestamp": rest[nk + 3]}
+            headers[idx] = {"role": role, "tool_call_id": rest[nk], "name": rest[nk + 1],
+                            "tool_calls": rest[nk + 2] or [], "timestamp": rest[nk + 3]}
     return out

@@ -8,7 +8,8 @@ from app.queries.common import SUMMARY_COLUMNS, N, R, attempt_columns
 
 
 def group_exists(*, session: Session, run_id: str, group_id: str) -> bool:
-    return session.execute(sa.select(R.c.pk).where(R.c.run_id == run_id, R.c.group_id == group_id).limit(1)).first() is not None
+    return session.execute(
+        sa.select(R.c.pk).where(R.c.run_id == run_id, R.c.group_id == group_id).limit(1)).first() is not None
 
 
 def group_members(*, session: Session, run_id: str, group_id: str) -> list:

@@ -69,7 +69,8 @@ def _live_counts(conn, since) -> dict[str, LiveCounts]:
     kr, kq = _kind(R.c.source_file), _kind(Q.c.source_file)
     out: dict[str, LiveCounts] = {}
     for k, n, recent, last in conn.execute(
-            sa.select(kr, sa.func.count(), sa.func.count().filter(R.c.ingested_at >= since), sa.func.max(R.c.ingested_at))
+            sa.select(kr, sa.func.count(), sa.func.count().filter(R.c.ingested_at >= since),
+                      sa.func.max(R.c.ingested_at))
             .where(_live_only(R.c.source_file)).group_by(kr)):
         out[k] = LiveCounts(stored=n, stored_recent=recent, last_stored=last)
     rejected = {k: (n, last, pk) for k, n, last, pk in conn.execute(

@@ -13,7 +13,8 @@ def get_nodes(*, session: Session, rollout_pk: int, idxs: list[int]) -> list[Nod
     """Full node rows (message + token arrays) for `idxs`, in the order given."""
     if not idxs:
         return []
-    rows = {n.idx: n for n in session.exec(sa.select(Node).where(Node.rollout_pk == rollout_pk, Node.idx.in_(idxs))).scalars()}
+    rows = {n.idx: n for n in session.exec(
+        sa.select(Node).where(Node.rollout_pk == rollout_pk, Node.idx.in_(idxs))).scalars()}
     return [rows[i] for i in idxs if i in rows]
 
 

@@ -42,7 +42,8 @@ def _run_task_endings(session: Session, run_id: str, task: str, ending: str | No
     """Rollouts per ending (only `ending`, when given) of the tasks `task` matches (exact, or a `*` prefix), over
     every step: from the run's task rollups, one row per task."""
     out: dict[str, int] = {}
-    for (endings,) in session.execute(sa.select(RT.c.endings).where(RT.c.run_id == run_id, matches(RT.c.task_key, task))):
+    for (endings,) in session.execute(
+            sa.select(RT.c.endings).where(RT.c.run_id == run_id, matches(RT.c.task_key, task))):
         for e, n in (endings or {}).items():
             if ending is None or e == ending:
                 out[e] = out.get(e, 0) + n
@@ -191,7 +192,8 @@ def _task_counts(session: Session, run_id: str, f: RolloutFilters) -> list[tuple
             sa.select(RT.c.task_key, RT.c.endings).where(RT.c.run_id == run_id))]
     else:
         got = [(t, int(k or 0)) for t, k in session.execute(
-            sa.select(TR.c.task_key, sa.func.sum(_task_row_count(session, ending))).where(TR.c.run_id == run_id, rng.where(TR.c.step))
+            sa.select(TR.c.task_key, sa.func.sum(_task_row_count(session, ending)))
+            .where(TR.c.run_id == run_id, rng.where(TR.c.step))
             .group_by(TR.c.task_key))]
     return sorted(((t, n) for t, n in got if n > 0), key=lambda x: (-x[1], x[0]))[:FACET_TASKS]
 

@@ -32,7 +32,8 @@ def get_envelope(*, session: Session, rollout_pk: int) -> dict:
 
 def rollout_by_pk(*, session: Session, run_id: str, rollout_pk: int):
     """(rollout_id, attempt) of a stored rollout of the run, or None."""
-    return session.execute(sa.select(R.c.rollout_id, R.c.attempt).where(R.c.pk == rollout_pk, R.c.run_id == run_id)).first()
+    return session.execute(
+        sa.select(R.c.rollout_id, R.c.attempt).where(R.c.pk == rollout_pk, R.c.run_id == run_id)).first()
 
 
 def first_envelope(*, session: Session, run_id: str) -> dict:

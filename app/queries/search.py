@@ -72,7 +72,8 @@ def search(*, session: Session, text: str, run_id: str | None = None, limit: int
         if n_rare < RARE_MATCHES:  # the page's keys from the matches, then their rows by key
             source = (f"WITH rare AS MATERIALIZED (SELECT pk FROM search_doc d WHERE {match} LIMIT :rare), "
                       "top AS MATERIALIZED (SELECT pk FROM rare ORDER BY pk DESC LIMIT :n) "
-                      "SELECT d.pk, d.run_id, d.rollout_pk, d.node_idx, d.text FROM top JOIN search_doc d ON d.pk = top.pk")
+                      "SELECT d.pk, d.run_id, d.rollout_pk, d.node_idx, d.text "
+                      "FROM top JOIN search_doc d ON d.pk = top.pk")
         else:
             source = f"SELECT d.pk, d.run_id, d.rollout_pk, d.node_idx, d.text FROM search_doc d WHERE {match}"
         sql = f"""

@@ -93,7 +93,8 @@ class StepStats:
     def as_dict(self) -> dict:
         return {"step": self.step, "rollouts": self.rollouts, "mean_reward": self.mean_reward,
                 "mean_reward_no_errors": self.mean_reward_no_errors, "scored": self.scored,
-                "excluded": self.excluded, "endings": self.endings, **{k: v for k, v in self.stats.items() if k != "endings"}}
+                "excluded": self.excluded, "endings": self.endings,
+                **{k: v for k, v in self.stats.items() if k != "endings"}}
 
 
 def _order(col):
@@ -146,7 +147,8 @@ def _sections_text(session: Session, sections: tuple[str, ...] | None):
 def _read_step_stats(session: Session, run_id: str | None, include_unstepped: bool,
                      steps: StepRange = StepRange(), sections: tuple[str, ...] | None = None) -> list[StepStats]:
     """The step rollups of one run (`run_id` None: of every run, by run), as `step_stats`."""
-    where = steps.where(SR.c.step) if include_unstepped is False else sa.or_(steps.where(SR.c.step), SR.c.step.is_(None))
+    where = (steps.where(SR.c.step) if include_unstepped is False
+             else sa.or_(steps.where(SR.c.step), SR.c.step.is_(None)))
     # stats as text, parsed here by orjson: they hold only counts and finite floats, so the
     # engine's careful JSON reader (ingest.jsonio.loads: long integers kept) would cost 10x more
     q = sa.select(SR.c.run_id, SR.c.step, SR.c.rollouts, SR.c.mean_reward, SR.c.mean_reward_no_errors, SR.c.scored,
@@ -202,7 +204,8 @@ def task_totals(*, session: Session, run_ids: list[str], steps: StepRange = Step
     if steps.first is None and steps.last is None:  # every step: the run's task rows, one per task
         for t in session.execute(sa.select(RT.c.run_id, RT.c.task_key, RT.c.rollouts, RT.c.errors, RT.c.mean_reward,
                                            RT.c.mean_reward_no_errors).where(RT.c.run_id.in_(run_ids))):
-            out[t.run_id][t.task_key] = {"rollouts": t.rollouts, "errors": t.errors, "mean_reward": _finite(t.mean_reward),
+            out[t.run_id][t.task_key] = {"rollouts": t.rollouts, "errors": t.errors,
+                                         "mean_reward": _finite(t.mean_reward),
                                          "mean_reward_no_errors": _finite(t.mean_reward_no_errors)}
         return out
 
@@ -297,7 +300,8 @@ def run_totals(stats: list[StepStats]) -> dict:
         m0 = weighted_mean([(s.mean_reward, s.scored) for s in stats])
     m1 = exact_total_mean(stats, "errors_dropped")
     if m1 is None:
-        m1 = weighted_mean([(s.mean_reward_no_errors, s.get("reward", "errors_dropped", "n", default=0)) for s in stats])
+        m1 = weighted_mean([(s.mean_reward_no_errors, s.get("reward", "errors_dropped", "n", default=0))
+                            for s in stats])
     agents: dict[str, int] = {}
     findings: dict[str, int] = {}
     for s in stats:

@@ -1,7 +1,8 @@
 """Dashboard pages. Each returns HTML or its JSON twin (`.json` suffix or Accept: application/json).
 
 URLs are stable and readable; training code may print them into its logs:
-`/runs`, `/runs/{run}`, `/runs/{run}/rollouts?step=&ending=&group=&task=&reward_min=&reward_max=&flag=&label=&staleness=&after=`,
+`/runs`, `/runs/{run}`,
+`/runs/{run}/rollouts?step=&ending=&group=&task=&reward_min=&reward_max=&flag=&label=&staleness=&after=`,
 `/runs/{run}/rollouts/{rollout_id}`, `/runs/{run}/groups/{group_id}`, `/quarantine?file=&before=`.
 
 Ids may contain `/`: links encode it as `%2F`, and the app routes on a path where `%2F` and `%25`
@@ -130,7 +131,8 @@ def _list_filters(query: str | None) -> tuple[RolloutFilters, str | None] | None
                 out[k] = v
             except ValueError:
                 pass
-        elif k in ("step", "ending", "group", "task", "agent", "reward_min", "reward_max", "flag", "label", "staleness"):
+        elif k in ("step", "ending", "group", "task", "agent", "reward_min", "reward_max", "flag", "label",
+                   "staleness"):
             try:
                 out[k] = kinds.get(k, str)(v)
             except ValueError:
@@ -153,8 +155,9 @@ def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
             at: OptCount = None, radius: OptCount = None, vs: OptCount = None,
             list_: Annotated[str | None, Query(alias="list", max_length=2000)] = None,
             graph: Annotated[int | None, Query(ge=1, le=1)] = None):
-    """One rollout: ending, reward, findings, the message graph, branches, and one page (`ROLLSCOPE_WEB__MESSAGES_PER_PAGE`,
-    50) of the messages of one branch with tool calls paired to results and the token strip. `tokens=all`
+    """One rollout: ending, reward, findings, the message graph, branches, and one page
+    (`ROLLSCOPE_WEB__MESSAGES_PER_PAGE`, 50) of the messages of one branch with tool calls paired to
+    results and the token strip. `tokens=all`
     (or the JSON twin) gives every token with ids, loss mask, behaviour logprobs and advantages,
     and, on a branch's first page or with `graph=1`, the graph (nodes with parent, role, sampled,
     token counts, branches); later pages link it as `graph_url`.
@@ -179,7 +182,8 @@ def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
 
         def build(rid: str, json: bool):
             return tokenpages.token_window_page(session, run, rid, branch=branch or 0, attempt=attempt, node=node,
-                                                start=from_ or 0, end=to, at=at, radius=128 if radius is None else radius)
+                                                start=from_ or 0, end=to, at=at,
+                                                radius=128 if radius is None else radius)
     elif vs is not None:
         template, block = "compare.html", None
 
@@ -222,7 +226,8 @@ def group(request: Request, session: SessionDep, run_id: str, group_id: str,
                            lambda gid, json: group_extras.diff_page(session, run, gid, a, b))
         return respond(request, "diff.html", data, json=json)
     data, json = by_id(unquote(group_id), accepts_json(request),
-                       lambda gid, json: group_page(session, run, gid, sort=None if sort == "index" else sort, json=json))
+                       lambda gid, json: group_page(session, run, gid, sort=None if sort == "index" else sort,
+                                                    json=json))
     return respond(request, "group.html", data, json=json)
 
 
@@ -249,7 +254,8 @@ def rollouts(
     if suffix_of(request, (".csv",)):
         if q_runs.get_run(session=session, run_id=rid) is None:
             raise ApiError(404, "not found")
-        return csv_response(CSV_COLUMNS, rollouts_csv_rows(session, rid, filters, sort=sort), f"{rid[:100]}-rollouts.csv")
+        return csv_response(CSV_COLUMNS, rollouts_csv_rows(session, rid, filters, sort=sort),
+                            f"{rid[:100]}-rollouts.csv")
     json = wants_json(request)
     page_size = limit or request.app.state.settings.web.page_size
     data = rollouts_page(session, rid, filters, sort=sort, after=after, before=before, limit=page_size,

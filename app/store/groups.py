@@ -68,7 +68,8 @@ def lock_groups(conn: sa.Connection, keys: list[tuple[str, str]]) -> None:
         return
     names = [f"{run_id}\x1f{group_id}" for run_id, group_id in keys]
     conn.execute(sa.text("SELECT pg_advisory_xact_lock(k) FROM "
-                         "(SELECT DISTINCT hashtextextended(n, 0) AS k FROM unnest(CAST(:names AS text[])) AS n) AS keys "
+                         "(SELECT DISTINCT hashtextextended(n, 0) AS k "
+                         "FROM unnest(CAST(:names AS text[])) AS n) AS keys "
                          "ORDER BY k"), {"names": names})
 
 

@@ -59,7 +59,8 @@ def search_texts(r) -> list[tuple[int, str]]:
 
 
 def doc_rows(rollout_pk: int, run_id: str, node_rows: Iterable[Mapping]) -> list[tuple[int, str, int, str]]:
-    """search_doc rows, (rollout_pk, run_id, node idx, text), for a rollout's node rows (app/store/prepare._node_rows)."""
+    """search_doc rows, (rollout_pk, run_id, node idx, text), for a rollout's node rows
+    (app/store/prepare._node_rows)."""
     out = []
     for n in node_rows:
         text = message_text(n.get("message"))

@@ -87,7 +87,8 @@ def chart_page(session: Session, run_id: str, chart_id: str, *, steps: StepRange
     params = {"steps": str(steps) or None, "smooth": window}
     return ChartPage(
         run=RunRef(id=run.id, name=run.name, url=urls.run(run.id, json=json)),
-        chart=ChartLinks(id=chart.id, title=chart.title, caption=chart.caption, url=urls.chart(run_id, chart.id, **params),
+        chart=ChartLinks(id=chart.id, title=chart.title, caption=chart.caption,
+                         url=urls.chart(run_id, chart.id, **params),
                          json_url=urls.chart(run_id, chart.id, ext=".json", **params),
                          csv_url=urls.chart(run_id, chart.id, ext=".csv", **params)),
         steps=str(steps), smooth=window,
@@ -101,7 +102,8 @@ def run_charts(run_id: str, *, steps: StepRange = StepRange(), window: int = 1, 
     (the page fetches each figure from its JSON twin, so the run page stays light)."""
     params = {"steps": str(steps) or None, "smooth": window}
     return RunCharts(steps=str(steps), smooth=window,
-                     charts=[ChartLinks(id=c.id, title=c.title, caption=c.caption, url=urls.chart(run_id, c.id, **params),
+                     charts=[ChartLinks(id=c.id, title=c.title, caption=c.caption,
+                                        url=urls.chart(run_id, c.id, **params),
                                         json_url=urls.chart(run_id, c.id, ext=".json", **params),
                                         csv_url=urls.chart(run_id, c.id, ext=".csv", **params))
                              for c in charts.REGISTRY.values() if c.id not in skip])

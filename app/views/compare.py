@@ -79,7 +79,8 @@ def compare_page(session: Session, run_ids: list[str], *, steps: StepRange, wind
     task_rows_.sort(key=lambda t: (-abs(t["delta"] or 0.0), t["task"]))
     return ComparePage(
         runs=[CompareRun(id=r.id, name=r.name, url=urls.run(r.id, json=json), rollouts=totals[r.id]["rollouts"],
-                         mean_reward=totals[r.id]["mean_reward"], mean_reward_no_errors=totals[r.id]["mean_reward_no_errors"],
+                         mean_reward=totals[r.id]["mean_reward"],
+                         mean_reward_no_errors=totals[r.id]["mean_reward_no_errors"],
                          first_step=totals[r.id]["first_step"], last_step=totals[r.id]["last_step"]) for r in runs],
         steps=str(steps), smooth=window,
         charts=figures,

@@ -119,11 +119,13 @@ def _place(units: list[dict], current: int, on_current: set[int], branch_of: dic
         b = current if u["first"] in on_current else branch_of[u["first"]]
         u["href"] = href(b, u["first"])
         label = f"#{u['first']}" if not u["count"] or u["first"] == u["last"] else f"#{u['first']}–#{u['last']}"
-        what = f"{u['count']} messages (a linear run)" if u["count"] > 1 else u["role"] + (" (sampled)" if u["sampled"] else "")
+        what = (f"{u['count']} messages (a linear run)" if u["count"] > 1
+                else u["role"] + (" (sampled)" if u["sampled"] else ""))
         u["title"] = f"{label} · {what}" + (f" · {NODE_KINDS[u['kind']]}" if u["kind"] else "")
         if u["parent_unit"] is not None:
             p = units[u["parent_unit"]]
             edges.append({"x1": p["x"], "y1": p["y"], "x2": u["x"], "y2": u["y"],
-                          "current": p["current"] and u["current"] or (u["first"] in on_current and p["last"] in on_current),
+                          "current": p["current"] and u["current"]
+                          or (u["first"] in on_current and p["last"] in on_current),
                           "kind": u["kind"]})
     return edges

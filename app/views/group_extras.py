@@ -154,7 +154,8 @@ def _align(session: Session, data: dict, member_pks: list, nodes_of: dict, run_i
     pieces = Pieces(_load_vocab(session, run.tokenizer_sha256 if run else None))
     seqs = []
     for pk in member_pks:
-        seqs.append(_path_ids(nodes_of.get(pk, [])) if pk is not None else ([], np.zeros(0, dtype="<i4"), np.zeros(1, dtype=int)))
+        seqs.append(_path_ids(nodes_of.get(pk, [])) if pk is not None
+                    else ([], np.zeros(0, dtype="<i4"), np.zeros(1, dtype=int)))
     with_tokens = [s for s in seqs if len(s[1])]
     if len(with_tokens) < 1:
         data["alignment"] = None
@@ -234,7 +235,8 @@ def diff_page(session: Session, run_id: str, group_id: str, a: str, b: str) -> D
         for k, nd in enumerate(s["path"]):
             x0, x1 = max(lo, int(s["starts"][k])), min(hi, int(s["starts"][k + 1]))
             if x1 > x0:
-                for c in _token_chips(nd, pieces, x0 - int(s["starts"][k]), x1 - int(s["starts"][k]), int(s["starts"][k])):
+                for c in _token_chips(nd, pieces, x0 - int(s["starts"][k]), x1 - int(s["starts"][k]),
+                                      int(s["starts"][k])):
                     c["first_diff"] = c["t"] == first_tok
                     chips.append(c)
         token_sides.append({"rollout_id": s["rollout_id"], "n_tokens": int(len(s["ids"])), "tokens": chips})

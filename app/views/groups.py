@@ -123,7 +123,8 @@ def group_page(session: Session, run_id: str, group_id: str, *, sort: str | None
         return None
     members, superseded = [], []
     for r in rows:
-        (members if r.latest_attempt is None or r.attempt >= r.latest_attempt else superseded).append(summary_fields(r, json=json))
+        (members if r.latest_attempt is None or r.attempt >= r.latest_attempt else superseded).append(
+            summary_fields(r, json=json))
     keys = [f"{m['rollout_id']}#{m['attempt']}" for m in members]
     result = advantages.group_advantages([
         advantages.Member(k, m["reward"], m["ending"]) for k, m in zip(keys, members)])

@@ -40,7 +40,8 @@ def quarantine_page(session: Session, *, file: str | None, before: int | None, l
         matching=q_quarantine.count_quarantine(session=session, file=file) if file is not None else None,
         file=file,
         records=[QuarantineRecord(id=r.pk, file=r.source_file, line=r.line, field=r.field, error=r.error, raw=r.raw,
-                                  at=iso(r.created_at), file_url=urls.quarantine(json=twin, file=r.source_file)) for r in rows],
+                                  at=iso(r.created_at), file_url=urls.quarantine(json=twin, file=r.source_file))
+                 for r in rows],
         next=nxt,
         next_url=urls.quarantine(json=twin, file=file, limit=keep_limit, before=nxt) if nxt is not None else None,
         clear_url=urls.quarantine(json=twin),

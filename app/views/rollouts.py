@@ -77,8 +77,8 @@ def rollouts_page(session: Session, run_id: str, filters: RolloutFilters, *, sor
     run = q_runs.get_run(session=session, run_id=run_id)
     if run is None:
         return None
-    got = rollout_list.page(session=session, run_id=run_id, filters=filters, columns=rollout_list.list_columns(), sort=sort,
-                       after=after, before=before, limit=limit)
+    got = rollout_list.page(session=session, run_id=run_id, filters=filters, columns=rollout_list.list_columns(),
+                            sort=sort, after=after, before=before, limit=limit)
     name, desc = rollout_list.parse_sort(sort)
     sort_param = None if name == "step" and not desc else sort
     keep = {**filters.as_query(), "sort": sort_param, "limit": keep_limit}

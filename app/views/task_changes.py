@@ -61,7 +61,8 @@ def task_changes_page(session: Session, run_id: str, a: int, b: int, *, json: bo
                      "url_b": urls.rollouts(run_id, json=json, step=b, task=key)})
     rows.sort(key=lambda r: (-abs(r["delta"] or 0.0), -sum(abs(x - y) for x, y in r["endings"].values()), r["task"]))
     return TaskChangesPage(run=RunRef(id=run.id, name=run.name, url=urls.run(run.id, json=json)), a=a, b=b,
-                           a_url=urls.step(run_id, a, json=json), b_url=urls.step(run_id, b, json=json), endings=ENDINGS,
+                           a_url=urls.step(run_id, a, json=json), b_url=urls.step(run_id, b, json=json),
+                           endings=ENDINGS,
                            tasks=[TaskChange(**r) for r in rows])
 
 

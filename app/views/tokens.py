@@ -20,7 +20,7 @@ importance ratio exp(Δ) exist only on mask-1 tokens that carry both a behaviour
 trainer logprob (`node.extra["trainer_logprobs"]`, prime-rl's token-export name). A mask-1 token
 missing either is *missing* (drawn hatched), never 0; a context token has no behaviour logprob
 by design, which is not missing.
-"""
+"""  # noqa: E501 (a Markdown table row, the `filtered` state's, cannot wrap)
 from __future__ import annotations
 
 import math
@@ -171,7 +171,8 @@ def token_state(*, trained: bool, node_sampled: bool, has_logprob: bool, special
 
 
 def token_views(*, ids, mask, logprobs, advantages, trainer_logprobs, pieces: list, node_sampled: bool,
-                start: int, end: int, t0: int, drift_at: int | None = None, suspect: set[int] | None = None) -> list[dict]:
+                start: int, end: int, t0: int, drift_at: int | None = None,
+                suspect: set[int] | None = None) -> list[dict]:
     """Chips for tokens `start..end` of one node whose first token sits at branch offset `t0`.
 
     Each chip: `i` (in the node), `t` (in the branch), `id`, `state`, `trained` (mask), `logprob`,
@@ -210,7 +211,8 @@ def token_views(*, ids, mask, logprobs, advantages, trainer_logprobs, pieces: li
     return out
 
 
-def windows(n: int, *, first: int = FIRST, size: int = WINDOW, include: int | None = None) -> list[tuple[int, int, bool]]:
+def windows(n: int, *, first: int = FIRST, size: int = WINDOW,
+            include: int | None = None) -> list[tuple[int, int, bool]]:
     """A strip of `n` tokens cut into windows: `(start, end, drawn)`. The first `first` tokens
     (the page's remaining budget; 0 = none) and the window holding token `include` (a deep
     link) are drawn in the page; the rest load as they scroll into view."""

@@ -2,12 +2,12 @@
 a pool of parser processes while the worker writes the stretch before it.
 
 Reading, validating and preparing a rollout (endings normalised by the reader's output path,
-ingest/files.py; then app.store.prepare: checks, hash, packed token arrays) is pure CPU work that touches no database; writing it is mostly the database's
-own work. With `parsers` > 0 the worker keeps that many processes parsing the next stretches of
-a file while it commits the current one, so on a machine with two cores or more the two
-overlap. The offsets still move only in the transaction that writes a stretch's rows, in file
-order (app/worker/spool.py), so exactly-once does not depend on the pool: a parsed stretch that
-is never written is simply read again.
+ingest/files.py; then app.store.prepare: checks, hash, packed token arrays) is pure CPU work that
+touches no database; writing it is mostly the database's own work. With `parsers` > 0 the worker
+keeps that many processes parsing the next stretches of a file while it commits the current one,
+so on a machine with two cores or more the two overlap. The offsets still move only in the
+transaction that writes a stretch's rows, in file order (app/worker/spool.py), so exactly-once does
+not depend on the pool: a parsed stretch that is never written is simply read again.
 """
 from __future__ import annotations
 

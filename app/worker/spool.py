@@ -283,8 +283,10 @@ class Spool:
             errors_line = chunk.line + chunk.n_lines + 1
             raw = chunk.torn[:4096].decode("utf-8", "replace")
             rejected.append(RecordError(row.name, errors_line, None,
-                                        f"torn last line (starts at byte {chunk.end - len(chunk.torn)}): no newline and the file "
-                                        f"stopped growing for {self.torn_after:g} s (a writer stopped mid-record); skipped",
+                                        f"torn last line (starts at byte {chunk.end - len(chunk.torn)}): "
+                                        "no newline and the file "
+                                        f"stopped growing for {self.torn_after:g} s "
+                                        "(a writer stopped mid-record); skipped",
                                         raw))
         with self.engine.begin() as conn:
             cur = conn.execute(sa.select(S.c.offset, S.c.claimed_by).where(S.c.pk == row.pk).with_for_update()).first()
@@ -301,7 +303,8 @@ class Spool:
             # a truncation, an inode reused): a record read twice is never counted twice
             before = (0, 0) if chunk.start == 0 else (S.c.records, S.c.rejected)
             conn.execute(S.update().where(S.c.pk == row.pk).values(
-                offset=chunk.end, line=chunk.line + n_lines, format=fmt, tail=tail_after(row, chunk.data or chunk.torn or b""),
+                offset=chunk.end, line=chunk.line + n_lines, format=fmt,
+                tail=tail_after(row, chunk.data or chunk.torn or b""),
                 records=before[0] + res.inserted + res.replaced + res.unchanged,
                 rejected=before[1] + res.rejected, claimed_until=models.utcnow() + LEASE,
                 last_error=(str(rejected[-1]) if rejected else row.last_error), updated_at=models.utcnow(),
@@ -399,7 +402,8 @@ class Spool:
         except RecordError as exc:
             return self._refuse(row, exc.message)
         errors: list[RecordError] = []
-        res: StoreResult = store(self.engine, read_records(reader, source, ReadContext(root=self._root_of(row.name)), errors),
+        res: StoreResult = store(self.engine,
+                                 read_records(reader, source, ReadContext(root=self._root_of(row.name)), errors),
                                  quarantine_context=self._context(row.name, reader.NAME),
                                  whole_file=(row.name, models.utcnow()))
         with self.engine.begin() as conn:

@@ -126,7 +126,8 @@ def sync_files(engine: Engine, dirs: list[Path], *, log: Callable[[str], None]) 
             row = rows.get(key)
             if row is None:
                 head = _head(s.path)
-                new.append(dict(spool=INGEST, name=unique_name(str(s.path), taken), path=str(s.path), device=s.device, inode=s.inode, head=head,
+                new.append(dict(spool=INGEST, name=unique_name(str(s.path), taken), path=str(s.path),
+                                device=s.device, inode=s.inode, head=head,
                                 offset=0, line=0, size=s.size, status="active", records=0, rejected=0,
                                 grew_at=now, updated_at=now))
                 continue

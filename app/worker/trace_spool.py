@@ -142,7 +142,8 @@ class TraceSpool:
         """Store finished traces: (trace id, its rollout or rejection, end of the bytes it was
         assembled from, None when it never went through the spool). One transaction; a trace
         whose range is already committed is skipped. Raises the database's errors."""
-        todo = [(tid, prepare_all([normalise(item) if isinstance(item, Rollout) else item]), end)  # final, as a reader's
+        # final, as a reader's
+        todo = [(tid, prepare_all([normalise(item) if isinstance(item, Rollout) else item]), end)
                 for tid, item, end in traces]
         with self.engine.begin() as conn:
             prepared, rejected = [], []

@@ -3,8 +3,8 @@ family. Each check reads the native model and returns findings; a finding never 
 (nothing is "repaired"), except `silent_truncation`, which documents the ending it corrects.
 
 Families: `arrays` (per-token arrays), `mask` (loss mask), `sequence` (tokens across turns),
-`template` (ids vs the chat template), `tools` (tool calls), `messages` (turn contents), `endings`, `rewards`, `groups` (group scope). Kinds, rules and sources:
-docs/checks.md.
+`template` (ids vs the chat template), `tools` (tool calls), `messages` (turn contents), `endings`,
+`rewards`, `groups` (group scope). Kinds, rules and sources: docs/checks.md.
 """
 from __future__ import annotations
 

@@ -123,7 +123,8 @@ def placeholder_token_id(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
         bad = [k for k, t in enumerate(node.token_ids) if t < -1]
         if bad:
             values = sorted({node.token_ids[k] for k in bad})
-            yield Hit(f"node {i}: {plural(len(bad), 'placeholder id')} ({', '.join(map(str, values[:5]))}) in token_ids",
+            yield Hit(f"node {i}: {plural(len(bad), 'placeholder id')} ({', '.join(map(str, values[:5]))}) "
+                      "in token_ids",
                       i, bad[0], {"positions": bad[:200], "count": len(bad), "values": values[:10]})
 
 

@@ -17,7 +17,8 @@ def empty_response(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
         m = node.message
         if m.content is None and node.token_ids:
             continue
-        if m.role == "assistant" and not m.text().strip() and not m.tool_calls and not (m.reasoning_content or "").strip():
+        if (m.role == "assistant" and not m.text().strip() and not m.tool_calls
+                and not (m.reasoning_content or "").strip()):
             n = len(node.token_ids)
             yield Hit(f"node {i}: empty model response ({plural(n, 'token')})", i, None, {"tokens": n})
 

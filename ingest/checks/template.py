@@ -94,7 +94,8 @@ def _resync(expected: list[int], found: list[int], d: int) -> tuple[int, int]:
 def _has_reasoning(m: Message, completion: list[int], ctx: CheckContext) -> bool:
     if (m.reasoning_content or "").strip():
         return True
-    if isinstance(m.content, list) and any(p.get("type") in ("thinking", "redacted_thinking", "reasoning") for p in m.content):
+    if isinstance(m.content, list) and any(p.get("type") in ("thinking", "redacted_thinking", "reasoning")
+                                           for p in m.content):
         return True
     if "<think>" in m.text() or "</think>" in m.text():
         return True
@@ -151,7 +152,8 @@ def _role_after(ctx: CheckContext, ids: list[int], k: int) -> str:
 
 def _turn_openings(ctx: CheckContext, ids: list[int], start_id: int) -> list[int]:
     """Positions of turn starts in `ids` that do not open the model's own turn."""
-    return [k for k, t in enumerate(ids) if t == start_id and not _role_after(ctx, ids, k).startswith(("assistant", "model"))]
+    return [k for k, t in enumerate(ids)
+            if t == start_id and not _role_after(ctx, ids, k).startswith(("assistant", "model"))]
 
 
 def _message_dict(m: Message) -> dict:
@@ -242,7 +244,8 @@ def tool_results_split(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
         node, pos = where[1]
         found += 1
         yield Hit(f"node {i}: {detail['results']} parallel tool results rendered as {len(where)} separate turns"
-                  + ("" if detail.get("template_turns") is None else f"; the chat template renders {detail['template_turns']}"),
+                  + ("" if detail.get("template_turns") is None
+                     else f"; the chat template renders {detail['template_turns']}"),
                   node, pos, detail)
         if found >= MAX_FINDINGS:
             return
@@ -283,7 +286,8 @@ def template_mismatch(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
         detail = {"index": k, "rendered_tokens": len(rendered), "recorded_tokens": len(q.prompt),
                   "expected": rendered[k] if k < len(rendered) else None,
                   "found": q.prompt[k] if k < len(q.prompt) else None,
-                  "rendered_text": ctx.decode(rendered[lo:k + WINDOW]), "recorded_text": ctx.decode(q.prompt[lo:k + WINDOW])}
+                  "rendered_text": ctx.decode(rendered[lo:k + WINDOW]),
+                  "recorded_text": ctx.decode(q.prompt[lo:k + WINDOW])}
         found += 1
         yield Hit(f"node {q.node}: the messages render to {detail['expected']} but the prompt recorded "
                   f"{detail['found']} at token {k}", q.node, None, detail)

@@ -69,7 +69,8 @@ def ambiguous_tool_result(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
         for c in calls:
             if c.ambiguous and c.result_node is not None and c.result_node not in seen:
                 seen.add(c.result_node)
-                yield Hit(f"node {c.result_node}: the result names no call id and {len(c.ambiguous)} calls could take it; "
+                yield Hit(f"node {c.result_node}: the result names no call id and {len(c.ambiguous)} calls "
+                          "could take it; "
                           f"paired with {c.name!r} at node {c.node}", c.result_node, None,
                           {"paired_with": [c.node, c.position], "candidates": [list(x) for x in c.ambiguous]})
 

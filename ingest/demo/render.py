@@ -138,5 +138,6 @@ def render_plan(plan: Plan, versions: list[int], t0: float, rate: float, rng: ra
         "metrics": {"num_turns": float(turns), "num_tool_calls": float(n_tool_calls),
                     "output_tokens": float(sampled_total), "tool_errors": float(tool_errors)},
         "evidence": {"last_finish_reason": calls[-1]["finish_reason"], "output_tokens": sampled_total,
-                     "last_output_tokens": last_output, "last_output_token_cap": MAX_TOKENS, "turns": turns, "max_turns": MAX_TURNS},
+                     "last_output_tokens": last_output, "last_output_token_cap": MAX_TOKENS, "turns": turns,
+                     "max_turns": MAX_TURNS},
     }

@@ -86,7 +86,8 @@ def mask_runs(mask: Sequence[int]) -> list[tuple[int, int, int]]:
     return out
 
 
-def align_segments(segments: list[tuple[str, list[int]]], runs: list[tuple[int, int, int]]) -> list[tuple[int, int]] | None:
+def align_segments(segments: list[tuple[str, list[int]]],
+                   runs: list[tuple[int, int, int]]) -> list[tuple[int, int]] | None:
     """Token span (start, end) per segment, from mask runs: a run of 1s is an assistant message,
     the run of 0s after it the observation that follows. A 0-run with no observation to take it
     is the assistant's parser-appended end tokens. Segments after the last run may stay without

@@ -83,7 +83,8 @@ def usage_from(d: Any) -> Usage | None:
     cdetails = d.get("completion_tokens_details")
     if reasoning is None and isinstance(cdetails, dict) and isinstance(cdetails.get("reasoning_tokens"), int):
         reasoning = cdetails["reasoning_tokens"]
-    u = Usage(input_tokens=num("input_tokens", "prompt_tokens"), output_tokens=num("output_tokens", "completion_tokens"),
+    u = Usage(input_tokens=num("input_tokens", "prompt_tokens"),
+              output_tokens=num("output_tokens", "completion_tokens"),
               cache_read_input_tokens=cached, reasoning_output_tokens=reasoning, cost=num("cost", "total_cost"))
     return u if any(v is not None for v in (u.input_tokens, u.output_tokens, u.cache_read_input_tokens,
                                             u.reasoning_output_tokens, u.cost)) else None

@@ -145,7 +145,8 @@ def normalize_parts(content: list, path: str) -> tuple[list[dict], dict]:
             if ptype != "text":
                 out["source_type"] = ptype
             for key, v in part.items():
-                if key in ("type", "text") or (key == "refusal" and ptype == "refusal") or (key == "annotations" and not v):
+                if (key in ("type", "text") or (key == "refusal" and ptype == "refusal")
+                        or (key == "annotations" and not v)):
                     continue
                 if key == "logprobs":
                     if v:
@@ -283,7 +284,8 @@ def tool_calls_from_openai(m: dict, path: str) -> list[ToolCall]:
     if legacy is not None:
         if not isinstance(legacy, dict):
             raise FieldError(f"{path}.function_call", "expected an object")
-        call = tool_call_from_openai({"function": legacy}, f"{path}.function_call", name_path=f"{path}.function_call.name")
+        call = tool_call_from_openai({"function": legacy}, f"{path}.function_call",
+                                     name_path=f"{path}.function_call.name")
         call.extra["source_field"] = "function_call"
         out.append(call)
     return out

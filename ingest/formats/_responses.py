@@ -233,9 +233,12 @@ def add_output(builder: RolloutBuilder, items: Any, path: str) -> list[Responses
             continue
         msg, notes = _assistant_message(run, path)
         tokens = notes["tokens"]
-        prompt = ints(tokens["prompt_token_ids"][0], tokens["prompt_token_ids"][1]) if "prompt_token_ids" in tokens else None
-        gen = ints(tokens["generation_token_ids"][0], tokens["generation_token_ids"][1]) if "generation_token_ids" in tokens else None
-        lps = floats(tokens["generation_log_probs"][0], tokens["generation_log_probs"][1]) if "generation_log_probs" in tokens else None
+        prompt = (ints(tokens["prompt_token_ids"][0], tokens["prompt_token_ids"][1])
+                  if "prompt_token_ids" in tokens else None)
+        gen = (ints(tokens["generation_token_ids"][0], tokens["generation_token_ids"][1])
+               if "generation_token_ids" in tokens else None)
+        lps = (floats(tokens["generation_log_probs"][0], tokens["generation_log_probs"][1])
+               if "generation_log_probs" in tokens else None)
         if prompt is not None or gen is not None:
             idx = builder.request(msg, prompt, gen, lps)
         else:

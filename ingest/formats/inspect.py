@@ -63,7 +63,8 @@ from ingest.schema import (
 )
 from ingest.source import Source
 
-EXPECTS = "Inspect eval log: a .json EvalLog {version, status, eval: {task, ...}, samples} or a zipped .eval with header.json"
+EXPECTS = ("Inspect eval log: a .json EvalLog {version, status, eval: {task, ...}, samples} "
+           "or a zipped .eval with header.json")
 NAME = "inspect"
 ATTACHMENT = "attachment://"
 LIMIT_ERROR_TYPES = frozenset({"operator"})

@@ -36,7 +36,8 @@ from ingest.formats.base import ReadContext
 from ingest.schema import Call, Ending, EndingInfo, Message, Rollout, RunRef
 from ingest.source import Source
 
-EXPECTS = "mini-swe-agent message list (bash blocks in assistant text, <returncode> observations) or {info, messages, trajectory_format}"
+EXPECTS = ("mini-swe-agent message list (bash blocks in assistant text, <returncode> observations) "
+           "or {info, messages, trajectory_format}")
 NAME = "mini-swe-agent"
 BLOCK = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.DOTALL)
 OBSERVATION = re.compile(r"^\s*<returncode>(-?\d+)</returncode>")
@@ -114,7 +115,8 @@ def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> I
                     extra["submission"] = True
                     submitted = True
             open_call = None
-        chain.add(Message(role=role, content=content if isinstance(content, (str, list)) or content is None else str(content),
+        chain.add(Message(role=role,
+                          content=content if isinstance(content, (str, list)) or content is None else str(content),
                           tool_calls=tool_calls, name=name, extra=extra))
     if open_call is not None and open_call.lstrip().startswith(tuple(f"echo {s}" for s in SUBMIT_MARKERS)):
         submitted = True  # the submit command was the last message
@@ -139,7 +141,8 @@ def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> I
         extra["info"] = {k: v for k, v in info.items() if k != "exit_status"}
     stem = ctx.source_key(source)
     try:
-        yield chain.finish(Rollout(id=stem if line is None else f"{stem}#{line}", run=RunRef(id=ctx.run_for(source), type="eval"), nodes=chain.nodes,
+        yield chain.finish(Rollout(id=stem if line is None else f"{stem}#{line}",
+                                   run=RunRef(id=ctx.run_for(source), type="eval"), nodes=chain.nodes,
                       calls=chain.calls, ending=ending, metrics=metrics, extra=extra,
                       source={"format": NAME, "file": source.name, "line": line}))
     except ValueError as exc:

@@ -87,7 +87,8 @@ def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> I
     finished = False
     for k, e in enumerate(events):
         if not _is_event(e):
-            yield RecordError(source.name, line, f"[{k}]" if line is None else f"history[{k}]", "expected an event with id, source and action or observation")
+            yield RecordError(source.name, line, f"[{k}]" if line is None else f"history[{k}]",
+                              "expected an event with id, source and action or observation")
             return
         ts, a = to_epoch(e.get("timestamp"))
         assumed |= a
@@ -201,7 +202,8 @@ def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> I
     timing = {"start": min(times), "end": max(times)} if times else {}
     rid = str(wrapper.get("instance_id") or ctx.source_key(source) + (f"#{line}" if line else ""))
     try:
-        yield chain.finish(Rollout(id=rid, run=RunRef(id=ctx.run_for(source), type="eval"), nodes=chain.nodes, calls=chain.calls,
+        yield chain.finish(Rollout(id=rid, run=RunRef(id=ctx.run_for(source), type="eval"), nodes=chain.nodes,
+                                   calls=chain.calls,
                       ending=ending, errors=errors, timing=timing, extra=extra,
                       source={"format": NAME, "file": source.name, "line": line}))
     except ValueError as exc:
@@ -213,7 +215,8 @@ def _response_node(chain: Chain, e: dict, args: dict, meta: dict, response: dict
     """The assistant node (and its call) for one model response."""
     choice = (response.get("choices") or [{}])[0] if isinstance(response.get("choices"), list) else {}
     msg = (choice or {}).get("message") if isinstance((choice or {}).get("message"), dict) else {}
-    text = msg.get("content") if msg.get("content") not in (None, "") else (args.get("thought") or e.get("message") or None)
+    text = (msg.get("content") if msg.get("content") not in (None, "")
+            else (args.get("thought") or e.get("message") or None))
     calls = [openai_tool_call(tc) for tc in msg.get("tool_calls") or [] if isinstance(tc, dict)]
     idx = chain.add(Message(role="assistant", content=text, tool_calls=calls or None,
                             extra={**base_extra, "action": e.get("action")}), timestamp=ts)

@@ -44,7 +44,8 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
         line = first_line[trace_id]
         if not is_genai_trace(spans):
             yield RecordError(source.name, line, f"trace {trace_id}",
-                              "no GenAI or OpenInference span (no gen_ai.operation.name, openinference.span.kind or message attributes)")
+                              "no GenAI or OpenInference span (no gen_ai.operation.name, openinference.span.kind "
+                              "or message attributes)")
             continue
         try:
             yield rollout_from_spans(spans, run_id=ctx.run_id,

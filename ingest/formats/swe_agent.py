@@ -75,7 +75,8 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
             continue
         if not (isinstance(doc, dict) and isinstance(doc.get("history"), list)
                 and (isinstance(doc.get("info"), dict) or is_demonstration(doc))):
-            yield shape_error(source.name, line, None, doc, "SWE-agent trajectory", (("history", "array"), ("info", "object")))
+            yield shape_error(source.name, line, None, doc, "SWE-agent trajectory",
+                              (("history", "array"), ("info", "object")))
             continue
         try:
             yield _rollout(doc, source, ctx, line)
@@ -172,7 +173,8 @@ def _rollout(doc: dict, source: Source, ctx: ReadContext, line: int | None) -> R
         if n.message.role == "assistant":
             chain.calls.append(Call(node=i))
     last = chain.nodes[-1].message if chain.nodes else None
-    if last is not None and last.role == "assistant" and last.tool_calls and exit_ending(info.get("exit_status")) == Ending.submitted:
+    if (last is not None and last.role == "assistant" and last.tool_calls
+            and exit_ending(info.get("exit_status")) == Ending.submitted):
         for tc in last.tool_calls:  # the submission ended the run: no observation follows it
             tc.extra["ends_rollout"] = True
     # trajectory step k ↔ k-th observation (both in order; demonstrations are not steps)
@@ -191,7 +193,8 @@ def _rollout(doc: dict, source: Source, ctx: ReadContext, line: int | None) -> R
     status = info.get("exit_status")
     ending = EndingInfo(type=exit_ending(status), detail=str(status) if status is not None else None)
     if demonstration:  # an example written for the model to imitate: it records no exit status
-        ending = EndingInfo(type=Ending.unknown, detail="demonstration", message="a demonstration records no exit status")
+        ending = EndingInfo(type=Ending.unknown, detail="demonstration",
+                            message="a demonstration records no exit status")
     stats = info.get("model_stats") if isinstance(info.get("model_stats"), dict) else {}
     metrics = {}
     for src, dst in (("tokens_sent", "input_tokens"), ("tokens_received", "output_tokens"),
@@ -207,7 +210,8 @@ def _rollout(doc: dict, source: Source, ctx: ReadContext, line: int | None) -> R
         extra["demonstration"] = True
     stem = ctx.source_key(source)
     try:
-        return chain.finish(Rollout(id=stem if line is None else f"{stem}#{line}", run=RunRef(id=ctx.run_for(source), type="eval"),
+        return chain.finish(Rollout(id=stem if line is None else f"{stem}#{line}",
+                                    run=RunRef(id=ctx.run_for(source), type="eval"),
                        nodes=chain.nodes, calls=chain.calls, ending=ending, metrics=metrics, extra=extra,
                        source={"format": NAME, "file": source.name, "line": line}))
     except ValueError as exc:

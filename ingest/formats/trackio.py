@@ -89,7 +89,8 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
     elif source.kind == "parquet":
         yield from _read_parquet(source, ctx)
     elif _is_session(source.first):
-        ctx.notes[source.name] = "a Trackio trace session file (the .db's trace, rendered for the Hub's viewer): not read"
+        ctx.notes[source.name] = ("a Trackio trace session file (the .db's trace, rendered for the Hub's viewer): "
+                                  "not read")
     else:
         yield from _read_fragments(source, ctx)
 

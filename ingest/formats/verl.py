@@ -143,7 +143,8 @@ def _tokens(source: Source, ctx: ReadContext, d: dict, line: int, default_id: st
         idx = b.add(msg, response[start:end], sampled=sampled, mask=mask[start:end],
                     logprobs=logprobs[start:end] if logprobs is not None else None)
         if advantages is not None:
-            b.nodes[idx].advantages = list(advantages[start:end]) + [None] * max(0, end - start - len(advantages[start:end]))
+            b.nodes[idx].advantages = (list(advantages[start:end])
+                                       + [None] * max(0, end - start - len(advantages[start:end])))
     if logprobs is not None and len(logprobs) != len(response):
         b.extra["source_lengths"] = {"response_logprobs": len(logprobs), "response_ids": len(response)}
     if advantages is not None and len(advantages) != len(response):

@@ -109,10 +109,13 @@ def _usage(a: dict) -> Usage | None:
                 return v
         return None
     u = Usage(input_tokens=num("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt"),
-              output_tokens=num("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", "llm.token_count.completion"),
-              cache_read_input_tokens=num("gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_read_input_tokens",
+              output_tokens=num("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens",
+                                "llm.token_count.completion"),
+              cache_read_input_tokens=num("gen_ai.usage.cache_read.input_tokens",
+                                          "gen_ai.usage.cache_read_input_tokens",
                                           "llm.token_count.prompt_details.cache_read"),
-              reasoning_output_tokens=num("gen_ai.usage.reasoning.output_tokens", "llm.token_count.completion_details.reasoning"),
+              reasoning_output_tokens=num("gen_ai.usage.reasoning.output_tokens",
+                                          "llm.token_count.completion_details.reasoning"),
               cost=num("rollscope.usage.cost", "llm.cost.total"))
     return u if any(x is not None for x in (u.input_tokens, u.output_tokens, u.cache_read_input_tokens,
                                             u.reasoning_output_tokens, u.cost)) else None
@@ -242,7 +245,8 @@ def rollout_from_spans(spans: list[SpanRecord], *, run_id: str | None = None,
                 output_node[s.span_id] = node
             a = s.attributes
             calls.append(Call(
-                node=node, model=a.get("gen_ai.response.model") or a.get("gen_ai.request.model") or a.get("llm.model_name"),
+                node=node,
+                model=a.get("gen_ai.response.model") or a.get("gen_ai.request.model") or a.get("llm.model_name"),
                 sampling=_sampling(a), finish_reason=finish_reason(raw_finish), finish_reason_raw=raw_finish,
                 usage=_usage(a), time=Span(start=s.start, end=s.end),
                 error=Error(type=str(a.get("error.type") or "error"), message=s.status_message)
@@ -290,10 +294,12 @@ def rollout_from_spans(spans: list[SpanRecord], *, run_id: str | None = None,
         for s in order:
             for e in s.events:
                 ea = e.get("attributes") or {}
-                if e.get("name") == "gen_ai.evaluation.result" and isinstance(ea.get("gen_ai.evaluation.score.value"), (int, float)):
+                if (e.get("name") == "gen_ai.evaluation.result"
+                        and isinstance(ea.get("gen_ai.evaluation.score.value"), (int, float))):
                     rewards[str(ea.get("gen_ai.evaluation.name") or "evaluation")] = Reward(
                         score=float(ea["gen_ai.evaluation.score.value"]),
-                        extra={"label": ea["gen_ai.evaluation.score.label"]} if "gen_ai.evaluation.score.label" in ea else {})
+                        extra={"label": ea["gen_ai.evaluation.score.label"]}
+                        if "gen_ai.evaluation.score.label" in ea else {})
     ending = _ending(rl, root, calls)
     group = None
     if rl.get("rollscope.group") is not None:
@@ -314,7 +320,8 @@ def rollout_from_spans(spans: list[SpanRecord], *, run_id: str | None = None,
         ending=ending, errors=errors, timing=timing,
         extra={"otel": {"trace_id": root.trace_id, "root_span_id": root.span_id, "root_name": root.name,
                         "start_ns": min(starts) if starts else None, "end_ns": max(ends) if ends else None,
-                        **({"agent": root.attributes["gen_ai.agent.name"]} if "gen_ai.agent.name" in root.attributes else {})}},
+                        **({"agent": root.attributes["gen_ai.agent.name"]}
+                           if "gen_ai.agent.name" in root.attributes else {})}},
         source=source or {"format": "otlp"})
 
 
@@ -365,7 +372,8 @@ def _written_by_rollscope(spans: list[SpanRecord], root: SpanRecord, run_id: str
         a = s.attributes
         if is_tool_span(s):
             exact = json_value(a.get(MESSAGE))
-            take(a.get(NODE), lambda: Message.model_validate(exact) if isinstance(exact, dict) else tool_message(a, s.name))
+            take(a.get(NODE),
+                 lambda: Message.model_validate(exact) if isinstance(exact, dict) else tool_message(a, s.name))
             continue
         if not is_model_span(s):
             continue
@@ -377,7 +385,8 @@ def _written_by_rollscope(spans: list[SpanRecord], root: SpanRecord, run_id: str
         items = genai_items(s)
         for item in (items[0] + items[1]) if items else []:
             exact = item.get(MESSAGE)
-            take(item.get(NODE), lambda: Message.model_validate(exact) if isinstance(exact, dict) else genai_message(item)[0])
+            take(item.get(NODE),
+                 lambda: Message.model_validate(exact) if isinstance(exact, dict) else genai_message(item)[0])
     if set(messages) != set(range(len(node_fields))):
         return None
     body = dict(fields)
@@ -394,7 +403,8 @@ def _callers(g: _Graph, cid: Any, name: Any) -> list[int]:
     """The assistant nodes whose tool call this tool span may have executed, oldest first: by
     call id, else by tool name (the latest is the one taken)."""
     return [i for i, n in enumerate(g.nodes)
-            if any((cid is not None and c.id == cid) or (cid is None and c.name == name) for c in n.message.tool_calls or [])]
+            if any((cid is not None and c.id == cid) or (cid is None and c.name == name)
+                   for c in n.message.tool_calls or [])]
 
 
 def _tool_span_error(s: SpanRecord) -> dict | None:

@@ -131,7 +131,8 @@ def genai_message(m: dict) -> tuple[Message, str | None]:
         if content is None:
             content = "\n".join(texts) if texts and not other else ([{"type": "text", "text": x} for x in texts] + other
                                                                     if other else None)
-        extra = {"source_role": m["role"]} if role != m.get("role") and m.get("role") not in ("tool",) and role != "tool" else {}
+        extra = ({"source_role": m["role"]}
+                 if role != m.get("role") and m.get("role") not in ("tool",) and role != "tool" else {})
         return (Message(role=role, content=content, reasoning_content="\n".join(reasoning) if reasoning else None,
                         tool_calls=calls or None, tool_call_id=tool_call_id, name=m.get("name"), extra=extra),
                 m.get("finish_reason"))
@@ -154,7 +155,8 @@ def _flat_messages(attrs: dict, prefix: str, oi: bool) -> list[tuple[Message, st
                 calls.append(ToolCall(id=tc.get("tool_call.id"), name=str(tc.get("tool_call.function.name") or ""),
                                       arguments=arguments_text(tc.get("tool_call.function.arguments"))))
             else:
-                calls.append(ToolCall(id=tc.get("id"), name=str(tc.get("name") or ""), arguments=arguments_text(tc.get("arguments"))))
+                calls.append(ToolCall(id=tc.get("id"), name=str(tc.get("name") or ""),
+                                      arguments=arguments_text(tc.get("arguments"))))
         out.append((Message(role=role, content=text_value(content), tool_calls=calls or None,
                             tool_call_id=d.get("tool_call_id"), name=d.get("name")), d.get("finish_reason")))
     return out
@@ -171,7 +173,8 @@ def genai_items(s: SpanRecord) -> tuple[list[dict], list[dict]] | None:
     if isinstance(sys, list) and sys:
         text = "\n".join(str(p.get("content", "")) for p in sys if isinstance(p, dict))
         ins.append({"role": "system", "parts": [{"type": "text", "content": text}]})
-    return ins + _genai_items(json_value(a.get("gen_ai.input.messages"))), _genai_items(json_value(a.get("gen_ai.output.messages")))
+    return (ins + _genai_items(json_value(a.get("gen_ai.input.messages"))),
+            _genai_items(json_value(a.get("gen_ai.output.messages"))))
 
 
 def span_messages(s: SpanRecord) -> tuple[list[Message], list[tuple[Message, str | None]]]:
@@ -242,7 +245,8 @@ def event_messages(s: SpanRecord) -> tuple[list[Message], list[tuple[Message, st
                 m = {"content": raw}
             msg = _openai({"role": "assistant", **m})
             if msg is not None:
-                outputs.append((msg[0], ea.get("finish_reason") if isinstance(ea.get("finish_reason"), str) else msg[1]))
+                outputs.append((msg[0],
+                                ea.get("finish_reason") if isinstance(ea.get("finish_reason"), str) else msg[1]))
     return inputs, outputs
 
 

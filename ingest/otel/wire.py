@@ -199,7 +199,8 @@ def _span_json(span: Any, path: str, resource: dict, scope: str | None) -> SpanR
     status = span.get("status") or {}
     events = []
     for e, ev in enumerate(span.get("events") or []):
-        events.append({"name": ev.get("name", ""), "time_ns": _int(_get(ev, "timeUnixNano", "time_unix_nano"), f"{path}.events[{e}].timeUnixNano"),
+        events.append({"name": ev.get("name", ""),
+                       "time_ns": _int(_get(ev, "timeUnixNano", "time_unix_nano"), f"{path}.events[{e}].timeUnixNano"),
                        "attributes": attributes(ev.get("attributes"), f"{path}.events[{e}].attributes")})
     return SpanRecord(
         trace_id=_hex_id(_get(span, "traceId", "trace_id"), 16, f"{path}.traceId"),

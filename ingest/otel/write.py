@@ -46,7 +46,8 @@ def _message_json(m: Message, finish: str | None = None) -> dict:
     if m.reasoning_content:
         parts.append({"type": "reasoning", "content": m.reasoning_content})
     if m.role == "tool":
-        parts.append({"type": "tool_call_response", "id": m.tool_call_id, "response": m.text() if isinstance(m.content, str) or m.content is None else m.content})
+        parts.append({"type": "tool_call_response", "id": m.tool_call_id,
+                      "response": m.text() if isinstance(m.content, str) or m.content is None else m.content})
     elif isinstance(m.content, str):
         parts.append({"type": "text", "content": m.content})
     elif isinstance(m.content, list):
@@ -149,7 +150,8 @@ def spans_from_rollout(r: Rollout, *, service: str = "rollscope") -> list[SpanRe
         attrs["rollscope.reward"] = float(r.reward)
     if r.rewards:
         attrs["rollscope.rewards"] = json.dumps({k: None if v is None else {
-            "score": v.score, "weight": v.weight, **({"extra": v.extra} if v.extra else {})} for k, v in r.rewards.items()},
+            "score": v.score, "weight": v.weight, **({"extra": v.extra} if v.extra else {})}
+            for k, v in r.rewards.items()},
             default=str)
     if r.task is not None:
         attrs["rollscope.task"] = _attr_json(r.task.to_json_dict())

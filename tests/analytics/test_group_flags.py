@@ -18,7 +18,8 @@ def _fixture(engine, tmp_path) -> None:
     for i, ending in enumerate(["submitted", "submitted", "truncated", "submitted"]):
         rs.append(rollout(f"flat-{i}", run="G", step=0, group="flat", index=i, reward=1.0, ending=ending,
                           task={"key": "t-a" if i < 2 else "t-b"}))
-        rs.append(rollout(f"mixed-{i}", run="G", step=0, group="mixed", index=i, reward=float(i % 2), task={"key": "t-a"}))
+        rs.append(rollout(f"mixed-{i}", run="G", step=0, group="mixed", index=i, reward=float(i % 2),
+                          task={"key": "t-a"}))
     # a flat group whose members sit in steps 1 and 2 (each step counts its own members)
     for i in range(3):
         rs.append(rollout(f"span-{i}", run="G", step=1 if i < 2 else 2, group="span", index=i, reward=0.5,

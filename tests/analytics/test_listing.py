@@ -18,7 +18,8 @@ def listed(engine, tmp_path):
     rs = []
     for i in range(23):
         rs.append(rollout(f"r{i:02d}", run="L", step=None if i % 7 == 6 else i % 5, group=f"grp-{i % 3}", index=i,
-                          reward=None if i % 4 == 3 else float(i % 6) / 2, ending="error" if i % 5 == 4 else "submitted",
+                          reward=None if i % 4 == 3 else float(i % 6) / 2,
+                          ending="error" if i % 5 == 4 else "submitted",
                           task={"key": f"task-{i % 4}{'x' if i % 2 else ''}"}))
     ingest(engine, write_jsonl(tmp_path / "l.jsonl", rs))
     return engine
@@ -28,7 +29,8 @@ def _all(session, filters, sort, limit):
     cols = [R.c.pk, R.c.rollout_id, R.c.step, R.c.reward, R.c.n_tokens, R.c.n_turns]
     pages, after = [], None
     while True:
-        p = rollout_list.page(session=session, run_id="L", filters=filters, columns=cols, sort=sort, after=after, limit=limit)
+        p = rollout_list.page(session=session, run_id="L", filters=filters, columns=cols, sort=sort, after=after,
+                              limit=limit)
         pages.append(p)
         if not p["next"]:
             return pages
@@ -62,8 +64,11 @@ def test_prefix_filters_counts_and_facets(listed):
         rows = [r for p in _all(s, f, "step", 50) for r in p["rows"]]
         assert rows and all(r.rollout_id in {f"r{i:02d}" for i in range(23) if i % 4 == 1} for r in rows)
         assert rollout_facets.count(session=s, run_id="L", filters=f)[0] == len(rows)
-        assert rollout_facets.count(session=s, run_id="L", filters=rollout_list.RolloutFilters(task="task-1x"))[0] == len(rows)  # all odd
-        assert rollout_facets.count(session=s, run_id="L", filters=rollout_list.RolloutFilters(task="task_*"))[0] == 0  # _ is literal
+        # all odd
+        assert rollout_facets.count(session=s, run_id="L",
+                                    filters=rollout_list.RolloutFilters(task="task-1x"))[0] == len(rows)
+        # _ is literal
+        assert rollout_facets.count(session=s, run_id="L", filters=rollout_list.RolloutFilters(task="task_*"))[0] == 0
         assert rollout_facets.count(session=s, run_id="L", filters=rollout_list.RolloutFilters(group="grp-*"))[0] == 23
         # without the `*` a value matches exactly, as on /api/v1
         assert rollout_facets.count(session=s, run_id="L", filters=rollout_list.RolloutFilters(task="task-1"))[0] == 0
@@ -74,7 +79,8 @@ def test_prefix_filters_counts_and_facets(listed):
         # facets without filters come from the rollups, with filters from the rows: same numbers
         plain = rollout_facets.facets(session=s, run_id="L", filters=rollout_list.RolloutFilters())
         ending = {v["value"]: v["count"] for v in plain["ending"]}
-        assert ending == {"submitted": sum(1 for i in range(23) if i % 5 != 4), "error": sum(1 for i in range(23) if i % 5 == 4)}
+        assert ending == {"submitted": sum(1 for i in range(23) if i % 5 != 4),
+                          "error": sum(1 for i in range(23) if i % 5 == 4)}
         via_rows = rollout_facets.facets(session=s, run_id="L", filters=rollout_list.RolloutFilters(group="grp*"))
         assert {v["value"]: v["count"] for v in via_rows["ending"]} == ending
         assert {v["value"]: v["count"] for v in via_rows["task"]} == {v["value"]: v["count"] for v in plain["task"]}
@@ -110,12 +116,14 @@ def test_counts_and_facets_from_the_rollups_equal_those_of_the_rows(listed, monk
     the same."""
     f = rollout_list.RolloutFilters(**filters)
     with Session(listed) as s:
-        fast, n_fast = rollout_facets.facets(session=s, run_id="L", filters=f), rollout_facets.count(session=s, run_id="L", filters=f)
+        fast, n_fast = (rollout_facets.facets(session=s, run_id="L", filters=f),
+                        rollout_facets.count(session=s, run_id="L", filters=f))
     monkeypatch.setattr(rollout_facets, "from_rollups", lambda f: False)
     monkeypatch.setattr(rollout_facets, "from_task_rollups", lambda f: False)
     monkeypatch.setattr(rollout_facets, "FACET_BUDGET_MS", 60_000)  # the rows' counts in full, however busy the machine
     with Session(listed) as s:
-        slow, n_slow = rollout_facets.facets(session=s, run_id="L", filters=f), rollout_facets.count(session=s, run_id="L", filters=f)
+        slow, n_slow = (rollout_facets.facets(session=s, run_id="L", filters=f),
+                        rollout_facets.count(session=s, run_id="L", filters=f))
     assert slow["timed_out"] == [] and fast["timed_out"] == []
     assert n_fast == n_slow
     for name in ("ending", "task", "agent", "flag", "steps"):

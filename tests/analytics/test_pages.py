@@ -88,7 +88,8 @@ def test_count_chart_points_open_exactly_their_rollouts(client, demo_run):
     # a filter whose value is 0 is a filter (the count once came from the step rollups, unfiltered)
     rows = client.get(f"/runs/{demo_run}/rollouts.json?limit=1000").json()["rollouts"]
     zero = client.get(f"/runs/{demo_run}/rollouts.json?reward_max=0&limit=1000").json()
-    assert zero["total"] == len(zero["rollouts"]) == sum(r["reward"] is not None and r["reward"] <= 0 for r in rows) < len(rows)
+    assert (zero["total"] == len(zero["rollouts"])
+            == sum(r["reward"] is not None and r["reward"] <= 0 for r in rows) < len(rows))
 
 
 def test_step_range_and_moving_average(client, demo_run):
@@ -100,7 +101,8 @@ def test_step_range_and_moving_average(client, demo_run):
     assert d["run"]["url"] == "/runs/demo-grpo.json"  # the twin's links go to twins, its points to pages
     assert d["charts"][0]["url"].startswith("/runs/demo-grpo/charts/") and d["charts"][0]["url"].endswith(
         ".json?steps=2-4&smooth=3")
-    assert all(u.startswith("/runs/demo-grpo/") and ".json" not in u for t in d["figure"]["data"] for u in t["customdata"])
+    assert all(u.startswith("/runs/demo-grpo/") and ".json" not in u
+               for t in d["figure"]["data"] for u in t["customdata"])
     html = client.get(f"/runs/{demo_run}/charts/reward?steps=2-4&smooth=3").text
     assert 'href="/runs/demo-grpo/charts/endings?steps=2-4&amp;smooth=3"' in html
     assert client.get(f"/runs/{demo_run}/charts/reward.json?steps=4-2").status_code == 422
@@ -114,13 +116,15 @@ def test_step_page_tells_the_story(client, engine, tmp_path):
     for r in rs[6:]:
         r.ending.detail = "sandbox_crash"
     rs += [rollout(f"b{i}", run="r1", step=3, group="g2", index=i, reward=1.0, task={"key": "t2"}) for i in range(4)]
-    rs += [rollout(f"c{i}", run="r1", step=2, group="g0", index=i, reward=0.5, task={"key": "t<b>1</b>"}) for i in range(4)]
+    rs += [rollout(f"c{i}", run="r1", step=2, group="g0", index=i, reward=0.5, task={"key": "t<b>1</b>"})
+           for i in range(4)]
     ingest(engine, write_jsonl(tmp_path / "s.jsonl", rs))
     d = client.get("/runs/r1/steps/3.json").json()
     assert d["rollouts"] == 12 and d["previous_url"] == "/runs/r1/steps/2.json" and d["next_url"] is None
     # the twin links to twins, each answering JSON; the page links to pages
     links = [d["run"]["url"], d["previous_url"], d["rollouts_url"], d["charts_url"], d["task_changes_url"],
-             *(e["url"] for e in d["endings"]), *(h["url"] for h in d["history"]), *(g["url"] for g in d["groups"]["table"]),
+             *(e["url"] for e in d["endings"]), *(h["url"] for h in d["history"]),
+             *(g["url"] for g in d["groups"]["table"]),
              *(t["url"] for t in d["tasks"]), *(r["url"] for r in d["no_gradient"]["rollouts"])]
     assert d["run"]["url"] == "/runs/r1.json" and d["rollouts_url"] == "/runs/r1/rollouts.json?step=3"
     assert d["charts_url"] == "/runs/r1/charts/reward.json?steps=0-23"
@@ -158,7 +162,8 @@ def test_step_page_tells_the_story(client, engine, tmp_path):
 
 
 def test_compare_two_runs(client, engine, tmp_path):
-    rs = [rollout(f"x{s}-{i}", run="base", step=s, reward=float(i % 2), task={"key": "t1"}) for s in range(3) for i in range(4)]
+    rs = [rollout(f"x{s}-{i}", run="base", step=s, reward=float(i % 2), task={"key": "t1"})
+          for s in range(3) for i in range(4)]
     rs += [rollout(f"y{s}-{i}", run="new", step=s, reward=1.0, ending="error" if i == 0 else "submitted",
                    task={"key": "t1"}) for s in range(3) for i in range(4)]
     rs.append(rollout("y-nostep", run="new", step=None, reward=0.0, ending="truncated", task={"key": "t1"}))
@@ -180,7 +185,8 @@ def test_compare_two_runs(client, engine, tmp_path):
     fig = client.get(d["charts"]["reward"]["json_url"]).json()["figure"]
     names = [t["name"] for t in fig["data"]]
     assert "base: mean (errors scored 0)" in names and "new: mean (errors scored 0)" in names
-    assert d["tasks"][0]["mean_reward"] == [pytest.approx(0.5), pytest.approx(9 / 13)]  # 9 of 13 scored 1 (errors scored 0)
+    # 9 of 13 scored 1 (errors scored 0)
+    assert d["tasks"][0]["mean_reward"] == [pytest.approx(0.5), pytest.approx(9 / 13)]
     assert client.get("/compare").status_code == 422
     assert client.get("/compare.json?runs=base,missing").status_code == 404
     assert client.get("/compare?runs=base,new").status_code == 200
@@ -213,12 +219,14 @@ def test_search_hits_link_to_messages_and_follow_replacement(client, engine, tmp
     # paging
     first = client.get("/search.json?q=zanzibar&limit=2").json()
     assert len(first["hits"]) == 2 and first["next_url"].startswith("/search.json?q=zanzibar&before=")
-    assert all(h["rollout_url"].startswith(f"/runs/{h['run_id']}/rollouts/{h['rollout_id']}.json") for h in first["hits"])
+    assert all(h["rollout_url"].startswith(f"/runs/{h['run_id']}/rollouts/{h['rollout_id']}.json")
+               for h in first["hits"])
     assert client.get(first["hits"][0]["rollout_url"]).headers["content-type"] == "application/json"
     rest = client.get(first["next_url"]).json()
     assert len(rest["hits"]) == 1
     page = client.get("/search?q=zanzibar&limit=2").text
-    assert 'href="/search?q=zanzibar&amp;before=' in page and ".json" not in page.split("<main", 1)[-1].split("</main>")[0]
+    assert ('href="/search?q=zanzibar&amp;before=' in page
+            and ".json" not in page.split("<main", 1)[-1].split("</main>")[0])
     # a replaced rollout's old text leaves the index with it
     ingest(engine, write_jsonl(tmp_path / "b.jsonl", [rollout("q1", run="r1", messages=[
         {"role": "user", "content": "now about quokka"}, {"role": "assistant", "content": "ok"}])]))
@@ -236,7 +244,8 @@ def test_step_notes_on_the_step_page_and_its_twin(client, engine, tmp_path):
     ingest(engine, write_jsonl(tmp_path / "n.jsonl", [rollout(f"s{s}", run="r/1", step=s) for s in (2, 3)]))
     bob, _ = auth.issue(engine, "write", "bob")
     h = {"Authorization": f"Bearer {bob}"}
-    assert client.put("/api/v1/runs/r%2F1/steps/3/notes", json={"text": "lr <i>spike</i>"}, headers=h).status_code == 204
+    assert client.put("/api/v1/runs/r%2F1/steps/3/notes", json={"text": "lr <i>spike</i>"},
+                      headers=h).status_code == 204
     assert client.put("/api/v1/runs/r%2F1/steps/2/notes", json={"text": "warmup done"}, headers=h).status_code == 204
     d = client.get("/runs/r%2F1/steps/3.json").json()
     assert [(n["author"], n["text"], n["step"]) for n in d["notes"]] == [("bob", "lr <i>spike</i>", 3)]
@@ -286,7 +295,8 @@ def test_search_pages_the_same_through_a_words_matches_or_the_newest_messages(en
 
 
 def test_a_download_suffix_a_page_lacks_is_a_404_not_a_bad_parameter(client, demo_run):
-    for url in (f"/runs/{demo_run}/steps/3.csv", f"/runs/{demo_run}/steps/3.txt", f"/runs/{demo_run}/charts/reward.txt"):
+    for url in (f"/runs/{demo_run}/steps/3.csv", f"/runs/{demo_run}/steps/3.txt",
+                f"/runs/{demo_run}/charts/reward.txt"):
         r = client.get(url)
         assert r.status_code == 404, url
         err = r.json()["error"]

@@ -51,7 +51,8 @@ def test_rollouts_filters_pages_fields(client, engine, tmp_path):
     assert only[0]["url"].endswith(".json")
     rewards = client.get(base, params={"reward_min": 0.5, "reward_max": 0.5, "fields": "reward"}).json()["items"]
     assert [r["reward"] for r in rewards] == [0.5] * 4
-    assert client.get(base, params={"group": "s2-g1", "fields": "rollout_id"}).json()["items"][0] == {"rollout_id": "s2-g1-r0"}
+    assert client.get(base, params={"group": "s2-g1", "fields": "rollout_id"}).json()["items"][0] == {
+        "rollout_id": "s2-g1-r0"}
     flagged = client.get(base, params={"flag": "unanswered_tool_call", "fields": "rollout_id"}).json()["items"]
     assert flagged == [{"rollout_id": "tools"}]
     for bad, field in [({"flag": "bogus"}, "flag"), ({"ending": "done"}, "ending"), ({"stepp": 3}, "stepp"),
@@ -93,7 +94,8 @@ def test_groups_and_findings(client, engine, tmp_path):
     assert g["policies"]["errors_dropped"]["mean"] == 0.75 and g["policies"]["errors_as_zero"]["mean"] == 0.5
     assert [m["advantage"]["errors_dropped"] for m in g["members"]] == [0.25, None, -0.25, None]
     f = client.get(f"/api/v1/runs/{run}/findings").json()
-    assert {x["rollout_id"] for x in f["items"] if x["kind"] == "unanswered_tool_call"} == {"tools"} and f["next"] is None
+    assert ({x["rollout_id"] for x in f["items"] if x["kind"] == "unanswered_tool_call"} == {"tools"}
+            and f["next"] is None)
     assert client.get(f"/api/v1/runs/{run}/findings", params={"kind": "nope"}).status_code == 422
     # a group-scope finding names its group, not a rollout, and links to the group's twin
     ingest(engine, write_jsonl(tmp_path / "zv.jsonl", [rollout(f"zv{i}", run="team/exp", step=4, group="zv", index=i,
@@ -133,7 +135,8 @@ def test_readyz_is_503_when_the_schema_is_behind(client, engine):
         conn.execute(sa.text("UPDATE alembic_version SET version_num = '0001'"))
     try:
         r = client.get("/readyz")
-        assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable" and "0001" in r.json()["error"]["message"]
+        assert (r.status_code == 503 and r.json()["error"]["code"] == "unavailable"
+                and "0001" in r.json()["error"]["message"])
         assert client.get("/healthz").status_code == 200  # alive, just not ready
     finally:
         with engine.begin() as conn:

@@ -110,7 +110,8 @@ def test_a_token_in_a_write_url_is_refused_and_no_token_reaches_the_access_log(d
             r = c.post(f"/api/v1/ingest?run=r&token={write}", content=body)
             assert r.status_code == 401 and "Authorization: Bearer" in r.json()["error"]["message"]
             # with the header as well: the URL has logged the token already, so still refused
-            r = c.post(f"/api/v1/ingest?run=r&token={write}", content=body, headers={"Authorization": f"Bearer {write}"})
+            r = c.post(f"/api/v1/ingest?run=r&token={write}", content=body,
+                       headers={"Authorization": f"Bearer {write}"})
             assert r.status_code == 401
             assert c.delete(f"/api/v1/runs/r?token={write}").status_code == 401
             assert c.post("/api/v1/ingest?run=r", content=body,

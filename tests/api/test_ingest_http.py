@@ -73,7 +73,8 @@ def test_full_queue_gets_429_and_the_client_retry_lands_everything(db_url, engin
         assert gate.enter()  # the queue is full
         import httpx
 
-        r = httpx.post(f"{base}/api/v1/ingest", content=ndjson(rollout("x")), headers={"Authorization": f"Bearer {token}"})
+        r = httpx.post(f"{base}/api/v1/ingest", content=ndjson(rollout("x")),
+                       headers={"Authorization": f"Bearer {token}"})
         assert r.status_code == 429 and r.headers["Retry-After"] == "1"
         threading.Timer(1.5, gate.leave).start()  # room again in a moment
         with RolloutWriter(base, run="live", token=token, max_retries=8) as w:
@@ -139,7 +140,8 @@ def _objects(item: dict) -> TrajectoryItem:
     steps = [Step(**{k: v for k, v in s.items() if k in Step.__dataclass_fields__}) for s in t.pop("steps")]
     traj = Trajectory(steps=steps, status=TrajectoryStatus[t.pop("status")],
                       **{k: v for k, v in t.items() if k in Trajectory.__dataclass_fields__})
-    return TrajectoryItem(item["pair_index"], item["group_id"], item.get("start_step", 0), traj, item.get("metadata", {}))
+    return TrajectoryItem(item["pair_index"], item["group_id"], item.get("start_step", 0), traj,
+                          item.get("metadata", {}))
 
 
 def test_tunix_grpo_example_with_real_tunix_objects(db_url, engine, tmp_path, client):

@@ -57,7 +57,8 @@ def test_scopes_labels_notes_and_delete(client, engine, tmp_path, caplog):
                       headers=_bearer(alice)).status_code == 204
     assert client.put("/api/v1/runs/r%2F1/rollouts/x/notes", json={"text": "hacked, step 1"},
                       headers=_bearer(alice)).status_code == 204  # replaces alice's
-    assert client.put("/api/v1/runs/r%2F1/steps/1/notes", json={"text": "lr spike"}, headers=_bearer(bob)).status_code == 204
+    assert client.put("/api/v1/runs/r%2F1/steps/1/notes", json={"text": "lr spike"},
+                      headers=_bearer(bob)).status_code == 204
     assert client.put("/api/v1/runs/r%2F1/steps/1/notes", json={}, headers=_bearer(bob)).status_code == 422
 
     # filterable, shown, and escaped on the pages
@@ -88,7 +89,8 @@ def test_scopes_labels_notes_and_delete(client, engine, tmp_path, caplog):
     assert client.delete("/api/v1/runs/r%2F1/rollouts/x/notes", headers=_bearer(bob)).status_code == 404
     assert client.delete("/api/v1/runs/r%2F1/rollouts/x/notes", headers=_bearer(alice)).status_code == 204
     assert client.get("/api/v1/runs/r%2F1/rollouts/x/notes").json()["items"] == []
-    assert client.put("/api/v1/runs/r%2F1/steps/1/notes", json={"text": "again"}, headers=_bearer(alice)).status_code == 204
+    assert client.put("/api/v1/runs/r%2F1/steps/1/notes", json={"text": "again"},
+                      headers=_bearer(alice)).status_code == 204
     assert client.delete("/api/v1/runs/r%2F1/steps/1/notes", headers=_bearer(bob)).status_code == 204
     assert [n["author"] for n in client.get("/api/v1/runs/r%2F1/steps/1/notes").json()["items"]] == ["alice"]
 

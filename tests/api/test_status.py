@@ -64,11 +64,13 @@ def _live_sources(client, engine):
     web = by["http"]
     assert (web["path"], web["status"], web["records"], web["rejected"], web["quarantined"], web["bytes_behind"]) == \
         ("/api/v1/ingest", "live", 3, 1, 1, 0)
-    assert web["records_last_minute"] == 3 and web["last_error"].startswith("nodes[0].message.role: ") and web["last_record_at"].endswith("Z")
+    assert (web["records_last_minute"] == 3 and web["last_error"].startswith("nodes[0].message.role: ")
+            and web["last_record_at"].endswith("Z"))
     tel = by["otlp"]
     assert (tel["path"], tel["records"], tel["rejected"]) == ("/v1/traces", 0, 1) and "GenAI" in tel["last_error"]
     assert tel["quarantine_url"] == "/quarantine?file=%2Fv1%2Ftraces"
-    assert client.get(tel["quarantine_url"].replace("/quarantine", "/quarantine.json"), headers=h).json()["matching"] == 1
+    assert client.get(tel["quarantine_url"].replace("/quarantine", "/quarantine.json"),
+                      headers=h).json()["matching"] == 1
     assert st["rollouts"] == 3 and st["quarantined"] == 2
     page = client.get("/ingest", headers=h).text
     assert "HTTP ingest" in page and "OTLP receiver" in page and web["last_record_at"] in page

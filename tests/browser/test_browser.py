@@ -23,7 +23,8 @@ def server(tmp_path_factory):
     upgrade(engine)
     key = register_tokenizer(engine, data_path("tokenizers", "mistral-v1-tokenizer.model"),
                              {32000: "<pad>", 32001: "<start_of_turn>", 32002: "<end_of_turn>"})
-    assert ingest(engine, data_path("realdata", "tunix", "v0.1.7", "submitted.Trajectory.json"), run="tunix", tokenizer_key=key).ok
+    assert ingest(engine, data_path("realdata", "tunix", "v0.1.7", "submitted.Trajectory.json"), run="tunix",
+                  tokenizer_key=key).ok
     hostile = [{"role": "user", "content": '<img src=x onerror="window.__xss=1">'},
                {"role": "assistant", "content": '<script>window.__xss=2</script>done'}]
     tmp = tmp_path_factory.mktemp("hostile")

@@ -13,8 +13,9 @@ from tests.helpers import ingest, write_jsonl
 
 pytestmark = pytest.mark.browser
 
-STYLE = """e => { const s = getComputedStyle(e);
-  return [s.backgroundColor, s.color, s.borderBottomStyle, s.borderBottomColor, s.fontStyle, s.fontWeight].join('|'); }"""
+STYLE = ("""e => { const s = getComputedStyle(e);
+  return [s.backgroundColor, s.color, s.borderBottomStyle, s.borderBottomColor, """
+         """s.fontStyle, s.fontWeight].join('|'); }""")
 
 
 def _native(rid: str, nodes: list[dict], **kw) -> Rollout:
@@ -262,5 +263,6 @@ def test_rollouts_table_collapses_its_columns_at_800px(browser, tmp_path):
                 cell = first.locator(f"td:nth-child({col})")
                 box = cell.bounding_box()
                 assert cell.is_visible() and box and box["width"] >= 40 and box["x"] + box["width"] <= width, (col, box)
-            assert first.locator(".ending").is_visible() and "swe-bench/django" in first.locator("td").first.inner_text()
+            assert (first.locator(".ending").is_visible()
+                    and "swe-bench/django" in first.locator("td").first.inner_text())
             page.close()

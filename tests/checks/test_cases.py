@@ -32,7 +32,8 @@ def test_01_token_drift_is_flagged_and_both_sequences_kept(client, engine):
     drift = f["token_drift"]
     assert drift["detail"]["index"] == 3 and drift["detail"]["expected"] == 10 and drift["detail"]["found"] == 12
     assert len(d["branches"]) == 2
-    ids = [t["id"] for m in client.get("/runs/cases/rollouts/case01.json?branch=1").json()["messages"] for t in m["tokens"]]
+    ids = [t["id"] for m in client.get("/runs/cases/rollouts/case01.json?branch=1").json()["messages"]
+           for t in m["tokens"]]
     assert 12 in ids  # the re-tokenized prompt is kept as it was sent
     ids0 = [t["id"] for m in d["messages"] for t in m["tokens"]]
     assert ids0[3:5] == [10, 11]  # and so are the sampled tokens
@@ -147,7 +148,8 @@ def test_21_each_malformed_argument_shape_is_named(client, engine):
     assert [c["result_node"] for c in calls] == [2, 3, 4, 5, 6]  # all five kept and paired
     html = client.get("/runs/cases/rollouts/case21").text
     assert "are JSON encoded twice" in html and "{&#34;q&#34;: &#34;weather in Par" in html  # raw text, escaped
-    assert client.get("/runs/cases/rollouts.json?flag=malformed_tool_arguments").json()["rollouts"][0]["rollout_id"] == "case21"
+    assert client.get("/runs/cases/rollouts.json?flag=malformed_tool_arguments").json()["rollouts"][0][
+        "rollout_id"] == "case21"
 
 
 def test_20b_an_object_argument_is_well_formed(client, engine):
@@ -167,7 +169,8 @@ def test_22_reasoning_without_an_answer(client, engine):
 def test_30_mask_on_environment_tokens(client, engine):
     assert load(client, engine, "30-mask-on-env-tokens.jsonl").ok
     d, _ = findings(client, "cases", "case30")
-    hits = [(f["node"], f["detail"]["role"], f["detail"]["positions"]) for f in d["findings"] if f["kind"] == "mask_on_unsampled"]
+    hits = [(f["node"], f["detail"]["role"], f["detail"]["positions"]) for f in d["findings"]
+            if f["kind"] == "mask_on_unsampled"]
     assert hits == [(2, "tool", [0, 1, 2, 3]), (3, "user", [0, 1, 2])]
     assert d["rollout"]["n_trained_tokens"] == 12 and d["n_trained_environment"] == 7
     env = [t for m in d["messages"] if m["role"] != "assistant" for t in m["tokens"] if t["trained"]]

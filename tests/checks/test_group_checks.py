@@ -65,7 +65,8 @@ def test_estimators_match_their_papers():
     assert advantages.estimate([1.0], "leave_one_out") == [0.0]
     with pytest.raises(ValueError, match="unknown advantage estimator"):
         advantages.estimate(rewards, "ppo")
-    assert advantages.estimator_name("GRPO") == "std_normalised" and advantages.estimator_name("rloo") == "leave_one_out"
+    assert (advantages.estimator_name("GRPO") == "std_normalised"
+            and advantages.estimator_name("rloo") == "leave_one_out")
 
 
 def test_advantage_mismatch():

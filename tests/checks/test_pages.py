@@ -17,7 +17,8 @@ def _data(engine, tmp_path):
     bad = rollout("bad", step=0, group="g0", index=0, reward=1.0)
     bad.nodes[1].token_ids = [-100, 121, 122]
     rs = [bad, rollout("ok0", step=0, group="g0", index=1, reward=0.0),
-          rollout("flat0", step=1, group="g1", index=0, reward=1.0), rollout("flat1", step=1, group="g1", index=1, reward=1.0)]
+          rollout("flat0", step=1, group="g1", index=0, reward=1.0),
+          rollout("flat1", step=1, group="g1", index=1, reward=1.0)]
     ingest(engine, write_jsonl(tmp_path / "a.jsonl", rs))
 
 
@@ -33,11 +34,13 @@ def test_run_page_counts_charts_and_says_which_checks_ran(client, engine, tmp_pa
     assert d["chat_template"] is False
     fig = d["charts"]["findings"]
     bars = {t["name"]: t for t in fig["data"]}
-    assert set(bars) == {"placeholder_token_id", "zero_variance_group"}  # the registry's findings chart: rollouts per kind
+    # the registry's findings chart: rollouts per kind
+    assert set(bars) == {"placeholder_token_id", "zero_variance_group"}
     assert bars["placeholder_token_id"]["y"] == [1, 0] and bars["zero_variance_group"]["y"] == [0, 2]
     url = bars["placeholder_token_id"]["customdata"][0]
     assert parse_qs(urlparse(url).query) == {"step": ["0"], "flag": ["placeholder_token_id"]}
-    assert [r["rollout_id"] for r in client.get(url.replace("/rollouts?", "/rollouts.json?")).json()["rollouts"]] == ["bad"]
+    assert [r["rollout_id"]
+            for r in client.get(url.replace("/rollouts?", "/rollouts.json?")).json()["rollouts"]] == ["bad"]
     html = client.get("/runs/r1").text
     assert 'data-figure="fig-findings"' in html and 'id="checks"' in html
     assert "no chat template stored for this run" in html
@@ -52,7 +55,8 @@ def test_rollouts_list_column_has_rollout_and_group_kinds(client, engine, tmp_pa
     assert rows["bad"]["flags"] == ["placeholder_token_id"]  # the twin keeps its shape
     html = client.get("/runs/r1/rollouts").text
     assert 'href="/runs/r1/rollouts?flag=zero_variance_group"' in html
-    assert [r["rollout_id"] for r in client.get("/runs/r1/rollouts.json?flag=zero_variance_group").json()["rollouts"]] == [
+    assert [r["rollout_id"]
+            for r in client.get("/runs/r1/rollouts.json?flag=zero_variance_group").json()["rollouts"]] == [
         "flat0", "flat1"]
 
 

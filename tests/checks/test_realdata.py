@@ -45,7 +45,8 @@ EXPECTED: dict[str, dict[str, int]] = {
     "swe-agent/pydicom__pydicom-1458.traj": {},  # the final `submit` ended the run: no result expected
     "openhands/basic.json": {},  # `finish` ended the run: no observation expected
     **_tunix("submitted"), **_tunix("submitted_gamma09_final_bonus"), **_tunix("single_turn"),
-    **_tunix("timeout"), **_tunix("max_steps_env_truncated"), **_tunix("no_tokenizer", Trajectory={"array_len_mismatch": 2}),
+    **_tunix("timeout"), **_tunix("max_steps_env_truncated"),
+    **_tunix("no_tokenizer", Trajectory={"array_len_mismatch": 2}),
     **_tunix("submitted_no_rollout_prompt_or_logprobs", Token={"suspected_logprob_padding": 2}),
     **_tunix("env_timeout", **{m: UNANSWERED for m in _MODES}),
     **_tunix("timeout_via_slow_model", **{m: UNANSWERED for m in _MODES}),

@@ -85,13 +85,15 @@ def test_migration_renames_old_len_mismatch_kinds(empty_db_url):
             command.upgrade(cfg, "0002")
             conn.execute(sa.text("INSERT INTO run (id, type, created_at) VALUES ('r', 'train', CURRENT_TIMESTAMP)"))
             conn.execute(sa.text(
-                "INSERT INTO rollout (run_id, rollout_id, attempt, ending, reward_status, n_nodes, n_turns, n_tool_calls,"
+                "INSERT INTO rollout (run_id, rollout_id, attempt, ending, reward_status, n_nodes, n_turns,"
+                " n_tool_calls,"
                 " n_tokens, n_trained_tokens, n_branches, flags, content_hash, ingested_at) VALUES ('r', 'x', 0,"
                 " 'unknown', 'ok', 0, 0, 0, 0, 0, 0, :flags, 'h', CURRENT_TIMESTAMP)"),
                 {"flags": '["logprob_len_mismatch", "mask_len_mismatch", "token_drift"]'})
             pk = conn.execute(sa.text("SELECT pk FROM rollout")).scalar_one()
             for kind in ("logprob_len_mismatch", "mask_len_mismatch", "token_drift"):
-                conn.execute(sa.text("INSERT INTO finding (rollout_pk, kind, severity, message) VALUES (:pk, :k, 'error', '')"),
+                conn.execute(sa.text("INSERT INTO finding (rollout_pk, kind, severity, message) "
+                                     "VALUES (:pk, :k, 'error', '')"),
                              {"pk": pk, "k": kind})
         upgrade(eng)
         with eng.connect() as conn:

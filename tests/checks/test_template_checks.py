@@ -98,7 +98,8 @@ def two_turns(ctx, tmp_path, *, keep_reasoning: bool) -> Rollout:
     else:  # the history re-rendered: the template drops the earlier reasoning
         p2 = enc(ctx, render(ctx.chat_template, [u1, a1, u2], add_generation_prompt=True))
     rec = {"rollout_id": "t", "messages": [u1, a1, u2, a2], "reward": 1.0,
-           "turns": [{"prompt_ids": p1, "completion_ids": c1}, {"prompt_ids": p2, "completion_ids": enc(ctx, "6<|im_end|>")}]}
+           "turns": [{"prompt_ids": p1, "completion_ids": c1},
+                     {"prompt_ids": p2, "completion_ids": enc(ctx, "6<|im_end|>")}]}
     return read_chat(tmp_path / f"chat-{keep_reasoning}.json", rec)
 
 
@@ -120,10 +121,12 @@ def test_reasoning_stripped_replaces_token_drift(ctx, tmp_path):
 def parallel(ctx, *, grouped: bool) -> Rollout:
     calls = [{"id": "a", "name": "f", "arguments": '{"x": 1}'}, {"id": "b", "name": "f", "arguments": '{"x": 2}'}]
     msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": calls},
-            {"role": "tool", "content": "r1", "tool_call_id": "a"}, {"role": "tool", "content": "r2", "tool_call_id": "b"}]
+            {"role": "tool", "content": "r1", "tool_call_id": "a"},
+            {"role": "tool", "content": "r2", "tool_call_id": "b"}]
     head = render(ctx.chat_template, msgs[:1], add_generation_prompt=True)
     assistant = render(ctx.chat_template, [{**msgs[1], "tool_calls": [
-        {"id": c["id"], "type": "function", "function": {"name": "f", "arguments": {"x": i + 1}}} for i, c in enumerate(calls)]}]
+        {"id": c["id"], "type": "function", "function": {"name": "f", "arguments": {"x": i + 1}}}
+        for i, c in enumerate(calls)]}]
     )[len("<|im_start|>assistant\n"):]
     if grouped:
         t1 = "<|im_start|>user\n<tool_response>\nr1\n</tool_response>\n"

@@ -19,12 +19,14 @@ def kinds(r: Rollout) -> dict[str, list]:
     return out
 
 
-CALLS = [{"id": None, "name": "ls", "arguments": "{\"d\": \"a\"}"}, {"id": None, "name": "ls", "arguments": "{\"d\": \"b\"}"}]
+CALLS = [{"id": None, "name": "ls", "arguments": "{\"d\": \"a\"}"},
+         {"id": None, "name": "ls", "arguments": "{\"d\": \"b\"}"}]
 
 
 def test_ambiguous_tool_result_fires_when_the_data_cannot_decide():
     r = rollout([{"role": "user", "content": "go"}, {"role": "assistant", "tool_calls": CALLS},
-                 {"role": "tool", "name": "ls", "content": "b-files"}, {"role": "tool", "name": "ls", "content": "a-files"}])
+                 {"role": "tool", "name": "ls", "content": "b-files"},
+                 {"role": "tool", "name": "ls", "content": "a-files"}])
     f = kinds(r)["ambiguous_tool_result"]
     assert [x.node_idx for x in f] == [2, 3] and f[0].detail["candidates"] == [[1, 0], [1, 1]]
     assert "unanswered_tool_call" not in kinds(r)
@@ -37,7 +39,8 @@ def test_ambiguous_tool_result_quiet_when_names_or_ids_decide():
     assert "ambiguous_tool_result" not in kinds(r)
     with_ids = [dict(c, id=f"c{k}") for k, c in enumerate(CALLS)]
     r = rollout([{"role": "user", "content": "go"}, {"role": "assistant", "tool_calls": with_ids},
-                 {"role": "tool", "tool_call_id": "c1", "content": "b"}, {"role": "tool", "tool_call_id": "c0", "content": "a"}])
+                 {"role": "tool", "tool_call_id": "c1", "content": "b"},
+                 {"role": "tool", "tool_call_id": "c0", "content": "a"}])
     assert not {"ambiguous_tool_result", "unanswered_tool_call", "unpaired_tool_result"} & set(kinds(r))
 
 

@@ -85,7 +85,8 @@ def agent_run(tracer, *, subagent: bool = False):
             "gen_ai.operation.name": "chat", "gen_ai.request.model": "m", "gen_ai.request.temperature": 0.7,
             "gen_ai.system_instructions": json.dumps(SYS),
             "gen_ai.input.messages": json.dumps(inputs), "gen_ai.output.messages": json.dumps(outputs),
-            "gen_ai.response.finish_reasons": [finish], "gen_ai.usage.input_tokens": 50, "gen_ai.usage.output_tokens": 5})
+            "gen_ai.response.finish_reasons": [finish], "gen_ai.usage.input_tokens": 50,
+            "gen_ai.usage.output_tokens": 5})
         s.end()
 
     def tool(cid, result, parent=ctx):
@@ -153,7 +154,8 @@ def _otlp(spans: list[dict]) -> dict:
             out.append({"key": k, "value": val})
         return out
     return {"resourceSpans": [{"resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "svc"}}]},
-                               "scopeSpans": [{"spans": [{**s, "attributes": attrs(s["attributes"])} for s in spans]}]}]}
+                               "scopeSpans": [{"spans": [{**s, "attributes": attrs(s["attributes"])}
+                                                         for s in spans]}]}]}
 
 
 def test_older_per_index_genai_attributes():
@@ -197,13 +199,16 @@ def test_openinference_attributes():
     spans = decode_json(_otlp([
         {"traceId": t, "spanId": "0a" * 8, "name": "agent", "startTimeUnixNano": "1",
          "attributes": {"openinference.span.kind": "AGENT"}},
-        {"traceId": t, "spanId": "0b" * 8, "parentSpanId": "0a" * 8, "name": "llm", "startTimeUnixNano": "2", "attributes": llm},
-        {"traceId": t, "spanId": "0c" * 8, "parentSpanId": "0a" * 8, "name": "ls", "startTimeUnixNano": "3", "attributes": tool}]))
+        {"traceId": t, "spanId": "0b" * 8, "parentSpanId": "0a" * 8, "name": "llm", "startTimeUnixNano": "2",
+         "attributes": llm},
+        {"traceId": t, "spanId": "0c" * 8, "parentSpanId": "0a" * 8, "name": "ls", "startTimeUnixNano": "3",
+         "attributes": tool}]))
     r = rollout_from_spans(spans)
     assert [n.message.role for n in r.nodes] == ["system", "user", "assistant", "tool"]
     assert r.nodes[1].message.content == "list files"
     assert r.nodes[3].message.tool_call_id == "tc9" and r.nodes[3].message.content == "a.py"
-    assert r.calls[0].model == "claude" and r.calls[0].usage.output_tokens == 3 and r.calls[0].sampling == {"temperature": 0}
+    assert (r.calls[0].model == "claude" and r.calls[0].usage.output_tokens == 3
+            and r.calls[0].sampling == {"temperature": 0})
     assert r.ending.type == "unknown"  # the source does not say
 
 
@@ -242,8 +247,9 @@ def _case_spans(name: str) -> list:
         if m["role"] == "tool":
             genai.append(msg("tool", response=m["content"], call_id=m["tool_call_id"]))
         elif m.get("tool_calls"):
-            genai.append(msg("assistant", m.get("content"), [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"]))
-                                                         for c in m["tool_calls"]]))
+            genai.append(msg("assistant", m.get("content"),
+                             [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"]))
+                              for c in m["tool_calls"]]))
         else:
             genai.append(msg(m["role"], m["content"]))
 
@@ -289,7 +295,8 @@ def test_case07_unanswered_call_as_spans(tmp_path):
 
 def test_not_genai_and_broken_files_are_rejected_with_the_field(tmp_path):
     p = tmp_path / "t.json"
-    p.write_text(json.dumps(_otlp([{"traceId": "cc" * 16, "spanId": "01" * 8, "name": "GET /", "attributes": {"http.method": "GET"}}])))
+    p.write_text(json.dumps(_otlp([{"traceId": "cc" * 16, "spanId": "01" * 8, "name": "GET /",
+                                    "attributes": {"http.method": "GET"}}])))
     src = open_source(p)
     [err] = list(otlp.read(src, ReadContext()))
     assert "no GenAI" in err.message and err.field == f"trace {'cc' * 16}"

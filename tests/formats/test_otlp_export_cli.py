@@ -17,7 +17,8 @@ REAL = data_path("realdata")
 
 def rs(*args, db):
     env = dict(os.environ, ROLLSCOPE_DATABASE_URL=db)
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=120)
 
 
 @pytest.mark.slow

@@ -60,7 +60,8 @@ def test_22_thinking_blocks_are_reasoning(client, engine):
     assert ingest(engine, case("22-thinking-content-blocks.json"), run="c22").ok
     (r,) = list(chat.read(open_source(case("22-thinking-content-blocks.json")), ReadContext()))
     first, second, last = (n.message for n in r.nodes if n.message.role == "assistant")
-    assert first.reasoning_content.startswith("17*25 = 17*100/4 = 425") and "[redacted thinking]" in first.reasoning_content
+    assert (first.reasoning_content.startswith("17*25 = 17*100/4 = 425")
+            and "[redacted thinking]" in first.reasoning_content)
     assert first.extra["reasoning_blocks"][0]["signature"] == "sig-abc"
     assert first.extra["reasoning_blocks"][1] == {"type": "redacted_thinking", "data": "opaque-blob-xyz", "position": 1}
     assert second.text() == "17 * 25 = 425" and second.reasoning_content == "The tool agrees: 425."

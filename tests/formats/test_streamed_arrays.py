@@ -71,7 +71,8 @@ def test_bad_elements_are_rejected_at_their_index_and_the_good_ones_kept(tmp_pat
     bad = {
         2: json.dumps(dict(good, id="b2", step="two")).encode(),  # a field of the wrong type
         4: b'{"schema": "rollscope/1", "id": "b4", "nodes": [tru]}',  # not JSON
-        6: b'{"schema": "rollscope/1", "id": "b6", "run": {"id": "r"}, "note": "a ] and } in a string", "reward": "hi"}',
+        6: b'{"schema": "rollscope/1", "id": "b6", "run": {"id": "r"}, "note": "a ] and } in a string", '
+           b'"reward": "hi"}',
     }
     path = tmp_path / "mixed.json"
     _write_array(path, 9, bad=bad)

@@ -58,7 +58,8 @@ def test_request_tokens_become_deltas_and_drift_a_new_branch():
     paths = branches(nodes)
     assert len(paths) == 2 and b.extra["token_drift"] is True
     root = nodes[paths[1][0]]
-    assert root.token_ids == [1, 2, 7] and root.extra["token_drift"] == {"request": 2, "index": 2, "expected": 3, "found": 7}
+    assert root.token_ids == [1, 2, 7] and root.extra["token_drift"] == {"request": 2, "index": 2, "expected": 3,
+                                                                         "found": 7}
     seq = [t for i in paths[0] for t in nodes[i].token_ids]
     assert seq == [1, 2, 3, 4, 5, 9, 9, 6]
 
@@ -80,7 +81,8 @@ def test_responses_output_groups_model_calls_and_pairs_parallel_calls():
     calls = _responses.add_output(b, items, "output")
     assert len(calls) == 2 and calls[0].tokens and not calls[1].tokens
     first = b.nodes[calls[0].node].message
-    assert first.reasoning_content == "think" and first.content == [{"type": "text", "text": "hi", "source_type": "output_text"}]
+    assert first.reasoning_content == "think" and first.content == [
+        {"type": "text", "text": "hi", "source_type": "output_text"}]
     assert [tc.id for tc in first.tool_calls] == ["a", "b"]
     assert b.nodes[calls[0].node].token_ids == [3, 4] and b.nodes[0].token_ids == [1, 2]
     assert [n.message.tool_call_id for n in b.nodes if n.message.role == "tool"] == ["b", "a"]

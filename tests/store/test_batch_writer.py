@@ -55,7 +55,8 @@ def test_the_analytics_hooks_cost_at_most_11_statements_per_batch_whatever_the_s
     # touches one step or twenty
     for n_steps, run in ((1, "one"), (20, "many")):
         path = write_jsonl(tmp_path / f"{run}.jsonl", [
-            rollout(f"a{i}", run=run, group=f"g{i % 8}-{i % n_steps}", index=i // 8, step=i % n_steps, task={"key": f"t{i % 5}"})
+            rollout(f"a{i}", run=run, group=f"g{i % 8}-{i % n_steps}", index=i // 8, step=i % n_steps,
+                    task={"key": f"t{i % 5}"})
             for i in range(400)])
         with_hooks, report = statements(engine, lambda: ingest(engine, path))
         assert report.total.inserted == 400 and report.total.batches == 2

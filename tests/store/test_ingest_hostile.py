@@ -54,7 +54,8 @@ def test_fifo_is_refused_not_read(engine, tmp_path):
 
 def test_surrogates_nul_and_bom_are_stored(engine, client, tmp_path):
     path = tmp_path / "odd.jsonl"
-    lone = '{"rollout_id": "s1", "messages": [{"role": "user", "content": "a\\ud800b"}, {"role": "assistant", "content": "x"}]}'
+    lone = ('{"rollout_id": "s1", "messages": [{"role": "user", "content": "a\\ud800b"}, '
+            '{"role": "assistant", "content": "x"}]}')
     nul = chat_line("n1", "before\u0000after")
     path.write_bytes(b"\xef\xbb\xbf" + (lone + "\n" + nul + "\n").encode())
     report = ingest(engine, path, run="odd")

@@ -16,6 +16,7 @@ def test_migrations_match_models(empty_db_url):
     upgrade(engine)
     upgrade(engine)  # again: idempotent
     with engine.connect() as conn:
-        diff = compare_metadata(MigrationContext.configure(conn, opts={"include_name": include_name}), SQLModel.metadata)
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"include_name": include_name}),
+                                SQLModel.metadata)
     assert diff == []
     engine.dispose()

@@ -30,7 +30,8 @@ def bad(rid: str, step: str = "two") -> bytes:
 
 def entries(engine) -> list[tuple]:
     with engine.connect() as conn:
-        return sorted(conn.execute(sa.select(Q.c.source_file, Q.c.line, Q.c.error)).all(), key=lambda r: (r[0], r[1] or 0))
+        return sorted(conn.execute(sa.select(Q.c.source_file, Q.c.line, Q.c.error)).all(),
+                      key=lambda r: (r[0], r[1] or 0))
 
 
 def stored(engine) -> dict[str, str]:
@@ -94,7 +95,8 @@ def test_a_new_rejection_of_a_line_replaces_the_old_one(db_url, engine, tmp_path
     assert runner.invoke(cli, ["ingest", str(path)]).exit_code == 1
     before = entries(engine)
     assert [n for _, n, _ in before] == [2, 3]
-    path.write_bytes(good("a") + b'{"schema": "rollscope/1", "id": \n' + bad("c", step="three"))  # another error on line 2
+    # another error on line 2
+    path.write_bytes(good("a") + b'{"schema": "rollscope/1", "id": \n' + bad("c", step="three"))
     assert runner.invoke(cli, ["ingest", "--retry-quarantined"]).exit_code == 1
     after = entries(engine)
     assert [n for _, n, _ in after] == [2, 3] and after[0][2] != before[0][2]  # the latest error, once

@@ -72,7 +72,8 @@ def test_no_agent_is_a_real_filter(client, engine, tmp_path):
     step = client.get("/runs/r1/rollouts.json?step=3").json()["facets"]["agent"]
     assert {v["value"]: v["count"] for v in step} == {"(none)": 3, "solver": 3}
     # facets.json takes the list's whole query (reward, label, sort) and counts what the list does
-    for q in ("reward_min=0.5", "reward_max=0.2&sort=-reward", "label=nothing-has-it", "step=3&reward_min=0&sort=turns"):
+    for q in ("reward_min=0.5", "reward_max=0.2&sort=-reward", "label=nothing-has-it",
+              "step=3&reward_min=0&sort=turns"):
         listed = client.get(f"/runs/r1/rollouts.json?{q}").json()
         alone = client.get(f"/runs/r1/facets.json?{q}")
         assert alone.status_code == 200, (q, alone.text)

@@ -14,7 +14,8 @@ def test_receiving_means_a_live_source_not_a_finished_cli_batch(engine, client, 
     from ingest.formats.native import write_line
     from tests.helpers import rollout
 
-    assert ingest(engine, write_jsonl(tmp_path / "cli.jsonl", [rollout(f"c{i}", run="cli", step=i) for i in range(2)])).ok
+    assert ingest(engine, write_jsonl(tmp_path / "cli.jsonl",
+                                      [rollout(f"c{i}", run="cli", step=i) for i in range(2)])).ok
     d = client.get("/runs/cli.json").json()
     assert d["live"] is False and d["in_progress_step"] is None
     html = client.get("/runs/cli").text
@@ -22,7 +23,8 @@ def test_receiving_means_a_live_source_not_a_finished_cli_batch(engine, client, 
 
     spool = tmp_path / "spool"
     spool.mkdir()
-    (spool / "rollouts.jsonl").write_bytes(b"".join(write_line(rollout(f"s{i}", run="spooled", step=i)) for i in range(3)))
+    (spool / "rollouts.jsonl").write_bytes(b"".join(write_line(rollout(f"s{i}", run="spooled", step=i))
+                                                    for i in range(3)))
     assert run_worker(engine, [spool], once=True, poll=0.05, log=lambda _m: None).commits >= 1
     d = client.get("/runs/spooled.json").json()
     assert d["live"] is True and d["in_progress_step"] == 2

@@ -151,8 +151,10 @@ def _post(base, spans, token, **headers):
         "Content-Type": "application/json", "Authorization": f"Bearer {token}", **headers})
 
 
-CHAT = {"gen_ai.operation.name": "chat", "gen_ai.input.messages": json.dumps([{"role": "user", "parts": [{"type": "text", "content": "hi"}]}]),
-        "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "hello"}], "finish_reason": "stop"}])}
+CHAT = {"gen_ai.operation.name": "chat",
+        "gen_ai.input.messages": json.dumps([{"role": "user", "parts": [{"type": "text", "content": "hi"}]}]),
+        "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "hello"}],
+                                               "finish_reason": "stop"}])}
 
 
 def test_idle_trace_is_stored_and_backpressure(db_url, tmp_path):
@@ -187,7 +189,8 @@ def test_bad_bodies(db_url, tmp_path):
             "Content-Type": "application/x-protobuf", "Authorization": f"Bearer {app.state.write_token}"})
         assert r.status_code == 400
         # a trace with no GenAI span: taken, counted as rejected, quarantined
-        r = _post(base, [_span_json("ee" * 16, "01" * 8, None, "GET /", {"http.method": "GET"}, 5)], app.state.write_token)
+        r = _post(base, [_span_json("ee" * 16, "01" * 8, None, "GET /", {"http.method": "GET"}, 5)],
+                  app.state.write_token)
         assert r.status_code == 200 and r.json()["partialSuccess"]["rejectedSpans"] == "1"
         q = httpx.get(f"{base}/quarantine.json").json()
         assert "no GenAI" in json.dumps(q)
@@ -229,7 +232,8 @@ def test_database_down_is_503_and_nothing_is_lost(tmp_path):
 def test_clean_shutdown_stores_unfinished_traces(db_url, tmp_path):
     trace = "34" * 16
     with serve(db_url, tmp_path, worker={"otlp_idle_seconds": 3600}) as (base, app):
-        assert _post(base, [_span_json(trace, "0c" * 8, "0d" * 8, "chat m", CHAT, 3)], app.state.write_token).status_code == 200
+        assert _post(base, [_span_json(trace, "0c" * 8, "0d" * 8, "chat m", CHAT, 3)],
+                     app.state.write_token).status_code == 200
         assert app.state.otlp_receiver.assembler.pending_spans == 1
     with serve(db_url, tmp_path) as (base, app):
         got = httpx.get(f"{base}/runs/otel/rollouts/{trace}.json")

@@ -13,7 +13,8 @@ def worked_example(tmp_path):
     rewards = [1, 1, 1, 0, 0, 0, 0, 0]
     endings = ["submitted"] * 5 + ["truncated"] + ["error"] * 2
     return write_jsonl(tmp_path / "group.jsonl", [
-        rollout(f"r{i}", group="g1", index=i, reward=float(rw), ending=e) for i, (rw, e) in enumerate(zip(rewards, endings))])
+        rollout(f"r{i}", group="g1", index=i, reward=float(rw), ending=e)
+        for i, (rw, e) in enumerate(zip(rewards, endings))])
 
 
 def test_worked_example_through_group_json_twin(client, engine, tmp_path):
@@ -115,7 +116,8 @@ def test_trace_text_is_escaped_everywhere(client, engine, tmp_path):
                 ending="error", errors=[{"type": HOSTILE[0], "message": HOSTILE[1]}])
     r.ending.detail = HOSTILE[2]
     ingest(engine, write_jsonl(tmp_path / "x.jsonl", [r]))
-    for url in ["/runs/r1/rollouts/x1", "/runs/r1/rollouts", "/runs/r1/groups/" + "%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3E"]:
+    for url in ["/runs/r1/rollouts/x1", "/runs/r1/rollouts",
+                "/runs/r1/groups/" + "%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3E"]:
         html = client.get(url).text
         for h in HOSTILE:
             assert h not in html, (url, h)

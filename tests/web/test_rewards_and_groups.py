@@ -67,7 +67,8 @@ def test_group_warns_of_extra_members_and_duplicate_indices(client, engine, tmp_
     ingest(engine, write_jsonl(tmp_path / "g.jsonl", rs))
     d = client.get("/runs/r1/groups/g.json").json()
     assert d["warnings"] == ["declared size 3 but 9 members", "duplicate indices #0 ×3, #1 ×3, #2 ×3"]
-    assert "declared size 3 but 9 members; duplicate indices #0 ×3, #1 ×3, #2 ×3" in client.get("/runs/r1/groups/g").text
+    assert ("declared size 3 but 9 members; duplicate indices #0 ×3, #1 ×3, #2 ×3"
+            in client.get("/runs/r1/groups/g").text)
     ok = [rollout(f"k{i}", group="h", index=i) for i in range(2)]
     for r in ok:
         r.group.size = 2

@@ -37,7 +37,8 @@ def _app(db_url: str, **web) -> TestClient:
 
 
 def test_page_sizes_come_from_settings(db_url, engine, tmp_path):
-    long = [{"role": "user", "content": "q"}] + [{"role": "assistant" if i % 2 else "user", "content": f"m{i} " + "x" * 30}
+    long = [{"role": "user", "content": "q"}] + [{"role": "assistant" if i % 2 else "user",
+                                                   "content": f"m{i} " + "x" * 30}
                                                   for i in range(1, 7)]
     write_jsonl(tmp_path / "a.jsonl", [rollout(f"r{i}") for i in range(5)] + [rollout("long", messages=long)])
     ingest(engine, tmp_path / "a.jsonl")

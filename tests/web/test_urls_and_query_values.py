@@ -36,7 +36,8 @@ def test_empty_query_values_mean_no_filter(client, engine, tmp_path):
         r = client.get(f"/runs/r1/rollouts.json?{bad}")
         assert r.status_code == 422, bad
         err = r.json()["error"]
-        assert err["code"] == "invalid" and err["field"] == bad.split("=")[0] and err["message"].startswith(err["field"])
+        assert (err["code"] == "invalid" and err["field"] == bad.split("=")[0]
+                and err["message"].startswith(err["field"]))
 
 
 # --- run ids with slashes ------------------------------------------------------------------

@@ -85,7 +85,8 @@ def test_case30_mask_on_environment_tokens_is_a_fault_not_sampled(client, engine
     html = client.get("/runs/bugqa/rollouts/case30").text
     assert len(_chips(html, "fault")) == 7 and "trained, not sampled" in html
     # never described as sampled
-    assert all("loss mask 1 on a token the policy did not sample" in t for t in re.findall(r'tok-fault[^>]*title="([^"]*)"', html))
+    assert all("loss mask 1 on a token the policy did not sample" in t
+               for t in re.findall(r'tok-fault[^>]*title="([^"]*)"', html))
 
 
 def _chain(rid: str, n: int, tokens: int = 3) -> Rollout:
@@ -277,7 +278,8 @@ def test_tool_call_durations_from_a_real_openhands_trajectory(client, engine):
     assert math.isclose(call["duration"], 13.801384 - 13.764487, abs_tol=1e-5)  # 22:45:13.764487 → .801384
     rows = d["timeline"]["rows"]
     tools = [r for r in rows if r["kind"] == "tool"]
-    assert len(tools) == 1 and tools[0]["node"] == 1 and tools[0]["result_node"] == 2 and tools[0]["name"] == call["name"]
+    assert (len(tools) == 1 and tools[0]["node"] == 1 and tools[0]["result_node"] == 2
+            and tools[0]["name"] == call["name"])
     assert math.isclose(tools[0]["duration"], call["duration"]) and d["timeline"]["n_tool"] == 1
     html = client.get("/runs/oh/rollouts/basic").text
     assert "1 tool call over" in html and 'class="tl-bar tl-tool"' in html and "after 0.037 s" in html
@@ -313,7 +315,8 @@ def test_compaction_nodes_from_atif_and_openhands_are_drawn_as_compaction(client
     events[3:3] = [
         {"id": 90, "timestamp": "2025-01-27T22:45:15.000000", "source": "agent", "message": "Summary of the edits",
          "action": "condensation", "args": {"forgotten_events_start_id": 0, "forgotten_events_end_id": 4,
-                                             "summary": "Created game_2048.py with the board logic.", "summary_offset": 1}},
+                                             "summary": "Created game_2048.py with the board logic.",
+                                             "summary_offset": 1}},
         {"id": 91, "timestamp": "2025-01-27T22:45:15.100000", "source": "environment",
          "observation": "condense", "content": "Created game_2048.py with the board logic.", "extras": {}}]
     (tmp_path / "oh.json").write_text(json.dumps(events))

@@ -180,7 +180,8 @@ def test_a_database_url_of_another_kind_says_what_is_wrong(tmp_path):
         assert "ROLLSCOPE_DATABASE_URL" not in out.stderr, out.stderr  # not set: not named
     for var in ("ROLLSCOPE_DATABASE_URL", "ROLLSCOPE_DB__URL"):  # the variable that was set is named
         out = _cli("ingest", str(data), env={var: "garbage://x"})
-        assert out.returncode == 2 and f"error: {var} must be a sqlite:// or postgresql:// URL" in out.stderr, out.stderr
+        assert (out.returncode == 2
+                and f"error: {var} must be a sqlite:// or postgresql:// URL" in out.stderr), out.stderr
     out = _cli("ingest", str(data), env={"ROLLSCOPE_DATABASE_URL": f"sqlite:///{tmp_path / 'x.db'}",
                                          "ROLLSCOPE_WORKER__BATCH_SIZE": "many"})
     assert out.returncode == 2 and "worker.batch_size" in out.stderr and "integer" in out.stderr, out.stderr

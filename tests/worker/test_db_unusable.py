@@ -40,7 +40,8 @@ def test_an_unusable_database_fails_at_once_naming_it_and_what_is_wrong(tmp_path
         (_pg(database="rs_nope_no_such_db", password="s3cret-pw"), 'database "rs_nope_no_such_db" does not exist'),
         (_pg(username="rs_nobody_no_such_role", password="s3cret-pw"), 'role "rs_nobody_no_such_role" does not exist'),
         (_pg(query={"bogus_option": "1"}), 'invalid connection option "bogus_option"'),
-        (f"sqlite:///{tmp_path / 'no-such-folder' / 'x.db'}", f"its folder {tmp_path / 'no-such-folder'} does not exist"),
+        (f"sqlite:///{tmp_path / 'no-such-folder' / 'x.db'}",
+         f"its folder {tmp_path / 'no-such-folder'} does not exist"),
         (f"sqlite:///{tmp_path / 'not-a-db.db'}", f"{tmp_path / 'not-a-db.db'} is not a SQLite database"),
     ]
     env = {"ROLLSCOPE_DB__RETRY_SECONDS": "30"}  # an outage would be waited for this long

@@ -27,7 +27,8 @@ from tests.worker import new_pg_database, start_worker, stop_worker_and_drop
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.skipif(
     os.environ.get("ROLLSCOPE_TEST_PG_RESTART") != "1",
-    reason="restarts the shared Postgres server, so `make test` runs it alone afterwards (ROLLSCOPE_TEST_PG_RESTART=1)")]
+    reason="restarts the shared Postgres server, so `make test` runs it alone afterwards "
+           "(ROLLSCOPE_TEST_PG_RESTART=1)")]
 
 R = models.Rollout.__table__
 S = models.SpoolFile.__table__

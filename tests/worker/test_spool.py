@@ -168,7 +168,8 @@ def _safe_count(engine) -> int:
 
 def _rows(engine) -> tuple[list, list]:
     with engine.connect() as conn:
-        rollouts = sorted(conn.execute(sa.select(R.c.rollout_id, R.c.content_hash, R.c.source_line, R.c.n_tokens)).all())
+        rollouts = sorted(conn.execute(
+            sa.select(R.c.rollout_id, R.c.content_hash, R.c.source_line, R.c.n_tokens)).all())
         quarantined = sorted(conn.execute(sa.select(Q.c.line, Q.c.error)).all())
     return rollouts, quarantined
 
@@ -214,7 +215,8 @@ def test_a_killed_worker_leaves_no_parser_process_behind(tmp_path):
     spool = tmp_path / "spool"
     spool.mkdir()
     (spool / "a.jsonl").write_bytes(b"".join(line(f"k{i:04d}", reward=i % 2) for i in range(3000)))
-    env = {**os.environ, "ROLLSCOPE_DATABASE_URL": f"sqlite:///{tmp_path / 'k.db'}", "ROLLSCOPE_WORKER__BATCH_SIZE": "20"}
+    env = {**os.environ, "ROLLSCOPE_DATABASE_URL": f"sqlite:///{tmp_path / 'k.db'}",
+           "ROLLSCOPE_WORKER__BATCH_SIZE": "20"}
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--spool", str(spool), "--parsers", "1"],
                             env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -293,7 +295,8 @@ def test_unreadable_files_are_refused_once_and_documents_wait_only_to_settle(eng
         errors = sorted((Path(q.source_file).name, q.line) for q in conn.execute(sa.select(Q)))
     assert files["notes.txt"].rejected == 1 and files["notes.txt"].status == "done"
     assert files["doc.json"].records == 1 and files["doc.json"].status == "done"
-    assert (files["mixed.jsonl"].records, files["mixed.jsonl"].rejected, files["mixed.jsonl"].format) == (3, 1, "native")
+    assert (files["mixed.jsonl"].records, files["mixed.jsonl"].rejected,
+            files["mixed.jsonl"].format) == (3, 1, "native")
     assert errors == [("mixed.jsonl", 1), ("notes.txt", None)]
 
 
@@ -463,6 +466,7 @@ def test_rejected_records_are_named_on_the_log_a_few_per_stretch(engine, tmp_pat
     run(engine, [spool], once=True, log=said.append, batch_lines=1000)
     assert ids(engine) == ["ok", "ok2"] and count(engine, Q) == REJECTED_SHOWN + 37
     rejected = [m for m in said if m.startswith("rejected ")]
-    assert [m.split(": ")[0].rpartition("/")[2] for m in rejected] == [f"r.jsonl:{n}" for n in range(2, 2 + REJECTED_SHOWN)], said
+    assert [m.split(": ")[0].rpartition("/")[2] for m in rejected] == [
+        f"r.jsonl:{n}" for n in range(2, 2 + REJECTED_SHOWN)], said
     assert all(len(m) <= len("rejected ") + REJECTED_CHARS and "\x1b" not in m and "\n" not in m for m in rejected)
     assert "… and 37 more rejected in this stretch" in said, said

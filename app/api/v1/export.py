@@ -52,7 +52,8 @@ def export_run(
     format: Annotated[ExportFormat, Query(description="native: rollscope/1 JSONL; verifiers: Episode JSONL; "  # noqa: A002
                                           "atif: ATIF-v1.7 JSONL; samples: flat training samples JSONL; "
                                           "parquet: the samples as Parquet; otlp: OTLP/JSON lines "
-                                          "of OTel GenAI spans; nemo_gym: NeMo Gym rollout JSONL")] = ExportFormat.native,
+                                          "of OTel GenAI spans; "
+                                          "nemo_gym: NeMo Gym rollout JSONL")] = ExportFormat.native,
 ) -> StreamingResponse:
     """A run's rollouts (the rollouts list's filters; every attempt, in the list's order) in
     `format`, streamed: records go out as they are read, so an export of any size holds one page

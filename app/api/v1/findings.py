@@ -63,7 +63,8 @@ def list_findings(request: Request, session: SessionDep, run: Annotated[str, Pat
     items = [FindingItem(kind=r.kind, severity=r.severity, scope="rollout" if r.rollout_id is not None else "group",
                          message=r.message, node=r.node_idx, position=r.position, detail=r.detail,
                          rollout_id=r.rollout_id, attempt=r.attempt, step=r.step, group_id=r.group_id,
-                         url=urls.rollout(run_id, r.rollout_id, json=True, attempt=r.attempt) if r.rollout_id is not None
+                         url=urls.rollout(run_id, r.rollout_id, json=True, attempt=r.attempt)
+                         if r.rollout_id is not None
                          else urls.group(run_id, r.group_id, json=True)) for r in rows]
     return Page[FindingItem](items=items, next=str(nxt) if nxt is not None else None,
                              next_url=urls.api_findings(run_id, kind=kind, severity=severity, limit=limit, after=nxt)

@@ -67,7 +67,8 @@ def get_labels(session: SessionDep, run: RunId, rollout: RolloutId):
     """The rollout's labels, each with its author (token name)."""
     run_id, rollout_id = _rollout(session, run, rollout)
     rows = q_annotations.labels_of(session=session, run_id=run_id, rollout_ids=[rollout_id]).get(rollout_id, [])
-    return Items[LabelView](items=[LabelView(label=r.label, author=r.author, created_at=iso(r.created_at)) for r in rows])
+    return Items[LabelView](items=[LabelView(label=r.label, author=r.author, created_at=iso(r.created_at))
+                                   for r in rows])
 
 
 @router.put("/runs/{run}/rollouts/{rollout}/labels/{label}", status_code=204, response_class=Response)
@@ -86,7 +87,8 @@ def delete_label(session: SessionDep, token: WriteToken, run: RunId, rollout: Ro
     run_id, rollout_id = _rollout(session, run, rollout)
     if not q_annotations.remove_label(session=session, run_id=run_id, rollout_id=rollout_id, label=_label(label),
                                       author=token_label(token)):
-        raise ApiError(404, f"token {token_label(token)!r} has not labelled this rollout {unquote(label)!r}", field="label")
+        raise ApiError(404, f"token {token_label(token)!r} has not labelled this rollout {unquote(label)!r}",
+                       field="label")
     session.commit()
     return Response(status_code=204)
 
@@ -104,7 +106,8 @@ def put_rollout_note(session: SessionDep, token: WriteToken, run: RunId, rollout
                      body: Annotated[NoteBody, Body()]):
     """Write this token's note on the rollout (replacing its earlier one). Needs a `write` token."""
     run_id, rollout_id = _rollout(session, run, rollout)
-    q_annotations.set_note(session=session, run_id=run_id, rollout_id=rollout_id, author=token_label(token), text=body.text)
+    q_annotations.set_note(session=session, run_id=run_id, rollout_id=rollout_id, author=token_label(token),
+                           text=body.text)
     session.commit()
     return Response(status_code=204)
 

@@ -39,7 +39,8 @@ NPZ = "application/x-ndarray"
 # page's `findings` links are page navigation; the API gives the kinds in `flags` (and /findings).
 SUMMARY_FIELDS = [name for name in RolloutSummary.model_fields if name != "findings"]
 RolloutItem = create_model("RolloutItem", __base__=BaseModel,
-                           **{name: (RolloutSummary.model_fields[name].annotation | None, None) for name in SUMMARY_FIELDS})
+                           **{name: (RolloutSummary.model_fields[name].annotation | None, None)
+                              for name in SUMMARY_FIELDS})
 
 
 class RolloutPage(Page[RolloutItem]):  # type: ignore[valid-type]
@@ -158,7 +159,8 @@ def get_rollout(session: SessionDep, run: RunId, rollout: RolloutId, attempt: Op
         # decide (severity "skipped") are not findings.
         findings=[FindingView(**finding_view(f)) for f in q_findings.get_findings(session=session, rollout_pk=row.pk)
                   if f.severity != checks.SKIPPED],
-        graph=[GraphNode(idx=g.idx, parent=g.parent, role=g.role, sampled=g.sampled, n_tokens=g.n_tokens) for g in graph],
+        graph=[GraphNode(idx=g.idx, parent=g.parent, role=g.role, sampled=g.sampled, n_tokens=g.n_tokens)
+               for g in graph],
         branches=paths,
     )
 

@@ -71,8 +71,10 @@ def get_metrics(session: SessionDep, run: RunId):
     page = _page(session, run)
     s = page.steps
     return RunMetrics(run=page.run.id, step=[x.step for x in s], rollouts=[x.rollouts for x in s],
-                      mean_reward=[x.mean_reward for x in s], mean_reward_no_errors=[x.mean_reward_no_errors for x in s],
-                      excluded=[x.excluded for x in s], rates={e: [x.rates.get(e, 0.0) for x in s] for e in page.endings},
+                      mean_reward=[x.mean_reward for x in s],
+                      mean_reward_no_errors=[x.mean_reward_no_errors for x in s],
+                      excluded=[x.excluded for x in s],
+                      rates={e: [x.rates.get(e, 0.0) for x in s] for e in page.endings},
                       totals=page.totals)
 
 

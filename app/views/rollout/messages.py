@@ -63,7 +63,8 @@ def message_views(nodes, ctx: MessageContext, starts, pos_of: dict[int, int], fo
     for node in nodes:
         pos = pos_of[node.idx]
         v = node_view(node, ctx, t0=int(starts[pos]), include_token=focus_token if pos == focus_pos else None)
-        v["reasoning_dropped_in"] = [b for first, b in ctx.rerendered if first > node.idx and node.idx not in ctx.member[b]] \
+        v["reasoning_dropped_in"] = [b for first, b in ctx.rerendered
+                                     if first > node.idx and node.idx not in ctx.member[b]] \
             if v["reasoning"] else []
         raw_calls = (node.message or {}).get("tool_calls") or []
         v["tool_calls"] = [dict(c) for c in v["tool_calls"]]

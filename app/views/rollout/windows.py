@@ -35,7 +35,8 @@ def _load_vocab(session: Session, sha256: str | None):
 def _declares_byte_level(run, envelope: dict) -> bool:
     """The run or the rollout says its token pieces are byte-level BPE spelling
     (`extra.byte_level_bpe: true` on the run or the rollout)."""
-    return bool(((run.extra or {}) if run else {}).get("byte_level_bpe") or (envelope.get("extra") or {}).get("byte_level_bpe"))
+    return bool(((run.extra or {}) if run else {}).get("byte_level_bpe")
+                or (envelope.get("extra") or {}).get("byte_level_bpe"))
 
 
 
