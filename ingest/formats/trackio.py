@@ -17,8 +17,8 @@ logs in a project's SQLite file, `$TRACKIO_DIR/<project>.db` (trackio/sqlite_sto
 
 Also read: the Parquet copies of the `traces` table (`aux/traces.parquet` of a static Space
 export, `<project>_traces.parquet` beside the database; the JSON columns as text), with the
-scalars from the sibling metrics Parquet (`../metrics.parquet`, `<project>.parquet`); and the
-JSONL inbox fragments trackio writes instead of SQLite on a network filesystem
+scalars from the sibling metrics Parquet (`metrics.parquet` in the folder that holds `aux/`,
+`<project>.parquet`); and the JSONL inbox fragments trackio writes instead of SQLite on a network filesystem
 (`inbox/<writer>/*.jsonl`, records `{v, kind: "metric", project, run, run_id, metrics, step,
 timestamp, log_id}`). Trackio's other files are claimed and skipped with a note: the trace
 session files (`traces/<project>/<run>/*.jsonl`, Pi-format renderings of the `traces` rows for the
