@@ -6,6 +6,9 @@
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from ingest.schema import Ending, EndingInfo, Rollout
 
 # THE endings table (docs/formats.md "Endings"): every reader maps the words its source writes in
@@ -64,6 +67,23 @@ def from_reason(reason: str | None, *, unlisted: Ending = Ending.unknown) -> End
     if not isinstance(reason, str) or not reason.strip():
         return Ending.unknown
     return WORDS.get(reason.strip().lower(), unlisted)
+
+
+def first_known(words: Iterable[tuple[str | None, Any]]) -> tuple[Ending, str | None]:
+    """The rule for a source with several ending fields: `words` are (detail, word) pairs in the
+    order the format documents; the first word the table knows decides, and its detail is
+    returned. A word the table does not know never hides a later one it knows; when none is
+    known the ending is `unknown`, with the first word's detail (never guessed). Words that are
+    not strings (absent fields) are skipped."""
+    first: str | None = None
+    for detail, word in words:
+        if not isinstance(word, str) or not word.strip():
+            continue
+        kind = from_reason(word)
+        if kind != Ending.unknown:
+            return kind, detail if detail is not None else word
+        first = first if first is not None else (detail if detail is not None else word)
+    return Ending.unknown, first
 
 
 def normalise(rollout: Rollout) -> Rollout:

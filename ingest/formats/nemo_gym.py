@@ -274,7 +274,8 @@ def _ending(d: dict, response: dict) -> tuple[EndingInfo, list[Error]]:
        through the endings table: the first word the table knows decides. A word it does not
        know never hides a later one it knows (`max_output_tokens` → length_cut; tau2
        `user_stop` → task_detected, `max_steps` → truncated, `agent_stop` → submitted);
-    5. gym flags: `truncated` → truncated, `terminated` → task_detected;
+    5. gym flags: `truncated` → truncated, `terminated` → task_detected (4 and 5 are one list
+       for `endings.first_known`);
     6. a word was written but none is in the table → unknown, that word as the detail (never
        guessed from the transcript);
     7. the last output item: an assistant message → submitted (the agent answered);
@@ -294,18 +295,11 @@ def _ending(d: dict, response: dict) -> tuple[EndingInfo, list[Error]]:
                 [Error(type=key, message=f"{key} = true")] if kind == Ending.error else [])
     if d.get("agent_timed_out") is True:
         return EndingInfo(type=Ending.truncated, detail="agent_timed_out", message="the agent ran out of time"), []
-    words = _words(d, response)
-    for detail, word in words:
-        kind = endings.from_reason(word)
-        if kind != Ending.unknown:
-            return EndingInfo(type=kind, detail=detail), []
-    if d.get("truncated") is True:
-        return EndingInfo(type=Ending.truncated, detail="truncated=true"), []
-    if d.get("terminated") is True:
-        return EndingInfo(type=Ending.task_detected, detail="terminated=true"), []
-    if words:
-        return EndingInfo(type=Ending.unknown, detail=words[0][0],
-                          message=f"{words[0][1]!r} is not in the endings table"), []
+    kind, detail = endings.first_known([*_words(d, response), *(
+        (f"{flag}=true", flag) for flag in ("truncated", "terminated") if d.get(flag) is True)])
+    if detail is not None:
+        message = None if kind != Ending.unknown else "no word of this line's ending fields is in the endings table"
+        return EndingInfo(type=kind, detail=detail, message=message), []
     output = response.get("output") or []
     last = output[-1] if output else None
     if isinstance(last, dict) and _responses.is_model_item(last) and last.get("type", "message") == "message":
