@@ -8,8 +8,9 @@ is dropped before parsing and kept in `rollout.extra["_case"]`):
    group_id?, ...}` as one JSON object, a JSON array of them, JSONL (one per line; a bad line is
    a RecordError with its line number and the lines around it are still read), a
    `{rollouts: [...], group_id?}` wrapper, or a bare message list `[{role, content}, ...]`.
-   `ending` is `{"reason", "message", "error_type"}` or a string; the reason is mapped with
-   `endings.from_reason` and kept verbatim as `ending.detail`.
+   `ending` is `{"reason", "message", "error_type"}` (or `{type, detail}`) or a string; it and the
+   record's `stop_condition`, `termination_reason`, `stop_reason`, `finish_reason` go through the
+   one endings table, the first known word deciding (`_stated_ending`), kept as `ending.detail`.
 2. Token-level records:
    - `turns: [{prompt_ids, completion_ids, logprobs, prompt_pieces?, completion_pieces?}]`:
      a chain of prompt node (mask 0) → completion node (sampled, mask 1). Turn t+1's prompt
