@@ -25,8 +25,8 @@ WORDS: dict[str, Ending] = {
     "finish": Ending.submitted, "success": Ending.submitted, "resolved": Ending.submitted,
     # the environment or a simulated user ended it (tau2 `user_stop`: the user simulator stopped the
     # conversation; gym `terminated`; rLLM `env_done`; an env's goal check)
-    "user_stop": Ending.task_detected, "env_done": Ending.task_detected, "done": Ending.task_detected, "terminated": Ending.task_detected,
-    "goal_reached": Ending.task_detected,
+    "user_stop": Ending.task_detected, "env_done": Ending.task_detected, "done": Ending.task_detected,
+    "terminated": Ending.task_detected, "goal_reached": Ending.task_detected,
     # a budget ran out (turns, steps, context, time)
     "max_turns": Ending.truncated, "max_turns_exceeded": Ending.truncated, "max_steps": Ending.truncated,
     "max_steps_reached": Ending.truncated, "max_input_tokens": Ending.truncated,
