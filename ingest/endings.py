@@ -6,23 +6,27 @@
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from ingest.schema import Ending, EndingInfo, Rollout
 
 # THE endings table (docs/formats.md "Endings"): every reader maps the words its source writes in
 # `finish_reason` / `stop_reason`, `stop_condition`, `termination_reason`, `status`,
 # `incomplete_details.reason`, `exit_status` and the like through this one dict (lower-cased).
-# The source's words always stay in `ending.detail`.
+# The source's words always stay in `ending.detail`. The groups follow the domain's list of how
+# the common source reasons read (docs/formats.md "Endings"): who or what ended the episode decides.
 WORDS: dict[str, Ending] = {
     **{e.value: e for e in Ending},
     # the agent ended it with an answer
     "stop": Ending.submitted, "end_turn": Ending.submitted, "eos": Ending.submitted,
     "stop_sequence": Ending.submitted, "completed": Ending.submitted, "agent_completed": Ending.submitted,
     "final_answer": Ending.submitted, "no_tool_calls": Ending.submitted, "agent_stop": Ending.submitted,
-    "user_stop": Ending.submitted, "finish": Ending.submitted, "success": Ending.submitted,
-    "resolved": Ending.submitted,
-    # the environment ended it
-    "env_done": Ending.task_detected, "done": Ending.task_detected, "terminated": Ending.task_detected,
-    "goal_reached": Ending.task_detected,
+    "finish": Ending.submitted, "success": Ending.submitted, "resolved": Ending.submitted,
+    # the environment or a simulated user ended it (tau2 `user_stop`: the user simulator stopped the
+    # conversation; gym `terminated`; rLLM `env_done`; an env's goal check)
+    "user_stop": Ending.task_detected, "env_done": Ending.task_detected, "done": Ending.task_detected,
+    "terminated": Ending.task_detected, "goal_reached": Ending.task_detected,
     # a budget ran out (turns, steps, context, time)
     "max_turns": Ending.truncated, "max_turns_exceeded": Ending.truncated, "max_steps": Ending.truncated,
     "max_steps_reached": Ending.truncated, "max_input_tokens": Ending.truncated,
@@ -65,6 +69,23 @@ def from_reason(reason: str | None, *, unlisted: Ending = Ending.unknown) -> End
     return WORDS.get(reason.strip().lower(), unlisted)
 
 
+def first_known(words: Iterable[tuple[str | None, Any]]) -> tuple[Ending, str | None]:
+    """The rule for a source with several ending fields: `words` are (detail, word) pairs in the
+    order the format documents; the first word the table knows decides, and its detail is
+    returned. A word the table does not know never hides a later one it knows; when none is
+    known the ending is `unknown`, with the first word's detail (never guessed). Words that are
+    not strings (absent fields) are skipped."""
+    first: str | None = None
+    for detail, word in words:
+        if not isinstance(word, str) or not word.strip():
+            continue
+        kind = from_reason(word)
+        if kind != Ending.unknown:
+            return kind, detail if detail is not None else word
+        first = first if first is not None else (detail if detail is not None else word)
+    return Ending.unknown, first
+
+
 def normalise(rollout: Rollout) -> Rollout:
     """Make a reader's rollout final, in place, and return it: the ending derived where the
     reader set none (`derive`), the evidence filled from the trace (`fill_evidence`) and a silent
@@ -100,7 +121,7 @@ def derive(rollout: Rollout) -> EndingInfo:
         return info
     if rollout.stop_condition:
         info.detail = info.detail or rollout.stop_condition
-        info.type = STOP_CONDITIONS.get(rollout.stop_condition, Ending.unknown)
+        info.type = from_reason(rollout.stop_condition)  # the one table, case-insensitive
         return info
     if rollout.errors:
         info.type = Ending.error

@@ -8,8 +8,9 @@ is dropped before parsing and kept in `rollout.extra["_case"]`):
    group_id?, ...}` as one JSON object, a JSON array of them, JSONL (one per line; a bad line is
    a RecordError with its line number and the lines around it are still read), a
    `{rollouts: [...], group_id?}` wrapper, or a bare message list `[{role, content}, ...]`.
-   `ending` is `{"reason", "message", "error_type"}` or a string; the reason is mapped with
-   `endings.from_reason` and kept verbatim as `ending.detail`.
+   `ending` is `{"reason", "message", "error_type"}` (or `{type, detail}`) or a string; it and the
+   record's `stop_condition`, `termination_reason`, `stop_reason`, `finish_reason` go through the
+   one endings table, the first known word deciding (`_stated_ending`), kept as `ending.detail`.
 2. Token-level records:
    - `turns: [{prompt_ids, completion_ids, logprobs, prompt_pieces?, completion_pieces?}]`:
      a chain of prompt node (mask 0) → completion node (sampled, mask 1). Turn t+1's prompt
@@ -321,9 +322,8 @@ def _build_record(source: Source, ctx: ReadContext, value: dict, line: int | Non
 
     rollout = _assemble(source, ctx, rec, str(rollout_id) if rollout_id is not None else default_id,
                         b, extra, group, task, defaults, line, prefix, case, variant)
-    if rec.get("ending") is not None:
-        rollout.ending, errors = _ending(rec["ending"], "ending")
-        rollout.errors.extend(errors)
+    rollout.ending, errors = _stated_ending(rec)
+    rollout.errors.extend(errors)
     endings.derive(rollout)
     return b.finish(rollout)
 
@@ -418,24 +418,56 @@ def _reward(v: Any, path: str) -> float | None:
     raise FieldError(path, f"expected a number or null, got {type(v).__name__}")
 
 
+# A chat record's own ending fields, in the order they are consulted (docs/formats-chat.md,
+# "Endings"): the `ending` field, then the episode's reasons, then the last generation's.
+REASON_FIELDS = ("stop_condition", "termination_reason", "stop_reason", "finish_reason")
+# Inside an `ending` object: its `reason`, Rollscope's own `{type, detail}`, then the same names.
+ENDING_KEYS = ("reason", "type", "termination_reason", "stop_reason", "finish_reason")
+
+
+def _stated_ending(rec: dict) -> tuple[EndingInfo, list[Error]]:
+    """The ending a chat record states, through the one table (`endings.first_known`): the
+    `ending` field (`_ending`), then the record's `REASON_FIELDS`. A word the table does not know
+    never hides a later field it knows; the deciding word is `detail`, unread words are kept in
+    `ending.extra["not_in_table"]`. Nothing stated: unknown, left to `endings.derive`."""
+    info, errors = (_ending(rec["ending"], "ending") if rec.get("ending") is not None else (EndingInfo(), []))
+    if info.type != Ending.unknown:
+        return info, errors
+    words = [(k, rec.get(k)) for k in REASON_FIELDS if isinstance(rec.get(k), str) and rec[k].strip()]
+    kind, _ = endings.first_known((k, w) for k, w in words)
+    if kind == Ending.unknown:
+        if info.detail is None and words:
+            info.detail = words[0][1]
+        return info, errors
+    key, word = next((k, w) for k, w in words if endings.from_reason(w) == kind)
+    unread = ([f"ending={info.detail}"] if info.detail is not None else []) + [
+        f"{k}={w}" for k, w in words if endings.from_reason(w) == Ending.unknown]
+    extra = {**info.extra, **({"not_in_table": unread} if unread else {})}
+    info = EndingInfo(type=kind, detail=word, message=info.message or f"{key} = {word!r}", extra=extra)
+    return info, ([Error(type=word, message=info.message or "")] if kind == Ending.error else [])
+
+
 def _ending(v: Any, path: str) -> tuple[EndingInfo, list[Error]]:
     """`"reason"` or `{"reason", "message", "error_type", ...}` → EndingInfo (+ an Error when
-    the ending is an error). The raw reason is `detail`; unknown reasons stay `unknown`."""
+    the ending is an error). The reason is the first of `ENDING_KEYS` the table knows (`type`
+    with its `detail`: Rollscope's own shape); the raw reason is `detail`; unknown reasons stay
+    `unknown`."""
     if isinstance(v, str):
         info = EndingInfo(type=endings.from_reason(v), detail=v)
         return info, ([Error(type="error")] if info.type == Ending.error else [])
     if not isinstance(v, dict):
         raise FieldError(path, f"expected a string or an object, got {type(v).__name__}")
-    reason, message, error_type = v.get("reason"), v.get("message"), v.get("error_type")
-    for name, x in (("reason", reason), ("message", message), ("error_type", error_type)):
+    message, error_type = v.get("message"), v.get("error_type")
+    for name in (*ENDING_KEYS, "message", "error_type", "detail"):
+        x = v.get(name)
         if x is not None and not isinstance(x, str):
             raise FieldError(f"{path}.{name}", "expected a string")
-    kind = endings.from_reason(reason)
+    kind, key = endings.first_known((k, v.get(k)) for k in ENDING_KEYS)
+    reason = v.get(key) if key is not None else None
+    detail = v.get("detail") or reason if key == "type" else reason
     if reason is None and error_type:
         kind = Ending.error
-    info = EndingInfo(type=kind, detail=reason if reason is not None else error_type, message=message,
+    info = EndingInfo(type=kind, detail=detail if detail is not None else error_type, message=message,
                       extra={k: x for k, x in v.items() if k not in ("reason", "message")})
     errors = [Error(type=error_type or "error", message=message or "")] if kind == Ending.error else []
     return info, errors
-
-# --- tokens --------------------------------------------------------------------------------

@@ -235,17 +235,49 @@ def _path_nodes(b: RolloutBuilder, idx: int) -> list:
     return out
 
 
+# `response.status` words that say how the response ended; `completed` (and `in_progress`,
+# `queued`) says only that the last model call returned, not how the episode ended, so it never
+# decides: NeMo Gym's agents write `completed` for an answer and for a loop cut at its step limit.
+_STATUS_ENDS = frozenset({"failed", "cancelled", "incomplete"})
+
+
+def _words(d: dict, response: dict) -> list[tuple[str, str]]:
+    """The ending words of a line, as (detail, word), in the order they are consulted: how the
+    last response ended (`response.incomplete_details.reason`, then `response.status`, only the
+    `_STATUS_ENDS` words), then the environment's `termination_reason` (top level, or
+    `result.termination_reason`: the tau2 agent writes tau2's `SimulationRun` as `result`,
+    NVIDIA-NeMo/Gym responses_api_agents/tau2/app.py)."""
+    out: list[tuple[str, str]] = []
+    incomplete = response.get("incomplete_details")
+    if isinstance(incomplete, dict) and isinstance(incomplete.get("reason"), str):
+        out.append((f"incomplete_details.reason={incomplete['reason']}", incomplete["reason"]))
+    status = response.get("status")
+    if isinstance(status, str) and status.strip().lower() in _STATUS_ENDS:
+        out.append((f"status={status}", status))
+    result = d.get("result") if isinstance(d.get("result"), dict) else {}
+    for where, value in (("termination_reason", d.get("termination_reason")),
+                         ("result.termination_reason", result.get("termination_reason"))):
+        if isinstance(value, str) and value.strip():
+            out.append((value if where == "termination_reason" else f"{where}={value}", value))
+    return out
+
+
 def _ending(d: dict, response: dict) -> tuple[EndingInfo, list[Error]]:
-    """NeMo Gym's ending, first rule that applies (docs/formats.md):
+    """NeMo Gym's ending, first rule that applies (docs/formats.md, "Endings per format"):
 
     1. `response.error` → error;
     2. an environment error flag (`container_timed_out`, any `*_error` key that is true): the
        endings table decides (`context_length_exceeded_error` → truncated, others → error);
     3. `agent_timed_out` → truncated;
-    4. `response.incomplete_details.reason` / `response.status` through the endings table
-       (`max_output_tokens` → length_cut; `failed`, `cancelled` → error);
-    5. `termination_reason` through the endings table;
-    6. gym flags: `truncated` → truncated, `terminated` → task_detected;
+    4. the ending words (`_words`: `response.incomplete_details.reason`, `response.status`
+       failed / cancelled / incomplete, then `termination_reason` / `result.termination_reason`)
+       through the endings table: the first word the table knows decides. A word it does not
+       know never hides a later one it knows (`max_output_tokens` → length_cut; tau2
+       `user_stop` → task_detected, `max_steps` → truncated, `agent_stop` → submitted);
+    5. gym flags: `truncated` → truncated, `terminated` → task_detected (4 and 5 are one list
+       for `endings.first_known`);
+    6. a word was written but none is in the table → unknown, that word as the detail (never
+       guessed from the transcript);
     7. the last output item: an assistant message → submitted (the agent answered);
        anything else (a tool call whose result was not recorded, an observation) → unknown.
     """
@@ -263,20 +295,11 @@ def _ending(d: dict, response: dict) -> tuple[EndingInfo, list[Error]]:
                 [Error(type=key, message=f"{key} = true")] if kind == Ending.error else [])
     if d.get("agent_timed_out") is True:
         return EndingInfo(type=Ending.truncated, detail="agent_timed_out", message="the agent ran out of time"), []
-    incomplete = response.get("incomplete_details")
-    if isinstance(incomplete, dict) and isinstance(incomplete.get("reason"), str):
-        reason = incomplete["reason"]
-        return EndingInfo(type=endings.from_reason(reason), detail=f"incomplete_details.reason={reason}"), []
-    status = response.get("status")
-    if isinstance(status, str) and status in ("failed", "cancelled", "incomplete"):
-        return EndingInfo(type=endings.from_reason(status), detail=f"status={status}"), []
-    if isinstance(d.get("termination_reason"), str):
-        reason = d["termination_reason"]
-        return EndingInfo(type=endings.from_reason(reason), detail=reason), []
-    if d.get("truncated") is True:
-        return EndingInfo(type=Ending.truncated, detail="truncated=true"), []
-    if d.get("terminated") is True:
-        return EndingInfo(type=Ending.task_detected, detail="terminated=true"), []
+    kind, detail = endings.first_known([*_words(d, response), *(
+        (f"{flag}=true", flag) for flag in ("truncated", "terminated") if d.get(flag) is True)])
+    if detail is not None:
+        message = None if kind != Ending.unknown else "no word of this line's ending fields is in the endings table"
+        return EndingInfo(type=kind, detail=detail, message=message), []
     output = response.get("output") or []
     last = output[-1] if output else None
     if isinstance(last, dict) and _responses.is_model_item(last) and last.get("type", "message") == "message":

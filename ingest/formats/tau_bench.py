@@ -17,6 +17,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from ingest import endings
 from ingest.errors import RecordError
 from ingest.fields import FieldError
 from ingest.formats import _openai
@@ -91,9 +92,9 @@ def _tau_ending(info: dict, traj: list) -> tuple[EndingInfo, list[Error]]:
     - `info.source` is a terminate tool (`transfer_to_human_agents`: the env sets done) →
       submitted: the agent ended the episode itself; tau-bench scores it normally.
     - the last message is the user simulator's and contains `###STOP###` (the env sets
-      `done = "###STOP###" in observation`, `info.source = "user"`) → submitted: the
-      conversation finished and is scored normally (tau2 calls this `user_stop`, which
-      endings.REASONS also maps to submitted).
+      `done = "###STOP###" in observation`, `info.source = "user"`) → task_detected: the
+      simulated user, not the agent, ended the conversation, which is then scored normally
+      (tau2 calls this `user_stop`; the endings table maps it to task_detected too).
     - otherwise, with a non-empty trajectory → truncated: the solve loop only stops on done or
       after `max_num_steps` (default 30), so without a done marker the step budget ran out.
     - an empty trajectory without an error → unknown.
@@ -112,7 +113,7 @@ def _tau_ending(info: dict, traj: list) -> tuple[EndingInfo, list[Error]]:
         content = last.get("content")
         text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
         if TAU_STOP in text:
-            return EndingInfo(type=Ending.submitted, detail=TAU_STOP,
+            return EndingInfo(type=endings.from_reason("user_stop"), detail=TAU_STOP,
                               message=f"the user simulator ended the conversation (info.source={source})"), []
     if not traj:
         return EndingInfo(type=Ending.unknown, detail=None if source is None else f"info.source={source}"), []

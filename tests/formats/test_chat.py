@@ -266,6 +266,34 @@ def test_ending_reason_mapping_keeps_raw_detail(tmp_path):
     assert rs[2].errors[0].type == "Timeout" and rs[2].ending.message == "tool hung"
 
 
+ANSWERED = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+
+
+@pytest.mark.parametrize("fields,ending,detail", [
+    ({"ending": {"type": "truncated", "detail": "max_turns"}}, Ending.truncated, "max_turns"),  # Rollscope's shape
+    ({"ending": {"stop_reason": "end_turn"}}, Ending.submitted, "end_turn"),
+    ({"stop_reason": "max_turns"}, Ending.truncated, "max_turns"),
+    ({"termination_reason": "user_stop"}, Ending.task_detected, "user_stop"),  # tau2: the user simulator ended it
+    ({"termination_reason": "too_many_errors"}, Ending.error, "too_many_errors"),
+    ({"finish_reason": "length"}, Ending.length_cut, "length"),
+    ({"stop_condition": "Max_Turns"}, Ending.truncated, "Max_Turns"),  # the table is case-insensitive
+    # a word the table does not know never hides a later field it knows
+    ({"ending": "weird", "termination_reason": "agent_stop"}, Ending.submitted, "agent_stop"),
+    ({"termination_reason": "weird", "finish_reason": "length"}, Ending.length_cut, "length"),
+    ({"termination_reason": "weird"}, Ending.unknown, "weird"),
+])
+def test_a_records_own_ending_fields_go_through_the_one_table(tmp_path, fields, ending, detail):
+    from ingest.endings import normalise
+
+    p = write(tmp_path, "e.jsonl", json.dumps({"rollout_id": "r", "messages": ANSWERED, **fields}))
+    (r,) = [normalise(x) for x in rollouts(p)]
+    assert (r.ending.type, r.ending.detail) == (ending, detail)
+    if ending == Ending.error:
+        assert r.errors and r.errors[0].type == detail
+    if "weird" in json.dumps(fields) and ending != Ending.unknown:
+        assert r.ending.extra["not_in_table"]
+
+
 def test_jsonl_validation_errors_name_line_and_field(tmp_path):
     good = {"messages": [{"role": "user", "content": "hi"}]}
     no_role = {"rollout_id": "bad1", "messages": [{"role": "user"}, {"role": "assistant"},

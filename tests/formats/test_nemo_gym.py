@@ -107,6 +107,50 @@ def test_ending_table(tmp_path, fields, response, ending, detail):
     assert (r.ending.type, r.ending.detail) == (ending, detail)
 
 
+def _line(name: str, **fields) -> dict:
+    rec = json.loads((DATA / name).read_text().splitlines()[0])
+    rec.update(fields)
+    return rec
+
+
+@pytest.mark.parametrize("name,fields,ending,detail", [
+    # the tau2 agent (responses_api_agents/tau2/app.py) writes tau2's SimulationRun as `result`; on a
+    # real line whose response says `status: completed` and ends on the agent's message
+    ("example_multi_step.first1.jsonl", {"result": {"termination_reason": "user_stop"}}, Ending.task_detected,
+     "result.termination_reason=user_stop"),
+    ("example_multi_step.first1.jsonl", {"result": {"termination_reason": "max_steps"}}, Ending.truncated,
+     "result.termination_reason=max_steps"),
+    ("example_multi_step.first1.jsonl", {"result": {"termination_reason": "too_many_errors"}}, Ending.error,
+     "result.termination_reason=too_many_errors"),
+    ("example_multi_step.first1.jsonl", {"termination_reason": "user_stop"}, Ending.task_detected, "user_stop"),
+    # status `completed` on a line that ends on a tool call: still not an ending word
+    ("mini_swe_agent_2.first1.jsonl", {"result": {"termination_reason": "agent_stop"}}, Ending.submitted,
+     "result.termination_reason=agent_stop"),
+    # a word the table does not know never hides a later field it knows, and never becomes a guess
+    ("grl_sokoban.first2.jsonl", {"termination_reason": "some_new_reason"}, Ending.task_detected, "terminated=true"),
+    ("example_multi_step.first1.jsonl", {"termination_reason": "some_new_reason"}, Ending.unknown, "some_new_reason"),
+])
+def test_ending_words_in_order_the_first_known_word_decides(tmp_path, name, fields, ending, detail):
+    p = tmp_path / "r.jsonl"
+    p.write_text(json.dumps(_line(name, **fields)) + "\n")
+    (r,) = read(p)
+    assert (r.ending.type, r.ending.detail) == (ending, detail)
+    assert r.extra.get("result") == fields.get("result")  # kept, and written back by to_record
+
+
+def test_an_unknown_incomplete_reason_does_not_hide_the_termination_reason(tmp_path):
+    rec = _line("example_multi_step.first1.jsonl", termination_reason="user_stop")
+    rec["response"].update(status="incomplete", incomplete_details={"reason": "content_policy_review"})
+    p = tmp_path / "r.jsonl"
+    p.write_text(json.dumps(rec) + "\n")
+    (r,) = read(p)
+    assert (r.ending.type, r.ending.detail) == (Ending.truncated, "status=incomplete")
+    rec["response"]["status"] = "completed"
+    p.write_text(json.dumps(rec) + "\n")
+    (r,) = read(p)
+    assert (r.ending.type, r.ending.detail) == (Ending.task_detected, "user_stop")
+
+
 def test_retries_are_attempts_and_only_the_latest_enters_the_group(client, engine, tmp_path):
     lines = DATA.joinpath("grl_sokoban.first2.jsonl").read_text().splitlines()
     a0 = json.loads(lines[0])

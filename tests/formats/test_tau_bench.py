@@ -61,8 +61,9 @@ def test_tau_bench_reused_tool_call_id_kept_on_both_calls():
 def test_tau_bench_endings():
     rs = {r.id: r for r in rollouts(data(TAU))}
     stop = rs["task0-trial0"].ending
-    assert stop.type == Ending.submitted and stop.detail == "###STOP###"
-    assert rs["task6-trial0"].ending.type == Ending.submitted
+    # the user simulator ended it (tau2 `user_stop`): task_detected, not the agent's submission
+    assert stop.type == Ending.task_detected and stop.detail == "###STOP###"
+    assert rs["task6-trial0"].ending.type == Ending.task_detected
     transfer = rs["task4-trial0"].ending
     assert transfer.type == Ending.submitted and transfer.detail == "transfer_to_human_agents"
 
