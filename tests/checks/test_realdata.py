@@ -44,6 +44,15 @@ EXPECTED: dict[str, dict[str, int]] = {
     "swe-agent/marshmallow-code__marshmallow-1867.function_calling_replace.traj": {"duplicate_tool_call_id": 3},
     "swe-agent/pydicom__pydicom-1458.traj": {},  # the final `submit` ended the run: no result expected
     "openhands/basic.json": {},  # `finish` ended the run: no observation expected
+    # trackio 0.43.0's own files: the project database, its static export, an inbox fragment; the
+    # Hub viewer's session file is claimed and skipped. rl-edge.db's failed generation has no text.
+    "trackio/v0.43.0/rl-project.db": {},
+    "trackio/v0.43.0/rl-edge.db": {"empty_response": 1},
+    "trackio/v0.43.0/static/aux/traces.parquet": {},
+    "trackio/v0.43.0/static/metrics.parquet": {},
+    "trackio/v0.43.0/inbox/1817af54259445e8/00000000.jsonl": {},
+    "trackio/v0.43.0/traces/rl-project/grpo-run/9c860b5673f54e95928ffa283bdd57ce-c59c4a7112b842df8d45f049690a8030"
+    "-rollouts-2.jsonl": {},
     **_tunix("submitted"), **_tunix("submitted_gamma09_final_bonus"), **_tunix("single_turn"),
     **_tunix("timeout"), **_tunix("max_steps_env_truncated"),
     **_tunix("no_tokenizer", Trajectory={"array_len_mismatch": 2}),
