@@ -140,12 +140,25 @@ def empty_checks() -> dict:
     return {"found": {}, "skipped": {}, "skip_reasons": {}, "group_skip_reasons": {}}
 
 
+def scored_with_errors(rows: list[Mapping]) -> list[float]:
+    """The rewards under "errors scored 0": each errored rollout 0.0 (its stored reward ignored),
+    every other rollout's recorded reward; nothing at all when no rollout of `rows` recorded a
+    reward, so a scope without rewards has no mean (None, "no rewards recorded"), never 0.0."""
+    if not any(r["reward"] is not None for r in rows):
+        return []
+    return [0.0 if r["ending"] == "error" else r["reward"] for r in rows
+            if r["ending"] == "error" or r["reward"] is not None]
+
+
 def compute_step(rows: list[Mapping], *, max_staleness: int | None = None,
                  checks: dict | None = None) -> tuple[dict, list[dict]]:
     """The step_rollup row (without run_id/step) and the task_rollup rows of one step's rollouts.
 
     Reward: errors scored 0 (their stored reward ignored) and errors dropped; missing or
-    non-finite rewards excluded from both and counted in `excluded`. `checks`: the step's
+    non-finite rewards excluded from both and counted in `excluded`. Scoring errors 0 needs
+    rewards to compare with: where no rollout of the step (or of a task in it) recorded a reward,
+    nothing is scored and both means are None, "no rewards recorded" (issue 19: an Inspect run
+    without scores read mean reward 0.0, its one error scored 0; `scored_with_errors`). `checks`: the step's
     finding counts (app/store/rollups.py `check_counts`), kept as `stats["checks"]`. `stats` is
     plain Python (the store makes it storable: NUL and non-finite floats, app/store/prepare.py).
     """
@@ -154,8 +167,7 @@ def compute_step(rows: list[Mapping], *, max_staleness: int | None = None,
     details: dict[str, Counter] = defaultdict(Counter)
     for r in rows:
         details[r["ending"]][r["ending_detail"] or ""] += 1
-    with_err = [0.0 if r["ending"] == "error" else r["reward"] for r in rows
-                if r["ending"] == "error" or r["reward"] is not None]
+    with_err = scored_with_errors(rows)
     no_err = [r["reward"] for r in rows if r["ending"] != "error" and r["reward"] is not None]
     groups, adv = group_stats(rows)
     zv = set(groups.pop("zero_variance_ids"))
@@ -222,7 +234,7 @@ def compute_step(rows: list[Mapping], *, max_staleness: int | None = None,
     for key in sorted(by_task):
         t = by_task[key]
         e = Counter(r["ending"] for r in t)
-        t0 = [0.0 if r["ending"] == "error" else r["reward"] for r in t if r["ending"] == "error" or r["reward"] is not None]
+        t0 = scored_with_errors(t)
         t1 = [r["reward"] for r in t if r["ending"] != "error" and r["reward"] is not None]
         task_rows.append({
             "task_key": key, "rollouts": len(t), "mean_reward": _mean(t0), "mean_reward_no_errors": _mean(t1),

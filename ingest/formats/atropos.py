@@ -10,10 +10,22 @@ line by the environment's `process` / `--data_path_to_save_groups` JSONL dump):
 
 One line = one group; sample i = one rollout (`<source>#<line-1>.<i>`, group `<source>#<line-1>`,
 index i, size = number of samples). Roles `agent` → assistant and `environment` → user, the
-source role kept. The flat token sequence is split into per-message spans by its mask runs
-(trained runs are the agent's turns; `_build.align_segments`); when the runs do not line up with
-the messages, all tokens go on the last message with `extra.token_span = "unsplit"`. Per-token
-arrays (advantages, inference and reference logprobs, token weights and scores) follow the same
+source role kept. The flat token sequence (Atropos's `tokenize_for_trainer`: the messages through
+the chat template) is split into per-message spans, by the first rule that applies:
+
+1. The template's turn marker: a token id that opens every rendered message, at position 0 or
+   right after a BOS, and occurs exactly once per message (Llama 3 `<|start_header_id|>`, ChatML
+   `<|im_start|>`, Gemma `<start_of_turn>`). Each message gets its own tokens, its mask as
+   recorded (`extra.token_span = "turns"` on the rollout). The real rubiks group shows why this
+   comes first: its mask trains the *last environment message* (the role header token after the
+   marker reads `environment`), not the agent's turn; mask runs alone gave those tokens to the
+   agent and every earlier token to one user message (issue 19).
+2. Mask runs (trained runs are the agent's turns; `_build.align_segments`): the messages between
+   two agent turns share one span, on the last of them, which says so: `extra.token_span =
+   "joined"` and `extra.token_messages` (the message indices whose tokens it holds).
+3. Otherwise all tokens go on the last message with `extra.token_span = "unsplit"`.
+
+Per-token arrays (advantages, inference and reference logprobs, token weights and scores) follow the same
 spans. The score is the reward. Atropos writes no ending: `unknown`.
 """
 from __future__ import annotations
@@ -89,6 +101,21 @@ def _message(m: Any, path: str) -> Message:
     return _openai.message_from_openai(m, path).message
 
 
+def _turn_spans(tokens: list[int], messages: list[Message]) -> list[tuple[int, int]] | None:
+    """Per-message (start, end) spans from the chat template's turn marker (module docstring,
+    rule 1), or None when no token id opens every message: the first of tokens[0:2] that occurs
+    exactly once per message, first at position 0 or 1 (after a BOS, which joins the first span)."""
+    n = len(messages)
+    if n < 2 or len(tokens) < 2 * n:
+        return None
+    for t in dict.fromkeys(tokens[:2]):
+        at = [j for j, x in enumerate(tokens) if x == t]
+        if len(at) == n and at[0] <= 1:
+            starts = [0, *at[1:], len(tokens)]
+            return [(starts[k], starts[k + 1]) for k in range(n)]
+    return None
+
+
 def _rollout(source: Source, ctx: ReadContext, d: dict, i: int, n: int, line: int | None, gid: str) -> Rollout:
     tokens = ints(d["tokens"][i], f"tokens[{i}]") or []
     raw_mask = ints(d["masks"][i], f"masks[{i}]") or []
@@ -110,7 +137,8 @@ def _rollout(source: Source, ctx: ReadContext, d: dict, i: int, n: int, line: in
     if not messages:
         messages = [Message(role="assistant", content=None, extra={"synthetic": "tokens without messages"})]
 
-    # Segments: each assistant message alone, each run of other messages together.
+    turns = _turn_spans(tokens, messages)
+    # Segments (rule 2): each assistant message alone, each run of other messages together.
     segments: list[tuple[str, list[int]]] = []
     for k, m in enumerate(messages):
         kind = "a" if m.role == "assistant" else "e"
@@ -118,18 +146,23 @@ def _rollout(source: Source, ctx: ReadContext, d: dict, i: int, n: int, line: in
             segments[-1][1].append(k)
         else:
             segments.append((kind, [k]))
-    spans = align_segments(segments, mask_runs([1 if t else 0 for t in trained])) if tokens else None
+    spans = align_segments(segments, mask_runs([1 if t else 0 for t in trained])) if tokens and not turns else None
     span_of: dict[int, tuple[int, int]] = {}
-    if spans is not None:
+    joined: dict[int, list[int]] = {}
+    if turns is not None:
+        span_of = {k: span for k, span in enumerate(turns) if span[1] > span[0]}
+    elif spans is not None:
         for (_, idxs), span in zip(segments, spans):
             if span[1] > span[0]:
                 span_of[idxs[-1]] = span
+                if len(idxs) > 1:
+                    joined[idxs[-1]] = idxs
         covered = sum(e - s for s, e in span_of.values())
         if covered != len(tokens):
             spans = None
-    unsplit = bool(tokens) and spans is None
+    unsplit = bool(tokens) and spans is None and turns is None
     if unsplit:
-        span_of = {len(messages) - 1: (0, len(tokens))}
+        span_of, joined = {len(messages) - 1: (0, len(tokens))}, {}
 
     b = RolloutBuilder()
     for k, msg in enumerate(messages):
@@ -137,6 +170,8 @@ def _rollout(source: Source, ctx: ReadContext, d: dict, i: int, n: int, line: in
         if k in span_of:
             s, e = span_of[k]
             extra: dict[str, Any] = {"token_span": "unsplit"} if unsplit else {}
+            if k in joined:
+                extra = {"token_span": "joined", "token_messages": joined[k]}
             idx = b.add(msg, tokens[s:e], sampled=sampled, mask=trained[s:e],
                         logprobs=per_token["logprobs"][s:e] if per_token["logprobs"] is not None else None,
                         extra=extra)
@@ -164,6 +199,10 @@ def _rollout(source: Source, ctx: ReadContext, d: dict, i: int, n: int, line: in
         extra["mask_value_mismatch"] = mismatch  # trained positions whose mask is not the token id
     if unsplit and tokens:
         extra["token_span"] = "unsplit"
+    elif turns is not None:
+        extra["token_span"] = "turns"
+    elif joined:
+        extra["token_span"] = "joined"
     rollout = Rollout(
         id=f"{gid}.{i}", run=RunRef(id=ctx.run_for(source)), step=ctx.step,
         group=GroupRef(id=gid, index=i, size=n), nodes=b.nodes, calls=b.calls,

@@ -1,8 +1,19 @@
 """Flat training samples: one per branch that carries tokens, the shape verl, SkyRL, OpenRLHF and
 Atropos share: `{prompt_ids, response_ids, response_mask, response_logprobs, advantages, reward,
-step, group_id, sample_index, ending, ...}` (`training_samples`). Two writers: `samples` (JSONL)
-and `parquet` (the same rows, pyarrow); the `verl` reader (`ingest/formats/verl.py`) reads both
-back. No reader of its own: a samples file is a verl file.
+step, group_id, sample_index, ending, segments, ...}` (`training_samples`). Two writers: `samples`
+(JSONL) and `parquet` (the same rows, pyarrow); the `verl` reader (`ingest/formats/verl.py`) reads
+both back. No reader of its own: a samples file is a verl file.
+
+`segments` keeps the branch's message structure, which the token arrays alone lose: one entry per
+node of the branch, in order, `{role, tokens, message}`: its role, how many of the sample's tokens
+are its own, and its message as JSON text. A node with tokens is written without its text
+(`content`, `reasoning_content`, `extra`: its tokens are its text), keeping what pairs tool calls
+with results (`tool_calls`, `tool_call_id`, `name`); a node without tokens, which has no place in
+the arrays, is written whole. Without it a reader can only cut the tokens at mask runs, and the
+round trip makes things up: a turn the source never tokenized (Tunix's last step on
+`ENV_TIMEOUT`) vanishes, the tool tokens before it become the branch's end, and
+`terminal_env_tokenized` fires (issue 19).
+Rule: no export → re-ingest round trip may add a finding (tests/store/test_export_roundtrip.py).
 """
 from __future__ import annotations
 
@@ -27,10 +38,12 @@ def training_samples(r: Rollout) -> list[dict[str, Any]]:
         mask: list[bool] = []
         logprobs: list[float | None] = []
         advantages: list[float | None] = []
+        segments: list[dict[str, Any]] = []
         has_adv = False
         for i in path:
             n = r.nodes[i]
             k = len(n.token_ids)
+            segments.append(segment(n))
             ids += n.token_ids
             mask += list(n.mask) if n.mask else [False] * k
             logprobs += list(n.logprobs) if n.logprobs else [None] * k
@@ -51,9 +64,17 @@ def training_samples(r: Rollout) -> list[dict[str, Any]]:
             "reward": r.total_reward(), "step": r.step,
             "group_id": r.group.id if r.group else None,
             "sample_index": r.group.index if r.group else None,
-            "ending": r.ending.type.value,
+            "ending": r.ending.type.value, "segments": segments,
         })
     return out
+
+
+def segment(n) -> dict[str, Any]:
+    """A node's entry in `segments` (module docstring): role, token count, and the message as
+    JSON text, without its text when the node has tokens."""
+    k = len(n.token_ids)
+    m = n.message.model_copy(update={"content": None, "reasoning_content": None, "extra": {}}) if k else n.message
+    return {"role": m.role, "tokens": k, "message": m.to_json(sort_keys=True).decode()}
 
 
 def write(rollouts: Iterable[Rollout]) -> Iterator[tuple[bytes, int]]:
@@ -131,4 +152,5 @@ def parquet_schema():
         ("response_mask", pa.list_(pa.int8())), ("response_logprobs", pa.list_(pa.float64())),
         ("advantages", pa.list_(pa.float64())), ("reward", pa.float64()), ("step", pa.int32()),
         ("group_id", pa.string()), ("sample_index", pa.int32()), ("ending", pa.string()),
+        ("segments", pa.list_(pa.struct([("role", pa.string()), ("tokens", pa.int32()), ("message", pa.string())]))),
     ])

@@ -18,10 +18,15 @@ Two shapes, one rollout per line:
   node (sampled), a run of 0s an environment node. Rollscope's own training-sample export
   (`ingest.formats.samples.training_samples`: `advantages`, `reward`, `step`, `group_id`, `sample_index`,
   `ending`, `rollout_id`) is the same shape and is read back the same way, from JSONL or from
-  the Parquet file `rollscope export --format parquet` writes (one row per sample).
+  the Parquet file `rollscope export --format parquet` writes (one row per sample). A sample with
+  `segments` (Rollscope's, ingest/formats/samples.py) is cut at its nodes instead of at mask runs:
+  one node per segment with its message as written (roles, tool calls and their ids; the whole
+  message of a node without tokens), so the branch ends where the source's did and tool calls
+  pair as they did.
 """
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -42,7 +47,7 @@ _UID = re.compile(r"^(.+)_(\d+)_(\d+)$")
 _TEXT_KEYS = frozenset({"input", "output", "gts", "score", "step", "uid", "request_id"})
 _TOKEN_KEYS = frozenset({"prompt_ids", "response_ids", "response_mask", "response_logprobs", "reward_score",
                          "reward", "advantages", "step", "group_id", "sample_index", "ending", "rollout_id",
-                         "run_id", "attempt", "branch", "num_turns"})
+                         "run_id", "attempt", "branch", "num_turns", "segments"})
 
 
 def _is_text(d: Any) -> bool:
@@ -123,6 +128,39 @@ def _text(source: Source, ctx: ReadContext, d: dict, line: int, default_id: str)
     return b.finish(rollout)
 
 
+def _segments(b: RolloutBuilder, segments: Any, prompt: list[int], response: list[int], mask: list[int],
+              logprobs: list[float | None] | None, advantages: list[float | None] | None) -> None:
+    """The nodes of a Rollscope training sample, one per `segments` entry (module docstring):
+    each takes its `tokens` of prompt + response in order, with the mask (0 over the prompt), the
+    logprobs and advantages of its response part (null over the prompt)."""
+    if not isinstance(segments, list) or not all(
+            isinstance(s, dict) and isinstance(s.get("role"), str) and isinstance(s.get("tokens"), int)
+            and not isinstance(s.get("tokens"), bool) and s["tokens"] >= 0 for s in segments):
+        raise FieldError("segments", "expected a list of {role, tokens, message?}")
+    total = len(prompt) + len(response)
+    if sum(s["tokens"] for s in segments) != total:
+        raise FieldError("segments", f"{sum(s['tokens'] for s in segments)} segment tokens for {total} sample tokens")
+    ids = prompt + response
+    full_mask = [0] * len(prompt) + list(mask)
+    lp = [None] * len(prompt) + (list(logprobs) + [None] * (len(response) - len(logprobs)) if logprobs is not None
+                                 else [None] * len(response))
+    adv = None if advantages is None else [None] * len(prompt) + list(advantages) + [None] * max(
+        0, len(response) - len(advantages))
+    pos = 0
+    for i, s in enumerate(segments):
+        k, raw = s["tokens"], s.get("message")
+        try:
+            msg = Message.model_validate(json.loads(raw) if isinstance(raw, str) else raw or {"role": s["role"]})
+        except ValueError as e:
+            raise FieldError(f"segments[{i}].message", f"not a message: {e}") from None
+        span = slice(pos, pos + k)
+        idx = b.add(msg, ids[span], sampled=msg.role == "assistant", mask=full_mask[span] if k else None,
+                    logprobs=lp[span] if k and logprobs is not None else None)
+        if adv is not None and k:
+            b.nodes[idx].advantages = adv[span]
+        pos += k
+
+
 def _tokens(source: Source, ctx: ReadContext, d: dict, line: int, default_id: str) -> Rollout:
     prompt = ints(d["prompt_ids"], "prompt_ids") or []
     response = ints(d["response_ids"], "response_ids") or []
@@ -134,17 +172,20 @@ def _tokens(source: Source, ctx: ReadContext, d: dict, line: int, default_id: st
     logprobs = floats(d.get("response_logprobs"), "response_logprobs")
     advantages = floats(d.get("advantages"), "advantages")
     b = RolloutBuilder()
-    b.add(Message(role="user", content=d.get("prompt_text") if isinstance(d.get("prompt_text"), str) else None),
-          prompt, mask=[0] * len(prompt), extra={"segment": "prompt"})
-    for value, start, end in mask_runs(mask):
-        sampled = value == 1
-        msg = Message(role="assistant" if sampled else "user",
-                      extra={} if sampled else {"source_role": "environment tokens"})
-        idx = b.add(msg, response[start:end], sampled=sampled, mask=mask[start:end],
-                    logprobs=logprobs[start:end] if logprobs is not None else None)
-        if advantages is not None:
-            b.nodes[idx].advantages = (list(advantages[start:end])
-                                       + [None] * max(0, end - start - len(advantages[start:end])))
+    if d.get("segments") is not None:
+        _segments(b, d["segments"], prompt, response, mask, logprobs, advantages)
+    else:
+        b.add(Message(role="user", content=d.get("prompt_text") if isinstance(d.get("prompt_text"), str) else None),
+              prompt, mask=[0] * len(prompt), extra={"segment": "prompt"})
+        for value, start, end in mask_runs(mask):
+            sampled = value == 1
+            msg = Message(role="assistant" if sampled else "user",
+                          extra={} if sampled else {"source_role": "environment tokens"})
+            idx = b.add(msg, response[start:end], sampled=sampled, mask=mask[start:end],
+                        logprobs=logprobs[start:end] if logprobs is not None else None)
+            if advantages is not None:
+                b.nodes[idx].advantages = list(advantages[start:end]) + [None] * max(
+                    0, end - start - len(advantages[start:end]))
     if logprobs is not None and len(logprobs) != len(response):
         b.extra["source_lengths"] = {"response_logprobs": len(logprobs), "response_ids": len(response)}
     if advantages is not None and len(advantages) != len(response):

@@ -79,7 +79,10 @@ EXPECTED: dict[str, dict[str, int]] = {
     "verifiers/train_group_with_advantages.jsonl": {"duplicate_tool_call_id": 1},
     "verifiers/train_max_turns.jsonl": {"duplicate_tool_call_id": 1, "unanswered_tool_call": 1},
     "verifiers/train_multi_tool.jsonl": {"duplicate_tool_call_id": 1},
-    "atropos/rubiks_process_results_32.line1.jsonl": {},
+    # the rubiks group's mask trains the last environment message (its role header token reads
+    # `environment`), not the agent's turn; split at the template's turn marker, that shows (issue 19)
+    "atropos/rubiks_process_results_32.line1.jsonl": {"mask_on_unsampled": 4, "sampled_mask_zero": 4,
+                                                      "terminal_env_tokenized": 4},
     "nemo-gym/anyterminal_agent_hermes.first2.jsonl": {},
     "nemo-gym/competitive_coding_challenges.first2.jsonl": {},
     "nemo-gym/example_multi_step.first1.jsonl": {},

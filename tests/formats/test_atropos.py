@@ -30,9 +30,17 @@ def test_real_group_matches_hand_counts():
         assert r.group.id == "rubiks_process_results_32.line1#0" and (r.group.index, r.group.size) == (i, 4)
         assert [n.message.role for n in r.nodes] == ["system", "user", "assistant", "user"]
         assert [n.message.extra.get("source_role") for n in r.nodes] == [None, "environment", "agent", "environment"]
-        agent = r.nodes[2]
-        assert agent.sampled and all(agent.mask) and not any(r.nodes[1].mask)
-        assert r.ending.type == Ending.unknown and r.ending.evidence.output_tokens == 157
+        # split at Llama 3's <|start_header_id|> (128006): each message its own tokens (issue 19)
+        assert r.extra["token_span"] == "turns"
+        assert [n.token_ids[k] for n, k in zip(r.nodes, (1, 0, 0, 0))] == [128006] * 4
+        assert [n.token_ids[-1] for n in r.nodes] == [128009] * 4  # each ends with <|eot_id|>
+        assert [len(n.token_ids) for n in r.nodes[:2]] == [1177, 161]  # BOS + system, then the first state
+        assert [n.token_ids[1 if k == 0 else 0:][1] for k, n in enumerate(r.nodes)] == [9125, 24175, 8252, 24175]
+        agent, last = r.nodes[2], r.nodes[3]
+        # the file trains the last environment message, not the agent's turn: shown as written
+        assert agent.sampled and not any(agent.mask) and sum(last.mask) == 157 and not last.mask[0]
+        assert not any(r.nodes[0].mask) and not any(r.nodes[1].mask)
+        assert r.ending.type == Ending.unknown
         assert r.extra["parsed_actions"] == "UUUR"[i] and "mask_value_mismatch" not in r.extra
         assert sum(x is not None for x in agent.loss_weights["token_weights"]) == len(agent.token_ids)
 
@@ -65,3 +73,32 @@ def test_mismatched_sample_counts_are_a_record_error(tmp_path):
     p.write_text(json.dumps({"tokens": [[1]], "masks": [[1], [1]], "scores": [1.0]}) + "\n")
     (err,) = read(p)
     assert isinstance(err, RecordError) and err.field == "masks" and "2 entries for 1 samples" in err.message
+
+
+def test_messages_between_agent_turns_without_a_turn_marker_share_one_span_that_says_so(tmp_path):
+    """No token opens every message (no template marker): the mask runs decide, and the system and
+    user messages before the agent's turn share one span on the user node, which names both
+    (`token_span = "joined"`, `token_messages`); never silently on one message (issue 19)."""
+    group = {"tokens": [[7, 8, 9, 10, 11, 12]], "masks": [[-100, -100, -100, -100, 11, 12]], "scores": [1.0],
+             "messages": [[{"role": "system", "content": "s"}, {"role": "user", "content": "q"},
+                           {"role": "agent", "content": "a"}]]}
+    p = tmp_path / "g.jsonl"
+    p.write_text(json.dumps(group) + "\n")
+    (r,) = read(p)
+    assert [len(n.token_ids) for n in r.nodes] == [0, 4, 2]
+    assert r.nodes[1].extra["token_span"] == "joined" and r.nodes[1].extra["token_messages"] == [0, 1]
+    assert r.extra["token_span"] == "joined"
+
+
+def test_a_chatml_turn_marker_splits_every_message(tmp_path):
+    """ChatML (`<|im_start|>` opens every message, no BOS): system, user and agent each get their
+    own tokens, the mask as written."""
+    S = 151644
+    group = {"tokens": [[S, 1, 2, S, 3, 4, 5, S, 6, 7]], "masks": [[-100] * 8 + [6, 7]], "scores": [0.5],
+             "messages": [[{"role": "system", "content": "s"}, {"role": "user", "content": "q"},
+                           {"role": "agent", "content": "a"}]]}
+    p = tmp_path / "g.jsonl"
+    p.write_text(json.dumps(group) + "\n")
+    (r,) = read(p)
+    assert [n.token_ids for n in r.nodes] == [[S, 1, 2], [S, 3, 4, 5], [S, 6, 7]]
+    assert r.nodes[2].mask == [False, True, True] and r.extra["token_span"] == "turns"

@@ -244,3 +244,49 @@ def test_samples_export_says_how_many_rollouts_gave_samples(engine, db_url, tmp_
     assert f"wrote {len(lines)} samples from 8 rollouts" in res.stdout and "no token ids" in res.stdout, res.stdout
     res = CliRunner().invoke(app, ["export", "--run", "ng", "--format", "native", "--out", str(tmp_path / "n.jsonl")])
     assert "wrote 8 rollouts to" in res.stdout
+
+
+def _kinds_by_rollout(engine, run: str) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for rid, kind, *_ in findings_of(engine, run):
+        out.setdefault(rid, set()).add(kind)
+    return out
+
+
+@pytest.mark.parametrize("fmt", sorted(__import__("ingest.formats.registry", fromlist=["WRITERS"]).WRITERS))
+def test_no_round_trip_adds_a_finding(engine, fresh, tmp_path, fmt):
+    """Issue 19: export → re-ingest made up findings (every Tunix `ENV_TIMEOUT` rollout gained
+    `terminal_env_tokenized` through `samples`/`parquet`: its last turn has no tokens, and the
+    sample's mask runs ended the branch at the tool tokens before it). For every writer and the
+    real files with tokens (every Tunix collect mode with its tokenizer, verifiers with its
+    tokenizer and chat template, NeMo Gym, Atropos, ATIF) and without, each re-ingested rollout's
+    findings are a subset of the original's; a sample of branch b > 0 is `<id>.b<b>`."""
+    from app.worker.sync import register_tokenizer
+    from ingest.checks.context import load_context
+    from ingest.formats.registry import WRITERS
+
+    tunix_tok = (FIXTURES / "tokenizers" / "mistral-v1-tokenizer.model",
+                 {32000: "<pad>", 32001: "<start_of_turn>", 32002: "<end_of_turn>"})
+    vf_tok = REAL / "verifiers/tokenizer"
+    runs = {"tx": ([REAL / "tunix/v0.1.7"], tunix_tok), "vf": ([REAL / "verifiers"], (vf_tok, None)),
+            "ng": ([REAL / "nemo-gym"], None), "at": ([REAL / "atropos"], None),
+            "atif": (SOURCES["atif"], None), "tau": ([REAL / "tau-bench"], None), "insp": ([REAL / "inspect_ai"], None)}
+    checked = 0
+    for run, (paths, tok) in runs.items():
+        keys = [register_tokenizer(e, *tok) if tok else None for e in (engine, fresh)]
+        ctx = load_context(vf_tok) if run == "vf" else None
+        assert ingest(engine, *paths, run=run, tokenizer_key=keys[0], check_context=ctx).ok, run
+        before = _kinds_by_rollout(engine, run)
+        out = tmp_path / (f"{run}.parquet" if fmt == "parquet" else f"{run}.{fmt}.jsonl")
+        try:
+            export.write(iter_rollouts(engine, run, RolloutFilters()), fmt, out)
+        except ValueError as e:  # a run without token arrays has no training samples
+            assert WRITERS[fmt].samples and "no token arrays" in str(e), (run, e)
+            continue
+        report = ingest(fresh, out, run=run, tokenizer_key=keys[1], check_context=ctx)
+        assert report.ok, (run, [str(e) for e in report.errors])
+        for rid, kinds in _kinds_by_rollout(fresh, run).items():
+            base = rid.rsplit(".b", 1)[0] if rid not in before and WRITERS[fmt].samples else rid
+            assert kinds <= before.get(base, set()), (fmt, run, rid, kinds - before.get(base, set()))
+            checked += 1
+    assert checked
