@@ -196,8 +196,10 @@ def correct_silent_truncation(rollout: Rollout) -> EndingInfo:
     why = truthful = None
     last = (ev.last_finish_reason or "").strip().lower()
     if last in LENGTH_FINISH_REASONS:
-        truthful, why = Ending.length_cut, f"the last generation stopped for length (finish reason {ev.last_finish_reason!r})"
-    elif ev.last_output_tokens is not None and ev.last_output_token_cap and ev.last_output_tokens >= ev.last_output_token_cap:
+        truthful, why = Ending.length_cut, ("the last generation stopped for length "
+                                            f"(finish reason {ev.last_finish_reason!r})")
+    elif (ev.last_output_tokens is not None and ev.last_output_token_cap
+          and ev.last_output_tokens >= ev.last_output_token_cap):
         truthful, why = Ending.length_cut, (f"the last generation reached its token cap ({ev.last_output_tokens} of "
                                             f"{ev.last_output_token_cap} tokens)")
     elif ev.output_tokens is not None and ev.output_token_cap and ev.output_tokens >= ev.output_token_cap:

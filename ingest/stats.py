@@ -174,7 +174,8 @@ def compute_step(rows: list[Mapping], *, max_staleness: int | None = None,
     latest_pks = {r["pk"] for r in latest_attempts(rows)}
     no_grad = Counter()
     for r in rows:
-        reason = no_gradient_reason(r, zero_variance_groups=zv, latest=r["pk"] in latest_pks, max_staleness=max_staleness)
+        reason = no_gradient_reason(r, zero_variance_groups=zv, latest=r["pk"] in latest_pks,
+                                    max_staleness=max_staleness)
         if reason:
             no_grad[reason] += 1
     advantages = {p: quantiles([a[p] for a in adv.values() if a[p] is not None])
@@ -208,7 +209,8 @@ def compute_step(rows: list[Mapping], *, max_staleness: int | None = None,
         "advantages": advantages,
         "findings": dict(sorted(flags.items())),
         "mismatch": {"tokens": mm_tokens,
-                     "mean_abs": (math.fsum(r["mismatch_abs_sum"] or 0.0 for r in rows) / mm_tokens) if mm_tokens else None,
+                     "mean_abs": ((math.fsum(r["mismatch_abs_sum"] or 0.0 for r in rows) / mm_tokens)
+                                  if mm_tokens else None),
                      "max_abs": max(mm_max) if mm_max else None,
                      "out_of_range": sum(r["mismatch_out_of_range"] for r in rows)},
         "staleness": {"histogram": {str(k): v for k, v in sorted(Counter(stale).items())},
@@ -219,7 +221,8 @@ def compute_step(rows: list[Mapping], *, max_staleness: int | None = None,
         "by_ending": by_ending(rows),
         "retries": sum(1 for r in rows if r["attempt"] > 0),
         # where the step's rollouts came from and when (the run page's metadata)
-        "sources": dict(Counter(f"{r['source_format'] or '?'}:{r['source_file'] or '?'}" for r in rows).most_common(20)),
+        "sources": dict(Counter(f"{r['source_format'] or '?'}:{r['source_file'] or '?'}" for r in rows)
+                        .most_common(20)),
         "ingested": {"first": min(_iso(r["ingested_at"]) for r in rows) if rows else None,
                      "last": max(_iso(r["ingested_at"]) for r in rows) if rows else None},
         "checks": checks or empty_checks(),

@@ -111,7 +111,8 @@ def _upsert(conn: sa.Connection, table: sa.Table, key: tuple[str, ...], rows: li
     if not rows:
         return
     ins = insert_for(conn, table)
-    target = [sa.func.coalesce(table.c.step, sa.literal_column(str(NO_STEP))) if k == "step" else table.c[k] for k in key]
+    target = [sa.func.coalesce(table.c.step, sa.literal_column(str(NO_STEP))) if k == "step" else table.c[k]
+              for k in key]
     cols = [c.name for c in table.c if c.name != "pk" and c.name not in key]
     for part in _param_chunks(rows):
         conn.execute(ins.values(part).on_conflict_do_update(index_elements=target,
@@ -174,7 +175,8 @@ def finding_counts(conn: sa.Connection, keys: list[tuple[str, int | None]],
         .join(R, sa.and_(R.c.run_id == groups.c.run_id, R.c.group_id == groups.c.group_id))
     counts = [sa.select(sa.literal("count"), R.c.run_id, R.c.step, F.c.kind, skipped, no_message,
                         sa.func.count(sa.distinct(R.c.pk))).select_from(source).where(in_keys, *extra)
-              .group_by(R.c.run_id, R.c.step, F.c.kind, skipped) for source, extra in ((own, [in_bounds]), (grouped, []))]
+              .group_by(R.c.run_id, R.c.step, F.c.kind, skipped)
+              for source, extra in ((own, [in_bounds]), (grouped, []))]
     reasons = (sa.select(sa.literal("reason"), R.c.run_id, R.c.step, F.c.kind, sa.literal(1), F.c.message,
                          sa.func.count()).select_from(own).where(in_keys, in_bounds, F.c.severity == SKIPPED)
                .group_by(R.c.run_id, R.c.step, F.c.kind, F.c.message))
@@ -296,7 +298,8 @@ def _apply_run_tasks(conn: sa.Connection, old: list[Mapping], new: list[Mapping]
             continue
         rows.append(dict(row, run_id=key[0], task_key=key[1],
                          endings={e: n for e, n in sorted(endings.items()) if n}, by_ending=_nest(nested),
-                         mean_reward=_ratio(s0, row["scored"]), mean_reward_no_errors=_ratio(s1, row["scored_no_errors"]),
+                         mean_reward=_ratio(s0, row["scored"]),
+                         mean_reward_no_errors=_ratio(s1, row["scored_no_errors"]),
                          sums={"errors_as_zero": str(s0), "errors_dropped": str(s1)}))
     if rows:
         ins = insert_for(conn, RT)

@@ -124,7 +124,9 @@ class RunPage(PageModel):
     checks: list[CheckRow]
     chat_template: bool  # a chat template is kept with the run's tokenizer (the template checks use it)
     notes: list[NoteView]  # notes on the run's training steps
-    live: bool = False  # a rollout arrived from a live source (spool, HTTP, OTLP) in the last LIVE_SECONDS: the page refreshes itself every 2 s
+    # a rollout arrived from a live source (spool, HTTP, OTLP) in the last LIVE_SECONDS: the page refreshes
+    # itself every 2 s
+    live: bool = False
     in_progress_step: int | None = None  # the newest step while live: more rollouts may still come
     version: str = ""  # changes when a rollout of the run is stored or replaced (live polling)
     # every other registered chart's URLs (app/views/chart.py), the run's recorded metadata, how
@@ -164,7 +166,8 @@ def run_summary(session: Session, run_id: str, *, json: bool = False) -> RunSumm
         run=RunHeader(id=run.id, name=run.name, type=run.type, tokenizer=run.tokenizer_sha256,
                       url=urls.run(run.id, json=json), rollouts_url=urls.rollouts(run.id, json=json)),
         endings=ENDINGS,
-        steps=[StepView(**s.__dict__, rates=s.rates(), url=urls.rollouts(run_id, json=json, step=s.step)) for s in steps],
+        steps=[StepView(**s.__dict__, rates=s.rates(), url=urls.rollouts(run_id, json=json, step=s.step))
+               for s in steps],
         totals=RunTotals(rollouts=sum(s.rollouts for s in steps),
                          endings={e: sum(s.endings.get(e, 0) for s in steps) for e in ENDINGS},
                          mean_reward=tot["mean_reward"], mean_reward_no_errors=tot["mean_reward_no_errors"],
@@ -187,7 +190,8 @@ def run_page(session: Session, run_id: str, *, json: bool = False, steps_range=N
                             mean_reward_no_errors=s.mean_reward_no_errors, scored=s.scored, excluded=s.excluded)
              for s in stats]
     shown = [s for s in steps if s.step is None or (
-        (steps_range.first is None or s.step >= steps_range.first) and (steps_range.last is None or s.step <= steps_range.last))]
+        (steps_range.first is None or s.step >= steps_range.first)
+        and (steps_range.last is None or s.step <= steps_range.last))]
     stepped = [s for s in shown if s.step is not None]
     shown_steps = {s.step for s in stepped}
     shown_stats = [s for s in stats if s.step is not None and s.step in shown_steps]  # the charts' rollups
@@ -254,9 +258,9 @@ def _version(stats) -> str:
 
 
 def _checks_table(run_id: str, stats, n_rollouts: int) -> list[CheckRow]:
-    """Every registered check with what it did in this run (see CheckRow), in registry order. From the step rollups' `checks`
-    (app.store.rollups.check_counts, kept at ingest): one row per step, whatever the number of
-    rollouts and findings."""
+    """Every registered check with what it did in this run (see CheckRow), in registry order. From
+    the step rollups' `checks` (app.store.rollups.check_counts, kept at ingest): one row per step,
+    whatever the number of rollouts and findings."""
     with_finding: dict[str, int] = {}
     undecided: dict[str, int] = {}
     reasons: dict[tuple[str, str, bool], int] = {}
@@ -329,7 +333,8 @@ def run_metadata(session: Session, run_id: str) -> dict:
         "name": run.name, "type": run.type, "created_at": iso(run.created_at),
         "extra": run.extra or {},
         "models": model_names, "sampling": sampling,
-        "tokenizer": {"name": tok.name, "kind": tok.kind, "n_vocab": tok.n_vocab, "sha256": tok.sha256} if tok else None,
+        "tokenizer": ({"name": tok.name, "kind": tok.kind, "n_vocab": tok.n_vocab, "sha256": tok.sha256}
+                      if tok else None),
         "sources": [{"source": k, "rollouts": n} for k, n in sources.most_common(20)],
         "first_ingest": min(firsts) if firsts else None, "last_ingest": max(lasts) if lasts else None,
     }

@@ -29,7 +29,8 @@ def mask_on_unsampled(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
             continue
         on = [k for k, m in enumerate(node.mask) if m]
         if on:
-            yield Hit(f"node {i} ({node.message.role}): loss mask 1 on {plural(len(on), 'token')} the policy did not sample",
+            yield Hit(f"node {i} ({node.message.role}): loss mask 1 on {plural(len(on), 'token')} "
+                      "the policy did not sample",
                       i, on[0], {"role": node.message.role, "positions": on[:500], "count": len(on)})
 
 
@@ -80,5 +81,6 @@ def terminal_env_tokenized(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
             seen.add(leaf)
             trained = sum(1 for m in node.mask if m)
             yield Hit(f"node {leaf} ({node.message.role}): the terminal environment message has "
-                      f"{plural(len(node.token_ids), 'token')} in the sequence" + (f", {trained} with loss mask 1" if trained else ""),
+                      f"{plural(len(node.token_ids), 'token')} in the sequence"
+                      + (f", {trained} with loss mask 1" if trained else ""),
                       leaf, 0, {"role": node.message.role, "tokens": len(node.token_ids), "trained": trained})

@@ -15,9 +15,11 @@ call with no output stays unanswered; token fields present but empty mean "not r
 `output_text.logprobs` become tokens without ids). Group = `_ng_task_index`, index =
 `_ng_rollout_index`, attempt = `_ng_attempt_index` (only the latest attempt enters a group's
 baseline); `_rollscope` (Rollscope's writer) names the rollout (`rollout_id`) and restores what
-NeMo Gym has no place for (`patch`, applied last); ids and groups are scoped by `agent_ref.name` when present (`<agent>:task<t>-rollout<r>`,
-group `<agent>:<t>`), since one collection may mix environments whose task indices overlap. Every environment field (`terminated`, `resolved`, `info`, timings...) is kept in
-`extra`; the ending is decided by `_ending` (the table in docs/formats.md).
+NeMo Gym has no place for (`patch`, applied last); ids and groups are scoped by `agent_ref.name`
+when present (`<agent>:task<t>-rollout<r>`, group `<agent>:<t>`), since one collection may mix
+environments whose task indices overlap. Every environment field (`terminated`, `resolved`,
+`info`, timings...) is kept in `extra`; the ending is decided by `_ending` (the table in
+docs/formats.md).
 """
 from __future__ import annotations
 
@@ -103,7 +105,8 @@ def _rollout(d: dict, run_id: str, step: int | None, file: str, line: int | None
     for k, c in enumerate(calls):
         node = b.nodes[c.node]
         last = k == len(calls) - 1
-        finish = incomplete.get("reason") if (last and incomplete and isinstance(incomplete.get("reason"), str)) else None
+        finish = (incomplete.get("reason")
+                  if (last and incomplete and isinstance(incomplete.get("reason"), str)) else None)
         usage = None
         if c.tokens:
             prompt_len = sum(len(n.token_ids) for n in _path_nodes(b, c.node)) - len(node.token_ids)
@@ -120,7 +123,8 @@ def _rollout(d: dict, run_id: str, step: int | None, file: str, line: int | None
     scope = f"{agent}:" if isinstance(agent, str) and agent else ""  # one collection may mix environments
     kept = d["_rollscope"] if isinstance(d.get("_rollscope"), dict) else {}
     named = kept.get("rollout_id")
-    rid = (named if isinstance(named, str) and named else None) or _rollout_id(scope, task_index, rollout_index) or default_id
+    rid = ((named if isinstance(named, str) and named else None) or _rollout_id(scope, task_index, rollout_index)
+           or default_id)
     info: dict[str, Any] = {"format": NAME, "file": file, "line": line}
     if prefix:
         info["path"] = prefix

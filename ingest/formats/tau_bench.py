@@ -50,7 +50,8 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
         if isinstance(value, RecordError):
             yield value
         elif not _is_tau(value):
-            yield shape_error(source.name, line, prefix, value, "tau-bench record", (("task_id", "any"), ("traj", "array")))
+            yield shape_error(source.name, line, prefix, value, "tau-bench record",
+                              (("task_id", "any"), ("traj", "array")))
         else:
             yield guarded(source.name, line, prefix, lambda: _record(source, ctx, value, line, prefix))
 

@@ -42,7 +42,8 @@ def _independent(engine) -> dict:
             .group_by(R.c.run_id, R.c.step))}
         endings = {}
         for run_id, step, ending, n in conn.execute(
-                sa.select(R.c.run_id, R.c.step, R.c.ending, sa.func.count()).group_by(R.c.run_id, R.c.step, R.c.ending)):
+                sa.select(R.c.run_id, R.c.step, R.c.ending, sa.func.count())
+                .group_by(R.c.run_id, R.c.step, R.c.ending)):
             endings.setdefault((run_id, step), {})[ending] = n
         tasks = {(r.run_id, r.step, r.task_key): r for r in conn.execute(
             sa.select(R.c.run_id, R.c.step, R.c.task_key, sa.func.count().label("n"),
@@ -148,7 +149,8 @@ def _check_run_tasks(tasks: dict, run_tasks: dict) -> None:
 
 
 def _close(a, b) -> bool:
-    return (a is None and b is None) or (a is not None and b is not None and math.isclose(float(a), float(b), rel_tol=1e-12))
+    return (a is None and b is None) or (
+        a is not None and b is not None and math.isclose(float(a), float(b), rel_tol=1e-12))
 
 
 def _check(engine) -> None:

@@ -29,14 +29,23 @@ def read(path: Path) -> list[Rollout]:
 
 # (file, line) → (id, nodes, model calls, tool calls, tool results, sampled tokens, reward, ending, detail)
 HAND = {
-    ("anyterminal_agent_hermes.first2.jsonl", 0): ("anyterminal_hermes:task1-rollout0", 14, 7, 6, 6, 0, 1.0, Ending.submitted, "final assistant message"),
-    ("anyterminal_agent_hermes.first2.jsonl", 1): ("anyterminal_hermes:task0-rollout0", 28, 14, 13, 13, 0, 1.0, Ending.submitted, "final assistant message"),
-    ("competitive_coding_challenges.first2.jsonl", 0): ("simple_agent:task0-rollout1", 2, 1, 0, 0, 785, 0.0, Ending.submitted, "final assistant message"),
-    ("competitive_coding_challenges.first2.jsonl", 1): ("simple_agent:task0-rollout3", 2, 1, 0, 0, 959, 0.0, Ending.submitted, "final assistant message"),
-    ("example_multi_step.first1.jsonl", 0): ("example_multi_step.first1#0", 9, 4, 3, 3, 0, 1.0, Ending.submitted, "final assistant message"),
-    ("grl_sokoban.first2.jsonl", 0): ("grl_sokoban_gymnasium_agent:task0-rollout0", 22, 10, 0, 0, 0, 10.0, Ending.task_detected, "terminated=true"),
-    ("grl_sokoban.first2.jsonl", 1): ("grl_sokoban_gymnasium_agent:task2-rollout0", 43, 20, 0, 0, 0, -2.0000000000000004, Ending.truncated, "truncated=true"),
-    ("mini_swe_agent_2.first1.jsonl", 0): ("mini_swe_agent_2:task4-rollout0", 14, 5, 8, 7, 0, 1.0, Ending.unknown, "last item: function_call"),
+    ("anyterminal_agent_hermes.first2.jsonl", 0):
+        ("anyterminal_hermes:task1-rollout0", 14, 7, 6, 6, 0, 1.0, Ending.submitted, "final assistant message"),
+    ("anyterminal_agent_hermes.first2.jsonl", 1):
+        ("anyterminal_hermes:task0-rollout0", 28, 14, 13, 13, 0, 1.0, Ending.submitted, "final assistant message"),
+    ("competitive_coding_challenges.first2.jsonl", 0):
+        ("simple_agent:task0-rollout1", 2, 1, 0, 0, 785, 0.0, Ending.submitted, "final assistant message"),
+    ("competitive_coding_challenges.first2.jsonl", 1):
+        ("simple_agent:task0-rollout3", 2, 1, 0, 0, 959, 0.0, Ending.submitted, "final assistant message"),
+    ("example_multi_step.first1.jsonl", 0):
+        ("example_multi_step.first1#0", 9, 4, 3, 3, 0, 1.0, Ending.submitted, "final assistant message"),
+    ("grl_sokoban.first2.jsonl", 0):
+        ("grl_sokoban_gymnasium_agent:task0-rollout0", 22, 10, 0, 0, 0, 10.0, Ending.task_detected, "terminated=true"),
+    ("grl_sokoban.first2.jsonl", 1):
+        ("grl_sokoban_gymnasium_agent:task2-rollout0", 43, 20, 0, 0, 0, -2.0000000000000004, Ending.truncated,
+         "truncated=true"),
+    ("mini_swe_agent_2.first1.jsonl", 0):
+        ("mini_swe_agent_2:task4-rollout0", 14, 5, 8, 7, 0, 1.0, Ending.unknown, "last item: function_call"),
 }
 
 

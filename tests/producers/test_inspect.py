@@ -24,7 +24,8 @@ RS = str(Path(sys.executable).parent / "rollscope")
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory) -> dict[tuple[str, int], Path]:
     out = tmp_path_factory.mktemp("inspect-logs")
-    return {(fmt, epochs): write_logs(out / f"{fmt}-{epochs}", fmt, epochs) for fmt in ("eval", "json") for epochs in (1, 3)}
+    return {(fmt, epochs): write_logs(out / f"{fmt}-{epochs}", fmt, epochs)
+            for fmt in ("eval", "json") for epochs in (1, 3)}
 
 
 def ingest(path: Path, db_url: str) -> None:
@@ -39,7 +40,8 @@ def test_current_eval_members_are_zstandard(logs):
     path = logs[("eval", 1)]
     with zipfile.ZipFile(path) as z:
         assert {i.compress_type for i in z.infolist()} == {93}
-    plain = subprocess.run([sys.executable, "-c", "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).read('header.json')",
+    plain = subprocess.run([sys.executable, "-c",
+                            "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).read('header.json')",
                             str(path)], capture_output=True, text=True, timeout=60)
     if sys.version_info < (3, 14):
         assert plain.returncode != 0 and "compression method is not supported" in plain.stderr

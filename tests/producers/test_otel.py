@@ -160,7 +160,8 @@ def send_tool_turn_forms(tp: TracerProvider) -> None:
     # <= 1.27: the prompt and completion as OpenAI-style message lists
     with tracer.start_as_current_span("invoke_agent solver", attributes=root_attrs("otel-content-events-tool")):
         with tracer.start_as_current_span("chat " + MODEL, attributes=chat_attrs(finish="tool_calls")) as span:
-            span.add_event("gen_ai.content.prompt", {"gen_ai.prompt": json.dumps([{"role": "user", "content": TOOL_Q}])})
+            span.add_event("gen_ai.content.prompt",
+                           {"gen_ai.prompt": json.dumps([{"role": "user", "content": TOOL_Q}])})
             span.add_event("gen_ai.content.completion", {"gen_ai.completion": json.dumps(
                 [{"role": "assistant", "content": None, "tool_calls": [OAI_CALL]}])})
         with tracer.start_as_current_span("chat " + MODEL, attributes=chat_attrs()) as span:
@@ -232,7 +233,8 @@ def send_openinference(tp: TracerProvider, fake: FakeOpenAI) -> None:
                                                        "a": {"type": "integer"}, "b": {"type": "integer"}}}}}]
         tracer = tp.get_tracer("producers.openinference")
         with tracer.start_as_current_span("agent", attributes={
-                "openinference.span.kind": "AGENT", "rollscope.rollout_id": "otel-openinference", "rollscope.run": RUN}):
+                "openinference.span.kind": "AGENT", "rollscope.rollout_id": "otel-openinference",
+                "rollscope.run": RUN}):
             messages = [{"role": "user", "content": "[case:oi] What is 2 + 3?"}]
             first = client.chat.completions.create(model=MODEL, messages=messages, tools=tools)
             call = first.choices[0].message.tool_calls[0]
@@ -282,7 +284,8 @@ def wait_for(server, ids: set[str], timeout: float = 60) -> None:
             if ids <= have:
                 return
         time.sleep(0.5)
-    raise AssertionError(f"rollouts never stored: {sorted(ids - have)}; serve log:\n{server['log'].read_text()[-3000:]}")
+    raise AssertionError(f"rollouts never stored: {sorted(ids - have)}; "
+                         f"serve log:\n{server['log'].read_text()[-3000:]}")
 
 
 def rollout(server, rid: str) -> dict:

@@ -83,7 +83,8 @@ def _rollouts(client, run: str) -> dict[str, dict]:
 
 
 def _natural_group(t: dict, sizes: dict) -> tuple[str, int, int] | None:
-    return (f"{t['_log_id']}:{t['key']}", t["index"], sizes[(t["_log_id"], t["key"])]) if t["index"] is not None else None
+    return ((f"{t['_log_id']}:{t['key']}", t["index"], sizes[(t["_log_id"], t["key"])])
+            if t["index"] is not None else None)
 
 
 def _log_ids(db: Path) -> dict[str, str]:
@@ -316,7 +317,8 @@ def test_spans_generation_errors_and_endings(tmp_path):
 
     assert [(n.message.role, n.message.text()) for n in spans_only.nodes] == [
         ("user", "List the files."), ("assistant", "I will call ls."), ("tool", "PermissionError: /")]
-    assert [(c.id, c.name, c.arguments) for c in spans_only.nodes[1].message.tool_calls] == [("t1", "ls", '{"path": "/"}')]
+    assert [(c.id, c.name, c.arguments) for c in spans_only.nodes[1].message.tool_calls] == [
+        ("t1", "ls", '{"path": "/"}')]
     assert spans_only.nodes[2].message.tool_call_id == "t1"
     assert spans_only.calls[0].model == "m" and spans_only.calls[0].usage.output_tokens == 4
     assert spans_only.extra["trackio"]["spans"][0]["id"] == "s1"

@@ -261,7 +261,8 @@ def test_every_page_answers(vf_run, db):
     with client_for(db) as c:
         for ep in vf_run["episodes"]:
             for t in ep.traces:
-                for url in (f"/runs/{run}/rollouts/{quote(t.id, safe='')}", f"/runs/{run}/rollouts/{quote(t.id, safe='')}.json"):
+                for url in (f"/runs/{run}/rollouts/{quote(t.id, safe='')}",
+                            f"/runs/{run}/rollouts/{quote(t.id, safe='')}.json"):
                     r = c.get(url, headers={"accept": "text/html"})
                     assert r.status_code == 200, (url, r.text[:300])
         for url in (f"/runs/{run}", f"/runs/{run}/rollouts", f"/runs/{run}.json"):

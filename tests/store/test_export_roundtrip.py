@@ -144,7 +144,8 @@ def findings_of(engine, run: str) -> list[tuple]:
             "WHERE r.run_id = :r AND f.severity != 'skipped'"), {"r": run}).all())
 
 
-def test_otlp_export_through_the_cli_gives_back_nodes_tool_calls_and_tokens(engine, db_url, fresh, tmp_path, monkeypatch):
+def test_otlp_export_through_the_cli_gives_back_nodes_tool_calls_and_tokens(engine, db_url, fresh, tmp_path,
+                                                                            monkeypatch):
     """`rollscope export --format otlp` of real runs with no recorded calls (tau-bench, Atropos)
     and with tokens (Atropos, verifiers, Tunix): every node's message, parent and token arrays,
     every tool call and the findings come back; the spans a GenAI viewer reads are there."""
@@ -164,13 +165,15 @@ def test_otlp_export_through_the_cli_gives_back_nodes_tool_calls_and_tokens(engi
         for rid, b in before.items():
             a = after[rid]
             assert [n.to_json_dict() for n in a.nodes] == [n.to_json_dict() for n in b.nodes], (run, rid)
-            assert [(n.token_ids, n.mask, n.logprobs) for n in a.nodes] == [(n.token_ids, n.mask, n.logprobs) for n in b.nodes]
+            assert [(n.token_ids, n.mask, n.logprobs) for n in a.nodes] == [
+                (n.token_ids, n.mask, n.logprobs) for n in b.nodes]
             assert [c.to_json_dict() for c in a.calls] == [c.to_json_dict() for c in b.calls]
             assert (a.reward, a.ending, a.rewards) == (b.reward, b.ending, b.rewards)
         assert findings_of(fresh, run) == findings_of(engine, run), run
         spans = [sp for line in out.read_text().splitlines()
                  for rs in json.loads(line)["resourceSpans"] for ss in rs["scopeSpans"] for sp in ss["spans"]]
-        ops = {a["value"].get("stringValue") for sp in spans for a in sp["attributes"] if a["key"] == "gen_ai.operation.name"}
+        ops = {a["value"].get("stringValue") for sp in spans for a in sp["attributes"]
+               if a["key"] == "gen_ai.operation.name"}
         assert {"invoke_agent", "chat"} <= ops, run
     tau = {r.id: r for r in iter_rollouts(fresh, "tau", RolloutFilters())}["task0-trial0"]
     assert len(tau.nodes) == 32 and sum(len(n.message.tool_calls or []) for n in tau.nodes) == 8

@@ -36,5 +36,6 @@ class RsfakeConfig(vf.TasksetConfig):
 
 class RsfakeTaskset(vf.Taskset[RsfakeTask, RsfakeConfig]):
     def load(self) -> list[RsfakeTask]:
-        return [RsfakeTask(RsfakeData(case=c, prompt=f"[case:{c}] What is 2 + 3? Use the calculator, then reply with <answer>N</answer>."),
+        return [RsfakeTask(RsfakeData(case=c, prompt=f"[case:{c}] What is 2 + 3? Use the calculator, "
+                                                     "then reply with <answer>N</answer>."),
                            self.config.task) for c in self.config.cases]
