@@ -49,6 +49,7 @@ from ingest.ziparchive import UnsupportedCompression, read_member
 HEAD_BYTES = 1 << 16  # what is read to decide the format of a file
 PROBE_LINES = 50  # lines tried for a first good record when the first line is broken
 BOM = b"\xef\xbb\xbf"
+CUT_STREAM = b"<the compressed stream ends here>"  # yielded (by identity) where a gzip file is cut short
 ZIP_MAGIC = b"PK\x03\x04"
 GZIP_MAGIC = b"\x1f\x8b"
 PARQUET_MAGIC = b"PAR1"
@@ -86,6 +87,7 @@ class Source:
     # where the bytes are when not at `path`: a spool file renamed since it was first seen keeps
     # its first name as `path` (what its records are known by) and is read from here (`read_as`)
     file: Path | None = None
+    stream_error: str | None = None  # why a gzip stream ended early (its cut is one rejected line)
 
     @property
     def disk(self) -> Path:
@@ -139,12 +141,20 @@ class Source:
         return _open_bytes(self.path, data, member=name)
 
     def _binary_lines(self) -> Iterator[tuple[int, bytes]]:
+        lineno = self.line_base
         with self._open() as f:
-            for lineno, raw in enumerate(f, start=1 + self.line_base):
-                if lineno == 1 and raw.startswith(BOM):
-                    raw = raw[len(BOM):]
-                self.position += len(raw)
-                yield lineno, raw
+            try:
+                for lineno, raw in enumerate(f, start=1 + self.line_base):
+                    if lineno == 1 and raw.startswith(BOM):
+                        raw = raw[len(BOM):]
+                    self.position += len(raw)
+                    yield lineno, raw
+            except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+                # A gzip file cut short (a writer stopped mid-stream): the lines before the cut are
+                # records like any other; the cut is one rejected line, never the whole file.
+                self.stream_error = (f"the gzip stream ends early after line {lineno} ({type(exc).__name__}: "
+                                     f"{exc}): what followed is lost")
+                yield lineno + 1, CUT_STREAM
 
     def lines(self) -> Iterator[tuple[int, Any]]:
         """JSONL: (line number, parsed value or RecordError) for each non-empty line."""
@@ -162,7 +172,10 @@ class Source:
             yield lineno, raw
 
     def parse_line(self, lineno: int, raw: bytes) -> Any:
-        """One JSONL line parsed, or a RecordError naming the line (torn or invalid JSON)."""
+        """One JSONL line parsed, or a RecordError naming the line (torn or invalid JSON, or where a
+        gzip stream was cut short)."""
+        if raw is CUT_STREAM:
+            return RecordError(self.name, lineno, None, self.stream_error or "the gzip stream ends early")
         try:
             return loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
@@ -394,14 +407,31 @@ def _open_sqlite(path: Path, size: int) -> Source:
 def _open_gzip(path: Path, size: int) -> Source:
     """A gzip file: its content decides the kind, read through the decompressor."""
     try:
-        with gzip.open(path, "rb") as f:
-            head = f.read(HEAD_BYTES)
+        with path.open("rb") as f:  # the head through a decompressor that stops where the bytes do:
+            head = _gunzip_head(f, HEAD_BYTES)  # a stream cut short still shows what it holds
+        if not head and size > 20:  # a gzip header and trailer alone are 20 bytes
+            raise EOFError("the compressed stream ends before any content")
         with path.open("rb") as f:  # ISIZE: the uncompressed size mod 2^32, the last 4 bytes
             f.seek(max(size - 4, 0))
             isize = int.from_bytes(f.read(4), "little")
     except (OSError, EOFError, zlib.error) as exc:
         raise RecordError(str(path), None, None, f"broken gzip file: {exc}") from None
     return _open_head(path, head, max(isize, len(head)), None, None, gz=True)
+
+
+def _gunzip_head(f, limit: int) -> bytes:
+    """Up to `limit` decompressed bytes of a gzip file, across members; a stream cut short gives
+    what it holds (its cut is reported when the lines are read). Raises zlib.error when the
+    bytes are not gzip."""
+    out = bytearray()
+    d = zlib.decompressobj(wbits=31)
+    while len(out) < limit and (chunk := f.read(1 << 16)):
+        while chunk and len(out) < limit:
+            out += d.decompress(chunk, limit - len(out))
+            chunk = d.unconsumed_tail or (d.unused_data if d.eof else b"")
+            if d.eof:  # another member follows
+                d = zlib.decompressobj(wbits=31)
+    return bytes(out)
 
 
 def _open_zip(path: Path, size: int) -> Source:

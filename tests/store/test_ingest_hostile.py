@@ -221,3 +221,30 @@ def test_cli_shows_bidi_and_zero_width_characters_visibly(db_url, tmp_path, monk
     res = CliRunner().invoke(cli, ["ingest", "--run", "bidi\u202erun\u200b", str(path)])
     assert res.exit_code == 0, res.output
     assert "runs: bidi⟨U+202E⟩run⟨U+200B⟩" in res.stdout and "\u202e" not in res.output
+
+
+def test_a_gzip_file_cut_short_keeps_its_records_before_the_cut(engine, tmp_path):
+    """A `.jsonl.gz` whose writer stopped mid-stream: every line before the cut is stored, the cut
+    is one rejected line naming where the stream ended, and re-ingesting adds nothing (a plain
+    torn JSONL keeps its good lines the same way)."""
+    import gzip
+    import zlib
+
+    from tests.conftest import data_path
+
+    lines = data_path("realdata", "verifiers", "train_group.jsonl").read_bytes().splitlines(keepends=True)
+    whole = gzip.compress(b"".join(lines))
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(whole[: len(whole) * 3 // 4])
+    readable = zlib.decompressobj(wbits=31).decompress(cut.read_bytes())  # what the cut stream still holds
+    complete = readable.count(b"\n")
+    assert 0 < complete < len(lines)
+    report = ingest(engine, cut, run="cut")
+    assert report.total.inserted + report.total.replaced + report.total.unchanged >= 1
+    [err] = [e for e in report.errors if "gzip stream ends early" in e.message]
+    assert err.line == complete + 1 and err.file.endswith("cut.jsonl.gz")
+    with engine.connect() as conn:
+        n = conn.execute(sa.select(sa.func.count()).select_from(models.Rollout).where(models.Rollout.run_id == "cut")).scalar()
+    assert n == report.total.inserted > 0
+    again = ingest(engine, cut, run="cut")
+    assert again.total.inserted == 0 and again.total.replaced == 0
