@@ -112,7 +112,7 @@ def ingest(
                     roots={f: root for f, root, _ in files if root is not None},
                     names={f: name for f, _, name in files if str(f) != name}, **options))
     total, errors, skipped = report.total, report.errors, report.skipped
-    rows = [(f.path, f.format, f.result, f.note) for f in report.files]
+    rows = [(f.path, f.format, f.result, f.notes()) for f in report.files]
 
     table = Table(title="ingest summary", show_lines=False)
     for col in ("file", "format", "new", "replaced", "unchanged", "rejected", "findings"):

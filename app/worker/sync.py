@@ -34,6 +34,17 @@ class FileReport:
     result: StoreResult
     errors: list[RecordError] = field(default_factory=list)
     note: str | None = None  # what the reader said of a file it read on purpose without records (ReadContext.notes)
+    superseded: dict[str, int] = field(default_factory=dict)  # later file of the call → its records taken over
+
+    def notes(self) -> str | None:
+        """The reader's note and, when later files of the ingest took over some of this file's
+        records, how many and which (their counts are on those files' rows)."""
+        parts = [self.note] if self.note else []
+        if self.superseded:
+            n = sum(self.superseded.values())
+            parts.append(f"{n} record{'s' if n != 1 else ''} taken over by a later file: "
+                         + ", ".join(Path(f).name for f in self.superseded))
+        return "; ".join(parts) or None
 
 
 @dataclass
@@ -103,6 +114,7 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
     batch waits for an unreachable database (`ROLLSCOPE_DB__RETRY_SECONDS`).
     """
     report = IngestReport()
+    owner: dict = {}  # identity → (FileReport, count it is in, findings) of the file whose record is stored
     files = list(_files(paths, roots or {}))
     order = {str((names or {}).get(path) or path): k for k, (path, _, _) in enumerate(files)}
     ctx = replace(ctx, files=frozenset(path.resolve() for path, _, _ in files))
@@ -144,8 +156,9 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
             _reject_file(engine, report, err, file_ctx)
             continue
         file_errors += result.errors
-        report.files.append(FileReport(source.name, reader.NAME, result, file_errors,
-                                       file_ctx.notes.pop(source.name, None)))
+        row = FileReport(source.name, reader.NAME, result, file_errors, file_ctx.notes.pop(source.name, None))
+        _credit(report, owner, row)
+        report.files.append(row)
         report.errors += file_errors
         report.total.add(result)
     if tokenizer_key:
@@ -153,6 +166,34 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
             for run_id in report.total.runs:
                 ensure_run(conn, run_id, tokenizer_sha256=tokenizer_key)
     return report
+
+
+def _credit(report: IngestReport, owner: dict, row: FileReport) -> None:
+    """Each row counts the records that are stored as that file's. A record a later file of the
+    same ingest supersedes (the same rollout id, other content: the later file wins,
+    app/store/write.py `decide`) counts on the later file's row, as what it is to the store
+    (new when the earlier file's copy was new in this ingest, else replaced), with the later
+    copy's findings; the earlier row loses it and says so (`FileReport.superseded`). Called
+    before `row`'s result is added to `report.total`."""
+    res = row.result
+    for identity, outcome in res.outcomes.items():
+        decision, findings = res.written.get(identity, (None, 0))
+        if decision != "superseded":
+            if outcome in ("inserted", "replaced", "unchanged"):
+                owner[identity] = (row, outcome, findings)
+            continue
+        kind = "replaced"
+        prev = owner.get(identity)
+        if prev is not None and prev[0] is not row:
+            before, counted, found = prev
+            setattr(before.result, counted, getattr(before.result, counted) - 1)
+            setattr(report.total, counted, getattr(report.total, counted) - 1)
+            before.result.findings -= found
+            report.total.findings -= found
+            before.superseded[row.path] = before.superseded.get(row.path, 0) + 1
+            kind = "inserted" if counted == "inserted" else "replaced"
+        setattr(res, kind, getattr(res, kind) + 1)
+        owner[identity] = (row, kind, findings)
 
 
 def _files(paths: list[Path], roots: dict[Path, Path]):
