@@ -175,19 +175,21 @@ def decide(p: Prepared, old: Stored | None, *, force: bool = False, order: Inges
 # --- the batch path ---------------------------------------------------------------------------
 
 def _ensure_runs(conn: sa.Connection, batch: list[Prepared], known: set[str]) -> None:
-    """Insert-or-ignore every run the batch names that this store call has not yet seen. A run's
-    type does not depend on the order its files are read: it is `train` as soon as any of its
-    rollouts says train (prime-rl's `step_N/train/` beside `step_N/eval/`), `eval` only while all
-    of them say eval."""
-    runs = {p.run["id"]: p.run for p in batch if p.run["id"] not in known}
+    """Insert every run the batch names that this store call has not yet seen, in one statement.
+    A run's type does not depend on the order its files are read: it is `train` as soon as any of
+    its rollouts says train (prime-rl's `step_N/train/` beside `step_N/eval/`), `eval` only while
+    all of them say eval; so a stored `eval` run becomes `train` when a train rollout of it comes."""
+    runs = {p.run["id"]: dict(p.run) for p in batch if p.run["id"] not in known}
+    for p in batch:
+        if p.run["id"] in runs and p.run["type"] == "train":
+            runs[p.run["id"]]["type"] = "train"
     if runs:
         now = models.utcnow()
-        conn.execute(_insert(conn, models.Run.__table__).on_conflict_do_nothing(index_elements=["id"]),
-                     [dict(run, tokenizer_sha256=None, created_at=now) for run in runs.values()])
-    train = sorted({p.run["id"] for p in batch if p.run["type"] == "train"})
-    if train:
         t = models.Run.__table__
-        conn.execute(t.update().where(t.c.id.in_(train), t.c.type != "train").values(type="train"))
+        ins = _insert(conn, t)
+        conn.execute(ins.on_conflict_do_update(index_elements=["id"], set_={"type": ins.excluded.type},
+                                               where=sa.and_(ins.excluded.type == "train", t.c.type != "train")),
+                     [dict(runs[r], tokenizer_sha256=None, created_at=now) for r in sorted(runs)])  # one lock order
 
 
 def _existing(conn: sa.Connection, batch: list[Prepared]) -> dict[Identity, Stored]:
