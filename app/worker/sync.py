@@ -21,7 +21,7 @@ from app.store.quarantine import IngestContext, quarantine_many
 from app.store.write import BATCH, IngestOrder, StoreResult, ensure_run, store, store_tokenizer
 from ingest.checks import CheckContext
 from ingest.errors import RecordError
-from ingest.files import TRACE_SUFFIXES, read_records, walk
+from ingest.files import TRACE_SUFFIXES, Renderings, RenderingWatch, read_records, walk
 from ingest.formats import registry
 from ingest.formats.base import ReadContext
 from ingest.source import Source, open_source, read_as
@@ -35,11 +35,15 @@ class FileReport:
     errors: list[RecordError] = field(default_factory=list)
     note: str | None = None  # what the reader said of a file it read on purpose without records (ReadContext.notes)
     superseded: dict[str, int] = field(default_factory=dict)  # later file of the call → its records taken over
+    renders: int = 0  # other files of the ingest holding the same episodes in other renderings (IngestReport.renderings)
 
     def notes(self) -> str | None:
         """The reader's note and, when later files of the ingest took over some of this file's
         records, how many and which (their counts are on those files' rows)."""
         parts = [self.note] if self.note else []
+        if self.renders:
+            parts.append(f"the same episodes as {self.renders} other file{'s' if self.renders != 1 else ''} "
+                         "in other renderings: see the warning")
         if self.superseded:
             n = sum(self.superseded.values())
             parts.append(f"{n} record{'s' if n != 1 else ''} taken over by a later file: "
@@ -53,6 +57,8 @@ class IngestReport:
     errors: list[RecordError] = field(default_factory=list)  # every rejection, all files
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why): found by walking, not a trace
     total: StoreResult = field(default_factory=StoreResult)
+    # files holding the same episodes in several renderings (ingest.files.RenderingWatch): stored once per file
+    renderings: list[Renderings] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -64,6 +70,7 @@ class IngestReport:
         self.errors += other.errors
         self.skipped += other.skipped
         self.total.add(other.total)
+        self.renderings += other.renderings
 
 
 def register_tokenizer(engine: Engine, path: Path, added: dict[int, str] | None = None) -> str:
@@ -112,8 +119,14 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
     path → its first name), read where they are and named as before. A file read record by
     record clears the whole-file entry an earlier rejection of it left. `retry_seconds`: how long a
     batch waits for an unreachable database (`ROLLSCOPE_DB__RETRY_SECONDS`).
+
+    Files that hold the same episodes in several renderings (Tunix's four collect modes) are all
+    stored, each a rollout of its own, and listed in `IngestReport.renderings`
+    (`ingest.files.RenderingWatch`); their rows say so. A record a later file takes over counts on
+    that file's row (`_credit`).
     """
     report = IngestReport()
+    watch = RenderingWatch()
     owner: dict = {}  # identity → (FileReport, count it is in, findings) of the file whose record is stored
     files = list(_files(paths, roots or {}))
     order = {str((names or {}).get(path) or path): k for k, (path, _, _) in enumerate(files)}
@@ -141,8 +154,12 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
             on_file(path, source)
         file_errors: list[RecordError] = []
         started = models.utcnow()
+        items = read_records(reader, source, file_ctx, file_errors)
+        key_of = getattr(reader, "episode_key", None)
+        if key_of is not None:
+            items = watch.watch(items, source.name, reader.NAME, key_of, source.kind)
         try:
-            result = store(engine, read_records(reader, source, file_ctx, file_errors), on_item=on_item,
+            result = store(engine, items, on_item=on_item,
                            batch_size=batch_size, context=check_context, quarantine_context=_context(file_ctx),
                            retry_seconds=retry_seconds, whole_file=(source.name, started),
                            order=IngestOrder(order, k))
@@ -161,6 +178,12 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
         report.files.append(row)
         report.errors += file_errors
         report.total.add(result)
+    report.renderings = watch.found()
+    rows = {f.path: f for f in report.files}
+    for found in report.renderings:
+        for name in found.files:
+            if name in rows:
+                rows[name].renders += len(found.files) - 1
     if tokenizer_key:
         with engine.begin() as conn:
             for run_id in report.total.runs:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -86,3 +87,41 @@ def test_the_run_type_does_not_follow_the_file_order(tmp_path):
     assert run_type(eng, "R") == "train"
     ingest_paths(eng, [ev], ReadContext(run_id="R"))
     assert run_type(eng, "R") == "train"
+
+
+TUNIX = FIXTURES / "realdata" / "tunix" / "v0.1.7"
+MODES = ("Trajectory", "Steps", "Token", "Conversation")
+
+
+def test_renderings_of_the_same_episodes_are_named_with_their_count(tmp_path, monkeypatch):
+    """Tunix's collector renders one episode in four modes: a folder of them stores each episode
+    four times (each a rollout), and the ingest says which files and how many."""
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    for mode in MODES:
+        shutil.copy(TUNIX / f"submitted_gamma09_final_bonus.{mode}.json", folder)
+    shutil.copy(TUNIX / "single_turn.Token.json", folder)  # another episode, one rendering
+    report = ingest_paths(fresh(tmp_path, "t"), [folder], ReadContext())
+    assert report.total.inserted == 5
+    [found] = report.renderings
+    assert (found.episodes, found.rollouts, found.modes) == (1, 4, tuple(sorted(MODES)))
+    assert sorted(Path(f).name for f in found.files) == sorted(f"submitted_gamma09_final_bonus.{m}.json" for m in MODES)
+    renders = {Path(f.path).name: f.renders for f in report.files}
+    assert renders.pop("single_turn.Token.json") == 0 and set(renders.values()) == {3}
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", f"sqlite:///{tmp_path / 'cli.db'}")
+    out = CliRunner().invoke(cli, ["ingest", str(folder)])
+    assert out.exit_code == 0, out.output
+    flat = " ".join(out.output.split())
+    assert "4 tunix files of run dumps hold the same 1 episode in 4 renderings" in flat
+    assert "4 rollouts stored" in flat and "submitted_gamma09_final_bonus.Steps.json" in flat
+
+
+def test_the_orchestrator_and_its_learner_log(tmp_path):
+    """The orchestrator's Token and Trajectory batches and the GRPO learner's CSV log of the same
+    six episodes: three renderings; one mode alone is none."""
+    files = [TUNIX / "orchestrator_group.Token.json", TUNIX / "orchestrator_group.Trajectory.json",
+             TUNIX / "trajectory_log_orchestrator_group.csv"]
+    [found] = ingest_paths(fresh(tmp_path, "o"), files, ReadContext(run_id="R")).renderings
+    assert (found.episodes, found.rollouts) == (6, 18)
+    tokens = [TUNIX / f"{case}.Token.json" for case in ("submitted", "submitted_no_rollout_prompt_or_logprobs")]
+    assert ingest_paths(fresh(tmp_path, "one"), tokens, ReadContext(run_id="R")).renderings == []
