@@ -35,7 +35,7 @@ class FileReport:
     errors: list[RecordError] = field(default_factory=list)
     note: str | None = None  # what the reader said of a file it read on purpose without records (ReadContext.notes)
     superseded: dict[str, int] = field(default_factory=dict)  # later file of the call → its records taken over
-    renders: int = 0  # other files of the ingest holding the same episodes in other renderings (IngestReport.renderings)
+    renders: int = 0  # other files of the ingest with the same episodes in other renderings (IngestReport.renderings)
 
     def notes(self) -> str | None:
         """The reader's note and, when later files of the ingest took over some of this file's

@@ -19,7 +19,8 @@ from tests.conftest import FIXTURES
 
 VF = FIXTURES / "realdata" / "verifiers"
 # the same four trace ids with other content (advantages filled in), and an unrelated file
-PLAIN, WITH_ADV, OTHER = VF / "train_group.jsonl", VF / "train_group_with_advantages.jsonl", VF / "train_max_turns.jsonl"
+PLAIN, WITH_ADV = VF / "train_group.jsonl", VF / "train_group_with_advantages.jsonl"
+OTHER = VF / "train_max_turns.jsonl"
 
 
 def fresh(tmp_path: Path, name: str):
