@@ -59,6 +59,18 @@ def test_each_row_counts_what_its_file_stored(tmp_path):
     assert again[WITH_ADV.name][:2] == (0, 0) and again[WITH_ADV.name][2] == 4
 
 
+def test_a_stored_record_taken_over_is_replaced_on_the_later_row(tmp_path):
+    """The earlier file was ingested before: its records read unchanged, then the later file of the
+    same ingest replaces them; the counts are the later row's, as ingesting it next on its own gives."""
+    eng = fresh(tmp_path, "before")
+    ingest_paths(eng, [PLAIN], ReadContext(run_id="R"))
+    got = rows(ingest_paths(eng, [PLAIN, WITH_ADV], ReadContext(run_id="R")))
+    seq = fresh(tmp_path, "seq")
+    ingest_paths(seq, [PLAIN], ReadContext(run_id="R"))
+    assert got[WITH_ADV.name] == rows(ingest_paths(seq, [WITH_ADV], ReadContext(run_id="R")))[WITH_ADV.name]
+    assert got[WITH_ADV.name][:3] == (0, 4, 0) and got[PLAIN.name] == (0, 0, 0, 0, 0)
+
+
 def test_the_cli_rows(tmp_path, monkeypatch):
     monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", f"sqlite:///{tmp_path / 'cli.db'}")
     out = CliRunner().invoke(cli, ["ingest", "--run", "R", str(PLAIN), str(WITH_ADV)], terminal_width=300)
