@@ -4,7 +4,10 @@ The service (`app/worker/sync.py`) stores what this yields; a notebook can use i
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+import hashlib
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ingest.endings import normalise
@@ -49,3 +52,83 @@ def read_records(reader: Reader, source: Source, ctx: ReadContext,
                                    f"cannot normalise the ending of rollout {item.id!r}: {type(exc).__name__}: {exc}")
                 errors.append(item)
         yield item
+
+
+@dataclass(frozen=True)
+class Renderings:
+    """Files of one ingest that hold the same episodes in several renderings: `rollouts` stored
+    for `episodes` episodes, across `files` (names, in reading order) in `modes`."""
+
+    format: str
+    run: str
+    files: tuple[str, ...]
+    modes: tuple[str, ...]
+    episodes: int
+    rollouts: int
+
+    def message(self) -> str:
+        folders = {str(Path(f).parent) for f in self.files}
+        names = ", ".join(Path(f).name for f in self.files) if len(folders) == 1 else ", ".join(self.files)
+        where = f" in {folders.pop()}" if len(folders) == 1 else ""
+        return (f"{len(self.files)} {self.format} files of run {self.run} hold the same {self.episodes} "
+                f"episode{'s' if self.episodes != 1 else ''} in {len(self.modes)} renderings "
+                f"({', '.join(self.modes)}): {self.rollouts} rollouts stored, each episode once per rendering "
+                f"({names}{where}); ingest one rendering of each episode")
+
+
+@dataclass
+class RenderingWatch:
+    """Finds renderings of the same episodes among the files of one ingest.
+
+    A reader whose tool writes one episode in several renderings records the rendering in
+    `rollout.source["mode"]` and has `episode_key(rollout) -> str | None`, the same for every
+    rendering of one episode (Tunix: `collect(mode)`'s Trajectory, Steps, Token and Conversation
+    modes, keyed by the assistant messages' text). Within one format and run, rollouts of
+    different files and different modes with one key are renderings of one episode. Two files in
+    the same mode are never taken for renderings of each other (two episodes may sample the same
+    text): a key's episodes are the most rollouts one rendering gives it."""
+
+    seen: dict[tuple[str, str, str], list[tuple[str, str]]] = field(default_factory=lambda: defaultdict(list))
+    order: dict[str, int] = field(default_factory=dict)
+
+    def watch(self, items: Iterable, file: str, format: str,  # noqa: A002
+              key_of: Callable[[Rollout], str | None], kind: str = "json") -> Iterator:
+        """`items`, unchanged, noting each rollout's key and rendering on the way: its mode, and the
+        file's kind when not JSON (Tunix's GRPO learner logs Token-mode dicts as CSV rows: another
+        rendering of the orchestrator's episodes)."""
+        self.order.setdefault(file, len(self.order))
+        for item in items:
+            if isinstance(item, Rollout):
+                mode = item.source.get("mode") if isinstance(item.source, dict) else None
+                try:
+                    key = key_of(item) if mode else None
+                except Exception:  # noqa: BLE001 - a warning must never cost a record
+                    key = None
+                if key:
+                    label = str(mode) if kind == "json" else f"{mode} ({kind})"
+                    self.seen[(format, item.run.id, key)].append((file, label))
+            yield item
+
+    def found(self) -> list[Renderings]:
+        """One entry per set of files that share episodes, in reading order."""
+        groups: dict[tuple[str, str, frozenset[str]], list] = {}
+        for (fmt, run, _), entries in self.seen.items():
+            files = {f for f, _ in entries}
+            per_mode = Counter(m for _, m in entries)
+            if len(files) < 2 or len(per_mode) < 2:
+                continue
+            g = groups.setdefault((fmt, run, frozenset(files)), [set(), 0, 0])
+            g[0] |= set(per_mode)
+            g[1] += max(per_mode.values())
+            g[2] += len(entries)
+        return [Renderings(fmt, run, tuple(sorted(files, key=lambda f: self.order.get(f, 0))), tuple(sorted(modes)),
+                           episodes, rollouts)
+                for (fmt, run, files), (modes, episodes, rollouts) in groups.items()]
+
+
+def text_key(texts: Iterable[str | None]) -> str | None:
+    """A key of a sequence of texts (sha256 of them, stripped, in order); None when all are empty."""
+    parts = [t.strip() if isinstance(t, str) else "" for t in texts]
+    if not any(parts):
+        return None
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()

@@ -112,7 +112,7 @@ def ingest(
                     roots={f: root for f, root, _ in files if root is not None},
                     names={f: name for f, _, name in files if str(f) != name}, **options))
     total, errors, skipped = report.total, report.errors, report.skipped
-    rows = [(f.path, f.format, f.result, f.note) for f in report.files]
+    rows = [(f.path, f.format, f.result, f.notes()) for f in report.files]
 
     table = Table(title="ingest summary", show_lines=False)
     for col in ("file", "format", "new", "replaced", "unchanged", "rejected", "findings"):
@@ -142,6 +142,14 @@ def ingest(
     if len(errors) > len(shown):
         console.print(Text(f"... and {len(errors) - len(shown)} more rejected records (--verbose lists them; "
                            "the dashboard's /quarantine page has them all)"), soft_wrap=True)
+    found = report.renderings if verbose else report.renderings[:5]
+    for dup in found:  # the same episodes stored once per rendering: named, with the count
+        console.print(Text.assemble(("warning ", "yellow"), dup.message()), soft_wrap=True)
+    if len(report.renderings) > len(found):
+        extra = sum(d.rollouts - d.episodes for d in report.renderings)
+        console.print(Text.assemble(("warning ", "yellow"), f"... {len(report.renderings) - len(found)} more sets of "
+                                    f"files hold the same episodes in several renderings ({extra} extra rollouts "
+                                    "in all; --verbose lists them)"), soft_wrap=True)
     if total.repeated:
         console.print(Text.assemble(("warning ", "yellow"), f"{total.repeated} records repeated a rollout id already "
                                     "read in this ingest (the later one wins)"), soft_wrap=True)

@@ -63,6 +63,9 @@ class StoreResult:
     errors: list[RecordError] = field(default_factory=list)  # records the database refused
     replaced_ids: list[Identity] = field(default_factory=list)  # (run, rollout id, attempt) replaced
     outcomes: dict[Identity, str] = field(default_factory=dict)  # inserted | replaced | unchanged | rejected
+    # what each rollout written decided ("new" | "replaced" | "superseded", `decide`) and its findings: how
+    # the ingest summary moves a record's count to the later file of the call that took it over
+    written: dict[Identity, tuple[str, int]] = field(default_factory=dict)
     cleared: int = 0  # quarantined records cleared because the record now landed
     batches: int = 0  # transactions that wrote a batch
     fallbacks: int = 0  # batches written again one rollout per savepoint
@@ -79,6 +82,7 @@ class StoreResult:
         self.groups |= other.groups
         self.replaced_ids += other.replaced_ids
         self.outcomes.update(other.outcomes)
+        self.written.update(other.written)
         self.batches += other.batches
         self.cleared += other.cleared
         self.fallbacks += other.fallbacks
@@ -171,12 +175,21 @@ def decide(p: Prepared, old: Stored | None, *, force: bool = False, order: Inges
 # --- the batch path ---------------------------------------------------------------------------
 
 def _ensure_runs(conn: sa.Connection, batch: list[Prepared], known: set[str]) -> None:
-    """Insert-or-ignore every run the batch names that this store call has not yet seen."""
-    runs = {p.run["id"]: p.run for p in batch if p.run["id"] not in known}
+    """Insert every run the batch names that this store call has not yet seen, in one statement.
+    A run's type does not depend on the order its files are read: it is `train` as soon as any of
+    its rollouts says train (prime-rl's `step_N/train/` beside `step_N/eval/`), `eval` only while
+    all of them say eval; so a stored `eval` run becomes `train` when a train rollout of it comes."""
+    runs = {p.run["id"]: dict(p.run) for p in batch if p.run["id"] not in known}
+    for p in batch:
+        if p.run["id"] in runs and p.run["type"] == "train":
+            runs[p.run["id"]]["type"] = "train"
     if runs:
         now = models.utcnow()
-        conn.execute(_insert(conn, models.Run.__table__).on_conflict_do_nothing(index_elements=["id"]),
-                     [dict(run, tokenizer_sha256=None, created_at=now) for run in runs.values()])
+        t = models.Run.__table__
+        ins = _insert(conn, t)
+        conn.execute(ins.on_conflict_do_update(index_elements=["id"], set_={"type": ins.excluded.type},
+                                               where=sa.and_(ins.excluded.type == "train", t.c.type != "train")),
+                     [dict(runs[r], tokenizer_sha256=None, created_at=now) for r in sorted(runs)])  # one lock order
 
 
 def _existing(conn: sa.Connection, batch: list[Prepared]) -> dict[Identity, Stored]:
@@ -258,6 +271,7 @@ def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordE
                 res.repeated += 1
             elif decision == "replaced":
                 res.replaced_ids.append(p.identity)
+            res.written[p.identity] = (decision, p.n_findings)
             todo.append(p)
         written = _insert_rows(conn, todo, _delete(conn, replaced))
         inserted, deleted = written.inserted, written.deleted

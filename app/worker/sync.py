@@ -21,7 +21,7 @@ from app.store.quarantine import IngestContext, quarantine_many
 from app.store.write import BATCH, IngestOrder, StoreResult, ensure_run, store, store_tokenizer
 from ingest.checks import CheckContext
 from ingest.errors import RecordError
-from ingest.files import TRACE_SUFFIXES, read_records, walk
+from ingest.files import TRACE_SUFFIXES, Renderings, RenderingWatch, read_records, walk
 from ingest.formats import registry
 from ingest.formats.base import ReadContext
 from ingest.source import Source, open_source, read_as
@@ -34,6 +34,21 @@ class FileReport:
     result: StoreResult
     errors: list[RecordError] = field(default_factory=list)
     note: str | None = None  # what the reader said of a file it read on purpose without records (ReadContext.notes)
+    superseded: dict[str, int] = field(default_factory=dict)  # later file of the call → its records taken over
+    renders: int = 0  # other files of the ingest with the same episodes in other renderings (IngestReport.renderings)
+
+    def notes(self) -> str | None:
+        """The reader's note and, when later files of the ingest took over some of this file's
+        records, how many and which (their counts are on those files' rows)."""
+        parts = [self.note] if self.note else []
+        if self.renders:
+            parts.append(f"the same episodes as {self.renders} other file{'s' if self.renders != 1 else ''} "
+                         "in other renderings: see the warning")
+        if self.superseded:
+            n = sum(self.superseded.values())
+            parts.append(f"{n} record{'s' if n != 1 else ''} taken over by a later file: "
+                         + ", ".join(Path(f).name for f in self.superseded))
+        return "; ".join(parts) or None
 
 
 @dataclass
@@ -42,6 +57,8 @@ class IngestReport:
     errors: list[RecordError] = field(default_factory=list)  # every rejection, all files
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why): found by walking, not a trace
     total: StoreResult = field(default_factory=StoreResult)
+    # files holding the same episodes in several renderings (ingest.files.RenderingWatch): stored once per file
+    renderings: list[Renderings] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -53,6 +70,7 @@ class IngestReport:
         self.errors += other.errors
         self.skipped += other.skipped
         self.total.add(other.total)
+        self.renderings += other.renderings
 
 
 def register_tokenizer(engine: Engine, path: Path, added: dict[int, str] | None = None) -> str:
@@ -101,8 +119,15 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
     path → its first name), read where they are and named as before. A file read record by
     record clears the whole-file entry an earlier rejection of it left. `retry_seconds`: how long a
     batch waits for an unreachable database (`ROLLSCOPE_DB__RETRY_SECONDS`).
+
+    Files that hold the same episodes in several renderings (Tunix's four collect modes) are all
+    stored, each a rollout of its own, and listed in `IngestReport.renderings`
+    (`ingest.files.RenderingWatch`); their rows say so. A record a later file takes over counts on
+    that file's row (`_credit`).
     """
     report = IngestReport()
+    watch = RenderingWatch()
+    owner: dict = {}  # identity → (FileReport, count it is in, findings) of the file whose record is stored
     files = list(_files(paths, roots or {}))
     order = {str((names or {}).get(path) or path): k for k, (path, _, _) in enumerate(files)}
     ctx = replace(ctx, files=frozenset(path.resolve() for path, _, _ in files))
@@ -129,8 +154,12 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
             on_file(path, source)
         file_errors: list[RecordError] = []
         started = models.utcnow()
+        items = read_records(reader, source, file_ctx, file_errors)
+        key_of = getattr(reader, "episode_key", None)
+        if key_of is not None:
+            items = watch.watch(items, source.name, reader.NAME, key_of, source.kind)
         try:
-            result = store(engine, read_records(reader, source, file_ctx, file_errors), on_item=on_item,
+            result = store(engine, items, on_item=on_item,
                            batch_size=batch_size, context=check_context, quarantine_context=_context(file_ctx),
                            retry_seconds=retry_seconds, whole_file=(source.name, started),
                            order=IngestOrder(order, k))
@@ -144,15 +173,50 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
             _reject_file(engine, report, err, file_ctx)
             continue
         file_errors += result.errors
-        report.files.append(FileReport(source.name, reader.NAME, result, file_errors,
-                                       file_ctx.notes.pop(source.name, None)))
+        row = FileReport(source.name, reader.NAME, result, file_errors, file_ctx.notes.pop(source.name, None))
+        _credit(report, owner, row)
+        report.files.append(row)
         report.errors += file_errors
         report.total.add(result)
+    report.renderings = watch.found()
+    rows = {f.path: f for f in report.files}
+    for found in report.renderings:
+        for name in found.files:
+            if name in rows:
+                rows[name].renders += len(found.files) - 1
     if tokenizer_key:
         with engine.begin() as conn:
             for run_id in report.total.runs:
                 ensure_run(conn, run_id, tokenizer_sha256=tokenizer_key)
     return report
+
+
+def _credit(report: IngestReport, owner: dict, row: FileReport) -> None:
+    """Each row counts the records that are stored as that file's. A record a later file of the
+    same ingest supersedes (the same rollout id, other content: the later file wins,
+    app/store/write.py `decide`) counts on the later file's row, as what it is to the store
+    (new when the earlier file's copy was new in this ingest, else replaced), with the later
+    copy's findings; the earlier row loses it and says so (`FileReport.superseded`). Called
+    before `row`'s result is added to `report.total`."""
+    res = row.result
+    for identity, outcome in res.outcomes.items():
+        decision, findings = res.written.get(identity, (None, 0))
+        if decision != "superseded":
+            if outcome in ("inserted", "replaced", "unchanged"):
+                owner[identity] = (row, outcome, findings)
+            continue
+        kind = "replaced"
+        prev = owner.get(identity)
+        if prev is not None and prev[0] is not row:
+            before, counted, found = prev
+            setattr(before.result, counted, getattr(before.result, counted) - 1)
+            setattr(report.total, counted, getattr(report.total, counted) - 1)
+            before.result.findings -= found
+            report.total.findings -= found
+            before.superseded[row.path] = before.superseded.get(row.path, 0) + 1
+            kind = "inserted" if counted == "inserted" else "replaced"
+        setattr(res, kind, getattr(res, kind) + 1)
+        owner[identity] = (row, kind, findings)
 
 
 def _files(paths: list[Path], roots: dict[Path, Path]):

@@ -284,6 +284,20 @@ def _parse_csv_row(row: dict[str, str | None]) -> dict[str, Any]:
     return out
 
 
+# --- the same episode in several modes -----------------------------------------------------
+
+def episode_key(rollout: Rollout) -> str | None:
+    """The same for every rendering of one episode (`ingest.files.RenderingWatch`): the text of its
+    assistant messages in order, which all four modes keep verbatim (Gemma's `<end_of_turn>`
+    included). Tool results are left out: the modes word them differently (`Tool returned result:
+    425` in a request's context, `425` in a terminal observation); task, reward and status too:
+    Steps and Conversation mode have none. The mode is `source.mode`."""
+    from ingest.files import text_key
+
+    return text_key(n.message.content if isinstance(n.message.content, str) else None
+                    for n in rollout.nodes if n.message.role == "assistant")
+
+
 # --- one record → one Rollout ---------------------------------------------------------------
 
 def _convert(shape: str, data: Any, where: _Where, group: GroupRef | None = None,

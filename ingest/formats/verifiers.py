@@ -19,7 +19,9 @@ metrics, stop_condition, errors, timing. Two conversions at the edge:
 
 Envelope: run = `episode.run` (`--run` wins), type train/eval; training step = `run.work.step`,
 else the `step_N` folder of the path; policy span = `run.work.policy`; group = `episode.group.id`
-(verifiers has no index within the group: left empty); episode = `{id, agent, trainable}`.
+(verifiers has no index within the group: left empty), else, with no group recorded (a `vf-eval
+-r N` run folder), the rollouts of one task by `task.hash` within the run and step (`task_group`,
+`source.group_from = "task.hash"`); episode = `{id, agent, trainable}`.
 An Episode without traces (a provider error before any agent ran) is still one rollout, ending
 `error`, reward missing (not 0).
 
@@ -181,21 +183,39 @@ def _envelope(source: Source, ctx: ReadContext, ep: dict, line: int | None, pref
         run_type = facts["split"]
     group = ep.get("group")
     gref = None
+    step = step if step is not None else ctx.step
+    info: dict[str, Any] = {"format": NAME, "file": source.name, "line": line}
     if group is not None:
         if not isinstance(group, dict):
             raise FieldError("group", "expected an object")
         gref = GroupRef(id=id_text(group.get("id"), "group.id", required=True))
-    info: dict[str, Any] = {"format": NAME, "file": source.name, "line": line}
+    else:
+        gref = task_group(ep.get("task"), step)
+        if gref is not None:
+            info["group_from"] = "task.hash"
     if prefix:
         info["path"] = prefix
     info.update({k: v for k, v in facts.items() if k in ("split", "subset")})
     return dict(
         run=RunRef(id=ctx.run_id or run_id or ctx.run_for(source), name=run_name, type=run_type or "train"),
-        step=step if step is not None else ctx.step,
+        step=step,
         policy=policy,
         group=gref,
         source=info,
     )
+
+
+def task_group(task: Any, step: int | None) -> GroupRef | None:
+    """The group of an Episode that names none: the rollouts of one task within the run and step.
+    `vf-eval -r N` samples each task N times ("the trainer's group size", verifiers
+    `configs/cli/eval.py`) and writes no `group`; verifiers' own planner (`utils/eval.py`
+    `plan_rollouts`) tells the episodes of a task apart by `task.hash`, the content hash of its data.
+    Id `task:<hash>`, `step<N>:task:<hash>` when the step is known (a group never spans steps);
+    no hash, no group."""
+    h = task.get("hash") if isinstance(task, dict) else None
+    if not isinstance(h, str) or not h:
+        return None
+    return GroupRef(id=f"task:{h}" if step is None else f"step{step}:task:{h}")
 
 
 def _errors(value: Any, path: str) -> list[Error]:
@@ -337,6 +357,10 @@ def _rollout(source: Source, ctx: ReadContext, ep: dict, trace: Any, k: int, lin
     if not isinstance(trace, dict):
         raise FieldError("", f"expected a trace object, got {type(trace).__name__}")
     env = _envelope(source, ctx, ep, line, prefix, facts)
+    if env["group"] is None and ep.get("group") is None:  # the episode's task has no hash: the trace's
+        env["group"] = task_group(trace.get("task"), env["step"])
+        if env["group"] is not None:
+            env["source"]["group_from"] = "task.hash"
     policy = env["policy"]
     pv = policy.end if policy is not None else None
     raw_nodes = trace.get("nodes")

@@ -71,6 +71,27 @@ def test_max_turns_last_call_has_no_result():
     assert r.ending.evidence.max_turns == 4
 
 
+def test_no_group_recorded_groups_by_task_hash(tmp_path):
+    """An eval run writes no `group`: the rollouts of one task (its `task.hash`) within the run and step
+    are one group (verifiers' planner tells a task's episodes apart by that hash); the step scopes it."""
+    rs = read(DATA / "train_group.jsonl")
+    hashes = {r.task.hash for r in rs}
+    assert len(rs) == 4 and len(hashes) == 1 and all(r.step is None for r in rs)
+    assert {r.group.id for r in rs} == {f"task:{hashes.pop()}"}
+    assert all(r.source["group_from"] == "task.hash" and r.group.index is None for r in rs)
+    stepped = read(DATA / "train_group.jsonl", ReadContext(step=3))
+    assert {r.group.id for r in stepped} == {f"step3:task:{rs[0].task.hash}"}
+    one = [read(DATA / f)[0] for f in ("train_multi_tool.jsonl", "train_max_turns.jsonl")]  # two tasks
+    assert one[0].group.id != one[1].group.id
+    recorded = read(DATA / "train_group_with_advantages.jsonl")  # a recorded group is kept as written
+    assert {r.group.id for r in recorded} == {"group-e38ebf9a16a1"} and "group_from" not in recorded[0].source
+    line = json.loads((DATA / "train_multi_tool.jsonl").read_text().splitlines()[0])
+    for t in [line, *line["traces"]]:
+        t["task"].pop("hash")
+    (tmp_path / "t.jsonl").write_text(json.dumps(line) + "\n")
+    assert read(tmp_path / "t.jsonl")[0].group is None  # no hash: no group
+
+
 def test_group_with_advantages_run_step_policy():
     rs = read(DATA / "train_group_with_advantages.jsonl")
     assert [r.total_reward() for r in rs] == [1.5, 0.5, 0.5, 0.5]

@@ -1,0 +1,140 @@
+"""The ingest summary's rows and the run's type do not depend on how files are batched or ordered
+(app/worker/sync.py `_credit`, app/store/write.py `_ensure_runs`), on the real verifiers files."""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import sqlalchemy as sa
+from typer.testing import CliRunner
+
+from app.cli import app as cli
+from app.db import models
+from app.db.engine import make_engine
+from app.db.migrate import upgrade
+from app.worker.sync import ingest_paths
+from ingest.formats.base import ReadContext
+from tests.conftest import FIXTURES
+
+VF = FIXTURES / "realdata" / "verifiers"
+# the same four trace ids with other content (advantages filled in), and an unrelated file
+PLAIN, WITH_ADV = VF / "train_group.jsonl", VF / "train_group_with_advantages.jsonl"
+OTHER = VF / "train_max_turns.jsonl"
+
+
+def fresh(tmp_path: Path, name: str):
+    eng = make_engine(f"sqlite:///{tmp_path / name}.db", writer=True)
+    upgrade(eng)
+    return eng
+
+
+def rows(report) -> dict[str, tuple]:
+    return {Path(f.path).name: (f.result.inserted, f.result.replaced, f.result.unchanged, f.result.rejected,
+                                f.result.findings) for f in report.files}
+
+
+def test_each_row_counts_what_its_file_stored(tmp_path):
+    """Three real files in one ingest, forced into one run: the later file's copies of four ids win
+    (`decide`), so their counts are on its row, as if it alone had been ingested; the earlier row
+    keeps nothing of them and says which file took them over."""
+    files = [PLAIN, WITH_ADV, OTHER]
+    together = ingest_paths(fresh(tmp_path, "all"), files, ReadContext(run_id="R"))
+    alone = {}
+    for i, f in enumerate(files):
+        alone.update(rows(ingest_paths(fresh(tmp_path, f"one{i}"), [f], ReadContext(run_id="R"))))
+    got = rows(together)
+    assert got[WITH_ADV.name] == alone[WITH_ADV.name] and alone[WITH_ADV.name][0] == 4
+    assert got[OTHER.name] == alone[OTHER.name]
+    assert got[PLAIN.name] == (0, 0, 0, 0, 0)
+    first = next(f for f in together.files if Path(f.path).name == PLAIN.name)
+    assert first.superseded == {str(WITH_ADV): 4} and WITH_ADV.name in first.notes()
+    total = together.total
+    assert (total.inserted, total.replaced, total.findings) == (
+        sum(r[0] for r in got.values()), sum(r[1] for r in got.values()), sum(r[4] for r in got.values()))
+    assert total.inserted == 5 and total.repeated == 4
+    # the same ingest again: every row unchanged where its file's records are stored
+    again = rows(ingest_paths(make_engine(f"sqlite:///{tmp_path / 'all'}.db", writer=True), files,
+                              ReadContext(run_id="R")))
+    assert again[WITH_ADV.name][:2] == (0, 0) and again[WITH_ADV.name][2] == 4
+
+
+def test_a_stored_record_taken_over_is_replaced_on_the_later_row(tmp_path):
+    """The earlier file was ingested before: its records read unchanged, then the later file of the
+    same ingest replaces them; the counts are the later row's, as ingesting it next on its own gives."""
+    eng = fresh(tmp_path, "before")
+    ingest_paths(eng, [PLAIN], ReadContext(run_id="R"))
+    got = rows(ingest_paths(eng, [PLAIN, WITH_ADV], ReadContext(run_id="R")))
+    seq = fresh(tmp_path, "seq")
+    ingest_paths(seq, [PLAIN], ReadContext(run_id="R"))
+    assert got[WITH_ADV.name] == rows(ingest_paths(seq, [WITH_ADV], ReadContext(run_id="R")))[WITH_ADV.name]
+    assert got[WITH_ADV.name][:3] == (0, 4, 0) and got[PLAIN.name] == (0, 0, 0, 0, 0)
+
+
+def test_the_cli_rows(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", f"sqlite:///{tmp_path / 'cli.db'}")
+    out = CliRunner().invoke(cli, ["ingest", "--run", "R", str(PLAIN), str(WITH_ADV)], terminal_width=300)
+    assert out.exit_code == 0, out.output
+    flat = re.sub(r"[\s│]", "", out.stdout)  # the table folds a long name over several lines
+    assert "takenoverbyalaterfile" in flat
+    assert "4 new, 0 replaced, 0 unchanged" in out.stdout
+
+
+def run_type(engine, run: str) -> str:
+    with engine.connect() as conn:
+        return conn.execute(sa.select(models.Run.type).where(models.Run.id == run)).scalar_one()
+
+
+def test_the_run_type_does_not_follow_the_file_order(tmp_path):
+    """An eval file and a train file of one run: `train`, whichever is read first (and across
+    separate ingests); `eval` while every rollout of the run says eval."""
+    ev, tr = VF / "eval_multi_tool.jsonl", WITH_ADV
+    for k, order in enumerate(([ev, tr], [tr, ev])):
+        eng = fresh(tmp_path, f"order{k}")
+        ingest_paths(eng, order, ReadContext(run_id="R"))
+        assert run_type(eng, "R") == "train", order
+    eng = fresh(tmp_path, "apart")
+    ingest_paths(eng, [ev], ReadContext(run_id="R"))
+    assert run_type(eng, "R") == "eval"
+    ingest_paths(eng, [tr], ReadContext(run_id="R"))
+    assert run_type(eng, "R") == "train"
+    ingest_paths(eng, [ev], ReadContext(run_id="R"))
+    assert run_type(eng, "R") == "train"
+
+
+TUNIX = FIXTURES / "realdata" / "tunix" / "v0.1.7"
+MODES = ("Trajectory", "Steps", "Token", "Conversation")
+
+
+def test_renderings_of_the_same_episodes_are_named_with_their_count(tmp_path, monkeypatch):
+    """Tunix's collector renders one episode in four modes: a folder of them stores each episode
+    four times (each a rollout), and the ingest says which files and how many."""
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    for mode in MODES:
+        shutil.copy(TUNIX / f"submitted_gamma09_final_bonus.{mode}.json", folder)
+    shutil.copy(TUNIX / "single_turn.Token.json", folder)  # another episode, one rendering
+    report = ingest_paths(fresh(tmp_path, "t"), [folder], ReadContext())
+    assert report.total.inserted == 5
+    [found] = report.renderings
+    assert (found.episodes, found.rollouts, found.modes) == (1, 4, tuple(sorted(MODES)))
+    assert sorted(Path(f).name for f in found.files) == sorted(f"submitted_gamma09_final_bonus.{m}.json" for m in MODES)
+    renders = {Path(f.path).name: f.renders for f in report.files}
+    assert renders.pop("single_turn.Token.json") == 0 and set(renders.values()) == {3}
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", f"sqlite:///{tmp_path / 'cli.db'}")
+    out = CliRunner().invoke(cli, ["ingest", str(folder)])
+    assert out.exit_code == 0, out.output
+    flat = " ".join(out.output.split())
+    assert "4 tunix files of run dumps hold the same 1 episode in 4 renderings" in flat
+    assert "4 rollouts stored" in flat and "submitted_gamma09_final_bonus.Steps.json" in flat
+
+
+def test_the_orchestrator_and_its_learner_log(tmp_path):
+    """The orchestrator's Token and Trajectory batches and the GRPO learner's CSV log of the same
+    six episodes: three renderings; one mode alone is none."""
+    files = [TUNIX / "orchestrator_group.Token.json", TUNIX / "orchestrator_group.Trajectory.json",
+             TUNIX / "trajectory_log_orchestrator_group.csv"]
+    [found] = ingest_paths(fresh(tmp_path, "o"), files, ReadContext(run_id="R")).renderings
+    assert (found.episodes, found.rollouts) == (6, 18)
+    tokens = [TUNIX / f"{case}.Token.json" for case in ("submitted", "submitted_no_rollout_prompt_or_logprobs")]
+    assert ingest_paths(fresh(tmp_path, "one"), tokens, ReadContext(run_id="R")).renderings == []
