@@ -24,14 +24,20 @@ def ingest(
                                                        show_default=False)] = None,
     run: Annotated[str | None, typer.Option(help="Run id applied to every record, overriding the record's own "
                                             "run (default: the record's run, else the file's folder name).")] = None,
-    step: Annotated[int | None, typer.Option(help="Training step for records that carry none.", min=0, max=INT32_MAX)] = None,
-    tokenizer: Annotated[Path | None, typer.Option(help="tokenizer.json or SentencePiece .model of the run, or its folder / tokenizer_config.json (keeps the chat template for the template checks).", exists=True)] = None,
-    added_token: Annotated[list[str], typer.Option("--added-token", help="Extra vocabulary entry ID=PIECE (repeatable).")] = [],  # noqa: B006
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List every file, skipped file and rejection.")] = False,
+    step: Annotated[int | None, typer.Option(help="Training step for records that carry none.", min=0,
+                                             max=INT32_MAX)] = None,
+    tokenizer: Annotated[Path | None, typer.Option(
+        help="tokenizer.json or SentencePiece .model of the run, or its folder / tokenizer_config.json (keeps the "
+             "chat template for the template checks).", exists=True)] = None,
+    added_token: Annotated[list[str], typer.Option(
+        "--added-token", help="Extra vocabulary entry ID=PIECE (repeatable).")] = [],  # noqa: B006
+    verbose: Annotated[bool, typer.Option("--verbose", "-v",
+                                          help="List every file, skipped file and rejection.")] = False,
     retry_quarantined: Annotated[bool, typer.Option("--retry-quarantined", help="Also read again every file that "
                                                     "has quarantined records (after fixing them); records that now "
                                                     "land leave the quarantine.")] = False,
-    format: Annotated[str | None, typer.Option("--format", help="Read every file with this reader instead of detecting (see docs/formats.md).")] = None,  # noqa: A002
+    format: Annotated[str | None, typer.Option(  # noqa: A002
+        "--format", help="Read every file with this reader instead of detecting (see docs/formats.md).")] = None,
 ) -> None:
     """Read trace files in any supported format into the store.
 
@@ -55,7 +61,8 @@ def ingest(
         try:
             RunRef(id=run)
         except ValueError:
-            raise typer.BadParameter(f"{run!r}: a run id is 1-300 characters of valid Unicode without control characters",
+            raise typer.BadParameter(f"{run!r}: a run id is 1-300 characters of valid Unicode without control "
+                                     "characters",
                                      param_hint="--run") from None
 
     engine = open_engine()
@@ -121,11 +128,13 @@ def ingest(
     # Files with something to say first; a long tail of clean files is summed up in one row.
     rows.sort(key=lambda x: x[2].inserted + x[2].replaced + x[2].rejected == 0 and not x[3])
     shown_rows = rows if verbose else rows[:MAX_FILES_SHOWN]
-    for name, fmt, r, note in shown_rows:  # a note (e.g. an ATIF part merged into another file's rollout) under the name
+    # a note (e.g. an ATIF part merged into another file's rollout) goes under the name
+    for name, fmt, r, note in shown_rows:
         table.add_row(Text(name + (f" ({note})" if note else "")), fmt, str(r.inserted), str(r.replaced),
                       str(r.unchanged), str(r.rejected), str(r.findings))
     if len(rows) > len(shown_rows):
-        table.add_row(Text(f"... {len(rows) - len(shown_rows)} more files (--verbose lists them)"), "", "", "", "", "", "")
+        table.add_row(Text(f"... {len(rows) - len(shown_rows)} more files (--verbose lists them)"),
+                      "", "", "", "", "", "")
     if rows:
         out.print(table)
     # File names and messages are data, not markup; soft_wrap keeps "file:line" greppable.

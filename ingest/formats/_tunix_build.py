@@ -79,8 +79,9 @@ def _observation_messages(obs: Any) -> list[Message]:
     extra = {"content_from": "observation"}
     if isinstance(obs, dict):
         if isinstance(obs.get("tool_outputs"), dict):
-            return [Message(role="tool", tool_call_id=str(cid), content=out if isinstance(out, str) else json.dumps(out),
-                            extra=dict(extra)) for cid, out in obs["tool_outputs"].items()]
+            return [Message(role="tool", tool_call_id=str(cid),
+                            content=out if isinstance(out, str) else json.dumps(out), extra=dict(extra))
+                    for cid, out in obs["tool_outputs"].items()]
         if isinstance(obs.get("question"), str):
             return [Message(role="user", content=obs["question"], extra=dict(extra))]
         return []
@@ -161,7 +162,8 @@ def _ending(status: str | None, last: str) -> EndingInfo:
         return EndingInfo(type=Ending.unknown, message="the record carries no status")
     if status == "SUCCEEDED":
         if last == "final_answer":
-            return EndingInfo(type=Ending.submitted, detail=status, message="final answer (ToolAgent's implicit finish)")
+            return EndingInfo(type=Ending.submitted, detail=status,
+                              message="final answer (ToolAgent's implicit finish)")
         if last == "single_turn":
             return EndingInfo(type=Ending.submitted, detail=status,
                               message="single-turn answer (the environment is done after one response)")

@@ -41,7 +41,8 @@ def _context(steps: list[dict], k: int) -> list[Message]:
     context = steps[k].get("chat_completions")
     if context is not None and not isinstance(context, list):
         raise FieldError(f"steps[{k}].chat_completions", "expected a list of messages")
-    return [_openai.message_from_openai(m, f"steps[{k}].chat_completions[{i}]").message for i, m in enumerate(context or [])]
+    return [_openai.message_from_openai(m, f"steps[{k}].chat_completions[{i}]").message
+            for i, m in enumerate(context or [])]
 
 
 def _from_trajectory(traj: dict, head: dict) -> Rollout:
@@ -123,7 +124,8 @@ def _from_steps(steps: list, head: dict) -> Rollout:
             raise FieldError(f, "expected a step object")
         obs = step.get("env_text")
         env_msgs = _observation_messages(obs)
-        calls = _openai.tool_calls_from_text(step.get("assistant_text"), [m.tool_call_id for m in env_msgs if m.role == "tool"])
+        calls = _openai.tool_calls_from_text(step.get("assistant_text"),
+                                             [m.tool_call_id for m in env_msgs if m.role == "tool"])
         text = step.get("assistant_text")
         msg = Message(role="assistant", content=text if isinstance(text, str) else None, tool_calls=calls or None)
         extra = _turn_extra(step, k, f)
@@ -147,7 +149,8 @@ def _from_steps(steps: list, head: dict) -> Rollout:
                                     "its step or token budget (MAX_STEPS_REACHED or MAX_CONTEXT_LIMIT_REACHED)")
     else:
         ending = EndingInfo(type=Ending.unknown,
-                            message="Steps mode has no status; a done last turn fits SUCCEEDED, TIMEOUT and ENV_TIMEOUT")
+                            message="Steps mode has no status; a done last turn fits SUCCEEDED, TIMEOUT and "
+                                    "ENV_TIMEOUT")
     rollout = Rollout(**head, reward=reward, ending=ending, timing=_timing(steps[-1]) if steps else {},
                       extra={"reward_from": "sum of turn rewards"} if reward is not None else {})
     _record_turn_rewards(rollout, steps)
@@ -195,7 +198,8 @@ def _from_token(d: dict, head: dict) -> Rollout:
     spans = align_segments(segments, mask_runs(masks)) if tokens and len(masks) == len(tokens) else None
     unsplit = bool(tokens) and spans is None
     if unsplit and not any(m.role == "assistant" for m in rest):
-        rest = rest + [Message(role="assistant", content=None, extra={"synthetic": "tokens without an assistant message"})]
+        rest = rest + [Message(role="assistant", content=None,
+                               extra={"synthetic": "tokens without an assistant message"})]
         segments = _segments(rest)
     # message index → token span; the span goes on the segment's last message (for an
     # observation: its last env message). The last tokenized message also takes any logprobs
@@ -259,7 +263,8 @@ def _from_conversation(messages: list, head: dict) -> Rollout:
             msg = msgs[i]
             if msg.role == "assistant":
                 extra: dict[str, Any] = {}
-                calls = _openai.tool_calls_from_text(msg.content, [msgs[j].tool_call_id for j in following if msgs[j].role == "tool"])
+                calls = _openai.tool_calls_from_text(
+                    msg.content, [msgs[j].tool_call_id for j in following if msgs[j].role == "tool"])
                 if calls:
                     msg.tool_calls = calls
                     extra["tool_calls_from"] = "text"

@@ -141,7 +141,8 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
         if _is_trace(value) and not _is_episode(value):
             value = {"id": value.get("id"), "traces": [value], "task": value.get("task")}
         if not _is_episode(value):
-            yield shape_error(source.name, line, prefix, value, "verifiers Episode", (("id", "id"), ("traces", "array")),
+            yield shape_error(source.name, line, prefix, value, "verifiers Episode",
+                              (("id", "id"), ("traces", "array")),
                               otherwise=": expected env, ok or run beside id and traces")
             continue
         traces = value["traces"]

@@ -244,7 +244,8 @@ def test_a_gzip_file_cut_short_keeps_its_records_before_the_cut(engine, tmp_path
     [err] = [e for e in report.errors if "gzip stream ends early" in e.message]
     assert err.line == complete + 1 and err.file.endswith("cut.jsonl.gz")
     with engine.connect() as conn:
-        n = conn.execute(sa.select(sa.func.count()).select_from(models.Rollout).where(models.Rollout.run_id == "cut")).scalar()
+        n = conn.execute(sa.select(sa.func.count()).select_from(models.Rollout)
+                         .where(models.Rollout.run_id == "cut")).scalar()
     assert n == report.total.inserted > 0
     again = ingest(engine, cut, run="cut")
     assert again.total.inserted == 0 and again.total.replaced == 0
