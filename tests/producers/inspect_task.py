@@ -15,6 +15,8 @@ holds whatever order Inspect runs the samples in (it runs them concurrently).
 """
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from inspect_ai import Task
@@ -25,6 +27,7 @@ from inspect_ai.scorer import includes, match
 from inspect_ai.solver import generate, use_tools
 from inspect_ai.tool import ToolError, tool
 
+ROOT = Path(__file__).resolve().parents[2]
 MODEL = "mockllm/model"
 SAMPLES = ["one-call", "parallel", "tool-error", "no-tool", "message-limit", "crash"]
 MESSAGE_LIMIT = 8
@@ -117,8 +120,22 @@ def task(epochs: int) -> Task:
 
 
 def write_logs(log_dir: Path, fmt: str, epochs: int = 1) -> Path:
-    """Run the task with Inspect itself; the path of the log it wrote (`.eval` or `.json`)."""
+    """Run the task with Inspect itself, in a fresh interpreter; the path of the log it wrote (`.eval`
+    or `.json`). A child process, because Inspect's `eval()` refuses to run inside an event loop
+    that another test left running in this one (Playwright's, the app's), and because importing
+    it patches `zipfile` for the whole process."""
+    done = subprocess.run([sys.executable, "-m", "tests.producers.inspect_task", str(log_dir), fmt, str(epochs)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def _write_logs_here(log_dir: Path, fmt: str, epochs: int) -> Path:
     model = get_model(MODEL, custom_outputs=_outputs)
     logs = inspect_eval(task(epochs), model=model, log_dir=str(log_dir), log_format=fmt, display="none",
                         fail_on_error=False, max_samples=1)
     return Path(logs[0].location)
+
+
+if __name__ == "__main__":
+    print(_write_logs_here(Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])))
