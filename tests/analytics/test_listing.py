@@ -115,7 +115,8 @@ def test_counts_and_facets_from_the_rollups_equal_those_of_the_rows(listed, monk
     where they can; counted over the rows instead (the path every other filter takes) they are
     the same."""
     f = rollout_list.RolloutFilters(**filters)
-    monkeypatch.setattr(rollout_facets, "FACET_BUDGET_MS", 60_000)  # counts in full on both paths, however busy the machine
+    # counts in full on both paths, however busy the machine
+    monkeypatch.setattr(rollout_facets, "FACET_BUDGET_MS", 60_000)
     with Session(listed) as s:
         fast, n_fast = (rollout_facets.facets(session=s, run_id="L", filters=f),
                         rollout_facets.count(session=s, run_id="L", filters=f))
