@@ -59,9 +59,13 @@ class RolloutFilters:
         return {k: v for k, v in self.__dict__.items() if v is not None and v != ""}
 
     def step_range(self) -> StepRange:
-        if self.step is not None:
-            return StepRange(self.step, self.step)
-        return StepRange.parse(self.steps)
+        """The steps the list covers: `step` and `steps` together are both applied (AND), so a
+        step outside the range gives an empty range (first after last)."""
+        rng = StepRange.parse(self.steps)
+        if self.step is None:
+            return rng
+        inside = (rng.first is None or self.step >= rng.first) and (rng.last is None or self.step <= rng.last)
+        return StepRange(self.step, self.step) if inside else StepRange(self.step, self.step - 1)
 
 
 def is_prefix(value: str | None) -> bool:
@@ -82,10 +86,10 @@ def where(run_id: str, f: RolloutFilters, *, skip: str | None = None) -> list:
     """WHERE clauses of the filters (without the one named `skip`, for its own facet)."""
     out = [R.c.run_id == run_id]
     if skip != "step":
-        if f.step is not None:
+        if f.step is not None and not f.steps:
             out.append(R.c.step == f.step)
-        elif f.steps:
-            out.append(StepRange.parse(f.steps).where(R.c.step))
+        elif f.step is not None or f.steps:
+            out.append(f.step_range().where(R.c.step))
     if f.ending and skip != "ending":
         out.append(R.c.ending == f.ending)
     if f.group:

@@ -39,6 +39,8 @@ def _every_list(client, query: str) -> dict[str, list[str]]:
     ("group=g-1", {"r1", "r4"}),  # exact: not g-10
     ("group=g-1*", {"r1", "r4", "r6", "r7"}),
     ("task=calc/1*&step=0", {"r0", "r2", "r6"}),
+    ("step=1&steps=0-1", {"r1", "r3", "r5", "r7"}),  # filters combine with AND: step within steps
+    ("step=1&steps=0-0", set()),  # and a step outside the range matches nothing
 ])
 def test_every_list_gives_each_filter_one_meaning(loaded, query, expected):
     got = _every_list(loaded, query)
