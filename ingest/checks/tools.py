@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterator
 
@@ -137,3 +138,39 @@ def malformed_tool_arguments(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
             if shape != "object":
                 yield Hit(f"node {i}: arguments of call {tc.id or tc.name!r} are {SHAPE_WORDS[shape]}", i, pos,
                           {"shape": shape, "id": tc.id, "name": tc.name, "arguments": tc.arguments[:200]})
+
+
+# Tool-call markup a chat template renders and a server's tool parser turns into `tool_calls`:
+# (name of the convention, pattern; group 1 the tool's name where the markup names it).
+TOOL_CALL_MARKUP = (
+    ("Qwen3-Coder XML", re.compile(r"<tool_call>\s*<function=([^>\s]+)>", re.S)),
+    ("Hermes", re.compile(r"<tool_call>\s*\{.*?\"name\"\s*:\s*\"([^\"]+)\"", re.S)),
+    ("Llama 3 python_tag", re.compile(r"<\|python_tag\|>\s*(?:\{.*?\"name\"\s*:\s*\"([^\"]+)\")?", re.S)),
+    ("Mistral", re.compile(r"\[TOOL_CALLS\]\s*(?:\[?\s*\{.*?\"name\"\s*:\s*\"([^\"]+)\")?", re.S)),
+)
+
+
+@check("tool_call_markup_unparsed", "error", label="tool call left as text")
+def tool_call_markup_unparsed(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
+    """An assistant message with no structured tool call whose text holds tool-call markup (Hermes
+    `<tool_call>{...}</tool_call>`, Qwen3-Coder `<tool_call><function=...>`, Llama 3
+    `<|python_tag|>`, Mistral `[TOOL_CALLS]`): the server's tool parser failed and the call stayed in
+    the content (vllm-project/vllm#18791, #26345), so the harness took a tool call for a final
+    answer. Names the convention and the tool. Only where the rollout uses structured tool calls
+    (it declares `tools`, or another turn carries a structured call): a harness whose protocol is
+    the text itself (Atropos environments, which parse `<tool_call>` from the reply) is not one."""
+    if not r.tools and not any(n.message.tool_calls for n in r.nodes):
+        return
+    for i, node in enumerate(r.nodes):
+        m = node.message
+        if m.role != "assistant" or m.tool_calls:
+            continue
+        text = m.text()
+        for convention, pattern in TOOL_CALL_MARKUP:
+            found = pattern.search(text)
+            if found:
+                tool = found.group(1) if found.lastindex else None
+                yield Hit(f"node {i}: a {convention} tool call{f' to {tool}' if tool else ''} left in the "
+                          "message text, with no structured tool call (the server's tool parser failed)", i, None,
+                          {"convention": convention, "tool": tool, "at": found.start()})
+                break

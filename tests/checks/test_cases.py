@@ -241,3 +241,20 @@ def _run_of(client, rid: str) -> str:
             if r["rollout_id"] == rid]
     assert len(hits) == 1, (rid, hits)
     return quote(hits[0]["run_id"], safe="")
+
+
+def test_39_tool_call_markup_left_in_the_text_is_a_finding(client, engine):
+    """The server's tool parser failed (Hermes JSON and Qwen3-Coder XML markup left in the content,
+    no structured tool call): a finding naming the convention and the tool; the real answer is clean;
+    the markup is shown verbatim, escaped."""
+    assert load(client, engine, "39-tool-call-markup-unparsed.json").ok
+    for rid, convention, tool in (("c39-hermes", "Hermes", "calculator"),
+                                  ("c39-qwen3xml", "Qwen3-Coder XML", "get_weather")):
+        d, f = findings(client, _run_of(client, rid), rid)
+        hit = f["tool_call_markup_unparsed"]
+        assert hit["detail"]["convention"] == convention and hit["detail"]["tool"] == tool
+        assert hit["severity"] == "error"
+        html = client.get(f"/runs/{_run_of(client, rid)}/rollouts/{rid}").text
+        assert "&lt;tool_call&gt;" in html and "<tool_call>" not in html
+    _, f = findings(client, _run_of(client, "c39-ok"), "c39-ok")
+    assert "tool_call_markup_unparsed" not in f
