@@ -42,6 +42,7 @@ from typing import Any
 
 import zstandard
 
+from ingest import gzstream
 from ingest.errors import RecordError
 from ingest.jsonio import cut_short, loads
 from ingest.ziparchive import UnsupportedCompression, read_member
@@ -51,7 +52,6 @@ PROBE_LINES = 50  # lines tried for a first good record when the first line is b
 BOM = b"\xef\xbb\xbf"
 CUT_STREAM = b"<the compressed stream ends here>"  # yielded (by identity) where a gzip file is cut short
 ZIP_MAGIC = b"PK\x03\x04"
-GZIP_MAGIC = b"\x1f\x8b"
 PARQUET_MAGIC = b"PAR1"
 SQLITE_MAGIC = b"SQLite format 3\x00"  # a SQLite database (Trackio's `<project>.db`): kind 'sqlite'
 EMPTY_ZIP_MAGIC = b"PK\x05\x06"
@@ -365,7 +365,7 @@ def open_source(path: Path) -> Source:
         head = f.read(HEAD_BYTES)
     if head.startswith((ZIP_MAGIC, EMPTY_ZIP_MAGIC)):
         return _open_zip(path, size)
-    if head.startswith(GZIP_MAGIC):
+    if gzstream.is_gzip(head):
         return _open_gzip(path, size)
     if head.startswith(PARQUET_MAGIC):
         return _open_parquet(path, size)
@@ -408,7 +408,7 @@ def _open_gzip(path: Path, size: int) -> Source:
     """A gzip file: its content decides the kind, read through the decompressor."""
     try:
         with path.open("rb") as f:  # the head through a decompressor that stops where the bytes do:
-            head = _gunzip_head(f, HEAD_BYTES)  # a stream cut short still shows what it holds
+            head = gzstream.head(f, HEAD_BYTES)  # a stream cut short still shows what it holds
         if not head and size > 20:  # a gzip header and trailer alone are 20 bytes
             raise EOFError("the compressed stream ends before any content")
         with path.open("rb") as f:  # ISIZE: the uncompressed size mod 2^32, the last 4 bytes
@@ -417,21 +417,6 @@ def _open_gzip(path: Path, size: int) -> Source:
     except (OSError, EOFError, zlib.error) as exc:
         raise RecordError(str(path), None, None, f"broken gzip file: {exc}") from None
     return _open_head(path, head, max(isize, len(head)), None, None, gz=True)
-
-
-def _gunzip_head(f, limit: int) -> bytes:
-    """Up to `limit` decompressed bytes of a gzip file, across members; a stream cut short gives
-    what it holds (its cut is reported when the lines are read). Raises zlib.error when the
-    bytes are not gzip."""
-    out = bytearray()
-    d = zlib.decompressobj(wbits=31)
-    while len(out) < limit and (chunk := f.read(1 << 16)):
-        while chunk and len(out) < limit:
-            out += d.decompress(chunk, limit - len(out))
-            chunk = d.unconsumed_tail or (d.unused_data if d.eof else b"")
-            if d.eof:  # another member follows
-                d = zlib.decompressobj(wbits=31)
-    return bytes(out)
 
 
 def _open_zip(path: Path, size: int) -> Source:

@@ -4,7 +4,7 @@
 Gzip is recognised by `Content-Encoding: gzip` (or `x-gzip`), or by gzip's magic number at the
 start of the body (no NDJSON, JSON or protobuf body starts with it). Inflation stops one byte past
 the limit, so a small compressed body cannot make the server hold gigabytes. The gzip files the
-worker tails are read by `app.worker.gzstream` (a stream, member after member, from an offset).
+worker tails are read by `ingest.gzstream` (a stream, member after member, from an offset).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import zlib
 
 from starlette.requests import Request
 
-from app.worker.gzstream import is_gzip
+from ingest.gzstream import is_gzip
 
 GZIP = ("gzip", "x-gzip")
 IDENTITY = ("", "identity")

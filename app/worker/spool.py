@@ -59,7 +59,6 @@ from app.db import models
 from app.store.quarantine import IngestContext, clear_whole_file, quarantine_many
 from app.store.write import StoreResult, store, write_in
 from app.worker.claims import LEASE, Claims
-from app.worker.gzstream import GzState, is_gzip
 from app.worker.parse import Parsed, Parsers, parse_lines
 from app.worker.spool_files import INGEST, S, since_growth, still_for, sync_files, tail_after
 from app.worker.stretches import Chunk, StretchReader
@@ -67,6 +66,7 @@ from ingest.errors import RecordError
 from ingest.files import read_records
 from ingest.formats.base import ReadContext
 from ingest.formats.registry import detect, explain
+from ingest.gzstream import GzState, is_gzip
 from ingest.source import read_as
 
 REJECTED_SHOWN = 5  # rejected records named on stderr per stretch read; the rest are counted in one line

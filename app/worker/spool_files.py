@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 
 from app.db import models
 from app.db.engine import insert_for
-from app.worker.gzstream import is_gzip
+from ingest.gzstream import is_gzip
 
 S = models.SpoolFile.__table__
 INGEST = "ingest"  # spool_file.spool of the worker's files

@@ -1,6 +1,6 @@
 """Reading a spool file's next stretch of complete lines from its committed offset (app/worker/
 spool.py writes them): plain files by bytes, gzip files as a stream (offsets count uncompressed
-bytes: app/worker/gzstream.py), and deciding how a file is read at all (tailed line by line, or
+bytes: ingest/gzstream.py), and deciding how a file is read at all (tailed line by line, or
 whole once it has stopped changing). A last line without its newline waits for it, until the
 file has not grown for `torn_after` seconds: then it is handed over as torn."""
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.db import models
-from app.worker.gzstream import GzState, inflate, is_gzip
 from app.worker.spool_files import still_for
+from ingest.gzstream import GzState, inflate, is_gzip, new_state
 from ingest.jsonio import loads
 
 MAX_LINE_BYTES = 1 << 30  # a line longer than this is refused, not buffered
@@ -127,7 +127,7 @@ class StretchReader:
         if state is not None and state.broken is not None and state.out_pos - len(state.buffer) == row.offset:
             return self._cut(row, state.buffer, at_eof=False)  # the whole lines before the damage
         if state is None or state.out_pos - len(state.buffer) != row.offset:
-            state = GzState(zlib.decompressobj(wbits=47), 0, 0)
+            state = new_state()
             self.gz[row.pk] = state
             skip = row.offset
         else:

@@ -1,8 +1,10 @@
-"""Reading a gzip spool file as a stream: member after member, as `gzip -d` does, from where the
-last read stopped, and noticing corrupt data instead of raising (app/worker/stretches.py keeps one
-`GzState` per file it tails; offsets count uncompressed bytes)."""
+"""Reading a gzip file as a stream: member after member, as `gzip -d` does, from where the last
+read stopped, and noticing corrupt data or a cut-short stream instead of raising. The worker keeps
+one `GzState` per file it tails (app/worker/stretches.py; offsets count uncompressed bytes);
+`ingest/source.py` reads a gzip file's head with it (`head`)."""
 from __future__ import annotations
 
+import os
 import zlib
 from dataclasses import dataclass
 
@@ -23,6 +25,25 @@ class GzState:
 def is_gzip(head: bytes) -> bool:
     """Whether a file's first bytes are gzip's magic number."""
     return head[:2] == b"\x1f\x8b"
+
+
+def new_state() -> GzState:
+    """The state of a stream read from its first byte (wbits 47: a gzip or zlib header)."""
+    return GzState(zlib.decompressobj(wbits=47), 0, 0)
+
+
+def head(f, limit: int) -> bytes:
+    """Up to `limit` uncompressed bytes from the start of gzip file `f` (binary, at 0), across
+    members. A stream cut short gives what it holds; raises zlib.error when the file's first
+    bytes do not inflate at all (not gzip, or corrupt from the start)."""
+    state, out, size = new_state(), bytearray(), os.fstat(f.fileno()).st_size
+    while len(out) < limit and not state.eof and (raw := f.read(GZ_PIECE)):
+        at = state.compressed_pos
+        state.compressed_pos += len(raw)
+        out += inflate(state, raw, at, size)
+        if state.broken and not out:
+            raise zlib.error(state.broken)
+    return bytes(out[:limit])
 
 
 GZ_PIECE = 1 << 16  # compressed bytes inflated at a time: what corrupt data can take with it
