@@ -188,6 +188,7 @@ def _sample(sample: Any, header: dict, file: str, path: str | None, ctx: ReadCon
 
     chain = Chain()
     by_msg_id: dict[str, int] = {}
+    tool_of_call: dict[str, int] = {}  # tool call id → its tool message
     msgs = sample.get("messages") or []
     if not isinstance(msgs, list):
         return err("messages", f"expected a list, got {type(msgs).__name__}")
@@ -201,6 +202,8 @@ def _sample(sample: Any, header: dict, file: str, path: str | None, ctx: ReadCon
         idx = chain.add(message)
         if isinstance(m.get("id"), str):
             by_msg_id[m["id"]] = idx
+        if message.role == "tool" and message.tool_call_id is not None:
+            tool_of_call.setdefault(message.tool_call_id, idx)  # the first result of a call, as the scan found
 
     events = sample.get("events") or []
     limit = sample.get("limit") if isinstance(sample.get("limit"), dict) else None
@@ -216,7 +219,7 @@ def _sample(sample: Any, header: dict, file: str, path: str | None, ctx: ReadCon
         if e.get("event") == "sample_limit" and limit is None:
             limit = {"type": e.get("type"), "limit": e.get("limit"), "message": e.get("message")}
         if e.get("event") == "tool":
-            _tool_timing(chain, by_msg_id, e, t)
+            _tool_timing(chain, by_msg_id, tool_of_call, e, t)
             continue
         if e.get("event") != "model":
             continue
@@ -295,14 +298,14 @@ def _sample(sample: Any, header: dict, file: str, path: str | None, ctx: ReadCon
         return err(None, str(exc))
 
 
-def _tool_timing(chain: Chain, by_msg_id: dict[str, int], e: dict, start: float | None) -> None:
+def _tool_timing(chain: Chain, by_msg_id: dict[str, int], tool_of_call: dict[str, int], e: dict,
+                 start: float | None) -> None:
     """A `tool` event's times on the tool message it produced (`message_id`, else the call id):
     `extra.timing = {start, end, working_time}` (epoch seconds; working time in seconds, Inspect's
     time net of waits), and the node's timestamp the completion time when the message has none."""
     idx = by_msg_id.get(e.get("message_id")) if isinstance(e.get("message_id"), str) else None
     if idx is None and isinstance(e.get("id"), str):
-        idx = next((i for i, n in enumerate(chain.nodes)
-                    if n.message.role == "tool" and n.message.tool_call_id == e["id"]), None)
+        idx = tool_of_call.get(e["id"])
     if idx is None:
         return
     end, _ = to_epoch(e.get("completed"))
