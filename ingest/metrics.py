@@ -12,9 +12,10 @@ Sources of each number (first match wins):
   OpenAI/Anthropic tool-result habit; `error: ...`, what verifiers' v1 harness tools return,
   `verifiers/v1/harnesses/utils/core.py`; `errors found: 0` is not one);
 - model latency (seconds): `timing.agent.model.duration` (verifiers' timing), else Σ over calls of
-  `time.end − time.start`;
+  `time.end − time.start`, complete spans only (a call with no end or a negative duration is left
+  out: ingest/call_timing.py);
 - tool latency (seconds): `timing.agent.harness.duration`, Tunix `timing.env_time`, else Σ over
-  tool messages of their timestamp minus their parent's;
+  tool messages of their timestamp minus their parent's (negative ones left out);
 - staleness: `step − policy_version_min`, the trainer steps between the weights that sampled the
   rollout's oldest token and the step that trains on it (AReaL/prime-rl's "off-policy steps";
   meaningful when the source counts policy versions in trainer steps, as both do);
@@ -32,6 +33,7 @@ import math
 import re
 from typing import Any
 
+from ingest.call_timing import coverage, model_call_span
 from ingest.schema import Message, Rollout
 
 RATIO_LOW, RATIO_HIGH = 0.8, 1.25
@@ -57,9 +59,7 @@ def model_latency(r: Rollout) -> float | None:
     recorded = _num(_dig(r.timing, "agent", "model", "duration"))
     if recorded is not None:
         return recorded
-    spans = [c.time.end - c.time.start for c in r.calls
-             if c.time and c.time.start is not None and c.time.end is not None]
-    return float(math.fsum(spans)) if spans else None
+    return coverage([model_call_span(c.time) for c in r.calls], len(r.calls))["total"]
 
 
 def tool_latency(r: Rollout) -> float | None:
@@ -72,7 +72,7 @@ def tool_latency(r: Rollout) -> float | None:
     for n in r.nodes:
         if n.message.role == "tool" and n.parent is not None and n.timestamp is not None:
             parent_ts = r.nodes[n.parent].timestamp
-            if parent_ts is not None:
+            if parent_ts is not None and n.timestamp >= parent_ts:
                 spans.append(n.timestamp - parent_ts)
     return float(math.fsum(spans)) if spans else None
 

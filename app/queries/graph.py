@@ -20,12 +20,13 @@ def graph_nodes(*, session: Session, rollout_pk: int, headers: dict[int, dict] |
     """Every node of a rollout as a GraphNode, by index (index = position in the list).
 
     With `headers` (a dict to fill), the same statement also reads each node's tool-call routing
-    fields and timestamp: `{idx: {role, tool_call_id, name, tool_calls, timestamp}}` (pairing calls with
-    results needs them for a whole branch)."""
+    fields, timestamp and a tool result's own timing (Inspect's `extra.timing`):
+    `{idx: {role, tool_call_id, name, tool_calls, timestamp, timing}}` (pairing calls with results
+    and timing them needs them for a whole branch)."""
     cols = [N.c.idx, N.c.parent, N.c.role, N.c.sampled, N.c.n_tokens, N.c.mask,
             *(N.c.extra[p].as_string().label(f"x_{k}") for k, p in KIND_PATHS.items())]
     if headers is not None:
-        cols += [N.c.tool_call_id, N.c.tool_name, N.c.tool_calls, N.c.timestamp]
+        cols += [N.c.tool_call_id, N.c.tool_name, N.c.tool_calls, N.c.timestamp, N.c.extra["timing"]]
     nk = len(KIND_PATHS)
     out: list[GraphNode] = []
     keys = list(KIND_PATHS)
@@ -44,5 +45,6 @@ def graph_nodes(*, session: Session, rollout_pk: int, headers: dict[int, dict] |
                              n_trained=trained, kind=kind))
         if headers is not None:
             headers[idx] = {"role": role, "tool_call_id": rest[nk], "name": rest[nk + 1],
-                            "tool_calls": rest[nk + 2] or [], "timestamp": rest[nk + 3]}
+                            "tool_calls": rest[nk + 2] or [], "timestamp": rest[nk + 3],
+                            "timing": rest[nk + 4]}
     return out

@@ -4,13 +4,15 @@ family. Each check reads the native model and returns findings; a finding never 
 
 Families: `arrays` (per-token arrays), `mask` (loss mask), `sequence` (tokens across turns),
 `template` (ids vs the chat template), `tools` (tool calls), `messages` (turn contents), `endings`,
-`rewards`, `groups` (group scope). Kinds, rules and sources: docs/checks.md.
+`rewards`, `groups` (group scope), `timing` (model and tool call spans). Kinds, rules and sources:
+docs/checks.md.
 """
 from __future__ import annotations
 
 # Registration order is the order findings are listed in: not alphabetical, so not sorted.
 # isort: off
 from ingest.checks import arrays, mask, sequence, template, tools, messages, endings, rewards, groups  # noqa: F401
+from ingest.checks import timing  # noqa: F401  (after messages: timing_incomplete)
 # isort: on
 from ingest.checks.context import EMPTY, CheckContext
 from ingest.checks.groups import Group, GroupMember
