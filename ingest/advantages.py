@@ -203,3 +203,14 @@ def no_signal(scored: dict[str, float]) -> str | None:
     if len(scored) > 1 and len(set(scored.values())) == 1:
         return "all rewards equal"
     return None
+
+
+def one_member_group(n_members: int) -> bool:
+    """Whether a group of `n_members` rollouts (the latest attempt of each rollout id, whatever
+    their endings and rewards) is a one-member group: its baseline is its own reward, so its
+    advantage is 0 under every estimator and it has no variance to speak of (rllm-org/rllm#776,
+    the samples of one prompt split into groups of one). The one definition the step page's
+    zero-variance statement (`ingest.stats.group_stats`, app/views/step.py) and the group checks
+    (`zero_variance_group`, `split_group`) share: such a group is counted as one-member, never as
+    zero-variance."""
+    return n_members == 1

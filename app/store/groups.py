@@ -9,19 +9,29 @@ Two Postgres writers may store members of one group at the same moment. Each tak
 transaction-scoped advisory lock per group (in key order, so two writers cannot deadlock on them)
 before it deletes and recomputes, so the second waits for the first to commit and then sees its
 members and findings: the group's findings are stored once. SQLite has one writer at a time.
+
+A group's siblings: `split_group` needs the other groups of the group's step that answer the same
+prompt (`ingest.checks.prompt_key`: the task key, else the hash of the first user message). The
+pass gives each group it recomputes its `siblings` (`step_groups`, `link_siblings`), and whenever
+it recomputes a group it also recomputes the groups of that step sharing its prompt key: a member
+added to one of them changes what the others' finding says (rllm-org/rllm#776).
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable
 
 import sqlalchemy as sa
 
 from app.db import models
 from app.store.prepare import _json_safe
-from ingest.checks import Group, GroupMember, run_group_checks
+from ingest.checks import Group, GroupMember, Sibling, link_siblings, prompt_key, run_group_checks
+from ingest.schema import Message
 
 R = models.Rollout.__table__
 F = models.Finding.__table__
+N = models.Node.__table__
+CHUNK = 5000  # ids per IN list (SQLite's bound-parameter limit)
 
 
 def _latest_attempt():
@@ -31,7 +41,8 @@ def _latest_attempt():
 
 
 _MEMBER_COLUMNS = (R.c.run_id, R.c.group_id, R.c.rollout_id, R.c.attempt, R.c.group_index, R.c.group_size,
-                   R.c.reward, R.c.reward_status, R.c.ending, R.c.step, R.c.advantage, R.c.advantage_estimator)
+                   R.c.reward, R.c.reward_status, R.c.ending, R.c.step, R.c.advantage, R.c.advantage_estimator,
+                   R.c.pk, R.c.task_key)
 
 
 def _member(r) -> GroupMember:
@@ -52,11 +63,78 @@ def load_groups(conn: sa.Connection, keys: list[tuple[str, str]]) -> dict[tuple[
         .where(sa.tuple_(R.c.run_id, R.c.group_id).in_(keys), R.c.attempt == _latest_attempt())
         .order_by(R.c.run_id, R.c.group_id, sa.func.coalesce(R.c.group_index, 1 << 30), R.c.pk)).all()
     groups = {key: Group(key[0], key[1], []) for key in keys}
+    firsts = {}
     for r in rows:
         group = groups[(r.run_id, r.group_id)]
+        if not group.members:
+            group.step = r.step
+            firsts[r.pk] = (group, r.task_key)
         group.members.append(_member(r))
         group.estimator = group.estimator or r.advantage_estimator  # the first member that declares one
+    texts = _prompt_texts(conn, [pk for pk, (_, task) in firsts.items() if not task])
+    for pk, (group, task) in firsts.items():
+        group.prompt_key = prompt_key(task, texts.get(pk))
     return groups
+
+
+def _prompt_texts(conn: sa.Connection, pks: list[int]) -> dict[int, str]:
+    """rollout pk → the text of its first user message (for the prompt key of a rollout without a
+    task key); rollouts without one are left out."""
+    out: dict[int, str] = {}
+    for i in range(0, len(pks), CHUNK):
+        first = (sa.select(N.c.rollout_pk, sa.func.min(N.c.idx).label("idx"))
+                 .where(N.c.rollout_pk.in_(pks[i:i + CHUNK]), N.c.role == "user")
+                 .group_by(N.c.rollout_pk).subquery())
+        for pk, message in conn.execute(
+                sa.select(N.c.rollout_pk, N.c.message)
+                .join(first, sa.and_(N.c.rollout_pk == first.c.rollout_pk, N.c.idx == first.c.idx))):
+            if isinstance(message, dict):
+                try:
+                    out[pk] = Message.model_validate(message).text()
+                except ValueError:
+                    continue
+    return out
+
+
+def step_groups(conn: sa.Connection, steps: Iterable[tuple[str, int | None]]) -> dict[tuple[str, int | None],
+                                                                                       list[Sibling]]:
+    """(run id, step) → every group with a member at that step: its id, prompt key (of its first
+    member, as `load_groups` derives it) and size (latest attempts). Step None is a step too."""
+    steps = set(steps)
+    if not steps:
+        return {}
+    known = [(run, st) for run, st in steps if st is not None]
+    unstepped = sorted({run for run, st in steps if st is None})
+    where = []
+    if known:
+        where.append(sa.tuple_(R.c.run_id, R.c.step).in_(known))
+    if unstepped:
+        where.append(sa.and_(R.c.run_id.in_(unstepped), R.c.step.is_(None)))
+    rows = conn.execute(
+        sa.select(R.c.pk, R.c.run_id, R.c.step, R.c.group_id, R.c.task_key)
+        .where(sa.or_(*where), R.c.group_id.is_not(None), R.c.attempt == _latest_attempt())
+        .order_by(R.c.run_id, R.c.group_id, sa.func.coalesce(R.c.group_index, 1 << 30), R.c.pk)).all()
+    sizes: dict[tuple, int] = defaultdict(int)
+    first: dict[tuple, tuple] = {}
+    for r in rows:
+        key = (r.run_id, r.step, r.group_id)
+        sizes[key] += 1
+        first.setdefault(key, (r.pk, r.task_key))
+    texts = _prompt_texts(conn, [pk for pk, task in first.values() if not task])
+    out: dict[tuple[str, int | None], list[Sibling]] = defaultdict(list)
+    for (run, st, gid), (pk, task) in first.items():
+        out[(run, st)].append(Sibling(gid, prompt_key(task, texts.get(pk)), sizes[(run, st, gid)]))
+    return dict(out)
+
+
+def _with_siblings(conn: sa.Connection, keys: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """`keys` and the groups of their steps that share a prompt key with one of them."""
+    groups = load_groups(conn, keys)
+    by_step = step_groups(conn, {(g.run_id, g.step) for g in groups.values() if g.members})
+    wanted = {(g.run_id, g.step, g.prompt_key) for g in groups.values() if g.members and g.prompt_key}
+    extra = {(run, s.group_id) for (run, st), sibs in by_step.items() for s in sibs
+             if (run, st, s.prompt_key) in wanted}
+    return sorted(set(keys) | extra)
 
 
 def lock_groups(conn: sa.Connection, keys: list[tuple[str, str]]) -> None:
@@ -74,16 +152,20 @@ def lock_groups(conn: sa.Connection, keys: list[tuple[str, str]]) -> None:
 
 
 def recheck_groups(conn: sa.Connection, keys: Iterable[tuple[str, str]]) -> int:
-    """Recompute and store the group findings of each (run_id, group_id) in `keys`, replacing
-    what was stored: three statements whatever the number of groups (delete, load, insert).
+    """Recompute and store the group findings of each (run_id, group_id) in `keys` and of the
+    groups of their steps sharing their prompt keys, replacing what was stored: a fixed number of
+    statements whatever the number of groups (siblings, delete, load, prompt texts, insert).
     Returns the number of findings stored (skipped outcomes excluded)."""
     keys = sorted(set(keys))
     if not keys:
         return 0
+    keys = _with_siblings(conn, keys)  # read before the locks, so every lock is taken in one sorted statement
     lock_groups(conn, keys)
     conn.execute(F.delete().where(F.c.rollout_pk.is_(None), sa.tuple_(F.c.run_id, F.c.group_id).in_(keys)))
     total, rows = 0, []
-    for (run_id, group_id), group in load_groups(conn, keys).items():
+    groups = load_groups(conn, keys)
+    link_siblings(groups.values(), step_groups(conn, {(g.run_id, g.step) for g in groups.values() if g.members}))
+    for (run_id, group_id), group in groups.items():
         if not group.members:
             continue
         results = run_group_checks(group)

@@ -7,12 +7,14 @@ inserted or replaced.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ingest import advantages
+from ingest.advantages import one_member_group
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, Skip, check
 
@@ -33,14 +35,51 @@ class GroupMember:
     advantage: float | None = None
 
 
+@dataclass(frozen=True)
+class Sibling:
+    """Another group of the same run and step, as `split_group` reads it: its id, its prompt key
+    (`prompt_key`) and its size (members, latest attempts)."""
+
+    group_id: str
+    prompt_key: str | None
+    size: int
+
+
 @dataclass
 class Group:
-    """One group of one run: its members (latest attempts only), in index then ingest order."""
+    """One group of one run: its members (latest attempts only), in index then ingest order.
+
+    `step`, `prompt_key`: the step and prompt key (`prompt_key`) of its first member. `siblings`:
+    the other groups of the run at that step with the same prompt key, filled by whoever runs the
+    group pass (the store's `app/store/groups.py`, a notebook) with `link_siblings`; None when not
+    loaded (then `split_group` cannot decide)."""
 
     run_id: str
     group_id: str
     members: list[GroupMember] = field(default_factory=list)
     estimator: str | None = None  # the advantage estimator the run declares, if any
+    step: int | None = None
+    prompt_key: str | None = None
+    siblings: list[Sibling] | None = None
+
+
+def prompt_key(task_key: str | None, prompt_text: str | None) -> str | None:
+    """What says two rollouts answer the same prompt: `task:<key>` when the source names its
+    task, else `prompt:<sha256 of the first user message's text, 16 hex>`; None with neither."""
+    if task_key:
+        return f"task:{task_key}"
+    if prompt_text:
+        return "prompt:" + hashlib.sha256(prompt_text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return None
+
+
+def link_siblings(groups: Iterable[Group], step_groups: dict[tuple[str, int | None], list[Sibling]]) -> None:
+    """Fill each group's `siblings` from `step_groups` ((run id, step) → every group of that step,
+    this one included): the others with the same prompt key (none when it has no key)."""
+    for g in groups:
+        peers = step_groups.get((g.run_id, g.step), [])
+        g.siblings = [s for s in peers if s.group_id != g.group_id and g.prompt_key is not None
+                      and s.prompt_key == g.prompt_key]
 
 
 @check("group_size_mismatch", "warning", scope="group", label="group size mismatch")
@@ -143,7 +182,7 @@ def zero_variance_group(g: Group, ctx: CheckContext) -> Iterator[Hit]:
         raise Skip("no member has a finite reward once errored rollouts are dropped")
     errored = sum(1 for m in g.members if m.ending == "error")
     values = list(base.values())
-    if len(values) == 1 and len(g.members) > 1:
+    if len(values) == 1 and not one_member_group(len(g.members)):
         yield Hit(f"only one member is left after {errored} errored rollout{'s' if errored != 1 else ''} "
                   f"and {len(g.members) - 1 - errored} unscored are dropped: no learning signal", None, None,
                   {"members": len(g.members), "in_baseline": 1, "errored": errored, "std": 0.0})
@@ -200,3 +239,31 @@ def advantage_mismatch(g: Group, ctx: CheckContext) -> Iterator[Hit]:
               {"estimator": g.estimator, "declared": bool(g.estimator),
                "members": [{"rollout_id": m.rollout_id, "reward": m.reward, "ending": m.ending,
                             "recorded": m.advantage, "recomputed": exp.get(m.rollout_id)} for m in g.members][:64]})
+
+
+SIBLINGS_SHOWN = 20  # sibling group ids kept in a split_group finding's detail
+
+
+@check("split_group", "warning", scope="group", label="split group")
+def split_group(g: Group, ctx: CheckContext) -> Iterator[Hit]:
+    """A one-member group (`ingest.advantages.one_member_group`) whose prompt (`prompt_key`: the
+    task key, else the first user message's hash) is shared at its step by another one-member
+    group: the samples of one prompt were split into groups of one under different group ids
+    (rllm-org/rllm#776), so none of them has a baseline and all get advantage 0. `detail`:
+    `step`, `prompt_key`, `task_key` (when the key is one), `siblings` (the other one-member
+    groups' ids, at most SIBLINGS_SHOWN), `count` (one-member groups of that prompt at the step,
+    this one included). Skipped when the siblings were not loaded or the group has no prompt key."""
+    if not one_member_group(len(g.members)):
+        return
+    if g.siblings is None:
+        raise Skip("the step's other groups were not loaded with this group")
+    if g.prompt_key is None:
+        raise Skip("no task key or prompt text to tell which prompt the group answers")
+    split = sorted(s.group_id for s in g.siblings if s.prompt_key == g.prompt_key and one_member_group(s.size))
+    if not split:
+        return
+    task = g.prompt_key[len("task:"):] if g.prompt_key.startswith("task:") else None
+    yield Hit(f"one of {len(split) + 1} one-member groups of {'task ' + repr(task) if task else 'one prompt'} at step "
+              f"{g.step}: the prompt's samples were split into groups of one, no baseline", None, None,
+              {"step": g.step, "prompt_key": g.prompt_key, "task_key": task, "siblings": split[:SIBLINGS_SHOWN],
+               "count": len(split) + 1})
