@@ -258,6 +258,8 @@ def build_groups(run_id: str, steps, tasks=None) -> dict:
                   fmt=".1%"),
             _line("zero variance (errors scored 0)", steps, share("zero_variance", "errors_as_zero"), links, PALETTE[0],
                   fmt=".1%", dash="dot"),
+            _line("one-member groups (no baseline)", steps, share("one_member"), links, PALETTE[2], fmt=".1%",
+                  dash="dash"),
             _line("advantage sign flips", steps, share("sign_flip_groups"), links, PALETTE[4], fmt=".1%")]
     return {"data": data, "layout": _layout("Group statistics per step", {"title": {"text": "share of groups"},
                                                                           "tickformat": ".0%", "rangemode": "tozero"},
@@ -323,7 +325,7 @@ def build_staleness(run_id: str, steps, tasks=None) -> dict:
 
 
 NO_GRADIENT_COLORS = {"trainer_filtered": "#5d4037", "error_dropped": "#c62828", "mask_zeroed": "#ef6c00",
-                      "too_stale": "#00838f", "zero_variance_group": "#9e9e9e"}
+                      "too_stale": "#00838f", "zero_variance_group": "#9e9e9e", "one_member_group": "#616161"}
 
 
 def build_no_gradient(run_id: str, steps, tasks=None) -> dict:
@@ -387,8 +389,8 @@ register(Chart("staleness", "Off-policy staleness",
                build_staleness, sections=("staleness",)))
 register(Chart("no_gradient", "No gradient",
                "Share of rollouts that contributed nothing to the step's gradient, by reason: filtered by the "
-               "trainer, error dropped, loss mask zeroed by a filter, too stale, or a zero-variance group. Click "
-               "for the step's list.",
+               "trainer, error dropped, loss mask zeroed by a filter, too stale, a zero-variance or a one-member "
+               "group. Click for the step's list.",
                build_no_gradient, sections=("no_gradient",)))
 
 

@@ -16,12 +16,13 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from ingest.advantages import Member, group_advantages
+from ingest.advantages import Member, group_advantages, one_member_group
 from ingest.schema import Ending
 
 ENDINGS = [e.value for e in Ending]  # submitted, task_detected, truncated, length_cut, error, unknown
 # Why a rollout carried no gradient, in the order they are checked (the first that applies).
-NO_GRADIENT_REASONS = ["trainer_filtered", "error_dropped", "mask_zeroed", "too_stale", "zero_variance_group"]
+NO_GRADIENT_REASONS = ["trainer_filtered", "error_dropped", "mask_zeroed", "too_stale", "zero_variance_group",
+                       "one_member_group"]
 
 
 def _mean(values: list[float]) -> float | None:
@@ -86,23 +87,29 @@ def latest_attempts(rows: Iterable[Mapping]) -> list[Mapping]:
 
 def group_stats(rows: list[Mapping]) -> tuple[dict, dict[int, dict]]:
     """Per step: group counts, zero-variance shares and sign flips under both error policies,
-    and per rollout pk its two advantages ({"errors_as_zero", "errors_dropped"})."""
+    and per rollout pk its two advantages ({"errors_as_zero", "errors_dropped"}). A one-member
+    group (`ingest.advantages.one_member_group`, as the group checks define it) is counted under
+    `one_member`, never as zero-variance: it has no baseline at all (`split_group`)."""
     groups: dict[str, list[Mapping]] = defaultdict(list)
     for r in latest_attempts(rows):
         if r["group_id"] is not None:
             groups[r["group_id"]].append(r)
     out = {"groups": len(groups), "zero_variance": {"errors_as_zero": 0, "errors_dropped": 0},
-           "sign_flip_groups": 0, "zero_variance_ids": []}
+           "one_member": 0, "sign_flip_groups": 0, "zero_variance_ids": [], "one_member_ids": []}
     adv_by_pk: dict[int, dict] = {}
     for gid in sorted(groups):
         members = groups[gid]
         res = group_advantages([Member(str(m["pk"]), m["reward"], m["ending"]) for m in members])
-        for policy in ("errors_as_zero", "errors_dropped"):
-            p = res[policy]
-            if p.n and p.std == 0:
-                out["zero_variance"][policy] += 1
-        if res["errors_dropped"].n and res["errors_dropped"].std == 0:
-            out["zero_variance_ids"].append(gid)
+        if one_member_group(len(members)):
+            out["one_member"] += 1
+            out["one_member_ids"].append(gid)
+        else:
+            for policy in ("errors_as_zero", "errors_dropped"):
+                p = res[policy]
+                if p.n and p.std == 0:
+                    out["zero_variance"][policy] += 1
+            if res["errors_dropped"].n and res["errors_dropped"].std == 0:
+                out["zero_variance_ids"].append(gid)
         flipped = False
         for m in members:
             a0 = res["errors_as_zero"].advantages[str(m["pk"])]
@@ -116,7 +123,7 @@ def group_stats(rows: list[Mapping]) -> tuple[dict, dict[int, dict]]:
 
 
 def no_gradient_reason(row: Mapping, *, zero_variance_groups: set[str], latest: bool,
-                       max_staleness: int | None) -> str | None:
+                       max_staleness: int | None, one_member_groups: set[str] = frozenset()) -> str | None:
     """Why a rollout contributed nothing to the step's gradient (None when it did, as far as
     the trace shows). Superseded attempts are not listed: their retry replaced them."""
     if not latest:
@@ -131,6 +138,8 @@ def no_gradient_reason(row: Mapping, *, zero_variance_groups: set[str], latest: 
         return "too_stale"
     if row["group_id"] is not None and row["group_id"] in zero_variance_groups:
         return "zero_variance_group"
+    if row["group_id"] is not None and row["group_id"] in one_member_groups:
+        return "one_member_group"
     return None
 
 
@@ -171,11 +180,12 @@ def compute_step(rows: list[Mapping], *, max_staleness: int | None = None,
     no_err = [r["reward"] for r in rows if r["ending"] != "error" and r["reward"] is not None]
     groups, adv = group_stats(rows)
     zv = set(groups.pop("zero_variance_ids"))
+    one = set(groups.pop("one_member_ids"))
     latest_pks = {r["pk"] for r in latest_attempts(rows)}
     no_grad = Counter()
     for r in rows:
         reason = no_gradient_reason(r, zero_variance_groups=zv, latest=r["pk"] in latest_pks,
-                                    max_staleness=max_staleness)
+                                    max_staleness=max_staleness, one_member_groups=one)
         if reason:
             no_grad[reason] += 1
     advantages = {p: quantiles([a[p] for a in adv.values() if a[p] is not None])

@@ -11,7 +11,7 @@ before it deletes and recomputes, so the second waits for the first to commit an
 members and findings: the group's findings are stored once. SQLite has one writer at a time.
 
 A group's siblings: `split_group` needs the other groups of the group's step that answer the same
-prompt (`ingest.checks.prompt_key`: the task key, else the hash of the first user message). The
+prompt (`ingest.checks.prompt_key`: the task key and the hash of the first user message). The
 pass gives each group it recomputes its `siblings` (`step_groups`, `link_siblings`), and whenever
 it recomputes a group it also recomputes the groups of that step sharing its prompt key: a member
 added to one of them changes what the others' finding says (rllm-org/rllm#776).
@@ -71,15 +71,15 @@ def load_groups(conn: sa.Connection, keys: list[tuple[str, str]]) -> dict[tuple[
             firsts[r.pk] = (group, r.task_key)
         group.members.append(_member(r))
         group.estimator = group.estimator or r.advantage_estimator  # the first member that declares one
-    texts = _prompt_texts(conn, [pk for pk, (_, task) in firsts.items() if not task])
+    texts = _prompt_texts(conn, list(firsts))
     for pk, (group, task) in firsts.items():
         group.prompt_key = prompt_key(task, texts.get(pk))
     return groups
 
 
 def _prompt_texts(conn: sa.Connection, pks: list[int]) -> dict[int, str]:
-    """rollout pk → the text of its first user message (for the prompt key of a rollout without a
-    task key); rollouts without one are left out."""
+    """rollout pk → the text of its first user message (for its prompt key); rollouts without one
+    are left out."""
     out: dict[int, str] = {}
     for i in range(0, len(pks), CHUNK):
         first = (sa.select(N.c.rollout_pk, sa.func.min(N.c.idx).label("idx"))
@@ -120,7 +120,7 @@ def step_groups(conn: sa.Connection, steps: Iterable[tuple[str, int | None]]) ->
         key = (r.run_id, r.step, r.group_id)
         sizes[key] += 1
         first.setdefault(key, (r.pk, r.task_key))
-    texts = _prompt_texts(conn, [pk for pk, task in first.values() if not task])
+    texts = _prompt_texts(conn, [pk for pk, _ in first.values()])
     out: dict[tuple[str, int | None], list[Sibling]] = defaultdict(list)
     for (run, st, gid), (pk, task) in first.items():
         out[(run, st)].append(Sibling(gid, prompt_key(task, texts.get(pk)), sizes[(run, st, gid)]))

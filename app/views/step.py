@@ -19,7 +19,7 @@ from app.queries.steps import StepRange, StepStats, next_step, one_step, step_st
 from app.store import rollups
 from app.views.chart import RunRef
 from app.views.common import NoteView, PageModel, note_view, num
-from ingest.advantages import Member, group_advantages
+from ingest.advantages import Member, group_advantages, one_member_group
 from ingest.stats import ENDINGS, latest_attempts, no_gradient_reason
 
 NO_GRADIENT_LABELS = {
@@ -28,6 +28,7 @@ NO_GRADIENT_LABELS = {
     "mask_zeroed": "loss mask zeroed by a filter",
     "too_stale": "too stale (beyond the run's max_staleness)",
     "zero_variance_group": "zero-variance group (every member got the same reward)",
+    "one_member_group": "one-member group (no baseline)",
 }
 LIST_CAP = 200  # rows of the step page's no-gradient list; the rest by the rollouts list
 
@@ -65,7 +66,9 @@ class StepPage(PageModel):
 
 def _groups_table(run_id: str, rows: list[dict], json: bool = False) -> list[dict]:
     """Per group of the step (latest attempts): size, endings, mean reward under both policies,
-    zero variance and sign flips; most affected first (errors, then other non-task endings)."""
+    zero variance and sign flips; most affected first (errors, then other non-task endings). A
+    one-member group (`ingest.advantages.one_member_group`, the checks' definition) says
+    `one_member` and is never zero-variance, as `ingest.stats.group_stats` counts it."""
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in latest_attempts(rows):
         if r["group_id"] is not None:
@@ -80,7 +83,9 @@ def _groups_table(run_id: str, rows: list[dict], json: bool = False) -> list[dic
                     "endings": {k: e[k] for k in ENDINGS if e.get(k)}, "errors": e.get("error", 0),
                     "not_finished": e.get("error", 0) + e.get("truncated", 0) + e.get("length_cut", 0),
                     "mean_errors_as_zero": num(a0.mean), "mean_errors_dropped": num(a1.mean),
-                    "zero_variance": bool(a1.n and a1.std == 0), "sign_flips": flips})
+                    "one_member": one_member_group(len(members)),
+                    "zero_variance": bool(a1.n and a1.std == 0) and not one_member_group(len(members)),
+                    "sign_flips": flips})
     out.sort(key=lambda g: (-g["errors"], -g["not_finished"], -g["sign_flips"], g["group_id"]))
     return out
 
@@ -126,10 +131,12 @@ def step_page(session: Session, run_id: str, step: int, *, json: bool = False) -
     limit = rollups.max_staleness(conn, run_id)
     group_table = _groups_table(run_id, rows, json)
     zv = {g["group_id"] for g in group_table if g["zero_variance"]}
+    one = {g["group_id"] for g in group_table if g["one_member"]}
     latest = {r["pk"] for r in latest_attempts(rows)}
     no_grad = []
     for r in sorted(rows, key=lambda r: (r["group_id"] or "", r["rollout_id"], r["attempt"])):
-        reason = no_gradient_reason(r, zero_variance_groups=zv, latest=r["pk"] in latest, max_staleness=limit)
+        reason = no_gradient_reason(r, zero_variance_groups=zv, latest=r["pk"] in latest, max_staleness=limit,
+                                    one_member_groups=one)
         if reason:
             no_grad.append({"rollout_id": r["rollout_id"], "attempt": r["attempt"], "reason": reason,
                             "detail": r["trainer_filtered"] if reason == "trainer_filtered" else
@@ -158,7 +165,10 @@ def step_page(session: Session, run_id: str, step: int, *, json: bool = False) -
                      "errors": h.endings["error"], "error_share": h.share(h.endings["error"]),
                      "mean_reward": h.mean_reward, "mean_reward_no_errors": h.mean_reward_no_errors,
                      "current": h.step == step} for h in history],
-        "groups": {**{k: v for k, v in s.get("groups", default={}).items()}, "table": group_table[:20]},
+        "groups": {**{k: v for k, v in s.get("groups", default={}).items()},
+                   "one_member": len(one), "split_group_url": urls.rollouts(run_id, json=json, step=step,
+                                                                            flag="split_group"),
+                   "table": group_table[:20]},
         "tasks": _tasks_table(session, run_id, step, prev[-1].step if prev else None, json)[:20],
         "findings": [{"kind": k, "count": n, "url": urls.rollouts(run_id, json=json, step=step, flag=k)}
                      for k, n in sorted((s.get("findings") or {}).items(), key=lambda kv: (-kv[1], kv[0]))],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -64,13 +65,25 @@ class Group:
 
 
 def prompt_key(task_key: str | None, prompt_text: str | None) -> str | None:
-    """What says two rollouts answer the same prompt: `task:<key>` when the source names its
-    task, else `prompt:<sha256 of the first user message's text, 16 hex>`; None with neither."""
+    """What says two rollouts answer the same prompt: the task key the source names
+    (`task:<key>`) and the hash of the first user message's text (`prompt:<sha256, 16 hex>`),
+    both when both are recorded (`task:<key> prompt:<hash>`: NeMo Gym numbers the tasks of each
+    environment from 0, so one task key names several prompts of a run); None with neither."""
+    parts = []
     if task_key:
-        return f"task:{task_key}"
+        parts.append(f"task:{task_key}")
     if prompt_text:
-        return "prompt:" + hashlib.sha256(prompt_text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    return None
+        parts.append("prompt:" + hashlib.sha256(prompt_text.encode("utf-8", "surrogatepass")).hexdigest()[:16])
+    return " ".join(parts) or None
+
+
+_TASK_OF_KEY = re.compile(r"task:(.*?)(?: prompt:[0-9a-f]{16})?", re.DOTALL)
+
+
+def task_of_key(key: str | None) -> str | None:
+    """The task key inside a `prompt_key` (None when it holds only a prompt hash)."""
+    m = _TASK_OF_KEY.fullmatch(key or "")
+    return m.group(1) if m else None
 
 
 def link_siblings(groups: Iterable[Group], step_groups: dict[tuple[str, int | None], list[Sibling]]) -> None:
@@ -247,7 +260,7 @@ SIBLINGS_SHOWN = 20  # sibling group ids kept in a split_group finding's detail
 @check("split_group", "warning", scope="group", label="split group")
 def split_group(g: Group, ctx: CheckContext) -> Iterator[Hit]:
     """A one-member group (`ingest.advantages.one_member_group`) whose prompt (`prompt_key`: the
-    task key, else the first user message's hash) is shared at its step by another one-member
+    task key and the first user message's hash) is shared at its step by another one-member
     group: the samples of one prompt were split into groups of one under different group ids
     (rllm-org/rllm#776), so none of them has a baseline and all get advantage 0. `detail`:
     `step`, `prompt_key`, `task_key` (when the key is one), `siblings` (the other one-member
@@ -262,7 +275,7 @@ def split_group(g: Group, ctx: CheckContext) -> Iterator[Hit]:
     split = sorted(s.group_id for s in g.siblings if s.prompt_key == g.prompt_key and one_member_group(s.size))
     if not split:
         return
-    task = g.prompt_key[len("task:"):] if g.prompt_key.startswith("task:") else None
+    task = task_of_key(g.prompt_key)
     yield Hit(f"one of {len(split) + 1} one-member groups of {'task ' + repr(task) if task else 'one prompt'} at step "
               f"{g.step}: the prompt's samples were split into groups of one, no baseline", None, None,
               {"step": g.step, "prompt_key": g.prompt_key, "task_key": task, "siblings": split[:SIBLINGS_SHOWN],

@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from ingest import advantages
-from ingest.checks import REGISTRY, Group, GroupMember, run_group_checks
+from ingest.checks import (
+    REGISTRY,
+    Group,
+    GroupMember,
+    Sibling,
+    link_siblings,
+    prompt_key,
+    run_group_checks,
+    task_of_key,
+)
 
 
 def group(rewards, endings=None, adv=None, sizes=None, indices=None, estimator=None) -> Group:
@@ -97,6 +106,37 @@ def test_errored_reward_in_baseline():
     _, (s,) = fired(group(rewards, endings), "errored_reward_in_baseline")
     assert "no advantages recorded" in s.message
     assert fired(group([1.0, 0.0]), "errored_reward_in_baseline") == ([], [])  # no errored member: nothing to decide
+
+
+def test_split_group_needs_another_one_member_group_of_the_same_prompt_at_the_step():
+    def one(gid, key, n=1, step=2):
+        return Group("r", gid, [GroupMember(f"{gid}-{i}", 0, i, None, 1.0, "ok", "submitted", step) for i in range(n)],
+                     step=step, prompt_key=key)
+
+    a, b, c = one("a", "task:t"), one("b", "task:t"), one("c", "task:t", n=4)
+    other, later = one("d", "task:u"), one("e", "task:t", step=3)
+    groups = [a, b, c, other, later]
+    link_siblings(groups, {("r", 2): [Sibling(g.group_id, g.prompt_key, len(g.members)) for g in groups[:4]],
+                           ("r", 3): [Sibling("e", "task:t", 1)]})
+    assert [s.group_id for s in a.siblings] == ["b", "c"]  # same prompt, this step; not itself, not d
+    (f,), _ = fired(a, "split_group")
+    assert f.detail == {"step": 2, "prompt_key": "task:t", "task_key": "t", "siblings": ["b"], "count": 2}
+    assert fired(c, "split_group") == ([], [])  # a group of 4 has its baseline
+    assert fired(other, "split_group") == ([], []) and fired(later, "split_group") == ([], [])
+    _, (s,) = fired(one("x", "task:t"), "split_group")  # siblings never loaded: cannot decide
+    assert "not loaded" in s.message
+    assert prompt_key(None, "What is 2+2?") == prompt_key("", "What is 2+2?") != prompt_key(None, "What is 2+3?")
+    assert prompt_key("k", None) == "task:k" and prompt_key(None, None) is None
+    # one task key over two prompts (NeMo Gym numbers each environment's tasks from 0): two prompts
+    assert prompt_key("0", "Push the box") != prompt_key("0", "Fix the build")
+    assert task_of_key(prompt_key("0", "Push the box")) == "0" and task_of_key(prompt_key(None, "x")) is None
+
+
+def test_a_one_member_group_is_never_zero_variance():
+    assert advantages.one_member_group(1) and not advantages.one_member_group(2)
+    assert fired(group([1.0]), "zero_variance_group") == ([], [])
+    (f,), _ = fired(group([1.0, 0.0], ["submitted", "error"]), "zero_variance_group")  # one left once errors drop
+    assert f.detail["in_baseline"] == 1
 
 
 def test_every_check_has_a_passing_and_failing_test():

@@ -33,14 +33,18 @@ def test_one_prompt_split_into_groups_of_one_is_flagged_and_its_clean_twin_is_no
     rs += [rollout(f"p{i}", run="sg", step=3, group=f"uid-p{i}", index=0, messages=q("Name a prime."))
            for i in range(2)]
     rs += [rollout("u0", run="sg", step=3, group="uid-u", index=0, messages=q("Name a colour."))]
+    # one task key over another prompt (NeMo Gym numbers each environment's tasks from 0): not a split
+    rs += [rollout("n0", run="sg", step=3, group="env-b:0", index=0, task={"key": "gsm8k-17"},
+                   messages=q("Push the box."))]
     # the same task alone at another step is a one-member group with no sibling: silent
     rs += [rollout("s9", run="sg", step=4, group="uid-9", index=0, task={"key": "gsm8k-17"},
                    messages=q("What is 2+2?"))]
     assert ingest(engine, write_jsonl(tmp_path / "a.jsonl", rs), run="sg").ok
     found = split(engine, "sg")
     assert sorted(found) == ["uid-0", "uid-1", "uid-2", "uid-3", "uid-p0", "uid-p1"]
-    assert found["uid-0"] == {"step": 3, "prompt_key": "task:gsm8k-17", "task_key": "gsm8k-17",
-                              "siblings": ["uid-1", "uid-2", "uid-3"], "count": 4}
+    assert found["uid-0"]["prompt_key"].startswith("task:gsm8k-17 prompt:")
+    assert {k: v for k, v in found["uid-0"].items() if k != "prompt_key"} == {
+        "step": 3, "task_key": "gsm8k-17", "siblings": ["uid-1", "uid-2", "uid-3"], "count": 4}
     assert found["uid-p1"]["siblings"] == ["uid-p0"] and found["uid-p1"]["task_key"] is None
     assert found["uid-p1"]["prompt_key"].startswith("prompt:")
 
