@@ -15,7 +15,15 @@ from ingest.checks import arrays, mask, sequence, template, tools, messages, end
 from ingest.checks import timing  # noqa: F401  (after messages: timing_incomplete)
 # isort: on
 from ingest.checks.context import EMPTY, CheckContext
-from ingest.checks.groups import Group, GroupMember, Sibling, link_siblings, prompt_key, task_of_key
+from ingest.checks.groups import (
+    Group,
+    GroupMember,
+    Sibling,
+    groups_from_rollouts,
+    link_siblings,
+    prompt_key,
+    task_of_key,
+)
 from ingest.checks.registry import REGISTRY, SKIPPED, Check, CheckResults, FindingData, Hit, Skip, check, kinds, label
 
 
@@ -44,4 +52,4 @@ def run_group_checks(group: Group, ctx: CheckContext | None = None) -> CheckResu
 
 __all__ = ["REGISTRY", "SKIPPED", "Check", "CheckContext", "CheckResults", "FindingData", "Group", "GroupMember",
            "Hit", "legacy_kind", "Skip", "check", "kinds", "label", "run_group_checks", "run_rollout_checks",
-           "Sibling", "link_siblings", "prompt_key", "task_of_key"]
+           "Sibling", "groups_from_rollouts", "link_siblings", "prompt_key", "task_of_key"]

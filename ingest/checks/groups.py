@@ -95,6 +95,39 @@ def link_siblings(groups: Iterable[Group], step_groups: dict[tuple[str, int | No
                       and s.prompt_key == g.prompt_key]
 
 
+def groups_from_rollouts(rollouts: Iterable) -> dict[tuple[str, str], Group]:
+    """The groups of native rollouts (`ingest.schema.Rollout`, e.g. a notebook's reads) as the
+    store's group pass builds them: the latest attempt of each rollout id, in group index then
+    input order, the estimator of the first member declaring one, the step and prompt key of the
+    first member, and `siblings` linked over the groups given (their steps).
+    Returns (run id, group id) → Group."""
+    latest: dict[tuple[str, str], object] = {}
+    for r in rollouts:
+        key = (r.run.id, r.id)
+        if r.group is not None and (key not in latest or r.attempt > latest[key].attempt):
+            latest[key] = r
+    members: dict[tuple[str, str], list] = {}
+    for r in latest.values():
+        members.setdefault((r.run.id, r.group.id), []).append(r)
+    groups: dict[tuple[str, str], Group] = {}
+    step_groups: dict[tuple[str, int | None], list[Sibling]] = {}
+    for (run, gid), rs in members.items():
+        rs.sort(key=lambda r: r.group.index if r.group.index is not None else 1 << 30)
+        first = rs[0]
+        g = Group(run, gid, [GroupMember(r.id, r.attempt, r.group.index, r.group.size, r.total_reward(),
+                                         r.reward_status(), r.ending.type.value, r.step,
+                                         advantages.recorded_advantage(r)) for r in rs],
+                  next((advantages.estimator_name(r.extra.get("advantage_estimator")) for r in rs
+                        if advantages.estimator_name(r.extra.get("advantage_estimator"))), None),
+                  first.step, prompt_key(first.task.key if first.task else None,
+                                         next((n.message.text() for n in first.nodes if n.message.role == "user"),
+                                              None)))
+        groups[(run, gid)] = g
+        step_groups.setdefault((run, g.step), []).append(Sibling(gid, g.prompt_key, len(g.members)))
+    link_siblings(groups.values(), step_groups)
+    return groups
+
+
 @check("group_size_mismatch", "warning", scope="group", label="group size mismatch")
 def group_size_mismatch(g: Group, ctx: CheckContext) -> Iterator[Hit]:
     """The group has more or fewer members than its declared size, or its members declare

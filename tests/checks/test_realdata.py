@@ -9,13 +9,12 @@ A clean Tunix SUCCEEDED rollout fires nothing.
 """
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from ingest.advantages import recorded_advantage
-from ingest.checks import Group, GroupMember, run_group_checks, run_rollout_checks
+from ingest.checks import groups_from_rollouts, run_group_checks, run_rollout_checks
 from ingest.errors import RecordError
 from ingest.files import read_records, walk
 from ingest.formats.base import ReadContext
@@ -103,16 +102,12 @@ def _check_file(path: Path) -> tuple[Counter, Counter, Counter]:
     reader = detect(source)
     assert reader is not None, f"{path}: no reader"
     own, grouped, skipped = Counter(), Counter(), Counter()
-    groups: dict[tuple[str, str], list] = defaultdict(list)
+    items = []
     for item in read_records(reader, source, ReadContext(), []):
         assert not isinstance(item, RecordError), item  # final: its ending normalised by read_records
         own.update(f.kind for f in run_rollout_checks(item).findings)
-        if item.group is not None:
-            groups[(item.run.id, item.group.id)].append(item)
-    for (run, gid), rs in groups.items():
-        g = Group(run, gid, [GroupMember(r.id, r.attempt, r.group.index, r.group.size, r.total_reward(),
-                                         r.reward_status(), r.ending.type.value, r.step, recorded_advantage(r))
-                             for r in rs])
+        items.append(item)
+    for g in groups_from_rollouts(items).values():
         res = run_group_checks(g)
         grouped.update(f.kind for f in res.findings)
         skipped.update(s.kind for s in res.skipped)

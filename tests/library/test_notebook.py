@@ -16,8 +16,7 @@ import sqlalchemy as sa
 from app.db import models
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
-from ingest.advantages import recorded_advantage
-from ingest.checks import Group, GroupMember, Sibling, link_siblings, prompt_key, run_group_checks, run_rollout_checks
+from ingest.checks import groups_from_rollouts, run_group_checks, run_rollout_checks
 from ingest.errors import RecordError
 from ingest.files import read_records, walk
 from ingest.formats.base import ReadContext
@@ -56,29 +55,10 @@ def findings_of(results) -> list[tuple]:
 
 
 def groups_of(rollouts: dict[tuple, Rollout]) -> dict[tuple[str, str], list]:
-    """Group findings computed from the notebook's rollouts (members in group index order)."""
-    members: dict[tuple[str, str], list[Rollout]] = defaultdict(list)
-    for r in rollouts.values():
-        if r.group is not None:
-            members[(r.run.id, r.group.id)].append(r)
-    groups = {}
-    for (run, gid), rs in members.items():
-        rs.sort(key=lambda r: r.group.index if r.group.index is not None else 1 << 30)
-        group = Group(run, gid, [GroupMember(r.id, r.attempt, r.group.index, r.group.size, r.total_reward(),
-                                             r.reward_status(), r.ending.type.value, r.step, recorded_advantage(r))
-                                 for r in rs])
-        group.estimator = next((r.extra.get("advantage_estimator") for r in rs
-                                if r.extra.get("advantage_estimator")), None)
-        first = rs[0]  # the step and prompt of a group are its first member's, as the store reads them
-        group.step = first.step
-        group.prompt_key = prompt_key(first.task.key if first.task else None,
-                                      next((n.message.text() for n in first.nodes if n.message.role == "user"), None))
-        groups[(run, gid)] = group
-    step_groups = defaultdict(list)  # (run, step) → every group of that step: split_group's siblings
-    for g in groups.values():
-        step_groups[(g.run_id, g.step)].append(Sibling(g.group_id, g.prompt_key, len(g.members)))
-    link_siblings(groups.values(), step_groups)
-    return {key: findings_of(run_group_checks(g)) for key, g in groups.items()}
+    """Group findings computed from the notebook's rollouts: `ingest.checks.groups_from_rollouts`
+    builds the groups as the store's group pass does (members, estimator, step, prompt key and the
+    sibling groups of each step that `split_group` reads)."""
+    return {key: findings_of(run_group_checks(g)) for key, g in groups_from_rollouts(rollouts.values()).items()}
 
 
 def dashboard(engine) -> tuple[dict[tuple, dict], dict[tuple[str, str], list]]:

@@ -73,3 +73,27 @@ def test_flag_split_group_selects_the_members(client, engine, tmp_path):
     [f] = [f for f in page["findings"] if f["kind"] == "split_group"]
     assert f["detail"]["count"] == 3
     assert not [f for f in client.get("/runs/fl/groups/whole.json").json()["findings"] if f["kind"] == "split_group"]
+
+
+def test_the_step_page_and_the_check_agree_on_what_a_one_member_group_is(client, engine, tmp_path):
+    """Three one-member groups of one task and a lone one of another task: the step page counts
+    four one-member groups, none as zero variance (before, each read as a zero-variance group);
+    the check flags the three that share a prompt; a flat group of 4 stays zero variance."""
+    rs = [rollout(f"s{i}", run="sp", step=5, group=f"uid-{i}", index=0, task={"key": "k"}, messages=q("q"))
+          for i in range(3)]
+    rs += [rollout("lone", run="sp", step=5, group="uid-lone", index=0, task={"key": "other"}, messages=q("z"))]
+    rs += [rollout(f"f{i}", run="sp", step=5, group="flat", index=i, task={"key": "f"}, messages=q("f"))
+           for i in range(4)]
+    assert ingest(engine, write_jsonl(tmp_path / "s.jsonl", rs), run="sp").ok
+    d = client.get("/runs/sp/steps/5.json").json()
+    table = {g["group_id"]: g for g in d["groups"]["table"]}
+    one_member = {gid for gid, g in table.items() if g["one_member"]}
+    assert one_member == {"uid-0", "uid-1", "uid-2", "uid-lone"} and d["groups"]["one_member"] == 4
+    assert not any(table[g]["zero_variance"] for g in one_member) and table["flat"]["zero_variance"]
+    assert d["groups"]["zero_variance"] == {"errors_as_zero": 1, "errors_dropped": 1}  # flat only
+    assert set(split(engine, "sp")) == {"uid-0", "uid-1", "uid-2"} <= one_member
+    reasons = {r["rollout_id"]: r["reason"] for r in d["no_gradient"]["rollouts"]}
+    assert reasons["s0"] == reasons["lone"] == "one_member_group" and reasons["f0"] == "zero_variance_group"
+    html = client.get("/runs/sp/steps/5").text
+    assert "4 one-member groups (no baseline, not counted as zero variance)" in html
+    assert "one member: no baseline" in html and 'href="/runs/sp/rollouts?step=5&amp;flag=split_group"' in html
