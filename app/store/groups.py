@@ -10,8 +10,8 @@ transaction-scoped advisory lock per group (in key order, so two writers cannot 
 before it deletes and recomputes, so the second waits for the first to commit and then sees its
 members and findings: the group's findings are stored once. SQLite has one writer at a time.
 
-A group's siblings: `split_group` needs the other groups of the group's step that answer the same
-prompt (`ingest.checks.prompt_key`: the task key and the hash of the first user message). The
+A group's siblings: `split_group` needs the other one-member groups of the group's step that
+answer the same prompt (`ingest.checks.prompt_key`: the task key and the hash of the first user message). The
 pass gives each group it recomputes its `siblings` (`step_groups`, `link_siblings`), and whenever
 it recomputes a group it also recomputes the groups of that step sharing its prompt key: a member
 added to one of them changes what the others' finding says (rllm-org/rllm#776).
@@ -25,6 +25,7 @@ import sqlalchemy as sa
 
 from app.db import models
 from app.store.prepare import _json_safe
+from ingest.advantages import one_member_group
 from ingest.checks import Group, GroupMember, Sibling, link_siblings, prompt_key, run_group_checks
 from ingest.schema import Message
 
@@ -98,8 +99,10 @@ def _prompt_texts(conn: sa.Connection, pks: list[int]) -> dict[int, str]:
 
 def step_groups(conn: sa.Connection, steps: Iterable[tuple[str, int | None]]) -> dict[tuple[str, int | None],
                                                                                        list[Sibling]]:
-    """(run id, step) → every group with a member at that step: its id, prompt key (of its first
-    member, as `load_groups` derives it) and size (latest attempts). Step None is a step too."""
+    """(run id, step) → the one-member groups (`one_member_group`, latest attempts) with a member at
+    that step, each with its prompt key (as `load_groups` derives it): the siblings `split_group`
+    reads. Only their prompt texts are read, so a run of full groups costs one summary query.
+    Step None is a step too."""
     steps = set(steps)
     if not steps:
         return {}
@@ -112,29 +115,29 @@ def step_groups(conn: sa.Connection, steps: Iterable[tuple[str, int | None]]) ->
         where.append(sa.and_(R.c.run_id.in_(unstepped), R.c.step.is_(None)))
     rows = conn.execute(
         sa.select(R.c.pk, R.c.run_id, R.c.step, R.c.group_id, R.c.task_key)
-        .where(sa.or_(*where), R.c.group_id.is_not(None), R.c.attempt == _latest_attempt())
-        .order_by(R.c.run_id, R.c.group_id, sa.func.coalesce(R.c.group_index, 1 << 30), R.c.pk)).all()
-    sizes: dict[tuple, int] = defaultdict(int)
-    first: dict[tuple, tuple] = {}
+        .where(sa.or_(*where), R.c.group_id.is_not(None), R.c.attempt == _latest_attempt())).all()
+    members: dict[tuple, list] = defaultdict(list)
     for r in rows:
-        key = (r.run_id, r.step, r.group_id)
-        sizes[key] += 1
-        first.setdefault(key, (r.pk, r.task_key))
-    texts = _prompt_texts(conn, [pk for pk, _ in first.values()])
+        members[(r.run_id, r.step, r.group_id)].append(r)
+    ones = {key: rs[0] for key, rs in members.items() if one_member_group(len(rs))}
+    texts = _prompt_texts(conn, [r.pk for r in ones.values()])
     out: dict[tuple[str, int | None], list[Sibling]] = defaultdict(list)
-    for (run, st, gid), (pk, task) in first.items():
-        out[(run, st)].append(Sibling(gid, prompt_key(task, texts.get(pk)), sizes[(run, st, gid)]))
+    for (run, st, gid), r in sorted(ones.items(), key=lambda kv: (kv[0][0], kv[0][2])):
+        out[(run, st)].append(Sibling(gid, prompt_key(r.task_key, texts.get(r.pk)), 1))
     return dict(out)
 
 
-def _with_siblings(conn: sa.Connection, keys: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """`keys` and the groups of their steps that share a prompt key with one of them."""
-    groups = load_groups(conn, keys)
-    by_step = step_groups(conn, {(g.run_id, g.step) for g in groups.values() if g.members})
+def _with_siblings(groups: dict[tuple[str, str], Group], by_step: dict) -> list[tuple[str, str]]:
+    """The keys of `groups` and of the one-member groups of their steps sharing a prompt key with
+    one of them (a group that grew past one member still names its former siblings)."""
     wanted = {(g.run_id, g.step, g.prompt_key) for g in groups.values() if g.members and g.prompt_key}
     extra = {(run, s.group_id) for (run, st), sibs in by_step.items() for s in sibs
              if (run, st, s.prompt_key) in wanted}
-    return sorted(set(keys) | extra)
+    return sorted(set(groups) | extra)
+
+
+def _steps(groups: dict[tuple[str, str], Group]) -> set[tuple[str, int | None]]:
+    return {(g.run_id, g.step) for g in groups.values() if g.members}
 
 
 def lock_groups(conn: sa.Connection, keys: list[tuple[str, str]]) -> None:
@@ -154,17 +157,19 @@ def lock_groups(conn: sa.Connection, keys: list[tuple[str, str]]) -> None:
 def recheck_groups(conn: sa.Connection, keys: Iterable[tuple[str, str]]) -> int:
     """Recompute and store the group findings of each (run_id, group_id) in `keys` and of the
     groups of their steps sharing their prompt keys, replacing what was stored: a fixed number of
-    statements whatever the number of groups (siblings, delete, load, prompt texts, insert).
+    statements whatever the number of groups (members, siblings and prompt texts, delete, insert).
     Returns the number of findings stored (skipped outcomes excluded)."""
     keys = sorted(set(keys))
     if not keys:
         return 0
-    keys = _with_siblings(conn, keys)  # read before the locks, so every lock is taken in one sorted statement
+    # which groups to recompute is read before the locks, so every lock is taken in one sorted statement
+    groups = load_groups(conn, keys)
+    keys = _with_siblings(groups, step_groups(conn, _steps(groups)))
     lock_groups(conn, keys)
     conn.execute(F.delete().where(F.c.rollout_pk.is_(None), sa.tuple_(F.c.run_id, F.c.group_id).in_(keys)))
     total, rows = 0, []
     groups = load_groups(conn, keys)
-    link_siblings(groups.values(), step_groups(conn, {(g.run_id, g.step) for g in groups.values() if g.members}))
+    link_siblings(groups.values(), step_groups(conn, _steps(groups)))
     for (run_id, group_id), group in groups.items():
         if not group.members:
             continue

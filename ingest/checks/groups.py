@@ -38,8 +38,9 @@ class GroupMember:
 
 @dataclass(frozen=True)
 class Sibling:
-    """Another group of the same run and step, as `split_group` reads it: its id, its prompt key
-    (`prompt_key`) and its size (members, latest attempts)."""
+    """Another one-member group (`ingest.advantages.one_member_group`) of the same run and step, as
+    `split_group` reads it: its id, its prompt key (`prompt_key`) and its size (members, latest
+    attempts: 1)."""
 
     group_id: str
     prompt_key: str | None
@@ -51,9 +52,9 @@ class Group:
     """One group of one run: its members (latest attempts only), in index then ingest order.
 
     `step`, `prompt_key`: the step and prompt key (`prompt_key`) of its first member. `siblings`:
-    the other groups of the run at that step with the same prompt key, filled by whoever runs the
-    group pass (the store's `app/store/groups.py`, a notebook) with `link_siblings`; None when not
-    loaded (then `split_group` cannot decide)."""
+    the other one-member groups of the run at that step with the same prompt key, filled by whoever
+    runs the group pass (the store's `app/store/groups.py`, `groups_from_rollouts`) with
+    `link_siblings`; None when not loaded (then `split_group` cannot decide)."""
 
     run_id: str
     group_id: str
@@ -87,12 +88,13 @@ def task_of_key(key: str | None) -> str | None:
 
 
 def link_siblings(groups: Iterable[Group], step_groups: dict[tuple[str, int | None], list[Sibling]]) -> None:
-    """Fill each group's `siblings` from `step_groups` ((run id, step) → every group of that step,
-    this one included): the others with the same prompt key (none when it has no key)."""
+    """Fill each group's `siblings` from `step_groups` ((run id, step) → the groups of that step,
+    this one included): the other one-member groups with the same prompt key (none when it has no
+    key)."""
     for g in groups:
         peers = step_groups.get((g.run_id, g.step), [])
         g.siblings = [s for s in peers if s.group_id != g.group_id and g.prompt_key is not None
-                      and s.prompt_key == g.prompt_key]
+                      and s.prompt_key == g.prompt_key and one_member_group(s.size)]
 
 
 def groups_from_rollouts(rollouts: Iterable) -> dict[tuple[str, str], Group]:

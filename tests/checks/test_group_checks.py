@@ -118,7 +118,7 @@ def test_split_group_needs_another_one_member_group_of_the_same_prompt_at_the_st
     groups = [a, b, c, other, later]
     link_siblings(groups, {("r", 2): [Sibling(g.group_id, g.prompt_key, len(g.members)) for g in groups[:4]],
                            ("r", 3): [Sibling("e", "task:t", 1)]})
-    assert [s.group_id for s in a.siblings] == ["b", "c"]  # same prompt, this step; not itself, not d
+    assert [s.group_id for s in a.siblings] == ["b"]  # one-member, same prompt, this step; not c (4), not d
     (f,), _ = fired(a, "split_group")
     assert f.detail == {"step": 2, "prompt_key": "task:t", "task_key": "t", "siblings": ["b"], "count": 2}
     assert fired(c, "split_group") == ([], [])  # a group of 4 has its baseline
