@@ -16,17 +16,21 @@ KIND_PATHS = {"kind": "kind", "context_management": ("context_management", "type
 _FALSY = (None, "", "false", "0", "null")
 
 
+# a tool result's own timing, read only on tool messages: parsing every message body would cost a long rollout
+_TOOL_TIMING = sa.type_coerce(sa.case((N.c.role == "tool", N.c.message[("extra", "timing")]), else_=sa.null()), sa.JSON)
+
+
 def graph_nodes(*, session: Session, rollout_pk: int, headers: dict[int, dict] | None = None) -> list[GraphNode]:
     """Every node of a rollout as a GraphNode, by index (index = position in the list).
 
     With `headers` (a dict to fill), the same statement also reads each node's tool-call routing
-    fields, timestamp and a tool result's own timing (Inspect's `extra.timing`):
+    fields, timestamp and a tool result's own timing (its message's `extra.timing`, Inspect's tool event):
     `{idx: {role, tool_call_id, name, tool_calls, timestamp, timing}}` (pairing calls with results
     and timing them needs them for a whole branch)."""
     cols = [N.c.idx, N.c.parent, N.c.role, N.c.sampled, N.c.n_tokens, N.c.mask,
             *(N.c.extra[p].as_string().label(f"x_{k}") for k, p in KIND_PATHS.items())]
     if headers is not None:
-        cols += [N.c.tool_call_id, N.c.tool_name, N.c.tool_calls, N.c.timestamp, N.c.extra["timing"]]
+        cols += [N.c.tool_call_id, N.c.tool_name, N.c.tool_calls, N.c.timestamp, _TOOL_TIMING]
     nk = len(KIND_PATHS)
     out: list[GraphNode] = []
     keys = list(KIND_PATHS)

@@ -58,3 +58,21 @@ def test_hostile_model_name_on_an_open_call_is_escaped(client, engine, tmp_path)
     assert ingest(engine, write_jsonl(tmp_path / "h.jsonl", [r]), run="tm").ok
     html = client.get("/runs/tm/rollouts/h").text
     assert "<script>x</script>" not in html and "end not recorded" in html
+
+
+def test_a_tool_call_whose_result_never_completed_is_marked_on_the_timeline(client, engine, tmp_path):
+    """Inspect keeps a tool event's times on its result (`extra.timing`); without `completed` the
+    call has a start and no end: the timeline (read from the stored nodes) marks it open."""
+    msgs = [{"role": "user", "content": "list"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "ls", "arguments": "{}"}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "a b", "extra": {"timing": {"start": 10.0}}},
+            {"role": "assistant", "content": "done"}]
+    r = rollout("tool", run="tm", messages=msgs, calls=[{"node": 1, "time": {"start": 9.0, "end": 9.5}}])
+    assert ingest(engine, write_jsonl(tmp_path / "t.jsonl", [r]), run="tm").ok
+    d = client.get("/runs/tm/rollouts/tool.json").json()
+    [row] = [r for r in d["timeline"]["rows"] if r["kind"] == "tool"]
+    assert row["status"] == "open" and row["duration"] is None and row["name"] == "ls"
+    assert d["timeline"]["tool_latency"] == {"calls": 1, "timed": 0, "total": None, "median": None}
+    [f] = [f for f in d["findings"] if f["kind"] == "timing_incomplete"]
+    assert f["detail"]["id"] == "c1" and f["detail"]["call"] == "tool"
+    assert "end not recorded" in client.get("/runs/tm/rollouts/tool").text
