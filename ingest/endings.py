@@ -147,7 +147,8 @@ def settle(rollout: Rollout) -> EndingInfo:
       (`abort`, `aborted`, `error`, `cancelled`) → `error`: it says nothing about the policy, so it
       leaves the default baseline (tests/fixtures/cases/32-finish-reason-abort.json);
     - silent truncation: the agent "submitted", but its last generation stopped for length →
-      `length_cut`.
+      `length_cut`, by `correct_silent_truncation` (the one rule, which records the source's claim
+      so the `silent_truncation` check reports it; verifiers data was corrected silently before).
 
     The source's words stay in `detail`; the raw finish reason is in the evidence."""
     info = rollout.ending
@@ -161,13 +162,9 @@ def settle(rollout: Rollout) -> EndingInfo:
         info.detail = info.detail or f"finish_reason={raw}"
         info.message = (f"the last generation ended with finish reason {raw!r} (aborted by the inference "
                         f"server): an infrastructure error" + (f", not {was.value}" if was != Ending.unknown else ""))
-    elif last.finish_reason == "length" and info.type == Ending.submitted:
-        info.type = Ending.length_cut
-        info.message = (f"submitted ({info.detail}), but the last generation stopped for length: "
-                        "a silent truncation" if info.detail else "the last generation stopped for length")
     if info.evidence.last_finish_reason is None:
         info.evidence.last_finish_reason = raw
-    return info
+    return correct_silent_truncation(rollout)  # one rule, recorded for the `silent_truncation` check
 
 
 # The last generation stopped for its token limit (finish reasons as readers record them).
