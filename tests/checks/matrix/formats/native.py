@@ -24,8 +24,8 @@ def native_message(m: dict) -> Message:
     """An OpenAI chat message in the native shape (tool calls flat: id, name, arguments)."""
     body = {k: v for k, v in m.items() if k != "tool_calls"}
     if m.get("tool_calls"):
-        body["tool_calls"] = [{"id": c.get("id"), "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
-                              for c in m["tool_calls"]]
+        body["tool_calls"] = [{"id": c.get("id"), "name": c["function"]["name"],
+                               "arguments": c["function"]["arguments"]} for c in m["tool_calls"]]
     return Message.model_validate(body)
 
 
