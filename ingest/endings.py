@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ingest.schema import Ending, EndingInfo, Rollout
+from ingest.tool_markup import unparsed_call, uses_structured_calls
 
 # THE endings table (docs/formats.md "Endings"): every reader maps the words its source writes in
 # `finish_reason` / `stop_reason`, `stop_condition`, `termination_reason`, `status`,
@@ -101,7 +102,10 @@ def normalise(rollout: Rollout) -> Rollout:
 
 def fill_evidence(rollout: Rollout) -> None:
     """Fill `ending.evidence` from the trace itself where the reader left it empty:
-    last finish reason, output tokens sampled (mask = 1) and turns (assistant messages)."""
+    last finish reason, output tokens sampled (mask = 1), turns (assistant messages), and the
+    dialect and tool of tool-call markup left unparsed in the last assistant message
+    (`last_answer_unparsed_tool_call`: the final answer was a call; the `unparsed_tool_call`
+    check, ingest/tool_markup.py)."""
     ev = rollout.ending.evidence
     if ev.last_finish_reason is None:
         last = next((c for c in reversed(rollout.calls) if c.error is None and c.finish_reason), None)
@@ -111,6 +115,11 @@ def fill_evidence(rollout: Rollout) -> None:
         ev.turns = sum(1 for n in rollout.nodes if n.message.role == "assistant")
     if ev.output_tokens is None and any(n.token_ids for n in rollout.nodes):
         ev.output_tokens = sum(sum(map(bool, n.mask)) for n in rollout.nodes)
+    if ev.last_answer_unparsed_tool_call is None and uses_structured_calls(rollout):
+        last = next((n for n in reversed(rollout.nodes) if n.message.role == "assistant"), None)
+        found = unparsed_call(last.message) if last is not None else None
+        if found is not None:
+            ev.last_answer_unparsed_tool_call, ev.last_answer_unparsed_tool = found.dialect, found.tool
 
 
 def derive(rollout: Rollout) -> EndingInfo:

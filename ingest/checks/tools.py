@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from collections.abc import Iterator
 
@@ -11,6 +10,7 @@ from ingest.checks.registry import Hit, check, memo
 from ingest.graph import CallRef, Pairing, branches, pair
 from ingest.jsonio import cut_short
 from ingest.schema import Rollout
+from ingest.tool_markup import unparsed_call, uses_structured_calls
 
 
 def _pairings(r: Rollout) -> list[Pairing]:
@@ -140,37 +140,24 @@ def malformed_tool_arguments(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
                           {"shape": shape, "id": tc.id, "name": tc.name, "arguments": tc.arguments[:200]})
 
 
-# Tool-call markup a chat template renders and a server's tool parser turns into `tool_calls`:
-# (name of the convention, pattern; group 1 the tool's name where the markup names it).
-TOOL_CALL_MARKUP = (
-    ("Qwen3-Coder XML", re.compile(r"<tool_call>\s*<function=([^>\s]+)>", re.S)),
-    ("Hermes", re.compile(r"<tool_call>\s*\{.*?\"name\"\s*:\s*\"([^\"]+)\"", re.S)),
-    ("Llama 3 python_tag", re.compile(r"<\|python_tag\|>\s*(?:\{.*?\"name\"\s*:\s*\"([^\"]+)\")?", re.S)),
-    ("Mistral", re.compile(r"\[TOOL_CALLS\]\s*(?:\[?\s*\{.*?\"name\"\s*:\s*\"([^\"]+)\")?", re.S)),
-)
-
-
-@check("tool_call_markup_unparsed", "error", label="tool call left as text")
-def tool_call_markup_unparsed(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
+@check("unparsed_tool_call", "error", label="tool call left as text")
+def unparsed_tool_call(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """An assistant message with no structured tool call whose text holds tool-call markup (Hermes
     `<tool_call>{...}</tool_call>`, Qwen3-Coder `<tool_call><function=...>`, Llama 3
     `<|python_tag|>`, Mistral `[TOOL_CALLS]`): the server's tool parser failed and the call stayed in
     the content (vllm-project/vllm#18791, #26345), so the harness took a tool call for a final
-    answer. Names the convention and the tool. Only where the rollout uses structured tool calls
-    (it declares `tools`, or another turn carries a structured call): a harness whose protocol is
-    the text itself (Atropos environments, which parse `<tool_call>` from the reply) is not one."""
-    if not r.tools and not any(n.message.tool_calls for n in r.nodes):
+    answer. Names the dialect and the tool (the shared detector, ingest/tool_markup.py). Only where
+    the rollout uses structured tool calls (it declares `tools`, or another turn carries a structured
+    call): a harness whose protocol is the text itself (Atropos environments, which parse
+    `<tool_call>` from the reply) is not one. Stored before issue 20 as `tool_call_markup_unparsed`."""
+    if not uses_structured_calls(r):
         return
+    last = next((i for i in range(len(r.nodes) - 1, -1, -1) if r.nodes[i].message.role == "assistant"), None)
     for i, node in enumerate(r.nodes):
-        m = node.message
-        if m.role != "assistant" or m.tool_calls:
-            continue
-        text = m.text()
-        for convention, pattern in TOOL_CALL_MARKUP:
-            found = pattern.search(text)
-            if found:
-                tool = found.group(1) if found.lastindex else None
-                yield Hit(f"node {i}: a {convention} tool call{f' to {tool}' if tool else ''} left in the "
-                          "message text, with no structured tool call (the server's tool parser failed)", i, None,
-                          {"convention": convention, "tool": tool, "at": found.start()})
-                break
+        found = unparsed_call(node.message)
+        if found is not None:
+            tool = found.tool
+            yield Hit(f"node {i}: a {found.dialect} tool call{f' to {tool}' if tool else ''} left in the "
+                      "message text, with no structured tool call (the server's tool parser failed)", i, None,
+                      {"dialect": found.dialect, "convention": found.dialect, "tool": tool, "at": found.at,
+                       "final_answer": i == last})
