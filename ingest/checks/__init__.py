@@ -16,7 +16,6 @@ from ingest.checks.context import EMPTY, CheckContext
 from ingest.checks.groups import Group, GroupMember
 from ingest.checks.registry import REGISTRY, SKIPPED, Check, CheckResults, FindingData, Hit, Skip, check, kinds, label
 
-
 # Kinds stored under an older name: one `<array>_len_mismatch` per array before the registry
 # (migration 0003 renames them to `array_len_mismatch` with `detail.array`), and
 # `tool_call_markup_unparsed` before issue 20 fixed the name `unparsed_tool_call` (migration 0014).

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, check, memo
-from ingest.graph import CallRef, Pairing, branches, pair
+from ingest.graph import CallRef, Pairing, branches, pair, pairing_fields
 from ingest.jsonio import cut_short
+from ingest.metrics import tool_failure
 from ingest.schema import Rollout
 from ingest.tool_markup import unparsed_call, uses_structured_calls
 
@@ -16,17 +17,10 @@ from ingest.tool_markup import unparsed_call, uses_structured_calls
 def _pairings(r: Rollout) -> list[Pairing]:
     """The pairing of each branch; derived once per check run (four checks read it)."""
     def build() -> list[Pairing]:
-        messages = [_pairing_fields(n.message) for n in r.nodes]
+        messages = [pairing_fields(n.message) for n in r.nodes]
         return [pair(path, messages) for path in branches(r.nodes)]
 
     return memo("tool_pairings", build)
-
-
-def _pairing_fields(m) -> dict:
-    """The fields of a message that pairing reads (ingest.graph.pair), without its content: a
-    full `model_dump` of every message cost about 10 µs each."""
-    return {"role": m.role, "tool_call_id": m.tool_call_id, "name": m.name,
-            "tool_calls": [{"id": tc.id, "name": tc.name, "extra": tc.extra} for tc in m.tool_calls or ()]}
 
 
 def _calls_per_branch(r: Rollout) -> Iterator[list[CallRef]]:
@@ -88,6 +82,31 @@ def unpaired_tool_result(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
                 m = r.nodes[i].message
                 yield Hit(f"node {i}: tool result {m.tool_call_id or m.name or ''!r} answers no waiting call", i, None,
                           {"id": m.tool_call_id, "name": m.name})
+
+
+@check("tool_answered_twice", "warning", label="tool call answered twice", at="call")
+def tool_answered_twice(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
+    """One tool call with two (or more) results naming its id: a recovery error and then the
+    re-executed output (OpenHands/software-agent-sdk#1782), or a harness that retried a call and
+    logged both. Both results are kept and shown with the call (pairing rule 4, ingest/graph.py);
+    the earlier one is superseded, so a superseded error is not counted as a tool error of the
+    rollout (ingest/metrics.py `tool_errors`), and neither result is an `unpaired_tool_result`.
+    `position` is the call's index within its message's `tool_calls`; `detail`: the call's `id`,
+    `name`, `call_node`, `result_nodes` (in order) and `first_error` (the first result reported a
+    failure, `ingest.metrics.tool_failure`: its reason, else None)."""
+    seen: set[tuple[int, int]] = set()
+    for calls in _calls_per_branch(r):
+        for c in calls:
+            if not c.later_results or c.result_node is None or (c.node, c.position) in seen:
+                continue
+            seen.add((c.node, c.position))
+            nodes = [c.result_node, *c.later_results]
+            first = r.nodes[c.result_node].message
+            error = tool_failure(first.extra, first.text())
+            yield Hit(f"node {c.node}: call {c.id!r} ({c.name}) has {len(nodes)} results (nodes "
+                      f"{', '.join(map(str, nodes))}); the first{' (an error)' if error else ''} is superseded",
+                      c.node, c.position, {"id": c.id, "name": c.name, "call_node": c.node, "result_nodes": nodes,
+                                           "first_error": error})
 
 
 def arguments_shape(arguments: str) -> str:
