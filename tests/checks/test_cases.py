@@ -256,7 +256,7 @@ def test_39_tool_call_markup_left_in_the_text_is_a_finding(client, engine):
         assert hit["severity"] == "error"
         assert hit["detail"]["final_answer"] is True
         evidence = d["ending"]["evidence"]
-        assert evidence["last_answer_unparsed_tool_call"] == convention and evidence["last_answer_unparsed_tool"] == tool
+        assert (evidence["last_answer_unparsed_tool_call"], evidence["last_answer_unparsed_tool"]) == (convention, tool)
         html = client.get(f"/runs/{_run_of(client, rid)}/rollouts/{rid}").text
         assert "&lt;tool_call&gt;" in html and "<tool_call>" not in html
         assert f"the final answer was an unparsed {convention}" in html
