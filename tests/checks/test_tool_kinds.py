@@ -209,3 +209,5 @@ def test_answered_twice_through_the_app_the_call_lists_both_results(client, engi
     once = client.get("/runs/tk/rollouts/once.json").json()
     assert all(not c["later_results"] for m in once["messages"] for c in m["tool_calls"])
     assert "tool_answered_twice" not in {f["kind"] for f in once["findings"]}
+    step = client.get("/runs/tk/steps/0").text  # the step's tool-error count says what it leaves out
+    assert "not counting errors superseded by a re-executed result" in step and "1 rollout</a> with a call" in step
