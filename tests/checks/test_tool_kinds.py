@@ -113,6 +113,8 @@ def test_unparsed_call_through_the_app_flag_filter_ending_and_escaped_markup(cli
     for flag in ("unparsed_tool_call", "tool_call_markup_unparsed"):  # the old name: a pasted link keeps working
         rows = client.get(f"/runs/tk/rollouts.json?flag={flag}").json()["rollouts"]
         assert [r["rollout_id"] for r in rows] == ["bad"], flag
+        items = client.get("/api/v1/runs/tk/findings", params={"kind": flag}).json()["items"]
+        assert [(f["kind"], f["rollout_id"]) for f in items] == [("unparsed_tool_call", "bad")], flag
     html = client.get("/runs/tk/rollouts/bad").text
     assert "&lt;tool_call&gt;" in html and "<tool_call>" not in html and "&lt;b&gt;" in html
     assert "the final answer was an unparsed Hermes" in html
