@@ -270,7 +270,6 @@ def _cut_arguments(g, tok):
 MARKUP = '<tool_call>\n{"name": "calc", "arguments": {"expr": "391+40"}}\n</tool_call>'
 
 
-@fault("tool_call_markup_unparsed", "tools", turn=ANSWER)
 def _markup_left(g, tok):
     def edit(m):
         m[ANSWER]["content"] = MARKUP  # vLLM's parser failed: the call stayed text (vllm#18791)
@@ -298,7 +297,7 @@ def _pads_trained(g, tok):
 
 
 @fault("unparsed_tool_call", "tools", turn=ANSWER)
-def _markup_left_again(g, tok):
+def _markup_left_unparsed(g, tok):  # was `tool_call_markup_unparsed` (migration 0014)
     _markup_left(g, tok)
 
 
