@@ -164,4 +164,4 @@ def mask_on_padding(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
         yield Hit(f"node {i}: loss mask 1 on {plural(len(positions), 'token')} the policy did not generate: "
                   + "; ".join(said), i, positions[0],
                   {"positions": positions[:POSITIONS_CAP], "count": len(positions), "why": why, "pad_id": pad_id,
-                   "pad_token": pad_text,                    "eos_at": first_eos, "trained": len(on), "generated": n_gen})
+                   "pad_token": pad_text, "eos_at": first_eos, "trained": len(on), "generated": n_gen})

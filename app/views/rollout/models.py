@@ -30,7 +30,7 @@ class TokenView(TypedDict):
     i: int  # position in its message
     t: int  # position in the branch's token sequence (the #t-N of a deep link)
     id: int
-    state: str  # trained | context | filtered | fault | special | placeholder
+    state: str  # trained | context | filtered | fault | special | special_trained | placeholder
     trained: bool  # loss mask 1
     logprob: float | None  # behaviour logprob, as float32
     advantage: float | None
