@@ -181,6 +181,7 @@ class RolloutPage(PageModel):
     notes: list[NoteView]
     checks_skipped: list[CheckSkipped]
     n_trained_environment: int  # trained tokens of messages the policy did not sample (mask_on_unsampled)
+    n_trained_padding: int  # trained tokens of sampled turns the policy did not generate (mask_on_padding)
     trains_on_nothing: bool
     no_gradient: bool  # an errored rollout: its mask-1 tokens get no gradient under the default policy
     task_answer: Any
