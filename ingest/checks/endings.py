@@ -167,7 +167,7 @@ def stop_reason_mismatch(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
                  and e.output_tokens <= FAR_BELOW_SHARE * e.cap and e.stop_last is None]
     if not hits and undecided:
         raise Skip(f"call {undecided[0].call} stopped for length below its cap, but its last token cannot be "
-                   "read (no token ids, or no tokenizer stored for this run)")
+                   "read (no token ids, or the run has no tokenizer to name it)")
     for e, rule in hits:
         last = f"{e.last_text!r} (id {e.last_id})" if e.last_text is not None else (
             f"id {e.last_id}" if e.last_id is not None else "not recorded")

@@ -136,7 +136,7 @@ def mask_on_padding(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     pads, eos = pad_and_eos_ids(ctx)
     generated = generated_per_node(r)
     if not pads and not eos and not generated:
-        raise Skip("no pad or EOS id known (no tokenizer stored for this run) and no model call records its "
+        raise Skip("no pad or EOS id known (the run has no tokenizer) and no model call records its "
                    "output tokens")
     for i, node in enumerate(r.nodes):
         if node.message.role != SAMPLED_ROLE or not any(node.mask):

@@ -90,7 +90,8 @@ def test_without_a_tokenizer_the_output_token_count_decides():
 
 def test_a_pad_that_is_also_the_eos_ends_the_turn_once():
     # Qwen2.5: pad_token <|endoftext|> is also an end-of-sequence token
-    qwen = CheckContext(special_tokens={"<|endoftext|>": 9, "<|im_end|>": 8}, template_kwargs={"pad_token": "<|endoftext|>"})
+    qwen = CheckContext(special_tokens={"<|endoftext|>": 9, "<|im_end|>": 8},
+                        template_kwargs={"pad_token": "<|endoftext|>"})
     assert fired(native("once", [377, 348, 9]), "mask_on_padding", qwen) == ([], [])
     (f,), _ = fired(native("twice", [377, 348, 9, 9, 9]), "mask_on_padding", qwen)
     assert f.detail["positions"] == [3, 4] and set(f.detail["why"]) == {"pad", "after_eos"}
