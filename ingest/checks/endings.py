@@ -101,7 +101,8 @@ def _call_evidence(r: Rollout, ctx: CheckContext) -> list[CallEvidence]:
         if n is None and k == last_k and _count(ev.last_output_tokens) is not None:
             n, n_from = ev.last_output_tokens, "ending.evidence.last_output_tokens"
         last_id = node.token_ids[-1] if node is not None and node.token_ids and node.token_ids[-1] >= 0 else None
-        stops = {t for t in (sampling.get("stop_token_ids") or []) if isinstance(t, int)}
+        listed = sampling.get("stop_token_ids")
+        stops = {t for t in listed if isinstance(t, int)} if isinstance(listed, list | tuple) else set()
         stop_last = None
         if last_id is not None and (special or stops):
             stop_last = last_id in special or last_id in stops
@@ -116,7 +117,12 @@ def _token_text(ctx: CheckContext, tid: int | None) -> str | None:
     if tid is None:
         return None
     named = next((t for t, i in ctx.special_tokens.items() if i == tid), None)
-    return named if named is not None else (ctx.decode([tid]) if ctx.tokenizer is not None else None)
+    if named is not None or ctx.tokenizer is None:
+        return named
+    try:
+        return ctx.decode([tid])
+    except Exception:  # noqa: BLE001 - an id the tokenizer does not know has no text; the check still decides
+        return None
 
 
 def length_contradicted(e: CallEvidence) -> bool:
@@ -134,7 +140,8 @@ def _mismatches(r: Rollout, ctx: CheckContext) -> list[tuple[CallEvidence, str]]
 
 
 def _corrected_on_cap(r: Rollout) -> bool:
-    """silent_truncation changed the ending because the last generation reached its cap."""
+    """silent_truncation changed the ending because the last generation reached its cap (the
+    `why` ingest/endings.py `correct_silent_truncation` records for that rule)."""
     fix = r.ending.extra.get("silent_truncation") or {}
     return "reached its token cap" in str(fix.get("why", ""))
 
@@ -173,7 +180,7 @@ def stop_reason_mismatch(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
             f"id {e.last_id}" if e.last_id is not None else "not recorded")
         if rule == "length_below_cap":
             why = (f"stopped for length ({e.reason}) after {e.output_tokens} of {e.cap} tokens, and its last token "
-                   f"{last} is a stop token")
+                   f"{last} is a stop or special token")
         else:
             why = f"says {e.reason} but generated exactly its cap of {e.cap} tokens; last token {last}"
         if e.call == last_k and rule == "length_below_cap" and _corrected_on_length(r):

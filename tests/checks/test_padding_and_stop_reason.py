@@ -229,3 +229,13 @@ def test_stop_reason_mismatch_is_filtered_and_marked_on_the_endings_chart(client
     sec = client.get("/runs/e/rollouts/sec.json").json()
     (f,) = [f for f in sec["findings"] if f["kind"] == "stop_reason_mismatch"]
     assert f["detail"]["last_token"] == "<|end|>" and f["anchor"] == "t-6"
+
+
+def test_strange_inputs_are_decided_or_skipped_never_raised(llama):
+    odd = native("odd", [377, 99999, -1], calls=[call("length", 3, 64, stop_token_ids=7),
+                                                 {"node": 1, "finish_reason": "stop", "usage": {"output_tokens": 64},
+                                                  "sampling": {"max_tokens": True}}])
+    for ctx in (llama, None):  # a stop_token_ids that is no list, a boolean cap, ids the tokenizer lacks
+        assert fired(odd, "mask_on_padding", ctx) == ([], [])  # decided: 3 trained of 3 + 64 generated
+    # a placeholder last id (-1) has no text: a length stop below the cap cannot be decided from it
+    assert "last token cannot be read" in fired(odd, "stop_reason_mismatch", llama)[1][0]
