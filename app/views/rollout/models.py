@@ -30,7 +30,7 @@ class TokenView(TypedDict):
     i: int  # position in its message
     t: int  # position in the branch's token sequence (the #t-N of a deep link)
     id: int
-    state: str  # trained | context | filtered | fault | special | placeholder
+    state: str  # trained | context | filtered | fault | special | special_trained | placeholder
     trained: bool  # loss mask 1
     logprob: float | None  # behaviour logprob, as float32
     advantage: float | None
@@ -195,6 +195,7 @@ class RolloutPage(PageModel):
     notes: list[NoteView]
     checks_skipped: list[CheckSkipped]
     n_trained_environment: int  # trained tokens of messages the policy did not sample (mask_on_unsampled)
+    n_trained_padding: int  # trained tokens of sampled turns the policy did not generate (mask_on_padding)
     trains_on_nothing: bool
     no_gradient: bool  # an errored rollout: its mask-1 tokens get no gradient under the default policy
     task_answer: Any
