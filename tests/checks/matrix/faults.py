@@ -104,7 +104,9 @@ def _implausible(g, tok):
 
 @fault("silent_truncation", "finish_reason")
 def _length_called_success(g, tok):
-    last(g).finish_reason = "length"  # the source still says the episode completed
+    req = last(g)  # cut at its cap, no EOS: the source still says the episode completed
+    req.completion_ids, req.logprobs = req.completion_ids[:10], req.logprobs[:10]
+    req.finish_reason, req.max_tokens = "length", 10
 
 
 # --- groups --------------------------------------------------------------------------------------
@@ -320,10 +322,9 @@ def _answered_twice(g, tok):
     rebuild(g, RIGHT, _conversation_with(edit), tok)
 
 
-@fault("stop_reason_mismatch", "finish_reason max_tokens", turn=ANSWER)
-def _stop_at_cap(g, tok):
-    req = last(g)
-    req.max_tokens = len(req.completion_ids)  # `stop` exactly at the cap (trl#7039's other face)
+@fault("stop_reason_mismatch", "finish_reason max_tokens token_ids", turn=ANSWER)
+def _length_far_below_cap(g, tok):
+    last(g).finish_reason = "length"  # trl#7039: 16 of 64 tokens, EOS last, reported as a length cut
 
 
 @fault("timing_incomplete", "timing", turn=CALLS)
