@@ -113,20 +113,47 @@ def _step_page_urls(run_id: str, steps, anchor: str = "") -> list[str]:
     return [f"/runs/{urls.q(run_id)}/steps/{s.step}" + (f"#{anchor}" if anchor else "") for s in steps]
 
 
+# The finding that says an ending's finish reason is not to be believed (ingest/checks/endings.py).
+CONTRADICTED = "stop_reason_mismatch"
+
+
+def _contradicted(s, ending: str) -> int:
+    """Rollouts of `ending` at step `s` whose finish reason its tokens contradict (the step's
+    `by_ending` finding counts)."""
+    n = s.get("by_ending", ending, "findings", CONTRADICTED, default=0)
+    return n if isinstance(n, int) else 0
+
+
 def build_endings(run_id: str, steps, tasks=None) -> dict:
-    """Stacked bars: share of rollouts per ending at each step."""
+    """Stacked bars: share of rollouts per ending at each step. The rollouts of an ending whose
+    finish reason `stop_reason_mismatch` contradicts are their own hatched segment
+    ("length_cut, reason contradicted"), linking to exactly them, not counted silently in it."""
     data = []
     for ending in ENDINGS:
         if not any(s.endings.get(ending) for s in steps):
             continue
+        marked = [min(_contradicted(s, ending), s.endings.get(ending, 0)) for s in steps]
+        plain = [s.endings.get(ending, 0) - m for s, m in zip(steps, marked)]
         data.append({
             "type": "bar", "name": ending, "x": _xs(steps),
-            "y": [s.endings.get(ending, 0) / s.rollouts if s.rollouts else 0 for s in steps],
-            "text": [f"{s.endings.get(ending, 0)} of {s.rollouts}" for s in steps], "textposition": "none",
+            "y": [n / s.rollouts if s.rollouts else 0 for s, n in zip(steps, plain)],
+            "text": [f"{n} of {s.rollouts}" + (f"; {m} more marked: reason contradicted" if m else "")
+                     for s, n, m in zip(steps, plain, marked)], "textposition": "none",
             "hovertemplate": "step %{x}<br>" + ending + ": %{y:.1%} (%{text})<extra></extra>",
             "marker": {"color": ENDING_COLORS[ending]},
             "customdata": _step_urls(run_id, steps, ending=ending),
         })
+        if any(marked):
+            name = f"{ending}, reason contradicted"
+            data.append({
+                "type": "bar", "name": name, "x": _xs(steps),
+                "y": [m / s.rollouts if s.rollouts else 0 for s, m in zip(steps, marked)],
+                "text": [f"{m} of {s.rollouts}" for s, m in zip(steps, marked)], "textposition": "none",
+                "hovertemplate": "step %{x}<br>" + name + ": %{y:.1%} (%{text}; the finish reason is contradicted "
+                                 "by the tokens)<extra></extra>",
+                "marker": {"color": ENDING_COLORS[ending], "pattern": {"shape": "x", "fgcolor": "#1d232b"}},
+                "customdata": _step_urls(run_id, steps, ending=ending, flag=CONTRADICTED),
+            })
     layout = _layout("Ending-type rates per step", {"title": {"text": "share of rollouts"}, "tickformat": ".0%",
                                                     "range": [0, 1]}, _xs(steps))
     layout["barmode"] = "stack"
@@ -348,8 +375,9 @@ def build_no_gradient(run_id: str, steps, tasks=None) -> dict:
 
 
 register(Chart("endings", "Ending-type rates",
-               "Share of rollouts per ending at each training step. Click a bar for its rollouts.",
-               build_endings, sections=("endings",)))
+               "Share of rollouts per ending at each training step. Click a bar for its rollouts. Hatched: the "
+               "rollouts of that ending whose finish reason their tokens contradict (stop reason mismatch).",
+               build_endings, sections=("endings", "by_ending")))
 register(Chart("reward", "Reward",
                "Mean (solid), median (dashed) and the p10–p90 band of reward per step, errored rollouts scored 0 "
                "(blue) and dropped (purple). Missing or non-finite rewards are left out of both.",

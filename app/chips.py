@@ -47,7 +47,7 @@ def _title(t: dict, p: dict | None) -> str:
                                                     ("missing" if t["lpb"] == -1 else "none (context)"))]
     if t["advantage"] is not None:
         parts.append("advantage " + compact_number(t["advantage"], "%+.3f"))
-    if t["state"] in ("fault", "filtered"):  # the states a reader must not miss
+    if t["state"] in ("fault", "filtered", "special_trained"):  # the states a reader must not miss
         parts.append(STATE_TEXT[t["state"]])
     if p and p.get("partial"):
         parts.append(f"bytes {p['hex']} " + (f"(part of “{p['joined']}”)" if p.get("joined")

@@ -19,6 +19,7 @@ from app.queries import findings as q_findings
 from app.queries import rollout_list
 from app.queries.rollout_list import RolloutFilters
 from app.queries.steps import StepRange
+from ingest import checks
 from ingest.fields import INT32_MAX, INT32_MIN
 from ingest.stats import ENDINGS
 
@@ -63,9 +64,13 @@ def rollout_filters(
     staleness: Annotated[OptCount, Query(description="policy versions behind (step − policy version)")] = None,
 ) -> RolloutFilters:
     """The rollouts list's filters as query parameters; 422 for a step range that does not parse.
+    `flag` is read through `ingest.checks.legacy_kind`: `flag=tool_call_markup_unparsed` selects
+    `unparsed_tool_call`.
     (Values that need the run, an unknown ending or finding kind: `check_rollout_filters`.)"""
     if step is None:
         step_range(steps)
+    if flag is not None:
+        flag = checks.legacy_kind(flag)  # a kind's old name (a pasted link) filters by its new one
     return RolloutFilters(step=step, steps=steps, ending=ending, group=group, task=task, agent=agent,
                           reward_min=reward_min, reward_max=reward_max, flag=flag, label=label, staleness=staleness)
 

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ingest.schema import Ending, EndingInfo, Rollout
+from ingest.tool_markup import unparsed_call, uses_structured_calls
 
 # THE endings table (docs/formats.md "Endings"): every reader maps the words its source writes in
 # `finish_reason` / `stop_reason`, `stop_condition`, `termination_reason`, `status`,
@@ -101,7 +102,10 @@ def normalise(rollout: Rollout) -> Rollout:
 
 def fill_evidence(rollout: Rollout) -> None:
     """Fill `ending.evidence` from the trace itself where the reader left it empty:
-    last finish reason, output tokens sampled (mask = 1) and turns (assistant messages)."""
+    last finish reason, output tokens sampled (mask = 1), turns (assistant messages), and the
+    dialect and tool of tool-call markup left unparsed in the last assistant message
+    (`last_answer_unparsed_tool_call`: the final answer was a call; the `unparsed_tool_call`
+    check, ingest/tool_markup.py)."""
     ev = rollout.ending.evidence
     if ev.last_finish_reason is None:
         last = next((c for c in reversed(rollout.calls) if c.error is None and c.finish_reason), None)
@@ -111,6 +115,11 @@ def fill_evidence(rollout: Rollout) -> None:
         ev.turns = sum(1 for n in rollout.nodes if n.message.role == "assistant")
     if ev.output_tokens is None and any(n.token_ids for n in rollout.nodes):
         ev.output_tokens = sum(sum(map(bool, n.mask)) for n in rollout.nodes)
+    if ev.last_answer_unparsed_tool_call is None and uses_structured_calls(rollout):
+        last = next((n for n in reversed(rollout.nodes) if n.message.role == "assistant"), None)
+        found = unparsed_call(last.message) if last is not None else None
+        if found is not None:
+            ev.last_answer_unparsed_tool_call, ev.last_answer_unparsed_tool = found.dialect, found.tool
 
 
 def derive(rollout: Rollout) -> EndingInfo:
@@ -147,7 +156,8 @@ def settle(rollout: Rollout) -> EndingInfo:
       (`abort`, `aborted`, `error`, `cancelled`) → `error`: it says nothing about the policy, so it
       leaves the default baseline (tests/fixtures/cases/32-finish-reason-abort.json);
     - silent truncation: the agent "submitted", but its last generation stopped for length →
-      `length_cut`.
+      `length_cut`, by `correct_silent_truncation` (the one rule, which records the source's claim
+      so the `silent_truncation` check reports it; verifiers data was corrected silently before).
 
     The source's words stay in `detail`; the raw finish reason is in the evidence."""
     info = rollout.ending
@@ -161,13 +171,9 @@ def settle(rollout: Rollout) -> EndingInfo:
         info.detail = info.detail or f"finish_reason={raw}"
         info.message = (f"the last generation ended with finish reason {raw!r} (aborted by the inference "
                         f"server): an infrastructure error" + (f", not {was.value}" if was != Ending.unknown else ""))
-    elif last.finish_reason == "length" and info.type == Ending.submitted:
-        info.type = Ending.length_cut
-        info.message = (f"submitted ({info.detail}), but the last generation stopped for length: "
-                        "a silent truncation" if info.detail else "the last generation stopped for length")
     if info.evidence.last_finish_reason is None:
         info.evidence.last_finish_reason = raw
-    return info
+    return correct_silent_truncation(rollout)  # one rule, recorded for the `silent_truncation` check
 
 
 # The last generation stopped for its token limit (finish reasons as readers record them).

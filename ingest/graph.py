@@ -14,7 +14,13 @@ Rules 2 and 3 decide only when one unanswered call is a candidate. With several 
 result is paired with the oldest and the pairing is marked `ambiguous` (the candidates are
 listed): the data cannot decide, so the guess is never silent. A later result that takes one of
 those candidates is marked too, since its pairing rests on the same guess. A result that names an id no
-unanswered call carries, or that comes when no call is waiting, is unpaired.
+unanswered call carries, or that comes when no call is waiting, is unpaired, except:
+
+4. it names the id of a call already answered on this branch (and no unanswered call carries that
+   id) → a second result of that call (the nearest preceding one with the id): the harness answered
+   one call twice, e.g. a recovery error and then the re-executed output (OpenHands
+   software-agent-sdk#1782). Both results are kept (`CallRef.later_results`); the first is
+   superseded, and the `tool_answered_twice` check reports it (never `unpaired_tool_result`).
 """
 from __future__ import annotations
 
@@ -52,7 +58,9 @@ class CallRef:
 
     `ambiguous`: the (node, position) of every call that could have taken this call's result
     when the data could not decide (rules 2-3 above); empty when the pairing is certain.
-    `ends_rollout`: the call ended the rollout (a submit or finish tool), so no result follows."""
+    `ends_rollout`: the call ended the rollout (a submit or finish tool), so no result follows.
+    `later_results`: the nodes of further results of this call after `result_node` (rule 4), in
+    order; `result_node` is then superseded by them."""
 
     node: int
     position: int
@@ -61,6 +69,7 @@ class CallRef:
     result_node: int | None = None
     ambiguous: list[tuple[int, int]] = field(default_factory=list)
     ends_rollout: bool = False
+    later_results: list[int] = field(default_factory=list)  # rule 4: further results naming this call's id
 
 
 @dataclass
@@ -69,6 +78,13 @@ class Pairing:
 
     calls: list[CallRef]
     unpaired_results: list[int]
+
+
+def pairing_fields(m) -> dict:
+    """The fields of a message (`ingest.schema.Message`) that pairing reads (`pair`), without its
+    content: a full `model_dump` of every message cost about 10 µs each."""
+    return {"role": m.role, "tool_call_id": m.tool_call_id, "name": m.name,
+            "tool_calls": [{"id": tc.id, "name": tc.name, "extra": tc.extra} for tc in m.tool_calls or ()]}
 
 
 def pair_tool_calls(path: Sequence[int], messages: Sequence[dict]) -> list[CallRef]:
@@ -98,7 +114,11 @@ def pair(path: Sequence[int], messages: Sequence[dict]) -> Pairing:
         elif role == "tool":
             match, candidates = _match(msg, open_calls)
             if match is None:
-                unpaired.append(i)
+                answered = _answered(msg, calls)
+                if answered is not None:
+                    answered.later_results.append(i)
+                else:
+                    unpaired.append(i)
                 continue
             match.result_node = i
             if len(candidates) > 1:
@@ -109,6 +129,25 @@ def pair(path: Sequence[int], messages: Sequence[dict]) -> Pairing:
                 match.ambiguous = doubt[(match.node, match.position)]
             open_calls.remove(match)
     return Pairing(calls, unpaired)
+
+
+def _answered(msg: dict, calls: list[CallRef]) -> CallRef | None:
+    """Rule 4: the nearest preceding answered call carrying the id the result names, or None."""
+    wanted = msg.get("tool_call_id")
+    if wanted is None:
+        return None
+    return next((c for c in reversed(calls) if c.id == wanted and c.result_node is not None), None)
+
+
+def superseded_results(pairing_calls: Sequence[CallRef]) -> dict[int, int]:
+    """Result node → the node of the later result that supersedes it, for every call answered
+    twice or more (rule 4): each result but the last is superseded by the next one."""
+    out: dict[int, int] = {}
+    for c in pairing_calls:
+        if c.later_results and c.result_node is not None:
+            chain = [c.result_node, *c.later_results]
+            out.update(zip(chain, chain[1:]))
+    return out
 
 
 def _match(msg: dict, open_calls: list[CallRef]) -> tuple[CallRef | None, list[CallRef]]:

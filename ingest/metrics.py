@@ -10,7 +10,9 @@ Sources of each number (first match wins):
   ToolCallError: parsing, timeout, permission...), `extra.observation = "error"` (OpenHands'
   ErrorObservation)) or whose text starts with the word `error` in any case (`Error: ...`, the
   OpenAI/Anthropic tool-result habit; `error: ...`, what verifiers' v1 harness tools return,
-  `verifiers/v1/harnesses/utils/core.py`; `errors found: 0` is not one);
+  `verifiers/v1/harnesses/utils/core.py`; `errors found: 0` is not one). A superseded error (a
+  call answered twice, the first result an error: `tool_answered_twice`) is not counted: the call
+  was re-executed and its last result stands;
 - model latency (seconds): `timing.agent.model.duration` (verifiers' timing), else Σ over calls of
   `time.end − time.start`, complete spans only (a call with no end or a negative duration is left
   out: ingest/call_timing.py);
@@ -34,6 +36,7 @@ import re
 from typing import Any
 
 from ingest.call_timing import coverage, model_call_span
+from ingest.graph import branches, pair, pairing_fields, superseded_results
 from ingest.schema import Message, Rollout
 
 RATIO_LOW, RATIO_HIGH = 0.8, 1.25
@@ -81,10 +84,28 @@ ERROR_WORD = re.compile(r"\s*error\b", re.IGNORECASE)  # a tool result that open
 
 
 def tool_errors(r: Rollout) -> int:
+    """Failed tool results of the rollout (the source's `metrics.tool_errors` when it counts
+    them), not counting a superseded error: a result that a later result of the same call
+    replaced (`superseded_tool_results`: a recovery error, then the re-executed output)."""
     recorded = _num(r.metrics.get("tool_errors")) if r.metrics else None
     if recorded is not None:
         return int(recorded)
-    return sum(1 for n in r.nodes if n.message.role == "tool" and tool_result_failed(n.message))
+    failed = [i for i, n in enumerate(r.nodes) if n.message.role == "tool" and tool_result_failed(n.message)]
+    if not failed:
+        return 0
+    superseded = superseded_tool_results(r)
+    return sum(1 for i in failed if i not in superseded)
+
+
+def superseded_tool_results(r: Rollout) -> dict[int, int]:
+    """Tool result node → the node of the later result of the same call that supersedes it, over
+    every branch (pairing rule 4, ingest/graph.py; the `tool_answered_twice` check). Empty when no
+    call was answered twice."""
+    messages = [pairing_fields(n.message) for n in r.nodes]
+    out: dict[int, int] = {}
+    for path in branches(r.nodes):
+        out.update(superseded_results(pair(path, messages).calls))
+    return out
 
 
 def tool_result_failed(m: Message) -> bool:

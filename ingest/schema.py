@@ -291,6 +291,13 @@ class EndingEvidence(Model):
     last_output_token_cap: int | None = None
     turns: int | None = None
     max_turns: int | None = None
+    last_answer_unparsed_tool_call: str | None = Field(
+        None, description="the dialect of tool-call markup (ingest/tool_markup.py: Hermes, Qwen3-Coder XML, "
+                          "Llama 3 python_tag, Mistral) left as text in the last assistant message, which "
+                          "carries no structured call: the final answer was a tool call the server failed to "
+                          "parse (issue 20)")
+    last_answer_unparsed_tool: str | None = Field(
+        None, description="the tool that unparsed final call names, when it names one")
 
 
 class EndingInfo(Model):

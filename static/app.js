@@ -106,7 +106,7 @@
 
   // --- token details --------------------------------------------------------------------------
 
-  // The six token states as app/views/tokens.py words them, from the legend's JSON (#token-states).
+  // The seven token states as app/views/tokens.py words them, from the legend's JSON (#token-states).
   var STATES = null;
 
   function stateOf(el) {

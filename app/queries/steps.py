@@ -102,9 +102,11 @@ def _order(col):
 
 
 # What a run's totals and its page read of each step (run_totals below, the run
-# page's table, checks and metadata): not the chart-only sections (lengths, groups, advantages,
+# page's table, checks and metadata, and `by_ending` for the headline endings chart's
+# "reason contradicted" segments): not the chart-only sections (lengths, groups, advantages,
 # mismatch, staleness) nor the ending details.
-RUN_SECTIONS = ("endings", "reward", "no_gradient", "agents", "findings", "retries", "ingested", "sources", "checks")
+RUN_SECTIONS = ("endings", "by_ending", "reward", "no_gradient", "agents", "findings", "retries", "ingested", "sources",
+                "checks")
 
 
 def step_stats(*, session: Session, run_id: str, steps: StepRange = StepRange(),

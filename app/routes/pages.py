@@ -56,6 +56,7 @@ from app.views.quarantine import quarantine_page
 from app.views.rollout import rollout_page
 from app.views.rollouts import CSV_COLUMNS, rollouts_csv_rows, rollouts_page
 from app.views.runs import run_page, runs_page
+from ingest import checks
 from ingest.fields import INT32_MAX
 from ingest.schema import content_text
 
@@ -134,7 +135,7 @@ def _list_filters(query: str | None) -> tuple[RolloutFilters, str | None] | None
         elif k in ("step", "ending", "group", "task", "agent", "reward_min", "reward_max", "flag", "label",
                    "staleness"):
             try:
-                out[k] = kinds.get(k, str)(v)
+                out[k] = kinds.get(k, str)(v) if k != "flag" else checks.legacy_kind(v)
             except ValueError:
                 continue
     for k in ("step", "staleness"):

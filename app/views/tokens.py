@@ -4,13 +4,14 @@ and windows of a long strip.
 A branch is one token sequence (the concatenation of its nodes' tokens); a token's position `t`
 is its offset in that sequence, the `#t-N` of a deep link.
 
-The six token states (docs/views.md), first match wins:
+The seven token states (docs/views.md), first match wins:
 
 | state | when |
 |---|---|
 | `fault` | loss mask 1 on a token the policy did not sample (the node is not sampled): a fault |
 | `placeholder` | the id is a placeholder (-1: the source recorded the token but not its id) |
-| `special` | a control token of the run's tokenizer (`<|im_end|>`, `<end_of_turn>`) |
+| `special_trained` | a control token of the run's tokenizer with mask 1 in a sampled node: the EOS that ends a turn, or a pad trained on (`mask_on_padding`) |
+| `special` | a control token of the run's tokenizer (`<|im_end|>`, `<end_of_turn>`), mask 0 |
 | `trained` | sampled and trained: mask 1 in a sampled node |
 | `filtered` | sampled but not trained: mask 0 in a sampled node where the token has a behaviour logprob (a filter zeroed the mask) |
 | `context` | everything else: prompt, tool output, template tokens (mask 0) |
@@ -20,7 +21,7 @@ importance ratio exp(Δ) exist only on mask-1 tokens that carry both a behaviour
 trainer logprob (`node.extra["trainer_logprobs"]`, prime-rl's token-export name). A mask-1 token
 missing either is *missing* (drawn hatched), never 0; a context token has no behaviour logprob
 by design, which is not missing.
-"""  # noqa: E501 (a Markdown table row, the `filtered` state's, cannot wrap)
+"""  # noqa: E501 (Markdown table rows cannot wrap)
 from __future__ import annotations
 
 import math
@@ -37,7 +38,7 @@ from ingest.tokenizer import TokenPiece, decode_pieces, piece_from_bytes
 FIRST = 256
 WINDOW = 512
 
-# The one place the six states are worded: the legend (d.token_states), a chip's title
+# The one place the seven states are worded: the legend (d.token_states), a chip's title
 # (app/chips.py) and the token panel (static/app.js reads the legend's JSON) all take it from here.
 STATES = [  # key, legend label, what it means
     ("trained", "sampled, trained", "sampled by the policy, loss mask 1"),
@@ -45,13 +46,15 @@ STATES = [  # key, legend label, what it means
     ("filtered", "sampled, not trained", "sampled by the policy, but mask 0: a filter zeroed it"),
     ("fault", "trained, not sampled", "loss mask 1 on a token the policy did not sample: a fault"),
     ("special", "special", "a control token of the tokenizer"),
+    ("special_trained", "special, trained",
+     "a control token with loss mask 1: right for the EOS that ends a turn, a fault on a pad (mask on padding)"),
     ("placeholder", "placeholder id", "the source recorded this token but not its id (-1)"),
 ]
 STATE_TEXT = {k: d for k, _, d in STATES}
 
 
 def state_rows() -> list[dict[str, str]]:
-    """The six states as legend rows: `key`, `label`, `text`."""
+    """The seven states as legend rows: `key`, `label`, `text`."""
     return [{"key": k, "label": lab, "text": txt} for k, lab, txt in STATES]
 
 # Overlay scales: bucket edges (upper bounds), legend labels derived from them.
@@ -156,13 +159,13 @@ def _f(values, i: int) -> float | None:
 
 
 def token_state(*, trained: bool, node_sampled: bool, has_logprob: bool, special: bool, token_id: int) -> str:
-    """One of the six states (module docstring), first match wins."""
+    """One of the seven states (module docstring), first match wins."""
     if trained and not node_sampled:
         return "fault"
     if token_id < 0:
         return "placeholder"
     if special:
-        return "special"
+        return "special_trained" if trained else "special"  # a pad with mask 1 must not look untrained
     if trained:
         return "trained"
     if node_sampled and has_logprob:

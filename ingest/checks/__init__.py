@@ -26,12 +26,19 @@ from ingest.checks.groups import (
 )
 from ingest.checks.registry import REGISTRY, SKIPPED, Check, CheckResults, FindingData, Hit, Skip, check, kinds, label
 
+# Kinds stored under an older name: one `<array>_len_mismatch` per array before the registry
+# (migration 0003 renames them to `array_len_mismatch` with `detail.array`), and
+# `tool_call_markup_unparsed` before issue 20 fixed the name `unparsed_tool_call` (migration 0014).
+RENAMED_KINDS = {"tool_call_markup_unparsed": "unparsed_tool_call"}
 
-# Kinds stored before the registry (one `<array>_len_mismatch` per array): migration 0003
-# renames them to `array_len_mismatch` with `detail.array`.
+
 def legacy_kind(kind: str) -> str:
-    """The registered kind for a kind stored before the registry (`logprob_len_mismatch`,
-    `mask_len_mismatch`, ... → `array_len_mismatch`); other kinds unchanged."""
+    """The registered kind for a kind stored under an older name (`logprob_len_mismatch`,
+    `mask_len_mismatch`, ... → `array_len_mismatch`; `tool_call_markup_unparsed` →
+    `unparsed_tool_call`); other kinds unchanged. Pages and the `flag` filter read through it, so
+    an old link keeps working."""
+    if kind in RENAMED_KINDS:
+        return RENAMED_KINDS[kind]
     return "array_len_mismatch" if kind.endswith("_len_mismatch") else kind
 
 

@@ -84,3 +84,84 @@ def terminal_env_tokenized(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
                       f"{plural(len(node.token_ids), 'token')} in the sequence"
                       + (f", {trained} with loss mask 1" if trained else ""),
                       leaf, 0, {"role": node.message.role, "tokens": len(node.token_ids), "trained": trained})
+
+
+# The pad and end-of-sequence tokens of the common tokenizer families, by text (the run's
+# tokenizer says which it has; `template_kwargs` adds its declared `pad_token` / `eos_token`).
+PAD_TOKENS = ("<|pad|>", "<pad>", "<|finetune_right_pad_id|>", "[PAD]", "<|PAD_TOKEN|>")
+EOS_TOKENS = ("<|eot_id|>", "<|end_of_text|>", "<|im_end|>", "</s>", "<eos>", "<|endoftext|>", "<end_of_turn>",
+              "<|eom_id|>")
+POSITIONS_CAP = 500  # positions listed in a finding's detail (the count says how many in all)
+
+
+def _declared_ids(ctx: CheckContext, texts: tuple[str, ...], kwarg: str) -> set[int]:
+    """Ids of the special tokens among `texts` and of `template_kwargs[kwarg]`, as the run's
+    tokenizer declares them (its added tokens, its config's `*_token`)."""
+    out = {ctx.special_tokens[t] for t in texts if t in ctx.special_tokens}
+    declared = ctx.template_kwargs.get(kwarg)
+    if isinstance(declared, str) and declared:
+        tid = ctx.special_tokens.get(declared)
+        if tid is None and ctx.tokenizer is not None:
+            tid = ctx.tokenizer.token_to_id(declared)
+        if isinstance(tid, int):
+            out.add(tid)
+    return out
+
+
+def pad_and_eos_ids(ctx: CheckContext) -> tuple[set[int], set[int]]:
+    """(pad ids, end-of-sequence ids) the run's tokenizer declares; both empty without one."""
+    return _declared_ids(ctx, PAD_TOKENS, "pad_token"), _declared_ids(ctx, EOS_TOKENS, "eos_token")
+
+
+def generated_per_node(r: Rollout) -> dict[int, int]:
+    """Node index → output tokens its model call(s) report (`calls[k].usage.output_tokens`,
+    summed when several calls name one node); nodes without such a call are absent."""
+    out: dict[int, int] = {}
+    for c in r.calls:
+        n = c.usage.output_tokens if c.usage is not None else None
+        if c.node is not None and isinstance(n, int) and n >= 0:
+            out[c.node] = out.get(c.node, 0) + n
+    return out
+
+
+@check("mask_on_padding", "error", label="mask on padding")
+def mask_on_padding(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
+    """Loss mask 1 on tokens of a sampled turn that the policy did not generate: a pad token, a
+    token after the turn's end-of-sequence token, or more mask-1 tokens in the turn than its
+    model call generated (`usage.output_tokens`). A trainer that pads a generation cut without
+    an EOS and builds the response mask from the EOS trains on the pads (verl-project/verl#3805,
+    case 38). The pad and EOS ids come from the run's tokenizer; without one the output-token
+    count still decides. One finding per turn: the positions, the pad id, trained vs generated."""
+    _require_mask(r)
+    pads, eos = pad_and_eos_ids(ctx)
+    generated = generated_per_node(r)
+    if not pads and not eos and not generated:
+        raise Skip("no pad or EOS id known (the run has no tokenizer) and no model call records its "
+                   "output tokens")
+    for i, node in enumerate(r.nodes):
+        if node.message.role != SAMPLED_ROLE or not any(node.mask):
+            continue
+        on = [k for k, m in enumerate(node.mask) if m]
+        first_eos = next((k for k, t in enumerate(node.token_ids) if t in eos), None)
+        # a pad id that is also an EOS id (Qwen's <|endoftext|>) is the turn's end the first time
+        pad_at = [k for k in on if node.token_ids[k] in pads and k != first_eos]
+        after_eos = [k for k in on if first_eos is not None and k > first_eos]
+        n_gen = generated.get(i)
+        beyond = on[n_gen:] if n_gen is not None and len(on) > n_gen else []
+        positions = sorted(set(pad_at) | set(after_eos) | set(beyond))
+        if not positions:
+            continue
+        pad_id = next((node.token_ids[k] for k in pad_at), next(iter(sorted(pads)), None))
+        pad_text = next((t for t, tid in ctx.special_tokens.items() if tid == pad_id), None)
+        why = [w for w, hit in (("pad", pad_at), ("after_eos", after_eos), ("more_than_generated", beyond)) if hit]
+        said = []
+        if pad_at:
+            said.append(f"{plural(len(pad_at), 'pad token')} ({pad_text + ', ' if pad_text else ''}id {pad_id})")
+        if after_eos:
+            said.append(f"{plural(len(after_eos), 'token')} after the EOS at {first_eos}")
+        if beyond:
+            said.append(f"{len(on)} trained tokens where the call generated {n_gen}")
+        yield Hit(f"node {i}: loss mask 1 on {plural(len(positions), 'token')} the policy did not generate: "
+                  + "; ".join(said), i, positions[0],
+                  {"positions": positions[:POSITIONS_CAP], "count": len(positions), "why": why, "pad_id": pad_id,
+                   "pad_token": pad_text, "eos_at": first_eos, "trained": len(on), "generated": n_gen})

@@ -5,7 +5,10 @@ model (one rollout, or one group of rollouts) and yields `Hit`s; the runner turn
 `FindingData` with the declared kind and severity, so kind names are static (a check cannot
 invent a kind on the fly) and every kind the app can show is known before any data arrives. A
 check that cannot decide (no tokenizer, no logprobs, no recorded advantages) raises `Skip` with
-the reason: the runner records it as a skipped outcome, so nothing passes silently.
+the reason: the runner records it as a skipped outcome, so nothing passes silently. A check that
+raises anything else has a bug: the runner logs it with the rollout (or group) it ran on and
+records "could not decide (internal error)" with the exception, so one strange rollout costs
+neither itself, its neighbours nor a page (issue 20, "Bad input").
 
 Modelled on datasette's declared facets (`datasette/facets.py`: a registry entry carries its
 name and docs; simonw/datasette `tests/test_docs.py` fails when one is undocumented). docs/checks.md documents
@@ -13,6 +16,7 @@ every kind; tests/checks/test_registry.py fails when one is missing there.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -21,6 +25,8 @@ from typing import Any, Literal
 Severity = Literal["info", "warning", "error"]
 Scope = Literal["rollout", "group"]
 SKIPPED = "skipped"  # the severity a stored skipped outcome carries (never a finding)
+INTERNAL_ERROR = "could not decide (internal error)"  # a check that raised: logged, reported, never fatal
+log = logging.getLogger("rollscope.checks")
 
 
 @dataclass
@@ -143,8 +149,24 @@ def _run(scope: Scope, subject: Any, ctx: Any) -> CheckResults:
         except Skip as why:
             out.skipped.append(FindingData(c.kind, str(why), SKIPPED))
             continue
+        except Exception as exc:  # noqa: BLE001 - a check's bug must cost neither the rollout nor the page
+            where = _subject_name(subject)
+            log.exception("check %s failed on %s", c.kind, where)
+            out.skipped.append(FindingData(c.kind, f"{INTERNAL_ERROR}: {type(exc).__name__}: {exc}"[:500], SKIPPED,
+                                           detail={"internal_error": type(exc).__name__, "subject": where}))
+            continue
         out.findings += [FindingData(c.kind, h.message, c.severity, h.node, h.position, h.detail) for h in hits]
     return out
+
+
+def _subject_name(subject: Any) -> str:
+    """How the log names what a check ran on: the rollout (run, id, attempt, file, line) or the group."""
+    if hasattr(subject, "group_id") and hasattr(subject, "members"):
+        return f"group {subject.run_id}/{subject.group_id}"
+    src = getattr(subject, "source", None) or {}
+    run = getattr(getattr(subject, "run", None), "id", None)
+    where = f" ({src.get('file')}:{src.get('line')})" if src.get("file") else ""
+    return f"rollout {run}/{getattr(subject, 'id', '?')}#{getattr(subject, 'attempt', 0)}{where}"
 
 
 def kinds(scope: Scope | None = None) -> list[str]:

@@ -2,31 +2,25 @@
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from collections.abc import Iterator
 
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, check, memo
-from ingest.graph import CallRef, Pairing, branches, pair
+from ingest.graph import CallRef, Pairing, branches, pair, pairing_fields
 from ingest.jsonio import cut_short
+from ingest.metrics import tool_failure
 from ingest.schema import Rollout
+from ingest.tool_markup import unparsed_call, uses_structured_calls
 
 
 def _pairings(r: Rollout) -> list[Pairing]:
     """The pairing of each branch; derived once per check run (four checks read it)."""
     def build() -> list[Pairing]:
-        messages = [_pairing_fields(n.message) for n in r.nodes]
+        messages = [pairing_fields(n.message) for n in r.nodes]
         return [pair(path, messages) for path in branches(r.nodes)]
 
     return memo("tool_pairings", build)
-
-
-def _pairing_fields(m) -> dict:
-    """The fields of a message that pairing reads (ingest.graph.pair), without its content: a
-    full `model_dump` of every message cost about 10 µs each."""
-    return {"role": m.role, "tool_call_id": m.tool_call_id, "name": m.name,
-            "tool_calls": [{"id": tc.id, "name": tc.name, "extra": tc.extra} for tc in m.tool_calls or ()]}
 
 
 def _calls_per_branch(r: Rollout) -> Iterator[list[CallRef]]:
@@ -90,6 +84,31 @@ def unpaired_tool_result(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
                           {"id": m.tool_call_id, "name": m.name})
 
 
+@check("tool_answered_twice", "warning", label="tool call answered twice", at="call")
+def tool_answered_twice(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
+    """One tool call with two (or more) results naming its id: a recovery error and then the
+    re-executed output (OpenHands/software-agent-sdk#1782), or a harness that retried a call and
+    logged both. Both results are kept and shown with the call (pairing rule 4, ingest/graph.py);
+    the earlier one is superseded, so a superseded error is not counted as a tool error of the
+    rollout (ingest/metrics.py `tool_errors`), and neither result is an `unpaired_tool_result`.
+    `position` is the call's index within its message's `tool_calls`; `detail`: the call's `id`,
+    `name`, `call_node`, `result_nodes` (in order) and `first_error` (the first result reported a
+    failure, `ingest.metrics.tool_failure`: its reason, else None)."""
+    seen: set[tuple[int, int]] = set()
+    for calls in _calls_per_branch(r):
+        for c in calls:
+            if not c.later_results or c.result_node is None or (c.node, c.position) in seen:
+                continue
+            seen.add((c.node, c.position))
+            nodes = [c.result_node, *c.later_results]
+            first = r.nodes[c.result_node].message
+            error = tool_failure(first.extra, first.text())
+            yield Hit(f"node {c.node}: call {c.id!r} ({c.name}) has {len(nodes)} results (nodes "
+                      f"{', '.join(map(str, nodes))}); the first{' (an error)' if error else ''} is superseded",
+                      c.node, c.position, {"id": c.id, "name": c.name, "call_node": c.node, "result_nodes": nodes,
+                                           "first_error": error})
+
+
 def arguments_shape(arguments: str) -> str:
     """The shape of a tool call's raw arguments: "object" (one well-formed JSON object, the
     only good shape, whether the source wrote it as a JSON string or as an object: the chat
@@ -140,37 +159,24 @@ def malformed_tool_arguments(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
                           {"shape": shape, "id": tc.id, "name": tc.name, "arguments": tc.arguments[:200]})
 
 
-# Tool-call markup a chat template renders and a server's tool parser turns into `tool_calls`:
-# (name of the convention, pattern; group 1 the tool's name where the markup names it).
-TOOL_CALL_MARKUP = (
-    ("Qwen3-Coder XML", re.compile(r"<tool_call>\s*<function=([^>\s]+)>", re.S)),
-    ("Hermes", re.compile(r"<tool_call>\s*\{.*?\"name\"\s*:\s*\"([^\"]+)\"", re.S)),
-    ("Llama 3 python_tag", re.compile(r"<\|python_tag\|>\s*(?:\{.*?\"name\"\s*:\s*\"([^\"]+)\")?", re.S)),
-    ("Mistral", re.compile(r"\[TOOL_CALLS\]\s*(?:\[?\s*\{.*?\"name\"\s*:\s*\"([^\"]+)\")?", re.S)),
-)
-
-
-@check("tool_call_markup_unparsed", "error", label="tool call left as text")
-def tool_call_markup_unparsed(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
+@check("unparsed_tool_call", "error", label="tool call left as text")
+def unparsed_tool_call(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """An assistant message with no structured tool call whose text holds tool-call markup (Hermes
     `<tool_call>{...}</tool_call>`, Qwen3-Coder `<tool_call><function=...>`, Llama 3
     `<|python_tag|>`, Mistral `[TOOL_CALLS]`): the server's tool parser failed and the call stayed in
     the content (vllm-project/vllm#18791, #26345), so the harness took a tool call for a final
-    answer. Names the convention and the tool. Only where the rollout uses structured tool calls
-    (it declares `tools`, or another turn carries a structured call): a harness whose protocol is
-    the text itself (Atropos environments, which parse `<tool_call>` from the reply) is not one."""
-    if not r.tools and not any(n.message.tool_calls for n in r.nodes):
+    answer. Names the dialect and the tool (the shared detector, ingest/tool_markup.py). Only where
+    the rollout uses structured tool calls (it declares `tools`, or another turn carries a structured
+    call): a harness whose protocol is the text itself (Atropos environments, which parse
+    `<tool_call>` from the reply) is not one. Stored before issue 20 as `tool_call_markup_unparsed`."""
+    if not uses_structured_calls(r):
         return
+    last = next((i for i in range(len(r.nodes) - 1, -1, -1) if r.nodes[i].message.role == "assistant"), None)
     for i, node in enumerate(r.nodes):
-        m = node.message
-        if m.role != "assistant" or m.tool_calls:
-            continue
-        text = m.text()
-        for convention, pattern in TOOL_CALL_MARKUP:
-            found = pattern.search(text)
-            if found:
-                tool = found.group(1) if found.lastindex else None
-                yield Hit(f"node {i}: a {convention} tool call{f' to {tool}' if tool else ''} left in the "
-                          "message text, with no structured tool call (the server's tool parser failed)", i, None,
-                          {"convention": convention, "tool": tool, "at": found.start()})
-                break
+        found = unparsed_call(node.message)
+        if found is not None:
+            tool = found.tool
+            yield Hit(f"node {i}: a {found.dialect} tool call{f' to {tool}' if tool else ''} left in the "
+                      "message text, with no structured tool call (the server's tool parser failed)", i, None,
+                      {"dialect": found.dialect, "convention": found.dialect, "tool": tool, "at": found.at,
+                       "final_answer": i == last})

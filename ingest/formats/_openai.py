@@ -29,6 +29,7 @@ from typing import Any
 from ingest.fields import FieldError, is_number_or_none
 from ingest.formats.base import id_text
 from ingest.schema import Call, Message, ToolCall, Usage
+from ingest.tool_markup import hermes_blocks
 
 CORE_ROLES = frozenset({"system", "user", "assistant", "tool"})
 ROLE_MAP = {"developer": "system", "function": "tool"}
@@ -48,7 +49,6 @@ FINISH_REASONS: dict[str, str] = {
 _MESSAGE_KEYS = frozenset({"role", "content", "tool_calls", "function_call", "tool_call_id", "name",
                            "reasoning_content", "timestamp", "finish_reason"})
 _HEX_ESCAPES = re.compile(r"^(?:bytes:)?((?:\\x[0-9a-fA-F]{2})+)$")
-TOOL_CALL_BEGIN, TOOL_CALL_END = "<tool_call>", "</tool_call>"
 
 
 # --- roles, content, finish reasons ---------------------------------------------------------
@@ -378,24 +378,8 @@ def tool_calls_from_text(text: Any, result_ids: list[str | None]) -> list[ToolCa
     (Hermes / Qwen templates; Tunix ToolAgent's default parser). Ids come from the tool results
     that follow, in order, only when their count matches; with no results the ids stay None. A
     count mismatch returns None: ids are never guessed. Unparseable blocks are skipped, as the
-    agent skipped them."""
-    if not isinstance(text, str) or TOOL_CALL_BEGIN not in text:
-        return []
-    calls: list[ToolCall] = []
-    rest = text
-    while TOOL_CALL_BEGIN in rest:
-        start = rest.find(TOOL_CALL_BEGIN) + len(TOOL_CALL_BEGIN)
-        end = rest.find(TOOL_CALL_END, start)
-        if end == -1:
-            break
-        body = rest[start:end].strip()
-        rest = rest[end + len(TOOL_CALL_END):]
-        try:
-            data = json.loads(body)
-            name, args = data["name"], data["arguments"]
-        except (ValueError, KeyError, TypeError):
-            continue
-        calls.append(tool_call(None, str(name), args))
+    agent skipped them. The blocks are found by the shared detector (ingest/tool_markup.py)."""
+    calls = [tool_call(None, name, args) for name, args in hermes_blocks(text)]
     if result_ids:
         if len(result_ids) != len(calls):
             return None

@@ -1,5 +1,5 @@
 """The rollout and group views as a person sees them, in Debian's chromium against a live uvicorn
-server on a real SQLite file: six token states that look different, overlays, the branch
+server on a real SQLite file: seven token states that look different, overlays, the branch
 switcher, two branches side by side, deep links to any message or token, windows and messages
 that load as they scroll into view, the keyboard, and no console errors."""
 from __future__ import annotations
@@ -55,7 +55,7 @@ def server(tmp_path_factory):
          "advantages": [0.5, 0.5, 0.5, None], "trainer_logprobs": [-0.3, -0.5, -0.02, None]},
         {"parent": 1, "message": {"role": "tool", "content": "ok"}, "token_ids": [3371, 3372], "mask": [True, True]},
         {"parent": 2, "sampled": True, "message": {"role": "assistant", "content": "four"},
-         "token_ids": [2308, 2309], "mask": [False, False], "logprobs": [-0.2, -0.4]},
+         "token_ids": [2308, 2309, 32002], "mask": [False] * 3, "logprobs": [-0.2, -0.4, -0.01]},
     ], group={"id": "g1", "index": 0})
     long = _native("long", _chain(123), group={"id": "g1", "index": 1}, reward=0.0)
     strip = _native("strip", [
@@ -79,12 +79,12 @@ def server(tmp_path_factory):
 def test_each_token_state_has_its_own_style_and_legend(server, browser):
     page, problems = open_page(browser, f"{server}/runs/v/rollouts/states")
     styles = {}
-    for state in ("trained", "context", "filtered", "fault", "special", "placeholder"):
+    for state in ("trained", "context", "filtered", "fault", "special", "special_trained", "placeholder"):
         chip = page.locator(f"#messages .tok-{state}").first
         chip.wait_for()
         styles[state] = chip.evaluate(STYLE)
         assert page.locator(f"#token-legend .tok-{state}").count() >= 1, state
-    assert len(set(styles.values())) == 6, styles
+    assert len(set(styles.values())) == 7, styles
     # the missing behaviour logprob of a trained token is drawn hatched, never as a value
     nolp = page.locator("#messages .tok-trained.tok-nolp").first
     assert nolp.evaluate("e => getComputedStyle(e).backgroundImage").startswith("repeating-linear-gradient")

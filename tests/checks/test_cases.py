@@ -251,10 +251,14 @@ def test_39_tool_call_markup_left_in_the_text_is_a_finding(client, engine):
     for rid, convention, tool in (("c39-hermes", "Hermes", "calculator"),
                                   ("c39-qwen3xml", "Qwen3-Coder XML", "get_weather")):
         d, f = findings(client, _run_of(client, rid), rid)
-        hit = f["tool_call_markup_unparsed"]
-        assert hit["detail"]["convention"] == convention and hit["detail"]["tool"] == tool
+        hit = f["unparsed_tool_call"]
+        assert hit["detail"]["dialect"] == convention and hit["detail"]["tool"] == tool
         assert hit["severity"] == "error"
+        assert hit["detail"]["final_answer"] is True
+        evidence = d["ending"]["evidence"]
+        assert (evidence["last_answer_unparsed_tool_call"], evidence["last_answer_unparsed_tool"]) == (convention, tool)
         html = client.get(f"/runs/{_run_of(client, rid)}/rollouts/{rid}").text
         assert "&lt;tool_call&gt;" in html and "<tool_call>" not in html
-    _, f = findings(client, _run_of(client, "c39-ok"), "c39-ok")
-    assert "tool_call_markup_unparsed" not in f
+        assert f"the final answer was an unparsed {convention}" in html
+    d, f = findings(client, _run_of(client, "c39-ok"), "c39-ok")
+    assert "unparsed_tool_call" not in f and not d["ending"]["evidence"].get("last_answer_unparsed_tool_call")

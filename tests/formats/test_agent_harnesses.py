@@ -101,14 +101,42 @@ def test_openhands_error_observation_is_a_tool_error(tmp_path):
          "tool_call_metadata": {"tool_call_id": "c1", "function_name": "execute_bash"}},
         {"id": 2, "source": "agent", "observation": "error", "cause": 1, "content": "bash: ls: command not found",
          "message": "", "tool_call_metadata": {"tool_call_id": "c1", "function_name": "execute_bash"}},
-        {"id": 3, "source": "agent", "observation": "run", "cause": 1, "content": "a.txt", "message": ""},
     ]
     p = tmp_path / "oh.json"
     p.write_text(json.dumps(events))
     [r] = read(p, "openhands")
     tools = [n.message for n in r.nodes if n.message.role == "tool"]
-    assert [m.extra["observation"] for m in tools] == ["error", "run"]
+    assert [m.extra["observation"] for m in tools] == ["error"]
     assert tool_errors(r) == 1
+
+
+def test_openhands_error_then_reexecuted_observation_keeps_both_and_supersedes_the_error(tmp_path):
+    """OpenHands/software-agent-sdk#1782: a recovery error observation, then the re-executed
+    call's observation, both caused by one action (one tool_call_id). The reader keeps both; the
+    call is answered twice (`tool_answered_twice`), the error is superseded (not a tool error of
+    the rollout) and the second observation is no orphan."""
+    meta = {"tool_call_id": "c1", "function_name": "execute_bash"}
+    events = [
+        {"id": 0, "source": "user", "action": "message", "message": "list files", "args": {"content": "list files"}},
+        {"id": 1, "source": "agent", "action": "run", "message": "ls", "args": {"command": "ls"},
+         "tool_call_metadata": meta},
+        {"id": 2, "source": "agent", "observation": "error", "cause": 1, "message": "",
+         "content": "RuntimeError: the sandbox restarted; the action will be re-executed", "tool_call_metadata": meta},
+        {"id": 3, "source": "agent", "observation": "run", "cause": 1, "content": "a.txt", "message": "",
+         "tool_call_metadata": meta},
+    ]
+    p = tmp_path / "oh.json"
+    p.write_text(json.dumps(events))
+    [r] = read(p, "openhands")
+    tools = [(i, n.message) for i, n in enumerate(r.nodes) if n.message.role == "tool"]
+    assert [(m.tool_call_id, m.extra["observation"]) for _, m in tools] == [("c1", "error"), ("c1", "run")]
+    assert tool_errors(r) == 0
+    kinds = {f.kind: f for f in run_checks(r)}
+    assert "unpaired_tool_result" not in kinds
+    twice = kinds["tool_answered_twice"]
+    call_node = next(i for i, n in enumerate(r.nodes) if n.message.tool_calls)
+    assert twice.detail["call_node"] == call_node and twice.detail["id"] == "c1"
+    assert twice.detail["result_nodes"] == [i for i, _ in tools] and twice.detail["first_error"] == "error observation"
 
 
 @pytest.mark.parametrize("value,expected", [

@@ -1,4 +1,4 @@
-"""The rollout page's shared parts: the six token states worded once (app/views/tokens.py STATES)
+"""The rollout page's shared parts: the seven token states worded once (app/views/tokens.py STATES)
 for the legend, its JSON for static/app.js and the chips' titles; the breadcrumbs of every page
 from one macro; fragments loaded by htmx attributes, not by hand-rolled fetches."""
 from __future__ import annotations

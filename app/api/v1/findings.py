@@ -15,6 +15,7 @@ from app.params import OptCount
 from app.queries import findings as q_findings
 from app.queries import runs as q_runs
 from app.views.common import PageModel
+from ingest import checks
 
 router = APIRouter(tags=["findings"])
 SEVERITIES = ["info", "warning", "error"]
@@ -49,6 +50,7 @@ def list_findings(request: Request, session: SessionDep, run: Annotated[str, Pat
     run_id = unquote(run)
     if q_runs.get_run(session=session, run_id=run_id) is None:
         raise ApiError(404, f"no run {run_id!r}", field="run")
+    kind = checks.legacy_kind(kind) if kind is not None else None  # an old name selects the kind renamed from it
     if kind is not None and kind not in q_findings.FINDING_KINDS and \
             kind not in q_findings.run_finding_kinds(session=session, run_id=run_id):
         raise ApiError(422, "kind must be a finding kind: " + ", ".join(q_findings.FINDING_KINDS), field="kind")

@@ -148,6 +148,9 @@ def _envelope_fields(envelope: dict, summary: dict, findings: list[dict], pairs,
         "extra": envelope.get("extra", {}),
         "n_trained_environment": sum((f["detail"] or {}).get("count", 0) for f in findings
                                      if f["kind"] == "mask_on_unsampled"),
+        # pads and tokens after the EOS carry mask 1 but were never generated: not counted as sampled
+        "n_trained_padding": sum((f["detail"] or {}).get("count", 0) for f in findings
+                                 if f["kind"] == "mask_on_padding"),
         # Tokens were recorded but none carries loss: a filter (Tunix overlong_filter) zeroed the
         # mask. Shown, but it trains on nothing.
         "trains_on_nothing": summary["n_tokens"] > 0 and summary["n_trained_tokens"] == 0 and summary["n_turns"] > 0,

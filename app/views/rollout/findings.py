@@ -114,3 +114,14 @@ def suspected_padding(node_findings: list[dict]) -> set[int]:
             out.update(range(f["position"], f["position"] + run))
     return out
 
+
+
+def not_generated(node_findings: list[dict]) -> set[int]:
+    """Token indices of a sampled node that `mask_on_padding` names (`detail.positions`): pads
+    and tokens after the EOS the policy never generated, so never called "sampled"."""
+    out: set[int] = set()
+    for f in node_findings:
+        positions = (f.get("detail") or {}).get("positions")
+        if f["kind"] == "mask_on_padding" and isinstance(positions, list):
+            out.update(p for p in positions if isinstance(p, int))
+    return out

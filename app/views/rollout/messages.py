@@ -27,9 +27,15 @@ def pair_calls(pairs, on_page: set[int], link, messages) -> tuple[dict[int, list
         if c.node in on_page:
             calls_by_node.setdefault(c.node, []).append(
                 {"id": c.id, "name": c.name, "position": c.position, "result_node": c.result_node,
-                 "result_url": link(c.result_node), "duration": tool_duration(c, messages)})
-        if c.result_node is not None and c.result_node in on_page:
-            answer_of[c.result_node] = {"node": c.node, "id": c.id, "name": c.name, "url": link(c.node)}
+                 "result_url": link(c.result_node), "duration": tool_duration(c, messages),
+                 "later_results": [{"node": i, "url": link(i)} for i in c.later_results]})
+        results = [c.result_node, *c.later_results] if c.result_node is not None else []
+        for k, i in enumerate(results):  # a call answered twice: each result links the one it replaced
+            if i in on_page:
+                answer_of[i] = {"node": c.node, "id": c.id, "name": c.name, "url": link(c.node),
+                                "superseded_by": {"node": results[k + 1], "url": link(results[k + 1])}
+                                if k + 1 < len(results) else None,
+                                "supersedes": {"node": results[k - 1], "url": link(results[k - 1])} if k else None}
     return calls_by_node, answer_of
 
 
@@ -108,6 +114,7 @@ def node_view(node, ctx: MessageContext, *, t0: int = 0, include_token: int | No
         "answers": ctx.answer_of.get(node.idx),
         # a failed tool result, by its format's own signal (ingest.metrics.tool_failure)
         "tool_error": tool_failure(msg.get("extra") or {}, text) if node.role == "tool" else None,
+        "tool_error_superseded": bool((ctx.answer_of.get(node.idx) or {}).get("superseded_by")),
         "name": msg.get("name"),
         # a role the source used that the native model has no word for (kept by the reader)
         "source_role": (msg.get("extra") or {}).get("source_role"),

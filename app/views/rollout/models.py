@@ -30,7 +30,7 @@ class TokenView(TypedDict):
     i: int  # position in its message
     t: int  # position in the branch's token sequence (the #t-N of a deep link)
     id: int
-    state: str  # trained | context | filtered | fault | special | placeholder
+    state: str  # trained | context | filtered | fault | special | special_trained | placeholder
     trained: bool  # loss mask 1
     logprob: float | None  # behaviour logprob, as float32
     advantage: float | None
@@ -55,6 +55,13 @@ class MarkedToken(TokenView):
     first_diff: bool
 
 
+class ResultLink(PageModel):
+    """A message of the branch: its node and link (None when not on the branch)."""
+
+    node: int
+    url: str | None
+
+
 class ToolCallView(PageModel):
     """One tool call with its result; `duration` (seconds) where both messages carry a timestamp
     (timeline.tool_duration)."""
@@ -66,15 +73,20 @@ class ToolCallView(PageModel):
     result_url: str | None
     duration: float | None = None
     arguments: str | None = None
+    # further results of the call after `result_node`, which they supersede (tool_answered_twice)
+    later_results: list[ResultLink] = []
 
 
 class Answers(PageModel):
-    """The call a tool message answers."""
+    """The call a tool message answers; for a call answered twice (`tool_answered_twice`), the
+    later result that supersedes this one (`superseded_by`) or the earlier one it supersedes."""
 
     node: int
     id: str | None
     name: str | None
     url: str | None
+    superseded_by: ResultLink | None = None
+    supersedes: ResultLink | None = None
 
 
 class NodeView(PageModel):
@@ -99,6 +111,8 @@ class NodeView(PageModel):
     tool_calls: list[ToolCallView]
     answers: Answers | None
     tool_error: str | None = None  # a failed tool result: the error's message, else the signal's name
+    # the failed result was superseded by a later result of the same call: not a failure of the rollout
+    tool_error_superseded: bool = False
     name: str | None
     source_role: str | None
     n_tokens: int
@@ -181,6 +195,7 @@ class RolloutPage(PageModel):
     notes: list[NoteView]
     checks_skipped: list[CheckSkipped]
     n_trained_environment: int  # trained tokens of messages the policy did not sample (mask_on_unsampled)
+    n_trained_padding: int  # trained tokens of sampled turns the policy did not generate (mask_on_padding)
     trains_on_nothing: bool
     no_gradient: bool  # an errored rollout: its mask-1 tokens get no gradient under the default policy
     task_answer: Any

@@ -9,7 +9,7 @@ from sqlmodel import Session
 from app.db.tokenarrays import unpack_bits, unpack_floats, unpack_ids
 from app.queries import nodes as q_nodes
 from app.views import tokens as tokenview
-from app.views.rollout.findings import flagged_tokens, suspected_padding
+from app.views.rollout.findings import flagged_tokens, not_generated, suspected_padding
 
 Pieces = tokenview.Pieces
 
@@ -84,9 +84,11 @@ def _token_chips(node, pieces: Pieces, start: int, end: int, t0: int, *, ids=Non
     flagged = flagged_tokens(findings or [], n)
     anchors = {f["position"] for f in findings or [] if f.get("anchor")}
     sampled = node.role == "assistant"
+    padding = not_generated(findings or []) if sampled else set()
     for c in chips:
-        # a token of a message the policy did not write is never "sampled", mask or not
-        c["sampled"] = sampled
+        # a token of a message the policy did not write is never "sampled", mask or not; nor is a
+        # pad (or a token after the EOS) that mask_on_padding found in a sampled turn
+        c["sampled"] = sampled and c["i"] not in padding
         c["flags"] = flagged.get(c["i"])
         c["anchor"] = f"t-{c['t']}" if c["i"] in anchors else None  # the chip's own id: a finding links here
     return chips
