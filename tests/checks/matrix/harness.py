@@ -6,12 +6,10 @@ forced), `ingest.files.read_records` (the reader, then the ending normalised), t
 context of the episodes' tokenizer (the run's `--tokenizer`)."""
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ingest.advantages import recorded_advantage
-from ingest.checks import CheckContext, FindingData, Group, GroupMember, run_group_checks, run_rollout_checks
+from ingest.checks import CheckContext, FindingData, Group, groups_from_rollouts, run_group_checks, run_rollout_checks
 from ingest.errors import RecordError
 from ingest.files import read_records, walk
 from ingest.formats.base import ReadContext
@@ -70,21 +68,10 @@ def _match(episodes: list[Episode], rollouts: list[Rollout]) -> dict[str, Rollou
 
 
 def _groups(rollouts: dict[str, Rollout]) -> dict[str, Group]:
-    by_group: dict[tuple[str, str], list[tuple[str, Rollout]]] = defaultdict(list)
-    for ep, r in rollouts.items():
-        if r.group is not None:
-            by_group[(r.run.id, r.group.id)].append((ep, r))
-    out = {}
-    for (run, gid), members in by_group.items():
-        members.sort(key=lambda m: m[1].group.index if m[1].group.index is not None else 1 << 30)
-        group = Group(run, gid, [GroupMember(r.id, r.attempt, r.group.index, r.group.size, r.total_reward(),
-                                             r.reward_status(), r.ending.type.value, r.step, recorded_advantage(r))
-                                 for _, r in members])
-        group.estimator = next((r.extra.get("advantage_estimator") for _, r in members
-                                if r.extra.get("advantage_estimator")), None)
-        for ep, _ in members:
-            out[ep] = group
-    return out
+    """Episode id → its group, built as the store's group pass builds it (siblings included):
+    `ingest.checks.groups_from_rollouts`."""
+    groups = groups_from_rollouts(rollouts.values())
+    return {ep: groups[(r.run.id, r.group.id)] for ep, r in rollouts.items() if r.group is not None}
 
 
 def run(module, episodes: list[Episode], folder: Path, ctx: CheckContext) -> Outcome:
