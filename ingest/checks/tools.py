@@ -157,9 +157,12 @@ def tool_call_markup_unparsed(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     `<|python_tag|>`, Mistral `[TOOL_CALLS]`): the server's tool parser failed and the call stayed in
     the content (vllm-project/vllm#18791, #26345), so the harness took a tool call for a final
     answer. Names the convention and the tool. Only where the rollout uses structured tool calls
-    (it declares `tools`, or another turn carries a structured call): a harness whose protocol is
-    the text itself (Atropos environments, which parse `<tool_call>` from the reply) is not one."""
-    if not r.tools and not any(n.message.tool_calls for n in r.nodes):
+    (it declares `tools`, or another turn carries a structured call the model sampled): a harness
+    whose protocol is the text itself (Atropos environments, which parse `<tool_call>` from the
+    reply; mini-swe-agent and old SWE-agent, whose calls a reader parsed from the text,
+    `extra.parsed_from_text`) is not one (issue 20's matrix)."""
+    if not r.tools and not any(not tc.extra.get("parsed_from_text") for n in r.nodes
+                               for tc in n.message.tool_calls or []):
         return
     for i, node in enumerate(r.nodes):
         m = node.message

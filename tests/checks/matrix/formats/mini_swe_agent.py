@@ -1,0 +1,59 @@
+"""mini-swe-agent trajectories (SWE-agent/mini-swe-agent `run/utils/save.py`; tests/fixtures/realdata/
+mini-swe-agent): one `<instance>.traj.json` per episode, `{info: {exit_status, submission, model_stats:
+{instance_cost, api_calls}, mini_version}, messages: [{role, content}], trajectory_format: "mini-swe-agent-1"}`.
+The model acts by one fenced bash block in its text; the harness answers with a user message
+`<returncode>N</returncode>\n<output>...</output>` (`config/default.yaml`). No structured tool calls (two
+parallel calls are written as one block joined by `&&`, answered by one observation), no tools schema, reward,
+group, step, token ids or timing are saved (ingest/formats/mini_swe_agent.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.checks.matrix.episode import Episode
+
+NAME = "mini-swe-agent"
+CARRIES: frozenset[str] = frozenset()
+EXIT = {"completed": "Submitted", "max_turns": "LimitsExceeded", "error": "RuntimeError"}
+
+
+def _command(call: dict) -> str:
+    expr = json.loads(call["function"]["arguments"]).get("expr", "") if call["function"]["arguments"] else ""
+    return f"python3 -c 'print({expr})'"
+
+
+def _messages(ep: Episode) -> list[dict]:
+    out: list[dict] = []
+    outputs: list[str] = []
+    for t in ep.turns:
+        m = t.message
+        if m["role"] == "tool":
+            outputs.append(m.get("content") or "")
+            continue
+        if outputs:
+            out.append({"role": "user", "content": "<returncode>0</returncode>\n<output>\n" + "\n".join(outputs)
+                        + "\n</output>"})
+            outputs = []
+        text = m.get("content") or ""
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            calls = []
+            for c in m["tool_calls"]:
+                try:
+                    calls.append(_command(c))
+                except ValueError:
+                    calls.append(f"echo {json.dumps(c['function']['arguments'])}")
+            text = (text + "\n\n" if text else "THOUGHT: compute both.\n\n") + "```bash\n" + " && ".join(calls) + "\n```"
+        out.append({"role": m["role"], "content": text})
+    if outputs:
+        out.append({"role": "user", "content": "<returncode>0</returncode>\n<output>\n" + "\n".join(outputs)
+                    + "\n</output>"})
+    return out
+
+
+def write(episodes: list[Episode], folder: Path) -> Path:
+    for ep in episodes:
+        doc = {"info": {"exit_status": EXIT[ep.stop], "submission": "", "mini_version": "1.9.0",
+                        "model_stats": {"instance_cost": 0.01, "api_calls": len(ep.requests())}},
+               "messages": _messages(ep), "trajectory_format": "mini-swe-agent-1"}
+        (folder / f"{ep.id}.traj.json").write_text(json.dumps(doc, indent=2))
+    return folder
