@@ -42,7 +42,8 @@ def _messages(ep: Episode) -> list[dict]:
                     calls.append(_command(c))
                 except ValueError:
                     calls.append(f"echo {json.dumps(c['function']['arguments'])}")
-            text = (text + "\n\n" if text else "THOUGHT: compute both.\n\n") + "```bash\n" + " && ".join(calls) + "\n```"
+            thought = text + "\n\n" if text else "THOUGHT: compute both.\n\n"
+            text = thought + "```bash\n" + " && ".join(calls) + "\n```"
         out.append({"role": m["role"], "content": text})
     if outputs:
         out.append({"role": "user", "content": "<returncode>0</returncode>\n<output>\n" + "\n".join(outputs)
