@@ -213,6 +213,31 @@ def test_mini_swe_agent_messages():
     assert not {"unanswered_tool_call", "ambiguous_tool_result", "unpaired_tool_result"} & set(kinds(r))
 
 
+def test_mini_swe_agent_call_from_the_kept_litellm_response(tmp_path):
+    # mini-swe-agent keeps the litellm response on each assistant message (`extra.response`,
+    # models/litellm_model.py `query`): the choice's finish reason and reasoning, and the usage.
+    response = {"id": "chatcmpl-1", "model": "qwen3-8b", "object": "chat.completion",
+                "choices": [{"index": 0, "finish_reason": "length",
+                             "message": {"role": "assistant", "content": "cut", "reasoning_content": "First, ls."}}],
+                "usage": {"prompt_tokens": 812, "completion_tokens": 64, "total_tokens": 876}}
+    doc = {"info": {"exit_status": "Submitted", "submission": "", "model_stats": {"api_calls": 2}},
+           "trajectory_format": "mini-swe-agent-1",
+           "messages": [{"role": "system", "content": "You run bash."}, {"role": "user", "content": "Fix it."},
+                        {"role": "assistant", "content": "THOUGHT: look.\n\n```bash\nls\n```",
+                         "extra": {"response": response}},
+                        {"role": "user", "content": "<returncode>0</returncode>\n<output>\na.py\n</output>"},
+                        {"role": "assistant", "content": "Done."}]}
+    path = tmp_path / "inst.traj.json"
+    path.write_text(json.dumps(doc))
+    [r] = read(path, "mini-swe-agent")
+    first, second = r.calls
+    assert (first.node, first.finish_reason, first.finish_reason_raw) == (2, "length", "length")
+    assert (first.usage.input_tokens, first.usage.output_tokens, first.model) == (812, 64, "qwen3-8b")
+    assert r.nodes[2].message.reasoning_content == "First, ls."
+    assert (second.node, second.finish_reason, second.usage) == (4, None, None)  # nothing kept: a bare call
+    assert "silent_truncation" in kinds(r)  # a length cut while the agent says it submitted
+
+
 # --- OpenHands -----------------------------------------------------------------------------
 
 def test_openhands_events():
