@@ -198,6 +198,27 @@ def test_swe_agent_exit_status(status, ending):
     assert exit_ending(status) == ending
 
 
+def test_swe_agent_thinking_blocks_are_the_reasoning(tmp_path):
+    # SWE-agent 1.x keeps litellm's thinking blocks on a history item (`sweagent/types.py`
+    # `HistoryItem.thinking_blocks`, Anthropic extended thinking).
+    doc = {"environment": "swe_main", "trajectory": [], "info": {"exit_status": "submitted"},
+           "history": [{"role": "system", "content": "SETTING", "agent": "main", "message_type": "system_prompt"},
+                       {"role": "user", "content": "Fix it", "agent": "main", "message_type": "observation"},
+                       {"role": "assistant", "content": "", "agent": "main", "message_type": "action",
+                        "thought": "", "action": "submit",
+                        "thinking_blocks": [{"type": "thinking", "thinking": "All tests pass.", "signature": "c2ln"}],
+                        "tool_calls": [{"function": {"arguments": "{}", "name": "submit"}, "id": "call_1",
+                                        "type": "function"}]}]}
+    path = tmp_path / "inst.traj"
+    path.write_text(json.dumps(doc))
+    [r] = read(path, "swe-agent")
+    m = r.nodes[2].message
+    assert m.reasoning_content == "All tests pass."
+    assert m.extra["reasoning_blocks"] == [{"type": "thinking", "signature": "c2ln", "position": 0}]
+    assert "thinking_blocks" not in m.extra
+    assert "empty_reasoning_only" not in kinds(r)  # it called submit: not an empty answer
+
+
 # --- mini-swe-agent ------------------------------------------------------------------------
 
 def test_mini_swe_agent_messages():

@@ -3,7 +3,8 @@
 tests/fixtures/upstream/swe-agent): one file per episode, `{environment, trajectory: [{action, observation,
 response, thought, execution_time, state}], history: [{role, content, agent, message_type, thought?, action?,
 tool_calls?, tool_call_ids?}], info: {exit_status, submission, model_stats}, replay_config}`. Tool calls are
-OpenAI calls with ids, results are `role: tool` items naming `tool_call_ids`. A trajectory records no reward,
+OpenAI calls with ids, results are `role: tool` items naming `tool_call_ids`; an item's reasoning is its
+`thinking_blocks` (litellm's `[{type: "thinking", thinking, signature}]`). A trajectory records no reward,
 group, step, tools schema, finish reason, per-call usage (only run totals in `model_stats`), start/end times
 (only each step's `execution_time`) or token ids (ingest/formats/swe_agent.py)."""
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from tests.checks.matrix.episode import Episode
 
 NAME = "swe-agent"
-CARRIES = frozenset({"tool_calls"})
+CARRIES = frozenset({"tool_calls", "reasoning"})
 EXIT = {"completed": "submitted", "max_turns": "exit_cost", "error": "exit_error"}
 
 
@@ -25,6 +26,8 @@ def _item(m: dict) -> dict:
         out["message_type"] = "system_prompt"
     elif role == "assistant":
         out.update(message_type="action", thought=m.get("content") or "", action="")
+        if m.get("reasoning_content"):
+            out["thinking_blocks"] = [{"type": "thinking", "thinking": m["reasoning_content"], "signature": "c2ln"}]
         if m.get("tool_calls"):
             out["action"] = "\n".join(f"{c['function']['name']} {c['function']['arguments']}" for c in m["tool_calls"])
             out["tool_calls"] = [{"function": {"arguments": c["function"]["arguments"], "name": c["function"]["name"]},
