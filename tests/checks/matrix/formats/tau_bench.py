@@ -10,7 +10,6 @@ an error run keeps `info.error` and `info.traceback`."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 from tests.checks.matrix.episode import Episode
@@ -51,5 +50,4 @@ def write(episodes: list[Episode], folder: Path) -> Path:
     path = folder / "gpt-4o-airline.json"
     # json.dumps writes a NaN reward as `NaN`, as tau-bench's json.dump does
     path.write_text(json.dumps([_element(ep) for ep in episodes], indent=2, allow_nan=True))
-    assert all(ep.reward is None or not math.isinf(ep.reward) for ep in episodes)
     return path
