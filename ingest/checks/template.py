@@ -184,6 +184,30 @@ def _render_ids(r: Rollout, ctx: CheckContext, path: list[int], *, generation: b
     return ctx.encode(text)
 
 
+def _results_span(r: Rollout, i: int) -> list[int] | None:
+    """The ids the environment added after request `i` when the messages carry no tokens but each
+    request its full prompt (`extra.prompt_ids`, e.g. chat records with `turns`): the next
+    request's prompt after request `i`'s prompt + completion. None when either prompt is not
+    recorded or the next prompt does not extend this one (that is a `token_drift`)."""
+    reqs = [q for q in requests(r) if q.prompt is not None and r.nodes[q.node].extra.get("prompt_ids") is not None]
+    k = next((n for n, q in enumerate(reqs) if q.node == i), None)
+    if k is None or k + 1 >= len(reqs):
+        return None
+    head = reqs[k].prompt + reqs[k].completion
+    nxt = reqs[k + 1].prompt
+    return nxt[len(head):] if nxt[:len(head)] == head else None
+
+
+def _span_openings(results: list[int], openings: list[int]) -> list[tuple[int, int]]:
+    """(node, position) of each turn opening in a span that no message holds: the k-th opening
+    starts the k-th result's share of the span (position 0), as a collector tokenizing message by
+    message would store it; openings beyond the results stay on the last, at their offset."""
+    out = []
+    for k, at in enumerate(openings):
+        out.append((results[k], 0) if k < len(results) else (results[-1], at - openings[len(results) - 1]))
+    return out
+
+
 @check("tool_results_split", "error", label="tool results split")
 def tool_results_split(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """After an assistant turn with k parallel calls, the k results were rendered as k separate
@@ -206,18 +230,24 @@ def tool_results_split(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
                     break
                 results.append(nxt)
                 cur = nxt
-            results = [j for j in results if r.nodes[j].token_ids]
-            if len(results) >= 2:
-                candidates.append((i, results))
+            tokened = [j for j in results if r.nodes[j].token_ids]
+            if len(tokened) >= 2:
+                candidates.append((i, tokened, None))
+            elif len(results) >= 2 and (span := _results_span(r, i)) is not None:
+                candidates.append((i, results, span))
     if not candidates:
         return
     start_id = ctx.turn_start_id()
     if start_id is None or ctx.tokenizer is None:
         raise Skip("no tokenizer with turn-start special tokens stored for this run")
     found = 0
-    for i, results in candidates:
-        ids = [t for j in results for t in r.nodes[j].token_ids]
-        where = [(j, k) for j in results for k in _turn_openings(ctx, r.nodes[j].token_ids, start_id)]
+    for i, results, span in candidates:
+        if span is None:
+            ids = [t for j in results for t in r.nodes[j].token_ids]
+            where = [(j, k) for j in results for k in _turn_openings(ctx, r.nodes[j].token_ids, start_id)]
+        else:
+            ids = span
+            where = _span_openings(results, _turn_openings(ctx, span, start_id))
         if len(where) < 2:
             continue
         detail = {"calls": len(r.nodes[i].message.tool_calls), "results": len(results), "turns": len(where),

@@ -168,7 +168,9 @@ def unparsed_tool_call(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     answer. Names the dialect and the tool (the shared detector, ingest/tool_markup.py). Only where
     the rollout uses structured tool calls (it declares `tools`, or another turn carries a structured
     call): a harness whose protocol is the text itself (Atropos environments, which parse
-    `<tool_call>` from the reply) is not one. Stored before issue 20 as `tool_call_markup_unparsed`."""
+    `<tool_call>` from the reply; mini-swe-agent and old SWE-agent, whose calls a reader parsed from
+    the text, `extra.parsed_from_text`) is not one. Stored before issue 20 as
+    `tool_call_markup_unparsed`."""
     if not uses_structured_calls(r):
         return
     last = next((i for i in range(len(r.nodes) - 1, -1, -1) if r.nodes[i].message.role == "assistant"), None)

@@ -123,6 +123,8 @@ class TokenTurn:
     completion_hex: list[str | None] | None = None
     finish_reason: str | None = None
     rest: dict = field(default_factory=dict)
+    usage: Usage | None = None  # the usage the source reports for this request (OpenAI `usage`)
+    sampling: dict | None = None  # the request's caps (`max_tokens`), as the source recorded them
 
 
 def turn_drift(prev: TokenTurn, turn: TokenTurn, t: int) -> dict | None:
@@ -266,9 +268,10 @@ class RolloutBuilder:
             apply_completion(node, turn)
             text_from_pieces(node)
             parent = idx
-            if prompt_len is not None or turn.finish_reason is not None:
-                self.call(idx, turn.finish_reason,
-                          Usage(input_tokens=prompt_len, output_tokens=len(turn.completion_ids or [])))
+            if prompt_len is not None or turn.finish_reason is not None or turn.usage is not None:
+                self.call(idx, turn.finish_reason, turn.usage or Usage(input_tokens=prompt_len,
+                                                                       output_tokens=len(turn.completion_ids or [])),
+                          sampling=turn.sampling)
         self._last = parent
         self._prev_turn = turn
         return drift

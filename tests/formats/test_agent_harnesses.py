@@ -226,6 +226,27 @@ def test_swe_agent_exit_status(status, ending):
     assert exit_ending(status) == ending
 
 
+def test_swe_agent_thinking_blocks_are_the_reasoning(tmp_path):
+    # SWE-agent 1.x keeps litellm's thinking blocks on a history item (`sweagent/types.py`
+    # `HistoryItem.thinking_blocks`, Anthropic extended thinking).
+    doc = {"environment": "swe_main", "trajectory": [], "info": {"exit_status": "submitted"},
+           "history": [{"role": "system", "content": "SETTING", "agent": "main", "message_type": "system_prompt"},
+                       {"role": "user", "content": "Fix it", "agent": "main", "message_type": "observation"},
+                       {"role": "assistant", "content": "", "agent": "main", "message_type": "action",
+                        "thought": "", "action": "submit",
+                        "thinking_blocks": [{"type": "thinking", "thinking": "All tests pass.", "signature": "c2ln"}],
+                        "tool_calls": [{"function": {"arguments": "{}", "name": "submit"}, "id": "call_1",
+                                        "type": "function"}]}]}
+    path = tmp_path / "inst.traj"
+    path.write_text(json.dumps(doc))
+    [r] = read(path, "swe-agent")
+    m = r.nodes[2].message
+    assert m.reasoning_content == "All tests pass."
+    assert m.extra["reasoning_blocks"] == [{"type": "thinking", "signature": "c2ln", "position": 0}]
+    assert "thinking_blocks" not in m.extra
+    assert "empty_reasoning_only" not in kinds(r)  # it called submit: not an empty answer
+
+
 # --- mini-swe-agent ------------------------------------------------------------------------
 
 def test_mini_swe_agent_messages():
@@ -239,6 +260,31 @@ def test_mini_swe_agent_messages():
     assert json.loads(r.nodes[2].message.tool_calls[0].arguments)["command"].startswith("cat /Users/fuchur")
     assert r.ending.type == "submitted"
     assert not {"unanswered_tool_call", "ambiguous_tool_result", "unpaired_tool_result"} & set(kinds(r))
+
+
+def test_mini_swe_agent_call_from_the_kept_litellm_response(tmp_path):
+    # mini-swe-agent keeps the litellm response on each assistant message (`extra.response`,
+    # models/litellm_model.py `query`): the choice's finish reason and reasoning, and the usage.
+    response = {"id": "chatcmpl-1", "model": "qwen3-8b", "object": "chat.completion",
+                "choices": [{"index": 0, "finish_reason": "length",
+                             "message": {"role": "assistant", "content": "cut", "reasoning_content": "First, ls."}}],
+                "usage": {"prompt_tokens": 812, "completion_tokens": 64, "total_tokens": 876}}
+    doc = {"info": {"exit_status": "Submitted", "submission": "", "model_stats": {"api_calls": 2}},
+           "trajectory_format": "mini-swe-agent-1",
+           "messages": [{"role": "system", "content": "You run bash."}, {"role": "user", "content": "Fix it."},
+                        {"role": "assistant", "content": "THOUGHT: look.\n\n```bash\nls\n```",
+                         "extra": {"response": response}},
+                        {"role": "user", "content": "<returncode>0</returncode>\n<output>\na.py\n</output>"},
+                        {"role": "assistant", "content": "Done."}]}
+    path = tmp_path / "inst.traj.json"
+    path.write_text(json.dumps(doc))
+    [r] = read(path, "mini-swe-agent")
+    first, second = r.calls
+    assert (first.node, first.finish_reason, first.finish_reason_raw) == (2, "length", "length")
+    assert (first.usage.input_tokens, first.usage.output_tokens, first.model) == (812, 64, "qwen3-8b")
+    assert r.nodes[2].message.reasoning_content == "First, ls."
+    assert (second.node, second.finish_reason, second.usage) == (4, None, None)  # nothing kept: a bare call
+    assert "silent_truncation" in kinds(r)  # a length cut while the agent says it submitted
 
 
 # --- OpenHands -----------------------------------------------------------------------------

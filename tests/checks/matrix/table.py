@@ -21,7 +21,7 @@ def cell(kind: str, fmt: str, writers: dict) -> str:
     module = writers.get(fmt)
     if module is None:
         return "no writer"
-    missing = sorted(BY_KIND[kind].needs - module.CARRIES)
+    missing = sorted(BY_KIND[kind].missing(module.CARRIES))
     return "fires" if not missing else f"cannot ({', '.join(missing)})"
 
 
