@@ -90,9 +90,10 @@ def _parts(m: dict) -> list[dict]:
 
 def _span(trace: str, sid: str, parent: str | None, name: str, kind: int, start, end, attrs: dict,
           error: bool = False) -> dict:
-    s = {"traceId": trace, "spanId": sid, "name": name, "kind": kind}
+    s = {"traceId": trace, "spanId": sid}
     if parent:
         s["parentSpanId"] = parent
+    s.update({"flags": 256, "name": name, "kind": kind})  # key order and flags as the SDK's encoder writes them
     if _ns(start) is not None:
         s["startTimeUnixNano"] = _ns(start)
     if _ns(end) is not None:  # a span whose end was never recorded has none
