@@ -488,3 +488,27 @@ def test_swe_agent_demonstration_is_read():
     calls = {tc.id for n in r.nodes for tc in n.message.tool_calls or []}
     results = [n.message.tool_call_id for n in r.nodes if n.message.role == "tool"]
     assert results and set(results) <= calls
+
+
+def test_inspect_length_cut_scored_as_done_and_unparsed_arguments(tmp_path):
+    """Issue 20: a sample that completed (no limit, no error) on an output cut at `max_tokens` is
+    Inspect claiming success: length_cut with the claim kept (silent_truncation); a tool call
+    Inspect could not parse (`arguments: {}`, `parse_error`) keeps the sampled text."""
+    raw = '{"cmd": "ls'
+    call = {"id": "c1", "function": "bash", "arguments": {}, "type": "function",
+            "parse_error": f"Error parsing the following tool call arguments:\n\n{raw}\n\nError details: Unterminated"}
+    cut = {"message": {"role": "assistant", "content": "The answer is", "source": "generate"},
+           "stop_reason": "max_tokens"}
+    path = _eval_zip(tmp_path, {"epochs": [{
+        "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+                     {"role": "tool", "content": "bad args", "tool_call_id": "c1", "function": "bash"},
+                     {"role": "assistant", "content": "The answer is", "source": "generate"}],
+        "output": {"model": "m", "choices": [cut]}, "events": []}]})
+    from ingest.files import read_records
+
+    src = open_source(path)
+    [r] = list(read_records(detect(src), src, ReadContext(), []))  # the reader, then the ending normalised
+    assert r.nodes[1].message.tool_calls[0].arguments == raw
+    assert r.ending.type == "length_cut" and r.ending.extra["silent_truncation"]["claimed"] == "submitted"
+    kinds = {f.kind for f in run_rollout_checks(r).findings}
+    assert {"silent_truncation", "malformed_tool_arguments"} <= kinds
