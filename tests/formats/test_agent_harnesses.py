@@ -139,6 +139,20 @@ def test_openhands_error_then_reexecuted_observation_keeps_both_and_supersedes_t
     assert twice.detail["result_nodes"] == [i for i, _ in tools] and twice.detail["first_error"] == "error observation"
 
 
+def test_openhands_system_action_tools_are_the_tools_offered(tmp_path):
+    """Issue 20: the `system` action's `args.tools` are the rollout's tools (tool_call_markup_unparsed
+    needs to know structured calls were offered)."""
+    bash = {"type": "function", "function": {"name": "execute_bash", "parameters": {"type": "object"}}}
+    events = [{"id": 0, "source": "agent", "action": "system", "message": "sys", "args": {"content": "sys",
+                                                                                       "tools": [bash]}},
+              {"id": 1, "source": "user", "action": "message", "message": "hi", "args": {"content": "hi"}}]
+    p = tmp_path / "oh.json"
+    p.write_text(json.dumps(events))
+    [r] = read(p, "openhands")
+    assert r.tools == [bash]
+    assert r.nodes[0].message.role == "system"
+
+
 @pytest.mark.parametrize("value,expected", [
     ("C", 1.0), ("P", 0.5), ("I", 0.0), ("N", 0.0), ("yes", 1.0), ("False", 0.0), ("0.25", 0.25),
     (3, 3.0), (True, 1.0), ("maybe", None), ([1], None),
