@@ -60,6 +60,7 @@ def _response(ep: Episode, k: int, m: dict, req) -> dict:
 def _history(ep: Episode) -> list[dict]:
     events: list[dict] = []
     action_of_call: dict[str, dict] = {}
+    failed: set[str] = set()  # calls of a response that never became actions: nothing ran them
     base = next((r.start for _, r in ep.requests() if r.start is not None), 0.0)
 
     def add(e: dict) -> dict:
@@ -80,6 +81,7 @@ def _history(ep: Episode) -> list[dict]:
         elif m["role"] == "assistant" and m.get("tool_calls"):
             bad = [c for c in m["tool_calls"] if not _parses(c["function"]["arguments"])]
             if bad:  # FunctionCallValidationError: no action, an error observation from the controller
+                failed.update(c["id"] for c in m["tool_calls"])
                 add({"timestamp": _ts(req.end), "source": "agent",
                      "message": f"Failed to parse tool call arguments: {bad[0]['function']['arguments']}",
                      "observation": "error",
@@ -101,6 +103,8 @@ def _history(ep: Episode) -> list[dict]:
                                                "wait_for_response": True}})
         elif m["role"] == "tool":
             cid = m.get("tool_call_id")
+            if cid in failed:
+                continue
             action = action_of_call.get(cid) if cid is not None else None
             e = {"timestamp": _ts(turn.end), "source": "agent", "message": m["content"], "observation": "mcp",
                  "content": m["content"], "extras": {"name": m.get("name")}}
