@@ -14,7 +14,8 @@ Mapping (docs/formats.md, "OpenHands"):
   `system` action's `args.tools` (OpenAI tool definitions) are the rollout's `tools`.
 - Agent actions with `tool_call_metadata` → an assistant node whose text is the model response's
   content (else `args.thought`) and whose tool calls come from the response (raw argument
-  string); actions from one model response (same `model_response.id`) share one node. An agent
+  string) and reasoning (litellm's `message.reasoning_content`); actions from one model response
+  (same `model_response.id`) share one node. An agent
   action without metadata (older CodeAct) → assistant node with a call parsed from its text
   (`args.command` / `args.code`). The response's usage, model and finish reason make the call;
   the full response is kept in `call.extra.model_response`.
@@ -222,7 +223,9 @@ def _response_node(chain: Chain, e: dict, args: dict, meta: dict, response: dict
     text = (msg.get("content") if msg.get("content") not in (None, "")
             else (args.get("thought") or e.get("message") or None))
     calls = [openai_tool_call(tc) for tc in msg.get("tool_calls") or [] if isinstance(tc, dict)]
+    reasoning = msg.get("reasoning_content")  # litellm's field, where the provider returned reasoning
     idx = chain.add(Message(role="assistant", content=text, tool_calls=calls or None,
+                            reasoning_content=reasoning if isinstance(reasoning, str) and reasoning else None,
                             extra={**base_extra, "action": e.get("action")}), timestamp=ts)
     raw = (choice or {}).get("finish_reason")
     created, _ = to_epoch(response.get("created"))

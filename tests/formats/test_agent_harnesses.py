@@ -153,6 +153,23 @@ def test_openhands_system_action_tools_are_the_tools_offered(tmp_path):
     assert r.nodes[0].message.role == "system"
 
 
+def test_openhands_model_response_reasoning(tmp_path):
+    """The litellm response's `reasoning_content` is the assistant node's reasoning (issue 20)."""
+    call = {"id": "c1", "type": "function", "function": {"name": "execute_bash", "arguments": '{"command": "ls"}'}}
+    response = {"id": "r1", "model": "m", "choices": [{"finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": "Listing.", "reasoning_content": "I should look first.",
+        "tool_calls": [call]}}]}
+    events = [{"id": 0, "source": "user", "action": "message", "message": "hi", "args": {"content": "hi"}},
+              {"id": 1, "source": "agent", "action": "run", "message": "ls", "args": {"command": "ls"},
+               "tool_call_metadata": {"tool_call_id": "c1", "function_name": "execute_bash",
+                                      "model_response": response}}]
+    p = tmp_path / "oh.json"
+    p.write_text(json.dumps(events))
+    [r] = read(p, "openhands")
+    assert r.nodes[1].message.reasoning_content == "I should look first."
+    assert r.nodes[1].message.content == "Listing."
+
+
 @pytest.mark.parametrize("value,expected", [
     ("C", 1.0), ("P", 0.5), ("I", 0.0), ("N", 0.0), ("yes", 1.0), ("False", 0.0), ("0.25", 0.25),
     (3, 3.0), (True, 1.0), ("maybe", None), ([1], None),
