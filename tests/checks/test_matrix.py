@@ -14,7 +14,7 @@ from ingest.checks import REGISTRY
 from tests.checks.matrix import table
 from tests.checks.matrix.episode import LLAMA, QWEN, clean_group
 from tests.checks.matrix.faults import BY_KIND, FAULTS, injected
-from tests.checks.matrix.formats import available
+from tests.checks.matrix.formats import available, cannot
 from tests.checks.matrix.harness import node_of, run
 
 WRITERS = available()
@@ -38,7 +38,7 @@ def test_cell(kind, fmt, tmp_path):
     module = WRITERS[fmt]
     out = run(module, injected(f), tmp_path, f.tok.ctx)
     hits = out.of(f.ep, kind)
-    missing = f.missing(module.CARRIES)
+    missing = cannot(module, f)
     if missing:
         assert not hits, f"{fmt} cannot carry {sorted(missing)}, yet {kind} fired: {hits[0].message}"
         return

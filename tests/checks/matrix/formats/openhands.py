@@ -27,6 +27,10 @@ from tests.checks.matrix.episode import Episode
 
 NAME = "openhands"
 CARRIES = frozenset({"tool_calls", "tools"})
+CANNOT = {  # faults OpenHands has no way to write, although it records tool calls
+    "ambiguous_tool_result": "every observation names its action by event id (cause)",
+    "malformed_tool_arguments": "unparseable arguments raise before any action is recorded",
+}
 MODEL = "hosted_vllm/tiny-qwen3"
 
 
