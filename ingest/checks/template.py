@@ -117,8 +117,9 @@ def stripped_reasoning(r: Rollout, ctx: CheckContext) -> dict[int, dict]:
     reqs = [q for q in requests(r) if q.prompt is not None]
     out = {}
     for a, b in zip(reqs, reqs[1:]):
-        # b follows a: a is on b's branch, or b's branch is the new root a drift started
-        if a.node not in b.path and not r.nodes[b.path[0]].extra.get("token_drift"):
+        # b follows a: a is on b's branch, or b's branch is one a drift started (a new root, or a
+        # fork that restates the history, as verifiers' graph stores it)
+        if a.node not in b.path and not any(r.nodes[j].extra.get("token_drift") for j in b.path):
             continue
         expected = a.prompt + a.completion
         d = _first_divergence(expected, b.prompt)
