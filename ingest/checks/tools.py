@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, check, memo
-from ingest.graph import CallRef, Pairing, branches, pair, pairing_fields
+from ingest.graph import CallRef, Pairing, branches, on_restated_branch, pair, pairing_fields
 from ingest.jsonio import cut_short
 from ingest.metrics import tool_failure
 from ingest.schema import Rollout
@@ -41,11 +41,31 @@ def duplicate_tool_call_id(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
                 yield Hit(f"tool-call id {cid!r} used by {n} calls", where[0][0], None, {"id": cid, "calls": where})
 
 
+def _answered_where_restated(r: Rollout) -> set[tuple[int, int]]:
+    """(node, position) of calls answered on a branch that restates their turn (verifiers: the
+    next prompt sent the turn differently, so its results hang under the restated copy)."""
+    def key(m):
+        return m.role, m.text(), tuple(tc.id for tc in m.tool_calls or [])
+
+    restated = {key(r.nodes[j].message): j for j, n in enumerate(r.nodes)
+                if not n.sampled and n.message.tool_calls and on_restated_branch(r.nodes, j)}
+    if not restated:
+        return set()
+    answered = {(c.node, c.position) for calls in _calls_per_branch(r) for c in calls if c.result_node is not None}
+    out = set()
+    for i, n in enumerate(r.nodes):
+        j = restated.get(key(n.message)) if n.sampled and n.message.tool_calls else None
+        if j is not None:
+            out |= {(i, k) for k in range(len(n.message.tool_calls)) if (j, k) in answered}
+    return out
+
+
 @check("unanswered_tool_call", "warning", label="unanswered tool call", at="call")
 def unanswered_tool_call(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """A tool call with no recorded result; the page shows "no result recorded". `position` is
     the call's index within its message's `tool_calls`."""
     seen: set[tuple[int, int]] = set()
+    seen |= _answered_where_restated(r)
     for calls in _calls_per_branch(r):
         for c in calls:
             if c.result_node is None and not c.ends_rollout and (c.node, c.position) not in seen:

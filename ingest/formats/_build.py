@@ -21,6 +21,8 @@ Stable API (other readers build on it; change only by adding):
   `text_from_pieces(node)`
 - `mask_runs(mask)`, `align_segments(segments, runs)`: split one flat token sequence with a loss
   mask (Tunix Token mode, Atropos, verl) into per-message spans
+- `mark_restated_branches(nodes)`: in a graph given as nodes with delta tokens (verifiers), a
+  request whose prompt restates the previous history on a new branch gets `extra.token_drift`
 - ids that are not tokens (-100 ignore-index, -200 image placeholders) stay as written, their
   positions and values listed in `node.extra.placeholder_token_ids` (`Node.mark_placeholders`,
   on every path); the `placeholder_token_id` check reports them
@@ -72,6 +74,51 @@ def first_divergence(expected: Sequence[int], found: Sequence[int]) -> tuple[int
         if found[i] != e:
             return i, e, found[i]
     return None
+
+
+def _node_path(nodes: Sequence[Node], i: int) -> list[int]:
+    out, cur, seen = [], i, set()
+    while cur is not None and cur not in seen and 0 <= cur < len(nodes):
+        seen.add(cur)
+        out.append(cur)
+        cur = nodes[cur].parent
+    return out[::-1]
+
+
+def _same_turn(a: Message, b: Message) -> bool:
+    """The same conversational message, however it was rendered (reasoning aside)."""
+    return a.role == b.role and a.text() == b.text() and \
+        [tc.id for tc in a.tool_calls or []] == [tc.id for tc in b.tool_calls or []]
+
+
+def mark_restated_branches(nodes: Sequence[Node]) -> bool:
+    """Mark re-rendered histories in a graph stored as delta tokens per node (verifiers v1: a
+    request's prompt reuses the stored nodes of its messages while they are the same message, and
+    a message that differs, e.g. a history turn restated without its reasoning, starts a branch).
+    When a request's branch leaves the previous request's path at a node that restates the
+    message at that depth of the previous path, and the tokens differ, the first node of the
+    branch gets `extra.token_drift = {request, index, expected, found}` (as `request` writes it),
+    so the checks compare both prompts. Branches that do not restate (compaction, subagents) stay
+    unmarked. Returns whether any was marked."""
+    sampled = [i for i, n in enumerate(nodes) if n.sampled and n.token_ids]
+    marked = False
+    for t, (a, b) in enumerate(zip(sampled, sampled[1:]), start=1):
+        pa, pb = _node_path(nodes, a), _node_path(nodes, b)
+        if a in pb:
+            continue
+        common = next((k for k, (x, y) in enumerate(zip(pa, pb)) if x != y), min(len(pa), len(pb)))
+        if common >= len(pb) - 1 or common >= len(pa):
+            continue
+        fork = pb[common]
+        if nodes[fork].extra.get("token_drift") or not _same_turn(nodes[pa[common]].message, nodes[fork].message):
+            continue
+        expected = [x for j in pa for x in nodes[j].token_ids]
+        div = first_divergence(expected, [x for j in pb[:-1] for x in nodes[j].token_ids])
+        if div is None:
+            continue
+        nodes[fork].extra["token_drift"] = {"request": t, "index": div[0], "expected": div[1], "found": div[2]}
+        marked = True
+    return marked
 
 
 def mask_runs(mask: Sequence[int]) -> list[tuple[int, int, int]]:
