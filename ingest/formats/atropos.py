@@ -17,11 +17,15 @@ the chat template) is split into per-message spans, by the first rule that appli
    right after a BOS, and occurs exactly once per message (Llama 3 `<|start_header_id|>`, ChatML
    `<|im_start|>`, Gemma `<start_of_turn>`). Each message gets its own tokens, its mask as
    recorded (`extra.token_span = "turns"` on the rollout). A run of tool results that a ChatML
-   template renders as one turn counts once; its turn goes to the run's last message, marked
-   `extra.token_span = "joined"` as in rule 2 (issue 20: a mask hole no longer unsplits it). The real rubiks group shows why this
-   comes first: its mask trains the *last environment message* (the role header token after the
-   marker reads `environment`), not the agent's turn; mask runs alone gave those tokens to the
-   agent and every earlier token to one user message (issue 19).
+   template renders as one turn counts once; the turn is cut where each result's wrapper opens
+   (`<tool_response>`: an id near the turn's start that occurs once per result), else it goes to
+   the run's last message, marked `extra.token_span = "joined"` as in rule 2 (issue 20: a mask
+   hole no longer unsplits the sample).
+   An agent turn's untrained role header (the generation prompt) goes with the message before
+   it, so the agent's node starts at its first trained token. The real rubiks group shows why
+   this rule comes first: its mask trains the *last environment message* (the role header token
+   after the marker reads `environment`), not the agent's turn; mask runs alone gave those tokens
+   to the agent and every earlier token to one user message (issue 19).
 2. Mask runs (trained runs are the agent's turns; `_build.align_segments`): the messages between
    two agent turns share one span, on the last of them, which says so: `extra.token_span =
    "joined"` and `extra.token_messages` (the message indices whose tokens it holds).
@@ -133,10 +137,33 @@ def _turn_spans(tokens: list[int], messages: list[Message]) -> tuple[list[tuple[
                 spans = [(0, 0)] * n
                 joined = {}
                 for u, idxs in enumerate(grouping):
+                    parts = _results_in_turn(tokens, starts[u], starts[u + 1], len(idxs), t)
+                    if parts is not None:
+                        for k, part in zip(idxs, parts):
+                            spans[k] = part
+                        continue
                     spans[idxs[-1]] = (starts[u], starts[u + 1])
                     if len(idxs) > 1:
                         joined[idxs[-1]] = idxs
                 return spans, joined
+    return None
+
+
+def _results_in_turn(tokens: list[int], s: int, e: int, k: int, marker: int) -> list[tuple[int, int]] | None:
+    """The spans of `k` tool results rendered in one turn `tokens[s:e]`, cut where each result's
+    wrapper opens: the id that first occurs earliest in the turn (within its first 4 tokens, after
+    the marker) and occurs exactly `k` times (ChatML's `<tool_response>`); the first result keeps
+    the turn's head, the last its tail. None when no id does (the run stays joined)."""
+    if k < 2:
+        return None
+    head = tokens[s + 1:min(e, s + 5)]
+    for t in dict.fromkeys(head):
+        if t == marker:
+            continue
+        at = [j for j in range(s, e) if tokens[j] == t]
+        if len(at) == k:
+            cuts = [s, *at[1:], e]
+            return [(a, b) for a, b in zip(cuts, cuts[1:])]
     return None
 
 

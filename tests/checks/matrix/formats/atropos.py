@@ -5,9 +5,10 @@ one group per line, one entry per sample in each list.
 The shape is copied from tests/fixtures/realdata/atropos/rubiks_process_results_32.line1.jsonl:
 `tokens` (the whole conversation through the chat template, `tokenize_for_trainer`), `masks` (-100
 where not trained, else the token id), `scores`, `messages` (`{role, content}`, roles as
-atroposlib's `Message` allows: system, user, assistant, tool; the agent's content as sampled: its `<think>` block and any tool-call markup inline), plus the optional
-`advantages` (per token) and `inference_logprobs` (per token; 1.0 where nothing was sampled, as
-Atropos's managed server fills the prompt positions), `generation_params`, `group_overrides`.
+atroposlib's `Message` allows: system, user, assistant, tool; the agent's content as sampled, its
+`<think>` block and any tool-call markup inline), plus the optional `advantages` (per token) and
+`inference_logprobs` (per token; 1.0 where nothing was sampled, as Atropos's managed server fills
+the prompt positions), `generation_params`, `group_overrides`.
 
 What a ScoredDataGroup has no field for: each request's own prompt (one flat sequence per sample),
 finish reasons, usage, timing, structured tool calls and the tools offered (messages are role and
