@@ -157,18 +157,19 @@ def turn_opening(prompt: Sequence[int]) -> int | None:
     return None
 
 
-def split_turns(ids: Sequence[int], k: int, opening: int | None) -> list[list[int]] | None:
+def split_turns(ids: Sequence[int], k: int, opening: int | None, closing: int | None) -> list[list[int]] | None:
     """The prompt delta `ids` between two requests, shared among the `k` environment messages it
-    renders, when it holds exactly one turn per message (each message its own turn, plus the
-    generation prompt's or not): message i's share runs from its turn's opening id to the next
-    message's (the first share also keeps the separator before its turn). None when the turns do
-    not match the messages one to one (results grouped into one turn, as ChatML templates render
-    parallel tool results): then the caller keeps the whole delta on the last message. Issue 20:
-    `tool_results_split` needs each result's own tokens to see the separate turns."""
-    if opening is None or k < 2:
+    renders, when it holds exactly one closed turn per message: `k` closing ids (the end-of-turn
+    id that ended the previous completion) and `k` opening ids, or `k + 1` with the generation
+    prompt's. Message i's share runs from its turn's opening id to the next message's (the first
+    share also keeps the separator before its turn, the last the generation prompt). None when
+    the turns do not match the messages one to one (results grouped into one turn, as ChatML
+    templates render parallel tool results): the caller keeps the whole delta on the last
+    message. Issue 20: `tool_results_split` needs each result's own tokens to see the turns."""
+    if opening is None or closing is None or opening == closing or k < 2:
         return None
     at = [p for p, t in enumerate(ids) if t == opening]
-    if len(at) not in (k, k + 1):
+    if sum(1 for t in ids if t == closing) != k or len(at) not in (k, k + 1):
         return None
     cuts = [0, *at[1:k], len(ids)]
     return [list(ids[a:b]) for a, b in zip(cuts, cuts[1:])]
@@ -356,12 +357,13 @@ class RolloutBuilder:
     def _place_prompt(self, ids: list[int], t: int) -> None:
         if not ids:
             return
-        if self._opening is None and t == 0:
+        if self._opening is None and self._prev_request is None:
             self._opening = turn_opening(ids)
         last = self.nodes[self._last] if self._last is not None else None
         if last is not None and not last.token_ids and not last.sampled:
             run = self._environment_run()
-            parts = split_turns(ids, len(run), self._opening) if len(run) > 1 else None
+            prev = self._prev_request[1] if self._prev_request else []
+            parts = split_turns(ids, len(run), self._opening, prev[-1] if prev else None) if len(run) > 1 else None
             for j, part in zip(run, parts or [[]] * (len(run) - 1) + [ids]):
                 if part:
                     set_tokens(self.nodes[j], part, sampled=False)
