@@ -76,7 +76,8 @@ def sample(ep: Episode) -> dict:
             "messages": messages}
 
 
-def write(episodes: list[Episode], folder: Path) -> Path:
+def group_line(episodes: list[Episode]) -> dict:
+    """One ScoredDataGroup: the samples of one group, in their order."""
     samples = [sample(ep) for ep in episodes]
     group = {key: [s[key] for s in samples] for key in ("tokens", "masks")}
     group["scores"] = [ep.reward for ep in episodes]  # json.dumps writes a NaN score as NaN, as Atropos does
@@ -88,6 +89,14 @@ def write(episodes: list[Episode], folder: Path) -> Path:
     group["generation_params"] = {"temperature": 1.0, "max_tokens": 64}
     group["overrides"] = None
     group["group_overrides"] = None
+    return group
+
+
+def write(episodes: list[Episode], folder: Path) -> Path:
+    """One line per group (episodes of one `group` id together, in first-seen order)."""
+    groups: dict[str | None, list[Episode]] = {}
+    for ep in episodes:
+        groups.setdefault(ep.group, []).append(ep)
     path = folder / "groups.jsonl"
-    path.write_text(json.dumps(group) + "\n")
+    path.write_text("".join(json.dumps(group_line(eps)) + "\n" for eps in groups.values()))
     return path
