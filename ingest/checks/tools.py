@@ -93,7 +93,11 @@ def ambiguous_tool_result(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
 @check("unpaired_tool_result", "warning", label="unpaired tool result")
 def unpaired_tool_result(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """A tool result that answers no waiting call: it names an id no unanswered call carries, or
-    it comes when no call waits (a log that dropped the assistant turn). Kept and shown."""
+    it comes when no call waits (a log that dropped the assistant turn). Kept and shown. A rollout
+    whose tool use is all text (no structured call and no result id anywhere: Atropos messages are
+    role and content, the calls stay markup in the agent's text) has nothing to pair (issue 20)."""
+    if not any(n.message.tool_calls or n.message.tool_call_id for n in r.nodes):
+        return
     seen: set[int] = set()
     for p in _pairings(r):
         for i in p.unpaired_results:

@@ -196,6 +196,34 @@ def apply_completion(node: Node, turn: TokenTurn) -> None:
         node.extra["turn_fields"] = turn.rest
 
 
+def turn_opening(prompt: Sequence[int]) -> int | None:
+    """The id that opens every rendered turn, learnt from a first prompt without a tokenizer: its
+    first id when that id recurs (ChatML `<|im_start|>`), else its second when that one recurs (a
+    BOS first, then Llama 3's `<|start_header_id|>`); None when neither recurs."""
+    for k in (0, 1):
+        if len(prompt) > k and list(prompt).count(prompt[k]) > 1:
+            return prompt[k]
+    return None
+
+
+def split_turns(ids: Sequence[int], k: int, opening: int | None, closing: int | None) -> list[list[int]] | None:
+    """The prompt delta `ids` between two requests, shared among the `k` environment messages it
+    renders, when it holds exactly one closed turn per message: `k` closing ids (the end-of-turn
+    id that ended the previous completion) and `k` opening ids, or `k + 1` with the generation
+    prompt's. Message i's share runs from its turn's opening id to the next message's (the first
+    share also keeps the separator before its turn, the last the generation prompt). None when
+    the turns do not match the messages one to one (results grouped into one turn, as ChatML
+    templates render parallel tool results): the caller keeps the whole delta on the last
+    message. Issue 20: `tool_results_split` needs each result's own tokens to see the turns."""
+    if opening is None or closing is None or opening == closing or k < 2:
+        return None
+    at = [p for p, t in enumerate(ids) if t == opening]
+    if sum(1 for t in ids if t == closing) != k or len(at) not in (k, k + 1):
+        return None
+    cuts = [0, *at[1:k], len(ids)]
+    return [list(ids[a:b]) for a, b in zip(cuts, cuts[1:])]
+
+
 @dataclass
 class RolloutBuilder:
     """Nodes and calls of one rollout. `auto_calls`: every sampled node added gets a Call (with
@@ -212,6 +240,7 @@ class RolloutBuilder:
     _prev_request: tuple[list[int], list[int]] | None = None  # (prompt, completion) of the last tokenized request
     _requests: int = 0
     _gap: bool = False
+    _opening: int | None = None  # the turn-opening token id, learnt from the first prompt (`turn_opening`)
 
     @property
     def last(self) -> int | None:
@@ -378,11 +407,27 @@ class RolloutBuilder:
     def _place_prompt(self, ids: list[int], t: int) -> None:
         if not ids:
             return
+        if self._opening is None and self._prev_request is None:
+            self._opening = turn_opening(ids)
         last = self.nodes[self._last] if self._last is not None else None
         if last is not None and not last.token_ids and not last.sampled:
-            set_tokens(last, ids, sampled=False)
+            run = self._environment_run()
+            prev = self._prev_request[1] if self._prev_request else []
+            parts = split_turns(ids, len(run), self._opening, prev[-1] if prev else None) if len(run) > 1 else None
+            for j, part in zip(run, parts or [[]] * (len(run) - 1) + [ids]):
+                if part:
+                    set_tokens(self.nodes[j], part, sampled=False)
         else:
             self.add(Message(role="user"), ids, mask=[0] * len(ids), extra={"segment": "prompt", "request": t})
+
+    def _environment_run(self) -> list[int]:
+        """The tokenless, unsampled nodes on the branch since the last sampled node, oldest first
+        (the environment messages one request's prompt delta renders)."""
+        run, j = [], self._last
+        while j is not None and not self.nodes[j].sampled and not self.nodes[j].token_ids:
+            run.append(j)
+            j = self.nodes[j].parent
+        return run[::-1] if j is not None and self.nodes[j].sampled else run[:1]
 
     def assistants(self) -> list[Node]:
         return [n for n in self.nodes if n.message.role == "assistant"]
