@@ -87,6 +87,19 @@ def pairing_fields(m) -> dict:
             "tool_calls": [{"id": tc.id, "name": tc.name, "extra": tc.extra} for tc in m.tool_calls or ()]}
 
 
+def on_restated_branch(nodes: Sequence[GraphNode], i: int) -> bool:
+    """Whether node `i`, or one before it on its branch, starts a branch that restates the history
+    (`extra.token_drift`, set by the reader: verifiers' graph stores a history turn sent
+    differently as new nodes under the last shared one)."""
+    cur, seen = i, set()
+    while cur is not None and cur not in seen and 0 <= cur < len(nodes):
+        if (getattr(nodes[cur], "extra", None) or {}).get("token_drift"):
+            return True
+        seen.add(cur)
+        cur = nodes[cur].parent
+    return False
+
+
 def pair_tool_calls(path: Sequence[int], messages: Sequence[dict]) -> list[CallRef]:
     """Pair tool calls with results along one branch (see the module docstring).
 

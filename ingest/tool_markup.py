@@ -80,9 +80,12 @@ def hermes_blocks(text: Any) -> list[tuple[str, Any]]:
 
 def uses_structured_calls(rollout) -> bool:
     """Whether a rollout (`ingest.schema.Rollout`) speaks structured tool calls: it declares
-    `tools`, or some assistant turn carries a `tool_calls` entry. Only then is markup left in a
-    message's text a failed parse; a harness whose protocol is the text itself is not one."""
-    return bool(rollout.tools) or any(n.message.tool_calls for n in rollout.nodes)
+    `tools`, or some assistant turn carries a `tool_calls` entry the model sampled as one (not one a
+    reader parsed out of the text, `extra.parsed_from_text`: mini-swe-agent, old SWE-agent). Only
+    then is markup left in a message's text a failed parse; a harness whose protocol is the text
+    itself is not one."""
+    return bool(rollout.tools) or any(not tc.extra.get("parsed_from_text")
+                                      for n in rollout.nodes for tc in n.message.tool_calls or ())
 
 
 def unparsed_call(message) -> Markup | None:

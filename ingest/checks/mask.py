@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, Skip, check, plural
-from ingest.graph import branches
+from ingest.graph import branches, on_restated_branch
 from ingest.schema import Rollout
 
 SAMPLED_ROLE = "assistant"
@@ -41,13 +41,16 @@ def sampled_mask_zero(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     nothing"). Template tokens are those with `is_content` 0 when the source records it;
     otherwise the leading and trailing mask-0 tokens of a turn. So this fires on mask-0 holes
     inside a turn, on content tokens (`is_content` 1) with mask 0, and on a whole turn left
-    out while other turns train."""
+    out while other turns train. An unsampled assistant node with mask 0 on a branch that restates
+    the history (`token_drift`, e.g. verifiers' restated turn) is context, not a sample."""
     _require_mask(r)
     if not any(any(n.mask) for n in r.nodes):
         raise Skip("the whole loss mask is 0 (a filter zeroed the rollout: it trains on nothing)")
     for i, node in enumerate(r.nodes):
         if node.message.role != SAMPLED_ROLE or not node.mask or all(node.mask):
             continue  # a turn trained on whole has no mask-0 tokens to report
+        if not node.sampled and not any(node.mask) and on_restated_branch(r.nodes, i):
+            continue  # a history turn the prompt restated (verifiers: a new, unsampled node): context, not a sample
         n = len(node.mask)
         if node.is_content and any(node.is_content):
             off = [k for k in range(n) if node.is_content[k] and not node.mask[k]]

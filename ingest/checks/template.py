@@ -117,8 +117,9 @@ def stripped_reasoning(r: Rollout, ctx: CheckContext) -> dict[int, dict]:
     reqs = [q for q in requests(r) if q.prompt is not None]
     out = {}
     for a, b in zip(reqs, reqs[1:]):
-        # b follows a: a is on b's branch, or b's branch is the new root a drift started
-        if a.node not in b.path and not r.nodes[b.path[0]].extra.get("token_drift"):
+        # b follows a: a is on b's branch, or b's branch is one a drift started (a new root, or a
+        # fork that restates the history, as verifiers' graph stores it)
+        if a.node not in b.path and not any(r.nodes[j].extra.get("token_drift") for j in b.path):
             continue
         expected = a.prompt + a.completion
         d = _first_divergence(expected, b.prompt)
@@ -184,6 +185,30 @@ def _render_ids(r: Rollout, ctx: CheckContext, path: list[int], *, generation: b
     return ctx.encode(text)
 
 
+def _results_span(r: Rollout, i: int) -> list[int] | None:
+    """The ids the environment added after request `i` when the messages carry no tokens but each
+    request its full prompt (`extra.prompt_ids`, e.g. chat records with `turns`): the next
+    request's prompt after request `i`'s prompt + completion. None when either prompt is not
+    recorded or the next prompt does not extend this one (that is a `token_drift`)."""
+    reqs = [q for q in requests(r) if q.prompt is not None and r.nodes[q.node].extra.get("prompt_ids") is not None]
+    k = next((n for n, q in enumerate(reqs) if q.node == i), None)
+    if k is None or k + 1 >= len(reqs):
+        return None
+    head = reqs[k].prompt + reqs[k].completion
+    nxt = reqs[k + 1].prompt
+    return nxt[len(head):] if nxt[:len(head)] == head else None
+
+
+def _span_openings(results: list[int], openings: list[int]) -> list[tuple[int, int]]:
+    """(node, position) of each turn opening in a span that no message holds: the k-th opening
+    starts the k-th result's share of the span (position 0), as a collector tokenizing message by
+    message would store it; openings beyond the results stay on the last, at their offset."""
+    out = []
+    for k, at in enumerate(openings):
+        out.append((results[k], 0) if k < len(results) else (results[-1], at - openings[len(results) - 1]))
+    return out
+
+
 @check("tool_results_split", "error", label="tool results split")
 def tool_results_split(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """After an assistant turn with k parallel calls, the k results were rendered as k separate
@@ -191,7 +216,13 @@ def tool_results_split(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     turn-start token the tokenizer declares (`<|im_start|>`, `<start_of_turn>`, ...). With a
     stored chat template the results are re-rendered and the first id that differs is reported;
     without one, ChatML-family tokenizers (Qwen) are taken to group results, as their templates
-    do, and other families are skipped. Equal lengths of ids and mask prove nothing here."""
+    do, and other families are skipped. Equal lengths of ids and mask prove nothing here.
+    Where the reader could keep the tokens between two requests only as one delta on the last
+    result (formats that record each request's full prompt, not each message's tokens: NeMo Gym),
+    the turns are counted in that delta, and the finding lands on it at the second turn's first
+    token (positions are those of the stored node; `detail.pooled` says so). Where no result
+    carries tokens but each request records its full prompt (chat records with `turns`), the
+    turns are counted in the ids the next prompt adds, the k-th opening starting the k-th result."""
     children: dict[int, list[int]] = {}
     for j, n in enumerate(r.nodes):
         if n.parent is not None:
@@ -206,24 +237,30 @@ def tool_results_split(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
                     break
                 results.append(nxt)
                 cur = nxt
-            results = [j for j in results if r.nodes[j].token_ids]
-            if len(results) >= 2:
-                candidates.append((i, results))
+            with_tokens = [j for j in results if r.nodes[j].token_ids]
+            if len(with_tokens) >= 2 or (len(results) >= 2 and with_tokens == results[-1:]):
+                candidates.append((i, results, with_tokens, None))  # one delta on the last: the reader could not split
+            elif len(results) >= 2 and (span := _results_span(r, i)) is not None:
+                candidates.append((i, results, results, span))  # no message tokens: the next prompt has them
     if not candidates:
         return
     start_id = ctx.turn_start_id()
     if start_id is None or ctx.tokenizer is None:
         raise Skip("no tokenizer with turn-start special tokens stored for this run")
     found = 0
-    for i, results in candidates:
-        ids = [t for j in results for t in r.nodes[j].token_ids]
-        where = [(j, k) for j in results for k in _turn_openings(ctx, r.nodes[j].token_ids, start_id)]
+    for i, chain, results, span in candidates:
+        if span is None:
+            ids = [t for j in results for t in r.nodes[j].token_ids]
+            where = [(j, k) for j in results for k in _turn_openings(ctx, r.nodes[j].token_ids, start_id)]
+        else:
+            ids = span
+            where = _span_openings(chain, _turn_openings(ctx, span, start_id))
         if len(where) < 2:
             continue
-        detail = {"calls": len(r.nodes[i].message.tool_calls), "results": len(results), "turns": len(where),
-                  "assistant_node": i}
+        detail = {"calls": len(r.nodes[i].message.tool_calls), "results": len(chain), "turns": len(where),
+                  "assistant_node": i, **({"pooled": True} if span is None and len(results) < len(chain) else {})}
         if ctx.chat_template:
-            path = _path(r, results[-1])
+            path = _path(r, chain[-1])
             try:
                 before = _render_ids(r, ctx, path[:path.index(i) + 1], generation=False)
                 rendered = _render_ids(r, ctx, path, generation=False)[len(before):]

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, check, memo
-from ingest.graph import CallRef, Pairing, branches, pair, pairing_fields
+from ingest.graph import CallRef, Pairing, branches, on_restated_branch, pair, pairing_fields
 from ingest.jsonio import cut_short
 from ingest.metrics import tool_failure
 from ingest.schema import Rollout
@@ -41,11 +41,31 @@ def duplicate_tool_call_id(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
                 yield Hit(f"tool-call id {cid!r} used by {n} calls", where[0][0], None, {"id": cid, "calls": where})
 
 
+def _answered_where_restated(r: Rollout) -> set[tuple[int, int]]:
+    """(node, position) of calls answered on a branch that restates their turn (verifiers: the
+    next prompt sent the turn differently, so its results hang under the restated copy)."""
+    def key(m):
+        return m.role, m.text(), tuple(tc.id for tc in m.tool_calls or [])
+
+    restated = {key(r.nodes[j].message): j for j, n in enumerate(r.nodes)
+                if not n.sampled and n.message.tool_calls and on_restated_branch(r.nodes, j)}
+    if not restated:
+        return set()
+    answered = {(c.node, c.position) for calls in _calls_per_branch(r) for c in calls if c.result_node is not None}
+    out = set()
+    for i, n in enumerate(r.nodes):
+        j = restated.get(key(n.message)) if n.sampled and n.message.tool_calls else None
+        if j is not None:
+            out |= {(i, k) for k in range(len(n.message.tool_calls)) if (j, k) in answered}
+    return out
+
+
 @check("unanswered_tool_call", "warning", label="unanswered tool call", at="call")
 def unanswered_tool_call(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """A tool call with no recorded result; the page shows "no result recorded". `position` is
     the call's index within its message's `tool_calls`."""
     seen: set[tuple[int, int]] = set()
+    seen |= _answered_where_restated(r)
     for calls in _calls_per_branch(r):
         for c in calls:
             if c.result_node is None and not c.ends_rollout and (c.node, c.position) not in seen:
@@ -73,7 +93,11 @@ def ambiguous_tool_result(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
 @check("unpaired_tool_result", "warning", label="unpaired tool result")
 def unpaired_tool_result(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """A tool result that answers no waiting call: it names an id no unanswered call carries, or
-    it comes when no call waits (a log that dropped the assistant turn). Kept and shown."""
+    it comes when no call waits (a log that dropped the assistant turn). Kept and shown. A rollout
+    whose tool use is all text (no structured call and no result id anywhere: Atropos messages are
+    role and content, the calls stay markup in the agent's text) has nothing to pair (issue 20)."""
+    if not any(n.message.tool_calls or n.message.tool_call_id for n in r.nodes):
+        return
     seen: set[int] = set()
     for p in _pairings(r):
         for i in p.unpaired_results:
@@ -168,7 +192,9 @@ def unparsed_tool_call(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     answer. Names the dialect and the tool (the shared detector, ingest/tool_markup.py). Only where
     the rollout uses structured tool calls (it declares `tools`, or another turn carries a structured
     call): a harness whose protocol is the text itself (Atropos environments, which parse
-    `<tool_call>` from the reply) is not one. Stored before issue 20 as `tool_call_markup_unparsed`."""
+    `<tool_call>` from the reply; mini-swe-agent and old SWE-agent, whose calls a reader parsed from
+    the text, `extra.parsed_from_text`) is not one. Stored before issue 20 as
+    `tool_call_markup_unparsed`."""
     if not uses_structured_calls(r):
         return
     last = next((i for i in range(len(r.nodes) - 1, -1, -1) if r.nodes[i].message.role == "assistant"), None)

@@ -88,7 +88,7 @@ def add_steps(b: RolloutBuilder, t: ATIFTrajectory, raw: dict, *, segment: int, 
                        model=step.model_name, sampling=sampling or call_rl.get("sampling"),
                        **{k2: v for k2, v in call_rl.items() if k2 in ("endpoint", "policy_version")})
             for j, res in enumerate(step.observation.results if step.observation else []):
-                _result(b, res, f"{path}.observation.results[{j}]", subagents, placed, segment)
+                _result(b, res, f"{path}.observation.results[{j}]", subagents, placed, segment, called=bool(calls))
         elif srl.get("carrier"):  # a step written only to carry a tool result (see to_trajectory)
             for j, res in enumerate(step.observation.results if step.observation else []):
                 _result(b, res, f"{path}.observation.results[{j}]", subagents, placed, segment)
@@ -137,7 +137,11 @@ def _tool_call(tc: ATIFToolCall) -> Any:
     return _openai.tool_call(tc.tool_call_id, tc.function_name, tc.arguments, extra)
 
 
-def _result(b: RolloutBuilder, res: ATIFResult, path: str, subagents: dict, placed: set, segment: int) -> None:
+def _result(b: RolloutBuilder, res: ATIFResult, path: str, subagents: dict, placed: set, segment: int,
+            *, called: bool = False) -> None:
+    """One observation result as a node: a tool message when it names its call (`source_call_id`) or
+    answers an agent step that issued tool calls (its id missing: the result of one of them, which one
+    is unknown; issue 20), else a user message (an observation of an action that was no tool call)."""
     refs = res.subagent_trajectory_ref
     refs = [refs] if isinstance(refs, dict) else (refs or [])
     extra = dict(res.model_extra or {})
@@ -149,7 +153,7 @@ def _result(b: RolloutBuilder, res: ATIFResult, path: str, subagents: dict, plac
         if not extra["extra"]:
             del extra["extra"]
     content = _content(res.content)
-    role = "tool" if res.source_call_id is not None else "user"
+    role = "tool" if res.source_call_id is not None or called else "user"
     calling = b.last
     idx = b.add(Message(role=role, tool_call_id=res.source_call_id, content=content, extra=extra),
                 extra={"segment": segment} if segment else None)

@@ -21,6 +21,8 @@ Stable API (other readers build on it; change only by adding):
   `text_from_pieces(node)`
 - `mask_runs(mask)`, `align_segments(segments, runs)`: split one flat token sequence with a loss
   mask (Tunix Token mode, Atropos, verl) into per-message spans
+- `mark_restated_branches(nodes)`: in a graph given as nodes with delta tokens (verifiers), a
+  request whose prompt restates the previous history on a new branch gets `extra.token_drift`
 - ids that are not tokens (-100 ignore-index, -200 image placeholders) stay as written, their
   positions and values listed in `node.extra.placeholder_token_ids` (`Node.mark_placeholders`,
   on every path); the `placeholder_token_id` check reports them
@@ -74,6 +76,51 @@ def first_divergence(expected: Sequence[int], found: Sequence[int]) -> tuple[int
     return None
 
 
+def _node_path(nodes: Sequence[Node], i: int) -> list[int]:
+    out, cur, seen = [], i, set()
+    while cur is not None and cur not in seen and 0 <= cur < len(nodes):
+        seen.add(cur)
+        out.append(cur)
+        cur = nodes[cur].parent
+    return out[::-1]
+
+
+def _same_turn(a: Message, b: Message) -> bool:
+    """The same conversational message, however it was rendered (reasoning aside)."""
+    return a.role == b.role and a.text() == b.text() and \
+        [tc.id for tc in a.tool_calls or []] == [tc.id for tc in b.tool_calls or []]
+
+
+def mark_restated_branches(nodes: Sequence[Node]) -> bool:
+    """Mark re-rendered histories in a graph stored as delta tokens per node (verifiers v1: a
+    request's prompt reuses the stored nodes of its messages while they are the same message, and
+    a message that differs, e.g. a history turn restated without its reasoning, starts a branch).
+    When a request's branch leaves the previous request's path at a node that restates the
+    message at that depth of the previous path, and the tokens differ, the first node of the
+    branch gets `extra.token_drift = {request, index, expected, found}` (as `request` writes it),
+    so the checks compare both prompts. Branches that do not restate (compaction, subagents) stay
+    unmarked. Returns whether any was marked."""
+    sampled = [i for i, n in enumerate(nodes) if n.sampled and n.token_ids]
+    marked = False
+    for t, (a, b) in enumerate(zip(sampled, sampled[1:]), start=1):
+        pa, pb = _node_path(nodes, a), _node_path(nodes, b)
+        if a in pb:
+            continue
+        common = next((k for k, (x, y) in enumerate(zip(pa, pb)) if x != y), min(len(pa), len(pb)))
+        if common >= len(pb) - 1 or common >= len(pa):
+            continue
+        fork = pb[common]
+        if nodes[fork].extra.get("token_drift") or not _same_turn(nodes[pa[common]].message, nodes[fork].message):
+            continue
+        expected = [x for j in pa for x in nodes[j].token_ids]
+        div = first_divergence(expected, [x for j in pb[:-1] for x in nodes[j].token_ids])
+        if div is None:
+            continue
+        nodes[fork].extra["token_drift"] = {"request": t, "index": div[0], "expected": div[1], "found": div[2]}
+        marked = True
+    return marked
+
+
 def mask_runs(mask: Sequence[int]) -> list[tuple[int, int, int]]:
     """Maximal runs of equal mask values as (value≠0, start, end)."""
     out: list[tuple[int, int, int]] = []
@@ -123,6 +170,8 @@ class TokenTurn:
     completion_hex: list[str | None] | None = None
     finish_reason: str | None = None
     rest: dict = field(default_factory=dict)
+    usage: Usage | None = None  # the usage the source reports for this request (OpenAI `usage`)
+    sampling: dict | None = None  # the request's caps (`max_tokens`), as the source recorded them
 
 
 def turn_drift(prev: TokenTurn, turn: TokenTurn, t: int) -> dict | None:
@@ -147,6 +196,34 @@ def apply_completion(node: Node, turn: TokenTurn) -> None:
         node.extra["turn_fields"] = turn.rest
 
 
+def turn_opening(prompt: Sequence[int]) -> int | None:
+    """The id that opens every rendered turn, learnt from a first prompt without a tokenizer: its
+    first id when that id recurs (ChatML `<|im_start|>`), else its second when that one recurs (a
+    BOS first, then Llama 3's `<|start_header_id|>`); None when neither recurs."""
+    for k in (0, 1):
+        if len(prompt) > k and list(prompt).count(prompt[k]) > 1:
+            return prompt[k]
+    return None
+
+
+def split_turns(ids: Sequence[int], k: int, opening: int | None, closing: int | None) -> list[list[int]] | None:
+    """The prompt delta `ids` between two requests, shared among the `k` environment messages it
+    renders, when it holds exactly one closed turn per message: `k` closing ids (the end-of-turn
+    id that ended the previous completion) and `k` opening ids, or `k + 1` with the generation
+    prompt's. Message i's share runs from its turn's opening id to the next message's (the first
+    share also keeps the separator before its turn, the last the generation prompt). None when
+    the turns do not match the messages one to one (results grouped into one turn, as ChatML
+    templates render parallel tool results): the caller keeps the whole delta on the last
+    message. Issue 20: `tool_results_split` needs each result's own tokens to see the turns."""
+    if opening is None or closing is None or opening == closing or k < 2:
+        return None
+    at = [p for p, t in enumerate(ids) if t == opening]
+    if sum(1 for t in ids if t == closing) != k or len(at) not in (k, k + 1):
+        return None
+    cuts = [0, *at[1:k], len(ids)]
+    return [list(ids[a:b]) for a, b in zip(cuts, cuts[1:])]
+
+
 @dataclass
 class RolloutBuilder:
     """Nodes and calls of one rollout. `auto_calls`: every sampled node added gets a Call (with
@@ -163,6 +240,7 @@ class RolloutBuilder:
     _prev_request: tuple[list[int], list[int]] | None = None  # (prompt, completion) of the last tokenized request
     _requests: int = 0
     _gap: bool = False
+    _opening: int | None = None  # the turn-opening token id, learnt from the first prompt (`turn_opening`)
 
     @property
     def last(self) -> int | None:
@@ -266,9 +344,10 @@ class RolloutBuilder:
             apply_completion(node, turn)
             text_from_pieces(node)
             parent = idx
-            if prompt_len is not None or turn.finish_reason is not None:
-                self.call(idx, turn.finish_reason,
-                          Usage(input_tokens=prompt_len, output_tokens=len(turn.completion_ids or [])))
+            if prompt_len is not None or turn.finish_reason is not None or turn.usage is not None:
+                self.call(idx, turn.finish_reason, turn.usage or Usage(input_tokens=prompt_len,
+                                                                       output_tokens=len(turn.completion_ids or [])),
+                          sampling=turn.sampling)
         self._last = parent
         self._prev_turn = turn
         return drift
@@ -328,11 +407,27 @@ class RolloutBuilder:
     def _place_prompt(self, ids: list[int], t: int) -> None:
         if not ids:
             return
+        if self._opening is None and self._prev_request is None:
+            self._opening = turn_opening(ids)
         last = self.nodes[self._last] if self._last is not None else None
         if last is not None and not last.token_ids and not last.sampled:
-            set_tokens(last, ids, sampled=False)
+            run = self._environment_run()
+            prev = self._prev_request[1] if self._prev_request else []
+            parts = split_turns(ids, len(run), self._opening, prev[-1] if prev else None) if len(run) > 1 else None
+            for j, part in zip(run, parts or [[]] * (len(run) - 1) + [ids]):
+                if part:
+                    set_tokens(self.nodes[j], part, sampled=False)
         else:
             self.add(Message(role="user"), ids, mask=[0] * len(ids), extra={"segment": "prompt", "request": t})
+
+    def _environment_run(self) -> list[int]:
+        """The tokenless, unsampled nodes on the branch since the last sampled node, oldest first
+        (the environment messages one request's prompt delta renders)."""
+        run, j = [], self._last
+        while j is not None and not self.nodes[j].sampled and not self.nodes[j].token_ids:
+            run.append(j)
+            j = self.nodes[j].parent
+        return run[::-1] if j is not None and self.nodes[j].sampled else run[:1]
 
     def assistants(self) -> list[Node]:
         return [n for n in self.nodes if n.message.role == "assistant"]

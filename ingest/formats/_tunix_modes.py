@@ -78,6 +78,8 @@ def _from_trajectory(traj: dict, head: dict) -> Rollout:
         extra = _turn_extra(step, k, f)
         if step.get("thought"):
             extra["thought"] = step["thought"]
+            if isinstance(step["thought"], str) and msg.reasoning_content is None:
+                msg.reasoning_content = step["thought"]  # the step's reasoning (Trajectory `Step.thought`)
         info = {key: v for key, v in (step.get("info") or {}).items() if key != "response"} \
             if isinstance(step.get("info"), dict) else step.get("info")
         if info:

@@ -16,16 +16,24 @@ the chat template) is split into per-message spans, by the first rule that appli
 1. The template's turn marker: a token id that opens every rendered message, at position 0 or
    right after a BOS, and occurs exactly once per message (Llama 3 `<|start_header_id|>`, ChatML
    `<|im_start|>`, Gemma `<start_of_turn>`). Each message gets its own tokens, its mask as
-   recorded (`extra.token_span = "turns"` on the rollout). The real rubiks group shows why this
-   comes first: its mask trains the *last environment message* (the role header token after the
-   marker reads `environment`), not the agent's turn; mask runs alone gave those tokens to the
-   agent and every earlier token to one user message (issue 19).
+   recorded (`extra.token_span = "turns"` on the rollout). A run of tool results that a ChatML
+   template renders as one turn counts once; the turn is cut where each result's wrapper opens
+   (`<tool_response>`: an id near the turn's start that occurs once per result), else it goes to
+   the run's last message, marked `extra.token_span = "joined"` as in rule 2 (issue 20: a mask
+   hole no longer unsplits the sample).
+   An agent turn's untrained role header (the generation prompt) goes with the message before
+   it, so the agent's node starts at its first trained token. The real rubiks group shows why
+   this rule comes first: its mask trains the *last environment message* (the role header token
+   after the marker reads `environment`), not the agent's turn; mask runs alone gave those tokens
+   to the agent and every earlier token to one user message (issue 19).
 2. Mask runs (trained runs are the agent's turns; `_build.align_segments`): the messages between
    two agent turns share one span, on the last of them, which says so: `extra.token_span =
    "joined"` and `extra.token_messages` (the message indices whose tokens it holds).
 3. Otherwise all tokens go on the last message with `extra.token_span = "unsplit"`.
 
-Per-token arrays (advantages, inference and reference logprobs, token weights and scores) follow the same
+`inference_logprobs` of 1.0 at an untrained position is Atropos's filler for a token nobody
+sampled (the ManagedServer's prompt positions), read as no logprob (issue 20: it is no invalid
+logprob). Per-token arrays (advantages, inference and reference logprobs, token weights and scores) follow the same
 spans. The score is the reward. Atropos writes no ending: `unknown`.
 """
 from __future__ import annotations
@@ -46,6 +54,7 @@ NAME = "atropos"
 EXPECTS = "JSONL of ScoredDataGroups (`tokens`, `masks`, `scores` lists, one entry per sample)"
 
 IGNORE = -100  # Atropos mask value for untrained tokens
+UNSAMPLED = 1.0  # Atropos inference_logprobs value at prompt / environment positions (issue 20)
 ROLES = {"agent": "assistant", "environment": "user"}
 PER_SAMPLE = ("tokens", "masks", "scores", "advantages", "ref_logprobs", "inference_logprobs", "messages",
               "token_scores", "token_weights", "overrides", "parsed_actions", "images", "distill_token_ids",
@@ -101,19 +110,78 @@ def _message(m: Any, path: str) -> Message:
     return _openai.message_from_openai(m, path).message
 
 
-def _turn_spans(tokens: list[int], messages: list[Message]) -> list[tuple[int, int]] | None:
+def _turn_spans(tokens: list[int], messages: list[Message]) -> tuple[list[tuple[int, int]], dict] | None:
     """Per-message (start, end) spans from the chat template's turn marker (module docstring,
-    rule 1), or None when no token id opens every message: the first of tokens[0:2] that occurs
-    exactly once per message, first at position 0 or 1 (after a BOS, which joins the first span)."""
+    rule 1), or None when no token id opens every turn: the first of tokens[0:2] that occurs
+    exactly once per message, first at position 0 or 1 (after a BOS, which joins the first span).
+    ChatML templates render a run of tool results as one turn: when the marker occurs once per
+    message with each run of consecutive tool messages counted once, the run's turn goes to its
+    last message (`joined`: {that message: the run's message indices}), the others get no tokens.
+    Returns (spans, joined)."""
     n = len(messages)
-    if n < 2 or len(tokens) < 2 * n:
+    if n < 2 or len(tokens) < 2:
         return None
-    for t in dict.fromkeys(tokens[:2]):
-        at = [j for j, x in enumerate(tokens) if x == t]
-        if len(at) == n and at[0] <= 1:
-            starts = [0, *at[1:], len(tokens)]
-            return [(starts[k], starts[k + 1]) for k in range(n)]
+    units: list[list[int]] = []  # messages that share one turn
+    for k, m in enumerate(messages):
+        if m.role == "tool" and units and messages[units[-1][-1]].role == "tool":
+            units[-1].append(k)
+        else:
+            units.append([k])
+    for grouping in ([[k] for k in range(n)], units):
+        if grouping is units and len(units) == n:
+            break
+        for t in dict.fromkeys(tokens[:2]):
+            at = [j for j, x in enumerate(tokens) if x == t]
+            if len(at) == len(grouping) and at[0] <= 1 and len(tokens) >= 2 * len(grouping):
+                starts = [0, *at[1:], len(tokens)]
+                spans = [(0, 0)] * n
+                joined = {}
+                for u, idxs in enumerate(grouping):
+                    parts = _results_in_turn(tokens, starts[u], starts[u + 1], len(idxs), t)
+                    if parts is not None:
+                        for k, part in zip(idxs, parts):
+                            spans[k] = part
+                        continue
+                    spans[idxs[-1]] = (starts[u], starts[u + 1])
+                    if len(idxs) > 1:
+                        joined[idxs[-1]] = idxs
+                return spans, joined
     return None
+
+
+def _results_in_turn(tokens: list[int], s: int, e: int, k: int, marker: int) -> list[tuple[int, int]] | None:
+    """The spans of `k` tool results rendered in one turn `tokens[s:e]`, cut where each result's
+    wrapper opens: the id that first occurs earliest in the turn (within its first 4 tokens, after
+    the marker) and occurs exactly `k` times (ChatML's `<tool_response>`); the first result keeps
+    the turn's head, the last its tail. None when no id does (the run stays joined)."""
+    if k < 2:
+        return None
+    head = tokens[s + 1:min(e, s + 5)]
+    for t in dict.fromkeys(head):
+        if t == marker:
+            continue
+        at = [j for j in range(s, e) if tokens[j] == t]
+        if len(at) == k:
+            cuts = [s, *at[1:], e]
+            return [(a, b) for a, b in zip(cuts, cuts[1:])]
+    return None
+
+
+def _headers_to_prompt(span_of: dict[int, tuple[int, int]], messages: list[Message], trained: list[bool]) -> None:
+    """An agent turn's untrained head (the role header the template wrote: the generation prompt
+    of that request) joins the message before it, so the agent's node starts at what was sampled,
+    as in every reader with per-request prompts (token positions agree across formats; issue 20).
+    A turn with no trained token keeps its span (the rubiks group trains the environment's turn)."""
+    for k in sorted(span_of):
+        s, e = span_of[k]
+        if messages[k].role != "assistant" or k == 0:
+            continue
+        first = next((j for j in range(s, e) if trained[j]), None)
+        before = max((j for j in span_of if j < k), default=None)
+        if first is None or first == s or before is None or span_of[before][1] != s:
+            continue
+        span_of[before] = (span_of[before][0], first)
+        span_of[k] = (first, e)
 
 
 def _rollout(source: Source, ctx: ReadContext, d: dict, i: int, n: int, line: int | None, gid: str) -> Rollout:
@@ -123,9 +191,13 @@ def _rollout(source: Source, ctx: ReadContext, d: dict, i: int, n: int, line: in
         raise FieldError(f"masks[{i}]", f"{len(raw_mask)} mask values for {len(tokens)} tokens")
     trained = [m != IGNORE for m in raw_mask]
     mismatch = sum(1 for m, t, tr in zip(raw_mask, tokens, trained) if tr and m != t)
+    inference = floats(_sample(d, "inference_logprobs", i), f"inference_logprobs[{i}]")
+    if inference is not None:  # Atropos fills the positions nobody sampled with 1.0 (ManagedServer): not a logprob
+        inference = [None if x == UNSAMPLED and k < len(trained) and not trained[k] else x
+                     for k, x in enumerate(inference)]
     per_token = {
         "advantages": floats(_sample(d, "advantages", i), f"advantages[{i}]"),
-        "logprobs": floats(_sample(d, "inference_logprobs", i), f"inference_logprobs[{i}]"),
+        "logprobs": inference,
         "reference_logprobs": floats(_sample(d, "ref_logprobs", i), f"ref_logprobs[{i}]"),
         "token_weights": floats(_sample(d, "token_weights", i), f"token_weights[{i}]"),
         "token_scores": floats(_sample(d, "token_scores", i), f"token_scores[{i}]"),
@@ -150,7 +222,9 @@ def _rollout(source: Source, ctx: ReadContext, d: dict, i: int, n: int, line: in
     span_of: dict[int, tuple[int, int]] = {}
     joined: dict[int, list[int]] = {}
     if turns is not None:
+        turns, joined = turns
         span_of = {k: span for k, span in enumerate(turns) if span[1] > span[0]}
+        _headers_to_prompt(span_of, messages, trained)
     elif spans is not None:
         for (_, idxs), span in zip(segments, spans):
             if span[1] > span[0]:

@@ -21,6 +21,10 @@ is dropped before parsing and kept in `rollout.extra["_case"]`):
    - top-level `completion_ids` + `logprobs` (+ `completion_pieces`, `prompt_ids`): one turn.
    - `turn_tokens: [{completion_ids, logprobs, completion_pieces?}]` aligned, in order, to the
      assistant messages of `messages` (so are `turns` when `messages` is also given).
+   - a turn may also say what the chat completion response said of its choice (issue 20):
+     `logprobs` as OpenAI `{content: [{token, logprob, bytes}]}` entries (values and bytes),
+     `finish_reason`, `usage` and the request's `max_tokens`, which go on the message's Call
+     (`_chat_tokens.token_turns`, `align_turns`).
    - OpenAI logprobs: `{response: str, logprobs: {content: [{token, logprob, bytes,
      top_logprobs?}]} | [...]}`. OpenAI gives no token ids, so none are invented: each token's
      id is -1 ("not recorded"), with its bytes in `node.extra["token_bytes"]`, its logprob in

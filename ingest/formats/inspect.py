@@ -17,8 +17,9 @@ Mapping (docs/formats.md, "Inspect"):
 - `messages` → nodes in order (system, user, assistant, tool; `ChatMessage*` in
   `model/_chat_message.py`). Content parts: `text` kept, `reasoning` → `reasoning_content`
   (`redacted: true` shown as redacted), other parts (image, audio, data) kept as typed parts.
-  Tool calls `{id, function, arguments: dict}` → raw argument string; a tool message's `error`
-  stays in the message's `extra`.
+  Tool calls `{id, function, arguments: dict}` → raw argument string; a call Inspect could not
+  parse (`arguments: {}`, `parse_error`) → the raw text its `parse_error` quotes; a tool message's
+  `error` stays in the message's `extra`.
 - `attachment://<hash>` strings anywhere in a sample are replaced by `sample.attachments[hash]`
   (Inspect moves long strings there; `log/_condense.py`).
 - `model` events → calls (model, config, usage, stop reason, start `timestamp` and `completed`
@@ -35,8 +36,10 @@ Mapping (docs/formats.md, "Inspect"):
 - Ending: `sample.error` → error; `sample.limit` (or a `sample_limit` event) → truncated with
   detail `{type}_limit` (`message_limit`, `token_limit`, `time_limit`, `working_limit`, ...), an
   `operator` limit → error; otherwise the output's `stop_reason`: `stop` → submitted,
-  `max_tokens` and `model_length` → length_cut (as the shared endings table of docs/formats.md
-  reads them), `content_filter` → error, others unknown.
+  `content_filter` → error, others unknown. `max_tokens` and `model_length` with no limit and no
+  error: the sample completed and was scored, so Inspect claims it finished (detail `completed,
+  stop_reason=max_tokens`); the shared normalisation (ingest/endings.py `correct_silent_truncation`)
+  makes it `length_cut` and keeps the claim, so `silent_truncation` reports it (issue 20).
 - Timestamps with offsets (`-04:00`) are converted to UTC epoch seconds.
 """
 from __future__ import annotations
@@ -363,12 +366,30 @@ def _message(m: dict) -> Message:
         for tc in m["tool_calls"]:
             if not isinstance(tc, dict):
                 raise ValueError("tool_calls: expected objects")
-            flat = {"id": tc.get("id"), "name": tc.get("function"), "arguments": tc.get("arguments"),
+            flat = {"id": tc.get("id"), "name": tc.get("function"), "arguments": sampled_arguments(tc),
                     **{k: v for k, v in tc.items() if k not in ("id", "function", "arguments", "type")}}
             tool_calls.append(openai_tool_call(flat))
     return Message(role=role, content=content, reasoning_content="\n\n".join(reasoning) if reasoning else None,
                    tool_calls=tool_calls, tool_call_id=m.get("tool_call_id"),
                    name=m.get("function") if role == "tool" else None, extra=extra)
+
+
+PARSE_ERROR_HEAD = "Error parsing the following tool call arguments:\n\n"
+PARSE_ERROR_TAIL = "\n\nError details: "
+
+
+def sampled_arguments(tc: dict) -> Any:
+    """The arguments the model sampled for an Inspect `ToolCall`. When Inspect could not parse them
+    (`parse_tool_call`, model/_call_tools.py) it records `arguments: {}` and the raw text inside
+    `parse_error` ("Error parsing the following tool call arguments:\\n\\n{raw}\\n\\nError details:
+    ..."): the raw text is returned (middle-truncated past 16 KiB as Inspect shows it), else the whole
+    `parse_error`, so the call reads as the malformed call it was, never as `{}`."""
+    err = tc.get("parse_error")
+    if not isinstance(err, str) or not err or tc.get("arguments") not in ({}, None):
+        return tc.get("arguments")
+    if err.startswith(PARSE_ERROR_HEAD) and PARSE_ERROR_TAIL in err:
+        return err[len(PARSE_ERROR_HEAD):err.rindex(PARSE_ERROR_TAIL)]
+    return err
 
 
 def value_to_float(value: Any) -> float | None:
@@ -432,5 +453,8 @@ def _ending(sample: dict, limit: dict | None, stop: Any) -> tuple[EndingInfo, li
         msg = limit.get("message") or (f"limit {limit['limit']}" if limit.get("limit") is not None else None)
         return EndingInfo(type=typ, detail=detail, message=msg), []
     if stop:
-        return EndingInfo(type=STOP_ENDINGS.get(str(stop), Ending.unknown), detail=f"stop_reason={stop}"), []
+        typ = STOP_ENDINGS.get(str(stop), Ending.unknown)
+        if typ == Ending.length_cut:  # scored as a finished sample: Inspect took the cut output as the answer
+            return EndingInfo(type=Ending.submitted, detail=f"completed, stop_reason={stop}"), []
+        return EndingInfo(type=typ, detail=f"stop_reason={stop}"), []
     return EndingInfo(type=Ending.unknown, detail="no output recorded"), []

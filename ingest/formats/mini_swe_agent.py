@@ -22,6 +22,9 @@ Mapping (docs/formats.md, "mini-swe-agent"):
   `LimitsExceeded`, `FormatError`, `TimeoutError`, `ExecutionTimeoutError` → truncated); a name the
   table does not list is another exception → error;
   else unknown. `model_stats` (`instance_cost`, `api_calls`) are metrics.
+- each assistant message is one model call; where it keeps the litellm response
+  (`extra.response`, `models/litellm_model.py` `query`), the call gets the choice's
+  `finish_reason` and the response's `usage`, and the message the choice's `reasoning_content`.
 """
 from __future__ import annotations
 
@@ -31,7 +34,8 @@ from typing import Any
 
 from ingest.endings import from_reason
 from ingest.errors import RecordError
-from ingest.formats._harness import Chain, action_call, read_documents
+from ingest.formats._harness import Chain, action_call, read_documents, usage_from
+from ingest.formats._openai import call_for
 from ingest.formats.base import ReadContext
 from ingest.schema import Call, Ending, EndingInfo, Message, Rollout, RunRef
 from ingest.source import Source
@@ -51,6 +55,37 @@ def _messages(value: Any) -> list | None:
             "trajectory_format" in value or "info" in value):
         return value["messages"]
     return None
+
+
+def _response(m: dict) -> dict | None:
+    """The litellm `ModelResponse.model_dump()` an assistant message keeps in `extra.response`
+    (`models/litellm_model.py` `query`), else None."""
+    extra = m.get("extra")
+    response = extra.get("response") if isinstance(extra, dict) else None
+    return response if isinstance(response, dict) else None
+
+
+def _choice(response: dict) -> dict:
+    choices = response.get("choices")
+    return choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+
+
+def _reasoning(response: dict) -> str | None:
+    """The reasoning the provider returned with the choice (litellm `message.reasoning_content`)."""
+    message = _choice(response).get("message")
+    text = message.get("reasoning_content") if isinstance(message, dict) else None
+    return text if isinstance(text, str) and text else None
+
+
+def _call(node: int, response: dict | None) -> Call:
+    """The model call of an assistant message: its finish reason and usage from the litellm
+    response kept with it (issue 20: the reader fills what the checks need), else a bare call."""
+    if response is None:
+        return Call(node=node)
+    finish = _choice(response).get("finish_reason")
+    model = response.get("model")
+    return call_for(node, finish if isinstance(finish, str) else None, usage_from(response.get("usage")),
+                    model=model if isinstance(model, str) else None)
 
 
 def sniff(source: Source) -> bool:
@@ -79,6 +114,7 @@ def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> I
     msgs = _messages(doc) or []
     info = doc.get("info") if isinstance(doc, dict) and isinstance(doc.get("info"), dict) else {}
     chain = Chain()
+    responses: dict[int, dict] = {}  # assistant node → the litellm response it came from
     open_call: str | None = None  # the command of the call waiting for its result
     submitted = False
     for k, m in enumerate(msgs):
@@ -94,7 +130,12 @@ def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> I
         extra = {x: v for x, v in m.items() if x not in ("role", "content")}
         tool_calls = None
         name = None
+        reasoning = None
         if role == "assistant":
+            response = _response(m)
+            if response is not None:
+                reasoning = _reasoning(response)
+                responses[len(chain.nodes)] = response
             blocks = BLOCK.findall(text)
             if len(blocks) == 1:
                 tool_calls = [action_call(blocks[0], name="bash")]
@@ -117,13 +158,13 @@ def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> I
             open_call = None
         chain.add(Message(role=role,
                           content=content if isinstance(content, (str, list)) or content is None else str(content),
-                          tool_calls=tool_calls, name=name, extra=extra))
+                          reasoning_content=reasoning, tool_calls=tool_calls, name=name, extra=extra))
     if open_call is not None and open_call.lstrip().startswith(tuple(f"echo {s}" for s in SUBMIT_MARKERS)):
         submitted = True  # the submit command was the last message
         chain.nodes[-1].message.tool_calls[0].extra["ends_rollout"] = True
     for i, n in enumerate(chain.nodes):
         if n.message.role == "assistant":
-            chain.calls.append(Call(node=i))
+            chain.calls.append(_call(i, responses.get(i)))
 
     status = info.get("exit_status")
     if submitted:

@@ -273,16 +273,19 @@ def _ending(d: dict, response: dict) -> tuple[EndingInfo, list[Error]]:
     2. an environment error flag (`container_timed_out`, any `*_error` key that is true): the
        endings table decides (`context_length_exceeded_error` → truncated, others → error);
     3. `agent_timed_out` → truncated;
-    4. the ending words (`_words`: `response.incomplete_details.reason`, `response.status`
+    4. `terminated` on a last response cut for length (`incomplete_details.reason` max_output_tokens):
+       task_detected, the environment's claim, corrected to length_cut by the one rule
+       (`endings.correct_silent_truncation`), so the `silent_truncation` check reports it;
+    5. the ending words (`_words`: `response.incomplete_details.reason`, `response.status`
        failed / cancelled / incomplete, then `termination_reason` / `result.termination_reason`)
        through the endings table: the first word the table knows decides. A word it does not
        know never hides a later one it knows (`max_output_tokens` → length_cut; tau2
        `user_stop` → task_detected, `max_steps` → truncated, `agent_stop` → submitted);
-    5. gym flags: `truncated` → truncated, `terminated` → task_detected (4 and 5 are one list
+    6. gym flags: `truncated` → truncated, `terminated` → task_detected (5 and 6 are one list
        for `endings.first_known`);
-    6. a word was written but none is in the table → unknown, that word as the detail (never
+    7. a word was written but none is in the table → unknown, that word as the detail (never
        guessed from the transcript);
-    7. the last output item: an assistant message → submitted (the agent answered);
+    8. the last output item: an assistant message → submitted (the agent answered);
        anything else (a tool call whose result was not recorded, an observation) → unknown.
     """
     err = response.get("error")
@@ -299,6 +302,13 @@ def _ending(d: dict, response: dict) -> tuple[EndingInfo, list[Error]]:
                 [Error(type=key, message=f"{key} = true")] if kind == Ending.error else [])
     if d.get("agent_timed_out") is True:
         return EndingInfo(type=Ending.truncated, detail="agent_timed_out", message="the agent ran out of time"), []
+    incomplete = response.get("incomplete_details")
+    reason = incomplete.get("reason") if isinstance(incomplete, dict) else None
+    if d.get("terminated") is True and isinstance(reason, str) and reason.lower() in endings.LENGTH_FINISH_REASONS:
+        # the environment ended the episode as done on an answer cut for length: the source's claim,
+        # which `endings.correct_silent_truncation` corrects to length_cut and records (issue 20)
+        return EndingInfo(type=Ending.task_detected, detail="terminated=true",
+                          message="the environment ended the episode as done"), []
     kind, detail = endings.first_known([*_words(d, response), *(
         (f"{flag}=true", flag) for flag in ("truncated", "terminated") if d.get(flag) is True)])
     if detail is not None:

@@ -10,10 +10,12 @@ function-calling mode an action carries `tool_call_metadata {function_name, tool
 model_response, total_calls_in_response}`; `model_response` is the model's full chat completion.
 
 Mapping (docs/formats.md, "OpenHands"):
-- `system` and user `message` actions → system / user nodes; an agent `message` → assistant.
+- `system` and user `message` actions → system / user nodes; an agent `message` → assistant. The
+  `system` action's `args.tools` (OpenAI tool definitions) are the rollout's `tools`.
 - Agent actions with `tool_call_metadata` → an assistant node whose text is the model response's
   content (else `args.thought`) and whose tool calls come from the response (raw argument
-  string); actions from one model response (same `model_response.id`) share one node. An agent
+  string) and reasoning (litellm's `message.reasoning_content`); actions from one model response
+  (same `model_response.id`) share one node. An agent
   action without metadata (older CodeAct) → assistant node with a call parsed from its text
   (`args.command` / `args.code`). The response's usage, model and finish reason make the call;
   the full response is kept in `call.extra.model_response`.
@@ -85,6 +87,7 @@ def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> I
     assumed = False
     final_state: dict | None = None
     finished = False
+    tools: list[dict] = []  # the tools offered, from the `system` action
     for k, e in enumerate(events):
         if not _is_event(e):
             yield RecordError(source.name, line, f"[{k}]" if line is None else f"history[{k}]",
@@ -107,6 +110,8 @@ def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> I
                 chain.add(message, timestamp=ts, extra=node_extra)
                 continue
             if kind == "system":
+                if isinstance(args.get("tools"), list) and not tools:
+                    tools = [t for t in args["tools"] if isinstance(t, dict)]
                 chain.add(Message(role="system", content=args.get("content") or e.get("message"),
                                   extra={**base_extra, **({"tools": args["tools"]} if args.get("tools") else {})}),
                           timestamp=ts)
@@ -203,7 +208,7 @@ def _read_one(doc: Any, source: Source, ctx: ReadContext, line: int | None) -> I
     rid = str(wrapper.get("instance_id") or ctx.source_key(source) + (f"#{line}" if line else ""))
     try:
         yield chain.finish(Rollout(id=rid, run=RunRef(id=ctx.run_for(source), type="eval"), nodes=chain.nodes,
-                                   calls=chain.calls,
+                                   calls=chain.calls, tools=tools,
                       ending=ending, errors=errors, timing=timing, extra=extra,
                       source={"format": NAME, "file": source.name, "line": line}))
     except ValueError as exc:
@@ -218,7 +223,9 @@ def _response_node(chain: Chain, e: dict, args: dict, meta: dict, response: dict
     text = (msg.get("content") if msg.get("content") not in (None, "")
             else (args.get("thought") or e.get("message") or None))
     calls = [openai_tool_call(tc) for tc in msg.get("tool_calls") or [] if isinstance(tc, dict)]
+    reasoning = msg.get("reasoning_content")  # litellm's field, where the provider returned reasoning
     idx = chain.add(Message(role="assistant", content=text, tool_calls=calls or None,
+                            reasoning_content=reasoning if isinstance(reasoning, str) and reasoning else None,
                             extra={**base_extra, "action": e.get("action")}), timestamp=ts)
     raw = (choice or {}).get("finish_reason")
     created, _ = to_epoch(response.get("created"))

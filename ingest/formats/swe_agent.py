@@ -15,7 +15,8 @@ Mapping (docs/formats.md, "SWE-agent"):
 - `history` is the context the model saw: one node per message, in order. Messages marked
   `is_demo` or `message_type: demonstration` keep `extra.demonstration = true`.
 - New generation: tool calls as sampled, results paired by `tool_call_ids` (first id; all ids in
-  `extra.tool_call_ids`). Old generation: the assistant's `action` is a plain-text command; it
+  `extra.tool_call_ids`); an item's `thinking_blocks` (litellm, Anthropic extended thinking) are the
+  message's reasoning (`_thinking`). Old generation: the assistant's `action` is a plain-text command; it
   becomes a tool call named by the command's first word (`extra.parsed_from_text`) with
   `{"command": action}`, and the next user message (the observation) becomes its tool result
   (role tool, `extra.source_role = "user"`).
@@ -43,7 +44,9 @@ from typing import Any
 
 from ingest.endings import from_reason
 from ingest.errors import RecordError
+from ingest.fields import FieldError
 from ingest.formats._harness import Chain, action_call, documents, openai_tool_call
+from ingest.formats._openai import apply_notes, content_from_openai
 from ingest.formats.base import ReadContext, record_error, shape_error
 from ingest.schema import Call, Ending, EndingInfo, Message, Rollout, RunRef
 from ingest.source import Source
@@ -134,7 +137,8 @@ def _rollout(doc: dict, source: Source, ctx: ReadContext, line: int | None) -> R
         elif content is not None and not isinstance(content, str):
             content = str(content)
         extra = {k2: v for k2, v in m.items()
-                 if k2 not in ("role", "content", "tool_calls", "tool_call_ids", "is_demo", "name")}
+                 if k2 not in ("role", "content", "tool_calls", "tool_call_ids", "is_demo", "name", "thinking_blocks")}
+        reasoning = _thinking(m.get("thinking_blocks"), f"{where}.thinking_blocks", extra)
         if m.get("is_demo") or m.get("message_type") == "demonstration":
             extra["demonstration"] = True
         tool_calls = None
@@ -167,8 +171,8 @@ def _rollout(doc: dict, source: Source, ctx: ReadContext, line: int | None) -> R
             prev = next((n for n in reversed(chain.nodes) if n.message.tool_calls), None)
             if prev is not None and len(prev.message.tool_calls) == 1:
                 name = prev.message.tool_calls[0].name
-        chain.add(Message(role=role, content=content, tool_calls=tool_calls, tool_call_id=tool_call_id,
-                          name=name, extra=extra))
+        chain.add(Message(role=role, content=content, reasoning_content=reasoning, tool_calls=tool_calls,
+                          tool_call_id=tool_call_id, name=name, extra=extra))
     for i, n in enumerate(chain.nodes):
         if n.message.role == "assistant":
             chain.calls.append(Call(node=i))
@@ -216,6 +220,26 @@ def _rollout(doc: dict, source: Source, ctx: ReadContext, line: int | None) -> R
                        source={"format": NAME, "file": source.name, "line": line}))
     except ValueError as exc:
         raise _Bad("", str(exc)) from None
+
+
+def _thinking(blocks: Any, where: str, extra: dict) -> str | None:
+    """The reasoning of a history item: its `thinking_blocks` (litellm's `[{type: "thinking",
+    thinking, signature}]`, `redacted_thinking`), read as content reasoning blocks are
+    (`_openai.normalize_parts`: the text is the reasoning, the blocks without it stay in
+    `extra.reasoning_blocks`). Anything else is kept as given in `extra.thinking_blocks`."""
+    if blocks is None:
+        return None
+    if not (isinstance(blocks, list) and all(isinstance(b, dict) for b in blocks)):
+        extra["thinking_blocks"] = blocks
+        return None
+    try:
+        _, notes = content_from_openai(blocks, where)
+    except FieldError as exc:
+        raise _Bad(exc.field, exc.message) from None
+    if not notes.get("reasoning"):
+        extra["thinking_blocks"] = blocks
+        return None
+    return apply_notes(extra, notes, None)
 
 
 def _generation(doc: dict) -> int:

@@ -42,7 +42,7 @@ from ingest.align import fit
 from ingest.errors import RecordError
 from ingest.fields import FieldError, floats, ints, is_number_or_none
 from ingest.formats import _openai, _rl
-from ingest.formats._build import RolloutBuilder
+from ingest.formats._build import RolloutBuilder, mark_restated_branches
 from ingest.formats._verifiers_arrays import COMPACT, expand
 from ingest.formats._verifiers_write import to_episode
 from ingest.formats.base import ReadContext, guarded, id_text, json_line, shape_error
@@ -370,6 +370,8 @@ def _rollout(source: Source, ctx: ReadContext, ep: dict, trace: Any, k: int, lin
     b = RolloutBuilder(policy_version=pv)
     b.nodes = [_node(n, i, pv) for i, n in enumerate(raw_nodes)]
     _calls(trace.get("calls") or [], b, len(b.nodes))
+    if mark_restated_branches(b.nodes):
+        b.extra["token_drift"] = True
     agent = trace.get("agent") if isinstance(trace.get("agent"), dict) else {}
     ep_id = id_text(ep.get("id"), "id") or id_text(trace.get("id"), "traces.id", required=True)
     metrics = trace.get("metrics") or {}

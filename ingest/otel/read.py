@@ -27,6 +27,7 @@ Reading (docs/formats.md, "OpenTelemetry"):
   (`gen_ai.request.*`, `llm.invocation_parameters`), finish reason
   (`gen_ai.response.finish_reasons[0]`, the output message's `finish_reason`), usage
   (`gen_ai.usage.*`, `llm.token_count.*`), span start/end, span status error.
+- Tools offered: `gen_ai.tool.definitions` (JSON list) of the first model call that records it.
 - RL fields: `rollscope.rollout_id`, `rollscope.run`, `rollscope.step`, `rollscope.group`,
   `rollscope.group.index`, `rollscope.group.size`, `rollscope.attempt`, `rollscope.reward`,
   `rollscope.rewards` (JSON `{name: {score, weight}}`), `rollscope.ending`,
@@ -306,6 +307,7 @@ def rollout_from_spans(spans: list[SpanRecord], *, run_id: str | None = None,
         group = GroupRef(id=str(rl["rollscope.group"]), index=rl.get("rollscope.group.index"),
                          size=rl.get("rollscope.group.size"))
     task = json_value(rl.get("rollscope.task"))
+    tools = _tool_definitions(order)
     starts = [s.start_ns for s in spans if s.start_ns]
     ends = [s.end_ns for s in spans if s.end_ns]
     timing = {"start": min(starts) / 1e9, "end": max(ends) / 1e9} if starts and ends else {}
@@ -316,13 +318,26 @@ def rollout_from_spans(spans: list[SpanRecord], *, run_id: str | None = None,
         id=str(rl.get("rollscope.rollout_id") or root.trace_id), run=RunRef(id=str(run)),
         step=rl.get("rollscope.step"), group=group, attempt=rl.get("rollscope.attempt") or 0,
         task=Task.model_validate(task) if isinstance(task, dict) else None,
-        nodes=g.nodes, calls=calls, rewards=rewards, reward=float(reward) if reward is not None else None,
+        nodes=g.nodes, calls=calls, rewards=rewards, tools=tools,
+        reward=float(reward) if reward is not None else None,
         ending=ending, errors=errors, timing=timing,
         extra={"otel": {"trace_id": root.trace_id, "root_span_id": root.span_id, "root_name": root.name,
                         "start_ns": min(starts) if starts else None, "end_ns": max(ends) if ends else None,
                         **({"agent": root.attributes["gen_ai.agent.name"]}
                            if "gen_ai.agent.name" in root.attributes else {})}},
         source=source or {"format": "otlp"})
+
+
+def _tool_definitions(spans: list[SpanRecord]) -> list[dict]:
+    """The tools offered to the model: `gen_ai.tool.definitions` (a JSON list of OpenAI-style
+    `{type, function: {name, description, parameters}}` or flat `{name, ...}` objects) of the first
+    model span that records it; [] when none does."""
+    for s in spans:
+        if is_model_span(s):
+            defs = json_value(s.attributes.get("gen_ai.tool.definitions"))
+            if isinstance(defs, list) and defs:
+                return [d for d in defs if isinstance(d, dict)]
+    return []
 
 
 def _elided_after(s: SpanRecord) -> str | None:

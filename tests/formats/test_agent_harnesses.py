@@ -139,6 +139,37 @@ def test_openhands_error_then_reexecuted_observation_keeps_both_and_supersedes_t
     assert twice.detail["result_nodes"] == [i for i, _ in tools] and twice.detail["first_error"] == "error observation"
 
 
+def test_openhands_system_action_tools_are_the_tools_offered(tmp_path):
+    """Issue 20: the `system` action's `args.tools` are the rollout's tools (tool_call_markup_unparsed
+    needs to know structured calls were offered)."""
+    bash = {"type": "function", "function": {"name": "execute_bash", "parameters": {"type": "object"}}}
+    events = [{"id": 0, "source": "agent", "action": "system", "message": "sys", "args": {"content": "sys",
+                                                                                       "tools": [bash]}},
+              {"id": 1, "source": "user", "action": "message", "message": "hi", "args": {"content": "hi"}}]
+    p = tmp_path / "oh.json"
+    p.write_text(json.dumps(events))
+    [r] = read(p, "openhands")
+    assert r.tools == [bash]
+    assert r.nodes[0].message.role == "system"
+
+
+def test_openhands_model_response_reasoning(tmp_path):
+    """The litellm response's `reasoning_content` is the assistant node's reasoning (issue 20)."""
+    call = {"id": "c1", "type": "function", "function": {"name": "execute_bash", "arguments": '{"command": "ls"}'}}
+    response = {"id": "r1", "model": "m", "choices": [{"finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": "Listing.", "reasoning_content": "I should look first.",
+        "tool_calls": [call]}}]}
+    events = [{"id": 0, "source": "user", "action": "message", "message": "hi", "args": {"content": "hi"}},
+              {"id": 1, "source": "agent", "action": "run", "message": "ls", "args": {"command": "ls"},
+               "tool_call_metadata": {"tool_call_id": "c1", "function_name": "execute_bash",
+                                      "model_response": response}}]
+    p = tmp_path / "oh.json"
+    p.write_text(json.dumps(events))
+    [r] = read(p, "openhands")
+    assert r.nodes[1].message.reasoning_content == "I should look first."
+    assert r.nodes[1].message.content == "Listing."
+
+
 @pytest.mark.parametrize("value,expected", [
     ("C", 1.0), ("P", 0.5), ("I", 0.0), ("N", 0.0), ("yes", 1.0), ("False", 0.0), ("0.25", 0.25),
     (3, 3.0), (True, 1.0), ("maybe", None), ([1], None),
@@ -226,6 +257,27 @@ def test_swe_agent_exit_status(status, ending):
     assert exit_ending(status) == ending
 
 
+def test_swe_agent_thinking_blocks_are_the_reasoning(tmp_path):
+    # SWE-agent 1.x keeps litellm's thinking blocks on a history item (`sweagent/types.py`
+    # `HistoryItem.thinking_blocks`, Anthropic extended thinking).
+    doc = {"environment": "swe_main", "trajectory": [], "info": {"exit_status": "submitted"},
+           "history": [{"role": "system", "content": "SETTING", "agent": "main", "message_type": "system_prompt"},
+                       {"role": "user", "content": "Fix it", "agent": "main", "message_type": "observation"},
+                       {"role": "assistant", "content": "", "agent": "main", "message_type": "action",
+                        "thought": "", "action": "submit",
+                        "thinking_blocks": [{"type": "thinking", "thinking": "All tests pass.", "signature": "c2ln"}],
+                        "tool_calls": [{"function": {"arguments": "{}", "name": "submit"}, "id": "call_1",
+                                        "type": "function"}]}]}
+    path = tmp_path / "inst.traj"
+    path.write_text(json.dumps(doc))
+    [r] = read(path, "swe-agent")
+    m = r.nodes[2].message
+    assert m.reasoning_content == "All tests pass."
+    assert m.extra["reasoning_blocks"] == [{"type": "thinking", "signature": "c2ln", "position": 0}]
+    assert "thinking_blocks" not in m.extra
+    assert "empty_reasoning_only" not in kinds(r)  # it called submit: not an empty answer
+
+
 # --- mini-swe-agent ------------------------------------------------------------------------
 
 def test_mini_swe_agent_messages():
@@ -239,6 +291,31 @@ def test_mini_swe_agent_messages():
     assert json.loads(r.nodes[2].message.tool_calls[0].arguments)["command"].startswith("cat /Users/fuchur")
     assert r.ending.type == "submitted"
     assert not {"unanswered_tool_call", "ambiguous_tool_result", "unpaired_tool_result"} & set(kinds(r))
+
+
+def test_mini_swe_agent_call_from_the_kept_litellm_response(tmp_path):
+    # mini-swe-agent keeps the litellm response on each assistant message (`extra.response`,
+    # models/litellm_model.py `query`): the choice's finish reason and reasoning, and the usage.
+    response = {"id": "chatcmpl-1", "model": "qwen3-8b", "object": "chat.completion",
+                "choices": [{"index": 0, "finish_reason": "length",
+                             "message": {"role": "assistant", "content": "cut", "reasoning_content": "First, ls."}}],
+                "usage": {"prompt_tokens": 812, "completion_tokens": 64, "total_tokens": 876}}
+    doc = {"info": {"exit_status": "Submitted", "submission": "", "model_stats": {"api_calls": 2}},
+           "trajectory_format": "mini-swe-agent-1",
+           "messages": [{"role": "system", "content": "You run bash."}, {"role": "user", "content": "Fix it."},
+                        {"role": "assistant", "content": "THOUGHT: look.\n\n```bash\nls\n```",
+                         "extra": {"response": response}},
+                        {"role": "user", "content": "<returncode>0</returncode>\n<output>\na.py\n</output>"},
+                        {"role": "assistant", "content": "Done."}]}
+    path = tmp_path / "inst.traj.json"
+    path.write_text(json.dumps(doc))
+    [r] = read(path, "mini-swe-agent")
+    first, second = r.calls
+    assert (first.node, first.finish_reason, first.finish_reason_raw) == (2, "length", "length")
+    assert (first.usage.input_tokens, first.usage.output_tokens, first.model) == (812, 64, "qwen3-8b")
+    assert r.nodes[2].message.reasoning_content == "First, ls."
+    assert (second.node, second.finish_reason, second.usage) == (4, None, None)  # nothing kept: a bare call
+    assert "silent_truncation" in kinds(r)  # a length cut while the agent says it submitted
 
 
 # --- OpenHands -----------------------------------------------------------------------------
@@ -488,3 +565,27 @@ def test_swe_agent_demonstration_is_read():
     calls = {tc.id for n in r.nodes for tc in n.message.tool_calls or []}
     results = [n.message.tool_call_id for n in r.nodes if n.message.role == "tool"]
     assert results and set(results) <= calls
+
+
+def test_inspect_length_cut_scored_as_done_and_unparsed_arguments(tmp_path):
+    """Issue 20: a sample that completed (no limit, no error) on an output cut at `max_tokens` is
+    Inspect claiming success: length_cut with the claim kept (silent_truncation); a tool call
+    Inspect could not parse (`arguments: {}`, `parse_error`) keeps the sampled text."""
+    raw = '{"cmd": "ls'
+    call = {"id": "c1", "function": "bash", "arguments": {}, "type": "function",
+            "parse_error": f"Error parsing the following tool call arguments:\n\n{raw}\n\nError details: Unterminated"}
+    cut = {"message": {"role": "assistant", "content": "The answer is", "source": "generate"},
+           "stop_reason": "max_tokens"}
+    path = _eval_zip(tmp_path, {"epochs": [{
+        "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+                     {"role": "tool", "content": "bad args", "tool_call_id": "c1", "function": "bash"},
+                     {"role": "assistant", "content": "The answer is", "source": "generate"}],
+        "output": {"model": "m", "choices": [cut]}, "events": []}]})
+    from ingest.files import read_records
+
+    src = open_source(path)
+    [r] = list(read_records(detect(src), src, ReadContext(), []))  # the reader, then the ending normalised
+    assert r.nodes[1].message.tool_calls[0].arguments == raw
+    assert r.ending.type == "length_cut" and r.ending.extra["silent_truncation"]["claimed"] == "submitted"
+    kinds = {f.kind for f in run_rollout_checks(r).findings}
+    assert {"silent_truncation", "malformed_tool_arguments"} <= kinds

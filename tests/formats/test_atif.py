@@ -174,3 +174,42 @@ def test_schema_failures_name_the_field(tmp_path, mutate, field):
     mutate(doc)
     (err,) = read(write(tmp_path, "bad.json", doc))
     assert isinstance(err, RecordError) and err.field == field, (err.field, err.message)
+
+
+def _parallel(tmp_path: Path, between: list[int], *, source_ids=("c1", "c2")) -> Rollout:
+    """A v1.7 trajectory: one agent step with two parallel calls and their results, then an answer
+    whose prompt is the first prompt + completion + `between` (ids: 9 opens a turn, 8 closes one)."""
+    first, done = [9, 1, 2, 9, 3, 4, 9, 5], [6, 7, 8]
+    calls = [{"tool_call_id": c, "function_name": "calc", "arguments": {"expr": e}}
+             for c, e in zip(("c1", "c2"), ("1+1", "2+2"))]
+    results = [{"source_call_id": s, "content": v} for s, v in zip(source_ids, ("2", "4"))]
+    doc = {"schema_version": "ATIF-v1.7", "trajectory_id": "t", "agent": {"name": "a", "version": "1"}, "steps": [
+        {"step_id": 1, "source": "user", "message": "q"},
+        {"step_id": 2, "source": "agent", "message": "", "tool_calls": calls, "observation": {"results": results},
+         "metrics": {"prompt_token_ids": first, "completion_token_ids": done, "logprobs": [-0.1] * 3}},
+        {"step_id": 3, "source": "agent", "message": "6",
+         "metrics": {"prompt_token_ids": first + done + between, "completion_token_ids": [11, 12],
+                     "logprobs": [-0.2, -0.3]}}]}
+    return one(write(tmp_path, "t.json", doc))
+
+
+def test_results_rendered_as_separate_turns_keep_their_own_tokens(tmp_path):
+    """Issue 20 (tool_results_split in ATIF): a prompt delta holding one turn per result (9 opens
+    a turn, as the first prompt shows) is shared among the results, each from its turn's start."""
+    r = _parallel(tmp_path, [0, 9, 20, 2, 8, 0, 9, 20, 4, 8, 0, 9, 5])
+    tools = [n for n in r.nodes if n.message.role == "tool"]
+    assert [n.token_ids for n in tools] == [[0, 9, 20, 2, 8, 0], [9, 20, 4, 8, 0, 9, 5]]
+    assert all(not any(n.mask) for n in tools)
+
+
+def test_results_grouped_in_one_turn_stay_on_the_last_result(tmp_path):
+    r = _parallel(tmp_path, [0, 9, 20, 2, 21, 4, 8, 0, 9, 5])
+    assert [n.token_ids for n in r.nodes if n.message.role == "tool"] == [[], [0, 9, 20, 2, 21, 4, 8, 0, 9, 5]]
+
+
+def test_a_result_without_source_call_id_in_a_calling_step_is_a_tool_result(tmp_path):
+    """ATIF's `source_call_id` is optional: in a step that issued tool calls the result is one of
+    theirs (which one is not said), so it is a tool message, left for pairing to call ambiguous."""
+    r = _parallel(tmp_path, [0, 9, 20, 2, 21, 4, 8, 0, 9, 5], source_ids=(None, "c2"))
+    roles = [(n.message.role, n.message.tool_call_id) for n in r.nodes if n.message.content in ("2", "4")]
+    assert roles == [("tool", None), ("tool", "c2")]

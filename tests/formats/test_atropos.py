@@ -92,7 +92,9 @@ def test_messages_between_agent_turns_without_a_turn_marker_share_one_span_that_
 
 def test_a_chatml_turn_marker_splits_every_message(tmp_path):
     """ChatML (`<|im_start|>` opens every message, no BOS): system, user and agent each get their
-    own tokens, the mask as written."""
+    own tokens, the mask as written; the agent turn's untrained role header is the generation
+    prompt, so it goes with the message before it and the agent's node starts at what was sampled
+    (issue 20: positions agree with the readers that record each request's prompt)."""
     S = 151644
     group = {"tokens": [[S, 1, 2, S, 3, 4, 5, S, 6, 7]], "masks": [[-100] * 8 + [6, 7]], "scores": [0.5],
              "messages": [[{"role": "system", "content": "s"}, {"role": "user", "content": "q"},
@@ -100,5 +102,25 @@ def test_a_chatml_turn_marker_splits_every_message(tmp_path):
     p = tmp_path / "g.jsonl"
     p.write_text(json.dumps(group) + "\n")
     (r,) = read(p)
-    assert [n.token_ids for n in r.nodes] == [[S, 1, 2], [S, 3, 4, 5], [S, 6, 7]]
-    assert r.nodes[2].mask == [False, True, True] and r.extra["token_span"] == "turns"
+    assert [n.token_ids for n in r.nodes] == [[S, 1, 2], [S, 3, 4, 5, S], [6, 7]]
+    assert r.nodes[2].mask == [True, True] and r.extra["token_span"] == "turns"
+
+
+def test_filler_logprobs_and_tool_results_in_one_turn(tmp_path):
+    """Issue 20: inference_logprobs of 1.0 where nothing was trained are Atropos's filler, not
+    logprobs; two tool results rendered in one ChatML turn are cut at each result's wrapper (id 30,
+    `<tool_response>`), the agent's role header going with the prompt."""
+    S = 151644
+    tokens = [S, 1, S, 2, 3, S, 4, 30, 5, 30, 6, S, 7, 8]
+    masks = [-100] * 3 + [2, 3] + [-100] * 7 + [7, 8]
+    lp = [1.0] * 3 + [-0.5, -0.25] + [1.0] * 7 + [-0.1, -0.2]
+    group = {"tokens": [tokens], "masks": [masks], "scores": [1.0], "inference_logprobs": [lp],
+             "messages": [[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"},
+                           {"role": "tool", "content": "x"}, {"role": "tool", "content": "y"},
+                           {"role": "assistant", "content": "b"}]]}
+    p = tmp_path / "g.jsonl"
+    p.write_text(json.dumps(group) + "\n")
+    (r,) = read(p)
+    assert [n.token_ids for n in r.nodes] == [[S, 1, S], [2, 3], [S, 4, 30, 5], [30, 6, S], [7, 8]]
+    assert r.nodes[0].logprobs == [None] * 3 and r.nodes[1].logprobs == [-0.5, -0.25]
+    assert r.nodes[4].mask == [True, True]

@@ -368,3 +368,25 @@ def test_large_cases_read(tmp_path):
     assert len(many.nodes) == 10_002 and many.ending.evidence.turns == 5_001
     calls = only_branch_pairs(many)
     assert len(calls) == 5_000 and all(c.result_node == c.node + 1 for c in calls)
+
+
+def test_token_turns_carry_the_openai_choice_of_each_request(tmp_path):
+    # A turn records what the chat completion response said of its choice: `logprobs.content[]`
+    # (values and each token's bytes), `finish_reason`, `usage`, and the request's `max_tokens`.
+    rec = {"rollout_id": "r1", "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hé"},
+                                            {"role": "user", "content": "More"}, {"role": "assistant", "content": "!"}],
+           "turns": [{"prompt_ids": [1, 2], "completion_ids": [7, 8],
+                      "logprobs": {"content": [{"token": "H", "logprob": -0.1, "bytes": [72], "top_logprobs": []},
+                                               {"token": "é", "logprob": -0.2, "bytes": [195, 169],
+                                                "top_logprobs": []}]},
+                      "finish_reason": "length", "usage": {"prompt_tokens": 2, "completion_tokens": 2},
+                      "max_tokens": 2, "seed": 5},
+                     {"prompt_ids": [1, 2, 7, 8, 3], "completion_ids": [9], "logprobs": [-0.3]}]}
+    [r] = rollouts(write(tmp_path, "r.jsonl", json.dumps(rec) + "\n"))
+    answer = r.nodes[1]
+    assert answer.logprobs == [-0.1, -0.2] and answer.extra["token_bytes"] == ["48", "c3a9"]
+    assert answer.extra["turn_fields"] == {"seed": 5}
+    first = next(c for c in r.calls if c.node == 1)
+    assert (first.finish_reason, first.usage.output_tokens, first.sampling) == ("length", 2, {"max_tokens": 2})
+    second = next(c for c in r.calls if c.node == 3)  # no usage given: the recorded lengths
+    assert (second.finish_reason, second.usage.input_tokens, second.usage.output_tokens) == (None, 5, 1)

@@ -369,3 +369,19 @@ def test_genai_spans_alone_rebuild_the_message_graph_of_every_real_file():
                 assert shape(back) == shape(r), (run, r.id)
                 seen += 1
     assert seen >= 30
+
+
+def test_tool_definitions_are_the_tools_offered(tmp_path):
+    """`gen_ai.tool.definitions` on a chat span (GenAI semantic conventions) → the rollout's tools,
+    so checks that need the offered tools (tool_call_markup_unparsed) see them (issue 20)."""
+    weather = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}
+
+    def build(tracer):
+        s = tracer.start_span("chat m", attributes={
+            "gen_ai.operation.name": "chat", "gen_ai.tool.definitions": json.dumps([weather]),
+            "gen_ai.input.messages": json.dumps([U]), "gen_ai.output.messages": json.dumps([A2])})
+        s.end()
+    [r] = read_file(write_otlp_json(tmp_path / "trace.json", sdk_spans(build)))
+    assert r.tools == [weather]
+    [plain] = read_file(write_otlp_json(tmp_path / "plain.json", sdk_spans(agent_run)))
+    assert plain.tools == []

@@ -159,3 +159,45 @@ def test_bad_node_is_a_record_error_with_its_path(tmp_path):
     p.write_text(json.dumps(ep) + "\n")
     (err,) = list(verifiers.read(open_source(p), ReadContext()))
     assert isinstance(err, RecordError) and err.line == 1 and err.field == "traces[0].nodes[2].token_ids[1]"
+
+
+def test_real_files_have_no_restated_branch():
+    for name in ("train_multi_tool.jsonl", "train_max_turns.jsonl", "train_group_with_advantages.jsonl"):
+        for r in read(DATA / name):
+            assert not any(n.extra.get("token_drift") for n in r.nodes), name
+
+
+def _restated_without_reasoning(tmp_path: Path) -> Path:
+    """train_multi_tool's first episode, its last request's prompt restating the previous turn
+    without its reasoning, as verifiers' `add_turn` stores it (a message that differs is a new
+    node): the prefix up to that turn reused, then the restated turn (its sampled reasoning
+    tokens gone) and its tool result as new nodes, then the last assistant node under them."""
+    ep = json.loads((DATA / "train_multi_tool.jsonl").read_text().splitlines()[0])
+    trace = ep["traces"][0]
+    nodes, answer = trace["nodes"][:6], trace["nodes"][7]
+    turn, result = trace["nodes"][5], trace["nodes"][6]
+    first = turn["mask"].index(True)
+    ids = turn["token_ids"][:first + 1] + turn["token_ids"][first + 6:]  # five sampled reasoning tokens gone
+    message = {key: v for key, v in turn["message"].items() if key != "reasoning_content"}
+    nodes.append({**turn, "parent": 4, "message": message, "sampled": False, "token_ids": ids,
+                  "mask": [False] * len(ids), "is_content": [], "logprobs": []})
+    nodes.append({**result, "parent": 6})
+    trace["nodes"] = nodes + [{**answer, "parent": 7}]
+    trace["calls"][-1]["node"] = 8
+    path = tmp_path / "restated.jsonl"
+    path.write_text(json.dumps(ep) + "\n")
+    return path
+
+
+def test_a_history_restated_without_reasoning_is_reasoning_stripped(tmp_path):
+    from ingest.checks import run_rollout_checks
+
+    (r,) = read(_restated_without_reasoning(tmp_path))
+    marked = [i for i, n in enumerate(r.nodes) if n.extra.get("token_drift")]
+    assert marked == [6]  # the restated turn, the first node of the branch
+    assert r.nodes[6].extra["token_drift"]["request"] == 3
+    kinds = [(f.kind, f.node_idx) for f in run_rollout_checks(r).findings]
+    assert ("reasoning_stripped", 6) in kinds
+    # classified (no token_drift); the restated turn is context, not a sample with mask 0, and the old
+    # turn's call is answered under its restated copy; call_0 repeating is the real file's own quirk
+    assert {k for k, _ in kinds} == {"reasoning_stripped", "duplicate_tool_call_id"}

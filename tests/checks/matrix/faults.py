@@ -34,6 +34,14 @@ class Fault:
     turn: int | None = None
     position: int | None = None
     tok: Tok = QWEN
+    needs_any: frozenset[str] = frozenset()  # at least one of these too (the check has two ways to know)
+
+    def missing(self, carries: frozenset[str]) -> set[str]:
+        """The fields a format with `carries` lacks to carry this fault (empty: it can)."""
+        out = set(self.needs - carries)
+        if self.needs_any and not self.needs_any & carries:
+            out.add(" or ".join(sorted(self.needs_any)))
+        return out
 
 
 def rebuild(group: list[Episode], k: int, messages: list[dict], tok: Tok) -> None:
@@ -57,9 +65,9 @@ def _all_prompts_after(ep: Episode, first: int, edit: Callable[[list[int]], list
 FAULTS: list[Fault] = []
 
 
-def fault(kind: str, needs: str, **where):
+def fault(kind: str, needs: str, *, needs_any: str = "", **where):
     def register(fn):
-        FAULTS.append(Fault(kind, frozenset(needs.split()), fn, **where))
+        FAULTS.append(Fault(kind, frozenset(needs.split()), fn, needs_any=frozenset(needs_any.split()), **where))
         return fn
     return register
 
@@ -286,7 +294,7 @@ def _trainer_one_off(g, tok):
     req.trainer_logprobs = req.logprobs[1:] + [req.logprobs[-1]]  # prime-rl#1525: trainer[i] ~ behaviour[i+1]
 
 
-@fault("mask_on_padding", "token_ids mask usage", turn=ANSWER)
+@fault("mask_on_padding", "token_ids usage", turn=ANSWER)  # no recorded mask: sampled ids are trained
 def _pads_trained(g, tok):
     req = last(g)
     pad = tok.ctx.special_tokens.get(tok.ctx.template_kwargs.get("pad_token") or "<|endoftext|>")
@@ -298,7 +306,7 @@ def _pads_trained(g, tok):
     g[RIGHT].stop = "max_turns"
 
 
-@fault("unparsed_tool_call", "tools", turn=ANSWER)
+@fault("unparsed_tool_call", "", needs_any="tools tool_calls", turn=ANSWER)  # either shows calls are structured
 def _markup_left_unparsed(g, tok):  # was `tool_call_markup_unparsed` (migration 0014)
     _markup_left(g, tok)
 

@@ -19,3 +19,13 @@ def available() -> dict:
             if e.name != f"tests.checks.matrix.formats.{name}":
                 raise
     return out
+
+
+def cannot(module, fault) -> list[str]:
+    """Why `module`'s format cannot carry `fault` (empty: it can): the FIELDS it lacks, or the
+    reason its writer declares in `CANNOT` (kind → why) for a fault its format has no way to
+    write although it holds the fields (OpenHands ties every observation to its action, so no
+    result is ambiguous)."""
+    why = sorted(fault.missing(module.CARRIES))
+    special = getattr(module, "CANNOT", {}).get(fault.kind)
+    return why + ([special] if special else [])
