@@ -11,7 +11,7 @@ before it deletes and recomputes, so the second waits for the first to commit an
 members and findings: the group's findings are stored once. SQLite has one writer at a time.
 
 A group's siblings: `split_group` needs the other one-member groups of the group's step that
-answer the same prompt (`ingest.checks.prompt_key`: the task key and the hash of the first user message). The
+answer the same prompt (`ingest.checks.prompt_key`: the hash of the first user message, else the task key). The
 pass gives each group it recomputes its `siblings` (`step_groups`, `link_siblings`), and whenever
 it recomputes a group it also recomputes the groups of that step sharing its prompt key: a member
 added to one of them changes what the others' finding says (rllm-org/rllm#776).
@@ -74,7 +74,7 @@ def load_groups(conn: sa.Connection, keys: list[tuple[str, str]]) -> dict[tuple[
         group.estimator = group.estimator or r.advantage_estimator  # the first member that declares one
     texts = _prompt_texts(conn, list(firsts))
     for pk, (group, task) in firsts.items():
-        group.prompt_key = prompt_key(task, texts.get(pk))
+        group.prompt_key, group.task_key = prompt_key(task, texts.get(pk)), task
     return groups
 
 

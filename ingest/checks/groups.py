@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -63,28 +62,20 @@ class Group:
     step: int | None = None
     prompt_key: str | None = None
     siblings: list[Sibling] | None = None
+    task_key: str | None = None  # the first member's task key, as the source names it
 
 
 def prompt_key(task_key: str | None, prompt_text: str | None) -> str | None:
-    """What says two rollouts answer the same prompt: the task key the source names
-    (`task:<key>`) and the hash of the first user message's text (`prompt:<sha256, 16 hex>`),
-    both when both are recorded (`task:<key> prompt:<hash>`: NeMo Gym numbers the tasks of each
-    environment from 0, so one task key names several prompts of a run); None with neither."""
-    parts = []
-    if task_key:
-        parts.append(f"task:{task_key}")
+    """What says two rollouts answer the same prompt: the hash of the first user message's text
+    (`prompt:<sha256, 16 hex>`), else the task key the source names (`task:<key>`); None with
+    neither. The text wins: NeMo Gym numbers each environment's tasks from 0 (one task key, several
+    prompts), and a format whose group is its task (NeMo Gym, Inspect) gives a split prompt a new
+    task key with each group."""
     if prompt_text:
-        parts.append("prompt:" + hashlib.sha256(prompt_text.encode("utf-8", "surrogatepass")).hexdigest()[:16])
-    return " ".join(parts) or None
-
-
-_TASK_OF_KEY = re.compile(r"task:(.*?)(?: prompt:[0-9a-f]{16})?", re.DOTALL)
-
-
-def task_of_key(key: str | None) -> str | None:
-    """The task key inside a `prompt_key` (None when it holds only a prompt hash)."""
-    m = _TASK_OF_KEY.fullmatch(key or "")
-    return m.group(1) if m else None
+        return "prompt:" + hashlib.sha256(prompt_text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    if task_key:
+        return f"task:{task_key}"
+    return None
 
 
 def link_siblings(groups: Iterable[Group], step_groups: dict[tuple[str, int | None], list[Sibling]]) -> None:
@@ -99,18 +90,14 @@ def link_siblings(groups: Iterable[Group], step_groups: dict[tuple[str, int | No
 
 def groups_from_rollouts(rollouts: Iterable) -> dict[tuple[str, str], Group]:
     """The groups of native rollouts (`ingest.schema.Rollout`, e.g. a notebook's reads) as the
-    store's group pass builds them: the latest attempt of each rollout id, in group index then
-    input order, the estimator of the first member declaring one, the step and prompt key of the
+    store's group pass builds them: each rollout given is a member (pass the latest attempt of
+    each rollout id, as the store keeps), in group index then input order, the estimator of the first member declaring one, the step and prompt key of the
     first member, and `siblings` linked over the groups given (their steps).
     Returns (run id, group id) → Group."""
-    latest: dict[tuple[str, str], object] = {}
-    for r in rollouts:
-        key = (r.run.id, r.id)
-        if r.group is not None and (key not in latest or r.attempt > latest[key].attempt):
-            latest[key] = r
     members: dict[tuple[str, str], list] = {}
-    for r in latest.values():
-        members.setdefault((r.run.id, r.group.id), []).append(r)
+    for r in rollouts:
+        if r.group is not None:
+            members.setdefault((r.run.id, r.group.id), []).append(r)
     groups: dict[tuple[str, str], Group] = {}
     step_groups: dict[tuple[str, int | None], list[Sibling]] = {}
     for (run, gid), rs in members.items():
@@ -124,6 +111,7 @@ def groups_from_rollouts(rollouts: Iterable) -> dict[tuple[str, str], Group]:
                   first.step, prompt_key(first.task.key if first.task else None,
                                          next((n.message.text() for n in first.nodes if n.message.role == "user"),
                                               None)))
+        g.task_key = first.task.key if first.task else None
         groups[(run, gid)] = g
         step_groups.setdefault((run, g.step), []).append(Sibling(gid, g.prompt_key, len(g.members)))
     link_siblings(groups.values(), step_groups)
@@ -295,10 +283,10 @@ SIBLINGS_SHOWN = 20  # sibling group ids kept in a split_group finding's detail
 @check("split_group", "warning", scope="group", label="split group")
 def split_group(g: Group, ctx: CheckContext) -> Iterator[Hit]:
     """A one-member group (`ingest.advantages.one_member_group`) whose prompt (`prompt_key`: the
-    task key and the first user message's hash) is shared at its step by another one-member
+    first user message's hash, else the task key) is shared at its step by another one-member
     group: the samples of one prompt were split into groups of one under different group ids
     (rllm-org/rllm#776), so none of them has a baseline and all get advantage 0. `detail`:
-    `step`, `prompt_key`, `task_key` (when the key is one), `siblings` (the other one-member
+    `step`, `prompt_key`, `task_key` (the group's own, None when not recorded), `siblings` (the other one-member
     groups' ids, at most SIBLINGS_SHOWN), `count` (one-member groups of that prompt at the step,
     this one included). Skipped when the siblings were not loaded or the group has no prompt key."""
     if not one_member_group(len(g.members)):
@@ -310,7 +298,7 @@ def split_group(g: Group, ctx: CheckContext) -> Iterator[Hit]:
     split = sorted(s.group_id for s in g.siblings if s.prompt_key == g.prompt_key and one_member_group(s.size))
     if not split:
         return
-    task = task_of_key(g.prompt_key)
+    task = g.task_key
     yield Hit(f"one of {len(split) + 1} one-member groups of {'task ' + repr(task) if task else 'one prompt'} at step "
               f"{g.step}: the prompt's samples were split into groups of one, no baseline", None, None,
               {"step": g.step, "prompt_key": g.prompt_key, "task_key": task, "siblings": split[:SIBLINGS_SHOWN],

@@ -13,7 +13,6 @@ from ingest.checks import (
     link_siblings,
     prompt_key,
     run_group_checks,
-    task_of_key,
 )
 
 
@@ -120,7 +119,7 @@ def test_split_group_needs_another_one_member_group_of_the_same_prompt_at_the_st
                            ("r", 3): [Sibling("e", "task:t", 1)]})
     assert [s.group_id for s in a.siblings] == ["b"]  # one-member, same prompt, this step; not c (4), not d
     (f,), _ = fired(a, "split_group")
-    assert f.detail == {"step": 2, "prompt_key": "task:t", "task_key": "t", "siblings": ["b"], "count": 2}
+    assert f.detail == {"step": 2, "prompt_key": "task:t", "task_key": None, "siblings": ["b"], "count": 2}
     assert fired(c, "split_group") == ([], [])  # a group of 4 has its baseline
     assert fired(other, "split_group") == ([], []) and fired(later, "split_group") == ([], [])
     _, (s,) = fired(one("x", "task:t"), "split_group")  # siblings never loaded: cannot decide
@@ -129,7 +128,8 @@ def test_split_group_needs_another_one_member_group_of_the_same_prompt_at_the_st
     assert prompt_key("k", None) == "task:k" and prompt_key(None, None) is None
     # one task key over two prompts (NeMo Gym numbers each environment's tasks from 0): two prompts
     assert prompt_key("0", "Push the box") != prompt_key("0", "Fix the build")
-    assert task_of_key(prompt_key("0", "Push the box")) == "0" and task_of_key(prompt_key(None, "x")) is None
+    # a format whose group is its task gives a split prompt a new task key with each group: one prompt
+    assert prompt_key("362", "Push the box") == prompt_key("908", "Push the box")
 
 
 def test_a_one_member_group_is_never_zero_variance():

@@ -42,7 +42,7 @@ def test_one_prompt_split_into_groups_of_one_is_flagged_and_its_clean_twin_is_no
     assert ingest(engine, write_jsonl(tmp_path / "a.jsonl", rs), run="sg").ok
     found = split(engine, "sg")
     assert sorted(found) == ["uid-0", "uid-1", "uid-2", "uid-3", "uid-p0", "uid-p1"]
-    assert found["uid-0"]["prompt_key"].startswith("task:gsm8k-17 prompt:")
+    assert found["uid-0"]["prompt_key"].startswith("prompt:")
     assert {k: v for k, v in found["uid-0"].items() if k != "prompt_key"} == {
         "step": 3, "task_key": "gsm8k-17", "siblings": ["uid-1", "uid-2", "uid-3"], "count": 4}
     assert found["uid-p1"]["siblings"] == ["uid-p0"] and found["uid-p1"]["task_key"] is None
