@@ -15,7 +15,7 @@ from pathlib import Path
 from tests.checks.matrix.episode import Episode
 
 NAME = "tau-bench"
-CARRIES = frozenset({"tool_calls", "reasoning", "group", "group_index", "reward"})
+CARRIES = frozenset({"ending", "tool_calls", "reasoning", "group", "group_index", "reward"})
 CANNOT = {"split_group": "the group is the task (task_id): one prompt cannot sit in two groups"}
 STOP = "###STOP###"
 
