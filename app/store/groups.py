@@ -11,7 +11,8 @@ before it deletes and recomputes, so the second waits for the first to commit an
 members and findings: the group's findings are stored once. SQLite has one writer at a time.
 
 A group's siblings: `split_group` needs the other one-member groups of the group's step that
-answer the same prompt (`ingest.checks.prompt_key`: the hash of the first user message, else the task key). The
+answer the same prompt (`ingest.checks.prompt_key`: the hash of the messages before its first assistant turn, else the
+task key). The
 pass gives each group it recomputes its `siblings` (`step_groups`, `link_siblings`), and whenever
 it recomputes a group it also recomputes the groups of that step sharing its prompt key: a member
 added to one of them changes what the others' finding says (rllm-org/rllm#776).
@@ -26,7 +27,7 @@ import sqlalchemy as sa
 from app.db import models
 from app.store.prepare import _json_safe
 from ingest.advantages import one_member_group
-from ingest.checks import Group, GroupMember, Sibling, link_siblings, prompt_key, run_group_checks
+from ingest.checks import Group, GroupMember, Sibling, link_siblings, prompt_key, prompt_text, run_group_checks
 from ingest.schema import Message
 
 R = models.Rollout.__table__
@@ -79,21 +80,31 @@ def load_groups(conn: sa.Connection, keys: list[tuple[str, str]]) -> dict[tuple[
 
 
 def _prompt_texts(conn: sa.Connection, pks: list[int]) -> dict[int, str]:
-    """rollout pk → the text of its first user message (for its prompt key); rollouts without one
-    are left out."""
+    """rollout pk → its prompt (`ingest.checks.prompt_text`: the messages before its first
+    assistant turn, read in node order); rollouts whose first message is the assistant's are left
+    out."""
     out: dict[int, str] = {}
     for i in range(0, len(pks), CHUNK):
+        chunk = pks[i:i + CHUNK]
         first = (sa.select(N.c.rollout_pk, sa.func.min(N.c.idx).label("idx"))
-                 .where(N.c.rollout_pk.in_(pks[i:i + CHUNK]), N.c.role == "user")
+                 .where(N.c.rollout_pk.in_(chunk), N.c.role == "assistant")
                  .group_by(N.c.rollout_pk).subquery())
-        for pk, message in conn.execute(
-                sa.select(N.c.rollout_pk, N.c.message)
-                .join(first, sa.and_(N.c.rollout_pk == first.c.rollout_pk, N.c.idx == first.c.idx))):
-            if isinstance(message, dict):
-                try:
-                    out[pk] = Message.model_validate(message).text()
-                except ValueError:
-                    continue
+        rows = conn.execute(
+            sa.select(N.c.rollout_pk, N.c.role, N.c.message)
+            .outerjoin(first, N.c.rollout_pk == first.c.rollout_pk)
+            .where(N.c.rollout_pk.in_(chunk), sa.or_(first.c.idx.is_(None), N.c.idx < first.c.idx))
+            .order_by(N.c.rollout_pk, N.c.idx)).all()
+        by_pk: dict[int, list[tuple[str, str]]] = defaultdict(list)
+        for pk, role, message in rows:
+            try:
+                text = Message.model_validate(message).text() if isinstance(message, dict) else ""
+            except ValueError:
+                text = ""
+            by_pk[pk].append((role, text))
+        for pk, messages in by_pk.items():
+            text = prompt_text(messages)
+            if text is not None:
+                out[pk] = text
     return out
 
 

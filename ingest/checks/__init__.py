@@ -22,6 +22,7 @@ from ingest.checks.groups import (
     groups_from_rollouts,
     link_siblings,
     prompt_key,
+    prompt_text,
 )
 from ingest.checks.registry import REGISTRY, SKIPPED, Check, CheckResults, FindingData, Hit, Skip, check, kinds, label
 
@@ -58,4 +59,4 @@ def run_group_checks(group: Group, ctx: CheckContext | None = None) -> CheckResu
 
 __all__ = ["REGISTRY", "SKIPPED", "Check", "CheckContext", "CheckResults", "FindingData", "Group", "GroupMember",
            "Hit", "legacy_kind", "Skip", "check", "kinds", "label", "run_group_checks", "run_rollout_checks",
-           "Sibling", "groups_from_rollouts", "link_siblings", "prompt_key"]
+           "Sibling", "groups_from_rollouts", "link_siblings", "prompt_key", "prompt_text"]

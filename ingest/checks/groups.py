@@ -65,14 +65,27 @@ class Group:
     task_key: str | None = None  # the first member's task key, as the source names it
 
 
-def prompt_key(task_key: str | None, prompt_text: str | None) -> str | None:
-    """What says two rollouts answer the same prompt: the hash of the first user message's text
-    (`prompt:<sha256, 16 hex>`), else the task key the source names (`task:<key>`); None with
-    neither. The text wins: NeMo Gym numbers each environment's tasks from 0 (one task key, several
-    prompts), and a format whose group is its task (NeMo Gym, Inspect) gives a split prompt a new
-    task key with each group."""
-    if prompt_text:
-        return "prompt:" + hashlib.sha256(prompt_text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+def prompt_text(messages: Iterable[tuple[str, str]]) -> str | None:
+    """The prompt of a rollout from its messages in node order, (role, text) each: every message
+    before the first assistant turn (system, user, tool...), role and text, joined; None when the
+    first message is the assistant's. The whole prompt, not the first user message: Sokoban's
+    instructions are the same in every task, the board that follows is not."""
+    parts = []
+    for role, text in messages:
+        if role == "assistant":
+            break
+        parts.append(f"{role}\x1e{text}")
+    return "\x1f".join(parts) or None
+
+
+def prompt_key(task_key: str | None, prompt: str | None) -> str | None:
+    """What says two rollouts answer the same prompt: the hash of its prompt (`prompt_text`;
+    `prompt:<sha256, 16 hex>`), else the task key the source names (`task:<key>`); None with
+    neither. The prompt wins: NeMo Gym numbers each environment's tasks from 0 (one task key,
+    several prompts), and a format whose group is its task (NeMo Gym, Inspect, tau-bench) gives a
+    split prompt a new task key with each group."""
+    if prompt:
+        return "prompt:" + hashlib.sha256(prompt.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     if task_key:
         return f"task:{task_key}"
     return None
@@ -91,8 +104,9 @@ def link_siblings(groups: Iterable[Group], step_groups: dict[tuple[str, int | No
 def groups_from_rollouts(rollouts: Iterable) -> dict[tuple[str, str], Group]:
     """The groups of native rollouts (`ingest.schema.Rollout`, e.g. a notebook's reads) as the
     store's group pass builds them: each rollout given is a member (pass the latest attempt of
-    each rollout id, as the store keeps), in group index then input order, the estimator of the first member declaring one, the step and prompt key of the
-    first member, and `siblings` linked over the groups given (their steps).
+    each rollout id, as the store keeps), in group index then input order; the estimator of the
+    first member declaring one; the step, task key and prompt key of the first member; and
+    `siblings` linked over the groups given (their steps).
     Returns (run id, group id) → Group."""
     members: dict[tuple[str, str], list] = {}
     for r in rollouts:
@@ -109,8 +123,7 @@ def groups_from_rollouts(rollouts: Iterable) -> dict[tuple[str, str], Group]:
                   next((advantages.estimator_name(r.extra.get("advantage_estimator")) for r in rs
                         if advantages.estimator_name(r.extra.get("advantage_estimator"))), None),
                   first.step, prompt_key(first.task.key if first.task else None,
-                                         next((n.message.text() for n in first.nodes if n.message.role == "user"),
-                                              None)))
+                                         prompt_text((n.message.role, n.message.text()) for n in first.nodes)))
         g.task_key = first.task.key if first.task else None
         groups[(run, gid)] = g
         step_groups.setdefault((run, g.step), []).append(Sibling(gid, g.prompt_key, len(g.members)))

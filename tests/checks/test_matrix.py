@@ -46,11 +46,25 @@ def test_cell(kind, fmt, tmp_path):
                   f"fired: {sorted({x.kind for x in out.findings.get(f.ep, [])})}")
     r = out.rollouts[f.ep]
     if f.turn is not None:
-        want = node_of(r, injected(f)[0 if f.ep == 'ep-right' else 1], f.turn)
+        ep = injected(f)[0 if f.ep == "ep-right" else 1]
+        want = node_of(r, ep, f.turn)
         assert any(h.node_idx == want for h in hits), ([h.node_idx for h in hits], want)
         if f.position is not None:
-            assert any(h.position == f.position for h in hits if h.node_idx == want), \
-                [(h.node_idx, h.position) for h in hits]
+            at = f.position  # a call index for kinds `at="call"`, else a token index in the node
+            if REGISTRY[kind].at == "token":
+                at += completion_offset(r.nodes[want].token_ids, ep.turns[f.turn].request)
+            assert any(h.position == at for h in hits if h.node_idx == want), \
+                ([(h.node_idx, h.position) for h in hits], at)
+
+
+def completion_offset(ids: list[int], req) -> int:
+    """Where the request's completion starts in its node: a format may store the generation
+    prompt the server added (`<|im_start|>assistant\n`) on the assistant node (verifiers), and
+    positions count from the node's first token."""
+    if req is None or not req.completion_ids:
+        return 0
+    n = len(req.completion_ids)
+    return next((k for k in range(len(ids) - n + 1) if ids[k:k + n] == req.completion_ids), 0)
 
 
 def test_every_registered_kind_has_a_fault():

@@ -28,6 +28,8 @@ FIELDS = {
     "token_ids": "the token ids of each completion",
     "prompt_ids": "the full prompt ids of each request",
     "env_tokens": "token ids (and loss mask) of environment messages",
+    "trailing_env_tokens": "token ids of environment messages after the last model call",
+    "ending": "how each rollout ended (an error told apart from an answer)",
     "mask": "a loss mask per token",
     "logprobs": "behaviour logprobs per sampled token",
     "trainer_logprobs": "a second (trainer) logprob array",
@@ -226,10 +228,15 @@ def build(eid: str, messages: list[dict], tok: Tok, *, seed: int = 0, **envelope
 
 def clean_group(tok: Tok = QWEN) -> list[Episode]:
     """Two rollouts of one task in one group at step 3: one right (reward 1), one wrong
-    (reward 0); GRPO advantages +1 and -1 (mean-centred, std-scaled)."""
-    return [build("ep-right", conversation("431"), tok, seed=0, reward=1.0, index=0, advantage=1.0),
-            build("ep-wrong", conversation("430"), tok, seed=1, reward=0.0, index=1, advantage=-1.0)]
+    (reward 0); GRPO advantages +1 and -1 (mean-centred, std-scaled). With a template that does
+    not render tool calls (tok-llama3ish), the conversation is the question and the answer: a
+    tool-call turn would render as an empty message."""
+    def talk(answer: str) -> list[dict]:
+        msgs = conversation(answer)
+        return msgs if "tool_calls" in (tok.ctx.chat_template or "") else [msgs[0], msgs[1], msgs[-1]]
 
+    return [build("ep-right", talk("431"), tok, seed=0, reward=1.0, index=0, advantage=1.0),
+            build("ep-wrong", talk("430"), tok, seed=1, reward=0.0, index=1, advantage=-1.0)]
 
 OPENINGS = ("<|im_start|>", "<tool_response>", "<|start_header_id|>")  # tokens that open a rendered message
 

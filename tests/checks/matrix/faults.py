@@ -142,7 +142,7 @@ def _same_reward(g, tok):
         ep.advantage = 0.0
 
 
-@fault("errored_reward_in_baseline", "group reward advantages")
+@fault("errored_reward_in_baseline", "group reward advantages ending")
 def _errored_scored(g, tok):
     g[WRONG].stop = "error"  # aborted, yet scored 0 and kept in the baseline (rllm-org/rllm#542)
 
@@ -166,7 +166,7 @@ def _mask_hole(g, tok):
     req.mask[3:6] = [0, 0, 0]
 
 
-@fault("terminal_env_tokenized", "env_tokens")
+@fault("terminal_env_tokenized", "trailing_env_tokens")
 def _feedback_tokenized(g, tok):
     for k, ep in enumerate(g):
         msgs = conversation("431" if k == RIGHT else "430") + [{"role": "user", "content": "Correct. Episode over."}]
@@ -221,7 +221,7 @@ def _history_rerendered(g, tok):
     last(g).prompt_ids = tok.encode(tok.render(msgs, generation=True))
 
 
-@fault("tool_results_split", "prompt_ids tool_calls", turn=TOOL_B, position=0)
+@fault("tool_results_split", "prompt_ids tool_calls", turn=TOOL_B)  # at the second turn's opening
 def _results_as_turns(g, tok):
     ep = g[RIGHT]
     calls = ep.turns[CALLS].request
@@ -230,7 +230,7 @@ def _results_as_turns(g, tok):
     last(g).prompt_ids = calls.prompt_ids + calls.completion_ids + tok.encode("\n" + text + "<|im_start|>assistant\n")
 
 
-@fault("template_mismatch", "prompt_ids", turn=CALLS)
+@fault("template_mismatch", "", needs_any="prompt_ids env_tokens", turn=CALLS)  # the ids of every message
 def _message_not_what_was_sent(g, tok):
     g[RIGHT].turns[ASK].message["content"] = "What is 17*24 + 17+24?"  # the log's message, not the prompt's
 
@@ -294,7 +294,7 @@ def _trainer_one_off(g, tok):
     req.trainer_logprobs = req.logprobs[1:] + [req.logprobs[-1]]  # prime-rl#1525: trainer[i] ~ behaviour[i+1]
 
 
-@fault("mask_on_padding", "token_ids usage", turn=ANSWER)  # no recorded mask: sampled ids are trained
+@fault("mask_on_padding", "token_ids", turn=ANSWER)  # pad ids (tokenizer) or usage; no mask: sampled ids train
 def _pads_trained(g, tok):
     req = last(g)
     pad = tok.ctx.special_tokens.get(tok.ctx.template_kwargs.get("pad_token") or "<|endoftext|>")
@@ -340,7 +340,7 @@ def _no_end(g, tok):
     g[RIGHT].turns[CALLS].request.end = None  # inspect_ai#4226: a call with a start and no end
 
 
-@fault("duplicate_bos", "prompt_ids", turn=ASK, position=1, tok=LLAMA)
+@fault("duplicate_bos", "", needs_any="prompt_ids env_tokens", turn=ASK, position=1, tok=LLAMA)
 def _two_bos(g, tok):
     bos = tok.ctx.special_tokens[tok.ctx.template_kwargs["bos_token"]]
     for ep in g[:1]:

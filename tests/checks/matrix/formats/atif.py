@@ -25,8 +25,8 @@ from pathlib import Path
 from tests.checks.matrix.episode import Episode
 
 NAME = "atif"
-CARRIES = frozenset({"token_ids", "prompt_ids", "logprobs", "finish_reason", "usage", "reasoning", "tool_calls",
-                     "tools", "reward", "parallel_arrays"})
+CARRIES = frozenset({"token_ids", "prompt_ids", "logprobs", "finish_reason", "usage", "reasoning",
+                     "tool_calls", "tools", "reward", "parallel_arrays"})
 STOPS = {"completed": "agent_completed", "max_turns": "max_turns_reached", "error": "error"}
 
 

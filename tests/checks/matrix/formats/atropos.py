@@ -23,8 +23,8 @@ from pathlib import Path
 from tests.checks.matrix.episode import Episode, env_segments, tok_of
 
 NAME = "atropos"
-CARRIES = frozenset({"token_ids", "env_tokens", "mask", "logprobs", "advantages", "reward", "group",
-                     "parallel_arrays"})
+CARRIES = frozenset({"trailing_env_tokens", "token_ids", "env_tokens", "mask", "logprobs", "advantages",
+                     "reward", "group", "parallel_arrays"})
 IGNORE = -100
 UNSAMPLED = 1.0  # Atropos's inference_logprobs value for positions the model did not sample
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from tests.checks.matrix.episode import Episode, Request, tok_of
 
 NAME = "chat"
-CARRIES = frozenset({"token_ids", "prompt_ids", "logprobs", "finish_reason", "max_tokens", "usage", "reasoning",
-                     "tool_calls", "tools", "group", "group_index", "group_size", "reward", "step", "token_bytes",
-                     "parallel_arrays"})
+CARRIES = frozenset({"token_ids", "prompt_ids", "logprobs", "finish_reason", "max_tokens", "usage",
+                     "reasoning", "tool_calls", "tools", "group", "group_index", "group_size", "reward",
+                     "step", "token_bytes", "parallel_arrays"})
 
 
 def _piece(tok, tid: int) -> bytes:

@@ -27,8 +27,8 @@ from pathlib import Path
 from tests.checks.matrix.episode import Episode, tok_of
 
 NAME = "inspect"
-CARRIES = frozenset({"logprobs", "token_bytes", "finish_reason", "max_tokens", "usage", "reasoning", "tool_calls",
-                     "tools", "timing", "group", "group_index", "group_size", "reward"})
+CARRIES = frozenset({"ending", "logprobs", "token_bytes", "finish_reason", "max_tokens", "usage", "reasoning",
+                     "tool_calls", "tools", "timing", "group", "group_index", "group_size", "reward"})
 STOP_REASONS = {"stop": "stop", "length": "max_tokens", "tool_calls": "tool_calls"}
 MODEL = "vllm/tiny-qwen3"
 

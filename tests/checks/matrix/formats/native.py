@@ -13,10 +13,10 @@ from ingest.schema import EndingInfo, GroupRef, Message, Rollout, RunRef, Span, 
 from tests.checks.matrix.episode import Episode, env_segments, tok_of
 
 NAME = "native"
-CARRIES = frozenset({"token_ids", "prompt_ids", "env_tokens", "mask", "logprobs", "trainer_logprobs",
-                     "finish_reason", "max_tokens", "usage", "reasoning", "tool_calls", "tools", "timing",
-                     "group", "group_index", "group_size", "advantages", "reward", "step", "token_bytes",
-                     "parallel_arrays"})
+CARRIES = frozenset({"trailing_env_tokens", "ending", "token_ids", "prompt_ids", "env_tokens", "mask",
+                     "logprobs", "trainer_logprobs", "finish_reason", "max_tokens", "usage", "reasoning",
+                     "tool_calls", "tools", "timing", "group", "group_index", "group_size", "advantages",
+                     "reward", "step", "token_bytes", "parallel_arrays"})
 STOPS = {"completed": "submitted", "max_turns": "truncated", "error": "error"}
 
 

@@ -32,8 +32,8 @@ from pathlib import Path
 from tests.checks.matrix.episode import Episode
 
 NAME = "otlp"
-CARRIES = frozenset({"finish_reason", "max_tokens", "usage", "reasoning", "tool_calls", "tools", "timing",
-                     "group", "group_index", "group_size", "reward", "step"})
+CARRIES = frozenset({"ending", "finish_reason", "max_tokens", "usage", "reasoning", "tool_calls", "tools",
+                     "timing", "group", "group_index", "group_size", "reward", "step"})
 ENDINGS = {"completed": "submitted", "max_turns": "truncated", "error": "error"}
 MODEL = "tiny-qwen3"
 

@@ -15,8 +15,10 @@ from pathlib import Path
 from tests.checks.matrix.episode import Episode
 
 NAME = "tau-bench"
-CARRIES = frozenset({"tool_calls", "reasoning", "group", "group_index", "reward"})
-CANNOT = {"split_group": "the group is the task (task_id): one prompt cannot sit in two groups"}
+CARRIES = frozenset({"ending", "tool_calls", "reasoning", "group", "group_index", "reward"})
+# split_group: the group is the task (task_id), yet two tasks with one prompt are two groups of one
+# for that prompt, and the check matches groups by their prompt (ingest.checks.prompt_key): it fires
+CANNOT: dict[str, str] = {}
 STOP = "###STOP###"
 
 

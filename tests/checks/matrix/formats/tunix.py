@@ -35,8 +35,14 @@ from pathlib import Path
 from tests.checks.matrix.episode import Episode, tok_of
 
 NAME = "tunix"
-CARRIES = frozenset({"token_ids", "prompt_ids", "env_tokens", "mask", "logprobs", "reasoning", "tool_calls",
-                     "group", "group_index", "group_size", "reward", "parallel_arrays"})
+CARRIES = frozenset({"trailing_env_tokens", "ending", "token_ids", "prompt_ids", "env_tokens", "mask",
+                     "logprobs", "reasoning", "tool_calls", "group", "group_index", "group_size", "reward",
+                     "parallel_arrays"})
+CANNOT = {  # faults this format has no way to write, although it holds the fields
+    "token_drift": "the prompt is one token sequence by construction",
+    "reasoning_stripped": "the prompt is one token sequence by construction",
+    "group_size_mismatch": "the group size is the batch length",
+}
 STATUS = {"completed": "SUCCEEDED", "max_turns": "MAX_STEPS_REACHED", "error": "ENV_TIMEOUT"}
 
 

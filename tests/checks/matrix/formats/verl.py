@@ -21,6 +21,9 @@ from tests.checks.matrix.episode import Episode, tok_of
 
 NAME = "verl"
 CARRIES = frozenset({"group", "group_index", "reward", "step"})
+CANNOT = {  # faults this format has no way to write, although it holds the fields
+    "empty_response": "the response is one decoded text: an empty last turn cannot be told apart",
+}
 
 
 def _decode(ep: Episode, ids: list[int]) -> str:
