@@ -293,7 +293,8 @@ def template_mismatch(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """Each request's messages, re-rendered with the run's chat template (sandboxed Jinja2) and
     tokenized with the run's tokenizer, differ from the prompt ids that were recorded. Reports
     the first index that differs and the text on both sides: "the messages say X, but the model
-    was trained on Y". A rendering with or without the generation prompt may match. At most
+    was trained on Y". A rendering with or without the generation prompt may match. A prompt
+    that differs only by a second BOS in front is left to `duplicate_bos`. At most
     MAX_RENDERS requests per rollout are re-rendered (the first and the last 32)."""
     if not ctx.chat_template:
         raise Skip("no chat template stored for this run (give --tokenizer a folder or a tokenizer_config.json "
@@ -309,10 +310,16 @@ def template_mismatch(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     if len(usable) > MAX_RENDERS:  # the first and the last requests: the rest costs a render each
         usable = usable[:MAX_RENDERS // 2] + usable[-(MAX_RENDERS // 2):]
     found = 0
+    bos = ctx.bos()
     for q in usable:
+        # a prompt that is the rendering with one more BOS in front is `duplicate_bos`'s (reported there)
+        extra_bos = bos is not None and q.prompt[:2] == [bos[1], bos[1]]
         try:
             rendered = _render_ids(r, ctx, q.path[:-1], generation=True)
-            if rendered == q.prompt or _render_ids(r, ctx, q.path[:-1], generation=False) == q.prompt:
+            if rendered == q.prompt or (extra_bos and rendered == q.prompt[1:]):
+                continue
+            plain = _render_ids(r, ctx, q.path[:-1], generation=False)
+            if plain == q.prompt or (extra_bos and plain == q.prompt[1:]):
                 continue
         except TemplateError as e:
             raise Skip(f"the chat template failed to render: {e}") from None
