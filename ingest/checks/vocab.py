@@ -42,17 +42,6 @@ def token_out_of_vocab(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
                    "sampled": sampled})
 
 
-def _holder(r: Rollout, path: list[int], k: int) -> tuple[int, int] | None:
-    """(node, position in it) of token `k` of the concatenated tokens of the nodes on `path`, or
-    None when they have fewer tokens."""
-    for j in path:
-        n = len(r.nodes[j].token_ids)
-        if k < n:
-            return j, k
-        k -= n
-    return None
-
-
 @check("duplicate_bos", "warning", label="duplicate BOS")
 def duplicate_bos(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """A request's prompt opens with the BOS token twice (positions 0 and 1), the BOS id being
@@ -69,25 +58,33 @@ def duplicate_bos(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     text, bos_id = bos
     seen: dict[tuple, dict] = {}
     for q in requests(r):
-        p = q.prompt
-        if not p or len(p) < 2 or p[0] != bos_id or p[1] != bos_id:
+        head = q.prompt_head(2)
+        if len(head) < 2 or head[0][2] != bos_id or head[1][2] != bos_id:
             continue
-        recorded = isinstance(r.nodes[q.node].extra.get("prompt_ids"), list)
-        if recorded:
-            key, node, pos = ("request", q.node), q.node, None
-        else:
-            node, pos = _holder(r, q.path[:-1], 0) or (q.node, None)  # the node holding the first BOS
-            key = ("branch", node)
+        node, pos = head[0][0], head[0][1]
+        key = ("request", q.node) if node is None else ("branch", node)
         if key in seen:
             seen[key]["detail"]["requests"].append(q.node)
             continue
         if len(seen) >= MAX_FINDINGS:
             break
-        lead = next((k for k, t in enumerate(p) if t != bos_id), len(p))
+        if node is None:  # a recorded prompt: the finding is on its request, positions are the prompt's
+            rec = q.recorded
+            node, pos, lead = q.node, None, next((k for k, t in enumerate(rec) if t != bos_id), len(rec))
+        else:
+            lead = max(2, _leading(r.nodes[node].token_ids, pos, bos_id))
         seen[key] = {"node": node, "position": pos,
                      "detail": {"bos_id": bos_id, "bos_token": text, "positions": [0, 1], "leading_bos": lead,
-                                "prompt": "prompt_ids" if recorded else "branch", "requests": [q.node]}}
+                                "prompt": "branch" if key[0] == "branch" else "prompt_ids", "requests": [q.node]}}
     for f in seen.values():
         d = f["detail"]
         yield Hit(f"node {d['requests'][0]}: the prompt opens with {d['leading_bos']} BOS tokens ({d['bos_token']})",
                   f["node"], f["position"], d)
+
+
+def _leading(ids: list[int], pos: int, bos_id: int) -> int:
+    """How many BOS ids run from `ids[pos]` on."""
+    k = pos
+    while k < len(ids) and ids[k] == bos_id:
+        k += 1
+    return k - pos
