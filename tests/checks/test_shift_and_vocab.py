@@ -117,6 +117,15 @@ def test_duplicate_bos_on_the_branch_is_reported_once_on_the_node_holding_it(ctx
                         "prompt": "branch", "requests": [2, 4]}
 
 
+def test_duplicate_bos_split_over_two_messages_and_deep_branches(ctx):
+    turns = [{"role": "system", "ids": [BOS]}, {"role": "user", "ids": [BOS, 2, 301, 3]}]
+    for k in range(300):  # a long tool loop: every request shares the branch's opening
+        turns += [{"role": "assistant", "ids": [302, 4]}, {"role": "tool", "ids": [2, 303 + k % 50, 3]}]
+    (f,), _ = fired(native(*turns), "duplicate_bos", ctx)
+    assert (f.node_idx, f.position) == (0, 0) and f.detail["leading_bos"] == 2
+    assert f.detail["requests"] == list(range(2, 602, 2))
+
+
 def test_duplicate_bos_in_a_recorded_prompt_is_reported_on_its_request(ctx):
     r = native({"role": "user", "ids": [BOS, 2, 301, 3]},
                {"role": "assistant", "ids": [302, 4], "prompt_ids": [BOS, BOS, BOS, 2, 301, 3]})
@@ -235,5 +244,10 @@ def test_the_new_kinds_have_a_filter_and_a_series_per_step(client, engine, tmp_p
     for kind in ("logprob_shift", "duplicate_bos"):
         assert [r["rollout_id"] for r in client.get(f"/runs/r/rollouts.json?flag={kind}").json()["rollouts"]] == [
             "both"], kind
+    page = client.get("/runs/r/rollouts/both")
+    assert page.status_code == 200 and "duplicate BOS" in page.text and "logprob shift" in page.text
+    d = client.get("/runs/r/rollouts/both.json").json()
+    (bos,) = [f for f in d["findings"] if f["kind"] == "duplicate_bos"]
+    assert bos["anchor"] == "t-0" and bos["detail"]["requests"] == [1]
     table = {c["kind"]: c for c in run["checks"]}
     assert table["duplicate_bos"]["checked"] == 2 and table["duplicate_bos"]["rollouts"] == 1
