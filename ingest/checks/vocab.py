@@ -46,10 +46,10 @@ def token_out_of_vocab(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
 def duplicate_bos(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """A request's prompt opens with the BOS token twice (positions 0 and 1), the BOS id being
     the config's `bos_token` or the first of `<|begin_of_text|>`, `<s>`, `<bos>` the tokenizer
-    declares. A prompt recorded with the request (`extra.prompt_ids`) is reported on the request's
-    node; a prompt that is the branch's own tokens on the node holding them, once for all the
-    requests that share it. `detail`: bos id and text, the leading BOS count, where the prompt
-    came from, the requests. Where `template_mismatch` also runs, it leaves out a prompt whose
+    declares. Reported on the first request whose prompt opens so, once for all the requests that
+    share a branch's opening; `detail`: bos id and text, the leading BOS count, where the prompt
+    came from (`prompt_ids` or `branch`, then `bos_node`/`bos_position` hold the first BOS), the
+    requests. Where `template_mismatch` also runs, it leaves out a prompt whose
     only difference from the rendering is this extra BOS."""
     bos = ctx.bos()
     if bos is None:
@@ -68,14 +68,16 @@ def duplicate_bos(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
             continue
         if len(seen) >= MAX_FINDINGS:
             break
-        if node is None:  # a recorded prompt: the finding is on its request, positions are the prompt's
+        detail = {"bos_id": bos_id, "bos_token": text, "positions": [0, 1],
+                  "prompt": "branch" if key[0] == "branch" else "prompt_ids", "requests": [q.node]}
+        if node is None:  # a recorded prompt: positions are the prompt's
             rec = q.recorded
-            node, pos, lead = q.node, None, next((k for k, t in enumerate(rec) if t != bos_id), len(rec))
-        else:
-            lead = max(2, _leading(r.nodes[node].token_ids, pos, bos_id))
-        seen[key] = {"node": node, "position": pos,
-                     "detail": {"bos_id": bos_id, "bos_token": text, "positions": [0, 1], "leading_bos": lead,
-                                "prompt": "branch" if key[0] == "branch" else "prompt_ids", "requests": [q.node]}}
+            detail["leading_bos"] = next((k for k, t in enumerate(rec) if t != bos_id), len(rec))
+        else:  # the branch's own tokens: say which message holds the first BOS
+            detail |= {"leading_bos": max(2, _leading(r.nodes[node].token_ids, pos, bos_id)),
+                       "bos_node": node, "bos_position": pos}
+        # on the request whose prompt it opens, whichever way the format records prompts (the matrix)
+        seen[key] = {"node": q.node, "position": None, "detail": detail}
     for f in seen.values():
         d = f["detail"]
         yield Hit(f"node {d['requests'][0]}: the prompt opens with {d['leading_bos']} BOS tokens ({d['bos_token']})",

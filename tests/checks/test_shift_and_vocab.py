@@ -112,9 +112,9 @@ def test_duplicate_bos_on_the_branch_is_reported_once_on_the_node_holding_it(ctx
                {"role": "assistant", "ids": [302, 4]}, {"role": "user", "ids": [2, 303, 3]},
                {"role": "assistant", "ids": [304, 4]})
     (f,), _ = fired(r, "duplicate_bos", ctx)
-    assert f.severity == "warning" and (f.node_idx, f.position) == (0, 0)
+    assert f.severity == "warning" and (f.node_idx, f.position) == (2, None)  # the first request it opens
     assert f.detail == {"bos_id": BOS, "bos_token": "<|begin_of_text|>", "positions": [0, 1], "leading_bos": 2,
-                        "prompt": "branch", "requests": [2, 4]}
+                        "prompt": "branch", "requests": [2, 4], "bos_node": 0, "bos_position": 0}
 
 
 def test_duplicate_bos_split_over_two_messages_and_deep_branches(ctx):
@@ -122,7 +122,7 @@ def test_duplicate_bos_split_over_two_messages_and_deep_branches(ctx):
     for k in range(300):  # a long tool loop: every request shares the branch's opening
         turns += [{"role": "assistant", "ids": [302, 4]}, {"role": "tool", "ids": [2, 303 + k % 50, 3]}]
     (f,), _ = fired(native(*turns), "duplicate_bos", ctx)
-    assert (f.node_idx, f.position) == (0, 0) and f.detail["leading_bos"] == 2
+    assert (f.node_idx, f.detail["bos_node"], f.detail["bos_position"]) == (2, 0, 0) and f.detail["leading_bos"] == 2
     assert f.detail["requests"] == list(range(2, 602, 2))
 
 
@@ -248,6 +248,6 @@ def test_the_new_kinds_have_a_filter_and_a_series_per_step(client, engine, tmp_p
     assert page.status_code == 200 and "duplicate BOS" in page.text and "logprob shift" in page.text
     d = client.get("/runs/r/rollouts/both.json").json()
     (bos,) = [f for f in d["findings"] if f["kind"] == "duplicate_bos"]
-    assert bos["anchor"] == "t-0" and bos["detail"]["requests"] == [1]
+    assert bos["node"] == 1 and bos["detail"]["requests"] == [1] and bos["detail"]["bos_node"] == 0
     table = {c["kind"]: c for c in run["checks"]}
     assert table["duplicate_bos"]["checked"] == 2 and table["duplicate_bos"]["rollouts"] == 1

@@ -340,7 +340,7 @@ def _no_end(g, tok):
     g[RIGHT].turns[CALLS].request.end = None  # inspect_ai#4226: a call with a start and no end
 
 
-@fault("duplicate_bos", "prompt_ids", turn=0, position=0, tok=LLAMA)  # on the node holding the first BOS
+@fault("duplicate_bos", "prompt_ids", turn=CALLS, tok=LLAMA)  # on the first request its prompt opens
 def _two_bos(g, tok):
     bos = tok.ctx.special_tokens[tok.ctx.template_kwargs["bos_token"]]
     for ep in g[:1]:
