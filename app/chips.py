@@ -13,7 +13,7 @@ from markupsafe import Markup, escape
 
 from app.render import compact_number
 from app.text import reveal_invisible
-from app.views.tokens import STATE_TEXT
+from app.views.tokens import STATE_TEXT, oov_text
 
 
 def _classes(t: dict, p: dict | None) -> str:
@@ -56,6 +56,8 @@ def _title(t: dict, p: dict | None) -> str:
         parts.append(f"piece {p['raw']}")
     if p and p.get("lost"):
         parts.append("bytes lost upstream (U+FFFD)")
+    if p and p.get("oov"):
+        parts.append(oov_text(p["oov"]))
     if t.get("drift"):
         parts.append("prompt diverges here from the previous prompt + completion")
     if t.get("suspect"):
@@ -70,6 +72,8 @@ def _text(t: dict, p: dict | None) -> str:
         return str(t["id"])
     if p.get("partial"):
         return p["hex"]
+    if p.get("oov"):
+        return oov_text(p["oov"])
     if p.get("unknown"):
         return f"<{t['id']}>"
     return reveal_invisible(p["text"]).replace("\n", "↵")
@@ -93,6 +97,8 @@ def chip(t: dict) -> Markup:
         data.append(("data-hex", p["hex"]))
     if p and p.get("raw"):
         data.append(("data-raw", reveal_invisible(p["raw"])))
+    if p and p.get("oov"):
+        data.append(("data-oov", int(p["oov"])))
     attrs = "".join(f' {k}="{escape(v)}"' for k, v in data)
     return Markup(f'<span class="{escape(_classes(t, p))}" id="t-{int(t["t"])}" data-i="{int(t["i"])}" '
                   f'data-id="{int(t["id"])}"{attrs} title="{escape(reveal_invisible(_title(t, p)))}">'

@@ -125,7 +125,7 @@
     if (!panel || !el) return;
     var d = el.dataset;
     var lines = [el.id.replace("-", "") + " · #" + d.i + " in its message · id " + d.id, stateOf(el),
-                 "piece " + JSON.stringify(el.textContent)];
+                 d.oov ? "not in the tokenizer (" + d.oov + " ids)" : "piece " + JSON.stringify(el.textContent)];
     if (d.raw) lines.push("byte-level piece " + JSON.stringify(d.raw));
     if (d.hex) lines.push("bytes " + d.hex);
     else if (d.id !== "-1" && el.title.indexOf("bytes lost") >= 0) lines.push("bytes lost upstream (U+FFFD)");

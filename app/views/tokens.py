@@ -94,7 +94,9 @@ class Pieces:
     The source's own bytes win when it recorded them (they are what the server returned),
     mapped back from byte-level BPE spelling (`ingest.bytelevel`) when the run declares a
     byte-level tokenizer or the piece looks byte-level; else the run's vocabulary; else None
-    (show the id)."""
+    (show the id). An id at or beyond the vocabulary's size is never an empty piece: it is
+    `unknown` with `oov` = the size, and reads "not in the tokenizer (N ids)" (vllm-project/vllm#340;
+    the `token_out_of_vocab` check)."""
 
     def __init__(self, vocab, *, byte_level: bool = False):
         self.vocab = vocab
@@ -104,6 +106,9 @@ class Pieces:
         if source_hex and len(source_hex) == len(ids):
             out = []
             for i, h in zip(ids, source_hex):
+                if self._beyond(i):
+                    out.append(self._oov(int(i)))
+                    continue
                 raw = bytes.fromhex(h.replace(" ", "")) if isinstance(h, str) else b""
                 b, written = piece_bytes(raw, declared=self.byte_level)
                 special = self.vocab is not None and int(i) in self.vocab.special
@@ -113,8 +118,23 @@ class Pieces:
                 out.append(d)
             return _join_split_characters(out)
         if self.vocab is not None:
-            return _join_split_characters([piece_dict(p) for p in decode_pieces(self.vocab, [int(i) for i in ids])])
+            ids = [int(i) for i in ids]
+            return _join_split_characters([self._oov(i) if self._beyond(i) else piece_dict(p)
+                                           for i, p in zip(ids, decode_pieces(self.vocab, ids))])
         return [None] * len(ids)
+
+    def _beyond(self, token_id) -> bool:
+        return self.vocab is not None and int(token_id) >= len(self.vocab)
+
+    def _oov(self, token_id: int) -> dict:
+        n = len(self.vocab)
+        return {"text": oov_text(n), "hex": "", "partial": False, "special": False, "unknown": True,
+                "lost": False, "oov": n}
+
+
+def oov_text(size: int) -> str:
+    """What a chip of an id beyond a `size`-id vocabulary says."""
+    return f"not in the tokenizer ({size} ids)"
 
 
 def piece_dict(p: TokenPiece) -> dict:

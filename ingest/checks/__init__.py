@@ -12,6 +12,7 @@ from __future__ import annotations
 # Registration order is the order findings are listed in: not alphabetical, so not sorted.
 # isort: off
 from ingest.checks import arrays, mask, sequence, template, tools, messages, endings, rewards, groups  # noqa: F401
+from ingest.checks import shift, vocab  # noqa: F401  (logprob_shift; token_out_of_vocab, duplicate_bos)
 from ingest.checks import timing  # noqa: F401  (after messages: timing_incomplete)
 # isort: on
 from ingest.checks.context import EMPTY, CheckContext

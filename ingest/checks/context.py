@@ -11,6 +11,8 @@ from typing import Any
 
 # Tokens that open a chat turn, by template family (ChatML/Qwen, Gemma, Llama 3).
 TURN_START_TOKENS = ("<|im_start|>", "<start_of_turn>", "<|start_header_id|>")
+# Beginning-of-sequence tokens, by family (Llama 3, Llama 2/Mistral, Gemma), when the config names none.
+BOS_TOKENS = ("<|begin_of_text|>", "<s>", "<bos>")
 
 
 @dataclass
@@ -29,6 +31,29 @@ class CheckContext:
     def turn_start_id(self) -> int | None:
         """The id of the token that opens a chat turn, when the tokenizer declares one."""
         return next((self.special_tokens[t] for t in TURN_START_TOKENS if t in self.special_tokens), None)
+
+    def bos(self) -> tuple[str, int] | None:
+        """(text, id) of the beginning-of-sequence token: the config's `bos_token` when the
+        tokenizer declares it as a special token, else the first of BOS_TOKENS it declares; None
+        when neither is known."""
+        named = self.template_kwargs.get("bos_token")
+        if isinstance(named, dict):  # tokenizer_config.json may spell it as an AddedToken object
+            named = named.get("content")
+        if isinstance(named, str) and named in self.special_tokens:
+            return named, self.special_tokens[named]
+        return next(((t, self.special_tokens[t]) for t in BOS_TOKENS if t in self.special_tokens), None)
+
+    def vocab_size(self) -> int | None:
+        """How many ids the run's tokenizer defines (every valid id is below it), or None without
+        an encoder: `get_vocab_size(with_added_tokens=True)` of a `tokenizers.Tokenizer`, raised to
+        one past the highest added or special id (an `--added-token` beyond the vocabulary), as the
+        stored vocabulary the pages decode with counts them (`ingest.tokenizer.Vocab`)."""
+        if self.tokenizer is None or not hasattr(self.tokenizer, "get_vocab_size"):
+            return None
+        n = int(self.tokenizer.get_vocab_size(with_added_tokens=True))
+        added = getattr(self.tokenizer, "get_added_tokens_decoder", None)
+        ids = [*(added() if added else {}), *self.special_tokens.values()]
+        return max([n, *(int(i) + 1 for i in ids)])
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)

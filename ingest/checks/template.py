@@ -17,11 +17,13 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import islice
 
 from ingest.chat_template import TemplateError, render
 from ingest.checks.context import CheckContext
-from ingest.checks.registry import Hit, Skip, check, plural
+from ingest.checks.registry import Hit, Skip, check, memo, plural
 from ingest.schema import Message, Rollout
 
 THINK_TOKENS = ("<think>", "</think>")
@@ -32,10 +34,41 @@ WINDOW = 24  # tokens of text shown on each side of a divergence
 
 @dataclass
 class Request:
+    """One request: the assistant node it produced and what it sampled. Its `path` and `prompt`
+    are computed on first use: a long rollout's branch prompts together are quadratic in its
+    turns, and most checks need few of them (`prompt_head` needs none)."""
+
     node: int  # the assistant node this request produced
-    path: list[int]  # node indices from the root to `node`, inclusive
-    prompt: list[int] | None
     completion: list[int]
+    rollout: Rollout = field(repr=False, compare=False)
+
+    @cached_property
+    def path(self) -> list[int]:
+        """Node indices from the root to `node`, inclusive."""
+        return _path(self.rollout, self.node)
+
+    @property
+    def recorded(self) -> list[int] | None:
+        """The request's full prompt as the reader recorded it (`extra.prompt_ids`), or None."""
+        v = self.rollout.nodes[self.node].extra.get("prompt_ids")
+        return list(v) if isinstance(v, list) and all(isinstance(t, int) for t in v) else None
+
+    @cached_property
+    def prompt(self) -> list[int] | None:
+        """The prompt ids: `recorded`, else the tokens of the nodes before `node` on its branch
+        (None when they have none)."""
+        if (rec := self.recorded) is not None:
+            return rec
+        before = [t for j in self.path[:-1] for t in self.rollout.nodes[j].token_ids]
+        return before if before else None
+
+    def prompt_head(self, n: int) -> list[tuple[int | None, int, int]]:
+        """The first `n` prompt ids as (node holding it, position in that node, id), without
+        building the prompt; the node is None for a recorded prompt (positions are the prompt's)."""
+        if (rec := self.recorded) is not None:
+            return [(None, k, t) for k, t in enumerate(rec[:n])]
+        parent = self.rollout.nodes[self.node].parent
+        return memo(f"branch_heads:{n}", lambda: branch_heads(self.rollout, n)).get(parent, [])
 
 
 def _path(r: Rollout, i: int) -> list[int]:
@@ -47,21 +80,28 @@ def _path(r: Rollout, i: int) -> list[int]:
     return out[::-1]
 
 
+def branch_heads(r: Rollout, n: int) -> dict[int, list[tuple[int, int, int]]]:
+    """node → the first `n` tokens of its branch from the root through it, as (node, position in
+    it, id): one pass over the nodes (each node extends its parent's head, shared once full)."""
+    heads: dict[int, list[tuple[int, int, int]]] = {}
+    for i in range(len(r.nodes)):
+        chain, on, cur = [], set(), i
+        while cur is not None and 0 <= cur < len(r.nodes) and cur not in heads and cur not in on:
+            chain.append(cur)
+            on.add(cur)
+            cur = r.nodes[cur].parent
+        base = heads.get(cur, []) if cur is not None else []
+        for j in reversed(chain):
+            if len(base) < n:
+                base = base + [(j, k, t) for k, t in enumerate(r.nodes[j].token_ids[:n - len(base)])]
+            heads[j] = base
+    return heads
+
+
 def requests(r: Rollout) -> list[Request]:
-    """Every request (assistant node with token ids), in node order, with its prompt ids."""
-    out = []
-    for i, node in enumerate(r.nodes):
-        if node.message.role != "assistant" or not node.token_ids:
-            continue
-        path = _path(r, i)
-        recorded = node.extra.get("prompt_ids")
-        if isinstance(recorded, list) and all(isinstance(t, int) for t in recorded):
-            prompt = list(recorded)
-        else:
-            before = [t for j in path[:-1] for t in r.nodes[j].token_ids]
-            prompt = before if before else None
-        out.append(Request(i, path, prompt, list(node.token_ids)))
-    return out
+    """Every request (assistant node with token ids), in node order."""
+    return [Request(i, list(node.token_ids), r) for i, node in enumerate(r.nodes)
+            if node.message.role == "assistant" and node.token_ids]
 
 
 def _first_divergence(expected: list[int], found: list[int]) -> int | None:
@@ -293,26 +333,39 @@ def template_mismatch(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """Each request's messages, re-rendered with the run's chat template (sandboxed Jinja2) and
     tokenized with the run's tokenizer, differ from the prompt ids that were recorded. Reports
     the first index that differs and the text on both sides: "the messages say X, but the model
-    was trained on Y". A rendering with or without the generation prompt may match. At most
+    was trained on Y". A rendering with or without the generation prompt may match. A prompt
+    that differs only by a second BOS in front is left to `duplicate_bos`. At most
     MAX_RENDERS requests per rollout are re-rendered (the first and the last 32)."""
     if not ctx.chat_template:
         raise Skip("no chat template stored for this run (give --tokenizer a folder or a tokenizer_config.json "
                    "with chat_template)")
     if ctx.tokenizer is None:
         raise Skip("no tokenizer.json to tokenize the rendered template")
-    reqs = [q for q in requests(r) if q.prompt]
+    reqs = [q for q in requests(r) if q.prompt_head(1)]  # a prompt is built only for a request rendered
     if not reqs:
         raise Skip("no prompt token ids recorded")
-    usable = [q for q in reqs if not any(r.nodes[j].extra.get("segment") == "prompt" for j in q.path)]
+
+    def with_messages(q: Request) -> bool:
+        return not any(r.nodes[j].extra.get("segment") == "prompt" for j in q.path)
+
+    # the first and the last MAX_RENDERS // 2 requests with messages: the rest costs a render each
+    first = list(islice(filter(with_messages, reqs), MAX_RENDERS // 2))
+    taken = {q.node for q in first}
+    last = [q for q in islice(filter(with_messages, reversed(reqs)), MAX_RENDERS // 2) if q.node not in taken]
+    usable = first + last[::-1]
     if not usable:
         raise Skip("the prompts were recorded as token ids only, without their messages")
-    if len(usable) > MAX_RENDERS:  # the first and the last requests: the rest costs a render each
-        usable = usable[:MAX_RENDERS // 2] + usable[-(MAX_RENDERS // 2):]
     found = 0
+    bos = ctx.bos()
     for q in usable:
+        # a prompt that is the rendering with one more BOS in front is `duplicate_bos`'s (reported there)
+        extra_bos = bos is not None and q.prompt[:2] == [bos[1], bos[1]]
         try:
             rendered = _render_ids(r, ctx, q.path[:-1], generation=True)
-            if rendered == q.prompt or _render_ids(r, ctx, q.path[:-1], generation=False) == q.prompt:
+            if rendered == q.prompt or (extra_bos and rendered == q.prompt[1:]):
+                continue
+            plain = _render_ids(r, ctx, q.path[:-1], generation=False)
+            if plain == q.prompt or (extra_bos and plain == q.prompt[1:]):
                 continue
         except TemplateError as e:
             raise Skip(f"the chat template failed to render: {e}") from None

@@ -125,7 +125,10 @@ class _Chain(RolloutBuilder):
             super().prompt(messages, None)
             return
         body, pad = _strip_padding(tokens, prompt_length)
-        super().prompt(messages, body, extra={"left_padding": pad})
+        extra = {"left_padding": pad}
+        if pad:  # what was taken for padding: a doubled BOS looks the same without prompt_length
+            extra["left_padding_id"] = tokens[0]
+        super().prompt(messages, body, extra=extra)
 
 
 def _split_prompt(messages: list[Message]) -> tuple[list[Message], list[Message]]:

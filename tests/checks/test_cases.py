@@ -262,3 +262,29 @@ def test_39_tool_call_markup_left_in_the_text_is_a_finding(client, engine):
         assert f"the final answer was an unparsed {convention}" in html
     d, f = findings(client, _run_of(client, "c39-ok"), "c39-ok")
     assert "unparsed_tool_call" not in f and not d["ending"]["evidence"].get("last_answer_unparsed_tool_call")
+
+
+def test_37_trainer_logprobs_one_position_off_are_named_as_such(client, engine):
+    """The trainer's logprobs of c37-shifted are the behaviour logprobs of the next token: the
+    finding names the offset (+1) and the agreement both ways, on node 2; c37-ok (trainer within
+    0.01 of inference) gets none. Ingested with the tokenizer it was made with, as a run would be."""
+    from app.worker.sync import register_tokenizer
+    from ingest.checks.context import load_context
+
+    tok = case("tok-llama3ish")
+    assert ingest(engine, case("37-trainer-logprobs-off-by-one.jsonl"), tokenizer_key=register_tokenizer(engine, tok),
+                  check_context=load_context(tok)).ok
+    d, f = findings(client, "c37", "c37-shifted")
+    hit = f["logprob_shift"]
+    assert hit["severity"] == "error" and hit["node"] == 2
+    det = hit["detail"]
+    assert det["array"] == "trainer_logprobs" and det["offset"] == 1 and det["tokens"] == 25
+    assert det["pairs_shifted"] == det["pairs_in_place"] == 24
+    assert det["mean_abs_delta_shifted"] < 0.01 and det["within_tolerance_shifted"] == 1.0
+    assert det["mean_abs_delta_in_place"] > 1.0 and det["within_tolerance_in_place"] < 0.2
+    assert "offset by +1 position" in hit["message"]
+    assert "logprob shift" in client.get("/runs/c37/rollouts/c37-shifted").text
+    _, ok = findings(client, "c37", "c37-ok")
+    assert ok == {}  # nothing else fires on the clean twin either (template, BOS, vocabulary all checked)
+    assert [r["rollout_id"] for r in client.get("/runs/c37/rollouts.json?flag=logprob_shift").json()["rollouts"]] == [
+        "c37-shifted"]

@@ -22,6 +22,7 @@ class Piece(TypedDict):
     raw: NotRequired[str]  # the byte-level BPE piece as written (ingest/bytelevel.py)
     joined: NotRequired[str]  # the character(s) a run of partial pieces spells
     join: NotRequired[str]  # start | mid | end: this piece's place in that run
+    oov: NotRequired[int]  # the id is at or beyond the vocabulary's size (this many ids): "not in the tokenizer"
 
 
 class TokenView(TypedDict):

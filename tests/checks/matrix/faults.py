@@ -340,7 +340,7 @@ def _no_end(g, tok):
     g[RIGHT].turns[CALLS].request.end = None  # inspect_ai#4226: a call with a start and no end
 
 
-@fault("duplicate_bos", "", needs_any="prompt_ids env_tokens", turn=ASK, position=1, tok=LLAMA)
+@fault("duplicate_bos", "", needs_any="prompt_ids env_tokens", turn=2, tok=LLAMA)  # on the first request (turn 2)
 def _two_bos(g, tok):
     bos = tok.ctx.special_tokens[tok.ctx.template_kwargs["bos_token"]]
     for ep in g[:1]:

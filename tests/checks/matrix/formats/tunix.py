@@ -42,6 +42,7 @@ CANNOT = {  # faults this format has no way to write, although it holds the fiel
     "token_drift": "the prompt is one token sequence by construction",
     "reasoning_stripped": "the prompt is one token sequence by construction",
     "group_size_mismatch": "the group size is the batch length",
+    "duplicate_bos": "v0.1.7 records no prompt_length: a leading run of one id reads as left padding",
 }
 STATUS = {"completed": "SUCCEEDED", "max_turns": "MAX_STEPS_REACHED", "error": "ENV_TIMEOUT"}
 
