@@ -20,7 +20,7 @@ def test_gzip_is_inflated_by_header_or_by_its_bytes_and_plain_bodies_pass():
 @pytest.mark.parametrize("body, encoding, status", [
     (b"\x1f\x8bnot gzip at all", "gzip", 400),
     (b"x" * 101, "", 413),
-    (gzip.compress(b"x" * 10_000), "gzip", 413),  # the limit counts inflated bytes
+    (gzip.compress(b"x" * 10_000, mtime=0), "gzip", 413),  # the limit counts inflated bytes
     (b"{}", "br", 415),
 ])
 def test_a_body_that_cannot_be_read_says_why(body, encoding, status):
