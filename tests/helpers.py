@@ -87,3 +87,28 @@ def serving(app) -> Iterator[str]:
         srv.should_exit = True
         thread.join(10)
         app.state.engine.dispose()
+
+
+def read_folder(folder: Path, errors: list | None = None) -> Iterator[tuple[Path, str, Rollout]]:
+    """Every rollout under `folder` (a file or a folder) as a notebook reads it with `ingest`
+    alone: each file detected (files no reader knows are skipped), read through
+    `ingest.files.read_records`, as (file, reader NAME, rollout). Rejected records go to `errors`."""
+    from ingest.errors import RecordError
+    from ingest.files import read_records, walk
+    from ingest.formats.registry import detect
+    from ingest.source import open_source
+
+    files = [path for path, _ in walk([folder])]
+    root = folder if folder.is_dir() else folder.parent
+    ctx = ReadContext(root=root, files=frozenset(p.resolve() for p in files))
+    for path in files:
+        try:
+            source = open_source(path)
+            reader = detect(source)
+        except RecordError:
+            continue
+        if reader is None:
+            continue
+        for item in read_records(reader, source, ctx, errors if errors is not None else []):
+            if not isinstance(item, RecordError):
+                yield path, reader.NAME, item

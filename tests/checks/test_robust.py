@@ -11,13 +11,8 @@ import pytest
 from ingest.checks import EMPTY, REGISTRY, Group, GroupMember, run_group_checks, run_rollout_checks
 from ingest.checks.context import load_context
 from ingest.checks.registry import INTERNAL_ERROR, check
-from ingest.errors import RecordError
-from ingest.files import read_records, walk
-from ingest.formats.base import ReadContext
-from ingest.formats.registry import detect
-from ingest.source import open_source
 from tests.conftest import FIXTURES
-from tests.helpers import ingest, rollout, write_jsonl
+from tests.helpers import ingest, read_folder, rollout, write_jsonl
 
 CONTEXTS = {"none": EMPTY, "tiny-qwen3": load_context(FIXTURES / "tokenizers" / "tiny-qwen3"),
             "tok-llama3ish": load_context(FIXTURES / "cases" / "tok-llama3ish")}
@@ -25,21 +20,9 @@ CONTEXTS = {"none": EMPTY, "tiny-qwen3": load_context(FIXTURES / "tokenizers" / 
 
 def every_fixture_rollout():
     """Every rollout every reader makes of every fixture file (real data, upstream files, cases)."""
-    folders = [FIXTURES / "realdata", FIXTURES / "upstream", FIXTURES / "cases"]
-    for folder in folders:
-        files = [p for p, _ in walk([folder])]
-        ctx = ReadContext(root=folder, files=frozenset(p.resolve() for p in files))
-        for path in files:
-            try:
-                source = open_source(path)
-                reader = detect(source)
-            except RecordError:
-                continue
-            if reader is None:
-                continue
-            for item in read_records(reader, source, ctx, []):
-                if not isinstance(item, RecordError):
-                    yield path, item
+    for folder in (FIXTURES / "realdata", FIXTURES / "upstream", FIXTURES / "cases"):
+        for path, _, r in read_folder(folder):
+            yield path, r
 
 
 @pytest.mark.parametrize("ctx", CONTEXTS, ids=str)

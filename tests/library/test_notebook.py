@@ -17,14 +17,9 @@ from app.db import models
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
 from ingest.checks import groups_from_rollouts, run_group_checks, run_rollout_checks
-from ingest.errors import RecordError
-from ingest.files import read_records, walk
-from ingest.formats.base import ReadContext
-from ingest.formats.registry import detect
 from ingest.schema import Rollout
-from ingest.source import open_source
 from tests.conftest import FIXTURES
-from tests.helpers import ingest
+from tests.helpers import ingest, read_folder
 
 REALDATA = FIXTURES / "realdata"
 VERIFIERS = REALDATA / "verifiers" / "train_multi_tool.jsonl"
@@ -33,20 +28,9 @@ VERIFIERS = REALDATA / "verifiers" / "train_multi_tool.jsonl"
 def read_like_a_notebook(folder: Path) -> dict[tuple, Rollout]:
     """Every rollout under `folder` by (run, id, attempt), read with `ingest` only; of two
     records with one identity the later file's is kept, as the store keeps it."""
-    files = [path for path, _ in walk([folder])]
-    ctx = ReadContext(root=folder, files=frozenset(p.resolve() for p in files))
     out: dict[tuple, Rollout] = {}
-    for path in files:
-        try:
-            source = open_source(path)
-            reader = detect(source)
-        except RecordError:
-            continue
-        if reader is None:
-            continue
-        for item in read_records(reader, source, ctx, []):
-            if not isinstance(item, RecordError):
-                out[(item.run.id, item.id, item.attempt)] = item
+    for _, _, item in read_folder(folder):
+        out[(item.run.id, item.id, item.attempt)] = item
     return out
 
 

@@ -11,12 +11,9 @@ from pathlib import Path
 
 from ingest.checks import CheckContext, FindingData, Group, groups_from_rollouts, run_group_checks, run_rollout_checks
 from ingest.errors import RecordError
-from ingest.files import read_records, walk
-from ingest.formats.base import ReadContext
-from ingest.formats.registry import detect
 from ingest.schema import Rollout
-from ingest.source import open_source
 from tests.checks.matrix.episode import Episode
+from tests.helpers import read_folder
 
 
 @dataclass
@@ -39,19 +36,9 @@ class Outcome:
 
 def read_back(path: Path) -> tuple[list[Rollout], list[RecordError], set[str]]:
     """Every rollout under `path` (a file or a folder) as the dashboard would read it."""
-    files = [p for p, _ in walk([path])]
-    ctx = ReadContext(root=path if path.is_dir() else path.parent, files=frozenset(p.resolve() for p in files))
-    rollouts, errors, formats = [], [], set()
-    for p in files:
-        source = open_source(p)
-        reader = detect(source)
-        if reader is None:
-            continue
-        formats.add(reader.NAME)
-        for item in read_records(reader, source, ctx, errors):
-            if not isinstance(item, RecordError):
-                rollouts.append(item)
-    return rollouts, errors, formats
+    errors: list[RecordError] = []
+    found = list(read_folder(path, errors))
+    return [r for _, _, r in found], errors, {name for _, name, _ in found}
 
 
 def _match(episodes: list[Episode], rollouts: list[Rollout]) -> dict[str, Rollout]:
