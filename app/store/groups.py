@@ -58,25 +58,33 @@ def load_group(conn: sa.Connection, run_id: str, group_id: str) -> Group:
     return load_groups(conn, [(run_id, group_id)])[(run_id, group_id)]
 
 
-def load_groups(conn: sa.Connection, keys: list[tuple[str, str]]) -> dict[tuple[str, str], Group]:
-    """Several groups in one query (see `load_group`)."""
+def load_groups(conn: sa.Connection, keys: list[tuple[str, str]], *,
+                prompts: bool = True) -> dict[tuple[str, str], Group]:
+    """Several groups in one query (see `load_group`); with `prompts`, each group's prompt key
+    too (one more query, `fill_prompt_keys`)."""
     rows = conn.execute(
         sa.select(*_MEMBER_COLUMNS)
         .where(sa.tuple_(R.c.run_id, R.c.group_id).in_(keys), R.c.attempt == _latest_attempt())
         .order_by(R.c.run_id, R.c.group_id, sa.func.coalesce(R.c.group_index, 1 << 30), R.c.pk)).all()
     groups = {key: Group(key[0], key[1], []) for key in keys}
-    firsts = {}
     for r in rows:
         group = groups[(r.run_id, r.group_id)]
         if not group.members:
-            group.step = r.step
-            firsts[r.pk] = (group, r.task_key)
+            group.step, group.task_key = r.step, r.task_key
+            group._first_pk = r.pk  # whose prompt is the group's (fill_prompt_keys)
         group.members.append(_member(r))
         group.estimator = group.estimator or r.advantage_estimator  # the first member that declares one
-    texts = _prompt_texts(conn, list(firsts))
-    for pk, (group, task) in firsts.items():
-        group.prompt_key, group.task_key = prompt_key(task, texts.get(pk)), task
+    if prompts:
+        fill_prompt_keys(conn, groups.values())
     return groups
+
+
+def fill_prompt_keys(conn: sa.Connection, groups: Iterable[Group]) -> None:
+    """Set each group's `prompt_key` from its first member's prompt (one query for all)."""
+    firsts = {g._first_pk: g for g in groups if g.members and hasattr(g, "_first_pk")}
+    texts = _prompt_texts(conn, list(firsts))
+    for pk, group in firsts.items():
+        group.prompt_key = prompt_key(group.task_key, texts.get(pk))
 
 
 def _prompt_texts(conn: sa.Connection, pks: list[int]) -> dict[int, str]:
@@ -147,6 +155,16 @@ def _with_siblings(groups: dict[tuple[str, str], Group], by_step: dict) -> list[
     return sorted(set(groups) | extra)
 
 
+def _with_prompts(conn: sa.Connection, keys: list[tuple[str, str]]) -> tuple[dict[tuple[str, str], Group], dict]:
+    """The groups of `keys` and the one-member groups of their steps; prompt keys are read only
+    for the groups of steps that have one-member groups (only there can `split_group` fire), so
+    a batch of full groups costs two queries."""
+    groups = load_groups(conn, keys, prompts=False)
+    by_step = step_groups(conn, _steps(groups))
+    fill_prompt_keys(conn, [g for g in groups.values() if (g.run_id, g.step) in by_step])
+    return groups, by_step
+
+
 def _steps(groups: dict[tuple[str, str], Group]) -> set[tuple[str, int | None]]:
     return {(g.run_id, g.step) for g in groups.values() if g.members}
 
@@ -174,13 +192,16 @@ def recheck_groups(conn: sa.Connection, keys: Iterable[tuple[str, str]]) -> int:
     if not keys:
         return 0
     # which groups to recompute is read before the locks, so every lock is taken in one sorted statement
-    groups = load_groups(conn, keys)
-    keys = _with_siblings(groups, step_groups(conn, _steps(groups)))
-    lock_groups(conn, keys)
-    conn.execute(F.delete().where(F.c.rollout_pk.is_(None), sa.tuple_(F.c.run_id, F.c.group_id).in_(keys)))
+    groups, by_step = _with_prompts(conn, keys)
+    wanted = _with_siblings(groups, by_step)
+    lock_groups(conn, wanted)
+    conn.execute(F.delete().where(F.c.rollout_pk.is_(None), sa.tuple_(F.c.run_id, F.c.group_id).in_(wanted)))
     total, rows = 0, []
-    groups = load_groups(conn, keys)
-    link_siblings(groups.values(), step_groups(conn, _steps(groups)))
+    if conn.dialect.name != "sqlite" or wanted != keys:
+        # Postgres: another writer may have committed members while this one waited for the locks
+        # (SQLite has one writer: what was read is what is there); or siblings joined the pass
+        groups, by_step = _with_prompts(conn, wanted)
+    link_siblings(groups.values(), by_step)
     for (run_id, group_id), group in groups.items():
         if not group.members:
             continue

@@ -130,7 +130,7 @@ def generated_per_node(r: Rollout) -> dict[int, int]:
 @check("mask_on_padding", "error", label="mask on padding")
 def mask_on_padding(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """Loss mask 1 on tokens of a sampled turn that the policy did not generate: a pad token, a
-    token after the turn's end-of-sequence token, or more mask-1 tokens in the turn than its
+    token after the turn's end-of-sequence token, or more tokens with mask 1 in the turn than its
     model call generated (`usage.output_tokens`). A trainer that pads a generation cut without
     an EOS and builds the response mask from the EOS trains on the pads (verl-project/verl#3805,
     case 38). The pad and EOS ids come from the run's tokenizer; without one the output-token
