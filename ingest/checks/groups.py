@@ -312,7 +312,9 @@ def split_group(g: Group, ctx: CheckContext) -> Iterator[Hit]:
     if not split:
         return
     task = g.task_key
-    yield Hit(f"one of {len(split) + 1} one-member groups of {'task ' + repr(task) if task else 'one prompt'} at step "
-              f"{g.step}: the prompt's samples were split into groups of one, no baseline", None, None,
+    at = f"at step {g.step}" if g.step is not None else "with no step recorded"
+    yield Hit(f"one of {len(split) + 1} one-member groups with the same prompt {at}"
+              + (f" (this one: task {task!r})" if task else "")
+              + ": the prompt's samples were split into groups of one, no baseline", None, None,
               {"step": g.step, "prompt_key": g.prompt_key, "task_key": task, "siblings": split[:SIBLINGS_SHOWN],
                "count": len(split) + 1})

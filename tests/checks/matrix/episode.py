@@ -40,7 +40,7 @@ FIELDS = {
     "tool_calls": "structured tool calls with ids",
     "tools": "the tools offered to the model",
     "timing": "start and end of each model and tool call",
-    "group": "the group (id, size, index) of each rollout",
+    "group": "the group id of each rollout",
     "advantages": "the advantage recorded per rollout",
     "reward": "a reward per rollout",
     "step": "the training step",

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from ingest.checks import REGISTRY
+from tests.checks.matrix.episode import FIELDS
 from tests.checks.matrix.faults import BY_KIND
 from tests.checks.matrix.formats import NAMES, available, cannot
 
@@ -31,7 +32,10 @@ def render() -> str:
     lines = ["| kind | " + " | ".join(NAMES) + " |", "|---|" + "---|" * len(NAMES)]
     for kind in kinds:
         lines.append(f"| {kind} | " + " | ".join(cell(kind, fmt, writers) for fmt in NAMES) + " |")
-    return "\n".join([BEGIN, *lines, END])
+    legend = ["", "What a `cannot (…)` cell names (the fields of tests/checks/matrix/episode.py `FIELDS`, or the",
+              "reason a format declares for a fault it has no way to write):", ""]
+    legend += [f"- `{name}`: {what}" for name, what in FIELDS.items()]
+    return "\n".join([BEGIN, *lines, *legend, END])
 
 
 def in_docs() -> str | None:
