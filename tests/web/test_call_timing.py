@@ -50,6 +50,8 @@ def test_a_call_without_an_end_is_shown_and_never_fails_a_page(client, engine, t
     tl = client.get("/runs/tm/rollouts/clean.json").json()["timeline"]
     assert tl["model_latency"]["timed"] == 4 and all(r["status"] == "complete" for r in tl["rows"])
     assert "over 4 of 4 calls" in client.get("/runs/tm/rollouts/clean").text
+    step = client.get("/runs/tm/steps/0")  # the step's latency says how many rollouts it covers
+    assert step.status_code == 200 and "(over the 2 of 2 rollouts timed)" in step.text
 
 
 def test_hostile_model_name_on_an_open_call_is_escaped(client, engine, tmp_path):
