@@ -100,6 +100,24 @@ def normalise(rollout: Rollout) -> Rollout:
     return rollout
 
 
+def generated_tokens(rollout: Rollout) -> int:
+    """The tokens the policy generated: per sampled node, its tokens with loss mask 1, but never more than
+    the model call that produced it reports (`usage.output_tokens`): pads or post-EOS tokens a
+    trainer kept with mask 1 were not generated (verl-project/verl#3805, case 38; the
+    `mask_on_padding` check reports them)."""
+    reported: dict[int, int] = {}
+    for c in rollout.calls:
+        if c.node is not None and c.usage is not None and c.usage.output_tokens is not None:
+            reported[c.node] = reported.get(c.node, 0) + c.usage.output_tokens
+    total = 0
+    for i, n in enumerate(rollout.nodes):
+        if not (n.sampled or n.message.role == "assistant"):
+            continue  # environment tokens with mask 1 were not generated either (mask_on_unsampled)
+        trained = sum(map(bool, n.mask))
+        total += min(trained, reported[i]) if i in reported and reported[i] > 0 else trained
+    return total
+
+
 def fill_evidence(rollout: Rollout) -> None:
     """Fill `ending.evidence` from the trace itself where the reader left it empty:
     last finish reason, output tokens sampled (mask = 1), turns (assistant messages), and the
@@ -114,7 +132,7 @@ def fill_evidence(rollout: Rollout) -> None:
     if ev.turns is None:
         ev.turns = sum(1 for n in rollout.nodes if n.message.role == "assistant")
     if ev.output_tokens is None and any(n.token_ids for n in rollout.nodes):
-        ev.output_tokens = sum(sum(map(bool, n.mask)) for n in rollout.nodes)
+        ev.output_tokens = generated_tokens(rollout)
     if ev.last_answer_unparsed_tool_call is None and uses_structured_calls(rollout):
         last = next((n for n in reversed(rollout.nodes) if n.message.role == "assistant"), None)
         found = unparsed_call(last.message) if last is not None else None

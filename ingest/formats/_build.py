@@ -447,7 +447,7 @@ class RolloutBuilder:
             ev.turns = len(self.assistants())
         sampled = [n for n in self.nodes if n.sampled]
         if ev.output_tokens is None and token_counts_known and sampled and all(n.token_ids and n.mask for n in sampled):
-            ev.output_tokens = sum(sum(1 for m in n.mask if m) for n in sampled)
+            ev.output_tokens = endings.generated_tokens(rollout)
         if ev.last_output_tokens is None:
             lc = next((c for c in reversed(self.calls) if c.error is None and c.node is not None), None)
             if lc is not None and lc.usage is not None and lc.usage.output_tokens is not None:
