@@ -44,8 +44,9 @@ def recheck_run(engine: Engine, run_id: str, *, context: CheckContext | None = N
     """Re-run every check on the stored rollouts of `run_id` and replace their findings.
     `context`: the tokenizer and chat template to check with; None: the ones stored with the run
     (`app.store.tokenizers.run_context`, as ingest used them; a run stored without a tokenizer
-    gets "could not decide" from the checks that need one). Returns the store's counts (every rollout counted as `replaced`).
-    Raises KeyError when the run has no rollouts."""
+    gets "could not decide" from the checks that need one). Returns the store's counts (every
+    rollout counted as `replaced`). Raises KeyError when the run has no rollouts, ValueError when
+    its stored tokenizer cannot be read back."""
     pks = stored_pks(engine, run_id)
     if not pks:
         raise KeyError(run_id)

@@ -127,7 +127,8 @@ def store_tokenizer(engine: Engine, *, sha256: str, name: str, kind: str, n_voca
     `app.store.tokenizers`) is filled in on a row stored before it was kept."""
     t = models.Tokenizer.__table__
     with engine.begin() as conn:
-        row = conn.execute(sa.select(t.c.sha256, t.c.source.is_(None).label("bare")).where(t.c.sha256 == sha256)).first()
+        row = conn.execute(sa.select(t.c.sha256, t.c.source.is_(None).label("bare"))
+                           .where(t.c.sha256 == sha256)).first()
         if row is None:
             conn.execute(t.insert().values(sha256=sha256, name=name, kind=kind, n_vocab=n_vocab, vocab=blob,
                                            chat_template=chat_template, source=source, created_at=models.utcnow()))
