@@ -97,3 +97,21 @@ def test_recheck_of_a_run_without_tokenizer_still_says_so(engine, db_url, monkey
         kinds = set(conn.execute(sa.select(F.c.kind).join(R, R.c.pk == F.c.rollout_pk)
                                  .where(R.c.run_id == "bare")).scalars())
     assert "mask_on_padding" in kinds  # decided from the output tokens alone, as at ingest
+
+
+def test_recheck_of_a_tokenizer_stored_before_its_source_was_kept(client, engine, db_url, monkeypatch):
+    """A tokenizer row from before migration 0015 has a vocabulary and a template but no encoder:
+    the checks that need only the vocabulary still decide; the template check says why not."""
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    res = CliRunner().invoke(app, ["ingest", "--run", "old", "--tokenizer", str(LLAMA), str(CASE38)])
+    assert res.exit_code == 0, res.output
+    with engine.begin() as conn:
+        conn.execute(models.Tokenizer.__table__.update().values(source=None))
+    res = CliRunner().invoke(app, ["recheck", "--run", "old"])
+    assert res.exit_code == 0, res.output
+    findings_, skipped = checks_of(client, "old", "c38-pad")
+    (pad,) = [f for f in findings_ if f["kind"] == "mask_on_padding"]
+    assert pad["detail"]["pad_token"] == "<|pad|>"  # a special token of the stored vocabulary
+    reasons = {s["kind"]: s["reason"] for s in skipped}
+    assert "token_out_of_vocab" not in reasons and "duplicate_bos" not in reasons
+    assert "stored before its encoder was kept" in reasons["template_mismatch"]
