@@ -79,8 +79,9 @@ def register_tokenizer(engine: Engine, path: Path, added: dict[int, str] | None 
     need beside them (its encoder and config: `app.store.tokenizers`), and return the key runs
     refer to.
 
-    The key is the sha256 of the stored vocabulary (and chat template, when there is one), not of
-    the file: the same file with other added tokens is another vocabulary. Raises ValueError
+    The key is the sha256 of what is stored (vocabulary, chat template when there is one, and the
+    checks' source), not of the file: the same file with other added tokens or another config is
+    another tokenizer, so the checks of a run see the one it was ingested with. Raises ValueError
     naming the file when it is neither a tokenizer.json nor a SentencePiece model.
     """
     from app.store.tokenizers import source_blob
@@ -91,9 +92,10 @@ def register_tokenizer(engine: Engine, path: Path, added: dict[int, str] | None 
     vocab = load(tokenizer_file(path), added or {})
     blob = to_blob(vocab)
     template = load_config(path).chat_template
-    key = hashlib.sha256(blob + (template or "").encode()).hexdigest()
+    source = source_blob(tokenizer_source(path, added))
+    key = hashlib.sha256(blob + (template or "").encode() + source).hexdigest()
     store_tokenizer(engine, sha256=key, name=vocab.name, kind=vocab.kind, n_vocab=len(vocab.pieces), blob=blob,
-                    chat_template=template, source=source_blob(tokenizer_source(path, added)))
+                    chat_template=template, source=source)
     return key
 
 
