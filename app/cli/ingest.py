@@ -85,11 +85,11 @@ def ingest(
         raise typer.BadParameter("give files or folders to ingest, or --retry-quarantined", param_hint="PATHS")
     key = check_context = None
     if tokenizer is not None:
-        from ingest.checks.context import load_context
+        from app.store.tokenizers import tokenizer_context
 
-        try:
+        try:  # the checks see the tokenizer as stored, as `recheck` will
             key = register_tokenizer(engine, tokenizer, parse_added(added_token))
-            check_context = load_context(tokenizer, parse_added(added_token))
+            check_context = tokenizer_context(engine, key)
         except ValueError as exc:
             console.print(Text.assemble(("error: ", "red"), str(exc)), soft_wrap=True)
             raise typer.Exit(2) from None

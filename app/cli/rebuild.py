@@ -13,30 +13,32 @@ from app.cli.common import console, open_engine, out, parse_added
 
 def recheck(
     run: Annotated[str, typer.Option(help="Run whose stored rollouts are checked again.")],
-    tokenizer: Annotated[Path | None, typer.Option(help="The run's tokenizer, as for `ingest` (the checks that need "
-                                                        "one are skipped without it).", exists=True)] = None,
+    tokenizer: Annotated[Path | None, typer.Option(help="A tokenizer to check with instead of the one stored with "
+                                                        "the run at ingest (the default).", exists=True)] = None,
     added_token: Annotated[list[str], typer.Option(
         "--added-token", help="Extra vocabulary entry ID=PIECE (repeatable).")] = [],  # noqa: B006
 ) -> None:
     """Run today's checks over a run's stored rollouts and replace their findings (rollouts
-    stored before a check existed get it without re-ingesting the files). Labels and notes are
-    kept. Exits 2 when the run has no rollouts."""
+    stored before a check existed get it without re-ingesting the files). The checks use the
+    tokenizer and chat template stored with the run (`app.store.tokenizers.run_context`), as
+    ingest did, unless --tokenizer names another. Labels and notes are kept. Exits 2 when the run
+    has no rollouts or a tokenizer cannot be read."""
     from app.config import get_settings
     from app.store.recheck import recheck_run
 
     if added_token and tokenizer is None:
         raise typer.BadParameter("--added-token extends a tokenizer: give --tokenizer too", param_hint="--added-token")
-    check_context = None
-    if tokenizer is not None:
-        from ingest.checks.context import load_context
-
-        try:
-            check_context = load_context(tokenizer, parse_added(added_token))
-        except ValueError as exc:
-            console.print(Text.assemble(("error: ", "red"), str(exc)), soft_wrap=True)
-            raise typer.Exit(2) from None
+    engine = open_engine()
+    check_context = None  # recheck_run takes the run's stored tokenizer
     try:
-        total = recheck_run(open_engine(), run, context=check_context, batch_size=get_settings().worker.batch_size)
+        if tokenizer is not None:
+            from ingest.checks.context import load_context
+
+            check_context = load_context(tokenizer, parse_added(added_token))
+        total = recheck_run(engine, run, context=check_context, batch_size=get_settings().worker.batch_size)
+    except ValueError as exc:
+        console.print(Text.assemble(("error: ", "red"), str(exc)), soft_wrap=True)
+        raise typer.Exit(2) from None
     except KeyError:
         console.print(Text.assemble(("error: ", "red"), f"run {run!r} has no stored rollouts"), soft_wrap=True)
         raise typer.Exit(2) from None

@@ -40,6 +40,8 @@ class Tokenizer(SQLModel, table=True):
     vocab: bytes = Field(sa_column=Column(BlobType, nullable=False))  # zlib(JSON list of [hex, special])
     # from tokenizer_config.json
     chat_template: str | None = Field(default=None, sa_column=Column(sa.Text, nullable=True))
+    # zlib(JSON of ingest.checks.context.tokenizer_source): encoder and config the checks use; None before 0015
+    source: bytes | None = _blob()
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
 
 

@@ -1,7 +1,8 @@
 """Run today's checks over rollouts already stored (`rollscope recheck`).
 
 Checks run at ingest, so a rollout stored before a check existed (or without the run's tokenizer)
-lacks its findings until it is re-ingested. Re-checking reads each stored rollout back
+lacks its findings until it is re-ingested. Re-checking uses the tokenizer stored with the run
+(app/store/tokenizers.py), so the tokenizer checks decide as at ingest. It reads each stored rollout back
 (app/store/load.py) and stores it again through the ordinary write path with `force`: its row,
 findings and flags are replaced in one batch transaction, its group's findings recomputed, and
 labels and notes, keyed by rollout id, are kept.
@@ -16,6 +17,7 @@ from sqlmodel import Session
 
 from app.db import models
 from app.store.load import load
+from app.store.tokenizers import run_context
 from app.store.write import BATCH, StoreResult, store
 from ingest.checks import CheckContext
 from ingest.schema import Rollout
@@ -40,11 +42,15 @@ def _read_back(engine: Engine, pks: list[int], page: int) -> Iterator[Rollout]:
 def recheck_run(engine: Engine, run_id: str, *, context: CheckContext | None = None, batch_size: int = BATCH,
                 on_item: Callable[[object], None] | None = None) -> StoreResult:
     """Re-run every check on the stored rollouts of `run_id` and replace their findings.
-    `context`: the run's tokenizer and chat template (None: the checks that need them store that
-    they could not decide). Returns the store's counts (every rollout counted as `replaced`).
-    Raises KeyError when the run has no rollouts."""
+    `context`: the tokenizer and chat template to check with; None: the ones stored with the run
+    (`app.store.tokenizers.run_context`, as ingest used them; a run stored without a tokenizer
+    gets "could not decide" from the checks that need one). Returns the store's counts (every
+    rollout counted as `replaced`). Raises KeyError when the run has no rollouts, ValueError when
+    its stored tokenizer cannot be read back."""
     pks = stored_pks(engine, run_id)
     if not pks:
         raise KeyError(run_id)
+    if context is None:
+        context = run_context(engine, run_id)
     return store(engine, _read_back(engine, pks, batch_size), context=context, batch_size=batch_size,
                  on_item=on_item, force=True)

@@ -122,12 +122,14 @@ def ensure_run(conn: sa.Connection, run_id: str, *, name: str | None = None, typ
 
 
 def store_tokenizer(engine: Engine, *, sha256: str, name: str, kind: str, n_vocab: int, blob: bytes,
-                    chat_template: str | None = None) -> None:
+                    chat_template: str | None = None, source: bytes | None = None) -> None:
+    """Store a tokenizer once under its key (`app.worker.sync.register_tokenizer`); `source`: what
+    the checks need beside the vocabulary (`app.store.tokenizers`)."""
     t = models.Tokenizer.__table__
     with engine.begin() as conn:
         if conn.execute(sa.select(t.c.sha256).where(t.c.sha256 == sha256)).first() is None:
             conn.execute(t.insert().values(sha256=sha256, name=name, kind=kind, n_vocab=n_vocab, vocab=blob,
-                                           chat_template=chat_template, created_at=models.utcnow()))
+                                           chat_template=chat_template, source=source, created_at=models.utcnow()))
 
 
 @dataclass(frozen=True)

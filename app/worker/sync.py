@@ -75,22 +75,27 @@ class IngestReport:
 
 def register_tokenizer(engine: Engine, path: Path, added: dict[int, str] | None = None) -> str:
     """Load a tokenizer (a tokenizer.json, a SentencePiece model, or a folder or
-    tokenizer_config.json beside one), store its vocabulary and chat template, and return the
-    key runs refer to.
+    tokenizer_config.json beside one), store its vocabulary, chat template and what the checks
+    need beside them (its encoder and config: `app.store.tokenizers`), and return the key runs
+    refer to.
 
-    The key is the sha256 of the stored vocabulary (and chat template, when there is one), not of
-    the file: the same file with other added tokens is another vocabulary. Raises ValueError
+    The key is the sha256 of what is stored (vocabulary, chat template when there is one, and the
+    checks' source), not of the file: the same file with other added tokens or another config is
+    another tokenizer, so the checks of a run see the one it was ingested with. Raises ValueError
     naming the file when it is neither a tokenizer.json nor a SentencePiece model.
     """
+    from app.store.tokenizers import source_blob
     from ingest.chat_template import load_config
+    from ingest.checks.context import tokenizer_source
     from ingest.tokenizer import load, to_blob, tokenizer_file
 
     vocab = load(tokenizer_file(path), added or {})
     blob = to_blob(vocab)
     template = load_config(path).chat_template
-    key = hashlib.sha256(blob + (template or "").encode()).hexdigest()
+    source = source_blob(tokenizer_source(path, added))
+    key = hashlib.sha256(blob + (template or "").encode() + source).hexdigest()
     store_tokenizer(engine, sha256=key, name=vocab.name, kind=vocab.kind, n_vocab=len(vocab.pieces), blob=blob,
-                    chat_template=template)
+                    chat_template=template, source=source)
     return key
 
 
@@ -107,8 +112,9 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
     is rejected the same way; a readable file no reader recognises (a sidecar such as Tunix's
     `*.meta.json`) and any other file is skipped and reported. A failure
     inside one file (a reader bug, a database refusal) is reported for that file and the next
-    file is still read. `check_context` (the run's tokenizer and chat template,
-    `ingest.checks.context.load_context`) is what the template checks re-render with.
+    file is still read. `check_context` (the run's tokenizer and chat template) is what the checks
+    that need a tokenizer use; by default the one stored under `tokenizer_key`
+    (`app.store.tokenizers.tokenizer_context`, what `rollscope recheck` uses too).
 
     A record without an id gets one from its file's path relative to the folder given
     (`ReadContext.source_key`); a file given by name is known by its name, unless `roots` names
@@ -125,6 +131,10 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
     (`ingest.files.RenderingWatch`); their rows say so. A record a later file takes over counts on
     that file's row (`_credit`).
     """
+    if check_context is None and tokenizer_key:
+        from app.store.tokenizers import tokenizer_context
+
+        check_context = tokenizer_context(engine, tokenizer_key)  # as `rollscope recheck` will see it
     report = IngestReport()
     watch = RenderingWatch()
     owner: dict = {}  # identity → (FileReport, count it is in, findings) of the file whose record is stored

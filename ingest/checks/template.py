@@ -340,7 +340,8 @@ def template_mismatch(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
         raise Skip("no chat template stored for this run (give --tokenizer a folder or a tokenizer_config.json "
                    "with chat_template)")
     if ctx.tokenizer is None:
-        raise Skip("no tokenizer.json to tokenize the rendered template")
+        raise Skip("no tokenizer.json to tokenize the rendered template (a SentencePiece model, or a tokenizer "
+                   "stored before its encoder was kept: ingest again with --tokenizer)")
     reqs = [q for q in requests(r) if q.prompt_head(1)]  # a prompt is built only for a request rendered
     if not reqs:
         raise Skip("no prompt token ids recorded")

@@ -22,12 +22,13 @@ from ingest.schema import Rollout
 @check("token_out_of_vocab", "error", label="token out of vocabulary")
 def token_out_of_vocab(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """A token id at or beyond the run's tokenizer size (`CheckContext.vocab_size`: the
-    tokenizer's ids with its added tokens): no tokenizer can decode it, so the model sampled (or
-    a writer put) an id outside the vocabulary. One finding per node: its positions, the ids, the
-    vocabulary size, and whether the node was sampled. Negative ids are `placeholder_token_id`'s."""
+    tokenizer's ids with its added tokens, a tokenizer.json's or a SentencePiece model's): no
+    tokenizer can decode it, so the model sampled (or a writer put) an id outside the vocabulary.
+    One finding per node: its positions, the ids, the vocabulary size, and whether the node was
+    sampled. Negative ids are `placeholder_token_id`'s."""
     size = ctx.vocab_size()
     if size is None:
-        raise Skip("no tokenizer.json stored for this run to tell its vocabulary size")
+        raise Skip("no tokenizer stored for this run to tell its vocabulary size")
     if not any(n.token_ids for n in r.nodes):
         raise Skip("no token ids recorded")
     for i, node in enumerate(r.nodes):

@@ -185,7 +185,7 @@ def test_token_out_of_vocab_is_silent_inside_the_vocabulary_and_skips_without_a_
     r = native({"role": "user", "ids": [BOS, 2, 301, 3]}, {"role": "assistant", "ids": [302, 395, -1, -100]})
     assert fired(r, "token_out_of_vocab", ctx) == ([], [])  # 395 is the last id; negatives are placeholders
     found, (skip,) = fired(r, "token_out_of_vocab")
-    assert found == [] and "no tokenizer.json" in skip.message
+    assert found == [] and "no tokenizer stored" in skip.message
 
 
 def test_an_added_token_beyond_the_vocabulary_is_in_it():
@@ -251,3 +251,58 @@ def test_the_new_kinds_have_a_filter_and_a_series_per_step(client, engine, tmp_p
     assert bos["node"] == 1 and bos["detail"]["requests"] == [1] and bos["detail"]["bos_node"] == 0
     table = {c["kind"]: c for c in run["checks"]}
     assert table["duplicate_bos"]["checked"] == 2 and table["duplicate_bos"]["rollouts"] == 1
+
+
+# --- a SentencePiece model (the Tunix setup: the Mistral v1 model and three added tokens) ---------
+
+SPM = data_path("tokenizers", "mistral-v1-tokenizer.model")
+SPM_ADDED = {32000: "<pad>", 32001: "<start_of_turn>", 32002: "<end_of_turn>"}
+
+
+@pytest.fixture(scope="module")
+def spm() -> CheckContext:
+    return load_context(SPM, SPM_ADDED)
+
+
+def test_a_sentencepiece_tokenizer_gives_the_vocabulary_size_and_its_bos(spm):
+    assert spm.vocab_size() == 32003 and spm.bos() == ("<s>", 1)
+    assert load_context(SPM).vocab_size() == 32000  # the model's own pieces, without the added tokens
+    r = native({"role": "user", "ids": [1, 733, 16289, 28793]}, {"role": "assistant", "ids": [22557, 32002, 32003]})
+    (f,), _ = fired(r, "token_out_of_vocab", spm)
+    assert f.node_idx == 1 and f.detail["ids"] == [32003] and f.detail["vocab_size"] == 32003
+    assert f.detail["positions"] == [2]
+    ok = native({"role": "user", "ids": [1, 733, 28793]}, {"role": "assistant", "ids": [22557, 32000, 32002]})
+    assert fired(ok, "token_out_of_vocab", spm) == ([], [])  # the added tokens are in the vocabulary
+
+
+def test_duplicate_bos_with_a_sentencepiece_tokenizer(spm):
+    (f,), _ = fired(native({"role": "user", "ids": [1, 1, 733, 28793]}, {"role": "assistant", "ids": [22557, 2]}),
+                    "duplicate_bos", spm)
+    assert f.detail["bos_id"] == 1 and f.detail["bos_token"] == "<s>" and f.detail["leading_bos"] == 2
+    assert fired(native({"role": "user", "ids": [1, 733, 28793]}, {"role": "assistant", "ids": [22557, 2]}),
+                 "duplicate_bos", spm) == ([], [])
+
+
+def test_a_sentencepiece_run_is_checked_at_ingest_and_at_recheck(client, engine, db_url, monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from app.cli import app
+
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    rs = [native({"role": "user", "ids": [1, 1, 733, 28793]}, {"role": "assistant", "ids": [22557, 32003]},
+                 rid="both"),
+          native({"role": "user", "ids": [1, 733, 28793]}, {"role": "assistant", "ids": [22557, 32002]}, rid="clean")]
+    added = [a for i, t in SPM_ADDED.items() for a in ("--added-token", f"{i}={t}")]
+    res = CliRunner().invoke(app, ["ingest", "--run", "r", "--tokenizer", str(SPM), *added,
+                                   str(write_jsonl(tmp_path / "in.jsonl", rs))])
+    assert res.exit_code == 0, res.output
+    for step in ("ingest", "recheck"):
+        if step == "recheck":
+            res = CliRunner().invoke(app, ["recheck", "--run", "r"])
+            assert res.exit_code == 0, res.output
+        both = client.get("/runs/r/rollouts/both.json").json()
+        assert {f["kind"] for f in both["findings"]} >= {"token_out_of_vocab", "duplicate_bos"}, step
+        clean = client.get("/runs/r/rollouts/clean.json").json()
+        assert not {f["kind"] for f in clean["findings"]} & {"token_out_of_vocab", "duplicate_bos"}, step
+        skipped = {s["kind"] for s in both["checks_skipped"] + clean["checks_skipped"]}
+        assert not skipped & {"token_out_of_vocab", "duplicate_bos"}, (step, both["checks_skipped"])

@@ -51,3 +51,67 @@ def test_recheck_of_unknown_run_exits_2(engine, db_url, monkeypatch):
     monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
     res = CliRunner().invoke(app, ["recheck", "--run", "nope"])
     assert res.exit_code == 2 and "has no stored rollouts" in res.output
+
+
+CASE38 = FIXTURES / "cases" / "38-pad-tokens-trained-without-eos.jsonl"
+LLAMA = FIXTURES / "cases" / "tok-llama3ish"  # <|pad|> 5, a Llama-3-like chat template
+TOKENIZER_CHECKS = ("token_out_of_vocab", "duplicate_bos", "template_mismatch", "mask_on_padding",
+                    "stop_reason_mismatch")
+
+
+def checks_of(client, run: str, rid: str) -> tuple[list[dict], list[dict]]:
+    d = client.get(f"/runs/{run}/rollouts/{rid}.json").json()
+    return d["findings"], d["checks_skipped"]
+
+
+def test_recheck_without_tokenizer_uses_the_one_stored_with_the_run(client, engine, db_url, monkeypatch):
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    res = CliRunner().invoke(app, ["ingest", "--run", "c38", "--tokenizer", str(LLAMA), str(CASE38)])
+    assert res.exit_code == 0, res.output
+    at_ingest = {rid: checks_of(client, "c38", rid) for rid in ("c38-pad", "c38-eos")}
+    (pad,) = [f for f in at_ingest["c38-pad"][0] if f["kind"] == "mask_on_padding"]
+    assert pad["detail"]["pad_token"] == "<|pad|>" and pad["detail"]["why"][0] == "pad"
+
+    res = CliRunner().invoke(app, ["recheck", "--run", "c38"])
+    assert res.exit_code == 0, res.output
+    after = {rid: checks_of(client, "c38", rid) for rid in ("c38-pad", "c38-eos")}
+    assert after == at_ingest  # the same findings and the same skips as at ingest
+    (pad,) = [f for f in after["c38-pad"][0] if f["kind"] == "mask_on_padding"]
+    assert pad["detail"]["pad_token"] == "<|pad|>" and pad["detail"]["pad_id"] == 5
+    assert "<|pad|>" in pad["message"]
+    for findings_, skipped in after.values():
+        reasons = [s["reason"] for s in skipped if s["kind"] in TOKENIZER_CHECKS]
+        assert not [r for r in reasons if "no tokenizer" in r or "no chat template" in r], reasons
+    page = client.get("/runs/c38.json").json()  # the run page's table of which checks could not decide
+    reasons = [s["reason"] for c in page["checks"] if c["kind"] in TOKENIZER_CHECKS for s in c["skip_reasons"]]
+    assert not [r for r in reasons if "no tokenizer" in r or "no chat template" in r], reasons
+    assert page["chat_template"] is True
+
+
+def test_recheck_of_a_run_without_tokenizer_still_says_so(engine, db_url, monkeypatch):
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    ingest(engine, CASE38, run="bare")
+    res = CliRunner().invoke(app, ["recheck", "--run", "bare"])
+    assert res.exit_code == 0, res.output
+    with engine.connect() as conn:
+        kinds = set(conn.execute(sa.select(F.c.kind).join(R, R.c.pk == F.c.rollout_pk)
+                                 .where(R.c.run_id == "bare")).scalars())
+    assert "mask_on_padding" in kinds  # decided from the output tokens alone, as at ingest
+
+
+def test_recheck_of_a_tokenizer_stored_before_its_source_was_kept(client, engine, db_url, monkeypatch):
+    """A tokenizer row from before migration 0015 has a vocabulary and a template but no encoder:
+    the checks that need only the vocabulary still decide; the template check says why not."""
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    res = CliRunner().invoke(app, ["ingest", "--run", "old", "--tokenizer", str(LLAMA), str(CASE38)])
+    assert res.exit_code == 0, res.output
+    with engine.begin() as conn:
+        conn.execute(models.Tokenizer.__table__.update().values(source=None))
+    res = CliRunner().invoke(app, ["recheck", "--run", "old"])
+    assert res.exit_code == 0, res.output
+    findings_, skipped = checks_of(client, "old", "c38-pad")
+    (pad,) = [f for f in findings_ if f["kind"] == "mask_on_padding"]
+    assert pad["detail"]["pad_token"] == "<|pad|>"  # a special token of the stored vocabulary
+    reasons = {s["kind"]: s["reason"] for s in skipped}
+    assert "token_out_of_vocab" not in reasons and "duplicate_bos" not in reasons
+    assert "stored before its encoder was kept" in reasons["template_mismatch"]
