@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Status = Literal["complete", "open", "negative"]
+Status = Literal["complete", "open", "negative"]  # and "no_start": `end_without_start`
 
 
 def _num(x: Any) -> float | None:
@@ -54,6 +54,16 @@ def model_call_span(time: Any) -> CallSpan | None:
     if isinstance(time, dict):
         return span(time.get("start"), time.get("end"))
     return span(getattr(time, "start", None), getattr(time, "end", None))
+
+
+def end_without_start(time: Any) -> float | None:
+    """The end of a recorded time (`{start, end}` dict or a `Span`) that has an end and no numeric
+    start, else None. Nothing places such a call on a timeline (`span` is None), yet its timing is
+    incomplete, not absent: `timing_incomplete` reports it (status "no_start")."""
+    if time is None:
+        return None
+    get = time.get if isinstance(time, dict) else lambda k: getattr(time, k, None)
+    return _num(get("end")) if _num(get("start")) is None else None
 
 
 def tool_call_span(call_ts: Any, result_ts: Any, result_timing: Any) -> CallSpan | None:

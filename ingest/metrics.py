@@ -37,16 +37,23 @@ from typing import Any
 
 from ingest.call_timing import coverage, model_call_span
 from ingest.graph import branches, pair, pairing_fields, superseded_results
-from ingest.schema import Message, Rollout
+from ingest.schema import TRAINER_LOGPROB_KEYS, Message, Rollout
 
 RATIO_LOW, RATIO_HIGH = 0.8, 1.25
-TRAINER_LOGPROB_KEYS = ("trainer_logprobs", "old_logprobs")
 
-
-def _num(x: Any) -> float | None:
+def finite_number(x: Any) -> float | None:
+    """`x` as a finite float, or None for anything else: a non-number, a boolean, NaN, ±inf, or
+    an integer too large for a float (10**400 is valid JSON; never an OverflowError)."""
     if isinstance(x, bool) or not isinstance(x, int | float):
         return None
-    return float(x) if math.isfinite(x) else None
+    try:
+        f = float(x)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
+_num = finite_number
 
 
 def _dig(d: Any, *keys: str) -> Any:
@@ -134,12 +141,16 @@ def tool_failure(extra: dict, text: str) -> str | None:
 
 def mismatch(r: Rollout) -> dict:
     """Training–inference logprob mismatch over sampled tokens where both logprobs are recorded:
-    `{"tokens", "abs_sum", "abs_max", "out_of_range"}` (zeros and None max when none)."""
+    `{"tokens", "abs_sum", "abs_max", "out_of_range"}` (zeros and None max when none). A node whose
+    trainer or behaviour logprobs did not have one entry per token (`array_len_mismatch`) is left
+    out: its pairs are not known to belong to the same token (a short array shifts every later
+    position, rllm-org/rllm#898), so an overlap would be a figure about nothing."""
     n, total, worst, outside = 0, [], None, 0
     for node in r.nodes:
-        trainer = next((node.extra.get(k) for k in TRAINER_LOGPROB_KEYS if isinstance(node.extra.get(k), list)), None)
-        if trainer is None:
+        key = next((k for k in TRAINER_LOGPROB_KEYS if isinstance(node.extra.get(k), list)), None)
+        if key is None or key in (lengths := node.extra.get("source_lengths") or {}) or "logprobs" in lengths:
             continue
+        trainer = node.extra[key]
         for i, (b, t) in enumerate(zip(node.logprobs, trainer)):
             if node.mask and (i >= len(node.mask) or not node.mask[i]):
                 continue

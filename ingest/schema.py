@@ -161,6 +161,28 @@ def media_label(part: dict) -> str:
     return " · ".join(bits)
 
 
+def unread_times(data: Any, keys: tuple[str, ...]) -> Any:
+    """A model's input with each time in `keys` that is not a number (a boolean, a string: `true`
+    is not a start of 1 s) set to None, the value kept verbatim in `extra.unread_times[key]`. The
+    rollout is kept; the time reads as not recorded (`timing_incomplete` reports a call left with
+    only one end)."""
+    if not isinstance(data, dict):
+        return data
+    bad = {k: data[k] for k in keys
+           if data.get(k) is not None and (isinstance(data[k], bool) or not isinstance(data[k], int | float))}
+    if not bad:
+        return data
+    extra = dict(data.get("extra") or {}) if isinstance(data.get("extra"), dict | None) else {}
+    extra["unread_times"] = {**(extra.get("unread_times") or {}), **bad}
+    return {**data, **dict.fromkeys(bad), "extra": extra}
+
+
+# The trainer's own recomputed logprobs of a node's tokens, in `node.extra` (prime-rl's token export
+# `trainer_logprobs`, verl's `old_log_probs`): per-token arrays under the lockstep rule, compared with
+# the behaviour logprobs by ingest/metrics.py `mismatch` and the `logprob_shift` check.
+TRAINER_LOGPROB_KEYS = ("trainer_logprobs", "old_logprobs")
+
+
 class Node(Model):
     """One message in the message graph, with its own tokens (a delta: the concatenation of
     `token_ids` along a root-to-leaf path is exactly the sequence the model saw).
@@ -193,6 +215,11 @@ class Node(Model):
             return
         self.extra["placeholder_token_ids"] = [[i, t] for i, t in enumerate(self.token_ids) if t < -1]
 
+    @model_validator(mode="before")
+    @classmethod
+    def _timestamp_a_number(cls, data: Any) -> Any:
+        return unread_times(data, ("timestamp",))  # `true` is no time (tool call spans read it)
+
     @model_validator(mode="after")
     def _lockstep(self) -> "Node":
         """Fit non-empty per-token arrays to `token_ids`; record the source length when they
@@ -206,16 +233,27 @@ class Node(Model):
             raise ValueError(f"token_ids[{bad}] = {self.token_ids[bad]}: token ids are int32")
         for name, fill in (("mask", False), ("is_content", False), ("logprobs", None),
                            ("advantages", None), ("reference_logprobs", None)):
-            values = getattr(self, name)
-            if not values or len(values) == n:
-                continue
-            self.extra.setdefault("source_lengths", {})[name] = len(values)
-            if len(values) < n:
-                setattr(self, name, list(values) + [fill] * (n - len(values)))
-            else:
-                self.extra.setdefault("overflow", {})[name] = list(values[n:])
-                setattr(self, name, list(values[:n]))
+            fitted = self._fit(name, getattr(self, name), fill, n)
+            if fitted is not None:
+                setattr(self, name, fitted)
+        for key in TRAINER_LOGPROB_KEYS:  # per-token too, kept in `extra` as the source wrote them
+            values = self.extra.get(key)
+            fitted = self._fit(key, values, None, n) if isinstance(values, list) else None
+            if fitted is not None:
+                self.extra[key] = fitted
         return self
+
+    def _fit(self, name: str, values: list | None, fill, n: int) -> list | None:
+        """`values` fitted to `n` tokens (padded with `fill` or cut, the cut tail kept in
+        `extra.overflow[name]`, the source length in `extra.source_lengths[name]`), or None when
+        it already fits or is empty ("not given"). One rule for every per-token array."""
+        if not values or len(values) == n:
+            return None
+        self.extra.setdefault("source_lengths", {})[name] = len(values)
+        if len(values) < n:
+            return list(values) + [fill] * (n - len(values))
+        self.extra.setdefault("overflow", {})[name] = list(values[n:])
+        return list(values[:n])
 
 
 class Usage(Model):
@@ -229,8 +267,15 @@ class Usage(Model):
 
 
 class Span(Model):
+    """A call's time: `start` and `end` in seconds (epoch or the source's clock); numbers only."""
+
     start: float | None = None
     end: float | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_only(cls, data: Any) -> Any:
+        return unread_times(data, ("start", "end"))
 
 
 class Error(Model):

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 import sqlalchemy as sa
 
 from app.db import models
-from app.store.prepare import _json_safe
+from app.store.prepare import finding_detail
 from ingest.advantages import one_member_group
 from ingest.checks import Group, GroupMember, Sibling, link_siblings, prompt_key, prompt_text, run_group_checks
 from ingest.schema import Message
@@ -207,7 +207,7 @@ def recheck_groups(conn: sa.Connection, keys: Iterable[tuple[str, str]]) -> int:
             continue
         results = run_group_checks(group)
         rows += [dict(rollout_pk=None, run_id=run_id, group_id=group_id, kind=f.kind, severity=f.severity,
-                      node_idx=None, position=None, message=f.message, detail=_json_safe(f.detail))
+                      node_idx=None, position=None, message=f.message, detail=finding_detail(f.detail))
                  for f in results.all]
         total += len(results.findings)
     if rows:

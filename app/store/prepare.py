@@ -91,7 +91,7 @@ def prepare(r: Rollout, context: CheckContext | None = None) -> Prepared:
         run={"id": r.run.id, "name": r.run.name, "type": r.run.type},
         summary=_summary(r, flags, chash), envelope=_json_text(r.to_json(exclude=_NODES)),
         nodes=_node_rows(r),
-        findings=[(f.kind, f.severity, f.node_idx, f.position, f.message, _json_text(orjson.dumps(f.detail)))
+        findings=[(f.kind, f.severity, f.node_idx, f.position, f.message, _json_text(dumps(finding_detail(f.detail))))
                   for f in findings],
         n_findings=len(checked.findings),
         search=search_texts(r),
@@ -160,6 +160,27 @@ def _json_safe(value):
     if b"\\u0000" not in raw:  # orjson escapes NUL; no escape, no NUL (the usual case)
         return loads(raw)
     return _no_nul(loads(raw))
+
+
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+def finding_detail(detail: dict) -> dict:
+    """A finding's `detail` (or a skipped outcome's) as it is stored: JSON-safe (`_json_safe`:
+    NaN/±inf → null, no NUL) with every integer beyond int64 kept as its decimal string
+    (`sampling.max_tokens` = 10**30 as a `cap`). A check's evidence never makes a rollout
+    impossible to store (issue 20, section 3: a check never rejects a rollout)."""
+    return _json_safe(_big_ints_as_text(detail))
+
+
+def _big_ints_as_text(value):
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if INT64_MIN <= value <= INT64_MAX else str(value)
+    if isinstance(value, list | tuple):
+        return [_big_ints_as_text(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _big_ints_as_text(v) for k, v in value.items()}
+    return value
 
 
 def _no_nul(value):

@@ -10,7 +10,7 @@ import numpy as np
 
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, Skip, check, memo, plural
-from ingest.schema import Rollout
+from ingest.schema import TRAINER_LOGPROB_KEYS, Rollout
 
 REPLACEMENT_HEX = "efbfbd"
 FLOAT32_MAX = 3.4028234663852886e38  # logprobs are stored as float32
@@ -20,8 +20,9 @@ LOGPROB_EPS = 1e-6  # rounding can leave a certain token's logprob a hair above 
 @check("array_len_mismatch", "error", label="array length mismatch")
 def array_len_mismatch(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """A per-token array (`detail.array`: logprobs, mask, is_content, advantages,
-    reference_logprobs) did not have one entry per token in the source; it was padded with
-    missing values or cut, and the source length is recorded.
+    reference_logprobs, and the trainer's trainer_logprobs / old_logprobs kept in `extra`) did not
+    have one entry per token in the source; it was padded with missing values or cut, and the
+    source length is recorded (one rule for all: ingest/schema.py `Node._lockstep`).
 
     A short logprob array shifts every later position: the trainer pairs each token with the
     next token's logprob (rllm-org/rllm#898)."""
@@ -80,15 +81,39 @@ def suspected_logprob_padding(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
 @check("invalid_logprob", "error", label="invalid logprob")
 def invalid_logprob(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """A logprob above 0 (a probability above 1), NaN, ±inf, or beyond the float32 range the
-    store keeps: a writer bug. The values are kept and their positions listed."""
+    store keeps: a writer bug. The values are kept and their positions listed. Both per-token
+    logprob arrays are checked: the behaviour logprobs (`detail.array` "logprobs") and the
+    trainer's (`extra.trainer_logprobs` / `extra.old_logprobs`), where a non-number (a string, a
+    boolean) or an integer too large for a float (10**400) is invalid too."""
     for i, node in enumerate(r.nodes):
-        if _all_within(r, i, -FLOAT32_MAX, LOGPROB_EPS):
-            continue
-        bad = [k for k, lp in enumerate(node.logprobs)
-               if lp is not None and not (-FLOAT32_MAX <= lp <= LOGPROB_EPS)]
-        if bad:
-            yield Hit(f"node {i}: {plural(len(bad), 'logprob')} outside (-inf, 0]", i, bad[0],
-                      {"positions": bad[:50], "values": [str(node.logprobs[k]) for k in bad[:5]]})
+        if not _all_within(r, i, -FLOAT32_MAX, LOGPROB_EPS):
+            bad = [k for k, lp in enumerate(node.logprobs)
+                   if lp is not None and not (-FLOAT32_MAX <= lp <= LOGPROB_EPS)]
+            if bad:
+                yield _invalid(i, "logprobs", node.logprobs, bad)
+        for key in TRAINER_LOGPROB_KEYS:
+            values = node.extra.get(key)
+            if isinstance(values, list) and values:
+                bad = [k for k, v in enumerate(values) if v is not None and not _valid_logprob(v)]
+                if bad:
+                    yield _invalid(i, key, values, bad)
+
+
+def _valid_logprob(v) -> bool:
+    """A number (not a boolean) within [-FLOAT32_MAX, LOGPROB_EPS]; exact for integers of any size."""
+    return not isinstance(v, bool) and isinstance(v, int | float) and -FLOAT32_MAX <= v <= LOGPROB_EPS
+
+
+def _invalid(i: int, key: str, values: list, bad: list[int]) -> Hit:
+    word = "logprob" if key == "logprobs" else f"{key} value"
+    return Hit(f"node {i}: {plural(len(bad), word)} outside (-inf, 0]", i, bad[0],
+               {"array": key, "positions": bad[:50], "values": [_shown(values[k]) for k in bad[:5]]})
+
+
+def _shown(v) -> str:
+    """A bad value as text for `detail.values`: its repr, cut to 40 characters (10**400 has 401 digits)."""
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 @check("bytes_lost_upstream", "warning", label="bytes lost upstream")

@@ -163,7 +163,8 @@ def mask_on_padding(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
         if after_eos:
             said.append(f"{plural(len(after_eos), 'token')} after the EOS at {first_eos}")
         if beyond:
-            said.append(f"{len(on)} trained tokens where the call generated {n_gen}")
+            said.append(f"{len(on)} trained tokens where the call reports {n_gen} output tokens" if n_gen else
+                        f"{len(on)} trained tokens where the call reports no output tokens (usage.output_tokens 0)")
         yield Hit(f"node {i}: loss mask 1 on {plural(len(positions), 'token')} the policy did not generate: "
                   + "; ".join(said), i, positions[0],
                   {"positions": positions[:POSITIONS_CAP], "count": len(positions), "why": why, "pad_id": pad_id,

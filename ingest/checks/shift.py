@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, Skip, check
-from ingest.metrics import TRAINER_LOGPROB_KEYS
+from ingest.metrics import TRAINER_LOGPROB_KEYS, finite_number
 from ingest.schema import Rollout
 
 OFFSETS = (1, -1, 2, -2)  # tried in this order: the smallest shift wins a tie
@@ -30,10 +30,7 @@ MIN_RATIO = 4.0  # mean |Δ| in place must be at least this many times the mean 
 MIN_AGREE = 0.75  # share of shifted pairs within TOLERANCE
 
 
-def _num(v) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return None
-    return float(v) if math.isfinite(v) else None
+_num = finite_number  # never an OverflowError on 10**400
 
 
 def agreement(second: list, behaviour: list, offset: int) -> tuple[int, float, float] | None:
@@ -70,14 +67,21 @@ def logprob_shift(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     `second[i]` matches `logprobs[i + offset]`. Fires when both alignments have >= MIN_PAIRS (4)
     pairs, the mean |Δ| in place is >= MIN_IN_PLACE (0.1 nats) and >= MIN_RATIO (4) times the
     shifted one, and >= MIN_AGREE (75%) of the shifted pairs agree within TOLERANCE (0.05 nats).
-    `detail` names the array, the offset and the agreement both ways."""
+    `detail` names the array, the offset and the agreement both ways. Skips, saying why, when no
+    trainer array has MIN_PAIRS finite values beside finite behaviour logprobs (NaN, ±inf,
+    strings: `invalid_logprob` reports them), rather than passing it silently."""
     found = list(second_arrays(r))
     if not found:
         raise Skip("no trainer logprobs (extra.trainer_logprobs / extra.old_logprobs) on a sampled node")
+    decided, short = False, []
     for i, key, second in found:
         behaviour = r.nodes[i].logprobs
         here = agreement(second, behaviour, 0)
-        if here is None or here[0] < MIN_PAIRS or here[1] < MIN_IN_PLACE:
+        if here is None or here[0] < MIN_PAIRS:
+            short.append(f"node {i}: {key} has {here[0] if here else 0} finite value(s) beside behaviour logprobs")
+            continue
+        decided = True
+        if here[1] < MIN_IN_PLACE:
             continue
         best = None
         for off in OFFSETS:
@@ -97,3 +101,6 @@ def logprob_shift(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
         yield Hit(f"node {i}: {key} are offset by {off:+d} position{'s' if abs(off) > 1 else ''}: "
                   f"{key}[i] matches logprobs[i{off:+d}] (mean |Δ| {shifted[1]:.3f} shifted, "
                   f"{here[1]:.3f} in place)", i, None, detail)
+    if not decided:
+        raise Skip(f"too few finite trainer logprobs to compare (fewer than {MIN_PAIRS} pairs): "
+                   + "; ".join(short[:3]))

@@ -380,7 +380,16 @@ def template_mismatch(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
                   "rendered_text": ctx.decode(rendered[lo:k + WINDOW]),
                   "recorded_text": ctx.decode(q.prompt[lo:k + WINDOW])}
         found += 1
-        yield Hit(f"node {q.node}: the messages render to {detail['expected']} but the prompt recorded "
-                  f"{detail['found']} at token {k}", q.node, None, detail)
+        yield Hit(f"node {q.node}: {_divergence(detail['expected'], detail['found'], k)}", q.node, None, detail)
         if found >= MAX_FINDINGS:
             return
+
+
+def _divergence(expected: int | None, found: int | None, k: int) -> str:
+    """Where the rendering and the recorded prompt part, said of the side that goes on: never
+    "recorded None" (a shorter recorded prompt ends; a longer one goes on past the rendering)."""
+    if found is None:
+        return f"the messages render to {expected} at token {k} but the recorded prompt ends at token {k}"
+    if expected is None:
+        return f"the rendering ends at token {k} but the recorded prompt goes on with {found}"
+    return f"the messages render to {expected} but the prompt recorded {found} at token {k}"

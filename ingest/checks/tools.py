@@ -104,7 +104,9 @@ def unpaired_tool_result(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
             if i not in seen:
                 seen.add(i)
                 m = r.nodes[i].message
-                yield Hit(f"node {i}: tool result {m.tool_call_id or m.name or ''!r} answers no waiting call", i, None,
+                said = (f"tool result {m.tool_call_id!r}" if m.tool_call_id else
+                        f"a tool result of {m.name!r} with no call id" if m.name else "a tool result with no call id")
+                yield Hit(f"node {i}: {said} answers no waiting call", i, None,
                           {"id": m.tool_call_id, "name": m.name})
 
 

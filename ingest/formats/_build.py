@@ -346,7 +346,8 @@ class RolloutBuilder:
             parent = idx
             if prompt_len is not None or turn.finish_reason is not None or turn.usage is not None:
                 self.call(idx, turn.finish_reason, turn.usage or Usage(input_tokens=prompt_len,
-                                                                       output_tokens=len(turn.completion_ids or [])),
+                                                                       output_tokens=len(turn.completion_ids)
+                                                                       if turn.completion_ids is not None else None),
                           sampling=turn.sampling)
         self._last = parent
         self._prev_turn = turn

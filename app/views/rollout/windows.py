@@ -10,6 +10,8 @@ from app.db.tokenarrays import unpack_bits, unpack_floats, unpack_ids
 from app.queries import nodes as q_nodes
 from app.views import tokens as tokenview
 from app.views.rollout.findings import flagged_tokens, not_generated, suspected_padding
+from ingest.checks.arrays import FLOAT32_MAX
+from ingest.metrics import finite_number
 
 Pieces = tokenview.Pieces
 
@@ -75,8 +77,7 @@ def _token_chips(node, pieces: Pieces, start: int, end: int, t0: int, *, ids=Non
     drift = extra.get("token_drift") or {}
     drift_at = drift.get("index") if isinstance(drift, dict) and isinstance(drift.get("index"), int) else None
     trainer = extra.get("trainer_logprobs")
-    trainer = np.asarray([np.nan if v is None else v for v in trainer], dtype="<f4") \
-        if isinstance(trainer, list) and all(v is None or isinstance(v, int | float) for v in trainer) else None
+    trainer = _trainer_values(trainer) if isinstance(trainer, list) else None
     chips = tokenview.token_views(
         ids=ids, mask=mask, logprobs=unpack_floats(node.logprobs), advantages=unpack_floats(node.advantages),
         trainer_logprobs=trainer, pieces=piece_list, node_sampled=bool(node.sampled), start=start, end=end,
@@ -93,3 +94,14 @@ def _token_chips(node, pieces: Pieces, start: int, end: int, t0: int, *, ids=Non
         c["anchor"] = f"t-{c['t']}" if c["i"] in anchors else None  # the chip's own id: a finding links here
     return chips
 
+
+def _trainer_values(values: list) -> np.ndarray:
+    """The trainer logprobs as float32, NaN ("not comparable") for anything that is not a finite
+    number within float32: None, a string, a boolean, NaN, ±inf, 10**400 (`invalid_logprob`
+    reports those; the page shows the token without a Δ)."""
+    out = np.full(len(values), np.nan, dtype="<f4")
+    for i, v in enumerate(values):
+        f = finite_number(v)
+        if f is not None and abs(f) <= FLOAT32_MAX:
+            out[i] = f
+    return out
