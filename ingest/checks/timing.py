@@ -27,7 +27,8 @@ def timing_incomplete(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     (UKGovernmentBEIS/inspect_ai#4226: a model event never completed), or an end recorded with no
     start (incomplete too: status "no_start"). Skipped when no call has timing. `detail`: `call`
     ("model" | "tool"), the model call's `index` or the tool call's `id` and `name`, `start`, `end`
-    (None when not recorded), `duration`, `status` ("open" | "negative" | "no_start"); `position` is the tool call's index in its message."""
+    (None when not recorded), `duration`, `status` ("open" | "negative" | "no_start");
+    `position` is the tool call's index in its message."""
     timed = False
     for k, c in enumerate(r.calls):
         s = model_call_span(c.time)
