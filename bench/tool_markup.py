@@ -75,7 +75,8 @@ def main() -> None:
     start = time.perf_counter()
     normalise(r)
     run_rollout_checks(r)
-    print(f"one rollout with a 1 MB looping answer, normalise + all rollout checks: {time.perf_counter() - start:.3f} s")
+    took = time.perf_counter() - start
+    print(f"one rollout with a 1 MB looping answer, normalise + all rollout checks: {took:.3f} s")
 
 
 if __name__ == "__main__":
