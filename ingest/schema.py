@@ -24,7 +24,7 @@ from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from ingest.fields import INT32_MAX
 
@@ -120,9 +120,6 @@ class Message(Model):
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
     name: str | None = None
-    # (text, markups) of ingest/tool_markup.py `message_markups`: the text is scanned once per message
-    # (the check and the ending's evidence both ask). Not a field: never stored or serialised.
-    _markup_memo: tuple[str, tuple] | None = PrivateAttr(default=None)
 
     def text(self) -> str:
         """The message body as plain text: see `content_text`. Its length is the stored

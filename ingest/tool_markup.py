@@ -23,13 +23,14 @@ unclosed fence runs to the end).
 Linear in the text: openings are found with `str.find`; each is parsed only up to the next opening
 (so the parsed bodies never overlap), the closing tag is looked up once per stretch, and the
 patterns applied to a body are anchored or bounded (no `.*?` across the text). A message's markup is
-scanned once (`message_markups` keeps it on the message), however many callers ask.
+scanned once (`message_markups` keeps the result beside the message), however many callers ask.
 """
 from __future__ import annotations
 
 import heapq
 import json
 import re
+import weakref
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -46,6 +47,7 @@ _MISTRAL_NAME = re.compile(r"([A-Za-z_][\w.-]{0,199})\[ARGS\]")
 _FENCE = re.compile(r"^[ ]{0,3}(`{3,}|~{3,})([^\n]*)$", re.M)
 _DECODER = json.JSONDecoder()
 _SPACE = re.compile(r"[ \t\r\n]*")
+_MEMO: dict[int, tuple[weakref.ref, str, tuple[Markup, ...]]] = {}  # id(message) → (message, text, markups)
 
 
 @dataclass(frozen=True)
@@ -99,17 +101,21 @@ def find_all(text: Any, *, body: Callable[[str, int, int], str] | None = None) -
 
 def message_markups(message) -> tuple[Markup, ...]:
     """`find_all` of a message's text (`ingest.schema.Message.text()`), scanned once per message:
-    the result is kept on the message (`_markup_memo`, with the text it was found in, so an edited
-    message is scanned again), so the check and the ending's evidence share one scan."""
+    the result is kept for as long as the message lives (`_MEMO`, by the message's identity, with
+    the text it was found in, so an edited message is scanned again), so the check and the ending's
+    evidence share one scan. Kept beside the message, not on it: a message compares and
+    serialises as before."""
     text = message.text()
-    memo = getattr(message, "_markup_memo", None)
-    if memo is not None and (memo[0] is text or memo[0] == text):
-        return memo[1]
+    memo = _MEMO.get(id(message))
+    if memo is not None and memo[0]() is message and (memo[1] is text or memo[1] == text):
+        return memo[2]
     found = find_all(text)
+    key = id(message)
     try:
-        message._markup_memo = (text, found)
-    except (AttributeError, ValueError, TypeError):  # an object that keeps no private state
-        pass
+        ref = weakref.ref(message, lambda _, key=key: _MEMO.pop(key, None))
+    except TypeError:  # an object that cannot be referred to weakly: not kept
+        return found
+    _MEMO[key] = (ref, text, found)
     return found
 
 

@@ -93,6 +93,8 @@ def test_the_check_and_the_ending_share_one_scan_per_message(monkeypatch):
     [f] = unparsed(r)
     assert r.ending.evidence.last_answer_unparsed_tool_call == "Hermes" and f.detail["final_answer"] is True
     assert len(calls) == 1  # normalise (the ending's evidence) scanned it; the check reused the scan
+    fresh = Rollout.model_validate_json(r.to_json())  # the kept scan is not part of the message
+    assert fresh.nodes[1].message == r.nodes[1].message and fresh.to_json() == r.to_json()
     r.nodes[1].message.content = "Sunny."  # an edited message is scanned again, not answered from memory
     assert unparsed(r) == [] and len(calls) == 2
 
