@@ -121,9 +121,9 @@ def generated_tokens(rollout: Rollout) -> int:
 def fill_evidence(rollout: Rollout) -> None:
     """Fill `ending.evidence` from the trace itself where the reader left it empty:
     last finish reason, output tokens sampled (mask = 1), turns (assistant messages), and the
-    dialect and tool of tool-call markup left unparsed in the last assistant message
-    (`last_answer_unparsed_tool_call`: the final answer was a call; the `unparsed_tool_call`
-    check, ingest/tool_markup.py)."""
+    dialect and tool of tool-call markup left unparsed in the last assistant message when it has no
+    structured call (`last_answer_unparsed_tool_call`: the final answer was a call; the
+    `unparsed_tool_call` check, ingest/tool_markup.py, whose one scan of the message it shares)."""
     ev = rollout.ending.evidence
     if ev.last_finish_reason is None:
         last = next((c for c in reversed(rollout.calls) if c.error is None and c.finish_reason), None)
@@ -135,7 +135,7 @@ def fill_evidence(rollout: Rollout) -> None:
         ev.output_tokens = generated_tokens(rollout)
     if ev.last_answer_unparsed_tool_call is None and uses_structured_calls(rollout):
         last = next((n for n in reversed(rollout.nodes) if n.message.role == "assistant"), None)
-        found = unparsed_call(last.message) if last is not None else None
+        found = unparsed_call(last.message) if last is not None and not last.message.tool_calls else None
         if found is not None:
             ev.last_answer_unparsed_tool_call, ev.last_answer_unparsed_tool = found.dialect, found.tool
 

@@ -187,24 +187,30 @@ def malformed_tool_arguments(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
 
 @check("unparsed_tool_call", "error", label="tool call left as text")
 def unparsed_tool_call(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
-    """An assistant message with no structured tool call whose text holds tool-call markup (Hermes
-    `<tool_call>{...}</tool_call>`, Qwen3-Coder `<tool_call><function=...>`, Llama 3
-    `<|python_tag|>`, Mistral `[TOOL_CALLS]`): the server's tool parser failed and the call stayed in
-    the content (vllm-project/vllm#18791, #26345), so the harness took a tool call for a final
-    answer. Names the dialect and the tool (the shared detector, ingest/tool_markup.py). Only where
-    the rollout uses structured tool calls (it declares `tools`, or another turn carries a structured
-    call): a harness whose protocol is the text itself (Atropos environments, which parse
-    `<tool_call>` from the reply; mini-swe-agent and old SWE-agent, whose calls a reader parsed from
-    the text, `extra.parsed_from_text`) is not one. Stored before issue 20 as
+    """Tool-call markup (Hermes `<tool_call>{...}</tool_call>`, Qwen3-Coder `<tool_call><function=...>`,
+    Llama 3 `<|python_tag|>`, Mistral `[TOOL_CALLS]`) left in an assistant message's text: the
+    server's tool parser failed and the call stayed in the content (vllm-project/vllm#18791), so the
+    harness took a tool call for a final answer; or it parsed one call and left the next as text
+    (vllm-project/vllm#26345), flagged when the text holds a complete call beyond the message's
+    structured calls (a text repeating the structured calls' markup, as Tunix's content does, is
+    not). Markup inside an inline reasoning block (`<think>...</think>`) or fenced code is not a
+    failed parse. Names the dialect and the tool (the shared detector, ingest/tool_markup.py). Only
+    where the rollout uses structured tool calls (it declares `tools`, or another turn carries a
+    structured call): a harness whose protocol is the text itself (Atropos environments, which
+    parse `<tool_call>` from the reply; mini-swe-agent and old SWE-agent, whose calls a reader
+    parsed from the text, `extra.parsed_from_text`) is not one. Stored before issue 20 as
     `tool_call_markup_unparsed`."""
     if not uses_structured_calls(r):
         return
     last = next((i for i in range(len(r.nodes) - 1, -1, -1) if r.nodes[i].message.role == "assistant"), None)
     for i, node in enumerate(r.nodes):
         found = unparsed_call(node.message)
-        if found is not None:
-            tool = found.tool
-            yield Hit(f"node {i}: a {found.dialect} tool call{f' to {tool}' if tool else ''} left in the "
-                      "message text, with no structured tool call (the server's tool parser failed)", i, None,
-                      {"dialect": found.dialect, "convention": found.dialect, "tool": tool, "at": found.at,
-                       "final_answer": i == last})
+        if found is None:
+            continue
+        tool, parsed = found.tool, len(node.message.tool_calls or ())
+        where = (f"beside {parsed} structured call{'s' if parsed > 1 else ''} (the server's tool parser stopped "
+                 "early)" if parsed else "with no structured tool call (the server's tool parser failed)")
+        yield Hit(f"node {i}: a {found.dialect} tool call{f' to {tool}' if tool else ''} left in the "
+                  f"message text, {where}", i, None,
+                  {"dialect": found.dialect, "convention": found.dialect, "tool": tool, "at": found.at,
+                   "structured_calls": parsed, "final_answer": i == last and not parsed})

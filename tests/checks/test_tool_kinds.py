@@ -89,10 +89,11 @@ def test_a_text_protocol_harness_is_not_flagged():
 
 def test_one_detector_the_text_reader_and_the_check_share():
     """The Hermes blocks a text-protocol reader parses (`tool_calls_from_text`) are what the check
-    detects; no other module of ingest/ compiles a tool-call markup pattern."""
+    detects; no other module of ingest/ compiles a tool-call markup pattern or names an opening."""
     [call] = tool_calls_from_text(DIALECTS[0][1], ["c9"])
     assert (call.id, call.name, json.loads(call.arguments)) == ("c9", "get_weather", {"city": "Oslo"})
-    pattern = re.compile(r"re\.compile\(r?[\"'][^\"']*(<tool_call>|python_tag|TOOL_CALLS)")
+    pattern = re.compile(r"re\.compile\(r?[\"'][^\"']*(<tool_call>|python_tag|TOOL_CALLS)"
+                         r"|[\"'](<tool_call>|<\|python_tag\|>|\[TOOL_CALLS\])[\"']")
     holders = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "ingest").rglob("*.py") if pattern.search(p.read_text()))
     assert holders == ["ingest/tool_markup.py"]
 
