@@ -296,7 +296,7 @@ SIBLINGS_SHOWN = 20  # sibling group ids kept in a split_group finding's detail
 @check("split_group", "warning", scope="group", label="split group")
 def split_group(g: Group, ctx: CheckContext) -> Iterator[Hit]:
     """A one-member group (`ingest.advantages.one_member_group`) whose prompt (`prompt_key`: the
-    first user message's hash, else the task key) is shared at its step by another one-member
+    hash of the messages before its first assistant turn, else the task key) is shared at its step by another one-member
     group: the samples of one prompt were split into groups of one under different group ids
     (rllm-org/rllm#776), so none of them has a baseline and all get advantage 0. `detail`:
     `step`, `prompt_key`, `task_key` (the group's own, None when not recorded), `siblings` (the other one-member
