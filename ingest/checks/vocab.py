@@ -28,7 +28,7 @@ def token_out_of_vocab(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     sampled. Negative ids are `placeholder_token_id`'s."""
     size = ctx.vocab_size()
     if size is None:
-        raise Skip("no tokenizer stored for this run to tell its vocabulary size")
+        raise Skip("the vocabulary size is unknown: the run has no tokenizer (ingest with --tokenizer)")
     if not any(n.token_ids for n in r.nodes):
         raise Skip("no token ids recorded")
     for i, node in enumerate(r.nodes):

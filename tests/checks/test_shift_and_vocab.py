@@ -185,7 +185,7 @@ def test_token_out_of_vocab_is_silent_inside_the_vocabulary_and_skips_without_a_
     r = native({"role": "user", "ids": [BOS, 2, 301, 3]}, {"role": "assistant", "ids": [302, 395, -1, -100]})
     assert fired(r, "token_out_of_vocab", ctx) == ([], [])  # 395 is the last id; negatives are placeholders
     found, (skip,) = fired(r, "token_out_of_vocab")
-    assert found == [] and "no tokenizer stored" in skip.message
+    assert found == [] and "the run has no tokenizer" in skip.message
 
 
 def test_an_added_token_beyond_the_vocabulary_is_in_it():
