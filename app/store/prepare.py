@@ -30,7 +30,7 @@ from ingest.errors import RecordError
 from ingest.graph import branches
 from ingest.jsonio import dumps, loads  # dumps/loads keep integers past 64 bits
 from ingest.metrics import rollout_metrics
-from ingest.schema import Rollout
+from ingest.schema import TRAINER_LOGPROB_KEYS, Rollout
 
 Identity = tuple[str, str, int]  # (run id, rollout id, attempt)
 
@@ -255,6 +255,23 @@ def _node_rows(r: Rollout) -> list[tuple]:
             pack_floats(n.advantages), pack_floats(n.reference_logprobs),
             _json_text(dumps(n.loss_weights)) if n.loss_weights is not None else None,
             n.policy_version, _finite(n.reward), _finite(n.mc_return),
-            _json_text(dumps(n.extra)) if n.extra else None,
+            _json_text(dumps(_second_logprobs_kept(n.extra))) if n.extra else None,
         ))
     return rows
+
+
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _second_logprobs_kept(extra: dict) -> dict:
+    """A node's `extra` as stored, its trainer logprob arrays (`TRAINER_LOGPROB_KEYS`) with NaN
+    and ±inf written as the strings "NaN", "Infinity", "-Infinity": strict JSON would make them
+    null, and a recheck would then no longer see the values `invalid_logprob` reported at ingest."""
+    if not any(k in extra for k in TRAINER_LOGPROB_KEYS):
+        return extra
+    out = dict(extra)
+    for k in TRAINER_LOGPROB_KEYS:
+        values = out.get(k)
+        if isinstance(values, list):
+            out[k] = [_NON_FINITE[repr(v)] if isinstance(v, float) and not math.isfinite(v) else v for v in values]
+    return out

@@ -65,7 +65,7 @@ class CheckContext:
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def decode(self, ids: list[int]) -> str:
-        ok = [i for i in ids if i >= 0]
+        ok = [i for i in ids if 0 <= i <= 0x7FFFFFFF]  # an id beyond int32 names no token (and overflows C)
         if self.tokenizer is not None:
             return self.tokenizer.decode(ok, skip_special_tokens=False)
         if self.vocab is not None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from fractions import Fraction
 
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, Skip, check, memo
@@ -127,8 +128,14 @@ def _token_text(ctx: CheckContext, tid: int | None) -> str | None:
 
 def length_contradicted(e: CallEvidence) -> bool:
     """`length` far below the cap while the last token is a stop or special token."""
-    return bool(e.length and e.cap and e.output_tokens is not None and e.output_tokens <= FAR_BELOW_SHARE * e.cap
+    return bool(e.length and e.cap and e.output_tokens is not None and far_below(e.output_tokens, e.cap)
                 and e.stop_last)
+
+
+def far_below(output_tokens: int, cap: int) -> bool:
+    """`output_tokens` at most FAR_BELOW_SHARE of `cap`, exactly for any integer (a cap of 10**400
+    would overflow a float)."""
+    return output_tokens <= Fraction(str(FAR_BELOW_SHARE)) * cap
 
 
 def _mismatches(r: Rollout, ctx: CheckContext) -> list[tuple[CallEvidence, str]]:
@@ -171,7 +178,7 @@ def stop_reason_mismatch(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     hits = [(e, rule) for e, rule in _mismatches(r, ctx)
             if not (rule == "stop_at_cap" and e.call == last_k and _corrected_on_cap(r))]
     undecided = [e for e in evidence if e.length and e.cap and e.output_tokens is not None
-                 and e.output_tokens <= FAR_BELOW_SHARE * e.cap and e.stop_last is None]
+                 and far_below(e.output_tokens, e.cap) and e.stop_last is None]
     if not hits and undecided:
         raise Skip(f"call {undecided[0].call} stopped for length below its cap, but its last token cannot be "
                    "read (no token ids, or the run has no tokenizer to name it)")

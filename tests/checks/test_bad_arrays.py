@@ -121,3 +121,30 @@ def test_finding_detail_is_made_storable():
                            "x": [float("nan"), float("inf"), {"n": 10 ** 400}]}) == \
         {"cap": str(2 ** 63), "low": str(-(2 ** 63) - 1), "ok": 2 ** 63 - 1, "flag": True,
          "x": [None, None, {"n": str(10 ** 400)}]}
+
+
+def test_a_recheck_keeps_the_invalid_trainer_logprobs_ingest_reported(client, engine, tmp_path):
+    from app.store.recheck import recheck_run
+
+    bad = [-0.5] * N
+    bad[3], bad[4], bad[6] = float("nan"), float("-inf"), float("inf")
+    assert ingest(engine, write_raw(tmp_path / "t.jsonl", [long_rollout("nan", bad)])).ok
+    (before,) = findings(client, "nan", "invalid_logprob")
+    recheck_run(engine, "r1")
+    (after,) = findings(client, "nan", "invalid_logprob")  # strict JSON would have stored them as null
+    assert before["detail"]["positions"] == after["detail"]["positions"] == [3, 4, 6]
+
+
+def test_huge_numbers_in_a_cap_or_a_prompt_are_decided_not_an_internal_error(tmp_path):
+    from ingest.checks.registry import INTERNAL_ERROR
+
+    ctx = load_context(TOK)
+    huge_cap = native("cap", [377, 348, END], calls=[call("length", 3, 10 ** 400)], run="r1")
+    res = run_rollout_checks(huge_cap, ctx)
+    assert not [s.message for s in res.skipped if s.message.startswith(INTERNAL_ERROR)]
+    assert "stop_reason_mismatch" in [f.kind for f in res.findings]  # 3 of 10**400, EOS last
+    odd = rollout("prompt")
+    odd.nodes[1].extra["prompt_ids"] = [10 ** 40, 377]
+    odd.nodes[1].token_ids, odd.nodes[1].mask, odd.nodes[1].logprobs = [377], [True], [-0.1]
+    res = run_rollout_checks(odd, ctx)
+    assert not [s.message for s in res.skipped if s.message.startswith(INTERNAL_ERROR)]
