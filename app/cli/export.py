@@ -30,7 +30,8 @@ def export(
     JSONL, ATIF v1.7 JSONL, flat training-sample JSONL, Parquet, OTLP/JSON lines of OTel GenAI
     spans (`invoke_agent` → `chat` and `execute_tool`, RL fields as `rollscope.*` attributes)
     ready for an OTLP/HTTP endpoint, or NeMo Gym rollout JSONL (docs/formats.md, "Export").
-    Samples and Parquet need token arrays: a run with none exits 1 and writes nothing."""
+    Samples and Parquet need token arrays: a run with none exits 1 and writes nothing. An unknown
+    run exits 1 naming it and writes no file (the API answers 404)."""
     from app.queries.rollout_list import RolloutFilters
     from app.store.load import iter_rollouts
     from ingest.export import Counted, NoSamples, write
@@ -40,8 +41,13 @@ def export(
         raise typer.BadParameter(f"{format!r}: formats are {', '.join(WRITERS)}", param_hint="--format")
     filters = RolloutFilters(step=step, ending=ending, group=group, task=task, reward_min=reward_min,
                              reward_max=reward_max, flag=flag)
+    engine = open_engine()
+    if not _run_exists(engine, run):
+        console.print(Text.assemble(("error: ", "red"), f"no run {run!r} in this database; nothing written"),
+                      soft_wrap=True)
+        raise typer.Exit(1)
     try:
-        rollouts = Counted(iter_rollouts(open_engine(), run, filters))
+        rollouts = Counted(iter_rollouts(engine, run, filters))
         n = write(rollouts, format, out)
     except OSError as exc:
         console.print(Text.assemble(("error: ", "red"), f"cannot write {out}: {exc.strerror or exc}"), soft_wrap=True)
@@ -56,3 +62,12 @@ def export(
                                   if n < rollouts.n else "")))
     else:
         out_console.print(Text(f"wrote {n} rollouts to {out}"))
+
+
+def _run_exists(engine, run_id: str) -> bool:
+    from sqlmodel import Session
+
+    from app.queries.runs import get_run
+
+    with Session(engine) as session:
+        return get_run(session=session, run_id=run_id) is not None

@@ -44,3 +44,14 @@ def test_export_otlp_and_ingest_again(tmp_path):
     again = tmp_path / "again.jsonl"
     assert rs("export", "--run", "agents", "--format", "otlp", "--out", str(again), db=db2).returncode == 0
     assert again.read_text() == out.read_text()  # the same rollouts, span for span
+
+
+def test_export_of_an_unknown_run_exits_1_naming_it_and_writes_nothing(tmp_path):
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    assert rs("ingest", str(REAL / "tau-bench"), "--run", "tau", db=db).returncode == 0
+    out = tmp_path / "nope.jsonl"
+    r = rs("export", "--run", "nope", "--out", str(out), db=db)
+    assert r.returncode == 1 and "no run 'nope'" in r.stdout + r.stderr
+    assert not out.exists()  # the API answers 404; the CLI leaves no empty file
+    r = rs("export", "--run", "tau", "--out", str(out), db=db)
+    assert r.returncode == 0 and len(out.read_text().splitlines()) == 3
