@@ -58,32 +58,39 @@ def load_group(conn: sa.Connection, run_id: str, group_id: str) -> Group:
     return load_groups(conn, [(run_id, group_id)])[(run_id, group_id)]
 
 
-def load_groups(conn: sa.Connection, keys: list[tuple[str, str]], *,
-                prompts: bool = True) -> dict[tuple[str, str], Group]:
-    """Several groups in one query (see `load_group`); with `prompts`, each group's prompt key
-    too (one more query, `fill_prompt_keys`)."""
+def load_groups(conn: sa.Connection, keys: list[tuple[str, str]]) -> dict[tuple[str, str], Group]:
+    """Several groups in one query (see `load_group`), each with its prompt key (one more query)."""
+    groups, firsts = _members(conn, keys)
+    fill_prompt_keys(conn, groups.values(), firsts)
+    return groups
+
+
+def _members(conn: sa.Connection, keys: list[tuple[str, str]]) -> tuple[dict[tuple[str, str], Group],
+                                                                          dict[tuple[str, str], int]]:
+    """The groups of `keys` with their members (one query), and each group's first member's
+    rollout pk (whose prompt is the group's)."""
     rows = conn.execute(
         sa.select(*_MEMBER_COLUMNS)
         .where(sa.tuple_(R.c.run_id, R.c.group_id).in_(keys), R.c.attempt == _latest_attempt())
         .order_by(R.c.run_id, R.c.group_id, sa.func.coalesce(R.c.group_index, 1 << 30), R.c.pk)).all()
     groups = {key: Group(key[0], key[1], []) for key in keys}
+    firsts: dict[tuple[str, str], int] = {}
     for r in rows:
         group = groups[(r.run_id, r.group_id)]
         if not group.members:
             group.step, group.task_key = r.step, r.task_key
-            group._first_pk = r.pk  # whose prompt is the group's (fill_prompt_keys)
+            firsts[(r.run_id, r.group_id)] = r.pk
         group.members.append(_member(r))
         group.estimator = group.estimator or r.advantage_estimator  # the first member that declares one
-    if prompts:
-        fill_prompt_keys(conn, groups.values())
-    return groups
+    return groups, firsts
 
 
-def fill_prompt_keys(conn: sa.Connection, groups: Iterable[Group]) -> None:
-    """Set each group's `prompt_key` from its first member's prompt (one query for all)."""
-    firsts = {g._first_pk: g for g in groups if g.members and hasattr(g, "_first_pk")}
-    texts = _prompt_texts(conn, list(firsts))
-    for pk, group in firsts.items():
+def fill_prompt_keys(conn: sa.Connection, groups: Iterable[Group], firsts: dict[tuple[str, str], int]) -> None:
+    """Set each group's `prompt_key` from its first member's prompt (`firsts`: group key → that
+    member's rollout pk), one query for all."""
+    by_pk = {firsts[(g.run_id, g.group_id)]: g for g in groups if (g.run_id, g.group_id) in firsts}
+    texts = _prompt_texts(conn, list(by_pk))
+    for pk, group in by_pk.items():
         group.prompt_key = prompt_key(group.task_key, texts.get(pk))
 
 
@@ -159,9 +166,9 @@ def _with_prompts(conn: sa.Connection, keys: list[tuple[str, str]]) -> tuple[dic
     """The groups of `keys` and the one-member groups of their steps; prompt keys are read only
     for the groups of steps that have one-member groups (only there can `split_group` fire), so
     a batch of full groups costs two queries."""
-    groups = load_groups(conn, keys, prompts=False)
+    groups, firsts = _members(conn, keys)
     by_step = step_groups(conn, _steps(groups))
-    fill_prompt_keys(conn, [g for g in groups.values() if (g.run_id, g.step) in by_step])
+    fill_prompt_keys(conn, [g for g in groups.values() if (g.run_id, g.step) in by_step], firsts)
     return groups, by_step
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.checks import EMPTY, REGISTRY, Group, GroupMember, run_group_checks, run_rollout_checks
+from ingest.checks import EMPTY, REGISTRY, groups_from_rollouts, run_group_checks, run_rollout_checks
 from ingest.checks.context import load_context
 from ingest.checks.registry import INTERNAL_ERROR, check
 from tests.conftest import FIXTURES
@@ -27,18 +27,17 @@ def every_fixture_rollout():
 
 @pytest.mark.parametrize("ctx", CONTEXTS, ids=str)
 def test_every_check_decides_on_every_fixture_and_case_without_an_internal_error(ctx):
-    seen, kinds = 0, set()
+    seen, kinds, read = 0, set(), {}
     for path, r in every_fixture_rollout():
         res = run_rollout_checks(r, CONTEXTS[ctx])
         crashed = [(s.kind, s.message) for s in res.skipped if s.message.startswith(INTERNAL_ERROR)]
         assert not crashed, (path.name, r.id, crashed)
         kinds |= set(res.kinds())
-        if r.group is not None:
-            g = Group(r.run.id, r.group.id, [GroupMember(r.id, r.attempt, r.group.index, r.group.size,
-                                                         r.total_reward(), r.reward_status(), r.ending.type.value)])
-            gres = run_group_checks(g, CONTEXTS[ctx])
-            assert not [s for s in gres.skipped if s.message.startswith(INTERNAL_ERROR)], (path.name, r.id)
+        read[(path.parent, r.run.id, r.id, r.attempt)] = r
         seen += 1
+    for (run, gid), g in groups_from_rollouts(read.values()).items():  # the groups as the store builds them
+        gres = run_group_checks(g, CONTEXTS[ctx])
+        assert not [s for s in gres.skipped if s.message.startswith(INTERNAL_ERROR)], (run, gid)
     assert seen > 100 and kinds  # the fixtures were read, and some checks fired on them
 
 
