@@ -11,8 +11,10 @@ import sqlalchemy as sa
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
+from starlette.routing import Match, Mount
 
 from app import errors
+from app.api.v1 import openapi
 from app.api.v1 import router as api_v1
 from app.api.v1.ingest import Gate
 from app.asgi import HttpMiddleware, Observed
@@ -68,6 +70,54 @@ class RoutingPath:
         await self.app(scope, receive, send)
 
 
+def allowed_methods(app, scope) -> list[str]:
+    """Every method some route of `app` answers at `scope`'s path (the routing path): those for
+    which a route matches fully (FastAPI nests included routers, so each method is tried rather
+    than each route's list read), HEAD wherever GET is (HeadAsGet), GET and HEAD on a static mount."""
+    methods = set()
+    for method in METHOD_ORDER:
+        probe = dict(scope, method=method)
+        for route in app.router.routes:
+            if isinstance(route, Mount):
+                if isinstance(route.app, StaticFiles) and method in ("GET", "HEAD") and \
+                        route.matches(probe)[0] != Match.NONE:
+                    methods.add(method)
+            elif route.matches(probe)[0] == Match.FULL:
+                methods.add(method)
+                break
+    if "GET" in methods:
+        methods.add("HEAD")
+    return [m for m in METHOD_ORDER if m in methods]
+
+
+METHOD_ORDER = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")  # OPTIONS and TRACE: no route has them
+
+
+class AllowEveryMethod:
+    """ASGI middleware: a 405 carries every method the path supports in `Allow` (RFC 9110
+    §15.5.6), not only the method of the first route whose path matched (Starlette's answer when
+    GET and DELETE of one path are two routes). Inside RoutingPath, so it matches routes on the
+    same path they were routed on."""
+
+    def __init__(self, app, *, routes_of):
+        self.app, self.routes_of = app, routes_of
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        routed = dict(scope)  # as routed: the router and mounts update `scope` in place on the way in
+
+        async def send_allow(message):
+            if message["type"] == "http.response.start" and message["status"] == 405:
+                allow = ", ".join(allowed_methods(self.routes_of(), routed)).encode("latin-1")
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"allow"]
+                message = {**message, "headers": [*headers, (b"allow", allow)]}
+            await send(message)
+
+        await self.app(scope, receive, send_allow)
+
+
 class HeadAsGet:
     """ASGI middleware: answer HEAD wherever GET answers, with GET's status and headers
     (Content-Length included) and no body. The app sees a GET; only the body is dropped on the
@@ -121,6 +171,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         return templates.TemplateResponse(request, "api_docs.html", {"openapi_url": app.openapi_url})
 
+    openapi.install(app, locked=settings.require_read_token)
+    app.add_middleware(AllowEveryMethod, routes_of=lambda: app)
     app.add_middleware(ReadTokenGate, engine=engine, required=settings.require_read_token)
     app.add_middleware(RoutingPath)  # inside security_headers, so its 400s get the headers too
 

@@ -18,7 +18,7 @@ from app.errors import ApiError
 from app.queries import findings as q_findings
 from app.queries import rollout_list
 from app.queries.rollout_list import RolloutFilters
-from app.queries.steps import StepRange
+from app.queries.steps import STEP_RANGE, StepRange
 from ingest import checks
 from ingest.fields import INT32_MAX, INT32_MIN
 from ingest.stats import ENDINGS
@@ -47,13 +47,17 @@ def step_range(text: str | None) -> StepRange:
         raise ApiError(422, str(exc), field="steps") from None
 
 
+# What the document declares of `steps`: the syntax StepRange.parse takes, or blank (no filter).
+STEP_RANGE_OR_BLANK = f"^$|{STEP_RANGE.pattern}"
 _MATCH = "exact; a value ending in `*` matches by prefix (`task=gsm8k/*`)"
 
 
 def rollout_filters(
     step: Annotated[OptCount, Query(description="one training step")] = None,
-    steps: Annotated[OptStr, Query(description="a step range `A-B` (inclusive; `A-`, `-B`, `A`)")] = None,
-    ending: Annotated[OptStr, Query(description="an ending (`submitted`, `error`, ...)")] = None,
+    steps: Annotated[OptStr, Query(description="a step range `A-B` (inclusive; `A-`, `-B`, `A`; A ≤ B, else 422)",
+                                   json_schema_extra={"pattern": STEP_RANGE_OR_BLANK})] = None,
+    ending: Annotated[OptStr, Query(description="an ending (`submitted`, `error`, ...)",
+                                    json_schema_extra={"enum": ["", *ENDINGS]})] = None,
     group: Annotated[OptStr, Query(description=f"a group id: {_MATCH}")] = None,
     task: Annotated[OptStr, Query(description=f"a task key: {_MATCH}")] = None,
     agent: Annotated[OptStr, Query(description="an agent name; `(none)`: rollouts without one")] = None,

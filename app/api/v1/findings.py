@@ -42,9 +42,10 @@ class FindingItem(PageModel):
 
 
 @router.get("/runs/{run}/findings", response_model=Page[FindingItem])
-def list_findings(request: Request, session: SessionDep, run: Annotated[str, Path()],
+def list_findings(request: Request, session: SessionDep, run: Annotated[str, Path(description="run id (`/` encoded as `%2F`)")],
                   kind: Annotated[str | None, Query(description="a finding kind")] = None,
-                  severity: Annotated[str | None, Query(description="info, warning or error")] = None,
+                  severity: Annotated[str | None, Query(description="info, warning or error",
+                                                        json_schema_extra={"enum": SEVERITIES})] = None,
                   after: OptCount = None, limit: Annotated[int | None, Query(ge=1, le=1000)] = None):
     """A run's findings in the order they were stored, `limit` at a time after `after`."""
     run_id = unquote(run)

@@ -35,7 +35,7 @@ from ingest.errors import RecordError
 from ingest.fields import INT32_MAX
 from ingest.files import read_records
 from ingest.formats.base import ReadContext
-from ingest.formats.registry import detect, explain, get
+from ingest.formats.registry import detect, explain, get, names
 
 # The error bodies it can answer, described in the OpenAPI document like the rest of /api/v1.
 from ingest.source import Source
@@ -73,7 +73,8 @@ async def ingest(
     request: Request,
     token: WriteToken,
     run: Annotated[str | None, Query(max_length=300, description="run id applied to every record")] = None,
-    format: Annotated[str | None, Query(max_length=50, description="reader name; detected if absent")] = None,
+    format: Annotated[str | None, Query(max_length=50, description="reader name; detected if absent",
+                                        json_schema_extra={"enum": names()})] = None,
     step: Annotated[int | None, Query(ge=0, le=INT32_MAX, description="step for records that carry none")] = None,
 ) -> dict:
     """Ingest NDJSON records (any supported format, gzip allowed); one result per line.

@@ -25,6 +25,10 @@ router = APIRouter(tags=["labels and notes"])
 RunId = Annotated[str, Path(description="run id (`/` encoded as `%2F`)")]
 RolloutId = Annotated[str, Path(description="rollout id (`/` encoded as `%2F`)")]
 LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,99}$")
+# The label as the document declares it (checked by `_label` on the decoded segment: `/` is sent as %2F)
+Label = Annotated[str, Path(description="1-100 characters: letters, digits and `_ . : / -`, starting with a "
+                                        "letter or digit (`/` encoded as `%2F`)",
+                            json_schema_extra={"pattern": LABEL.pattern, "minLength": 1, "maxLength": 100})]
 
 
 class NoteBody(BaseModel):
@@ -72,7 +76,7 @@ def get_labels(session: SessionDep, run: RunId, rollout: RolloutId):
 
 
 @router.put("/runs/{run}/rollouts/{rollout}/labels/{label}", status_code=204, response_class=Response)
-def put_label(session: SessionDep, token: WriteToken, run: RunId, rollout: RolloutId, label: Annotated[str, Path()]):
+def put_label(session: SessionDep, token: WriteToken, run: RunId, rollout: RolloutId, label: Label):
     """Label the rollout (idempotent). Needs a `write` token."""
     run_id, rollout_id = _rollout(session, run, rollout)
     q_annotations.add_label(session=session, run_id=run_id, rollout_id=rollout_id, label=_label(label),
@@ -82,7 +86,7 @@ def put_label(session: SessionDep, token: WriteToken, run: RunId, rollout: Rollo
 
 
 @router.delete("/runs/{run}/rollouts/{rollout}/labels/{label}", status_code=204, response_class=Response)
-def delete_label(session: SessionDep, token: WriteToken, run: RunId, rollout: RolloutId, label: Annotated[str, Path()]):
+def delete_label(session: SessionDep, token: WriteToken, run: RunId, rollout: RolloutId, label: Label):
     """Remove this token's label from the rollout. 404 if it has none."""
     run_id, rollout_id = _rollout(session, run, rollout)
     if not q_annotations.remove_label(session=session, run_id=run_id, rollout_id=rollout_id, label=_label(label),

@@ -5,7 +5,7 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel, Field
 
-from app.errors import ErrorBody
+from app.errors import ErrorBody  # noqa: F401 (the error body, re-exported for the routes' `responses=`)
 
 T = TypeVar("T")
 
@@ -23,8 +23,3 @@ class Items(BaseModel, Generic[T]):
     """A whole list (no paging)."""
 
     items: list[T]
-
-
-ERRORS = {status: {"model": ErrorBody, "description": description} for status, description in {
-    400: "a NUL character in the URL", 401: "no token, or an unknown or revoked one", 403: "the token lacks the scope",
-    404: "no such resource", 422: "a parameter is invalid or unknown"}.items()}
