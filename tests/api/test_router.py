@@ -1,6 +1,7 @@
 """Where the API's routes live: every `/api/v1` route is served by a module of app/api/v1/ (none
 by the pages, ops or receivers' routers) and declares the bearer token (the read check is on the
-router, app/api/v1/__init__.py)."""
+router, app/api/v1/__init__.py): required by a write, optional on an open read (what the
+document says of each: tests/api/test_http_semantics.py)."""
 from __future__ import annotations
 
 
@@ -14,4 +15,4 @@ def test_every_api_route_lives_in_api_v1_and_declares_the_token(client):
     ops = [(m, p, op) for p, o in spec["paths"].items() if p.startswith("/api/v1") for m, op in o.items()]
     assert len(ops) > 20
     for method, path, op in ops:
-        assert op.get("security") == [{"HTTPBearer": []}], (method, path)
+        assert {"HTTPBearer": []} in op.get("security", []), (method, path)

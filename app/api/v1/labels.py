@@ -9,9 +9,10 @@ from typing import Annotated
 from urllib.parse import unquote
 
 import sqlalchemy as sa
-from fastapi import APIRouter, Body, Path, Response
+from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, Field
 
+from app.api.v1.media import body_openapi, json_body
 from app.api.v1.schemas import Items
 from app.deps import SessionDep, WriteToken, token_label
 from app.errors import ApiError
@@ -33,6 +34,11 @@ Label = Annotated[str, Path(description="1-100 characters: letters, digits and `
 
 class NoteBody(BaseModel):
     text: str = Field(min_length=1, max_length=100_000, description="the note, plain text")
+
+
+# A note's body as JSON: 415 in another media type, 413 past what 100,000 characters can weigh
+# (each spelt `\uXXXX`, 6 bytes), 422 naming the field (app.api.v1.media).
+NoteJson = json_body(NoteBody, limit=100_000 * 6 + 1024)
 
 
 def _rollout(session, run: str, rollout: str) -> tuple[str, str]:
@@ -105,9 +111,10 @@ def get_rollout_notes(session: SessionDep, run: RunId, rollout: RolloutId):
                                                                                  rollout_id=rollout_id)])
 
 
-@router.put("/runs/{run}/rollouts/{rollout}/notes", status_code=204, response_class=Response)
+@router.put("/runs/{run}/rollouts/{rollout}/notes", status_code=204, response_class=Response,
+            openapi_extra=body_openapi(NoteBody))
 def put_rollout_note(session: SessionDep, token: WriteToken, run: RunId, rollout: RolloutId,
-                     body: Annotated[NoteBody, Body()]):
+                     body: NoteJson):
     """Write this token's note on the rollout (replacing its earlier one). Needs a `write` token."""
     run_id, rollout_id = _rollout(session, run, rollout)
     q_annotations.set_note(session=session, run_id=run_id, rollout_id=rollout_id, author=token_label(token),
@@ -134,9 +141,10 @@ def get_step_notes(session: SessionDep, run: RunId, step: Annotated[Int32, Path(
                                                                                  step=step)])
 
 
-@router.put("/runs/{run}/steps/{step}/notes", status_code=204, response_class=Response)
+@router.put("/runs/{run}/steps/{step}/notes", status_code=204, response_class=Response,
+            openapi_extra=body_openapi(NoteBody))
 def put_step_note(session: SessionDep, token: WriteToken, run: RunId, step: Annotated[Int32, Path(ge=0)],
-                  body: Annotated[NoteBody, Body()]):
+                  body: NoteJson):
     """Write this token's note on a training step of the run. Needs a `write` token. 404 (`field`
     `step`) if the run has no rollouts at that step."""
     run_id = _run(session, run)

@@ -116,6 +116,8 @@ def amend(doc: dict[str, Any], app: FastAPI, *, locked: bool) -> dict[str, Any]:
             _parameters(op)
             if route.path == "/api/v1/ingest" and method == "POST":
                 op["requestBody"] = INGEST_BODY
+            if "requestBody" in op:  # too large (413), or not in the media type it takes (415)
+                _responses(op, {int(k) for k in op["responses"] if k.isdigit() and int(k) >= 400} | {413, 415})
     return doc
 
 
