@@ -73,8 +73,9 @@ def _is_other_table(row: dict) -> bool:
     return "run_name" in row and (("timestamp" in row and "log_id" in row) or ("created_at" in row and "run_id" in row))
 
 
-def _is_session(d: dict) -> bool:
-    return d.get("type") == "session" and d.get("harness") == "trackio"
+def _is_session(d) -> bool:
+    """A trace session file's first object (`d` is None or not an object when the first line is not one)."""
+    return isinstance(d, dict) and d.get("type") == "session" and d.get("harness") == "trackio"
 
 
 def _is_fragment(d: dict) -> bool:

@@ -29,6 +29,7 @@ from app.config import Settings
 from app.db.engine import make_engine
 from app.main import create_app
 from app.queries.steps import STEP_RANGE
+from ingest.formats.native import write_line
 from tests.helpers import ingest, rollout, serving, write_jsonl
 
 pytestmark = pytest.mark.slow
@@ -74,7 +75,7 @@ def _document_schema(**app_settings):
         "operations": [{"include-path": "/api/v1/ingest", "include-method": "POST",
                         "checks": {"positive_data_acceptance": {"expected-statuses": INGEST_POSITIVE}}}],
     })
-    schema = schemathesis.openapi.from_asgi("/api/openapi.json", app, config=config)
+    schema = schemathesis.openapi.from_dict(app.openapi(), config=config)  # as /api/openapi.json serves it
     app.state.engine.dispose()
     return schema
 
@@ -136,6 +137,38 @@ def _report():
     yield
     print(f"\nschemathesis: {sum(TALLY['requests'].values())} requests {dict(TALLY['requests'])}; "
           f"failures by check: {dict(TALLY['failures']) or 'none'}")
+
+
+PARAMS = {"run": "run", "rollout": "r0", "group": "g", "branch": 0, "step": 0, "label": "reviewed"}
+BODIES = {"application/json": {"text": "a note"}, "application/x-ndjson": write_line(rollout("sent", run="run"))}
+
+
+@pytest.fixture(scope="module")
+def locked_schema():
+    return _document_schema(require_read_token=True)
+
+
+def test_a_locked_server_answers_as_its_document_says(locked_schema, tmp_path):
+    """With `require_read_token`, every operation once with no token (a read is then a 401 the
+    document declares) and once with a read token, each response judged by every check."""
+    url = f"sqlite:///{tmp_path / 'rollscope.db'}"
+    app = create_app(Settings(database_url=url, require_read_token=True))
+    rs = [rollout(f"r{i}", run="run", step=i % 2, group="g", index=i) for i in range(4)]
+    ingest(app.state.engine, write_jsonl(tmp_path / "a.jsonl", rs))
+    token, _ = auth.issue(app.state.engine, "read", name="locked")
+    seen = Counter()
+    with serving(app) as base:
+        for result in locked_schema.get_all_operations():
+            op = result.ok()
+            body = op.body[0] if op.body else None
+            case = op.Case(path_parameters={p.name: PARAMS[p.name] for p in op.path_parameters},
+                           **({"body": BODIES[body.media_type], "media_type": body.media_type} if body else {}))
+            for headers in ({}, {"Authorization": f"Bearer {token}"}):
+                response = case.call_and_validate(base_url=base, headers=headers, checks=all_checks())
+                seen[(bool(headers), response.status_code)] += 1
+                if not headers and op.path != "/healthz":
+                    assert response.status_code == 401, op.label
+    assert seen[(True, 200)] > 15 and seen[(True, 403)] >= 5, seen
 
 
 @schema.parametrize()

@@ -17,8 +17,8 @@ from app.api.v1 import export, findings, groups, index, ingest, labels, rollouts
 from app.deps import READ_ON_READS, RefuseUnknownQuery
 
 # The error responses of each operation are written into the document by app.api.v1.openapi (from
-# what the app does around the routes). Every operation checks the read token here (writes, through READ_ON_READS, check their own
-# scope instead: `WriteToken` or `AdminToken` in their signature).
+# what the app does around the routes). Every operation checks the read token here (writes, through
+# READ_ON_READS, check their own scope instead: `WriteToken` or `AdminToken` in their signature).
 router = APIRouter(prefix="/api/v1", dependencies=[RefuseUnknownQuery, READ_ON_READS])
 router.add_api_route("", index.api_index, response_model=index.ApiIndex, tags=["index"])
 router.add_api_route("/", index.api_index, response_model=index.ApiIndex, include_in_schema=False)

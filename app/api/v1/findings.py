@@ -42,7 +42,8 @@ class FindingItem(PageModel):
 
 
 @router.get("/runs/{run}/findings", response_model=Page[FindingItem])
-def list_findings(request: Request, session: SessionDep, run: Annotated[str, Path(description="run id (`/` encoded as `%2F`)")],
+def list_findings(request: Request, session: SessionDep,
+                  run: Annotated[str, Path(description="run id (`/` encoded as `%2F`)")],
                   kind: Annotated[str | None, Query(description="a finding kind")] = None,
                   severity: Annotated[str | None, Query(description="info, warning or error",
                                                         json_schema_extra={"enum": SEVERITIES})] = None,

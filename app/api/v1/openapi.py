@@ -52,9 +52,11 @@ DESCRIPTIONS = {
 }
 HEADERS = {401: _WWW_AUTHENTICATE, 429: _RETRY_AFTER, 503: _RETRY_AFTER}
 INGEST_BODY = {
-    "required": True,
+    # an empty body is zero records when `format=` names the reader (and a 422 when there is nothing to detect)
+    "required": False,
     "description": "NDJSON: one record per line, in any format Rollscope reads (detected by content, or "
-                   "`format=`). May be gzip: `Content-Encoding: gzip`, or gzip bytes as they are.",
+                   "`format=`). May be gzip: `Content-Encoding: gzip`, or gzip bytes as they are. Empty: no "
+                   "records (with `format=`; without it, a 422: there is nothing to detect).",
     "content": {"application/x-ndjson": {"schema": {"type": "string", "format": "binary"}}},
 }
 
@@ -67,8 +69,9 @@ def _calls(dependant) -> set:
 
 
 def needed_scope(route) -> str | None:
-    """`route` (an API route, or FastAPI's context of one): `admin` or `write` when it names `AdminToken` or `WriteToken`; `read` for the rest of
-    `/api/v1` (its router's read check); None for the open routes (health)."""
+    """`route` (an API route, or FastAPI's context of one): `admin` or `write` when it names
+    `AdminToken` or `WriteToken`; `read` for the rest of `/api/v1` (its router's read check); None
+    for the open routes (health)."""
     calls = _calls(route.dependant)
     if _ADMIN in calls:
         return "admin"
