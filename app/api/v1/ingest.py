@@ -41,6 +41,7 @@ from ingest.formats.registry import detect, explain, get, names
 from ingest.source import Source
 
 _PUSHBACK = {status: {"model": ErrorBody, "description": d} for status, d in {
+    400: "a NUL character in the URL, or a gzip body that does not inflate",
     413: "the body is larger than the ingest limit", 415: "the body is not NDJSON (one JSON object per line)",
     429: "too many ingest requests in flight: retry after `Retry-After` seconds",
     503: "the database is unavailable: retry after `Retry-After` seconds"}.items()}

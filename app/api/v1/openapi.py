@@ -115,12 +115,14 @@ def amend(doc: dict[str, Any], app: FastAPI, *, locked: bool) -> dict[str, Any]:
                 continue
             _security(op, method, scope, locked=locked, path=route.path)
             declared = {int(k) for k in route.responses if str(k).isdigit() and int(k) >= 400}
-            _responses(op, codes(route, method, scope, locked=locked) | declared)
+            _responses(op, codes(route, method, scope, locked=locked) | declared,
+                       headers=HEADERS if route.path.startswith("/api/v1") else {401: _WWW_AUTHENTICATE})
             _parameters(op)
             if route.path == "/api/v1/ingest" and method == "POST":
                 op["requestBody"] = INGEST_BODY
             if "requestBody" in op:  # too large (413), or not in the media type it takes (415)
-                _responses(op, {int(k) for k in op["responses"] if k.isdigit() and int(k) >= 400} | {413, 415})
+                _responses(op, {int(k) for k in op["responses"] if k.isdigit() and int(k) >= 400} | {413, 415},
+                           headers=HEADERS)
     return doc
 
 
@@ -133,15 +135,16 @@ def _security(op: dict, method: str, scope: str | None, *, locked: bool, path: s
         op.pop("security", None)
 
 
-def _responses(op: dict, statuses: set[int]) -> None:
-    """Error responses: exactly `statuses`, in the one error shape, with their headers; the
-    descriptions a route gave its own (ingest's 413, 415, 429, 503) are kept."""
+def _responses(op: dict, statuses: set[int], *, headers: dict[int, dict]) -> None:
+    """Error responses: exactly `statuses`, in the one error shape, with the `headers` of each
+    status (`/readyz`'s 503 carries no `Retry-After`); the descriptions a route gave its own
+    (ingest's 413, 415, 429, 503) are kept."""
     responses = op.setdefault("responses", {})
     kept = {k: v for k, v in responses.items() if not k.isdigit() or int(k) < 400}
     for status in sorted(statuses):
         entry = responses.get(str(status)) or {"description": DESCRIPTIONS[status], "content": _ERROR}
-        if status in HEADERS:
-            entry = {**entry, "headers": HEADERS[status]}
+        if status in headers:
+            entry = {**entry, "headers": headers[status]}
         kept[str(status)] = entry
     op["responses"] = dict(sorted(kept.items()))
 
