@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import tempfile
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -46,10 +47,9 @@ def _seeded(tmp: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(tmp_path_factory):
     """A real server on a seeded SQLite file: (base URL, its OpenAPI document, write-token headers)."""
-    tmp = Path(tempfile.mkdtemp(prefix="rollscope-http-"))
-    url = _seeded(tmp)
+    url = _seeded(tmp_path_factory.mktemp("http-semantics"))
     app = create_app(Settings(database_url=url))
     token, _ = auth.issue(app.state.engine, "write", name="semantics")
     with serving(app) as base:
@@ -166,7 +166,6 @@ def test_a_label_is_declared_as_the_server_checks_it(server):
         for label, status in (("reviewed", 204), ("team/a:b_1.2-x", 204), ("-dash-first", 422), ("a b", 422),
                               ("x" * 101, 422)):
             assert bool(re.search(pattern, label)) == (status == 204), label
-            from urllib.parse import quote
             r = c.put(f"/api/v1/runs/run/rollouts/r0/labels/{quote(label, safe='')}")
             assert r.status_code == status, (label, r.text)
 
@@ -190,9 +189,10 @@ def test_a_json_body_in_another_media_type_is_415_and_too_large_is_413(server):
 
 
 def _security(**settings):
-    app = create_app(Settings(database_url=f"sqlite:///{Path(tempfile.mkdtemp()) / 'x.db'}", **settings))
-    doc = app.openapi()
-    app.state.engine.dispose()
+    with tempfile.TemporaryDirectory() as tmp:
+        app = create_app(Settings(database_url=f"sqlite:///{Path(tmp) / 'rollscope.db'}", **settings))
+        doc = app.openapi()
+        app.state.engine.dispose()
     return {(m.upper(), p): op for p, ops in doc["paths"].items() for m, op in ops.items()}
 
 

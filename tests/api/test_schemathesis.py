@@ -50,7 +50,7 @@ SCOPES = [None, "read", "write", "admin"]
 COMBINATIONS = [pytest.param((dialect, scope), id=f"{dialect}-{scope or 'no-token'}",
                              marks=[pytest.mark.postgres] if dialect == "postgres" else [])
                 for dialect in ("sqlite", "postgres") for scope in SCOPES]
-TALLY: dict = {"requests": Counter(), "failures": Counter()}
+TALLY: dict = {"requests": Counter(), "combinations": Counter(), "failures": Counter()}
 
 
 def all_checks():
@@ -77,17 +77,17 @@ INGEST_POSITIVE = ["2xx", "400", "401", "403", "415", "422", "429", "5xx"]
 
 def _document_schema(**app_settings):
     """The OpenAPI document of an app with `app_settings`, as schemathesis loads it."""
-    url = f"sqlite:///{Path(tempfile.mkdtemp(prefix='rollscope-openapi-')) / 'rollscope.db'}"
-    app = create_app(Settings(database_url=url, **app_settings))
+    with tempfile.TemporaryDirectory(prefix="rollscope-openapi-") as tmp:
+        app = create_app(Settings(database_url=f"sqlite:///{Path(tmp) / 'rollscope.db'}", **app_settings))
+        document = app.openapi()  # as /api/openapi.json serves it
+        app.state.engine.dispose()
     config = SchemathesisConfig.from_dict({
         "seed": SEED,
         "generation": {"mode": "all", "max-examples": EXAMPLES, "deterministic": True},
         "operations": [{"include-path": "/api/v1/ingest", "include-method": "POST",
                         "checks": {"positive_data_acceptance": {"expected-statuses": INGEST_POSITIVE}}}],
     })
-    schema = schemathesis.openapi.from_dict(app.openapi(), config=config)  # as /api/openapi.json serves it
-    app.state.engine.dispose()
-    return schema
+    return schemathesis.openapi.from_dict(document, config=config)
 
 
 schema = _document_schema()
@@ -127,7 +127,7 @@ def served(request, tmp_path_factory):
     engine.dispose()
     try:
         with serving(create_app(Settings(database_url=url))) as base:
-            yield base, headers
+            yield base, headers, f"{dialect}-{scope or 'no-token'}"
     finally:
         if name is not None:
             request.getfixturevalue("_pg_dropper")(name)
@@ -136,7 +136,8 @@ def served(request, tmp_path_factory):
 @pytest.fixture(scope="module", autouse=True)
 def _report():
     yield
-    print(f"\nschemathesis: {sum(TALLY['requests'].values())} requests {dict(TALLY['requests'])}; "
+    print(f"\nschemathesis: {sum(TALLY['requests'].values())} requests; by combination "
+          f"{dict(TALLY['combinations'])}; by operation {dict(TALLY['requests'])}; "
           f"failures by check: {dict(TALLY['failures']) or 'none'}")
 
 
@@ -177,10 +178,11 @@ def test_a_locked_server_answers_as_its_document_says(locked_schema, tmp_path):
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
           database=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 def test_api_conforms_to_its_schema(case, served):
-    base, headers = served
+    base, headers, combination = served
     if headers and case.method == "GET" and case.meta is not None and case.meta.phase.name.value == "coverage":
         return  # a read answers alike with any token (reading is open): its coverage cases run without one
     TALLY["requests"][case.operation.label] += 1
+    TALLY["combinations"][combination] += 1
     try:
         case.call_and_validate(base_url=base, headers=headers, checks=all_checks())
     except FailureGroup as group:
