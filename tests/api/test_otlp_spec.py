@@ -10,6 +10,7 @@ import base64
 import gzip
 import json
 import logging
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -32,9 +33,16 @@ CHAT = {"gen_ai.operation.name": "chat",
                                                "finish_reason": "stop"}])}
 
 
+@pytest.fixture
+def tmp_db(tmp_path, _sqlite_template) -> Path:
+    """A folder holding a real, migrated SQLite file (a copy of the session's template)."""
+    shutil.copyfile(_sqlite_template, tmp_path / "rollscope.db")
+    return tmp_path
+
+
 @contextmanager
 def serve(tmp: Path, **settings):
-    """The app on a real SQLite file in a uvicorn thread; yields (base URL, app, write token)."""
+    """The app on the SQLite file in `tmp`, in a uvicorn thread; yields (base URL, app, write token)."""
     worker = {"otlp_spool_dir": tmp / "otlp-spool", **settings.pop("worker", {})}
     app = create_app(Settings(database_url=f"sqlite:///{tmp / 'rollscope.db'}", worker=worker, **settings))
     token, _ = issue(app.state.engine, "write", name="otlp spec")
@@ -124,11 +132,11 @@ def details(st: status_pb2.Status) -> dict[str, object]:
 # --- the SDK exporter -------------------------------------------------------------------------
 
 
-def test_sdk_exporter_export_succeeds_and_its_failures_are_final(tmp_path, caplog):
+def test_sdk_exporter_export_succeeds_and_its_failures_are_final(tmp_db, caplog):
     from opentelemetry.sdk.trace.export import SpanExportResult
 
     caplog.set_level(logging.INFO, logger="rollscope.access")
-    with serve(tmp_path, api={"max_body_bytes": 64 << 10, "body_memory_bytes": 1 << 20}) as (base, app, token):
+    with serve(tmp_db, api={"max_body_bytes": 64 << 10, "body_memory_bytes": 1 << 20}) as (base, app, token):
         assert exporter(base, token).export(sdk_spans()) is SpanExportResult.SUCCESS
         assert len(httpx.get(f"{base}/api/v1/runs/spec/rollouts").json()["items"]) == 1  # stored
         # statuses the specification makes final: the exporter gives up after one request each
@@ -143,11 +151,11 @@ def test_sdk_exporter_export_succeeds_and_its_failures_are_final(tmp_path, caplo
             assert f"code: {status}" in caplog.text  # the exporter's own error line
 
 
-def test_sdk_exporter_waits_out_a_429_and_then_succeeds(tmp_path, caplog):
+def test_sdk_exporter_waits_out_a_429_and_then_succeeds(tmp_db, caplog):
     from opentelemetry.sdk.trace.export import SpanExportResult
 
     caplog.set_level(logging.INFO, logger="rollscope.access")
-    with serve(tmp_path, worker={"otlp_max_pending_spans": 1}) as (base, app, token):
+    with serve(tmp_db, worker={"otlp_max_pending_spans": 1}) as (base, app, token):
         waiting = sdk_spans(root=False)[:1]  # a chat span whose root has not come: it waits
         assert exporter(base, token).export(waiting) is SpanExportResult.SUCCESS
 
@@ -171,8 +179,8 @@ def test_sdk_exporter_waits_out_a_429_and_then_succeeds(tmp_path, caplog):
 # --- raw requests: what each answer is, in each encoding ------------------------------------
 
 
-def test_success_is_an_export_response_and_rejections_are_a_partial_success(tmp_path):
-    with serve(tmp_path) as (base, app, token):
+def test_success_is_an_export_response_and_rejections_are_a_partial_success(tmp_db):
+    with serve(tmp_db) as (base, app, token):
         auth = {"Authorization": f"Bearer {token}"}
         r = httpx.post(f"{base}/v1/traces", content=protobuf_body(sdk_spans()),
                        headers={**auth, "Content-Type": PROTOBUF})
@@ -198,9 +206,9 @@ def test_success_is_an_export_response_and_rejections_are_a_partial_success(tmp_
 
 
 @pytest.mark.parametrize("media", [PROTOBUF, JSON])
-def test_every_failure_is_a_status_in_the_request_encoding(tmp_path, media):
+def test_every_failure_is_a_status_in_the_request_encoding(tmp_db, media):
     limit = 64 << 10
-    with serve(tmp_path, api={"max_body_bytes": limit, "body_memory_bytes": 1 << 20},
+    with serve(tmp_db, api={"max_body_bytes": limit, "body_memory_bytes": 1 << 20},
                worker={"otlp_max_pending_spans": 1}) as (base, app, token):
         encode = protobuf_body if media == PROTOBUF else json_body
         good = encode(sdk_spans())
@@ -248,27 +256,25 @@ def test_every_failure_is_a_status_in_the_request_encoding(tmp_path, media):
         app.state.body_budget = BodyBudget(1 << 20)
         assert post(good)[0].status_code == 200  # and it is taken once there is room
 
-
-def test_unsupported_content_type_is_415_in_json(tmp_path):
-    with serve(tmp_path) as (base, app, token):
+        # a media type OTLP does not have: there is no encoding of its own to answer in, so JSON
         r = httpx.post(f"{base}/v1/traces", content=b"x", headers={"Content-Type": "text/plain",
                                                                     "Authorization": f"Bearer {token}"})
         st = status_of(r, JSON)
         assert r.status_code == 415 and "text/plain" in st.message and PROTOBUF in st.message
 
 
-def test_database_down_is_503_status_with_retry_after(tmp_path):
-    with serve(tmp_path) as (base, app, token):
-        db = tmp_path / "rollscope.db"
+def test_database_down_is_503_status_with_retry_after(tmp_db):
+    with serve(tmp_db) as (base, app, token):
+        db = tmp_db / "rollscope.db"
         app.state.engine.dispose()
-        db.rename(tmp_path / "away.db")  # the database disappears, and cannot be re-created as a file
+        db.rename(tmp_db / "away.db")  # the database disappears, and cannot be re-created as a file
         db.mkdir()
         try:
             r = httpx.post(f"{base}/v1/traces", content=protobuf_body(sdk_spans()), headers={
                 "Content-Type": PROTOBUF, "Authorization": f"Bearer {token}"})
         finally:
             db.rmdir()
-            (tmp_path / "away.db").rename(db)
+            (tmp_db / "away.db").rename(db)
             app.state.engine.dispose()
         st = status_of(r, PROTOBUF)
         assert (r.status_code, st.code, r.headers["Retry-After"]) == (503, code_pb2.UNAVAILABLE, "5")
