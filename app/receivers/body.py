@@ -170,10 +170,11 @@ async def read_body(request: Request, *, limit: int, budget: BodyBudget) -> Asyn
     encoding = _encoding(request.headers.get("content-encoding", ""))
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
-        raise too_large(limit)  # refused before a byte is read: a compressed body is no larger than it inflates
+        raise too_large(limit)  # before a byte is read: the limit holds for the bytes as sent too
     chunks: list[bytes] = []
     held = received = 0
     counter: Counter | None = Counter(limit) if encoding in COMPRESSED else None
+    sniffed = counter is not None  # without the header, gzip is told by its first two bytes
     try:
         try:
             async for chunk in request.stream():
@@ -185,11 +186,15 @@ async def read_body(request: Request, *, limit: int, budget: BodyBudget) -> Asyn
                 budget.take(len(chunk))
                 held += len(chunk)
                 chunks.append(chunk)
-                if counter is None and len(chunks) == 1 and is_gzip(chunk):
-                    counter = Counter(limit)  # gzip without the header: recognised by its magic number
+                feed = [chunk]
+                if not sniffed and received >= 2:
+                    sniffed = True
+                    if is_gzip(b"".join(chunks)[:2]):
+                        counter, feed = Counter(limit), chunks[:]
                 if counter is not None:
-                    for _ in counter.steps(chunk):
-                        await asyncio.sleep(0)  # a large body does not hold other requests up
+                    for piece in feed:
+                        for _ in counter.steps(piece):
+                            await asyncio.sleep(0)  # a large body does not hold other requests up
         except ClientDisconnect:
             raise BodyError(400, "the client disconnected before the body ended") from None
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)

@@ -137,3 +137,13 @@ def test_past_the_process_budget_is_503_with_retry_after_and_it_is_given_back():
         assert budget.held == 0
 
     asyncio.run(two_at_once())
+
+
+def test_gzip_without_the_header_is_told_by_its_magic_number_even_split_across_chunks():
+    data = b'{"a": 1}\n' * 100
+    packed = gzip.compress(data)
+    for chunks in ([packed], [packed[:1], packed[1:]], [packed[:1], packed[1:2], packed[2:]]):
+        req, _ = request(chunks)
+        assert read(req, limit=len(data), budget=Peak()) == data
+    req, _ = request([b"{", b'"a": 1}\n'])  # not gzip: as sent
+    assert read(req, limit=100, budget=Peak()) == b'{"a": 1}\n'
