@@ -147,3 +147,14 @@ def test_gzip_without_the_header_is_told_by_its_magic_number_even_split_across_c
         assert read(req, limit=len(data), budget=Peak()) == data
     req, _ = request([b"{", b'"a": 1}\n'])  # not gzip: as sent
     assert read(req, limit=100, budget=Peak()) == b'{"a": 1}\n'
+
+
+def test_the_limits_are_settings_and_the_budget_must_fit_one_body():
+    from pydantic import ValidationError
+
+    from app.config import Settings
+
+    s = Settings(database_url="sqlite://")
+    assert (s.api.max_body_bytes, s.api.body_memory_bytes) == (64 << 20, 256 << 20)
+    with pytest.raises(ValidationError, match="body_memory_bytes"):
+        Settings(database_url="sqlite://", api={"max_body_bytes": 2 << 20, "body_memory_bytes": 1 << 20})

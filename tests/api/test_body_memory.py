@@ -5,8 +5,10 @@ is counted while it arrives and while it inflates, and inflated output is never 
 limit."""
 from __future__ import annotations
 
+import functools
 import gzip
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -46,7 +48,7 @@ def gzip_bomb(size: int = GB) -> Iterator[bytes]:
 def test_the_bomb_is_what_it_claims():
     small = b"".join(gzip_bomb(8 * MB))
     assert gzip.decompress(small) == bytes(8 * MB)  # header, blocks and trailer all valid
-    big = b"".join(gzip_bomb())
+    big = bomb()
     assert len(big) < 1.1 * MB
     assert zlib.decompressobj(wbits=31).decompress(big, 4 * MB) == bytes(4 * MB)
 
@@ -57,13 +59,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@functools.cache
+def bomb() -> bytes:
+    """The 1 GB bomb, built once per test process (about 1 MB)."""
+    return b"".join(gzip_bomb())
+
+
 @contextmanager
-def server_process(tmp: Path, **env: str) -> Iterator[tuple[str, str, int]]:
-    """`uvicorn --factory app.main:create_app` in a subprocess on a SQLite file under `tmp`;
-    yields (base URL, a write token, its pid) and stops it afterwards."""
+def server_process(tmp: Path, template: Path | None = None, **env: str) -> Iterator[tuple[str, str, int]]:
+    """`uvicorn --factory app.main:create_app` in a subprocess on a SQLite file under `tmp` (a
+    copy of the migrated `template`, or migrated here); yields (base URL, a write token, its pid)
+    and stops it afterwards."""
     url = f"sqlite:///{tmp / 'rollscope.db'}"
+    if template is not None:
+        shutil.copyfile(template, tmp / "rollscope.db")
     engine = make_engine(url)
-    upgrade(engine)
+    if template is None:
+        upgrade(engine)
     token, _ = issue(engine, "write", name="memory test")
     engine.dispose()
     port = _free_port()
@@ -94,23 +106,16 @@ def peak_rss_mb(pid: int) -> float:
     raise AssertionError("no VmHWM")
 
 
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
-
-
-def test_gzip_bombs_in_flight_are_refused_and_memory_stays_bounded(tmp_path):
-    bomb = b"".join(gzip_bomb())
-    with server_process(tmp_path) as (base, token, pid):
+def test_gzip_bombs_in_flight_are_refused_and_memory_stays_bounded(tmp_path, _sqlite_template):
+    body = bomb()
+    with server_process(tmp_path, _sqlite_template) as (base, token, pid):
         before = peak_rss_mb(pid)
         auth = {"Authorization": f"Bearer {token}", "Content-Encoding": "gzip"}
         posts = [("/api/v1/ingest", "application/x-ndjson")] * 4 + [("/v1/traces", "application/x-protobuf")] * 4
 
         def post(target):
             path, media = target
-            return httpx.post(base + path, content=bomb, headers={**auth, "Content-Type": media}, timeout=60)
+            return httpx.post(base + path, content=body, headers={**auth, "Content-Type": media}, timeout=60)
 
         with ThreadPoolExecutor(len(posts)) as pool:
             answers = list(pool.map(post, posts))
