@@ -262,6 +262,14 @@ def test_every_failure_is_a_status_in_the_request_encoding(tmp_db, media):
         st = status_of(r, JSON)
         assert r.status_code == 415 and "text/plain" in st.message and PROTOBUF in st.message
 
+        # anything unexpected: 500, still a Status in the request's encoding (and logged)
+        def boom(spans):
+            raise RuntimeError("a bug")
+
+        app.state.otlp_receiver.accept = boom
+        r, st = post(good)
+        assert (r.status_code, st.code) == (500, code_pb2.INTERNAL) and "RuntimeError" in st.message
+
 
 def test_database_down_is_503_status_with_retry_after(tmp_db):
     with serve(tmp_db) as (base, app, token):
