@@ -26,9 +26,11 @@ from fastapi.concurrency import run_in_threadpool
 
 from app import urls
 from app.api.v1.schemas import ErrorBody
+from app.db.engine import writes
 from app.deps import WriteToken
 from app.errors import ApiError
 from app.receivers.body import BodyError, read_body
+from app.store.outage import lost_a_race
 from app.store.prepare import prepare_or_error
 from app.store.write import BATCH, StoreResult, write_in
 from ingest.errors import RecordError
@@ -49,6 +51,7 @@ router = APIRouter(tags=["ingest"], responses=_PUSHBACK)
 MAX_BODY = 512 << 20  # uncompressed bytes per request
 RETRY_AFTER_BUSY = 1
 RETRY_AFTER_DOWN = 5
+RACE_TRIES = 4  # a batch that lost a Postgres deadlock is written again, this many times in all
 
 
 class Gate:
@@ -94,7 +97,7 @@ async def ingest(
             raise HTTPException(exc.status, exc.message) from None
         base = str(request.base_url).rstrip("/")
         try:
-            return await run_in_threadpool(_ingest, request.app.state.engine, data, run, format, step, base)
+            return await run_in_threadpool(_ingest, writes(request.app.state.engine), data, run, format, step, base)
         except sa.exc.OperationalError as exc:
             raise _busy(RETRY_AFTER_DOWN, f"the database is unavailable: {str(exc.orig or exc).splitlines()[0]}",
                         503) from None
@@ -137,8 +140,16 @@ def _ingest(engine, data: bytes, run: str | None, fmt: str | None, step: int | N
         part = pending[start:start + BATCH]
         prepared = [p for _, p in part if not isinstance(p, RecordError)]
         errors = [p for _, p in part if isinstance(p, RecordError)]
-        with engine.begin() as conn:
-            total.add(write_in(conn, prepared, errors))
+        # the write lock taken at BEGIN, waited for at most the write timeout (then 503); a batch
+        # that lost a deadlock to a concurrent write (Postgres) is written again
+        for attempt in range(RACE_TRIES):
+            try:
+                with engine.begin() as conn:
+                    total.add(write_in(conn, prepared, errors))
+                break
+            except sa.exc.DBAPIError as exc:
+                if not lost_a_race(exc) or attempt == RACE_TRIES - 1:
+                    raise
     counts = {"accepted": 0, "unchanged": 0, "rejected": 0}
     for r in results:
         if r["status"] is None:
