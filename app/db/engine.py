@@ -92,24 +92,33 @@ def writes(engine: Engine, timeout: float | None = None) -> Engine:
 
 
 # SQLite SQLITE_BUSY (5) and SQLITE_LOCKED (6), their extended codes included; Postgres 55P03
-# lock_not_available (lock_timeout), 40P01 deadlock_detected, 40001 serialization_failure.
+# lock_not_available (lock_timeout); 40P01 deadlock_detected, 40001 serialization_failure.
 _SQLITE_BUSY = (5, 6)
-_PG_BUSY = ("55P03", "40P01", "40001")
+_PG_RACES = ("40P01", "40001")
+
+
+def _orig(exc: BaseException) -> BaseException:
+    return exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
+
+
+def lock_timed_out(exc: BaseException) -> bool:
+    """True when the write lock was not free within the timeout: SQLite "database is locked"
+    (SQLITE_BUSY / SQLITE_LOCKED), Postgres `lock_timeout` (55P03). No fault of the data."""
+    orig = _orig(exc)
+    code = getattr(orig, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in _SQLITE_BUSY
+    if str(getattr(orig, "sqlstate", None) or "") == "55P03":
+        return True
+    text = str(orig).lower()
+    return "database is locked" in text or "database table is locked" in text
 
 
 def lock_busy(exc: BaseException) -> bool:
     """True for a write that gave way to other writers and can simply be tried again later: the
-    write lock was not free within the timeout (SQLite "database is locked", SQLITE_BUSY /
-    SQLITE_LOCKED; Postgres lock_timeout), or Postgres picked it to lose a deadlock or a
-    serialization conflict."""
-    orig = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
-    code = getattr(orig, "sqlite_errorcode", None)
-    if isinstance(code, int):
-        return code & 0xFF in _SQLITE_BUSY
-    if str(getattr(orig, "sqlstate", None) or "") in _PG_BUSY:
-        return True
-    text = str(orig).lower()
-    return "database is locked" in text or "database table is locked" in text
+    lock was not free in time (`lock_timed_out`), or Postgres picked it to lose a deadlock or a
+    serialization conflict (40P01, 40001)."""
+    return lock_timed_out(exc) or str(getattr(_orig(exc), "sqlstate", None) or "") in _PG_RACES
 
 
 class JSONText(str):

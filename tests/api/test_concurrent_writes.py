@@ -1,0 +1,200 @@
+"""Writes over HTTP never answer 500 or drop the connection, on SQLite and Postgres, with a real
+uvicorn server: four threads × 100 writes at once (rollout and step notes, labels added and
+removed, a run deleted and a run ingested per thread, labels on a run being deleted) answer 2xx,
+404 where the thing is gone, or 503 with `Retry-After`, and the end state is what the answered
+writes say. A write lock held by another connection makes a write answer 503 with `Retry-After`
+after `ROLLSCOPE_DB__WRITE_TIMEOUT_SECONDS`, while reads keep answering 200."""
+from __future__ import annotations
+
+import random
+import sqlite3
+import threading
+import time
+from collections import Counter
+
+import httpx
+import psycopg
+import sqlalchemy as sa
+
+from app import auth
+from app.config import Settings
+from app.db.engine import make_engine
+from app.main import create_app
+from ingest.formats.native import write_line
+from tests.helpers import ingest, rollout, serving, write_jsonl
+
+THREADS, WRITES = 4, 100
+KEEP = [f"x{i}" for i in range(4)]  # rollouts of run `keep`, written by every thread at once
+LABELS = ("hacked", "tool-error", "look")
+
+
+def _seed(engine, tmp_path) -> None:
+    rs = [rollout(r, run="keep", step=1) for r in KEEP]
+    rs += [rollout(f"d{k}-{j}", run=f"doomed-{k}", step=1) for k in range(THREADS) for j in range(3)]
+    assert ingest(engine, write_jsonl(tmp_path / "seed.jsonl", rs)).ok
+
+
+def _writer(base: str, k: int, token: str, admin: str, log: list, expect: dict) -> None:
+    """Thread `k`'s 100 writes, in an order fixed by `k`; what each answered goes to `log`, and
+    what the answered writes leave behind to `expect`."""
+    rng = random.Random(k)
+    notes: dict[str, str] = {}
+    labels: dict[str, set[str]] = {r: set() for r in KEEP}
+    step_note = None
+    auth_w, auth_a = {"Authorization": f"Bearer {token}"}, {"Authorization": f"Bearer {admin}"}
+    new_run = b"".join(write_line(rollout(f"n{k}-{j}", run=f"new-{k}", step=2)) for j in range(5))
+    victim = f"doomed-{(k + 1) % THREADS}"  # another thread deletes it meanwhile
+    with httpx.Client(base_url=base, timeout=60) as c:
+
+        def send(kind: str, method: str, url: str, **kw) -> int:
+            try:
+                r = c.request(method, url, **kw)
+            except httpx.HTTPError as exc:
+                log.append((kind, f"dropped: {type(exc).__name__}", None))
+                return -1
+            log.append((kind, r.status_code, r.headers.get("retry-after")))
+            return r.status_code
+
+        def until_done(kind: str, method: str, url: str, **kw) -> int:
+            for _ in range(50):  # a client honouring 503, without sleeping the whole Retry-After
+                status = send(kind, method, url, **kw)
+                if status != 503:
+                    return status
+                time.sleep(0.05)
+            return status
+
+        for n in range(WRITES):
+            r = rng.choice(KEEP)
+            if n == 30:
+                until_done("ingest", "POST", "/api/v1/ingest", content=new_run, headers=auth_w)
+                continue
+            if n == 60:
+                until_done("delete run", "DELETE", f"/api/v1/runs/doomed-{k}", headers=auth_a)
+                continue
+            op = rng.random()
+            if op < 0.35:
+                text = f"w{k} note {n}"
+                if send("note", "PUT", f"/api/v1/runs/keep/rollouts/{r}/notes", json={"text": text},
+                        headers=auth_w) == 204:
+                    notes[r] = text
+            elif op < 0.55:
+                label = rng.choice(LABELS)
+                if send("label", "PUT", f"/api/v1/runs/keep/rollouts/{r}/labels/{label}", headers=auth_w) == 204:
+                    labels[r].add(label)
+            elif op < 0.7:
+                label = rng.choice(LABELS)
+                status = send("unlabel", "DELETE", f"/api/v1/runs/keep/rollouts/{r}/labels/{label}", headers=auth_w)
+                if status == 204:
+                    labels[r].discard(label)
+                elif status == 404 and label in labels[r]:
+                    log.append(("unlabel", "404 for a label this token had added", None))
+            elif op < 0.85:
+                text = f"w{k} step note {n}"
+                if send("step note", "PUT", "/api/v1/runs/keep/steps/1/notes", json={"text": text},
+                        headers=auth_w) == 204:
+                    step_note = text
+            else:
+                send("label doomed", "PUT", f"/api/v1/runs/{victim}/rollouts/d{(k + 1) % THREADS}-0/labels/look",
+                     headers=auth_w)
+                send("note doomed", "PUT", f"/api/v1/runs/{victim}/rollouts/d{(k + 1) % THREADS}-1/notes",
+                     json={"text": "gone soon"}, headers=auth_w)
+    expect[k] = (notes, labels, step_note)
+
+
+def test_four_threads_of_writes_never_5xx(db_url, engine, tmp_path):
+    _seed(engine, tmp_path)
+    tokens = [auth.issue(engine, "write", f"w{k}")[0] for k in range(THREADS)]
+    admin, _ = auth.issue(engine, "admin", "ops")
+    app = create_app(Settings(database_url=db_url))
+    log: list = []
+    expect: dict = {}
+    with serving(app) as base:
+        threads = [threading.Thread(target=_writer, args=(base, k, tokens[k], admin, log, expect))
+                   for k in range(THREADS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert len(expect) == THREADS, "a writer thread failed"
+        with httpx.Client(base_url=base) as c:
+            notes = {r: {n["author"]: n["text"] for n in c.get(f"/api/v1/runs/keep/rollouts/{r}/notes").json()["items"]}
+                     for r in KEEP}
+            labels = {r: c.get(f"/api/v1/runs/keep/rollouts/{r}/labels").json()["items"] for r in KEEP}
+            step_notes = {n["author"]: n["text"] for n in c.get("/api/v1/runs/keep/steps/1/notes").json()["items"]}
+            gone = [c.get(f"/api/v1/runs/doomed-{k}").status_code for k in range(THREADS)]
+            new = [c.get(f"/api/v1/runs/new-{k}").json()["totals"] for k in range(THREADS)]
+
+    statuses = Counter(status for _, status, _ in log)
+    print(f"\n{engine.dialect.name}: {len(log)} answers {dict(sorted(statuses.items(), key=str))}")
+    failed = [(kind, status) for kind, status, retry in log
+              if not isinstance(status, int) or (status >= 500 and not (status == 503 and retry))]
+    assert failed == [], failed  # no 500, no dropped connection, every 503 says when to retry
+    assert set(statuses) <= {200, 204, 404, 503}, statuses
+    assert sum(n for s, n in statuses.items() if s in (200, 204)) > len(log) // 2, statuses  # mostly written
+    for k, (want_notes, want_labels, want_step) in expect.items():
+        author = f"w{k}"
+        for r in KEEP:
+            assert notes[r].get(author) == want_notes.get(r), (author, r)
+            assert {x["label"] for x in labels[r] if x["author"] == author} == want_labels[r], (author, r)
+        assert step_notes.get(author) == want_step, author
+    assert gone == [404] * THREADS
+    assert all(t["rollouts"] == 5 for t in new), new
+    with engine.connect() as conn:  # nothing of a deleted run outlives it
+        for table in ("label", "note", "rollout"):
+            left = conn.execute(sa.text(f"SELECT count(*) FROM {table} WHERE run_id LIKE 'doomed-%'")).scalar()
+            assert left == 0, (table, left)
+
+
+def _hold_write_lock(db_url: str):
+    """Another connection holding what a note's write needs: SQLite's write lock (BEGIN
+    IMMEDIATE), or on Postgres the run's row (FOR UPDATE, as a delete of the run holds it)."""
+    if db_url.startswith("sqlite"):
+        conn = sqlite3.connect(db_url.removeprefix("sqlite:///"), isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        return conn
+    url = sa.engine.make_url(db_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    conn = psycopg.connect(url)
+    conn.execute("SELECT id FROM run WHERE id = 'keep' FOR UPDATE")
+    return conn
+
+
+def test_a_held_write_lock_gives_503_with_retry_after_and_reads_go_on(db_url, engine, tmp_path):
+    _seed(engine, tmp_path)
+    token, _ = auth.issue(engine, "write", "w")
+    app = create_app(Settings(database_url=db_url, db={"write_timeout_seconds": 0.3}))
+    with serving(app) as base, httpx.Client(base_url=base, timeout=60) as c:
+        headers = {"Authorization": f"Bearer {token}"}
+        url = "/api/v1/runs/keep/rollouts/x0/notes"
+        assert c.put(url, json={"text": "before"}, headers=headers).status_code == 204
+        holder = _hold_write_lock(db_url)
+        try:
+            started = time.monotonic()
+            r = c.put(url, json={"text": "while held"}, headers=headers)
+            waited = time.monotonic() - started
+            assert r.status_code == 503, r.text
+            assert r.headers["retry-after"] == "1"
+            assert r.json()["error"]["code"] == "unavailable"
+            assert waited < 4.0  # the 0.3 s setting, not the 5 s default nor SQLite's 30 s
+            page = c.get("/runs/keep", headers={"Accept": "text/html"})  # readers do not wait for the writer
+            assert page.status_code == 200
+            read = c.get(url)
+            assert read.status_code == 200 and [n["text"] for n in read.json()["items"]] == ["before"]
+        finally:
+            holder.rollback()
+            holder.close()
+        assert c.put(url, json={"text": "after"}, headers=headers).status_code == 204
+        assert [n["text"] for n in c.get(url).json()["items"]] == ["after"]
+
+
+def test_lock_errors_are_told_apart():
+    """lock_busy: a timed-out lock and a lost race, not any other operational error."""
+    from app.db.engine import lock_busy
+
+    eng = make_engine("sqlite://")
+    try:
+        with eng.connect() as conn:
+            conn.exec_driver_sql("SELECT * FROM no_such_table")
+    except sa.exc.OperationalError as exc:
+        assert not lock_busy(exc)
+    else:
+        raise AssertionError("no error")
