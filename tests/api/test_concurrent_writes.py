@@ -23,9 +23,10 @@ from app.main import create_app
 from ingest.formats.native import write_line
 from tests.helpers import ingest, rollout, serving, write_jsonl
 
-THREADS, WRITES = 4, 100
+THREADS, WRITES, BURSTS = 4, 100, 5
 KEEP = [f"x{i}" for i in range(4)]  # rollouts of run `keep`, written by every thread at once
 LABELS = ("hacked", "tool-error", "look")
+SHARED = "/api/v1/runs/keep/rollouts/x0"  # in each burst every thread writes here with one shared token
 
 
 def _seed(engine, tmp_path) -> None:
@@ -34,9 +35,13 @@ def _seed(engine, tmp_path) -> None:
     assert ingest(engine, write_jsonl(tmp_path / "seed.jsonl", rs)).ok
 
 
-def _writer(base: str, k: int, token: str, admin: str, log: list, expect: dict) -> None:
-    """Thread `k`'s 100 writes, in an order fixed by `k`; what each answered goes to `log`, and
-    what the answered writes leave behind to `expect`."""
+def _writer(base: str, k: int, token: str, shared: str, admin: str, barrier: threading.Barrier, log: list,
+            expect: dict, burst_notes: set) -> None:
+    """Thread `k`'s 100 writes, in an order fixed by `k`: first `BURSTS` rounds where every
+    thread, released at once, adds the same label and writes the same note with one shared
+    token (two requests deciding insert-or-update on one key at the same moment), then its own
+    writes. What each answered goes to `log`, what its answered writes leave behind to `expect`,
+    the shared notes answered 204 to `burst_notes`."""
     rng = random.Random(k)
     notes: dict[str, str] = {}
     labels: dict[str, set[str]] = {r: set() for r in KEEP}
@@ -63,7 +68,14 @@ def _writer(base: str, k: int, token: str, admin: str, log: list, expect: dict) 
                 time.sleep(0.05)
             return status
 
-        for n in range(WRITES):
+        auth_s = {"Authorization": f"Bearer {shared}"}
+        for n in range(BURSTS):
+            barrier.wait(30)
+            send(f"burst label {n}", "PUT", f"{SHARED}/labels/burst-{n}", headers=auth_s)
+            text = f"team {k} {n}"
+            if send("burst note", "PUT", f"{SHARED}/notes", json={"text": text}, headers=auth_s) == 204:
+                burst_notes.add(text)
+        for n in range(2 * BURSTS, WRITES):
             r = rng.choice(KEEP)
             if n == 30:
                 until_done("ingest", "POST", "/api/v1/ingest", content=new_run, headers=auth_w)
@@ -105,11 +117,15 @@ def test_four_threads_of_writes_never_5xx(db_url, engine, tmp_path):
     _seed(engine, tmp_path)
     tokens = [auth.issue(engine, "write", f"w{k}")[0] for k in range(THREADS)]
     admin, _ = auth.issue(engine, "admin", "ops")
+    shared, _ = auth.issue(engine, "write", "team")
     app = create_app(Settings(database_url=db_url))
     log: list = []
     expect: dict = {}
+    burst_notes: set = set()
+    barrier = threading.Barrier(THREADS)
     with serving(app) as base:
-        threads = [threading.Thread(target=_writer, args=(base, k, tokens[k], admin, log, expect))
+        threads = [threading.Thread(target=_writer, args=(base, k, tokens[k], shared, admin, barrier, log, expect,
+                                                          burst_notes))
                    for k in range(THREADS)]
         for t in threads:
             t.start()
@@ -137,6 +153,11 @@ def test_four_threads_of_writes_never_5xx(db_url, engine, tmp_path):
             assert notes[r].get(author) == want_notes.get(r), (author, r)
             assert {x["label"] for x in labels[r] if x["author"] == author} == want_labels[r], (author, r)
         assert step_notes.get(author) == want_step, author
+    burst_labels = {x["label"] for x in labels["x0"] if x["author"] == "team"}
+    answered = {f"burst-{n}" for n in range(BURSTS) if any(kind == f"burst label {n}" and status == 204
+                                                          for kind, status, _ in log)}
+    assert burst_labels == answered, burst_labels
+    assert notes["x0"]["team"] in burst_notes
     assert gone == [404] * THREADS
     assert all(t["rollouts"] == 5 for t in new), new
     with engine.connect() as conn:  # nothing of a deleted run outlives it
