@@ -19,7 +19,7 @@ _timeouts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # engine →
 
 
 def make_engine(url: str, *, writer: bool = False, pool_size: int = 5, max_overflow: int = 10,
-                write_timeout: float = WRITE_TIMEOUT) -> Engine:
+                write_timeout: float | None = None) -> Engine:
     """An engine for `url` (sqlite or postgresql+psycopg).
 
     `writer=True` (ingest) makes every SQLite transaction `BEGIN IMMEDIATE`: it takes the write
@@ -27,7 +27,8 @@ def make_engine(url: str, *, writer: bool = False, pool_size: int = 5, max_overf
     failing with SQLITE_BUSY when another writer committed meanwhile (a deferred transaction
     cannot upgrade its snapshot, whatever the busy timeout). Readers (the web app) keep deferred
     transactions, so under WAL they never wait for a writer; the web app's writes go through
-    `writes(engine)`, which waits at most `write_timeout` seconds for the lock.
+    `writes(engine)`, which waits at most `write_timeout` seconds for the lock (default: 5 s, or
+    for a `writer` engine, a command's, as long as its other transactions: 30 s).
     """
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **JSON_CODEC)
@@ -72,7 +73,8 @@ def make_engine(url: str, *, writer: bool = False, pool_size: int = 5, max_overf
                 # 0 means "no limit" to Postgres, so the shortest wait is 1 ms
                 conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{max(1, round(wait * 1000))}ms'")
 
-    _timeouts[engine] = write_timeout
+    _timeouts[engine] = write_timeout if write_timeout is not None else (READ_BUSY_MS / 1000 if writer
+                                                                         else WRITE_TIMEOUT)
     return engine
 
 
