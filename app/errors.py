@@ -122,13 +122,13 @@ def database_error(request: Request, exc: BaseException) -> Response | None:
 
     if not isinstance(exc, sa.exc.DBAPIError):
         return None
+    why = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
     if lock_busy(exc):
-        log.warning("database busy on %s %s: %s", request.method, request.url.path, str(exc.orig).splitlines()[0])
+        log.warning("database busy on %s %s: %s", request.method, request.url.path, why)
         return error_response(request, 503, "the database is busy with other writes; retry after Retry-After seconds",
                               headers={"Retry-After": str(RETRY_BUSY)})
     if database_gone(exc):
-        log.warning("database unavailable on %s %s: %s", request.method, request.url.path,
-                    str(exc.orig).splitlines()[0] if str(exc.orig) else type(exc.orig).__name__)
+        log.warning("database unavailable on %s %s: %s", request.method, request.url.path, why)
         return error_response(request, 503, "the database is unavailable; retry after Retry-After seconds",
                               headers={"Retry-After": str(RETRY_DOWN)})
     return None

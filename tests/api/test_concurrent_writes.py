@@ -19,7 +19,6 @@ import sqlalchemy as sa
 
 from app import auth
 from app.config import Settings
-from app.db.engine import make_engine
 from app.main import create_app
 from ingest.formats.native import write_line
 from tests.helpers import ingest, rollout, serving, write_jsonl
@@ -212,15 +211,37 @@ def test_a_held_write_lock_gives_503_with_retry_after_and_reads_go_on(db_url, en
         assert [n["text"] for n in c.get(url).json()["items"]] == ["after"]
 
 
-def test_lock_errors_are_told_apart():
-    """lock_busy: a timed-out lock and a lost race, not any other operational error."""
-    from app.db.engine import lock_busy
+def test_a_busy_database_is_503_on_pages_and_json_and_other_errors_stay_500(_sqlite_template, tmp_path):
+    """The same 503 with `Retry-After` for a browser (the error page) and a JSON client (the
+    error shape), whichever database said it is busy; a database error that is a bug (no such
+    table) stays a logged 500."""
+    import shutil
 
-    eng = make_engine("sqlite://")
-    try:
-        with eng.connect() as conn:
-            conn.exec_driver_sql("SELECT * FROM no_such_table")
-    except sa.exc.OperationalError as exc:
-        assert not lock_busy(exc)
-    else:
-        raise AssertionError("no error")
+    from fastapi import APIRouter
+    from fastapi.testclient import TestClient
+
+    errors = {"locked": sqlite3.OperationalError("database is locked"),
+              "lock-timeout": psycopg.errors.LockNotAvailable("canceling statement due to lock timeout"),
+              "deadlock": psycopg.errors.DeadlockDetected("deadlock detected"),
+              "bug": sqlite3.OperationalError("no such table: nothing")}
+    router = APIRouter()
+
+    @router.get("/raises/{kind}")
+    def raises(kind: str):
+        raise sa.exc.OperationalError("UPDATE ...", {}, errors[kind])
+
+    shutil.copyfile(_sqlite_template, tmp_path / "rollscope.db")
+    app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'rollscope.db'}"))
+    app.router.routes[:0] = router.routes  # before the pages' catch-all
+    with TestClient(app, raise_server_exceptions=False) as c:
+        for kind in ("locked", "lock-timeout", "deadlock"):
+            page = c.get(f"/raises/{kind}", headers={"Accept": "text/html"})
+            assert page.status_code == 503 and page.headers["retry-after"] == "1", kind
+            assert page.headers["content-type"].startswith("text/html") and "retry" in page.text.lower()
+            body = c.get(f"/raises/{kind}", headers={"Accept": "application/json"})
+            assert body.status_code == 503 and body.headers["retry-after"] == "1"
+            assert body.json()["error"]["code"] == "unavailable"
+        bug = c.get("/raises/bug", headers={"Accept": "application/json"})
+        assert bug.status_code == 500 and "retry-after" not in bug.headers
+        assert bug.json()["error"]["code"] == "internal"
+    app.state.engine.dispose()
