@@ -251,3 +251,35 @@ def test_a_busy_database_is_503_on_pages_and_json_and_other_errors_stay_500(_sql
         assert bug.status_code == 500 and "retry-after" not in bug.headers
         assert bug.json()["error"]["code"] == "internal"
     app.state.engine.dispose()
+
+
+def test_a_write_that_lost_a_race_is_run_again_and_stored_once(engine, tmp_path):
+    """app.deps.Writer: a transaction Postgres aborted to break a deadlock (40P01) is rolled back
+    and run again, up to `Writer.TRIES` times; what it wrote before the abort is not kept."""
+    from app.deps import Writer
+    from app.queries import annotations as q_annotations
+
+    _seed(engine, tmp_path)
+    calls = []
+
+    def work(session, lose: int):
+        calls.append(1)
+        q_annotations.set_note(session=session, run_id="keep", rollout_id="x0", author="w", text=f"try {len(calls)}")
+        q_annotations.add_label(session=session, run_id="keep", rollout_id="x0", label=f"try-{len(calls)}", author="w")
+        if len(calls) <= lose:
+            raise sa.exc.OperationalError("UPDATE ...", {}, psycopg.errors.DeadlockDetected("deadlock detected"))
+        return len(calls)
+
+    write = Writer(engine)
+    assert write(lambda s: work(s, lose=2)) == 3
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT text FROM note")).scalars().all() == ["try 3"]
+        assert conn.execute(sa.text("SELECT label FROM label")).scalars().all() == ["try-3"]
+    calls.clear()
+    try:
+        write(lambda s: work(s, lose=Writer.TRIES))
+    except sa.exc.OperationalError as exc:
+        assert "deadlock" in str(exc)  # the app answers it 503 with Retry-After (test above)
+    else:
+        raise AssertionError("a write that always loses must fail")
+    assert len(calls) == Writer.TRIES
