@@ -1,8 +1,6 @@
 """Engines: SQLite pragmas, transaction modes and JSON encoding live here, in one place."""
 from __future__ import annotations
 
-import weakref
-
 import orjson
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -14,8 +12,6 @@ from ingest.jsonio import dumps, loads
 WRITE_TIMEOUT = 5.0  # seconds a web write waits for the write lock (ROLLSCOPE_DB__WRITE_TIMEOUT_SECONDS)
 READ_BUSY_MS = 30_000  # SQLite busy_timeout of every other transaction (ingest's writer engine included)
 WRITE = "rollscope_write_timeout"  # execution option: this connection's transactions write (seconds to wait)
-_writers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # engine → {timeout: its write engine}
-_timeouts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # engine → its configured write timeout
 
 
 def make_engine(url: str, *, writer: bool = False, pool_size: int = 5, max_overflow: int = 10,
@@ -73,8 +69,10 @@ def make_engine(url: str, *, writer: bool = False, pool_size: int = 5, max_overf
                 # 0 means "no limit" to Postgres, so the shortest wait is 1 ms
                 conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{max(1, round(wait * 1000))}ms'")
 
-    _timeouts[engine] = write_timeout if write_timeout is not None else (READ_BUSY_MS / 1000 if writer
-                                                                         else WRITE_TIMEOUT)
+    # kept on the engine (not in a module-level map, which would keep every engine alive)
+    engine.rollscope_write_timeout = (write_timeout if write_timeout is not None
+                                      else READ_BUSY_MS / 1000 if writer else WRITE_TIMEOUT)
+    engine.rollscope_writers = {}  # timeout → its write engine (`writes`)
     return engine
 
 
@@ -86,11 +84,11 @@ def writes(engine: Engine, timeout: float | None = None) -> Engine:
     0 does not wait at all. The same engine object is returned for the same arguments."""
     base = getattr(engine, "_proxied", None) or engine  # an OptionEngine's own engine
     if timeout is None:
-        timeout = _timeouts.get(base, WRITE_TIMEOUT)
-    per_engine = _writers.setdefault(base, {})
-    if timeout not in per_engine:
-        per_engine[timeout] = base.execution_options(**{WRITE: float(timeout)})
-    return per_engine[timeout]
+        timeout = getattr(base, "rollscope_write_timeout", WRITE_TIMEOUT)
+    made = base.__dict__.setdefault("rollscope_writers", {})  # an engine not made by make_engine too
+    if timeout not in made:
+        made[timeout] = base.execution_options(**{WRITE: float(timeout)})
+    return made[timeout]
 
 
 # SQLite SQLITE_BUSY (5) and SQLITE_LOCKED (6), their extended codes included; Postgres 55P03

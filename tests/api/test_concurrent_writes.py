@@ -1,9 +1,10 @@
 """Writes over HTTP never answer 500 or drop the connection, on SQLite and Postgres, with a real
 uvicorn server: four threads × 100 writes at once (rollout and step notes, labels added and
-removed, a run deleted and a run ingested per thread, labels on a run being deleted) answer 2xx,
-404 where the thing is gone, or 503 with `Retry-After`, and the end state is what the answered
-writes say. A write lock held by another connection makes a write answer 503 with `Retry-After`
-after `ROLLSCOPE_DB__WRITE_TIMEOUT_SECONDS`, while reads keep answering 200."""
+removed, the same label and note written by all four at the same moment, a run deleted while
+another thread ingests into it, labels on a run being deleted) answer 2xx, 404 where the thing
+is gone, or 503 with `Retry-After`, and the end state is what the answered writes say. A write
+lock held by another connection makes a write answer 503 with `Retry-After` after
+`ROLLSCOPE_DB__WRITE_TIMEOUT_SECONDS`, while reads keep answering 200."""
 from __future__ import annotations
 
 import random
