@@ -97,7 +97,7 @@ async def ingest(
             raise HTTPException(exc.status, exc.message) from None
         base = str(request.base_url).rstrip("/")
         try:
-            return await run_in_threadpool(_ingest, writes(request.app.state.engine), data, run, format, step, base)
+            return await run_in_threadpool(_ingest, request.app.state.engine, data, run, format, step, base)
         except sa.exc.OperationalError as exc:
             raise _busy(RETRY_AFTER_DOWN, f"the database is unavailable: {str(exc.orig or exc).splitlines()[0]}",
                         503) from None
@@ -106,6 +106,7 @@ async def ingest(
 
 
 def _ingest(engine, data: bytes, run: str | None, fmt: str | None, step: int | None, base: str) -> dict:
+    engine = writes(engine)  # each batch takes the write lock at BEGIN, waiting at most the write timeout
     name = f"http/{hashlib.sha256(data).hexdigest()[:16]}.jsonl"
     source = Source(Path(name), "jsonl", None, size=len(data), data=data)
     source.first = next((v for _, v in source.lines() if isinstance(v, dict)), None)
