@@ -54,6 +54,10 @@ class DbSettings(BaseModel):
     retry_seconds: float = Field(30.0, ge=0, le=3600, description="how long a CLI command waits for an unreachable "
                                  "database (at start and mid-ingest; 0.5 s doubling, at most 15 s apart) before it "
                                  "stops with a one-line error")
+    write_timeout_seconds: float = Field(5.0, ge=0, le=600, description="how long a write over HTTP (labels, "
+                                         "notes, deleting a run, `POST /api/v1/ingest`, `/v1/traces`) waits for "
+                                         "the database's write lock (SQLite busy timeout, Postgres `lock_timeout`) "
+                                         "before it answers 503 with `Retry-After`")
 
     @field_validator("url")
     @classmethod

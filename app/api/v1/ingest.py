@@ -29,10 +29,12 @@ from fastapi.concurrency import run_in_threadpool
 
 from app import urls
 from app.api.v1.schemas import ErrorBody
+from app.db.engine import writes
 from app.deps import WriteToken
 from app.errors import ApiError
 from app.receivers.body import BodyError, read_body
 from app.receivers.body import budget as body_budget
+from app.store.outage import lost_a_race
 from app.store.prepare import prepare_or_error
 from app.store.write import BATCH, StoreResult, write_in
 from ingest.errors import RecordError
@@ -54,6 +56,7 @@ router = APIRouter(tags=["ingest"], responses=_PUSHBACK)
 
 RETRY_AFTER_BUSY = 1
 RETRY_AFTER_DOWN = 5
+RACE_TRIES = 4  # a batch that lost a Postgres deadlock is written again, this many times in all
 
 
 class Gate:
@@ -112,6 +115,7 @@ async def ingest(
 
 
 def _ingest(engine, data: bytes, run: str | None, fmt: str | None, step: int | None, base: str) -> dict:
+    engine = writes(engine)  # each batch takes the write lock at BEGIN, waiting at most the write timeout
     name = f"http/{hashlib.sha256(data).hexdigest()[:16]}.jsonl"
     source = Source(Path(name), "jsonl", None, size=len(data), data=data)
     source.first = next((v for _, v in source.lines() if isinstance(v, dict)), None)
@@ -146,8 +150,16 @@ def _ingest(engine, data: bytes, run: str | None, fmt: str | None, step: int | N
         part = pending[start:start + BATCH]
         prepared = [p for _, p in part if not isinstance(p, RecordError)]
         errors = [p for _, p in part if isinstance(p, RecordError)]
-        with engine.begin() as conn:
-            total.add(write_in(conn, prepared, errors))
+        # the write lock taken at BEGIN, waited for at most the write timeout (then 503); a batch
+        # that lost a deadlock to a concurrent write (Postgres) is written again
+        for attempt in range(RACE_TRIES):
+            try:
+                with engine.begin() as conn:
+                    total.add(write_in(conn, prepared, errors))
+                break
+            except sa.exc.DBAPIError as exc:
+                if not lost_a_race(exc) or attempt == RACE_TRIES - 1:
+                    raise
     counts = {"accepted": 0, "unchanged": 0, "rejected": 0}
     for r in results:
         if r["status"] is None:
