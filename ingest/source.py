@@ -590,6 +590,8 @@ def _open_json(path: Path, size: int, member: str | None = None, data: bytes | N
         return make("json", doc, doc)
     except (ValueError, UnicodeDecodeError) as whole_exc:
         torn = _torn_array(name, raw)
+        if torn is not None and not torn[0]:
+            raise torn[1] from None  # torn inside its first element: nothing to read, the file is rejected
         if torn is not None:  # a writer stopped mid-array: its complete elements are records
             src = make("json", torn[0], torn[0])
             src.torn = torn[1]
