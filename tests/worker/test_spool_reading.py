@@ -81,6 +81,20 @@ def test_a_jsonl_first_line_that_never_ends_is_torn_and_a_lone_record_is_read(en
     assert "torn last line (starts at byte 0)" in entry.error and "not JSON" not in entry.error
 
 
+def test_once_names_a_jsonl_first_line_without_its_newline(engine, tmp_path):
+    """`--once` waits the settle time, then names the file as one whose first line has not ended
+    (not as a document still changing), and nothing is quarantined."""
+    from app.worker.run import run
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "half.jsonl").write_bytes(line("h1")[:25])
+    ran = run(engine, [spool], once=True, settle=0.2, torn_after=3600, log=lambda _m: None)
+    assert [(Path(f.name).name, f.why.split(":")[0]) for f in ran.left] == [
+        ("half.jsonl", "its first line has no newline yet (25 bytes)")]
+    assert count(engine, Q) == 0 and count(engine, R) == 0
+
+
 def _array(n: int) -> bytes:
     els = [json.dumps(rollout(f"a{i}").to_json_dict()) for i in range(n)]
     return ("[\n" + ",\n".join(els) + "\n]\n").encode()
