@@ -498,7 +498,7 @@ def _open_head(path: Path, head: bytes, size: int, member: str | None, data: byt
         raise RecordError(name, None, None, "binary file (NUL bytes): not JSON, JSONL, CSV or a zip archive")
     if stripped[:1] == b"[" and size > STREAM_BYTES and data is None:
         return _open_array(path, size, gz)
-    if stripped[:1] in (b"{", b"[") or _later_line_is_object(stripped):
+    if stripped[:1] in (b"{", b"[") or later_line_is_object(stripped):
         return _open_json(path, size, member, data, gz)
     first_line = stripped.split(b"\n", 1)[0].decode("utf-8", "replace")
     if "," in first_line:
@@ -547,7 +547,7 @@ def _open_wide(path: Path, name: str, encoding: str, size: int, member: str | No
     return src
 
 
-def _later_line_is_object(head: bytes) -> bool:
+def later_line_is_object(head: bytes) -> bool:
     """Whether one of the lines after the first (up to PROBE_LINES, within `head`) is a JSON
     object: a file whose first line is not JSON at all (`hello`, a stray log line) is still JSONL
     then, and the broken line costs one record, as it would anywhere else in the file."""

@@ -17,9 +17,11 @@ from app.db import models
 from app.worker.spool_files import still_for
 from ingest.gzstream import GzState, inflate, is_gzip, new_state
 from ingest.jsonio import loads
+from ingest.source import later_line_is_object
 
 MAX_LINE_BYTES = 1 << 30  # a line longer than this is refused, not buffered
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
+PROBE_BYTES = 1 << 16  # read after a broken first line, for a complete later line that is a JSONL record
 WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")  # UTF-16 LE/BE (UTF-32 LE begins as 16 LE), UTF-32 BE
 
 
@@ -93,6 +95,7 @@ class StretchReader:
             with path.open("rb") as f:
                 first = f.readline(MAX_LINE_BYTES)
                 settled = time.time() - os.fstat(f.fileno()).st_mtime >= self.settle
+                later = f.read(PROBE_BYTES)
         except OSError:
             return None
         if not first.endswith(b"\n"):
@@ -106,9 +109,15 @@ class StretchReader:
                     return "lines"  # torn: quarantined as a torn first line by `read`
             return "whole" if settled and first.strip() else None
         try:
-            return "lines" if isinstance(loads(first.removeprefix(b"\xef\xbb\xbf")), dict) else "whole"
-        except (ValueError, UnicodeDecodeError):
-            return "whole"  # "{" alone: pretty-printed JSON; or a broken first line (read whole, probed)
+            if isinstance(loads(first.removeprefix(b"\xef\xbb\xbf")), dict):
+                return "lines"
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            pass
+        # "{" alone: pretty-printed JSON, read whole once settled; but a broken first line followed
+        # by JSONL records (a writer that died mid-line and was restarted: rollscope/client.py ends
+        # the torn line first) is JSONL, tailed at once, as ingest/source.py judges it: it would
+        # never settle while records are appended
+        return "lines" if later_line_is_object(first + later) else "whole"
 
     def finished(self, row, chunk: Chunk) -> bool:
         """A gzip stream read to its end (appending to a .gz is not a thing writers do); a

@@ -81,6 +81,25 @@ def test_a_jsonl_first_line_that_never_ends_is_torn_and_a_lone_record_is_read(en
     assert "torn last line (starts at byte 0)" in entry.error and "not JSON" not in entry.error
 
 
+def test_a_broken_first_line_followed_by_records_is_tailed_without_waiting_to_settle(engine, tmp_path):
+    """A writer that died mid-line and was restarted (the client ends the torn line first) leaves a
+    broken first line before good records: the file is JSONL and tailed at once (not a document
+    waiting 30 s to settle while records keep arriving); the first line costs one entry."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    f = spool / "restarted.jsonl"
+    f.write_bytes(line("x0")[:30] + b"\n" + line("x1"))
+    with worker(engine, spool, settle=30, torn_after=3600):
+        assert wait_for(lambda: ids(engine) == ["x1"], 20)
+        with f.open("ab") as out:
+            out.write(line("x2"))
+        assert wait_for(lambda: ids(engine) == ["x1", "x2"], 20)
+    (entry,) = _entries(engine)
+    assert (entry.source_file, entry.line) == (str(f), 1) and "torn line" in entry.error
+    row = _file_row(engine, f)
+    assert (row.line, row.records, row.rejected) == (3, 2, 1)
+
+
 def test_once_names_a_jsonl_first_line_without_its_newline(engine, tmp_path):
     """`--once` waits the settle time, then names the file as one whose first line has not ended
     (not as a document still changing), and nothing is quarantined."""
