@@ -66,3 +66,19 @@ def test_a_missing_spool_folder_is_exit_2_naming_it_unless_create(tmp_path):
     res = _worker("--spool", str(typo), "--create", db=db)
     assert res.returncode == 0, res.stderr
     assert typo.is_dir() and f"worker: created the spool folder {typo}" in res.stderr
+
+
+def test_serve_on_a_taken_port_is_exit_1_not_the_databases_3(tmp_path):
+    """uvicorn exits 3 when it cannot start; `rollscope serve` says so in one line and exits 1,
+    as its help says (3 means the database stayed unreachable)."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        res = subprocess.run([sys.executable, "-m", "app.cli", "--db", f"sqlite:///{tmp_path / 's.db'}", "serve",
+                              "--port", str(port)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, res.stderr[-2000:]
+    assert res.stderr.strip().splitlines()[-1] == (f"error: the server could not start on 127.0.0.1:{port} "
+                                                   "(uvicorn's reason is above)")
