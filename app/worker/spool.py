@@ -17,7 +17,9 @@ and rejections start again: they count what the file holds now, never a record t
 `gone`; its rows stay. A last line without its newline waits for it; if the file stops growing
 for `torn_after` seconds it is reported as a torn line, quarantined with its line and byte
 offset, and skipped. `.gz` files are read as a stream (offsets count uncompressed bytes). Other
-files (a JSON document, CSV) are read whole once they stop changing.
+files (a JSON document, CSV, UTF-16 text) are read whole once they stop changing, and whole again
+when they change after (a JSON array completed after it was read torn); a file named as JSONL
+whose first line has not ended waits for it like any last line (app/worker/stretches.py `mode`).
 
 Several workers may share the spool on Postgres: each claims a file for a short lease with
 `SELECT ... FOR UPDATE SKIP LOCKED`, and commits only when the file's offset is still the one it
