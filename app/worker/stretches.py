@@ -113,11 +113,16 @@ class StretchReader:
                 return "lines"
         except (ValueError, UnicodeDecodeError, RecursionError):
             pass
-        # "{" alone: pretty-printed JSON, read whole once settled; but a broken first line followed
-        # by JSONL records (a writer that died mid-line and was restarted: rollscope/client.py ends
-        # the torn line first) is JSONL, tailed at once, as ingest/source.py judges it: it would
-        # never settle while records are appended
-        return "lines" if later_line_is_object(first + later) else "whole"
+        # "{" alone: pretty-printed JSON, read whole once settled. But in a file named as JSONL a
+        # broken first line followed by JSONL records (a writer that died mid-line and was
+        # restarted: rollscope/client.py ends the torn line first) is JSONL, tailed at once: it
+        # would never settle while records are appended. (Not by content alone: a document
+        # `{"rollouts": [` with one element per line has such lines too; the CLI parses it whole
+        # first, which a growing file cannot be.)
+        opening = first.strip().removeprefix(b"\xef\xbb\xbf")
+        if named_jsonl(row) and opening != b"{" and opening[:1] != b"[" and later_line_is_object(first + later):
+            return "lines"
+        return "whole"
 
     def finished(self, row, chunk: Chunk) -> bool:
         """A gzip stream read to its end (appending to a .gz is not a thing writers do); a

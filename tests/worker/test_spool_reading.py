@@ -100,6 +100,17 @@ def test_a_broken_first_line_followed_by_records_is_tailed_without_waiting_to_se
     assert (row.line, row.records, row.rejected) == (3, 2, 1)
 
 
+def test_an_array_with_one_element_per_line_is_a_document_even_named_jsonl(engine, tmp_path):
+    """`[`, `{...},`, `{...}`, `]`: its last element's line is a JSON object on its own, yet the
+    file is an array (read whole once settled), not JSONL with three broken lines."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "array.jsonl").write_bytes(_array(3))
+    with worker(engine, spool, settle=0.2, torn_after=3600):
+        assert wait_for(lambda: ids(engine) == ["a0", "a1", "a2"], 30)
+    assert _entries(engine) == []
+
+
 def test_once_names_a_jsonl_first_line_without_its_newline(engine, tmp_path):
     """`--once` waits the settle time, then names the file as one whose first line has not ended
     (not as a document still changing), and nothing is quarantined."""
