@@ -27,6 +27,7 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.engine import Engine
 
 from app.db import models
+from app.db.engine import writes
 
 Scope = Literal["read", "write", "admin"]
 SCOPES: tuple[Scope, ...] = ("read", "write", "admin")  # each allows everything before it
@@ -74,7 +75,7 @@ def issue(engine: Engine, scope: Scope, name: str | None = None) -> tuple[str, T
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    with engine.begin() as conn:
+    with writes(engine).begin() as conn:
         row = conn.execute(T.insert().values(name=name, scope=scope, prefix=token[:SHOWN_CHARS],
                                              token_sha256=hash_token(token), created_at=models.utcnow())
                            .returning(*T.c)).one()
@@ -96,7 +97,9 @@ def verify(engine: Engine, token: str | None) -> TokenInfo | None:
     last = row.last_used_at
     if last is None or now - (last if last.tzinfo else last.replace(tzinfo=now.tzinfo)) > LAST_USED_EVERY:
         try:
-            with engine.begin() as conn:
+            # without waiting for the write lock: a read must not wait for writers (nor a write
+            # for the lock twice), and the next use within the minute records the time instead
+            with writes(engine, timeout=0).begin() as conn:
                 conn.execute(T.update().where(T.c.pk == row.pk).values(last_used_at=now))
         except sa.exc.OperationalError:
             pass  # a busy database must not refuse a valid token; the time is a courtesy
@@ -112,7 +115,7 @@ def list_tokens(engine: Engine) -> list[TokenInfo]:
 def revoke(engine: Engine, ident: str) -> list[TokenInfo]:
     """Revoke the token whose id is `ident`, or the tokens whose shown prefix starts with it
     (at least 6 characters); returns what was revoked (already revoked ones included)."""
-    with engine.begin() as conn:
+    with writes(engine).begin() as conn:
         if ident.isdigit():
             where = T.c.pk == int(ident)
         elif len(ident) >= 6:

@@ -54,6 +54,10 @@ class DbSettings(BaseModel):
     retry_seconds: float = Field(30.0, ge=0, le=3600, description="how long a CLI command waits for an unreachable "
                                  "database (at start and mid-ingest; 0.5 s doubling, at most 15 s apart) before it "
                                  "stops with a one-line error")
+    write_timeout_seconds: float = Field(5.0, ge=0, le=600, description="how long a write over HTTP (labels, "
+                                         "notes, deleting a run, `POST /api/v1/ingest`, `/v1/traces`) waits for "
+                                         "the database's write lock (SQLite busy timeout, Postgres `lock_timeout`) "
+                                         "before it answers 503 with `Retry-After`")
 
     @field_validator("url")
     @classmethod
@@ -96,6 +100,22 @@ class ApiSettings(BaseModel):
     max_page_size: PageSize = Field(1000, description="largest `limit` an API list accepts")
     ingest_max_inflight: int = Field(4, ge=1, le=1000, description="`POST /api/v1/ingest` requests processed at "
                                      "once per process; the next one gets 429 with Retry-After")
+    max_body_bytes: int = Field(64 << 20, ge=1024, le=2 << 30, description="largest request body `POST "
+                                "/api/v1/ingest` and `POST /v1/traces` take, in bytes after gzip is inflated (64 MiB, "
+                                "the OpenTelemetry Python exporter's own largest request); past it: 413, as soon as "
+                                "the `Content-Length`, the bytes received or the bytes inflated show it")
+    body_memory_bytes: int = Field(256 << 20, ge=1024, le=1 << 40, description="bytes of request bodies (as "
+                                   "received, and inflated) those two endpoints hold at once per process; a request "
+                                   "that would go past it gets 503 with Retry-After. At least `max_body_bytes`; "
+                                   "twice that lets a gzip body of the largest size through beside its compressed "
+                                   "bytes")
+
+    @model_validator(mode="after")
+    def _budget_fits_a_body(self) -> "ApiSettings":
+        if self.body_memory_bytes < self.max_body_bytes:
+            raise ValueError(f"api.body_memory_bytes ({self.body_memory_bytes}) is below api.max_body_bytes "
+                             f"({self.max_body_bytes}): no body of the largest size could ever be taken")
+        return self
 
 
 class Settings(BaseSettings):

@@ -1,8 +1,10 @@
 """Request dependencies, as Annotated aliases in one place."""
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Annotated
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, Request, Security
 from fastapi.concurrency import run_in_threadpool
@@ -12,7 +14,11 @@ from sqlmodel import Session
 
 from app import auth
 from app.config import Settings
+from app.db.engine import writes
 from app.errors import ApiError
+from app.store.outage import lost_a_race
+
+T = TypeVar("T")
 
 
 async def get_session(request: Request) -> AsyncIterator[Session]:
@@ -27,11 +33,44 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
         await run_in_threadpool(session.close)
 
 
+class Writer:
+    """Runs a request's write: `write(work)` calls `work(session)` in one write transaction and
+    commits it, returning what `work` returned. The transaction takes the write lock when it
+    begins (SQLite `BEGIN IMMEDIATE`: a read-then-write can no longer fail to upgrade) and waits
+    for it at most `ROLLSCOPE_DB__WRITE_TIMEOUT_SECONDS` (app.db.engine.writes); past that the
+    error reaches app.errors as a 503 with `Retry-After`. On Postgres a transaction that lost a
+    deadlock or serialization race (40P01, 40001) is run again, `TRIES` times in all. `work` may
+    raise (an ApiError 404): nothing is committed. Reads use `SessionDep`, which never waits."""
+
+    TRIES = 4
+
+    def __init__(self, engine):
+        self.engine = writes(engine)
+
+    def __call__(self, work: Callable[[Session], T]) -> T:
+        for attempt in range(self.TRIES):
+            with Session(self.engine) as session:
+                try:
+                    out = work(session)
+                    session.commit()
+                    return out
+                except DBAPIError as exc:
+                    if not lost_a_race(exc) or attempt == self.TRIES - 1:
+                        raise
+            time.sleep(random.uniform(0.005, 0.02) * (attempt + 1))  # let the winner finish
+        raise AssertionError("unreachable")
+
+
+def get_writer(request: Request) -> Writer:
+    return Writer(request.app.state.engine)
+
+
 def get_settings_dep(request: Request) -> Settings:
     return request.app.state.settings
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
+WriteDep = Annotated[Writer, Depends(get_writer)]
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 
 _allowed_query: dict[int, frozenset[str]] = {}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import sqlalchemy as sa
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -43,6 +44,11 @@ class ErrorBody(BaseModel):
     """The one JSON error shape (OpenAPI: every error response of /api/v1)."""
 
     error: ErrorDetail
+
+
+# The OpenAPI `responses=` of every write endpoint: its 503 (app.errors.database_error).
+BUSY = {503: {"model": ErrorBody, "description": "other writes held the database longer than "
+              "`ROLLSCOPE_DB__WRITE_TIMEOUT_SECONDS`, or it cannot be reached: retry after `Retry-After` seconds"}}
 
 
 class ApiError(StarletteHTTPException):
@@ -101,8 +107,36 @@ def error_response(request: Request, status: int, message: str, *, field: str | 
     return page
 
 
+RETRY_BUSY = 1  # Retry-After seconds when the write lock was not free in time
+RETRY_DOWN = 5  # Retry-After seconds when the database cannot be reached
+
+
+def database_error(request: Request, exc: BaseException) -> Response | None:
+    """503 with `Retry-After` (RFC 9110 §15.6.4, §10.2.3) for a database error that is no fault
+    of the request: the write lock not free within `ROLLSCOPE_DB__WRITE_TIMEOUT_SECONDS`, or a
+    lost deadlock or serialization race (app.db.engine.lock_busy: `Retry-After: 1`), or a
+    database that cannot be reached (app.store.outage.database_gone: `Retry-After: 5`). None for
+    any other error (a bug: 500)."""
+    from app.db.engine import lock_busy
+    from app.store.outage import database_gone
+
+    if not isinstance(exc, sa.exc.DBAPIError):
+        return None
+    why = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
+    if lock_busy(exc):
+        log.warning("database busy on %s %s: %s", request.method, request.url.path, why)
+        return error_response(request, 503, "the database is busy with other writes; retry after Retry-After seconds",
+                              headers={"Retry-After": str(RETRY_BUSY)})
+    if database_gone(exc):
+        log.warning("database unavailable on %s %s: %s", request.method, request.url.path, why)
+        return error_response(request, 503, "the database is unavailable; retry after Retry-After seconds",
+                              headers={"Retry-After": str(RETRY_DOWN)})
+    return None
+
+
 def install(app: FastAPI) -> None:
-    """Register the handlers: HTTP errors, request validation errors, and anything unexpected
+    """Register the handlers: HTTP errors, request validation errors, database errors that are
+    no fault of the request (503 with `Retry-After`: `database_error`), and anything unexpected
     (500, logged with its traceback)."""
 
     @app.exception_handler(StarletteHTTPException)
@@ -119,7 +153,15 @@ def install(app: FastAPI) -> None:
         return error_response(request, 422, _validation_message(errors) or "the request is not valid",
                               field=(_error_field(errors[0]) if errors else None) or "request")
 
+    @app.exception_handler(sa.exc.DBAPIError)
+    async def db_error(request: Request, exc: sa.exc.DBAPIError):
+        return database_error(request, exc) or await unexpected(request, exc)
+
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
+        # raised outside the routes (a middleware's query): the same 503 as inside them
+        busy = database_error(request, exc)
+        if busy is not None:
+            return busy
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         return error_response(request, 500, f"internal error ({type(exc).__name__})")

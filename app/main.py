@@ -146,7 +146,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     compiles the page templates (so a new server worker's first requests do not)."""
     settings = settings or get_settings()
     mask_access_log()  # a read's `?token=` never reaches uvicorn's access log in clear
-    engine = make_engine(settings.db.url, pool_size=settings.db.pool_size, max_overflow=settings.db.max_overflow)
+    engine = make_engine(settings.db.url, pool_size=settings.db.pool_size, max_overflow=settings.db.max_overflow,
+                         write_timeout=settings.db.write_timeout_seconds)  # writes: app.db.engine.writes
     upgrade(engine)
     compile_templates()
     app = FastAPI(title="Rollscope API", version="1.0.0", description=API_DESCRIPTION,

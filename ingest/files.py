@@ -36,7 +36,8 @@ def read_records(reader: Reader, source: Source, ctx: ReadContext,
                  errors: list[RecordError]) -> Iterator[Rollout | RecordError]:
     """The reader's records, final: each rollout with the context's step filled in and its ending
     normalised (ingest/endings.py `normalise`), each rejection given its raw line; rejections (and
-    a rollout whose ending cannot be normalised) are also appended to `errors`."""
+    a rollout whose ending cannot be normalised) are also appended to `errors`. A JSON array cut
+    short (`Source.torn`) ends with the rejection of its torn tail, whatever the reader."""
     for item in reader.read(source, ctx):
         if isinstance(item, RecordError):
             if item.raw is None and item.line is not None and item.line == source.last_line:
@@ -52,6 +53,9 @@ def read_records(reader: Reader, source: Source, ctx: ReadContext,
                                    f"cannot normalise the ending of rollout {item.id!r}: {type(exc).__name__}: {exc}")
                 errors.append(item)
         yield item
+    if source.torn is not None:  # a JSON array cut short: the complete elements went first, this is its tail
+        errors.append(source.torn)
+        yield source.torn
 
 
 @dataclass(frozen=True)

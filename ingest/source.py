@@ -13,7 +13,12 @@
   writes; lone surrogates), the standard library parser takes over, so such files load: the
   non-finite values reach the reader as float('nan') / float('inf'), and lone surrogates (which
   UTF-8 cannot carry) become U+FFFD. Nesting deeper than the parser allows is a RecordError.
-- A UTF-8 byte-order mark is ignored.
+- A UTF-8 byte-order mark is ignored. A UTF-16 file (LE or BE) with its byte-order mark is
+  decoded to UTF-8 (in memory, up to `MAX_WIDE_BYTES`) and read like any other; UTF-32, and
+  UTF-16 without a mark, are refused naming the encoding (never called binary).
+- A top-level JSON array cut short (`[{...}, {...}, {"a": `: a writer stopped mid-array) keeps
+  its complete elements; the torn tail is one RecordError naming the element, its line and byte
+  and what is missing (`Source.torn`, yielded after the records by ingest/files.py).
 - A Parquet file (magic `PAR1`) opens as kind 'parquet': `parquet_rows()` streams its rows as
   dicts, one record batch at a time (pyarrow); the training samples `rollscope export --format
   parquet` writes are read back this way (by the verl reader).
@@ -57,6 +62,10 @@ SQLITE_MAGIC = b"SQLite format 3\x00"  # a SQLite database (Trackio's `<project>
 EMPTY_ZIP_MAGIC = b"PK\x05\x06"
 MAX_MEMBER_BYTES = 1 << 30  # 1 GiB uncompressed per zip member
 STREAM_BYTES = 32 << 20  # a top-level JSON array larger than this is streamed, element by element
+MAX_WIDE_BYTES = 1 << 30  # a UTF-16 file is decoded to UTF-8 in memory, up to this size
+# byte-order marks of text that is not UTF-8 (UTF-32 LE first: it begins as UTF-16 LE's)
+WIDE_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32LE"), (b"\x00\x00\xfe\xff", "UTF-32BE"), (b"\xff\xfe", "UTF-16LE"),
+             (b"\xfe\xff", "UTF-16BE"))
 READ_CHUNK = 1 << 20  # bytes read at a time while streaming an array
 
 
@@ -88,6 +97,10 @@ class Source:
     # its first name as `path` (what its records are known by) and is read from here (`read_as`)
     file: Path | None = None
     stream_error: str | None = None  # why a gzip stream ended early (its cut is one rejected line)
+    # a JSON array cut short (a writer stopped mid-array): `document` holds its complete elements
+    # and this names the torn tail; `ingest.files.read_records` yields it after the records
+    torn: RecordError | None = None
+    decoded_from: str | None = None  # `UTF-16LE` / `UTF-16BE`: the file's text, decoded to UTF-8 in `data`
 
     @property
     def disk(self) -> Path:
@@ -217,8 +230,7 @@ class Source:
                 self.position = offset + len(raw)
                 self.last_line, self.last_raw = None, raw[:4096].decode("utf-8", "replace")
                 if problem is not None:
-                    yield i, RecordError(self.name, None, f"[{i}]", f"{problem} (element starts at byte {offset})",
-                                         self.last_raw)
+                    yield i, RecordError(self.name, None, f"[{i}]", problem, self.last_raw)
                     continue
                 try:
                     yield i, loads(raw)
@@ -268,14 +280,38 @@ class Source:
 _STRUCT_TOP = re.compile(rb'[\[\]{}",]')
 _STRUCT_IN = re.compile(rb'[\[\]{}"]')
 _STRING_REST = re.compile(rb'(?:[^"\\]|\\.)*"', re.S)
+NL = b"\n"
+
+
+def _closers(text: bytes) -> str:
+    """What would close `text`, the start of a JSON value cut short, and the array it is in:
+    `"}]` for `{"a": "xy` (the string, the object, the array)."""
+    stack, in_str, escaped = [b"]"], False, False
+    for c in text:
+        if in_str:
+            if escaped:
+                escaped = False
+            elif c == 0x5C:  # backslash
+                escaped = True
+            elif c == 0x22:
+                in_str = False
+        elif c == 0x22:
+            in_str = True
+        elif c in (0x5B, 0x7B):
+            stack.append(b"]" if c == 0x5B else b"}")
+        elif c in (0x5D, 0x7D) and len(stack) > 1:
+            stack.pop()
+    return ('"' if in_str else "") + b"".join(reversed(stack)).decode()
 
 
 def _array_elements(f) -> Iterator[tuple[int, int, bytes, str | None]]:
     """(index, byte offset, raw bytes, problem) of each element of the JSON array that `f` (a
-    binary file at its start) holds. `problem` is None, or why the element cannot be complete
-    (the file ends inside it). Elements are not parsed here; the bytes before the current element
+    binary file at its start) holds. `problem` is None, or why the element cannot be complete,
+    said whole with its line and byte (the file ends inside it: a writer stopped mid-array; the
+    file ends after a complete element without the array's `]`, then `raw` is empty; content
+    after the closing `]`). Elements are not parsed here; the bytes before the current element
     are dropped as reading goes on."""
-    buf, base = b"", 0  # base: file offset of buf[0]
+    buf, base, lines_before = b"", 0, 0  # base: file offset of buf[0]; lines_before: newlines before it
     pos, depth, in_str, eof = 0, 0, False, False
     sep: int | None = None  # where the current element starts (after `[` or `,`)
     index = 0
@@ -305,7 +341,8 @@ def _array_elements(f) -> Iterator[tuple[int, int, bytes, str | None]]:
                         rest = (buf[pos:] + f.read(1 << 16)).strip()
                         if rest:  # a stray bracket closed the array early: say so, never drop silently
                             yield (index, base + pos, rest[:4096],
-                                   "content after the array's closing ] (an unbalanced bracket in an earlier element?)")
+                                   "content after the array's closing ] (an unbalanced bracket in an earlier "
+                                   f"element?) (element starts at byte {base + pos})")
                         return
                 else:  # a comma between elements
                     text = buf[sep:m.start()]
@@ -314,12 +351,26 @@ def _array_elements(f) -> Iterator[tuple[int, int, bytes, str | None]]:
                 continue
             pos = len(buf)
         if eof:
-            if sep is not None and buf[sep:].strip():
-                text = buf[sep:]
-                yield (index, base + sep + (len(text) - len(text.lstrip())), text.strip(),
-                       "the file ends inside this element (truncated?)")
+            if sep is None:
+                return
+            text = buf[sep:]
+            at = sep + (len(text) - len(text.lstrip()))
+            where = lambda k: f"line {lines_before + buf.count(NL, 0, k) + 1}, byte {base + k}"  # noqa: E731
+            if text.strip() and (depth > 1 or in_str):
+                yield (index, base + at, text.strip(),
+                       f"torn JSON array: the file ends inside element [{index}] (truncated?), which starts at "
+                       f"{where(at)}: missing {_closers(text.strip())} to close it and the array")
+                return
+            if text.strip():  # complete, as far as brackets tell: only the array's `]` is missing
+                yield index, base + at, text.strip(), None
+                index += 1
+                at = len(buf.rstrip())
+            after = f"after element [{index - 1}]" if index else "before its first element"
+            yield (index, base + at, b"", f"torn JSON array: the file ends {after} (truncated?), at {where(at)}: "
+                                          "missing ] to close the array (or more elements, then ])")
             return
         cut = min(sep, pos) if sep is not None else pos
+        lines_before += buf.count(b"\n", 0, cut)
         buf, base, pos = buf[cut:], base + cut, pos - cut
         if sep is not None:
             sep -= cut
@@ -435,6 +486,9 @@ def _open_bytes(path: Path, data: bytes, member: str) -> Source:
 def _open_head(path: Path, head: bytes, size: int, member: str | None, data: bytes | None,
                gz: bool = False) -> Source:
     name = str(path) if member is None else f"{path}!{member}"
+    wide = _wide_text(head)
+    if wide is not None:
+        return _open_wide(path, name, wide, size, member, data, gz)
     if head.startswith(BOM):
         head = head[len(BOM):]
     stripped = head.lstrip()
@@ -444,7 +498,7 @@ def _open_head(path: Path, head: bytes, size: int, member: str | None, data: byt
         raise RecordError(name, None, None, "binary file (NUL bytes): not JSON, JSONL, CSV or a zip archive")
     if stripped[:1] == b"[" and size > STREAM_BYTES and data is None:
         return _open_array(path, size, gz)
-    if stripped[:1] in (b"{", b"[") or _later_line_is_object(stripped):
+    if stripped[:1] in (b"{", b"[") or later_line_is_object(stripped):
         return _open_json(path, size, member, data, gz)
     first_line = stripped.split(b"\n", 1)[0].decode("utf-8", "replace")
     if "," in first_line:
@@ -456,7 +510,44 @@ def _open_head(path: Path, head: bytes, size: int, member: str | None, data: byt
                                      "or a zip archive")
 
 
-def _later_line_is_object(head: bytes) -> bool:
+def _wide_text(head: bytes) -> str | None:
+    """The encoding of text that is not UTF-8, told by its byte-order mark (`UTF-16LE`,
+    `UTF-16BE`, `UTF-32LE`, `UTF-32BE`) or, without one, by the NUL byte of every ASCII
+    character (`UTF-16LE without a byte-order mark`); None for anything else (UTF-8, binary)."""
+    for bom, enc in WIDE_BOMS:
+        if head.startswith(bom):
+            return enc
+    sample = head[:4096]
+    if len(sample) < 8 or b"\x00" not in sample:
+        return None
+    for enc, text, nul in (("UTF-16LE", sample[0::2], sample[1::2]), ("UTF-16BE", sample[1::2], sample[0::2])):
+        if nul.count(0) >= 0.9 * len(nul) and text.count(0) == 0:  # ASCII JSON as UTF-16: every other byte NUL
+            return f"{enc} without a byte-order mark"
+    return None
+
+
+def _open_wide(path: Path, name: str, encoding: str, size: int, member: str | None, data: bytes | None,
+               gz: bool) -> Source:
+    """A UTF-16 file with its byte-order mark, decoded to UTF-8 (held in memory, up to
+    MAX_WIDE_BYTES) and read like any other; byte offsets in its errors count the UTF-8 text.
+    UTF-32, and UTF-16 without a byte-order mark, are refused naming the encoding."""
+    codec, _, without = encoding.partition(" ")
+    how = f"convert it to UTF-8 first (iconv -f {codec} -t UTF-8)"
+    if not codec.startswith("UTF-16") or without:
+        raise RecordError(name, None, None, f"{codec} text{' ' + without if without else ''}: not read; {how}")
+    if size > MAX_WIDE_BYTES:
+        raise RecordError(name, None, None, f"{codec} text of {size} bytes is larger than {MAX_WIDE_BYTES} bytes, "
+                                            f"what is decoded in memory: not read; {how}")
+    if data is None:
+        with (gzip.open(path, "rb") if gz else path.open("rb")) as f:
+            data = f.read(MAX_WIDE_BYTES + 1)
+    text = data.decode("utf-16", "replace").encode("utf-8")  # the codec reads the mark and drops it
+    src = _open_head(path, text[:HEAD_BYTES], len(text), member, text)
+    src.decoded_from = encoding
+    return src
+
+
+def later_line_is_object(head: bytes) -> bool:
     """Whether one of the lines after the first (up to PROBE_LINES, within `head`) is a JSON
     object: a file whose first line is not JSON at all (`hello`, a stray log line) is still JSONL
     then, and the broken line costs one record, as it would anywhere else in the file."""
@@ -493,14 +584,41 @@ def _open_json(path: Path, size: int, member: str | None = None, data: bytes | N
     if first_good is not None and one_line and isinstance(first_good[1], dict):
         return make("jsonl", first_good[1])  # one object on one line
     # A document (pretty-printed JSON, a one-line array), or JSONL with a broken first line.
+    raw = probe.read_bytes().removeprefix(BOM)
     try:
-        doc = loads(probe.read_bytes().removeprefix(BOM))
+        doc = loads(raw)
         return make("json", doc, doc)
     except (ValueError, UnicodeDecodeError) as whole_exc:
+        torn = _torn_array(name, raw)
+        if torn is not None and not torn[0]:
+            raise torn[1] from None  # torn inside its first element: nothing to read, the file is rejected
+        if torn is not None:  # a writer stopped mid-array: its complete elements are records
+            src = make("json", torn[0], torn[0])
+            src.torn = torn[1]
+            return src
         if first_good is not None:
             return make("jsonl", first_good[1])
         lineno = getattr(whole_exc, "lineno", None)
         raise RecordError(name, lineno, None, f"not JSON or JSONL: {whole_exc}") from None
+
+
+def _torn_array(name: str, raw: bytes) -> tuple[list, RecordError] | None:
+    """A top-level JSON array cut short (`[{...}, {...}, {"a": ` as a writer left it): its
+    complete elements, and the error that names the torn tail (its index, line, byte and what is
+    missing: `_array_elements`). None when `raw` is not that: not an array, not cut short at its
+    end (`cut_short`), or broken before the tear as well."""
+    if raw.lstrip()[:1] != b"[" or not cut_short(raw):
+        return None
+    elements, tail = [], None
+    for i, _offset, text, problem in _array_elements(io.BytesIO(raw)):
+        if problem is not None:
+            tail = RecordError(name, None, f"[{i}]", problem, text[:4096].decode("utf-8", "replace") or None)
+            continue
+        try:
+            elements.append(loads(text))
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return None
+    return (elements, tail) if tail is not None else None
 
 
 def _open_array(path: Path, size: int, gz: bool = False) -> Source:

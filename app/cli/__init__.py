@@ -4,7 +4,8 @@ order `rollscope --help` lists them) and holds the console entry point, `main`.
 
 Configuration comes from the environment through `get_settings()` (`ROLLSCOPE_DATABASE_URL`,
 `ROLLSCOPE_WORKER__BATCH_SIZE`, ...: app/config.py and the README's table); `--db` anywhere on
-the command line overrides the database (app/cli/common.py).
+the command line overrides the database (app/cli/common.py). Each command's `--help` ends with
+what its exit codes mean (app/cli/exits.py).
 """
 from __future__ import annotations
 
@@ -16,20 +17,21 @@ from rich.text import Text
 
 from app.cli import common, demo, export, ingest, link, quarantine, rebuild, schema, serve, token, worker
 from app.cli.common import console
+from app.cli.exits import exit_codes
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Rollscope: a trace inspector for agentic RL.")
 app.callback()(common.choose_database)
-app.command()(ingest.ingest)
-app.command()(export.export)
-app.command()(rebuild.recheck)
-app.command()(quarantine.quarantine)
-app.command()(worker.worker)
-app.command()(link.link)
+app.command(epilog=exit_codes("ingest"))(ingest.ingest)
+app.command(epilog=exit_codes("export"))(export.export)
+app.command(epilog=exit_codes("recheck"))(rebuild.recheck)
+app.command(epilog=exit_codes("quarantine"))(quarantine.quarantine)
+app.command(epilog=exit_codes("worker"))(worker.worker)
+app.command(epilog=exit_codes("link"))(link.link)
 app.add_typer(token.token_app, name="token")
-app.command()(serve.serve)
-app.command()(demo.demo)
-app.command("rebuild-analytics")(rebuild.rebuild_analytics)
-app.command()(schema.schema)
+app.command(epilog=exit_codes("serve"))(serve.serve)
+app.command(epilog=exit_codes("demo"))(demo.demo)
+app.command("rebuild-analytics", epilog=exit_codes("rebuild-analytics"))(rebuild.rebuild_analytics)
+app.command(epilog=exit_codes("schema"))(schema.schema)
 
 
 def main() -> None:

@@ -8,11 +8,12 @@ from rich.table import Table
 from rich.text import Text
 
 from app.cli.common import console, open_engine, out
+from app.cli.exits import exit_codes
 
 token_app = typer.Typer(no_args_is_help=True, help="API tokens: create, list, revoke (app/auth.py).")
 
 
-@token_app.command("create")
+@token_app.command("create", epilog=exit_codes("token create"))
 def token_create(
     scope: Annotated[str, typer.Option(help="read (pages and API when reading is locked), write (ingest over "
                                             "HTTP; includes read) or admin (includes write).")] = "write",
@@ -30,7 +31,7 @@ def token_create(
     typer.echo(token)
 
 
-@token_app.command("list")
+@token_app.command("list", epilog=exit_codes("token list"))
 def token_list() -> None:
     """List tokens (id, name, scope, prefix, created, last used, revoked); never the tokens."""
     from app.auth import list_tokens
@@ -46,7 +47,7 @@ def token_list() -> None:
     out.print(table if tokens else Text("no tokens (create one with `rollscope token create`)"))
 
 
-@token_app.command("revoke")
+@token_app.command("revoke", epilog=exit_codes("token revoke"))
 def token_revoke(
     token_id: Annotated[str, typer.Argument(help="The token's id from `token list`, or its prefix.")],
 ) -> None:

@@ -13,7 +13,10 @@ from app.cli.common import console, open_engine
 def worker(
     spool: Annotated[list[Path], typer.Option("--spool", help="A folder collectors write trace files into "
                                               "(repeatable; default ROLLSCOPE_WORKER__SPOOL_DIR). "
-                                              "Created if missing.")] = [],  # noqa: B006
+                                              "It must exist, unless --create is given.")] = [],  # noqa: B006
+    create: Annotated[bool, typer.Option("--create", help="Create a --spool folder that does not exist (without "
+                                         "it, a missing folder is an error, exit 2: a mistyped path would "
+                                         "otherwise be waited on forever).")] = False,
     poll: Annotated[float, typer.Option(help="Seconds between looks at the folders when nothing is left to read.",
                                         min=0.05, max=60)] = 0.5,
     torn_after: Annotated[float, typer.Option(help="Seconds a file must stop growing before a last line without "
@@ -35,14 +38,15 @@ def worker(
     committed with the rows it produced, so a restart resumes exactly there; renamed, rotated,
     truncated and deleted files are followed. SIGTERM stops cleanly. On Postgres several workers
     may share the folders; on SQLite one worker writes. With --once it exits 1 when it left a file
-    unread (each named on stderr with why).
+    unread (each named on stderr with why). A spool folder that does not exist is one line naming
+    it and exit 2, before the database is opened, unless --create is given.
     """
     from app.config import get_settings
     from app.worker.run import WorkerLocked, run, sqlite_lock, stop_on_signals
 
     dirs = spool or [get_settings().worker.spool_dir]
     for d in dirs:
-        d.mkdir(parents=True, exist_ok=True)
+        _spool_folder(d, create=create)
     engine = open_engine()
     try:
         lock = sqlite_lock(engine)
@@ -61,3 +65,26 @@ def worker(
         lock.close()
     if ran.left:
         raise typer.Exit(1)
+
+
+def _spool_folder(path: Path, *, create: bool) -> None:
+    """A --spool folder checked before the worker starts: a missing one is created with `create`,
+    else one line naming it (as given, and absolute) and exit 2; a path that is not a folder, or
+    one that cannot be created, is exit 2 too."""
+    if path.is_dir():
+        return
+    shown = f"{path} ({path.absolute()})" if not path.is_absolute() else str(path)
+    if path.exists():
+        _fail(f"the spool folder {shown} is not a folder")
+    if not create:
+        _fail(f"the spool folder {shown} does not exist (a mistyped path? give --create to create it)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _fail(f"cannot create the spool folder {shown}: {exc.strerror or exc}")
+    console.print(f"worker: created the spool folder {shown}", markup=False, soft_wrap=True)
+
+
+def _fail(msg: str) -> None:
+    console.print(Text.assemble(("error: ", "red"), msg), soft_wrap=True)
+    raise typer.Exit(2)

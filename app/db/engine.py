@@ -9,14 +9,22 @@ from sqlmodel import create_engine
 
 from ingest.jsonio import dumps, loads
 
+WRITE_TIMEOUT = 5.0  # seconds a web write waits for the write lock (ROLLSCOPE_DB__WRITE_TIMEOUT_SECONDS)
+READ_BUSY_MS = 30_000  # SQLite busy_timeout of every other transaction (ingest's writer engine included)
+WRITE = "rollscope_write_timeout"  # execution option: this connection's transactions write (seconds to wait)
 
-def make_engine(url: str, *, writer: bool = False, pool_size: int = 5, max_overflow: int = 10) -> Engine:
+
+def make_engine(url: str, *, writer: bool = False, pool_size: int = 5, max_overflow: int = 10,
+                write_timeout: float | None = None) -> Engine:
     """An engine for `url` (sqlite or postgresql+psycopg).
 
     `writer=True` (ingest) makes every SQLite transaction `BEGIN IMMEDIATE`: it takes the write
-    lock up front and waits for it (busy_timeout), instead of starting as a reader and failing
-    with SQLITE_BUSY when another writer committed meanwhile. Readers (the web app) keep
-    deferred transactions, so under WAL they never wait for a writer.
+    lock up front and waits for it (busy_timeout, 30 s), instead of starting as a reader and
+    failing with SQLITE_BUSY when another writer committed meanwhile (a deferred transaction
+    cannot upgrade its snapshot, whatever the busy timeout). Readers (the web app) keep deferred
+    transactions, so under WAL they never wait for a writer; the web app's writes go through
+    `writes(engine)`, which waits at most `write_timeout` seconds for the lock (default: 5 s, or
+    for a `writer` engine, a command's, as long as its other transactions: 30 s).
     """
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **JSON_CODEC)
@@ -25,24 +33,92 @@ def make_engine(url: str, *, writer: bool = False, pool_size: int = 5, max_overf
         # over (the recipe in SQLAlchemy's SQLite dialect docs, "Serializable isolation").
         @event.listens_for(engine, "begin")
         def _begin(conn):  # noqa: ANN001
-            conn.exec_driver_sql("BEGIN IMMEDIATE" if writer else "BEGIN")
+            wait = conn.get_execution_options().get(WRITE)
+            # busy_timeout is per connection: set it for this kind of transaction when it changes
+            busy_ms = READ_BUSY_MS if wait is None else round(wait * 1000)
+            info = conn.connection.info
+            if info.get("busy_ms") != busy_ms:
+                conn.exec_driver_sql(f"PRAGMA busy_timeout={busy_ms}")
+                info["busy_ms"] = busy_ms
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if writer or wait is not None else "BEGIN")
 
         @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_conn, _record):  # noqa: ANN001
+        def _sqlite_pragmas(dbapi_conn, record):  # noqa: ANN001
             dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
             # WAL lets the dashboard read while an ingest writes; NORMAL is durable enough in WAL;
             # busy_timeout makes a second writer wait instead of failing at once.
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=NORMAL")
-            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute(f"PRAGMA busy_timeout={READ_BUSY_MS}")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
+            record.info["busy_ms"] = READ_BUSY_MS
 
-        return engine
-    # Postgres: each process keeps `pool_size` connections, up to `max_overflow` more under load
-    # (ROLLSCOPE_DB__POOL_SIZE / __MAX_OVERFLOW; docs/deploy.md sizes them against max_connections).
-    return create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=max_overflow, **JSON_CODEC)
+    else:
+        # Postgres: each process keeps `pool_size` connections, up to `max_overflow` more under load
+        # (ROLLSCOPE_DB__POOL_SIZE / __MAX_OVERFLOW; docs/deploy.md sizes them against max_connections).
+        engine = create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=max_overflow,
+                               **JSON_CODEC)
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn):  # noqa: ANN001
+            wait = conn.get_execution_options().get(WRITE)
+            if wait is not None:
+                # a row lock held longer than this fails the statement (55P03 lock_not_available);
+                # 0 means "no limit" to Postgres, so the shortest wait is 1 ms
+                conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{max(1, round(wait * 1000))}ms'")
+
+    # kept on the engine (not in a module-level map, which would keep every engine alive)
+    engine.rollscope_write_timeout = (write_timeout if write_timeout is not None
+                                      else READ_BUSY_MS / 1000 if writer else WRITE_TIMEOUT)
+    engine.rollscope_writers = {}  # timeout → its write engine (`writes`)
+    return engine
+
+
+def writes(engine: Engine, timeout: float | None = None) -> Engine:
+    """`engine` for the web app's writes (same pool): each transaction takes the write lock when
+    it begins (SQLite `BEGIN IMMEDIATE`) and waits for it at most `timeout` seconds (default: the
+    engine's `write_timeout`; SQLite busy_timeout, Postgres `lock_timeout`), after which the
+    statement fails with an error `lock_busy` recognises (the app answers 503 with Retry-After).
+    0 does not wait at all. The same engine object is returned for the same arguments."""
+    base = getattr(engine, "_proxied", None) or engine  # an OptionEngine's own engine
+    if timeout is None:
+        timeout = getattr(base, "rollscope_write_timeout", WRITE_TIMEOUT)
+    made = base.__dict__.setdefault("rollscope_writers", {})  # an engine not made by make_engine too
+    if timeout not in made:
+        made[timeout] = base.execution_options(**{WRITE: float(timeout)})
+    return made[timeout]
+
+
+# SQLite SQLITE_BUSY (5) and SQLITE_LOCKED (6), their extended codes included; Postgres 55P03
+# lock_not_available (lock_timeout); 40P01 deadlock_detected, 40001 serialization_failure.
+_SQLITE_BUSY = (5, 6)
+_PG_RACES = ("40P01", "40001")
+
+
+def _orig(exc: BaseException) -> BaseException:
+    return exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
+
+
+def lock_timed_out(exc: BaseException) -> bool:
+    """True when the write lock was not free within the timeout: SQLite "database is locked"
+    (SQLITE_BUSY / SQLITE_LOCKED), Postgres `lock_timeout` (55P03). No fault of the data."""
+    orig = _orig(exc)
+    code = getattr(orig, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in _SQLITE_BUSY
+    if str(getattr(orig, "sqlstate", None) or "") == "55P03":
+        return True
+    text = str(orig).lower()
+    return "database is locked" in text or "database table is locked" in text
+
+
+def lock_busy(exc: BaseException) -> bool:
+    """True for a write that gave way to other writers and can simply be tried again later: the
+    lock was not free in time (`lock_timed_out`), or Postgres picked it to lose a deadlock or a
+    serialization conflict (40P01, 40001)."""
+    return lock_timed_out(exc) or str(getattr(_orig(exc), "sqlstate", None) or "") in _PG_RACES
 
 
 class JSONText(str):

@@ -5,10 +5,13 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from app.db.engine import insert_for
 from app.db.models import Label, Note, utcnow
 
 L = Label.__table__
 NT = Note.__table__
+UQ_LABEL = [L.c.run_id, L.c.rollout_id, L.c.label, L.c.author]  # uq_label
+UQ_NOTE = [NT.c.run_id, NT.c.rollout_id, NT.c.step, NT.c.author]  # uq_note
 
 
 def labels_of(*, session: Session, run_id: str, rollout_ids: list[str]) -> dict[str, list]:
@@ -24,14 +27,12 @@ def labels_of(*, session: Session, run_id: str, rollout_ids: list[str]) -> dict[
 
 
 def add_label(*, session: Session, run_id: str, rollout_id: str, label: str, author: str) -> bool:
-    """Label a rollout; False if this author had already given it this label. Caller commits."""
-    exists = session.execute(sa.select(L.c.pk).where(L.c.run_id == run_id, L.c.rollout_id == rollout_id,
-                                                     L.c.label == label, L.c.author == author)).first()
-    if exists:
-        return False
-    session.execute(L.insert().values(run_id=run_id, rollout_id=rollout_id, label=label, author=author,
-                                      created_at=utcnow()))
-    return True
+    """Label a rollout; False if this author had already given it this label. One statement
+    (INSERT ... ON CONFLICT DO NOTHING on `uq_label`), so two requests adding the same label at
+    once both succeed and store it once. Caller commits."""
+    stmt = insert_for(session.connection(), L).values(run_id=run_id, rollout_id=rollout_id, label=label,
+                                                       author=author, created_at=utcnow())
+    return session.execute(stmt.on_conflict_do_nothing(index_elements=UQ_LABEL)).rowcount > 0
 
 
 def remove_label(*, session: Session, run_id: str, rollout_id: str, label: str, author: str) -> bool:
@@ -60,13 +61,14 @@ def notes_of(*, session: Session, run_id: str, rollout_id: str | None = None, st
 
 def set_note(*, session: Session, run_id: str, author: str, text: str, rollout_id: str | None = None,
              step: int | None = None) -> None:
-    """Write this author's note on a rollout or a step (replacing theirs). Caller commits."""
-    key = (NT.c.run_id == run_id, NT.c.rollout_id == (rollout_id or ""), NT.c.step == (-1 if step is None else step),
-           NT.c.author == author)
-    if session.execute(NT.update().where(*key).values(text=text, updated_at=utcnow())).rowcount == 0:
-        session.execute(NT.insert().values(run_id=run_id, rollout_id=rollout_id or "",
-                                           step=-1 if step is None else step,
-                                           author=author, text=text, updated_at=utcnow()))
+    """Write this author's note on a rollout or a step (replacing theirs). One statement (INSERT
+    ... ON CONFLICT DO UPDATE on `uq_note`), so two requests writing at once never collide on the
+    unique key: the later one's text stays. Caller commits."""
+    now = utcnow()
+    stmt = insert_for(session.connection(), NT).values(run_id=run_id, rollout_id=rollout_id or "",
+                                                        step=-1 if step is None else step, author=author,
+                                                        text=text, updated_at=now)
+    session.execute(stmt.on_conflict_do_update(index_elements=UQ_NOTE, set_={"text": text, "updated_at": now}))
 
 
 def delete_note(*, session: Session, run_id: str, author: str, rollout_id: str | None = None,

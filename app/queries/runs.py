@@ -15,6 +15,16 @@ def get_run(*, session: Session, run_id: str) -> Run | None:
     return session.get(Run, run_id)
 
 
+def hold_run(*, session: Session, run_id: str, exclusive: bool = False) -> bool:
+    """Lock the run's row until the transaction ends; False if there is no such run. Writes of
+    the run (labels, notes) take `FOR KEY SHARE` and do not wait for one another (nor for an
+    ingest updating the row); deleting the run takes `exclusive` (`FOR UPDATE`), so the two wait
+    for each other on Postgres. On SQLite, whose write transactions hold the database's write
+    lock (`BEGIN IMMEDIATE`), the lock clause is left out and this is a plain lookup."""
+    lock = {"read": False} if exclusive else {"read": True, "key_share": True}
+    return session.execute(sa.select(Run.id).where(Run.id == run_id).with_for_update(**lock)).first() is not None
+
+
 def list_runs(*, session: Session) -> list[Run]:
     """Every run, oldest first (then by id)."""
     return list(session.execute(sa.select(Run).order_by(Run.created_at, Run.id)).scalars())

@@ -1,48 +1,213 @@
 """The one reader of request bodies for the endpoints that take traces (`POST /api/v1/ingest`,
-`POST /v1/traces`): the bytes as sent, or inflated when they are gzip, never more than a limit.
+`POST /v1/traces`): the bytes as sent, or inflated when they are gzip, in bounded memory.
 
-Gzip is recognised by `Content-Encoding: gzip` (or `x-gzip`), or by gzip's magic number at the
-start of the body (no NDJSON, JSON or protobuf body starts with it). Inflation stops one byte past
-the limit, so a small compressed body cannot make the server hold gigabytes. The gzip files the
-worker tails are read by `ingest.gzstream` (a stream, member after member, from an offset).
+Gzip is recognised by `Content-Encoding: gzip` (or `x-gzip`; `deflate`, the zlib format of
+RFC 9110 section 8.4.1.2, is taken too), or by gzip's magic number at the start of the body (no
+NDJSON, JSON or protobuf body starts with it). Several gzip members one after another are one
+body (RFC 1952 section 2.2).
+
+Memory stays bounded however the body is built:
+
+- A `Content-Length` over the limit is refused (413) before a byte is read; the body is read as
+  a stream (`request.stream()`), and the bytes received are counted against the limit as they
+  arrive, so a body sent without a length is refused one chunk past the limit.
+- A gzip body is inflated while it arrives, in steps of `STEP` bytes whose output is counted
+  and dropped: the moment the count passes the limit it is refused (413), having held only the
+  compressed bytes so far and one step. Only a body known to fit is then inflated for keeps, at
+  its exact size (`zlib.decompress(..., bufsize=size)`), so a 1 GB bomb of zeros costs about its
+  1 MB, not the limit (tests/api/test_body_memory.py measures the server's peak RSS).
+- Every byte held (compressed as received, and inflated) is taken from the process's
+  `BodyBudget` (`api.body_memory_bytes`) until the endpoint is done with the body; a request
+  that would go past it is answered 503 with `Retry-After` (it may succeed once others finish),
+  so many bodies in flight at once cannot add up past it either.
+
+The gzip files the worker tails are read by `ingest.gzstream` (a stream, member after member,
+from an offset).
 """
 from __future__ import annotations
 
+import asyncio
 import zlib
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 
-from starlette.requests import Request
+from fastapi.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect, Request
 
 from ingest.gzstream import is_gzip
 
-GZIP = ("gzip", "x-gzip")
+COMPRESSED = ("gzip", "x-gzip", "deflate")
 IDENTITY = ("", "identity")
+STEP = 1 << 20  # bytes of inflated output looked at, then dropped, per step while counting
+WBITS = 47  # zlib's automatic header detection: a gzip or a zlib header
+RETRY_BUSY = 1  # Retry-After seconds when the body budget is spent
 
 
 class BodyError(Exception):
-    """A body that cannot be read: `status` (400 not valid gzip, 413 too large, 415 an encoding
-    other than gzip) and a message for the client."""
+    """A body that cannot be read: `status` (400 not valid gzip or cut short, 413 too large, 415
+    an encoding other than gzip, 503 the process's body budget is spent, with `retry_after`
+    seconds) and a message for the client."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, retry_after: int | None = None):
         super().__init__(message)
-        self.status, self.message = status, message
+        self.status, self.message, self.retry_after = status, message, retry_after
+
+
+def too_large(limit: int) -> BodyError:
+    return BodyError(413, f"body larger than {limit} bytes (uncompressed): send it in parts")
+
+
+class BodyBudget:
+    """Bytes of request bodies this process holds at once, across requests, at most `total`.
+
+    Used from the event loop only (the body is read there), so a plain counter is enough."""
+
+    def __init__(self, total: int):
+        self.total, self.held = total, 0
+
+    def take(self, n: int) -> None:
+        """Hold `n` more bytes; BodyError 503 (with Retry-After) if that would pass `total`."""
+        if self.held + n > self.total:
+            raise BodyError(503, f"the server holds {self.held} bytes of request bodies (its limit is "
+                            f"{self.total}); retry later", RETRY_BUSY)
+        self.held += n
+
+    def give(self, n: int) -> None:
+        self.held -= n
+
+
+def budget(app) -> BodyBudget:
+    """The app's one BodyBudget (`app.state.body_budget`), sized by `api.body_memory_bytes`, made
+    on first use."""
+    if getattr(app.state, "body_budget", None) is None:
+        app.state.body_budget = BodyBudget(app.state.settings.api.body_memory_bytes)
+    return app.state.body_budget
+
+
+class Counter:
+    """Inflates a compressed stream fed in pieces, keeping none of the output: the inflated size
+    of each gzip (or zlib) member, so that the body can be inflated for keeps only once it is
+    known to fit. Raises BodyError 413 the moment the total passes `limit`, 400 for bytes that
+    do not inflate."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.sizes: list[tuple[int, int]] = []  # per finished member: (its compressed length, its inflated size)
+        self._z = zlib.decompressobj(wbits=WBITS)
+        self._in = self._out = 0  # the current member's compressed bytes fed, bytes inflated
+        self._total = 0  # inflated bytes of the finished members
+
+    def steps(self, data: bytes) -> Iterator[None]:
+        """Inflate `data` (the next compressed bytes) a step of `STEP` output bytes at a time,
+        yielding after each step (the reader lets other requests run there)."""
+        while data:
+            try:
+                out = self._z.decompress(data, STEP)
+            except zlib.error as exc:
+                raise BodyError(400, f"body is not valid gzip: {exc}") from None
+            self._out += len(out)
+            if self._total + self._out > self.limit:
+                raise too_large(self.limit)
+            if self._z.eof:  # a member ends here; what follows it is the next member
+                rest = self._z.unused_data
+                self._in += len(data) - len(rest)
+                self.sizes.append((self._in, self._out))
+                self._total += self._out
+                self._z, self._in, self._out = zlib.decompressobj(wbits=WBITS), 0, 0
+                data = rest
+            else:
+                self._in += len(data) - len(self._z.unconsumed_tail)
+                data = self._z.unconsumed_tail
+            yield
+
+    def finish(self) -> int:
+        """The body's inflated size; BodyError 400 if its last member is cut short."""
+        if self._in or not self.sizes:
+            raise BodyError(400, "body is not valid gzip: it ends inside a member")
+        return self._total
+
+
+def inflate(compressed: bytes, sizes: list[tuple[int, int]]) -> bytes:
+    """The members of `compressed`, inflated at the sizes `Counter` found: one allocation of
+    exactly the inflated size for the usual one member."""
+    if len(sizes) == 1:
+        return zlib.decompress(compressed, WBITS, max(1, sizes[0][1]))
+    parts, at = [], 0
+    for length, size in sizes:
+        parts.append(zlib.decompress(compressed[at:at + length], WBITS, max(1, size)))
+        at += length
+    return b"".join(parts)
 
 
 def decode(body: bytes, encoding: str, *, limit: int) -> bytes:
     """`body` as sent with `Content-Encoding: encoding`, inflated if it is gzip; at most `limit`
-    bytes. Raises BodyError."""
-    encoding = encoding.strip().lower()
-    if encoding not in GZIP + IDENTITY:
-        raise BodyError(415, f"Content-Encoding {encoding!r} is not supported (gzip or none)")
-    if encoding in GZIP or is_gzip(body):
-        try:
-            body = zlib.decompressobj(wbits=47).decompress(body, limit + 1)  # 47: gzip or zlib header
-        except zlib.error as exc:
-            raise BodyError(400, f"body is not valid gzip: {exc}") from None
+    bytes. Raises BodyError. (The synchronous form of `read_body`, for bytes already held.)"""
+    encoding = _encoding(encoding)
+    if encoding in COMPRESSED or is_gzip(body):
+        if len(body) > limit:
+            raise too_large(limit)
+        counter = Counter(limit)
+        for _ in counter.steps(body):
+            pass
+        return inflate(body, counter.sizes) if body and counter.finish() else b""
     if len(body) > limit:
-        raise BodyError(413, f"body larger than {limit} bytes uncompressed: send it in parts")
+        raise too_large(limit)
     return body
 
 
-async def read_body(request: Request, *, limit: int) -> bytes:
-    """The request's body, decoded (`decode`). Raises BodyError."""
-    return decode(await request.body(), request.headers.get("content-encoding", ""), limit=limit)
+def _encoding(value: str) -> str:
+    encoding = value.strip().lower()
+    if encoding not in COMPRESSED + IDENTITY:
+        raise BodyError(415, f"Content-Encoding {encoding!r} is not supported (gzip, deflate or none)")
+    return encoding
+
+
+@asynccontextmanager
+async def read_body(request: Request, *, limit: int, budget: BodyBudget) -> AsyncIterator[bytes]:
+    """`async with read_body(request, limit=..., budget=...) as body:` the request's body,
+    inflated if it is gzip, at most `limit` bytes, its memory held from `budget` until the block
+    ends. Raises BodyError (400, 413, 415, 503: see the module's docstring)."""
+    encoding = _encoding(request.headers.get("content-encoding", ""))
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise too_large(limit)  # before a byte is read: the limit holds for the bytes as sent too
+    chunks: list[bytes] = []
+    held = received = 0
+    counter: Counter | None = Counter(limit) if encoding in COMPRESSED else None
+    sniffed = counter is not None  # without the header, gzip is told by its first two bytes
+    try:
+        try:
+            async for chunk in request.stream():
+                if not chunk:
+                    continue
+                received += len(chunk)
+                if received > limit:
+                    raise too_large(limit)
+                budget.take(len(chunk))
+                held += len(chunk)
+                chunks.append(chunk)
+                feed = [chunk]
+                if not sniffed and received >= 2:
+                    sniffed = True
+                    if is_gzip(b"".join(chunks)[:2]):
+                        counter, feed = Counter(limit), chunks[:]
+                if counter is not None:
+                    for piece in feed:
+                        for _ in counter.steps(piece):
+                            await asyncio.sleep(0)  # a large body does not hold other requests up
+        except ClientDisconnect:
+            raise BodyError(400, "the client disconnected before the body ended") from None
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        if counter is not None:
+            size = counter.finish() if body else 0
+            budget.take(size)
+            held += size
+            compressed, body = body, b""
+            body = await run_in_threadpool(inflate, compressed, counter.sizes) if size else b""
+            del compressed
+            budget.give(received)
+            held -= received
+        yield body
+    finally:
+        budget.give(held)

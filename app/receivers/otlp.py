@@ -4,35 +4,40 @@ SDKs, can send straight to Rollscope.
 
 Protocol (open-telemetry/opentelemetry-proto `docs/specification.md`, "OTLP/HTTP"): the body is an
 `ExportTraceServiceRequest`, binary protobuf (`Content-Type: application/x-protobuf`) or JSON
-(`application/json`), optionally `Content-Encoding: gzip`. Success is 200 with an
-`ExportTraceServiceResponse` in the request's encoding; traces that could not become rollouts
-are counted in `partialSuccess.rejectedSpans` (and quarantined with the reason). A body that is
-not OTLP is 400, another media type 415.
+(`application/json`), optionally `Content-Encoding: gzip`. Every answer is in the request's
+encoding (app/receivers/otlp_response.py): 200 with an `ExportTraceServiceResponse`, traces that
+could not become rollouts counted in `partial_success.rejected_spans` (and quarantined with the
+reason); every failure a `google.rpc.Status`, the token's 401 and 403 included. A body that is not
+OTLP is 400, one over `api.max_body_bytes` 413, another media type 415.
 
 Writing needs a write token (`Authorization: Bearer ...`). This module only receives: it checks
-the request, reads the body (app/receivers/body.py: gzip, size limit), decodes the spans
-(`ingest/otel/wire.py`) and hands them to the app's `TraceIntake` (app/worker/trace_intake.py), which
-spools them (fsynced before the 200), assembles traces and stores each finished one as a rollout.
-Backpressure, as for HTTP ingest: more than `worker.otlp_max_pending_spans` spans waiting → 429, the
-database unavailable → 503, both with `Retry-After`; spans are never dropped silently (a trace
-that could not be stored is kept and retried; a resent span replaces its copy).
+the request, reads the body (app/receivers/body.py: gzip, size limit, bounded memory), decodes
+the spans (`ingest/otel/wire.py`) and hands them to the app's `TraceIntake`
+(app/worker/trace_intake.py), which spools them (fsynced before the 200), assembles traces and
+stores each finished one as a rollout. Backpressure ("OTLP/HTTP Throttling"), as for HTTP ingest:
+more than `worker.otlp_max_pending_spans` spans waiting → 429, the database unavailable or the
+process's body memory spent → 503, each with `Retry-After`; spans are never dropped silently (a
+trace that could not be stored is kept and retried; a resent span replaces its copy).
 """
 from __future__ import annotations
 
+import logging
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
+from fastapi.routing import APIRoute
 from sqlalchemy.exc import DBAPIError, OperationalError
+from starlette.exceptions import HTTPException
 
 from app.deps import WriteToken
-from app.receivers.body import BodyError, read_body
+from app.receivers.body import BodyError, budget, read_body
+from app.receivers.otlp_response import JSON, PROTOBUF, failure, media_type, success
 from app.worker.trace_intake import RETRY_DOWN, intake
 from ingest.otel.wire import OtlpError, SpanRecord, decode_json, decode_protobuf
 
-PROTOBUF, JSON = "application/x-protobuf", "application/json"
-MAX_BODY = 64 << 20  # bytes, after decompression
+log = logging.getLogger("rollscope.otlp")
 
 
 @asynccontextmanager
@@ -55,55 +60,67 @@ async def _lifespan(app):
         pass  # the database is gone: nothing more can be done here
 
 
-router = APIRouter(tags=["receive"], lifespan=_lifespan)
+class OtlpRoute(APIRoute):
+    """A route whose every failure is an OTLP one: the HTTP errors its dependencies raise (the
+    write token's 401 and 403, its 503 when the database cannot look the token up) and anything
+    unexpected (500, logged) become a `google.rpc.Status` in the request's encoding, where the
+    app's handlers (app/errors.py) would answer Rollscope's own JSON error shape."""
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def otlp_handler(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except HTTPException as exc:
+                headers = dict(exc.headers or {})
+                retry = headers.pop("Retry-After", None)
+                return failure(media_type(request), exc.status_code, str(exc.detail), headers=headers,
+                               retry_after=int(retry) if retry and retry.isdigit() else None)
+            except Exception as exc:  # noqa: BLE001 - an OTLP client is owed a Status, not a page
+                log.exception("unexpected error on POST %s", request.url.path)
+                return failure(media_type(request), 500, f"internal error ({type(exc).__name__})")
+
+        return otlp_handler
 
 
-def _error(status: int, message: str, retry: int | None = None) -> Response:
-    headers = {"Retry-After": str(retry)} if retry is not None else None
-    return JSONResponse({"code": status, "message": message}, status_code=status, headers=headers)
+router = APIRouter(tags=["receive"], lifespan=_lifespan, route_class=OtlpRoute)
 
 
 @router.post("/v1/traces", include_in_schema=False)  # OTLP/HTTP, specified upstream (docs/formats-otlp.md)
 async def receive_traces(request: Request, _: WriteToken) -> Response:
-    """Take an OTLP `ExportTraceServiceRequest` (protobuf or JSON, gzip allowed).
+    """Take an OTLP `ExportTraceServiceRequest` (protobuf or JSON, gzip allowed); answer in the
+    request's encoding (app/receivers/otlp_response.py).
 
-    200: `ExportTraceServiceResponse` (`partialSuccess.rejectedSpans` counts spans of traces that
-    could not become rollouts); 400: not OTLP (the message names the field); 413: body above
-    64 MiB; 415: not protobuf or JSON; 429 (`Retry-After: 1`): too many spans waiting;
-    503 (`Retry-After: 5`): the database is unavailable. 401/403 without a write token.
+    200: `ExportTraceServiceResponse` (`partial_success.rejected_spans` counts spans of traces that
+    could not become rollouts). Failures, each a `google.rpc.Status`: 400 not OTLP (a `BadRequest`
+    names the field) or gzip that does not inflate; 413 body above `api.max_body_bytes` (64 MiB
+    after inflating); 415 not protobuf or JSON (answered in JSON), or an encoding other than gzip;
+    429 (`Retry-After: 1`) too many spans waiting; 503 (`Retry-After`) the database is unavailable
+    (5 s) or the process holds `api.body_memory_bytes` of bodies (1 s); 401/403 without a write
+    token.
     """
-    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if media not in (PROTOBUF, JSON):
-        return _error(415, f"Content-Type must be {PROTOBUF} or {JSON}, got {media or 'none'!r}")
+    media = media_type(request)
+    if media is None:
+        got = request.headers.get("content-type", "").split(";")[0].strip() or "none"
+        return failure(JSON, 415, f"Content-Type must be {PROTOBUF} or {JSON}, got {got!r}")
     try:
-        body = await read_body(request, limit=MAX_BODY)
+        async with read_body(request, limit=request.app.state.settings.api.max_body_bytes,
+                             budget=budget(request.app)) as body:
+            decode = decode_protobuf if media == PROTOBUF else decode_json
+            spans: list[SpanRecord] = await run_in_threadpool(decode, body)
     except BodyError as exc:
-        return _error(exc.status, exc.message)
-    try:
-        spans: list[SpanRecord] = decode_protobuf(body) if media == PROTOBUF else decode_json(body)
+        return failure(media, exc.status, exc.message, retry_after=exc.retry_after)
     except OtlpError as exc:
-        return _error(400, str(exc))
+        return failure(media, 400, str(exc), field=exc.field)
     rec = intake(request.app)
     rec.start()
     try:
         refused = await run_in_threadpool(rec.accept, spans)
         if refused is not None:
-            return _error(*refused)
+            return failure(media, refused.status, refused.message, retry_after=refused.retry_after)
         rejected, reason = await run_in_threadpool(rec.flush)
     except (OperationalError, DBAPIError) as exc:
-        return _error(503, f"the database is unavailable ({type(exc).__name__}); the spans are kept, retry later",
-                      RETRY_DOWN)
-    return _success(media, rejected, reason)
-
-
-def _success(media: str, rejected: int, reason: str | None) -> Response:
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
-
-    if media == PROTOBUF:
-        resp = ExportTraceServiceResponse()
-        if rejected:
-            resp.partial_success.rejected_spans = rejected
-            resp.partial_success.error_message = reason or ""
-        return Response(resp.SerializeToString(), media_type=PROTOBUF)
-    body = {"partialSuccess": {"rejectedSpans": str(rejected), "errorMessage": reason or ""}} if rejected else {}
-    return JSONResponse(body)
+        return failure(media, 503, f"the database is unavailable ({type(exc).__name__}); the spans are kept, "
+                       "retry later", retry_after=RETRY_DOWN)
+    return success(media, rejected, reason)

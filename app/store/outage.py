@@ -81,8 +81,11 @@ def lost_a_race(exc: BaseException) -> bool:
 
 def not_the_data(exc: BaseException) -> bool:
     """The database is gone or cannot be used: writing the rollouts one by one cannot help, and
-    no record is to blame (the batch writer's fallback raises it instead)."""
-    return database_gone(exc) or bool(why_unusable(exc))
+    no record is to blame (the batch writer's fallback raises it instead). Other writers holding
+    the lock past the write timeout (app.db.engine.lock_timed_out) are not the record's fault either."""
+    from app.db.engine import lock_timed_out
+
+    return database_gone(exc) or bool(why_unusable(exc)) or lock_timed_out(exc)
 
 
 def worker_waits(exc: BaseException) -> bool:

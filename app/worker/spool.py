@@ -17,7 +17,9 @@ and rejections start again: they count what the file holds now, never a record t
 `gone`; its rows stay. A last line without its newline waits for it; if the file stops growing
 for `torn_after` seconds it is reported as a torn line, quarantined with its line and byte
 offset, and skipped. `.gz` files are read as a stream (offsets count uncompressed bytes). Other
-files (a JSON document, CSV) are read whole once they stop changing.
+files (a JSON document, CSV, UTF-16 text) are read whole once they stop changing, and whole again
+when they change after (a JSON array completed after it was read torn); a file named as JSONL
+whose first line has not ended waits for it like any last line (app/worker/stretches.py `mode`).
 
 Several workers may share the spool on Postgres: each claims a file for a short lease with
 `SELECT ... FOR UPDATE SKIP LOCKED`, and commits only when the file's offset is still the one it
@@ -60,8 +62,8 @@ from app.store.quarantine import IngestContext, clear_whole_file, quarantine_man
 from app.store.write import StoreResult, store, write_in
 from app.worker.claims import LEASE, Claims
 from app.worker.parse import Parsed, Parsers, parse_lines
-from app.worker.spool_files import INGEST, S, since_growth, still_for, sync_files, tail_after
-from app.worker.stretches import Chunk, StretchReader
+from app.worker.spool_files import INGEST, TAIL_BYTES, S, since_growth, still_for, sync_files, tail_after
+from app.worker.stretches import Chunk, StretchReader, named_jsonl, read_whole_before
 from ingest.errors import RecordError
 from ingest.files import read_records
 from ingest.formats.base import ReadContext
@@ -184,12 +186,13 @@ class Spool:
                                           f"{self.torn_after:g} s", max(self.torn_after - grew, 0.0)))
             elif st.st_size <= row.offset:
                 continue
-            elif row.offset == 0 and not row.format:
+            elif row.offset == 0 and not row.format and not named_jsonl(row) or read_whole_before(row):
                 age = min(wall - st.st_mtime, grew)
                 out.append(Left(row.name, f"still changing: a JSON document or CSV is read once it has not "
                                           f"changed for {self.settle:g} s", max(self.settle - age, 0.0)))
             else:
-                out.append(Left(row.name, f"its last line has no newline yet ({st.st_size - row.offset} bytes): "
+                which = "first" if row.offset == 0 else "last"
+                out.append(Left(row.name, f"its {which} line has no newline yet ({st.st_size - row.offset} bytes): "
                                           "it is read when the line ends, or reported as torn once the file has "
                                           f"not grown for {self.torn_after:g} s", max(self.torn_after - grew, 0.0)))
         return out
@@ -240,7 +243,8 @@ class Spool:
         """A file with nothing new is looked at again once waiting may have changed the answer:
         a file not yet read (a JSON document or CSV, read whole once it settles) after `settle`
         seconds, a last line without its newline after `torn_after`."""
-        if row.offset == 0 and not row.format and still_for(row, now, self.settle, unknown=True):
+        if (row.offset == 0 and not row.format or read_whole_before(row)) \
+                and still_for(row, now, self.settle, unknown=True):
             return True
         return self.reader.torn_due(row, now)
 
@@ -386,7 +390,11 @@ class Spool:
         return 1
 
     def _whole_file(self, row, path: Path) -> int:
-        """A JSON document or CSV: read whole once it has stopped changing, then marked done."""
+        """A JSON document or CSV: read whole once it has stopped changing, then marked done; read
+        whole again, from the start, when it changes after (`read_whole_before`): a JSON array
+        read torn keeps its complete elements, and the rest lands when the file is completed (its
+        torn tail's entry then leaves the quarantine: `store(whole_file=...)`). A file that turned
+        out to be JSONL (its first line broken) is tailed from there on."""
         try:
             st = path.stat()
         except OSError:
@@ -406,9 +414,10 @@ class Spool:
                                  read_records(reader, source, ReadContext(root=self._root_of(row.name)), errors),
                                  quarantine_context=self._context(row.name, reader.NAME),
                                  whole_file=(row.name, models.utcnow()))
+        line, tail = _tailable(source, path, st.st_size)
         with self.engine.begin() as conn:
             conn.execute(S.update().where(S.c.pk == row.pk).values(
-                offset=st.st_size, size=st.st_size, format=reader.NAME, status="done",
+                offset=st.st_size, size=st.st_size, format=reader.NAME, status="done", line=line, tail=tail,
                 records=res.inserted + res.replaced + res.unchanged, rejected=res.rejected,
                 last_error=str(errors[-1]) if errors else None, updated_at=models.utcnow()))
         self._say_rejected(errors, res)
@@ -440,3 +449,24 @@ class Spool:
                 status="done", last_error=why, rejected=S.c.rejected + (0 if again else 1), updated_at=models.utcnow()))
         self.log(f"{row.name}: {why}")
         return 1
+
+
+def _tailable(source, path: Path, size: int) -> tuple[int, bytes | None]:
+    """(line count, the bytes before `size`) to commit after reading `path` whole, so that it is
+    tailed from there when it grows: for a plain JSONL file ending with its newline. (0, None) for
+    anything else (a document, CSV, decoded UTF-16, a file cut mid-line): `read_whole_before`
+    then reads it whole again when it changes."""
+    if source.kind != "jsonl" or source.data is not None or source.gzip:
+        return 0, None
+    lines, before = 0, b""
+    try:
+        with path.open("rb") as f:
+            while f.tell() < size:
+                block = f.read(min(1 << 20, size - f.tell()))
+                if not block:
+                    break
+                lines += block.count(b"\n")
+                before = (before + block)[-TAIL_BYTES:]
+    except OSError:
+        return 0, None
+    return (lines, before) if before.endswith(b"\n") and lines else (0, None)

@@ -1,8 +1,9 @@
 """Reading a spool file's next stretch of complete lines from its committed offset (app/worker/
 spool.py writes them): plain files by bytes, gzip files as a stream (offsets count uncompressed
 bytes: ingest/gzstream.py), and deciding how a file is read at all (tailed line by line, or
-whole once it has stopped changing). A last line without its newline waits for it, until the
-file has not grown for `torn_after` seconds: then it is handed over as torn."""
+whole once it has stopped changing: `StretchReader.mode`). A last line without its newline waits
+for it, until the file has not grown for `torn_after` seconds: then it is handed over as torn; so
+does the first line of a file named as JSONL."""
 from __future__ import annotations
 
 import os
@@ -16,8 +17,27 @@ from app.db import models
 from app.worker.spool_files import still_for
 from ingest.gzstream import GzState, inflate, is_gzip, new_state
 from ingest.jsonio import loads
+from ingest.source import later_line_is_object
 
 MAX_LINE_BYTES = 1 << 30  # a line longer than this is refused, not buffered
+JSONL_SUFFIXES = {".jsonl", ".ndjson"}
+PROBE_BYTES = 1 << 16  # read after a broken first line, for a complete later line that is a JSONL record
+WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")  # UTF-16 LE/BE (UTF-32 LE begins as 16 LE), UTF-32 BE
+
+
+def named_jsonl(row) -> bool:
+    """Whether the file is named as JSONL (`.jsonl`, `.ndjson`, also rotated: `a.jsonl.1`), by
+    the name it was first seen under."""
+    return not JSONL_SUFFIXES.isdisjoint(Path(row.name).suffixes)
+
+
+def read_whole_before(row) -> bool:
+    """Whether the file was read whole (a JSON document, CSV, UTF-16 text: app/worker/spool.py
+    `_whole_file` leaves its offset at the size read, no line count and no tail bytes) and so is
+    read whole again when it changes: a JSON array completed after it was read torn, a CSV that
+    grew. Tailing it from the offset would read the rest of a document as lines."""
+    return row.offset > 0 and row.line == 0 and row.tail is None and row.format is not None \
+        and not is_gzip(row.head)
 
 
 @dataclass
@@ -54,22 +74,55 @@ class StretchReader:
         self.gz.pop(pk, None)
 
     def mode(self, row, path: Path) -> str | None:
-        """"lines" (JSONL, gzip: tailed), "whole" (a JSON document, CSV: read once settled), or
-        None (too early to tell: the first line is not complete yet)."""
-        if is_gzip(row.head) or row.offset > 0 or row.format:
+        """"lines" (JSONL, gzip: tailed), "whole" (a JSON document, CSV, UTF-16 text: read once
+        settled; again, whole, when it changes after), or None (too early to tell: the first line
+        is not complete yet).
+
+        A file named as JSONL (`named_jsonl`) whose first line has no newline yet waits for it as
+        any last line does: until it ends, or until the file has not grown for `torn_after`
+        seconds; then a line that is one JSON value is read (whole: one record), and one cut
+        short is handed over as torn. It is never taken for a JSON document because its writer
+        was slower than `settle`."""
+        if is_gzip(row.head):
             return "lines"
+        if read_whole_before(row):
+            return "whole"
+        if row.offset > 0 or row.format:
+            return "lines"
+        if row.head.startswith(WIDE_BOMS):
+            return "whole"  # UTF-16/32: decoded, or refused naming the encoding, by ingest/source.py
         try:
             with path.open("rb") as f:
                 first = f.readline(MAX_LINE_BYTES)
                 settled = time.time() - os.fstat(f.fileno()).st_mtime >= self.settle
+                later = f.read(PROBE_BYTES)
         except OSError:
             return None
         if not first.endswith(b"\n"):
+            if named_jsonl(row) and first.strip():
+                if not self.torn_due(row, models.utcnow()):
+                    return None
+                try:
+                    loads(first.removeprefix(b"\xef\xbb\xbf"))
+                    return "whole"  # one record without its newline
+                except (ValueError, UnicodeDecodeError):
+                    return "lines"  # torn: quarantined as a torn first line by `read`
             return "whole" if settled and first.strip() else None
         try:
-            return "lines" if isinstance(loads(first.removeprefix(b"\xef\xbb\xbf")), dict) else "whole"
-        except (ValueError, UnicodeDecodeError):
-            return "whole"  # "{" alone: pretty-printed JSON; or a broken first line (read whole, probed)
+            if isinstance(loads(first.removeprefix(b"\xef\xbb\xbf")), dict):
+                return "lines"
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            pass
+        # "{" alone: pretty-printed JSON, read whole once settled. But in a file named as JSONL a
+        # broken first line followed by JSONL records (a writer that died mid-line and was
+        # restarted: rollscope/client.py ends the torn line first) is JSONL, tailed at once: it
+        # would never settle while records are appended. (Not by content alone: a document
+        # `{"rollouts": [` with one element per line has such lines too; the CLI parses it whole
+        # first, which a growing file cannot be.)
+        opening = first.strip().removeprefix(b"\xef\xbb\xbf")
+        if named_jsonl(row) and opening != b"{" and opening[:1] != b"[" and later_line_is_object(first + later):
+            return "lines"
+        return "whole"
 
     def finished(self, row, chunk: Chunk) -> bool:
         """A gzip stream read to its end (appending to a .gz is not a thing writers do); a

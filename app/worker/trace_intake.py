@@ -19,6 +19,7 @@ from typing import NamedTuple
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from app.db.engine import writes
 from app.worker.trace_spool import TraceSpool
 from ingest.errors import RecordError
 from ingest.formats.base import record_error
@@ -49,7 +50,7 @@ class TraceIntake:
         self.app = app
         self.assembler = TraceAssembler(idle=s.worker.otlp_idle_seconds)
         self.max_pending = s.worker.otlp_max_pending_spans
-        self.spool = TraceSpool(app.state.engine, s.worker.otlp_spool_dir)
+        self.spool = TraceSpool(writes(app.state.engine), s.worker.otlp_spool_dir)  # its writes lock at BEGIN
         self.ends: dict[str, int] = {}  # trace id → end of its spool bytes the assembler holds
         self.restored = False
         self.lock = threading.Lock()

@@ -92,6 +92,7 @@ def test_a_database_down_at_start_is_retried_with_the_ingest_budget_then_one_lin
     assert lines[0].startswith("database: ") and sum(x.startswith("database: ") for x in lines) == 1
     assert [x.rsplit("retrying in ", 1)[1] for x in lines[1:-1]] == ["0.5 s", "1 s"], lines
     assert "the database is unreachable after retrying for 1.5 s" in lines[-1] and "re-run" in lines[-1]
+    (tmp_path / "sp").mkdir()
     worker = _cli("--db", "postgresql://postgres@127.0.0.1:1/x", "worker", "--once", "--spool", str(tmp_path / "sp"),
                   env=env)
     lines = worker.stderr.strip().splitlines()

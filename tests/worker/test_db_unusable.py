@@ -45,6 +45,7 @@ def test_an_unusable_database_fails_at_once_naming_it_and_what_is_wrong(tmp_path
         (f"sqlite:///{tmp_path / 'not-a-db.db'}", f"{tmp_path / 'not-a-db.db'} is not a SQLite database"),
     ]
     env = {"ROLLSCOPE_DB__RETRY_SECONDS": "30"}  # an outage would be waited for this long
+    (tmp_path / "spool").mkdir()
     for url, why in cases:
         for args in (("ingest", str(data)), ("worker", "--once", "--spool", str(tmp_path / "spool"))):
             t0 = time.monotonic()

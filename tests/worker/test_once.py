@@ -79,7 +79,7 @@ def test_once_waits_for_a_document_being_written_then_reads_it(tmp_path):
         err = proc.communicate(timeout=60)[1]
     assert proc.returncode == 0, err
     assert "left" not in err and "Traceback" not in err, err
-    assert ids(engine) == ["d1"]
+    assert ids(engine) == ["d1"], err
     assert time.monotonic() - t0 < 30
     engine.dispose()
 

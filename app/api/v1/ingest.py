@@ -8,10 +8,13 @@ with `Retry-After`. Nothing is dropped silently: every line gets a result, accep
 URL), unchanged, or rejected (with the field and the reason), and rejected lines are quarantined
 as file rejections are.
 
-The body may be gzip (`Content-Encoding: gzip`, or gzip bytes: app.receivers.body). Query: `run` (applied to every
-record, as `rollscope ingest --run`), `format` (a reader name; detected by content otherwise),
-`step` (for records that carry none). The records' source file is `http/<sha256 of the body>`:
-re-sending the same body (a retry after a timeout) gives the same ids and is `unchanged`.
+The body may be gzip (`Content-Encoding: gzip`, or gzip bytes) and is read by app.receivers.body, in
+bounded memory: at most `api.max_body_bytes` after inflating (413 past it, found while it arrives and
+inflates, before it is held whole), and `api.body_memory_bytes` of bodies held by the whole process
+(503 with `Retry-After` past it). Query: `run` (applied to every record, as `rollscope ingest --run`),
+`format` (a reader name; detected by content otherwise), `step` (for records that carry none). The
+records' source file is `http/<sha256 of the body>`: re-sending the same body (a retry after a
+timeout) gives the same ids and is `unchanged`.
 """
 from __future__ import annotations
 
@@ -26,9 +29,12 @@ from fastapi.concurrency import run_in_threadpool
 
 from app import urls
 from app.api.v1.schemas import ErrorBody
+from app.db.engine import writes
 from app.deps import WriteToken
 from app.errors import ApiError
 from app.receivers.body import BodyError, read_body
+from app.receivers.body import budget as body_budget
+from app.store.outage import lost_a_race
 from app.store.prepare import prepare_or_error
 from app.store.write import BATCH, StoreResult, write_in
 from ingest.errors import RecordError
@@ -42,14 +48,16 @@ from ingest.source import Source
 
 _PUSHBACK = {status: {"model": ErrorBody, "description": d} for status, d in {
     400: "a NUL character in the URL, or a gzip body that does not inflate",
-    413: "the body is larger than the ingest limit", 415: "the body is not NDJSON (one JSON object per line)",
+    413: "the body is larger than `api.max_body_bytes` (after inflating)",
+    415: "the body is not NDJSON (one JSON object per line)",
     429: "too many ingest requests in flight: retry after `Retry-After` seconds",
-    503: "the database is unavailable: retry after `Retry-After` seconds"}.items()}
+    503: "the database is unavailable, or the server holds too many request bodies: retry after `Retry-After` "
+         "seconds"}.items()}
 router = APIRouter(tags=["ingest"], responses=_PUSHBACK)
 
-MAX_BODY = 512 << 20  # uncompressed bytes per request
 RETRY_AFTER_BUSY = 1
 RETRY_AFTER_DOWN = 5
+RACE_TRIES = 4  # a batch that lost a Postgres deadlock is written again, this many times in all
 
 
 class Gate:
@@ -82,29 +90,34 @@ async def ingest(
 
     Returns `{"accepted": n, "unchanged": n, "rejected": n, "results": [{"line", "status",
     "id", "url"} | {"line", "status": "rejected", "field", "error"}]}`. 401 without a token,
-    403 with a read token, 400 for gzip that does not inflate, 413 over 512 MB, 415 for a body that
-    is not NDJSON or an encoding other than gzip, 429 when busy and
-    503 when the database is down (both with `Retry-After`).
+    403 with a read token, 400 for gzip that does not inflate, 413 over `api.max_body_bytes` (64 MiB
+    after inflating; refused as soon as the length, the bytes received or the bytes inflated pass
+    it), 415 for a body that is not NDJSON or an encoding other than gzip, 429 when busy, 503 when
+    the database is down or the process holds `api.body_memory_bytes` of bodies already (both with
+    `Retry-After`).
     """
     gate: Gate = request.app.state.ingest_gate
     if not gate.enter():
         raise _busy(RETRY_AFTER_BUSY, "the ingest queue is full; retry after the delay given", 429)
     try:
+        limit = request.app.state.settings.api.max_body_bytes
         try:
-            data = await read_body(request, limit=MAX_BODY)
+            async with read_body(request, limit=limit, budget=body_budget(request.app)) as data:
+                base = str(request.base_url).rstrip("/")
+                try:
+                    return await run_in_threadpool(_ingest, request.app.state.engine, data, run, format, step, base)
+                except sa.exc.OperationalError as exc:
+                    raise _busy(RETRY_AFTER_DOWN, "the database is unavailable: "
+                                f"{str(exc.orig or exc).splitlines()[0]}", 503) from None
         except BodyError as exc:
-            raise HTTPException(exc.status, exc.message) from None
-        base = str(request.base_url).rstrip("/")
-        try:
-            return await run_in_threadpool(_ingest, request.app.state.engine, data, run, format, step, base)
-        except sa.exc.OperationalError as exc:
-            raise _busy(RETRY_AFTER_DOWN, f"the database is unavailable: {str(exc.orig or exc).splitlines()[0]}",
-                        503) from None
+            headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
+            raise HTTPException(exc.status, exc.message, headers=headers) from None
     finally:
         gate.leave()
 
 
 def _ingest(engine, data: bytes, run: str | None, fmt: str | None, step: int | None, base: str) -> dict:
+    engine = writes(engine)  # each batch takes the write lock at BEGIN, waiting at most the write timeout
     name = f"http/{hashlib.sha256(data).hexdigest()[:16]}.jsonl"
     source = Source(Path(name), "jsonl", None, size=len(data), data=data)
     source.first = next((v for _, v in source.lines() if isinstance(v, dict)), None)
@@ -139,8 +152,16 @@ def _ingest(engine, data: bytes, run: str | None, fmt: str | None, step: int | N
         part = pending[start:start + BATCH]
         prepared = [p for _, p in part if not isinstance(p, RecordError)]
         errors = [p for _, p in part if isinstance(p, RecordError)]
-        with engine.begin() as conn:
-            total.add(write_in(conn, prepared, errors))
+        # the write lock taken at BEGIN, waited for at most the write timeout (then 503); a batch
+        # that lost a deadlock to a concurrent write (Postgres) is written again
+        for attempt in range(RACE_TRIES):
+            try:
+                with engine.begin() as conn:
+                    total.add(write_in(conn, prepared, errors))
+                break
+            except sa.exc.DBAPIError as exc:
+                if not lost_a_race(exc) or attempt == RACE_TRIES - 1:
+                    raise
     counts = {"accepted": 0, "unchanged": 0, "rejected": 0}
     for r in results:
         if r["status"] is None:

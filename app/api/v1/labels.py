@@ -14,8 +14,8 @@ from pydantic import BaseModel, Field
 
 from app.api.v1.media import body_openapi, json_body
 from app.api.v1.schemas import Items
-from app.deps import SessionDep, WriteToken, token_label
-from app.errors import ApiError
+from app.deps import SessionDep, WriteDep, WriteToken, token_label
+from app.errors import BUSY, ApiError
 from app.params import Int32
 from app.queries import annotations as q_annotations
 from app.queries import rollouts as q_rollouts
@@ -41,16 +41,23 @@ class NoteBody(BaseModel):
 NoteJson = json_body(NoteBody, limit=100_000 * 6 + 1024)
 
 
-def _rollout(session, run: str, rollout: str) -> tuple[str, str]:
+def _rollout(session, run: str, rollout: str, *, writing: bool = False) -> tuple[str, str]:
+    """The run and rollout ids, unquoted; 404 (`field` `rollout`) unless the rollout exists. When
+    `writing`, the run's row is share-locked first (`q_runs.hold_run`), so a label or note cannot
+    outlive a run deleted at the same moment."""
     run_id, rollout_id = unquote(run), unquote(rollout)
-    if q_rollouts.get_rollout(session=session, run_id=run_id, rollout_id=rollout_id) is None:
+    if (writing and not q_runs.hold_run(session=session, run_id=run_id)) or \
+            q_rollouts.get_rollout(session=session, run_id=run_id, rollout_id=rollout_id) is None:
         raise ApiError(404, f"no rollout {rollout_id!r} in run {run_id!r}", field="rollout")
     return run_id, rollout_id
 
 
-def _run(session, run: str) -> str:
+def _run(session, run: str, *, writing: bool = False) -> str:
+    """The run id, unquoted; 404 (`field` `run`) unless the run exists (share-locked when `writing`)."""
     run_id = unquote(run)
-    if q_runs.get_run(session=session, run_id=run_id) is None:
+    found = (q_runs.hold_run(session=session, run_id=run_id) if writing
+             else q_runs.get_run(session=session, run_id=run_id) is not None)
+    if not found:
         raise ApiError(404, f"no run {run_id!r}", field="run")
     return run_id
 
@@ -81,25 +88,33 @@ def get_labels(session: SessionDep, run: RunId, rollout: RolloutId):
                                    for r in rows])
 
 
-@router.put("/runs/{run}/rollouts/{rollout}/labels/{label}", status_code=204, response_class=Response)
-def put_label(session: SessionDep, token: WriteToken, run: RunId, rollout: RolloutId, label: Label):
-    """Label the rollout (idempotent). Needs a `write` token."""
-    run_id, rollout_id = _rollout(session, run, rollout)
-    q_annotations.add_label(session=session, run_id=run_id, rollout_id=rollout_id, label=_label(label),
-                            author=token_label(token))
-    session.commit()
+@router.put("/runs/{run}/rollouts/{rollout}/labels/{label}", status_code=204, response_class=Response,
+             responses=BUSY)
+def put_label(write: WriteDep, token: WriteToken, run: RunId, rollout: RolloutId, label: Label):
+    """Label the rollout (idempotent, also when sent twice at once). Needs a `write` token."""
+
+    def work(session):
+        run_id, rollout_id = _rollout(session, run, rollout, writing=True)
+        q_annotations.add_label(session=session, run_id=run_id, rollout_id=rollout_id, label=_label(label),
+                                author=token_label(token))
+
+    write(work)
     return Response(status_code=204)
 
 
-@router.delete("/runs/{run}/rollouts/{rollout}/labels/{label}", status_code=204, response_class=Response)
-def delete_label(session: SessionDep, token: WriteToken, run: RunId, rollout: RolloutId, label: Label):
+@router.delete("/runs/{run}/rollouts/{rollout}/labels/{label}", status_code=204, response_class=Response,
+                responses=BUSY)
+def delete_label(write: WriteDep, token: WriteToken, run: RunId, rollout: RolloutId, label: Label):
     """Remove this token's label from the rollout. 404 if it has none."""
-    run_id, rollout_id = _rollout(session, run, rollout)
-    if not q_annotations.remove_label(session=session, run_id=run_id, rollout_id=rollout_id, label=_label(label),
-                                      author=token_label(token)):
-        raise ApiError(404, f"token {token_label(token)!r} has not labelled this rollout {unquote(label)!r}",
-                       field="label")
-    session.commit()
+
+    def work(session):
+        run_id, rollout_id = _rollout(session, run, rollout, writing=True)
+        if not q_annotations.remove_label(session=session, run_id=run_id, rollout_id=rollout_id,
+                                          label=_label(label), author=token_label(token)):
+            raise ApiError(404, f"token {token_label(token)!r} has not labelled this rollout {unquote(label)!r}",
+                           field="label")
+
+    write(work)
     return Response(status_code=204)
 
 
@@ -112,24 +127,32 @@ def get_rollout_notes(session: SessionDep, run: RunId, rollout: RolloutId):
 
 
 @router.put("/runs/{run}/rollouts/{rollout}/notes", status_code=204, response_class=Response,
-            openapi_extra=body_openapi(NoteBody))
-def put_rollout_note(session: SessionDep, token: WriteToken, run: RunId, rollout: RolloutId,
+             responses=BUSY, openapi_extra=body_openapi(NoteBody))
+def put_rollout_note(write: WriteDep, token: WriteToken, run: RunId, rollout: RolloutId,
                      body: NoteJson):
     """Write this token's note on the rollout (replacing its earlier one). Needs a `write` token."""
-    run_id, rollout_id = _rollout(session, run, rollout)
-    q_annotations.set_note(session=session, run_id=run_id, rollout_id=rollout_id, author=token_label(token),
-                           text=body.text)
-    session.commit()
+
+    def work(session):
+        run_id, rollout_id = _rollout(session, run, rollout, writing=True)
+        q_annotations.set_note(session=session, run_id=run_id, rollout_id=rollout_id, author=token_label(token),
+                               text=body.text)
+
+    write(work)
     return Response(status_code=204)
 
 
-@router.delete("/runs/{run}/rollouts/{rollout}/notes", status_code=204, response_class=Response)
-def delete_rollout_note(session: SessionDep, token: WriteToken, run: RunId, rollout: RolloutId):
+@router.delete("/runs/{run}/rollouts/{rollout}/notes", status_code=204, response_class=Response,
+                responses=BUSY)
+def delete_rollout_note(write: WriteDep, token: WriteToken, run: RunId, rollout: RolloutId):
     """Remove this token's note on the rollout. 404 if it has none."""
-    run_id, rollout_id = _rollout(session, run, rollout)
-    if not q_annotations.delete_note(session=session, run_id=run_id, rollout_id=rollout_id, author=token_label(token)):
-        raise ApiError(404, f"token {token_label(token)!r} has no note on this rollout", field="rollout")
-    session.commit()
+
+    def work(session):
+        run_id, rollout_id = _rollout(session, run, rollout, writing=True)
+        if not q_annotations.delete_note(session=session, run_id=run_id, rollout_id=rollout_id,
+                                         author=token_label(token)):
+            raise ApiError(404, f"token {token_label(token)!r} has no note on this rollout", field="rollout")
+
+    write(work)
     return Response(status_code=204)
 
 
@@ -142,23 +165,30 @@ def get_step_notes(session: SessionDep, run: RunId, step: Annotated[Int32, Path(
 
 
 @router.put("/runs/{run}/steps/{step}/notes", status_code=204, response_class=Response,
-            openapi_extra=body_openapi(NoteBody))
-def put_step_note(session: SessionDep, token: WriteToken, run: RunId, step: Annotated[Int32, Path(ge=0)],
+             responses=BUSY, openapi_extra=body_openapi(NoteBody))
+def put_step_note(write: WriteDep, token: WriteToken, run: RunId, step: Annotated[Int32, Path(ge=0)],
                   body: NoteJson):
     """Write this token's note on a training step of the run. Needs a `write` token. 404 (`field`
     `step`) if the run has no rollouts at that step."""
-    run_id = _run(session, run)
-    _step(session, run_id, step)
-    q_annotations.set_note(session=session, run_id=run_id, step=step, author=token_label(token), text=body.text)
-    session.commit()
+
+    def work(session):
+        run_id = _run(session, run, writing=True)
+        _step(session, run_id, step)
+        q_annotations.set_note(session=session, run_id=run_id, step=step, author=token_label(token), text=body.text)
+
+    write(work)
     return Response(status_code=204)
 
 
-@router.delete("/runs/{run}/steps/{step}/notes", status_code=204, response_class=Response)
-def delete_step_note(session: SessionDep, token: WriteToken, run: RunId, step: Annotated[Int32, Path(ge=0)]):
+@router.delete("/runs/{run}/steps/{step}/notes", status_code=204, response_class=Response,
+                responses=BUSY)
+def delete_step_note(write: WriteDep, token: WriteToken, run: RunId, step: Annotated[Int32, Path(ge=0)]):
     """Remove this token's note on the step. 404 if it has none."""
-    run_id = _run(session, run)
-    if not q_annotations.delete_note(session=session, run_id=run_id, step=step, author=token_label(token)):
-        raise ApiError(404, f"token {token_label(token)!r} has no note on step {step}", field="step")
-    session.commit()
+
+    def work(session):
+        run_id = _run(session, run, writing=True)
+        if not q_annotations.delete_note(session=session, run_id=run_id, step=step, author=token_label(token)):
+            raise ApiError(404, f"token {token_label(token)!r} has no note on step {step}", field="step")
+
+    write(work)
     return Response(status_code=204)

@@ -8,8 +8,8 @@ from urllib.parse import unquote
 from fastapi import APIRouter, Path, Response
 
 from app.api.v1.schemas import Items
-from app.deps import AdminToken, SessionDep
-from app.errors import ApiError
+from app.deps import AdminToken, SessionDep, WriteDep
+from app.errors import BUSY, ApiError
 from app.queries import runs as q_runs
 from app.views.common import PageModel
 from app.views.runs import RunHeader, RunRow, RunTotals, StepView, run_summary, runs_page
@@ -78,13 +78,19 @@ def get_metrics(session: SessionDep, run: RunId):
                       totals=page.totals)
 
 
-@router.delete("/runs/{run}", status_code=204, response_class=Response)
-def delete_run(session: SessionDep, token: AdminToken, run: RunId):
+@router.delete("/runs/{run}", status_code=204, response_class=Response, responses=BUSY)
+def delete_run(write: WriteDep, token: AdminToken, run: RunId):
     """Delete a run with all its rollouts, nodes, findings, labels and notes. Needs an `admin`
-    token. 404 if there is no such run."""
+    token. 404 if there is no such run; 503 with `Retry-After` when other writes hold the
+    database longer than `ROLLSCOPE_DB__WRITE_TIMEOUT_SECONDS`."""
     run_id = unquote(run)
-    if q_runs.get_run(session=session, run_id=run_id) is None:
-        raise ApiError(404, f"no run {run_id!r}", field="run")
-    q_runs.delete_run(session=session, run_id=run_id)
-    session.commit()
+
+    def work(session):
+        # the run's row locked first: a label, note or ingest of this run waits for the delete, or
+        # the delete for it, so none is left behind without its run
+        if not q_runs.hold_run(session=session, run_id=run_id, exclusive=True):
+            raise ApiError(404, f"no run {run_id!r}", field="run")
+        q_runs.delete_run(session=session, run_id=run_id)
+
+    write(work)
     return Response(status_code=204)
