@@ -207,9 +207,16 @@ class Quarantine(SQLModel, table=True):
     error: str
     raw: str | None = None  # first 4 KB of the record
     raw_sha256: str = Field(max_length=64)
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
+    # when this record was first rejected, and when last (the same record rejected again: a re-read of
+    # its file, a retry); a whole read of its file that no longer rejects it deletes the entry (0016)
+    first_seen: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
+    last_seen: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
     # how the file was ingested (app.store.quarantine.IngestContext), for --retry-quarantined
     context: dict | None = _json()
+    run_id: str | None = Field(default=None, max_length=200)  # the record's run, when known or given (--run, ?run=)
+    # where it came from: a file's path when read (the worker: where the spool file is now), or
+    # `http:<token name>` for POST /api/v1/ingest and /v1/traces (app.store.quarantine.http_source)
+    source: str | None = None
 
 
 class Label(SQLModel, table=True):
@@ -370,7 +377,12 @@ class SpoolFile(SQLModel, table=True):
     status: str = Field(default="active", max_length=16)  # active | done | gone
     records: int = Field(default=0, sa_column=Column(sa.BigInteger, nullable=False))
     rejected: int = Field(default=0, sa_column=Column(sa.BigInteger, nullable=False))
-    last_error: str | None = None
+    last_error: str | None = None  # the last record rejected, or why the file cannot be read
+    # the last thing the worker noticed about it that is not an error ("...; read again from the start")
+    notice: str | None = None
+    # when the current read from byte 0 began (NULL once it reached the end): a read that covered the
+    # whole file deletes the quarantine entries of the file it did not produce again (0016)
+    read_from: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
     claimed_by: str | None = Field(default=None, max_length=200)
     claimed_until: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
     grew_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))  # size last changed

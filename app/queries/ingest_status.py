@@ -74,7 +74,7 @@ def _live_counts(conn, since) -> dict[str, LiveCounts]:
             .where(_live_only(R.c.source_file)).group_by(kr)):
         out[k] = LiveCounts(stored=n, stored_recent=recent, last_stored=last)
     rejected = {k: (n, last, pk) for k, n, last, pk in conn.execute(
-        sa.select(kq, sa.func.count(), sa.func.max(Q.c.created_at), sa.func.max(Q.c.pk))
+        sa.select(kq, sa.func.count(), sa.func.max(Q.c.last_seen), sa.func.max(Q.c.pk))
         .where(_live_only(Q.c.source_file)).group_by(kq))}
     errors = {r.pk: (f"{r.field}: " if r.field else "") + r.error for r in conn.execute(
         sa.select(Q.c.pk, Q.c.field, Q.c.error).where(Q.c.pk.in_([v[2] for v in rejected.values()])))} \

@@ -116,7 +116,7 @@ async def receive_traces(request: Request, _: WriteToken) -> Response:
     rec = intake(request.app)
     rec.start()
     try:
-        refused = await run_in_threadpool(rec.accept, spans)
+        refused = await run_in_threadpool(rec.accept, spans, getattr(request.state, "token_name", None))
         if refused is not None:
             return failure(media, refused.status, refused.message, retry_after=refused.retry_after)
         rejected, reason = await run_in_threadpool(rec.flush)

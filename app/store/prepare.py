@@ -133,7 +133,8 @@ def storage_error(r: Rollout | RolloutRef, exc: BaseException) -> RecordError:
     src = r.source or {}
     detail = str(getattr(exc, "orig", None) or exc).splitlines()[0][:500] if str(exc) else ""
     return RecordError(str(src.get("file") or "?"), src.get("line"), None,
-                       f"cannot store rollout {r.id!r}: {type(exc).__name__}: {detail}", raw_text(r))
+                       f"cannot store rollout {r.id!r}: {type(exc).__name__}: {detail}", raw_text(r),
+                       run=getattr(getattr(r, "run", None), "id", None))
 
 
 def raw_text(r: Rollout | RolloutRef) -> str | None:

@@ -16,24 +16,58 @@ from ingest.errors import RecordError
 Q = models.Quarantine.__table__
 
 
-def _row(err: RecordError, context: dict | None = None) -> dict:
+HTTP = "http"  # `source` of records sent over HTTP: `http:<token name>` (http_source)
+
+
+def http_source(token_name: str | None) -> str:
+    """The `source` of a record sent to `POST /api/v1/ingest` or `/v1/traces`: `http:<token
+    name>` (the token's name, app.deps.token_label), or `http` when no token was given."""
+    return f"{HTTP}:{token_name}" if token_name else HTTP
+
+
+def with_source(context: dict | None, source: str | None, *, run: str | None = None) -> dict | None:
+    """A quarantine context (`IngestContext` as a dict, or None) with where its records came from
+    (`source`: a file's path, or `http_source(...)`) and, for input that has no IngestContext
+    (HTTP), the run given: `quarantine_many` keeps both in their own columns."""
+    if source is None and run is None:
+        return context
+    return {**(context or {}), "source": source, **({"run": run} if run is not None else {})}
+
+
+def _split(context: dict | None) -> tuple[dict | None, str | None, str | None]:
+    """(the IngestContext to keep, or None when there is none; source; run given)."""
+    if not context:
+        return None, None, None
+    ctx = dict(context)
+    source = ctx.pop("source", None)
+    run = ctx.get("run")
+    return (ctx if "cwd" in ctx else None), source, run
+
+
+def _row(err: RecordError, context: dict | None, source: str | None, run: str | None, now) -> dict:
     raw = err.raw or ""
     sha = hashlib.sha256(raw.encode("utf-8", "replace") + str(err).encode()).hexdigest()
     return dict(source_file=err.file, line=err.line, field=err.field, error=err.message,
-                raw=raw[:4096], raw_sha256=sha, created_at=models.utcnow(), context=context)
+                raw=raw[:4096], raw_sha256=sha, first_seen=now, last_seen=now, context=context,
+                run_id=(getattr(err, "run", None) or run),
+                # `err.source`: one rejection's own (the OTLP receiver's traces, each sent by its token)
+                source=getattr(err, "source", None) or source or err.file)
 
 
 def quarantine_many(conn: sa.Connection, errors: list[RecordError], *, context: dict | None = None) -> int:
     """Record rejected records with `context` (how the input was read: `IngestContext` as a
-    dict, or None). A record is known by its file and line (line None: the whole file): a new
-    rejection of it replaces the entry an earlier read left (the latest error wins; a retry or a
-    worker and a CLI reading the same file leave one entry, not one per message), and the same
-    rejection again changes nothing. Several rejections of one line in one call (a line holding
-    several records) are all kept. One query for what is there, one delete, one insert.
-    Returns how many entries were written."""
+    dict, or None; `with_source` adds where it came from and the run given). A record is known
+    by its file and line (line None: the whole file): a new rejection of it replaces the entry
+    an earlier read left (the latest error wins; a retry or a worker and a CLI reading the same
+    file leave one entry, not one per message), and the same rejection again moves its
+    `last_seen` on (and its `source`, where it came from this time). Several rejections of one
+    line in one call (a line holding several records) are all kept. One query for what is
+    there, one delete, one update, one insert. Returns how many entries were written new."""
+    ctx, source, run = _split(context)
+    now = models.utcnow()
     rows: dict[tuple, dict] = {}
     for err in errors:
-        row = _row(err, context)
+        row = _row(err, ctx, source, run, now)
         rows.setdefault((row["source_file"], row["line"], row["raw_sha256"]), row)
     if not rows:
         return 0
@@ -44,12 +78,17 @@ def quarantine_many(conn: sa.Connection, errors: list[RecordError], *, context: 
         where.append(sa.tuple_(Q.c.source_file, Q.c.line).in_(lines))
     if whole:
         where.append(sa.and_(Q.c.source_file.in_(whole), Q.c.line.is_(None)))
-    stale = []
+    stale, again = [], []
     for pk, *key in conn.execute(sa.select(Q.c.pk, Q.c.source_file, Q.c.line, Q.c.raw_sha256).where(sa.or_(*where))):
         if rows.pop(tuple(key), None) is None:
             stale.append(pk)  # an earlier rejection of the same file and line: replaced
+        else:
+            again.append(pk)  # the same rejection again: seen now
     if stale:
         conn.execute(Q.delete().where(Q.c.pk.in_(stale)))
+    if again:
+        seen = dict(last_seen=now, **({"source": source} if source else {}), **({"run_id": run} if run else {}))
+        conn.execute(Q.update().where(Q.c.pk.in_(again)).values(**seen))
     if rows:
         # ON CONFLICT: another writer may quarantine the same record at the same moment
         conn.execute(insert_for(conn, Q).on_conflict_do_nothing(), list(rows.values()))
@@ -82,12 +121,26 @@ def files_with_entries(conn: sa.Connection, prepared: list, errors: list[RecordE
 
 
 def clear_whole_file(conn: sa.Connection, name: str, *, before) -> int:
-    """Delete the whole-file entries (line None) of the file `name` written before `before` (a
+    """Delete the whole-file entries (line None) of the file `name` not seen since `before` (a
     UTC datetime taken when the file began to be read record by record): its records have each
     landed or been quarantined by line since, so such an entry says nothing more (one that read
     wrote stays). Returns how many."""
     return conn.execute(Q.delete().where(Q.c.source_file == name, Q.c.line.is_(None),
-                                         Q.c.created_at < before)).rowcount or 0
+                                         Q.c.last_seen < before)).rowcount or 0
+
+
+def clear_unseen(conn: sa.Connection, name: str, *, since) -> int:
+    """After a read of the whole file `name` that began at `since` (UTC): delete its entries that
+    read did not reject again (`last_seen` before `since`), whole-file and by line alike: the
+    record is no longer in the file (its bad line deleted, a torn tail completed, the file
+    rewritten). Call it only for a read that covered the whole file, from its first byte to its
+    end: a read of a stretch says nothing of the lines before it. Returns how many."""
+    return conn.execute(Q.delete().where(Q.c.source_file == name, Q.c.last_seen < since)).rowcount or 0
+
+
+def has_entries(conn: sa.Connection, name: str) -> bool:
+    """Whether the file `name` has quarantine entries (one index lookup)."""
+    return conn.execute(sa.select(Q.c.pk).where(Q.c.source_file == name).limit(1)).first() is not None
 
 
 def quarantine(conn: sa.Connection, err: RecordError) -> bool:

@@ -39,7 +39,7 @@ from app.store import rollups, search
 from app.store.groups import recheck_groups
 from app.store.outage import RETRY_SECONDS, lost_a_race, not_the_data, with_retries
 from app.store.prepare import FINDING_COLUMNS, NODE_COLUMNS, Identity, Prepared, prepare_or_error, storage_error
-from app.store.quarantine import clear_landed, clear_whole_file, files_with_entries, quarantine_many
+from app.store.quarantine import clear_landed, clear_unseen, files_with_entries, has_entries, quarantine_many
 from ingest.checks import CheckContext
 from ingest.errors import RecordError
 from ingest.schema import Rollout
@@ -67,6 +67,7 @@ class StoreResult:
     # the ingest summary moves a record's count to the later file of the call that took it over
     written: dict[Identity, tuple[str, int]] = field(default_factory=dict)
     cleared: int = 0  # quarantined records cleared because the record now landed
+    unseen: int = 0  # quarantined records deleted because a whole read of their file no longer met them
     batches: int = 0  # transactions that wrote a batch
     fallbacks: int = 0  # batches written again one rollout per savepoint
 
@@ -85,6 +86,7 @@ class StoreResult:
         self.written.update(other.written)
         self.batches += other.batches
         self.cleared += other.cleared
+        self.unseen += other.unseen
         self.fallbacks += other.fallbacks
 
 
@@ -395,10 +397,12 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     `force`: replace stored rollouts whose content is unchanged too (`rollscope recheck`).
     `quarantine_context`: how the input was read, kept with its quarantined records.
     `retry_seconds`: how long a batch waits for an unreachable database (app/store/outage.py).
-    `whole_file`: (the file these records are read from, record by record; when that began):
-    the last batch clears the file's whole-file quarantine entries from before (an earlier
-    rejection of the file as a whole), once every record has landed or been quarantined by line;
-    it costs a statement only for a file with quarantine entries. `order`: the files of the
+    `whole_file`: (the file these records are read from, record by record, from its first
+    byte to its end; when that began): the last batch deletes the file's quarantine entries this
+    read did not reject again (`clear_unseen`: an earlier rejection of the file as a whole, a bad
+    line since deleted, a torn tail since completed), once every record has landed or been
+    quarantined by line; it costs a statement only for a file with quarantine entries (and one
+    lookup for a file that yielded nothing). `order`: the files of the
     ingest call this store is one of (`IngestOrder`, see `write_batch`).
     """
     total = StoreResult()
@@ -426,8 +430,10 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
         res = (write_one_by_one if one_by_one else write_batch)(
             conn, prepared, batch_errors, known_runs=known_runs, force=force,
             quarantine_context=quarantine_context, quarantined_files=files, order=order)
-        if final and whole_file is not None and whole_file[0] in files:
-            clear_whole_file(conn, whole_file[0], before=whole_file[1])
+        if final and whole_file is not None and (whole_file[0] in files or (
+                whole_file[0] not in files_checked and has_entries(conn, whole_file[0]))):
+            # the whole file was read: what it no longer rejects leaves the quarantine
+            res.unseen += clear_unseen(conn, whole_file[0], since=whole_file[1])
         return res
 
     def write_batch_of(prepared: list[Prepared], batch_errors: list[RecordError], unstorable: list[RecordError],
@@ -450,8 +456,8 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     def flush(final: bool = False) -> None:
         if final:
             written()  # the last batch may have to clear what the one before it quarantined
-        if not pending and not errors and not failed and not (
-                final and whole_file is not None and whole_file[0] in quarantined_files):
+        if not pending and not errors and not failed and not (final and whole_file is not None and (
+                whole_file[0] in quarantined_files or whole_file[0] not in files_checked)):
             return
         batch = (list(pending), errors + failed, list(failed), final)
         pending.clear()

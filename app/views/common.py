@@ -44,6 +44,15 @@ def iso(dt: datetime | None) -> str | None:
     return dt.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
+def readable(dt: datetime | None) -> str | None:
+    """A stored timestamp for a person: UTC to the second (`2026-11-30 13:44:22 UTC`)."""
+    if dt is None:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def pins_attempt(attempt: int, n_attempts: int | None) -> bool:
     """A link names its attempt when the rollout id has several, or when it is a retry (> 0):
     the bare rollout URL shows only the latest attempt."""

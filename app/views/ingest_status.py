@@ -1,13 +1,16 @@
 """Ingest status for operators: the model of the `/ingest` page, its JSON twin `/ingest.json`
 and `GET /api/v1/ingest/status`, which `/metrics` also reads (app.routes.status).
 
-Per source (each file the worker follows): bytes behind (size seen minus committed offset),
+Per source (each file the worker follows, under its current path, with the path it was first
+seen at when it was renamed since: `was`): bytes behind (size seen minus committed offset),
 records committed, records stored from it in the last minute (from `rollout.ingested_at`), the
-last error and the number of its records in the quarantine. The live sources in the service
-itself are listed too once they have received anything: `POST /api/v1/ingest` (HTTP ingest,
-whose records' source file is `http/<sha256>.jsonl`) and the OTLP receiver (`/v1/traces`), with
-their rollouts stored, records rejected (quarantined), the last one's time and the last error;
-nothing is behind there (each request is stored before it is answered).
+last error (a record rejected, a file that cannot be read), the last notice apart from it (what
+the worker noticed and handled: "its first bytes changed; read again from the start") and the
+number of its records in the quarantine. `errors` and `notices` list them all again, by source.
+The live sources in the service itself are listed too once they have received anything:
+`POST /api/v1/ingest` (HTTP ingest, whose records' source file is `http/<sha256>.jsonl`) and the
+OTLP receiver (`/v1/traces`), with their rollouts stored, records rejected (quarantined), the
+last one's time and the last error; nothing is behind there (each request is stored before it is answered).
 """
 from __future__ import annotations
 
@@ -22,10 +25,14 @@ from app.views.common import iso
 
 
 class SourceStatus(BaseModel):
-    """One file the worker follows, or a live source of the service (`kind` http | otlp)."""
+    """One file the worker follows, or a live source of the service (`kind` http | otlp).
+    A file's `name` is what its records are known by (the path it was first seen at: the
+    quarantine's `file`), `path` where it is now, `was` its first path when it was renamed
+    (rotated) since, else None."""
 
     name: str
     path: str
+    was: str | None = None
     kind: str = "file"  # file | http | otlp
     format: str | None
     status: str  # active | done | gone; live for http and otlp
@@ -36,14 +43,26 @@ class SourceStatus(BaseModel):
     records_per_s: float  # over the last minute
     quarantined: int
     last_error: str | None
+    notice: str | None = None  # handled, nothing lost: a rewrite or truncation read again from the start
     last_record_at: str | None = None  # RFC 3339 `Z`: the last rollout stored or record rejected (http, otlp)
     quarantine_url: str
 
 
+class Message(BaseModel):
+    """One source's last error or notice: `source` (its current path, or the live source's
+    name) and `message`."""
+
+    source: str
+    message: str
+
+
 class IngestStatus(BaseModel):
-    """Every source, the totals, and the quarantine size."""
+    """Every source, the totals, and the quarantine size; the sources' last errors and their
+    notices, apart."""
 
     sources: list[SourceStatus]
+    errors: list[Message] = []
+    notices: list[Message] = []
     bytes_behind: int
     records_last_minute: int
     quarantined: int
@@ -60,11 +79,11 @@ def ingest_status(engine) -> IngestStatus:
     c = ingest_counts(engine, models.utcnow() - timedelta(minutes=1))
     recent, quarantined = c.recent, c.quarantined
     sources = [SourceStatus(
-        name=f.name, path=f.path, format=f.format, status=f.status,
-        bytes_behind=max(f.size - f.offset, 0) if f.status == "active" else 0,
+        name=f.name, path=f.path, was=f.name if f.path != _first_path(f.name) else None, format=f.format,
+        status=f.status, bytes_behind=max(f.size - f.offset, 0) if f.status == "active" else 0,
         records=f.records, rejected=f.rejected, records_last_minute=recent.get(f.name, 0),
         records_per_s=round(recent.get(f.name, 0) / 60, 2), quarantined=quarantined.get(f.name, 0),
-        last_error=f.last_error, quarantine_url=urls.quarantine(file=f.name)) for f in c.files]
+        **_error_and_notice(f), quarantine_url=urls.quarantine(file=f.name)) for f in c.files]
     for kind, name, path, fmt, qfile in LIVE:
         n = c.live.get(kind)
         if n is None or (not n.stored and not n.rejected):
@@ -75,9 +94,33 @@ def ingest_status(engine) -> IngestStatus:
             quarantined=n.rejected, last_error=n.last_error,
             last_record_at=iso(max((t for t in (n.last_stored, n.last_rejected) if t), key=_utc)),
             quarantine_url=urls.quarantine(file=qfile)))
-    return IngestStatus(sources=sources, bytes_behind=sum(s.bytes_behind for s in sources),
+    return IngestStatus(sources=sources,
+                        errors=[Message(source=s.path if s.kind == "file" else s.name, message=s.last_error)
+                                for s in sources if s.last_error],
+                        notices=[Message(source=s.path if s.kind == "file" else s.name, message=s.notice)
+                                 for s in sources if s.notice],
+                        bytes_behind=sum(s.bytes_behind for s in sources),
                         records_last_minute=sum(recent.values()), quarantined=sum(quarantined.values()),
                         rollouts=c.rollouts)
+
+
+NOTICE_ENDINGS = ("read again from the start",)  # last_error texts of rows written before `notice` (0016)
+
+
+def _error_and_notice(f) -> dict:
+    """A spool file's `last_error` and `notice`; a notice an older worker stored as its last
+    error is moved where it belongs."""
+    error, notice = f.last_error, f.notice
+    if error and error.endswith(NOTICE_ENDINGS):
+        error, notice = None, notice or error
+    return {"last_error": error, "notice": notice}
+
+
+def _first_path(name: str) -> str:
+    """The path a spool file was first seen at: its name, less the `~2` a name taken before
+    gets (app/worker/spool_files.py `unique_name`)."""
+    base, sep, n = name.rpartition("~")
+    return base if sep and n.isdigit() else name
 
 
 def _utc(t):

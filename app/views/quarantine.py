@@ -5,11 +5,17 @@ from sqlmodel import Session
 
 from app import urls
 from app.queries import quarantine as q_quarantine
-from app.views.common import PageModel, iso
+from app.store.quarantine import HTTP
+from app.views.common import PageModel, iso, readable
 
 
 class QuarantineRecord(PageModel):
-    """A rejected record: where it was (file, line, field), why, and its first 4 KB."""
+    """A rejected record: where it was (file, line, field), why, and its first 4 KB; its run
+    (`run`, when it was known or given: `--run`, `?run=`); where it came from (`source`: the
+    path a file was read at, or `http:<token name>` for `POST /api/v1/ingest` and `/v1/traces`;
+    `source_kind` file | http, `token` the token's name); when it was first and last rejected
+    (`first_seen`, `last_seen`: RFC 3339 UTC with `Z`; `*_text`: the same for a person, to the
+    second). `at` is `first_seen` (its name before run and source were kept)."""
 
     id: int
     file: str
@@ -17,6 +23,15 @@ class QuarantineRecord(PageModel):
     field: str | None
     error: str
     raw: str | None
+    run: str | None
+    run_url: str | None
+    source: str | None
+    source_kind: str  # file | http
+    token: str | None
+    first_seen: str | None
+    last_seen: str | None
+    first_seen_text: str | None
+    last_seen_text: str | None
     at: str | None
     file_url: str
 
@@ -31,6 +46,25 @@ class QuarantinePage(PageModel):
     clear_url: str
 
 
+def source_parts(source: str | None) -> tuple[str, str | None]:
+    """(`file` | `http`, the token's name for HTTP) of a quarantine entry's `source`."""
+    if source is not None and (source == HTTP or source.startswith(HTTP + ":")):
+        return "http", source.partition(":")[2] or None
+    return "file", None
+
+
+def record(r, *, twin: bool) -> QuarantineRecord:
+    """The page's row of one `quarantine` entry."""
+    kind, token = source_parts(r.source)
+    return QuarantineRecord(
+        id=r.pk, file=r.source_file, line=r.line, field=r.field, error=r.error, raw=r.raw,
+        run=r.run_id, run_url=urls.run(r.run_id, json=twin) if r.run_id else None,
+        source=r.source, source_kind=kind, token=token,
+        first_seen=iso(r.first_seen), last_seen=iso(r.last_seen),
+        first_seen_text=readable(r.first_seen), last_seen_text=readable(r.last_seen), at=iso(r.first_seen),
+        file_url=urls.quarantine(json=twin, file=r.source_file))
+
+
 def quarantine_page(session: Session, *, file: str | None, before: int | None, limit: int,
                     keep_limit: int | None = None, twin: bool = False) -> QuarantinePage:
     """One page of quarantined records (of one file when `file` is given)."""
@@ -39,9 +73,7 @@ def quarantine_page(session: Session, *, file: str | None, before: int | None, l
         total=q_quarantine.count_quarantine(session=session),
         matching=q_quarantine.count_quarantine(session=session, file=file) if file is not None else None,
         file=file,
-        records=[QuarantineRecord(id=r.pk, file=r.source_file, line=r.line, field=r.field, error=r.error, raw=r.raw,
-                                  at=iso(r.created_at), file_url=urls.quarantine(json=twin, file=r.source_file))
-                 for r in rows],
+        records=[record(r, twin=twin) for r in rows],
         next=nxt,
         next_url=urls.quarantine(json=twin, file=file, limit=keep_limit, before=nxt) if nxt is not None else None,
         clear_url=urls.quarantine(json=twin),

@@ -58,7 +58,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from app.db import models
-from app.store.quarantine import IngestContext, clear_whole_file, quarantine_many
+from app.store.quarantine import IngestContext, clear_unseen, clear_whole_file, quarantine_many, with_source
 from app.store.write import StoreResult, store, write_in
 from app.worker.claims import LEASE, Claims
 from app.worker.parse import Parsed, Parsers, parse_lines
@@ -293,13 +293,19 @@ class Spool:
                                         "(a writer stopped mid-record); skipped",
                                         raw))
         with self.engine.begin() as conn:
-            cur = conn.execute(sa.select(S.c.offset, S.c.claimed_by).where(S.c.pk == row.pk).with_for_update()).first()
+            cur = conn.execute(sa.select(S.c.offset, S.c.claimed_by, S.c.read_from).where(S.c.pk == row.pk)
+                               .with_for_update()).first()
             if cur is None or cur.offset != chunk.start or cur.claimed_by != self.worker_id:
                 self._ahead.pop(row.pk, None)
                 return 0  # another worker moved it on, or it was reset: this stretch is not ours
+            read_from = models.utcnow() if chunk.start == 0 else cur.read_from
             if chunk.start == 0:  # read line by line from its start: a whole-file rejection says nothing more
-                clear_whole_file(conn, row.name, before=models.utcnow())
-            res = write_in(conn, prepared, rejected, quarantine_context=self._context(row.name, fmt))
+                clear_whole_file(conn, row.name, before=read_from)
+            res = write_in(conn, prepared, rejected, quarantine_context=self._context(row, fmt))
+            if read_from is not None and self._at_end(row, path, chunk):
+                # read from its first byte to its end: what it no longer rejects leaves the quarantine
+                res.unseen += clear_unseen(conn, row.name, since=read_from)
+                read_from = None
             # a torn line has not ended: what its writer appends later (the rest of it, or a next
             # record after a restart) is on the same line, and keeps its number
             n_lines = chunk.n_lines
@@ -312,10 +318,20 @@ class Spool:
                 records=before[0] + res.inserted + res.replaced + res.unchanged,
                 rejected=before[1] + res.rejected, claimed_until=models.utcnow() + LEASE,
                 last_error=(str(rejected[-1]) if rejected else row.last_error), updated_at=models.utcnow(),
+                read_from=read_from,
                 status="done" if self.reader.finished(row, chunk) else "active"))
         self.reader.after_commit(row, chunk)
         self._say_rejected(rejected, res)
         return 1
+
+    def _at_end(self, row, path: Path, chunk: Chunk) -> bool:
+        """Whether `chunk` ends where the file ends now (a gzip stream: at its end)."""
+        if is_gzip(row.head):
+            return self.reader.finished(row, chunk)
+        try:
+            return path.stat().st_size <= chunk.end
+        except OSError:
+            return False
 
     def _say_rejected(self, rejected: list[RecordError], res: StoreResult) -> None:
         """Name a committed stretch's rejected records on the log (stderr): those read as bad and
@@ -381,7 +397,7 @@ class Spool:
             cur = conn.execute(sa.select(S.c.offset, S.c.claimed_by).where(S.c.pk == row.pk).with_for_update()).first()
             if cur is None or cur.offset != row.offset or cur.claimed_by != self.worker_id:
                 return 0  # moved on meanwhile: not ours to finish
-            quarantine_many(conn, [err], context=self._context(row.name, row.format))
+            quarantine_many(conn, [err], context=self._context(row, row.format))
             again = row.last_error == str(err)  # the same damage seen again: its one entry, counted once
             conn.execute(S.update().where(S.c.pk == row.pk).values(
                 status="done", last_error=str(err), rejected=S.c.rejected + (0 if again else 1),
@@ -412,7 +428,7 @@ class Spool:
         errors: list[RecordError] = []
         res: StoreResult = store(self.engine,
                                  read_records(reader, source, ReadContext(root=self._root_of(row.name)), errors),
-                                 quarantine_context=self._context(row.name, reader.NAME),
+                                 quarantine_context=self._context(row, reader.NAME),
                                  whole_file=(row.name, models.utcnow()))
         line, tail = _tailable(source, path, st.st_size)
         with self.engine.begin() as conn:
@@ -432,17 +448,19 @@ class Spool:
                 return d
         return None
 
-    def _context(self, name: str, fmt: str | None) -> dict:
-        """How the worker read the file first seen as `name` (its working folder, the format,
+    def _context(self, row, fmt: str | None) -> dict:
+        """How the worker read the file first seen as `row.name` (its working folder, the format,
         the spool folder ids are derived from), kept with its quarantined records so that
-        `rollscope ingest --retry-quarantined` reads it the same way."""
-        root = self._root_of(name)
-        return asdict(IngestContext(cwd=os.getcwd(), format=fmt, root=str(root.resolve()) if root else None))
+        `rollscope ingest --retry-quarantined` reads it the same way; and where it is now
+        (`row.path`, the quarantine's `source`)."""
+        root = self._root_of(row.name)
+        ctx = IngestContext(cwd=os.getcwd(), format=fmt, root=str(root.resolve()) if root else None)
+        return with_source(asdict(ctx), row.path)
 
     def _refuse(self, row, why: str) -> int:
         err = RecordError(row.name, None, None, why)
         with self.engine.begin() as conn:
-            quarantine_many(conn, [err], context=self._context(row.name, None))
+            quarantine_many(conn, [err], context=self._context(row, None))
             # one quarantine entry, counted once: the same refusal again (the file grew) adds nothing
             again = row.last_error == why
             conn.execute(S.update().where(S.c.pk == row.pk).values(

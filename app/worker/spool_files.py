@@ -169,8 +169,10 @@ def _changes(row, s: Seen, now, taken: set[str], log: Callable[[str], None]) -> 
                if not same_end else f"it shrank to {s.size} bytes")
         log(f"{row.name}: {why}; reading it again from the start")
         # its counts restart with it: they are the records of what the file holds now
+        # said as a notice, not an error: nothing was lost; the errors of what it held before go with them
         changes.update(offset=0, line=0, records=0, rejected=0, head=head, tail=None, status="active", format=None,
-                       last_error=f"{why}; read again from the start", grew_at=now, size=s.size)
+                       last_error=None, notice=f"{why}; read again from the start", read_from=None, grew_at=now,
+                       size=s.size)
         if str(s.path) != row.name and (row.status == "gone" or str(s.path) != row.path):
             changes["name"] = unique_name(str(s.path), taken)  # another file: never the old one's name
         return changes

@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 
 from app.db import models
 from app.store.outage import RETRY_SECONDS, not_the_data
-from app.store.quarantine import IngestContext, quarantine_many
+from app.store.quarantine import IngestContext, quarantine_many, with_source
 from app.store.write import BATCH, IngestOrder, StoreResult, ensure_run, store, store_tokenizer
 from ingest.checks import CheckContext
 from ingest.errors import RecordError
@@ -156,7 +156,7 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
             # Named on the command line: rejected. Found in a folder: a broken file with a trace
             # file's name (.json, .jsonl, .csv) is rejected too; anything else is skipped (not a trace).
             if explicit or (source is None and path.suffix.lower() in TRACE_SUFFIXES):
-                _reject_file(engine, report, exc, file_ctx)
+                _reject_file(engine, report, exc, file_ctx, path)
             else:
                 report.skipped.append((str(path), exc.message))
             continue
@@ -170,7 +170,8 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
             items = watch.watch(items, source.name, reader.NAME, key_of, source.kind)
         try:
             result = store(engine, items, on_item=on_item,
-                           batch_size=batch_size, context=check_context, quarantine_context=_context(file_ctx),
+                           batch_size=batch_size, context=check_context,
+                           quarantine_context=_context(file_ctx, path),
                            retry_seconds=retry_seconds, whole_file=(source.name, started),
                            order=IngestOrder(order, k))
         except Exception as exc:  # noqa: BLE001 - one file must not stop the others
@@ -180,7 +181,7 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
                 raise
             err = RecordError(source.name, source.last_line, None,
                               f"ingest of this file stopped: {type(exc).__name__}: {exc}", source.last_raw)
-            _reject_file(engine, report, err, file_ctx)
+            _reject_file(engine, report, err, file_ctx, path)
             continue
         file_errors += result.errors
         row = FileReport(source.name, reader.NAME, result, file_errors, file_ctx.notes.pop(source.name, None))
@@ -239,13 +240,15 @@ def _files(paths: list[Path], roots: dict[Path, Path]):
             yield path, explicit, root
 
 
-def _context(ctx: ReadContext) -> dict:
-    """How a file is read, kept with its quarantined records (`--retry-quarantined`)."""
-    return asdict(IngestContext(cwd=os.getcwd(), run=ctx.run_id, step=ctx.step, format=ctx.format,
-                                root=str(ctx.root.resolve()) if ctx.root is not None else None))
+def _context(ctx: ReadContext, path: Path) -> dict:
+    """How a file is read, kept with its quarantined records (`--retry-quarantined`), and where
+    it was read from (`path`, the quarantine's `source`)."""
+    return with_source(asdict(IngestContext(cwd=os.getcwd(), run=ctx.run_id, step=ctx.step, format=ctx.format,
+                                            root=str(ctx.root.resolve()) if ctx.root is not None else None)),
+                       str(path))
 
 
-def _reject_file(engine: Engine, report: IngestReport, err: RecordError, ctx: ReadContext) -> None:
+def _reject_file(engine: Engine, report: IngestReport, err: RecordError, ctx: ReadContext, path: Path) -> None:
     report.errors.append(err)
     with engine.begin() as conn:
-        quarantine_many(conn, [err], context=_context(ctx))
+        quarantine_many(conn, [err], context=_context(ctx, path))

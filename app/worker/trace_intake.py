@@ -20,6 +20,7 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from app.db.engine import writes
+from app.store.quarantine import http_source
 from app.worker.trace_spool import TraceSpool
 from ingest.errors import RecordError
 from ingest.formats.base import record_error
@@ -52,6 +53,9 @@ class TraceIntake:
         self.max_pending = s.worker.otlp_max_pending_spans
         self.spool = TraceSpool(writes(app.state.engine), s.worker.otlp_spool_dir)  # its writes lock at BEGIN
         self.ends: dict[str, int] = {}  # trace id → end of its spool bytes the assembler holds
+        # trace id → the name of the token that last sent spans of it (a rejected trace's quarantine
+        # source, `http:<name>`); not kept across a restart: a trace restored from the spool is `http`
+        self.senders: dict[str, str | None] = {}
         self.restored = False
         self.lock = threading.Lock()
         self.task: asyncio.Task | None = None
@@ -70,8 +74,9 @@ class TraceIntake:
             self.restored = True
         self.flush()
 
-    def accept(self, spans: list[SpanRecord]) -> Refusal | None:
-        """Spool and hold one request's spans; a 429 or 503 refusal when they cannot be taken."""
+    def accept(self, spans: list[SpanRecord], token_name: str | None = None) -> Refusal | None:
+        """Spool and hold one request's spans, sent with the token named `token_name`; a 429 or
+        503 refusal when they cannot be taken."""
         self.restore()
         with self.lock:
             if self.assembler.pending_spans + len(spans) > self.max_pending and spans:
@@ -87,6 +92,7 @@ class TraceIntake:
                     # a late span of a trace stored before a restart: assemble it again with the rest
                     self.assembler.add(self.spool.read(a.trace_id, a.start)[0], now)
                 self.ends[a.trace_id] = max(self.ends.get(a.trace_id, 0), a.end)
+                self.senders[a.trace_id] = token_name
             self.assembler.add(spans, now)
         return None
 
@@ -114,6 +120,7 @@ class TraceIntake:
                     continue
                 except Exception as exc:  # noqa: BLE001 - one odd trace is quarantined, never a 500
                     err = record_error("/v1/traces", None, f"trace {tid}", exc)
+            err.source = http_source(self.senders.get(tid))  # type: ignore[attr-defined]  # quarantine_many
             items.append((tid, err, ends[tid]))
             rejected += len(spans)
             reason = reason or err.message
@@ -126,6 +133,9 @@ class TraceIntake:
                     if end is not None:
                         self.ends[tid] = max(self.ends.get(tid, 0), end)
             raise
+        with self.lock:
+            for tid, _ in ready:
+                self.senders.pop(tid, None)
         return rejected, reason
 
     def prune(self) -> None:

@@ -36,6 +36,7 @@ from app.receivers.body import BodyError, read_body
 from app.receivers.body import budget as body_budget
 from app.store.outage import lost_a_race
 from app.store.prepare import prepare_or_error
+from app.store.quarantine import http_source, with_source
 from app.store.write import BATCH, StoreResult, write_in
 from ingest.errors import RecordError
 from ingest.fields import INT32_MAX
@@ -105,7 +106,8 @@ async def ingest(
             async with read_body(request, limit=limit, budget=body_budget(request.app)) as data:
                 base = str(request.base_url).rstrip("/")
                 try:
-                    return await run_in_threadpool(_ingest, request.app.state.engine, data, run, format, step, base)
+                    return await run_in_threadpool(_ingest, request.app.state.engine, data, run, format, step, base,
+                                                   getattr(request.state, "token_name", None))
                 except sa.exc.OperationalError as exc:
                     raise _busy(RETRY_AFTER_DOWN, "the database is unavailable: "
                                 f"{str(exc.orig or exc).splitlines()[0]}", 503) from None
@@ -116,7 +118,8 @@ async def ingest(
         gate.leave()
 
 
-def _ingest(engine, data: bytes, run: str | None, fmt: str | None, step: int | None, base: str) -> dict:
+def _ingest(engine, data: bytes, run: str | None, fmt: str | None, step: int | None, base: str,
+            token_name: str | None = None) -> dict:
     engine = writes(engine)  # each batch takes the write lock at BEGIN, waiting at most the write timeout
     name = f"http/{hashlib.sha256(data).hexdigest()[:16]}.jsonl"
     source = Source(Path(name), "jsonl", None, size=len(data), data=data)
@@ -147,6 +150,8 @@ def _ingest(engine, data: bytes, run: str | None, fmt: str | None, step: int | N
         else:
             results.append({"line": item.source.get("line"), "id": item.id, "run": item.run.id,
                             "attempt": item.attempt, "status": None})
+    # its rejections are quarantined as sent over HTTP by this token, with the run given
+    quarantined_as = with_source(None, http_source(token_name), run=run)
     total = StoreResult()
     for start in range(0, len(pending), BATCH):
         part = pending[start:start + BATCH]
@@ -157,7 +162,7 @@ def _ingest(engine, data: bytes, run: str | None, fmt: str | None, step: int | N
         for attempt in range(RACE_TRIES):
             try:
                 with engine.begin() as conn:
-                    total.add(write_in(conn, prepared, errors))
+                    total.add(write_in(conn, prepared, errors, quarantine_context=quarantined_as))
                 break
             except sa.exc.DBAPIError as exc:
                 if not lost_a_race(exc) or attempt == RACE_TRIES - 1:
