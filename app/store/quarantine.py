@@ -148,13 +148,39 @@ def quarantine(conn: sa.Connection, err: RecordError) -> bool:
     return quarantine_many(conn, [err]) == 1
 
 
-def quarantine_counts(engine: Engine, *, file: str | None = None) -> list[tuple[str, int]]:
-    """(file, number of quarantined records) per file, most first."""
-    stmt = sa.select(Q.c.source_file, sa.func.count()).group_by(Q.c.source_file)
+@dataclass(frozen=True)
+class FileEntries:
+    """One file's quarantine entries, summed up: `file` (its records' source file), `records`,
+    `runs` and `sources` (distinct, sorted; a run None is left out), `first_seen` (the earliest
+    first rejection) and `last_seen` (the latest rejection), UTC datetimes."""
+
+    file: str
+    records: int
+    runs: tuple[str, ...]
+    sources: tuple[str, ...]
+    first_seen: object
+    last_seen: object
+
+
+def quarantine_files(engine: Engine, *, file: str | None = None) -> list[FileEntries]:
+    """The quarantine per file (of one file when given), most records first: one grouped query."""
+    stmt = (sa.select(Q.c.source_file, Q.c.run_id, Q.c.source, sa.func.count(), sa.func.min(Q.c.first_seen),
+                      sa.func.max(Q.c.last_seen)).group_by(Q.c.source_file, Q.c.run_id, Q.c.source))
     if file is not None:
         stmt = stmt.where(Q.c.source_file == file)
+    acc: dict[str, list] = {}
     with engine.connect() as conn:
-        return sorted(((f, n) for f, n in conn.execute(stmt)), key=lambda x: (-x[1], x[0]))
+        for name, run, source, n, first, last in conn.execute(stmt):
+            a = acc.setdefault(name, [0, set(), set(), first, last])
+            a[0] += n
+            if run is not None:
+                a[1].add(run)
+            if source is not None:
+                a[2].add(source)
+            a[3], a[4] = min(a[3], first), max(a[4], last)
+    out = [FileEntries(name, n, tuple(sorted(runs)), tuple(sorted(sources)), first, last)
+           for name, (n, runs, sources, first, last) in acc.items()]
+    return sorted(out, key=lambda f: (-f.records, f.file))
 
 
 def clear_quarantine(engine: Engine, *, file: str | None = None) -> int:

@@ -44,13 +44,14 @@ def iso(dt: datetime | None) -> str | None:
     return dt.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def readable(dt: datetime | None) -> str | None:
-    """A stored timestamp for a person: UTC to the second (`2026-11-30 13:44:22 UTC`)."""
+def readable(dt: datetime | None, *, zone: bool = True) -> str | None:
+    """A stored timestamp for a person: UTC to the second (`2026-11-30 13:44:22 UTC`; without
+    ` UTC` when `zone` is False, for a table that says so once)."""
     if dt is None:
         return None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    return dt.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return dt.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S" + (" UTC" if zone else ""))
 
 
 def pins_attempt(attempt: int, n_attempts: int | None) -> bool:
