@@ -1,0 +1,86 @@
+"""The quarantine page and its twin over real HTTP (uvicorn): each entry's run, where it came from
+(HTTP with the sending token's name, for `POST /api/v1/ingest` and `/v1/traces`; a file's path
+for the CLI) and when it was first and last rejected, readable on the page and RFC 3339 in the
+twin, with hostile names shown as text."""
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+
+import httpx
+
+from app.auth import issue
+from app.config import Settings
+from app.main import create_app
+from tests.helpers import ingest, serving
+from tests.store.test_quarantine_lifecycle import BAD, line
+
+TOKEN_NAME = "trainer <b>7</b>"  # a token's name is text a person typed: shown, never markup
+
+
+def _span(trace: str) -> dict:
+    return {"traceId": trace, "spanId": "01" * 8, "name": "GET /", "startTimeUnixNano": "5",
+            "endTimeUnixNano": "15", "attributes": [{"key": "http.method", "value": {"stringValue": "GET"}}]}
+
+
+def test_quarantine_page_and_twin_show_run_source_and_when(db_url, tmp_path):
+    app = create_app(Settings(database_url=db_url, worker={"otlp_spool_dir": tmp_path / "otlp-spool"}))
+    token, _ = issue(app.state.engine, "write", name=TOKEN_NAME)
+    auth = {"Authorization": f"Bearer {token}"}
+    f = tmp_path / "local.jsonl"
+    f.write_bytes(line("ok") + BAD)
+    assert not ingest(app.state.engine, f, run="from-cli").ok
+    with serving(app) as base:
+        body = line("h1") + BAD
+        r = httpx.post(f"{base}/api/v1/ingest?run=posted", content=body, headers=auth)
+        assert r.status_code == 200 and r.json()["rejected"] == 1
+        first = httpx.get(f"{base}/quarantine.json").json()
+        r = httpx.post(f"{base}/api/v1/ingest?run=posted", content=body, headers=auth)  # the same body again
+        assert r.status_code == 200 and r.json()["rejected"] == 1
+        # a trace with no GenAI span, sent to the OTLP receiver: quarantined as sent by the token
+        r = httpx.post(f"{base}/v1/traces", headers={**auth, "Content-Type": "application/json"}, content=json.dumps(
+            {"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"spans": [_span("ee" * 16)]}]}]}))
+        assert r.status_code == 200 and r.json()["partialSuccess"]["rejectedSpans"] == "1"
+
+        d = httpx.get(f"{base}/quarantine.json").json()
+        by_file = {q["file"]: q for q in d["records"]}
+        assert d["total"] == 3 and len(by_file) == 3
+        http = next(q for name, q in by_file.items() if name.startswith("http/"))
+        assert (http["run"], http["source"], http["source_kind"], http["token"], http["run_url"]) == \
+            ("posted", f"http:{TOKEN_NAME}", "http", TOKEN_NAME, "/runs/posted.json")
+        was = next(q for q in first["records"] if q["file"] == http["file"])
+        assert http["first_seen"] == was["first_seen"] == http["at"]  # rejected again: first seen kept ...
+        assert _t(http["last_seen"]) > _t(was["last_seen"])  # ... and last seen moved on
+        otlp = by_file["/v1/traces"]
+        assert (otlp["source_kind"], otlp["token"], otlp["run"]) == ("http", TOKEN_NAME, None)
+        cli = by_file[str(f)]
+        assert (cli["run"], cli["source"], cli["source_kind"], cli["token"]) == ("from-cli", str(f), "file", None)
+        for q in d["records"]:
+            assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", q["last_seen"])
+            assert q["first_seen_text"].endswith(" UTC") and "." not in q["first_seen_text"]
+
+        html = httpx.get(f"{base}/quarantine").text
+        assert "<th>run</th><th>source</th>" in html and "<th>first seen</th><th>last seen</th>" in html
+        assert "<b>7</b>" not in html and "trainer &lt;b&gt;7&lt;/b&gt;" in html  # escaped, never markup
+        assert html.count("HTTP, token <code>trainer &lt;b&gt;7&lt;/b&gt;</code>") == 2
+        assert '<a href="/runs/posted">posted</a>' in html and '<a href="/runs/from-cli">from-cli</a>' in html
+        assert f'<time datetime="{http["last_seen"]}">{http["last_seen_text"]}</time>' in html
+        assert f"<code>{f}</code>" in html
+        # the page shows times to the second, never the stored microseconds
+        assert not re.search(r">\d{4}-\d\d-\d\dT[\d:.]+", html)
+
+
+def _t(s: str) -> datetime:
+    return datetime.fromisoformat(s.replace("Z", "+00:00"))
+
+
+def test_http_ingest_with_an_unnamed_token_names_its_prefix(db_url, tmp_path):
+    app = create_app(Settings(database_url=db_url, worker={"otlp_spool_dir": tmp_path / "otlp-spool"}))
+    token, info = issue(app.state.engine, "write")  # no name: known by its prefix (app.deps.token_label)
+    with serving(app) as base:
+        r = httpx.post(f"{base}/api/v1/ingest", content=line("h") + BAD, headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 200 and r.json()["rejected"] == 1
+        [q] = httpx.get(f"{base}/quarantine.json").json()["records"]
+    assert (q["source"], q["token"], q["run"]) == (f"http:{info.prefix}", info.prefix, None)
+    assert token.startswith(info.prefix)
