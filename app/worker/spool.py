@@ -120,12 +120,14 @@ class Spool:
     _pool: Parsers = field(init=False)
     _parse_ahead: bool = field(init=False, default=False)
     _said: dict[int, str] = field(default_factory=dict)  # pk → the last wait or takeover said of it
+    _notes: dict[int, tuple[str, bool]] = field(default_factory=dict)  # pk → (said, is an error), to store
     claims: Claims = field(init=False)
     reader: StretchReader = field(init=False)
 
     def __post_init__(self) -> None:
-        self.claims = Claims(self.engine, self._say)
-        self.reader = StretchReader(self._say, self.batch_lines, self.batch_bytes, self.torn_after, self.settle)
+        self.claims = Claims(self.engine, self._say)  # waits and takeovers: notices
+        # what the reader says is that a file cannot be read: an error
+        self.reader = StretchReader(self._say_error, self.batch_lines, self.batch_bytes, self.torn_after, self.settle)
         self._pool = Parsers(self.parsers)
         # without parser processes, a thread parses ahead only where the database works in its
         # own process (Postgres): the worker waits on it meanwhile. On SQLite the write is the
@@ -152,11 +154,31 @@ class Spool:
         self._pool.close()
         self.claims.drop_session()
 
-    def _say(self, pk: int, msg: str) -> None:
-        """Log `msg` about a file once (until something else is said about it)."""
+    def _say(self, pk: int, msg: str, *, error: bool = False) -> None:
+        """Log `msg` about a file once (until something else is said about it), and keep it for
+        the status page: a notice (a wait for another worker's lease, a takeover), or with
+        `error` the file's last error (it cannot be read). Stored by `_store_notes` once no
+        transaction of this worker holds the file's row (`say` is called inside claims)."""
         if self._said.get(pk) != msg:
             self._said[pk] = msg
             self.log(msg)
+            self._notes[pk] = (msg, error)
+
+    def _say_error(self, pk: int, msg: str) -> None:
+        self._say(pk, msg, error=True)
+
+    def _store_notes(self) -> None:
+        """Store what was said of files since the last call (`notice`, or `last_error`), each
+        without the file's name it starts with (the status row names the file)."""
+        if not self._notes:
+            return
+        notes, self._notes = self._notes, {}
+        with self.engine.begin() as conn:
+            names = dict(conn.execute(sa.select(S.c.pk, S.c.name).where(S.c.pk.in_(sorted(notes)))).all())
+            for pk, (msg, error) in notes.items():
+                if pk in names:
+                    msg = msg.removeprefix(f"{names[pk]}: ")
+                    conn.execute(S.update().where(S.c.pk == pk).values({"last_error" if error else "notice": msg}))
 
     def left_unread(self) -> list[Left]:
         """The files with bytes this worker has not read, and why (`rollscope worker --once`
@@ -232,6 +254,8 @@ class Spool:
                         break  # past the budget once what was read ahead is written: a file let go holds nothing
             finally:
                 self._release(row.pk if row is not None else None)
+                self._store_notes()
+        self._store_notes()  # what was said of files no claim was taken of (a wait for a lease)
         return done
 
     def _nothing_new(self, row, now) -> bool:

@@ -67,3 +67,27 @@ def test_a_notice_an_older_worker_stored_as_an_error_is_shown_as_a_notice(client
         assert conn.execute(sa.select(S.c.notice)).scalar_one() is None
     [src] = client.get("/ingest.json").json()["sources"]
     assert (src["last_error"], src["notice"]) == (None, "it shrank to 3 bytes; read again from the start")
+
+
+def test_a_takeover_is_a_notice_on_the_files_row(client, engine, tmp_path):
+    from datetime import timedelta
+
+    from app.worker.spool import Spool
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "held.jsonl").write_bytes(line("a"))
+    logged: list[str] = []
+    sp = Spool(engine, [spool], settle=0.0, torn_after=3600, log=logged.append)
+    try:
+        sp.sync_files()
+        with engine.begin() as conn:  # a claim left by a worker that is gone, its lease run out
+            conn.execute(S.update().values(claimed_by="elsewhere:1", claimed_until=models.utcnow() - timedelta(1)))
+        assert sp.work(budget=5) >= 1
+    finally:
+        sp.close()
+    [said] = [m for m in logged if "taking over" in m]
+    [src] = client.get("/ingest.json").json()["sources"]
+    assert said == f"{src['name']}: {src['notice']}"  # stored without the name the row shows anyway
+    assert src["notice"].startswith("taking over from worker elsewhere:1: its lease lapsed")
+    assert src["last_error"] is None and src["records"] == 1
