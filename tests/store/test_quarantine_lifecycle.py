@@ -134,3 +134,24 @@ def test_worker_read_from_the_start_that_has_not_reached_the_end_clears_nothing(
         assert entries(engine) == []  # ... until the read that began at byte 0 reached the end
     finally:
         sp.close()
+
+
+def test_worker_reading_a_rewritten_json_document_whole_clears_what_it_no_longer_holds(engine, tmp_path):
+    import json
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    doc = spool / "batch.json"
+
+    def body(*ids: str, bad: bool = False) -> bytes:
+        records = [json.loads(line(i)) for i in ids] + ([{"schema": "rollscope/1", "id": "bad", "nodes": 7}] if bad
+                                                         else [])
+        return json.dumps(records, indent=1).encode()
+
+    doc.write_bytes(body("a", "b", bad=True))
+    _drain(engine, spool, [])
+    [q] = entries(engine)
+    assert (q.source_file, q.source) == (str(doc), str(doc)) and "[2]" in (q.field or q.error)
+    doc.write_bytes(body("z", "a", "b"))  # rewritten (its first bytes change) without the bad record
+    _drain(engine, spool, [])
+    assert entries(engine) == []
