@@ -263,7 +263,7 @@ def test_every_failure_is_a_status_in_the_request_encoding(tmp_db, media):
         assert r.status_code == 415 and "text/plain" in st.message and PROTOBUF in st.message
 
         # anything unexpected: 500, still a Status in the request's encoding (and logged)
-        def boom(spans):
+        def boom(spans, token_name=None):
             raise RuntimeError("a bug")
 
         app.state.otlp_receiver.accept = boom
