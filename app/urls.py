@@ -89,6 +89,11 @@ def api_rollouts(run_id: str, **params: Any) -> str:
     return _url(f"/api/v1/runs/{q(run_id)}/rollouts", False, params)
 
 
+def api_quarantine(**params: Any) -> str:
+    """The API's quarantine list (`/api/v1/quarantine`); `params`: `file`, `limit`, `after`."""
+    return _url("/api/v1/quarantine", False, params)
+
+
 def api_findings(run_id: str, **params: Any) -> str:
     """The API's findings list of a run."""
     return _url(f"/api/v1/runs/{q(run_id)}/findings", False, params)

@@ -84,3 +84,19 @@ def test_http_ingest_with_an_unnamed_token_names_its_prefix(db_url, tmp_path):
         [q] = httpx.get(f"{base}/quarantine.json").json()["records"]
     assert (q["source"], q["token"], q["run"]) == (f"http:{info.prefix}", info.prefix, None)
     assert token.startswith(info.prefix)
+
+
+def test_the_api_lists_the_quarantine_in_pages(client, engine, tmp_path):
+    f = tmp_path / "three.jsonl"
+    f.write_bytes(BAD + line("ok") + BAD + BAD)
+    assert not ingest(engine, f, run="api").ok
+    page = client.get("/api/v1/quarantine?limit=2").json()
+    assert [q["line"] for q in page["items"]] == [4, 3] and page["next_url"].startswith("/api/v1/quarantine?")
+    rest = client.get(page["next_url"]).json()
+    assert [q["line"] for q in rest["items"]] == [1] and rest["next"] is None
+    q = rest["items"][0]
+    assert (q["run"], q["source"], q["source_kind"], q["run_url"]) == ("api", str(f), "file", "/runs/api.json")
+    assert q["first_seen"].endswith("Z") and q["last_seen"] == q["first_seen"]
+    assert client.get(f"/api/v1/quarantine?file={tmp_path}/other.jsonl").json()["items"] == []
+    assert client.get("/api/v1/quarantine?limit=100000").status_code == 422
+    assert "/api/v1/quarantine" in client.get("/api/openapi.json").json()["paths"]
