@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from app import urls
 from app.db import models
 from app.queries.ingest_status import ingest_counts
-from app.views.common import iso
+from app.views.common import iso, readable
 
 
 class SourceStatus(BaseModel):
@@ -45,6 +45,7 @@ class SourceStatus(BaseModel):
     last_error: str | None
     notice: str | None = None  # handled, nothing lost: a rewrite or truncation read again from the start
     last_record_at: str | None = None  # RFC 3339 `Z`: the last rollout stored or record rejected (http, otlp)
+    last_record_text: str | None = None  # the same for a person, to the second
     quarantine_url: str
 
 
@@ -92,7 +93,8 @@ def ingest_status(engine) -> IngestStatus:
             name=name, path=path, kind=kind, format=fmt, status="live", bytes_behind=0, records=n.stored,
             rejected=n.rejected, records_last_minute=n.stored_recent, records_per_s=round(n.stored_recent / 60, 2),
             quarantined=n.rejected, last_error=n.last_error,
-            last_record_at=iso(max((t for t in (n.last_stored, n.last_rejected) if t), key=_utc)),
+            last_record_at=iso(last := max((t for t in (n.last_stored, n.last_rejected) if t), key=_utc)),
+            last_record_text=readable(last),
             quarantine_url=urls.quarantine(file=qfile)))
     return IngestStatus(sources=sources,
                         errors=[Message(source=s.path if s.kind == "file" else s.name, message=s.last_error)
