@@ -169,6 +169,11 @@ def ingest(
     if total.cleared:
         out.print(Text(f"{total.cleared} quarantined record{'s' if total.cleared != 1 else ''} now stored: "
                        "cleared from the quarantine"))
+    if total.unseen:  # app/store/quarantine.py clear_unseen
+        n = total.unseen
+        where = "their files" if n != 1 else "its file"
+        out.print(Text(f"{n} quarantined record{'s' if n != 1 else ''} no longer in {where}: "
+                       "cleared from the quarantine"))
     out.print(Text(
         f"{total.inserted} new, {total.replaced} replaced, {total.unchanged} unchanged, "
         f"{len(errors)} rejected, {len(skipped)} skipped; runs: {', '.join(sorted(total.runs)) or '-'}"))

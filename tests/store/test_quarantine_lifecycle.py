@@ -58,6 +58,7 @@ def test_cli_reingest_after_the_bad_line_is_deleted_clears_its_entry(db_url, tmp
         f.write_bytes(line("a") + line("b"))  # the bad line deleted
         res = runner.invoke(cli, ["ingest", str(f), "--run", "given"])
         assert res.exit_code == 0, res.output
+        assert "1 quarantined record no longer in its file: cleared from the quarantine" in res.output
         assert entries(engine) == []
         assert "nothing quarantined" in runner.invoke(cli, ["quarantine"]).output
     finally:
