@@ -67,8 +67,11 @@ def test_quarantine_page_and_twin_show_run_source_and_when(db_url, tmp_path):
         assert '<a href="/runs/posted">posted</a>' in html and '<a href="/runs/from-cli">from-cli</a>' in html
         assert f'<time datetime="{http["last_seen"]}">{http["last_seen_text"]}</time>' in html
         assert '<td class="q-source">file</td>' in html  # read at its name: said once, in the file column
-        # the page shows times to the second, never the stored microseconds
+        # the page shows times to the second, never the stored microseconds; so does /ingest
         assert not re.search(r">\d{4}-\d\d-\d\dT[\d:.]+", html)
+        status = httpx.get(f"{base}/ingest").text
+        assert re.search(r'<time datetime="[\d-]+T[\d:.]+Z">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time>', status)
+        assert not re.search(r">\d{4}-\d\d-\d\dT[\d:.]+", status)
 
 
 def _t(s: str) -> datetime:
