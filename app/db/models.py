@@ -213,7 +213,9 @@ class Quarantine(SQLModel, table=True):
     last_seen: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
     # how the file was ingested (app.store.quarantine.IngestContext), for --retry-quarantined
     context: dict | None = _json()
-    run_id: str | None = Field(default=None, max_length=200)  # the record's run, when known or given (--run, ?run=)
+    # the record's run, when known or given (--run, ?run=); not bounded like `run.id`: a run id too long
+    # to be a run is itself a reason a record is here
+    run_id: str | None = None
     # where it came from: a file's path when read (the worker: where the spool file is now), or
     # `http:<token name>` for POST /api/v1/ingest and /v1/traces (app.store.quarantine.http_source)
     source: str | None = None

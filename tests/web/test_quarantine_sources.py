@@ -78,14 +78,17 @@ def _t(s: str) -> datetime:
     return datetime.fromisoformat(s.replace("Z", "+00:00"))
 
 
-def test_http_ingest_with_an_unnamed_token_names_its_prefix(db_url, tmp_path):
+def test_http_ingest_with_an_unnamed_token_names_its_prefix_and_keeps_any_run(db_url, tmp_path):
     app = create_app(Settings(database_url=db_url, worker={"otlp_spool_dir": tmp_path / "otlp-spool"}))
     token, info = issue(app.state.engine, "write")  # no name: known by its prefix (app.deps.token_label)
     with serving(app) as base:
-        r = httpx.post(f"{base}/api/v1/ingest", content=line("h") + BAD, headers={"Authorization": f"Bearer {token}"})
-        assert r.status_code == 200 and r.json()["rejected"] == 1
-        [q] = httpx.get(f"{base}/quarantine.json").json()["records"]
-    assert (q["source"], q["token"], q["run"]) == (f"http:{info.prefix}", info.prefix, None)
+        long_run = "r" * 300  # longer than a run id can be (200): the rejection still keeps it
+        r = httpx.post(f"{base}/api/v1/ingest?run={long_run}", content=line("h") + BAD,
+                       headers={"Authorization": f"Bearer {token}"})
+        # the torn line is rejected; the good one too where a run id is bounded (Postgres: varchar(200))
+        assert r.status_code == 200 and r.json()["rejected"] >= 1, r.text
+        qs = httpx.get(f"{base}/quarantine.json").json()["records"]
+    assert {(q["source"], q["token"], q["run"]) for q in qs} == {(f"http:{info.prefix}", info.prefix, long_run)}
     assert token.startswith(info.prefix)
 
 

@@ -26,7 +26,7 @@ def upgrade() -> None:
         batch.alter_column("created_at", new_column_name="first_seen", existing_type=sa.DateTime(timezone=True),
                            existing_nullable=False)
         batch.add_column(sa.Column("last_seen", sa.DateTime(timezone=True), nullable=True))
-        batch.add_column(sa.Column("run_id", sqlmodel.sql.sqltypes.AutoString(length=200), nullable=True))
+        batch.add_column(sa.Column("run_id", sqlmodel.sql.sqltypes.AutoString(), nullable=True))
         batch.add_column(sa.Column("source", sqlmodel.sql.sqltypes.AutoString(), nullable=True))
     op.execute("UPDATE quarantine SET last_seen = first_seen")
     with op.batch_alter_table("quarantine") as batch:
