@@ -445,10 +445,14 @@ class Spool:
         try:
             source = read_as(path, Path(row.name))  # its records keep the name it was first seen under
             reader = detect(source)
-            if reader is None:
-                return self._refuse(row, explain(source))
+            why = explain(source) if reader is None else None
         except RecordError as exc:
-            return self._refuse(row, exc.message)
+            why = exc.message
+        if why is not None:
+            if _changed_since(path, st):  # rewritten while it was read (truncated, then written): not its verdict
+                self._idle[row.pk] = (row.size, row.offset)
+                return 0
+            return self._refuse(row, why)
         errors: list[RecordError] = []
         res: StoreResult = store(self.engine,
                                  read_records(reader, source, ReadContext(root=self._root_of(row.name)), errors),
@@ -491,6 +495,15 @@ class Spool:
                 status="done", last_error=why, rejected=S.c.rejected + (0 if again else 1), updated_at=models.utcnow()))
         self.log(f"{row.name}: {why}")
         return 1
+
+
+def _changed_since(path: Path, st: os.stat_result) -> bool:
+    """Whether `path` is no longer the file `st` described (another size or modification time, or gone)."""
+    try:
+        now = path.stat()
+    except OSError:
+        return True
+    return (now.st_size, now.st_mtime_ns) != (st.st_size, st.st_mtime_ns)
 
 
 def _tailable(source, path: Path, size: int) -> tuple[int, bytes | None]:
