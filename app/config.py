@@ -130,6 +130,9 @@ class AlertSettings(BaseModel):
     webhook_timeout_seconds: float = Field(3.0, gt=0, le=60, description="seconds one webhook POST may take; it "
                                            "is tried 3 times (0.5 s, then 2 s apart) in a background thread, never "
                                            "in the caller's")
+    base_url: str | None = Field(None, description="the service's address as people reach it "
+                                 "(`https://rollscope.example.org`), for the links in alerts; unset: links are paths "
+                                 "(`/ingest`)")
     watch_seconds: float = Field(5.0, ge=0, le=3600, description="serve: seconds between looks for a spool worker "
                                  "gone stale (alert `worker_stale`); 0 turns the watcher off. It runs only when "
                                  "`webhook_url` is set")

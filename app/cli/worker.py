@@ -56,7 +56,7 @@ def worker(
     stop = stop_on_signals()
     console.print(f"worker: reading {', '.join(str(d) for d in dirs)}", markup=False, soft_wrap=True)
     ran = run(engine, dirs, stop=stop, poll=poll, once=once, torn_after=torn_after, heartbeat=heartbeat,
-              batch_lines=get_settings().worker.batch_size,
+              batch_lines=get_settings().worker.batch_size, beat_every=get_settings().worker.heartbeat_seconds,
               parsers=get_settings().worker.parsers if parsers is None else parsers,
               log=lambda msg: console.print(msg, markup=False, soft_wrap=True))
     left = f"; left {len(ran.left)} file{'s' if len(ran.left) != 1 else ''} unread" if ran.left else ""

@@ -1,0 +1,134 @@
+"""A spool worker's heartbeat: who it is, what it follows and holds, and that it is alive.
+
+A thread of the worker writes its `worker_heartbeat` row (app/db/models.py) when it starts and
+then every `interval` seconds (`ROLLSCOPE_WORKER__HEARTBEAT_SECONDS`, 2 s): its id, host, pid,
+version, the spool folders it follows, the files it holds a claim on, and the time. A clean stop
+writes `stopped_at` (the worker is *gone*); a killed worker stops beating, and readers call it
+*stale* once its last beat is older than `STALE_BEATS` of its own intervals
+(app/queries/ingest_status.py `worker_state`).
+
+The beat never stalls ingest: it runs in its own thread, each beat is one UPDATE of the worker's
+own row (an INSERT the first time) in a transaction of its own, and on SQLite it waits for the
+write lock at most one interval (a busy database skips a beat, never the worker's commit; the
+lock is held for the one statement). The worker's chunk transactions never touch this row.
+Errors are logged once and the beat carries on; they never reach the worker's loop.
+
+A worker starting marks *gone* the workers of its own host that follow one of its folders, have
+not stopped and whose process no longer exists (`os.kill(pid, 0)`): a worker restarted after a
+SIGKILL replaces the dead one, which would otherwise stay stale until its row is deleted (KEEP).
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from app.db import models
+from app.db.engine import writes
+
+H = models.WorkerHeartbeat.__table__
+STALE_BEATS = 3  # a worker whose last beat is older than this many intervals is stale
+KEEP = timedelta(days=7)  # rows of workers stopped (or silent) longer ago are deleted when a worker starts
+
+
+def version() -> str:
+    """The installed rollscope's version (`unknown` when not installed as a package)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as of
+
+    try:
+        return of("rollscope")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class Heartbeat:
+    """The heartbeat of one worker. `worker_id()` and `files()` are asked at each beat (a worker's
+    id changes when it takes a new session key; its claims come and go)."""
+
+    def __init__(self, engine: Engine, dirs: list[Path], *, interval: float, worker_id: Callable[[], str],
+                 files: Callable[[], list[str]], log: Callable[[str], None] = lambda _m: None):
+        self.engine, self.interval = engine, interval
+        self.dirs = [str(d) for d in dirs]
+        self.worker_id, self.files, self.log = worker_id, files, log
+        self.started = models.utcnow()
+        self.pk: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failing = False
+        self._write = writes(engine, timeout=interval)  # SQLite busy timeout / Postgres lock_timeout
+
+    def start(self) -> None:
+        """Beat once now (a database that is down is tried again at the next beat), then every
+        `interval` seconds in a daemon thread."""
+        self.beat()
+        self._thread = threading.Thread(target=self._run, name="rollscope-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.beat()
+
+    def beat(self, *, stopped: bool = False) -> bool:
+        """Write the row (insert it the first time); with `stopped`, mark the worker gone.
+        True when written; errors are logged (once until a beat succeeds again), never raised."""
+        now = models.utcnow()
+        values = dict(worker_id=self.worker_id(), files=sorted(self.files()), beat_at=now)
+        if stopped:
+            values["stopped_at"] = now
+        try:
+            with self._write.begin() as conn:
+                if self.pk is None:
+                    conn.execute(H.delete().where(sa.or_(H.c.stopped_at < now - KEEP, H.c.beat_at < now - KEEP)))
+                    self._replace_dead(conn)
+                    self.pk = conn.execute(H.insert().values(
+                        **values, host=socket.gethostname(), pid=os.getpid(), version=version(), spools=self.dirs,
+                        cwd=os.getcwd(), interval_seconds=self.interval, started_at=self.started)
+                        .returning(H.c.pk)).scalar_one()
+                else:
+                    conn.execute(H.update().where(H.c.pk == self.pk).values(**values))
+        except Exception as exc:  # noqa: BLE001 - a missed beat is said, never raised into the worker
+            if not self._failing:
+                first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200] if str(exc) else exc
+                self.log(f"worker: heartbeat not recorded ({first}); trying again every {self.interval:g} s")
+            self._failing = True
+            return False
+        if self._failing:
+            self.log("worker: heartbeat recorded again")
+        self._failing = False
+        return True
+
+    def _replace_dead(self, conn) -> None:
+        """Mark gone (at their last beat) this host's workers on one of our folders whose process
+        is dead."""
+        host = socket.gethostname()
+        for w in conn.execute(sa.select(H.c.pk, H.c.pid, H.c.spools, H.c.beat_at).where(
+                H.c.host == host, H.c.stopped_at.is_(None), H.c.pid != os.getpid())).all():
+            if set(w.spools or []) & set(self.dirs) and not _alive(w.pid):
+                conn.execute(H.update().where(H.c.pk == w.pk).values(stopped_at=w.beat_at))
+                self.log(f"worker: the worker of pid {w.pid} on this host died without stopping (last beat "
+                         f"{w.beat_at:%Y-%m-%d %H:%M:%S} UTC); marked gone")
+
+    def stop(self) -> None:
+        """A clean stop: the thread ends and the row says the worker is gone (`stopped_at`)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.interval + 5)
+        self.beat(stopped=True)
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process `pid` exists on this host (one of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
