@@ -3,8 +3,9 @@
 
 `deliver(engine, settings, kind, key, payload)` is what callers use (ingest's step alerts, the
 serve process's stale-worker watcher). It never blocks on the database's write lock and never
-raises: it reads whether (kind, key) is recorded (a read: on SQLite under WAL it waits for no
-writer, so a caller inside an ingest transaction is not stalled), and hands the alert to one
+raises: it reads whether (kind, key) is recorded (a read, in a deferred transaction of its own:
+on SQLite under WAL it waits for no writer, so a caller inside an ingest transaction is not
+stalled), and hands the alert to one
 daemon thread per process, which records it (`alert_delivery`: INSERT ... ON CONFLICT DO NOTHING
 on the unique (kind, key), so across processes exactly one of them records it and POSTs it) and
 then POSTs `{"kind", "key", ...payload}` with `webhook_timeout_seconds` per try, up to
@@ -59,7 +60,7 @@ def deliver(engine: Engine, settings, kind: str, key: str, payload: dict) -> boo
     (the database unreadable, the queue full); True when it was handed to the delivery thread.
     Returns at once: no POST and no write happens in the caller's thread; never raises."""
     try:
-        with engine.connect() as conn:
+        with _reader(engine).connect() as conn:
             if conn.execute(sa.select(D.c.pk).where(D.c.kind == kind, D.c.key == key)).first() is not None:
                 return False
         token = (id(engine), kind, key)
@@ -80,6 +81,21 @@ def deliver(engine: Engine, settings, kind: str, key: str, payload: dict) -> boo
     except Exception as exc:  # noqa: BLE001 - an alert must never break its caller
         log.warning("alert %s %s not handed over: %s", kind, key, exc)
         return False
+
+
+def _reader(engine: Engine) -> Engine:
+    """An engine whose transactions only read: on SQLite a second engine on the same file whose
+    transactions begin deferred (an ingest's engine begins every transaction IMMEDIATE, which
+    waits for the write lock), so under WAL the look waits for no writer; Postgres' own."""
+    if engine.dialect.name != "sqlite":
+        return engine
+    base = getattr(engine, "_proxied", None) or engine
+    reader = base.__dict__.get("rollscope_alert_reader")
+    if reader is None:
+        from app.db.engine import make_engine
+
+        reader = base.__dict__["rollscope_alert_reader"] = make_engine(base.url.render_as_string(hide_password=False))
+    return reader
 
 
 def _start() -> None:

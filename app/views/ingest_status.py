@@ -186,3 +186,56 @@ def _first_path(name: str) -> str:
 
 def _utc(t):
     return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+class StoppedSpool(BaseModel):
+    """A spool a run's recent rollouts came from that no live worker reads: its folder, since when
+    (RFC 3339 `Z`: its last worker's last beat, or the run's last rollout from it when no worker
+    with a heartbeat followed it) and how long ago for a person, that worker and its state
+    (stale | gone | None), the bytes waiting in the run's files there, those files, and the banner's
+    sentence ("ingestion stopped 4 min ago: no live worker for spool /shared/spool")."""
+
+    spool: str
+    since: str
+    ago: str
+    worker: str | None
+    worker_state: str | None
+    lag_bytes: int
+    files: list[str]
+    message: str
+
+
+class IngestionBanner(BaseModel):
+    """The run page's `ingestion`: the spools of its recent rollouts with no live worker, and
+    the link to /ingest."""
+
+    stopped: list[StoppedSpool]
+    ingest_url: str
+
+
+def ingestion_banner(conn, run_id: str) -> IngestionBanner | None:
+    """The run page's banner (templates/_ingest_banner.html; `ingestion` in its JSON twin), from
+    app.queries.ingest_status.ingestion_stopped; None when there is nothing to say."""
+    from app.queries.ingest_status import ingestion_stopped
+
+    stopped = ingestion_stopped(conn, run_id)
+    if not stopped:
+        return None
+    now = models.utcnow()
+    out = []
+    for s in stopped:
+        ago = _ago((now - s.since).total_seconds())
+        out.append(StoppedSpool(spool=s.spool, since=iso(s.since), ago=ago, worker=s.worker, worker_state=s.state,
+                                lag_bytes=s.lag_bytes, files=s.files,
+                                message=f"ingestion stopped {ago} ago: no live worker for spool {s.spool}"))
+    return IngestionBanner(stopped=out, ingest_url=urls.ingest())
+
+
+def _ago(seconds: float) -> str:
+    """`12 s`, `4 min`, `3 h` (rounded down)."""
+    seconds = max(seconds, 0)
+    if seconds < 60:
+        return f"{int(seconds)} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min"
+    return f"{int(seconds // 3600)} h"

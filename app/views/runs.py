@@ -13,9 +13,11 @@ from app.queries import annotations as q_annotations
 from app.queries import nodes as q_nodes
 from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
+from app.queries.ingest_status import BANNER_WINDOW
 from app.queries.steps import RUN_SECTIONS, StepRange, every_run_step_stats, run_totals, step_stats
 from app.views.chart import RunCharts, run_charts
 from app.views.common import NoteView, PageModel, iso, model_of, note_view
+from app.views.ingest_status import IngestionBanner, ingestion_banner
 from ingest import checks
 from ingest.stats import ENDINGS
 from rollscope import schemas
@@ -135,6 +137,8 @@ class RunPage(PageModel):
     metadata: dict[str, Any] | None = None
     steps_shown: dict[str, Any] | None = None
     search_url: str | None = None
+    # the spools of its recent rollouts that no live worker reads (app.views.ingest_status)
+    ingestion: IngestionBanner | None = None
 
 
 LIVE_SECONDS = 120  # a run that received a rollout from a live source this recently is "receiving"
@@ -234,6 +238,8 @@ def run_page(session: Session, run_id: str, *, json: bool = False, steps_range=N
                      "of": len([s for s in steps if s.step is not None]),
                      "cut": len(stepped) > STEPS_TABLE},
         search_url=urls.search(run=run_id),
+        ingestion=ingestion_banner(session.connection(), run_id)
+        if _last_ingest_age(stats) < BANNER_WINDOW.total_seconds() else None,
     )
 
 
