@@ -13,9 +13,11 @@ write lock at most one interval (a busy database skips a beat, never the worker'
 lock is held for the one statement). The worker's chunk transactions never touch this row.
 Errors are logged once and the beat carries on; they never reach the worker's loop.
 
-A worker starting marks *gone* the workers of its own host that follow one of its folders, have
-not stopped and whose process no longer exists (`os.kill(pid, 0)`): a worker restarted after a
-SIGKILL replaces the dead one, which would otherwise stay stale until its row is deleted (KEEP).
+A worker starting marks *gone* the workers that follow one of its folders, have not stopped and
+are known dead: of its own host, whose process no longer exists (`os.kill(pid, 0)`); on
+Postgres, of any host, stale and without their session lock (app/worker/claims.py). A worker
+restarted after a SIGKILL replaces the dead one, which would otherwise stay stale (and alerted
+on) until its row is deleted (KEEP).
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from sqlalchemy.engine import Engine
 
 from app.db import models
 from app.db.engine import writes
+from app.worker.claims import WORKER_LOCK_CLASS, session_key
 
 H = models.WorkerHeartbeat.__table__
 STALE_BEATS = 3  # a worker whose last beat is older than this many intervals is stale
@@ -105,14 +108,29 @@ class Heartbeat:
         return True
 
     def _replace_dead(self, conn) -> None:
-        """Mark gone (at their last beat) this host's workers on one of our folders whose process
-        is dead."""
+        """Mark gone (at their last beat) the workers on one of our folders known dead: of this
+        host, whose process is gone; on Postgres, of any host, stale and without their session
+        lock (app/worker/claims.py)."""
         host = socket.gethostname()
-        for w in conn.execute(sa.select(H.c.pk, H.c.pid, H.c.spools, H.c.beat_at).where(
-                H.c.host == host, H.c.stopped_at.is_(None), H.c.pid != os.getpid())).all():
-            if set(w.spools or []) & set(self.dirs) and not _alive(w.pid):
+        now = models.utcnow()
+        sessions = None
+        if conn.dialect.name == "postgresql":
+            sessions = {int(k) for k in conn.execute(sa.text(
+                "SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND classid = :c AND objsubid = 2 "
+                "AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"),
+                {"c": WORKER_LOCK_CLASS}).scalars()}
+        for w in conn.execute(sa.select(H.c.pk, H.c.host, H.c.pid, H.c.worker_id, H.c.spools, H.c.beat_at,
+                                        H.c.interval_seconds).where(H.c.stopped_at.is_(None),
+                                                                    H.c.worker_id != self.worker_id())).all():
+            if not set(w.spools or []) & set(self.dirs):
+                continue
+            beat = w.beat_at if w.beat_at.tzinfo else w.beat_at.replace(tzinfo=now.tzinfo)
+            stale = (now - beat).total_seconds() > STALE_BEATS * w.interval_seconds
+            key = session_key(w.worker_id)
+            if (w.host == host and w.pid != os.getpid() and not _alive(w.pid)) or \
+                    (stale and sessions is not None and key is not None and key not in sessions):
                 conn.execute(H.update().where(H.c.pk == w.pk).values(stopped_at=w.beat_at))
-                self.log(f"worker: the worker of pid {w.pid} on this host died without stopping (last beat "
+                self.log(f"worker: worker {w.worker_id} died without stopping (last beat "
                          f"{w.beat_at:%Y-%m-%d %H:%M:%S} UTC); marked gone")
 
     def stop(self) -> None:

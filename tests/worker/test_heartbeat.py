@@ -157,6 +157,14 @@ def test_a_killed_worker_goes_stale_and_every_view_says_so(db_url, tmp_path):
             with engine.connect() as conn:
                 (d,) = conn.execute(sa.select(models.AlertDelivery.__table__)).all()
             assert (d.kind, d.attempts, d.last_error) == ("worker_stale", 1, None) and d.delivered_at is not None
+
+            # restarted, the worker replaces the dead one (gone now) and reads what waited
+            proc = _worker(db_url, spool)
+            assert wait_for(lambda: _read_all(engine, f), 30)
+            states = {x["worker_id"]: x["state"] for x in _status(base)["workers"]}
+            assert states[w["worker_id"]] == "gone" and "live" in states.values()
+            assert _status(base)["sources"][0]["bytes_behind"] == 0
+            assert httpx.get(f"{base}/runs/live.json").json()["ingestion"] is None
     finally:
         if proc.poll() is None:
             proc.kill()
