@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import sqlalchemy as sa
 
@@ -143,6 +144,39 @@ def lag_of(f, size: int | None) -> int:
     if f.status != "active" and now_size == f.size:
         return 0
     return max(now_size - f.offset, 0)
+
+
+@dataclass
+class Unseen:
+    """A file in a spool folder that no live worker follows, which no worker has recorded yet
+    (written after its worker died): its path, size, and the worker that followed the folder."""
+
+    path: str
+    size: int
+    worker: object
+
+
+def unseen_files(files: list, workers: list, now: datetime) -> list[Unseen]:
+    """Files in the spool folders no live worker follows (those this process can see) that have
+    no `spool_file` row: their bytes are behind too. A folder a live worker follows is left alone
+    (that worker records a new file within a poll), so this walks nothing while workers are up."""
+    from app.worker.spool_files import scan
+
+    live = [w for w in workers if worker_state(w, now) == "live"]
+    known = {(f.device, f.inode) for f in files}
+    out: list[Unseen] = []
+    seen_folders: set[str] = set()
+    for w in workers:
+        for d in w.spools or []:
+            folder = _absolute(d, w.cwd)
+            if folder in seen_folders or any(spool_of(x, os.path.join(folder, "x")) for x in live):
+                continue
+            seen_folders.add(folder)
+            for key, f in scan([Path(folder)]).items():
+                if key not in known:
+                    path = os.path.join(d, os.path.relpath(f.path, folder))
+                    out.append(Unseen(path, f.size, w))
+    return sorted(out, key=lambda u: u.path)
 
 
 @dataclass

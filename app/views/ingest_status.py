@@ -24,7 +24,15 @@ from pydantic import BaseModel
 
 from app import urls
 from app.db import models
-from app.queries.ingest_status import file_size, holder, ingest_counts, lag_of, spool_of, worker_state
+from app.queries.ingest_status import (
+    file_size,
+    holder,
+    ingest_counts,
+    lag_of,
+    spool_of,
+    unseen_files,
+    worker_state,
+)
 from app.views.common import iso, readable
 
 
@@ -39,7 +47,7 @@ class SourceStatus(BaseModel):
     was: str | None = None
     kind: str = "file"  # file | http | otlp
     format: str | None
-    status: str  # active | done | gone; live for http and otlp
+    status: str  # active | done | gone; unseen (a file no worker recorded yet); live for http and otlp
     bytes_behind: int
     records: int
     rejected: int
@@ -117,6 +125,15 @@ def ingest_status(engine) -> IngestStatus:
         records_per_s=round(recent.get(f.name, 0) / 60, 2), quarantined=quarantined.get(f.name, 0),
         **_error_and_notice(f), **_lag_and_holder(f, c.workers, c.now), quarantine_url=urls.quarantine(file=f.name))
         for f in c.files]
+    for u in unseen_files(c.files, c.workers, c.now):  # written after their worker died: behind too
+        state = worker_state(u.worker, c.now)
+        sources.append(SourceStatus(
+            name=u.path, path=u.path, format=None, status="unseen", bytes_behind=u.size, records=0, rejected=0,
+            records_last_minute=0, records_per_s=0.0, quarantined=0, last_error=None, size=u.size, size_from="disk",
+            holder=u.worker.worker_id, holder_state=state,
+            holder_problem=f"no worker has seen it: its worker {u.worker.worker_id} is {state} "
+                           f"(last beat {readable(u.worker.beat_at)})",
+            quarantine_url=urls.quarantine(file=u.path)))
     for kind, name, path, fmt, qfile in LIVE:
         n = c.live.get(kind)
         if n is None or (not n.stored and not n.rejected):
