@@ -77,6 +77,7 @@ class WorkerStatus(BaseModel):
     version: str
     state: str
     started_at: str
+    started_text: str  # the same for a person, to the second
     last_beat_at: str
     last_beat_text: str
     seconds_since_beat: float
@@ -176,7 +177,8 @@ def _lag_and_holder(f, workers: list, now) -> dict:
 def _worker(w, now) -> WorkerStatus:
     beat = _utc(w.beat_at)
     return WorkerStatus(worker_id=w.worker_id, host=w.host, pid=w.pid, version=w.version, state=worker_state(w, now),
-                        started_at=iso(w.started_at), last_beat_at=iso(beat), last_beat_text=readable(beat),
+                        started_at=iso(w.started_at),
+                        started_text=readable(w.started_at), last_beat_at=iso(beat), last_beat_text=readable(beat),
                         seconds_since_beat=round(max((now - beat).total_seconds(), 0.0), 1),
                         interval_seconds=w.interval_seconds, stopped_at=iso(w.stopped_at),
                         spools=list(w.spools or []), files=list(w.files or []))
