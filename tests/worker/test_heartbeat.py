@@ -257,3 +257,43 @@ def test_a_webhook_that_hangs_or_refuses_never_holds_up_its_caller(db_url, engin
         assert 1 <= by_key["held/1"].attempts <= webhook.TRIES
     finally:
         hanging.close()
+
+
+def test_a_file_the_server_cannot_see_is_measured_against_the_workers_last_size(client, engine, tmp_path):
+    """The web host stats each spool file; one it cannot see (another host's disk: here the folder
+    moved away) falls back to the last size a worker recorded, and says so."""
+    from app.worker.heartbeat import Heartbeat
+    from app.worker.run import run as run_worker
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    f = write_jsonl(spool / "a.jsonl", [rollout("a")])
+    with f.open("ab") as out:
+        out.write(b'{"schema": "rollscope/1", "id": "partial')  # a last line without its newline: behind
+    run_worker(engine, [spool], once=True, log=lambda _m: None, torn_after=3600)
+    assert Heartbeat(engine, [spool], interval=60, worker_id=lambda: "other-host:7:s7", files=list).beat()
+    spool.rename(tmp_path / "elsewhere")
+    (src,) = client.get("/api/v1/ingest/status").json()["sources"]
+    assert (src["size_from"], src["bytes_behind"]) == ("worker", len(b'{"schema": "rollscope/1", "id": "partial'))
+    assert (src["holder"], src["holder_state"], src["holder_problem"]) == ("other-host:7:s7", "live", None)
+    assert "worker's size" in client.get("/ingest").text
+
+
+def test_a_beat_gives_way_to_a_held_write_lock_within_its_interval(engine, tmp_path):
+    """While another transaction holds the write lock (SQLite: an ingest chunk; Postgres: the
+    heartbeat row), a beat waits at most its interval, skips, and is recorded by the next one."""
+    from app.worker.heartbeat import H, Heartbeat
+
+    hb = Heartbeat(engine, [tmp_path], interval=0.2, worker_id=lambda: "h:1:s1", files=list)
+    assert hb.beat()
+    with engine.begin() as conn:
+        if engine.dialect.name == "sqlite":
+            conn.execute(sa.insert(models.Run.__table__).values(id="held", type="train", created_at=models.utcnow()))
+        else:
+            conn.execute(sa.select(H).where(H.c.pk == hb.pk).with_for_update())
+        result: list[bool] = []
+        t = threading.Thread(target=lambda: result.append(hb.beat()))
+        t.start()
+        t.join(20)
+        assert result == [False]  # gave way: the holder of the lock (the worker's commit) was not kept waiting
+    assert hb.beat()
