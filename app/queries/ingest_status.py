@@ -196,25 +196,26 @@ class Stopped:
 
 def ingestion_stopped(conn, run_id: str) -> list[Stopped]:
     """The spools a run's recent rollouts (stored in the last BANNER_WINDOW from a spool file)
-    came from that no live worker follows now (the run page's banner). [] when the run received
-    nothing from a spool lately, or a live worker holds each of its files. Reads the run's rollouts
-    of the last hour (ix_rollout_ingested_at), its spool files and the heartbeats."""
+    came from that no live worker reads now (the run page's banner). [] when the run received
+    nothing lately from a spool file without a live holder. Cheap while workers are up: it reads
+    the spool files and the heartbeats (small tables), and the run's rollouts only when some file
+    that is not finished has no live holder, and then only those files' (ix_rollout_source_file)."""
     now = models.utcnow()
-    recent = conn.execute(
-        sa.select(R.c.source_file, sa.func.max(R.c.ingested_at))
-        .where(R.c.run_id == run_id, R.c.ingested_at >= now - BANNER_WINDOW,
-               R.c.source_file.in_(sa.select(S.c.name).where(S.c.spool == INGEST)))
-        .group_by(R.c.source_file)).all()
-    if not recent:
-        return []
-    last = dict(recent)
-    files = conn.execute(sa.select(S).where(S.c.spool == INGEST, S.c.name.in_(sorted(last)))).all()
     workers = heartbeats(conn)
-    out: dict[str, Stopped] = {}
-    for f in files:
+    orphans = {}
+    for f in conn.execute(sa.select(S).where(S.c.spool == INGEST, S.c.status == "active")).all():
         w = holder(f, workers, now)
-        if w is not None and worker_state(w, now) == "live":
-            continue
+        if w is None or worker_state(w, now) != "live":
+            orphans[f.name] = (f, w)
+    if not orphans:
+        return []
+    last = dict(conn.execute(
+        sa.select(R.c.source_file, sa.func.max(R.c.ingested_at))
+        .where(R.c.source_file.in_(sorted(orphans)), R.c.run_id == run_id, R.c.ingested_at >= now - BANNER_WINDOW)
+        .group_by(R.c.source_file)).all())
+    out: dict[str, Stopped] = {}
+    for name in sorted(last):
+        f, w = orphans[name]
         folder = (spool_of(w, f.path) if w is not None else None) or os.path.dirname(f.path)
         since = _utc(w.beat_at) if w is not None else _utc(last[f.name])
         lag = lag_of(f, file_size(f, w))
