@@ -82,9 +82,10 @@ class Heartbeat:
         """Write the row (insert it the first time); with `stopped`, mark the worker gone.
         True when written; errors are logged (once until a beat succeeds again), never raised."""
         now = models.utcnow()
-        values = dict(worker_id=self.worker_id(), files=sorted(self.files()), beat_at=now)
-        if stopped:
-            values["stopped_at"] = now
+        # a worker taken for dead (cut off from Postgres long enough to lose its session lock, and
+        # marked gone by a worker starting meanwhile) that beats again is live again
+        values = dict(worker_id=self.worker_id(), files=sorted(self.files()), beat_at=now,
+                      stopped_at=now if stopped else None)
         try:
             with self._write.begin() as conn:
                 if self.pk is None:
