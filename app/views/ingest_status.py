@@ -14,7 +14,7 @@ The live sources in the service itself are listed too once they have received an
 OTLP receiver (`/v1/traces`), with their rollouts stored, records rejected (quarantined), the
 last one's time and the last error; nothing is behind there (each request is stored before it is answered).
 Every worker with a heartbeat (app/worker/heartbeat.py) is listed under `workers`: live, stale
-(no beat for more than 3 of its intervals) or gone (stopped cleanly).
+(no beat for more than 3 of its intervals) or gone (stopped cleanly; listed for a day after).
 """
 from __future__ import annotations
 
@@ -111,6 +111,8 @@ class IngestStatus(BaseModel):
     rejected_total: int = 0  # records they rejected, ever
 
 
+GONE_SHOWN = timedelta(days=1)  # workers stopped longer ago are no longer listed (their rows go after 7 days)
+
 # (kind, name, path, format, the quarantine link's `file`)
 LIVE = (("http", "HTTP ingest", "/api/v1/ingest", None, None),
         ("otlp", "OTLP receiver", "/v1/traces", "otlp", "/v1/traces"))
@@ -146,7 +148,8 @@ def ingest_status(engine) -> IngestStatus:
             last_record_at=iso(last := max((t for t in (n.last_stored, n.last_rejected) if t), key=_utc)),
             last_record_text=readable(last),
             quarantine_url=urls.quarantine(file=qfile)))
-    return IngestStatus(sources=sources, workers=[_worker(w, c.now) for w in c.workers],
+    shown = [w for w in c.workers if w.stopped_at is None or _utc(w.stopped_at) >= c.now - GONE_SHOWN]
+    return IngestStatus(sources=sources, workers=[_worker(w, c.now) for w in shown],
                         errors=[Message(source=s.path if s.kind == "file" else s.name, message=s.last_error)
                                 for s in sources if s.last_error],
                         notices=[Message(source=s.path if s.kind == "file" else s.name, message=s.notice)
