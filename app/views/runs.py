@@ -212,9 +212,11 @@ def run_page(session: Session, run_id: str, *, json: bool = False, steps_range=N
     live = _last_ingest_age(stats) < LIVE_SECONDS and q_runs.received_live_within(
         session=session, run_id=run_id, seconds=LIVE_SECONDS)
     newest = max((s.step for s in steps if s.step is not None), default=None)
+    banner = ingestion_banner(session.connection(), run_id) \
+        if _last_ingest_age(stats) < BANNER_WINDOW.total_seconds() else None
     return RunPage(
         live=live, in_progress_step=newest if live else None,
-        version=_version(stats),
+        version=_version(stats) + _banner_version(banner),
         run=RunHeader(id=run.id, name=run.name, type=run.type, tokenizer=run.tokenizer_sha256,
                       url=urls.run(run.id, json=json), rollouts_url=urls.rollouts(run.id, json=json)),
         endings=ENDINGS,
@@ -238,9 +240,18 @@ def run_page(session: Session, run_id: str, *, json: bool = False, steps_range=N
                      "of": len([s for s in steps if s.step is not None]),
                      "cut": len(stepped) > STEPS_TABLE},
         search_url=urls.search(run=run_id),
-        ingestion=ingestion_banner(session.connection(), run_id)
-        if _last_ingest_age(stats) < BANNER_WINDOW.total_seconds() else None,
+        ingestion=banner,
     )
+
+
+def _banner_version(banner: IngestionBanner | None) -> str:
+    """The banner's part of the page's version: a polling page is sent the page again (not 204)
+    when ingestion stops, resumes, or its "N min ago" moves on."""
+    if banner is None:
+        return ""
+    import hashlib
+
+    return "-s" + hashlib.sha1("|".join(s.message for s in banner.stopped).encode()).hexdigest()[:8]
 
 
 def _last_ingest_age(stats) -> float:

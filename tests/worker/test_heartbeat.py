@@ -114,6 +114,7 @@ def test_a_killed_worker_goes_stale_and_every_view_says_so(db_url, tmp_path):
             w = _one_worker(base)
             assert (w["pid"], w["spools"], w["interval_seconds"]) == (proc.pid, [str(spool)], 0.2)
             assert w["worker_id"].startswith(f"{w['host']}:{proc.pid}:s") and w["version"]
+            before = httpx.get(f"{base}/runs/live.json").json()["version"]
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)
             late = _appended(100_000)
@@ -137,6 +138,9 @@ def test_a_killed_worker_goes_stale_and_every_view_says_so(db_url, tmp_path):
                 (w["worker_id"], "stale", len(late), [str(f)])
             run_page = httpx.get(f"{base}/runs/live").text
             assert "ingestion stopped" in run_page and f"no live worker for spool {spool}" in run_page
+            # a page left open polls with the version it has: no rollout arrived, but it is sent the banner
+            polled = httpx.get(f"{base}/runs/live", params={"since": before}, headers={"HX-Request": "true"})
+            assert polled.status_code == 200 and "ingestion stopped" in polled.text
 
             metrics = httpx.get(f"{base}/metrics").text
             assert f'rollscope_ingest_lag_bytes{{source="{f}"}} {len(late)}' in metrics
