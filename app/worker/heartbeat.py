@@ -86,12 +86,12 @@ class Heartbeat:
         # marked gone by a worker starting meanwhile) that beats again is live again
         values = dict(worker_id=self.worker_id(), files=sorted(self.files()), beat_at=now,
                       stopped_at=now if stopped else None)
+        first = self.pk is None
         try:
             with self._write.begin() as conn:
-                if self.pk is None:
+                if first:
                     conn.execute(H.delete().where(sa.or_(H.c.stopped_at < now - KEEP, H.c.beat_at < now - KEEP)))
-                    self._replace_dead(conn)
-                    self.pk = conn.execute(H.insert().values(
+                    pk = conn.execute(H.insert().values(
                         **values, host=socket.gethostname(), pid=os.getpid(), version=version(), spools=self.dirs,
                         cwd=os.getcwd(), interval_seconds=self.interval, started_at=self.started)
                         .returning(H.c.pk)).scalar_one()
@@ -99,13 +99,20 @@ class Heartbeat:
                     conn.execute(H.update().where(H.c.pk == self.pk).values(**values))
         except Exception as exc:  # noqa: BLE001 - a missed beat is said, never raised into the worker
             if not self._failing:
-                first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200] if str(exc) else exc
-                self.log(f"worker: heartbeat not recorded ({first}); trying again every {self.interval:g} s")
+                self.log(f"worker: heartbeat not recorded ({_first_line(exc)}); trying again every {self.interval:g} s")
             self._failing = True
             return False
+        if first:
+            self.pk = pk
         if self._failing:
             self.log("worker: heartbeat recorded again")
         self._failing = False
+        if first:
+            try:
+                with self._write.begin() as conn:
+                    self._replace_dead(conn)
+            except Exception as exc:  # noqa: BLE001 - tidying up after dead workers is not worth a stop
+                self.log(f"worker: could not look for dead workers ({_first_line(exc)})")
         return True
 
     def _replace_dead(self, conn) -> None:
@@ -151,3 +158,9 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _first_line(exc: BaseException) -> str:
+    """The driver's message, its first line, cut to 200 characters."""
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
