@@ -1,4 +1,4 @@
-"""Settings in sections (`db`, `web`, `worker`, `api`), read once from the environment and
+"""Settings in sections (`db`, `web`, `worker`, `api`, `alerts`), read once from the environment and
 validated at start-up.
 
 Each setting is `ROLLSCOPE_<SECTION>__<NAME>` in the environment (pydantic-settings' nested
@@ -91,6 +91,9 @@ class WorkerSettings(BaseModel):
                                      "not arrived is stored after this many seconds without a new span")
     otlp_max_pending_spans: int = Field(200_000, ge=1, le=100_000_000, description="`/v1/traces`: spans held for "
                                         "unfinished traces before it answers 429")
+    heartbeat_seconds: float = Field(2.0, ge=0.05, le=300, description="worker: seconds between its heartbeats in "
+                                     "the database (app/worker/heartbeat.py); a worker whose last beat is older than "
+                                     "3 of its intervals is stale")
 
 
 class ApiSettings(BaseModel):
@@ -118,6 +121,32 @@ class ApiSettings(BaseModel):
         return self
 
 
+class AlertSettings(BaseModel):
+    """Alerts sent out (app/alerts/): the webhook they are POSTed to, and the serve process's
+    watcher of stale workers."""
+
+    webhook_url: str | None = Field(None, description="where alerts are POSTed as JSON (`{\"kind\", \"key\", "
+                                    "...}`); unset: none are sent (each is still recorded once)")
+    webhook_timeout_seconds: float = Field(3.0, gt=0, le=60, description="seconds one webhook POST may take; it "
+                                           "is tried 3 times (0.5 s, then 2 s apart) in a background thread, never "
+                                           "in the caller's")
+    base_url: str | None = Field(None, description="the service's address as people reach it "
+                                 "(`https://rollscope.example.org`), for the links in alerts; unset: links are paths "
+                                 "(`/ingest`)")
+    watch_seconds: float = Field(5.0, ge=0, le=3600, description="serve: seconds between looks for a spool worker "
+                                 "gone stale (alert `worker_stale`); 0 turns the watcher off. It runs only when "
+                                 "`webhook_url` is set")
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        if v in (None, ""):
+            return None
+        if not v.startswith(("http://", "https://")):
+            raise ValueError(f"ROLLSCOPE_ALERTS__WEBHOOK_URL must be an http:// or https:// URL, got {v!r}")
+        return v
+
+
 class Settings(BaseSettings):
     """All settings, by section. `Settings(database_url=...)` is a shorthand for `db.url`."""
 
@@ -130,6 +159,7 @@ class Settings(BaseSettings):
     web: WebSettings = WebSettings()
     worker: WorkerSettings = WorkerSettings()
     api: ApiSettings = ApiSettings()
+    alerts: AlertSettings = AlertSettings()
 
     @model_validator(mode="after")
     def _one_database_url(self) -> "Settings":

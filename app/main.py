@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from starlette.routing import Match, Mount
 
 from app import errors
+from app.alerts import watcher
 from app.api.v1 import openapi
 from app.api.v1 import router as api_v1
 from app.api.v1.ingest import Gate
@@ -182,6 +183,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(HeadAsGet)  # added last: outermost
 
     errors.install(app)
+    watcher.install(app)  # the stale-worker watcher in the lifespan, when a webhook is set
     freeze_startup_heap()
     return app
 

@@ -56,9 +56,12 @@ def worker(
     stop = stop_on_signals()
     console.print(f"worker: reading {', '.join(str(d) for d in dirs)}", markup=False, soft_wrap=True)
     ran = run(engine, dirs, stop=stop, poll=poll, once=once, torn_after=torn_after, heartbeat=heartbeat,
-              batch_lines=get_settings().worker.batch_size,
+              batch_lines=get_settings().worker.batch_size, beat_every=get_settings().worker.heartbeat_seconds,
               parsers=get_settings().worker.parsers if parsers is None else parsers,
               log=lambda msg: console.print(msg, markup=False, soft_wrap=True))
+    from app.alerts.webhook import idle
+
+    idle(10)  # alerts handed to the webhook's thread are recorded and sent before the process exits
     left = f"; left {len(ran.left)} file{'s' if len(ran.left) != 1 else ''} unread" if ran.left else ""
     console.print(f"worker: stopped after {ran.commits} commits{left}", markup=False, soft_wrap=True)
     if lock is not None:

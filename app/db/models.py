@@ -379,6 +379,9 @@ class SpoolFile(SQLModel, table=True):
     status: str = Field(default="active", max_length=16)  # active | done | gone
     records: int = Field(default=0, sa_column=Column(sa.BigInteger, nullable=False))
     rejected: int = Field(default=0, sa_column=Column(sa.BigInteger, nullable=False))
+    # counters that never go down (a read again from the start adds to them): /metrics' *_total (0017)
+    records_total: int = Field(default=0, sa_column=Column(sa.BigInteger, nullable=False, server_default="0"))
+    rejected_total: int = Field(default=0, sa_column=Column(sa.BigInteger, nullable=False, server_default="0"))
     last_error: str | None = None  # the last record rejected, or why the file cannot be read
     # the last thing the worker noticed about it that is not an error ("...; read again from the start")
     notice: str | None = None
@@ -389,3 +392,43 @@ class SpoolFile(SQLModel, table=True):
     claimed_until: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
     grew_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))  # size last changed
     updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
+
+
+class WorkerHeartbeat(SQLModel, table=True):
+    """A spool worker's heartbeat (app/worker/heartbeat.py): who it is (`worker_id`
+    `host:pid:s<key>`, host, pid, version), what it follows (`spools`: its folders as given,
+    `cwd` to place relative ones) and holds (`files`: the names it had claimed at its last beat),
+    when it started, when it last beat and every how many seconds it means to (`interval_seconds`),
+    and when it stopped cleanly (`stopped_at`; a killed worker never sets it)."""
+
+    __tablename__ = "worker_heartbeat"
+
+    pk: int | None = Field(default=None, primary_key=True)
+    worker_id: str = Field(max_length=200, sa_column_kwargs={"unique": True})
+    host: str = Field(max_length=255)
+    pid: int
+    version: str = Field(max_length=64)
+    spools: list | None = _json()
+    cwd: str | None = None
+    files: list | None = _json()
+    interval_seconds: float
+    started_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))
+    beat_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))
+    stopped_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
+
+
+class AlertDelivery(SQLModel, table=True):
+    """One alert, recorded once per (kind, key) (app/alerts/webhook.py): when it was recorded,
+    when its webhook POST succeeded (NULL: not yet, failed, or no webhook set), how many POSTs
+    were tried and the last one's error."""
+
+    __tablename__ = "alert_delivery"
+    __table_args__ = (sa.UniqueConstraint("kind", "key", name="uq_alert_delivery_kind_key"),)
+
+    pk: int | None = Field(default=None, primary_key=True)
+    kind: str = Field(max_length=64)
+    key: str = Field(max_length=500)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
+    delivered_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
+    attempts: int = 0
+    last_error: str | None = None

@@ -79,22 +79,46 @@ def install_latency(app) -> None:
 
 @router.get("/metrics", include_in_schema=False)
 def metrics(request: Request) -> PlainTextResponse:
-    """Prometheus text: rollouts ingested, records rejected (quarantined), bytes behind per source,
-    records in the last minute, request latency."""
+    """Prometheus text (format 0.0.4): rollouts stored, records in the quarantine, per source the
+    bytes not yet ingested (`rollscope_ingest_lag_bytes{source}`, against each file's size on
+    disk now), records read and rejected by the spool workers ever (counters kept in the database:
+    they survive restarts and add up across workers), per worker not stopped its last heartbeat
+    (Unix seconds) and interval, records in the last minute, and request latency (this process)."""
     st = ingest_status(request.app.state.engine)
     lines = [
         "# HELP rollscope_rollouts_ingested Rollouts stored.", "# TYPE rollscope_rollouts_ingested gauge",
         f"rollscope_rollouts_ingested {st.rollouts}",
         "# HELP rollscope_records_rejected Records in the quarantine.", "# TYPE rollscope_records_rejected gauge",
         f"rollscope_records_rejected {st.quarantined}",
-        "# HELP rollscope_ingest_lag_bytes Bytes written to spool files and not yet ingested.",
+        "# HELP rollscope_ingest_records_total Records the spool workers read (stored or unchanged), ever.",
+        "# TYPE rollscope_ingest_records_total counter",
+        f"rollscope_ingest_records_total {st.records_total}",
+        "# HELP rollscope_ingest_rejected_total Records the spool workers rejected, ever.",
+        "# TYPE rollscope_ingest_rejected_total counter",
+        f"rollscope_ingest_rejected_total {st.rejected_total}",
+        "# HELP rollscope_ingest_lag_bytes Bytes of a source not yet ingested: a spool file's size on disk now "
+        "less its committed offset.",
         "# TYPE rollscope_ingest_lag_bytes gauge",
-        f"rollscope_ingest_lag_bytes {st.bytes_behind}",
-        "# HELP rollscope_ingest_records_last_minute Rollouts stored in the last minute.",
-        "# TYPE rollscope_ingest_records_last_minute gauge",
-        f"rollscope_ingest_records_last_minute {st.records_last_minute}",
     ]
-    for s in st.sources:
-        lines.append(f'rollscope_ingest_source_lag_bytes{{source="{_esc(s.name)}"}} {s.bytes_behind}')
+    lines += [f'rollscope_ingest_lag_bytes{{source="{_esc(s.name)}"}} {s.bytes_behind}' for s in st.sources]
+    lines += ["# HELP rollscope_ingest_records_last_minute Rollouts stored in the last minute.",
+              "# TYPE rollscope_ingest_records_last_minute gauge",
+              f"rollscope_ingest_records_last_minute {st.records_last_minute}"]
+    running = [w for w in st.workers if w.state != "gone"]
+    lines += ["# HELP rollscope_worker_last_heartbeat_timestamp_seconds A spool worker's last heartbeat (Unix time); "
+              "workers stopped cleanly are not listed.",
+              "# TYPE rollscope_worker_last_heartbeat_timestamp_seconds gauge"]
+    lines += [f'rollscope_worker_last_heartbeat_timestamp_seconds{{worker="{_esc(w.worker_id)}"}} '
+              f"{_unix(w.last_beat_at):.3f}" for w in running]
+    lines += ["# HELP rollscope_worker_heartbeat_interval_seconds Seconds between a spool worker's heartbeats.",
+              "# TYPE rollscope_worker_heartbeat_interval_seconds gauge"]
+    lines += [f'rollscope_worker_heartbeat_interval_seconds{{worker="{_esc(w.worker_id)}"}} {w.interval_seconds:g}'
+              for w in running]
     lines += request.app.state.latency.lines()
     return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+
+
+def _unix(rfc3339: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()

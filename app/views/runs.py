@@ -13,9 +13,11 @@ from app.queries import annotations as q_annotations
 from app.queries import nodes as q_nodes
 from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
+from app.queries.ingest_status import BANNER_WINDOW
 from app.queries.steps import RUN_SECTIONS, StepRange, every_run_step_stats, run_totals, step_stats
 from app.views.chart import RunCharts, run_charts
 from app.views.common import NoteView, PageModel, iso, model_of, note_view
+from app.views.ingest_status import IngestionBanner, ingestion_banner
 from ingest import checks
 from ingest.stats import ENDINGS
 from rollscope import schemas
@@ -135,6 +137,8 @@ class RunPage(PageModel):
     metadata: dict[str, Any] | None = None
     steps_shown: dict[str, Any] | None = None
     search_url: str | None = None
+    # the spools of its recent rollouts that no live worker reads (app.views.ingest_status)
+    ingestion: IngestionBanner | None = None
 
 
 LIVE_SECONDS = 120  # a run that received a rollout from a live source this recently is "receiving"
@@ -208,9 +212,11 @@ def run_page(session: Session, run_id: str, *, json: bool = False, steps_range=N
     live = _last_ingest_age(stats) < LIVE_SECONDS and q_runs.received_live_within(
         session=session, run_id=run_id, seconds=LIVE_SECONDS)
     newest = max((s.step for s in steps if s.step is not None), default=None)
+    banner = ingestion_banner(session.connection(), run_id) \
+        if _last_ingest_age(stats) < BANNER_WINDOW.total_seconds() else None
     return RunPage(
         live=live, in_progress_step=newest if live else None,
-        version=_version(stats),
+        version=_version(stats) + _banner_version(banner),
         run=RunHeader(id=run.id, name=run.name, type=run.type, tokenizer=run.tokenizer_sha256,
                       url=urls.run(run.id, json=json), rollouts_url=urls.rollouts(run.id, json=json)),
         endings=ENDINGS,
@@ -234,7 +240,18 @@ def run_page(session: Session, run_id: str, *, json: bool = False, steps_range=N
                      "of": len([s for s in steps if s.step is not None]),
                      "cut": len(stepped) > STEPS_TABLE},
         search_url=urls.search(run=run_id),
+        ingestion=banner,
     )
+
+
+def _banner_version(banner: IngestionBanner | None) -> str:
+    """The banner's part of the page's version: a polling page is sent the page again (not 204)
+    when ingestion stops, resumes, or its "N min ago" moves on."""
+    if banner is None:
+        return ""
+    import hashlib
+
+    return "-s" + hashlib.sha1("|".join(s.message for s in banner.stopped).encode()).hexdigest()[:8]
 
 
 def _last_ingest_age(stats) -> float:

@@ -49,6 +49,11 @@ class Claims:
     say: Callable[[int, str], None]
     worker_id: str = field(default_factory=new_worker_id)
     _session: sa.Connection | None = None  # Postgres: the connection holding this worker's advisory lock
+    _held: dict[int, str] = field(default_factory=dict)  # pk → name of the files this worker claims now
+
+    def held(self) -> list[str]:
+        """The names of the files this worker holds a claim on now (its heartbeat lists them)."""
+        return list(self._held.values())
 
     def release_all(self) -> None:
         """Let go of every file claim (the worker's own and a dead one's). For SQLite, where one
@@ -57,6 +62,7 @@ class Claims:
         with self.engine.begin() as conn:
             conn.execute(S.update().where(S.c.spool == INGEST, S.c.claimed_by.is_not(None))
                          .values(claimed_by=None, claimed_until=None))
+        self._held.clear()
 
     def hold_session(self) -> None:
         """Postgres: make sure this worker holds its advisory lock on a live connection (taken
@@ -142,6 +148,7 @@ class Claims:
                                      f"to {row.claimed_until:%Y-%m-%d %H:%M:%S} UTC")
                 conn.execute(S.update().where(S.c.pk == row.pk)
                              .values(claimed_by=self.worker_id, claimed_until=now + LEASE))
+                self._held[row.pk] = row.name
                 return row
         return None
 
@@ -150,3 +157,4 @@ class Claims:
         with self.engine.begin() as conn:
             conn.execute(S.update().where(S.c.pk == pk, S.c.claimed_by == self.worker_id)
                          .values(claimed_by=None, claimed_until=None))
+        self._held.pop(pk, None)

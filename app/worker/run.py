@@ -6,6 +6,10 @@ the chunk in hand is committed or rolled back whole, never half. When the databa
 says so in one line, waits (0.5 s doubling to 30 s) and carries on from the offsets stored with
 the last commit.
 
+Every pass of a worker started with `beat_every` (the CLI: `ROLLSCOPE_WORKER__HEARTBEAT_SECONDS`)
+is seen by others through its heartbeat (app/worker/heartbeat.py): a thread beats in the database
+every `beat_every` seconds, and a clean stop (or an error that ends the loop) marks the worker gone.
+
 SQLite has one writer: the worker holds an exclusive lock on `<database>.worker.lock` while it
 runs, so a second worker on the same file refuses to start. Postgres takes any number.
 """
@@ -23,6 +27,7 @@ from sqlalchemy.engine import Engine
 
 from app.db.unusable import DatabaseUnusable, why_unusable
 from app.store.outage import worker_waits
+from app.worker.heartbeat import Heartbeat
 from app.worker.spool import Left, Spool
 
 MAX_BACKOFF = 30.0
@@ -73,16 +78,22 @@ def _transient(exc: BaseException, engine: Engine) -> bool:
 
 def run(engine: Engine, dirs: list[Path], *, stop: threading.Event | None = None, poll: float = 0.5,
         once: bool = False, log: Callable[[str], None] = print, heartbeat: Path | None = None,
-        **spool_options) -> Ran:
+        beat_every: float | None = None, **spool_options) -> Ran:
     """Ingest from `dirs` until `stop` is set (or, with `once`, until nothing is left to read).
-    `heartbeat` is touched on every pass (health checks).
+    `heartbeat` is touched on every pass (health checks); with `beat_every` seconds, the worker
+    beats in the database (`worker_heartbeat`, app/worker/heartbeat.py) and is marked gone when
+    this returns or raises.
 
     With `once`, what is not readable yet is waited for when waiting `settle` seconds (2 s) more
     would make it so (a JSON document still being written settles); anything still unread after
     that is named on the log, one line per file with why, and listed in `Ran.left`."""
     stop = stop or threading.Event()
     spool = Spool(engine, dirs, log=log, **spool_options)
+    beat = Heartbeat(engine, dirs, interval=beat_every, worker_id=lambda: spool.worker_id,
+                     files=spool.claims.held, log=log) if beat_every else None
     try:
+        if beat is not None:
+            beat.start()
         ran = _loop(spool, engine, stop, poll, once, log, heartbeat)
         if once and not stop.is_set():
             ran.left = spool.left_unread()
@@ -91,6 +102,8 @@ def run(engine: Engine, dirs: list[Path], *, stop: threading.Event | None = None
         return ran
     finally:
         spool.close()
+        if beat is not None:
+            beat.stop()
 
 
 def _loop(spool: Spool, engine: Engine, stop: threading.Event, poll: float, once: bool,

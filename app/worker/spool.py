@@ -341,6 +341,8 @@ class Spool:
                 tail=tail_after(row, chunk.data or chunk.torn or b""),
                 records=before[0] + res.inserted + res.replaced + res.unchanged,
                 rejected=before[1] + res.rejected, claimed_until=models.utcnow() + LEASE,
+                records_total=S.c.records_total + res.inserted + res.replaced + res.unchanged,
+                rejected_total=S.c.rejected_total + res.rejected,
                 last_error=(str(rejected[-1]) if rejected else row.last_error), updated_at=models.utcnow(),
                 read_from=read_from,
                 status="done" if self.reader.finished(row, chunk) else "active"))
@@ -425,7 +427,7 @@ class Spool:
             again = row.last_error == str(err)  # the same damage seen again: its one entry, counted once
             conn.execute(S.update().where(S.c.pk == row.pk).values(
                 status="done", last_error=str(err), rejected=S.c.rejected + (0 if again else 1),
-                updated_at=models.utcnow()))
+                rejected_total=S.c.rejected_total + (0 if again else 1), updated_at=models.utcnow()))
         self.log(f"{row.name}: {why}")  # once: the file is finished until it changes
         return 1
 
@@ -463,6 +465,8 @@ class Spool:
             conn.execute(S.update().where(S.c.pk == row.pk).values(
                 offset=st.st_size, size=st.st_size, format=reader.NAME, status="done", line=line, tail=tail,
                 records=res.inserted + res.replaced + res.unchanged, rejected=res.rejected,
+                records_total=S.c.records_total + res.inserted + res.replaced + res.unchanged,
+                rejected_total=S.c.rejected_total + res.rejected,
                 last_error=str(errors[-1]) if errors else None, updated_at=models.utcnow()))
         self._say_rejected(errors, res)
         return 1
@@ -492,7 +496,8 @@ class Spool:
             # one quarantine entry, counted once: the same refusal again (the file grew) adds nothing
             again = row.last_error == why
             conn.execute(S.update().where(S.c.pk == row.pk).values(
-                status="done", last_error=why, rejected=S.c.rejected + (0 if again else 1), updated_at=models.utcnow()))
+                status="done", last_error=why, rejected=S.c.rejected + (0 if again else 1),
+                rejected_total=S.c.rejected_total + (0 if again else 1), updated_at=models.utcnow()))
         self.log(f"{row.name}: {why}")
         return 1
 
