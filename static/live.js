@@ -98,10 +98,14 @@
     run: function (ev) {
       var on = chartsOnPage();
       var want = (ev.charts || []).filter(function (c) { return on[c]; });
+      var t0 = performance.now();
       return getJSON(withQuery(root.dataset.fragments, want.length ? {charts: want.join(",")} : {}))
         .then(function (d) {
+          var t1 = performance.now();
           morph(d.fragments);
+          var t2 = performance.now();
           redraw(d.figures);
+          stats.ms = {fetch: t1 - t0, morph: t2 - t1, charts: performance.now() - t2};
           root.dataset.version = d.version;
         });
     },
