@@ -3,7 +3,7 @@
 // on each, fetch what the page shows ONCE (`data-fragments`) and morph it in place by element id
 // (idiomorph, vendored): scroll position, focus, typed text, open <details> and selections stay.
 // Charts the event names are redrawn with Plotly.react on the same layout (`uirevision`), so
-// zoom and hidden series stay. Nothing is requested while nothing changes: the event stream is
+// zoom and hidden series stay; those off screen when they change are fetched when they come into view. Nothing is requested while nothing changes: the event stream is
 // the only connection. "pause live updates" (kept in localStorage) closes the stream; resuming
 // catches up at once. Fragments are the server's own autoescaped templates; no trace text is
 // ever handled here as HTML.
@@ -94,10 +94,38 @@
 
   // --- one view each --------------------------------------------------------------------------
 
+  // Charts off screen are not fetched or redrawn on a change: they are marked stale and fetched
+  // together, once, when they scroll into view.
+  var inView = {};
+  var stale = {};
+  var watcher = null;
+
+  function watchCharts() {
+    if (typeof IntersectionObserver === "undefined") return;
+    watcher = new IntersectionObserver(function (entries) {
+      var due = [];
+      entries.forEach(function (en) {
+        var id = en.target.dataset.chart;
+        inView[id] = en.isIntersecting;
+        if (en.isIntersecting && stale[id]) { due.push(id); delete stale[id]; }
+      });
+      if (due.length && !paused()) {
+        getJSON(withQuery(root.dataset.fragments, {charts: due.join(","), fragments: "0"}))
+          .then(function (d) { redraw(d.figures); })
+          .catch(function () { due.forEach(function (id) { stale[id] = true; }); });
+      }
+    }, {rootMargin: "200px 0px"});
+    document.querySelectorAll("figure[data-chart]").forEach(function (f) { watcher.observe(f); });
+  }
+
   var VIEWS = {
     run: function (ev) {
       var on = chartsOnPage();
-      var want = (ev.charts || []).filter(function (c) { return on[c]; });
+      var want = (ev.charts || []).filter(function (c) {
+        if (!on[c]) return false;
+        if (watcher && !inView[c]) { stale[c] = true; return false; }
+        return true;
+      });
       var t0 = performance.now();
       return getJSON(withQuery(root.dataset.fragments, want.length ? {charts: want.join(",")} : {}))
         .then(function (d) {
@@ -220,6 +248,7 @@
     }
     var btn = document.getElementById("live-new");
     if (btn) btn.addEventListener("click", showNewRows);
+    if (root.dataset.view === "run") watchCharts();
     if (paused()) setState("paused"); else start();
     window.addEventListener("pagehide", stop);
     window.addEventListener("pageshow", function (e) { if (e.persisted) start(); });  // back from the cache

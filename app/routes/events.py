@@ -122,10 +122,12 @@ def _render(template: str, data) -> str:
 
 @router.get("/runs/{run_id:path}/live/run")
 def live_run(session: SessionDep, run_id: str, steps: OptStr = None, smooth: OptSmooth = None,
-             charts_: Annotated[str | None, Query(alias="charts", max_length=2000)] = None):
+             charts_: Annotated[str | None, Query(alias="charts", max_length=2000)] = None,
+             fragments: Annotated[int | None, Query(ge=0, le=1)] = None):
     """The run page's fragments (`fragments`: element id → HTML: header, ingest banner, metadata,
     steps table, checks table, notes) and, for each chart named in `charts=a,b` (ids of
-    app.charts.REGISTRY), its figure under the page's `steps=` and `smooth=` (`figures`). 404 for
+    app.charts.REGISTRY), its figure under the page's `steps=` and `smooth=` (`figures`);
+    `fragments=0`: the figures alone (charts that scrolled into view after they changed). 404 for
     an unknown run; an unknown chart id is left out."""
     rid = unquote(run_id)
     rng = step_range(steps)
@@ -140,8 +142,8 @@ def live_run(session: SessionDep, run_id: str, steps: OptStr = None, smooth: Opt
             page = chart_view.chart_page(session, rid, cid, steps=rng, window=smooth or 1)
             if page is not None:
                 figures[cid] = page.figure
-    return _json({"version": data.version, "fragments": {k: _render(t, data) for k, t in RUN_FRAGMENTS.items()},
-                  "figures": figures})
+    parts = {} if fragments == 0 else {k: _render(t, data) for k, t in RUN_FRAGMENTS.items()}
+    return _json({"version": data.version, "fragments": parts, "figures": figures})
 
 
 @router.get("/runs/{run_id:path}/live/rollouts")
