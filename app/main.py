@@ -138,7 +138,8 @@ class HeadAsGet:
                 message = {"type": "http.response.body", "body": b"", "more_body": False}
             await send(message)
 
-        await self.app(dict(scope, method="GET"), receive, send_head)
+        # `rollscope.head`: a route that never ends its body (an event stream) answers a HEAD at once
+        await self.app(dict(scope, method="GET", **{"rollscope.head": True}), receive, send_head)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

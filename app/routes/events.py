@@ -78,7 +78,9 @@ async def _stream(request: Request, key: tuple, first: dict | None):
                 return
 
 
-def _respond_stream(request: Request, key: tuple, first: dict | None) -> EventSourceResponse:
+def _respond_stream(request: Request, key: tuple, first: dict | None) -> Response:
+    if request.scope.get("rollscope.head"):  # a HEAD (app.main.HeadAsGet): the headers, no endless body
+        return Response(b"", media_type="text/event-stream", headers={"Cache-Control": "no-store"})
     return EventSourceResponse(_stream(request, key, first), ping=request.app.state.settings.web.live_heartbeat_seconds,
                                headers={"Cache-Control": "no-store"})
 

@@ -295,3 +295,34 @@ def test_heap_does_not_grow_over_200_updates(browser, tmp_path):
         assert after - before < 3_000_000, (before, after)
         assert not problems, problems
         page.close()
+
+
+def test_run_page_marks_the_step_in_progress_from_the_spool(browser, tmp_path):
+    """Rollouts that come through the worker's spool (a live source) make the run "receiving" and
+    its newest step "in progress"; the mark moves to a new step without a reload."""
+    url = f"sqlite:///{tmp_path / 'live.db'}"
+    engine = make_engine(url, writer=True)
+    upgrade(engine)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+
+    def collect(name, rollouts):  # a collector writes a file into the spool; the worker takes it
+        write_jsonl(spool / name, rollouts)
+        assert run_worker(engine, [spool], once=True, poll=0.05, log=lambda _m: None).commits >= 1
+
+    collect("s0.jsonl", [rollout(f"a{i}", run="live", step=0) for i in range(4)])
+    with live_server(url, **FAST) as base:
+        page, problems = open_page(browser, f"{base}/runs/live")
+        page.evaluate("window.__stillHere = true")
+        rows = page.locator("#steps-table tbody tr")
+        assert rows.count() == 1 and "in progress" in rows.first.inner_text()
+        assert page.locator(".badge.live").count() == 1
+        collect("s1.jsonl", [rollout(f"b{i}", run="live", step=1) for i in range(3)])
+        rows.nth(1).wait_for(timeout=10_000)
+        assert page.evaluate("window.__stillHere === true")  # updated in place, not reloaded
+        newest = rows.nth(1)
+        assert newest.locator("td").first.inner_text().startswith("1") and "in progress" in newest.inner_text()
+        until(page, "!document.querySelector('#steps-table tbody tr').innerText.includes('in progress')")
+        assert not problems, problems
+        page.close()
+    engine.dispose()
