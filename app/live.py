@@ -165,8 +165,20 @@ class RunProbe:
                 "changed_steps": sorted(changed, key=lambda s: (s is None, s or 0)),
                 "charts": charts_changed, "receiving": new.receiving}
 
-    def current(self) -> RunState | None:
-        return self.state
+    def seed(self, state: RunState | None) -> None:
+        """Start from `state` (read when a listener connected) rather than from the first poll,
+        so a change between that read and the first poll is an event."""
+        if not self.started and state is not None:
+            self.started, self.state = True, state
+
+
+def catch_up(run_id: str, state: RunState) -> dict:
+    """The event that brings a page at another version up to `state`: every step and chart named."""
+    return {"event": "run", "run": run_id, "version": state.version,
+            "rollouts": sum(v[0] for v in state.steps.values()),
+            "steps": sum(1 for s in state.steps if s is not None), "new_steps": [],
+            "changed_steps": sorted(s for s in state.steps if s is not None), "charts": list(charts.REGISTRY),
+            "receiving": state.receiving, "catch_up": True}
 
 
 class IngestProbe:
@@ -198,13 +210,20 @@ class Hub:
         return RunProbe(self.engine, key[1]) if key[0] == "run" else IngestProbe(self.engine)
 
     @asynccontextmanager
-    async def subscribe(self, key: tuple):
+    async def subscribe(self, key: tuple, seen: RunState | None = None):
         """A queue of this key's change events while the context is open (the watcher polls
-        until its last queue leaves)."""
+        until its last queue leaves). `seen`: the run's state the listener was told of (read as it
+        connected); a watcher already past it puts a catch-up event first, a new one starts from it."""
         q: asyncio.Queue = asyncio.Queue(QUEUE_MAX)
         w = self.watchers.get(key)
         if w is None or w.task is None or w.task.done():
             w = self.watchers[key] = Watcher(probe=self._probe(key), interval=self.interval)
+            if isinstance(w.probe, RunProbe):
+                w.probe.seed(seen)
+        elif seen is not None and isinstance(w.probe, RunProbe):
+            now = w.probe.state
+            if now is not None and now.version != seen.version:
+                q.put_nowait(catch_up(key[1], now))
         w.subscribers.add(q)
         if w.task is None:
             w.task = asyncio.get_running_loop().create_task(w.run())

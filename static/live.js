@@ -25,6 +25,7 @@
   var pending = null;    // events not yet applied (merged while a fetch is in flight)
   var busy = false;
   var stats = {events: 0, applied: 0, fetches: 0};
+  var opened = 0;        // connections of the event stream so far
 
   function paused() {
     try { return localStorage.getItem(PAUSE_KEY) === "1"; } catch (err) { return false; }
@@ -221,7 +222,15 @@
     source.addEventListener("run", onChange);
     source.addEventListener("ingest", onChange);
     source.addEventListener("gone", onChange);
-    source.onopen = function () { setState("live"); };
+    source.onopen = function () {
+      setState("live");
+      // The run page's stream catches it up by version; the other pages look once on each
+      // (re)connection, for what changed while they were loading or away.
+      if (root.dataset.view !== "run" && opened++) {
+        pending = merge(pending, {changed_steps: [parseInt(root.dataset.step, 10)]});
+        drain();
+      }
+    };
     source.onerror = function () { setState(source && source.readyState === 2 ? "stopped" : "reconnecting…"); };
   }
 

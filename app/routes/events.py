@@ -30,7 +30,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from app import charts
 from app.deps import RefuseUnknownQuery, SessionDep
 from app.errors import ApiError
-from app.live import Hub, run_state
+from app.live import Hub, catch_up, run_state
 from app.params import SORT_PATTERN, Filters, OptLimit, OptSmooth, OptStr, check_rollout_filters, step_range
 from app.queries import rollout_facets
 from app.queries import runs as q_runs
@@ -66,8 +66,8 @@ def _json(body: dict) -> Response:
     return Response(orjson.dumps(body), media_type="application/json", headers={"Cache-Control": "no-store"})
 
 
-async def _stream(request: Request, key: tuple, first: dict | None):
-    async with hub(request).subscribe(key) as queue:
+async def _stream(request: Request, key: tuple, first: dict | None, seen=None):
+    async with hub(request).subscribe(key, seen) as queue:
         yield ServerSentEvent(comment="listening", retry=RETRY_MS)
         if first is not None:
             yield _event(first)
@@ -78,11 +78,11 @@ async def _stream(request: Request, key: tuple, first: dict | None):
                 return
 
 
-def _respond_stream(request: Request, key: tuple, first: dict | None) -> Response:
+def _respond_stream(request: Request, key: tuple, first: dict | None, seen=None) -> Response:
     if request.scope.get("rollscope.head"):  # a HEAD (app.main.HeadAsGet): the headers, no endless body
         return Response(b"", media_type="text/event-stream", headers={"Cache-Control": "no-store"})
-    return EventSourceResponse(_stream(request, key, first), ping=request.app.state.settings.web.live_heartbeat_seconds,
-                               headers={"Cache-Control": "no-store"})
+    return EventSourceResponse(_stream(request, key, first, seen), headers={"Cache-Control": "no-store"},
+                               ping=request.app.state.settings.web.live_heartbeat_seconds)
 
 
 @router.get("/runs/{run_id:path}/events")
@@ -100,14 +100,8 @@ async def run_events(request: Request, run_id: str,
     if state is None:
         raise ApiError(404, f"no run {rid!r}")
     since = request.headers.get("last-event-id") or since  # a reconnect names the last event it had
-    first = None
-    if since is not None and since != state.version:
-        first = {"event": "run", "run": rid, "version": state.version,
-                 "rollouts": sum(v[0] for v in state.steps.values()),
-                 "steps": sum(1 for s in state.steps if s is not None), "new_steps": [],
-                 "changed_steps": sorted((s for s in state.steps if s is not None)), "charts": list(charts.REGISTRY),
-                 "receiving": state.receiving, "catch_up": True}
-    return _respond_stream(request, ("run", rid), first)
+    first = catch_up(rid, state) if since is not None and since != state.version else None
+    return _respond_stream(request, ("run", rid), first, seen=state)
 
 
 @router.get("/ingest/events", include_in_schema=False)
