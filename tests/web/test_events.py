@@ -37,6 +37,7 @@ class Listener:
         self.events: list[dict] = []
         self.comments: list[str] = []
         self.status: int | None = None
+        self.broken: Exception | None = None
         self.ready = threading.Event()
         self._stop = False
         self.thread = threading.Thread(target=self._run, args=(url, kw), daemon=True)
@@ -44,6 +45,14 @@ class Listener:
         assert self.ready.wait(10), "the stream did not open"
 
     def _run(self, url, kw):
+        try:
+            self._read(url, kw)
+        except httpx.HTTPError as exc:  # the server went away mid-stream
+            self.broken = exc
+        finally:
+            self.ready.set()
+
+    def _read(self, url, kw):
         block: dict = {}
         with httpx.stream("GET", url, timeout=30, **kw) as r:
             self.status, self.content_type = r.status_code, r.headers.get("content-type", "")
@@ -241,6 +250,8 @@ def test_ctrl_c_stops_rollscope_serve_with_a_stream_open(tmp_path):
         proc.wait(timeout=10)  # not hung on the open stream
         print(f"started in {t0 - started:.1f} s, stopped in {time.monotonic() - t0:.1f} s")
         assert proc.returncode == 0, proc.stderr.read().decode()[-2000:]
+        s.thread.join(5)
+        assert not s.thread.is_alive()  # and the stream ended with it
     finally:
         if proc.poll() is None:
             proc.kill()
