@@ -145,10 +145,15 @@ def test_run_page_updates_in_place_and_keeps_the_readers_place(browser, tmp_path
         page.wait_for_timeout(300)
         requests.take()  # the charts back in view that changed while away
         seen, done = events(page), applied(page)
+        # the reader selects text in a fragment that updates (a click into the box would drop it)
+        page.evaluate("""() => { const r = document.createRange();
+                                  r.selectNodeContents(document.querySelector('#run-steps h2'));
+                                  getSelection().removeAllRanges(); getSelection().addRange(r); }""")
         add(5, 1)  # a change to an old step: one more request, still in place
         wait_applied(page, done + 1)
         page.wait_for_timeout(300)
         assert 1 <= len(requests.take()) <= events(page) - seen
+        assert page.evaluate("getSelection().toString()") == "Training steps"
         assert page.locator("#run-rollouts").inner_text() == "28 rollouts"
 
         page.wait_for_timeout(1_000)  # idle: the server polls 20 times, the page asks nothing
