@@ -10,7 +10,7 @@ run per `ROLLSCOPE_WEB__LIVE_POLL_SECONDS` per process, whatever the number of p
 
 On an event a page asks for what it shows, once: `/runs/{run}/live/run` (the run page's fragments
 and the figures of the charts the event named), `/runs/{run}/live/rollouts` (the list's match
-count; `rows=1` also its rows), `/runs/{run}/live/steps/{step}`, `/ingest/live`. Each answers
+count; `rows=1` also its rows, total, pager and facets), `/runs/{run}/live/steps/{step}`, `/ingest/live`. Each answers
 `{"version", "fragments": {element id: HTML}, "figures": {chart id: Plotly figure}}` (HTML from
 the same autoescaped templates as the pages). Reading them needs what every page needs (the read
 token when reading is locked: app.auth.ReadTokenGate). Shapes: docs/views.md, "Live updates".
@@ -149,7 +149,7 @@ def live_rollouts(request: Request, session: SessionDep, run_id: str, filters: F
                   rows: Annotated[int | None, Query(ge=1, le=1)] = None):
     """How many rollouts match the list's filters now (`total`, `total_capped` as the list's),
     and with `rows=1` the list's fragments for the same query (`fragments`: the total line, the
-    rows, the pager). Takes every parameter the list takes. 404 for an unknown run."""
+    rows, the pager, the facets). Takes every parameter the list takes. 404 for an unknown run."""
     rid = unquote(run_id)
     check_rollout_filters(session, rid, filters)
     if q_runs.get_run(session=session, run_id=rid) is None:
@@ -161,7 +161,8 @@ def live_rollouts(request: Request, session: SessionDep, run_id: str, filters: F
                          limit=limit or request.app.state.settings.web.page_size, keep_limit=limit)
     ctx = {"d": data, "urls": templates.env.globals["urls"]}
     fragments = {name: render_block(templates.env, "rollouts.html", block, **ctx)
-                 for name, block in (("total", "total"), ("rows", "rows_body"), ("pager", "pager"))}
+                 for name, block in (("total", "total"), ("rows", "rows_body"), ("pager", "pager"),
+                                             ("facets", "facets"))}
     return _json({"total": data.total, "total_capped": data.total_capped, "fragments": fragments})
 
 
