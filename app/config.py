@@ -75,6 +75,11 @@ class WebSettings(BaseModel):
     tokens_inline: int = Field(1024, ge=1, le=10_000_000, description="token chips drawn in a rollout page; the "
                                "rest load by window as they scroll into view; `tokens=all` and the JSON twin give "
                                "every token")
+    live_poll_seconds: float = Field(1.0, ge=0.01, le=60, description="live pages: how often a server process reads "
+                                     "a watched run (or the ingest status) while any page listens; one read per run "
+                                     "per process, shared by every open page (app/live.py)")
+    live_heartbeat_seconds: float = Field(15.0, ge=0.1, le=300, description="live pages: an SSE comment this often on "
+                                          "an idle event stream, so proxies keep it open")
 
 
 class WorkerSettings(BaseModel):

@@ -25,7 +25,7 @@ from app.db.engine import make_engine
 from app.db.migrate import upgrade
 from app.receivers import otlp
 from app.render import compile_templates
-from app.routes import analytics, pages, status
+from app.routes import analytics, events, pages, status
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 
@@ -139,7 +139,8 @@ class HeadAsGet:
                 message = {"type": "http.response.body", "body": b"", "more_body": False}
             await send(message)
 
-        await self.app(dict(scope, method="GET"), receive, send_head)
+        # `rollscope.head`: a route that never ends its body (an event stream) answers a HEAD at once
+        await self.app(dict(scope, method="GET", **{"rollscope.head": True}), receive, send_head)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -162,6 +163,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(api_v1)
     app.include_router(health)
     # before pages: its /runs/{run_id:path} catches the rest
+    app.include_router(events.router, include_in_schema=False)
     app.include_router(analytics.router, include_in_schema=False)
     app.include_router(pages.router, include_in_schema=False)
     app.include_router(otlp.router)

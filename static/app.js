@@ -10,7 +10,9 @@
 
   function draw(plot, spec) {
     plot.dataset.drawn = "1";
-    Plotly.newPlot(plot, spec.data, spec.layout, {displaylogo: false, responsive: true});
+    // uirevision: a live page's Plotly.react with new data keeps the reader's zoom and hidden series (static/live.js)
+    Plotly.newPlot(plot, spec.data, Object.assign({}, spec.layout, {uirevision: "live"}),
+                   {displaylogo: false, responsive: true});
     plot.on("plotly_click", function (ev) {
       var p = ev.points && ev.points[0];
       if (p && typeof p.customdata === "string" && p.customdata.charAt(0) === "/") {
@@ -314,6 +316,6 @@
     initRollout();
     document.addEventListener("keydown", onKey);
   });
-  // A live page (a run receiving rollouts) swaps in fresh content every 2 s: draw its figures.
+  // a fragment htmx swapped in may hold figures
   document.addEventListener("htmx:afterSettle", function (ev) { drawFigures(ev.target || document); });
 })();

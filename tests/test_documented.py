@@ -51,9 +51,9 @@ def test_every_documented_page_url_is_a_route():
     pages (docs/api.md's table may leave out the `/api/v1` prefix of its own routes): a README
     once named `/runs/{run}/export?format=` where only `/api/v1/runs/{run}/export` exists."""
     from app.api.v1 import router as api_v1
-    from app.routes import analytics, pages, status
+    from app.routes import analytics, events, pages, status
 
-    page_routes = _route_shapes([analytics.router, pages.router, status.router])
+    page_routes = _route_shapes([analytics.router, events.router, pages.router, status.router])
     api_routes = _route_shapes([api_v1])
     wrong = []
     for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:

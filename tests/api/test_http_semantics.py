@@ -143,6 +143,10 @@ def test_head_answers_as_get_without_a_body(server):
     assert len(routes) > 40 and "/runs/run/rollouts/r0" in routes
     with httpx.Client(base_url=base) as c:
         for path in HEAD_PATHS + routes:
+            if path.endswith("/events"):  # an event stream never ends: its HEAD answers the GET's status at once
+                with c.stream("GET", path) as got:
+                    assert c.head(path).status_code == got.status_code, path
+                continue
             got, head = c.get(path), c.head(path)
             assert head.status_code == got.status_code, path
             assert head.content == b"", path

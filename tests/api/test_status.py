@@ -26,7 +26,7 @@ def test_status_page_metrics_and_link(client, engine, tmp_path):
     assert src["bytes_behind"] == len(b'{"schema": "rollscope/1", "id": "partial') and src["records_last_minute"] == 2
     assert "a.jsonl:3: nodes" in src["last_error"]
     page = client.get("/ingest")
-    assert page.status_code == 200 and 'hx-trigger="every 2s"' in page.text and str(f) in page.text
+    assert page.status_code == 200 and 'data-events="/ingest/events"' in page.text and str(f) in page.text
     assert client.get("/ingest.json").json()["rollouts"] == 2
     m = client.get("/metrics")
     assert m.status_code == 200 and m.headers["content-type"].startswith("text/plain")
