@@ -1,4 +1,4 @@
-"""Settings in sections (`db`, `web`, `worker`, `api`), read once from the environment and
+"""Settings in sections (`db`, `web`, `worker`, `api`, `alerts`), read once from the environment and
 validated at start-up.
 
 Each setting is `ROLLSCOPE_<SECTION>__<NAME>` in the environment (pydantic-settings' nested
@@ -118,6 +118,28 @@ class ApiSettings(BaseModel):
         return self
 
 
+class AlertsSettings(BaseModel):
+    """Step alerts (app/store/step_alerts.py, the rule in ingest/step_alerts.py, docs/analytics.md)."""
+
+    window: int = Field(8, ge=2, le=1000, description="step alerts: the trailing steps a step is compared with")
+    min_steps: int = Field(4, ge=2, le=1000, description="step alerts: fewer trailing steps than this, no verdict")
+    threshold: float = Field(5.0, gt=0, le=100, description="step alerts: a figure is flagged when it is more than "
+                             "this many spreads (1.4826·MAD, with its floors) from the trailing median")
+    public_url: str = Field("http://127.0.0.1:8000", description="the dashboard's address as people reach it: "
+                            "the links a step alert's webhook sends start with it")
+    # also added by the `workers` branch (app/alerts/webhook.py); the lead keeps one copy at merge
+    webhook_url: str | None = Field(None, description="a URL that gets a JSON POST for each flagged step (and "
+                                    "other alerts); unset: none is sent")
+    webhook_timeout_seconds: float = Field(5.0, gt=0, le=300, description="how long one webhook POST may take")
+
+    @model_validator(mode="after")
+    def _min_fits_window(self) -> "AlertsSettings":
+        if self.min_steps > self.window:
+            raise ValueError(f"alerts.min_steps ({self.min_steps}) is above alerts.window ({self.window}): "
+                             "no step could ever be judged")
+        return self
+
+
 class Settings(BaseSettings):
     """All settings, by section. `Settings(database_url=...)` is a shorthand for `db.url`."""
 
@@ -130,6 +152,7 @@ class Settings(BaseSettings):
     web: WebSettings = WebSettings()
     worker: WorkerSettings = WorkerSettings()
     api: ApiSettings = ApiSettings()
+    alerts: AlertsSettings = AlertsSettings()
 
     @model_validator(mode="after")
     def _one_database_url(self) -> "Settings":

@@ -1,0 +1,1 @@
+"""Alerts sent out of Rollscope (the webhook)."""

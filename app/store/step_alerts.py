@@ -1,0 +1,211 @@
+"""Step alerts at ingest: judge the completed steps a batch touched (ingest/step_alerts.py, the
+rule) from their rollups and keep the flagged ones in `step_alert`; post each newly flagged step
+to the webhook (app/alerts/webhook.py) once its transaction commits.
+
+A step is complete, and judged, once a later step of its run has rollouts: while it is the
+newest step more of its rollouts may still arrive (a live run fills its steps one after
+another). The newest step of a run is therefore never judged until the next one begins.
+
+Which steps a batch judges: the complete steps among those it wrote, the step recorded before
+each of them (it may just have become complete) and the `window` recorded steps after each
+(their trailing window changed). Each is judged afresh against its trailing window from the
+rollups and its row replaced, added or deleted: judging is idempotent, re-ingest adds nothing,
+and `rebuild` (rollscope rebuild-analytics) gives the same rows as ingest did.
+"""
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+from app import urls
+from app.db import models
+from app.db.engine import insert_for
+from app.store.prepare import _json_safe
+from ingest.step_alerts import Rule, StepFigures, design_effects, judge, reward_se
+
+SR = models.StepRollup.__table__
+TR = models.TaskRollup.__table__
+SA = models.StepAlert.__table__
+PENDING = "rollscope_step_alerts_pending"  # conn.info key: webhook posts waiting for the commit
+
+
+def _settings():
+    from app.config import get_settings
+
+    return get_settings()
+
+
+def rule_of(settings) -> Rule:
+    a = settings.alerts
+    return Rule(window=a.window, min_steps=a.min_steps, threshold=a.threshold)
+
+
+def figures_from(step: int, rollouts: int, mean_reward, mean_reward_no_errors, stats: dict | None,
+                 tasks: list[tuple[int, dict, dict]] = ()) -> StepFigures:
+    """A step's figures from its rollup row (stats as ingest/stats.py `compute_step` keeps it) and
+    its task rows ((rollouts, endings, by_ending) per task: the design effects)."""
+    stats = stats or {}
+    reward = stats.get("reward") or {}
+    by_end = stats.get("by_ending") or {}
+    finding_endings: dict[str, dict[str, int]] = {}
+    for ending, parts in by_end.items():
+        for kind, n in ((parts or {}).get("findings") or {}).items():
+            finding_endings.setdefault(kind, {})[ending] = n
+    return StepFigures(step=step, rollouts=rollouts, endings=stats.get("endings") or {},
+                       findings=stats.get("findings") or {}, mean_reward=mean_reward,
+                       mean_reward_no_errors=mean_reward_no_errors,
+                       reward_se=reward_se(reward.get("errors_as_zero")),
+                       reward_se_no_errors=reward_se(reward.get("errors_dropped")),
+                       ending_details=stats.get("ending_details") or {}, finding_endings=finding_endings,
+                       groups=(stats.get("groups") or {}).get("groups") or 0,
+                       deff=design_effects([(n, _task_counts(e, b)) for n, e, b in tasks]))
+
+
+def _task_counts(endings: dict | None, by_ending: dict | None) -> dict[str, int]:
+    """One task row's counts per share figure: its endings, and its rollouts per finding kind."""
+    out = {f"ending:{e}": n for e, n in (endings or {}).items()}
+    for parts in (by_ending or {}).values():
+        for kind, n in ((parts or {}).get("findings") or {}).items():
+            out[f"finding:{kind}"] = out.get(f"finding:{kind}", 0) + n
+    return out
+
+
+def _recorded_steps(conn: sa.Connection, run_id: str) -> list[int]:
+    return [s for (s,) in conn.execute(sa.select(SR.c.step).where(SR.c.run_id == run_id, SR.c.step.is_not(None),
+                                                                   SR.c.rollouts > 0).order_by(SR.c.step))]
+
+
+def _read(conn: sa.Connection, run_id: str, steps: list[int]) -> dict[int, StepFigures]:
+    out = {}
+    for i in range(0, len(steps), 500):
+        part = steps[i:i + 500]
+        tasks: dict[int, list] = {}
+        for step, n, e, b in conn.execute(sa.select(TR.c.step, TR.c.rollouts, TR.c.endings, TR.c.by_ending).where(
+                TR.c.run_id == run_id, TR.c.step.in_(part))):
+            tasks.setdefault(step, []).append((n, e, b))
+        q = sa.select(SR.c.step, SR.c.rollouts, SR.c.mean_reward, SR.c.mean_reward_no_errors, SR.c.stats).where(
+            SR.c.run_id == run_id, SR.c.step.in_(part))
+        for step, n, m0, m1, stats in conn.execute(q):
+            out[step] = figures_from(step, n, m0, m1, stats, tasks.get(step, []))
+    return out
+
+
+def judge_steps(conn: sa.Connection, run_id: str, touched: set[int] | None, rule: Rule) -> list[dict]:
+    """Judge the run's complete steps that `touched` (steps written; None: every step) affects,
+    and bring `step_alert` up to date for them. Returns the newly flagged steps, each {"run",
+    "step", "figures"}, in step order. Three or four statements whatever the number of steps."""
+    recorded = _recorded_steps(conn, run_id)
+    index = {s: i for i, s in enumerate(recorded)}
+    complete = set(recorded[:-1])
+    if touched is None:
+        targets = complete
+    else:
+        targets = set()
+        for s in touched:
+            pos = index.get(s)
+            if pos is None:  # the step lost its rollups: its alert goes (below)
+                targets.add(s)
+                pos = next((i for i, r in enumerate(recorded) if r > s), len(recorded))
+                lo, hi = pos - 1, pos + rule.window - 1
+            else:
+                lo, hi = pos - 1, pos + rule.window
+            targets |= {recorded[i] for i in range(max(0, lo), min(len(recorded), hi + 1))}
+        targets = {s for s in targets if s in complete or s not in index}
+    if not targets:
+        return []
+    need = set()
+    for s in targets:
+        pos = index.get(s)
+        if pos is not None:
+            need |= set(recorded[max(0, pos - rule.window):pos + 1])
+    figs = _read(conn, run_id, sorted(need))
+    verdicts: dict[int, list[dict]] = {}
+    for s in sorted(targets):
+        pos = index.get(s)
+        if pos is None or s not in figs:
+            continue
+        trailing = [figs[t] for t in recorded[max(0, pos - rule.window):pos] if t in figs]
+        flagged = judge(figs[s], trailing, rule)
+        if flagged:
+            verdicts[s] = _json_safe(flagged)
+    ts = sorted(targets)
+    existing = {s: f for s, f in conn.execute(sa.select(SA.c.step, SA.c.figures).where(
+        SA.c.run_id == run_id, SA.c.step.in_(ts)))} if len(ts) <= 5000 else {
+        s: f for s, f in conn.execute(sa.select(SA.c.step, SA.c.figures).where(SA.c.run_id == run_id))
+        if s in targets}
+    gone = [s for s in existing if s not in verdicts]
+    if gone:
+        for i in range(0, len(gone), 500):
+            conn.execute(SA.delete().where(SA.c.run_id == run_id, SA.c.step.in_(gone[i:i + 500])))
+    rows = [{"run_id": run_id, "step": s, "figures": f, "created_at": models.utcnow()}
+            for s, f in sorted(verdicts.items()) if existing.get(s) != f]
+    if rows:
+        ins = insert_for(conn, SA)
+        # a step flagged again keeps when it was first flagged
+        conn.execute(ins.values(rows).on_conflict_do_update(index_elements=[SA.c.run_id, SA.c.step],
+                                                            set_={"figures": ins.excluded.figures}))
+    return [{"run": run_id, "step": s, "figures": f} for s, f in sorted(verdicts.items()) if s not in existing]
+
+
+def apply(conn: sa.Connection, keys, *, settings=None) -> list[dict]:
+    """Judge what the (run, step) `keys` written in this transaction affect (see the module); the
+    newly flagged steps are posted to the webhook when the transaction commits. Returns them."""
+    settings = settings or _settings()
+    rule = rule_of(settings)
+    by_run: dict[str, set[int]] = {}
+    for run_id, step in keys:
+        if step is not None:
+            by_run.setdefault(run_id, set()).add(step)
+    new = []
+    for run_id, steps in sorted(by_run.items()):
+        new += judge_steps(conn, run_id, steps, rule)
+    if new and settings.alerts.webhook_url:
+        conn.info.setdefault(PENDING, []).extend((settings, a) for a in new)
+    return new
+
+
+def rebuild(conn: sa.Connection, run_id: str | None = None, *, settings=None) -> int:
+    """Judge every complete step again (of one run, or all): `rollscope rebuild-analytics`.
+    Sends no webhook. Returns the number of flagged steps."""
+    rule = rule_of(settings or _settings())
+    runs = [run_id] if run_id is not None else [r for (r,) in conn.execute(sa.select(SR.c.run_id).distinct())]
+    conn.execute(SA.delete() if run_id is None else SA.delete().where(SA.c.run_id == run_id))
+    return sum(len(judge_steps(conn, r, None, rule)) for r in sorted(runs))
+
+
+def on_batch(conn: sa.Connection, written) -> None:
+    """The batch hook (after app.store.rollups.on_batch): judge what the batch's steps affect."""
+    keys = {(r["run_id"], r["step"]) for r in (*written.inserted, *written.deleted)}
+    if keys:
+        apply(conn, keys)
+
+
+def payload(settings, alert: dict) -> dict:
+    """The webhook's body for one flagged step: run, step, figures and absolute links to the step
+    page and its rollouts."""
+    base = settings.alerts.public_url.rstrip("/")
+    run_id, step = alert["run"], alert["step"]
+    return {"run": run_id, "step": step, "figures": alert["figures"],
+            "text": "; ".join(f["text"] for f in alert["figures"]),
+            "links": {"step": base + urls.step(run_id, step), "rollouts": base + urls.rollouts(run_id, step=step),
+                      "run": base + urls.run(run_id)}}
+
+
+@event.listens_for(Engine, "commit")
+def _send_after_commit(conn) -> None:
+    pending = conn.info.pop(PENDING, None)
+    if not pending:
+        return
+    from app.alerts.webhook import deliver
+
+    for settings, alert in pending:
+        try:
+            deliver(conn.engine, settings, "step_flagged", f"{alert['run']}/{alert['step']}", payload(settings, alert))
+        except Exception:  # noqa: BLE001 - an alert that cannot be sent never fails the ingest that found it
+            pass
+
+
+@event.listens_for(Engine, "rollback")
+def _drop_on_rollback(conn) -> None:
+    conn.info.pop(PENDING, None)
