@@ -102,7 +102,8 @@ def test_a_group_finding_is_counted_in_groups_not_rollouts():
     one_group = StepFigures(step=8, rollouts=64, groups=8, endings={"submitted": 64},
                             findings={"zero_variance_group": 8})
     assert judge(one_group, trailing) == []
-    rollout_kind = StepFigures(step=8, rollouts=64, groups=8, endings={"submitted": 64}, findings={"empty_response": 16})
+    rollout_kind = StepFigures(step=8, rollouts=64, groups=8, endings={"submitted": 64},
+                               findings={"empty_response": 16})
     assert [f["figure"] for f in judge(rollout_kind, trailing)] == ["finding:empty_response"]
 
 
@@ -130,14 +131,14 @@ def _alerts(engine, run: str) -> dict[int, list[dict]]:
 
 @pytest.fixture
 def demo_steps(tmp_path):
-    """The demo run's steps 9-19 (`rollscope demo`, ingest/demo: its sandbox-crash incident
+    """The demo run's steps 10-19 (`rollscope demo`, ingest/demo: its sandbox-crash incident
     begins at step 18), written as the demo writes them."""
     from ingest.formats.native import write_line
 
     path = tmp_path / "demo.jsonl"
     with open(path, "wb") as f:
         for r in demo.generate():
-            if 9 <= r.step <= 19:
+            if 10 <= r.step <= 19:
                 f.write(write_line(r))
     return path
 
@@ -179,6 +180,7 @@ def test_a_short_run_and_the_newest_step_are_not_judged(engine, tmp_path):
     assert list(_alerts(engine, "r2")) == [5]
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the rule on real data; storage: both, above
 def test_a_steady_generated_run_flags_no_step(engine, tmp_path, monkeypatch):
     """The demo's generator with its incidents taken out, a flat success rate and a fixed mix of
     endings: realistic tasks, groups and findings, and no step flagged."""
@@ -220,7 +222,8 @@ def test_run_and_step_pages_twins_charts_and_api_show_the_alert(db_url, engine, 
         reward = c.get("/runs/r1/charts/reward.json").json()["figure"]["layout"]
         assert [s["x0"] for s in reward["shapes"]] == [5]
         step = c.get("/runs/r1/steps/5").text
-        assert 'id="alert"' in step and "error share 75%, trailing 0–6%: &lt;script&gt;alert(1)&lt;/script&gt; 12" in step
+        assert 'id="alert"' in step
+        assert "error share 75%, trailing 0–6%: &lt;script&gt;alert(1)&lt;/script&gt; 12" in step
         assert hostile not in step
         assert c.get("/runs/r1/steps/5.json").json()["alert"]["step"] == 5
         assert c.get("/runs/r1/steps/4.json").json()["alert"] is None
@@ -280,6 +283,7 @@ def test_a_flagged_step_is_posted_once_with_its_links(engine, tmp_path, monkeypa
         srv.server_close()
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_an_unreachable_webhook_never_fails_ingest(engine, tmp_path, monkeypatch):
     monkeypatch.setenv("ROLLSCOPE_ALERTS__WEBHOOK_URL", "http://127.0.0.1:9/nothing-listens-here")
     get_settings.cache_clear()
