@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import uuid
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import httpx
@@ -156,6 +157,8 @@ def test_the_demo_sandbox_crash_step_is_flagged_at_ingest_once(engine, demo_step
     assert _alerts(engine, "demo-grpo") == alerts
     with engine.begin() as conn:
         assert store_alerts.rebuild(conn, "demo-grpo") == len(alerts)
+        # judged again, a step already flagged is not new (what the webhook is sent for)
+        assert store_alerts.apply(conn, {("demo-grpo", 18), ("demo-grpo", 17)}) == []
     assert _alerts(engine, "demo-grpo") == alerts
 
 
@@ -262,22 +265,24 @@ def test_a_flagged_step_is_posted_once_with_its_links(engine, tmp_path, monkeypa
         monkeypatch.setenv("ROLLSCOPE_ALERTS__WEBHOOK_URL", f"http://127.0.0.1:{srv.server_port}/hook")
         monkeypatch.setenv("ROLLSCOPE_ALERTS__PUBLIC_URL", "https://rollscope.example/")
         get_settings.cache_clear()
-        path = _small_run(tmp_path, "a.jsonl", [0, 0, 0, 0, 0, 12, 0], run="hook-a")
+        # run ids of their own: a delivery is once per key, and keys may outlive a test's database
+        a, b = f"hook-a-{uuid.uuid4().hex[:8]}", f"hook-b-{uuid.uuid4().hex[:8]}"
+        path = _small_run(tmp_path, "a.jsonl", [0, 0, 0, 0, 0, 12, 0], run=a)
         assert ingest(engine, path).ok
         got = _wait_for(srv, 1)
-        assert got[0]["run"] == "hook-a" and got[0]["step"] == 5
-        assert got[0]["links"]["step"] == "https://rollscope.example/runs/hook-a/steps/5"
-        assert got[0]["links"]["rollouts"].startswith("https://rollscope.example/runs/hook-a/rollouts?")
+        assert got[0]["run"] == a and got[0]["step"] == 5
+        assert got[0]["links"]["step"] == f"https://rollscope.example/runs/{a}/steps/5"
+        assert got[0]["links"]["rollouts"].startswith(f"https://rollscope.example/runs/{a}/rollouts?")
         assert "ending:error" in [f["figure"] for f in got[0]["figures"]]
         # the same file again, and a changed rollout of the flagged step: judged again, not posted again
         assert ingest(engine, path).ok
-        changed = _small_run(tmp_path, "b.jsonl", [0, 0, 0, 0, 0, 13, 0], run="hook-a")
+        changed = _small_run(tmp_path, "b.jsonl", [0, 0, 0, 0, 0, 13, 0], run=a)
         assert ingest(engine, changed).ok
-        assert list(_alerts(engine, "hook-a")) == [5]
+        assert list(_alerts(engine, a)) == [5]
         # another run's flagged step comes after them: only it is posted
-        assert ingest(engine, _small_run(tmp_path, "c.jsonl", [0, 0, 0, 0, 0, 12, 0], run="hook-b")).ok
+        assert ingest(engine, _small_run(tmp_path, "c.jsonl", [0, 0, 0, 0, 0, 12, 0], run=b)).ok
         got = _wait_for(srv, 2)
-        assert [(g["run"], g["step"]) for g in got] == [("hook-a", 5), ("hook-b", 5)]
+        assert [(g["run"], g["step"]) for g in got] == [(a, 5), (b, 5)]
     finally:
         srv.shutdown()
         srv.server_close()
