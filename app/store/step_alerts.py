@@ -194,6 +194,7 @@ def payload(settings, alert: dict) -> dict:
 
 @event.listens_for(Engine, "commit")
 def _send_after_commit(conn) -> None:
+    conn.info.pop(MARKS, None)
     pending = conn.info.pop(PENDING, None)
     if not pending:
         return
@@ -209,3 +210,30 @@ def _send_after_commit(conn) -> None:
 @event.listens_for(Engine, "rollback")
 def _drop_on_rollback(conn) -> None:
     conn.info.pop(PENDING, None)
+    conn.info.pop(MARKS, None)
+
+
+# A savepoint (the one-by-one fallback of app/store/write.py) that is rolled back takes back the
+# alerts found inside it: each savepoint remembers how many posts were pending when it began.
+MARKS = "rollscope_step_alerts_savepoints"
+
+
+@event.listens_for(Engine, "savepoint")
+def _savepoint(conn, name) -> None:
+    conn.info.setdefault(MARKS, []).append(len(conn.info.get(PENDING) or ()))
+
+
+@event.listens_for(Engine, "release_savepoint")
+def _release(conn, name, context) -> None:
+    marks = conn.info.get(MARKS)
+    if marks:
+        marks.pop()
+
+
+@event.listens_for(Engine, "rollback_savepoint")
+def _rollback_savepoint(conn, name, context) -> None:
+    marks = conn.info.get(MARKS)
+    if marks:
+        keep = marks.pop()
+        if conn.info.get(PENDING):
+            del conn.info[PENDING][keep:]

@@ -294,3 +294,24 @@ def test_an_unreachable_webhook_never_fails_ingest(engine, tmp_path, monkeypatch
     get_settings.cache_clear()
     assert ingest(engine, _small_run(tmp_path, "a.jsonl", [0, 0, 0, 0, 0, 12, 0], run="hook-c")).ok
     assert list(_alerts(engine, "hook-c")) == [5]
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_alerts_found_in_a_savepoint_that_is_rolled_back_are_not_sent(engine, tmp_path):
+    """The one-by-one fallback writes each rollout in a savepoint: a rolled-back one takes back the
+    posts it queued, a released one keeps them."""
+    assert ingest(engine, _small_run(tmp_path, "a.jsonl", [0, 0, 0, 0, 0, 12, 0], run="sp")).ok
+    settings = Settings(database_url=str(engine.url), alerts={"webhook_url": "http://127.0.0.1:9/none"})
+    T = StepAlert.__table__
+    with engine.connect() as conn:
+        with conn.begin():
+            conn.execute(T.delete())
+            with conn.begin_nested() as sp:
+                assert [a["step"] for a in store_alerts.apply(conn, {("sp", 5)}, settings=settings)] == [5]
+                assert len(conn.info[store_alerts.PENDING]) == 1
+                sp.rollback()
+            assert not conn.info.get(store_alerts.PENDING)
+            with conn.begin_nested():
+                store_alerts.apply(conn, {("sp", 5)}, settings=settings)
+            assert len(conn.info[store_alerts.PENDING]) == 1
+            conn.info[store_alerts.PENDING].clear()  # nothing listens on port 9; sent or not, ingest is unaffected
