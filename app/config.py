@@ -121,8 +121,8 @@ class ApiSettings(BaseModel):
 class AlertsSettings(BaseModel):
     """Step alerts (app/store/step_alerts.py, the rule in ingest/step_alerts.py, docs/analytics.md)."""
 
-    window: int = Field(8, ge=2, le=1000, description="step alerts: the trailing steps a step is compared with")
-    min_steps: int = Field(4, ge=2, le=1000, description="step alerts: fewer trailing steps than this, no verdict")
+    window: int = Field(16, ge=2, le=1000, description="step alerts: the trailing steps a step is compared with")
+    min_steps: int = Field(6, ge=2, le=1000, description="step alerts: fewer trailing steps than this, no verdict")
     threshold: float = Field(5.0, gt=0, le=100, description="step alerts: a figure is flagged when it is more than "
                              "this many spreads (1.4826·MAD, with its floors) from the trailing median")
     public_url: str = Field("http://127.0.0.1:8000", description="the dashboard's address as people reach it: "

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 MAD_SCALE = 1.4826  # 1/Φ⁻¹(3/4): MAD → σ for normal data
 SHARE_FLOOR = 0.01  # on the Anscombe scale: about one percentage point at a share of 5%
 REWARD_FLOOR = 1e-6  # a reward series that never moved flags on any real change
+DEFF_MIN_COUNT = 5  # design effects are estimated only from at least this many rollouts with and without
 QUANTILE_WIDTH = 2.563  # p90 − p10 of a standard normal (2 × 1.2816)
 ENDING_ORDER = ("submitted", "task_detected", "truncated", "length_cut", "error", "unknown")
 
@@ -72,8 +73,8 @@ class StepFigures:
 class Rule:
     """The rule's settings (app/config.py `alerts`)."""
 
-    window: int = 8
-    min_steps: int = 4
+    window: int = 16
+    min_steps: int = 6
     threshold: float = 5.0
 
 
@@ -146,7 +147,9 @@ def design_effects(tasks: Sequence[tuple[int, Mapping[str, int]]]) -> dict[str, 
     only one that can end `task_detected`), so a share varies from step to step more than
     binomial noise says as the mix of tasks moves. `tasks`: (rollouts, {figure id: count}) per
     task. The ratio estimator's cluster variance T/(T−1)·Σ(x_t − p·n_t)²/n² over the binomial
-    p(1−p)/n; 1 for fewer than two tasks or a share of 0 or 1."""
+    p(1−p)/n; 1 (left out) for fewer than two tasks, or fewer than DEFF_MIN_COUNT rollouts with
+    (or without) the figure: two errors of a step that fall in one task would read as a design
+    effect of 2 and hide the next incident."""
     n = sum(k for k, _ in tasks)
     if len(tasks) < 2 or n <= 0:
         return {}
@@ -154,8 +157,8 @@ def design_effects(tasks: Sequence[tuple[int, Mapping[str, int]]]) -> dict[str, 
     for fid in sorted({f for _, c in tasks for f in c}):
         x = sum(c.get(fid, 0) for _, c in tasks)
         p = x / n
-        if p <= 0 or p >= 1:
-            continue
+        if min(x, n - x) < DEFF_MIN_COUNT:
+            continue  # a handful of events cannot tell clustering from chance (and two in one task would say so)
         v = len(tasks) / (len(tasks) - 1) * math.fsum((c.get(fid, 0) - p * k) ** 2 for k, c in tasks) / n ** 2
         out[fid] = max(1.0, v / (p * (1 - p) / n))
     return out

@@ -132,14 +132,14 @@ def _alerts(engine, run: str) -> dict[int, list[dict]]:
 
 @pytest.fixture
 def demo_steps(tmp_path):
-    """The demo run's steps 10-19 (`rollscope demo`, ingest/demo: its sandbox-crash incident
+    """The demo run's steps 2-19 (step 18's trailing window and the step after it) (`rollscope demo`, ingest/demo: its sandbox-crash incident
     begins at step 18), written as the demo writes them."""
     from ingest.formats.native import write_line
 
     path = tmp_path / "demo.jsonl"
     with open(path, "wb") as f:
         for r in demo.generate():
-            if 10 <= r.step <= 19:
+            if 2 <= r.step <= 19:
                 f.write(write_line(r))
     return path
 
@@ -149,6 +149,7 @@ def test_the_demo_sandbox_crash_step_is_flagged_at_ingest_once(engine, demo_step
     alerts = _alerts(engine, "demo-grpo")
     assert 18 in alerts
     texts = [f["text"] for f in alerts[18]]
+    assert alerts[18][0]["steps"] == list(range(2, 18))
     assert "error share 31%, trailing 0–6%: sandbox_crash 20" in texts
     assert not any(s < 18 for s in alerts)  # nothing before the incident
     assert 19 not in alerts or all(f["figure"] != "ending:submitted" for f in alerts[19])
@@ -174,13 +175,14 @@ def _small_run(tmp_path, name: str, errors: list[int], *, n: int = 16, run: str 
 
 
 def test_a_short_run_and_the_newest_step_are_not_judged(engine, tmp_path):
-    assert ingest(engine, _small_run(tmp_path, "short.jsonl", [0, 0, 0, 12])).ok  # 3 steps before the spike
+    # the spike has a later step, but only 5 steps before it (min_steps 6)
+    assert ingest(engine, _small_run(tmp_path, "short.jsonl", [0, 0, 0, 0, 0, 12, 0])).ok
     assert _alerts(engine, "r1") == {}
     # a spike in the newest step waits for the next step to begin
-    assert ingest(engine, _small_run(tmp_path, "long.jsonl", [0, 0, 0, 0, 0, 12], run="r2")).ok
+    assert ingest(engine, _small_run(tmp_path, "long.jsonl", [0, 0, 0, 0, 0, 0, 12], run="r2")).ok
     assert _alerts(engine, "r2") == {}
-    assert ingest(engine, _small_run(tmp_path, "longer.jsonl", [0, 0, 0, 0, 0, 12, 0], run="r2")).ok
-    assert list(_alerts(engine, "r2")) == [5]
+    assert ingest(engine, _small_run(tmp_path, "longer.jsonl", [0, 0, 0, 0, 0, 0, 12, 0], run="r2")).ok
+    assert list(_alerts(engine, "r2")) == [6]
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the rule on real data; storage: both, above
@@ -202,7 +204,7 @@ def test_a_steady_generated_run_flags_no_step(engine, tmp_path, monkeypatch):
 def test_run_and_step_pages_twins_charts_and_api_show_the_alert(db_url, engine, tmp_path):
     hostile = "<script>alert(1)</script>"
     rows = []
-    for step, e in enumerate([0, 1, 0, 1, 0, 12, 0]):
+    for step, e in enumerate([0, 1, 0, 1, 0, 1, 12, 0]):
         for i in range(16):
             err = i < e
             r = rollout(f"s{step}-{i}", run="r1", step=step, reward=0.0 if err else 1.0,
@@ -214,24 +216,24 @@ def test_run_and_step_pages_twins_charts_and_api_show_the_alert(db_url, engine, 
     app = create_app(Settings(database_url=db_url))
     with serving(app) as base, httpx.Client(base_url=base) as c:
         page = c.get("/runs/r1").text
-        assert 'id="alerts"' in page and 'href="/runs/r1/steps/5"' in page
+        assert 'id="alerts"' in page and 'href="/runs/r1/steps/6"' in page
         assert hostile not in page and "error share 75%, trailing 0–6%: &lt;script&gt;" in page
         twin = c.get("/runs/r1.json").json()
-        assert [a["step"] for a in twin["alerts"]] == [5]
+        assert [a["step"] for a in twin["alerts"]] == [6]
         error = next(f for f in twin["alerts"][0]["figures"] if f["figure"] == "ending:error")
         assert error["contributors"] == [{"detail": hostile, "count": 12}]
         marks = twin["charts"]["ending_rates"]["layout"]
-        assert [s["x0"] for s in marks["shapes"]] == [5] and "&lt;script&gt;" in marks["annotations"][0]["hovertext"]
+        assert [s["x0"] for s in marks["shapes"]] == [6] and "&lt;script&gt;" in marks["annotations"][0]["hovertext"]
         reward = c.get("/runs/r1/charts/reward.json").json()["figure"]["layout"]
-        assert [s["x0"] for s in reward["shapes"]] == [5]
-        step = c.get("/runs/r1/steps/5").text
+        assert [s["x0"] for s in reward["shapes"]] == [6]
+        step = c.get("/runs/r1/steps/6").text
         assert 'id="alert"' in step
         assert "error share 75%, trailing 0–6%: &lt;script&gt;alert(1)&lt;/script&gt; 12" in step
         assert hostile not in step
-        assert c.get("/runs/r1/steps/5.json").json()["alert"]["step"] == 5
-        assert c.get("/runs/r1/steps/4.json").json()["alert"] is None
+        assert c.get("/runs/r1/steps/6.json").json()["alert"]["step"] == 6
+        assert c.get("/runs/r1/steps/5.json").json()["alert"] is None
         api = c.get("/api/v1/runs/r1/alerts").json()["items"]
-        assert [(a["step"], a["url"]) for a in api] == [(5, "/runs/r1/steps/5.json")]
+        assert [(a["step"], a["url"]) for a in api] == [(6, "/runs/r1/steps/6.json")]
         assert "ending:error" in [f["figure"] for f in api[0]["figures"]]
         assert c.get("/api/v1/runs/nope/alerts").status_code == 404
 
@@ -267,22 +269,22 @@ def test_a_flagged_step_is_posted_once_with_its_links(engine, tmp_path, monkeypa
         get_settings.cache_clear()
         # run ids of their own: a delivery is once per key, and keys may outlive a test's database
         a, b = f"hook-a-{uuid.uuid4().hex[:8]}", f"hook-b-{uuid.uuid4().hex[:8]}"
-        path = _small_run(tmp_path, "a.jsonl", [0, 0, 0, 0, 0, 12, 0], run=a)
+        path = _small_run(tmp_path, "a.jsonl", [0, 0, 0, 0, 0, 0, 12, 0], run=a)
         assert ingest(engine, path).ok
         got = _wait_for(srv, 1)
-        assert got[0]["run"] == a and got[0]["step"] == 5
-        assert got[0]["links"]["step"] == f"https://rollscope.example/runs/{a}/steps/5"
+        assert got[0]["run"] == a and got[0]["step"] == 6
+        assert got[0]["links"]["step"] == f"https://rollscope.example/runs/{a}/steps/6"
         assert got[0]["links"]["rollouts"].startswith(f"https://rollscope.example/runs/{a}/rollouts?")
         assert "ending:error" in [f["figure"] for f in got[0]["figures"]]
         # the same file again, and a changed rollout of the flagged step: judged again, not posted again
         assert ingest(engine, path).ok
-        changed = _small_run(tmp_path, "b.jsonl", [0, 0, 0, 0, 0, 13, 0], run=a)
+        changed = _small_run(tmp_path, "b.jsonl", [0, 0, 0, 0, 0, 0, 13, 0], run=a)
         assert ingest(engine, changed).ok
-        assert list(_alerts(engine, a)) == [5]
+        assert list(_alerts(engine, a)) == [6]
         # another run's flagged step comes after them: only it is posted
-        assert ingest(engine, _small_run(tmp_path, "c.jsonl", [0, 0, 0, 0, 0, 12, 0], run=b)).ok
+        assert ingest(engine, _small_run(tmp_path, "c.jsonl", [0, 0, 0, 0, 0, 0, 12, 0], run=b)).ok
         got = _wait_for(srv, 2)
-        assert [(g["run"], g["step"]) for g in got] == [(a, 5), (b, 5)]
+        assert [(g["run"], g["step"]) for g in got] == [(a, 6), (b, 6)]
     finally:
         srv.shutdown()
         srv.server_close()
@@ -292,26 +294,26 @@ def test_a_flagged_step_is_posted_once_with_its_links(engine, tmp_path, monkeypa
 def test_an_unreachable_webhook_never_fails_ingest(engine, tmp_path, monkeypatch):
     monkeypatch.setenv("ROLLSCOPE_ALERTS__WEBHOOK_URL", "http://127.0.0.1:9/nothing-listens-here")
     get_settings.cache_clear()
-    assert ingest(engine, _small_run(tmp_path, "a.jsonl", [0, 0, 0, 0, 0, 12, 0], run="hook-c")).ok
-    assert list(_alerts(engine, "hook-c")) == [5]
+    assert ingest(engine, _small_run(tmp_path, "a.jsonl", [0, 0, 0, 0, 0, 0, 12, 0], run="hook-c")).ok
+    assert list(_alerts(engine, "hook-c")) == [6]
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_alerts_found_in_a_savepoint_that_is_rolled_back_are_not_sent(engine, tmp_path):
     """The one-by-one fallback writes each rollout in a savepoint: a rolled-back one takes back the
     posts it queued, a released one keeps them."""
-    assert ingest(engine, _small_run(tmp_path, "a.jsonl", [0, 0, 0, 0, 0, 12, 0], run="sp")).ok
+    assert ingest(engine, _small_run(tmp_path, "a.jsonl", [0, 0, 0, 0, 0, 0, 12, 0], run="sp")).ok
     settings = Settings(database_url=str(engine.url), alerts={"webhook_url": "http://127.0.0.1:9/none"})
     T = StepAlert.__table__
     with engine.connect() as conn:
         with conn.begin():
             conn.execute(T.delete())
             with conn.begin_nested() as sp:
-                assert [a["step"] for a in store_alerts.apply(conn, {("sp", 5)}, settings=settings)] == [5]
+                assert [a["step"] for a in store_alerts.apply(conn, {("sp", 6)}, settings=settings)] == [6]
                 assert len(conn.info[store_alerts.PENDING]) == 1
                 sp.rollback()
             assert not conn.info.get(store_alerts.PENDING)
             with conn.begin_nested():
-                store_alerts.apply(conn, {("sp", 5)}, settings=settings)
+                store_alerts.apply(conn, {("sp", 6)}, settings=settings)
             assert len(conn.info[store_alerts.PENDING]) == 1
             conn.info[store_alerts.PENDING].clear()  # nothing listens on port 9; sent or not, ingest is unaffected
