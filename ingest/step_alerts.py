@@ -34,8 +34,8 @@ on noise alone:
   step's reward quantiles (`reward_se`), and at least REWARD_FLOOR.
 
 The median and MAD are breakdown-point-½ statistics: one earlier incident inside the window
-neither moves the centre nor widens the spread much, so the step after an incident is judged
-against the steady steps, not against the incident.
+barely moves the centre or widens the spread, so the steps after an incident are judged against
+the steady steps, not against the incident.
 """
 from __future__ import annotations
 
