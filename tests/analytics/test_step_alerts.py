@@ -132,8 +132,8 @@ def _alerts(engine, run: str) -> dict[int, list[dict]]:
 
 @pytest.fixture
 def demo_steps(tmp_path):
-    """The demo run's steps 2-19 (step 18's trailing window and the step after it) (`rollscope demo`, ingest/demo: its sandbox-crash incident
-    begins at step 18), written as the demo writes them."""
+    """The demo run's steps 2-19 (`rollscope demo`, ingest/demo: its sandbox-crash incident begins
+    at step 18; these are its trailing window and the step after it), written as the demo does."""
     from ingest.formats.native import write_line
 
     path = tmp_path / "demo.jsonl"
