@@ -71,22 +71,40 @@ def _task_counts(endings: dict | None, by_ending: dict | None) -> dict[str, int]
     return out
 
 
-def _recorded_steps(conn: sa.Connection, run_id: str) -> list[int]:
-    return [s for (s,) in conn.execute(sa.select(SR.c.step).where(SR.c.run_id == run_id, SR.c.step.is_not(None),
-                                                                   SR.c.rollouts > 0).order_by(SR.c.step))]
+def _recorded_steps(conn: sa.Connection, run_id: str) -> tuple[list[int], dict[int, list]]:
+    """The run's steps with rollouts, in order, and the figures of those already flagged (one
+    statement); an alert of a step that lost its rollouts is found by `judge_steps`' delete."""
+    q = (sa.select(SR.c.step, SA.c.figures)
+         .select_from(SR.outerjoin(SA, sa.and_(SA.c.run_id == SR.c.run_id, SA.c.step == SR.c.step)))
+         .where(SR.c.run_id == run_id, SR.c.step.is_not(None), SR.c.rollouts > 0).order_by(SR.c.step))
+    steps, flagged = [], {}
+    for step, figures in conn.execute(q):
+        steps.append(step)
+        if figures is not None:
+            flagged[step] = figures
+    return steps, flagged
 
 
 def _read(conn: sa.Connection, run_id: str, steps: list[int]) -> dict[int, StepFigures]:
+    """The figures of `steps` from their step and task rows: one statement per 500 steps (the two
+    tables' rows in one UNION ALL, a task row's columns where the step row has its means)."""
     out = {}
+    J = models.JSONType
     for i in range(0, len(steps), 500):
         part = steps[i:i + 500]
-        tasks: dict[int, list] = {}
-        for step, n, e, b in conn.execute(sa.select(TR.c.step, TR.c.rollouts, TR.c.endings, TR.c.by_ending).where(
-                TR.c.run_id == run_id, TR.c.step.in_(part))):
-            tasks.setdefault(step, []).append((n, e, b))
-        q = sa.select(SR.c.step, SR.c.rollouts, SR.c.mean_reward, SR.c.mean_reward_no_errors, SR.c.stats).where(
-            SR.c.run_id == run_id, SR.c.step.in_(part))
-        for step, n, m0, m1, stats in conn.execute(q):
+        step_q = sa.select(SR.c.step, sa.literal(0).label("task"), SR.c.rollouts, SR.c.mean_reward,
+                           SR.c.mean_reward_no_errors, SR.c.stats, sa.cast(sa.null(), J).label("endings"),
+                           sa.cast(sa.null(), J).label("by_ending")).where(SR.c.run_id == run_id, SR.c.step.in_(part))
+        task_q = sa.select(TR.c.step, sa.literal(1), TR.c.rollouts, sa.cast(sa.null(), sa.Float),
+                           sa.cast(sa.null(), sa.Float), sa.cast(sa.null(), J), TR.c.endings, TR.c.by_ending).where(
+            TR.c.run_id == run_id, TR.c.step.in_(part))
+        rows, tasks = {}, {}
+        for step, is_task, n, m0, m1, stats, endings, by_end in conn.execute(sa.union_all(step_q, task_q)):
+            if is_task:
+                tasks.setdefault(step, []).append((n, endings, by_end))
+            else:
+                rows[step] = (n, m0, m1, stats)
+        for step, (n, m0, m1, stats) in rows.items():
             out[step] = figures_from(step, n, m0, m1, stats, tasks.get(step, []))
     return out
 
@@ -94,8 +112,10 @@ def _read(conn: sa.Connection, run_id: str, steps: list[int]) -> dict[int, StepF
 def judge_steps(conn: sa.Connection, run_id: str, touched: set[int] | None, rule: Rule) -> list[dict]:
     """Judge the run's complete steps that `touched` (steps written; None: every step) affects,
     and bring `step_alert` up to date for them. Returns the newly flagged steps, each {"run",
-    "step", "figures"}, in step order. Three or four statements whatever the number of steps."""
-    recorded = _recorded_steps(conn, run_id)
+    "step", "figures"}, in step order. Two statements whatever the number of steps (the steps
+    with their alerts, the figures of the steps judged and their windows), and one write for each
+    kind of change (alerts added or changed, alerts gone)."""
+    recorded, existing_all = _recorded_steps(conn, run_id)
     index = {s: i for i, s in enumerate(recorded)}
     complete = set(recorded[:-1])
     if touched is None:
@@ -129,12 +149,10 @@ def judge_steps(conn: sa.Connection, run_id: str, touched: set[int] | None, rule
         flagged = judge(figs[s], trailing, rule)
         if flagged:
             verdicts[s] = _json_safe(flagged)
-    ts = sorted(targets)
-    existing = {s: f for s, f in conn.execute(sa.select(SA.c.step, SA.c.figures).where(
-        SA.c.run_id == run_id, SA.c.step.in_(ts)))} if len(ts) <= 5000 else {
-        s: f for s, f in conn.execute(sa.select(SA.c.step, SA.c.figures).where(SA.c.run_id == run_id))
-        if s in targets}
-    gone = [s for s in existing if s not in verdicts]
+    existing = {s: f for s, f in existing_all.items() if s in targets}
+    # steps judged and not flagged, and touched steps that lost their rollups (their alert is not
+    # in `existing_all`, which joins the rollups)
+    gone = sorted({s for s in existing if s not in verdicts} | {s for s in targets if s not in index})
     if gone:
         for i in range(0, len(gone), 500):
             conn.execute(SA.delete().where(SA.c.run_id == run_id, SA.c.step.in_(gone[i:i + 500])))
