@@ -1,6 +1,6 @@
 """Step alerts at ingest: judge the completed steps a batch touched (ingest/step_alerts.py, the
 rule) from their rollups and keep the flagged ones in `step_alert`; post each newly flagged step
-to the webhook (app/alerts/webhook.py) once its transaction commits.
+to the webhook (app/alerts/webhook.py) once its transaction has committed.
 
 A step is complete, and judged, once a later step of its run has rollouts: while it is the
 newest step more of its rollouts may still arrive (a live run fills its steps one after
@@ -17,6 +17,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
+from sqlalchemy.pool import Pool
 
 from app import urls
 from app.db import models
@@ -28,6 +29,7 @@ SR = models.StepRollup.__table__
 TR = models.TaskRollup.__table__
 SA = models.StepAlert.__table__
 PENDING = "rollscope_step_alerts_pending"  # conn.info key: webhook posts waiting for the commit
+READY = "rollscope_step_alerts_ready"  # ... committed, sent when the connection is returned to its pool
 
 
 def _settings():
@@ -179,7 +181,7 @@ def apply(conn: sa.Connection, keys, *, settings=None) -> list[dict]:
     for run_id, steps in sorted(by_run.items()):
         new += judge_steps(conn, run_id, steps, rule)
     if new and settings.alerts.webhook_url:
-        conn.info.setdefault(PENDING, []).extend((settings, a) for a in new)
+        conn.info.setdefault(PENDING, []).extend((conn.engine, settings, a) for a in new)
     return new
 
 
@@ -211,16 +213,26 @@ def payload(settings, alert: dict) -> dict:
 
 
 @event.listens_for(Engine, "commit")
-def _send_after_commit(conn) -> None:
+def _committed(conn) -> None:
+    """The transaction commits: its alerts are ready, and sent when its connection goes back to the
+    pool (`_send_when_returned`): after the commit, with no transaction of ours open, so a webhook
+    that keeps its own records in the database never waits for this writer's lock."""
     conn.info.pop(MARKS, None)
     pending = conn.info.pop(PENDING, None)
-    if not pending:
+    if pending:
+        conn.info.setdefault(READY, []).extend(pending)
+
+
+@event.listens_for(Pool, "checkin")
+def _send_when_returned(dbapi_connection, record) -> None:
+    ready = record.info.pop(READY, None) if record is not None else None
+    if not ready:
         return
     from app.alerts.webhook import deliver
 
-    for settings, alert in pending:
+    for engine, settings, alert in ready:
         try:
-            deliver(conn.engine, settings, "step_flagged", f"{alert['run']}/{alert['step']}", payload(settings, alert))
+            deliver(engine, settings, "step_flagged", f"{alert['run']}/{alert['step']}", payload(settings, alert))
         except Exception:  # noqa: BLE001 - an alert that cannot be sent never fails the ingest that found it
             pass
 
