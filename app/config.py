@@ -125,9 +125,9 @@ class AlertsSettings(BaseModel):
     min_steps: int = Field(6, ge=2, le=1000, description="step alerts: fewer trailing steps than this, no verdict")
     threshold: float = Field(5.0, gt=0, le=100, description="step alerts: a figure is flagged when it is more than "
                              "this many spreads (1.4826·MAD, with its floors) from the trailing median")
-    public_url: str = Field("http://127.0.0.1:8000", description="the dashboard's address as people reach it: "
-                            "the links a step alert's webhook sends start with it")
-    # also added by the `workers` branch (app/alerts/webhook.py); the lead keeps one copy at merge
+    # the next three as the `workers` branch defines them (it writes app/alerts/webhook.py); one copy is kept at merge
+    base_url: str | None = Field(None, description="the service's address as people reach it "
+                                 "(`https://rollscope.example.org`), for the links in alerts; unset: links are paths")
     webhook_url: str | None = Field(None, description="a URL that gets a JSON POST for each flagged step (and "
                                     "other alerts); unset: none is sent")
     webhook_timeout_seconds: float = Field(5.0, gt=0, le=300, description="how long one webhook POST may take")

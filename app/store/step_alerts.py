@@ -180,7 +180,7 @@ def apply(conn: sa.Connection, keys, *, settings=None) -> list[dict]:
     new = []
     for run_id, steps in sorted(by_run.items()):
         new += judge_steps(conn, run_id, steps, rule)
-    if new and settings.alerts.webhook_url:
+    if new:  # recorded by the webhook module even when no URL is set
         conn.info.setdefault(PENDING, []).extend((conn.engine, settings, a) for a in new)
     return new
 
@@ -203,8 +203,8 @@ def on_batch(conn: sa.Connection, written) -> None:
 
 def payload(settings, alert: dict) -> dict:
     """The webhook's body for one flagged step: run, step, figures and absolute links to the step
-    page and its rollouts."""
-    base = settings.alerts.public_url.rstrip("/")
+    page and its rollouts (under `alerts.base_url`; paths when it is unset)."""
+    base = (settings.alerts.base_url or "").rstrip("/")
     run_id, step = alert["run"], alert["step"]
     return {"run": run_id, "step": step, "figures": alert["figures"],
             "text": "; ".join(f["text"] for f in alert["figures"]),

@@ -265,7 +265,7 @@ def test_a_flagged_step_is_posted_once_with_its_links(engine, tmp_path, monkeypa
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         monkeypatch.setenv("ROLLSCOPE_ALERTS__WEBHOOK_URL", f"http://127.0.0.1:{srv.server_port}/hook")
-        monkeypatch.setenv("ROLLSCOPE_ALERTS__PUBLIC_URL", "https://rollscope.example/")
+        monkeypatch.setenv("ROLLSCOPE_ALERTS__BASE_URL", "https://rollscope.example/")
         get_settings.cache_clear()
         # run ids of their own: a delivery is once per key, and keys may outlive a test's database
         a, b = f"hook-a-{uuid.uuid4().hex[:8]}", f"hook-b-{uuid.uuid4().hex[:8]}"
