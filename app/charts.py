@@ -448,6 +448,35 @@ def smooth(fig: dict, window: int) -> dict:
     return fig
 
 
+ALERT_CHARTS = ("endings", "reward")  # the charts that mark flagged steps (step alerts)
+ALERT_COLOR = "#b91c1c"
+
+
+def mark_alerts(fig: dict, alerts) -> dict:
+    """Mark each flagged step (step alerts: anything with `step`, `text` and `url`) on a figure:
+    a dashed vertical line at the step and a "⚠" above it whose hover text is the alert's
+    explanation (Plotly layout `shapes` and `annotations`, as text, never markup: `text` is
+    escaped, Plotly draws annotation text as its own limited HTML subset)."""
+    if not alerts:
+        return fig
+    layout = fig.setdefault("layout", {})
+    shapes, notes = list(layout.get("shapes") or []), list(layout.get("annotations") or [])
+    for a in alerts:
+        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": a.step, "x1": a.step, "y0": 0, "y1": 1,
+                       "line": {"color": ALERT_COLOR, "width": 1.5, "dash": "dash"}, "layer": "above"})
+        notes.append({"x": a.step, "y": 1, "xref": "x", "yref": "paper", "yanchor": "bottom", "showarrow": False,
+                      "text": "⚠", "font": {"color": ALERT_COLOR, "size": 13},
+                      "hovertext": _plain(f"step {a.step} flagged: {a.text}"), "captureevents": False})
+    layout["shapes"], layout["annotations"] = shapes, notes
+    layout["meta"] = {**(layout.get("meta") or {}), "alerts": [{"step": a.step, "url": a.url} for a in alerts]}
+    return fig
+
+
+def _plain(text: str) -> str:
+    """Text for a Plotly string that is read as its HTML subset: `<`, `>` and `&` escaped."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def figure(chart: Chart, run_id: str, steps, tasks=None, *, window: int = 1) -> dict:
     """The chart's figure for the given step rollups, with the moving average when asked."""
     return smooth(chart.build(run_id, steps, tasks), window)

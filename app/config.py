@@ -127,9 +127,13 @@ class ApiSettings(BaseModel):
 
 
 class AlertSettings(BaseModel):
-    """Alerts sent out (app/alerts/): the webhook they are POSTed to, and the serve process's
-    watcher of stale workers."""
+    """Alerts: step alerts (the rule in ingest/step_alerts.py, docs/analytics.md), the webhook they
+    and the serve process's watcher of stale workers are POSTed to (app/alerts/)."""
 
+    window: int = Field(16, ge=2, le=1000, description="step alerts: the trailing steps a step is compared with")
+    min_steps: int = Field(6, ge=2, le=1000, description="step alerts: fewer trailing steps than this, no verdict")
+    threshold: float = Field(5.0, gt=0, le=100, description="step alerts: a figure is flagged when it is more than "
+                             "this many spreads (1.4826·MAD, with its floors) from the trailing median")
     webhook_url: str | None = Field(None, description="where alerts are POSTed as JSON (`{\"kind\", \"key\", "
                                     "...}`); unset: none are sent (each is still recorded once)")
     webhook_timeout_seconds: float = Field(3.0, gt=0, le=60, description="seconds one webhook POST may take; it "
@@ -150,6 +154,13 @@ class AlertSettings(BaseModel):
         if not v.startswith(("http://", "https://")):
             raise ValueError(f"ROLLSCOPE_ALERTS__WEBHOOK_URL must be an http:// or https:// URL, got {v!r}")
         return v
+
+    @model_validator(mode="after")
+    def _min_fits_window(self) -> "AlertSettings":
+        if self.min_steps > self.window:
+            raise ValueError(f"alerts.min_steps ({self.min_steps}) is above alerts.window ({self.window}): "
+                             "no step could ever be judged")
+        return self
 
 
 class Settings(BaseSettings):

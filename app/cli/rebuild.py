@@ -49,11 +49,13 @@ def recheck(
 def rebuild_analytics(
     run: Annotated[str | None, typer.Option(help="Only this run (default: every run).")] = None,
 ) -> None:
-    """Recompute the per-step rollups and the search index from what is stored (ingest keeps both
-    current; this is for databases that hold rollouts from before they existed)."""
-    from app.store import rollups, search
+    """Recompute the per-step rollups, the step alerts and the search index from what is stored
+    (ingest keeps them current; this is for databases that hold rollouts from before they
+    existed, or after the alert settings changed)."""
+    from app.store import rollups, search, step_alerts
 
     with open_engine().begin() as conn:
         steps = rollups.rebuild(conn, run)
+        flagged = step_alerts.rebuild(conn, run)
         docs = search.rebuild(conn, run)
-    out.print(f"rollups of {steps} steps, {docs} messages indexed for search")
+    out.print(f"rollups of {steps} steps, {flagged} steps flagged, {docs} messages indexed for search")

@@ -273,6 +273,21 @@ class StepRollup(SQLModel, table=True):
     stats: dict | None = _json()  # the rest, see ingest/stats.py compute_step
 
 
+class StepAlert(SQLModel, table=True):
+    """A training step whose figures left the trailing steps' spread (app/store/step_alerts.py,
+    the rule in ingest/step_alerts.py); one row per flagged (run, step), replaced when judged again."""
+
+    __tablename__ = "step_alert"
+    __table_args__ = (sa.Index("uq_step_alert_key", "run_id", "step", unique=True),)
+
+    pk: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="run.id", max_length=200)
+    step: int
+    # the flagged figures: value, trailing median, spread, range, band, steps used, contributors, text
+    figures: list | None = Field(default=None, sa_column=Column(JSONType, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
+
+
 class TaskRollup(SQLModel, table=True):
     """Per (run, training step, task): counts per ending and mean reward, for the heatmap."""
 

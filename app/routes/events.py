@@ -45,8 +45,9 @@ from ingest.fields import INT32_MAX
 router = APIRouter(tags=["live"], dependencies=[RefuseUnknownQuery])
 RETRY_MS = 3000  # the browser's wait before it reconnects a dropped stream (SSE `retry:`)
 # the run page's fragments: element id → the include that renders it (each is one element with that id)
-RUN_FRAGMENTS = {"run-head": "_run_head.html", "run-banner": "_run_banner.html", "run-metadata": "_run_meta.html",
-                 "run-steps": "_run_steps.html", "run-checks": "_run_checks.html", "run-notes": "_run_notes.html"}
+RUN_FRAGMENTS = {"run-head": "_run_head.html", "run-banner": "_run_banner.html", "run-alerts": "_run_alerts.html",
+                 "run-metadata": "_run_meta.html", "run-steps": "_run_steps.html", "run-checks": "_run_checks.html",
+                 "run-notes": "_run_notes.html"}
 HEADLINE = {"endings": "ending_rates", "findings": "findings"}  # charts the run page embeds (app.views.runs)
 
 

@@ -426,5 +426,9 @@ def rebuild(conn: sa.Connection, run_id: str | None = None) -> int:
 
 
 def on_batch(conn: sa.Connection, written) -> None:
-    """The batch hook (app.store.write.BATCH_HOOKS): recompute the steps the batch touched."""
+    """The batch hook (app.store.write.BATCH_HOOKS): recompute the steps the batch touched, then
+    judge the completed steps they affect (step alerts, app/store/step_alerts.py)."""
+    from app.store import step_alerts
+
     apply(conn, inserted=written.inserted, deleted=written.deleted)
+    step_alerts.on_batch(conn, written)

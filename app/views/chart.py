@@ -70,7 +70,12 @@ def chart_figure(session: Session, run_id: str, chart: charts.Chart, steps: Step
     stats = step_stats(session=session, run_id=run_id, steps=steps, sections=chart.sections)
     tasks = heatmap_tasks(session=session, run_id=run_id, steps=steps, limit=charts.HEATMAP_TASKS) \
         if chart.needs_tasks else None
-    return charts.figure(chart, run_id, stats, tasks, window=window)
+    fig = charts.figure(chart, run_id, stats, tasks, window=window)
+    if chart.id in charts.ALERT_CHARTS:  # the flagged steps marked (step alerts)
+        from app.views.step_alerts import run_alerts
+
+        fig = charts.mark_alerts(fig, run_alerts(session, run_id, steps=steps))
+    return fig
 
 
 def chart_page(session: Session, run_id: str, chart_id: str, *, steps: StepRange, window: int,

@@ -18,6 +18,7 @@ from app.queries.steps import RUN_SECTIONS, StepRange, every_run_step_stats, run
 from app.views.chart import RunCharts, run_charts
 from app.views.common import NoteView, PageModel, iso, model_of, note_view
 from app.views.ingest_status import IngestionBanner, ingestion_banner
+from app.views.step_alerts import StepAlertView, run_alerts
 from ingest import checks
 from ingest.stats import ENDINGS
 from rollscope import schemas
@@ -139,6 +140,8 @@ class RunPage(PageModel):
     search_url: str | None = None
     # the spools of its recent rollouts that no live worker reads (app.views.ingest_status)
     ingestion: IngestionBanner | None = None
+    # the flagged steps within the steps shown (step alerts, docs/analytics.md), marked on the charts
+    alerts: list[StepAlertView] = []
 
 
 LIVE_SECONDS = 120  # a run that received a rollout from a live source this recently is "receiving"
@@ -206,6 +209,7 @@ def run_page(session: Session, run_id: str, *, json: bool = False, steps_range=N
     means = {"mean_reward": tot["mean_reward"], "mean_reward_no_errors": tot["mean_reward_no_errors"],
              "excluded": tot["excluded"]}
     checks_ran = _checks_table(run_id, stats, sum(s.rollouts for s in steps))
+    alerts = run_alerts(session, run_id, steps=steps_range, json=json)
     # Without a training step (Tunix files, tau-bench) a per-step chart has no axis to draw on.
     steps_recorded = any(s.step is not None for s in steps)
     # receiving: something arrived lately (the rollups know, no scan), and from a live source
@@ -228,7 +232,8 @@ def run_page(session: Session, run_id: str, *, json: bool = False, steps_range=N
                          mean_reward_no_errors=means.get("mean_reward_no_errors"),
                          excluded=means.get("excluded", 0),
                          retries=tot["retries"]),
-        charts=HeadlineCharts(ending_rates=charts.figure(charts.REGISTRY["endings"], run_id, shown_stats),
+        charts=HeadlineCharts(ending_rates=charts.mark_alerts(charts.figure(charts.REGISTRY["endings"], run_id,
+                                                                            shown_stats), alerts),
                               findings=charts.figure(charts.REGISTRY["findings"], run_id, shown_stats))
         if steps_recorded else None,
         checks=checks_ran,
@@ -241,6 +246,7 @@ def run_page(session: Session, run_id: str, *, json: bool = False, steps_range=N
                      "cut": len(stepped) > STEPS_TABLE},
         search_url=urls.search(run=run_id),
         ingestion=banner,
+        alerts=alerts,
     )
 
 

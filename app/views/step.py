@@ -19,6 +19,7 @@ from app.queries.steps import StepRange, StepStats, next_step, one_step, step_st
 from app.store import rollups
 from app.views.chart import RunRef
 from app.views.common import NoteView, PageModel, note_view, num
+from app.views.step_alerts import StepAlertView, step_alert
 from ingest.advantages import Member, group_advantages, one_member_group
 from ingest.stats import ENDINGS, latest_attempts, no_gradient_reason
 
@@ -62,6 +63,8 @@ class StepPage(PageModel):
     charts_url: str
     task_changes_url: str
     notes: list[NoteView]
+    # the step alert (docs/analytics.md "Step alerts"): the figures that left the trailing spread, or None
+    alert: StepAlertView | None = None
 
 
 def _groups_table(run_id: str, rows: list[dict], json: bool = False) -> list[dict]:
@@ -114,8 +117,9 @@ def _tasks_table(session: Session, run_id: str, step: int, prev: int | None, jso
 def step_page(session: Session, run_id: str, step: int, *, json: bool = False) -> StepPage | None:
     """A training step's story: counts per ending with the source's details, groups and tasks
     most affected, reward with and without errors against the previous steps, findings, the
-    rollouts that carried no gradient with their reason, and the step's notes (`notes`: author,
-    text, step, updated_at as RFC 3339 `Z`; by time). `json`: every link
+    rollouts that carried no gradient with their reason, the step's notes (`notes`: author,
+    text, step, updated_at as RFC 3339 `Z`; by time), and its step alert (`alert`: the figures
+    that left the trailing steps' spread, app/views/step_alerts.py; None when not flagged). `json`: every link
     goes to a JSON twin (the chart link to the reward chart's twin)."""
     run = q_runs.get_run(session=session, run_id=run_id)
     if run is None:
@@ -182,6 +186,7 @@ def step_page(session: Session, run_id: str, step: int, *, json: bool = False) -
         "task_changes_url": urls.task_changes(run_id, prev[-1].step if prev else step, step,
                                               ext=".json" if json else ""),
         "notes": step_notes(session, run_id, step),
+        "alert": step_alert(session, run_id, step, json=json),
     })
 
 
