@@ -17,6 +17,7 @@ token when reading is locked: app.auth.ReadTokenGate). Shapes: docs/views.md, "L
 """
 from __future__ import annotations
 
+import gzip
 from typing import Annotated
 from urllib.parse import unquote
 
@@ -63,8 +64,14 @@ def _event(ev: dict) -> ServerSentEvent:
     return ServerSentEvent(data=orjson.dumps(ev).decode(), event=ev["event"], id=ev.get("version"))
 
 
-def _json(body: dict) -> Response:
-    return Response(orjson.dumps(body), media_type="application/json", headers={"Cache-Control": "no-store"})
+def _json(request: Request, body: dict) -> Response:
+    """`body` as JSON, gzip-compressed when the client accepts it and it is over 2 KB (a run page's
+    fragments, ~30 KB of table markup, travel as ~3 KB: a viewer's cost per change)."""
+    raw = orjson.dumps(body)
+    headers = {"Cache-Control": "no-store", "Vary": "Accept-Encoding"}
+    if len(raw) > 2048 and "gzip" in request.headers.get("accept-encoding", ""):
+        raw, headers["Content-Encoding"] = gzip.compress(raw, 5), "gzip"
+    return Response(raw, media_type="application/json", headers=headers)
 
 
 async def _stream(request: Request, key: tuple, first: dict | None, seen=None):
@@ -118,7 +125,7 @@ def _render(template: str, data) -> str:
 
 
 @router.get("/runs/{run_id:path}/live/run")
-def live_run(session: SessionDep, run_id: str, steps: OptStr = None, smooth: OptSmooth = None,
+def live_run(request: Request, session: SessionDep, run_id: str, steps: OptStr = None, smooth: OptSmooth = None,
              charts_: Annotated[str | None, Query(alias="charts", max_length=2000)] = None,
              fragments: Annotated[int | None, Query(ge=0, le=1)] = None):
     """The run page's fragments (`fragments`: element id → HTML: header, ingest banner, metadata,
@@ -140,7 +147,7 @@ def live_run(session: SessionDep, run_id: str, steps: OptStr = None, smooth: Opt
             if page is not None:
                 figures[cid] = page.figure
     parts = {} if fragments == 0 else {k: _render(t, data) for k, t in RUN_FRAGMENTS.items()}
-    return _json({"version": data.version, "fragments": parts, "figures": figures})
+    return _json(request, {"version": data.version, "fragments": parts, "figures": figures})
 
 
 @router.get("/runs/{run_id:path}/live/rollouts")
@@ -157,29 +164,29 @@ def live_rollouts(request: Request, session: SessionDep, run_id: str, filters: F
         raise ApiError(404, "not found")
     if rows is None:
         total, capped = rollout_facets.count(session=session, run_id=rid, filters=filters)
-        return _json({"total": total, "total_capped": capped})
+        return _json(request, {"total": total, "total_capped": capped})
     data = rollouts_page(session, rid, filters, sort=sort, after=after, before=before,
                          limit=limit or request.app.state.settings.web.page_size, keep_limit=limit)
     ctx = {"d": data, "urls": templates.env.globals["urls"]}
     fragments = {name: render_block(templates.env, "rollouts.html", block, **ctx)
                  for name, block in (("total", "total"), ("rows", "rows_body"), ("pager", "pager"),
                                              ("facets", "facets"))}
-    return _json({"total": data.total, "total_capped": data.total_capped, "fragments": fragments})
+    return _json(request, {"total": data.total, "total_capped": data.total_capped, "fragments": fragments})
 
 
 @router.get("/runs/{run_id:path}/live/steps/{step}")
-def live_step(session: SessionDep, run_id: str, step: Annotated[int, Path(ge=0, le=INT32_MAX)]):
+def live_step(request: Request, session: SessionDep, run_id: str, step: Annotated[int, Path(ge=0, le=INT32_MAX)]):
     """The step page's body (`fragments["step-live"]`), for a page of the step in progress. 404
     for an unknown run or step."""
     data = step_view.step_page(session, unquote(run_id), step)
     if data is None:
         raise ApiError(404, "not found")
-    return _json({"fragments": {"step-live": _render("_step_body.html", data)}})
+    return _json(request, {"fragments": {"step-live": _render("_step_body.html", data)}})
 
 
 @router.get("/ingest/live", include_in_schema=False)
 def live_ingest(request: Request):
     """The `/ingest` page's status block (`fragments["ingest-status"]`)."""
     data = ingest_status(request.app.state.engine)
-    return _json({"fragments": {"ingest-status": render_block(templates.env, "ingest.html", "status", d=data,
+    return _json(request, {"fragments": {"ingest-status": render_block(templates.env, "ingest.html", "status", d=data,
                                                               urls=templates.env.globals["urls"])}})

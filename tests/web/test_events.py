@@ -256,3 +256,18 @@ def test_ctrl_c_stops_rollscope_serve_with_a_stream_open(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_deleted_run_says_gone_and_ends_its_stream(tmp_path):
+    url = f"sqlite:///{tmp_path / 'live.db'}"
+    engine = fresh(url)
+    add(engine, tmp_path, "a", 0, 1)
+    admin, _ = auth.issue(engine, "admin")
+    with live_app(url) as (app, base):
+        s = Listener(f"{base}/runs/live/events")
+        time.sleep(0.2)
+        assert httpx.delete(f"{base}/api/v1/runs/live", headers={"Authorization": f"Bearer {admin}"}).is_success
+        assert s.wait(1)[0]["event"] == "gone"
+        s.thread.join(5)
+        assert not s.thread.is_alive()  # the server ended the stream
+    engine.dispose()
