@@ -46,15 +46,18 @@ class RunState:
 def run_state(engine, run_id: str) -> RunState | None:
     """The fingerprint of `run_id` (None when there is no such run): one read of its step rollups
     with only the `ingested` section of their stats (app.queries.steps.step_stats)."""
+    from app.views.runs import run_banner, run_version
+
     with Session(engine) as session:
         if q_runs.get_run(session=session, run_id=run_id) is None:
             return None
         stats = step_stats(session=session, run_id=run_id, include_unstepped=True, sections=("ingested",))
+        # the ingest banner is part of the version: a worker that dies is an event (the banner shows)
+        version = run_version(stats, run_banner(session, run_id, stats))
     steps = {s.step: (s.rollouts, s.mean_reward, s.mean_reward_no_errors, s.scored, s.excluded,
                       s.get("ingested", "last")) for s in stats}
     last = max((v[-1] or "" for v in steps.values()), default="")
-    return RunState(steps=steps, version=f"{sum(v[0] for v in steps.values())}-{last}",
-                    receiving=bool(last) and _age(last) < LIVE_SECONDS)
+    return RunState(steps=steps, version=version, receiving=bool(last) and _age(last) < LIVE_SECONDS)
 
 
 def _age(iso_time: str) -> float:

@@ -216,11 +216,10 @@ def run_page(session: Session, run_id: str, *, json: bool = False, steps_range=N
     live = _last_ingest_age(stats) < LIVE_SECONDS and q_runs.received_live_within(
         session=session, run_id=run_id, seconds=LIVE_SECONDS)
     newest = max((s.step for s in steps if s.step is not None), default=None)
-    banner = ingestion_banner(session.connection(), run_id) \
-        if _last_ingest_age(stats) < BANNER_WINDOW.total_seconds() else None
+    banner = run_banner(session, run_id, stats)
     return RunPage(
         live=live, in_progress_step=newest if live else None,
-        version=_version(stats) + _banner_version(banner),
+        version=run_version(stats, banner),
         run=RunHeader(id=run.id, name=run.name, type=run.type, tokenizer=run.tokenizer_sha256,
                       url=urls.run(run.id, json=json), rollouts_url=urls.rollouts(run.id, json=json)),
         endings=ENDINGS,
@@ -250,14 +249,37 @@ def run_page(session: Session, run_id: str, *, json: bool = False, steps_range=N
     )
 
 
+def run_banner(session: Session, run_id: str, stats) -> IngestionBanner | None:
+    """The run page's ingest banner (app.views.ingest_status.ingestion_banner), looked for only
+    when the run stored a rollout within BANNER_WINDOW (`stats`: its step rollups, the `ingested`
+    section at least)."""
+    if _last_ingest_age(stats) >= BANNER_WINDOW.total_seconds():
+        return None
+    return ingestion_banner(session.connection(), run_id)
+
+
+def run_version(stats, banner: IngestionBanner | None) -> str:
+    """The run page's `version` (its JSON twin's, and the live events' `id`): changes when a
+    rollout is stored or replaced, and when the ingest banner comes, goes or moves on."""
+    return _version(stats) + _banner_version(banner)
+
+
 def _banner_version(banner: IngestionBanner | None) -> str:
-    """The banner's part of the page's version: a polling page is sent the page again (not 204)
-    when ingestion stops, resumes, or its "N min ago" moves on."""
+    """The banner's part of the page's version: it changes when ingestion stops, resumes, or its
+    "N min ago" moves on by a minute (a live page is sent an event then, not every second)."""
     if banner is None:
         return ""
     import hashlib
+    from datetime import UTC, datetime
 
-    return "-s" + hashlib.sha1("|".join(s.message for s in banner.stopped).encode()).hexdigest()[:8]
+    now = datetime.now(UTC)
+
+    def minutes(since: str) -> int:  # the banner moves on by the minute, not by the second
+        at = datetime.fromisoformat(since)
+        return int((now - (at if at.tzinfo else at.replace(tzinfo=UTC))).total_seconds() // 60)
+
+    said = "|".join(f"{s.spool}:{s.worker_state}:{s.since}:{minutes(s.since)}" for s in banner.stopped)
+    return "-s" + hashlib.sha1(said.encode()).hexdigest()[:8]
 
 
 def _last_ingest_age(stats) -> float:

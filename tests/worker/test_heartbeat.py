@@ -24,6 +24,7 @@ from app.alerts.watcher import watch_once
 from app.config import Settings
 from app.db import models
 from app.db.engine import make_engine
+from app.live import RunProbe
 from app.main import create_app
 from app.worker.run import wait_for
 from ingest.formats.native import write_line
@@ -115,6 +116,8 @@ def test_a_killed_worker_goes_stale_and_every_view_says_so(db_url, tmp_path):
             assert (w["pid"], w["spools"], w["interval_seconds"]) == (proc.pid, [str(spool)], 0.2)
             assert w["worker_id"].startswith(f"{w['host']}:{proc.pid}:s") and w["version"]
             before = httpx.get(f"{base}/runs/live.json").json()["version"]
+            probe = RunProbe(engine, "live")  # what a live run page's watcher polls
+            assert probe() is None  # the first poll only records
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)
             late = _appended(100_000)
@@ -136,6 +139,11 @@ def test_a_killed_worker_goes_stale_and_every_view_says_so(db_url, tmp_path):
                 stopped["message"].endswith(f"ago: no live worker for spool {spool}")
             assert (stopped["worker"], stopped["worker_state"], stopped["lag_bytes"], stopped["files"]) == \
                 (w["worker_id"], "stale", len(late), [str(f)])
+            # an open page hears of it: the banner is part of the version its events carry
+            event = probe()
+            assert event is not None and event["version"] != before
+            assert event["version"] == httpx.get(f"{base}/runs/live.json").json()["version"]
+            assert probe() is None  # and nothing more while the banner says the same
             run_page = httpx.get(f"{base}/runs/live").text
             assert "ingestion stopped" in run_page and f"no live worker for spool {spool}" in run_page
             # a page left open polls with the version it has: no rollout arrived, but it is sent the banner
