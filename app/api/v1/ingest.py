@@ -58,6 +58,7 @@ router = APIRouter(tags=["ingest"], responses=_PUSHBACK)
 
 RETRY_AFTER_BUSY = 1
 RETRY_AFTER_DOWN = 5
+BATCH_BYTES = 4 << 20  # a batch is written once its records span this many bytes of the body
 RACE_TRIES = 4  # a batch that lost a Postgres deadlock is written again, this many times in all
 
 
@@ -134,39 +135,22 @@ def _ingest(engine, data: bytes, run: str | None, fmt: str | None, step: int | N
             raise HTTPException(415, "the body is not NDJSON: one JSON object per line")
         raise ApiError(422, explain(source) if data.strip() else "empty body", field="body")
     ctx = ReadContext(run_id=run, step=step, format=fmt)
-    items = list(read_records(reader, source, ctx, []))
-    results: list[dict] = []
-    pending: list[tuple[int, object]] = []  # (index in results, prepared or error)
-    for item in items:
-        if isinstance(item, RecordError):
-            pending.append((len(results), item))
-            results.append({"line": item.line, "status": "rejected", "field": item.field, "error": item.message})
-            continue
-        p = prepare_or_error(item)
-        pending.append((len(results), p))
-        if isinstance(p, RecordError):
-            results.append({"line": item.source.get("line"), "id": item.id, "status": "rejected",
-                            "field": p.field, "error": p.message})
-        else:
-            results.append({"line": item.source.get("line"), "id": item.id, "run": item.run.id,
-                            "attempt": item.attempt, "status": None})
     # its rejections are quarantined as sent over HTTP by this token, with the run given
     quarantined_as = with_source(None, http_source(token_name), run=run)
+    results: list[dict] = []  # one small dict per record; the records themselves are dropped batch by batch
     total = StoreResult()
-    for start in range(0, len(pending), BATCH):
-        part = pending[start:start + BATCH]
-        prepared = [p for _, p in part if not isinstance(p, RecordError)]
-        errors = [p for _, p in part if isinstance(p, RecordError)]
-        # the write lock taken at BEGIN, waited for at most the write timeout (then 503); a batch
-        # that lost a deadlock to a concurrent write (Postgres) is written again
-        for attempt in range(RACE_TRIES):
-            try:
-                with engine.begin() as conn:
-                    total.add(write_in(conn, prepared, errors, quarantine_context=quarantined_as))
-                break
-            except sa.exc.DBAPIError as exc:
-                if not lost_a_race(exc) or attempt == RACE_TRIES - 1:
-                    raise
+    # Read lazily, prepared and written a batch at a time: at most BATCH records, or the records of
+    # about BATCH_BYTES of the body, are held as Python objects at once (~10x their bytes).
+    batch: list[object] = []
+    batch_from = 0
+    for item in read_records(reader, source, ctx, []):
+        batch.append(_prepared(item, results))
+        if len(batch) >= BATCH or source.position - batch_from >= BATCH_BYTES:
+            _write_batch(engine, batch, total, quarantined_as)
+            batch, batch_from = [], source.position
+    if batch:
+        _write_batch(engine, batch, total, quarantined_as)
+    del batch
     counts = {"accepted": 0, "unchanged": 0, "rejected": 0}
     for r in results:
         if r["status"] is None:
@@ -180,3 +164,35 @@ def _ingest(engine, data: bytes, run: str | None, fmt: str | None, step: int | N
                 del r["attempt"]
         counts[r["status"]] += 1
     return {**counts, "results": results}
+
+
+def _prepared(item, results: list[dict]):
+    """The record prepared for writing (or its RecordError), its result appended to `results`
+    (status None until the batch is written)."""
+    if isinstance(item, RecordError):
+        results.append({"line": item.line, "status": "rejected", "field": item.field, "error": item.message})
+        return item
+    p = prepare_or_error(item)
+    if isinstance(p, RecordError):
+        results.append({"line": item.source.get("line"), "id": item.id, "status": "rejected",
+                        "field": p.field, "error": p.message})
+    else:
+        results.append({"line": item.source.get("line"), "id": item.id, "run": item.run.id,
+                        "attempt": item.attempt, "status": None})
+    return p
+
+
+def _write_batch(engine, part: list, total: StoreResult, quarantined_as) -> None:
+    """One batch in one transaction: the write lock taken at BEGIN, waited for at most the write
+    timeout (then 503); a batch that lost a deadlock to a concurrent write (Postgres) is written
+    again, RACE_TRIES times in all."""
+    prepared = [p for p in part if not isinstance(p, RecordError)]
+    errors = [p for p in part if isinstance(p, RecordError)]
+    for attempt in range(RACE_TRIES):
+        try:
+            with engine.begin() as conn:
+                total.add(write_in(conn, prepared, errors, quarantine_context=quarantined_as))
+            return
+        except sa.exc.DBAPIError as exc:
+            if not lost_a_race(exc) or attempt == RACE_TRIES - 1:
+                raise
