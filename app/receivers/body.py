@@ -45,6 +45,7 @@ IDENTITY = ("", "identity")
 STEP = 1 << 20  # bytes of inflated output looked at, then dropped, per step while counting
 WBITS = 47  # zlib's automatic header detection: a gzip or a zlib header
 RETRY_BUSY = 1  # Retry-After seconds when the body budget is spent
+TIMEOUT = 30.0  # seconds without a byte of the body before it is given up (408), when no app settings say
 
 
 class BodyError(Exception):
@@ -196,7 +197,8 @@ async def read_body(request: Request, *, limit: int, budget: BodyBudget,
     `api.body_timeout_seconds`). Raises BodyError (400, 408, 413, 415, 503: see the module's
     docstring)."""
     if timeout is None:
-        timeout = request.app.state.settings.api.body_timeout_seconds
+        app = request.scope.get("app")
+        timeout = app.state.settings.api.body_timeout_seconds if app is not None else TIMEOUT
     encoding = _encoding(request.headers.get("content-encoding", ""))
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
