@@ -160,7 +160,7 @@ def _ingest(engine, data: bytes, run: str | None, fmt: str | None, step: int | N
     # about BATCH_BYTES of the body, are held as Python objects at once (~10x their bytes).
     batch: list[object] = []
     batch_from = 0
-    for item in read_records(reader, source, ctx, []):
+    for item in read_records(reader, source, ctx, _Dropped()):  # each rejection is in `results` already
         batch.append(_prepared(item, results))
         if len(batch) >= BATCH or source.position - batch_from >= BATCH_BYTES:
             _write_batch(engine, batch, total, quarantined_as)
@@ -181,6 +181,14 @@ def _ingest(engine, data: bytes, run: str | None, fmt: str | None, step: int | N
                 del r["attempt"]
         counts[r["status"]] += 1
     return {**counts, "results": results}
+
+
+class _Dropped(list):
+    """A list that keeps nothing: read_records appends every rejection to the list it is given,
+    which would keep them all (with their raw text) for the whole body."""
+
+    def append(self, item) -> None:
+        pass
 
 
 def _prepared(item, results: list[dict]):
