@@ -117,6 +117,9 @@ class ApiSettings(BaseModel):
                                    "that would go past it gets 503 with Retry-After. At least `max_body_bytes`; "
                                    "twice that lets a gzip body of the largest size through beside its compressed "
                                    "bytes")
+    body_timeout_seconds: float = Field(30.0, gt=0, le=3600, description="seconds those two endpoints wait for the "
+                                        "next bytes of a request body (between chunks); past it: 408 Request Timeout "
+                                        "with `Connection: close`, so a stalled sender holds nothing longer")
 
     @model_validator(mode="after")
     def _budget_fits_a_body(self) -> "ApiSettings":

@@ -64,7 +64,7 @@ __all__ = [
 Kind = Literal["sentencepiece", "tokenizer.json"]
 
 _SPACE_MARK = "\u2581"  # SentencePiece / Metaspace word-boundary mark "▁"
-_BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>\Z")
 _BLOB_VERSION = 1
 
 

@@ -2,6 +2,7 @@
 `GET /api/v1/runs/{run}/export`)."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -31,17 +32,24 @@ def export(
     spans (`invoke_agent` → `chat` and `execute_tool`, RL fields as `rollscope.*` attributes)
     ready for an OTLP/HTTP endpoint, or NeMo Gym rollout JSONL (docs/formats.md, "Export").
     Samples and Parquet need token arrays: a run with none exits 1 and writes nothing. An unknown
-    run exits 1 naming it and writes no file (the API answers 404)."""
+    run exits 1 naming it and writes no file (the API answers 404). A filter value the API refuses
+    (422: an unknown ending or finding kind, a reward that is NaN or infinite) exits 2 naming the
+    option and the value, and writes no file: the same checks (app.params)."""
     from app.queries.rollout_list import RolloutFilters
     from app.store.load import iter_rollouts
+    from ingest import checks
     from ingest.export import Counted, NoSamples, write
     from ingest.formats.registry import WRITERS
 
     if format not in WRITERS:
         raise typer.BadParameter(f"{format!r}: formats are {', '.join(WRITERS)}", param_hint="--format")
+    for name, value in (("reward-min", reward_min), ("reward-max", reward_max)):
+        if value is not None and not math.isfinite(value):
+            raise typer.BadParameter(f"{value!r}: a reward bound is a finite number", param_hint=f"--{name}")
     filters = RolloutFilters(step=step, ending=ending, group=group, task=task, reward_min=reward_min,
-                             reward_max=reward_max, flag=flag)
+                             reward_max=reward_max, flag=checks.legacy_kind(flag) if flag is not None else None)
     engine = open_engine()
+    _check_filters(engine, run, filters)
     if not _run_exists(engine, run):
         console.print(Text.assemble(("error: ", "red"), f"no run {run!r} in this database; nothing written"),
                       soft_wrap=True)
@@ -62,6 +70,23 @@ def export(
                                   if n < rollouts.n else "")))
     else:
         out_console.print(Text(f"wrote {n} rollouts to {out}"))
+
+
+def _check_filters(engine, run_id: str, filters) -> None:
+    """typer.BadParameter (exit 2) naming the option and its value for a filter the API answers
+    422 for (app.params.check_rollout_filters: an unknown ending or finding kind)."""
+    from sqlmodel import Session
+
+    from app.errors import ApiError
+    from app.params import check_rollout_filters
+
+    with Session(engine) as session:
+        try:
+            check_rollout_filters(session, run_id, filters)
+        except ApiError as exc:
+            field = exc.field or "filter"
+            raise typer.BadParameter(f"{getattr(filters, field, None)!r}: {exc.detail}",
+                                     param_hint=f"--{field.replace('_', '-')}") from None
 
 
 def _run_exists(engine, run_id: str) -> bool:

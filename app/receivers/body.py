@@ -16,6 +16,10 @@ Memory stays bounded however the body is built:
   compressed bytes so far and one step. Only a body known to fit is then inflated for keeps, at
   its exact size (`zlib.decompress(..., bufsize=size)`), so a 1 GB bomb of zeros costs about its
   1 MB, not the limit (tests/api/test_body_memory.py measures the server's peak RSS).
+- A body that stalls is given up: when no bytes arrive for `timeout` seconds
+  (`api.body_timeout_seconds`, 30 s; between chunks, so a slow but steady upload goes on) it is
+  answered 408 Request Timeout (RFC 9110 section 15.5.9) with `Connection: close`, and what it
+  held is given back.
 - Every byte held (compressed as received, and inflated) is taken from the process's
   `BodyBudget` (`api.body_memory_bytes`) until the endpoint is done with the body; a request
   that would go past it is answered 503 with `Retry-After` (it may succeed once others finish),
@@ -41,16 +45,25 @@ IDENTITY = ("", "identity")
 STEP = 1 << 20  # bytes of inflated output looked at, then dropped, per step while counting
 WBITS = 47  # zlib's automatic header detection: a gzip or a zlib header
 RETRY_BUSY = 1  # Retry-After seconds when the body budget is spent
+TIMEOUT = 30.0  # seconds without a byte of the body before it is given up (408), when no app settings say
 
 
 class BodyError(Exception):
-    """A body that cannot be read: `status` (400 not valid gzip or cut short, 413 too large, 415
-    an encoding other than gzip, 503 the process's body budget is spent, with `retry_after`
-    seconds) and a message for the client."""
+    """A body that cannot be read: `status` (400 not valid gzip or cut short, 408 no bytes for
+    the timeout, 413 too large, 415 an encoding other than gzip, 503 the process's body budget is
+    spent, with `retry_after` seconds) and a message for the client."""
 
     def __init__(self, status: int, message: str, retry_after: int | None = None):
         super().__init__(message)
         self.status, self.message, self.retry_after = status, message, retry_after
+
+    def headers(self) -> dict[str, str]:
+        """The response's headers: `Retry-After` on a 503, `Connection: close` on a 408 (the rest
+        of a stalled body is never read, so the connection cannot carry another request)."""
+        headers = {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
+        if self.status == 408:
+            headers["Connection"] = "close"
+        return headers
 
 
 def too_large(limit: int) -> BodyError:
@@ -162,11 +175,30 @@ def _encoding(value: str) -> str:
     return encoding
 
 
+async def _arriving(request: Request, timeout: float) -> AsyncIterator[bytes]:
+    """The body's chunks as they arrive; BodyError 408 when none comes for `timeout` seconds."""
+    stream = request.stream().__aiter__()
+    while True:
+        try:
+            chunk = await asyncio.wait_for(stream.__anext__(), timeout)
+        except StopAsyncIteration:
+            return
+        except asyncio.TimeoutError:
+            raise BodyError(408, f"no bytes of the body for {timeout:g} s: send it again") from None
+        yield chunk
+
+
 @asynccontextmanager
-async def read_body(request: Request, *, limit: int, budget: BodyBudget) -> AsyncIterator[bytes]:
-    """`async with read_body(request, limit=..., budget=...) as body:` the request's body,
-    inflated if it is gzip, at most `limit` bytes, its memory held from `budget` until the block
-    ends. Raises BodyError (400, 413, 415, 503: see the module's docstring)."""
+async def read_body(request: Request, *, limit: int, budget: BodyBudget,
+                    timeout: float | None = None) -> AsyncIterator[bytes]:
+    """`async with read_body(request, limit=..., budget=..., timeout=...) as body:` the request's
+    body, inflated if it is gzip, at most `limit` bytes, its memory held from `budget` until the
+    block ends; `timeout` seconds at most without a byte arriving (default
+    `api.body_timeout_seconds`). Raises BodyError (400, 408, 413, 415, 503: see the module's
+    docstring)."""
+    if timeout is None:
+        app = request.scope.get("app")
+        timeout = app.state.settings.api.body_timeout_seconds if app is not None else TIMEOUT
     encoding = _encoding(request.headers.get("content-encoding", ""))
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
@@ -177,7 +209,7 @@ async def read_body(request: Request, *, limit: int, budget: BodyBudget) -> Asyn
     sniffed = counter is not None  # without the header, gzip is told by its first two bytes
     try:
         try:
-            async for chunk in request.stream():
+            async for chunk in _arriving(request, timeout):
                 if not chunk:
                     continue
                 received += len(chunk)

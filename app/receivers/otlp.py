@@ -95,7 +95,8 @@ async def receive_traces(request: Request, _: WriteToken) -> Response:
     200: `ExportTraceServiceResponse` (`partial_success.rejected_spans` counts spans of traces that
     could not become rollouts). Failures, each a `google.rpc.Status`: 400 not OTLP (a `BadRequest`
     names the field) or gzip that does not inflate; 413 body above `api.max_body_bytes` (64 MiB
-    after inflating); 415 not protobuf or JSON (answered in JSON), or an encoding other than gzip;
+    after inflating); 408 (`Connection: close`) no bytes of the body for `api.body_timeout_seconds`
+    (30 s); 415 not protobuf or JSON (answered in JSON), or an encoding other than gzip;
     429 (`Retry-After: 1`) too many spans waiting; 503 (`Retry-After`) the database is unavailable
     (5 s) or the process holds `api.body_memory_bytes` of bodies (1 s); 401/403 without a write
     token.
@@ -110,7 +111,8 @@ async def receive_traces(request: Request, _: WriteToken) -> Response:
             decode = decode_protobuf if media == PROTOBUF else decode_json
             spans: list[SpanRecord] = await run_in_threadpool(decode, body)
     except BodyError as exc:
-        return failure(media, exc.status, exc.message, retry_after=exc.retry_after)
+        headers = {k: v for k, v in exc.headers().items() if k != "Retry-After"}
+        return failure(media, exc.status, exc.message, retry_after=exc.retry_after, headers=headers)
     except OtlpError as exc:
         return failure(media, 400, str(exc), field=exc.field)
     rec = intake(request.app)

@@ -27,11 +27,12 @@ from starlette.requests import Request
 PROTOBUF, JSON = "application/x-protobuf", "application/json"
 
 # HTTP status → google.rpc.Code, by the mapping google/rpc/code.proto documents for each code
-# (413 as gRPC answers a message over its size limit: RESOURCE_EXHAUSTED).
+# (413 as gRPC answers a message over its size limit: RESOURCE_EXHAUSTED; 408, a body that stopped
+# arriving, as a deadline passed: DEADLINE_EXCEEDED).
 CODES = {400: code_pb2.INVALID_ARGUMENT, 401: code_pb2.UNAUTHENTICATED, 403: code_pb2.PERMISSION_DENIED,
-         404: code_pb2.NOT_FOUND, 405: code_pb2.UNIMPLEMENTED, 413: code_pb2.RESOURCE_EXHAUSTED,
-         415: code_pb2.INVALID_ARGUMENT, 429: code_pb2.RESOURCE_EXHAUSTED, 500: code_pb2.INTERNAL,
-         503: code_pb2.UNAVAILABLE}
+         404: code_pb2.NOT_FOUND, 405: code_pb2.UNIMPLEMENTED, 408: code_pb2.DEADLINE_EXCEEDED,
+         413: code_pb2.RESOURCE_EXHAUSTED, 415: code_pb2.INVALID_ARGUMENT, 429: code_pb2.RESOURCE_EXHAUSTED,
+         500: code_pb2.INTERNAL, 503: code_pb2.UNAVAILABLE}
 
 
 def media_type(request: Request) -> str | None:

@@ -27,7 +27,7 @@ from app.worker.spool_files import INGEST, S
 
 LEASE = timedelta(seconds=60)  # a claim lapses after this (a worker that died lets go)
 WORKER_LOCK_CLASS = 0x726F6C6C  # pg_advisory_lock(class, key): "roll", the class of workers' session locks
-_SESSION_KEY = re.compile(r":s(\d{1,10})$")
+_SESSION_KEY = re.compile(r":s(\d{1,10})\Z")
 
 
 def new_worker_id() -> str:

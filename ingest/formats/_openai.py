@@ -48,7 +48,7 @@ FINISH_REASONS: dict[str, str] = {
 
 _MESSAGE_KEYS = frozenset({"role", "content", "tool_calls", "function_call", "tool_call_id", "name",
                            "reasoning_content", "timestamp", "finish_reason"})
-_HEX_ESCAPES = re.compile(r"^(?:bytes:)?((?:\\x[0-9a-fA-F]{2})+)$")
+_HEX_ESCAPES = re.compile(r"(?:bytes:)?((?:\\x[0-9a-fA-F]{2})+)\Z")
 
 
 # --- roles, content, finish reasons ---------------------------------------------------------

@@ -53,7 +53,7 @@ from ingest.source import Source
 
 EXPECTS = "SWE-agent .traj {trajectory: [steps], history: [messages], info: {exit_status, model_stats}}"
 NAME = "swe-agent"
-_AUTO = re.compile(r"^submitted \((exit_[a-z_]+)\)$")
+_AUTO = re.compile(r"submitted \((exit_[a-z_]+)\)\Z")
 DEMONSTRATION_KEYS = {"history", "environment", "replay_config"}
 
 

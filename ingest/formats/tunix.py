@@ -252,7 +252,7 @@ def _read_csv(source: Source, where: _Where) -> Iterator[Rollout | RecordError]:
 
 
 _NP_SCALAR = re.compile(r"\bnp\.(?:float|int|uint|bool_)\w*\(([^()]*)\)")
-_NP_ARRAY = re.compile(r"^\s*array\((.*?)(?:,\s*dtype=[\w.]+)?\)\s*$", re.S)
+_NP_ARRAY = re.compile(r"\s*array\((.*?)(?:,\s*dtype=[\w.]+)?\)\s*\Z", re.S)
 
 
 def _parse_csv_row(row: dict[str, str | None]) -> dict[str, Any]:

@@ -66,7 +66,7 @@ from ingest.source import Source
 NAME = "verifiers"
 EXPECTS = "JSONL of verifiers Episodes (`traces: [{nodes, calls, rewards, ...}]`), e.g. prime-rl's traces.jsonl"
 
-STEP_DIR = re.compile(r"^step_(\d+)$")
+STEP_DIR = re.compile(r"step_(\d+)\Z")
 _NODE_KEYS = frozenset({"parent", "message", "sampled", "timestamp", "token_ids", "mask", "is_content", "logprobs",
                         "advantages", "reference_logprobs", "loss_weights"})
 _TRACE_KEYS = frozenset({"id", "task", "agent", "tools", "nodes", "calls", "rewards", "metrics", "stop_condition",

@@ -43,7 +43,7 @@ NAME = "verl"
 EXPECTS = ("verl JSONL: rollout_data_dir lines `{input, output, score, step}`, or token lines "
            "`{prompt_ids, response_ids, response_mask}` (AgentLoopOutput, training samples)")
 
-_UID = re.compile(r"^(.+)_(\d+)_(\d+)$")
+_UID = re.compile(r"(.+)_(\d+)_(\d+)\Z")
 _TEXT_KEYS = frozenset({"input", "output", "gts", "score", "step", "uid", "request_id"})
 _TOKEN_KEYS = frozenset({"prompt_ids", "response_ids", "response_mask", "response_logprobs", "reward_score",
                          "reward", "advantages", "step", "group_id", "sample_index", "ending", "rollout_id",

@@ -59,6 +59,30 @@ def test_per_line_results_and_tokens(client, engine):
     assert client.post("/api/v1/ingest", content=b"not json\n", headers=auth_w).status_code == 415
 
 
+def test_a_body_of_several_batches_is_written_as_it_is_read_with_the_same_answers(client, engine):
+    """A body of more than two batches (app.store.write.BATCH records each) with a bad line in the
+    second: one result per line in order, the bad line quarantined once, the same body again all
+    `unchanged` (its source is the body's hash, whatever the batches)."""
+    from app.store.write import BATCH
+
+    write, _ = auth.issue(engine, "write")
+    auth_w = {"Authorization": f"Bearer {write}"}
+    n = 2 * BATCH + 50
+    lines = [write_line(rollout(f"m{i}")) for i in range(n)]
+    lines.insert(BATCH + 7, b'{"schema": "rollscope/1", "id": "bad", "run": {"id": "r1"}, "nodes": 3}\n')
+    body = b"".join(lines)
+    out = client.post("/api/v1/ingest", content=body, headers=auth_w).json()
+    assert (out["accepted"], out["unchanged"], out["rejected"]) == (n, 0, 1)
+    assert [r["line"] for r in out["results"]] == list(range(1, n + 2))
+    assert out["results"][BATCH + 7]["status"] == "rejected"
+    again = client.post("/api/v1/ingest", content=body, headers=auth_w).json()
+    assert (again["accepted"], again["unchanged"], again["rejected"]) == (0, n, 1)
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(R)).scalar_one() == n
+        q = conn.execute(sa.select(models.Quarantine.__table__)).mappings().all()
+        assert len(q) == 1 and q[0]["line"] == BATCH + 8
+
+
 @contextmanager
 def served(db_url: str, **api):
     app = create_app(Settings(database_url=db_url, api=api or {}))

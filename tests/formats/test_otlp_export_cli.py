@@ -55,3 +55,23 @@ def test_export_of_an_unknown_run_exits_1_naming_it_and_writes_nothing(tmp_path)
     assert not out.exists()  # the API answers 404; the CLI leaves no empty file
     r = rs("export", "--run", "tau", "--out", str(out), db=db)
     assert r.returncode == 0 and len(out.read_text().splitlines()) == 3
+
+
+
+def test_export_refuses_a_filter_value_the_api_refuses(tmp_path):
+    """Where GET /api/v1/runs/{run}/export answers 422 (app.params.check_rollout_filters), the CLI
+    exits 2 naming the option and the value, and writes no file (it wrote an empty one); good
+    values still export."""
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    assert rs("ingest", str(REAL / "tau-bench"), "--run", "tau", db=db).returncode == 0
+    out = tmp_path / "x.jsonl"
+    for args, option, value in ((["--ending", "bogus"], "--ending", "bogus"), (["--flag", "bogus"], "--flag", "bogus"),
+                                (["--reward-min", "nan"], "--reward-min", "nan"),
+                                (["--format", "samples", "--ending", "nothing"], "--ending", "nothing")):
+        r = rs("export", "--run", "tau", "--out", str(out), *args, db=db)
+        said = r.stdout + r.stderr
+        assert r.returncode == 2 and option in said and value in said, said
+        assert not out.exists()
+    r = rs("export", "--run", "tau", "--out", str(out), "--reward-min", "-1e9", "--ending", "submitted", db=db)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert out.exists()

@@ -25,7 +25,7 @@ from app.views.common import LabelView, NoteView, iso, note_view
 router = APIRouter(tags=["labels and notes"])
 RunId = Annotated[str, Path(description="run id (`/` encoded as `%2F`)")]
 RolloutId = Annotated[str, Path(description="rollout id (`/` encoded as `%2F`)")]
-LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,99}$")
+LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,99}$")  # the schema's pattern (ECMA); checked with fullmatch
 # The label as the document declares it (checked by `_label` on the decoded segment: `/` is sent as %2F)
 Label = Annotated[str, Path(description="1-100 characters: letters, digits and `_ . : / -`, starting with a "
                                         "letter or digit (`/` encoded as `%2F`)",
@@ -73,7 +73,7 @@ def _step(session, run_id: str, step: int) -> None:
 
 def _label(label: str) -> str:
     label = unquote(label)
-    if not LABEL.match(label):
+    if not LABEL.fullmatch(label):  # not match: `$` would take a final "\n"
         raise ApiError(422, "a label is 1-100 characters: letters, digits and _ . : / -, starting with a letter "
                        "or digit", field="label")
     return label

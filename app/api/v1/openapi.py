@@ -45,12 +45,15 @@ _WWW_AUTHENTICATE = {"WWW-Authenticate": {"description": "`Bearer`", "required":
                                           "schema": {"type": "string"}}}
 DESCRIPTIONS = {
     400: "a NUL character in the URL", 401: "no token, or an unknown or revoked one",
-    403: "the token lacks the scope", 404: "no such resource", 413: "the body is larger than the limit",
+    403: "the token lacks the scope", 404: "no such resource",
+    408: "the body stopped arriving (`api.body_timeout_seconds`): the connection is closed",
+    413: "the body is larger than the limit",
     415: "the body or its encoding is not one this operation takes", 422: "a parameter is invalid or unknown",
     429: "too many requests in flight: retry after `Retry-After` seconds",
     503: "the database is unavailable or busy: retry after `Retry-After` seconds",
 }
-HEADERS = {401: _WWW_AUTHENTICATE, 429: _RETRY_AFTER, 503: _RETRY_AFTER}
+_CONNECTION_CLOSE = {"Connection": {"description": "`close`", "required": True, "schema": {"type": "string"}}}
+HEADERS = {401: _WWW_AUTHENTICATE, 408: _CONNECTION_CLOSE, 429: _RETRY_AFTER, 503: _RETRY_AFTER}
 INGEST_BODY = {
     # an empty body is zero records when `format=` names the reader (and a 422 when there is nothing to detect)
     "required": False,
