@@ -202,13 +202,14 @@ class Spool:
                     and row.claimed_until >= now:
                 out.append(Left(row.name, f"held by worker {row.claimed_by} until "
                                           f"{row.claimed_until:%Y-%m-%d %H:%M:%S} UTC"))
-            elif is_gzip(row.head):
+            elif is_gzip(row.head) and not self.reader.wide_gzip(row, Path(row.path)):
                 out.append(Left(row.name, "its gzip stream has not ended: read on when more of it arrives, or its "
                                           f"last line reported as torn once the file has not grown for "
                                           f"{self.torn_after:g} s", max(self.torn_after - grew, 0.0)))
             elif st.st_size <= row.offset:
                 continue
-            elif row.offset == 0 and not row.format and not named_jsonl(row) or read_whole_before(row):
+            elif row.offset == 0 and not row.format and (not named_jsonl(row) or is_gzip(row.head)) \
+                    or read_whole_before(row):  # a gzip file here holds UTF-16/32 text: read whole
                 age = min(wall - st.st_mtime, grew)
                 out.append(Left(row.name, f"still changing: a JSON document or CSV is read once it has not "
                                           f"changed for {self.settle:g} s", max(self.settle - age, 0.0)))
