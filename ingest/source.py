@@ -536,8 +536,6 @@ def text_encoding(head: bytes) -> str | None:
     return None
 
 
-_wide_text = text_encoding
-
 
 def _open_wide(path: Path, name: str, encoding: str, size: int, member: str | None, data: bytes | None,
                gz: bool) -> Source:
