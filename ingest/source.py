@@ -14,8 +14,9 @@
   non-finite values reach the reader as float('nan') / float('inf'), and lone surrogates (which
   UTF-8 cannot carry) become U+FFFD. Nesting deeper than the parser allows is a RecordError.
 - A UTF-8 byte-order mark is ignored. A UTF-16 file (LE or BE) with its byte-order mark is
-  decoded to UTF-8 (in memory, up to `MAX_WIDE_BYTES`) and read like any other; UTF-32, and
-  UTF-16 without a mark, are refused naming the encoding (never called binary).
+  decoded to UTF-8 (in memory, up to `MAX_WIDE_BYTES`) and read like any other; UTF-32 (with a
+  mark or without: told by its NUL pattern), and UTF-16 without a mark, are refused naming the
+  encoding (never called binary). `text_encoding` decides; the worker asks it too.
 - A top-level JSON array cut short (`[{...}, {...}, {"a": `: a writer stopped mid-array) keeps
   its complete elements; the torn tail is one RecordError naming the element, its line and byte
   and what is missing (`Source.torn`, yielded after the records by ingest/files.py).
@@ -486,7 +487,7 @@ def _open_bytes(path: Path, data: bytes, member: str) -> Source:
 def _open_head(path: Path, head: bytes, size: int, member: str | None, data: bytes | None,
                gz: bool = False) -> Source:
     name = str(path) if member is None else f"{path}!{member}"
-    wide = _wide_text(head)
+    wide = text_encoding(head)
     if wide is not None:
         return _open_wide(path, name, wide, size, member, data, gz)
     if head.startswith(BOM):
@@ -510,20 +511,30 @@ def _open_head(path: Path, head: bytes, size: int, member: str | None, data: byt
                                      "or a zip archive")
 
 
-def _wide_text(head: bytes) -> str | None:
+def text_encoding(head: bytes) -> str | None:
     """The encoding of text that is not UTF-8, told by its byte-order mark (`UTF-16LE`,
-    `UTF-16BE`, `UTF-32LE`, `UTF-32BE`) or, without one, by the NUL byte of every ASCII
-    character (`UTF-16LE without a byte-order mark`); None for anything else (UTF-8, binary)."""
+    `UTF-16BE`, `UTF-32LE`, `UTF-32BE`) or, without one, by the NUL bytes of its ASCII characters
+    (`UTF-16LE without a byte-order mark`, `UTF-32BE without a byte-order mark`, ...: one NUL per
+    character in UTF-16, three in UTF-32); None for anything else (UTF-8, binary). `head`: the
+    first bytes of the text (of a gzip file, decompressed). The one detection both the CLI
+    (`open_source`) and the worker (app/worker/stretches.py `StretchReader.mode`) use."""
     for bom, enc in WIDE_BOMS:
         if head.startswith(bom):
             return enc
     sample = head[:4096]
     if len(sample) < 8 or b"\x00" not in sample:
         return None
+    n = len(sample) - len(sample) % 4
+    lanes = [sample[k:n:4] for k in range(4)]
+    for enc, text in (("UTF-32LE", 0), ("UTF-32BE", 3)):  # ASCII JSON as UTF-32: three NULs in every four bytes
+        nuls = [lane for k, lane in enumerate(lanes) if k != text]
+        if all(lane.count(0) >= 0.9 * len(lane) for lane in nuls) and lanes[text].count(0) == 0:
+            return f"{enc} without a byte-order mark"
     for enc, text, nul in (("UTF-16LE", sample[0::2], sample[1::2]), ("UTF-16BE", sample[1::2], sample[0::2])):
         if nul.count(0) >= 0.9 * len(nul) and text.count(0) == 0:  # ASCII JSON as UTF-16: every other byte NUL
             return f"{enc} without a byte-order mark"
     return None
+
 
 
 def _open_wide(path: Path, name: str, encoding: str, size: int, member: str | None, data: bytes | None,

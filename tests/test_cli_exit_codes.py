@@ -2,6 +2,7 @@
 refuses a spool folder that does not exist (exit 2, one line naming it) unless `--create`."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -66,6 +67,27 @@ def test_a_missing_spool_folder_is_exit_2_naming_it_unless_create(tmp_path):
     res = _worker("--spool", str(typo), "--create", db=db)
     assert res.returncode == 0, res.stderr
     assert typo.is_dir() and f"worker: created the spool folder {typo}" in res.stderr
+
+
+def test_an_empty_spool_value_is_exit_2_not_the_working_folder(tmp_path):
+    """`--spool ""` (an unset `$SPOOL` in a script) or one of blanks is one line and exit 2,
+    before the database is opened: never the working folder read as the spool; so is an empty
+    ROLLSCOPE_WORKER__SPOOL_DIR when no --spool is given."""
+    db = f"sqlite:///{tmp_path / 'w.db'}"
+    for value in ("", "  "):
+        res = subprocess.run([sys.executable, "-m", "app.cli", "--db", db, "worker", "--once", "--spool", value],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert res.returncode == 2, res.stderr
+        assert res.stderr.strip().splitlines() == [
+            f"error: an empty --spool value ({value!r}): give a folder (an unset variable in a script?)"]
+    res = subprocess.run([sys.executable, "-m", "app.cli", "--db", db, "worker", "--once"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), "ROLLSCOPE_WORKER__SPOOL_DIR": ""})
+    assert res.returncode == 2 and "ROLLSCOPE_WORKER__SPOOL_DIR is set but empty" in res.stderr, res.stderr
+    assert not (tmp_path / "w.db").exists()  # refused before the database was opened
+    worker = " ".join(CliRunner().invoke(app, ["worker", "--help"], terminal_width=400).output.split())
+    assert "an empty --spool value" in worker
 
 
 def test_serve_on_a_taken_port_is_exit_1_not_the_databases_3(tmp_path):

@@ -62,3 +62,48 @@ def test_every_documented_page_url_is_a_route():
             if shape not in page_routes and not (doc.name == "api.md" and shape in api_routes):
                 wrong.append(f"{doc.name}: {url}")
     assert not wrong, f"documented URLs that are no route: {wrong}"
+
+
+def _documented_invocations() -> list[tuple[str, str]]:
+    """(file, command line) for every `rollscope ...` in backticks and every line of a fenced
+    block that runs rollscope, in README.md and docs/*.md."""
+    out = []
+    for f in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = f.read_text()
+        name = str(f.relative_to(ROOT))
+        out += [(name, m) for m in re.findall(r"`(rollscope [^`\n]+)`", text)]
+        for block in re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.M | re.S):
+            for line in block.splitlines():
+                line = re.sub(r"^\s*(\$\s*)?(\S+=\S+\s+)*", "", line)
+                if line.startswith("rollscope "):
+                    out.append((name, line.split(" #")[0].split("&&")[0].split("|")[0].strip()))
+    return out
+
+
+def test_documented_command_lines_match_each_commands_options():
+    """Every option a documented `rollscope` command line names exists on that command, and one
+    shown as optional (`[--out F]`) is not required by its `--help` (typer's own parameters)."""
+    import typer
+
+    from app.cli import app
+
+    root = typer.main.get_command(app)
+    found, bad = 0, []
+    for name, text in _documented_invocations():
+        cmd, words = root, text.split()[1:]
+        for w in words:
+            if w not in getattr(cmd, "commands", {}):
+                break
+            cmd = cmd.commands[w]
+        if cmd is root:
+            continue
+        found += 1
+        opts = {o: p for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
+        optional = set(re.findall(r"--[\w-]+", " ".join(re.findall(r"\[[^\]]*\]", text))))
+        for o in re.findall(r"(?<![\w-])--[a-z][\w-]*", text):
+            if o != "--help" and o not in opts:
+                bad.append(f"{name}: `{text}`: {o} is not an option of `{cmd.name}`")
+            elif o in optional and opts[o].required:
+                bad.append(f"{name}: `{text}`: {o} is required, shown as optional")
+    assert found > 20, found
+    assert not bad, "\n".join(bad)

@@ -27,8 +27,9 @@ CODES: dict[str, list[str]] = {
     "quarantine": ["0 listed or cleared", _USAGE_DB, _DB],
     "worker": ["0 stopped by SIGTERM or Ctrl-C, or (--once) everything was read",
                "1 (--once) a file was left unread, each named on stderr with why",
-               _USAGE_DB + ", a --spool folder that does not exist (without --create), another worker "
-                           "holding the SQLite database, or a database that became unusable while it ran",
+               _USAGE_DB + ", an empty --spool value, a --spool folder that does not exist (without --create), "
+                           "another worker holding the SQLite database, or a database that became unusable "
+                           "while it ran",
                _DB + " when it starts (once running, it waits for the database as long as it takes)"],
     "link": ["0 the URL was printed (no database is touched)", _USAGE],
     "token create": ["0 created; the token is the last line of stdout", _USAGE_DB + ", or an unknown scope", _DB],

@@ -11,7 +11,7 @@ from app.cli.common import console, open_engine
 
 
 def worker(
-    spool: Annotated[list[Path], typer.Option("--spool", help="A folder collectors write trace files into "
+    spool: Annotated[list[str], typer.Option("--spool", help="A folder collectors write trace files into "
                                               "(repeatable; default ROLLSCOPE_WORKER__SPOOL_DIR). "
                                               "It must exist, unless --create is given.")] = [],  # noqa: B006
     create: Annotated[bool, typer.Option("--create", help="Create a --spool folder that does not exist (without "
@@ -39,12 +39,22 @@ def worker(
     truncated and deleted files are followed. SIGTERM stops cleanly. On Postgres several workers
     may share the folders; on SQLite one worker writes. With --once it exits 1 when it left a file
     unread (each named on stderr with why). A spool folder that does not exist is one line naming
-    it and exit 2, before the database is opened, unless --create is given.
+    it and exit 2, before the database is opened, unless --create is given; so is an empty
+    --spool value (an unset variable: it would mean the working folder). The worker never reads
+    its own database, its -wal/-shm/-journal files or its lock, even inside a spool folder, and
+    refuses any SQLite database once by name.
     """
+    import os
+
     from app.config import get_settings
     from app.worker.run import WorkerLocked, run, sqlite_lock, stop_on_signals
 
-    dirs = spool or [get_settings().worker.spool_dir]
+    for given in spool:  # as typed: Path("") would be "." and read the working folder (an unset $SPOOL)
+        if not given.strip():
+            _fail(f"an empty --spool value ({given!r}): give a folder (an unset variable in a script?)")
+    if not spool and not os.environ.get("ROLLSCOPE_WORKER__SPOOL_DIR", ".").strip():
+        _fail("ROLLSCOPE_WORKER__SPOOL_DIR is set but empty: give a folder (an unset variable in a script?)")
+    dirs = [Path(d) for d in spool] or [get_settings().worker.spool_dir]
     for d in dirs:
         _spool_folder(d, create=create)
     engine = open_engine()

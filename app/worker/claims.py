@@ -47,9 +47,13 @@ class Claims:
 
     engine: Engine
     say: Callable[[int, str], None]
+    # whether a file's path is in this worker's spool folders: it claims only those (workers on
+    # other folders share the table, app/worker/spool_files.py `within`)
+    mine: Callable[[str], bool] = lambda _path: True
     worker_id: str = field(default_factory=new_worker_id)
     _session: sa.Connection | None = None  # Postgres: the connection holding this worker's advisory lock
     _held: dict[int, str] = field(default_factory=dict)  # pk → name of the files this worker claims now
+    foreign: set[int] = field(default_factory=set)  # files (pk) found in other folders: not `mine`
 
     def held(self) -> list[str]:
         """The names of the files this worker holds a claim on now (its heartbeat lists them)."""
@@ -134,23 +138,30 @@ class Claims:
             gone = self._gone_holders(conn, now)
             free = sa.or_(S.c.claimed_by.is_(None), S.c.claimed_until < now, S.c.claimed_by == self.worker_id,
                           *([S.c.claimed_by.in_(sorted(gone))] if gone else []))
-            wanted = sa.and_(S.c.spool == INGEST, S.c.status == "active", free)
-            if tried:
-                wanted = sa.and_(wanted, S.c.pk.notin_(tried))
-            for row in conn.execute(sa.select(S).where(wanted).order_by(S.c.updated_at, S.c.pk).limit(50)
-                                    .with_for_update(skip_locked=True)):
-                if nothing_new(row, now):
-                    continue  # nothing new since the last look
-                if row.claimed_by not in (None, self.worker_id):
-                    why = ("its database session is gone (the worker died)" if row.claimed_by in gone
-                           else "its lease lapsed")
-                    self.say(row.pk, f"{row.name}: taking over from worker {row.claimed_by}: {why}; its lease ran "
-                                     f"to {row.claimed_until:%Y-%m-%d %H:%M:%S} UTC")
-                conn.execute(S.update().where(S.c.pk == row.pk)
-                             .values(claimed_by=self.worker_id, claimed_until=now + LEASE))
-                self._held[row.pk] = row.name
-                return row
-        return None
+            while True:
+                wanted = sa.and_(S.c.spool == INGEST, S.c.status == "active", free)
+                if tried or self.foreign:
+                    wanted = sa.and_(wanted, S.c.pk.notin_(sorted(tried | self.foreign)))
+                more = False  # rows of other folders were left out: look past them
+                for row in conn.execute(sa.select(S).where(wanted).order_by(S.c.updated_at, S.c.pk).limit(50)
+                                        .with_for_update(skip_locked=True)):
+                    if not self.mine(row.path):
+                        self.foreign.add(row.pk)  # another worker's folder (until the next look at the folders)
+                        more = True
+                        continue
+                    if nothing_new(row, now):
+                        continue  # nothing new since the last look
+                    if row.claimed_by not in (None, self.worker_id):
+                        why = ("its database session is gone (the worker died)" if row.claimed_by in gone
+                               else "its lease lapsed")
+                        self.say(row.pk, f"{row.name}: taking over from worker {row.claimed_by}: {why}; its lease "
+                                         f"ran to {row.claimed_until:%Y-%m-%d %H:%M:%S} UTC")
+                    conn.execute(S.update().where(S.c.pk == row.pk)
+                                 .values(claimed_by=self.worker_id, claimed_until=now + LEASE))
+                    self._held[row.pk] = row.name
+                    return row
+                if not more:
+                    return None
 
     def release(self, pk: int) -> None:
         """Let go of this worker's claim on a file."""

@@ -13,7 +13,8 @@ write lock at most one interval (a busy database skips a beat, never the worker'
 lock is held for the one statement). The worker's chunk transactions never touch this row.
 Errors are logged once and the beat carries on; they never reach the worker's loop.
 
-A worker starting marks *gone* the workers that follow one of its folders, have not stopped and
+A worker starting marks *gone* the workers that follow one of its folders (resolved paths, each
+against its worker's working folder: `spool_files.roots_of`), have not stopped and
 are known dead: of its own host, whose process no longer exists (`os.kill(pid, 0)`); on
 Postgres, of any host, stale and without their session lock (app/worker/claims.py). A worker
 restarted after a SIGKILL replaces the dead one, which would otherwise stay stale (and alerted
@@ -34,6 +35,7 @@ from sqlalchemy.engine import Engine
 from app.db import models
 from app.db.engine import writes
 from app.worker.claims import WORKER_LOCK_CLASS, session_key
+from app.worker.spool_files import roots_of
 
 H = models.WorkerHeartbeat.__table__
 STALE_BEATS = 3  # a worker whose last beat is older than this many intervals is stale
@@ -121,17 +123,18 @@ class Heartbeat:
         lock (app/worker/claims.py)."""
         host = socket.gethostname()
         now = models.utcnow()
+        mine = set(roots_of([Path(d) for d in self.dirs]))
         sessions = None
         if conn.dialect.name == "postgresql":
             sessions = {int(k) for k in conn.execute(sa.text(
                 "SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND classid = :c AND objsubid = 2 "
                 "AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"),
                 {"c": WORKER_LOCK_CLASS}).scalars()}
-        for w in conn.execute(sa.select(H.c.pk, H.c.host, H.c.pid, H.c.worker_id, H.c.spools, H.c.beat_at,
+        for w in conn.execute(sa.select(H.c.pk, H.c.host, H.c.pid, H.c.worker_id, H.c.spools, H.c.beat_at, H.c.cwd,
                                         H.c.interval_seconds).where(H.c.stopped_at.is_(None),
                                                                     H.c.worker_id != self.worker_id())).all():
-            if not set(w.spools or []) & set(self.dirs):
-                continue
+            if not set(roots_of([Path(d) for d in w.spools or []], w.cwd)) & mine:
+                continue  # none of our folders (compared resolved: `./A` and `/tmp/A` are one, `/tmp/AB` another)
             beat = w.beat_at if w.beat_at.tzinfo else w.beat_at.replace(tzinfo=now.tzinfo)
             stale = (now - beat).total_seconds() > STALE_BEATS * w.interval_seconds
             key = session_key(w.worker_id)

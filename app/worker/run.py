@@ -88,7 +88,7 @@ def run(engine: Engine, dirs: list[Path], *, stop: threading.Event | None = None
     would make it so (a JSON document still being written settles); anything still unread after
     that is named on the log, one line per file with why, and listed in `Ran.left`."""
     stop = stop or threading.Event()
-    spool = Spool(engine, dirs, log=log, **spool_options)
+    spool = Spool(engine, dirs, log=log, own=[heartbeat] if heartbeat else [], **spool_options)
     beat = Heartbeat(engine, dirs, interval=beat_every, worker_id=lambda: spool.worker_id,
                      files=spool.claims.held, log=log) if beat_every else None
     try:

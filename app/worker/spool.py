@@ -62,7 +62,20 @@ from app.store.quarantine import IngestContext, clear_unseen, clear_whole_file, 
 from app.store.write import StoreResult, store, write_in
 from app.worker.claims import LEASE, Claims
 from app.worker.parse import Parsed, Parsers, parse_lines
-from app.worker.spool_files import INGEST, TAIL_BYTES, S, since_growth, still_for, sync_files, tail_after
+from app.worker.spool_files import (
+    INGEST,
+    SQLITE_REFUSED,
+    TAIL_BYTES,
+    S,
+    is_sqlite,
+    own_files,
+    roots_of,
+    since_growth,
+    still_for,
+    sync_files,
+    tail_after,
+    within,
+)
 from app.worker.stretches import Chunk, StretchReader, named_jsonl, read_whole_before
 from ingest.errors import RecordError
 from ingest.files import read_records
@@ -113,6 +126,7 @@ class Spool:
     settle: float = 2.0  # seconds a non-JSONL file must stay unchanged before it is read
     log: Callable[[str], None] = lambda _msg: None
     parsers: int = 0  # processes parsing the next stretches of a file while one is written (app/worker/parse.py)
+    own: list[Path] = field(default_factory=list)  # files of the worker's own, never read (`own_files`: + the db)
     _idle: dict[int, tuple[int, int]] = field(default_factory=dict)  # pk → (size, offset) when nothing was readable
     # pk → stretches read ahead of the file's offset, in order, each with its parse under way (a
     # future) or None (not sent: parsed here when its turn comes)
@@ -122,10 +136,14 @@ class Spool:
     _said: dict[int, str] = field(default_factory=dict)  # pk → the last wait or takeover said of it
     _notes: dict[int, tuple[str, bool]] = field(default_factory=dict)  # pk → (said, is an error), to store
     claims: Claims = field(init=False)
+    roots: list[Path] = field(init=False)  # `dirs` resolved (spool_files `roots_of`)
     reader: StretchReader = field(init=False)
 
     def __post_init__(self) -> None:
-        self.claims = Claims(self.engine, self._say)  # waits and takeovers: notices
+        self.own = own_files(self.engine, *self.own)
+        self.roots = roots_of(self.dirs)
+        # waits and takeovers: notices; only files in our folders are claimed
+        self.claims = Claims(self.engine, self._say, mine=lambda path: within(path, self.roots))
         # what the reader says is that a file cannot be read: an error
         self.reader = StretchReader(self._say_error, self.batch_lines, self.batch_bytes, self.torn_after, self.settle)
         self._pool = Parsers(self.parsers)
@@ -193,6 +211,8 @@ class Spool:
                                 .order_by(S.c.name)).all()
         out: list[Left] = []
         for row in rows:
+            if not within(row.path, self.roots):
+                continue  # another worker's spool folder
             try:
                 st = Path(row.path).stat()
             except OSError:
@@ -202,13 +222,14 @@ class Spool:
                     and row.claimed_until >= now:
                 out.append(Left(row.name, f"held by worker {row.claimed_by} until "
                                           f"{row.claimed_until:%Y-%m-%d %H:%M:%S} UTC"))
-            elif is_gzip(row.head):
+            elif is_gzip(row.head) and not self.reader.wide_gzip(row, Path(row.path)):
                 out.append(Left(row.name, "its gzip stream has not ended: read on when more of it arrives, or its "
                                           f"last line reported as torn once the file has not grown for "
                                           f"{self.torn_after:g} s", max(self.torn_after - grew, 0.0)))
             elif st.st_size <= row.offset:
                 continue
-            elif row.offset == 0 and not row.format and not named_jsonl(row) or read_whole_before(row):
+            elif row.offset == 0 and not row.format and (not named_jsonl(row) or is_gzip(row.head)) \
+                    or read_whole_before(row):  # a gzip file here holds UTF-16/32 text: read whole
                 age = min(wall - st.st_mtime, grew)
                 out.append(Left(row.name, f"still changing: a JSON document or CSV is read once it has not "
                                           f"changed for {self.settle:g} s", max(self.settle - age, 0.0)))
@@ -224,7 +245,8 @@ class Spool:
     def sync_files(self) -> None:
         """Record new files, follow renames, notice truncation, rewrites and deletions
         (app/worker/spool_files.py); a file read again from the start loses its gzip state."""
-        for pk in sync_files(self.engine, self.dirs, log=self.log):
+        self.claims.foreign.clear()  # a file renamed into our folders is ours now
+        for pk in sync_files(self.engine, self.dirs, log=self.log, own=self.own):
             self.reader.forget(pk)
 
     # --- claiming and reading -----------------------------------------------------------------
@@ -288,6 +310,8 @@ class Spool:
         """Read and commit one chunk of a claimed file; 0 when nothing could be read.
         `read_ahead`: whether the next stretches may be read and parsed while this one is written."""
         path = Path(row.path)
+        if is_sqlite(row.head):  # refused once: while it changes it stays refused (spool_files `_changes`)
+            return self._refuse(row, SQLITE_REFUSED)
         mode = self.reader.mode(row, path)
         if mode is None:
             self._idle[row.pk] = (row.size, row.offset)

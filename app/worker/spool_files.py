@@ -18,12 +18,72 @@ from sqlalchemy.engine import Engine
 from app.db import models
 from app.db.engine import insert_for
 from ingest.gzstream import is_gzip
+from ingest.source import SQLITE_MAGIC
 
 S = models.SpoolFile.__table__
 INGEST = "ingest"  # spool_file.spool of the worker's files
 HEAD_BYTES = 256  # first bytes kept per file: a rewrite changes them
 TAIL_BYTES = 64  # bytes kept before a plain file's offset: another file that begins alike differs there
 SKIPPED_SUFFIXES = (".tmp", ".part", ".partial", ".swp")
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")  # beside a SQLite database, while it is written
+LOCK_SUFFIX = ".worker.lock"  # beside a SQLite database: the worker's lock (app/worker/run.py `sqlite_lock`)
+SQLITE_REFUSED = ("a SQLite database file: not tailed (it changes in place, and the worker's own database may be "
+                  "one); ingest a finished one with `rollscope ingest`")
+
+
+def roots_of(dirs: list[Path], cwd: str | None = None) -> list[Path]:
+    """The spool folders `dirs`, resolved (links followed, relative ones against `cwd`, by default
+    the working folder): what `within` compares paths with."""
+    return [Path(os.path.realpath(Path(cwd or os.getcwd()) / d)) for d in dirs]
+
+
+def within(path: str, roots: list[Path]) -> bool:
+    """Whether the file at `path` (it may be gone) is in one of the resolved spool folders `roots`,
+    compared by path components (`/tmp/AB/x` is not in `/tmp/A`)."""
+    real = Path(os.path.realpath(path))
+    return any(real.is_relative_to(r) for r in roots)
+
+
+def own_files(engine: Engine, *extra: Path | None) -> list[Path]:
+    """The files a worker on `engine` writes itself and never reads as traces: a SQLite database,
+    its `-wal`, `-shm` and `-journal` files and its worker lock (by the database's path as given
+    and resolved), and `extra` (the `--heartbeat` file)."""
+    out = [p for p in extra if p is not None]
+    db = engine.url.database or "" if engine.dialect.name == "sqlite" else ""
+    if db not in ("", ":memory:"):
+        for base in {Path(db), Path(db).resolve()}:
+            out += [base, base.with_name(base.name + LOCK_SUFFIX),
+                    *(base.with_name(base.name + side) for side in SQLITE_SIDE_FILES)]
+    return out
+
+
+def _identities(paths: list[Path]) -> set[tuple[int, int]]:
+    """(device, inode) of those of `paths` that exist now (a -wal file comes and goes)."""
+    out = set()
+    for p in paths:
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        out.add((st.st_dev, st.st_ino))
+    return out
+
+
+def _beside_sqlite(path: Path) -> bool:
+    """A SQLite database's side file (`x.db-wal`, `-shm`, `-journal`) or a worker's lock file, of
+    any database: never a trace file."""
+    name = path.name
+    if name.endswith(LOCK_SUFFIX):
+        return True
+    for side in SQLITE_SIDE_FILES:
+        if name.endswith(side) and len(name) > len(side):
+            return _bytes_at(path.with_name(name[:-len(side)]), 0, len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    return False
+
+
+def is_sqlite(head: bytes) -> bool:
+    """Whether a file's first bytes are a SQLite database's header (`SQLite format 3\\0`)."""
+    return head.startswith(SQLITE_MAGIC)
 
 
 @dataclass
@@ -37,10 +97,13 @@ class Seen:
     mtime: float
 
 
-def scan(dirs: list[Path]) -> dict[tuple[int, int], Seen]:
+def scan(dirs: list[Path], own: list[Path] = ()) -> dict[tuple[int, int], Seen]:
     """Regular files under `dirs` (recursively), by (device, inode). Hidden files and folders
-    and temporary names (`.tmp`, `.part`, ...) are left alone: writers finish them first."""
+    and temporary names (`.tmp`, `.part`, ...) are left alone: writers finish them first; so are
+    the files of `own` (`own_files`: the worker's database and lock, even inside a spool folder)
+    and any SQLite database's side files (`_beside_sqlite`)."""
     out: dict[tuple[int, int], Seen] = {}
+    mine = _identities(list(own))
     for root in dirs:
         for folder, subdirs, files in os.walk(root):
             subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
@@ -52,6 +115,8 @@ def scan(dirs: list[Path]) -> dict[tuple[int, int], Seen]:
                     st = path.stat()
                 except OSError:
                     continue  # vanished between listing and stat
+                if (st.st_dev, st.st_ino) in mine or _beside_sqlite(path):
+                    continue
                 if stat.S_ISREG(st.st_mode):
                     out.setdefault((st.st_dev, st.st_ino), Seen(path, st.st_dev, st.st_ino, st.st_size, st.st_mtime))
     return out
@@ -112,10 +177,13 @@ def since_growth(row, now) -> float:
     return max((now - grew).total_seconds(), 0.0)
 
 
-def sync_files(engine: Engine, dirs: list[Path], *, log: Callable[[str], None]) -> set[int]:
+def sync_files(engine: Engine, dirs: list[Path], *, log: Callable[[str], None], own: list[Path] = ()) -> set[int]:
     """Record new files, follow renames, notice truncation, rewrites and deletions. Returns the
-    files (pk) to be read again from the start."""
-    seen = scan(dirs)
+    files (pk) to be read again from the start. Only files in `dirs` (resolved: `within`) are
+    marked gone when they are not found: another worker's spool folder is not this one's to
+    judge. `own`: files never read (`own_files`)."""
+    seen = scan(dirs, own)
+    roots = roots_of(dirs)
     now = models.utcnow()
     reset: set[int] = set()
     with engine.begin() as conn:
@@ -139,7 +207,7 @@ def sync_files(engine: Engine, dirs: list[Path], *, log: Callable[[str], None]) 
         if new:
             conn.execute(insert_for(conn, S).on_conflict_do_nothing(index_elements=["device", "inode"]), new)
         for key, row in rows.items():
-            if key not in seen and row.status != "gone":
+            if key not in seen and row.status != "gone" and within(row.path, roots):
                 unread = max(row.size - row.offset, 0) if row.status == "active" else 0
                 msg = f"deleted with {unread} bytes unread" if unread else None
                 conn.execute(S.update().where(S.c.pk == row.pk)
@@ -150,11 +218,14 @@ def sync_files(engine: Engine, dirs: list[Path], *, log: Callable[[str], None]) 
 
 
 def _changes(row, s: Seen, now, taken: set[str], log: Callable[[str], None]) -> dict:
-    """What to update for a known file seen again (`taken`: the names in use, `unique_name`)."""
+    """What to update for a known file seen again (`taken`: the names in use, `unique_name`). A
+    SQLite database refused once stays refused while it changes (its header changes with it)."""
     changes: dict = {}
     if str(s.path) != row.path:
         changes["path"] = str(s.path)  # renamed (rotated): same file, same offset, same name
     head = _head(s.path) if (s.size != row.size or len(row.head) < HEAD_BYTES) else row.head
+    if is_sqlite(row.head) and is_sqlite(head):
+        return changes | ({"size": s.size} if s.size != row.size else {})
     same_start = head[:len(row.head)] == row.head[:len(head)]
     gz = is_gzip(row.head)
     moved = s.size != row.size or str(s.path) != row.path

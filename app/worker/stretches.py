@@ -15,14 +15,15 @@ from pathlib import Path
 
 from app.db import models
 from app.worker.spool_files import still_for
+from ingest import gzstream
 from ingest.gzstream import GzState, inflate, is_gzip, new_state
 from ingest.jsonio import loads
-from ingest.source import later_line_is_object
+from ingest.source import later_line_is_object, text_encoding
 
 MAX_LINE_BYTES = 1 << 30  # a line longer than this is refused, not buffered
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
 PROBE_BYTES = 1 << 16  # read after a broken first line, for a complete later line that is a JSONL record
-WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")  # UTF-16 LE/BE (UTF-32 LE begins as 16 LE), UTF-32 BE
+ENCODING_HEAD = 4096  # decompressed bytes of a gzip file looked at for its text's encoding (`text_encoding`)
 
 
 def named_jsonl(row) -> bool:
@@ -64,6 +65,7 @@ class StretchReader:
     torn_after: float = 30.0  # seconds without growth before a last line without newline is torn
     settle: float = 2.0  # seconds a non-JSONL file must stay unchanged before it is read
     gz: dict[int, GzState] = field(default_factory=dict)
+    _wide: dict[tuple[int, bytes], bool] = field(default_factory=dict)  # (pk, head) → its gzip holds UTF-16/32
 
     def torn_due(self, row, now) -> bool:
         """Whether a last line without its newline now counts as torn."""
@@ -72,9 +74,25 @@ class StretchReader:
     def forget(self, pk: int) -> None:
         """Drop a file's gzip state (it is read again from the start)."""
         self.gz.pop(pk, None)
+        self._wide = {k: v for k, v in self._wide.items() if k[0] != pk}
+
+    def wide_gzip(self, row, path: Path) -> bool:
+        """Whether a gzip file holds text that is not UTF-8 (UTF-16, UTF-32: `text_encoding`, as
+        the CLI tells it), asked once per file and first bytes: it is read whole, decoded or
+        refused naming the encoding, never tailed line by line as UTF-8."""
+        key = (row.pk, bytes(row.head))
+        if key not in self._wide:
+            try:
+                with path.open("rb") as f:
+                    head = gzstream.head(f, ENCODING_HEAD)
+            except (OSError, EOFError, zlib.error):
+                return False  # the stream reader says what is wrong with it
+            self._wide[key] = text_encoding(head) is not None
+        return self._wide[key]
 
     def mode(self, row, path: Path) -> str | None:
-        """"lines" (JSONL, gzip: tailed), "whole" (a JSON document, CSV, UTF-16 text: read once
+        """"lines" (JSONL, gzip: tailed), "whole" (a JSON document, CSV, UTF-16/32 text, also
+        gzipped: read once
         settled; again, whole, when it changes after), or None (too early to tell: the first line
         is not complete yet).
 
@@ -84,12 +102,12 @@ class StretchReader:
         short is handed over as torn. It is never taken for a JSON document because its writer
         was slower than `settle`."""
         if is_gzip(row.head):
-            return "lines"
+            return "whole" if self.wide_gzip(row, path) else "lines"
         if read_whole_before(row):
             return "whole"
         if row.offset > 0 or row.format:
             return "lines"
-        if row.head.startswith(WIDE_BOMS):
+        if text_encoding(row.head) is not None:
             return "whole"  # UTF-16/32: decoded, or refused naming the encoding, by ingest/source.py
         try:
             with path.open("rb") as f:

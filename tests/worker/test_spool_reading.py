@@ -5,6 +5,7 @@ when the rest arrives; UTF-16 (with its byte-order mark) and UTF-8 with a BOM ar
 refused naming its encoding. Real SQLite files and Postgres, the real CLI."""
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -220,3 +221,53 @@ def test_utf16_and_utf8_bom_files_are_read_by_the_worker(engine, tmp_path):
     for tag in ("le", "be", "u8"):
         row = _file_row(engine, files[tag])
         assert (row.records, row.rejected, row.last_error) == (3, 0, None), tag
+
+
+def _wide_files(folder: Path) -> dict[str, Path]:
+    """The same three records as gzipped UTF-16LE with its byte-order mark (decoded whole), as
+    gzipped UTF-32LE with its mark, and as UTF-32 LE and BE without one (refused by name)."""
+    text = "".join(json.dumps(rollout(f"TAG{i}", run="wide").to_json_dict() | {"note": "ünï ☃"},
+                              ensure_ascii=False) + "\n" for i in range(3))
+    folder.mkdir(exist_ok=True)
+    out = {"gz16": folder / "gz16.jsonl.gz", "gz32": folder / "gz32.jsonl.gz",
+           "u32le": folder / "u32le.jsonl", "u32be": folder / "u32be.jsonl"}
+    out["gz16"].write_bytes(gzip.compress(b"\xff\xfe" + text.replace("TAG", "gz16").encode("utf-16-le")))
+    out["gz32"].write_bytes(gzip.compress(b"\xff\xfe\x00\x00" + text.encode("utf-32-le")))
+    out["u32le"].write_bytes(text.encode("utf-32-le"))
+    out["u32be"].write_bytes(text.encode("utf-32-be"))
+    return out
+
+
+WIDE_REFUSED = {"gz32": "UTF-32LE text: not read", "u32le": "UTF-32LE text without a byte-order mark: not read",
+                "u32be": "UTF-32BE text without a byte-order mark: not read"}
+
+
+def test_gzipped_utf16_is_decoded_and_utf32_named_with_or_without_a_mark_by_the_cli(db_url, engine, tmp_path):
+    """`rollscope ingest`: a gzipped UTF-16LE file with its mark is read; gzipped UTF-32 and UTF-32
+    without a byte-order mark (told by its NUL pattern) are refused naming the encoding, never
+    called binary."""
+    files = _wide_files(tmp_path / "in")
+    res = _cli("ingest", str(files["gz16"]), db=db_url)
+    assert res.returncode == 0, res.stderr
+    assert ids(engine) == ["gz160", "gz161", "gz162"] and _entries(engine) == []
+    for tag, said in WIDE_REFUSED.items():
+        res = _cli("ingest", str(files[tag]), db=db_url)
+        assert res.returncode == 1 and said in res.stderr and "binary" not in res.stderr, (tag, res.stderr)
+    assert sorted(e.source_file for e in _entries(engine)) == sorted(str(files[t]) for t in WIDE_REFUSED)
+
+
+def test_gzipped_utf16_is_decoded_and_utf32_named_with_or_without_a_mark_by_the_worker(engine, tmp_path):
+    """The worker tells the encoding of a gzip file's decompressed text as the CLI does
+    (ingest/source.py `text_encoding`): gzipped UTF-16LE lands whole (not one `invalid JSON` per
+    line and a torn last one), and each UTF-32 file is one quarantine entry naming its encoding."""
+    spool = tmp_path / "spool"
+    files = _wide_files(spool)
+    with worker(engine, spool, settle=0.2, torn_after=3600):
+        assert wait_for(lambda: ids(engine) == ["gz160", "gz161", "gz162"] and count(engine, Q) == 3, 30)
+    row = _file_row(engine, files["gz16"])
+    assert (row.records, row.rejected, row.last_error) == (3, 0, None)
+    entries = {e.source_file: e.error for e in _entries(engine)}
+    assert sorted(entries) == sorted(str(files[t]) for t in WIDE_REFUSED)
+    for tag, said in WIDE_REFUSED.items():
+        assert said in entries[str(files[tag])] and "binary" not in entries[str(files[tag])], tag
+        assert _file_row(engine, files[tag]).status == "done", tag
