@@ -37,7 +37,7 @@ def test_a_run_without_rewards_has_no_mean_reward(db_url, engine, tmp_path):
         assert run["totals"]["mean_reward"] is None and run["totals"]["mean_reward_no_errors"] is None
         assert [s["mean_reward"] for s in run["steps"]] == [None]
         html = c.get("/runs/norew").text
-        table = html.split('<table class="grid">')[1]
+        table = html.split('<table class="grid" id="steps-table">')[1].split("</table>")[0]
         assert "no rewards recorded" in table and ">0.000<" not in table
         runs = {r["id"]: r for r in c.get("/runs.json").json()["runs"]}
         assert runs["norew"]["mean_reward"] is None
