@@ -180,13 +180,13 @@ def decide(p: Prepared, old: Stored | None, *, force: bool = False, order: Inges
 # --- the batch path ---------------------------------------------------------------------------
 
 def _ensure_runs(conn: sa.Connection, batch: list[Prepared], known: set[str]) -> None:
-    """Insert every run the batch names, in this batch's own transaction: a run this store call
-    has not yet seen in one upsert, and those it has (created by an earlier batch, but perhaps
-    deleted since: `DELETE /api/v1/runs/{id}` while a file is being ingested) in one
-    insert-or-ignore, which takes no lock on a run that is there; so a later batch never meets
-    a foreign-key failure for a run deleted between batches, and the ingest carries on into
-    the run made again. A run's type does not depend on the order its files are read: it is
-    `train` as soon as any of its rollouts says train (prime-rl's `step_N/train/` beside
+    """Insert every run the batch names, in this batch's own transaction, in one statement: an
+    upsert when the batch names a run this store call has not yet seen, else (runs an earlier
+    batch made, but perhaps deleted since: `DELETE /api/v1/runs/{id}` while a file is being
+    ingested) an insert-or-ignore, which takes no lock on a run that is there; so a later batch
+    never meets a foreign-key failure for a run deleted between batches, and the ingest carries
+    on into the run made again. A run's type does not depend on the order its files are read: it
+    is `train` as soon as any of its rollouts says train (prime-rl's `step_N/train/` beside
     `step_N/eval/`), `eval` only while all of them say eval; so a stored `eval` run becomes
     `train` when a train rollout of it comes."""
     runs: dict[str, dict] = {}
@@ -194,18 +194,17 @@ def _ensure_runs(conn: sa.Connection, batch: list[Prepared], known: set[str]) ->
         run = runs.setdefault(p.run["id"], dict(p.run))
         if p.run["type"] == "train":
             run["type"] = "train"
-    now = models.utcnow()
+    if not runs:
+        return
     t = models.Run.__table__
-    new = sorted(r for r in runs if r not in known)
-    again = sorted(r for r in runs if r in known)
-    if new:
-        ins = _insert(conn, t)
-        conn.execute(ins.on_conflict_do_update(index_elements=["id"], set_={"type": ins.excluded.type},
-                                               where=sa.and_(ins.excluded.type == "train", t.c.type != "train")),
-                     [dict(runs[r], tokenizer_sha256=None, created_at=now) for r in new])  # one lock order
-    if again:
-        conn.execute(_insert(conn, t).on_conflict_do_nothing(index_elements=["id"]),
-                     [dict(runs[r], tokenizer_sha256=None, created_at=now) for r in again])
+    ins = _insert(conn, t)
+    if any(r not in known for r in runs):
+        ins = ins.on_conflict_do_update(index_elements=["id"], set_={"type": ins.excluded.type},
+                                        where=sa.and_(ins.excluded.type == "train", t.c.type != "train"))
+    else:
+        ins = ins.on_conflict_do_nothing(index_elements=["id"])
+    now = models.utcnow()
+    conn.execute(ins, [dict(runs[r], tokenizer_sha256=None, created_at=now) for r in sorted(runs)])  # one lock order
 
 
 def _existing(conn: sa.Connection, batch: list[Prepared]) -> dict[Identity, Stored]:
