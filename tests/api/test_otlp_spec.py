@@ -11,6 +11,7 @@ import gzip
 import json
 import logging
 import shutil
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -269,10 +270,17 @@ def test_every_failure_is_a_status_in_the_request_encoding(tmp_db, media):
         assert (r.status_code, st.code) == (400, code_pb2.INVALID_ARGUMENT)
         [violation] = details(st)["BadRequest"].field_violations
         assert violation.field.endswith("traceId") and "zero" in violation.description
+        # a body that is not a request at all: the BadRequest names the whole request message
         r, st = post(b"\xff\x00garbage" if media == PROTOBUF else b"{not json")
         assert r.status_code == 400 and st.message
+        [violation] = details(st)["BadRequest"].field_violations
+        assert violation.field == "ExportTraceServiceRequest" and violation.description == st.message
+        assert media == PROTOBUF or "invalid JSON" in st.message
         r, st = post(b"\x1f\x8bnot gzip", **{"Content-Encoding": "gzip"})
         assert r.status_code == 400 and "gzip" in st.message
+        assert details(st)["BadRequest"].field_violations[0].field == "ExportTraceServiceRequest"
+        r, st = post(b"\x00\x01not deflate", **{"Content-Encoding": "deflate"})
+        assert r.status_code == 400 and "not valid deflate" in st.message and "gzip" not in st.message
 
         # too large: by its length, and by what it inflates to
         r, st = post(b"x" * (limit + 1))
@@ -294,6 +302,12 @@ def test_every_failure_is_a_status_in_the_request_encoding(tmp_db, media):
         assert details(st)["RetryInfo"].retry_delay.seconds == 1
         app.state.body_budget = BodyBudget(1 << 20)
         assert post(good)[0].status_code == 200  # and it is taken once there is room
+        # raw deflate (as many clients send `deflate`) and zlib-wrapped (RFC 9110) are both taken
+        assert post(zlib.compress(encode(sdk_spans(trace_id=7))), **{"Content-Encoding": "deflate"})[0].status_code \
+            == 200
+        z = zlib.compressobj(wbits=-15)
+        raw = z.compress(encode(sdk_spans(trace_id=8))) + z.flush()
+        assert post(raw, **{"Content-Encoding": "deflate"})[0].status_code == 200
 
         # a media type OTLP does not have: there is no encoding of its own to answer in, so JSON
         r = httpx.post(f"{base}/v1/traces", content=b"x", headers={"Content-Type": "text/plain",
