@@ -10,9 +10,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
+
 from ingest.endings import normalise
 from ingest.errors import RecordError
-from ingest.formats.base import ReadContext, Reader
+from ingest.formats.base import ReadContext, Reader, run_named
 from ingest.schema import Rollout
 from ingest.source import Source
 
@@ -32,16 +34,33 @@ def walk(paths: list[Path]) -> list[tuple[Path, bool]]:
     return out
 
 
+RAW_KEPT = 4096  # characters of a line `Source` keeps as `last_raw`
+
+
+def _run_in_raw(raw: str | None) -> str | None:
+    """The run a rejected record's raw text names (`run_named`), when that text is one whole JSON
+    object (a record longer than the 4 KB kept is not parsed: its reader names its run itself)."""
+    if not raw or not raw.lstrip().startswith("{") or len(raw) >= RAW_KEPT:
+        return None
+    try:
+        return run_named(orjson.loads(raw))
+    except ValueError:
+        return None
+
+
 def read_records(reader: Reader, source: Source, ctx: ReadContext,
                  errors: list[RecordError]) -> Iterator[Rollout | RecordError]:
     """The reader's records, final: each rollout with the context's step filled in and its ending
-    normalised (ingest/endings.py `normalise`), each rejection given its raw line; rejections (and
+    normalised (ingest/endings.py `normalise`), each rejection given its raw line and, when it names
+    one, its run (`RecordError.run`: `--run`, the reader's, else read from its raw text); rejections (and
     a rollout whose ending cannot be normalised) are also appended to `errors`. A JSON array cut
     short (`Source.torn`) ends with the rejection of its torn tail, whatever the reader."""
     for item in reader.read(source, ctx):
         if isinstance(item, RecordError):
             if item.raw is None and item.line is not None and item.line == source.last_line:
                 item.raw = source.last_raw
+            if item.run is None:
+                item.run = ctx.run_id or _run_in_raw(item.raw)
             errors.append(item)
         else:
             if ctx.step is not None and item.step is None:

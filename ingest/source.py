@@ -193,9 +193,14 @@ class Source:
         try:
             return loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
-            torn = cut_short(raw)
-            msg = ("torn line: the record ends mid-JSON (as when a writer stops mid-line): " if torn
-                   else "invalid JSON: ") + str(exc)
+            # torn only when the line has not ended: a line with its newline is complete, and what
+            # is wrong with it is the JSON (with the parser's position), even when it is cut short
+            # (a writer restarted after dying mid-line, whose client ended the line)
+            short = cut_short(raw)
+            if short and not raw.endswith(b"\n"):
+                msg = f"torn line: the record ends mid-JSON (as when a writer stops mid-line): {exc}"
+            else:
+                msg = f"invalid JSON: {exc}" + ("; the JSON value stops short of the line's end" if short else "")
             return RecordError(self.name, lineno, None, msg, self.last_raw)
 
     def records(self) -> Iterator[tuple[int | None, Any]]:

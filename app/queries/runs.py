@@ -93,6 +93,10 @@ def delete_run(*, session: Session, run_id: str) -> int:
     from app.db.models import Finding, Node, RolloutDetail
 
     run_table = Run.__table__
+    # Postgres: wait for a batch writing into the run to commit, and hold off the next until this
+    # commits (it makes the run again, app/store/write.py `_ensure_runs`); without the lock a batch
+    # committed between the rollouts' delete and the run's fails this with a foreign-key violation
+    session.execute(sa.select(run_table.c.id).where(run_table.c.id == run_id).with_for_update())
     for table in reversed(SQLModel.metadata.sorted_tables):
         if table is not R and "run_id" in table.c:
             session.execute(table.delete().where(table.c.run_id == run_id))

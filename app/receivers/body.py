@@ -1,9 +1,11 @@
 """The one reader of request bodies for the endpoints that take traces (`POST /api/v1/ingest`,
 `POST /v1/traces`): the bytes as sent, or inflated when they are gzip, in bounded memory.
 
-Gzip is recognised by `Content-Encoding: gzip` (or `x-gzip`; `deflate`, the zlib format of
-RFC 9110 section 8.4.1.2, is taken too), or by gzip's magic number at the start of the body (no
-NDJSON, JSON or protobuf body starts with it). Several gzip members one after another are one
+Gzip is recognised by `Content-Encoding: gzip` (or `x-gzip`), or by gzip's magic number at the
+start of the body (no NDJSON, JSON or protobuf body starts with it). `Content-Encoding: deflate`
+is taken as RFC 9110 section 8.4.1.2 words it (the zlib format) and as many clients send it (raw
+deflate, RFC 1951): its first two bytes tell which (`Counter`); a body that does not inflate is a
+400 naming the encoding declared. Several gzip members one after another are one
 body (RFC 1952 section 2.2).
 
 Memory stays bounded however the body is built:
@@ -44,6 +46,7 @@ COMPRESSED = ("gzip", "x-gzip", "deflate")
 IDENTITY = ("", "identity")
 STEP = 1 << 20  # bytes of inflated output looked at, then dropped, per step while counting
 WBITS = 47  # zlib's automatic header detection: a gzip or a zlib header
+RAW_DEFLATE = -15  # no header: raw deflate (RFC 1951), as many clients send `Content-Encoding: deflate`
 RETRY_BUSY = 1  # Retry-After seconds when the body budget is spent
 TIMEOUT = 30.0  # seconds without a byte of the body before it is given up (408), when no app settings say
 
@@ -97,15 +100,28 @@ def budget(app) -> BodyBudget:
     return app.state.body_budget
 
 
+def _zlib_header(head: bytes) -> bool:
+    """Whether two bytes open a zlib stream (RFC 1950 section 2.2: CM 8, CINFO at most 7, the
+    check bits making CMF*256+FLG a multiple of 31)."""
+    return len(head) >= 2 and head[0] & 0x0F == 8 and head[0] >> 4 <= 7 and (head[0] << 8 | head[1]) % 31 == 0
+
+
 class Counter:
     """Inflates a compressed stream fed in pieces, keeping none of the output: the inflated size
     of each gzip (or zlib) member, so that the body can be inflated for keeps only once it is
-    known to fit. Raises BodyError 413 the moment the total passes `limit`, 400 for bytes that
-    do not inflate."""
+    known to fit. `encoding`: the `Content-Encoding` declared (`gzip`, `deflate`), or None for a
+    body told gzip by its magic number; errors name it. For `deflate` the first two bytes decide:
+    RFC 9110 section 8.4.1.2 says the zlib format (RFC 1950), but many clients send raw deflate
+    (RFC 1951, zlib's `wbits=-15`), so a body that does not open with a zlib (or gzip) header
+    is read as raw deflate. Raises BodyError 413 the moment the total passes `limit`, 400 for
+    bytes that do not inflate."""
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, encoding: str | None = None):
         self.limit = limit
+        self.name = "deflate" if encoding == "deflate" else "gzip"
+        self.wbits: int | None = None if encoding == "deflate" else WBITS  # deflate: told by its first bytes
         self.sizes: list[tuple[int, int]] = []  # per finished member: (its compressed length, its inflated size)
+        self._head = b""  # a deflate body's first bytes, until there are two
         self._z = zlib.decompressobj(wbits=WBITS)
         self._in = self._out = 0  # the current member's compressed bytes fed, bytes inflated
         self._total = 0  # inflated bytes of the finished members
@@ -113,11 +129,18 @@ class Counter:
     def steps(self, data: bytes) -> Iterator[None]:
         """Inflate `data` (the next compressed bytes) a step of `STEP` output bytes at a time,
         yielding after each step (the reader lets other requests run there)."""
+        if self.wbits is None:
+            self._head += data
+            if len(self._head) < 2:
+                return
+            self.wbits = WBITS if is_gzip(self._head[:2]) or _zlib_header(self._head) else RAW_DEFLATE
+            self._z = zlib.decompressobj(wbits=self.wbits)
+            data, self._head = self._head, b""
         while data:
             try:
                 out = self._z.decompress(data, STEP)
             except zlib.error as exc:
-                raise BodyError(400, f"body is not valid gzip: {exc}") from None
+                raise BodyError(400, f"body is not valid {self.name}: {exc}") from None
             self._out += len(out)
             if self._total + self._out > self.limit:
                 raise too_large(self.limit)
@@ -126,7 +149,7 @@ class Counter:
                 self._in += len(data) - len(rest)
                 self.sizes.append((self._in, self._out))
                 self._total += self._out
-                self._z, self._in, self._out = zlib.decompressobj(wbits=WBITS), 0, 0
+                self._z, self._in, self._out = zlib.decompressobj(wbits=self.wbits), 0, 0
                 data = rest
             else:
                 self._in += len(data) - len(self._z.unconsumed_tail)
@@ -135,34 +158,36 @@ class Counter:
 
     def finish(self) -> int:
         """The body's inflated size; BodyError 400 if its last member is cut short."""
-        if self._in or not self.sizes:
-            raise BodyError(400, "body is not valid gzip: it ends inside a member")
+        if self._in or self._head or not self.sizes:
+            raise BodyError(400, f"body is not valid {self.name}: it ends inside a "
+                                 f"{'stream' if self.name == 'deflate' else 'member'}")
         return self._total
 
 
-def inflate(compressed: bytes, sizes: list[tuple[int, int]]) -> bytes:
-    """The members of `compressed`, inflated at the sizes `Counter` found: one allocation of
-    exactly the inflated size for the usual one member."""
+def inflate(compressed: bytes, sizes: list[tuple[int, int]], wbits: int | None = WBITS) -> bytes:
+    """The members of `compressed`, inflated at the sizes `Counter` found (with its `wbits`): one
+    allocation of exactly the inflated size for the usual one member."""
+    wbits = WBITS if wbits is None else wbits
     if len(sizes) == 1:
-        return zlib.decompress(compressed, WBITS, max(1, sizes[0][1]))
+        return zlib.decompress(compressed, wbits, max(1, sizes[0][1]))
     parts, at = [], 0
     for length, size in sizes:
-        parts.append(zlib.decompress(compressed[at:at + length], WBITS, max(1, size)))
+        parts.append(zlib.decompress(compressed[at:at + length], wbits, max(1, size)))
         at += length
     return b"".join(parts)
 
 
 def decode(body: bytes, encoding: str, *, limit: int) -> bytes:
-    """`body` as sent with `Content-Encoding: encoding`, inflated if it is gzip; at most `limit`
-    bytes. Raises BodyError. (The synchronous form of `read_body`, for bytes already held.)"""
+    """`body` as sent with `Content-Encoding: encoding`, inflated if it is gzip or deflate; at
+    most `limit` bytes. Raises BodyError. (The synchronous form of `read_body`, for bytes already held.)"""
     encoding = _encoding(encoding)
     if encoding in COMPRESSED or is_gzip(body):
         if len(body) > limit:
             raise too_large(limit)
-        counter = Counter(limit)
+        counter = Counter(limit, encoding if encoding in COMPRESSED else None)
         for _ in counter.steps(body):
             pass
-        return inflate(body, counter.sizes) if body and counter.finish() else b""
+        return inflate(body, counter.sizes, counter.wbits) if body and counter.finish() else b""
     if len(body) > limit:
         raise too_large(limit)
     return body
@@ -205,7 +230,7 @@ async def read_body(request: Request, *, limit: int, budget: BodyBudget,
         raise too_large(limit)  # before a byte is read: the limit holds for the bytes as sent too
     chunks: list[bytes] = []
     held = received = 0
-    counter: Counter | None = Counter(limit) if encoding in COMPRESSED else None
+    counter: Counter | None = Counter(limit, encoding) if encoding in COMPRESSED else None
     sniffed = counter is not None  # without the header, gzip is told by its first two bytes
     try:
         try:
@@ -236,7 +261,7 @@ async def read_body(request: Request, *, limit: int, budget: BodyBudget,
             budget.take(size)
             held += size
             compressed, body = body, b""
-            body = await run_in_threadpool(inflate, compressed, counter.sizes) if size else b""
+            body = await run_in_threadpool(inflate, compressed, counter.sizes, counter.wbits) if size else b""
             del compressed
             budget.give(received)
             held -= received

@@ -84,6 +84,9 @@ class OtlpRoute(APIRoute):
         return otlp_handler
 
 
+# the BadRequest's field when the body as a whole is at fault (not JSON, not protobuf, does not inflate)
+WHOLE_REQUEST = "ExportTraceServiceRequest"
+
 router = APIRouter(tags=["receive"], lifespan=_lifespan, route_class=OtlpRoute)
 
 
@@ -94,7 +97,8 @@ async def receive_traces(request: Request, _: WriteToken) -> Response:
 
     200: `ExportTraceServiceResponse` (`partial_success.rejected_spans` counts spans of traces that
     could not become rollouts). Failures, each a `google.rpc.Status`: 400 not OTLP (a `BadRequest`
-    names the field) or gzip that does not inflate; 413 body above `api.max_body_bytes` (64 MiB
+    names the field, `ExportTraceServiceRequest` for a body that is not JSON or protobuf at all)
+    or gzip/deflate that does not inflate; 413 body above `api.max_body_bytes` (64 MiB
     after inflating); 408 (`Connection: close`) no bytes of the body for `api.body_timeout_seconds`
     (30 s); 415 not protobuf or JSON (answered in JSON), or an encoding other than gzip;
     429 (`Retry-After: 1`) too many spans waiting; 503 (`Retry-After`) the database is unavailable
@@ -112,9 +116,10 @@ async def receive_traces(request: Request, _: WriteToken) -> Response:
             spans: list[SpanRecord] = await run_in_threadpool(decode, body)
     except BodyError as exc:
         headers = {k: v for k, v in exc.headers().items() if k != "Retry-After"}
-        return failure(media, exc.status, exc.message, retry_after=exc.retry_after, headers=headers)
+        return failure(media, exc.status, exc.message, retry_after=exc.retry_after, headers=headers,
+                       field=WHOLE_REQUEST)
     except OtlpError as exc:
-        return failure(media, 400, str(exc), field=exc.field)
+        return failure(media, 400, str(exc), field=exc.field or WHOLE_REQUEST)
     rec = intake(request.app)
     rec.start()
     try:

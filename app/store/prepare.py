@@ -128,12 +128,20 @@ def prepare_all(items: Iterable[Rollout | RecordError]) -> tuple[list[Prepared],
     return prepared, errors
 
 
+def cause(exc: BaseException) -> str:
+    """A one-line cause of an error, for a message or a quarantine entry: its type and the first
+    line of the driver's own message (at most 300 characters), never SQLAlchemy's text, which
+    adds the whole SQL statement and its parameters (trace text) on lines of its own."""
+    orig = getattr(exc, "orig", None) or exc
+    lines = str(orig).strip().splitlines()
+    return f"{type(orig).__name__}: {lines[0][:300]}" if lines else type(orig).__name__
+
+
 def storage_error(r: Rollout | RolloutRef, exc: BaseException) -> RecordError:
     """The RecordError for a rollout that could not be prepared or stored."""
     src = r.source or {}
-    detail = str(getattr(exc, "orig", None) or exc).splitlines()[0][:500] if str(exc) else ""
     return RecordError(str(src.get("file") or "?"), src.get("line"), None,
-                       f"cannot store rollout {r.id!r}: {type(exc).__name__}: {detail}", raw_text(r),
+                       f"cannot store rollout {r.id!r}: {cause(exc)}", raw_text(r),
                        run=getattr(getattr(r, "run", None), "id", None))
 
 

@@ -46,7 +46,10 @@ def _split(context: dict | None) -> tuple[dict | None, str | None, str | None]:
 
 def _row(err: RecordError, context: dict | None, source: str | None, run: str | None, now) -> dict:
     raw = err.raw or ""
-    sha = hashlib.sha256(raw.encode("utf-8", "replace") + str(err).encode()).hexdigest()
+    key = getattr(err, "key", None)
+    # a keyed record (an OTLP trace) is one entry whatever it is rejected for: known by its key
+    sha = (hashlib.sha256(b"key\0" + key.encode("utf-8", "replace")).hexdigest() if key is not None else
+           hashlib.sha256(raw.encode("utf-8", "replace") + str(err).encode()).hexdigest())
     return dict(source_file=err.file, line=err.line, field=err.field, error=err.message,
                 raw=raw[:4096], raw_sha256=sha, first_seen=now, last_seen=now, context=context,
                 run_id=(getattr(err, "run", None) or run),
@@ -61,16 +64,23 @@ def quarantine_many(conn: sa.Connection, errors: list[RecordError], *, context: 
     an earlier read left (the latest error wins; a retry or a worker and a CLI reading the same
     file leave one entry, not one per message), and the same rejection again moves its
     `last_seen` on (and its `source`, where it came from this time). Several rejections of one
-    line in one call (a line holding several records) are all kept. One query for what is
-    there, one delete, one update, one insert. Returns how many entries were written new."""
+    line in one call (a line holding several records) are all kept. A record with a key
+    (`RecordError.key`: an OTLP trace, `/v1/traces`) is known by its file and key instead
+    (`_quarantine_keyed`). One query for what is there, one delete, one update, one insert.
+    Returns how many entries were written new."""
     ctx, source, run = _split(context)
     now = models.utcnow()
     rows: dict[tuple, dict] = {}
+    keyed: dict[tuple, dict] = {}
     for err in errors:
         row = _row(err, ctx, source, run, now)
-        rows.setdefault((row["source_file"], row["line"], row["raw_sha256"]), row)
+        if getattr(err, "key", None) is not None:
+            keyed[(row["source_file"], row["line"], row["raw_sha256"])] = row  # the latest rejection wins
+        else:
+            rows.setdefault((row["source_file"], row["line"], row["raw_sha256"]), row)
+    written = _quarantine_keyed(conn, keyed) if keyed else 0
     if not rows:
-        return 0
+        return written
     lines = sorted({(f, n) for f, n, _ in rows if n is not None})
     whole = sorted({f for f, n, _ in rows if n is None})
     where = []
@@ -92,7 +102,26 @@ def quarantine_many(conn: sa.Connection, errors: list[RecordError], *, context: 
     if rows:
         # ON CONFLICT: another writer may quarantine the same record at the same moment
         conn.execute(insert_for(conn, Q).on_conflict_do_nothing(), list(rows.values()))
-    return len(rows)
+    return len(rows) + written
+
+
+def _quarantine_keyed(conn: sa.Connection, rows: dict[tuple, dict]) -> int:
+    """Record keyed rejections (`RecordError.key`, an OTLP trace id: many records share a file and
+    have no line): one entry per key, a new rejection of the same key replacing its error, field,
+    raw text and run in place (`first_seen` kept); other entries of the file are left alone.
+    Returns how many were written new."""
+    found = {(f, h): pk for pk, f, h in conn.execute(sa.select(Q.c.pk, Q.c.source_file, Q.c.raw_sha256).where(
+        sa.tuple_(Q.c.source_file, Q.c.raw_sha256).in_(sorted({(f, h) for f, _, h in rows}))))}
+    cols = ("field", "error", "raw", "last_seen", "run_id", "source")
+    again = [dict(b_pk=found[(f, h)], **{f"b_{k}": r[k] for k in cols})
+             for (f, _, h), r in rows.items() if (f, h) in found]
+    if again:
+        conn.execute(Q.update().where(Q.c.pk == sa.bindparam("b_pk")).values(
+            **{k: sa.bindparam(f"b_{k}") for k in cols}), again)
+    new = [r for (f, _, h), r in rows.items() if (f, h) not in found]
+    if new:
+        conn.execute(insert_for(conn, Q).on_conflict_do_nothing(), new)
+    return len(new)
 
 
 def clear_landed(conn: sa.Connection, rows: list[dict[str, Any]]) -> int:

@@ -7,9 +7,10 @@ hash → the old rows are replaced (`replaced`: e.g. prime-rl's `effective` subs
 rollout with advantages filled in). Quarantined records are unique by file, line and content.
 
 A batch (`BATCH` rollouts) costs a constant number of statements, whatever its size: create the
-runs it names, look up `(run, id, attempt) → hash` of all its rollouts, delete the ones it
-replaces, insert the new summary rows (multi-row INSERT ... RETURNING pk), then `executemany`
-for envelopes, nodes and findings, and the quarantined records of the same stretch of input.
+runs it names (every batch: a run deleted while its file is ingested is made again), look up
+`(run, id, attempt) → hash` of all its rollouts, delete the ones it replaces, insert the new
+summary rows (multi-row INSERT ... RETURNING pk), then `executemany` for envelopes, nodes and
+findings, and the quarantined records of the same stretch of input.
 When anything in the batch fails (a value no column can hold, another writer inserting the same
 rollout at the same moment), the transaction is rolled back and the batch is written again one
 rollout per savepoint, so that one bad rollout costs only itself (the pattern of Arize-ai/phoenix
@@ -179,21 +180,31 @@ def decide(p: Prepared, old: Stored | None, *, force: bool = False, order: Inges
 # --- the batch path ---------------------------------------------------------------------------
 
 def _ensure_runs(conn: sa.Connection, batch: list[Prepared], known: set[str]) -> None:
-    """Insert every run the batch names that this store call has not yet seen, in one statement.
-    A run's type does not depend on the order its files are read: it is `train` as soon as any of
-    its rollouts says train (prime-rl's `step_N/train/` beside `step_N/eval/`), `eval` only while
-    all of them say eval; so a stored `eval` run becomes `train` when a train rollout of it comes."""
-    runs = {p.run["id"]: dict(p.run) for p in batch if p.run["id"] not in known}
+    """Insert every run the batch names, in this batch's own transaction, in one statement: an
+    upsert when the batch names a run this store call has not yet seen, else (runs an earlier
+    batch made, but perhaps deleted since: `DELETE /api/v1/runs/{id}` while a file is being
+    ingested) an insert-or-ignore, which takes no lock on a run that is there; so a later batch
+    never meets a foreign-key failure for a run deleted between batches, and the ingest carries
+    on into the run made again. A run's type does not depend on the order its files are read: it
+    is `train` as soon as any of its rollouts says train (prime-rl's `step_N/train/` beside
+    `step_N/eval/`), `eval` only while all of them say eval; so a stored `eval` run becomes
+    `train` when a train rollout of it comes."""
+    runs: dict[str, dict] = {}
     for p in batch:
-        if p.run["id"] in runs and p.run["type"] == "train":
-            runs[p.run["id"]]["type"] = "train"
-    if runs:
-        now = models.utcnow()
-        t = models.Run.__table__
-        ins = _insert(conn, t)
-        conn.execute(ins.on_conflict_do_update(index_elements=["id"], set_={"type": ins.excluded.type},
-                                               where=sa.and_(ins.excluded.type == "train", t.c.type != "train")),
-                     [dict(runs[r], tokenizer_sha256=None, created_at=now) for r in sorted(runs)])  # one lock order
+        run = runs.setdefault(p.run["id"], dict(p.run))
+        if p.run["type"] == "train":
+            run["type"] = "train"
+    if not runs:
+        return
+    t = models.Run.__table__
+    ins = _insert(conn, t)
+    if any(r not in known for r in runs):
+        ins = ins.on_conflict_do_update(index_elements=["id"], set_={"type": ins.excluded.type},
+                                        where=sa.and_(ins.excluded.type == "train", t.c.type != "train"))
+    else:
+        ins = ins.on_conflict_do_nothing(index_elements=["id"])
+    now = models.utcnow()
+    conn.execute(ins, [dict(runs[r], tokenizer_sha256=None, created_at=now) for r in sorted(runs)])  # one lock order
 
 
 def _existing(conn: sa.Connection, batch: list[Prepared]) -> dict[Identity, Stored]:

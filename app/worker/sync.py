@@ -17,6 +17,7 @@ from sqlalchemy.engine import Engine
 
 from app.db import models
 from app.store.outage import RETRY_SECONDS, not_the_data
+from app.store.prepare import cause
 from app.store.quarantine import IngestContext, quarantine_many, with_source
 from app.store.write import BATCH, IngestOrder, StoreResult, ensure_run, store, store_tokenizer
 from ingest.checks import CheckContext
@@ -180,7 +181,7 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
                                           + report.total.inserted + report.total.replaced)
                 raise
             err = RecordError(source.name, source.last_line, None,
-                              f"ingest of this file stopped: {type(exc).__name__}: {exc}", source.last_raw)
+                              f"ingest of this file stopped: {cause(exc)}", source.last_raw)
             _reject_file(engine, report, err, file_ctx, path)
             continue
         file_errors += result.errors

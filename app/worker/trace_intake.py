@@ -7,7 +7,8 @@ appended and fsynced the spans to the spool (app/worker/trace_spool.py, in
 `worker.otlp_spool_dir`); `restore` rebuilds the assembler from it at start-up, and a finished
 trace's rows and its spool offset are committed together (`TraceSpool.commit`), so a killed
 server loses no accepted span and stores no trace twice. A trace that could not be stored is
-put back and retried; a trace that is not GenAI, or that the mapping refuses, is quarantined.
+put back and retried; a trace that is not GenAI, or that the mapping refuses, is quarantined, one
+entry per trace (ingest/otel/rejection.py).
 """
 from __future__ import annotations
 
@@ -23,9 +24,9 @@ from app.db.engine import writes
 from app.store.quarantine import http_source
 from app.worker.trace_spool import TraceSpool
 from ingest.errors import RecordError
-from ingest.formats.base import record_error
 from ingest.otel.assembler import TraceAssembler
 from ingest.otel.read import rollout_from_spans
+from ingest.otel.rejection import RECEIVER, trace_rejection
 from ingest.otel.semconv import is_genai_trace
 from ingest.otel.wire import SpanRecord
 from ingest.schema import Rollout
@@ -112,14 +113,14 @@ class TraceIntake:
                 if got:
                     spans, ends[tid] = got, end
             if not is_genai_trace(spans):
-                err = RecordError("/v1/traces", None, f"trace {tid}", "no GenAI or OpenInference span")
+                err = trace_rejection(tid, spans, "no GenAI or OpenInference span")
             else:
                 try:
-                    items.append((tid, rollout_from_spans(spans, source={"format": "otlp", "file": "/v1/traces",
+                    items.append((tid, rollout_from_spans(spans, source={"format": "otlp", "file": RECEIVER,
                                                                          "line": None, "trace_id": tid}), ends[tid]))
                     continue
                 except Exception as exc:  # noqa: BLE001 - one odd trace is quarantined, never a 500
-                    err = record_error("/v1/traces", None, f"trace {tid}", exc)
+                    err = trace_rejection(tid, spans, exc)
             err.source = http_source(self.senders.get(tid))  # type: ignore[attr-defined]  # quarantine_many
             items.append((tid, err, ends[tid]))
             rejected += len(spans)

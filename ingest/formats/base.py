@@ -204,6 +204,24 @@ def json_type(value: Any) -> str:
     return type(value).__name__
 
 
+RUN_KEYS = (("run", "id"), ("run_id",), ("run",), ("run_name",))  # where records of the formats name their run
+
+
+def run_named(value: Any) -> str | None:
+    """The run a record names, read from its JSON even when the record is invalid (for the
+    quarantine entry's `run`): native `run.id`, else `run_id`, `run` (a string) or `run_name`,
+    where the formats keep it; a string or an integer, else None."""
+    if not isinstance(value, dict):
+        return None
+    for path in RUN_KEYS:
+        v: Any = value
+        for k in path:
+            v = v.get(k) if isinstance(v, dict) else None
+        if isinstance(v, str) and v or isinstance(v, int) and not isinstance(v, bool):
+            return str(v)
+    return None
+
+
 def shape_error(file: str, line: int | None, prefix: str | None, value: Any, what: str,
                 fields: tuple[tuple[str, str], ...], one_of: bool = False, otherwise: str = "") -> RecordError:
     """Why `value` is not a `what` record ("verifiers Episode"), naming the field at fault.

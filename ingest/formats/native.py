@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator
 from pydantic import ValidationError
 
 from ingest.errors import RecordError
-from ingest.formats.base import ReadContext, join_path, json_line, record_error
+from ingest.formats.base import ReadContext, join_path, json_line, record_error, run_named
 from ingest.schema import SCHEMA_VERSION, Rollout
 from ingest.source import Source
 
@@ -70,7 +70,9 @@ def parse_record(value: object, file: str, line: int | None, ctx: ReadContext,
     try:
         rollout = Rollout.model_validate(value)
     except ValidationError as exc:
-        return record_error(file, line, prefix, exc)
+        err = record_error(file, line, prefix, exc)
+        err.run = ctx.run_id or run_named(value)  # the run it would be stored in, for the quarantine entry
+        return err
     if ctx.run_id:
         rollout.run.id = ctx.run_id
     rollout.source = {"format": NAME, "file": file, "line": line}

@@ -78,8 +78,12 @@ def _is_session(d) -> bool:
     return isinstance(d, dict) and d.get("type") == "session" and d.get("harness") == "trackio"
 
 
+FRAGMENT_KEYS = ("v", "kind", "project", "run")
+FRAGMENT_KINDS = ("metric", "system_metric", "alert")
+
+
 def _is_fragment(d: dict) -> bool:
-    return "v" in d and d.get("kind") in ("metric", "system_metric", "alert") and "project" in d and "run" in d
+    return all(k in d for k in FRAGMENT_KEYS) and d.get("kind") in FRAGMENT_KINDS
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -269,7 +273,19 @@ def _read_fragments(source: Source, ctx: ReadContext) -> Iterator[Rollout | Reco
         if isinstance(rec, RecordError):
             yield rec
             continue
-        if not isinstance(rec, dict) or rec.get("kind") != "metric":
+        if not isinstance(rec, dict):
+            yield RecordError(source.name, line, None, f"expected a Trackio inbox fragment (an object), got "
+                                                       f"{json_type(rec)}", source.last_raw)
+            continue
+        if not _is_fragment(rec):
+            missing = [k for k in FRAGMENT_KEYS if k not in rec]
+            field = missing[0] if missing else "kind"
+            why = (f"missing {', '.join(missing)}" if missing else
+                   f"expected one of {', '.join(FRAGMENT_KINDS)}, got {rec.get('kind')!r}")
+            yield RecordError(source.name, line, field, f"not a Trackio inbox fragment ({{v, kind, project, run, "
+                                                        f"metrics, ...}}): {why}", source.last_raw)
+            continue
+        if rec.get("kind") != "metric":
             continue  # system metrics and alerts: no traces
         values = rec.get("metrics")
         if not isinstance(values, dict):

@@ -41,7 +41,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ingest.fields import FieldError
 from ingest.formats._openai import finish_reason
+from ingest.formats.base import record_error
 from ingest.otel.semconv import (
     AFTER,
     CALL,
@@ -135,6 +137,18 @@ def _rl(spans: list[SpanRecord], root: SpanRecord | None) -> dict[str, Any]:
     for s in sorted(spans, key=lambda s: s is root):  # the root's attributes are applied last: they win
         out.update({k: v for k, v in s.attributes.items() if k.startswith("rollscope.")})
     return out
+
+
+def _rewards_value(v: Any) -> Any:
+    """`rollscope.rewards` as a value: a JSON object (as text) or None. Raises FieldError naming
+    the attribute for text that is not JSON: a reward left out silently would store the rollout
+    as unrewarded."""
+    if not isinstance(v, str):
+        return v
+    try:
+        return json.loads(v)
+    except ValueError as exc:
+        raise FieldError('attributes["rollscope.rewards"]', f"not valid JSON ({exc}): {v[:80]!r}") from None
 
 
 def rollout_from_spans(spans: list[SpanRecord], *, run_id: str | None = None,
@@ -285,7 +299,7 @@ def rollout_from_spans(spans: list[SpanRecord], *, run_id: str | None = None,
 
     rl = _rl(spans, root)
     reward, rewards = rl.get("rollscope.reward"), {}
-    raw_rewards = json_value(rl.get("rollscope.rewards"))
+    raw_rewards = _rewards_value(rl.get("rollscope.rewards"))
     if isinstance(raw_rewards, dict):
         for k, v in raw_rewards.items():
             rewards[k] = None if v is None else Reward(score=v.get("score"), weight=v.get("weight", 1.0),
@@ -314,8 +328,17 @@ def rollout_from_spans(spans: list[SpanRecord], *, run_id: str | None = None,
     errors = [Error(type=str(root.attributes.get("error.type") or "span_error"), message=root.status_message)] \
         if root.status_code == STATUS_ERROR else []
     run = run_id or rl.get("rollscope.run") or root.resource.get("service.name") or "otel"
+    run_from = ('attributes["rollscope.run"]' if not run_id and rl.get("rollscope.run")
+                else 'resource.attributes["service.name"]' if not run_id and root.resource.get("service.name")
+                else None)
+    try:
+        run_ref = RunRef(id=str(run))
+    except ValueError as exc:  # pydantic's ValidationError: named by the attribute, not by `id`
+        if run_from is None:
+            raise
+        raise FieldError(run_from, record_error("", None, None, exc).message) from None
     return Rollout(
-        id=str(rl.get("rollscope.rollout_id") or root.trace_id), run=RunRef(id=str(run)),
+        id=str(rl.get("rollscope.rollout_id") or root.trace_id), run=run_ref,
         step=rl.get("rollscope.step"), group=group, attempt=rl.get("rollscope.attempt") or 0,
         task=Task.model_validate(task) if isinstance(task, dict) else None,
         nodes=g.nodes, calls=calls, rewards=rewards, tools=tools,

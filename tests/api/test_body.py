@@ -158,3 +158,32 @@ def test_the_limits_are_settings_and_the_budget_must_fit_one_body():
     assert (s.api.max_body_bytes, s.api.body_memory_bytes) == (64 << 20, 256 << 20)
     with pytest.raises(ValidationError, match="body_memory_bytes"):
         Settings(database_url="sqlite://", api={"max_body_bytes": 2 << 20, "body_memory_bytes": 1 << 20})
+
+
+def raw_deflate(data: bytes) -> bytes:
+    z = zlib.compressobj(wbits=-15)  # RFC 1951 with no header, as many HTTP clients send `deflate`
+    return z.compress(data) + z.flush()
+
+
+def test_deflate_is_taken_zlib_wrapped_or_raw_in_one_piece_or_byte_by_byte():
+    """RFC 9110 section 8.4.1.2: `deflate` is the zlib format; many clients send raw deflate."""
+    data = b'{"a": 1}\n' * 1000
+    for body in (zlib.compress(data), raw_deflate(data), raw_deflate(b"")):
+        want = data if len(body) > 10 else b""
+        assert decode(body, "deflate", limit=len(data)) == want
+        pieces = [body[i:i + 1] for i in range(min(3, len(body)))] + [body[3:]]  # the header split too
+        req, _ = request([p for p in pieces if p], content_encoding="deflate")
+        assert read(req, limit=len(data), budget=Peak()) == want
+
+
+@pytest.mark.parametrize("body, encoding, word", [
+    (b"\x00\x01 not deflate at all", "deflate", "deflate"),
+    (raw_deflate(b"x" * 1000)[:5], "deflate", "deflate"),
+    (b"\x1f\x8bnot gzip at all", "gzip", "gzip"),
+    (b"\x1f\x8bnot gzip at all", "", "gzip"),
+])
+def test_a_body_that_does_not_inflate_is_named_by_its_declared_encoding(body, encoding, word):
+    with pytest.raises(BodyError) as err:
+        decode(body, encoding, limit=10_000)
+    other = {"gzip": "deflate", "deflate": "gzip"}[word]
+    assert err.value.status == 400 and f"not valid {word}" in err.value.message and other not in err.value.message

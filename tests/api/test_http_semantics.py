@@ -249,12 +249,21 @@ def test_the_document_says_who_may_do_what_as_the_settings_say():
 
 def test_every_reader_named_by_format_refuses_a_body_it_cannot_read(server):
     """`POST /api/v1/ingest?format=X` with lines that are not objects (schemathesis found
-    `format=trackio` answering 500 for `""`): a 4xx or a 200 with each line rejected, never a 5xx."""
+    `format=trackio` answering 500 for `""`), or an object of no format's shape: a 4xx or a 200
+    with each line rejected, never a 5xx and never a line silently dropped (`format=trackio`
+    answered `{"accepted": 0, "rejected": 0}` for `{"a": 1}`)."""
     from ingest.formats.registry import names
 
     base, _, headers = server
+    silent = []
     with httpx.Client(base_url=base, headers=headers) as c:
         for fmt in names():
-            for body in (b'""\n', b"[1]\n", b"not json\n", b""):
+            for body in (b'""\n', b"[1]\n", b"not json\n", b'{"a": 1}\n', b'{"a": 1}\n{"b": 2}\n', b""):
                 r = c.post("/api/v1/ingest", params={"format": fmt}, content=body)
                 assert r.status_code < 500, (fmt, body, r.text)
+                lines = body.count(b"\n")
+                if r.status_code == 200 and lines:
+                    got = r.json()
+                    if (got["accepted"], got["rejected"]) != (0, lines):
+                        silent.append((fmt, body, got))
+    assert silent == []

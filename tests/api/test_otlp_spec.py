@@ -11,6 +11,7 @@ import gzip
 import json
 import logging
 import shutil
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -50,9 +51,11 @@ def serve(tmp: Path, **settings):
         yield base, app, token
 
 
-def sdk_spans(*, root: bool = True, genai: bool = True, big: int = 0, trace_id: int | None = None):
+def sdk_spans(*, root: bool = True, genai: bool = True, big: int = 0, trace_id: int | None = None,
+              root_attrs: dict | None = None):
     """Spans as the OpenTelemetry SDK records them (`ReadableSpan`): an agent root and one chat
-    span (or a plain HTTP span when not `genai`; a `big`-character attribute; a given trace id)."""
+    span (or a plain HTTP span when not `genai`; a `big`-character attribute; a given trace id;
+    `root_attrs` added to the root's attributes)."""
     from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -63,6 +66,7 @@ def sdk_spans(*, root: bool = True, genai: bool = True, big: int = 0, trace_id: 
     provider.add_span_processor(SimpleSpanProcessor(memory))
     tracer = provider.get_tracer("spec")
     attrs = {"gen_ai.operation.name": "invoke_agent", "rollscope.run": "spec"} if genai else {"http.method": "GET"}
+    attrs.update(root_attrs or {})
     top = tracer.start_span("invoke_agent a" if genai else "GET /", attributes=attrs)
     child = tracer.start_span("chat m", context=set_span_in_context(top),
                               attributes={**(CHAT if genai else {"http.method": "GET"}), "pad": "x" * big})
@@ -176,6 +180,42 @@ def test_sdk_exporter_waits_out_a_429_and_then_succeeds(tmp_db, caplog):
         assert posts(caplog) == [429, 200]
 
 
+# --- rejected traces: one quarantine entry each, located by attribute ------------------------
+
+BAD_TRACES = [  # (root attributes, the field the rejection names, the run it is quarantined under)
+    ({"rollscope.step": "abc"}, 'attributes["rollscope.step"]', "spec"),
+    ({"rollscope.step": -5}, 'attributes["rollscope.step"]', "spec"),
+    ({"rollscope.run": "a\x00b"}, 'attributes["rollscope.run"]', "a\x00b"),
+    ({"rollscope.rewards": "{not json"}, 'attributes["rollscope.rewards"]', "spec"),
+]
+
+
+def test_each_rejected_trace_is_its_own_quarantine_entry_naming_its_attribute(tmp_db):
+    """Traces the mapping refuses, sent one by one: each answered with a partial success, each kept
+    in the quarantine under `/v1/traces` with its trace id (its raw text), the attribute at fault
+    and its run; sending one of them again leaves one entry for it."""
+    with serve(tmp_db) as (base, app, token):
+        auth = {"Authorization": f"Bearer {token}", "Content-Type": PROTOBUF}
+        for k, (attrs, _, _) in enumerate(BAD_TRACES):
+            r = httpx.post(f"{base}/v1/traces", content=protobuf_body(sdk_spans(root_attrs=attrs, trace_id=k + 1)),
+                           headers=auth)
+            partial = ExportTraceServiceResponse.FromString(r.content)
+            assert r.status_code == 200 and partial.HasField("partial_success"), attrs
+            assert partial.partial_success.rejected_spans == 2
+        # the first again, with another error: still one entry for its trace (the latest error)
+        r = httpx.post(f"{base}/v1/traces", headers=auth, content=protobuf_body(
+            sdk_spans(root_attrs={"rollscope.step": "xyz"}, trace_id=1)))
+        assert ExportTraceServiceResponse.FromString(r.content).HasField("partial_success")
+        items = httpx.get(f"{base}/api/v1/quarantine", headers=auth).json()["items"]
+    assert len(items) == len(BAD_TRACES) and {q["file"] for q in items} == {"/v1/traces"}
+    by_trace = {json.loads(q["raw"])["trace_id"]: q for q in items}
+    assert sorted(by_trace) == [f"{k + 1:032x}" for k in range(len(BAD_TRACES))]
+    for k, (attrs, field, run) in enumerate(BAD_TRACES):
+        q = by_trace[f"{k + 1:032x}"]
+        assert (q["field"], q["run"], q["line"]) == (field, run, None), q
+    assert "xyz" in by_trace[f"{1:032x}"]["raw"]
+
+
 # --- raw requests: what each answer is, in each encoding ------------------------------------
 
 
@@ -230,10 +270,17 @@ def test_every_failure_is_a_status_in_the_request_encoding(tmp_db, media):
         assert (r.status_code, st.code) == (400, code_pb2.INVALID_ARGUMENT)
         [violation] = details(st)["BadRequest"].field_violations
         assert violation.field.endswith("traceId") and "zero" in violation.description
+        # a body that is not a request at all: the BadRequest names the whole request message
         r, st = post(b"\xff\x00garbage" if media == PROTOBUF else b"{not json")
         assert r.status_code == 400 and st.message
+        [violation] = details(st)["BadRequest"].field_violations
+        assert violation.field == "ExportTraceServiceRequest" and violation.description == st.message
+        assert media == PROTOBUF or "invalid JSON" in st.message
         r, st = post(b"\x1f\x8bnot gzip", **{"Content-Encoding": "gzip"})
         assert r.status_code == 400 and "gzip" in st.message
+        assert details(st)["BadRequest"].field_violations[0].field == "ExportTraceServiceRequest"
+        r, st = post(b"\x00\x01not deflate", **{"Content-Encoding": "deflate"})
+        assert r.status_code == 400 and "not valid deflate" in st.message and "gzip" not in st.message
 
         # too large: by its length, and by what it inflates to
         r, st = post(b"x" * (limit + 1))
@@ -255,6 +302,12 @@ def test_every_failure_is_a_status_in_the_request_encoding(tmp_db, media):
         assert details(st)["RetryInfo"].retry_delay.seconds == 1
         app.state.body_budget = BodyBudget(1 << 20)
         assert post(good)[0].status_code == 200  # and it is taken once there is room
+        # raw deflate (as many clients send `deflate`) and zlib-wrapped (RFC 9110) are both taken
+        assert post(zlib.compress(encode(sdk_spans(trace_id=7))), **{"Content-Encoding": "deflate"})[0].status_code \
+            == 200
+        z = zlib.compressobj(wbits=-15)
+        raw = z.compress(encode(sdk_spans(trace_id=8))) + z.flush()
+        assert post(raw, **{"Content-Encoding": "deflate"})[0].status_code == 200
 
         # a media type OTLP does not have: there is no encoding of its own to answer in, so JSON
         r = httpx.post(f"{base}/v1/traces", content=b"x", headers={"Content-Type": "text/plain",

@@ -68,16 +68,22 @@ def test_a_broken_gzip_file_is_rejected_by_name(db_url, monkeypatch, tmp_path):
     assert "broken gzip file" in res.output or "torn line" in res.output, res.output
 
 
-def test_not_json_is_invalid_json_and_a_cut_record_is_torn(engine, db_url, monkeypatch, tmp_path):
+def test_not_json_is_invalid_json_and_only_an_unended_last_line_is_torn(engine, db_url, monkeypatch, tmp_path):
+    """A line that ends with its newline is complete: what is wrong with it is its JSON, with the
+    parser's position (`{"bad` in the middle of a file is not "torn"); only a last line without its
+    newline, cut short, is a torn line (its writer stopped mid-line)."""
     good = (REAL / "verifiers/train_max_turns.jsonl").read_bytes().rstrip(b"\n")
     f = tmp_path / "mixed.jsonl"
-    f.write_bytes(good + b"\nhello world\n" + good[:300] + b"\n" + good + b" trailing words\n")
+    f.write_bytes(good + b"\nhello world\n" + good[:300] + b"\n" + good + b' trailing words\n{"bad\n' + good[:300])
     res = run_cli(db_url, monkeypatch, "--run", "m", "--verbose", f)
     out = " ".join(res.output.split())
     assert count(engine, "m") == 1
     assert f"{f}:2: invalid JSON:" in out and f"{f}:2: torn" not in out  # hello world: simply not JSON
-    assert f"{f}:3: torn line: the record ends mid-JSON" in out  # a record cut short
+    assert f"{f}:3: invalid JSON:" in out and "stops short of the line's end" in out  # cut short, then ended
     assert f"{f}:4: invalid JSON:" in out  # complete JSON with junk after it is not torn
+    assert f"{f}:5: invalid JSON: Invalid control character at: line 1 column 6 (char 5)" in out  # {"bad
+    assert f"{f}:6: torn line: the record ends mid-JSON" in out  # the last line, never ended
+    assert out.count("torn line") == 1
 
 
 def test_skipped_sidecars_get_one_short_line_and_a_named_file_the_full_explanation(db_url, monkeypatch, tmp_path):

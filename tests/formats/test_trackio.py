@@ -108,3 +108,18 @@ def test_two_trackio_runs_with_one_name_stay_apart(tmp_path):
     runs = {r.run.id for r in got.values()}
     assert len(runs) == 2 and {r.run.name for r in got.values()} == {"grpo-run"}
     assert "grpo-run-ffffffff" in runs
+
+
+def test_a_line_forced_as_trackio_that_is_no_fragment_is_rejected_naming_what_is_missing(tmp_path):
+    """`--format trackio` on lines that are not inbox fragments: each is a RecordError naming its
+    line and what it lacks, never dropped as zero records; a real fragment's system-metric and
+    alert lines (no traces) are still passed over."""
+    import json
+
+    path = tmp_path / "tr.jsonl"
+    path.write_text('{"a": 1}\n[1]\n{"v": 1, "kind": "weird", "project": "p", "run": "r"}\n'
+                    '{"v": 1, "kind": "system_metric", "project": "p", "run": "r", "metrics": {}}\n')
+    items = list(registry.get("trackio").read(open_source(path), ReadContext()))
+    assert [(e.line, e.field) for e in items] == [(1, "v"), (2, None), (3, "kind")]
+    assert "missing v, kind, project, run" in items[0].message and json.loads(items[0].raw) == {"a": 1}
+    assert "got 'weird'" in items[2].message and "array" in items[1].message
