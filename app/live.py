@@ -97,15 +97,24 @@ def changed_charts(old: dict[int, dict[str, str]], new: dict[int, dict[str, str]
 
 def ingest_state(engine) -> str:
     """A digest of what the ingest status shows that changes when something is ingested or
-    rejected: every spool file's row, the newest rollout (its primary key: the index's last entry)
-    and the quarantine's newest entry and last sighting. Not the counts of "the last minute",
-    which change with the clock alone."""
+    rejected, or when ingestion stops: every spool file's row and its size on disk now (bytes
+    appended while no worker reads them), the newest rollout (its primary key: the index's last
+    entry), the quarantine's newest entry and last sighting, and each worker's state (live, stale,
+    gone: not its beat time, which moves every beat). Not the counts of "the last minute", which
+    change with the clock alone."""
+    from app.queries.ingest_status import file_size, heartbeats, holder, worker_state
+
     S, R, Q = models.SpoolFile.__table__, models.Rollout.__table__, models.Quarantine.__table__
     with engine.connect() as conn:
         files = conn.execute(sa.select(S).order_by(S.c.pk)).all()
         newest = conn.execute(sa.select(sa.func.max(R.c.pk))).scalar()
         quarantine = conn.execute(sa.select(sa.func.count(), sa.func.max(Q.c.pk), sa.func.max(Q.c.last_seen))).one()
-    return hashlib.blake2b(repr((files, newest, tuple(quarantine))).encode(), digest_size=12).hexdigest()
+        workers = heartbeats(conn)
+    now = models.utcnow()
+    states = [(w.worker_id, worker_state(w, now)) for w in workers]
+    sizes = [file_size(f, holder(f, workers, now)) for f in files if f.status == "active"]
+    return hashlib.blake2b(repr((files, sizes, states, newest, tuple(quarantine))).encode(),
+                           digest_size=12).hexdigest()
 
 
 @dataclass

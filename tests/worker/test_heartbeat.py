@@ -24,7 +24,7 @@ from app.alerts.watcher import watch_once
 from app.config import Settings
 from app.db import models
 from app.db.engine import make_engine
-from app.live import RunProbe
+from app.live import IngestProbe, RunProbe
 from app.main import create_app
 from app.worker.run import wait_for
 from ingest.formats.native import write_line
@@ -118,12 +118,16 @@ def test_a_killed_worker_goes_stale_and_every_view_says_so(db_url, tmp_path):
             before = httpx.get(f"{base}/runs/live.json").json()["version"]
             probe = RunProbe(engine, "live")  # what a live run page's watcher polls
             assert probe() is None  # the first poll only records
+            ingest_probe = IngestProbe(engine)  # what an open /ingest page's watcher polls
+            assert ingest_probe() is None
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)
             late = _appended(100_000)
             with f.open("ab") as out:
                 out.write(late)
             assert wait_for(lambda: _one_worker(base)["state"] == "stale", 10)
+            assert ingest_probe() is not None  # the page hears the worker go stale and the bytes wait
+            assert ingest_probe() is None
 
             st = _status(base)
             (src,) = st["sources"]
