@@ -245,16 +245,23 @@
     if (!root || typeof EventSource === "undefined" || typeof Idiomorph === "undefined") return;
     root.hidden = false;
     var box = document.getElementById("live-pause");
+    function follow(pause) {  // pause or resume this page (its own box, or another tab's through localStorage)
+      if (box) box.checked = pause;
+      if (pause) { stop(); setState("paused"); return; }
+      if (source) return;
+      start();
+      // the run page catches up by its version (`since=`); the others look once
+      if (root.dataset.view !== "run") { pending = merge(pending, {changed_steps: [parseInt(root.dataset.step, 10)]}); drain(); }
+    }
     if (box) {
       box.checked = paused();
       box.addEventListener("change", function () {
         try { localStorage.setItem(PAUSE_KEY, box.checked ? "1" : "0"); } catch (err) { /* private mode */ }
-        if (box.checked) { stop(); setState("paused"); return; }
-        start();
-        // the run page catches up by its version (`since=`); the others look once
-        if (root.dataset.view !== "run") { pending = merge(pending, {changed_steps: [parseInt(root.dataset.step, 10)]}); drain(); }
+        follow(box.checked);
       });
     }
+    // the choice is the browser's: a tab paused or resumed elsewhere is followed here (the `storage` event)
+    window.addEventListener("storage", function (e) { if (e.key === PAUSE_KEY) follow(e.newValue === "1"); });
     var btn = document.getElementById("live-new");
     if (btn) btn.addEventListener("click", showNewRows);
     if (root.dataset.view === "run") watchCharts();

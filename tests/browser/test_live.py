@@ -185,6 +185,28 @@ def test_pause_stops_updates_and_resume_catches_up(browser, tmp_path):
         page.close()
 
 
+def test_a_pause_in_one_tab_pauses_the_others_of_the_browser(browser, tmp_path):
+    with live_run(tmp_path, steps=2) as (base, add):
+        context = browser.new_context()  # one browser profile: its tabs share localStorage
+        try:
+            run, rollouts = context.new_page(), context.new_page()
+            for page, url in ((run, f"{base}/runs/live"), (rollouts, f"{base}/runs/live/rollouts")):
+                page.goto(url)
+                page.wait_for_load_state("networkidle")
+            run.locator("#live-pause").check()
+            until(rollouts, "document.getElementById('live-state').textContent === 'paused'")
+            assert rollouts.locator("#live-pause").is_checked()
+            requests = Requests(rollouts)
+            add(2, 2)
+            rollouts.wait_for_timeout(500)
+            assert requests.take() == []  # its stream is closed too: nothing sent, nothing asked
+            run.locator("#live-pause").uncheck()
+            until(rollouts, "document.getElementById('live-state').textContent !== 'paused'")
+            assert not rollouts.locator("#live-pause").is_checked()
+        finally:
+            context.close()
+
+
 def test_rollouts_list_counts_new_rows_and_shows_them_in_place(browser, tmp_path):
     with live_run(tmp_path, steps=30, per_step=2) as (base, add):
         page, problems = open_page(browser, f"{base}/runs/live/rollouts?steps=25-")
