@@ -131,8 +131,11 @@ class Watcher:
         while self.subscribers:
             try:
                 event = await to_thread.run_sync(self.probe)
-            except Exception:  # noqa: BLE001 - a database hiccup must not end every listener's stream
-                log.warning("live watcher: probe failed; trying again", exc_info=True)
+            except Exception as exc:  # noqa: BLE001 - a database hiccup must not end every listener's stream
+                # one line while the database is away (a restart would otherwise log a traceback a second)
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+                log.warning("live watcher: probe failed (%s: %s); trying again", type(exc).__name__, first)
+                log.debug("live watcher: probe failed", exc_info=True)
                 event = None
             self.polls += 1
             if event is not None:
