@@ -146,8 +146,11 @@ class AlertSettings(BaseModel):
                                  "(`https://rollscope.example.org`), for the links in alerts; unset: links are paths "
                                  "(`/ingest`)")
     watch_seconds: float = Field(5.0, ge=0, le=3600, description="serve: seconds between looks for a spool worker "
-                                 "gone stale (alert `worker_stale`); 0 turns the watcher off. It runs only when "
-                                 "`webhook_url` is set")
+                                 "gone stale (alert `worker_stale`) and for flagged steps that settled "
+                                 "(`step_flagged`); 0 turns the watcher off. It runs only when `webhook_url` is set")
+    settle_seconds: float = Field(120.0, ge=0, le=86400, description="a flagged step is posted to the webhook once "
+                                  "it was flagged this long ago and its step stored no rollout for as long (a "
+                                  "verdict a late producer's rollouts take back is never sent)")
 
     @field_validator("webhook_url")
     @classmethod

@@ -1,6 +1,8 @@
 """Step alerts at ingest: judge the completed steps a batch touched (ingest/step_alerts.py, the
-rule) from their rollups and keep the flagged ones in `step_alert`; post each newly flagged step
-to the webhook (app/alerts/webhook.py) once its transaction has committed.
+rule) from their rollups and keep the flagged ones in `step_alert`. Ingest posts nothing: the
+serve process's watcher (app/alerts/watcher.py) posts a flagged step to the webhook once it has
+settled, so a verdict that a late writer's rollouts take back (two producers filling one step at
+different speeds) never pages anyone.
 
 A step is complete, and judged, once a later step of its run has rollouts: while it is the
 newest step more of its rollouts may still arrive (a live run fills its steps one after
@@ -15,9 +17,6 @@ and `rebuild` (rollscope rebuild-analytics) gives the same rows as ingest did.
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlalchemy import event
-from sqlalchemy.engine import Engine
-from sqlalchemy.pool import Pool
 
 from app import urls
 from app.db import models
@@ -28,8 +27,6 @@ from ingest.step_alerts import Rule, StepFigures, design_effects, judge, reward_
 SR = models.StepRollup.__table__
 TR = models.TaskRollup.__table__
 SA = models.StepAlert.__table__
-PENDING = "rollscope_step_alerts_pending"  # conn.info key: webhook posts waiting for the commit
-READY = "rollscope_step_alerts_ready"  # ... committed, sent when the connection is returned to its pool
 
 
 def _settings():
@@ -169,8 +166,8 @@ def judge_steps(conn: sa.Connection, run_id: str, touched: set[int] | None, rule
 
 
 def apply(conn: sa.Connection, keys, *, settings=None) -> list[dict]:
-    """Judge what the (run, step) `keys` written in this transaction affect (see the module); the
-    newly flagged steps are posted to the webhook when the transaction commits. Returns them."""
+    """Judge what the (run, step) `keys` written in this transaction affect (see the module).
+    Returns the newly flagged steps (`{"run", "step", "figures"}`)."""
     settings = settings or _settings()
     rule = rule_of(settings)
     by_run: dict[str, set[int]] = {}
@@ -180,8 +177,6 @@ def apply(conn: sa.Connection, keys, *, settings=None) -> list[dict]:
     new = []
     for run_id, steps in sorted(by_run.items()):
         new += judge_steps(conn, run_id, steps, rule)
-    if new:  # recorded by the webhook module even when no URL is set
-        conn.info.setdefault(PENDING, []).extend((conn.engine, settings, a) for a in new)
     return new
 
 
@@ -210,60 +205,3 @@ def payload(settings, alert: dict) -> dict:
             "text": "; ".join(f["text"] for f in alert["figures"]),
             "links": {"step": base + urls.step(run_id, step), "rollouts": base + urls.rollouts(run_id, step=step),
                       "run": base + urls.run(run_id)}}
-
-
-@event.listens_for(Engine, "commit")
-def _committed(conn) -> None:
-    """The transaction commits: its alerts are ready, and sent when its connection goes back to the
-    pool (`_send_when_returned`): after the commit, with no transaction of ours open, so a webhook
-    that keeps its own records in the database never waits for this writer's lock."""
-    conn.info.pop(MARKS, None)
-    pending = conn.info.pop(PENDING, None)
-    if pending:
-        conn.info.setdefault(READY, []).extend(pending)
-
-
-@event.listens_for(Pool, "checkin")
-def _send_when_returned(dbapi_connection, record) -> None:
-    ready = record.info.pop(READY, None) if record is not None else None
-    if not ready:
-        return
-    from app.alerts.webhook import deliver
-
-    for engine, settings, alert in ready:
-        try:
-            deliver(engine, settings, "step_flagged", f"{alert['run']}/{alert['step']}", payload(settings, alert))
-        except Exception:  # noqa: BLE001 - an alert that cannot be sent never fails the ingest that found it
-            pass
-
-
-@event.listens_for(Engine, "rollback")
-def _drop_on_rollback(conn) -> None:
-    conn.info.pop(PENDING, None)
-    conn.info.pop(MARKS, None)
-
-
-# A savepoint (the one-by-one fallback of app/store/write.py) that is rolled back takes back the
-# alerts found inside it: each savepoint remembers how many posts were pending when it began.
-MARKS = "rollscope_step_alerts_savepoints"
-
-
-@event.listens_for(Engine, "savepoint")
-def _savepoint(conn, name) -> None:
-    conn.info.setdefault(MARKS, []).append(len(conn.info.get(PENDING) or ()))
-
-
-@event.listens_for(Engine, "release_savepoint")
-def _release(conn, name, context) -> None:
-    marks = conn.info.get(MARKS)
-    if marks:
-        marks.pop()
-
-
-@event.listens_for(Engine, "rollback_savepoint")
-def _rollback_savepoint(conn, name, context) -> None:
-    marks = conn.info.get(MARKS)
-    if marks:
-        keep = marks.pop()
-        if conn.info.get(PENDING):
-            del conn.info[PENDING][keep:]

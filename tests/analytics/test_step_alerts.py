@@ -14,8 +14,10 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from app.alerts import webhook
+from app.alerts.watcher import watch_once
 from app.config import Settings, get_settings
-from app.db.models import StepAlert
+from app.db.models import AlertDelivery, StepAlert
 from app.main import create_app
 from app.store import step_alerts as store_alerts
 from ingest import demo
@@ -259,20 +261,30 @@ def _wait_for(srv, count: int, timeout: float = 20.0) -> list[dict]:
     return list(srv.got)
 
 
-def test_a_flagged_step_is_posted_once_with_its_links(engine, tmp_path, monkeypatch):
+def _watch(engine, settle: float = 0.0, url: str = "http://127.0.0.1:9/none") -> int:
+    """One pass of the serve process's alerts watcher (app/alerts/watcher.py), then its sends done."""
+    settings = Settings(database_url=str(engine.url), alerts={"webhook_url": url, "settle_seconds": settle,
+                                                              "base_url": "https://rollscope.example/"})
+    n = watch_once(engine, settings)
+    assert webhook.idle(10)
+    return n
+
+
+def test_a_flagged_step_is_posted_once_it_settles_with_its_links(engine, tmp_path):
     srv = HTTPServer(("127.0.0.1", 0), _Receiver)
     srv.got, srv.cond = [], threading.Condition()
     threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_port}/hook"
     try:
-        monkeypatch.setenv("ROLLSCOPE_ALERTS__WEBHOOK_URL", f"http://127.0.0.1:{srv.server_port}/hook")
-        monkeypatch.setenv("ROLLSCOPE_ALERTS__BASE_URL", "https://rollscope.example/")
-        get_settings.cache_clear()
         # run ids of their own: a delivery is once per key, and keys may outlive a test's database
         a, b = f"hook-a-{uuid.uuid4().hex[:8]}", f"hook-b-{uuid.uuid4().hex[:8]}"
         path = _small_run(tmp_path, "a.jsonl", [0, 0, 0, 0, 0, 0, 12, 0], run=a)
         assert ingest(engine, path).ok
+        assert list(_alerts(engine, a)) == [6]
+        assert _watch(engine, settle=3600, url=url) == 0 and srv.got == []  # flagged just now: not settled
+        assert _watch(engine, url=url) == 1
         got = _wait_for(srv, 1)
-        assert got[0]["run"] == a and got[0]["step"] == 6
+        assert got[0]["kind"] == "step_flagged" and got[0]["run"] == a and got[0]["step"] == 6
         assert got[0]["links"]["step"] == f"https://rollscope.example/runs/{a}/steps/6"
         assert got[0]["links"]["rollouts"].startswith(f"https://rollscope.example/runs/{a}/rollouts?")
         assert "ending:error" in [f["figure"] for f in got[0]["figures"]]
@@ -281,8 +293,10 @@ def test_a_flagged_step_is_posted_once_with_its_links(engine, tmp_path, monkeypa
         changed = _small_run(tmp_path, "b.jsonl", [0, 0, 0, 0, 0, 0, 13, 0], run=a)
         assert ingest(engine, changed).ok
         assert list(_alerts(engine, a)) == [6]
+        assert _watch(engine, url=url) == 0
         # another run's flagged step comes after them: only it is posted
         assert ingest(engine, _small_run(tmp_path, "c.jsonl", [0, 0, 0, 0, 0, 0, 12, 0], run=b)).ok
+        assert _watch(engine, url=url) == 1
         got = _wait_for(srv, 2)
         assert [(g["run"], g["step"]) for g in got] == [(a, 6), (b, 6)]
     finally:
@@ -291,29 +305,34 @@ def test_a_flagged_step_is_posted_once_with_its_links(engine, tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_an_unreachable_webhook_never_fails_ingest(engine, tmp_path, monkeypatch):
+def test_ingest_posts_nothing_and_an_unreachable_webhook_fails_no_pass(engine, tmp_path, monkeypatch):
     monkeypatch.setenv("ROLLSCOPE_ALERTS__WEBHOOK_URL", "http://127.0.0.1:9/nothing-listens-here")
     get_settings.cache_clear()
-    assert ingest(engine, _small_run(tmp_path, "a.jsonl", [0, 0, 0, 0, 0, 0, 12, 0], run="hook-c")).ok
-    assert list(_alerts(engine, "hook-c")) == [6]
+    run = f"hook-c-{uuid.uuid4().hex[:8]}"
+    assert ingest(engine, _small_run(tmp_path, "a.jsonl", [0, 0, 0, 0, 0, 0, 12, 0], run=run)).ok
+    assert list(_alerts(engine, run)) == [6]
+    with engine.connect() as conn:  # ingest recorded no delivery: only the watcher posts
+        assert conn.execute(sa.select(sa.func.count()).select_from(AlertDelivery.__table__)
+                            .where(AlertDelivery.__table__.c.key == f"{run}/6")).scalar() == 0
+    assert _watch(engine) == 1  # handed over; the refused POST is the webhook thread's, never the caller's
 
 
-@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_alerts_found_in_a_savepoint_that_is_rolled_back_are_not_sent(engine, tmp_path):
-    """The one-by-one fallback writes each rollout in a savepoint: a rolled-back one takes back the
-    posts it queued, a released one keeps them."""
-    assert ingest(engine, _small_run(tmp_path, "a.jsonl", [0, 0, 0, 0, 0, 0, 12, 0], run="sp")).ok
-    settings = Settings(database_url=str(engine.url), alerts={"webhook_url": "http://127.0.0.1:9/none"})
-    T = StepAlert.__table__
-    with engine.connect() as conn:
-        with conn.begin():
-            conn.execute(T.delete())
-            with conn.begin_nested() as sp:
-                assert [a["step"] for a in store_alerts.apply(conn, {("sp", 6)}, settings=settings)] == [6]
-                assert len(conn.info[store_alerts.PENDING]) == 1
-                sp.rollback()
-            assert not conn.info.get(store_alerts.PENDING)
-            with conn.begin_nested():
-                store_alerts.apply(conn, {("sp", 6)}, settings=settings)
-            assert len(conn.info[store_alerts.PENDING]) == 1
-            conn.info[store_alerts.PENDING].clear()  # nothing listens on port 9; sent or not, ingest is unaffected
+def test_a_verdict_a_late_producer_takes_back_is_never_posted(engine, tmp_path):
+    """Two producers fill step 6 at different speeds: judged when the fast one moved on, its step
+    looked like an incident; the slow one's rollouts of step 6 then arrive and take the verdict back,
+    before it settled. Nothing is posted."""
+    run = f"late-{uuid.uuid4().hex[:8]}"
+    errors = [0, 0, 0, 0, 0, 0, 12, 0]
+    fast = _small_run(tmp_path, "fast.jsonl", errors, run=run)
+    assert ingest(engine, fast).ok
+    assert list(_alerts(engine, run)) == [6]
+    assert _watch(engine, settle=3600) == 0  # not settled yet
+    # the slow producer's rollouts of step 6, all good: the step's error share falls back in the band
+    good = [rollout(f"late-{i}", run=run, step=6, group=f"late-g{i // 8}", index=i % 8, reward=float(i % 2),
+                    ending="submitted", tokens=False) for i in range(400)]
+    assert ingest(engine, write_jsonl(tmp_path / "slow.jsonl", good)).ok
+    assert list(_alerts(engine, run)) == []
+    assert _watch(engine) == 0
+    with engine.connect() as conn:  # not sent, nor even recorded as an alert to send
+        assert conn.execute(sa.select(sa.func.count()).select_from(AlertDelivery.__table__)
+                            .where(AlertDelivery.__table__.c.key == f"{run}/6")).scalar() == 0
