@@ -63,7 +63,7 @@ class SourceStatus(BaseModel):
     size_from: str | None = None  # disk (stat'ed now by this process) | worker (the last size a worker recorded)
     holder: str | None = None  # the worker id holding the file (its claim, or the worker following its folder)
     holder_state: str | None = None  # live | stale | gone; None when no worker with a heartbeat follows it
-    holder_problem: str | None = None  # for a person, when a file with bytes to read has no live holder
+    holder_problem: str | None = None  # for a person: a file with bytes to read, or still tailed, has no live holder
 
 
 class WorkerStatus(BaseModel):
