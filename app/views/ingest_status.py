@@ -18,6 +18,7 @@ Every worker with a heartbeat (app/worker/heartbeat.py) is listed under `workers
 """
 from __future__ import annotations
 
+import os
 from datetime import UTC, timedelta
 
 from pydantic import BaseModel
@@ -85,6 +86,9 @@ class WorkerStatus(BaseModel):
     stopped_at: str | None = None
     spools: list[str]
     files: list[str]
+    # its spool folders this host does not find (deleted or unmounted under a live worker: it waits
+    # for them, reading nothing); [] when the worker is gone, or the web host cannot see its disk
+    missing_spools: list[str] = []
 
 
 class Message(BaseModel):
@@ -184,7 +188,16 @@ def _worker(w, now) -> WorkerStatus:
                         started_text=readable(w.started_at), last_beat_at=iso(beat), last_beat_text=readable(beat),
                         seconds_since_beat=round(max((now - beat).total_seconds(), 0.0), 1),
                         interval_seconds=w.interval_seconds, stopped_at=iso(w.stopped_at),
-                        spools=list(w.spools or []), files=list(w.files or []))
+                        spools=list(w.spools or []), files=list(w.files or []),
+                        missing_spools=_missing_spools(w))
+
+
+def _missing_spools(w) -> list[str]:
+    """The spool folders of a worker still beating that this host does not find, when it finds
+    the worker's working folder (it shares the worker's disk: the supported deployments)."""
+    if w.stopped_at is not None or not w.cwd or not os.path.isdir(w.cwd):
+        return []
+    return [d for d in (w.spools or []) if not os.path.isdir(os.path.join(w.cwd, d))]
 
 
 NOTICE_ENDINGS = ("read again from the start",)  # last_error texts of rows written before `notice` (0016)

@@ -189,6 +189,31 @@ def test_a_killed_worker_goes_stale_and_every_view_says_so(db_url, tmp_path):
         engine.dispose()
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_spool_folder_deleted_under_a_live_worker_is_named_on_ingest(db_url, tmp_path):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    f = write_jsonl(spool / "a.jsonl", [rollout("a", run="live")])
+    engine = make_engine(db_url)
+    proc = _worker(db_url, spool)
+    app = create_app(Settings(database_url=db_url))
+    try:
+        with serving(app) as base:
+            assert wait_for(lambda: _read_all(engine, f) and _status(base)["workers"]
+                            and _one_worker(base)["state"] == "live", 30)
+            assert _one_worker(base)["missing_spools"] == []
+            spool.rename(tmp_path / "moved")  # deleted or unmounted under the worker
+            assert _one_worker(base)["missing_spools"] == [str(spool)]
+            page = httpx.get(f"{base}/ingest").text
+            assert f"{spool} does not exist (deleted or unmounted?)" in page
+            (tmp_path / "moved").rename(spool)
+            assert _one_worker(base)["missing_spools"] == []
+    finally:
+        proc.kill()
+        proc.wait(10)
+        engine.dispose()
+
+
 def test_a_clean_stop_marks_the_worker_gone_not_stale(db_url, tmp_path):
     spool = tmp_path / "spool"
     spool.mkdir()
