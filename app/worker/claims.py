@@ -80,7 +80,9 @@ class Claims:
             try:
                 self._session.exec_driver_sql("SELECT 1")
                 return
-            except sa.exc.DBAPIError:
+            # a connection the server cut (a restart, a dropped database) is invalidated; used again
+            # it raises PendingRollbackError, not the driver's error: either way it is replaced
+            except (sa.exc.DBAPIError, sa.exc.PendingRollbackError):
                 self.drop_session()
         if session_key(self.worker_id) is None:
             self.worker_id = new_worker_id()

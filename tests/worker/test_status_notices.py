@@ -3,10 +3,10 @@ again: a rotated file is shown under its current path (and the path it was first
 "read again from the start" is a notice, kept apart from the errors (app/views/ingest_status.py)."""
 from __future__ import annotations
 
-import html as htmlmod
 import os
 
 import sqlalchemy as sa
+from markupsafe import escape  # as the templates escape (Jinja2's autoescape)
 
 from app.db import models
 from app.worker.run import run as run_worker
@@ -52,9 +52,9 @@ def test_a_rotated_file_is_shown_where_it_is_and_notices_stay_apart_from_errors(
     row = next(r for r in page.split("<tr>") if "live.jsonl.1" in r)
     assert f'{spool / "live.jsonl.1"} <span class="sub">(was {live})</span>' in row
     assert '<td class="src-error"></td>' in row  # nothing in the error column ...
-    assert f'<td class="src-notice">{htmlmod.escape(rotated["notice"])}</td>' in row  # ... the notice in its own
+    assert f'<td class="src-notice">{str(escape(rotated["notice"]))}</td>' in row  # ... the notice in its own
     err_row = next(r for r in page.split("<tr>") if "bad.jsonl" in r)
-    assert '<td class="src-error">' + htmlmod.escape(broken["last_error"]) in err_row
+    assert '<td class="src-error">' + str(escape(broken["last_error"])) in err_row
 
 
 def test_a_notice_an_older_worker_stored_as_an_error_is_shown_as_a_notice(client, engine, tmp_path):
