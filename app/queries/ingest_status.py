@@ -96,16 +96,17 @@ def worker_state(w, now: datetime) -> str:
     return "stale" if (now - _utc(w.beat_at)).total_seconds() > STALE_BEATS * w.interval_seconds else "live"
 
 
-def _absolute(path: str, cwd: str | None) -> str:
+def placed_path(path: str, cwd: str | None) -> str:
+    """`path` as a worker stored it, placed with that worker's working folder `cwd` when relative."""
     return os.path.normpath(path if os.path.isabs(path) or not cwd else os.path.join(cwd, path))
 
 
 def spool_of(w, path: str) -> str | None:
     """The spool folder of worker `w` (as it was given) that holds `path` (a file's path as the
     worker stored it; relative ones are placed with the worker's working folder), or None."""
-    p = _absolute(path, w.cwd)
+    p = placed_path(path, w.cwd)
     for d in w.spools or []:
-        if p.startswith(_absolute(d, w.cwd).rstrip(os.sep) + os.sep):
+        if p.startswith(placed_path(d, w.cwd).rstrip(os.sep) + os.sep):
             return d
     return None
 
@@ -127,7 +128,7 @@ def file_size(f, w) -> int | None:
     """Spool file `f`'s size on disk now, stat'ed by this process (its path placed with its
     holder `w`'s working folder when relative), or None when this host cannot see it."""
     try:
-        return os.stat(_absolute(f.path, w.cwd if w is not None else None)).st_size
+        return os.stat(placed_path(f.path, w.cwd if w is not None else None)).st_size
     except OSError:
         return None
 
@@ -168,7 +169,7 @@ def unseen_files(files: list, workers: list, now: datetime) -> list[Unseen]:
     seen_folders: set[str] = set()
     for w in workers:
         for d in w.spools or []:
-            folder = _absolute(d, w.cwd)
+            folder = placed_path(d, w.cwd)
             if folder in seen_folders or any(spool_of(x, os.path.join(folder, "x")) for x in live):
                 continue
             seen_folders.add(folder)

@@ -30,6 +30,7 @@ from app.queries.ingest_status import (
     holder,
     ingest_counts,
     lag_of,
+    placed_path,
     spool_of,
     unseen_files,
     worker_state,
@@ -197,7 +198,7 @@ def _missing_spools(w) -> list[str]:
     the worker's working folder (it shares the worker's disk: the supported deployments)."""
     if w.stopped_at is not None or not w.cwd or not os.path.isdir(w.cwd):
         return []
-    return [d for d in (w.spools or []) if not os.path.isdir(os.path.join(w.cwd, d))]
+    return [d for d in (w.spools or []) if not os.path.isdir(placed_path(d, w.cwd))]
 
 
 NOTICE_ENDINGS = ("read again from the start",)  # last_error texts of rows written before `notice` (0016)

@@ -6,6 +6,7 @@ once. A clean stop (SIGTERM) marks the worker gone, not stale. SQLite and Postgr
 HTTP (uvicorn) with a real HTTP receiver."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -189,8 +190,10 @@ def test_a_killed_worker_goes_stale_and_every_view_says_so(db_url, tmp_path):
         engine.dispose()
 
 
-@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_a_spool_folder_deleted_under_a_live_worker_is_named_on_ingest(db_url, tmp_path):
+@contextlib.contextmanager
+def _live_worker(db_url: str, tmp_path: Path):
+    """A spool with one rollout of run `live`, a real worker that has read it and beats, and a
+    served app: yields (spool, file, engine, worker process, base URL); the worker is killed after."""
     spool = tmp_path / "spool"
     spool.mkdir()
     f = write_jsonl(spool / "a.jsonl", [rollout("a", run="live")])
@@ -201,50 +204,43 @@ def test_a_spool_folder_deleted_under_a_live_worker_is_named_on_ingest(db_url, t
         with serving(app) as base:
             assert wait_for(lambda: _read_all(engine, f) and _status(base)["workers"]
                             and _one_worker(base)["state"] == "live", 30)
-            assert _one_worker(base)["missing_spools"] == []
-            spool.rename(tmp_path / "moved")  # deleted or unmounted under the worker
-            assert _one_worker(base)["missing_spools"] == [str(spool)]
-            page = httpx.get(f"{base}/ingest").text
-            assert f"{spool} does not exist (deleted or unmounted?)" in page
-            (tmp_path / "moved").rename(spool)
-            assert _one_worker(base)["missing_spools"] == []
-    finally:
-        proc.kill()
-        proc.wait(10)
-        engine.dispose()
-
-
-def test_a_clean_stop_marks_the_worker_gone_not_stale(db_url, tmp_path):
-    spool = tmp_path / "spool"
-    spool.mkdir()
-    f = write_jsonl(spool / "a.jsonl", [rollout("a", run="live")])
-    engine = make_engine(db_url)
-    proc = _worker(db_url, spool)
-    app = create_app(Settings(database_url=db_url))
-    try:
-        with serving(app) as base:
-            assert wait_for(lambda: _read_all(engine, f) and _status(base)["workers"]
-                            and _one_worker(base)["state"] == "live", 30)
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(20) == 0
-            w = _one_worker(base)
-            assert w["state"] == "gone" and w["stopped_at"] is not None
-            with f.open("ab") as out:
-                out.write(write_line(rollout("b", run="live")))
-            (src,) = _status(base)["sources"]
-            assert src["holder_state"] == "gone" and "gone" in src["holder_problem"]
-            assert src["bytes_behind"] == len(write_line(rollout("b", run="live")))
-            metrics = httpx.get(f"{base}/metrics").text
-            assert "rollscope_worker_last_heartbeat_timestamp_seconds{" not in metrics  # gone: not alerted on
-            settings = Settings(database_url=db_url, alerts={"webhook_url": "http://127.0.0.1:9/never"})
-            assert watch_once(engine, settings) == 0  # gone is not stale: no alert
-            (stopped,) = httpx.get(f"{base}/runs/live.json").json()["ingestion"]["stopped"]
-            assert stopped["worker_state"] == "gone"
+            yield spool, f, engine, proc, base
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
         engine.dispose()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_spool_folder_deleted_under_a_live_worker_is_named_on_ingest(db_url, tmp_path):
+    with _live_worker(db_url, tmp_path) as (spool, _f, _engine, _proc, base):
+        assert _one_worker(base)["missing_spools"] == []
+        spool.rename(tmp_path / "moved")  # deleted or unmounted under the worker
+        assert _one_worker(base)["missing_spools"] == [str(spool)]
+        page = httpx.get(f"{base}/ingest").text
+        assert f"{spool} does not exist (deleted or unmounted?)" in page
+        (tmp_path / "moved").rename(spool)
+        assert _one_worker(base)["missing_spools"] == []
+
+
+def test_a_clean_stop_marks_the_worker_gone_not_stale(db_url, tmp_path):
+    with _live_worker(db_url, tmp_path) as (spool, f, engine, proc, base):
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+        w = _one_worker(base)
+        assert w["state"] == "gone" and w["stopped_at"] is not None
+        with f.open("ab") as out:
+            out.write(write_line(rollout("b", run="live")))
+        (src,) = _status(base)["sources"]
+        assert src["holder_state"] == "gone" and "gone" in src["holder_problem"]
+        assert src["bytes_behind"] == len(write_line(rollout("b", run="live")))
+        metrics = httpx.get(f"{base}/metrics").text
+        assert "rollscope_worker_last_heartbeat_timestamp_seconds{" not in metrics  # gone: not alerted on
+        settings = Settings(database_url=db_url, alerts={"webhook_url": "http://127.0.0.1:9/never"})
+        assert watch_once(engine, settings) == 0  # gone is not stale: no alert
+        (stopped,) = httpx.get(f"{base}/runs/live.json").json()["ingestion"]["stopped"]
+        assert stopped["worker_state"] == "gone"
 
 
 def _unix(rfc3339: str) -> float:
