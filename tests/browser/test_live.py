@@ -293,8 +293,20 @@ def test_heap_does_not_grow_over_200_updates(browser, tmp_path):
         cdp = page.context.new_cdp_session(page)
 
         def heap() -> int:
-            cdp.send("HeapProfiler.collectGarbage")
-            return cdp.send("Runtime.getHeapUsage")["usedSize"]
+            """The live heap once the page is quiet: no update applied for 1 s (a fetch or a
+            Plotly.react in flight holds its buffers), then the least of three collected readings
+            (V8 frees some garbage only on a second pass)."""
+            last, quiet_since = applied(page), time.monotonic()
+            while time.monotonic() - quiet_since < 1.0:
+                page.wait_for_timeout(200)
+                now = applied(page)
+                if now != last:
+                    last, quiet_since = now, time.monotonic()
+            readings = []
+            for _ in range(3):
+                cdp.send("HeapProfiler.collectGarbage")
+                readings.append(cdp.send("Runtime.getHeapUsage")["usedSize"])
+            return min(readings)
 
         def updates(n: int) -> None:
             """At least n more updates applied by the page, while the test ingests a rollout into one
@@ -323,10 +335,16 @@ def test_heap_does_not_grow_over_200_updates(browser, tmp_path):
             updates(50)
             sizes.append(heap())
         print("heap after 20, 70, 120, 170, 220 updates (MB):", [round(x / 1e6, 2) for x in sizes])
-        # bounded, not growing with every update: what the last 100 add is within noise, and the
-        # whole 200 under a few MB (a leak of a figure or a fragment per update would be ~10-50 MB)
-        assert sizes[-1] - sizes[2] < 2_000_000, sizes
-        assert sizes[-1] - sizes[0] < 4_000_000, sizes
+        # bounded, not growing with every update. A leak of a figure or a fragment per update is
+        # 50-250 KB an update (10-50 MB over 200); V8's own noise is a few MB at any one reading,
+        # so the trend is judged by the least-squares slope over the five readings (bytes per
+        # update) and the whole 200 by their growth, each far under a leak and far over the noise
+        xs = [20, 70, 120, 170, 220]
+        mx, my = sum(xs) / len(xs), sum(sizes) / len(sizes)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, sizes)) / sum((x - mx) ** 2 for x in xs)
+        print(f"heap slope: {slope / 1e3:.1f} KB an update")
+        assert slope < 25_000, (slope, sizes)
+        assert max(sizes[1:]) - sizes[0] < 6_000_000, sizes
         assert not problems, problems
         page.close()
 
