@@ -5,6 +5,7 @@ Schema changes go through Alembic (app/db/migrations); `SQLModel.metadata` is it
 """
 from __future__ import annotations
 
+import builtins
 from datetime import UTC, datetime
 from typing import Any
 
@@ -285,6 +286,23 @@ class StepAlert(SQLModel, table=True):
     step: int
     # the flagged figures: value, trailing median, spread, range, band, steps used, contributors, text
     figures: list | None = Field(default=None, sa_column=Column(JSONType, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
+
+
+class Media(SQLModel, table=True):
+    """Image, audio and file bytes carried inline in messages, stored once by the sha256 of the
+    bytes (content-addressed: rollouts that share an image share its row). A message keeps only a
+    typed placeholder `{type, media_type, bytes, sha256, ...}`; `/media/{sha256}` serves the data
+    (app/routes/media.py). `media_type` is sniffed from the bytes (app/store/media.py `sniff`),
+    never the type the trace claimed. Rows are inserted if absent, never updated; deleting a
+    rollout leaves them (docs/store.md "Media")."""
+
+    __tablename__ = "media"
+
+    sha256: str = Field(primary_key=True, max_length=64)  # lowercase hex of the bytes' sha256
+    media_type: str = Field(max_length=100)
+    bytes: int = Field(sa_column=Column(sa.BigInteger, nullable=False))  # len(data)
+    data: builtins.bytes = Field(sa_column=Column(BlobType, nullable=False))  # the type `bytes` (the field shadows it)
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
 
 

@@ -16,6 +16,7 @@ from app.db.models import Node as NodeRow
 from app.db.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
 from app.queries import rollout_list
 from app.queries import rollouts as queries
+from app.store.media import fetch_media, marked, restore_media
 from ingest.schema import Rollout
 
 PAGE = 200
@@ -44,10 +45,16 @@ def _node(row: NodeRow) -> dict:
 
 
 def load(session: Session, rollout_pk: int) -> Rollout:
-    """The stored rollout `rollout_pk`, envelope and nodes."""
+    """The stored rollout `rollout_pk`, envelope and nodes, with the media bytes of its messages
+    back in their parts (`message.extra.media`, app/store/media.py `restore_media`)."""
     body = dict(queries.get_envelope(session=session, rollout_pk=rollout_pk))
     rows = session.exec(sa.select(NodeRow).where(NodeRow.rollout_pk == rollout_pk).order_by(NodeRow.idx)).scalars()
-    body["nodes"] = [_node(r) for r in rows]
+    body["nodes"] = nodes = [_node(r) for r in rows]
+    shas = {sha for n in nodes for sha in marked(n["message"])}
+    if shas:  # the media bytes, taken out of the messages when stored, put back as they were read
+        data = fetch_media(session, shas)
+        for n in nodes:
+            n["message"] = restore_media(n["message"], data)
     return Rollout.model_validate(body)
 
 

@@ -23,6 +23,7 @@ import orjson
 from app.db import models
 from app.db.engine import JSONText
 from app.db.tokenarrays import pack_bits, pack_floats, pack_ids
+from app.store.media import split_media
 from app.store.search import search_texts
 from ingest.advantages import estimator_name, recorded_advantage
 from ingest.checks import CheckContext, run_rollout_checks
@@ -60,6 +61,7 @@ class Prepared:
     findings: list[tuple] = field(default_factory=list)  # `finding` rows in FINDING_COLUMNS order
     n_findings: int = 0  # findings that fired (checks that could not decide are stored, not counted)
     search: list[tuple[int, str]] = field(default_factory=list)  # (node idx, searchable text), app.store.search
+    media: dict[str, bytes] = field(default_factory=dict)  # sha256 hex → bytes taken out of the messages
 
     @property
     def group_id(self) -> str | None:
@@ -71,7 +73,7 @@ class Prepared:
         r = self.rollout
         ref = RolloutRef(r.id, dict(r.source), self.envelope[:4096])
         return Prepared(ref, self.identity, self.run, self.summary, self.envelope, self.nodes,  # type: ignore[arg-type]
-                        self.findings, self.n_findings, self.search)
+                        self.findings, self.n_findings, self.search, self.media)
 
 
 def prepare(r: Rollout, context: CheckContext | None = None) -> Prepared:
@@ -86,15 +88,17 @@ def prepare(r: Rollout, context: CheckContext | None = None) -> Prepared:
     chash = content_hash(r)
     checked = run_rollout_checks(r, context)
     findings, flags = checked.all, checked.kinds()
+    media: dict[str, bytes] = {}
     return Prepared(
         rollout=r, identity=(r.run.id, r.id, r.attempt),
         run={"id": r.run.id, "name": r.run.name, "type": r.run.type},
         summary=_summary(r, flags, chash), envelope=_json_text(r.to_json(exclude=_NODES)),
-        nodes=_node_rows(r),
+        nodes=_node_rows(r, media),
         findings=[(f.kind, f.severity, f.node_idx, f.position, f.message, _json_text(dumps(finding_detail(f.detail))))
                   for f in findings],
         n_findings=len(checked.findings),
         search=search_texts(r),
+        media=media,
     )
 
 
@@ -248,13 +252,21 @@ NODE_COLUMNS = ("idx", "parent", "role", "sampled", "timestamp", "content_len", 
 FINDING_COLUMNS = ("kind", "severity", "node_idx", "position", "message", "detail")
 
 
-def _node_rows(r: Rollout) -> list[tuple]:
-    """`node` rows as tuples in NODE_COLUMNS order (JSON columns as JSON text)."""
+def _node_rows(r: Rollout, media: dict[str, bytes]) -> list[tuple]:
+    """`node` rows as tuples in NODE_COLUMNS order (JSON columns as JSON text). The bytes of the
+    media carried inline go to `media` (sha256 → bytes), their base64 out of the message
+    (app/store/media.py `split_media`)."""
     rows = []
     for i, n in enumerate(r.nodes):
         m = n.message
+        if m.extra.get("media"):
+            stripped, found = split_media(m.to_json_dict())
+            media.update(found)
+            message = dumps(stripped)
+        else:
+            message = m.to_json()
         rows.append((
-            i, n.parent, m.role, n.sampled, _finite(n.timestamp), len(m.text()), _json_text(m.to_json()),
+            i, n.parent, m.role, n.sampled, _finite(n.timestamp), len(m.text()), _json_text(message),
             _text(m.tool_call_id), _text(m.name) if m.role == "tool" else None,
             _json_text(orjson.dumps([{"id": tc.id, "name": tc.name} for tc in m.tool_calls])) if m.tool_calls else None,
             len(n.token_ids), pack_ids(n.token_ids),

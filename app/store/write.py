@@ -38,6 +38,7 @@ from app.db.engine import bulk_insert
 from app.db.engine import insert_for as _insert
 from app.store import rollups, search
 from app.store.groups import recheck_groups
+from app.store.media import insert_media
 from app.store.outage import RETRY_SECONDS, lost_a_race, not_the_data, with_retries
 from app.store.prepare import FINDING_COLUMNS, NODE_COLUMNS, Identity, Prepared, prepare_or_error, storage_error
 from app.store.quarantine import clear_landed, clear_unseen, files_with_entries, has_entries, quarantine_many
@@ -229,7 +230,8 @@ def _delete(conn: sa.Connection, pks: list[int]) -> list[dict[str, Any]]:
 
 def _insert_rows(conn: sa.Connection, todo: list[Prepared], deleted: list[dict[str, Any]]) -> Written:
     """Insert summary rows (one multi-row INSERT ... RETURNING), then envelopes, nodes and
-    findings (one executemany each); returns what the batch wrote: the summary rows with their
+    findings (one executemany each), and the media rows not yet stored (app/store/media.py
+    `insert_media`: one lookup, one INSERT ... ON CONFLICT DO NOTHING); returns what the batch wrote: the summary rows with their
     pk, the `deleted` rows, and the messages' search text."""
     if not todo:
         return Written([], deleted)
@@ -247,6 +249,7 @@ def _insert_rows(conn: sa.Connection, todo: list[Prepared], deleted: list[dict[s
     bulk_insert(conn, DET, ("rollout_pk", "envelope"), details)
     bulk_insert(conn, NODE, ("rollout_pk", *NODE_COLUMNS), nodes)
     bulk_insert(conn, FIND, ("rollout_pk", *FINDING_COLUMNS), findings)
+    insert_media(conn, {sha: data for p in todo for sha, data in p.media.items()})
     return Written(inserted, deleted, docs)
 
 
