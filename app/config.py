@@ -80,6 +80,10 @@ class WebSettings(BaseModel):
                                      "per process, shared by every open page (app/live.py)")
     live_heartbeat_seconds: float = Field(15.0, ge=0.1, le=300, description="live pages: an SSE comment this often on "
                                           "an idle event stream, so proxies keep it open")
+    media_max_bytes: int = Field(20 * 1024 * 1024, ge=0, le=2**40, description="`/media/{sha256}`: an image up to "
+                                 "this many bytes is drawn inline (a thumbnail on the rollout page); a larger one is "
+                                 "stored all the same and served only as a download (`Content-Disposition: "
+                                 "attachment`)")
 
 
 class WorkerSettings(BaseModel):

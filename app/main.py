@@ -25,7 +25,7 @@ from app.db.engine import make_engine
 from app.db.migrate import upgrade
 from app.receivers import otlp
 from app.render import compile_templates
-from app.routes import analytics, events, pages, status
+from app.routes import analytics, events, media, pages, status
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 
@@ -166,6 +166,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(events.router, include_in_schema=False)
     app.include_router(analytics.router, include_in_schema=False)
     app.include_router(pages.router, include_in_schema=False)
+    app.include_router(media.router, include_in_schema=False)
     app.include_router(otlp.router)
 
     @app.get("/api/docs", include_in_schema=False)

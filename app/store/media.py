@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 from app.db import models
 from app.db.engine import insert_for
+from ingest.formats._openai import decode_payload
 
 MEDIA = models.Media.__table__
 MARK = "rollscope-media:sha256:"  # stands for the base64 payload of the media row named after it
@@ -55,15 +56,6 @@ def sniff(data: bytes) -> str:
     if data.startswith(b"fLaC"):
         return "audio/flac"
     return OCTET
-
-
-def decode_payload(payload: str) -> bytes:
-    """The bytes of a base64 payload as a reader decodes it (lenient: characters outside the
-    alphabet are skipped); a payload that is not base64 at all is taken as its UTF-8 text."""
-    try:
-        return base64.b64decode(payload, validate=False)
-    except (ValueError, TypeError):
-        return payload.encode("utf-8", "replace")
 
 
 def _payload_of(value: str) -> tuple[str, str]:

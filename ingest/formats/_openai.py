@@ -21,6 +21,8 @@ Field paths in the FieldErrors raised are relative to the record (`messages[3].t
 """
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -68,7 +70,9 @@ def role_from_openai(role: Any, path: str) -> tuple[str, str | None]:
 TEXT_PARTS = frozenset({"text", "input_text", "output_text", "refusal", "summary_text", "reasoning_text"})
 REASONING_PARTS = frozenset({"thinking", "redacted_thinking", "reasoning"})
 MEDIA_PARTS = {"image_url": "image", "input_image": "image", "image": "image", "input_audio": "audio",
-               "audio": "audio", "input_file": "file", "file": "file"}
+               "audio": "audio", "video": "video", "input_file": "file", "file": "file", "document": "file"}
+# parts that hold content parts of their own (Anthropic `tool_result` blocks): normalised inside
+NESTED_PARTS = frozenset({"tool_result"})
 REDACTED = "[redacted thinking]"
 
 
@@ -80,25 +84,45 @@ def _data_url(url: Any) -> tuple[str, str] | None:
     return None
 
 
-def _media(part: dict, kind: str) -> tuple[dict, dict | None]:
-    """A media part → a typed placeholder `{type: image|audio|file, media_type, bytes, sha256,
-    source_type}`; the inline data (if any) is returned separately, to be stored once in
-    `message.extra.media[sha256]` and never inlined into pages. A part that only links (an
-    http URL, a file path, a file id) is kept as it is, typed."""
-    import base64
-    import hashlib
+def decode_payload(payload: str) -> bytes:
+    """The bytes of a base64 payload, decoded leniently (characters outside the alphabet are
+    skipped); a payload that is not base64 at all (bad padding) is taken as its UTF-8 text."""
+    try:
+        return base64.b64decode(payload, validate=False)
+    except (ValueError, TypeError):
+        return payload.encode("utf-8", "replace")
 
+
+def _media(part: dict, kind: str) -> tuple[dict, dict | None]:
+    """A media part → a typed placeholder `{type: image|audio|video|file, media_type, bytes,
+    sha256, source_type, placeholder: true}` (`media_type` as the part claims it; `bytes` the
+    decoded size; `sha256` the lowercase hex of the decoded bytes), and `{sha256: the part as
+    read}` to keep in `message.extra.media` (the store takes the bytes out of it into the `media`
+    table, app/store/media.py; pages never inline them). The shapes read:
+
+    - a `data:` URL in `image_url.url` (OpenAI chat), `image_url` (Responses `input_image`),
+      `image` / `audio` / `video` / `document` (Inspect `ContentImage`, ...), `file.file_data`;
+    - base64 in `data` (`input_audio {data, format}`; MCP `{type: image, data, mimeType}`) or in
+      `source.data` (Anthropic `{type: image, source: {type: base64, media_type, data}}`).
+
+    A part that only links (an http URL, a file path, a file id: the bytes were not carried) is
+    kept as it is, typed (`type` = kind, `source_type` = its type), and nothing is fetched."""
     ptype = part.get("type")
     payload = media_type = None
     inner = part.get(ptype) if isinstance(part.get(ptype), dict) else part
     url = inner.get("url") if isinstance(inner, dict) else None
-    url = url if url is not None else part.get("image_url") if isinstance(part.get("image_url"), str) else url
+    if url is None:
+        for key in (ptype, "image_url", "file_data"):
+            if isinstance(inner.get(key), str) or isinstance(part.get(key), str):
+                url = inner.get(key) if isinstance(inner.get(key), str) else part[key]
+                break
     got = _data_url(url)
     if got:
         media_type, payload = got
-    elif isinstance(inner.get("data"), str):  # input_audio {data, format}; Anthropic {source: {data}}
+    elif isinstance(inner.get("data"), str):  # input_audio {data, format}; MCP {data, mimeType}
         payload = inner["data"]
-        media_type = inner.get("media_type") or (f"audio/{inner['format']}" if inner.get("format") else None)
+        media_type = (inner.get("media_type") or inner.get("mimeType") or inner.get("mime_type")
+                      or (f"audio/{inner['format']}" if inner.get("format") else None))
     elif isinstance(part.get("source"), dict) and isinstance(part["source"].get("data"), str):
         payload, media_type = part["source"]["data"], part["source"].get("media_type")
     if payload is None:
@@ -107,10 +131,7 @@ def _media(part: dict, kind: str) -> tuple[dict, dict | None]:
         if isinstance(part.get("source"), dict) and part["source"].get("media_type"):
             out["media_type"] = part["source"]["media_type"]
         return out, None
-    try:
-        raw = base64.b64decode(payload, validate=False)
-    except (ValueError, TypeError):
-        raw = payload.encode("utf-8", "replace")
+    raw = decode_payload(payload)
     digest = hashlib.sha256(raw).hexdigest()
     placeholder = {"type": kind, "media_type": media_type or "application/octet-stream", "bytes": len(raw),
                    "sha256": digest, "source_type": ptype, "placeholder": True}
@@ -125,7 +146,10 @@ def normalize_parts(content: list, path: str) -> tuple[list[dict], dict]:
     - reasoning blocks (`thinking` with its signature, `redacted_thinking`) are taken out: their
       text goes to `notes.reasoning` (a redacted block reads "[redacted thinking]") and the blocks
       themselves, without their text, to `notes.reasoning_blocks` (with their position);
-    - images, audio and files → typed placeholders (`_media`), the inline bytes in `notes.media`;
+    - images, audio, video and files → typed placeholders (`_media`), the parts carrying bytes in
+      `notes.media` (sha256 → part);
+    - an Anthropic `tool_result` block's own content list is normalised the same way (its images
+      become placeholders too);
     - a bare string part is a text part; anything else that is an object is kept as it is.
     """
     parts: list[dict] = []
@@ -168,6 +192,11 @@ def normalize_parts(content: list, path: str) -> tuple[list[dict], dict]:
             parts.append(out)
             if media:
                 notes.setdefault("media", {}).update(media)
+        elif ptype in NESTED_PARTS and isinstance(part.get("content"), list):
+            inner, inner_notes = normalize_parts(part["content"], f"{path}[{k}].content")
+            parts.append({**part, "content": inner})
+            if inner_notes.get("media"):
+                notes.setdefault("media", {}).update(inner_notes["media"])
         else:
             parts.append(part)
     return parts, notes

@@ -16,7 +16,9 @@ Mapping (docs/formats.md, "Inspect"):
   epoch N is index N-1; the epoch itself stays in `extra.epoch`) and `config.epochs` as its size.
 - `messages` → nodes in order (system, user, assistant, tool; `ChatMessage*` in
   `model/_chat_message.py`). Content parts: `text` kept, `reasoning` → `reasoning_content`
-  (`redacted: true` shown as redacted), other parts (image, audio, data) kept as typed parts.
+  (`redacted: true` shown as redacted), image / audio / video / document parts → typed media
+  placeholders by the one normaliser (`_openai.normalize_parts`: the bytes of a `data:` URL are
+  stored once by sha256), other parts (data, tool_use) kept as they are.
   Tool calls `{id, function, arguments: dict}` → raw argument string; a call Inspect could not
   parse (`arguments: {}`, `parse_error`) → the raw text its `parse_error` quotes; a tool message's
   `error` stays in the message's `extra`.
@@ -49,7 +51,7 @@ from typing import Any
 
 from ingest.errors import RecordError
 from ingest.formats._harness import Chain, documents, openai_tool_call, to_epoch, usage_from
-from ingest.formats._openai import finish_reason
+from ingest.formats._openai import MEDIA_PARTS, finish_reason, normalize_parts
 from ingest.formats.base import ReadContext, record_error
 from ingest.schema import (
     Call,
@@ -355,6 +357,11 @@ def _message(m: dict) -> Message:
                     reasoning.append(str(p.get("reasoning") or ""))
                 if p.get("signature"):
                     extra.setdefault("reasoning_signatures", []).append(p["signature"])
+            elif p.get("type") in MEDIA_PARTS:  # ContentImage/Audio/Video/Document: the one normaliser
+                placeholder, notes = normalize_parts([p], "content")
+                parts += placeholder
+                if notes.get("media"):
+                    extra.setdefault("media", {}).update(notes["media"])
             else:
                 parts.append(p)
         content = parts
