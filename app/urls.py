@@ -67,6 +67,11 @@ def group(run_id: str, group_id: str, *, json: bool = False) -> str:
     return _url(f"/runs/{q(run_id)}/groups/{q(group_id)}", json, {})
 
 
+def media(sha256: str) -> str:
+    """`/media/{sha256}`: stored media bytes (app/routes/media.py)."""
+    return f"/media/{sha256}"
+
+
 def node_text(run_id: str, rollout_pk: int, idx: int, *, reveal: bool = False) -> str:
     """The full text of one message, as text/plain; `reveal=True` (`?reveal=1`, the page's "show
     full text" link) shows bidi controls and invisible characters as `⟨U+XXXX⟩` (app.text)."""

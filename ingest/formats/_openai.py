@@ -70,7 +70,9 @@ def role_from_openai(role: Any, path: str) -> tuple[str, str | None]:
 TEXT_PARTS = frozenset({"text", "input_text", "output_text", "refusal", "summary_text", "reasoning_text"})
 REASONING_PARTS = frozenset({"thinking", "redacted_thinking", "reasoning"})
 MEDIA_PARTS = {"image_url": "image", "input_image": "image", "image": "image", "input_audio": "audio",
-               "audio": "audio", "video": "video", "input_file": "file", "file": "file", "document": "file"}
+               "audio": "audio", "video": "video", "input_file": "file", "file": "file", "document": "file",
+               "blob": "file", "uri": "file"}  # OTel GenAI `blob` / `uri` parts: the kind is their `modality`
+MODALITIES = frozenset({"image", "audio", "video"})
 # parts that hold content parts of their own (Anthropic `tool_result` blocks): normalised inside
 NESTED_PARTS = frozenset({"tool_result"})
 REDACTED = "[redacted thinking]"
@@ -102,8 +104,9 @@ def _media(part: dict, kind: str) -> tuple[dict, dict | None]:
 
     - a `data:` URL in `image_url.url` (OpenAI chat), `image_url` (Responses `input_image`),
       `image` / `audio` / `video` / `document` (Inspect `ContentImage`, ...), `file.file_data`;
-    - base64 in `data` (`input_audio {data, format}`; MCP `{type: image, data, mimeType}`) or in
-      `source.data` (Anthropic `{type: image, source: {type: base64, media_type, data}}`).
+    - base64 in `data` (`input_audio {data, format}`; MCP `{type: image, data, mimeType}`), in
+      `source.data` (Anthropic `{type: image, source: {type: base64, media_type, data}}`) or in
+      `content` (OTel GenAI `{type: blob, modality, mime_type, content}`).
 
     A part that only links (an http URL, a file path, a file id: the bytes were not carried) is
     kept as it is, typed (`type` = kind, `source_type` = its type), and nothing is fetched."""
@@ -125,6 +128,8 @@ def _media(part: dict, kind: str) -> tuple[dict, dict | None]:
                       or (f"audio/{inner['format']}" if inner.get("format") else None))
     elif isinstance(part.get("source"), dict) and isinstance(part["source"].get("data"), str):
         payload, media_type = part["source"]["data"], part["source"].get("media_type")
+    elif ptype == "blob" and isinstance(part.get("content"), str):  # OTel GenAI {modality, mime_type, content}
+        payload, media_type = part["content"], part.get("mime_type")
     if payload is None:
         out = dict(part)
         out["type"], out["source_type"] = kind, ptype
@@ -188,7 +193,8 @@ def normalize_parts(content: list, path: str) -> tuple[list[dict], dict]:
             block["position"] = k
             notes.setdefault("reasoning_blocks", []).append(block)
         elif ptype in MEDIA_PARTS:
-            out, media = _media(part, MEDIA_PARTS[ptype])
+            kind = part["modality"] if part.get("modality") in MODALITIES else MEDIA_PARTS[ptype]
+            out, media = _media(part, kind)
             parts.append(out)
             if media:
                 notes.setdefault("media", {}).update(media)

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ingest.fields import FieldError
-from ingest.formats._openai import arguments_text, message_from_openai
+from ingest.formats._openai import arguments_text, message_from_openai, normalize_parts
 from ingest.otel.wire import SpanRecord
 from ingest.schema import Message, ToolCall
 
@@ -128,11 +128,17 @@ def genai_message(m: dict) -> tuple[Message, str | None]:
                 role = "tool"
             elif isinstance(p, dict):
                 other.append(p)
+        media: dict = {}
+        if other:  # blob / uri / file parts (and any other): the one normaliser (`_openai.normalize_parts`)
+            other, notes = normalize_parts(other, "parts")
+            media = notes.get("media") or {}
         if content is None:
             content = "\n".join(texts) if texts and not other else ([{"type": "text", "text": x} for x in texts] + other
                                                                     if other else None)
         extra = ({"source_role": m["role"]}
                  if role != m.get("role") and m.get("role") not in ("tool",) and role != "tool" else {})
+        if media:
+            extra["media"] = media
         return (Message(role=role, content=content, reasoning_content="\n".join(reasoning) if reasoning else None,
                         tool_calls=calls or None, tool_call_id=tool_call_id, name=m.get("name"), extra=extra),
                 m.get("finish_reason"))

@@ -25,7 +25,8 @@ from app.views.common import iso, note_view, num, summary_fields, with_labels
 from app.views.rollout import branches as branchview
 from app.views.rollout import links
 from app.views.rollout.findings import link_findings, page_findings
-from app.views.rollout.messages import MessageContext, message_views, pair_calls
+from app.store.media import stored_media
+from app.views.rollout.messages import MessageContext, message_views, pair_calls, with_stored
 from app.views.rollout.models import RolloutPage
 from app.views.rollout.timeline import timeline
 from app.views.rollout.windows import Pieces, _declares_byte_level, _load_vocab
@@ -80,6 +81,8 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
     nodes = q_nodes.get_nodes(session=session, rollout_pk=row.pk, idxs=page)
     node_views = message_views(nodes, ctx, starts, {idx: offset + k for k, idx in enumerate(page)},
                                focus_pos, focus_token)
+    shas = {m["sha256"] for v in node_views for m in v["media"] if m["sha256"]}
+    with_stored(node_views, stored_media(session, shas), web.media_max_bytes)
     summary = with_labels(session, run_id, [summary_fields(row, n_attempts=len(attempts), json=json)])[0]
     labels = q_annotations.labels_of(session=session, run_id=run_id, rollout_ids=[rollout_id]).get(rollout_id, [])
     notes = q_annotations.notes_of(session=session, run_id=run_id, rollout_id=rollout_id)

@@ -12,9 +12,66 @@ from app.views.rollout.timeline import tool_duration
 from app.views.rollout.windows import Pieces, strip
 from ingest.formats._openai import MEDIA_PARTS
 from ingest.metrics import tool_failure
-from ingest.schema import content_text
+from ingest.schema import content_text, media_label
 
 MEDIA_TYPES = frozenset(MEDIA_PARTS.values())  # the types a stored media placeholder has
+_LINK_KEYS = ("url", "image_url", "image", "audio", "video", "document", "uri", "file_id", "path", "file_url")
+
+
+def _link_text(part: dict) -> str | None:
+    """The URL, path or file id a media part whose bytes were not carried points to (shown as
+    escaped text, never fetched), or None."""
+    for holder in (part, part.get(part.get("source_type") or ""), part.get("source"), part.get("file"),
+                   part.get("image_url")):
+        if isinstance(holder, dict):
+            for key in _LINK_KEYS:
+                if isinstance(holder.get(key), str) and not holder[key].startswith("data:"):
+                    return holder[key][:500]
+    return None
+
+
+def media_parts(parts: list) -> list[dict]:
+    """The media of one message's content parts, in order (an Anthropic `tool_result` block's
+    own content included): `{type: image|audio|video|file, media_type (as the trace claims it),
+    bytes, sha256, link}`; `sha256` and `bytes` are set when the bytes were carried (stored in the
+    `media` table), `link` (the URL / path / file id, at most 500 characters) when only a link
+    was. Never the bytes. `with_stored` adds the served URL."""
+    out = []
+    for p in parts:
+        if not isinstance(p, dict):
+            continue
+        if p.get("type") in MEDIA_TYPES:
+            media_type = p.get("media_type")
+            if media_type is None and isinstance(p.get("source"), dict):
+                media_type = p["source"].get("media_type")
+            out.append({"type": p["type"], "media_type": media_type if isinstance(media_type, str) else None,
+                        "bytes": p.get("bytes"), "sha256": p.get("sha256") if p.get("placeholder") else None,
+                        "link": None if p.get("placeholder") else _link_text(p)})
+        elif isinstance(p.get("content"), list):
+            out += media_parts(p["content"])
+    return out
+
+
+def with_stored(views: list[dict], stored: dict[str, tuple[str, int]], max_inline: int) -> None:
+    """Fill in, on each message view's `media`, what `/media` serves for it: `url` (None when the
+    bytes are not stored: a link-only part, or a rollout stored before the `media` table),
+    `media_type` as sniffed from the stored bytes (what the trace claimed kept in
+    `claimed_media_type` when it differs), and `inline`: an image type drawn as a thumbnail (png,
+    jpeg, gif, webp of at most `max_inline` bytes); anything else is a download link.
+    `stored`: sha256 → (sniffed type, size in bytes), app.store.media.stored_media."""
+    from app.store.media import IMAGE_TYPES
+
+    for v in views:
+        for m in v["media"]:
+            got = stored.get(m["sha256"]) if m["sha256"] else None
+            m["url"], m["inline"] = None, False
+            if got:
+                sniffed, size = got
+                if sniffed != m["media_type"]:
+                    m["claimed_media_type"] = m["media_type"]
+                m["media_type"], m["bytes"], m["url"] = sniffed, size, urls.media(m["sha256"])
+                m["inline"] = sniffed in IMAGE_TYPES and size <= max_inline
+            m["label"] = media_label(m)
 
 
 def pair_calls(pairs, on_page: set[int], link, messages) -> tuple[dict[int, list], dict[int, dict]]:
@@ -107,8 +164,7 @@ def node_view(node, ctx: MessageContext, *, t0: int = 0, include_token: int | No
         "content_truncated": node.content_len > ctx.web.preview_chars,
         "content_url": urls.node_text(ctx.run_id, ctx.rollout_pk, node.idx),
         # parts only: a string content is text (walking a 12 MB string char by char took 1 s)
-        "media": [{k: p.get(k) for k in ("type", "media_type", "bytes", "sha256")} for p in parts
-                  if isinstance(p, dict) and p.get("type") in MEDIA_TYPES],
+        "media": media_parts(parts),
         "reasoning": msg.get("reasoning_content"),
         "tool_calls": ctx.calls_by_node.get(node.idx, []),
         "answers": ctx.answer_of.get(node.idx),

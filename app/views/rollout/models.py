@@ -106,7 +106,8 @@ class NodeView(PageModel):
     content_len: int
     content_truncated: bool
     content_url: str
-    media: list[dict[str, Any]] = []  # image/audio/file parts: type, media_type, bytes, sha256 (never the bytes)
+    # image/audio/video/file parts: type, media_type, bytes, sha256, url, inline, label, link (never the bytes)
+    media: list[dict[str, Any]] = []
     reasoning: str | None
     reasoning_dropped_in: list[int] = []  # later branches whose re-rendered prompt leaves this reasoning out
     tool_calls: list[ToolCallView]
