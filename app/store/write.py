@@ -231,8 +231,8 @@ def _delete(conn: sa.Connection, pks: list[int]) -> list[dict[str, Any]]:
 def _insert_rows(conn: sa.Connection, todo: list[Prepared], deleted: list[dict[str, Any]]) -> Written:
     """Insert summary rows (one multi-row INSERT ... RETURNING), then envelopes, nodes and
     findings (one executemany each), and the media rows not yet stored (app/store/media.py
-    `insert_media`: one lookup, one INSERT ... ON CONFLICT DO NOTHING); returns what the batch wrote: the summary rows with their
-    pk, the `deleted` rows, and the messages' search text."""
+    `insert_media`: one lookup, one INSERT ... ON CONFLICT DO NOTHING); returns what the batch
+    wrote: the summary rows with their pk, the `deleted` rows, and the messages' search text."""
     if not todo:
         return Written([], deleted)
     returned = conn.execute(RO.insert().returning(RO.c.pk, RO.c.run_id, RO.c.rollout_id, RO.c.attempt),

@@ -19,7 +19,8 @@ from tests.helpers import ingest
 
 pytestmark = pytest.mark.browser
 
-SVG = b'<svg xmlns="http://www.w3.org/2000/svg" onload="window.parent.pwned=1"><script>window.parent.pwned=2</script></svg>'
+SVG = (b'<svg xmlns="http://www.w3.org/2000/svg" onload="window.parent.pwned=1">'
+       b"<script>window.parent.pwned=2</script></svg>")
 
 
 def png(width: int, height: int) -> bytes:
@@ -35,7 +36,8 @@ def test_png_drawn_svg_never_run(tmp_path, browser):
     image = png(40, 30)
     parts = [{"type": "text", "text": "what is this?"}]
     for media_type, data in (("image/png", image), ("image/svg+xml", SVG)):
-        parts.append({"type": "image_url", "image_url": {"url": f"data:{media_type};base64,{base64.b64encode(data).decode()}"}})
+        url = f"data:{media_type};base64,{base64.b64encode(data).decode()}"
+        parts.append({"type": "image_url", "image_url": {"url": url}})
     f = tmp_path / "vision.jsonl"
     f.write_text(json.dumps({"rollout_id": "v1", "reward": 1.0, "messages": [
         {"role": "user", "content": parts}, {"role": "assistant", "content": "a square"}]}) + "\n")

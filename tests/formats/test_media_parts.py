@@ -51,7 +51,8 @@ def test_every_image_shape_is_one_placeholder(shape):
 
 
 def test_readers_route_image_parts_through_the_normaliser():
-    inspect = inspect_message({"role": "user", "content": [{"type": "text", "text": "hi"}, SHAPES["inspect ContentImage"]]})
+    inspect = inspect_message({"role": "user", "content": [{"type": "text", "text": "hi"},
+                                                          SHAPES["inspect ContentImage"]]})
     genai, _ = genai_message({"role": "user", "parts": [{"type": "text", "content": "hi"}, SHAPES["otel genai blob"]]})
     responses, notes = _responses.content_from_parts([SHAPES["responses input_image"]], "input[0].content")
     for msg in (inspect, genai):

@@ -20,12 +20,12 @@ from app.queries import nodes as q_nodes
 from app.queries import rollout_list
 from app.queries import rollouts as q_rollouts
 from app.queries import runs as q_runs
+from app.store.media import stored_media
 from app.views import tokens as tokenview
 from app.views.common import iso, note_view, num, summary_fields, with_labels
 from app.views.rollout import branches as branchview
 from app.views.rollout import links
 from app.views.rollout.findings import link_findings, page_findings
-from app.store.media import stored_media
 from app.views.rollout.messages import MessageContext, message_views, pair_calls, with_stored
 from app.views.rollout.models import RolloutPage
 from app.views.rollout.timeline import timeline
