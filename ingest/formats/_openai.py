@@ -122,6 +122,8 @@ def _media(part: dict, kind: str) -> tuple[dict, dict | None]:
     got = _data_url(url)
     if got:
         media_type, payload = got
+    elif isinstance(inner.get("file_data"), str) and not inner["file_data"].startswith(("http:", "https:")):
+        payload, media_type = inner["file_data"], inner.get("mime_type")  # OpenAI `file.file_data`, bare base64
     elif isinstance(inner.get("data"), str):  # input_audio {data, format}; MCP {data, mimeType}
         payload = inner["data"]
         media_type = (inner.get("media_type") or inner.get("mimeType") or inner.get("mime_type")

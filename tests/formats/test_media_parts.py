@@ -72,6 +72,15 @@ def test_tool_results_carry_images():
     assert [m["sha256"] for m in media_parts(anthropic.content)] == [SHA]
 
 
+def test_files_and_audio_are_placeholders_too():
+    pdf = b"%PDF-1.7 fake"
+    msg = _openai.message_from_openai({"role": "user", "content": [
+        {"type": "file", "file": {"filename": "a.pdf", "file_data": base64.b64encode(pdf).decode()}},
+        {"type": "input_audio", "input_audio": {"data": B64, "format": "wav"}}]}, "m").message
+    assert [(p["type"], p["bytes"]) for p in msg.content] == [("file", len(pdf)), ("audio", len(PNG))]
+    assert len(msg.extra["media"]) == 2
+
+
 def test_link_only_parts_stay_typed_links():
     atif = atif_content([{"type": "image", "source": {"media_type": "image/png", "path": "images/step1.png"}}])
     chat = _openai.message_from_openai({"role": "user", "content": [
