@@ -16,11 +16,15 @@ import os
 import httpx
 import pytest
 import sqlalchemy as sa
+from sqlmodel import Session
 
+from app.auth import issue
 from app.config import Settings, WebSettings
 from app.db import models
 from app.main import create_app
 from app.store.load import load
+from app.store.prepare import content_hash
+from app.store.recheck import recheck_run
 from tests.helpers import ingest, serving
 
 PNG = b"\x89PNG\r\n\x1a\n" + os.urandom(34 * 1024 - 8)  # 34,816 bytes
@@ -74,18 +78,18 @@ def test_image_stored_once_shown_by_url(client, engine, tmp_path):
     assert r.headers["cache-control"] == "max-age=31536000, immutable"
 
     # the same file again adds nothing; reading the rollout back gives the part as it was read
-    before = d["rollout"]["content_hash"] if "content_hash" in d["rollout"] else None
     assert ingest(engine, f, run="media").ok
     assert media_rows(engine) == 1
     with engine.connect() as conn:
         pk, chash = conn.execute(sa.select(models.Rollout.pk, models.Rollout.content_hash)).one()
-    from sqlmodel import Session
-
-    from app.store.prepare import content_hash
     with Session(engine) as s:
         back = load(s, pk)
     assert back.nodes[0].message.extra["media"][SHA]["image_url"]["url"] == data_url("image/png", PNG)
-    assert content_hash(back) == chash and before in (None, chash)
+    assert content_hash(back) == chash
+    recheck_run(engine, "media")  # read back and stored again: the same hash, no new row
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(models.Rollout.content_hash)).scalar_one() == chash
+    assert media_rows(engine) == 1
 
 
 def test_link_only_media_is_escaped_text_not_fetched(client, engine, tmp_path):
@@ -138,8 +142,6 @@ def test_hostile_media_over_http(db_url, engine, tmp_path):
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_media_needs_the_read_token_when_reads_are_locked(db_url, engine, tmp_path):
-    from app.auth import issue
-
     f = tmp_path / "vision.jsonl"
     chat(f, "img1", ("image/png", PNG))
     assert ingest(engine, f, run="media").ok
