@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from app import urls
 from app.config import WebSettings
 from app.db.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
+from app.store.media import IMAGE_TYPES
 from app.views.rollout.timeline import tool_duration
 from app.views.rollout.windows import Pieces, strip
 from ingest.formats._openai import MEDIA_PARTS
@@ -59,8 +60,6 @@ def with_stored(views: list[dict], stored: dict[str, tuple[str, int]], max_inlin
     `claimed_media_type` when it differs), and `inline`: an image type drawn as a thumbnail (png,
     jpeg, gif, webp of at most `max_inline` bytes); anything else is a download link.
     `stored`: sha256 → (sniffed type, size in bytes), app.store.media.stored_media."""
-    from app.store.media import IMAGE_TYPES
-
     for v in views:
         for m in v["media"]:
             got = stored.get(m["sha256"]) if m["sha256"] else None
