@@ -423,7 +423,8 @@ register(Chart("endings", "Ending-type rates",
                build_endings, sections=("endings", "by_ending")))
 register(Chart("reward", "Reward",
                "Mean (solid), median (dashed) and the p10–p90 band of reward per step, errored rollouts scored 0 "
-               "(blue) and dropped (purple). Missing or non-finite rewards are left out of both.",
+               "(blue) or dropped (purple), as the page's switch says. Missing or non-finite rewards are left out "
+               "of both. Click a step for its story.",
                build_reward, sections=("reward",)))
 register(Chart("task_heatmap", "Reward per task",
                "Mean reward (errors scored 0) of each task at each step. Click a cell for that task's rollouts at "
@@ -607,11 +608,14 @@ def overlay(figures: dict[str, dict]) -> dict:
                 meta["legend"] = f"{run_id}: {meta['legend']}"
             t = {**t, "name": f"{run_id}: {t.get('name', '')}", "legendgroup": run_id, "meta": meta}
             if t.get("type") == "scatter":
-                key = _series_key(t["name"])
-                dash = (t.get("line") or {}).get("dash") or dash_of.get(key) or free[len(dash_of) % len(free)]
-                if not (t.get("line") or {}).get("dash"):
-                    dash_of[key] = dash
-                t["line"] = {**t.get("line", {}), "color": color, "dash": dash}
+                line = t.get("line") or {}
+                if line.get("width") != 0:  # a band's edges have no line
+                    key = _series_key(t["name"])
+                    dash = line.get("dash") or dash_of.get(key) or free[len(dash_of) % len(free)]
+                    if not line.get("dash"):
+                        dash_of[key] = dash
+                    line = {**line, "dash": dash}
+                t["line"] = {**line, "color": color}
                 t["marker"] = {**t.get("marker", {}), "color": color}
                 if t.get("fill"):
                     t["fillcolor"] = color + "26"

@@ -84,11 +84,13 @@
   }
 
   // The plot area at least its floor: raise the figure's height by what is missing.
+  // `data-sized` says it is done (the layout test waits for it).
   function ensureFloor(plot, empty) {
     var fl = plot._fullLayout;
-    if (empty || !fl || !fl._size) return;
     var floor = isGrid(plot) ? 220 : 300;
-    if (fl._size.h < floor) Plotly.relayout(plot, {height: fl.height + Math.ceil(floor - fl._size.h)});
+    var done = function () { plot.dataset.sized = "1"; };
+    if (empty || !fl || !fl._size || fl._size.h >= floor) return done();
+    return Promise.resolve(Plotly.relayout(plot, {height: fl.height + Math.ceil(floor - fl._size.h)})).then(done);
   }
 
   function config(plot) {
@@ -131,6 +133,7 @@
 
   function react(plot, spec, first) {
     plot._rollscope = spec;
+    delete plot.dataset.sized;
     var ready = prepare(plot, spec);
     var fig = plot.closest("figure");
     var empty = !!(spec.layout && spec.layout.meta && spec.layout.meta.empty) || !spec.data.length;
