@@ -537,7 +537,7 @@ def mark_empty(fig: dict) -> dict:
     step gets `meta.empty` (static/app.js names it "… · not recorded in this run" in the legend
     and leaves it out of the plot); a figure whose every series is empty (or that has none) gets
     `layout.meta.empty` and the words "not recorded in this run" in the middle of the plot, its
-    axes and legend hidden."""
+    axes hidden (and its legend, by static/app.js)."""
     data, layout = fig["data"], fig.setdefault("layout", {})
     for t in data:
         if _is_empty(t):
@@ -550,7 +550,6 @@ def mark_empty(fig: dict) -> dict:
         for axis in ("xaxis", "yaxis", "yaxis2"):
             if axis in layout:
                 layout[axis] = {**layout[axis], "visible": False}
-        layout["showlegend"] = False
     return fig
 
 

@@ -80,6 +80,7 @@
     });
     var height = meta.empty ? 150 : (isGrid(plot) ? 380 : 480);
     var layout = Object.assign({}, spec.layout, {uirevision: "live", height: height});
+    if (meta.empty) layout.showlegend = false;
     return {data: raws.concat(data), layout: layout};
   }
 
