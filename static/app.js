@@ -15,7 +15,8 @@
   // - the error-policy switch (one per page): a trace tagged `meta.policy` is shown only under the
   //   chosen policy, instead of every series drawn twice;
   // - smoothing, TensorBoard's: its scalar dashboard's debiased exponential moving average
-  //   (tensorboard/webapp/widgets/line_chart_v2/lib/data_transformer_utils: classicSmoothing),
+  //   (TensorBoard's tensorboard/components/vz_line_chart2/line-chart.ts, resmoothDataset; W&B's
+  //   "exponential moving average - TensorBoard" is the same),
   //     last = last·w + (1 − w)·y;  n += 1;  smoothed = last / (1 − wⁿ)
   //   over the finite points in step order (last starts at 0; 1 − wⁿ undoes the pull towards that
   //   0; a constant series is left as it is), w the slider's weight in [0, 0.99]; the raw series
