@@ -272,6 +272,7 @@ def build_task_heatmap(run_id: str, steps, tasks=None) -> dict:
     layout = _layout(title, {"title": {"text": "task"}, "type": "category", "automargin": True}, x)
     layout["height"] = max(320, min(1200, 120 + 16 * len(keys)))
     layout["showlegend"] = False
+    layout["hovermode"] = "closest"  # a cell is one task at one step
     layout["meta"] = {"columns": labels}
     return {"data": data, "layout": layout}
 

@@ -79,7 +79,8 @@
       }
       data.push(t);
     });
-    var height = meta.empty ? 150 : (isGrid(plot) ? 380 : 480);
+    // a taller figure stays so (the task heatmap grows with its rows)
+    var height = meta.empty ? 150 : Math.max(isGrid(plot) ? 380 : 480, (spec.layout && spec.layout.height) || 0);
     var layout = Object.assign({}, spec.layout, {uirevision: "live", height: height});
     if (meta.empty) layout.showlegend = false;
     return {data: raws.concat(data), layout: layout};
