@@ -593,7 +593,8 @@ def overlay(figures: dict[str, dict]) -> dict:
     `run: series`, one colour per run, the statistic by dash (mean solid, median dashed, ...: a
     series keeps its own dash, the others take the next free one; the error policy is the page's
     switch, `meta.policy`). Bars keep their series' colours (an ending's colour means that
-    ending), side by side per run (`offsetgroup`), each run after the first hatched."""
+    ending), side by side per run (`offsetgroup`; stacked ones by `base`), each run after the
+    first lighter."""
     data, layout, steps = [], None, []
     for i, (run_id, fig) in enumerate(figures.items()):
         if layout is None and not (fig["layout"].get("meta") or {}).get("empty"):
@@ -621,9 +622,8 @@ def overlay(figures: dict[str, dict]) -> dict:
                     t["fillcolor"] = color + "26"
             elif t.get("type") == "bar":
                 t["offsetgroup"] = run_id
-                if i:
-                    t["marker"] = {**t.get("marker", {}), "opacity": 0.75,
-                                   "pattern": (t.get("marker") or {}).get("pattern") or {"shape": "/"}}
+                if i:  # lighter: the hatch means "reason contradicted" on the ending chart
+                    t["marker"] = {**t.get("marker", {}), "opacity": 0.5}
             data.append(t)
             steps += [x for x in t.get("x", []) if isinstance(x, int)]
     layout = {k: v for k, v in (layout or next(iter(figures.values()), {}).get("layout")
@@ -631,4 +631,14 @@ def overlay(figures: dict[str, dict]) -> dict:
     layout["meta"] = {k: v for k, v in (layout.get("meta") or {}).items() if k != "empty"}
     if steps:
         layout["xaxis"] = {**layout["xaxis"], "dtick": step_dtick(steps)}
-    return mark_empty({"data": data, "layout": layout})  # stacked bars stack per run: one offsetgroup each
+    if layout.get("barmode") == "stack" and len(figures) > 1:
+        # Plotly stacks every bar at a step together, whatever its offsetgroup: each run's bars side
+        # by side (barmode group, one offsetgroup per run), stacked by their own `base`
+        layout["barmode"] = "group"
+        tops: dict[tuple, float] = {}
+        for t in data:
+            if t.get("type") == "bar":
+                t["base"] = [tops.get((t["offsetgroup"], x), 0) for x in t["x"]]
+                for x, y in zip(t["x"], t["y"]):
+                    tops[(t["offsetgroup"], x)] = tops.get((t["offsetgroup"], x), 0) + (y or 0)
+    return mark_empty({"data": data, "layout": layout})

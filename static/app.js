@@ -116,7 +116,8 @@
       var lo = p.y, hi = p.y, d;
       if (p.data.type === "bar") {
         var k = p.yaxis._id + "/" + (p.data.offsetgroup || "");
-        lo = fl.barmode === "stack" ? (stacks[k] || 0) : 0;
+        var base = Array.isArray(p.data.base) ? p.data.base[p.pointIndex] : null;  // compare's stacks
+        lo = typeof base === "number" ? base : fl.barmode === "stack" ? (stacks[k] || 0) : 0;
         hi = lo + p.y;
         if (fl.barmode === "stack") stacks[k] = hi;
       }
