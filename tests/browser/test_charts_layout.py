@@ -2,7 +2,8 @@
 the run page, every chart page and the compare page of two runs, the plot area meets its floor
 (300 px on a chart page, 220 px in a grid), no legend box touches an axis title, a tick label or
 the chart's title, no tick label is clipped by the figure, and every chart has its CSV beside
-it; a chart this run did not record says so. Then the controls: the error-policy switch shows
+it; a chart this run did not record says so; compare gives each run one colour and each statistic
+its dash. Then the controls: the error-policy switch shows
 one policy, the smoothing slider draws TensorBoard's debiased EMA over the faint raw series, and
 a reward point opens its step's story, which links its rollouts. One server, one ingest."""
 from __future__ import annotations
@@ -89,6 +90,13 @@ def test_every_chart_is_tall_enough_and_its_legend_overlaps_nothing(server, brow
     for chart_id in charts.REGISTRY:
         wrong += measured(page, f"{server}/runs/{RUN}/charts/{chart_id}", 300)
     wrong += measured(page, f"{server}/compare?runs={RUN},{OTHER}", 220)
+    # compare: one colour per run, the statistic by dash
+    lines = page.evaluate("""() => document.querySelector('#chart-reward .plot').data
+        .filter(t => t.visible !== false && !t.fill && t.line.width !== 0)
+        .map(t => [t.name, t.line.color, t.line.dash])""")
+    colours = {(run, c) for name, c, _ in lines for run in [name.split(": ")[0]]}
+    assert len(colours) == 2 and {r for r, _ in colours} == {RUN, OTHER}, lines
+    assert {(n.split(": ")[1].split(" ")[0], d) for n, _, d in lines} == {("mean", "solid"), ("median", "dash")}
     # the demo records no trainer logprobs: its mismatch chart says so instead of bare axes
     assert page.locator("#chart-mismatch g.annotation text").text_content() == charts.NOT_RECORDED
     assert wrong == [] and problems == []
