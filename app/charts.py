@@ -34,18 +34,26 @@ def step_dtick(steps: list[int]) -> int:
 
 
 def _layout(title: str, yaxis: dict, steps: list[int]) -> dict:
+    """The layout every step chart shares, after TensorBoard's and W&B's panels: the plot is the
+    biggest thing in it; the legend is one compact row (or a few) below the plot, referenced to
+    the container so Plotly reserves room for it under the axis title instead of drawing over it;
+    every axis `automargin` so tick labels and axis titles (the right axis's too) are never
+    clipped; hovering a step lists every series at that step (`x unified`). static/app.js sets
+    the height for where the chart is shown and raises it until the plot area meets its floor."""
     return {
-        "title": {"text": title, "font": {"size": 14}},
+        "title": {"text": title, "font": {"size": 14}, "x": 0, "xref": "paper", "xanchor": "left",
+                  "y": 1, "yref": "container", "yanchor": "top", "pad": {"t": 8}, "automargin": True},
         # Integer ticks only: a training step is a whole number.
-        "xaxis": {"title": {"text": "training step"}, "tickmode": "linear", "tick0": 0,
-                  "dtick": step_dtick(steps), "tickformat": "d"},
-        "yaxis": yaxis,
-        "margin": {"l": 50, "r": 10, "t": 40, "b": 40},
+        "xaxis": {"title": {"text": "training step", "standoff": 4}, "tickmode": "linear", "tick0": 0,
+                  "dtick": step_dtick(steps), "tickformat": "d", "automargin": True},
+        "yaxis": {**yaxis, "automargin": True},
+        "margin": {"l": 8, "r": 8, "t": 36, "b": 4, "pad": 0},
         # Plotly hides the legend of a one-trace figure; a run with one ending type still names it.
         "showlegend": True,
-        "legend": {"orientation": "h", "y": -0.25},
-        "hovermode": "closest",
-        "height": 320,
+        "legend": {"orientation": "h", "xref": "container", "yref": "container", "x": 0, "xanchor": "left",
+                   "y": 0, "yanchor": "bottom", "font": {"size": 11}, "itemwidth": 30, "tracegroupgap": 0},
+        "hovermode": "x unified",
+        "height": 360,
     }
 
 
@@ -93,7 +101,7 @@ def _xs(steps) -> list[int]:
 def _line(name: str, steps, ys: list, links: list, color: str, *, dash: str | None = None, fmt: str = ".3f",
           unit: str = "", width: float = 2, yaxis: str | None = None) -> dict:
     t = {"type": "scatter", "mode": "lines+markers", "name": name, "x": _xs(steps), "y": ys, "customdata": links,
-         "hovertemplate": f"step %{{x}}<br>{name}: %{{y:{fmt}}}{unit}<extra></extra>",
+         "hovertemplate": f"{name}: %{{y:{fmt}}}{unit}<extra></extra>",
          "line": {"color": color, "width": width, **({"dash": dash} if dash else {})}, "marker": {"size": 4}}
     if yaxis:
         t["yaxis"] = yaxis
@@ -125,31 +133,32 @@ def _contradicted(s, ending: str) -> int:
 
 
 def build_endings(run_id: str, steps, tasks=None) -> dict:
-    """Stacked bars: share of rollouts per ending at each step. The rollouts of an ending whose
-    finish reason `stop_reason_mismatch` contradicts are their own hatched segment
-    ("length_cut, reason contradicted"), linking to exactly them, not counted silently in it."""
+    """Stacked bars: share of rollouts per ending at each step (a click opens the step's page). The
+    rollouts of an ending whose finish reason `stop_reason_mismatch` contradicts are their own
+    hatched segment ("length_cut, reason contradicted"), linking to exactly them, not counted
+    silently in it."""
     data = []
     for ending in ENDINGS:
         if not any(s.endings.get(ending) for s in steps):
             continue
         marked = [min(_contradicted(s, ending), s.endings.get(ending, 0)) for s in steps]
         plain = [s.endings.get(ending, 0) - m for s, m in zip(steps, marked)]
-        data.append({
+        data.append(_step_click({
             "type": "bar", "name": ending, "x": _xs(steps),
             "y": [n / s.rollouts if s.rollouts else 0 for s, n in zip(steps, plain)],
             "text": [f"{n} of {s.rollouts}" + (f"; {m} more marked: reason contradicted" if m else "")
                      for s, n, m in zip(steps, plain, marked)], "textposition": "none",
-            "hovertemplate": "step %{x}<br>" + ending + ": %{y:.1%} (%{text})<extra></extra>",
+            "hovertemplate": ending + ": %{y:.1%} (%{text})<extra></extra>",
             "marker": {"color": ENDING_COLORS[ending]},
             "customdata": _step_urls(run_id, steps, ending=ending),
-        })
+        }, run_id))
         if any(marked):
             name = f"{ending}, reason contradicted"
             data.append({
                 "type": "bar", "name": name, "x": _xs(steps),
                 "y": [m / s.rollouts if s.rollouts else 0 for s, m in zip(steps, marked)],
                 "text": [f"{m} of {s.rollouts}" for s, m in zip(steps, marked)], "textposition": "none",
-                "hovertemplate": "step %{x}<br>" + name + ": %{y:.1%} (%{text}; the finish reason is contradicted "
+                "hovertemplate": name + ": %{y:.1%} (%{text}; the finish reason is contradicted "
                                  "by the tokens)<extra></extra>",
                 "marker": {"color": ENDING_COLORS[ending], "pattern": {"shape": "x", "fgcolor": "#1d232b"}},
                 "customdata": _step_urls(run_id, steps, ending=ending, flag=CONTRADICTED),
@@ -160,26 +169,56 @@ def build_endings(run_id: str, steps, tasks=None) -> dict:
     return {"data": data, "layout": layout}
 
 
+# The two error policies (docs/analytics.md): a chart that shows a figure under both carries
+# each trace's policy in `meta.policy`; one switch on the page (static/app.js) shows one policy at
+# a time instead of doubling every trace. The figure data keep both (the CSV twin has both).
+POLICIES = (("errors_as_zero", "errors scored 0"), ("errors_dropped", "errors dropped"))
+DEFAULT_POLICY = "errors_as_zero"
+
+
+def _policy(trace: dict, policy: str) -> dict:
+    """`trace` tagged with its error policy (`meta.policy`); hidden unless the default policy."""
+    trace["meta"] = {**(trace.get("meta") or {}), "policy": policy}
+    if policy != DEFAULT_POLICY:
+        trace["visible"] = False
+    return trace
+
+
+def _band(label: str, steps, lower: list, upper: list, links: list, color: str, fill: str, *, fmt: str = ".3f",
+          low: str = "p10", high: str = "p90") -> list[dict]:
+    """A quantile band: the lower quantile (no line, no legend entry) and the upper one filled down
+    to it (`fill: tonexty`), one legend entry "p10–p90" for both."""
+    common = {"type": "scatter", "mode": "lines", "x": _xs(steps), "customdata": links,
+              "line": {"color": color, "width": 0}, "legendgroup": f"{label} band"}
+    return [{**common, "name": f"{low} ({label})", "y": lower, "showlegend": False,
+             "hovertemplate": f"{low} ({label}): %{{y:{fmt}}}<extra></extra>"},
+            {**common, "name": f"{high} ({label})", "y": upper, "fill": "tonexty", "fillcolor": fill,
+             "hovertemplate": f"{high} ({label}): %{{y:{fmt}}}<extra></extra>",
+             "meta": {"legend": f"{low}–{high} ({label})"}}]
+
+
+def _step_click(trace: dict, run_id: str) -> dict:
+    """A click on the trace's points opens that step's story page (`meta.steps` + step), which
+    links its rollouts; `customdata` (and the CSV's `url`) stays the point's rollouts."""
+    trace["meta"] = {**(trace.get("meta") or {}), "steps": f"/runs/{urls.q(run_id)}/steps/"}
+    return trace
+
+
 def build_reward(run_id: str, steps, tasks=None) -> dict:
-    """Mean, median, p10 and p90 of reward per step, errors scored 0 and errors dropped."""
+    """Mean, median and the p10–p90 band of reward per step, errors scored 0 and errors dropped
+    (one policy shown at a time: `meta.policy`); a point opens its step's page."""
     links = _step_urls(run_id, steps)
     data = []
-    for policy, label, color in (("errors_as_zero", "errors scored 0", "#1565c0"),
-                                 ("errors_dropped", "errors dropped", "#6a1b9a")):
+    for policy, label in POLICIES:
+        color = "#1565c0" if policy == "errors_as_zero" else "#6a1b9a"
         q = lambda k: [s.get("reward", policy, k) for s in steps]  # noqa: E731
-        band = {"color": color, "width": 0.5, "dash": "dot"}
-        data += [
-            {"type": "scatter", "mode": "lines", "name": f"p10 ({label})", "x": _xs(steps), "y": q("p10"),
-             "customdata": links, "line": band, "legendgroup": policy,
-             "hovertemplate": f"step %{{x}}<br>p10 ({label}) %{{y:.3f}}<extra></extra>"},
-            {"type": "scatter", "mode": "lines", "name": f"p90 ({label})", "x": _xs(steps), "y": q("p90"),
-             "customdata": links, "line": band, "fill": "tonexty", "fillcolor": color + "1a", "legendgroup": policy,
-             "hovertemplate": f"step %{{x}}<br>p90 ({label}) %{{y:.3f}}<extra></extra>"},
-            _line(f"mean ({label})", steps, q("mean"), links, color) | {"legendgroup": policy},
-            _line(f"median ({label})", steps, q("median"), links, color, dash="dash", width=1)
-            | {"legendgroup": policy},
-        ]
-    return {"data": data, "layout": _layout("Reward per step", {"title": {"text": "reward"}}, _xs(steps))}
+        data += [_policy(_step_click(t, run_id), policy) for t in (
+            *_band(label, steps, q("p10"), q("p90"), links, color, color + "26"),
+            _line(f"median ({label})", steps, q("median"), links, color, dash="dash", width=1.5),
+            _line(f"mean ({label})", steps, q("mean"), links, color))]
+    layout = _layout("Reward per step", {"title": {"text": "reward"}}, _xs(steps))
+    layout["meta"] = {"policies": True}
+    return {"data": data, "layout": layout}
 
 
 HEATMAP_TASKS = 40  # rows: the tasks with the most rollouts in the range (narrow with ?steps=)
@@ -233,6 +272,7 @@ def build_task_heatmap(run_id: str, steps, tasks=None) -> dict:
     layout = _layout(title, {"title": {"text": "task"}, "type": "category", "automargin": True}, x)
     layout["height"] = max(320, min(1200, 120 + 16 * len(keys)))
     layout["showlegend"] = False
+    layout["hovermode"] = "closest"  # a cell is one task at one step
     layout["meta"] = {"columns": labels}
     return {"data": data, "layout": layout}
 
@@ -248,7 +288,7 @@ def build_lengths(run_id: str, steps, tasks=None) -> dict:
                   links, PALETTE[4], fmt=".1%", yaxis="y2")]
     layout = _layout("Response length per step", {"title": {"text": "tokens per rollout"}}, _xs(steps))
     layout["yaxis2"] = {"title": {"text": "share empty"}, "overlaying": "y", "side": "right", "tickformat": ".0%",
-                        "rangemode": "tozero"}
+                        "rangemode": "tozero", "automargin": True}
     return {"data": data, "layout": layout}
 
 
@@ -275,35 +315,39 @@ def build_latency(run_id: str, steps, tasks=None) -> dict:
 
 
 def build_groups(run_id: str, steps, tasks=None) -> dict:
-    """Share of groups with zero reward variance (no learning signal) under both error policies,
-    and of groups where dropping errored rollouts flips an advantage's sign."""
+    """Share of groups with zero reward variance (no learning signal) under both error policies
+    (one shown at a time: `meta.policy`), and of groups where dropping errored rollouts flips an
+    advantage's sign."""
     links = _step_page_urls(run_id, steps, "groups")
     share = lambda k, p=None: [  # noqa: E731
         ((s.get("groups", k, p) if p else s.get("groups", k)) or 0) / s.get("groups", "groups")
         if s.get("groups", "groups") else None for s in steps]
-    data = [_line("zero variance (errors dropped)", steps, share("zero_variance", "errors_dropped"), links, PALETTE[1],
-                  fmt=".1%"),
-            _line("zero variance (errors scored 0)", steps, share("zero_variance", "errors_as_zero"), links, PALETTE[0],
-                  fmt=".1%", dash="dot"),
+    data = [_policy(_line("zero variance (errors dropped)", steps, share("zero_variance", "errors_dropped"), links,
+                          PALETTE[1], fmt=".1%"), "errors_dropped"),
+            _policy(_line("zero variance (errors scored 0)", steps, share("zero_variance", "errors_as_zero"), links,
+                          PALETTE[0], fmt=".1%"), "errors_as_zero"),
             _line("one-member groups (no baseline)", steps, share("one_member"), links, PALETTE[2], fmt=".1%",
                   dash="dash"),
             _line("advantage sign flips", steps, share("sign_flip_groups"), links, PALETTE[4], fmt=".1%")]
-    return {"data": data, "layout": _layout("Group statistics per step", {"title": {"text": "share of groups"},
-                                                                          "tickformat": ".0%", "rangemode": "tozero"},
-                                            _xs(steps))}
+    layout = _layout("Group statistics per step", {"title": {"text": "share of groups"}, "tickformat": ".0%",
+                                                   "rangemode": "tozero"}, _xs(steps))
+    layout["meta"] = {"policies": True}
+    return {"data": data, "layout": layout}
 
 
 def build_advantages(run_id: str, steps, tasks=None) -> dict:
-    """Advantages (reward − group mean) per step under both error policies: mean |A|, p10, p90."""
+    """Advantages (reward − group mean) per step under both error policies (one shown at a time:
+    `meta.policy`): mean |A| and the p10–p90 band."""
     links = _step_page_urls(run_id, steps, "groups")
     data = []
-    for policy, label, color in (("errors_dropped", "errors dropped", PALETTE[1]),
-                                 ("errors_as_zero", "errors scored 0", PALETTE[0])):
+    for policy, label in POLICIES:
+        color = PALETTE[0] if policy == "errors_as_zero" else PALETTE[1]
         q = lambda k: [s.get("advantages", policy, k) for s in steps]  # noqa: E731
-        data += [_line(f"mean |A| ({label})", steps, q("mean_abs"), links, color),
-                 _line(f"p10 ({label})", steps, q("p10"), links, color, dash="dot", width=1),
-                 _line(f"p90 ({label})", steps, q("p90"), links, color, dash="dot", width=1)]
-    return {"data": data, "layout": _layout("Advantages per step", {"title": {"text": "advantage"}}, _xs(steps))}
+        data += [_policy(t, policy) for t in (*_band(label, steps, q("p10"), q("p90"), links, color, color + "26"),
+                                              _line(f"mean |A| ({label})", steps, q("mean_abs"), links, color))]
+    layout = _layout("Advantages per step", {"title": {"text": "advantage"}}, _xs(steps))
+    layout["meta"] = {"policies": True}
+    return {"data": data, "layout": layout}
 
 
 def build_findings(run_id: str, steps, tasks=None) -> dict:
@@ -312,7 +356,7 @@ def build_findings(run_id: str, steps, tasks=None) -> dict:
     data = [{"type": "scatter", "mode": "lines+markers", "name": k, "x": _xs(steps),
              "y": [s.get("findings", k, default=0) for s in steps], "customdata": _step_urls(run_id, steps, flag=k),
              "line": {"color": PALETTE[i % len(PALETTE)]}, "marker": {"size": 4},
-             "hovertemplate": f"step %{{x}}<br>{k}: %{{y}} rollouts<extra></extra>"} for i, k in enumerate(kinds)]
+             "hovertemplate": f"{k}: %{{y}} rollouts<extra></extra>"} for i, k in enumerate(kinds)]
     return {"data": data, "layout": _layout("Findings per step", {"title": {"text": "rollouts with the finding"},
                                                                   "rangemode": "tozero"}, _xs(steps))}
 
@@ -332,7 +376,7 @@ def build_mismatch(run_id: str, steps, tasks=None) -> dict:
     layout = _layout("Training–inference mismatch per step", {"title": {"text": "|Δ logprob|"}, "rangemode": "tozero"},
                      _xs(steps))
     layout["yaxis2"] = {"title": {"text": "share of tokens"}, "overlaying": "y", "side": "right", "tickformat": ".1%",
-                        "rangemode": "tozero"}
+                        "rangemode": "tozero", "automargin": True}
     return {"data": data, "layout": layout}
 
 
@@ -344,7 +388,7 @@ def build_staleness(run_id: str, steps, tasks=None) -> dict:
     data = [{"type": "bar", "name": f"{v} behind", "x": _xs(steps),
              "y": [s.get("staleness", "histogram", str(v), default=0) for s in steps],
              "customdata": _step_urls(run_id, steps, staleness=v), "marker": {"color": PALETTE[i % len(PALETTE)]},
-             "hovertemplate": f"step %{{x}}<br>{v} steps behind: %{{y}} rollouts<extra></extra>"}
+             "hovertemplate": f"{v} steps behind: %{{y}} rollouts<extra></extra>"}
             for i, v in enumerate(values)]
     layout = _layout("Off-policy staleness per step", {"title": {"text": "rollouts"}}, _xs(steps))
     layout["barmode"] = "stack"
@@ -366,7 +410,7 @@ def build_no_gradient(run_id: str, steps, tasks=None) -> dict:
                      "text": [f"{s.get('no_gradient', reason, default=0)} of {s.rollouts}" for s in steps],
                      "textposition": "none", "marker": {"color": color},
                      "customdata": _step_page_urls(run_id, steps, "no-gradient"),
-                     "hovertemplate": "step %{x}<br>" + reason.replace("_", " ")
+                     "hovertemplate": reason.replace("_", " ")
                                       + ": %{y:.1%} (%{text})<extra></extra>"})
     layout = _layout("Rollouts that carried no gradient", {"title": {"text": "share of rollouts"}, "tickformat": ".0%",
                                                            "rangemode": "tozero"}, _xs(steps))
@@ -380,7 +424,8 @@ register(Chart("endings", "Ending-type rates",
                build_endings, sections=("endings", "by_ending")))
 register(Chart("reward", "Reward",
                "Mean (solid), median (dashed) and the p10–p90 band of reward per step, errored rollouts scored 0 "
-               "(blue) and dropped (purple). Missing or non-finite rewards are left out of both.",
+               "(blue) or dropped (purple), as the page's switch says. Missing or non-finite rewards are left out "
+               "of both. Click a step for its story.",
                build_reward, sections=("reward",)))
 register(Chart("task_heatmap", "Reward per task",
                "Mean reward (errors scored 0) of each task at each step. Click a cell for that task's rollouts at "
@@ -434,15 +479,17 @@ def moving_average(ys: list, window: int) -> list:
 
 
 def smooth(fig: dict, window: int) -> dict:
-    """Add a moving-average line beside every line series; the raw points stay, drawn faint."""
+    """Add a moving-average line beside every line series (not the quantile bands); the raw points
+    stay, drawn faint. (The pages' EMA slider, static/app.js, smooths on the client instead.)"""
     if window <= 1:
         return fig
     extra = []
     for t in fig["data"]:
-        if t.get("type") == "scatter" and "lines" in t.get("mode", ""):
+        if t.get("type") == "scatter" and "lines" in t.get("mode", "") and not t.get("fill") \
+                and t.get("showlegend", True):
             extra.append({**t, "name": f"{t['name']} (avg {window})", "mode": "lines",
                           "y": moving_average(t["y"], window), "fill": None,
-                          "hovertemplate": t.get("hovertemplate", "").replace("<br>", f"<br>avg {window} · ", 1)})
+                          "hovertemplate": f"avg {window} · " + t.get("hovertemplate", "")})
             t["mode"], t["opacity"] = "markers", 0.35
     fig["data"] += extra
     return fig
@@ -477,9 +524,40 @@ def _plain(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+NOT_RECORDED = "not recorded in this run"
+
+
+def _is_empty(trace: dict) -> bool:
+    if trace.get("type") == "heatmap":
+        return not any(v is not None for row in (trace.get("z") or []) for v in row)
+    return not any(v is not None for v in (trace.get("y") or []))
+
+
+def mark_empty(fig: dict) -> dict:
+    """Say what this run did not record instead of drawing bare axes: a series with no value at any
+    step gets `meta.empty` (static/app.js names it "… · not recorded in this run" in the legend
+    and leaves it out of the plot); a figure whose every series is empty (or that has none) gets
+    `layout.meta.empty` and the words "not recorded in this run" in the middle of the plot, its
+    axes hidden (and its legend, by static/app.js)."""
+    data, layout = fig["data"], fig.setdefault("layout", {})
+    for t in data:
+        if _is_empty(t):
+            t["meta"] = {**(t.get("meta") or {}), "empty": True}
+    if all(_is_empty(t) for t in data):
+        layout["meta"] = {**(layout.get("meta") or {}), "empty": NOT_RECORDED}
+        layout["annotations"] = [*(layout.get("annotations") or []),
+                                 {"text": NOT_RECORDED, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
+                                  "showarrow": False, "font": {"size": 14, "color": "#5f6b7a"}}]
+        for axis in ("xaxis", "yaxis", "yaxis2"):
+            if axis in layout:
+                layout[axis] = {**layout[axis], "visible": False}
+    return fig
+
+
 def figure(chart: Chart, run_id: str, steps, tasks=None, *, window: int = 1) -> dict:
-    """The chart's figure for the given step rollups, with the moving average when asked."""
-    return smooth(chart.build(run_id, steps, tasks), window)
+    """The chart's figure for the given step rollups, with the moving average when asked, and its
+    series this run did not record marked (`mark_empty`)."""
+    return mark_empty(smooth(chart.build(run_id, steps, tasks), window))
 
 
 def figure_rows(fig: dict) -> list[dict]:
@@ -500,24 +578,67 @@ def figure_rows(fig: dict) -> list[dict]:
     return rows
 
 
+DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
+
+
+def _series_key(name: str) -> str:
+    """A series' statistic without its error policy: "mean (errors dropped)" → "mean"."""
+    for _, label in POLICIES:
+        name = name.replace(f" ({label})", "")
+    return name
+
+
 def overlay(figures: dict[str, dict]) -> dict:
-    """Several runs' figures of one chart on the same step axis: traces named `run: series`,
-    one dash style per run, the same colour per series."""
-    dashes = ["solid", "dash", "dot", "dashdot", "longdash"]
+    """Several runs' figures of one chart on the same step axis, as W&B overlays runs: traces named
+    `run: series`, one colour per run, the statistic by dash (mean solid, median dashed, ...: a
+    series keeps its own dash, the others take the next free one; the error policy is the page's
+    switch, `meta.policy`). Bars keep their series' colours (an ending's colour means that
+    ending), side by side per run (`offsetgroup`; stacked ones by `base`), each run after the
+    first lighter."""
     data, layout, steps = [], None, []
     for i, (run_id, fig) in enumerate(figures.items()):
-        layout = layout or fig["layout"]
+        if layout is None and not (fig["layout"].get("meta") or {}).get("empty"):
+            layout = fig["layout"]
+        color = PALETTE[i % len(PALETTE)]
+        own = {t["line"]["dash"] for t in fig["data"] if (t.get("line") or {}).get("dash")}
+        free = [d for d in DASHES if d not in own]
+        dash_of: dict[str, str] = {}
         for t in fig["data"]:
-            t = {**t, "name": f"{run_id}: {t.get('name', '')}", "legendgroup": run_id}
+            meta = {**(t.get("meta") or {}), "run": run_id}
+            if "legend" in meta:
+                meta["legend"] = f"{run_id}: {meta['legend']}"
+            t = {**t, "name": f"{run_id}: {t.get('name', '')}", "legendgroup": run_id, "meta": meta}
             if t.get("type") == "scatter":
-                t["line"] = {**t.get("line", {}), "dash": dashes[i % len(dashes)]}
-                t.pop("fill", None)
+                line = t.get("line") or {}
+                if line.get("width") != 0:  # a band's edges have no line
+                    key = _series_key(t["name"])
+                    dash = line.get("dash") or dash_of.get(key) or free[len(dash_of) % len(free)]
+                    if not line.get("dash"):
+                        dash_of[key] = dash
+                    line = {**line, "dash": dash}
+                t["line"] = {**line, "color": color}
+                t["marker"] = {**t.get("marker", {}), "color": color}
+                if t.get("fill"):
+                    t["fillcolor"] = color + "26"
             elif t.get("type") == "bar":
                 t["offsetgroup"] = run_id
-                t["marker"] = {**t.get("marker", {}), "opacity": 1.0 - 0.35 * (i % 2)}
+                if i:  # lighter: the hatch means "reason contradicted" on the ending chart
+                    t["marker"] = {**t.get("marker", {}), "opacity": 0.5}
             data.append(t)
             steps += [x for x in t.get("x", []) if isinstance(x, int)]
-    layout = dict(layout or _layout("", {}, []))
+    layout = {k: v for k, v in (layout or next(iter(figures.values()), {}).get("layout")
+                                or _layout("", {}, [])).items() if k != "annotations"}
+    layout["meta"] = {k: v for k, v in (layout.get("meta") or {}).items() if k != "empty"}
     if steps:
         layout["xaxis"] = {**layout["xaxis"], "dtick": step_dtick(steps)}
-    return {"data": data, "layout": layout}  # stacked bars stack per run: one offsetgroup each
+    if layout.get("barmode") == "stack" and len(figures) > 1:
+        # Plotly stacks every bar at a step together, whatever its offsetgroup: each run's bars side
+        # by side (barmode group, one offsetgroup per run), stacked by their own `base`
+        layout["barmode"] = "group"
+        tops: dict[tuple, float] = {}
+        for t in data:
+            if t.get("type") == "bar":
+                t["base"] = [tops.get((t["offsetgroup"], x), 0) for x in t["x"]]
+                for x, y in zip(t["x"], t["y"]):
+                    tops[(t["offsetgroup"], x)] = tops.get((t["offsetgroup"], x), 0) + (y or 0)
+    return mark_empty({"data": data, "layout": layout})

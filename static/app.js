@@ -8,18 +8,188 @@
 (function () {
   "use strict";
 
+  // --- charts -------------------------------------------------------------------------------
+  // The server sends each chart as Plotly figure data (app/charts.py); what is drawn is prepared
+  // here from it, the same way on first draw, on a live redraw (static/live.js calls
+  // RollscopeCharts.react) and when the page's chart controls change:
+  // - the error-policy switch (one per page): a trace tagged `meta.policy` is shown only under the
+  //   chosen policy, instead of every series drawn twice;
+  // - smoothing, TensorBoard's: its scalar dashboard's debiased exponential moving average
+  //   (TensorBoard's tensorboard/components/vz_line_chart2/line-chart.ts, resmoothDataset; W&B's
+  //   "exponential moving average - TensorBoard" is the same),
+  //     last = last·w + (1 − w)·y;  n += 1;  smoothed = last / (1 − wⁿ)
+  //   over the finite points in step order (last starts at 0; 1 − wⁿ undoes the pull towards that
+  //   0; a constant series is left as it is), w the slider's weight in [0, 0.99]; the raw series
+  //   stays behind the smoothed one, faint, out of the legend and the hover;
+  // - a series this run did not record (`meta.empty`, app.charts.mark_empty) is named so in the
+  //   legend and left out of the plot;
+  // - the height: the plot area (Plotly's _fullLayout._size.h) is raised to its floor, 300 px on
+  //   a chart's page and 220 px in a grid of charts, whatever room the legend and axes take.
+  var POLICY_KEY = "rollscope-error-policy", SMOOTH_KEY = "rollscope-smoothing";
+  var PLOT_CONFIG = {displaylogo: false, responsive: true, displayModeBar: true,
+                     modeBarButtonsToRemove: ["select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "autoScale2d"]};
+
+  function stored(key, dflt) {
+    try { var v = localStorage.getItem(key); return v === null ? dflt : v; } catch (err) { return dflt; }
+  }
+  function store(key, v) { try { localStorage.setItem(key, v); } catch (err) { /* private mode */ } }
+  function policy() { return stored(POLICY_KEY, "errors_as_zero"); }
+  function smoothing() {
+    var w = parseFloat(stored(SMOOTH_KEY, "0"));
+    return isFinite(w) && w > 0 ? Math.min(w, 0.99) : 0;
+  }
+
+  function ema(ys, w) {
+    var finite = ys.filter(function (y) { return typeof y === "number" && isFinite(y); });
+    var constant = finite.every(function (y) { return y === finite[0]; });
+    var last = 0, n = 0;
+    return ys.map(function (y) {
+      if (constant || typeof y !== "number" || !isFinite(y)) return y;
+      last = last * w + (1 - w) * y;
+      n += 1;
+      return last / (1 - Math.pow(w, n));
+    });
+  }
+
+  function isGrid(plot) { return !plot.closest(".charts.single"); }
+
+  function prepare(plot, spec) {
+    var chosen = policy(), w = smoothing();
+    var meta = (spec.layout && spec.layout.meta) || {};
+    var raws = [], data = [];
+    spec.data.forEach(function (t0) {
+      var m = t0.meta || {};
+      var t = Object.assign({}, t0);
+      if (m.policy) t.visible = m.policy === chosen ? (t0.visible === false ? true : t0.visible) : false;
+      if (m.legend) t.name = m.legend;  // a band's one legend entry ("p10–p90 (errors scored 0)")
+      if (m.empty && !meta.empty) {
+        t.name = t.name + " · not recorded in this run";
+        if (t.visible !== false) t.visible = "legendonly";
+      }
+      var line = t.type === "scatter" && String(t.mode || "").indexOf("lines") >= 0;
+      if (w && line && !m.empty) {
+        if (!(t.line && t.line.width === 0)) {
+          raws.push(Object.assign({}, t, {name: t.name + " (raw)", showlegend: false, hoverinfo: "skip",
+                                          hovertemplate: null, opacity: 0.25, fill: "none",
+                                          legendgroup: t.legendgroup || "raw " + t.name}));
+          t.legendgroup = t.legendgroup || "raw " + t.name;
+        }
+        t.y = ema(t.y || [], w);
+        if (t.hovertemplate) t.hovertemplate = "smoothed " + t.hovertemplate;
+      }
+      data.push(t);
+    });
+    // a taller figure stays so (the task heatmap grows with its rows)
+    var height = meta.empty ? 150 : Math.max(isGrid(plot) ? 380 : 480, (spec.layout && spec.layout.height) || 0);
+    var layout = Object.assign({}, spec.layout, {uirevision: "live", height: height});
+    if (meta.empty) layout.showlegend = false;
+    return {data: raws.concat(data), layout: layout};
+  }
+
+  // The plot area at least its floor: raise the figure's height by what is missing.
+  // `data-sized` says it is done (the layout test waits for it).
+  function ensureFloor(plot, empty) {
+    var fl = plot._fullLayout;
+    var floor = isGrid(plot) ? 220 : 300;
+    var done = function () { plot.dataset.sized = "1"; };
+    if (empty || !fl || !fl._size || fl._size.h >= floor) return done();
+    return Promise.resolve(Plotly.relayout(plot, {height: fl.height + Math.ceil(floor - fl._size.h)})).then(done);
+  }
+
+  function config(plot) {
+    var fig = plot.closest("figure");
+    var name = (fig && (fig.dataset.chart || fig.id)) || "chart";
+    return Object.assign({toImageButtonOptions: {format: "png", filename: name.replace(/^chart-/, ""), scale: 2}},
+                         PLOT_CONFIG);
+  }
+
+  // Under `hovermode: x unified` a click reports every series at the step: the one clicked is the
+  // bar segment under the pointer (stacks summed in trace order), else the nearest line.
+  function clicked(plot, ev) {
+    var pts = (ev.points || []).slice().sort(function (a, b) { return a.curveNumber - b.curveNumber; });
+    if (pts.length < 2 || !ev.event) return pts[0];
+    var fl = plot._fullLayout, box = plot.getBoundingClientRect();
+    var y = ev.event.clientY - box.top - fl._size.t;
+    var best = pts[0], bestD = Infinity, stacks = {};
+    pts.forEach(function (p) {
+      if (!p.yaxis || typeof p.y !== "number") return;
+      var lo = p.y, hi = p.y, d;
+      if (p.data.type === "bar") {
+        var k = p.yaxis._id + "/" + (p.data.offsetgroup || "");
+        var base = Array.isArray(p.data.base) ? p.data.base[p.pointIndex] : null;  // compare's stacks
+        lo = typeof base === "number" ? base : fl.barmode === "stack" ? (stacks[k] || 0) : 0;
+        hi = lo + p.y;
+        if (fl.barmode === "stack") stacks[k] = hi;
+      }
+      var a = p.yaxis.l2p(lo), b = p.yaxis.l2p(hi);
+      d = (y >= Math.min(a, b) && y <= Math.max(a, b)) ? 0 : Math.min(Math.abs(y - a), Math.abs(y - b));
+      if (d < bestD) { best = p; bestD = d; }
+    });
+    return best;
+  }
+
+  function clickTarget(p) {
+    var m = p && p.data && p.data.meta;
+    if (m && typeof m.steps === "string" && m.steps.charAt(0) === "/") return m.steps + encodeURIComponent(p.x);
+    if (p && typeof p.customdata === "string" && p.customdata.charAt(0) === "/") return p.customdata;
+    return null;
+  }
+
+  function react(plot, spec, first) {
+    plot._rollscope = spec;
+    delete plot.dataset.sized;
+    var ready = prepare(plot, spec);
+    var fig = plot.closest("figure");
+    var empty = !!(spec.layout && spec.layout.meta && spec.layout.meta.empty) || !spec.data.length;
+    if (fig) fig.classList.toggle("empty-chart", empty);
+    var done = (first ? Plotly.newPlot : Plotly.react)(plot, ready.data, ready.layout, config(plot));
+    return Promise.resolve(done).then(function () { ensureFloor(plot, empty); });
+  }
+
   function draw(plot, spec) {
     plot.dataset.drawn = "1";
     // uirevision: a live page's Plotly.react with new data keeps the reader's zoom and hidden series (static/live.js)
-    Plotly.newPlot(plot, spec.data, Object.assign({}, spec.layout, {uirevision: "live"}),
-                   {displaylogo: false, responsive: true});
+    react(plot, spec, true);
     plot.on("plotly_click", function (ev) {
-      var p = ev.points && ev.points[0];
-      if (p && typeof p.customdata === "string" && p.customdata.charAt(0) === "/") {
-        window.location.href = p.customdata;
-      }
+      var url = clickTarget(clicked(plot, ev));
+      if (url) window.location.href = url;
     });
   }
+
+  function redrawAll() {
+    document.querySelectorAll("figure.chart .plot").forEach(function (plot) {
+      if (plot.dataset.drawn === "1" && plot._rollscope) react(plot, plot._rollscope);
+    });
+  }
+
+  // The page's chart controls (templates/_charts.html `chart_controls`), kept in localStorage.
+  function initChartControls() {
+    document.querySelectorAll(".chart-controls").forEach(function (box) {
+      box.hidden = false;
+      box.querySelectorAll("button[data-policy]").forEach(function (b) {
+        b.setAttribute("aria-pressed", String(b.dataset.policy === policy()));
+        b.addEventListener("click", function () {
+          store(POLICY_KEY, b.dataset.policy);
+          document.querySelectorAll("button[data-policy]").forEach(function (o) {
+            o.setAttribute("aria-pressed", String(o.dataset.policy === b.dataset.policy));
+          });
+          redrawAll();
+        });
+      });
+      var slider = box.querySelector("input.ema");
+      var out = box.querySelector("output");
+      if (!slider) return;
+      slider.value = String(smoothing());
+      if (out) out.textContent = smoothing().toFixed(2);
+      slider.addEventListener("input", function () {
+        store(SMOOTH_KEY, slider.value);
+        if (out) out.textContent = parseFloat(slider.value).toFixed(2);
+        redrawAll();
+      });
+    });
+  }
+
+  window.RollscopeCharts = {react: react, prepare: prepare, ema: ema};
 
   function drawFigures(root) {
     if (typeof Plotly === "undefined") return;
@@ -37,10 +207,7 @@
       plot.dataset.drawn = "loading";
       fetch(fig.dataset.src, {headers: {"Accept": "application/json"}})
         .then(function (r) { if (!r.ok) throw new Error(r.status); return r.json(); })
-        .then(function (d) {
-          if (!d.figure.data.length) { fig.classList.add("empty-chart"); }
-          draw(plot, d.figure);
-        })
+        .then(function (d) { draw(plot, d.figure); })
         .catch(function () { plot.textContent = "This chart could not be loaded."; });
     });
   }
@@ -309,6 +476,7 @@
   }
 
   document.addEventListener("DOMContentLoaded", function () {
+    initChartControls();
     drawFigures(document);
     initOverlay();
     initSort();

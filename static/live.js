@@ -80,10 +80,8 @@
       var fig = document.querySelector('figure[data-chart="' + CSS.escape(id) + '"]');
       var plot = fig && fig.querySelector(".plot");
       if (!plot || plot.dataset.drawn !== "1") return;  // not drawn yet: app.js draws it with the new data
-      var spec = figures[id];
-      var layout = Object.assign({}, spec.layout, {uirevision: "live"});
-      Plotly.react(plot, spec.data, layout, {displaylogo: false, responsive: true});
-      fig.classList.toggle("empty-chart", !spec.data.length);
+      // drawn as app.js draws it (the page's error policy, smoothing and height; uirevision kept)
+      window.RollscopeCharts.react(plot, figures[id]);
     });
   }
 

@@ -1,6 +1,6 @@
 """The analytics pages as a person sees them, in Debian's chromium against a live server: a chart
-draws and its points drill down to their rollouts; the step page tells the story of an error
-spike; search marks hits and opens the message; compare overlays two runs."""
+draws and its points drill down (to their step's story, and from it to the rollouts); the step
+page tells the story of an error spike; search marks hits and opens the message; compare overlays two runs."""
 from __future__ import annotations
 
 import pytest
@@ -35,6 +35,8 @@ def test_chart_point_drills_down(server, browser):
     bar = page.locator("g.trace.bars path").first
     bar.wait_for()
     bar.click(force=True)
+    page.wait_for_url("**/runs/new/steps/*")  # an ending's bar opens its step's story (issue 23) ...
+    page.locator("main a[href^='/runs/new/rollouts?step=']").first.click()  # ... which links its rollouts
     page.wait_for_url("**/runs/new/rollouts?step=*")
     assert page.locator("#rows tr").count() >= 1
     assert problems == []

@@ -33,7 +33,8 @@ def live_run(tmp_path, steps: int = 12, per_step: int = 2):
     def add(step: int, n: int, run: str = "live") -> None:
         made[0] += 1
         path = write_jsonl(tmp_path / f"in{made[0]}.jsonl",
-                           [rollout(f"r{made[0]}-{i}", run=run, step=step, reward=(i % 3) / 2) for i in range(n)])
+                           [rollout(f"r{made[0]}-{i}", run=run, step=step, reward=(i % 3) / 2, group=f"g{made[0]}",
+                                    index=i) for i in range(n)])  # each batch one group: the group charts have data
         assert ingest(engine, path).ok
 
     for s in range(steps):
@@ -120,8 +121,11 @@ def test_run_page_updates_in_place_and_keeps_the_readers_place(browser, tmp_path
         assert page.evaluate("document.activeElement && document.activeElement.name") == "steps"
         assert page.evaluate("document.getElementById('run-metadata').open")
         # it stays where it was (the browser's scroll anchoring absorbs the line the metadata's
-        # source files grew by above it), the same element, not a copy swapped in
-        assert page.evaluate(anchor) == at0
+        # source files grew by above it), the same element, not a copy swapped in; within a pixel:
+        # the anchoring scrolls by whole pixels, the line is 20.3 px, so a position rounded to the
+        # pixel may round the other way
+        at1 = page.evaluate(anchor)
+        assert at1[0] and abs(at1[1] - at0[1]) <= 1, (at0, at1)
         h1 = page.evaluate("document.documentElement.scrollHeight")
         assert 0 <= h1 - h0 < 80, (h0, h1)  # a table row and a source line more, nothing swapped out and back
         # the chart got the new step and kept its zoom
