@@ -216,10 +216,11 @@ def json_body(data: BaseModel | dict) -> bytes:
 
 
 def respond(request: Request, template: str, data: BaseModel | None, *, json: bool, block: str | None = None,
-            alternate: str | None = None) -> Response:
-    """Render page model `data` with `template`, or return it as JSON. 404 when `data` is None."""
+            alternate: str | None = None, missing: Callable[[], Exception] | None = None) -> Response:
+    """Render page model `data` with `template`, or return it as JSON. 404 when `data` is None:
+    `missing()` (app.errors.not_found, naming what is missing), else a bare "not found"."""
     if data is None:
-        raise HTTPException(status_code=404, detail="not found")
+        raise missing() if missing else HTTPException(status_code=404, detail="not found")
     if json:
         return Response(json_body(data), media_type="application/json")
     ctx = {"d": data, "alternate": alternate or urls.twin(request)}
@@ -259,7 +260,10 @@ def csv_response(columns: list[str], rows: Iterable[dict], filename: str) -> Str
                              headers={"Content-Disposition": f'attachment; filename="{safe}"'})
 
 
-def error_page(request: Request, status: int, message: str) -> Response:
-    """The HTML error page."""
-    return templates.TemplateResponse(request, "error.html", {"status": status, "detail": message, "alternate": None},
+def error_page(request: Request, status: int, message: str, back: tuple[str, str] | None = None) -> Response:
+    """The HTML error page: the status, what went wrong (a 404 names what is missing), and a link
+    back (`back`: label and URL; default the runs list)."""
+    label, url = back or ("All runs", urls.runs())
+    return templates.TemplateResponse(request, "error.html", {"status": status, "detail": message, "alternate": None,
+                                                              "back_label": label, "back_url": url},
                                       status_code=status)

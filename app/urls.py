@@ -130,6 +130,11 @@ def message(run_id: str, rollout_pk: int, idx: int) -> str:
     return f"/runs/{q(run_id)}/messages/{int(rollout_pk)}/{int(idx)}"
 
 
+def api_docs() -> str:
+    """The API's documentation (Swagger UI over the OpenAPI document)."""
+    return "/api/docs"
+
+
 def static(path: str) -> str:
     """A file under static/ (vendored libraries included)."""
     return f"/static/{path}"
