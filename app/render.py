@@ -20,6 +20,7 @@ import csv
 import io
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -58,6 +59,58 @@ def compact_number(x, fmt: str = "%.3f") -> str:
     return fmt % x
 
 
+def _utc(value: Any) -> datetime | None:
+    """A datetime, or an ISO 8601 / RFC 3339 string (`...Z` included), as an aware UTC datetime;
+    None for anything else (a value that does not parse is printed as it is)."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if not isinstance(value, datetime):
+        return None
+    return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+def relative_time(value: Any, now: datetime | None = None) -> str:
+    """How long ago `value` (a datetime or RFC 3339 string) was, for a person: `just now`,
+    `42 s ago`, `3 min ago`, `5 h ago`, `12 d ago`; past 60 days the date (`2026-11-30`); a
+    time ahead of the server's clock `in 3 min`. The exact time goes in `ago`'s title."""
+    dt = _utc(value)
+    if dt is None:
+        return "" if value is None else str(value)
+    seconds = ((now or datetime.now(UTC)) - dt).total_seconds()
+    ahead, s = seconds < 0, abs(seconds)
+    if s < 5:
+        return "just now"
+    if s >= 60 * 86400:
+        return dt.strftime("%Y-%m-%d")
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        if s >= size:
+            n = int(s // size)
+            return f"in {n} {unit}" if ahead else f"{n} {unit} ago"
+    return "just now"  # unreachable
+
+
+def exact_time(value: Any) -> str:
+    """`value` to the second in UTC (`2026-11-30 13:44:22 UTC`), never with microseconds."""
+    dt = _utc(value)
+    return dt.strftime("%Y-%m-%d %H:%M:%S UTC") if dt else ("" if value is None else str(value))
+
+
+def ago(value: Any) -> Markup:
+    """The one way a page prints a time: `<time datetime="<RFC 3339 Z>" title="<exact UTC>">3 min
+    ago</time>` (app.js refreshes the words as the page stays open); `–` for None. Every part is
+    escaped."""
+    if value is None:
+        return Markup('<span class="missing">–</span>')
+    dt = _utc(value)
+    if dt is None:
+        return escape(str(value))
+    stamp = dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return Markup('<time datetime="{}" title="{}">{}</time>').format(stamp, exact_time(dt), relative_time(dt))
+
+
 def plural(n, one: str, many: str | None = None) -> str:
     """`1 turn`, `2 turns`; `many` for irregular plurals (`branch`, `branches`)."""
     return f"{n} {one if n == 1 else (many or one + 's')}"
@@ -82,6 +135,8 @@ templates.env.finalize = _finalize  # before any template compiles: Jinja bakes 
 templates.env.filters["verbatim"] = verbatim
 templates.env.filters["compact"] = compact_number
 templates.env.filters["plural"] = plural
+templates.env.filters["ago"] = ago
+templates.env.filters["exact_time"] = exact_time
 templates.env.globals["urls"] = urls
 
 
