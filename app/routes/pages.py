@@ -68,7 +68,7 @@ def _shown(value: str, json: bool) -> str:
     return value[: -len(".json")] if json and value.endswith(".json") else value
 
 
-def missing(session, run_id: str, what: str | None = None):
+def _missing(session, run_id: str, what: str | None = None):
     """A `respond(missing=...)` callback: the 404 naming the run, or `what` in the run."""
     return lambda: not_found(run_id, what, run_exists=what is not None and
                              q_runs.get_run(session=session, run_id=run_id) is not None)
@@ -210,7 +210,7 @@ def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
                                 limit=limit, came_from=_list_filters(list_), json=json, with_graph=graph == 1)
     data, json = by_id(unquote(rollout_id), accepts_json(request), build)
     return respond(request, template, data, json=json, block=block,
-                   missing=missing(session, run, f"rollout {_shown(unquote(rollout_id), json)!r}"))
+                   missing=_missing(session, run, f"rollout {_shown(unquote(rollout_id), json)!r}"))
 
 
 @router.get("/runs/{run_id:path}/groups/{group_id:path}")
@@ -238,11 +238,11 @@ def group(request: Request, session: SessionDep, run_id: str, group_id: str,
         data, json = by_id(unquote(group_id), accepts_json(request),
                            lambda gid, json: group_extras.diff_page(session, run, gid, a, b))
         return respond(request, "diff.html", data, json=json,
-                       missing=missing(session, run, f"group {unquote(group_id)!r} with members {a!r} and {b!r}"))
+                       missing=_missing(session, run, f"group {unquote(group_id)!r} with members {a!r} and {b!r}"))
     data, json = by_id(unquote(group_id), accepts_json(request),
                        lambda gid, json: group_page(session, run, gid, sort=None if sort == "index" else sort,
                                                     json=json))
-    return respond(request, "group.html", data, json=json, missing=missing(session, run, f"group {_shown(unquote(group_id), json)!r}"))
+    return respond(request, "group.html", data, json=json, missing=_missing(session, run, f"group {_shown(unquote(group_id), json)!r}"))
 
 
 @page_route(router, "/runs/{run_id:path}/rollouts", offers=(".json", ".csv"))
@@ -267,14 +267,14 @@ def rollouts(
     check_cursors(sort=sort, after=after, before=before)
     if suffix_of(request, (".csv",)):
         if q_runs.get_run(session=session, run_id=rid) is None:
-            raise missing(session, rid)()
+            raise _missing(session, rid)()
         return csv_response(CSV_COLUMNS, rollouts_csv_rows(session, rid, filters, sort=sort),
                             f"{rid[:100]}-rollouts.csv")
     json = wants_json(request)
     page_size = limit or request.app.state.settings.web.page_size
     data = rollouts_page(session, rid, filters, sort=sort, after=after, before=before, limit=page_size,
                          keep_limit=limit, twin=json)
-    return respond(request, "rollouts.html", data, json=json, block="rows", missing=missing(session, rid))
+    return respond(request, "rollouts.html", data, json=json, block="rows", missing=_missing(session, rid))
 
 
 @router.get("/runs/{run_id:path}")
@@ -291,4 +291,4 @@ def run(request: Request, session: SessionDep, run_id: str, steps: OptStr = None
         session, rid, json=json, steps_range=steps_range, window=smooth or 1))
     if data is not None and since and since == data.version and request.headers.get("hx-request"):
         return Response(status_code=204)  # a live page polling: nothing new, htmx keeps what it shows
-    return respond(request, "run.html", data, json=json, missing=missing(session, _shown(unquote(run_id), json)))
+    return respond(request, "run.html", data, json=json, missing=_missing(session, _shown(unquote(run_id), json)))
