@@ -111,6 +111,31 @@ def ago(value: Any) -> Markup:
     return Markup('<time datetime="{}" title="{}">{}</time>').format(stamp, exact_time(dt), relative_time(dt))
 
 
+def significant(x, digits: int = 4, sign: bool = False) -> str:
+    """A reward, advantage or mean as it means something: `digits` significant digits, trailing
+    zeros dropped (`0.8406250000000001` → `0.8406`, `-2.0000000000000004` → `-2`, 1/3 →
+    `0.3333`); 1,000 and over as a whole number with separators (`12,346`), 1e6 and over or below
+    1e-4 in scientific form (`1e+308`). `sign` shows `+` on positives (advantages). Not a number
+    (None, text) is printed as it is."""
+    if not isinstance(x, int | float) or isinstance(x, bool):
+        return "" if x is None else str(x)
+    if x != x or x in (float("inf"), float("-inf")):
+        return str(x)
+    plus = "+" if sign else ""
+    ax = abs(x)
+    if 1000 <= ax < 1e6:
+        return f"{x:{plus},.0f}"
+    text = f"{x:{plus}.{digits}g}"
+    return "0" if text in ("-0", "+0") else text
+
+
+def percent(x, digits: int = 1) -> str:
+    """A share or rate (0..1) as a percentage to 0.1 % (`0.8406` → `84.1%`); None → `–`."""
+    if x is None:
+        return "–"
+    return f"{100 * x:.{digits}f}%"
+
+
 def plural(n, one: str, many: str | None = None) -> str:
     """`1 turn`, `2 turns`; `many` for irregular plurals (`branch`, `branches`)."""
     return f"{n} {one if n == 1 else (many or one + 's')}"
@@ -136,6 +161,8 @@ templates.env.filters["verbatim"] = verbatim
 templates.env.filters["compact"] = compact_number
 templates.env.filters["plural"] = plural
 templates.env.filters["ago"] = ago
+templates.env.filters["sig"] = significant
+templates.env.filters["pct"] = percent
 templates.env.filters["exact_time"] = exact_time
 templates.env.globals["urls"] = urls
 
