@@ -64,7 +64,13 @@ def _title(t: dict, p: dict | None) -> str:
         parts.append("suspected padding: logprob exactly 0.0 in a trailing run")
     if t.get("flags"):
         parts.append("finding: " + ", ".join(t["flags"]))
+    text = _text(t, p)
+    if len(text) > LONG_PIECE:  # the chip shows it clipped (app.css .tok): the whole piece here
+        parts.append(f"text {text}")
     return " · ".join(parts)
+
+
+LONG_PIECE = 24  # a piece longer than this may be clipped on its chip; its title then holds it whole
 
 
 def _text(t: dict, p: dict | None) -> str:
