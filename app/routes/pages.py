@@ -63,9 +63,10 @@ from ingest.schema import content_text
 router = APIRouter(tags=["pages"], dependencies=[RefuseUnknownQuery])
 
 
-def _shown(value: str, json: bool) -> str:
-    """An id as a 404 names it: without the twin's `.json` suffix."""
-    return value[: -len(".json")] if json and value.endswith(".json") else value
+def _shown(value: str) -> str:
+    """An id as a 404 names it: without the twin's `.json` suffix (neither it nor the id with it
+    exists)."""
+    return value[: -len(".json")] if value.endswith(".json") else value
 
 
 def _missing(session, run_id: str, what: str | None = None):
@@ -210,7 +211,7 @@ def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
                                 limit=limit, came_from=_list_filters(list_), json=json, with_graph=graph == 1)
     data, json = by_id(unquote(rollout_id), accepts_json(request), build)
     return respond(request, template, data, json=json, block=block,
-                   missing=_missing(session, run, f"rollout {_shown(unquote(rollout_id), json)!r}"))
+                   missing=_missing(session, run, f"rollout {_shown(unquote(rollout_id))!r}"))
 
 
 @router.get("/runs/{run_id:path}/groups/{group_id:path}")
@@ -242,7 +243,8 @@ def group(request: Request, session: SessionDep, run_id: str, group_id: str,
     data, json = by_id(unquote(group_id), accepts_json(request),
                        lambda gid, json: group_page(session, run, gid, sort=None if sort == "index" else sort,
                                                     json=json))
-    return respond(request, "group.html", data, json=json, missing=_missing(session, run, f"group {_shown(unquote(group_id), json)!r}"))
+    return respond(request, "group.html", data, json=json,
+                   missing=_missing(session, run, f"group {_shown(unquote(group_id))!r}"))
 
 
 @page_route(router, "/runs/{run_id:path}/rollouts", offers=(".json", ".csv"))
@@ -291,4 +293,4 @@ def run(request: Request, session: SessionDep, run_id: str, steps: OptStr = None
         session, rid, json=json, steps_range=steps_range, window=smooth or 1))
     if data is not None and since and since == data.version and request.headers.get("hx-request"):
         return Response(status_code=204)  # a live page polling: nothing new, htmx keeps what it shows
-    return respond(request, "run.html", data, json=json, missing=_missing(session, _shown(unquote(run_id), json)))
+    return respond(request, "run.html", data, json=json, missing=_missing(session, _shown(unquote(run_id))))
