@@ -136,8 +136,14 @@ def api_docs() -> str:
 
 
 def static(path: str) -> str:
-    """A file under static/ (vendored libraries included)."""
-    return f"/static/{path}"
+    """A file under static/, versioned: vendored libraries carry their version in the name, our
+    own files get `?v=<content hash>` (app.static_files: served with a year's immutable cache)."""
+    from app.static_files import VERSIONED_DIR, version
+
+    if path.startswith(VERSIONED_DIR):
+        return f"/static/{path}"
+    v = version(path)
+    return f"/static/{path}" + (f"?v={v}" if v else "")
 
 
 def twin(request: Request) -> str:
