@@ -94,6 +94,12 @@ def api_quarantine(**params: Any) -> str:
     return _url("/api/v1/quarantine", False, params)
 
 
+def api_branch_tokens(run_id: str, rollout_id: str, branch: int, **params: Any) -> str:
+    """The API's token arrays of one branch (JSON, or a NumPy .npz with `Accept:
+    application/x-ndarray`); `params`: `attempt`."""
+    return _url(f"/api/v1/runs/{q(run_id)}/rollouts/{q(rollout_id)}/branches/{int(branch)}/tokens", False, params)
+
+
 def api_findings(run_id: str, **params: Any) -> str:
     """The API's findings list of a run."""
     return _url(f"/api/v1/runs/{q(run_id)}/findings", False, params)

@@ -228,4 +228,7 @@ class RolloutPage(PageModel):
     next_offset: int | None
     next_url: str | None
     all_tokens_url: str
+    # the twin of a page with more tokens than app.views.rollout.TWIN_TOKEN_BUDGET: its per-token
+    # arrays are left out; `tokens`, `budget`, `tokens_url` (the API's arrays of the branch), `note`
+    tokens_omitted: dict[str, Any] | None = None
 
