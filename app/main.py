@@ -25,8 +25,8 @@ from app.db.engine import make_engine
 from app.db.migrate import upgrade
 from app.receivers import otlp
 from app.render import compile_templates
-from app.static_files import Static
 from app.routes import analytics, events, pages, status
+from app.static_files import Static
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 

@@ -33,6 +33,7 @@ from pydantic import BaseModel
 from app import urls
 from app.text import reveal_invisible
 from ingest.jsonio import dumps
+from ingest.stats import gradient_tokens, own_no_gradient
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 templates = Jinja2Blocks(directory=str(TEMPLATES))  # autoescape on for .html (Starlette default)
@@ -161,6 +162,8 @@ templates.env.filters["verbatim"] = verbatim
 templates.env.filters["compact"] = compact_number
 templates.env.filters["plural"] = plural
 templates.env.filters["ago"] = ago
+templates.env.filters["gradient_tokens"] = gradient_tokens  # the "trained" count of a list row and a rollout page
+templates.env.filters["no_gradient"] = own_no_gradient
 templates.env.filters["sig"] = significant
 templates.env.filters["pct"] = percent
 templates.env.filters["exact_time"] = exact_time

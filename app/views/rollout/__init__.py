@@ -30,7 +30,7 @@ from app.views.rollout.models import RolloutPage
 from app.views.rollout.timeline import timeline
 from app.views.rollout.windows import Pieces, _declares_byte_level, _load_vocab
 from ingest.graph import branches, fork_points, pair_tool_calls
-
+from ingest.stats import gradient_tokens, own_no_gradient
 
 # Tokens on one page of the JSON twin above which its per-token arrays are left out (a twin's token
 # costs ~540 bytes as chips and arrays: a 200,000-token rollout's twin was 107.5 MB): the twin stays
@@ -152,7 +152,8 @@ def _envelope_fields(envelope: dict, summary: dict, findings: list[dict], pairs,
     nothing trained, no gradient)."""
     model_calls = [dict(c, node_url=link(c.get("node"))) if isinstance(c, dict) else c
                    for c in envelope.get("calls", [])]
-    error_policy = "errors_dropped"  # the group default (ingest.advantages): an errored rollout has no gradient
+    # the group default (ingest.advantages) drops errors: an errored rollout has no gradient
+    why_none = own_no_gradient(summary)
     task = envelope.get("task")
     return {
         "ending": envelope.get("ending", {"type": summary["ending"]}),
@@ -175,8 +176,10 @@ def _envelope_fields(envelope: dict, summary: dict, findings: list[dict], pairs,
         # Tokens were recorded but none carries loss: a filter (Tunix overlong_filter) zeroed the
         # mask. Shown, but it trains on nothing.
         "trains_on_nothing": summary["n_tokens"] > 0 and summary["n_trained_tokens"] == 0 and summary["n_turns"] > 0,
-        # mask-1 tokens of an errored rollout carry no gradient under the default policy
-        "no_gradient": summary["ending"] == "error" and error_policy == "errors_dropped",
+        # mask-1 tokens of an errored (or trainer-filtered) rollout carry no gradient under the default policy
+        "no_gradient": why_none in ("error_dropped", "trainer_filtered"),
+        "no_gradient_reason": why_none,
+        "n_gradient_tokens": gradient_tokens(summary),  # the rollouts list's "trained" column: one definition
     }
 
 

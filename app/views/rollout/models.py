@@ -198,7 +198,11 @@ class RolloutPage(PageModel):
     n_trained_environment: int  # trained tokens of messages the policy did not sample (mask_on_unsampled)
     n_trained_padding: int  # trained tokens of sampled turns the policy did not generate (mask_on_padding)
     trains_on_nothing: bool
-    no_gradient: bool  # an errored rollout: its mask-1 tokens get no gradient under the default policy
+    no_gradient: bool  # an errored (or trainer-filtered) rollout: its mask-1 tokens get no gradient (default policy)
+    # why it carries no gradient by itself (ingest.stats.own_no_gradient), and the tokens that do
+    # carry one: 0 then, else the mask-1 count (the rollouts list's "trained" column)
+    no_gradient_reason: str | None = None
+    n_gradient_tokens: int = 0
     task_answer: Any
     timeline: dict[str, Any] | None
     has_tokens: bool
