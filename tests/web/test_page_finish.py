@@ -25,8 +25,8 @@ def run_r1(engine, tmp_path):
     (its errors-dropped baseline rests on 1 of 4); `text`: a conversation without tokens."""
     rs = [rollout(f"g{i}", group="G", index=i, reward=r, step=1) for i, r in enumerate(AWKWARD)]
     rs.append(rollout("err", group="G", index=4, reward=None, ending="error", step=1))
-    rs += [rollout(f"t{i}", group="T", index=i, reward=0.5 if i == 0 else None, ending="submitted" if i == 0 else "error",
-                   step=1) for i in range(4)]
+    rs += [rollout(f"t{i}", group="T", index=i, reward=0.5 if i == 0 else None,
+                   ending="submitted" if i == 0 else "error", step=1) for i in range(4)]
     rs.append(rollout("text", tokens=False, step=1))
     assert ingest(engine, write_jsonl(tmp_path / "a.jsonl", rs)).ok
 
@@ -83,7 +83,8 @@ def test_pages_ignore_unknown_parameters_the_api_refuses_them(client, run_r1):
 NOT_FOUND = [("/runs/nope", "no run 'nope'", "/runs"), ("/runs/nope/rollouts/x", "no run 'nope'", "/runs"),
              ("/runs/r1/rollouts/x", "no rollout 'x' in run 'r1'", "/runs/r1"),
              ("/runs/r1/groups/zz", "no group 'zz' in run 'r1'", "/runs/r1"),
-             ("/runs/r1/steps/5", "no step 5 in run 'r1'", "/runs/r1"), ("/runs/nope/rollouts", "no run 'nope'", "/runs")]
+             ("/runs/r1/steps/5", "no step 5 in run 'r1'", "/runs/r1"),
+             ("/runs/nope/rollouts", "no run 'nope'", "/runs")]
 
 
 @SQLITE
