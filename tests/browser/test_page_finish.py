@@ -86,3 +86,15 @@ def test_narrow_cells_end_in_an_ellipsis_with_the_value_on_hover(server, browser
     assert when.get_attribute("title").endswith(" UTC") and (words == "just now" or words.endswith(" ago")), words
     assert problems == []
     page.close()
+
+
+def test_static_files_come_compressed_and_cached_over_real_http(server):
+    import re
+
+    import httpx
+
+    html = httpx.get(f"{server}/runs").text
+    for path in [*re.findall(r'(?:src|href)="(/static/[^"]+)"', html), "/static/vendor/plotly-2.35.2.min.js"]:
+        r = httpx.get(server + path, headers={"Accept-Encoding": "gzip"})
+        assert r.status_code == 200 and r.headers["content-encoding"] == "gzip", path
+        assert r.headers["cache-control"] == "public, max-age=31536000, immutable", path  # every URL is versioned
