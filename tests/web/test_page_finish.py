@@ -39,8 +39,7 @@ def test_every_page_has_the_nav_and_prints_times_and_numbers_for_a_person(client
         assert nav, url
         assert [a for a in re.findall(r'href="([^"]+)"', nav.group(1))] == \
             ["/runs", "/search", "/ingest", "/quarantine", "/api/docs"], url
-        shown = re.sub(r'\sdata-[a-z-]+="[^"]*"', "", html)  # data attributes are for scripts
-        assert not re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d", shown), url  # no raw ISO with microseconds
+        assert not re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d", html), url  # no raw ISO with microseconds
         for raw in ("0.8406250000000001", "0.30000000000000004", "-2.0000000000000004", "0.3333333333"):
             assert raw not in html, (url, raw)
     group = client.get("/runs/r1/groups/G").text
