@@ -6,7 +6,7 @@ COPY app ./app
 COPY ingest ./ingest
 COPY templates ./templates
 COPY static ./static
-RUN pip install --no-cache-dir -e .
+RUN pip install --no-cache-dir -e . && python -m app.static_files
 ENV ROLLSCOPE_DATABASE_URL=sqlite:////data/rollscope.db \
     PYTHONUNBUFFERED=1
 EXPOSE 8000

@@ -27,6 +27,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,producers]'
 	rm -f $(VENV)/.installed-*
+	$(PY) -m app.static_files  # static/**/*.gz: served to gzip clients (app/static_files.py)
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from markupsafe import Markup, escape
 
-from app.render import compact_number
+from app.render import compact_number, significant
 from app.text import reveal_invisible
 from app.views.tokens import STATE_TEXT, oov_text
 
@@ -46,7 +46,7 @@ def _title(t: dict, p: dict | None) -> str:
     parts = [f"t{t['t']} id {t['id']} · logprob " + (f"{lp:.4f}" if lp is not None else
                                                     ("missing" if t["lpb"] == -1 else "none (context)"))]
     if t["advantage"] is not None:
-        parts.append("advantage " + compact_number(t["advantage"], "%+.3f"))
+        parts.append("advantage " + significant(t["advantage"], sign=True))
     if t["state"] in ("fault", "filtered", "special_trained"):  # the states a reader must not miss
         parts.append(STATE_TEXT[t["state"]])
     if p and p.get("partial"):
@@ -64,7 +64,13 @@ def _title(t: dict, p: dict | None) -> str:
         parts.append("suspected padding: logprob exactly 0.0 in a trailing run")
     if t.get("flags"):
         parts.append("finding: " + ", ".join(t["flags"]))
+    text = _text(t, p)
+    if len(text) > LONG_PIECE:  # the chip shows it clipped (app.css .tok): the whole piece here
+        parts.append(f"text {text}")
     return " · ".join(parts)
+
+
+LONG_PIECE = 24  # a piece longer than this may be clipped on its chip; its title then holds it whole
 
 
 def _text(t: dict, p: dict | None) -> str:
@@ -89,7 +95,7 @@ def chip(t: dict) -> Markup:
         if t[key] is not None:
             data.append((name, t[key]))
     if t["advantage"] is not None:
-        data.append(("data-adv", compact_number(t["advantage"], "%+.3f")))
+        data.append(("data-adv", significant(t["advantage"], sign=True)))
     if t["delta"] is not None:
         data.append(("data-delta", f"{t['delta']:+.4f}"))
         data.append(("data-ratio", compact_number(t["ratio"], "%.4f") if t["ratio"] is not None else "inf"))

@@ -85,9 +85,15 @@ def _query_names(dependant) -> set[str]:
 
 
 async def refuse_unknown_query(request: Request) -> None:
-    """422 `unknown_parameter` for a query parameter the endpoint does not take: a typo
+    """422 `unknown_parameter` for a query parameter an `/api/v1` endpoint does not take: a typo
     (`?stepp=3`) must not silently return everything. Put on a router (`dependencies=[...]`).
-    Pure computation: it runs on the event loop, without a hop to the thread pool."""
+    Pure computation: it runs on the event loop, without a hop to the thread pool.
+
+    Only the API, the strict contract, refuses. Pages, their JSON twins and downloads ignore a
+    parameter they do not take: a pasted link's `?utm_source=x` must not make a 422, and a page's
+    JSON link carries the page's query string."""
+    if not request.url.path.startswith("/api/"):
+        return
     route = request.scope.get("route")
     dependant = getattr(route, "dependant", None)
     if dependant is None:

@@ -56,10 +56,23 @@ class ApiError(StarletteHTTPException):
     field="ending")`."""
 
     def __init__(self, status: int, message: str, *, field: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None):
+                 headers: dict[str, str] | None = None, back: tuple[str, str] | None = None):
         super().__init__(status, message, headers=headers)
         self.field = field
         self.code = code or CODES.get(status, "error")
+        self.back = back  # (label, url): where the HTML error page links back to (default: all runs)
+
+
+def not_found(run_id: str, what: str | None = None, *, run_exists: bool, field: str | None = None) -> ApiError:
+    """The 404 that names what is missing: `no run 'nope'` (linking back to the runs list), or
+    `no rollout 'x' in run 'y'` for `what="rollout 'x'"` in a run that exists (linking back to
+    the run). The JSON body carries the same message."""
+    from app import urls
+
+    if not run_exists or what is None:
+        return ApiError(404, f"no run {run_id!r}", field=field if what is None else "run_id",
+                        back=("All runs", urls.runs()))
+    return ApiError(404, f"no {what} in run {run_id!r}", field=field, back=(f"Run {run_id}", urls.run(run_id)))
 
 
 SOURCES = ("query", "path", "body", "header", "cookie")
@@ -96,12 +109,13 @@ def is_api(request: Request) -> bool:
 
 
 def error_response(request: Request, status: int, message: str, *, field: str | None = None,
-                   code: str | None = None, headers: dict[str, str] | None = None) -> Response:
+                   code: str | None = None, headers: dict[str, str] | None = None,
+                   back: tuple[str, str] | None = None) -> Response:
     """The error page for browsers, `{"error": {"code", "message", "field"}}` for JSON clients."""
     if is_api(request) or is_download(request) or wants_json(request):
         body = ErrorBody(error=ErrorDetail(code=code or CODES.get(status, "error"), message=message, field=field))
         return JSONResponse(body.model_dump(), status_code=status, headers=headers)
-    page = error_page(request, status, message)
+    page = error_page(request, status, message, back=back)
     for k, v in (headers or {}).items():  # WWW-Authenticate on 401, Retry-After on 429/503: the page too
         page.headers[k] = v
     return page
@@ -145,7 +159,8 @@ def install(app: FastAPI) -> None:
         if exc.status_code == 404 and message == "Not Found":
             message = "not found"
         return error_response(request, exc.status_code, str(message), field=getattr(exc, "field", None),
-                              code=getattr(exc, "code", None), headers=getattr(exc, "headers", None))
+                              code=getattr(exc, "code", None), headers=getattr(exc, "headers", None),
+                              back=getattr(exc, "back", None))
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError):

@@ -26,6 +26,7 @@ from app.db.migrate import upgrade
 from app.receivers import otlp
 from app.render import compile_templates
 from app.routes import analytics, events, media, pages, status
+from app.static_files import Static
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 
@@ -156,7 +157,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   openapi_url="/api/openapi.json", docs_url=None, redoc_url=None)
     app.state.settings = settings
     app.state.engine = engine
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.mount("/static", Static(directory=STATIC), name="static")
     app.state.ingest_gate = Gate(settings.api.ingest_max_inflight)
     app.include_router(status.router)
     status.install_latency(app)

@@ -20,6 +20,7 @@ import csv
 import io
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,6 +33,7 @@ from pydantic import BaseModel
 from app import urls
 from app.text import reveal_invisible
 from ingest.jsonio import dumps
+from ingest.stats import gradient_tokens, own_no_gradient
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 templates = Jinja2Blocks(directory=str(TEMPLATES))  # autoescape on for .html (Starlette default)
@@ -58,6 +60,83 @@ def compact_number(x, fmt: str = "%.3f") -> str:
     return fmt % x
 
 
+def _utc(value: Any) -> datetime | None:
+    """A datetime, or an ISO 8601 / RFC 3339 string (`...Z` included), as an aware UTC datetime;
+    None for anything else (a value that does not parse is printed as it is)."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if not isinstance(value, datetime):
+        return None
+    return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+def relative_time(value: Any, now: datetime | None = None) -> str:
+    """How long ago `value` (a datetime or RFC 3339 string) was, for a person: `just now`,
+    `42 s ago`, `3 min ago`, `5 h ago`, `12 d ago`; past 60 days the date (`2026-11-30`); a
+    time ahead of the server's clock `in 3 min`. The exact time goes in `ago`'s title."""
+    dt = _utc(value)
+    if dt is None:
+        return "" if value is None else str(value)
+    seconds = ((now or datetime.now(UTC)) - dt).total_seconds()
+    ahead, s = seconds < 0, abs(seconds)
+    if s < 5:
+        return "just now"
+    if s >= 60 * 86400:
+        return dt.strftime("%Y-%m-%d")
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        if s >= size:
+            n = int(s // size)
+            return f"in {n} {unit}" if ahead else f"{n} {unit} ago"
+    return "just now"  # unreachable
+
+
+def exact_time(value: Any) -> str:
+    """`value` to the second in UTC (`2026-11-30 13:44:22 UTC`), never with microseconds."""
+    dt = _utc(value)
+    return dt.strftime("%Y-%m-%d %H:%M:%S UTC") if dt else ("" if value is None else str(value))
+
+
+def ago(value: Any) -> Markup:
+    """The one way a page prints a time: `<time datetime="<RFC 3339 Z>" title="<exact UTC>">3 min
+    ago</time>` (app.js refreshes the words as the page stays open); `–` for None. Every part is
+    escaped."""
+    if value is None:
+        return Markup('<span class="missing">–</span>')
+    dt = _utc(value)
+    if dt is None:
+        return escape(str(value))
+    stamp = dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return Markup('<time datetime="{}" title="{}">{}</time>').format(stamp, exact_time(dt), relative_time(dt))
+
+
+def significant(x, digits: int = 4, sign: bool = False) -> str:
+    """A reward, advantage or mean as it means something: `digits` significant digits, trailing
+    zeros dropped (`0.8406250000000001` → `0.8406`, `-2.0000000000000004` → `-2`, 1/3 →
+    `0.3333`); 1,000 and over as a whole number with separators (`12,346`), 1e6 and over or below
+    1e-4 in scientific form (`1e+308`). `sign` shows `+` on positives (advantages). Not a number
+    (None, text) is printed as it is."""
+    if not isinstance(x, int | float) or isinstance(x, bool):
+        return "" if x is None else str(x)
+    if x != x or x in (float("inf"), float("-inf")):
+        return str(x)
+    plus = "+" if sign else ""
+    ax = abs(x)
+    if 1000 <= ax < 1e6:
+        return f"{x:{plus},.0f}"
+    text = f"{x:{plus}.{digits}g}"
+    return "0" if text in ("-0", "+0") else text
+
+
+def percent(x, digits: int = 1) -> str:
+    """A share or rate (0..1) as a percentage to 0.1 % (`0.8406` → `84.1%`); None → `–`."""
+    if x is None:
+        return "–"
+    return f"{100 * x:.{digits}f}%"
+
+
 def plural(n, one: str, many: str | None = None) -> str:
     """`1 turn`, `2 turns`; `many` for irregular plurals (`branch`, `branches`)."""
     return f"{n} {one if n == 1 else (many or one + 's')}"
@@ -82,6 +161,12 @@ templates.env.finalize = _finalize  # before any template compiles: Jinja bakes 
 templates.env.filters["verbatim"] = verbatim
 templates.env.filters["compact"] = compact_number
 templates.env.filters["plural"] = plural
+templates.env.filters["ago"] = ago
+templates.env.filters["gradient_tokens"] = gradient_tokens  # the "trained" count of a list row and a rollout page
+templates.env.filters["no_gradient"] = own_no_gradient
+templates.env.filters["sig"] = significant
+templates.env.filters["pct"] = percent
+templates.env.filters["exact_time"] = exact_time
 templates.env.globals["urls"] = urls
 
 
@@ -216,10 +301,11 @@ def json_body(data: BaseModel | dict) -> bytes:
 
 
 def respond(request: Request, template: str, data: BaseModel | None, *, json: bool, block: str | None = None,
-            alternate: str | None = None) -> Response:
-    """Render page model `data` with `template`, or return it as JSON. 404 when `data` is None."""
+            alternate: str | None = None, missing: Callable[[], Exception] | None = None) -> Response:
+    """Render page model `data` with `template`, or return it as JSON. 404 when `data` is None:
+    `missing()` (app.errors.not_found, naming what is missing), else a bare "not found"."""
     if data is None:
-        raise HTTPException(status_code=404, detail="not found")
+        raise missing() if missing else HTTPException(status_code=404, detail="not found")
     if json:
         return Response(json_body(data), media_type="application/json")
     ctx = {"d": data, "alternate": alternate or urls.twin(request)}
@@ -259,7 +345,10 @@ def csv_response(columns: list[str], rows: Iterable[dict], filename: str) -> Str
                              headers={"Content-Disposition": f'attachment; filename="{safe}"'})
 
 
-def error_page(request: Request, status: int, message: str) -> Response:
-    """The HTML error page."""
-    return templates.TemplateResponse(request, "error.html", {"status": status, "detail": message, "alternate": None},
+def error_page(request: Request, status: int, message: str, back: tuple[str, str] | None = None) -> Response:
+    """The HTML error page: the status, what went wrong (a 404 names what is missing), and a link
+    back (`back`: label and URL; default the runs list)."""
+    label, url = back or ("All runs", urls.runs())
+    return templates.TemplateResponse(request, "error.html", {"status": status, "detail": message, "alternate": None,
+                                                              "back_label": label, "back_url": url},
                                       status_code=status)

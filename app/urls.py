@@ -99,6 +99,12 @@ def api_quarantine(**params: Any) -> str:
     return _url("/api/v1/quarantine", False, params)
 
 
+def api_branch_tokens(run_id: str, rollout_id: str, branch: int, **params: Any) -> str:
+    """The API's token arrays of one branch (JSON, or a NumPy .npz with `Accept:
+    application/x-ndarray`); `params`: `attempt`."""
+    return _url(f"/api/v1/runs/{q(run_id)}/rollouts/{q(rollout_id)}/branches/{int(branch)}/tokens", False, params)
+
+
 def api_findings(run_id: str, **params: Any) -> str:
     """The API's findings list of a run."""
     return _url(f"/api/v1/runs/{q(run_id)}/findings", False, params)
@@ -135,9 +141,20 @@ def message(run_id: str, rollout_pk: int, idx: int) -> str:
     return f"/runs/{q(run_id)}/messages/{int(rollout_pk)}/{int(idx)}"
 
 
+def api_docs() -> str:
+    """The API's documentation (Swagger UI over the OpenAPI document)."""
+    return "/api/docs"
+
+
 def static(path: str) -> str:
-    """A file under static/ (vendored libraries included)."""
-    return f"/static/{path}"
+    """A file under static/, versioned: vendored libraries carry their version in the name, our
+    own files get `?v=<content hash>` (app.static_files: served with a year's immutable cache)."""
+    from app.static_files import VERSIONED_DIR, version
+
+    if path.startswith(VERSIONED_DIR):
+        return f"/static/{path}"
+    v = version(path)
+    return f"/static/{path}" + (f"?v={v}" if v else "")
 
 
 def twin(request: Request) -> str:

@@ -76,6 +76,33 @@ def mask_zeroed(row: Mapping) -> bool:
     return row["n_tokens"] > 0 and row["n_trained_tokens"] == 0 and row["n_turns"] > 0
 
 
+def _get(row, key: str):
+    return row[key] if isinstance(row, Mapping) else getattr(row, key, None)
+
+
+def own_no_gradient(row) -> str | None:
+    """Why a rollout carries no gradient by itself, whatever its step and group (None when it
+    may carry one): `trainer_filtered`, `error_dropped` (an errored rollout under the default
+    errors-dropped policy), `mask_zeroed`. The first reasons of `no_gradient_reason`, which adds
+    those that need the step (staleness) or the group (zero variance, one member). `row`: a
+    mapping or an object with the summary's fields."""
+    if _get(row, "trainer_filtered"):
+        return "trainer_filtered"
+    if _get(row, "ending") == "error":
+        return "error_dropped"
+    n_tokens, n_trained, n_turns = (_get(row, k) or 0 for k in ("n_tokens", "n_trained_tokens", "n_turns"))
+    if n_tokens > 0 and n_trained == 0 and n_turns > 0:  # mask_zeroed's rule
+        return "mask_zeroed"
+    return None
+
+
+def gradient_tokens(row) -> int:
+    """The trained-token count a page shows, one definition for the rollouts list and the
+    rollout page: the mask-1 tokens (`n_trained_tokens`), or 0 for a rollout that carries no
+    gradient by itself (`own_no_gradient`: filtered by the trainer, errored, mask zeroed)."""
+    return 0 if own_no_gradient(row) else int(_get(row, "n_trained_tokens") or 0)
+
+
 def latest_attempts(rows: Iterable[Mapping]) -> list[Mapping]:
     latest: dict[str, Mapping] = {}
     for r in rows:
@@ -128,12 +155,9 @@ def no_gradient_reason(row: Mapping, *, zero_variance_groups: set[str], latest: 
     the trace shows). Superseded attempts are not listed: their retry replaced them."""
     if not latest:
         return None
-    if row["trainer_filtered"]:
-        return "trainer_filtered"
-    if row["ending"] == "error":
-        return "error_dropped"
-    if mask_zeroed(row):
-        return "mask_zeroed"
+    own = own_no_gradient(row)
+    if own is not None:
+        return own
     if max_staleness is not None and row["staleness"] is not None and row["staleness"] > max_staleness:
         return "too_stale"
     if row["group_id"] is not None and row["group_id"] in zero_variance_groups:

@@ -57,18 +57,28 @@ if TYPE_CHECKING:
     import httpx
 
 __all__ = ["ApiError", "BranchTokens", "Client", "Rollout", "RolloutRow", "RolloutWriter", "RunRow", "rollout_url",
-           "to_record"]
+           "server_url", "to_record"]
 
 DEFAULT_BASE = "http://127.0.0.1:8000"
 
 
-def rollout_url(base: str, run: str, rollout_id: str, *, branch: int | None = None, node: int | None = None,
-                token: str | None = None, attempt: int | None = None) -> str:
+def server_url(base: str | None = None) -> str:
+    """Where Rollscope is served: `base`, else the `ROLLSCOPE_URL` environment variable, else
+    http://127.0.0.1:8000 (without a trailing `/`)."""
+    return (base or os.environ.get("ROLLSCOPE_URL") or DEFAULT_BASE).rstrip("/")
+
+
+def rollout_url(base: str | None, run: str, rollout_id: str, *, branch: int | None = None, node: int | None = None,
+                token: str | None = None, attempt: int | None = None, at: int | None = None) -> str:
     """The stable URL of a rollout's page: `{base}/runs/{run}/rollouts/{id}` (ids percent-encoded
-    as one path segment, `/` included), with `?branch=`, `?attempt=`, `?token=` and `#node-N`."""
+    as one path segment, `/` included; `base` None: `ROLLSCOPE_URL`, see `server_url`), with
+    `?branch=`, `?attempt=`, `?token=` (a read token) and the page's anchors (docs/views.md, "Deep
+    links"): `#m-N` for message `node` N, else `#t-N` for token `at` (offset N of the branch's
+    token sequence)."""
     params = {k: v for k, v in (("attempt", attempt or None), ("branch", branch), ("token", token)) if v is not None}
-    url = f"{base.rstrip('/')}/runs/{quote(str(run), safe='')}/rollouts/{quote(str(rollout_id), safe='')}"
-    return url + (f"?{urlencode(params)}" if params else "") + (f"#node-{node}" if node is not None else "")
+    url = f"{server_url(base)}/runs/{quote(str(run), safe='')}/rollouts/{quote(str(rollout_id), safe='')}"
+    anchor = f"#m-{int(node)}" if node is not None else (f"#t-{int(at)}" if at is not None else "")
+    return url + (f"?{urlencode(params)}" if params else "") + anchor
 
 
 def _plain(obj: Any) -> Any:
@@ -122,8 +132,7 @@ class RolloutWriter:
                  timeout: float = 60.0):
         self.run = run
         self.http = str(target).startswith(("http://", "https://"))
-        self.base_url = (base_url or (str(target) if self.http else None) or os.environ.get("ROLLSCOPE_URL")
-                         or DEFAULT_BASE).rstrip("/")
+        self.base_url = server_url(base_url or (str(target) if self.http else None))
         self.token = token or os.environ.get("ROLLSCOPE_TOKEN")
         self.max_retries, self.timeout = max_retries, timeout
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"

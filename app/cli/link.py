@@ -1,7 +1,6 @@
 """`rollscope link`: a rollout page's stable URL, for training logs."""
 from __future__ import annotations
 
-import os
 from typing import Annotated
 
 import typer
@@ -10,14 +9,15 @@ import typer
 def link(
     run: Annotated[str, typer.Argument(help="The run id.")],
     rollout: Annotated[str, typer.Argument(help="The rollout id.")],
-    node: Annotated[int | None, typer.Option(help="Jump to this message (node index).", min=0)] = None,
+    node: Annotated[int | None, typer.Option(help="Jump to this message (node index): `#m-N`.", min=0)] = None,
+    at: Annotated[int | None, typer.Option(help="Jump to this token (offset in the branch's token sequence): "
+                                           "`#t-N`.", min=0)] = None,
     branch: Annotated[int | None, typer.Option(help="Show this branch of the rollout.", min=0)] = None,
     token: Annotated[str | None, typer.Option(help="A read token to put in the link (when reading is locked).")] = None,
     base: Annotated[str | None, typer.Option(help="Where Rollscope is served (default ROLLSCOPE_URL, else "
                                              "http://127.0.0.1:8000).")] = None,
 ) -> None:
     """Print the stable URL of a rollout's page (for training logs); touches no database."""
-    from rollscope.client import DEFAULT_BASE, rollout_url
+    from rollscope.client import rollout_url
 
-    typer.echo(rollout_url(base or os.environ.get("ROLLSCOPE_URL") or DEFAULT_BASE, run, rollout,
-                           branch=branch, node=node, token=token))
+    typer.echo(rollout_url(base, run, rollout, branch=branch, node=node, token=token, at=at))

@@ -20,7 +20,7 @@ from pydantic import BeforeValidator, Field
 
 from app import charts
 from app.deps import RefuseUnknownQuery, SessionDep
-from app.errors import ApiError
+from app.errors import ApiError, not_found
 from app.params import (
     SORT_PATTERN,
     Count,
@@ -123,7 +123,8 @@ def chart(request: Request, session: SessionDep, run_id: str, chart_id: str, ste
                                  json=json)
     if data is not None and ext == ".csv":
         return csv_response(CHART_CSV, charts.figure_rows(data.figure), f"{data.run.id}-{chart_id}.csv")
-    return respond(request, "chart.html", data, json=json)
+    return respond(request, "chart.html", data, json=json,
+                   missing=lambda: not_found(unquote(run_id), None, run_exists=False))
 
 
 @router.get("/runs/{run_id:path}/facets.json")
@@ -154,7 +155,9 @@ def step(request: Request, session: SessionDep, run_id: str, step: str):
     except ValueError:
         raise ApiError(422, "step: a whole number ≥ 0", field="step") from None
     json = wants_json(request, bool(ext))
-    return respond(request, "step.html", step_view.step_page(session, unquote(run_id), n, json=json), json=json)
+    rid = unquote(run_id)
+    return respond(request, "step.html", step_view.step_page(session, rid, n, json=json), json=json,
+                   missing=lambda: not_found(rid, f"step {n}", run_exists=_known_run(session, rid)))
 
 
 @page_route(router, "/runs/{run_id:path}/task-changes", offers=(".json", ".csv"))
@@ -175,7 +178,8 @@ def task_changes(request: Request, session: SessionDep, run_id: str, a: Annotate
         rows = task_changes_view.task_changes_csv(data)
         return csv_response(task_changes_view.CSV_COLUMNS if rows else ["task"], rows,
                             f"{data.run.id}-tasks-{a}-{b}.csv")
-    return respond(request, "task_changes.html", data, json=json)
+    return respond(request, "task_changes.html", data, json=json,
+                   missing=lambda: not_found(rid, None, run_exists=False))
 
 
 @router.get("/runs/{run_id:path}/messages/{rollout_pk}/{idx}")

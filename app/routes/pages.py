@@ -29,7 +29,7 @@ from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 
 from app import urls
 from app.deps import RefuseUnknownQuery, SessionDep
-from app.errors import ApiError
+from app.errors import ApiError, not_found
 from app.params import (
     SORT_PATTERN,
     Count,
@@ -61,6 +61,18 @@ from ingest.fields import INT32_MAX
 from ingest.schema import content_text
 
 router = APIRouter(tags=["pages"], dependencies=[RefuseUnknownQuery])
+
+
+def _shown(value: str) -> str:
+    """An id as a 404 names it: without the twin's `.json` suffix (neither it nor the id with it
+    exists)."""
+    return value[: -len(".json")] if value.endswith(".json") else value
+
+
+def _missing(session, run_id: str, what: str | None = None):
+    """A `respond(missing=...)` callback: the 404 naming the run, or `what` in the run."""
+    return lambda: not_found(run_id, what, run_exists=what is not None and
+                             q_runs.get_run(session=session, run_id=run_id) is not None)
 # A page whose last path segment is an id learns from app.render.by_id whether its `.json` is the
 # twin suffix or part of the id: an id that itself ends in `.json` has the twin `<id>.json.json`
 # (or `Accept: application/json`).
@@ -198,7 +210,8 @@ def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
                                 offset=offset or 0, attempt=attempt, all_tokens=json or tokens == "all", focus=focus,
                                 limit=limit, came_from=_list_filters(list_), json=json, with_graph=graph == 1)
     data, json = by_id(unquote(rollout_id), accepts_json(request), build)
-    return respond(request, template, data, json=json, block=block)
+    return respond(request, template, data, json=json, block=block,
+                   missing=_missing(session, run, f"rollout {_shown(unquote(rollout_id))!r}"))
 
 
 @router.get("/runs/{run_id:path}/groups/{group_id:path}")
@@ -225,11 +238,13 @@ def group(request: Request, session: SessionDep, run_id: str, group_id: str,
     if a is not None and b is not None:
         data, json = by_id(unquote(group_id), accepts_json(request),
                            lambda gid, json: group_extras.diff_page(session, run, gid, a, b))
-        return respond(request, "diff.html", data, json=json)
+        return respond(request, "diff.html", data, json=json,
+                       missing=_missing(session, run, f"group {unquote(group_id)!r} with members {a!r} and {b!r}"))
     data, json = by_id(unquote(group_id), accepts_json(request),
                        lambda gid, json: group_page(session, run, gid, sort=None if sort == "index" else sort,
                                                     json=json))
-    return respond(request, "group.html", data, json=json)
+    return respond(request, "group.html", data, json=json,
+                   missing=_missing(session, run, f"group {_shown(unquote(group_id))!r}"))
 
 
 @page_route(router, "/runs/{run_id:path}/rollouts", offers=(".json", ".csv"))
@@ -254,14 +269,14 @@ def rollouts(
     check_cursors(sort=sort, after=after, before=before)
     if suffix_of(request, (".csv",)):
         if q_runs.get_run(session=session, run_id=rid) is None:
-            raise ApiError(404, "not found")
+            raise _missing(session, rid)()
         return csv_response(CSV_COLUMNS, rollouts_csv_rows(session, rid, filters, sort=sort),
                             f"{rid[:100]}-rollouts.csv")
     json = wants_json(request)
     page_size = limit or request.app.state.settings.web.page_size
     data = rollouts_page(session, rid, filters, sort=sort, after=after, before=before, limit=page_size,
                          keep_limit=limit, twin=json)
-    return respond(request, "rollouts.html", data, json=json, block="rows")
+    return respond(request, "rollouts.html", data, json=json, block="rows", missing=_missing(session, rid))
 
 
 @router.get("/runs/{run_id:path}")
@@ -278,4 +293,4 @@ def run(request: Request, session: SessionDep, run_id: str, steps: OptStr = None
         session, rid, json=json, steps_range=steps_range, window=smooth or 1))
     if data is not None and since and since == data.version and request.headers.get("hx-request"):
         return Response(status_code=204)  # a live page polling: nothing new, htmx keeps what it shows
-    return respond(request, "run.html", data, json=json)
+    return respond(request, "run.html", data, json=json, missing=_missing(session, _shown(unquote(run_id))))

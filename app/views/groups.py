@@ -90,6 +90,19 @@ class GroupPage(PageModel):
     diff_base: str
     sort: str | None
     has_recorded: bool
+    # the errors-dropped baseline rests on fewer than half the members (errors and excluded
+    # rewards left out): `n`, `members`, `note`; None otherwise (`thin_baseline`)
+    thin_baseline: dict[str, Any] | None = None
+
+
+def thin_baseline(n: int, members: int) -> dict[str, Any] | None:
+    """A note when the errors-dropped baseline rests on fewer than half of the group's `members`
+    (`n` rewards entered it): its mean, and so every advantage under it, stands on few rollouts."""
+    if members == 0 or 2 * n >= members:
+        return None
+    return {"n": n, "members": members,
+            "note": f"the errors-dropped baseline rests on {n} of {members} members (fewer than half): "
+                    "errored and unscored rollouts are left out, so these advantages stand on few rewards"}
 
 
 def _no_advantage_reason(member: dict, advantage: float | None, *, drop_errors: bool) -> str | None:
@@ -156,6 +169,7 @@ def group_page(session: Session, run_id: str, group_id: str, *, sort: str | None
         "excluded": {"count": len(result["excluded"]), "of": len(members)},
         "members": members,
         "superseded": superseded,
+        "thin_baseline": thin_baseline(result["errors_dropped"].n, len(members)),
     }
     group_extras.enrich(session, data, sort=sort)
     return GroupPage.model_validate(data)

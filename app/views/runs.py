@@ -297,9 +297,11 @@ def _last_ingest_age(stats) -> float:
 def _version(stats) -> str:
     """A token that changes whenever a rollout of the run is stored or replaced, from the step
     rollups (no count over the rollouts): how many there are, and the newest ingest time (a
-    replacement is a new ingest)."""
+    replacement is a new ingest), hashed: an opaque token, not a timestamp shown in the page."""
+    import hashlib
+
     last = max((s.get("ingested", "last") or "" for s in stats), default="")
-    return f"{sum(s.rollouts for s in stats)}-{last}"
+    return f"{sum(s.rollouts for s in stats)}-{hashlib.sha1(str(last).encode()).hexdigest()[:12]}"
 
 
 def _checks_table(run_id: str, stats, n_rollouts: int) -> list[CheckRow]:

@@ -58,7 +58,7 @@ CASES = [
     ("GET", "/runs/G/rollouts.csv?step=-1", "step"),
     ("GET", "/runs/G/rollouts.csv?flag=bogus", "flag"),
     ("GET", "/runs/G/rollouts.csv?steps=2-1", "steps"),
-    ("GET", "/runs/G/rollouts.csv?stepp=1", "stepp"),
+    ("GET", "/api/v1/runs/G/rollouts?stepp=1", "stepp"),
     ("GET", "/runs/G/task-changes.csv?a=x&b=1", "a"),
     ("GET", "/api/v1/runs/G/rollouts?ending=done", "ending"),
 ]

@@ -45,7 +45,7 @@ def test_every_page_has_a_json_twin(client, engine, tmp_path):
         assert twin.status_code == 200 and twin.headers["content-type"] == "application/json", url
     assert client.get("/runs/nope.json").status_code == 404
     assert client.get("/runs/r1/rollouts/nope.json").json() == {
-        "error": {"code": "not_found", "message": "not found", "field": None}}
+        "error": {"code": "not_found", "message": "no rollout 'nope' in run 'r1'", "field": None}}
 
 
 def test_run_page_steps_and_charts(client, engine, tmp_path):

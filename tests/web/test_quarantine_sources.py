@@ -64,13 +64,16 @@ def test_quarantine_page_and_twin_show_run_source_and_when(db_url, tmp_path):
         assert "<th>run</th><th>source</th>" in html and "<th>first seen</th><th>last seen</th>" in html
         assert "<b>7</b>" not in html and "trainer &lt;b&gt;7&lt;/b&gt;" in html  # escaped, never markup
         assert html.count("HTTP, token <code>trainer &lt;b&gt;7&lt;/b&gt;</code>") == 2
-        assert '<a href="/runs/posted">posted</a>' in html and '<a href="/runs/from-cli">from-cli</a>' in html
-        assert f'<time datetime="{http["last_seen"]}">{http["last_seen_text"]}</time>' in html
+        assert '<a href="/runs/posted"><span class="clip" title="posted">posted</span></a>' in html
+        assert '<a href="/runs/from-cli"><span class="clip" title="from-cli">from-cli</span></a>' in html
+        # in words, the exact time to the second on hover (app.render.ago)
+        assert f'<time datetime="{http["last_seen"][:19]}Z" title="{http["last_seen_text"]}">' in html
         assert '<td class="q-source">file</td>' in html  # read at its name: said once, in the file column
         # the page shows times to the second, never the stored microseconds; so does /ingest
         assert not re.search(r">\d{4}-\d\d-\d\dT[\d:.]+", html)
         status = httpx.get(f"{base}/ingest").text
-        assert re.search(r'<time datetime="[\d-]+T[\d:.]+Z">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time>', status)
+        assert re.search(r'<time datetime="[\d-]+T[\d:]+Z" title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC">'
+                         r'(just now|\d+ (s|min) ago)</time>', status)
         assert not re.search(r">\d{4}-\d\d-\d\dT[\d:.]+", status)
 
 

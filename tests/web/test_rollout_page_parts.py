@@ -28,7 +28,7 @@ def test_token_states_are_worded_once_for_legend_script_and_chips(client, engine
 def test_breadcrumbs_and_fragments(client, engine):
     assert ingest(engine, data_path("cases", "30-mask-on-env-tokens.jsonl")).ok
     page = client.get("/runs/bugqa/rollouts/case30").text
-    crumbs = re.search(r"<nav>(.*?)</nav>", page, re.S).group(1)
+    crumbs = re.search(r'<nav class="crumbs-nav">(.*?)</nav>', page, re.S).group(1)
     assert crumbs == ('<a href="/runs">runs</a> / <a href="/runs/bugqa"><bdi>bugqa</bdi></a>'
                       ' / <a href="/runs/bugqa/rollouts"><bdi>rollouts</bdi></a> / <bdi>case30</bdi>')
     assert "data-src=" not in page  # every fragment is htmx's (hx-get), none fetched by app.js

@@ -31,6 +31,12 @@ from app.views.rollout.models import RolloutPage
 from app.views.rollout.timeline import timeline
 from app.views.rollout.windows import Pieces, _declares_byte_level, _load_vocab
 from ingest.graph import branches, fork_points, pair_tool_calls
+from ingest.stats import gradient_tokens, own_no_gradient
+
+# Tokens on one page of the JSON twin above which its per-token arrays are left out (a twin's token
+# costs ~540 bytes as chips and arrays: a 200,000-token rollout's twin was 107.5 MB): the twin stays
+# under ~4.5 MB and links the token API instead (`tokens_omitted`; 200,000 tokens: 0.19 MB).
+TWIN_TOKEN_BUDGET = 8_000
 
 
 def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSettings, branch: int = 0,
@@ -49,7 +55,9 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
     messages are shown ("messages 100–122 of 123") and `prev_url` loads the earlier ones.
 
     The JSON twin (`json`) carries the whole message graph on a branch's first page (offset 0)
-    or when `with_graph`; other pages link it (`graph_url`) rather than repeat it.
+    or when `with_graph`; other pages link it (`graph_url`) rather than repeat it. It carries
+    every token of its messages up to `TWIN_TOKEN_BUDGET`; above it, `tokens_omitted` says so and
+    links the branch's token arrays in the API.
 
     `came_from`: the filters and sort of the rollouts list the reader came from; `list_nav` then
     links the previous and next rollout of that list in its order (app.queries.rollout_list, the
@@ -74,6 +82,18 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
     messages = [headers.get(i, {"role": "user"}) for i in range(len(gnodes))] if gnodes else []
     pairs = pair_tool_calls(path, messages)
     page = path[offset:offset + limit]
+    tokens_omitted = None
+    if json and all_tokens:  # the twin: every token, unless that would make it tens of MB
+        on_page = sum(gnodes[i].n_tokens for i in page) if gnodes else 0
+        if on_page > TWIN_TOKEN_BUDGET:
+            all_tokens = False  # drawn as the HTML page draws them: a first window, the rest linked
+            tokens_omitted = {
+                "tokens": on_page, "budget": TWIN_TOKEN_BUDGET,
+                "tokens_url": urls.api_branch_tokens(run_id, rollout_id, branch, attempt=pinned),
+                "note": f"{on_page:,} tokens on this page, over the twin's budget of {TWIN_TOKEN_BUDGET:,}: "
+                        "per-token arrays (token_ids, mask, logprobs, advantages) are left out and each message "
+                        "draws only its first tokens (`segments` link the rest); every array of the branch is at "
+                        "tokens_url (JSON, or a NumPy .npz with `Accept: application/x-ndarray`)"}
     vocab = _load_vocab(session, run.tokenizer_sha256 if run else None)
     forks = fork_points(gnodes, paths)
     ctx = _message_context(run, envelope, vocab, pairs, page, link, messages, findings_by_node, forks, paths,
@@ -107,6 +127,7 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
         "range": {"first": offset, "last": offset + len(node_views) - 1, "total": len(path)} if node_views else None,
         "messages": node_views,
         "messages_total": len(path),
+        "tokens_omitted": tokens_omitted,
         **links.page_links(link, len(paths), len(path)),
     })
 
@@ -134,7 +155,8 @@ def _envelope_fields(envelope: dict, summary: dict, findings: list[dict], pairs,
     nothing trained, no gradient)."""
     model_calls = [dict(c, node_url=link(c.get("node"))) if isinstance(c, dict) else c
                    for c in envelope.get("calls", [])]
-    error_policy = "errors_dropped"  # the group default (ingest.advantages): an errored rollout has no gradient
+    # the group default (ingest.advantages) drops errors: an errored rollout has no gradient
+    why_none = own_no_gradient(summary)
     task = envelope.get("task")
     return {
         "ending": envelope.get("ending", {"type": summary["ending"]}),
@@ -157,8 +179,10 @@ def _envelope_fields(envelope: dict, summary: dict, findings: list[dict], pairs,
         # Tokens were recorded but none carries loss: a filter (Tunix overlong_filter) zeroed the
         # mask. Shown, but it trains on nothing.
         "trains_on_nothing": summary["n_tokens"] > 0 and summary["n_trained_tokens"] == 0 and summary["n_turns"] > 0,
-        # mask-1 tokens of an errored rollout carry no gradient under the default policy
-        "no_gradient": summary["ending"] == "error" and error_policy == "errors_dropped",
+        # mask-1 tokens of an errored (or trainer-filtered) rollout carry no gradient under the default policy
+        "no_gradient": why_none in ("error_dropped", "trainer_filtered"),
+        "no_gradient_reason": why_none,
+        "n_gradient_tokens": gradient_tokens(summary),  # the rollouts list's "trained" column: one definition
     }
 
 

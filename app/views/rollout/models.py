@@ -199,7 +199,11 @@ class RolloutPage(PageModel):
     n_trained_environment: int  # trained tokens of messages the policy did not sample (mask_on_unsampled)
     n_trained_padding: int  # trained tokens of sampled turns the policy did not generate (mask_on_padding)
     trains_on_nothing: bool
-    no_gradient: bool  # an errored rollout: its mask-1 tokens get no gradient under the default policy
+    no_gradient: bool  # an errored (or trainer-filtered) rollout: its mask-1 tokens get no gradient (default policy)
+    # why it carries no gradient by itself (ingest.stats.own_no_gradient), and the tokens that do
+    # carry one: 0 then, else the mask-1 count (the rollouts list's "trained" column)
+    no_gradient_reason: str | None = None
+    n_gradient_tokens: int = 0
     task_answer: Any
     timeline: dict[str, Any] | None
     has_tokens: bool
@@ -229,4 +233,7 @@ class RolloutPage(PageModel):
     next_offset: int | None
     next_url: str | None
     all_tokens_url: str
+    # the twin of a page with more tokens than app.views.rollout.TWIN_TOKEN_BUDGET: its per-token
+    # arrays are left out; `tokens`, `budget`, `tokens_url` (the API's arrays of the branch), `note`
+    tokens_omitted: dict[str, Any] | None = None
 
