@@ -304,8 +304,14 @@ class Call(Model):
 
 
 class Reward(Model):
+    """One named component of the reward (verifiers `Reward`, an Inspect scorer, a verl/NeMo Gym
+    reward extra...). The total is `Rollout.reward` when given, else Σ score·weight; a metric
+    kept beside the reward but not summed into it has weight 0."""
+
     score: Number | None
     weight: float = 1.0
+    explanation: str | None = Field(
+        None, description="the scorer's or judge's own explanation of this score (model output: untrusted text)")
 
 
 # --- envelope -------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from app.db import models
+from app.queries import reward_components as q_rc
 from app.queries.annotations import labelled
 from app.queries.common import SUMMARY_COLUMNS, attempt_columns
 from app.queries.steps import StepRange
@@ -28,6 +29,8 @@ from ingest.fields import INT32_MAX, INT32_MIN
 
 R = models.Rollout.__table__
 SORTS = {"step": R.c.step, "reward": R.c.reward, "tokens": R.c.n_tokens, "turns": R.c.n_turns}
+COMPONENT_SORT = "component:"  # `sort=component:<name>`: by that reward component's score (NULL: no such component)
+SORT_VALUE = "sort_value"  # the column a component sort adds to the rows (its cursor's value)
 TOP = "\U0010ffff"
 NO_AGENT = "(none)"  # `agent=(none)`: the rollouts that name no agent (the agent facet's "(none)" value)
 PREFIX = "*"  # a `task` / `group` value ending in it matches by prefix
@@ -40,7 +43,9 @@ class RolloutFilters:
     when ending in `*`; `agent` exact, `(none)` (NO_AGENT) for the rollouts without one;
     `reward_min` / `reward_max` inclusive; `flag` a finding kind (the rollout's own, or its
     group's for a group-scope kind); `label` a label given to the rollout (any author);
-    `staleness` policy versions behind (step − the oldest policy version that sampled it), exact."""
+    `staleness` policy versions behind (step − the oldest policy version that sampled it), exact;
+    `component` a reward component's name (`Rollout.rewards`, exact): the rollouts that have it,
+    scored within `component_min` / `component_max` (inclusive) when given."""
 
     # in the order the URLs name them (`as_query`)
     step: int | None = None
@@ -54,6 +59,9 @@ class RolloutFilters:
     staleness: int | None = None
     steps: str | None = None
     agent: str | None = None
+    component: str | None = None
+    component_min: float | None = None
+    component_max: float | None = None
 
     def as_query(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if v is not None and v != ""}
@@ -110,6 +118,8 @@ def where(run_id: str, f: RolloutFilters, *, skip: str | None = None) -> list:
         out.append(has_finding(f.flag))  # the rollout's own finding, or its group's for a group-scope kind
     if f.label:
         out.append(labelled(R.c.run_id, R.c.rollout_id, f.label))
+    if f.component:
+        out.append(q_rc.has_component(f.component, f.component_min, f.component_max))
     return out
 
 
@@ -138,7 +148,7 @@ def decode_cursor(cursor: str, sort: str) -> tuple[object, int]:
         raise ValueError(cursor)
     if value == "n":
         return None, n
-    v = float(value) if sort == "reward" else int(value)
+    v = float(value) if sort == "reward" or sort.startswith(COMPONENT_SORT) else int(value)
     if isinstance(v, float) and not math.isfinite(v):
         raise ValueError(cursor)
     if isinstance(v, int) and not INT32_MIN <= v <= INT32_MAX:
@@ -147,13 +157,31 @@ def decode_cursor(cursor: str, sort: str) -> tuple[object, int]:
 
 
 def parse_sort(sort: str | None) -> tuple[str, bool]:
-    """'-reward' → ('reward', True). ValueError for an unknown column."""
+    """'-reward' → ('reward', True); '-component:format' → ('component:format', True). ValueError
+    for an unknown column or an empty component name."""
     s = sort or "step"
     desc = s.startswith("-")
-    name = s.lstrip("-")
-    if name not in SORTS:
-        raise ValueError(f"sort: one of {', '.join(SORTS)} (prefix - for descending)")
+    name = s[1:] if desc else s
+    if name not in SORTS and not (name.startswith(COMPONENT_SORT) and len(name) > len(COMPONENT_SORT)):
+        raise ValueError(f"sort: one of {', '.join(SORTS)} or {COMPONENT_SORT}<name> (prefix - for descending)")
     return name, desc
+
+
+def sort_column(name: str):
+    """The expression a list sorts by: a summary column, or (`component:<name>`) the score of that
+    reward component labelled SORT_VALUE (app.queries.reward_components.score_of)."""
+    if name.startswith(COMPONENT_SORT):
+        return q_rc.score_of(name[len(COMPONENT_SORT):]).label(SORT_VALUE)
+    return SORTS[name]
+
+
+def _sort_parts(name: str, columns: list) -> tuple:
+    """(the expression to compare and order by, the row attribute holding its value, the columns
+    to select): a component sort selects its score too."""
+    col = sort_column(name)
+    if isinstance(col, sa.sql.elements.Label):
+        return col.element, col.name, [*columns, col]
+    return col, col.name, columns
 
 
 def page(*, session: Session, run_id: str, filters: RolloutFilters, columns: list, sort: str | None = None,
@@ -161,7 +189,7 @@ def page(*, session: Session, run_id: str, filters: RolloutFilters, columns: lis
     """One page of rows in (sort column, pk) order, NULLs last; `after` / `before` are cursors of
     the neighbouring page's last / first row. Returns {"rows", "next", "prev"} (cursors or None)."""
     name, desc = parse_sort(sort)
-    col = SORTS[name]
+    col, attr, columns = _sort_parts(name, columns)
     base = where(run_id, filters)
     back = before is not None
     cur = decode_cursor(before if back else after, name) if (before or after) else None
@@ -212,7 +240,7 @@ def page(*, session: Session, run_id: str, filters: RolloutFilters, columns: lis
         rows = list(reversed(rows[:limit]))
         has_prev = more
         more = True  # we came back from a later page
-    key = lambda r: encode_cursor(getattr(r, col.name), r.pk)  # noqa: E731
+    key = lambda r: encode_cursor(getattr(r, attr), r.pk)  # noqa: E731
     return {"rows": rows, "next": key(rows[-1]) if rows and more else None,
             "prev": key(rows[0]) if rows and has_prev else None}
 
@@ -222,7 +250,11 @@ def neighbours(*, session: Session, run_id: str, filters: RolloutFilters, sort: 
     list with these filters and this sort, in the order `page` shows it (NULLs last); None at
     either end. Two one-row keyset pages, so a rollout page's prev / next walk the list shown."""
     name, _ = parse_sort(sort)
-    cursor = encode_cursor(getattr(row, SORTS[name].name), row.pk)
+    if name in SORTS:
+        value = getattr(row, SORTS[name].name)
+    else:
+        value = session.execute(sa.select(sort_column(name)).where(R.c.pk == row.pk)).scalar()
+    cursor = encode_cursor(value, row.pk)
     cols = [R.c.pk, R.c.run_id, R.c.rollout_id, R.c.attempt, *SORTS.values()]
     prev = page(session=session, run_id=run_id, filters=filters, columns=cols, sort=sort, before=cursor, limit=1)
     nxt = page(session=session, run_id=run_id, filters=filters, columns=cols, sort=sort, after=cursor, limit=1)
