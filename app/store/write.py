@@ -39,7 +39,15 @@ from app.db.engine import insert_for as _insert
 from app.store import rollups, search
 from app.store.groups import recheck_groups
 from app.store.outage import RETRY_SECONDS, lost_a_race, not_the_data, with_retries
-from app.store.prepare import COMPONENT_COLUMNS, FINDING_COLUMNS, NODE_COLUMNS, Identity, Prepared, prepare_or_error, storage_error
+from app.store.prepare import (
+    COMPONENT_COLUMNS,
+    FINDING_COLUMNS,
+    NODE_COLUMNS,
+    Identity,
+    Prepared,
+    prepare_or_error,
+    storage_error,
+)
 from app.store.quarantine import clear_landed, clear_unseen, files_with_entries, has_entries, quarantine_many
 from ingest.checks import CheckContext
 from ingest.errors import RecordError

@@ -28,8 +28,9 @@ Mapping (docs/formats.md, "Inspect"):
 - `tool` events → the tool message's `extra.timing` (`start`, `end`, `working_time`) and its
   timestamp (the completion time), found by the event's `message_id` (else its call id).
 - run name: the task's name.
-- `scores` → named rewards (reward components), each with its scorer's `explanation` (a dict value:
-  one per key, `scorer.key`; a list value: one per item, `scorer[i]`). A score value that is a letter maps as Inspect's `value_to_float`
+- `scores` → named rewards (reward components), each with its scorer's `explanation` (a dict
+  value: one per key, `scorer.key`; a list value: one per item, `scorer[i]`). A score value that
+  is a letter maps as Inspect's `value_to_float`
   (`scorer/_metric.py`): C → 1, P → 0.5, I and N → 0, yes/true → 1, no/false → 0, numeric
   strings and numbers as they are; a string value is also kept as the reward's `extra.label`. A value
   `value_to_float` cannot read (Inspect logs a warning and uses 0) is kept as a label with score
@@ -443,7 +444,8 @@ def _scores(scores: Any) -> tuple[dict[str, Reward], dict[str, Any]]:
                  else [(f"{name}[{i}]", v) for i, v in enumerate(value)] if isinstance(value, list) else None)
         if parts is not None:
             for key, v in parts:
-                rewards[key] = Reward(score=value_to_float(v), weight=1.0, explanation=expl, extra={"label": v, **extra})
+                rewards[key] = Reward(score=value_to_float(v), weight=1.0, explanation=expl,
+                                      extra={"label": v, **extra})
             continue
         if isinstance(value, str):  # a letter or word is a label; a number is only a score
             labels[name] = value

@@ -10,9 +10,9 @@ Two shapes, one rollout per line:
 - text (`rollout_data_dir`): `{input, output, gts, score, step, uid? | request_id?, ...reward extras}`
   with decoded text only. → a user node (`input`) and a sampled assistant node (`output`); reward =
   `score`; task data = `gts`; numeric extras (`reward_extra_infos`, e.g. `acc`) → metrics and
-  reward components of weight 0 (beside the reward, not summed: `score` stays the reward); training step = `step`, else the file name
-  (`12.jsonl`); group from a v1 `uid` `"{sample}_{rollout}_{output}"` (group = sample, index =
-  rollout). verl writes no ending: `unknown`.
+  reward components of weight 0 (beside the reward, not summed: `score` stays the reward);
+  training step = `step`, else the file name (`12.jsonl`); group from a v1 `uid`
+  `"{sample}_{rollout}_{output}"` (group = sample, index = rollout). verl writes no ending: `unknown`.
 - tokens (`AgentLoopOutput`-shaped): `{prompt_ids, response_ids, response_mask (1 = LLM token,
   0 = tool/user token), response_logprobs?, reward_score?, num_turns?, metrics?, extra_fields?}`;
   the numbers of `extra_fields.reward_extra_info` (or a top-level `reward_extra_info`) → reward
