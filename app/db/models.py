@@ -143,7 +143,9 @@ class RewardComponent(SQLModel, table=True):
     # (rollout_pk, name, score): a rollout's components, the list's component filter and sort
     # (a correlated lookup per rollout) and the per-step means (joined to the run's rollouts) read
     # this index alone.
-    __table_args__ = (sa.Index("ix_reward_component_rollout", "rollout_pk", "name", "score"),)
+    # (name, score, rollout_pk): a list sorted by a component walks this index in order.
+    __table_args__ = (sa.Index("ix_reward_component_rollout", "rollout_pk", "name", "score"),
+                      sa.Index("ix_reward_component_name_score", "name", "score", "rollout_pk"))
 
     pk: int | None = Field(default=None, primary_key=True)
     rollout_pk: int = Field(foreign_key="rollout.pk", ondelete="CASCADE")

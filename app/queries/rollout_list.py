@@ -169,19 +169,40 @@ def parse_sort(sort: str | None) -> tuple[str, bool]:
 
 def sort_column(name: str):
     """The expression a list sorts by: a summary column, or (`component:<name>`) the score of that
-    reward component labelled SORT_VALUE (app.queries.reward_components.score_of)."""
+    reward component labelled SORT_VALUE (app.queries.reward_components.score_of: a correlated
+    lookup, for one row)."""
     if name.startswith(COMPONENT_SORT):
         return q_rc.score_of(name[len(COMPONENT_SORT):]).label(SORT_VALUE)
     return SORTS[name]
 
 
-def _sort_parts(name: str, columns: list) -> tuple:
-    """(the expression to compare and order by, the row attribute holding its value, the columns
-    to select): a component sort selects its score too."""
-    col = sort_column(name)
-    if isinstance(col, sa.sql.elements.Label):
-        return col.element, col.name, [*columns, col]
-    return col, col.name, columns
+@dataclass
+class _Sort:
+    """How `page` reads a sort: `col` to compare and order by, `attr` the row attribute holding
+    its value; `value_from` / `value_columns` the FROM and columns of the rows that have a value,
+    `null_where` / `null_columns` those of the rows that have none (NULLs last)."""
+
+    col: object
+    attr: str
+    value_columns: list
+    null_columns: list
+    null_where: object
+    value_from: object = None
+
+
+def _sort(name: str, columns: list) -> _Sort:
+    """A summary column reads as itself. A component (`component:<name>`) is joined: the rollouts
+    with that component scored, walked in (score, rollout pk) order by the
+    (name, score, rollout_pk) index, and then the rest (no such component, or not scored) by pk."""
+    if not name.startswith(COMPONENT_SORT):
+        col = SORTS[name]
+        return _Sort(col, col.name, columns, columns, col.is_(None))
+    cname = name[len(COMPONENT_SORT):]
+    RC = q_rc.RC.alias("sort_component")
+    return _Sort(RC.c.score, SORT_VALUE, [*columns, RC.c.score.label(SORT_VALUE)],
+                 [*columns, sa.null().label(SORT_VALUE)],
+                 ~q_rc.has_component(cname, scored=True),
+                 R.join(RC, sa.and_(RC.c.rollout_pk == R.c.pk, RC.c.name == cname)))
 
 
 def page(*, session: Session, run_id: str, filters: RolloutFilters, columns: list, sort: str | None = None,
@@ -189,7 +210,8 @@ def page(*, session: Session, run_id: str, filters: RolloutFilters, columns: lis
     """One page of rows in (sort column, pk) order, NULLs last; `after` / `before` are cursors of
     the neighbouring page's last / first row. Returns {"rows", "next", "prev"} (cursors or None)."""
     name, desc = parse_sort(sort)
-    col, attr, columns = _sort_parts(name, columns)
+    srt = _sort(name, columns)
+    col = srt.col
     base = where(run_id, filters)
     back = before is not None
     cur = decode_cursor(before if back else after, name) if (before or after) else None
@@ -202,7 +224,10 @@ def page(*, session: Session, run_id: str, filters: RolloutFilters, columns: lis
         return q.order_by(*((col.desc(), R.c.pk.desc()) if forward_desc else (col, R.c.pk)))
 
     def value_part(n: int, cursor):
-        q = sa.select(*columns).where(*base, col.is_not(None))
+        q = sa.select(*srt.value_columns)
+        if srt.value_from is not None:
+            q = q.select_from(srt.value_from)
+        q = q.where(*base, col.is_not(None))
         if cursor is not None:
             v, pk = cursor
             cmp = sa.tuple_(col, R.c.pk) < sa.tuple_(sa.literal(v), sa.literal(pk)) if forward_desc else \
@@ -211,7 +236,7 @@ def page(*, session: Session, run_id: str, filters: RolloutFilters, columns: lis
         return list(session.execute(ordered(q, False).limit(n)).all())
 
     def null_part(n: int, after_pk: int | None, before_pk: int | None = None):
-        q = sa.select(*columns).where(*base, col.is_(None))
+        q = sa.select(*srt.null_columns).where(*base, srt.null_where)
         if after_pk is not None:
             q = q.where(R.c.pk > after_pk)
         if before_pk is not None:
@@ -240,7 +265,7 @@ def page(*, session: Session, run_id: str, filters: RolloutFilters, columns: lis
         rows = list(reversed(rows[:limit]))
         has_prev = more
         more = True  # we came back from a later page
-    key = lambda r: encode_cursor(getattr(r, attr), r.pk)  # noqa: E731
+    key = lambda r: encode_cursor(getattr(r, srt.attr), r.pk)  # noqa: E731
     return {"rows": rows, "next": key(rows[-1]) if rows and more else None,
             "prev": key(rows[0]) if rows and has_prev else None}
 

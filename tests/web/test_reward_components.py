@@ -65,6 +65,11 @@ def test_demo_components_on_every_page(client, engine, tmp_path):
     got = [fmt[r["rollout_id"]] for r in first["rollouts"] + second["rollouts"]]
     assert got == sorted(got, reverse=True) and len(set(r["rollout_id"] for r in first["rollouts"]
                                                         + second["rollouts"])) == 10
+    back = client.get(f"{base}&before={second['prev']}").json()
+    assert [r["rollout_id"] for r in back["rollouts"]] == [r["rollout_id"] for r in first["rollouts"]]
+    mid = second["rollouts"][2]["rollout_id"]  # a rollout page walks the list it came from
+    nav = client.get(f"/runs/{run}/rollouts/{mid}.json?list=sort%3D-component%3Aformat").json()["list_nav"]
+    assert nav["prev"] == second["rollouts"][1]["rollout_id"] and nav["next"] == second["rollouts"][3]["rollout_id"]
     html = client.get(f"/runs/{run}/rollouts?component=format&component_max=0.5")
     assert html.status_code == 200 and "sort by format" in html.text
 
@@ -83,3 +88,7 @@ def test_explanation_escaped_and_components_replaced(client, engine, tmp_path):
     ingest(engine, write_jsonl(tmp_path / "b.jsonl", [r]))
     with engine.connect() as conn:
         assert conn.execute(sa.select(RC.c.name, RC.c.score)).all() == [("judge", 0.25)]
+    # sorted by a component, the rollouts without it come last
+    ingest(engine, write_jsonl(tmp_path / "c.jsonl", [rollout("none", step=0, reward=0.0)]))
+    ids = [r["rollout_id"] for r in client.get("/runs/r1/rollouts.json?sort=component:judge").json()["rollouts"]]
+    assert ids == ["j1", "none"]

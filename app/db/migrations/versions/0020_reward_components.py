@@ -32,6 +32,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["rollout_pk"], ["rollout.pk"], ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("pk"))
     op.create_index("ix_reward_component_rollout", "reward_component", ["rollout_pk", "name", "score"])
+    op.create_index("ix_reward_component_name_score", "reward_component", ["name", "score", "rollout_pk"])
     _backfill(op.get_bind())
 
 
@@ -66,5 +67,6 @@ def _backfill(conn) -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("ix_reward_component_name_score", table_name="reward_component")
     op.drop_index("ix_reward_component_rollout", table_name="reward_component")
     op.drop_table("reward_component")
