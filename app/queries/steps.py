@@ -171,14 +171,14 @@ def _read_step_stats(session: Session, run_id: str | None, include_unstepped: bo
 
     out = [StepStats(r.run_id, r.step, r.rollouts, r.mean_reward, r.mean_reward_no_errors, r.scored, r.excluded,
                      parse(r.stats)) for r in rows]
-    if run_id is not None and sections is not None and COMPONENTS_SECTION in sections:
+    if run_id is not None and (sections is None or COMPONENTS_SECTION in sections):
         _add_component_means(session, run_id, steps, out)
     return out
 
 
-# Not stored in the rollup: each reward component's mean per step, computed when a chart asks for
-# this section (app/queries/reward_components.py `step_means`, one GROUP BY), as
-# stats["reward_components"] = {name: {"mean", "n"}}.
+# Not stored in the rollup: each reward component's mean per step, computed when a read asks for
+# this section or for all of them (app/queries/reward_components.py `step_means`, one GROUP BY over
+# the steps read), as stats["reward_components"] = {name: {"mean", "n"}}.
 COMPONENTS_SECTION = "reward_components"
 
 
