@@ -69,8 +69,10 @@ def rollout_filters(
     staleness: Annotated[OptCount, Query(description="policy versions behind (step − policy version)")] = None,
     component: Annotated[OptStr, Query(description="a reward component's name (exact): the rollouts that have it",
                                        max_length=200)] = None,
-    component_min: Annotated[OptFloat, Query(description="that component's score ≥ this (needs `component`, else 422)")] = None,
-    component_max: Annotated[OptFloat, Query(description="that component's score ≤ this (needs `component`, else 422)")] = None,
+    component_min: Annotated[OptFloat, Query(
+        description="that component's score ≥ this (needs `component`, else 422)")] = None,
+    component_max: Annotated[OptFloat, Query(
+        description="that component's score ≤ this (needs `component`, else 422)")] = None,
 ) -> RolloutFilters:
     """The rollouts list's filters as query parameters; 422 for a step range that does not parse.
     `flag` is read through `ingest.checks.legacy_kind`: `flag=tool_call_markup_unparsed` selects
