@@ -34,6 +34,8 @@ OptInt = Annotated[Int32 | None, BeforeValidator(_blank_is_none)]
 OptCount = Annotated[Count | None, BeforeValidator(_blank_is_none)]
 OptFloat = Annotated[Annotated[float, Field(allow_inf_nan=False)] | None, BeforeValidator(_blank_is_none)]
 OptStr = Annotated[str | None, BeforeValidator(_blank_is_none)]
+# a reward component's name, as stored (models.RewardComponent.name: at most 200 characters)
+OptComponent = Annotated[Annotated[str, Field(max_length=200)] | None, BeforeValidator(_blank_is_none)]
 OptLimit = Annotated[Annotated[int, Field(ge=1, le=1000)] | None, BeforeValidator(_blank_is_none)]
 OptSmooth = Annotated[Annotated[int, Field(ge=1, le=100)] | None, BeforeValidator(_blank_is_none)]
 # the rollouts list's sortable columns, or `component:<name>` (a reward component's score), `-` for descending
@@ -67,8 +69,8 @@ def rollout_filters(
     flag: Annotated[OptStr, Query(description="a finding kind")] = None,
     label: Annotated[OptStr, Query(description="a label given to the rollout (any author)")] = None,
     staleness: Annotated[OptCount, Query(description="policy versions behind (step − policy version)")] = None,
-    component: Annotated[OptStr, Query(description="a reward component's name (exact): the rollouts that have it",
-                                       max_length=200)] = None,
+    component: Annotated[OptComponent, Query(description="a reward component's name (exact): the rollouts that "
+                                                         "have it")] = None,
     component_min: Annotated[OptFloat, Query(
         description="that component's score ≥ this (needs `component`, else 422)")] = None,
     component_max: Annotated[OptFloat, Query(
