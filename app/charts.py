@@ -418,6 +418,22 @@ def build_no_gradient(run_id: str, steps, tasks=None) -> dict:
     return {"data": data, "layout": layout}
 
 
+def build_reward_components(run_id: str, steps, tasks=None) -> dict:
+    """Each reward component's mean score per step (`Rollout.rewards`, the `reward_component`
+    table, averaged at read time: app/queries/steps.py `COMPONENTS_SECTION`), one line per
+    component, the most frequent first; a point opens the step's page."""
+    names = list(dict.fromkeys(n for s in steps for n in (s.get("reward_components") or {})))
+    links = _step_page_urls(run_id, steps)
+    # a component's name is trace text: escaped for Plotly's HTML subset, and kept out of the
+    # hover template (where `%{...}` would be read as a variable)
+    data = [_line(_plain(name), steps, [s.get("reward_components", name, "mean") for s in steps], links,
+                  PALETTE[i % len(PALETTE)])
+            | {"hovertemplate": "step %{x}<br>%{fullData.name}: %{y:.3f} (mean score)<extra></extra>"}
+            for i, name in enumerate(names)]
+    return {"data": data, "layout": _layout("Reward components per step", {"title": {"text": "mean score"}},
+                                            _xs(steps))}
+
+
 register(Chart("endings", "Ending-type rates",
                "Share of rollouts per ending at each training step. Click a bar for its rollouts. Hatched: the "
                "rollouts of that ending whose finish reason their tokens contradict (stop reason mismatch).",
@@ -427,6 +443,10 @@ register(Chart("reward", "Reward",
                "(blue) or dropped (purple), as the page's switch says. Missing or non-finite rewards are left out "
                "of both. Click a step for its story.",
                build_reward, sections=("reward",)))
+register(Chart("reward_components", "Reward components",
+               "Mean score of each named component of the reward per step (unweighted; rollouts scored on it), so "
+               "you can see which part of the reward moved. Click a point for the step.",
+               build_reward_components, sections=("reward_components",)))
 register(Chart("task_heatmap", "Reward per task",
                "Mean reward (errors scored 0) of each task at each step. Click a cell for that task's rollouts at "
                "that step.",

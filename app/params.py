@@ -34,9 +34,12 @@ OptInt = Annotated[Int32 | None, BeforeValidator(_blank_is_none)]
 OptCount = Annotated[Count | None, BeforeValidator(_blank_is_none)]
 OptFloat = Annotated[Annotated[float, Field(allow_inf_nan=False)] | None, BeforeValidator(_blank_is_none)]
 OptStr = Annotated[str | None, BeforeValidator(_blank_is_none)]
+# a reward component's name, as stored (models.RewardComponent.name: at most 200 characters)
+OptComponent = Annotated[Annotated[str, Field(max_length=200)] | None, BeforeValidator(_blank_is_none)]
 OptLimit = Annotated[Annotated[int, Field(ge=1, le=1000)] | None, BeforeValidator(_blank_is_none)]
 OptSmooth = Annotated[Annotated[int, Field(ge=1, le=100)] | None, BeforeValidator(_blank_is_none)]
-SORT_PATTERN = r"^-?(step|reward|tokens|turns)$"  # the rollouts list's sortable columns, `-` for descending
+# the rollouts list's sortable columns, or `component:<name>` (a reward component's score), `-` for descending
+SORT_PATTERN = r"^-?(step|reward|tokens|turns|component:.{1,200})$"
 
 
 def step_range(text: str | None) -> StepRange:
@@ -66,6 +69,12 @@ def rollout_filters(
     flag: Annotated[OptStr, Query(description="a finding kind")] = None,
     label: Annotated[OptStr, Query(description="a label given to the rollout (any author)")] = None,
     staleness: Annotated[OptCount, Query(description="policy versions behind (step − policy version)")] = None,
+    component: Annotated[OptComponent, Query(description="a reward component's name (exact): the rollouts that "
+                                                         "have it")] = None,
+    component_min: Annotated[OptFloat, Query(
+        description="that component's score ≥ this (needs `component`, else 422)")] = None,
+    component_max: Annotated[OptFloat, Query(
+        description="that component's score ≤ this (needs `component`, else 422)")] = None,
 ) -> RolloutFilters:
     """The rollouts list's filters as query parameters; 422 for a step range that does not parse.
     `flag` is read through `ingest.checks.legacy_kind`: `flag=tool_call_markup_unparsed` selects
@@ -73,10 +82,14 @@ def rollout_filters(
     (Values that need the run, an unknown ending or finding kind: `check_rollout_filters`.)"""
     if step is None:
         step_range(steps)
+    if component is None and (component_min is not None or component_max is not None):
+        field = "component_min" if component_min is not None else "component_max"
+        raise ApiError(422, f"{field} needs `component` (the component's name)", field=field)
     if flag is not None:
         flag = checks.legacy_kind(flag)  # a kind's old name (a pasted link) filters by its new one
     return RolloutFilters(step=step, steps=steps, ending=ending, group=group, task=task, agent=agent,
-                          reward_min=reward_min, reward_max=reward_max, flag=flag, label=label, staleness=staleness)
+                          reward_min=reward_min, reward_max=reward_max, flag=flag, label=label, staleness=staleness,
+                          component=component, component_min=component_min, component_max=component_max)
 
 
 Filters = Annotated[RolloutFilters, Depends(rollout_filters)]

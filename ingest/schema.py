@@ -304,8 +304,14 @@ class Call(Model):
 
 
 class Reward(Model):
+    """One named component of the reward (verifiers `Reward`, an Inspect scorer, a verl/NeMo Gym
+    reward extra...). The total is `Rollout.reward` when given, else Σ score·weight; a metric
+    kept beside the reward but not summed into it has weight 0."""
+
     score: Number | None
     weight: float = 1.0
+    explanation: str | None = Field(
+        None, description="the scorer's or judge's own explanation of this score (model output: untrusted text)")
 
 
 # --- envelope -------------------------------------------------------------------------------
@@ -424,11 +430,16 @@ class Rollout(Model):
         return self
 
     def total_reward(self) -> float | None:
-        """`reward` if given, else Σ score·weight over `rewards` (None if any score is None)."""
-        if self.reward is not None or not self.rewards:
+        """`reward` if given, else Σ score·weight over `rewards` (None if any weighted score is
+        None). A metric a reader keeps as a component (`extra.metric: true`, weight 0: verifiers
+        `metrics`) is not part of the sum: only such components give None, as no `rewards` does."""
+        parts = [r for r in self.rewards.values() if r is None or r.extra.get("metric") is not True]
+        if self.reward is not None or not parts:
             return self.reward
         total = 0.0
-        for r in self.rewards.values():
+        for r in parts:
+            if r is not None and r.weight == 0:
+                continue  # weight 0 adds nothing, scored or not
             if r is None or r.score is None:
                 return None
             total += r.score * r.weight

@@ -135,6 +135,26 @@ class RolloutDetail(SQLModel, table=True):
     envelope: dict | None = _json()
 
 
+class RewardComponent(SQLModel, table=True):
+    """One named component of a rollout's reward (`Rollout.rewards[name]`: score and weight),
+    for filtering, sorting and per-step means without reading envelopes (migration
+    0020_reward_components). Written with the rollout, deleted with it (ON DELETE CASCADE)."""
+
+    __tablename__ = "reward_component"
+    # (rollout_pk, name, score): a rollout's components, the list's component filter and sort
+    # (a correlated lookup per rollout) and the per-step means (joined to the run's rollouts) read
+    # this index alone.
+    # (name, score, rollout_pk): a list sorted by a component walks this index in order.
+    __table_args__ = (sa.Index("ix_reward_component_rollout", "rollout_pk", "name", "score"),
+                      sa.Index("ix_reward_component_name_score", "name", "score", "rollout_pk"))
+
+    pk: int | None = Field(default=None, primary_key=True)
+    rollout_pk: int = Field(foreign_key="rollout.pk", ondelete="CASCADE")
+    name: str = Field(max_length=200)  # the component's name, cut at 200 characters
+    score: float | None = None  # NULL: not scored, or not finite
+    weight: float = 1.0
+
+
 class Node(SQLModel, table=True):
     """One message of the message graph with its token arrays (compact binary)."""
 

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from app.db import models
+from app.queries import reward_components as q_rc
 from app.queries.annotations import labelled
 from app.queries.common import SUMMARY_COLUMNS, attempt_columns
 from app.queries.steps import StepRange
@@ -28,6 +29,8 @@ from ingest.fields import INT32_MAX, INT32_MIN
 
 R = models.Rollout.__table__
 SORTS = {"step": R.c.step, "reward": R.c.reward, "tokens": R.c.n_tokens, "turns": R.c.n_turns}
+COMPONENT_SORT = "component:"  # `sort=component:<name>`: by that reward component's score (NULL: no such component)
+SORT_VALUE = "sort_value"  # the column a component sort adds to the rows (its cursor's value)
 TOP = "\U0010ffff"
 NO_AGENT = "(none)"  # `agent=(none)`: the rollouts that name no agent (the agent facet's "(none)" value)
 PREFIX = "*"  # a `task` / `group` value ending in it matches by prefix
@@ -40,7 +43,9 @@ class RolloutFilters:
     when ending in `*`; `agent` exact, `(none)` (NO_AGENT) for the rollouts without one;
     `reward_min` / `reward_max` inclusive; `flag` a finding kind (the rollout's own, or its
     group's for a group-scope kind); `label` a label given to the rollout (any author);
-    `staleness` policy versions behind (step − the oldest policy version that sampled it), exact."""
+    `staleness` policy versions behind (step − the oldest policy version that sampled it), exact;
+    `component` a reward component's name (`Rollout.rewards`, exact): the rollouts that have it,
+    scored within `component_min` / `component_max` (inclusive) when given."""
 
     # in the order the URLs name them (`as_query`)
     step: int | None = None
@@ -54,6 +59,9 @@ class RolloutFilters:
     staleness: int | None = None
     steps: str | None = None
     agent: str | None = None
+    component: str | None = None
+    component_min: float | None = None
+    component_max: float | None = None
 
     def as_query(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if v is not None and v != ""}
@@ -110,6 +118,8 @@ def where(run_id: str, f: RolloutFilters, *, skip: str | None = None) -> list:
         out.append(has_finding(f.flag))  # the rollout's own finding, or its group's for a group-scope kind
     if f.label:
         out.append(labelled(R.c.run_id, R.c.rollout_id, f.label))
+    if f.component:
+        out.append(q_rc.has_component(f.component, f.component_min, f.component_max))
     return out
 
 
@@ -138,7 +148,7 @@ def decode_cursor(cursor: str, sort: str) -> tuple[object, int]:
         raise ValueError(cursor)
     if value == "n":
         return None, n
-    v = float(value) if sort == "reward" else int(value)
+    v = float(value) if sort == "reward" or sort.startswith(COMPONENT_SORT) else int(value)
     if isinstance(v, float) and not math.isfinite(v):
         raise ValueError(cursor)
     if isinstance(v, int) and not INT32_MIN <= v <= INT32_MAX:
@@ -147,13 +157,52 @@ def decode_cursor(cursor: str, sort: str) -> tuple[object, int]:
 
 
 def parse_sort(sort: str | None) -> tuple[str, bool]:
-    """'-reward' → ('reward', True). ValueError for an unknown column."""
+    """'-reward' → ('reward', True); '-component:format' → ('component:format', True). ValueError
+    for an unknown column or an empty component name."""
     s = sort or "step"
     desc = s.startswith("-")
-    name = s.lstrip("-")
-    if name not in SORTS:
-        raise ValueError(f"sort: one of {', '.join(SORTS)} (prefix - for descending)")
+    name = s[1:] if desc else s
+    if name not in SORTS and not (name.startswith(COMPONENT_SORT) and len(name) > len(COMPONENT_SORT)):
+        raise ValueError(f"sort: one of {', '.join(SORTS)} or {COMPONENT_SORT}<name> (prefix - for descending)")
     return name, desc
+
+
+def sort_column(name: str):
+    """The expression a list sorts by: a summary column, or (`component:<name>`) the score of that
+    reward component labelled SORT_VALUE (app.queries.reward_components.score_of: a correlated
+    lookup, for one row)."""
+    if name.startswith(COMPONENT_SORT):
+        return q_rc.score_of(name[len(COMPONENT_SORT):]).label(SORT_VALUE)
+    return SORTS[name]
+
+
+@dataclass
+class _Sort:
+    """How `page` reads a sort: `col` to compare and order by, `attr` the row attribute holding
+    its value; `value_from` / `value_columns` the FROM and columns of the rows that have a value,
+    `null_where` / `null_columns` those of the rows that have none (NULLs last)."""
+
+    col: object
+    attr: str
+    value_columns: list
+    null_columns: list
+    null_where: object
+    value_from: object = None
+
+
+def _sort(name: str, columns: list) -> _Sort:
+    """A summary column reads as itself. A component (`component:<name>`) is joined: the rollouts
+    with that component scored, walked in (score, rollout pk) order by the
+    (name, score, rollout_pk) index, and then the rest (no such component, or not scored) by pk."""
+    if not name.startswith(COMPONENT_SORT):
+        col = SORTS[name]
+        return _Sort(col, col.name, columns, columns, col.is_(None))
+    cname = name[len(COMPONENT_SORT):]
+    RC = q_rc.RC.alias("sort_component")
+    return _Sort(RC.c.score, SORT_VALUE, [*columns, RC.c.score.label(SORT_VALUE)],
+                 [*columns, sa.null().label(SORT_VALUE)],
+                 ~q_rc.has_component(cname, scored=True),
+                 R.join(RC, sa.and_(RC.c.rollout_pk == R.c.pk, RC.c.name == cname)))
 
 
 def page(*, session: Session, run_id: str, filters: RolloutFilters, columns: list, sort: str | None = None,
@@ -161,7 +210,8 @@ def page(*, session: Session, run_id: str, filters: RolloutFilters, columns: lis
     """One page of rows in (sort column, pk) order, NULLs last; `after` / `before` are cursors of
     the neighbouring page's last / first row. Returns {"rows", "next", "prev"} (cursors or None)."""
     name, desc = parse_sort(sort)
-    col = SORTS[name]
+    srt = _sort(name, columns)
+    col = srt.col
     base = where(run_id, filters)
     back = before is not None
     cur = decode_cursor(before if back else after, name) if (before or after) else None
@@ -174,7 +224,10 @@ def page(*, session: Session, run_id: str, filters: RolloutFilters, columns: lis
         return q.order_by(*((col.desc(), R.c.pk.desc()) if forward_desc else (col, R.c.pk)))
 
     def value_part(n: int, cursor):
-        q = sa.select(*columns).where(*base, col.is_not(None))
+        q = sa.select(*srt.value_columns)
+        if srt.value_from is not None:
+            q = q.select_from(srt.value_from)
+        q = q.where(*base, col.is_not(None))
         if cursor is not None:
             v, pk = cursor
             cmp = sa.tuple_(col, R.c.pk) < sa.tuple_(sa.literal(v), sa.literal(pk)) if forward_desc else \
@@ -183,7 +236,7 @@ def page(*, session: Session, run_id: str, filters: RolloutFilters, columns: lis
         return list(session.execute(ordered(q, False).limit(n)).all())
 
     def null_part(n: int, after_pk: int | None, before_pk: int | None = None):
-        q = sa.select(*columns).where(*base, col.is_(None))
+        q = sa.select(*srt.null_columns).where(*base, srt.null_where)
         if after_pk is not None:
             q = q.where(R.c.pk > after_pk)
         if before_pk is not None:
@@ -212,7 +265,7 @@ def page(*, session: Session, run_id: str, filters: RolloutFilters, columns: lis
         rows = list(reversed(rows[:limit]))
         has_prev = more
         more = True  # we came back from a later page
-    key = lambda r: encode_cursor(getattr(r, col.name), r.pk)  # noqa: E731
+    key = lambda r: encode_cursor(getattr(r, srt.attr), r.pk)  # noqa: E731
     return {"rows": rows, "next": key(rows[-1]) if rows and more else None,
             "prev": key(rows[0]) if rows and has_prev else None}
 
@@ -222,7 +275,11 @@ def neighbours(*, session: Session, run_id: str, filters: RolloutFilters, sort: 
     list with these filters and this sort, in the order `page` shows it (NULLs last); None at
     either end. Two one-row keyset pages, so a rollout page's prev / next walk the list shown."""
     name, _ = parse_sort(sort)
-    cursor = encode_cursor(getattr(row, SORTS[name].name), row.pk)
+    if name in SORTS:
+        value = getattr(row, SORTS[name].name)
+    else:
+        value = session.execute(sa.select(sort_column(name)).where(R.c.pk == row.pk)).scalar()
+    cursor = encode_cursor(value, row.pk)
     cols = [R.c.pk, R.c.run_id, R.c.rollout_id, R.c.attempt, *SORTS.values()]
     prev = page(session=session, run_id=run_id, filters=filters, columns=cols, sort=sort, before=cursor, limit=1)
     nxt = page(session=session, run_id=run_id, filters=filters, columns=cols, sort=sort, after=cursor, limit=1)

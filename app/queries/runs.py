@@ -82,7 +82,7 @@ def received_live_within(*, session, run_id: str, seconds: float) -> bool:
 
 
 def delete_run(*, session: Session, run_id: str) -> int:
-    """Delete a run and everything of it: rollouts, their details and nodes, and the rows of
+    """Delete a run and everything of it: rollouts, their details, nodes and reward components, and the rows of
     every table with a `run_id` column (group findings, search documents, rollups of every kind,
     labels, notes: found from the schema, so a table added later is not forgotten). Foreign keys
     cascade where they exist; rows are deleted explicitly so every table agrees. Quarantined
@@ -90,7 +90,7 @@ def delete_run(*, session: Session, run_id: str) -> int:
     caller commits."""
     from sqlmodel import SQLModel
 
-    from app.db.models import Finding, Node, RolloutDetail
+    from app.db.models import Finding, Node, RewardComponent, RolloutDetail
 
     run_table = Run.__table__
     # Postgres: wait for a batch writing into the run to commit, and hold off the next until this
@@ -101,7 +101,7 @@ def delete_run(*, session: Session, run_id: str) -> int:
         if table is not R and "run_id" in table.c:
             session.execute(table.delete().where(table.c.run_id == run_id))
     pks = sa.select(R.c.pk).where(R.c.run_id == run_id).scalar_subquery()
-    for table in (Finding.__table__, Node.__table__):
+    for table in (Finding.__table__, Node.__table__, RewardComponent.__table__):
         session.execute(table.delete().where(table.c.rollout_pk.in_(pks)))
     D = RolloutDetail.__table__
     session.execute(D.delete().where(D.c.rollout_pk.in_(pks)))

@@ -169,8 +169,29 @@ def _read_step_stats(session: Session, run_id: str | None, include_unstepped: bo
             return got or {}
         return {k: v for k, v in zip(sections, got) if v is not None}
 
-    return [StepStats(r.run_id, r.step, r.rollouts, r.mean_reward, r.mean_reward_no_errors, r.scored, r.excluded,
-                      parse(r.stats)) for r in rows]
+    out = [StepStats(r.run_id, r.step, r.rollouts, r.mean_reward, r.mean_reward_no_errors, r.scored, r.excluded,
+                     parse(r.stats)) for r in rows]
+    if run_id is not None and (sections is None or COMPONENTS_SECTION in sections):
+        _add_component_means(session, run_id, steps, out)
+    return out
+
+
+# Not stored in the rollup: each reward component's mean per step, computed when a read asks for
+# this section or for all of them (app/queries/reward_components.py `step_means`, one GROUP BY over
+# the steps read), as stats["reward_components"] = {name: {"mean", "n"}}.
+COMPONENTS_SECTION = "reward_components"
+
+
+def _add_component_means(session: Session, run_id: str, steps: StepRange, out: list[StepStats]) -> None:
+    from app.queries import reward_components as q_rc
+
+    by_step: dict[int, dict] = {}
+    for name, points in q_rc.step_means(session=session, run_id=run_id, steps=steps).items():
+        for p in points:
+            by_step.setdefault(p["step"], {})[name] = {"mean": p["mean"], "n": p["n"]}
+    for s in out:
+        if s.step in by_step:
+            s.stats[COMPONENTS_SECTION] = by_step[s.step]
 
 
 def every_run_step_stats(*, session: Session, sections: tuple[str, ...]) -> dict[str, list[StepStats]]:

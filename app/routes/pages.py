@@ -126,7 +126,8 @@ def _list_filters(query: str | None) -> tuple[RolloutFilters, str | None] | None
         return None
     from urllib.parse import parse_qsl
 
-    kinds = {"step": int, "staleness": int, "reward_min": float, "reward_max": float}
+    kinds = {"step": int, "staleness": int, "reward_min": float, "reward_max": float, "component_min": float,
+             "component_max": float}
     out: dict = {}
     sort = None
     for k, v in parse_qsl(query):
@@ -145,7 +146,7 @@ def _list_filters(query: str | None) -> tuple[RolloutFilters, str | None] | None
             except ValueError:
                 pass
         elif k in ("step", "ending", "group", "task", "agent", "reward_min", "reward_max", "flag", "label",
-                   "staleness"):
+                   "staleness", "component", "component_min", "component_max"):
             try:
                 out[k] = kinds.get(k, str)(v) if k != "flag" else checks.legacy_kind(v)
             except ValueError:
@@ -153,9 +154,12 @@ def _list_filters(query: str | None) -> tuple[RolloutFilters, str | None] | None
     for k in ("step", "staleness"):
         if isinstance(out.get(k), int) and not 0 <= out[k] <= INT32_MAX:
             out.pop(k)
-    for k in ("reward_min", "reward_max"):
+    for k in ("reward_min", "reward_max", "component_min", "component_max"):
         if k in out and out[k] != out[k] or k in out and abs(out[k]) == float("inf"):
             out.pop(k)
+    if "component" not in out:
+        out.pop("component_min", None)
+        out.pop("component_max", None)
     return RolloutFilters(**out), sort
 
 

@@ -62,6 +62,7 @@ class Prepared:
     n_findings: int = 0  # findings that fired (checks that could not decide are stored, not counted)
     search: list[tuple[int, str]] = field(default_factory=list)  # (node idx, searchable text), app.store.search
     media: dict[str, bytes] = field(default_factory=dict)  # sha256 hex → bytes taken out of the messages
+    components: list[tuple] = field(default_factory=list)  # `reward_component` rows in COMPONENT_COLUMNS order
 
     @property
     def group_id(self) -> str | None:
@@ -73,7 +74,7 @@ class Prepared:
         r = self.rollout
         ref = RolloutRef(r.id, dict(r.source), self.envelope[:4096])
         return Prepared(ref, self.identity, self.run, self.summary, self.envelope, self.nodes,  # type: ignore[arg-type]
-                        self.findings, self.n_findings, self.search, self.media)
+                        self.findings, self.n_findings, self.search, self.media, self.components)
 
 
 def prepare(r: Rollout, context: CheckContext | None = None) -> Prepared:
@@ -99,7 +100,24 @@ def prepare(r: Rollout, context: CheckContext | None = None) -> Prepared:
         n_findings=len(checked.findings),
         search=search_texts(r),
         media=media,
+        components=component_rows(r),
     )
+
+
+COMPONENT_COLUMNS = ("name", "score", "weight")
+COMPONENT_NAME_MAX = 200  # models.RewardComponent.name
+
+
+def component_rows(r: Rollout) -> list[tuple[str, float | None, float]]:
+    """The rollout's reward components (`Rollout.rewards`, in the source's order) as
+    `reward_component` rows (name, score, weight): the name cut at 200 characters, NUL made
+    U+FFFD; a non-finite score or weight is NULL / 1.0; a component the scorer did not run
+    (`null`) has score NULL and weight 1.0."""
+    out = []
+    for name, rew in r.rewards.items():
+        weight = 1.0 if rew is None or _finite(rew.weight) is None else rew.weight
+        out.append((_text(name[:COMPONENT_NAME_MAX]), None if rew is None else _finite(rew.score), weight))
+    return out
 
 
 _NOT_HASHED, _NODES = frozenset({"source"}), frozenset({"nodes"})

@@ -40,7 +40,15 @@ from app.store import rollups, search
 from app.store.groups import recheck_groups
 from app.store.media import insert_media
 from app.store.outage import RETRY_SECONDS, lost_a_race, not_the_data, with_retries
-from app.store.prepare import FINDING_COLUMNS, NODE_COLUMNS, Identity, Prepared, prepare_or_error, storage_error
+from app.store.prepare import (
+    COMPONENT_COLUMNS,
+    FINDING_COLUMNS,
+    NODE_COLUMNS,
+    Identity,
+    Prepared,
+    prepare_or_error,
+    storage_error,
+)
 from app.store.quarantine import clear_landed, clear_unseen, files_with_entries, has_entries, quarantine_many
 from ingest.checks import CheckContext
 from ingest.errors import RecordError
@@ -48,8 +56,8 @@ from ingest.schema import Rollout
 
 BATCH = 200  # default of `ROLLSCOPE_WORKER__BATCH_SIZE` (app.config.WorkerSettings)
 
-RO, DET, NODE, FIND = (models.Rollout.__table__, models.RolloutDetail.__table__,
-                       models.Node.__table__, models.Finding.__table__)
+RO, DET, NODE, FIND, COMP = (models.Rollout.__table__, models.RolloutDetail.__table__,
+                             models.Node.__table__, models.Finding.__table__, models.RewardComponent.__table__)
 
 
 @dataclass
@@ -221,7 +229,8 @@ def _existing(conn: sa.Connection, batch: list[Prepared]) -> dict[Identity, Stor
 
 
 def _delete(conn: sa.Connection, pks: list[int]) -> list[dict[str, Any]]:
-    """Delete rollouts and, by ON DELETE CASCADE, their envelope, nodes and findings; returns the
+    """Delete rollouts and, by ON DELETE CASCADE, their envelope, nodes, findings and reward
+    components; returns the
     deleted summary rows."""
     if not pks:
         return []
@@ -229,26 +238,29 @@ def _delete(conn: sa.Connection, pks: list[int]) -> list[dict[str, Any]]:
 
 
 def _insert_rows(conn: sa.Connection, todo: list[Prepared], deleted: list[dict[str, Any]]) -> Written:
-    """Insert summary rows (one multi-row INSERT ... RETURNING), then envelopes, nodes and
-    findings (one executemany each), and the media rows not yet stored (app/store/media.py
-    `insert_media`: one lookup, one INSERT ... ON CONFLICT DO NOTHING); returns what the batch
-    wrote: the summary rows with their pk, the `deleted` rows, and the messages' search text."""
+    """Insert summary rows (one multi-row INSERT ... RETURNING), then envelopes, nodes, findings
+    and reward components (one executemany each), and the media rows not yet stored
+    (app/store/media.py `insert_media`: one lookup, one INSERT ... ON CONFLICT DO NOTHING); returns
+    what the batch wrote: the summary rows with their pk, the `deleted` rows, and the messages'
+    search text."""
     if not todo:
         return Written([], deleted)
     returned = conn.execute(RO.insert().returning(RO.c.pk, RO.c.run_id, RO.c.rollout_id, RO.c.attempt),
                             [p.summary for p in todo])
     pk_of = {(r.run_id, r.rollout_id, r.attempt): r.pk for r in returned}
-    details, nodes, findings, inserted, docs = [], [], [], [], []
+    details, nodes, findings, inserted, docs, components = [], [], [], [], [], []
     for p in todo:
         pk = pk_of[p.identity]
         details.append((pk, p.envelope))
         nodes += [(pk, *row) for row in p.nodes]
         findings += [(pk, *row) for row in p.findings]
+        components += [(pk, *row) for row in p.components]
         inserted.append(dict(p.summary, pk=pk))
         docs += [(pk, p.identity[0], idx, text) for idx, text in p.search]
     bulk_insert(conn, DET, ("rollout_pk", "envelope"), details)
     bulk_insert(conn, NODE, ("rollout_pk", *NODE_COLUMNS), nodes)
     bulk_insert(conn, FIND, ("rollout_pk", *FINDING_COLUMNS), findings)
+    bulk_insert(conn, COMP, ("rollout_pk", *COMPONENT_COLUMNS), components)
     insert_media(conn, {sha: data for p in todo for sha, data in p.media.items()})
     return Written(inserted, deleted, docs)
 

@@ -117,6 +117,7 @@ def summary_fields(row, n_attempts: int | None = None, *, json: bool = False) ->
     links go to the JSON twins when `json`."""
     d = dict(row._mapping)
     d.pop("pk", None)
+    d.pop("sort_value", None)  # a component sort's value (app.queries.rollout_list.SORT_VALUE)
     d.pop("latest_attempt", None)
     d["reward"] = num(d.get("reward"))
     d["ingested_at"] = iso(d.get("ingested_at"))

@@ -112,6 +112,7 @@ def enrich(session: Session, data: dict, *, sort: str | None = None) -> dict:
     pks = q_groups.member_pks(session=session, run_id=run_id, group_id=group_id)
     member_pks = [pks.get((m["rollout_id"], m["attempt"])) for m in members]
     nodes_of = q_groups.member_nodes(session=session, pks=[p for p in member_pks if p is not None])
+    _components(session, data, member_pks)
     for k, m, pk in zip(keys, members, member_pks):
         m["estimators"] = {p: est[p]["advantages"].get(k) for p in est}
         rec = _recorded(nodes_of.get(pk, [])) if pk is not None else None
@@ -135,6 +136,23 @@ def enrich(session: Session, data: dict, *, sort: str | None = None) -> dict:
         members.sort(key=key)
     data["sort"] = sort
     return data
+
+
+def _components(session: Session, data: dict, member_pks: list) -> None:
+    """Each member's reward components (`components`: {name: score}, app/queries/reward_components.py)
+    and the group's component columns (`components`: [{name, weight}] in first-seen order; weight
+    None when members weigh it differently)."""
+    from app.queries import reward_components as q_rc
+
+    of = q_rc.of_rollouts(session=session, pks=[p for p in member_pks if p is not None])
+    columns: dict[str, set] = {}
+    for m, pk in zip(data["members"], member_pks):
+        parts = of.get(pk, {}) if pk is not None else {}
+        m["components"] = {name: score for name, (score, _) in parts.items()}
+        for name, (_, weight) in parts.items():
+            columns.setdefault(name, set()).add(weight)
+    data["components"] = [{"name": n, "weight": next(iter(w)) if len(w) == 1 else None}
+                          for n, w in columns.items()]
 
 
 def _path_ids(nodes: list) -> tuple[list, np.ndarray, np.ndarray]:

@@ -38,6 +38,7 @@ class GroupMember(RolloutSummary):
     estimators: dict[str, dict[str, float | None] | None]
     recorded_advantage: dict[str, Any] | None  # what the source recorded, with the estimators it matches
     aligned: dict[str, Any] | None = None  # its tokens around the first divergence from the shared prefix
+    components: dict[str, float | None] = {}  # reward component name → score (None: not scored)
 
 
 class Policy(PageModel):
@@ -90,6 +91,7 @@ class GroupPage(PageModel):
     diff_base: str
     sort: str | None
     has_recorded: bool
+    components: list[dict[str, Any]] = []  # the members' reward components: [{name, weight}] (None: weights differ)
     # the errors-dropped baseline rests on fewer than half the members (errors and excluded
     # rewards left out): `n`, `members`, `note`; None otherwise (`thin_baseline`)
     thin_baseline: dict[str, Any] | None = None

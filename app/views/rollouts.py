@@ -66,6 +66,7 @@ class RolloutsPage(PageModel):
     limit: int
     facets: dict[str, list[Any]] | None  # see app.queries.rollout_facets.facets; `timed_out`: facet names
     facets_base: str
+    component_sort_url: str | None = None  # with a `component` filter: the list sorted by it, highest first
 
 
 def rollouts_page(session: Session, run_id: str, filters: RolloutFilters, *, sort: str | None = None,
@@ -123,6 +124,8 @@ def rollouts_page(session: Session, run_id: str, filters: RolloutFilters, *, sor
         limit=limit,
         facets=rollout_facets.facets(session=session, run_id=run_id, filters=filters),
         facets_base=urls.rollouts(run_id, json=twin),
+        component_sort_url=url(twin, sort=f"-{rollout_list.COMPONENT_SORT}{filters.component}")
+        if filters.component and sort != f"-{rollout_list.COMPONENT_SORT}{filters.component}" else None,
     )
 
 

@@ -36,7 +36,7 @@ from typing import Any
 from ingest import endings
 from ingest.align import fill_node, fit
 from ingest.formats._openai import call_for
-from ingest.schema import Call, Message, Node, PolicySpan, Rollout, Usage
+from ingest.schema import Call, Message, Node, PolicySpan, Reward, Rollout, Usage
 
 LAST = object()  # `parent=LAST`: the node added just before (None for the first node)
 
@@ -459,3 +459,15 @@ class RolloutBuilder:
                 ev.last_finish_reason = last.finish_reason_raw
         endings.settle(rollout)
         return rollout
+
+
+def breakdown_components(values: Any) -> dict[str, Reward]:
+    """A record's own reward breakdown ({name: number}: the chat format's `reward_components`,
+    Trackio metadata `rewards` / `reward_components` / `reward_breakdown`) as reward components:
+    weight 1 (the breakdown's values as given; the source records no weights) and
+    `extra.metric: true`, so they never replace or change the record's own `reward`
+    (`Rollout.total_reward`). Finite numbers only (NaN, ±inf and null stay in `metrics`)."""
+    if not isinstance(values, dict):
+        return {}
+    return {str(k): Reward(score=float(v), weight=1.0, extra={"metric": True}) for k, v in values.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and float(v) - float(v) == 0}

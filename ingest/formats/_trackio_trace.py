@@ -12,7 +12,7 @@ from typing import Any
 from ingest import endings
 from ingest.fields import FieldError
 from ingest.formats import _openai
-from ingest.formats._build import RolloutBuilder
+from ingest.formats._build import RolloutBuilder, breakdown_components
 from ingest.formats._trackio_spans import (
     ERROR_STATUSES,
     FINISH_KEYS,
@@ -205,6 +205,7 @@ def rollout_of(source: Source, ctx: ReadContext, t: dict, line: int, project: st
         nodes=b.nodes,
         calls=b.calls,
         reward=reward,
+        rewards=breakdown_components(cv),
         metrics=metrics,
         stop_condition=stop_condition,
         ending=ending,

@@ -98,7 +98,8 @@ def to_episode(r: Rollout) -> dict[str, Any]:
         "agent": r.extra.get("agent") or {"name": r.episode.agent if r.episode else "agent",
                                           "trainable": r.episode.trainable if r.episode else True},
         "tools": r.tools, "nodes": [_vf_node(n) for n in r.nodes], "calls": [_vf_call(c) for c in r.calls],
-        "rewards": {k: (None if v is None else v.to_json_dict()) for k, v in r.rewards.items()},
+        "rewards": {k: (None if v is None else v.to_json_dict()) for k, v in r.rewards.items()
+                    if not (v is not None and v.extra.get("metric") is True and k in r.metrics)},  # in `metrics`
         "metrics": r.metrics, "info": info,
         "errors": [e.to_json_dict() for e in r.errors], "timing": r.timing,
     }

@@ -49,7 +49,7 @@ from ingest import endings
 from ingest.errors import RecordError
 from ingest.fields import FieldError, is_number_or_none
 from ingest.formats import _openai
-from ingest.formats._build import RolloutBuilder, apply_completion
+from ingest.formats._build import RolloutBuilder, apply_completion, breakdown_components
 from ingest.formats._chat_tokens import align_turns, append_openai_logprobs, token_turns
 from ingest.formats.base import ReadContext, guarded, id_text, json_type, shape_error
 from ingest.formats.base import join_path as _join
@@ -383,6 +383,7 @@ def _assemble(source: Source, ctx: ReadContext, rec: dict, rollout_id: str, b: R
         nodes=b.nodes,
         calls=b.calls,
         reward=reward,
+        rewards=breakdown_components(components),
         metrics=metrics,
         stop_condition=stop_condition,
         extra=extra,

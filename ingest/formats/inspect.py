@@ -30,7 +30,9 @@ Mapping (docs/formats.md, "Inspect"):
 - `tool` events → the tool message's `extra.timing` (`start`, `end`, `working_time`) and its
   timestamp (the completion time), found by the event's `message_id` (else its call id).
 - run name: the task's name.
-- `scores` → named rewards. A score value that is a letter maps as Inspect's `value_to_float`
+- `scores` → named rewards (reward components), each with its scorer's `explanation` (a dict
+  value: one per key, `scorer.key`; a list value: one per item, `scorer[i]`). A score value that
+  is a letter maps as Inspect's `value_to_float`
   (`scorer/_metric.py`): C → 1, P → 0.5, I and N → 0, yes/true → 1, no/false → 0, numeric
   strings and numbers as they are; a string value is also kept as the reward's `extra.label`. A value
   `value_to_float` cannot read (Inspect logs a warning and uses 0) is kept as a label with score
@@ -426,6 +428,12 @@ def value_to_float(value: Any) -> float | None:
 
 
 def _scores(scores: Any) -> tuple[dict[str, Reward], dict[str, Any]]:
+    """Inspect's `sample.scores` ({scorer name: Score{value, answer, explanation, metadata}},
+    inspect_ai `scorer/_metric.py`) as reward components (weight 1: Inspect records no weights),
+    and the labels of word-valued scores. A dict value (a scorer scoring several things) is one
+    component per key, `<scorer>.<key>`; a list value one per item, `<scorer>[i]`. The scorer's
+    `explanation` (a judge's rationale for model-graded scorers) is each component's
+    `explanation`; `answer` and `metadata` stay in its `extra`."""
     rewards: dict[str, Reward] = {}
     labels: dict[str, Any] = {}
     if not isinstance(scores, dict):
@@ -434,15 +442,22 @@ def _scores(scores: Any) -> tuple[dict[str, Reward], dict[str, Any]]:
         if not isinstance(s, dict):
             continue
         value = s.get("value")
-        extra = {k: s[k] for k in ("answer", "explanation", "metadata") if s.get(k) is not None}
-        if isinstance(value, dict):  # a multi-valued score: one reward per key
-            for k, v in value.items():
-                rewards[f"{name}.{k}"] = Reward(score=value_to_float(v), weight=1.0, extra={"label": v, **extra})
+        extra = {k: s[k] for k in ("answer", "metadata") if s.get(k) is not None}
+        expl = s.get("explanation")
+        if expl is not None and not isinstance(expl, str):
+            extra["explanation"] = expl  # not text: kept as written
+            expl = None
+        parts = ([(f"{name}.{k}", v) for k, v in value.items()] if isinstance(value, dict)  # one reward per key
+                 else [(f"{name}[{i}]", v) for i, v in enumerate(value)] if isinstance(value, list) else None)
+        if parts is not None:
+            for key, v in parts:
+                rewards[key] = Reward(score=value_to_float(v), weight=1.0, explanation=expl,
+                                      extra={"label": v, **extra})
             continue
         if isinstance(value, str):  # a letter or word is a label; a number is only a score
             labels[name] = value
             extra = {"label": value, **extra}
-        rewards[name] = Reward(score=value_to_float(value), weight=1.0, extra=extra)
+        rewards[name] = Reward(score=value_to_float(value), weight=1.0, explanation=expl, extra=extra)
     return rewards, labels
 
 

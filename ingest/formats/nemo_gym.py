@@ -19,11 +19,15 @@ NeMo Gym has no place for (`patch`, applied last); ids and groups are scoped by 
 when present (`<agent>:task<t>-rollout<r>`, group `<agent>:<t>`), since one collection may mix
 environments whose task indices overlap. Every environment field (`terminated`, `resolved`,
 `info`, timings...) is kept in `extra`; the ending is decided by `_ending` (the table in
-docs/formats.md).
+docs/formats.md). The verify output's reward-like fields beside `reward` (`accuracy`,
+`set_overlap`, `subtask_score`, `resolved`, `*_reward`...: `reward_parts`) are also reward
+components of weight 0: shown and filterable, never summed (`reward` stays the total).
 """
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -33,7 +37,7 @@ from ingest.fields import FieldError, is_number_or_none
 from ingest.formats import _responses
 from ingest.formats._build import RolloutBuilder
 from ingest.formats.base import ReadContext, guarded, join_path, json_line, shape_error
-from ingest.schema import Ending, EndingInfo, Error, GroupRef, Message, Node, Rollout, RunRef, Task, Usage
+from ingest.schema import Ending, EndingInfo, Error, GroupRef, Message, Node, Reward, Rollout, RunRef, Task, Usage
 from ingest.source import Source
 
 NAME = "nemo-gym"
@@ -78,6 +82,28 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
         else:
             yield guarded(source.name, line, prefix, lambda: _rollout(
                 value, ctx.run_for(source), ctx.step, source.name, line, prefix, default_id))
+
+
+# A verify output's field that scores the rollout (by name): what environments write beside
+# `reward` (`accuracy`, `set_overlap` in example_multi_step, `subtask_score` in
+# competitive_coding_challenges, `resolved` in the SWE agents, `library_reward`, `judge_score`...).
+REWARD_PART = re.compile(r"reward|score|accura|correct|resolved|success|pass|overlap", re.IGNORECASE)
+
+
+def reward_parts(d: dict) -> dict[str, Reward]:
+    """The reward-like top-level fields of a NeMo Gym verify output (`BaseVerifyResponse` and an
+    environment's subclass of it; REWARD_PART by name, not `reward` itself nor `_ng_*` keys):
+    a finite number as it is, a boolean as 1 / 0. Components of weight 0 (`extra.metric: true`):
+    NeMo Gym's reward is `reward`, these are what it was computed from or beside."""
+    out: dict[str, Reward] = {}
+    for k, v in d.items():
+        if k == "reward" or k.startswith("_") or not REWARD_PART.search(k):
+            continue
+        if isinstance(v, bool):
+            out[k] = Reward(score=float(v), weight=0.0, extra={"metric": True})
+        elif isinstance(v, int | float) and math.isfinite(v):
+            out[k] = Reward(score=float(v), weight=0.0, extra={"metric": True})
+    return out
 
 
 def _index(d: dict, key: str) -> int | None:
@@ -155,7 +181,7 @@ def _rollout(d: dict, run_id: str, step: int | None, file: str, line: int | None
                   data=params.get("metadata") if params.get("metadata") is not None else d.get("instance_id")),
         tools=[t for t in tools if isinstance(t, dict)],
         nodes=b.nodes, calls=b.calls, reward=None if reward is None else float(reward),
-        metrics=metrics, timing=timing, extra=extra, source=info,
+        rewards=reward_parts(d), metrics=metrics, timing=timing, extra=extra, source=info,
     )
     rollout.ending, errors = _ending(d, response)
     rollout.errors.extend(errors)

@@ -331,6 +331,10 @@ def _calls(value: Any, b: RolloutBuilder, n_nodes: int) -> None:
 
 
 def _rewards(value: Any) -> dict[str, Reward | None]:
+    """verifiers `Trace.rewards` ({name: {score, weight} | null}, `verifiers/v1/trace.py`
+    `Reward`; each `record_reward(name, value, weight)` of a task's reward functions and judges,
+    with the rubric weight): the reward's components as written. An `explanation` string (ours,
+    written back by `to_episode`) is the component's explanation; other keys stay in `extra`."""
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -346,11 +350,45 @@ def _rewards(value: Any) -> dict[str, Reward | None]:
             weight = r.get("weight", 1.0)
             if not is_number_or_none(weight) or weight is None:
                 raise FieldError(f"rewards.{name}.weight", "expected a number")
+            expl = r.get("explanation") if isinstance(r.get("explanation"), str) else None
             out[str(name)] = Reward(score=None if score is None else float(score), weight=float(weight),
-                                    extra={k: v for k, v in r.items() if k not in ("score", "weight")})
+                                    explanation=expl,
+                                    extra={k: v for k, v in r.items()
+                                           if k not in ("score", "weight") and not (k == "explanation" and expl)})
         else:
             raise FieldError(f"rewards.{name}", "expected {score, weight} or null")
     return out
+
+
+METRIC = "metric"  # `Reward.extra[METRIC] = True`: a verifiers metric kept as a component of weight 0
+
+
+def metric_components(rewards: dict[str, Reward | None], metrics: dict[str, float | None]) -> None:
+    """verifiers `Trace.metrics` ({name: float | null}: unweighted, named metrics,
+    `record_metric`, e.g. a rubric's metric functions or `judge/<criterion>` scores) added to
+    `rewards` as components of weight 0 (`extra.metric: true`), so the breakdown, the chart and
+    the list's component filter see them; weight 0 keeps them out of Σ score·weight. A metric
+    named like a reward is left to the reward. In place."""
+    for name, v in metrics.items():
+        if name not in rewards:
+            rewards[name] = Reward(score=v, weight=0.0, extra={METRIC: True})
+
+
+def judge_explanations(rewards: dict[str, Reward | None], info: Any) -> None:
+    """A judge's own words as its reward's explanation: verifiers `Trace.record_judge_call`
+    appends `{name, request, response: {message: {content}, ...}}` to `trace.info.judge_calls`,
+    `name` being the judge's reward name. The last call of each name wins; a reward with an
+    explanation already keeps it. In place."""
+    calls = info.get("judge_calls") if isinstance(info, dict) else None
+    for call in calls if isinstance(calls, list) else ():
+        if not isinstance(call, dict):
+            continue
+        resp = call.get("response") if isinstance(call.get("response"), dict) else {}
+        msg = resp.get("message") if isinstance(resp.get("message"), dict) else {}
+        text = msg.get("content")
+        r = rewards.get(str(call.get("name")))
+        if r is not None and isinstance(text, str) and text and r.explanation is None:
+            r.explanation = text
 
 
 def _rollout(source: Source, ctx: ReadContext, ep: dict, trace: Any, k: int, line: int | None, prefix: str,
@@ -403,6 +441,8 @@ def _rollout(source: Source, ctx: ReadContext, ep: dict, trace: Any, k: int, lin
             "episode": {key: v for key, v in ep.items() if key not in ("traces", "task")},
         },
     )
+    metric_components(rollout.rewards, rollout.metrics)
+    judge_explanations(rollout.rewards, trace.get("info"))
     _ending(rollout, trace, agent)
     info = trace.get("info")
     rl = info.get("rollscope") if isinstance(info, dict) else None

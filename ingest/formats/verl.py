@@ -9,11 +9,14 @@ Two shapes, one rollout per line:
 
 - text (`rollout_data_dir`): `{input, output, gts, score, step, uid? | request_id?, ...reward extras}`
   with decoded text only. → a user node (`input`) and a sampled assistant node (`output`); reward =
-  `score`; task data = `gts`; numeric extras → metrics; training step = `step`, else the file name
-  (`12.jsonl`); group from a v1 `uid` `"{sample}_{rollout}_{output}"` (group = sample, index =
-  rollout). verl writes no ending: `unknown`.
+  `score`; task data = `gts`; numeric extras (`reward_extra_infos`, e.g. `acc`) → metrics and
+  reward components of weight 0 (beside the reward, not summed: `score` stays the reward);
+  training step = `step`, else the file name (`12.jsonl`); group from a v1 `uid`
+  `"{sample}_{rollout}_{output}"` (group = sample, index = rollout). verl writes no ending: `unknown`.
 - tokens (`AgentLoopOutput`-shaped): `{prompt_ids, response_ids, response_mask (1 = LLM token,
-  0 = tool/user token), response_logprobs?, reward_score?, num_turns?, metrics?, extra_fields?}`.
+  0 = tool/user token), response_logprobs?, reward_score?, num_turns?, metrics?, extra_fields?}`;
+  the numbers of `extra_fields.reward_extra_info` (or a top-level `reward_extra_info`) → reward
+  components of weight 0, as the text shape's extras.
   → the prompt node (mask 0), then the response split by mask runs: a run of 1s is an assistant
   node (sampled), a run of 0s an environment node. Rollscope's own training-sample export
   (`ingest.formats.samples.training_samples`: `advantages`, `reward`, `step`, `group_id`, `sample_index`,
@@ -36,7 +39,7 @@ from ingest.errors import RecordError
 from ingest.fields import FieldError, floats, ints, is_number_or_none
 from ingest.formats._build import RolloutBuilder, mask_runs
 from ingest.formats.base import ReadContext, guarded, id_text, shape_error
-from ingest.schema import Ending, EndingInfo, GroupRef, Message, Rollout, RunRef, Task
+from ingest.schema import Ending, EndingInfo, GroupRef, Message, Reward, Rollout, RunRef, Task
 from ingest.source import Source
 
 NAME = "verl"
@@ -101,6 +104,18 @@ def _step(value: Any, source: Source, ctx: ReadContext) -> int | None:
     return fs if fs is not None else ctx.step
 
 
+def reward_extras(values: Any) -> dict[str, Reward]:
+    """verl's reward extras (`reward_extra_infos_dict` in the `rollout_data_dir` lines, the
+    `reward_extra_info` a reward function's dict result fills: every key but `score`, e.g. `acc`)
+    as reward components of weight 0 (`extra.metric: true`): shown and filterable, never summed
+    (verl's reward is `score` / `reward_score`). Finite numbers only; text (`pred`) is left out."""
+    if not isinstance(values, dict):
+        return {}
+    return {str(k): Reward(score=float(v), weight=0.0, extra={"metric": True}) for k, v in values.items()
+            if k not in ("score", "reward_score") and is_number_or_none(v) and v is not None
+            and float(v) - float(v) == 0}
+
+
 def _text(source: Source, ctx: ReadContext, d: dict, line: int, default_id: str) -> Rollout:
     b = RolloutBuilder()
     b.add(Message(role="user", content=d["input"]))
@@ -119,7 +134,7 @@ def _text(source: Source, ctx: ReadContext, d: dict, line: int, default_id: str)
     rollout = Rollout(
         id=rid, run=RunRef(id=ctx.run_for(source)), step=_step(d.get("step"), source, ctx), group=group,
         task=Task(data=d.get("gts")) if d.get("gts") is not None else None, nodes=b.nodes, calls=b.calls,
-        reward=None if score is None else float(score), metrics=metrics,
+        reward=None if score is None else float(score), metrics=metrics, rewards=reward_extras(extras),
         extra={k: v for k, v in extras.items() if k not in metrics} | (
             {"request_id": d["request_id"]} if uid and d.get("request_id") is not None else {}),
         ending=EndingInfo(type=Ending.unknown, message="verl's rollout dump writes no ending"),
@@ -214,6 +229,9 @@ def _tokens(source: Source, ctx: ReadContext, d: dict, line: int, default_id: st
         step=_step(d.get("step"), source, ctx), group=group,
         attempt=d["attempt"] if isinstance(d.get("attempt"), int) and not isinstance(d.get("attempt"), bool) else 0,
         nodes=b.nodes, calls=b.calls, reward=None if reward is None else float(reward), ending=ending, extra=extra,
+        rewards=reward_extras((d.get("extra_fields") or {}).get("reward_extra_info")
+                              if isinstance(d.get("extra_fields"), dict) else d.get("reward_extra_info"))
+        or reward_extras(d.get("reward_extra_info")),
         source={"format": NAME, "file": source.name, "line": line, "shape": "tokens"},
     )
     return b.finish(rollout)

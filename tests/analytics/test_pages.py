@@ -37,7 +37,7 @@ def test_every_chart_json_csv_html_and_drilldown(client, demo_run):
             assert urls and all(u.startswith("/runs/demo-grpo/") for u in urls), chart_id
             points += len(urls) if t["type"] != "heatmap" else sum(v is not None for row in t["z"] for v in row)
         if chart_id in ("endings", "reward", "task_heatmap", "lengths", "turns", "latency", "groups", "advantages",
-                        "no_gradient", "staleness"):
+                        "no_gradient", "staleness", "reward_components"):
             assert fig["data"], chart_id  # the demo records all of these
         resp = client.get(f"/runs/{demo_run}/charts/{chart_id}.csv")
         assert resp.headers["content-type"].startswith("text/csv")

@@ -62,6 +62,7 @@ def test_inspect_eval_zip_sample_by_sample():
     assert roles(r) == ["system", "user", "assistant"] and n_calls(r) == 0
     assert r.nodes[1].message.content.startswith("Is the following statement")  # attachment resolved
     assert r.rewards["match"].score == 1.0 and r.rewards["match"].extra["label"] == "C" and r.reward == 1.0
+    assert r.rewards["match"].explanation == "Yes\n" and r.rewards["match"].extra["answer"] == "Yes"
     assert r.ending.type == "submitted" and r.ending.detail == "stop_reason=stop"
     assert r.group.id == "popularity:1" and r.group.index == 0 and r.group.size == 1 and r.extra["epoch"] == 1
     [call] = r.calls
@@ -201,6 +202,16 @@ def test_inspect_limits_errors_and_letters(tmp_path):
     ]})
     rs = {r.extra["epoch"]: r for r in read(path, "inspect")}
     assert rs[1].ending.type == "truncated" and rs[1].ending.detail == "message_limit" and rs[1].reward == 0.0
+    # several scorers, one of them scoring several things (a dict value) with a judge's explanation
+    (tmp_path / "m").mkdir()
+    multi = _eval_zip(tmp_path / "m", {"epochs": [{"scores": {
+        "judge": {"value": {"accuracy": "C", "style": 0.25}, "explanation": "<b>right</b>"},
+        "listed": {"value": [1, 0]}, "match": {"value": "I"}}}]})
+    [m] = read(multi, "inspect")
+    assert {k: (v.score, v.explanation) for k, v in m.rewards.items()} == {
+        "judge.accuracy": (1.0, "<b>right</b>"), "judge.style": (0.25, "<b>right</b>"),
+        "listed[0]": (1.0, None), "listed[1]": (0.0, None), "match": (0.0, None)}
+    assert m.reward == 1.0  # the first scorer's first value, as before
     assert rs[2].ending.type == "error" and rs[2].ending.message == "sandbox died" and rs[2].reward is None
     assert rs[3].ending.detail == "working_limit" and rs[3].reward == 0.5
     assert {r.group.size for r in rs.values()} == {3}

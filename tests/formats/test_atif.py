@@ -136,6 +136,16 @@ def test_harbor_result_json_rewards(tmp_path):
     assert r.total_reward() == 1.5 and r.rewards["reward"].score == 1.0
 
 
+def test_final_metrics_reward_components_keep_weights_and_explanations(tmp_path):
+    """ATIF core (v1.0-v1.7) has no reward field: components come from `final_metrics.extra.rewards`
+    (the real verifiers-built file: weights 0.5 and 1) with an explanation where one is written."""
+    doc = _base()
+    doc["final_metrics"]["extra"]["rewards"]["answered"]["explanation"] = "the answer tag is there"
+    r = one(write(tmp_path, "t.json", doc))
+    assert {k: (v.score, v.weight) for k, v in r.rewards.items()} == {"answered": (1.0, 0.5), "counted": (1.0, 1.0)}
+    assert r.rewards["answered"].explanation == "the answer tag is there" and r.total_reward() == 1.5
+
+
 def test_tunix_rl_extension_fields(tmp_path):
     doc = {"schema_version": "ATIF-v1.7", "trajectory_id": "t", "agent": {"name": "tunix", "version": "1"},
            "steps": [{"step_id": 0, "source": "user", "message": "2+2?", "env_tokens": [1, 2], "env_masks": [0, 0]},

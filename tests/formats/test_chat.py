@@ -157,6 +157,10 @@ def test_case10_non_finite_and_null_rewards_in_one_group():
     assert rs[0].metrics["reward_components.correct"] == 1.0
     assert math.isnan(rs[1].metrics["reward_components.correct"])
     assert rs[2].metrics["reward_components.format"] is None
+    # the breakdown's finite values are reward components beside the reward, never summed into it
+    assert {k: (v.score, v.weight) for k, v in rs[0].rewards.items()} == {"format": (1.0, 1.0), "correct": (1.0, 1.0)}
+    assert list(rs[1].rewards) == ["format"] and rs[2].rewards == {} and rs[0].total_reward() == 1.0
+    assert rs[2].total_reward() is None and rs[2].reward_status() == "unscored"
 
 
 def test_case11_torn_tail():

@@ -62,6 +62,20 @@ def test_real_file_matches_hand_counts(key):
     assert r.timing["start"] > 1.7e9  # response.created_at, epoch seconds
 
 
+# (file, line) → the verify output's reward-like fields, read from the files: components of weight 0
+PARTS = {("example_multi_step.first1.jsonl", 0): {"accuracy": 1.0, "set_overlap": 1.0},
+         ("competitive_coding_challenges.first2.jsonl", 0): {"subtask_score": 11.0},
+         ("anyterminal_agent_hermes.first2.jsonl", 0): {"resolved": 1.0},
+         ("grl_sokoban.first2.jsonl", 0): {}}
+
+
+@pytest.mark.parametrize("key", sorted(PARTS), ids=lambda k: k[0])
+def test_reward_parts_are_components_beside_the_reward(key):
+    r = read(DATA / key[0])[key[1]]
+    assert {k: v.score for k, v in r.rewards.items()} == PARTS[key]
+    assert all(v.weight == 0 for v in r.rewards.values()) and r.total_reward() == r.reward
+
+
 def test_tokens_per_model_call_with_logprobs():
     r = read(DATA / "competitive_coding_challenges.first2.jsonl")[0]
     prompt, answer = r.nodes

@@ -123,3 +123,19 @@ def test_a_line_forced_as_trackio_that_is_no_fragment_is_rejected_naming_what_is
     assert [(e.line, e.field) for e in items] == [(1, "v"), (2, None), (3, "kind")]
     assert "missing v, kind, project, run" in items[0].message and json.loads(items[0].raw) == {"a": 1}
     assert "got 'weird'" in items[2].message and "array" in items[1].message
+
+
+def test_reward_breakdown_is_components_beside_the_reward(tmp_path):
+    """Trackio metadata `reward_breakdown` (or `rewards` / `reward_components`): the finite parts
+    become reward components (weight 1, not summed: `reward` stays the total)."""
+    import shutil
+
+    db = tmp_path / "b.db"
+    shutil.copy(V / "rl-project.db", db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE traces SET metadata = ? WHERE rowid = (SELECT MIN(rowid) FROM traces)",
+                     (b'{"reward": 0.9, "reward_breakdown": {"correct": 1.0, "format": -0.1, "judge": null}}',))
+    got, _ = read(db)
+    r = next(r for r in got.values() if r.reward == 0.9)
+    assert {k: (v.score, v.weight) for k, v in r.rewards.items()} == {"correct": (1.0, 1.0), "format": (-0.1, 1.0)}
+    assert r.total_reward() == 0.9 and r.extra["reward_components"]["judge"] is None

@@ -201,3 +201,24 @@ def test_a_history_restated_without_reasoning_is_reasoning_stripped(tmp_path):
     # classified (no token_drift); the restated turn is context, not a sample with mask 0, and the old
     # turn's call is answered under its restated copy; call_0 repeating is the real file's own quirk
     assert {k for k, _ in kinds} == {"reasoning_stripped", "duplicate_tool_call_id"}
+
+
+def test_metrics_and_judge_words_are_components(tmp_path):
+    """verifiers `metrics` (unweighted, not in the reward) become components of weight 0 and leave
+    the total alone; a judge's recorded reply (`info.judge_calls`) is its reward's explanation."""
+    ep = json.loads((DATA / "train_multi_tool.jsonl").read_text().splitlines()[0])
+    t = ep["traces"][0]
+    t["metrics"] = {"turns": 4.0, "answered": 0.0, "skipped": None}
+    t["info"] = {"judge_calls": [{"name": "answered", "request": {},
+                                  "response": {"message": {"role": "assistant", "content": "<b>says 5</b>"}}}]}
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(ep) + "\n")
+    (r,) = read(path)
+    assert {k: (v.score, v.weight) for k, v in r.rewards.items()} == {
+        "answered": (1.0, 0.5), "counted": (1.0, 1.0), "turns": (4.0, 0.0), "skipped": (None, 0.0)}
+    assert r.total_reward() == 1.5 and r.metrics["turns"] == 4.0
+    assert r.rewards["answered"].explanation == "<b>says 5</b>" and r.rewards["counted"].explanation is None
+    # written back as verifiers: metrics stay metrics, not rewards
+    from ingest.formats._verifiers_write import to_episode
+
+    assert set(to_episode(r)["traces"][0]["rewards"]) == {"answered", "counted"}

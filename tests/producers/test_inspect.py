@@ -96,6 +96,7 @@ def test_every_sample_as_inspect_reads_it(logs, fmt, epochs, db_url, client):
                 assert t["start"] <= t["end"] and t["working_time"] >= 0
         for name, score in (s.scores or {}).items():  # a label only where the value is a word
             assert ("label" in env["rewards"][name].get("extra", {})) is isinstance(score.value, str)
+            assert env["rewards"][name].get("explanation") == score.explanation  # the scorer's own words
         # usage: Inspect's per-model totals are the sum of the calls'
         total = sum((c.get("usage") or {}).get("output_tokens") or 0 for c in env["calls"])
         assert total == sum(u.output_tokens for u in s.model_usage.values()), rid

@@ -159,10 +159,13 @@ def test_every_trace_as_verifiers_reads_it(vf_run, db):
                 n_calls = sum(len(m.tool_calls or []) for m in theirs if m.role == "assistant")
                 assert d["rollout"]["n_tool_calls"] == n_calls, case
                 # rewards: every rubric component with its score and weight; the total is Σ score·weight
-                assert set(env["rewards"]) == set(t.rewards), case
+                # ... and each metric a component of weight 0 (not in the total)
+                assert set(env["rewards"]) == set(t.rewards) | set(t.metrics), case
                 for name, r in t.rewards.items():
                     assert env["rewards"][name]["score"] == pytest.approx(r.score), (case, name)
                     assert env["rewards"][name]["weight"] == pytest.approx(r.weight), (case, name)
+                for name, v in t.metrics.items():
+                    assert (env["rewards"][name].get("score"), env["rewards"][name]["weight"]) == (v, 0.0), case
                 if t.rewards and all(r.score is not None for r in t.rewards.values()):
                     total = sum(r.score * r.weight for r in t.rewards.values())
                     assert d["rollout"]["reward"] == pytest.approx(total), case

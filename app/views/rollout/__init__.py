@@ -28,6 +28,7 @@ from app.views.rollout import links
 from app.views.rollout.findings import link_findings, page_findings
 from app.views.rollout.messages import MessageContext, message_views, pair_calls, with_stored
 from app.views.rollout.models import RolloutPage
+from app.views.rollout.rewards import component_views
 from app.views.rollout.timeline import timeline
 from app.views.rollout.windows import Pieces, _declares_byte_level, _load_vocab
 from ingest.graph import branches, fork_points, pair_tool_calls
@@ -161,6 +162,7 @@ def _envelope_fields(envelope: dict, summary: dict, findings: list[dict], pairs,
     return {
         "ending": envelope.get("ending", {"type": summary["ending"]}),
         "rewards": envelope.get("rewards", {}),
+        "reward_components": component_views(envelope.get("rewards"), summary["reward"]),
         "reward": num(summary["reward"]),
         "reward_status": summary["reward_status"],
         "task": task,

@@ -8,6 +8,7 @@ from typing_extensions import NotRequired, TypedDict
 
 from app.views.common import LabelView, NoteView, PageModel, RolloutSummary
 from app.views.rollout.findings import CheckSkipped, FindingView
+from app.views.rollout.rewards import ComponentView
 
 
 class Piece(TypedDict):
@@ -184,6 +185,7 @@ class RolloutPage(PageModel):
     attempts: list[AttemptView]
     ending: dict[str, Any]
     rewards: dict[str, Any]
+    reward_components: list[ComponentView]  # the reward's breakdown (app/views/rollout/rewards.py)
     reward: float | None
     reward_status: str
     task: Any

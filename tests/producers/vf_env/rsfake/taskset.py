@@ -28,6 +28,10 @@ class RsfakeTask(vf.Task[RsfakeData, vf.State, RsfakeTaskConfig]):
     async def brief(self, trace: vf.Trace) -> float:
         return 1.0 if len(trace.nodes) <= 4 else 0.0
 
+    @vf.metric
+    async def nodes(self, trace: vf.Trace) -> float:  # a metric: recorded, not part of the reward
+        return float(len(trace.nodes))
+
 
 class RsfakeConfig(vf.TasksetConfig):
     cases: list[str] = CASES
