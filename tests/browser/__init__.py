@@ -40,6 +40,29 @@ def served_rollouts(folder, rollouts) -> Iterator[str]:
         yield base
 
 
+def tunix_database(folder, extra=()):
+    """A fresh SQLite file in `folder` holding the real Tunix trajectory (`submitted.Trajectory`,
+    run `tunix`) read with its own SentencePiece tokenizer and added tokens, plus `extra` rollouts
+    (ingested through the real pipeline); returns its URL."""
+    from app.db.engine import make_engine
+    from app.db.migrate import upgrade
+    from app.worker.sync import register_tokenizer
+    from tests.conftest import data_path
+    from tests.helpers import ingest, write_jsonl
+
+    url = f"sqlite:///{folder / 'rollscope.db'}"
+    engine = make_engine(url)
+    upgrade(engine)
+    key = register_tokenizer(engine, data_path("tokenizers", "mistral-v1-tokenizer.model"),
+                             {32000: "<pad>", 32001: "<start_of_turn>", 32002: "<end_of_turn>"})
+    assert ingest(engine, data_path("realdata", "tunix", "v0.1.7", "submitted.Trajectory.json"), run="tunix",
+                  tokenizer_key=key).ok
+    if extra:
+        assert ingest(engine, write_jsonl(folder / "extra.jsonl", list(extra))).ok
+    engine.dispose()
+    return url
+
+
 def open_page(browser, url: str):
     """A new page at `url`, loaded; returns (page, problems) where problems collects console
     errors and uncaught exceptions from then on."""

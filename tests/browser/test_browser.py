@@ -4,32 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser import live_server, open_page
-from tests.conftest import data_path
-from tests.helpers import ingest, rollout, write_jsonl
+from tests.browser import live_server, open_page, tunix_database
+from tests.helpers import rollout
 
 pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from app.db.engine import make_engine
-    from app.db.migrate import upgrade
-    from app.worker.sync import register_tokenizer
-
-    db = tmp_path_factory.mktemp("browser") / "rollscope.db"
-    url = f"sqlite:///{db}"
-    engine = make_engine(url)
-    upgrade(engine)
-    key = register_tokenizer(engine, data_path("tokenizers", "mistral-v1-tokenizer.model"),
-                             {32000: "<pad>", 32001: "<start_of_turn>", 32002: "<end_of_turn>"})
-    assert ingest(engine, data_path("realdata", "tunix", "v0.1.7", "submitted.Trajectory.json"), run="tunix",
-                  tokenizer_key=key).ok
     hostile = [{"role": "user", "content": '<img src=x onerror="window.__xss=1">'},
                {"role": "assistant", "content": '<script>window.__xss=2</script>done'}]
-    tmp = tmp_path_factory.mktemp("hostile")
-    assert ingest(engine, write_jsonl(tmp / "h.jsonl", [rollout("hostile", run="h", messages=hostile)])).ok
-    engine.dispose()
+    url = tunix_database(tmp_path_factory.mktemp("browser"), [rollout("hostile", run="h", messages=hostile)])
     with live_server(url) as base:
         yield base
 

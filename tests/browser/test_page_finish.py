@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser import live_server, open_page
-from tests.conftest import data_path
-from tests.helpers import ingest, rollout, write_jsonl
+from tests.browser import live_server, open_page, tunix_database
+from tests.helpers import rollout
 
 pytestmark = pytest.mark.browser
 DETAIL = "sandbox_crashed_while_running_the_hidden_tests_of_the_task"
@@ -16,27 +15,12 @@ DETAIL = "sandbox_crashed_while_running_the_hidden_tests_of_the_task"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from app.db.engine import make_engine
-    from app.db.migrate import upgrade
-    from app.worker.sync import register_tokenizer
-
-    db = tmp_path_factory.mktemp("finish") / "rollscope.db"
-    url = f"sqlite:///{db}"
-    engine = make_engine(url)
-    upgrade(engine)
-    key = register_tokenizer(engine, data_path("tokenizers", "mistral-v1-tokenizer.model"),
-                             {32000: "<pad>", 32001: "<start_of_turn>", 32002: "<end_of_turn>"})
-    assert ingest(engine, data_path("realdata", "tunix", "v0.1.7", "submitted.Trajectory.json"), run="tunix",
-                  tokenizer_key=key).ok
     from ingest.schema import Rollout
 
     body = rollout("crashed-with-a-rather-long-rollout-identifier-0001", run="narrow", step=1, reward=None,
                    task={"key": "swe/" + "very_long_task_name_" * 3}).to_json_dict()
     crashed = Rollout.model_validate({**body, "ending": {"type": "error", "detail": DETAIL}})
-    tmp = tmp_path_factory.mktemp("narrow")
-    assert ingest(engine, write_jsonl(tmp / "n.jsonl", [crashed])).ok
-    engine.dispose()
-    with live_server(url) as base:
+    with live_server(tunix_database(tmp_path_factory.mktemp("finish"), [crashed])) as base:
         yield base
 
 
