@@ -123,7 +123,7 @@ VARYING = ("/metrics",)  # its counters move between the GET and the HEAD: the l
 
 # A value for each path parameter of the app's own GET routes (the pages, twins and downloads).
 ROUTE_PARAMS = {**PARAMS, "run_id": "run", "rollout_id": "r0", "group_id": "g", "chart_id": "endings",
-                "rollout_pk": "1", "idx": "0"}
+                "rollout_pk": "1", "idx": "0", "sha256": "0" * 64}
 
 
 def _every_get_route() -> list[str]:

@@ -25,6 +25,10 @@ from tests.helpers import serving
 RUN_FILE = data_path("realdata", "swe-agent", "marshmallow-code__marshmallow-1867.function_calling_replace.traj")
 
 
+# Requests here test answers, not latency: a loaded CI machine once took over httpx's default 5 s.
+_http = httpx.Client(timeout=30)
+
+
 @contextmanager
 def serve(db_url: str, tmp: Path, **settings):
     """The app in a thread, its OTLP spool under `tmp`."""
@@ -104,7 +108,7 @@ def test_sdk_exporter_sends_one_real_run(db_url, tmp_path, kind):
     run = real_run()
     with serve(db_url, tmp_path) as (base, app):
         replay(run, exporter(kind, base, app.state.write_token), run_id=f"otlp-{kind}")
-        d = httpx.get(f"{base}/runs/otlp-{kind}/rollouts/{run.id}.json").json()
+        d = _http.get(f"{base}/runs/otlp-{kind}/rollouts/{run.id}.json").json()
     # 24 messages, 11 tool calls each answered (hand count in tests/formats/test_agent_harnesses.py)
     assert [m["role"] for m in d["messages"]] == [n.message.role for n in run.nodes]
     assert len(d["messages"]) == 24
@@ -120,22 +124,22 @@ def test_sdk_exporter_sends_one_real_run(db_url, tmp_path, kind):
 def test_requires_a_write_token(db_url, tmp_path):
     with serve(db_url, tmp_path) as (base, app):
         body = json.dumps({"resourceSpans": []})
-        r = httpx.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json"})
+        r = _http.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json"})
         assert r.status_code == 401 and r.headers["WWW-Authenticate"] == "Bearer"
         # a google.rpc.Status in the request's encoding (tests/api/test_otlp_spec.py has every failure)
         assert r.headers["Content-Type"] == "application/json"
         assert r.json()["message"].startswith("this needs a write token") and r.json()["code"] == 16  # UNAUTHENTICATED
-        r = httpx.post(f"{base}/v1/traces", content=b"", headers={"Content-Type": "application/x-protobuf"})
+        r = _http.post(f"{base}/v1/traces", content=b"", headers={"Content-Type": "application/x-protobuf"})
         assert r.status_code == 401 and r.headers["Content-Type"] == "application/x-protobuf"
         assert status_pb2.Status.FromString(r.content).message.startswith("this needs a write token")
-        r = httpx.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json",
+        r = _http.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json",
                                                                    "Authorization": "Bearer rs_wrong"})
         assert r.status_code == 401
         read, _ = issue(app.state.engine, "read")
-        r = httpx.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json",
+        r = _http.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json",
                                                                    "Authorization": f"Bearer {read}"})
         assert r.status_code == 403 and r.json()["code"] == 7  # PERMISSION_DENIED
-        r = httpx.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json",
+        r = _http.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json",
                                                                    "Authorization": f"Bearer {app.state.write_token}"})
         assert r.status_code == 200
 
@@ -151,7 +155,7 @@ def _span_json(trace: str, span: str, parent: str | None, name: str, attrs: dict
 
 def _post(base, spans, token, **headers):
     body = json.dumps({"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"spans": spans}]}]})
-    return httpx.post(f"{base}/v1/traces", content=body, headers={
+    return _http.post(f"{base}/v1/traces", content=body, headers={
         "Content-Type": "application/json", "Authorization": f"Bearer {token}", **headers})
 
 
@@ -170,7 +174,7 @@ def test_idle_trace_is_stored_and_backpressure(db_url, tmp_path):
         assert app.state.otlp_receiver.assembler.pending_spans == 1
         for _ in range(200):
             time.sleep(0.1)
-            got = httpx.get(f"{base}/runs/otel/rollouts/{trace}.json")
+            got = _http.get(f"{base}/runs/otel/rollouts/{trace}.json")
             if got.status_code == 200:
                 break
         assert got.status_code == 200 and [m["role"] for m in got.json()["messages"]] == ["user", "assistant"]
@@ -186,17 +190,17 @@ def test_bad_bodies(db_url, tmp_path):
     with serve(db_url, tmp_path) as (base, app):
         r = _post(base, [{"traceId": "xyz", "spanId": "01" * 8, "name": "a"}], app.state.write_token)
         assert r.status_code == 400 and "traceId" in r.json()["message"]
-        r = httpx.post(f"{base}/v1/traces", content=b"x", headers={"Content-Type": "text/plain",
+        r = _http.post(f"{base}/v1/traces", content=b"x", headers={"Content-Type": "text/plain",
                                                                     "Authorization": f"Bearer {app.state.write_token}"})
         assert r.status_code == 415
-        r = httpx.post(f"{base}/v1/traces", content=b"\xff\x00garbage", headers={
+        r = _http.post(f"{base}/v1/traces", content=b"\xff\x00garbage", headers={
             "Content-Type": "application/x-protobuf", "Authorization": f"Bearer {app.state.write_token}"})
         assert r.status_code == 400
         # a trace with no GenAI span: taken, counted as rejected, quarantined
         r = _post(base, [_span_json("ee" * 16, "01" * 8, None, "GET /", {"http.method": "GET"}, 5)],
                   app.state.write_token)
         assert r.status_code == 200 and r.json()["partialSuccess"]["rejectedSpans"] == "1"
-        q = httpx.get(f"{base}/quarantine.json").json()
+        q = _http.get(f"{base}/quarantine.json").json()
         assert "no GenAI" in json.dumps(q)
 
 
@@ -229,7 +233,7 @@ def test_database_down_is_503_and_nothing_is_lost(tmp_path):
         assert rec.flush() == (0, None) and rec.assembler.pending_spans == 0
         r = _post(base, [chat, root], token)  # the client's retry: the same spans, nothing doubled
         assert r.status_code == 200
-        got = httpx.get(f"{base}/runs/otel/rollouts/{trace}.json").json()
+        got = _http.get(f"{base}/runs/otel/rollouts/{trace}.json").json()
         assert [m["role"] for m in got["messages"]] == ["user", "assistant"]
 
 
@@ -240,5 +244,5 @@ def test_clean_shutdown_stores_unfinished_traces(db_url, tmp_path):
                      app.state.write_token).status_code == 200
         assert app.state.otlp_receiver.assembler.pending_spans == 1
     with serve(db_url, tmp_path) as (base, app):
-        got = httpx.get(f"{base}/runs/otel/rollouts/{trace}.json")
+        got = _http.get(f"{base}/runs/otel/rollouts/{trace}.json")
         assert got.status_code == 200 and len(got.json()["messages"]) == 2
