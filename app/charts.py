@@ -4,7 +4,11 @@ Every point carries `customdata` = the URL of the rollouts behind it, so a click
 """
 from __future__ import annotations
 
+import math
+import re
+
 from app import urls
+from app.text import reveal_invisible
 from ingest.stats import ENDINGS
 
 ENDING_COLORS = {  # the ending badges' colours (static/app.css .ending-*): one colour per ending everywhere
@@ -536,7 +540,7 @@ def mark_alerts(fig: dict, alerts) -> dict:
                       "hovertext": _plain(f"step {a.step} flagged: {a.text}"), "captureevents": False})
     layout["shapes"], layout["annotations"] = shapes, notes
     layout["meta"] = {**(layout.get("meta") or {}), "alerts": [{"step": a.step, "url": a.url} for a in alerts]}
-    return fig
+    return tidy(fig)
 
 
 def _plain(text: str) -> str:
@@ -544,7 +548,40 @@ def _plain(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def _template_text(text: str) -> str:
+    """Text put literally into a Plotly hover template: `_plain`, and `%` as its entity, so that
+    `%{...}` in trace text is never read as a template variable."""
+    return _plain(text).replace("%", "&#37;")
+
+
+SIGNIFICANT = 6  # digits a figure's non-integer numbers keep (JSON, page and CSV alike)
+
+
+def _tidy(value, key: str = ""):
+    """A figure's values as drawn and exported: floats rounded to SIGNIFICANT significant digits
+    (0.36250000000000004 → 0.3625; integers stay exact), and every string with its bidirectional
+    controls and invisible characters shown as `⟨U+XXXX⟩` (app.text, as the pages' tables and
+    chips show them): trace names, legend entries, hover text, titles, the heatmap's task labels.
+    `customdata` (URLs, already percent-encoded) is left as it is."""
+    if isinstance(value, float):
+        return float(f"{value:.{SIGNIFICANT}g}") if math.isfinite(value) else value
+    if isinstance(value, str):
+        return reveal_invisible(value)
+    if isinstance(value, list):
+        return [_tidy(v, key) for v in value]
+    if isinstance(value, dict):
+        return {k: v if k == "customdata" else _tidy(v, k) for k, v in value.items()}
+    return value
+
+
+def tidy(fig: dict) -> dict:
+    """`fig` with its numbers rounded and its text made visible (`_tidy`): every figure the
+    registry serves passes here once (`figure`, `overlay`, `mark_alerts`)."""
+    return _tidy(fig)
+
+
 NOT_RECORDED = "not recorded in this run"
+NO_STEPS = "no training steps in the range shown"
 
 
 def _is_empty(trace: dict) -> bool:
@@ -553,7 +590,7 @@ def _is_empty(trace: dict) -> bool:
     return not any(v is not None for v in (trace.get("y") or []))
 
 
-def mark_empty(fig: dict) -> dict:
+def mark_empty(fig: dict, message: str = NOT_RECORDED) -> dict:
     """Say what this run did not record instead of drawing bare axes: a series with no value at any
     step gets `meta.empty` (static/app.js names it "… · not recorded in this run" in the legend
     and leaves it out of the plot); a figure whose every series is empty (or that has none) gets
@@ -564,9 +601,9 @@ def mark_empty(fig: dict) -> dict:
         if _is_empty(t):
             t["meta"] = {**(t.get("meta") or {}), "empty": True}
     if all(_is_empty(t) for t in data):
-        layout["meta"] = {**(layout.get("meta") or {}), "empty": NOT_RECORDED}
+        layout["meta"] = {**(layout.get("meta") or {}), "empty": message}
         layout["annotations"] = [*(layout.get("annotations") or []),
-                                 {"text": NOT_RECORDED, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
+                                 {"text": message, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
                                   "showarrow": False, "font": {"size": 14, "color": "#5f6b7a"}}]
         for axis in ("xaxis", "yaxis", "yaxis2"):
             if axis in layout:
@@ -575,9 +612,19 @@ def mark_empty(fig: dict) -> dict:
 
 
 def figure(chart: Chart, run_id: str, steps, tasks=None, *, window: int = 1) -> dict:
-    """The chart's figure for the given step rollups, with the moving average when asked, and its
-    series this run did not record marked (`mark_empty`)."""
-    return mark_empty(smooth(chart.build(run_id, steps, tasks), window))
+    """The chart's figure for the given step rollups, with the moving average when asked, its
+    series this run did not record marked (`mark_empty`; a step range with no steps says so
+    instead), its numbers rounded and its text made visible (`tidy`), and the file name its PNG
+    download takes (`layout.meta.filename`, "<run>-<chart>")."""
+    fig = mark_empty(smooth(chart.build(run_id, steps, tasks), window), NOT_RECORDED if steps else NO_STEPS)
+    fig["layout"]["meta"] = {**(fig["layout"].get("meta") or {}), "chart": chart.id,
+                             "filename": _filename(f"{run_id}-{chart.id}")}
+    return tidy(fig)
+
+
+def _filename(text: str) -> str:
+    """A download's file name: letters, digits, `.`, `_` and `-` (anything else `_`), at most 120."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text)[:120] or "chart"
 
 
 def figure_rows(fig: dict) -> list[dict]:
@@ -620,14 +667,18 @@ def overlay(figures: dict[str, dict]) -> dict:
         if layout is None and not (fig["layout"].get("meta") or {}).get("empty"):
             layout = fig["layout"]
         color = PALETTE[i % len(PALETTE)]
+        label = _plain(run_id)  # trace names are read as Plotly's HTML subset
+        hover_label = _template_text(run_id)
         own = {t["line"]["dash"] for t in fig["data"] if (t.get("line") or {}).get("dash")}
         free = [d for d in DASHES if d not in own]
         dash_of: dict[str, str] = {}
         for t in fig["data"]:
             meta = {**(t.get("meta") or {}), "run": run_id}
             if "legend" in meta:
-                meta["legend"] = f"{run_id}: {meta['legend']}"
-            t = {**t, "name": f"{run_id}: {t.get('name', '')}", "legendgroup": run_id, "meta": meta}
+                meta["legend"] = f"{label}: {meta['legend']}"
+            t = {**t, "name": f"{label}: {t.get('name', '')}", "legendgroup": run_id, "meta": meta}
+            if t.get("hovertemplate"):  # the hover names the run too, not only its colour
+                t["hovertemplate"] = f"{hover_label}: {t['hovertemplate']}"
             if t.get("type") == "scatter":
                 line = t.get("line") or {}
                 if line.get("width") != 0:  # a band's edges have no line
@@ -649,6 +700,8 @@ def overlay(figures: dict[str, dict]) -> dict:
     layout = {k: v for k, v in (layout or next(iter(figures.values()), {}).get("layout")
                                 or _layout("", {}, [])).items() if k != "annotations"}
     layout["meta"] = {k: v for k, v in (layout.get("meta") or {}).items() if k != "empty"}
+    chart_id = layout["meta"].get("chart") or "chart"
+    layout["meta"]["filename"] = _filename(f"compare-{chart_id}-{'-'.join(figures)}")
     if steps:
         layout["xaxis"] = {**layout["xaxis"], "dtick": step_dtick(steps)}
     if layout.get("barmode") == "stack" and len(figures) > 1:
@@ -661,4 +714,6 @@ def overlay(figures: dict[str, dict]) -> dict:
                 t["base"] = [tops.get((t["offsetgroup"], x), 0) for x in t["x"]]
                 for x, y in zip(t["x"], t["y"]):
                     tops[(t["offsetgroup"], x)] = tops.get((t["offsetgroup"], x), 0) + (y or 0)
-    return mark_empty({"data": data, "layout": layout})
+    no_steps = bool(figures) and all((f["layout"].get("meta") or {}).get("empty") == NO_STEPS
+                                     for f in figures.values())
+    return tidy(mark_empty({"data": data, "layout": layout}, NO_STEPS if no_steps else NOT_RECORDED))

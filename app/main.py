@@ -30,8 +30,9 @@ from app.static_files import Static
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 
-# Trace text is untrusted: no inline scripts, nothing from other origins.
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+# Trace text is untrusted: no inline scripts, nothing from other origins. `blob:` images: Plotly's PNG
+# download (toImage) loads the chart's svg from a blob: URL.
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
 
 _KEPT_ESCAPES = re.compile(r"(%2[fF]|%25)")

@@ -86,19 +86,31 @@
     return {data: raws.concat(data), layout: layout};
   }
 
-  // The plot area at least its floor: raise the figure's height by what is missing.
-  // `data-sized` says it is done (the layout test waits for it).
-  function ensureFloor(plot, empty) {
+  // The plot area at least its floor, and the legend whole: raise the figure's height by what is
+  // missing. Plotly caps a legend below the plot at the plot area's height and scrolls the rest
+  // (compare with many runs), so the plot area must also be as tall as the legend; a few rounds,
+  // since the legend's room changes with the height. `data-sized` says it is done (the layout
+  // test waits for it).
+  function ensureFloor(plot, empty, rounds) {
     var fl = plot._fullLayout;
     var floor = isGrid(plot) ? 220 : 300;
     var done = function () { plot.dataset.sized = "1"; };
-    if (empty || !fl || !fl._size || fl._size.h >= floor) return done();
-    return Promise.resolve(Plotly.relayout(plot, {height: fl.height + Math.ceil(floor - fl._size.h)})).then(done);
+    if (empty || !fl || !fl._size) return done();
+    var lg = fl.legend || {}, full = lg._height || 0, shown = lg._effHeight || full;
+    var target = Math.max(floor, full);
+    var grow = Math.max(0, target - fl._size.h) + Math.max(0, full - shown);
+    if (grow < 1 || (rounds || 0) >= 3) return done();
+    return Promise.resolve(Plotly.relayout(plot, {height: fl.height + Math.ceil(grow)})).then(function () {
+      return ensureFloor(plot, empty, (rounds || 0) + 1);
+    });
   }
 
-  function config(plot) {
+  // The PNG download (the modebar's camera) is named after the run and the chart
+  // (`layout.meta.filename`, app.charts.figure), else the figure's chart id.
+  function config(plot, spec) {
     var fig = plot.closest("figure");
-    var name = (fig && (fig.dataset.chart || fig.id)) || "chart";
+    var meta = (spec && spec.layout && spec.layout.meta) || {};
+    var name = meta.filename || (fig && (fig.dataset.chart || fig.id)) || "chart";
     return Object.assign({toImageButtonOptions: {format: "png", filename: name.replace(/^chart-/, ""), scale: 2}},
                          PLOT_CONFIG);
   }
@@ -142,7 +154,7 @@
     var fig = plot.closest("figure");
     var empty = !!(spec.layout && spec.layout.meta && spec.layout.meta.empty) || !spec.data.length;
     if (fig) fig.classList.toggle("empty-chart", empty);
-    var done = (first ? Plotly.newPlot : Plotly.react)(plot, ready.data, ready.layout, config(plot));
+    var done = (first ? Plotly.newPlot : Plotly.react)(plot, ready.data, ready.layout, config(plot, spec));
     return Promise.resolve(done).then(function () { ensureFloor(plot, empty); });
   }
 

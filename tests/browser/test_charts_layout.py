@@ -16,6 +16,7 @@ from tests.browser import live_server
 pytestmark = pytest.mark.browser
 
 RUN, OTHER = "demo-grpo", "demo-grpo-b"
+MORE = ("demo-grpo-c", "demo-grpo-d")  # compare with four runs: a legend of many entries
 
 
 @pytest.fixture(scope="module")
@@ -29,10 +30,13 @@ def server(tmp_path_factory):
     main, other = folder / "demo.jsonl", folder / "other.jsonl"
     demo.write(main, tokenizer=False)  # the demo run: 30 steps, the step-18 sandbox crash
     demo.write(other, tokenizer=False, run_id=OTHER, seed=1, groups=2)  # a second, smaller run
+    more = [folder / f"{r}.jsonl" for r in MORE]
+    for seed, (r, path) in enumerate(zip(MORE, more), 2):
+        demo.write(path, tokenizer=False, run_id=r, seed=seed, groups=1)
     url = f"sqlite:///{folder / 'rollscope.db'}"
     engine = make_engine(url, writer=True)
     upgrade(engine)
-    assert ingest(engine, main, other).ok
+    assert ingest(engine, main, other, *more).ok
     engine.dispose()
     with live_server(url) as base:
         yield base
@@ -89,13 +93,18 @@ def test_every_chart_is_tall_enough_and_its_legend_overlaps_nothing(server, brow
     assert page.locator("figure.chart .plot.js-plotly-plot").count() == len(charts.REGISTRY)
     for chart_id in charts.REGISTRY:
         wrong += measured(page, f"{server}/runs/{RUN}/charts/{chart_id}", 300)
-    wrong += measured(page, f"{server}/compare?runs={RUN},{OTHER}", 220)
+    # compare four runs: the legend's many entries whole, the plot still at its floor
+    wrong += measured(page, f"{server}/compare?runs={RUN},{OTHER},{','.join(MORE)}", 220)
+    scrolled = page.evaluate("""() => [...document.querySelectorAll('figure.chart .plot.js-plotly-plot')]
+        .filter(gd => { const l = gd._fullLayout.legend; return l && l._height > l._effHeight + .5; })
+        .map(gd => gd.closest('figure').id)""")
+    assert scrolled == []
     # compare: one colour per run, the statistic by dash
     lines = page.evaluate("""() => document.querySelector('#chart-reward .plot').data
         .filter(t => t.visible !== false && !t.fill && t.line.width !== 0)
         .map(t => [t.name, t.line.color, t.line.dash])""")
     colours = {(run, c) for name, c, _ in lines for run in [name.split(": ")[0]]}
-    assert len(colours) == 2 and {r for r, _ in colours} == {RUN, OTHER}, lines
+    assert len(colours) == 4 and {r for r, _ in colours} == {RUN, OTHER, *MORE}, lines
     assert {(n.split(": ")[1].split(" ")[0], d) for n, _, d in lines} == {("mean", "solid"), ("median", "dash")}
     # the demo records no trainer logprobs: its mismatch chart says so instead of bare axes
     assert page.locator("#chart-mismatch g.annotation text").text_content() == charts.NOT_RECORDED
@@ -136,4 +145,18 @@ def test_policy_switch_smoothing_and_a_click_to_the_step(server, browser):
     page.mouse.click(*xy)
     page.wait_for_url(f"**/runs/{RUN}/steps/18")
     assert page.locator(f"main a[href^='/runs/{RUN}/rollouts?step=18']").count() >= 1
+    page.close()
+
+
+def test_the_png_download_works_under_the_csp_and_is_named_after_the_chart(server, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    console: list[str] = []
+    page.on("console", lambda m: console.append(m.text) if m.type in ("error", "warning") else None)
+    page.goto(f"{server}/runs/{RUN}/charts/reward")
+    page.wait_for_function(SIZED)
+    url = page.evaluate("() => Plotly.toImage(document.querySelector('figure.chart .plot'), {format: 'png'})")
+    assert url.startswith("data:image/png;base64,") and len(url) > 1000
+    assert [m for m in console if "Content Security Policy" in m or "violates" in m] == []
+    assert page.evaluate("() => document.querySelector('figure.chart .plot')._context.toImageButtonOptions.filename") \
+        == f"{RUN}-reward"
     page.close()
