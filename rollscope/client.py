@@ -64,17 +64,33 @@ DEFAULT_BASE = "http://127.0.0.1:8000"
 
 def server_url(base: str | None = None) -> str:
     """Where Rollscope is served: `base`, else the `ROLLSCOPE_URL` environment variable, else
-    http://127.0.0.1:8000 (without a trailing `/`)."""
-    return (base or os.environ.get("ROLLSCOPE_URL") or DEFAULT_BASE).rstrip("/")
+    http://127.0.0.1:8000 (without a trailing `/`). A value that is not an http(s) URL with a host
+    is a ValueError naming where it came from (`ROLLSCOPE_URL` or `base`)."""
+    from urllib.parse import urlsplit
+
+    source, url = ("base", base) if base else ("ROLLSCOPE_URL", os.environ.get("ROLLSCOPE_URL") or DEFAULT_BASE)
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"{source}={url!r} is not an http(s) URL (e.g. http://127.0.0.1:8000)")
+    return url.strip().rstrip("/")
 
 
-def rollout_url(base: str | None, run: str, rollout_id: str, *, branch: int | None = None, node: int | None = None,
+def rollout_url(*args: str | None, base: str | None = None, branch: int | None = None, node: int | None = None,
                 token: str | None = None, attempt: int | None = None, at: int | None = None) -> str:
-    """The stable URL of a rollout's page: `{base}/runs/{run}/rollouts/{id}` (ids percent-encoded
+    """The stable URL of a rollout's page: `rollout_url(run, rollout_id)` (or, as before,
+    `rollout_url(base, run, rollout_id)`) → `{base}/runs/{run}/rollouts/{id}` (ids percent-encoded
     as one path segment, `/` included; `base` None: `ROLLSCOPE_URL`, see `server_url`), with
     `?branch=`, `?attempt=`, `?token=` (a read token) and the page's anchors (docs/views.md, "Deep
     links"): `#m-N` for message `node` N, else `#t-N` for token `at` (offset N of the branch's
     token sequence)."""
+    if len(args) == 3:
+        if base is not None:
+            raise TypeError("rollout_url: base given twice (positionally and as base=)")
+        base, run, rollout_id = args
+    elif len(args) == 2:
+        run, rollout_id = args
+    else:
+        raise TypeError(f"rollout_url takes (run, rollout_id) or (base, run, rollout_id), got {len(args)} arguments")
     params = {k: v for k, v in (("attempt", attempt or None), ("branch", branch), ("token", token)) if v is not None}
     url = f"{server_url(base)}/runs/{quote(str(run), safe='')}/rollouts/{quote(str(rollout_id), safe='')}"
     anchor = f"#m-{int(node)}" if node is not None else (f"#t-{int(at)}" if at is not None else "")

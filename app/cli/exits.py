@@ -31,7 +31,8 @@ CODES: dict[str, list[str]] = {
                            "another worker holding the SQLite database, or a database that became unusable "
                            "while it ran",
                _DB + " when it starts (once running, it waits for the database as long as it takes)"],
-    "link": ["0 the URL was printed (no database is touched)", _USAGE],
+    "link": ["0 the URL was printed (no database is touched)",
+             _USAGE + ", or a ROLLSCOPE_URL / --base that is not an http(s) URL"],
     "token create": ["0 created; the token is the last line of stdout", _USAGE_DB + ", or an unknown scope", _DB],
     "token list": ["0 listed", _USAGE_DB, _DB],
     "token revoke": ["0 revoked", "1 no such token", _USAGE_DB + ", or a prefix shorter than 6 characters", _DB],

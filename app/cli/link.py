@@ -18,6 +18,14 @@ def link(
                                              "http://127.0.0.1:8000).")] = None,
 ) -> None:
     """Print the stable URL of a rollout's page (for training logs); touches no database."""
+    from rich.text import Text
+
+    from app.cli.common import console
     from rollscope.client import rollout_url
 
-    typer.echo(rollout_url(base, run, rollout, branch=branch, node=node, token=token, at=at))
+    try:
+        url = rollout_url(run, rollout, base=base, branch=branch, node=node, token=token, at=at)
+    except ValueError as exc:  # ROLLSCOPE_URL or --base is not an http(s) URL: one line, exit 2
+        console.print(Text.assemble(("error: ", "red"), str(exc).replace("base=", "--base=", 1)), soft_wrap=True)
+        raise typer.Exit(2) from None
+    typer.echo(url)

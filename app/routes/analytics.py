@@ -61,6 +61,14 @@ def _run_ids(runs: list[str]) -> list[str]:
     return ids
 
 
+def _existing_runs(session, ids: list[str]) -> list[str]:
+    """The compared run ids, or the 404 naming the first that does not exist (`no run 'nope'`)."""
+    for rid in ids:
+        if not _known_run(session, rid):
+            raise not_found(rid, None, run_exists=False, field="runs")
+    return ids
+
+
 @page_route(router, "/search")
 def search(request: Request, session: SessionDep, q: str = "", run: OptStr = None, before: OptCount = None,
            limit: SearchLimit = None):
@@ -84,7 +92,8 @@ def compare(request: Request, session: SessionDep, runs: Annotated[list[str], Qu
     comparable chart overlaid (`run: series`), and tables of the differences per ending (share)
     and per task (mean reward, errors scored 0; delta = last run − first run)."""
     json = wants_json(request)
-    data = compare_view.compare_page(session, _run_ids(runs), steps=step_range(steps), window=smooth or 1, json=json)
+    ids = _existing_runs(session, _run_ids(runs))
+    data = compare_view.compare_page(session, ids, steps=step_range(steps), window=smooth or 1, json=json)
     return respond(request, "compare_runs.html", data, json=json)
 
 
@@ -98,7 +107,8 @@ def compare_chart(request: Request, session: SessionDep, chart_id: str,
     chart = charts.REGISTRY.get(chart_id)
     if chart is None or not chart.comparable:
         raise HTTPException(404, f"no comparable chart {chart_id!r}")
-    fig = compare_view.compare_figure(session, _run_ids(runs), chart, steps=step_range(steps), window=smooth or 1)
+    ids = _existing_runs(session, _run_ids(runs))
+    fig = compare_view.compare_figure(session, ids, chart, steps=step_range(steps), window=smooth or 1)
     if fig is None:
         raise HTTPException(404, "not found")
     if ext == ".csv":

@@ -214,8 +214,20 @@ def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
                                 offset=offset or 0, attempt=attempt, all_tokens=json or tokens == "all", focus=focus,
                                 limit=limit, came_from=_list_filters(list_), json=json, with_graph=graph == 1)
     data, json = by_id(unquote(rollout_id), accepts_json(request), build)
-    return respond(request, template, data, json=json, block=block,
-                   missing=_missing(session, run, f"rollout {_shown(unquote(rollout_id))!r}"))
+    what = lambda: _missing_rollout(session, run, unquote(rollout_id), attempt)  # noqa: E731
+    return respond(request, template, data, json=json, block=block, missing=lambda: _missing(session, run, what())())
+
+
+def _missing_rollout(session, run: str, rollout_id: str, attempt: int | None) -> str:
+    """What a rollout page's 404 names: `rollout 'x'`, or `attempt N of rollout 'x'` when the
+    rollout exists but has no attempt N."""
+    from app.queries.rollouts import get_rollout
+
+    shown = _shown(rollout_id)
+    if attempt is not None and any(get_rollout(session=session, run_id=run, rollout_id=r) is not None
+                                   for r in dict.fromkeys((rollout_id, shown))):
+        return f"attempt {attempt} of rollout {shown!r}"
+    return f"rollout {shown!r}"
 
 
 @router.get("/runs/{run_id:path}/groups/{group_id:path}")

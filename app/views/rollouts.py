@@ -19,7 +19,7 @@ from app.queries.rollout_list import RolloutFilters
 from app.queries.steps import step_stats
 from app.views.common import FindingLink, PageModel, RolloutSummary, summary_fields, with_labels
 from ingest import checks
-from ingest.stats import ENDINGS
+from ingest.stats import ENDINGS, gradient_tokens
 
 SORTS = [("step", "step"), ("reward", "reward"), ("tokens", "tokens"), ("turns", "turns")]
 
@@ -40,6 +40,14 @@ class SortLink(PageModel):
     url: str
 
 
+class RolloutListRow(RolloutSummary):
+    """A row of the rollouts list: the summary, and `gradient_tokens`, the "trained" column's
+    number (`ingest.stats.gradient_tokens`: the mask-1 tokens `n_trained_tokens`, or 0 for a
+    rollout that carries no gradient by itself, as the rollout page says)."""
+
+    gradient_tokens: int = 0
+
+
 class RolloutsPage(PageModel):
     """One page of rows. Every page has its own URL: `next` / `prev` are the cursors of the
     neighbouring pages (`after=` / `before=`), `next_url` / `prev_url` / `first_url` their links on
@@ -56,7 +64,7 @@ class RolloutsPage(PageModel):
     finding_kinds: list[str]
     total: int
     total_capped: bool = False
-    rollouts: list[RolloutSummary]
+    rollouts: list[RolloutListRow]
     next: str | None
     prev: str | None
     next_url: str | None
@@ -96,7 +104,7 @@ def rollouts_page(session: Session, run_id: str, filters: RolloutFilters, *, sor
     present = {k for st in step_stats(session=session, run_id=run_id, include_unstepped=True,
                                       sections=rollout_facets.list_sections(filters))
                for k in (st.get("findings") or {})}
-    rows = [RolloutSummary.model_validate(d)
+    rows = [RolloutListRow.model_validate({**d, "gradient_tokens": gradient_tokens(d)})
             for d in with_labels(session, run_id, [summary_fields(r, json=twin) for r in got["rows"]])]
     by_group = q_findings.group_kinds(session=session, run_id=run_id,
                                       group_ids=sorted({r.group_id for r in rows if r.group_id is not None}))
@@ -131,7 +139,7 @@ def rollouts_page(session: Session, run_id: str, filters: RolloutFilters, *, sor
 
 CSV_COLUMNS = ["run_id", "rollout_id", "attempt", "step", "group_id", "group_index", "task_key", "agent", "ending",
                "ending_detail", "reward", "reward_status", "n_turns", "n_tool_calls", "n_tokens", "n_trained_tokens",
-               "n_response_tokens", "n_tool_errors", "staleness", "flags", "url"]
+               "gradient_tokens", "n_response_tokens", "n_tool_errors", "staleness", "flags", "url"]
 
 
 def rollouts_csv_rows(session: Session, run_id: str, filters: RolloutFilters, *, sort: str | None,
@@ -145,6 +153,7 @@ def rollouts_csv_rows(session: Session, run_id: str, filters: RolloutFilters, *,
         for r in got["rows"]:
             d = dict(r._mapping)
             d["flags"] = " ".join(d.get("flags") or [])
+            d["gradient_tokens"] = gradient_tokens(d)
             d["url"] = urls.rollout(d["run_id"], d["rollout_id"], attempt=d["attempt"] or None)
             yield d
         if not got["next"]:

@@ -2,7 +2,9 @@
 as a person reads them, unknown query parameters on pages (ignored) and in the API (refused),
 404s that name what is missing, the collapsed "could not decide" line, static files (versioned,
 cached, gzip), the twin of a huge rollout kept small, links for training logs, the thin-baseline
-note and one trained-token count."""
+note and one trained-token count (the list's twin and CSV carry it as `gradient_tokens`), compare and
+attempt 404s, `rollout_url(run, id)` and a ROLLSCOPE_URL that is no URL, long names and paths in
+clipped cells."""
 from __future__ import annotations
 
 import re
@@ -185,3 +187,83 @@ def test_thin_baseline_is_noted_and_the_trained_count_is_one_definition(client, 
     d = client.get("/runs/r1/rollouts/err.json").json()
     assert d["n_gradient_tokens"] == 0 and d["no_gradient_reason"] == "error_dropped"
     assert client.get("/runs/r1/rollouts/g0.json").json()["n_gradient_tokens"] == 3
+
+
+@SQLITE
+def test_404s_of_compare_and_attempts_name_what_is_missing(client, run_r1, engine, tmp_path):
+    assert ingest(engine, write_jsonl(tmp_path / "b.jsonl", [rollout("x", run="r2")])).ok
+    for url in ("/compare?runs=r1,nope", "/compare.json?runs=r1,nope", "/compare?runs=nope,r1,r2",
+                "/compare/charts/reward.csv?runs=r1,nope", "/compare/charts/reward.json?runs=r1,nope"):
+        r = client.get(url, headers={"Accept": "application/json"})
+        assert r.status_code == 404 and r.json()["error"]["message"] == "no run 'nope'", (url, r.text)
+        assert r.json()["error"]["field"] == "runs", url
+    page = client.get("/compare?runs=r1,nope")
+    assert page.status_code == 404 and "no run &#39;nope&#39;" in page.text
+    assert client.get("/compare?runs=r1,r2").status_code == 200
+    message = "no attempt 9 of rollout 'g0' in run 'r1'"
+    for url in ("/runs/r1/rollouts/g0?attempt=9", "/runs/r1/rollouts/g0.json?attempt=9"):
+        r = client.get(url, headers={"Accept": "application/json"})
+        assert r.status_code == 404 and r.json()["error"]["message"] == message, (url, r.text)
+    assert message.replace("'", "&#39;") in client.get("/runs/r1/rollouts/g0?attempt=9").text
+    assert client.get("/runs/r1/rollouts/g0?attempt=0").status_code == 200
+    r = client.get("/runs/r1/rollouts/zz?attempt=9", headers={"Accept": "application/json"})
+    assert r.json()["error"]["message"] == "no rollout 'zz' in run 'r1'"  # no such rollout at all
+
+
+@SQLITE
+def test_the_lists_twin_and_csv_carry_the_trained_count_the_column_shows(client, run_r1):
+    import csv
+    import io
+
+    rows = {r["rollout_id"]: r for r in client.get("/runs/r1/rollouts.json?limit=100").json()["rollouts"]}
+    assert (rows["err"]["n_trained_tokens"], rows["err"]["gradient_tokens"]) == (3, 0)  # errored: 0 trained
+    assert (rows["g0"]["n_trained_tokens"], rows["g0"]["gradient_tokens"]) == (3, 3)
+    html = client.get("/runs/r1/rollouts").text
+    for rid, r in rows.items():
+        row = re.search(rf'<tr>\s*<td><a href="/runs/r1/rollouts/{rid}\?.*?</tr>', html, re.S).group(0)
+        assert re.search(rf'<td class="n opt"[^>]*>{r["gradient_tokens"]}</td>', row), rid  # the column's number
+    got = {r["rollout_id"]: r for r in csv.DictReader(io.StringIO(client.get("/runs/r1/rollouts.csv").text))}
+    assert (got["err"]["n_trained_tokens"], got["err"]["gradient_tokens"]) == ("3", "0")
+
+
+def test_rollout_url_takes_run_and_id_and_link_refuses_a_rollscope_url_that_is_no_url(monkeypatch):
+    from typer.testing import CliRunner
+
+    from app.cli import app as cli
+    from rollscope.client import rollout_url
+
+    monkeypatch.setenv("ROLLSCOPE_URL", "https://rs.example/")
+    assert rollout_url("r1", "g0", node=1) == "https://rs.example/runs/r1/rollouts/g0#m-1"
+    assert rollout_url(None, "r1", "g0", node=1) == "https://rs.example/runs/r1/rollouts/g0#m-1"  # as before
+    assert rollout_url("http://h:1", "r1", "g0") == "http://h:1/runs/r1/rollouts/g0"
+    assert rollout_url("r1", "g0", base="http://h:1/") == "http://h:1/runs/r1/rollouts/g0"
+    for bad in ("notaurl", "ftp://x/", "http://"):
+        monkeypatch.setenv("ROLLSCOPE_URL", bad)
+        out = CliRunner().invoke(cli, ["link", "demo-grpo", "s0"])
+        assert out.exit_code == 2 and out.stdout == "", (bad, out.output)
+        assert "ROLLSCOPE_URL" in out.stderr and "not an http(s) URL" in out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
+        with pytest.raises(ValueError, match="ROLLSCOPE_URL"):
+            rollout_url("r1", "g0")
+    out = CliRunner().invoke(cli, ["link", "r1", "g0", "--base", "notaurl"])
+    assert out.exit_code == 2 and "--base" in out.stderr
+
+
+@SQLITE
+def test_long_names_and_paths_are_clipped_cells(client, engine, tmp_path):
+    from ingest.schema import Rollout
+
+    name = "n" * 400
+    named = Rollout.model_validate({**rollout("n0", run="named").to_json_dict(), "run": {"id": "named", "name": name}})
+    comps = {"c" * 175: {"score": 1.0, "weight": 1.0}}
+    assert ingest(engine, write_jsonl(tmp_path / "a.jsonl", [named, rollout("m0", run="named", group="G", index=0,
+                                                                            reward=None, rewards=comps)])).ok
+    bad = tmp_path / "cases" / "11-bad.jsonl"
+    bad.parent.mkdir()
+    bad.write_text('{"schema": "rollscope/1", "id": 5}\n')
+    assert not ingest(engine, bad).ok
+    assert f'<div class="sub"><span class="clip" title="{name}">' in client.get("/runs").text
+    assert '<th class="n"><span class="clip" title="' + "c" * 175 in client.get("/runs/named/groups/G").text
+    assert '<td class="mono"><span class="clip" title="' + "c" * 175 in client.get("/runs/named/rollouts/m0").text
+    assert f'<span class="clip clip-start" title="{bad}"><bdi dir="ltr">{bad}</bdi></span>' in \
+        client.get("/quarantine").text
