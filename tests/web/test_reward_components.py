@@ -4,6 +4,7 @@ rollouts list's component filter and sort (page and API); a judge's explanation 
 replaced rollout's components are replaced, a re-ingest adds none."""
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 
 from app.db import models
@@ -50,7 +51,7 @@ def test_demo_components_on_every_page(client, engine, tmp_path):
     for s, y in zip(correct["x"], correct["y"]):
         scores = [client.get(f"/runs/{run}/rollouts/{r['rollout_id']}.json").json()["rewards"]["correct"]["score"]
                   for r in want[s]]
-        assert abs(y - sum(scores) / len(scores)) < 1e-9
+        assert y == pytest.approx(sum(scores) / len(scores), rel=1e-5)  # figures keep 6 significant digits
     # the filter on the page's twin and the API (one Filters); the sort on the list (the API has none)
     for base, key in ((f"/runs/{run}/rollouts.json", "rollouts"), (f"/api/v1/runs/{run}/rollouts", "items")):
         items = client.get(f"{base}?component=correct&component_min=1&limit=100").json()[key]
