@@ -537,10 +537,10 @@ def mark_alerts(fig: dict, alerts) -> dict:
                        "line": {"color": ALERT_COLOR, "width": 1.5, "dash": "dash"}, "layer": "above"})
         notes.append({"x": a.step, "y": 1, "xref": "x", "yref": "paper", "yanchor": "bottom", "showarrow": False,
                       "text": "⚠", "font": {"color": ALERT_COLOR, "size": 13},
-                      "hovertext": _plain(f"step {a.step} flagged: {a.text}"), "captureevents": False})
+                      "hovertext": _tidy(_plain(f"step {a.step} flagged: {a.text}")), "captureevents": False})
     layout["shapes"], layout["annotations"] = shapes, notes
     layout["meta"] = {**(layout.get("meta") or {}), "alerts": [{"step": a.step, "url": a.url} for a in alerts]}
-    return tidy(fig)
+    return fig  # a `figure()`, already tidy: only the alert's own text needed it
 
 
 def _plain(text: str) -> str:
@@ -576,7 +576,8 @@ def _tidy(value, key: str = ""):
 
 def tidy(fig: dict) -> dict:
     """`fig` with its numbers rounded and its text made visible (`_tidy`): every figure the
-    registry serves passes here once (`figure`, `overlay`, `mark_alerts`)."""
+    registry serves passes here (`figure`; `overlay` again for what it adds: run ids, stacked
+    bases); `mark_alerts` tidies only the text it adds to a `figure()`."""
     return _tidy(fig)
 
 
