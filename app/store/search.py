@@ -10,9 +10,9 @@ What is indexed, one `search_doc` row per text, each with its `kind` and `role`:
 - `ending`: the source's own reason for the ending (`ending.detail`, `ending.message`) and its
   evidence (`key value` pairs), with the ending type; no role, no node.
 
-A text longer than 2 × HEAD_TAIL_CHARS is indexed by its head and its tail (where tracebacks
-are), HEAD_TAIL_CHARS characters each, and the row says `truncated` (the middle is not
-searchable). Rows are written in the rollout's own transaction and deleted with it (ON DELETE
+A text is indexed in parts of at most HEAD_TAIL_CHARS characters (`parts`): a text longer than
+2 × HEAD_TAIL_CHARS by its head and its tail (where tracebacks are), HEAD_TAIL_CHARS characters
+each, and both rows say `truncated` (the middle is not searchable). Terms match within one part. Rows are written in the rollout's own transaction and deleted with it (ON DELETE
 CASCADE). The texts are made by app.store.prepare, outside the transaction; the batch hook
 writes a whole batch's documents with one executemany.
 
@@ -36,25 +36,47 @@ from ingest.metrics import tool_failure
 
 SD = models.SearchDoc.__table__
 HEAD_TAIL_CHARS = 65_536  # characters of a long text indexed from its start, and as many from its end
-GAP = "\n…\n"  # stands for the middle of a long text, not indexed
+CUT_SLACK = 256  # characters a cut between parts may move to fall between words
 KINDS = ("message", "tool_output", "tool_error", "rollout_error", "ending")
 COLUMNS = ("rollout_pk", "run_id", "node_idx", "kind", "role", "truncated", "text")
 # A document before its rollout has a key: (node idx or None, kind, role or None, truncated, text)
 Doc = tuple[int | None, str, str | None, bool, str]
 
 
-def clip(text: str) -> tuple[str, bool]:
-    """(the indexed text, whether its middle was left out): a text of more than
-    2 × HEAD_TAIL_CHARS characters keeps its first and last HEAD_TAIL_CHARS, joined by GAP. Then
-    what a text column takes on both databases: no NUL (Postgres refuses it), no lone surrogate."""
-    cut = len(text) > 2 * HEAD_TAIL_CHARS
-    if cut:
-        text = text[:HEAD_TAIL_CHARS] + GAP + text[-HEAD_TAIL_CHARS:]
-    return text.replace("\x00", " ").encode("utf-8", "replace").decode("utf-8"), cut
+def parts(text: str) -> list[tuple[str, bool]]:
+    """The indexed parts of a text, each (text, whether the middle of the whole was left out), at
+    most HEAD_TAIL_CHARS characters each: the text itself when it is that short; else its
+    first HEAD_TAIL_CHARS and the rest when it is at most twice that; else its first and its
+    last HEAD_TAIL_CHARS (both `truncated`). A cut moves back (or, for the tail, forward) to a
+    whitespace within CUT_SLACK characters, so no word is split. Each part is what a text column
+    takes on both databases: no NUL (Postgres refuses it), no lone surrogate. Parts, not one
+    joined text: Postgres keeps word positions up to 16,383 only, and a phrase near the end of a
+    long text would not match there."""
+    n = len(text)
+    if n <= HEAD_TAIL_CHARS:
+        out = [(text, False)]
+    else:
+        head = _cut(text, HEAD_TAIL_CHARS, back=True)
+        tail = head if n <= 2 * HEAD_TAIL_CHARS else _cut(text, n - HEAD_TAIL_CHARS, back=False)
+        out = [(text[:head], tail > head), (text[tail:], tail > head)]
+    return [(t.replace("\x00", " ").encode("utf-8", "replace").decode("utf-8"), cut) for t, cut in out if t.strip()]
+
+
+def _cut(text: str, at: int, *, back: bool) -> int:
+    """`at`, moved to just after the nearest whitespace before it (`back`) or after it."""
+    if back:
+        for i in range(at, max(at - CUT_SLACK, 0), -1):
+            if text[i - 1].isspace():
+                return i
+        return at
+    for i in range(at, min(at + CUT_SLACK, len(text))):
+        if text[i].isspace():
+            return i + 1
+    return at
 
 
 def message_text(message: Mapping | None) -> str:
-    """The searchable text of a message dict (content, reasoning, tool calls), unclipped."""
+    """The searchable text of a message dict (content, reasoning, tool calls), whole."""
     if not message:
         return ""
     parts: list[str] = []
@@ -71,24 +93,23 @@ def message_text(message: Mapping | None) -> str:
     return parts[0] if len(parts) == 1 else "\n".join(p for p in parts if p)
 
 
-def message_doc(idx: int, message: Mapping | None) -> Doc | None:
-    """The document of message `idx` (a dict with `role`, `content`, `reasoning_content`,
-    `tool_calls`, `extra`), or None when it has no text. A tool result is `tool_error` when
-    ingest.metrics.tool_failure says it failed, else `tool_output`."""
+def message_docs(idx: int, message: Mapping | None) -> list[Doc]:
+    """The documents of message `idx` (a dict with `role`, `content`, `reasoning_content`,
+    `tool_calls`, `extra`): none when it has no text, else one per part (`parts`). A tool result
+    is `tool_error` when ingest.metrics.tool_failure says it failed, else `tool_output`."""
     text = message_text(message)
     if not text.strip():
-        return None
+        return []
     role = message.get("role") if isinstance(message.get("role"), str) else None
     kind = "message"
     if role == "tool":
         extra = message.get("extra")
         kind = "tool_error" if tool_failure(extra if isinstance(extra, dict) else {}, text) else "tool_output"
-    return _doc(idx, kind, role, text)
+    return _docs(idx, kind, role, text)
 
 
-def _doc(idx: int | None, kind: str, role: str | None, text: str) -> Doc:
-    clipped, cut = clip(text)
-    return (idx, kind, role, cut, clipped)
+def _docs(idx: int | None, kind: str, role: str | None, text: str) -> list[Doc]:
+    return [(idx, kind, role, cut, part) for part, cut in parts(text)]
 
 
 def _error_text(err: Mapping) -> str:
@@ -105,32 +126,30 @@ def rollout_docs(errors: Iterable[Any], ending: Mapping | None, calls: Iterable[
     out: list[Doc] = []
     for err in errors or ():
         if isinstance(err, Mapping) and (text := _error_text(err)).strip():
-            out.append(_doc(None, "rollout_error", None, text))
+            out += _docs(None, "rollout_error", None, text)
     for call in calls or ():
         err = call.get("error") if isinstance(call, Mapping) else None
         if isinstance(err, Mapping) and (text := _error_text(err)).strip():
             node = call.get("node")
-            out.append(_doc(node if isinstance(node, int) and not isinstance(node, bool) else None,
-                            "rollout_error", None, text))
+            out += _docs(node if isinstance(node, int) and not isinstance(node, bool) else None,
+                         "rollout_error", None, text)
     if isinstance(ending, Mapping) and (ending.get("detail") or ending.get("message")):
         evidence = ending.get("evidence") if isinstance(ending.get("evidence"), Mapping) else {}
-        said = " ".join(f"{k} {v}" for k, v in evidence.items() if v is not None and k != "extra")
+        said = " ".join(f"{k} {v}" for k, v in sorted(evidence.items()) if v is not None and k != "extra")
         text = "\n".join(str(p) for p in (ending.get("type"), ending.get("detail"), ending.get("message"), said) if p)
-        out.append(_doc(None, "ending", None, text))
+        out += _docs(None, "ending", None, text)
     return out
 
 
 def search_docs(r) -> list[Doc]:
     """The documents of a rollout (an ingest.schema.Rollout): its messages that have text, its
-    errors and its ending (`message_doc`, `rollout_docs`)."""
+    errors and its ending (`message_docs`, `rollout_docs`)."""
     out: list[Doc] = []
     for i, n in enumerate(r.nodes):
         m = n.message
-        doc = message_doc(i, {"role": m.role, "content": m.content, "reasoning_content": m.reasoning_content,
-                              "tool_calls": [{"name": tc.name, "arguments": tc.arguments}
-                                             for tc in m.tool_calls or []], "extra": m.extra})
-        if doc is not None:
-            out.append(doc)
+        out += message_docs(i, {"role": m.role, "content": m.content, "reasoning_content": m.reasoning_content,
+                                "tool_calls": [{"name": tc.name, "arguments": tc.arguments}
+                                               for tc in m.tool_calls or []], "extra": m.extra})
     calls = [{"node": c.node, "error": c.error.model_dump()} for c in r.calls if c.error is not None]
     return out + rollout_docs([e.model_dump() for e in r.errors], r.ending.model_dump(mode="json"), calls)
 
@@ -165,9 +184,7 @@ def rebuild(conn: sa.Connection, run_id: str | None = None, *, chunk: int = 500)
         rows = []
         for pk, idx, message in conn.execute(sa.select(N.c.rollout_pk, N.c.idx, N.c.message)
                                              .where(N.c.rollout_pk.in_(list(part))).order_by(N.c.rollout_pk, N.c.idx)):
-            doc = message_doc(idx, message if isinstance(message, Mapping) else None)
-            if doc is not None:
-                rows.append((pk, part[pk], *doc))
+            rows += [(pk, part[pk], *doc) for doc in message_docs(idx, message if isinstance(message, Mapping) else None)]
         for pk, env in conn.execute(sa.select(DET.c.rollout_pk, DET.c.envelope).where(DET.c.rollout_pk.in_(list(part)))):
             env = env if isinstance(env, Mapping) else {}
             rows += [(pk, part[pk], *doc) for doc in rollout_docs(env.get("errors"), env.get("ending"), env.get("calls"))]
