@@ -133,7 +133,8 @@ def _matches(session: Session, query: Query, cap: int) -> list:
     where = _filters(query)
     if session.get_bind().dialect.name == "sqlite":  # FTS5 gives its matches newest first itself
         fts = sa.table("search_fts", sa.column("rowid", sa.Integer))
-        stmt = (sa.select(*_COLUMNS).select_from(fts.join(SD, SD.c.pk == fts.c.rowid).join(R, R.c.pk == SD.c.rollout_pk))
+        joined = fts.join(SD, SD.c.pk == fts.c.rowid).join(R, R.c.pk == SD.c.rollout_pk)
+        stmt = (sa.select(*_COLUMNS).select_from(joined)
                 .where(sa.text("search_fts MATCH :q"), *where).order_by(fts.c.rowid.desc()).limit(cap + 1))
         return session.execute(stmt, {"q": query.fts5()}).all()
     base = sa.select(*_COLUMNS).select_from(SD.join(R, R.c.pk == SD.c.rollout_pk)).where(*where)

@@ -20,7 +20,8 @@ none of these is text.
 
 Refused with a `QueryError` (a 422): a query longer than MAX_QUERY_CHARS, a NUL character, `OR`
 or `NOT` (not supported: say what every text must hold), a filter given twice with different
-values (two step ranges narrow to the steps in both), a bad value. Answered with a note and no hits: no word at all (only punctuation).
+values (two step ranges narrow to the steps in both), a bad value. Answered with a note and no
+hits: no word at all (only punctuation).
 More than MAX_TERMS words or phrases: the first MAX_TERMS are used, and a note says so.
 """
 from __future__ import annotations
@@ -37,7 +38,9 @@ MAX_TERMS = 16  # words and phrases used of one query
 ROLES = ("system", "user", "assistant", "tool")
 ENDINGS = tuple(e.value for e in Ending)
 FILTERS = ("run", "steps", "ending", "role", "kind", "flag")
-_ITEM = re.compile(r'(?P<name>[A-Za-z_]+):(?:"(?P<qval>[^"]*)"?|(?P<val>\S+))|"(?P<phrase>[^"]*)("|$)|(?P<word>[^\s"]+)')
+_ITEM = re.compile(r'(?P<name>[A-Za-z_]+):(?:"(?P<qval>[^"]*)"?|(?P<val>\S+))'  # a filter
+                   r'|"(?P<phrase>[^"]*)(?P<close>"|$)'  # a phrase, maybe left open
+                   r'|(?P<word>[^\s"]+)')
 PART = re.compile(r"[^\W_]+")
 
 
@@ -147,7 +150,7 @@ def parse(text: str, **params: str | None) -> Query:
             _set(query, name, filter_value(name, value))
             continue
         if m.group("phrase") is not None:
-            if not m.group(5):
+            if not m.group("close"):
                 query.notes.append("a quote was left open: the phrase runs to the end of the query")
             words = _words(m.group("phrase"))
             if words:

@@ -4,7 +4,8 @@ task changes also a CSV download (`.csv`, one row per point).
 
 `/runs/{run}/charts/{chart}[.json|.csv]?steps=A-B&smooth=N`, `/runs/{run}/steps/{step}`,
 `/runs/{run}/task-changes?a=&b=`, `/compare?runs=a,b[,c...]&steps=&smooth=`,
-`/search?q=&run=&steps=&ending=&role=&kind=&flag=&after=`, `/runs/{run}/messages/{rollout_pk}/{idx}` (redirects to the message
+`/search?q=&run=&steps=&ending=&role=&kind=&flag=&after=`,
+`/runs/{run}/messages/{rollout_pk}/{idx}` (redirects to the message
 on its rollout page: branch, page and anchor).
 
 This router is included before app.routes.pages, whose `/runs/{run_id:path}` catches the rest.
@@ -26,17 +27,15 @@ from app.params import (
     STEP_RANGE_OR_BLANK,
     Count,
     Filters,
-    OptCount,
     OptSmooth,
     OptStr,
     _blank_is_none,
     check_rollout_filters,
     step_range,
 )
-from app.queries import rollout_facets
+from app.queries import rollout_facets, search_query
 from app.queries import runs as q_runs
 from app.queries import search as search_q
-from app.queries import search_query
 from app.queries.search_query import ENDINGS, KINDS, MAX_QUERY_CHARS, ROLES
 from app.queries.steps import one_step
 from app.render import csv_response, page_route, respond, split_suffix, suffix_of, wants_json

@@ -12,9 +12,10 @@ What is indexed, one `search_doc` row per text, each with its `kind` and `role`:
 
 A text is indexed in parts of at most HEAD_TAIL_CHARS characters (`parts`): a text longer than
 2 × HEAD_TAIL_CHARS by its head and its tail (where tracebacks are), HEAD_TAIL_CHARS characters
-each, and both rows say `truncated` (the middle is not searchable). Terms match within one part. Rows are written in the rollout's own transaction and deleted with it (ON DELETE
-CASCADE). The texts are made by app.store.prepare, outside the transaction; the batch hook
-writes a whole batch's documents with one executemany.
+each, and both rows say `truncated` (the middle is not searchable). Terms match within one part.
+Rows are written in the rollout's own transaction and deleted with it (ON DELETE CASCADE). The
+texts are made by app.store.prepare, outside the transaction; the batch hook writes a whole
+batch's documents with one executemany.
 
 SQLite indexes `search_doc.text` with the FTS5 table `search_fts` (external content): `add_docs`
 fills it with the documents, in one INSERT ... SELECT per call, and a delete trigger empties it
@@ -182,12 +183,15 @@ def rebuild(conn: sa.Connection, run_id: str | None = None, *, chunk: int = 500)
     for i in range(0, len(rollouts), chunk):
         part = {pk: run for pk, run in rollouts[i:i + chunk]}
         rows = []
+        pks = list(part)
         for pk, idx, message in conn.execute(sa.select(N.c.rollout_pk, N.c.idx, N.c.message)
-                                             .where(N.c.rollout_pk.in_(list(part))).order_by(N.c.rollout_pk, N.c.idx)):
-            rows += [(pk, part[pk], *doc) for doc in message_docs(idx, message if isinstance(message, Mapping) else None)]
-        for pk, env in conn.execute(sa.select(DET.c.rollout_pk, DET.c.envelope).where(DET.c.rollout_pk.in_(list(part)))):
+                                             .where(N.c.rollout_pk.in_(pks)).order_by(N.c.rollout_pk, N.c.idx)):
+            message = message if isinstance(message, Mapping) else None
+            rows += [(pk, part[pk], *doc) for doc in message_docs(idx, message)]
+        for pk, env in conn.execute(sa.select(DET.c.rollout_pk, DET.c.envelope).where(DET.c.rollout_pk.in_(pks))):
             env = env if isinstance(env, Mapping) else {}
-            rows += [(pk, part[pk], *doc) for doc in rollout_docs(env.get("errors"), env.get("ending"), env.get("calls"))]
+            docs = rollout_docs(env.get("errors"), env.get("ending"), env.get("calls"))
+            rows += [(pk, part[pk], *doc) for doc in docs]
         add_docs(conn, rows)
         total += len(rows)
     return total
