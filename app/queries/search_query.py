@@ -170,6 +170,6 @@ def parse(text: str, **params: str | None) -> Query:
     if len(terms) > MAX_TERMS:
         query.notes.append(f"only the first {MAX_TERMS} of {len(terms)} words and phrases were searched")
     query.terms = list(dict.fromkeys(terms))[:MAX_TERMS]
-    if not query.terms:
+    if not query.terms and text.strip():
         query.notes.append("no word to search for: give at least one word or phrase (filters narrow a search)")
     return query

@@ -67,6 +67,11 @@ def test_the_demo_incident_is_found(client, demo_run):
     # the same as URL parameters
     same = client.get('/search.json', params={"q": '"host lost"', "steps": "18", "kind": "rollout_error"}).json()
     assert {h["rollout_id"] for h in same["hits"]} == crashed
+    # a finding kind: the crashes whose last tool call went unanswered (all of them, the sandbox died)
+    flagged = client.get("/search.json", params={"q": '"host lost" flag:unanswered_tool_call', "steps": "18"}).json()
+    assert {h["rollout_id"] for h in flagged["hits"]} == crashed
+    assert client.get("/search.json", params={"q": '"host lost"', "steps": "18",
+                                              "flag": "reward_hacking_nowhere"}).json()["hits"] == []
     html = client.get("/search", params={"q": '"host lost" step:18'}).text
     assert "<mark>host" in html.lower() and 'href="/search?q=' in html and "by step" in html
 
