@@ -27,10 +27,11 @@ from app.db import models
 from app.queries.search_query import Query
 from app.queries.steps import StepRange
 
-SCAN_CAP = 5_000  # matching texts read per search, newest first
+SCAN_CAP = 2_000  # matching texts read per search, newest first (bench/analytics.py: a common word)
 RARE_MATCHES = SCAN_CAP  # Postgres: a query matching fewer texts is read through its matches (`_matches`)
 SHOWN_PER_ROLLOUT = 5  # matches shown with a snippet per rollout (the rest counted)
 KIND_ORDER = ("rollout_error", "ending", "tool_error", "tool_output", "message")
+_RANK = {k: i for i, k in enumerate(KIND_ORDER)}
 START, STOP = "\x02", "\x03"  # hit markers inside snippets; no trace text keeps them (stripped)
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 _CURSOR = re.compile(r"^(\d)\.(\d{1,10})$")
@@ -65,10 +66,12 @@ class RolloutHits:
     ending_detail: str | None
     matches: list[dict] = field(default_factory=list)
     counts: Counter = field(default_factory=Counter)
+    order: int = len(KIND_ORDER)
 
-    @property
-    def order(self) -> int:
-        return min(KIND_ORDER.index(m["kind"]) for m in self.matches)
+    def add(self, match: dict) -> None:
+        self.matches.append(match)
+        self.counts[match["kind"]] += 1
+        self.order = min(self.order, _RANK.get(match["kind"], len(KIND_ORDER)))
 
     @property
     def cursor(self) -> str:
@@ -102,7 +105,8 @@ def check_cursor(after: str | None) -> tuple[int, int] | None:
     return (int(m.group(1)), -int(m.group(2)))
 
 
-def _filters(query: Query) -> list:
+def _doc_filters(query: Query) -> list:
+    """The filters on the text's own row: run, kind, role."""
     f = query.filters
     out = []
     if "run" in f:
@@ -111,6 +115,13 @@ def _filters(query: Query) -> list:
         out.append(SD.c.kind == f["kind"])
     if "role" in f:
         out.append(SD.c.role == f["role"])
+    return out
+
+
+def _rollout_filters(query: Query) -> list:
+    """The filters on the text's rollout: steps, ending, flag."""
+    f = query.filters
+    out = []
     steps = f.get("steps")
     if isinstance(steps, StepRange) and (steps.first is not None or steps.last is not None):
         out.append(steps.where(R.c.step))
@@ -130,27 +141,28 @@ _COLUMNS = (SD.c.pk, SD.c.rollout_pk, SD.c.node_idx, SD.c.kind, SD.c.role, SD.c.
 
 def _matches(session: Session, query: Query, cap: int) -> list:
     """The matching texts that pass the filters, newest first, at most `cap` (+1 to tell)."""
-    where = _filters(query)
+    where = [*_doc_filters(query), *_rollout_filters(query)]
     if session.get_bind().dialect.name == "sqlite":  # FTS5 gives its matches newest first itself
         fts = sa.table("search_fts", sa.column("rowid", sa.Integer))
         joined = fts.join(SD, SD.c.pk == fts.c.rowid).join(R, R.c.pk == SD.c.rollout_pk)
         stmt = (sa.select(*_COLUMNS).select_from(joined)
                 .where(sa.text("search_fts MATCH :q"), *where).order_by(fts.c.rowid.desc()).limit(cap + 1))
         return session.execute(stmt, {"q": query.fts5()}).all()
-    base = sa.select(*_COLUMNS).select_from(SD.join(R, R.c.pk == SD.c.rollout_pk)).where(*where)
     # Postgres: a rare query's matches straight from the GIN index (fewer than RARE_MATCHES);
     # left to itself the planner may walk the primary key backwards checking every row's tsv
     # (0.2 s for a word in 10 of a million messages). A common one finds its newest texts soon that way.
     tsq = sa.func.to_tsquery(sa.literal_column("'simple'"), sa.bindparam("q"))
     match = sa.literal_column("search_doc.tsv").op("@@")(tsq)
     params = {"q": query.tsquery()}
-    n = session.execute(sa.select(sa.func.count()).select_from(
-        sa.select(SD.c.pk).where(match).limit(RARE_MATCHES).subquery()), params).scalar_one()
-    if n < RARE_MATCHES:
-        found = sa.select(SD.c.pk).where(match).cte("found").prefix_with("MATERIALIZED", dialect="postgresql")
-        stmt = base.where(SD.c.pk.in_(sa.select(found.c.pk)))
+    matching = sa.select(SD.c.pk).where(match, *_doc_filters(query))
+    n = session.execute(sa.select(sa.func.count()).select_from(matching.limit(RARE_MATCHES).subquery()),
+                        params).scalar_one()
+    if n < RARE_MATCHES:  # driven by the matches: the CTE is computed once, from the GIN index
+        found = matching.cte("found").prefix_with("MATERIALIZED")
+        joined = found.join(SD, SD.c.pk == found.c.pk).join(R, R.c.pk == SD.c.rollout_pk)
+        stmt = sa.select(*_COLUMNS).select_from(joined).where(*_rollout_filters(query))
     else:
-        stmt = base.where(match)
+        stmt = sa.select(*_COLUMNS).select_from(SD.join(R, R.c.pk == SD.c.rollout_pk)).where(match, *where)
     return session.execute(stmt.order_by(SD.c.pk.desc()).limit(cap + 1), params).all()
 
 
@@ -171,16 +183,14 @@ def search(*, session: Session, query: Query, limit: int = 20, after: str | None
         if g is None:
             g = groups[r.rollout_pk] = RolloutHits(r.rollout_pk, r.run_id, r.rollout_id, r.attempt, r.step,
                                                    r.ending, r.ending_detail)
-        g.matches.append({"pk": r.pk, "node_idx": r.node_idx, "kind": r.kind, "role": r.role,
-                          "truncated": bool(r.truncated)})
-        g.counts[r.kind] += 1
+        g.add({"pk": r.pk, "node_idx": r.node_idx, "kind": r.kind, "role": r.role, "truncated": bool(r.truncated)})
         kinds[r.kind] += 1
     ordered = sorted(groups.values(), key=RolloutHits.key)
     if start is not None:
         ordered = [g for g in ordered if g.key() > start]
     page = ordered[:limit]
     for g in page:
-        g.matches.sort(key=lambda m: (KIND_ORDER.index(m["kind"]), m["node_idx"] if m["node_idx"] is not None else -1))
+        g.matches.sort(key=lambda m: (_RANK[m["kind"]], m["node_idx"] if m["node_idx"] is not None else -1))
     _snippets(session, query, [m for g in page for m in g.matches[:SHOWN_PER_ROLLOUT]])
     steps = Counter(g.step for g in groups.values())
     endings = Counter(g.ending for g in groups.values())

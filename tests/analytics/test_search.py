@@ -157,8 +157,14 @@ def test_nul_in_a_query_is_refused_before_it_is_read(client):
     assert r.status_code == 400 and "NUL" in r.json()["error"]["message"]
 
 
-def test_odd_queries_get_an_answer(client, engine, tmp_path):
+def test_odd_queries_get_an_answer(client, engine, tmp_path, monkeypatch):
     _ingest_small(engine, tmp_path)
+    from app.queries import search as search_q
+
+    monkeypatch.setattr(search_q, "SCAN_CAP", 2)  # a common word: the newest texts read, and said so
+    d = client.get("/search.json", params={"q": "host"}).json()
+    assert d["capped"] and d["total_matches"] == 2 and any("narrow the search" in n for n in d["notes"])
+    monkeypatch.undo()
     for q in ("!!! ... ???", '"', '""', "*", "-", "(", "step:2"):
         d = client.get("/search.json", params={"q": q}).json()
         assert d["hits"] == [] and d["notes"], q  # no word: nothing searched, and it says so
@@ -233,8 +239,8 @@ def test_any_query_gets_an_answer_or_a_422(client, engine, tmp_path):
     nasty = ['NEAR(host lost)', 'host NEAR/2 lost', '^host', 'host*', '"host" + "lost"', "host:*", "'host'",
              "host & lost", "host | lost", "!host", "host <-> lost", "{host lost}", "(((", ")))", "col:host",
              "text:host", "run:", "kind:", 'kind:"rollout_error"', "step:18 step:19", "step:-", "step:1-", "ünïcödé",
-             "日本語のテキスト", "🦘 quokka", "\u200bquokka", "quokka\u202e", "a" * 999, "\\", "%", "_", "AND", "and or not",
-             "quokka OR", "OR", "NOT", "x:y:z", '"a" "b" "c" "', "\t\n quokka \r"]
+             "日本語のテキスト", "🦘 quokka", "\u200bquokka", "quokka\u202e", "a" * 999, "\\", "%", "_", "AND",
+             "and or not", "quokka OR", "OR", "NOT", "x:y:z", '"a" "b" "c" "', "\t\n quokka \r"]
     rng = random.Random(24)
     alphabet = 'ab qQ"*:^()-+&|!<>\'\\/_.,;0123456789éß中🦘\u200b'
     nasty += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 40))) for _ in range(120)]
