@@ -69,15 +69,18 @@ class RolloutHits:
     order: int = len(KIND_ORDER)
 
     def add(self, match: dict) -> None:
+        """Count in one more matching text of this rollout."""
         self.matches.append(match)
         self.counts[match["kind"]] += 1
         self.order = min(self.order, _RANK.get(match["kind"], len(KIND_ORDER)))
 
     @property
     def cursor(self) -> str:
+        """This rollout's place in the order, as `after=` takes it: `"<order>.<rollout_pk>"`."""
         return f"{self.order}.{self.rollout_pk}"
 
     def key(self) -> tuple[int, int]:
+        """The sort key: most telling match first, then newest."""
         return (self.order, -self.rollout_pk)
 
 

@@ -89,9 +89,11 @@ class Query:
                 "filters": {k: str(v) for k, v in self.filters.items()}}
 
     def fts5(self) -> str:
+        """The terms as one FTS5 MATCH expression (implicit AND): `"sandb"* "host lost"`."""
         return " ".join(t.fts5() for t in self.terms)
 
     def tsquery(self) -> str:
+        """The terms as one to_tsquery('simple', ...) text: `('sandb':*) & ('host' <-> 'lost')`."""
         return " & ".join(f"({t.tsquery()})" for t in self.terms)
 
 
