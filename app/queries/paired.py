@@ -28,15 +28,18 @@ def _in_range(steps: StepRange):
     return steps.where(R.c.step)
 
 
-def task_rewards(*, session: Session, run_id: str, steps: StepRange = StepRange()) -> dict[str, np.ndarray]:
+def task_rewards(*, session: Session, run_id: str, steps: StepRange = StepRange(),
+                 task: str | None = None) -> dict[str, np.ndarray]:
     """{task key: the run's scored rewards of that task (float64, in no particular order)} over
-    the step range. One statement; rollouts without a task key are left out."""
+    the step range, of every task or of `task` alone. One statement; rollouts without a task
+    key are left out."""
     other = R.alias("same_step_task")
     recorded = sa.exists().where(other.c.run_id == R.c.run_id, other.c.task_key == R.c.task_key,
                                  other.c.step.is_not_distinct_from(R.c.step), other.c.reward.is_not(None))
     score = sa.case((R.c.ending == "error", sa.literal(0.0)), else_=R.c.reward)
     q = (sa.select(R.c.task_key, score)
-         .where(R.c.run_id == run_id, R.c.task_key.is_not(None), _in_range(steps),
+         .where(R.c.run_id == run_id, R.c.task_key.is_not(None) if task is None else R.c.task_key == task,
+                _in_range(steps),
                 sa.or_(sa.and_(R.c.ending != "error", R.c.reward.is_not(None)),
                        sa.and_(R.c.ending == "error", recorded))))
     by: dict[str, list[float]] = {}
