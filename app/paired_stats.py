@@ -14,7 +14,10 @@ and 97.5th percentiles of diff* (95 %). The runs are paired by task (each task a
 compared with itself); within a task rollouts are not paired one to one, since the runs rarely
 have the same number (a rollout's place in its group means nothing across runs), so each run's
 rollouts of the task are resampled on their own, in their own count. A task with fewer than
-two rollouts in either run has no interval (`NO_INTERVAL`: one reward has no spread).
+two rollouts in either run has no interval (`NO_INTERVAL`: one reward has no spread), nor one
+whose difference leaves the floats (rewards near ±1.8e308: `TOO_LARGE`). Means are Σ (x / n),
+exactly rounded (`math.fsum`): huge finite rewards keep a finite mean, and equal rewards in any
+order give equal means (a tie for the sign test, not ±1e-17).
 
 Verdict: `improved` when the whole interval is above 0, `regressed` when below, else `unclear`.
 
@@ -55,6 +58,7 @@ LEVEL = 0.95
 SEED = 20_240_924  # fixed: the same rewards give the same intervals
 CHUNK_DRAWS = 4_000_000  # draws held at once on the sampled path (~64 MB of indices and values)
 NO_INTERVAL = "fewer than 2 rollouts in a run: no interval"
+TOO_LARGE = "rewards too large for a finite difference: no interval"
 VERDICTS = ("regressed", "improved", "unclear")
 
 
@@ -121,7 +125,7 @@ def _mean_law(n: int, lo: float, hi: float, c: int) -> tuple[np.ndarray, np.ndar
     p = c / n
     logpmf = np.array([math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) for i in k]) \
         + k * math.log(p) + (n - k) * math.log1p(-p)
-    return lo + (hi - lo) * k / n, np.exp(logpmf)
+    return lo * (1 - k / n) + hi * (k / n), np.exp(logpmf)
 
 
 def _ideal_interval(a: tuple, b: tuple, level: float) -> tuple[float, float]:
@@ -144,10 +148,11 @@ def _replicates(x: np.ndarray, rng: np.random.Generator, resamples: int) -> np.n
     """`resamples` bootstrap replicates of the mean of `x` (≥ 1 reward): one (replicates × n)
     index array per chunk of ≤ `CHUNK_DRAWS` draws."""
     out = np.empty(resamples)
+    scaled = x / x.size  # Σ x/n, not Σ x / n: a mean of huge finite rewards stays finite
     step = max(1, CHUNK_DRAWS // x.size)
     for c in range(0, resamples, step):
         r = min(step, resamples - c)
-        out[c:c + r] = x[rng.integers(0, x.size, size=(r, x.size))].mean(axis=1)
+        out[c:c + r] = scaled[rng.integers(0, x.size, size=(r, x.size))].sum(axis=1)
     return out
 
 
@@ -188,21 +193,22 @@ def paired_differences(keys: list[str], a: list[np.ndarray], b: list[np.ndarray]
         if ta and tb and (a[i].size + 1) * (b[i].size + 1) <= IDEAL_MAX_POINTS:
             key = ((a[i].size, *ta), (b[i].size, *tb))
             if key not in ideal:
-                ideal[key] = _ideal_interval(*key, level)
+                with np.errstate(over="ignore", invalid="ignore"):  # ±inf: TOO_LARGE below
+                    ideal[key] = _ideal_interval(*key, level)
             ci[i] = ideal[key]
         else:
             sampled.append(i)
     n_rep = resamples or replicates_for(sum(a[i].size + b[i].size for i in sampled))
     for i in sampled:
         rng = task_rng(keys[i], seed)
-        reps = _replicates(b[i], rng, n_rep) - _replicates(a[i], rng, n_rep)
-        lo, hi = np.quantile(reps, [(1 - level) / 2, 1 - (1 - level) / 2])
+        with np.errstate(over="ignore", invalid="ignore"):  # ±inf: TOO_LARGE below
+            reps = _replicates(b[i], rng, n_rep) - _replicates(a[i], rng, n_rep)
+            lo, hi = np.quantile(reps, [(1 - level) / 2, 1 - (1 - level) / 2])
         ci[i] = (float(lo), float(hi))
     out = []
     for i in range(len(a)):
-        # exactly rounded (fsum): equal rewards in any order give equal means, a tie, not ±1e-17
-        ma = math.fsum(a[i].tolist()) / a[i].size if a[i].size else None
-        mb = math.fsum(b[i].tolist()) / b[i].size if b[i].size else None
+        ma = math.fsum((a[i] / a[i].size).tolist()) if a[i].size else None
+        mb = math.fsum((b[i] / b[i].size).tolist()) if b[i].size else None
         diff = mb - ma if ma is not None and mb is not None else None
         lo, hi = ci.get(i, (None, None))
         note = None
@@ -210,6 +216,10 @@ def paired_differences(keys: list[str], a: list[np.ndarray], b: list[np.ndarray]
             note = "not in run A" if ma is None else "not in run B"
         elif i not in ci:
             note = NO_INTERVAL
+        elif not math.isfinite(diff) or not (math.isfinite(lo) and math.isfinite(hi)):
+            diff = diff if math.isfinite(diff) else None
+            lo = hi = None
+            note = TOO_LARGE
         out.append(TaskDiff(int(a[i].size), int(b[i].size), ma, mb, diff, lo, hi, verdict(lo, hi), note))
     return out, n_rep
 
