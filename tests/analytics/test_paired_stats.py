@@ -108,3 +108,10 @@ def test_past_the_draw_budget_fewer_replicates_never_under_the_floor():
     assert ps.replicates_for(16 * 2 * 1000) == ps.RESAMPLES
     assert ps.replicates_for(16 * 2 * 4000) == ps.RESAMPLES // 4
     assert ps.replicates_for(10**9) == ps.MIN_RESAMPLES
+
+
+def test_sign_test_matches_the_binomial_sum_at_every_split():
+    for n in (1, 2, 7, 30):
+        for k in range(n + 1):
+            tail = sum(math.comb(n, i) for i in range(min(k, n - k) + 1))
+            assert ps.sign_test(k, n - k).p == min(1.0, 2 * tail / 2**n), (k, n)
