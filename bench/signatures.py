@@ -36,7 +36,8 @@ def _param(rng: random.Random) -> str:
     return rng.choice([
         str(rng.randint(0, 10**6)), f"/srv/job/{rng.randint(0, 99)}/run_{rng.randint(0, 9)}.py",
         f"file{rng.randint(0, 99)}.json", f"req_{rng.getrandbits(32):08x}", f"0x{rng.getrandbits(32):x}",
-        f"'{rng.choice(WORDS)} {rng.randint(0, 9)}'", f"{rng.getrandbits(32):08x}-1234-4abc-8def-{rng.getrandbits(48):012x}",
+        f"'{rng.choice(WORDS)} {rng.randint(0, 9)}'",
+        f"{rng.getrandbits(32):08x}-1234-4abc-8def-{rng.getrandbits(48):012x}",
     ])
 
 

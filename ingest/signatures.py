@@ -29,9 +29,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from drain3 import TemplateMiner
+from drain3.drain import LogCluster
 from drain3.masking import MaskingInstruction
 from drain3.template_miner_config import TemplateMinerConfig
-from drain3.drain import LogCluster
 
 from ingest.metrics import finite_number, tool_failure
 from ingest.schema import Rollout

@@ -72,8 +72,8 @@ def _lock(conn: sa.Connection, run_id: str) -> None:
 def mine_run(conn: sa.Connection, run_id: str, rollouts: list[tuple[int, int | None, list[tuple[str, str]]]]) -> int:
     """Mine the texts of `rollouts` ((rollout_pk, step, [(kind, text)])) of run `run_id` against
     its stored templates, in the caller's transaction; returns the rollout_signature rows written.
-    Statements: the lock (Postgres), one read of the run's templates, one INSERT of new ones, an
-    UPDATE per generalised template, one executemany of rollout_signature rows."""
+    Statements: the lock (Postgres), one read of the run's templates, one INSERT of new ones, one
+    executemany UPDATE of generalised ones, one bulk insert of rollout_signature rows."""
     _lock(conn, run_id)
     stored = {n: (pk, t) for pk, n, t in conn.execute(
         sa.select(FS.c.pk, FS.c.number, FS.c.template).where(FS.c.run_id == run_id))}
@@ -100,9 +100,10 @@ def mine_run(conn: sa.Connection, run_id: str, rollouts: list[tuple[int, int | N
     if new:
         for r in conn.execute(FS.insert().returning(FS.c.pk, FS.c.number, FS.c.template), new):
             stored[r.number] = (r.pk, r.template)
-    for n, t in templates.items():
-        if stored[n][1] != t:
-            conn.execute(FS.update().where(FS.c.pk == stored[n][0]).values(template=t))
+    changed = [{"sig_pk": stored[n][0], "sig_template": t} for n, t in templates.items() if stored[n][1] != t]
+    if changed:
+        conn.execute(FS.update().where(FS.c.pk == sa.bindparam("sig_pk"))
+                     .values(template=sa.bindparam("sig_template")), changed)
     rows = [(pk, stored[n][0], run_id, step, kind) for pk, step, kind, n in found]
     bulk_insert(conn, RS, ("rollout_pk", "signature_pk", "run_id", "step", "kind"), rows)
     return len(rows)

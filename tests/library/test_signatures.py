@@ -52,7 +52,8 @@ def test_the_cap_sends_what_fits_no_template_to_other():
     assert len(m) == 2  # bounded
 
 
-@pytest.mark.parametrize("text", ["", "\x00\x00", "\x01\x02\x03 \x7f", "\udc80\udcff binary", "<script>x</script>" * 5000,
+@pytest.mark.parametrize("text", ["", "\x00\x00", "\x01\x02\x03 \x7f", "\udc80\udcff binary",
+                                  "<script>x</script>" * 5000,
                                   "a" * 3_000_000, "‮evil‬ \u200b", "x " * 100_000])
 def test_any_text_is_mined_or_skipped_never_raises(text):
     m = Miner()

@@ -140,7 +140,8 @@ def test_a_failure_inside_mining_keeps_the_rollouts(client, engine, tmp_path, mo
 
 def test_the_cap_counts_the_rest_as_other(client, engine, tmp_path, monkeypatch):
     monkeypatch.setattr(store_signatures, "Miner", functools.partial(Miner, cap=2))
-    msgs = ["alpha failed with code 1", "beta broke badly today", "gamma is new", "delta too", "alpha failed with code 2"]
+    msgs = ["alpha failed with code 1", "beta broke badly today", "gamma is new", "delta too",
+            "alpha failed with code 2"]
     rs = [rollout(f"c{i}", ending="error", reward=None, step=i, errors=[{"type": "E", "message": m}])
           for i, m in enumerate(msgs)]
     assert ingest(engine, write_jsonl(tmp_path / "cap.jsonl", rs)).ok
@@ -149,3 +150,32 @@ def test_the_cap_counts_the_rest_as_other(client, engine, tmp_path, monkeypatch)
     assert len(by_id) == 3 and by_id[OTHER]["other"] and by_id[OTHER]["count"] == 2
     assert d["signatures"][-1]["id"] == OTHER
     assert max(s["count"] for s in d["signatures"] if not s["other"]) == 2  # alpha, twice
+
+
+def test_mining_costs_a_bounded_number_of_statements_per_batch(engine, tmp_path):
+    """Savepoint and its release, the lock (Postgres), the run's templates read, new templates
+    inserted, generalised ones updated, rollout_signature rows: whatever the number of templates
+    or steps in the batch (a batch of 200 failed rollouts with 40 kinds of error over 20 steps)."""
+    from tests.store.test_batch_writer import statements
+
+    def rollouts(run):
+        def kind(k):  # 40 kinds of error sharing no word but their parameters
+            name = chr(97 + k // 26) + chr(97 + k % 26)
+            return f"{name}Error", f"{name}q {name}r {name}s {name}t"
+
+        return [rollout(f"f{i}", run=run, step=i % 20, ending="error", reward=None,
+                        errors=[{"type": kind(i % 40)[0], "message": f"{kind(i % 40)[1]} {i} at /a/b/{i}.py"}])
+                for i in range(200)]
+
+    with_hooks, report = statements(engine, lambda: ingest(engine, write_jsonl(tmp_path / "a.jsonl", rollouts("a"))))
+    assert report.total.inserted == 200 and report.total.batches == 1 and report.total.fallbacks == 0
+    assert _rows(engine)[0] == 40
+    from app.store import write
+
+    hooks = list(write.BATCH_HOOKS)
+    write.BATCH_HOOKS[:] = [h for h in hooks if h is not store_signatures.on_batch]
+    try:
+        without, _ = statements(engine, lambda: ingest(engine, write_jsonl(tmp_path / "b.jsonl", rollouts("b"))))
+    finally:
+        write.BATCH_HOOKS[:] = hooks
+    assert with_hooks - without <= 8, (with_hooks, without)

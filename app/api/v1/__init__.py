@@ -13,7 +13,20 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.api.v1 import alerts, export, failures, findings, groups, index, ingest, labels, quarantine, rollouts, runs, status
+from app.api.v1 import (
+    alerts,
+    export,
+    failures,
+    findings,
+    groups,
+    index,
+    ingest,
+    labels,
+    quarantine,
+    rollouts,
+    runs,
+    status,
+)
 from app.deps import READ_ON_READS, RefuseUnknownQuery
 
 # The error responses of each operation are written into the document by app.api.v1.openapi (from
