@@ -46,6 +46,11 @@ def run(run_id: str, *, json: bool = False) -> str:
     return _url(f"/runs/{q(run_id)}", json, {})
 
 
+def failures(run_id: str, *, json: bool = False) -> str:
+    """A run's failure signatures (docs/failures.md)."""
+    return _url(f"/runs/{q(run_id)}/failures", json, {})
+
+
 def rollouts(run_id: str, *, json: bool = False, **params: Any) -> str:
     """A run's rollouts list; `params` are its filters and cursor (`step`, `ending`, `after`, ...)."""
     return _url(f"/runs/{q(run_id)}/rollouts", json, params)

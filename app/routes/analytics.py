@@ -3,8 +3,8 @@ link to a message. Each page has its JSON twin (`.json` or Accept: application/j
 task changes also a CSV download (`.csv`, one row per point).
 
 `/runs/{run}/charts/{chart}[.json|.csv]?steps=A-B&smooth=N`, `/runs/{run}/steps/{step}`,
-`/runs/{run}/task-changes?a=&b=`, `/compare?runs=a,b[,c...]&steps=&smooth=&paired_offset=`,
-`/compare/task?runs=a,b&task=&steps=`,
+`/runs/{run}/task-changes?a=&b=`, `/runs/{run}/failures`,
+`/compare?runs=a,b[,c...]&steps=&smooth=&paired_offset=`, `/compare/task?runs=a,b&task=&steps=`,
 `/search?q=&run=&before=`, `/runs/{run}/messages/{rollout_pk}/{idx}` (redirects to the message
 on its rollout page: branch, page and anchor).
 
@@ -39,6 +39,7 @@ from app.queries.steps import one_step
 from app.render import csv_response, page_route, respond, split_suffix, suffix_of, wants_json
 from app.views import chart as chart_view
 from app.views import compare as compare_view
+from app.views import failures as failures_view
 from app.views import paired as paired_view
 from app.views import search as search_view
 from app.views import step as step_view
@@ -192,6 +193,19 @@ def step(request: Request, session: SessionDep, run_id: str, step: str):
     rid = unquote(run_id)
     return respond(request, "step.html", step_view.step_page(session, rid, n, json=json), json=json,
                    missing=lambda: not_found(rid, f"step {n}", run_exists=_known_run(session, rid)))
+
+
+@page_route(router, "/runs/{run_id:path}/failures")
+def failures(request: Request, session: SessionDep, run_id: str):
+    """A run's failure signatures (docs/failures.md): the recurring templates of rollout errors,
+    tool errors and failed rollouts' last assistant messages, mined at ingest with Drain3, most
+    failed rollouts first, each with its share of the failed rollouts, steps (a sparkline), the
+    step it arrived at ("new at step N"), example rollouts and the rollouts list filtered by it.
+    The JSON twin is `GET /api/v1/runs/{run}/failures`'s shape."""
+    rid = unquote(run_id)
+    json = wants_json(request)
+    return respond(request, "failures.html", failures_view.failures_page(session, rid, json=json), json=json,
+                   missing=lambda: not_found(rid, None, run_exists=False))
 
 
 @page_route(router, "/runs/{run_id:path}/task-changes", offers=(".json", ".csv"))
