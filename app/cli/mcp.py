@@ -45,12 +45,11 @@ def mcp(
         from app.cli.common import open_engine
         from app.config import get_settings
 
-        open_engine().dispose()  # says which database, waits for it, migrates (as `serve` does)
-        settings = get_settings()
-        if settings.require_read_token and not token:
+        if get_settings().require_read_token and not token:
             raise Refused("reading is locked (ROLLSCOPE_REQUIRE_READ_TOKEN is set): give a read token with --token "
                           "or ROLLSCOPE_TOKEN (`rollscope token create --scope read`)")
-        return Reader.in_process(settings, token=token, base_url=base)
+        open_engine().dispose()  # says which database, waits for it, migrates (as `serve` does)
+        return Reader.in_process(get_settings(), token=token, base_url=base)
 
     async def main() -> None:
         from app.mcp.server import build_server

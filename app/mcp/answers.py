@@ -322,8 +322,9 @@ def rollout_answer(d: dict, link: Link, *, max_chars: int = CHARS_PER_MESSAGE) -
         if m.get("reasoning"):
             lines.append(f"  reasoning: {m['reasoning']!r}" + (" [cut]" if m.get("reasoning_cut") else ""))
         if m.get("content"):
-            more = (f" [cut at {max_chars:,} of {m.get('content_chars') or 0:,} characters: get_rollout with "
-                    f"message={m.get('message')} and chars_from={max_chars} reads on]") if m.get("content_cut") else ""
+            shown = len(m["content"])
+            more = (f" [cut at {shown:,} of {m.get('content_chars') or 0:,} characters: get_rollout with "
+                    f"message={m.get('message')} and chars_from={shown} reads on]") if m.get("content_cut") else ""
             lines.append(f"  {m['content']!r}{more}")
         for c in m.get("tool_calls") or []:
             lines.append(f"  calls {c['name']}({c['arguments']})"

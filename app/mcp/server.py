@@ -223,7 +223,13 @@ def build_server(reader: Reader) -> MCPServer:
         of failed rollouts, first and last step, count per step, the step where it is new, example
         rollouts, and the link to its rollouts (list_rollouts with signature=<id>)."""
         async def build():
-            d = await reader.get(f"{urls.run(str(run))}/failures.json")
+            try:
+                d = await reader.get(f"{urls.run(str(run))}/failures.json")
+            except ReadError as exc:  # a server without the failures page routes it to the run page
+                if exc.status == 404 and exc.message.endswith("/failures'"):
+                    raise ReadError(404, "this Rollscope has no failure signatures page "
+                                         f"(/runs/{urls.q(str(run))}/failures): it needs a newer version") from None
+                raise
             return answers.failures_answer(d, reader.link, run=str(run))
         return await answer(build)
 
