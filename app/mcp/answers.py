@@ -519,7 +519,8 @@ def compare_answer(d: dict, link: Link) -> Answer:
         for t in ptasks[:TOP * 2]:
             ci = (f" [{num(t.get('ci_low'))}, {num(t.get('ci_high'))}]"
                   if t.get("ci_low") is not None or t.get("ci_high") is not None else "")
-            lines.append(f"- {t.get('task')}: {num(t.get('diff'))}{ci}" + (f" {t['verdict']}" if t.get("verdict") else ""))
+            verdict = f" {t['verdict']}" if t.get("verdict") else ""
+            lines.append(f"- {t.get('task')}: {num(t.get('diff'))}{ci}{verdict}")
     elif tasks:
         lines.append("Tasks with the largest change in mean reward (last − first run): " + "; ".join(
             f"{t['task']} {num(t.get('delta'))}" for t in tasks[:TOP] if t.get("delta") is not None) + ".")

@@ -207,7 +207,8 @@ def test_list_rollouts_filters_and_pages(demo_answers):
     assert all(r["step"] == 18 and r["ending"] == "error" and r["ending_detail"] == "sandbox_crash" for r in rows)
     assert rows[0]["url"] == f"/runs/demo-grpo/rollouts/{rows[0]['rollout']}"
     assert f"after={p1['after']!r}" in _text(demo_answers["errors_p1"])
-    assert "20 rollouts in run demo-grpo with step=18, ending=error; 15 on this page:" in _text(demo_answers["errors_p1"])
+    head = "20 rollouts in run demo-grpo with step=18, ending=error; 15 on this page:"
+    assert head in _text(demo_answers["errors_p1"])
     tf = demo_answers["task_filter"].structured_content
     assert tf["rollouts"] and all(r["task"].startswith("edit/") and r["reward"] >= 1 and r["step"] == 29
                                   for r in tf["rollouts"])
