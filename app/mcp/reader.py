@@ -59,10 +59,16 @@ class Reader:
         """The app itself, built for `settings` (`create_app`) and called through ASGI: no port."""
         from app.main import create_app
 
-        app = create_app(settings)
+        return cls.for_app(create_app(settings), token=token, base_url=base_url)
+
+    @classmethod
+    def for_app(cls, app, *, token: str | None = None, base_url: str | None = None) -> "Reader":
+        """An ASGI app (a `create_app`) called in-process. An exception in the app is its 500
+        response, as a server would answer (not raised into the tool)."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://rollscope.local",
-                                   headers=headers, timeout=TIMEOUT_SECONDS)
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        client = httpx.AsyncClient(transport=transport, base_url="http://rollscope.local", headers=headers,
+                                   timeout=TIMEOUT_SECONDS)
         return cls(client, base_url=base_url, where="the database")
 
     @classmethod
