@@ -67,32 +67,56 @@ def demo_files(tmp_path_factory) -> list[str]:
             "--tokenizer", str(folder / "demo-run.tokenizer.json")]
 
 
+def _dialects(request) -> list[str]:
+    """The dialects the selected tests of this module use (the lock, --url and --http tests: SQLite)."""
+    out = []
+    for item in request.session.items:
+        if item.module is request.module:
+            callspec = getattr(item, "callspec", None)
+            dialect = callspec.params.get("demo_db", "sqlite") if callspec else "sqlite"
+            out += [dialect] if dialect not in out else []
+    return out or ["sqlite"]
+
+
 @pytest.fixture(scope="module")
-def sqlite_demo(demo_files, tmp_path_factory) -> str:
-    """A SQLite file holding the three runs, ingested by `rollscope ingest`."""
-    url = f"sqlite:///{tmp_path_factory.mktemp('mcp-db') / 'demo.db'}"
-    done = subprocess.run([RS, "ingest", *demo_files], capture_output=True, text=True, timeout=300, env=_env(url))
-    assert done.returncode == 0, done.stderr[-2000:]
-    return url
+def databases(request, demo_files, tmp_path_factory):
+    """Per dialect the selected tests use, a database holding the three runs, each ingested by
+    `rollscope ingest`, all at once (two processes: the module's largest cost, halved)."""
+    folder = tmp_path_factory.mktemp("mcp-db")
+    urls, names, procs = {}, [], {}
+    try:
+        for dialect in _dialects(request):
+            if dialect == "sqlite":
+                urls[dialect] = f"sqlite:///{folder / 'demo.db'}"
+            else:
+                name = f"rs_mcp_{uuid.uuid4().hex[:12]}"
+                with _pg_admin() as conn:
+                    conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{request.getfixturevalue("_pg_template")}"')
+                names.append(name)
+                urls[dialect] = _pg_url(name)
+            log = (folder / f"ingest-{dialect}.txt").open("w+")
+            procs[dialect] = (subprocess.Popen([RS, "ingest", *demo_files], stdout=log, stderr=subprocess.STDOUT,
+                                               env=_env(urls[dialect])), log)
+        for dialect, (proc, log) in procs.items():
+            code = proc.wait(300)
+            log.seek(0)
+            assert code == 0, (dialect, log.read()[-2000:])
+            log.close()
+        yield urls
+    finally:
+        for name in names:
+            request.getfixturevalue("_pg_dropper")(name)
+
+
+@pytest.fixture(scope="module")
+def sqlite_demo(databases) -> str:
+    return databases["sqlite"]
 
 
 @pytest.fixture(scope="module", params=DIALECTS)
-def demo_db(request, demo_files):
-    """A database of each dialect holding the three runs, ingested by `rollscope ingest`."""
-    if request.param == "sqlite":
-        yield request.getfixturevalue("sqlite_demo")
-        return
-    name = f"rs_mcp_{uuid.uuid4().hex[:12]}"
-    with _pg_admin() as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{request.getfixturevalue("_pg_template")}"')
-    url = _pg_url(name)
-    try:
-        done = subprocess.run([RS, "ingest", *demo_files], capture_output=True, text=True, timeout=300,
-                              env=_env(url))
-        assert done.returncode == 0, done.stderr[-2000:]
-        yield url
-    finally:
-        request.getfixturevalue("_pg_dropper")(name)
+def demo_db(request, databases) -> str:
+    """A database of each dialect holding the three runs."""
+    return databases[request.param]
 
 
 async def _session(args: list[str], env: dict, calls, errlog) -> dict:
@@ -147,15 +171,30 @@ async def _demo_calls(session, out: dict) -> None:
 
 
 @pytest.fixture(scope="module")
-def demo_answers(demo_db, tmp_path_factory) -> dict:
-    """One stdio session of `rollscope mcp` on the demo database, every call's result by key."""
-    errlog = (tmp_path_factory.mktemp("mcp-log") / "stderr.txt").open("w+")
-    try:
-        return _call(_session, [], _env(demo_db), _demo_calls, errlog)
-    except Exception:
-        errlog.seek(0)
-        print(errlog.read()[-3000:])
-        raise
+def sessions(databases, tmp_path_factory) -> dict:
+    """Per database, one stdio session of `rollscope mcp` on it (all at once), every call's result
+    by key; or the exception the session raised, with the server's stderr."""
+    folder = tmp_path_factory.mktemp("mcp-log")
+
+    def one(dialect: str, url: str):
+        with (folder / f"{dialect}.txt").open("w+") as errlog:
+            try:
+                return anyio.run(_session, [], _env(url), _demo_calls, errlog)
+            except Exception as exc:  # noqa: BLE001 - re-raised by the test that uses this database
+                errlog.seek(0)
+                return RuntimeError(f"{type(exc).__name__}: {exc}; rollscope mcp said: {errlog.read()[-3000:]}")
+
+    with ThreadPoolExecutor(len(databases)) as ex:  # fresh threads, never the test's own
+        futures = {url: ex.submit(one, dialect, url) for dialect, url in databases.items()}
+        return {url: f.result() for url, f in futures.items()}
+
+
+@pytest.fixture
+def demo_answers(demo_db, sessions) -> dict:
+    got = sessions[demo_db]
+    if isinstance(got, Exception):
+        raise got
+    return got
 
 
 def test_the_eight_tools_are_listed_with_their_arguments(demo_answers):
