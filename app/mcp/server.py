@@ -154,8 +154,12 @@ def build_server(reader: Reader) -> MCPServer:
                   "after": after, "limit": limit}
 
         async def build():
-            return answers.rollouts_answer(await reader.get(urls.rollouts(str(run), json=True, **params)),
-                                           reader.link)
+            d = await reader.get(urls.rollouts(str(run), json=True, **params))
+            if signature is not None and "signature" not in (d.get("filters") or {}):
+                # pages ignore a parameter they do not take: without this, every rollout would be listed
+                raise ReadError(422, "this Rollscope's rollouts list does not filter by signature (it needs a newer "
+                                     "version); list without it, or search for the signature's words")
+            return answers.rollouts_answer(d, reader.link)
         return await answer(build)
 
     @server.tool(annotations=READ_ONLY)

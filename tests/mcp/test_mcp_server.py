@@ -167,7 +167,9 @@ async def _demo_calls(session, out: dict) -> None:
     await call("compare_list", "compare_runs", runs=[RUN, OTHER])
     await call("search_tool", "search", query="edit_file", run=RUN, limit=3)
     await call("search", "search", query="sandbox", run=RUN)
-    await call("failures", "failure_signatures", run=RUN)
+    failures = await call("failures", "failure_signatures", run=RUN)
+    top = ((failures.structured_content or {}).get("signatures") or [{"id": 1}])[0]
+    await call("by_signature", "list_rollouts", run=RUN, signature=top.get("id"), limit=200)
 
 
 @pytest.fixture(scope="module")
@@ -324,6 +326,14 @@ def test_failure_signatures_name_the_sandbox_crash_on_top(demo_answers):
     top = result.structured_content["signatures"][0]
     assert "sandbox" in top["template"] and top["count"] >= 20 and top["first_step"] <= 18 <= top["last_step"]
     assert "sandbox" in _text(result).splitlines()[1]
+
+
+def test_list_rollouts_filters_by_the_top_signature(demo_answers):
+    result = demo_answers["by_signature"]
+    assert not result.is_error, _text(result)
+    rows = result.structured_content["rollouts"]
+    assert len(rows) >= 20 and all(r["ending"] == "error" for r in rows)
+    assert sum(r["step"] == 18 for r in rows) == 20  # the incident's crashes, besides the run's usual few
 
 
 def test_compare_runs_gives_the_paired_difference(demo_answers):
