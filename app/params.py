@@ -75,6 +75,8 @@ def rollout_filters(
         description="that component's score ≥ this (needs `component`, else 422)")] = None,
     component_max: Annotated[OptFloat, Query(
         description="that component's score ≤ this (needs `component`, else 422)")] = None,
+    signature: Annotated[OptCount, Query(description="a failure signature's id in the run (docs/failures.md): "
+                                                     "the rollouts carrying it")] = None,
 ) -> RolloutFilters:
     """The rollouts list's filters as query parameters; 422 for a step range that does not parse.
     `flag` is read through `ingest.checks.legacy_kind`: `flag=tool_call_markup_unparsed` selects
@@ -89,7 +91,8 @@ def rollout_filters(
         flag = checks.legacy_kind(flag)  # a kind's old name (a pasted link) filters by its new one
     return RolloutFilters(step=step, steps=steps, ending=ending, group=group, task=task, agent=agent,
                           reward_min=reward_min, reward_max=reward_max, flag=flag, label=label, staleness=staleness,
-                          component=component, component_min=component_min, component_max=component_max)
+                          component=component, component_min=component_min, component_max=component_max,
+                          signature=signature)
 
 
 Filters = Annotated[RolloutFilters, Depends(rollout_filters)]

@@ -46,6 +46,11 @@ def run(run_id: str, *, json: bool = False) -> str:
     return _url(f"/runs/{q(run_id)}", json, {})
 
 
+def failures(run_id: str, *, json: bool = False) -> str:
+    """A run's failure signatures (docs/failures.md)."""
+    return _url(f"/runs/{q(run_id)}/failures", json, {})
+
+
 def rollouts(run_id: str, *, json: bool = False, **params: Any) -> str:
     """A run's rollouts list; `params` are its filters and cursor (`step`, `ending`, `after`, ...)."""
     return _url(f"/runs/{q(run_id)}/rollouts", json, params)
@@ -127,8 +132,13 @@ def task_changes(run_id: str, a: int, b: int, *, ext: str = "") -> str:
 
 
 def compare(run_ids: list[str], *, json: bool = False, **params: Any) -> str:
-    """Runs overlaid on one step axis; `params`: `steps`, `smooth`."""
+    """Runs overlaid on one step axis; `params`: `steps`, `smooth`, `paired_offset`."""
     return _url("/compare", json, {"runs": ",".join(run_ids), **{k: v for k, v in params.items() if v not in ("", 1)}})
+
+
+def compare_task(run_ids: list[str], task: str, *, json: bool = False, **params: Any) -> str:
+    """Two runs' rollouts of one task side by side; `params`: `steps`."""
+    return _url("/compare/task", json, {"runs": ",".join(run_ids), "task": task, **params})
 
 
 def search(*, json: bool = False, **params: Any) -> str:

@@ -1,5 +1,5 @@
 """The `rollscope` command: ingest, export, recheck, quarantine, worker, link, serve, demo,
-rebuild-analytics, schema, token. One module per command group; this one assembles them (in the
+rebuild-analytics, schema, token, mcp. One module per command group; this one assembles them (in the
 order `rollscope --help` lists them) and holds the console entry point, `main`.
 
 Configuration comes from the environment through `get_settings()` (`ROLLSCOPE_DATABASE_URL`,
@@ -15,7 +15,7 @@ import sys
 import typer
 from rich.text import Text
 
-from app.cli import common, demo, export, ingest, link, quarantine, rebuild, schema, serve, token, worker
+from app.cli import common, demo, export, ingest, link, mcp, quarantine, rebuild, schema, serve, token, worker
 from app.cli.common import console
 from app.cli.exits import exit_codes
 
@@ -32,6 +32,7 @@ app.command(epilog=exit_codes("serve"))(serve.serve)
 app.command(epilog=exit_codes("demo"))(demo.demo)
 app.command("rebuild-analytics", epilog=exit_codes("rebuild-analytics"))(rebuild.rebuild_analytics)
 app.command(epilog=exit_codes("schema"))(schema.schema)
+app.command(epilog=exit_codes("mcp"))(mcp.mcp)
 
 
 def main() -> None:

@@ -41,8 +41,12 @@ CODES: dict[str, list[str]] = {
     "demo": ["0 the demo run and its tokenizer were written", _USAGE + ", or a file that cannot be written"],
     "rebuild-analytics": ["0 rebuilt", _USAGE_DB, _DB],
     "schema": ["0 the schema was printed or written", "1 the file cannot be written", _USAGE],
+    "mcp": ["0 the client closed stdio, or (--http) stopped by Ctrl-C or SIGTERM",
+            "1 the first read failed (the server answered an error)",
+            _USAGE_DB + ", a --url that is not an http(s) URL, or reading is locked and no read token was given "
+                        "(or it was refused)", _DB + " when it starts"],
 }
-STOPS_CLEANLY = {"worker", "serve"}  # Ctrl-C stops them as SIGTERM does: exit 0, not 130
+STOPS_CLEANLY = {"worker", "serve", "mcp"}  # Ctrl-C stops them as SIGTERM does: exit 0, not 130
 
 
 def exit_codes(command: str) -> str:

@@ -309,6 +309,40 @@ class StepAlert(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
 
 
+class FailureSignature(SQLModel, table=True):
+    """A recurring failure template of a run, mined at ingest with Drain3 (app/store/signatures.py,
+    ingest/signatures.py; migration 0022_failure_signatures). `number` is the template's number in
+    the run (Drain3's cluster id, stable: the page's `id`); number 0 is "other", the texts met
+    once the run holds `MAX_TEMPLATES` templates. `template` is updated when Drain generalises it."""
+
+    __tablename__ = "failure_signature"
+    __table_args__ = (sa.Index("uq_failure_signature_number", "run_id", "number", unique=True),)
+
+    pk: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="run.id", max_length=200)
+    number: int
+    template: str = Field(sa_column=Column(sa.Text, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
+
+
+class RolloutSignature(SQLModel, table=True):
+    """A rollout that carries a failure signature (once per rollout and signature: `kind` is the
+    first source it was met in: error, tool_error or final_message), with the rollout's step for
+    the per-step counts. Written with the rollout, deleted with it (ON DELETE CASCADE)."""
+
+    __tablename__ = "rollout_signature"
+    # (signature_pk, step): counts per step; (run_id, step): the step story's signatures;
+    # the primary key (rollout_pk, signature_pk) serves the rollouts list's `signature=` filter
+    __table_args__ = (sa.Index("ix_rollout_signature_signature", "signature_pk", "step"),
+                      sa.Index("ix_rollout_signature_run_step", "run_id", "step"))
+
+    rollout_pk: int = Field(primary_key=True, foreign_key="rollout.pk", ondelete="CASCADE")
+    signature_pk: int = Field(primary_key=True, foreign_key="failure_signature.pk", ondelete="CASCADE")
+    run_id: str = Field(max_length=200)
+    step: int | None = None
+    kind: str = Field(max_length=20)  # error | tool_error | final_message
+
+
 class Media(SQLModel, table=True):
     """Image, audio and file bytes carried inline in messages, stored once by the sha256 of the
     bytes (content-addressed: rollouts that share an image share its row). A message keeps only a

@@ -45,7 +45,8 @@ class RolloutFilters:
     group's for a group-scope kind); `label` a label given to the rollout (any author);
     `staleness` policy versions behind (step − the oldest policy version that sampled it), exact;
     `component` a reward component's name (`Rollout.rewards`, exact): the rollouts that have it,
-    scored within `component_min` / `component_max` (inclusive) when given."""
+    scored within `component_min` / `component_max` (inclusive) when given; `signature` a
+    failure signature's id in the run (docs/failures.md): the rollouts carrying it."""
 
     # in the order the URLs name them (`as_query`)
     step: int | None = None
@@ -62,6 +63,7 @@ class RolloutFilters:
     component: str | None = None
     component_min: float | None = None
     component_max: float | None = None
+    signature: int | None = None
 
     def as_query(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if v is not None and v != ""}
@@ -120,6 +122,10 @@ def where(run_id: str, f: RolloutFilters, *, skip: str | None = None) -> list:
         out.append(labelled(R.c.run_id, R.c.rollout_id, f.label))
     if f.component:
         out.append(q_rc.has_component(f.component, f.component_min, f.component_max))
+    if f.signature is not None:
+        from app.queries.signatures import has_signature
+
+        out.append(has_signature(run_id, f.signature))
     return out
 
 

@@ -3,7 +3,8 @@ link to a message. Each page has its JSON twin (`.json` or Accept: application/j
 task changes also a CSV download (`.csv`, one row per point).
 
 `/runs/{run}/charts/{chart}[.json|.csv]?steps=A-B&smooth=N`, `/runs/{run}/steps/{step}`,
-`/runs/{run}/task-changes?a=&b=`, `/compare?runs=a,b[,c...]&steps=&smooth=`,
+`/runs/{run}/task-changes?a=&b=`, `/runs/{run}/failures`,
+`/compare?runs=a,b[,c...]&steps=&smooth=&paired_offset=`, `/compare/task?runs=a,b&task=&steps=`,
 `/search?q=&run=&steps=&ending=&role=&kind=&flag=&after=`,
 `/runs/{run}/messages/{rollout_pk}/{idx}` (redirects to the message
 on its rollout page: branch, page and anchor).
@@ -27,6 +28,7 @@ from app.params import (
     STEP_RANGE_OR_BLANK,
     Count,
     Filters,
+    OptCount,
     OptSmooth,
     OptStr,
     _blank_is_none,
@@ -41,6 +43,8 @@ from app.queries.steps import one_step
 from app.render import csv_response, page_route, respond, split_suffix, suffix_of, wants_json
 from app.views import chart as chart_view
 from app.views import compare as compare_view
+from app.views import failures as failures_view
+from app.views import paired as paired_view
 from app.views import search as search_view
 from app.views import step as step_view
 from app.views import task_changes as task_changes_view
@@ -124,14 +128,36 @@ def search(request: Request, session: SessionDep, q: SearchQuery = "", run: OptS
 
 @page_route(router, "/compare")
 def compare(request: Request, session: SessionDep, runs: Annotated[list[str], Query()] = [],  # noqa: B006
-            steps: OptStr = None, smooth: OptSmooth = None):
+            steps: OptStr = None, smooth: OptSmooth = None, paired_offset: OptCount = None):
     """Two or more runs (`runs=a,b`, or `runs` repeated; up to 8) on one step axis: every
     comparable chart overlaid (`run: series`), and tables of the differences per ending (share)
-    and per task (mean reward, errors scored 0; delta = last run − first run)."""
+    and per task (mean reward, errors scored 0; delta = last run − first run). With exactly two
+    runs, `paired`: per task the difference of mean reward B − A with its 95 % bootstrap
+    interval and verdict (regressed / improved / unclear; those beyond their interval first,
+    200 a page from `paired_offset`, `next_url`), and the sign test across tasks (n+, n−, exact
+    p); app/views/paired.py gives the shape, app/paired_stats.py the method and sources."""
     json = wants_json(request)
     ids = _existing_runs(session, _run_ids(runs))
-    data = compare_view.compare_page(session, ids, steps=step_range(steps), window=smooth or 1, json=json)
+    data = compare_view.compare_page(session, ids, steps=step_range(steps), window=smooth or 1, json=json,
+                                     paired_offset=paired_offset or 0)
     return respond(request, "compare_runs.html", data, json=json)
+
+
+@page_route(router, "/compare/task")
+def compare_task(request: Request, session: SessionDep, runs: Annotated[list[str], Query()] = [],  # noqa: B006
+                 task: Annotated[str, Query(min_length=1, max_length=500)] = "", steps: OptStr = None):
+    """Both runs' rollouts of one task side by side (`runs=A,B`, exactly two; `task` the task
+    key, exactly): two columns, each row a rollout link with its step, reward and ending (the
+    first 500 per run), and the task's paired difference B − A with its interval and verdict as
+    on `/compare`. An unknown run is a 404 naming it; a missing task or more runs a 422."""
+    json = wants_json(request)
+    ids = _existing_runs(session, _run_ids(runs))
+    if len(ids) != 2:
+        raise ApiError(422, "runs: the side-by-side task page compares exactly two runs (runs=a,b)", field="runs")
+    if not task:
+        raise ApiError(422, "task: give the task key (task=...)", field="task")
+    data = paired_view.task_pair_page(session, ids[0], ids[1], task, steps=step_range(steps), json=json)
+    return respond(request, "compare_task.html", data, json=json)
 
 
 @router.get("/compare/charts/{chart_id}")
@@ -205,6 +231,19 @@ def step(request: Request, session: SessionDep, run_id: str, step: str):
     rid = unquote(run_id)
     return respond(request, "step.html", step_view.step_page(session, rid, n, json=json), json=json,
                    missing=lambda: not_found(rid, f"step {n}", run_exists=_known_run(session, rid)))
+
+
+@page_route(router, "/runs/{run_id:path}/failures")
+def failures(request: Request, session: SessionDep, run_id: str):
+    """A run's failure signatures (docs/failures.md): the recurring templates of rollout errors,
+    tool errors and failed rollouts' last assistant messages, mined at ingest with Drain3, most
+    failed rollouts first, each with its share of the failed rollouts, steps (a sparkline), the
+    step it arrived at ("new at step N"), example rollouts and the rollouts list filtered by it.
+    The JSON twin is `GET /api/v1/runs/{run}/failures`'s shape."""
+    rid = unquote(run_id)
+    json = wants_json(request)
+    return respond(request, "failures.html", failures_view.failures_page(session, rid, json=json), json=json,
+                   missing=lambda: not_found(rid, None, run_exists=False))
 
 
 @page_route(router, "/runs/{run_id:path}/task-changes", offers=(".json", ".csv"))

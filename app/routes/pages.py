@@ -126,8 +126,8 @@ def _list_filters(query: str | None) -> tuple[RolloutFilters, str | None] | None
         return None
     from urllib.parse import parse_qsl
 
-    kinds = {"step": int, "staleness": int, "reward_min": float, "reward_max": float, "component_min": float,
-             "component_max": float}
+    kinds = {"step": int, "staleness": int, "signature": int, "reward_min": float, "reward_max": float,
+             "component_min": float, "component_max": float}
     out: dict = {}
     sort = None
     for k, v in parse_qsl(query):
@@ -146,12 +146,12 @@ def _list_filters(query: str | None) -> tuple[RolloutFilters, str | None] | None
             except ValueError:
                 pass
         elif k in ("step", "ending", "group", "task", "agent", "reward_min", "reward_max", "flag", "label",
-                   "staleness", "component", "component_min", "component_max"):
+                   "staleness", "component", "component_min", "component_max", "signature"):
             try:
                 out[k] = kinds.get(k, str)(v) if k != "flag" else checks.legacy_kind(v)
             except ValueError:
                 continue
-    for k in ("step", "staleness"):
+    for k in ("step", "staleness", "signature"):
         if isinstance(out.get(k), int) and not 0 <= out[k] <= INT32_MAX:
             out.pop(k)
     for k in ("reward_min", "reward_max", "component_min", "component_max"):
@@ -271,7 +271,8 @@ def rollouts(
 ):
     """Rollout summaries of a run, filtered (docs/api.md, "Filters": `step` or `steps=A-B`,
     `ending`, `group` and `task` (exact; a trailing `*` matches a prefix), `agent` (`(none)`:
-    rollouts without one), `reward_min`/`reward_max` (inclusive), `flag`, `label`, `staleness`). `sort` is
+    rollouts without one), `reward_min`/`reward_max` (inclusive), `flag`, `label`, `staleness`,
+    `signature`: a failure signature's id). `sort` is
     `step` (default), `reward`, `tokens` or `turns`, `-` first for descending; missing values
     last. Every page has its own URL: `after` / `before` are keyset cursors from `next_url` /
     `prev_url`. The page carries `total` (all matches) and `facets` (value counts for ending,

@@ -25,6 +25,7 @@ from app.db.engine import JSONText
 from app.db.tokenarrays import pack_bits, pack_floats, pack_ids
 from app.store.media import split_media
 from app.store.search import search_docs
+from app.store.signatures import mined_texts
 from ingest.advantages import estimator_name, recorded_advantage
 from ingest.checks import CheckContext, run_rollout_checks
 from ingest.errors import RecordError
@@ -63,6 +64,7 @@ class Prepared:
     search: list[tuple] = field(default_factory=list)  # search documents (app.store.search.Doc)
     media: dict[str, bytes] = field(default_factory=dict)  # sha256 hex → bytes taken out of the messages
     components: list[tuple] = field(default_factory=list)  # `reward_component` rows in COMPONENT_COLUMNS order
+    signatures: list[tuple[str, str]] = field(default_factory=list)  # (kind, text) to mine, app.store.signatures
 
     @property
     def group_id(self) -> str | None:
@@ -74,7 +76,8 @@ class Prepared:
         r = self.rollout
         ref = RolloutRef(r.id, dict(r.source), self.envelope[:4096])
         return Prepared(ref, self.identity, self.run, self.summary, self.envelope, self.nodes,  # type: ignore[arg-type]
-                        self.findings, self.n_findings, self.search, self.media, self.components)
+                        self.findings, self.n_findings, self.search, self.media, self.components,
+                        self.signatures)
 
 
 def prepare(r: Rollout, context: CheckContext | None = None) -> Prepared:
@@ -101,6 +104,7 @@ def prepare(r: Rollout, context: CheckContext | None = None) -> Prepared:
         search=search_docs(r),
         media=media,
         components=component_rows(r),
+        signatures=mined_texts(r),
     )
 
 

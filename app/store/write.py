@@ -36,7 +36,7 @@ from sqlalchemy.engine import Engine
 from app.db import models
 from app.db.engine import bulk_insert
 from app.db.engine import insert_for as _insert
-from app.store import rollups, search
+from app.store import rollups, search, signatures
 from app.store.groups import recheck_groups
 from app.store.media import insert_media
 from app.store.outage import RETRY_SECONDS, lost_a_race, not_the_data, with_retries
@@ -106,18 +106,21 @@ class Written:
     (dicts of `rollout` columns, with `pk`), new rollouts and replacements alike; `deleted` are
     the summary rows removed (the old versions of the replaced rollouts); `search` the
     search documents of the inserted rollouts, (rollout_pk, run_id, node idx, kind, role,
-    truncated, text) (app.store.search, made outside the transaction by app.store.prepare)."""
+    truncated, text) (app.store.search, made outside the transaction by app.store.prepare); `signatures` the texts
+    failure signatures are mined from (app.store.signatures), by rollout pk."""
 
     inserted: list[dict[str, Any]] = field(default_factory=list)
     deleted: list[dict[str, Any]] = field(default_factory=list)
     search: list[tuple] = field(default_factory=list)
+    # the failure-signature texts of the inserted rollouts: rollout_pk → [(kind, text)] (app.store.signatures)
+    signatures: dict[int, list[tuple[str, str]]] = field(default_factory=dict)
 
 
 BatchHook = Callable[[sa.Connection, Written], None]
 # Called in order inside every batch transaction, after the batch's rows are written. An
 # exception rolls the batch back and sends it to the fallback, where hooks run once per rollout
 # inside its savepoint (so a rollout a hook refuses is quarantined, its neighbours kept).
-BATCH_HOOKS: list[BatchHook] = [rollups.on_batch, search.on_batch]
+BATCH_HOOKS: list[BatchHook] = [rollups.on_batch, search.on_batch, signatures.on_batch]
 
 
 def ensure_run(conn: sa.Connection, run_id: str, *, name: str | None = None, type_: str = "train",
@@ -245,6 +248,7 @@ def _insert_rows(conn: sa.Connection, todo: list[Prepared], deleted: list[dict[s
     search text."""
     if not todo:
         return Written([], deleted)
+    signatures = {}
     returned = conn.execute(RO.insert().returning(RO.c.pk, RO.c.run_id, RO.c.rollout_id, RO.c.attempt),
                             [p.summary for p in todo])
     pk_of = {(r.run_id, r.rollout_id, r.attempt): r.pk for r in returned}
@@ -257,12 +261,14 @@ def _insert_rows(conn: sa.Connection, todo: list[Prepared], deleted: list[dict[s
         components += [(pk, *row) for row in p.components]
         inserted.append(dict(p.summary, pk=pk))
         docs += [(pk, p.identity[0], *doc) for doc in p.search]
+        if p.signatures:
+            signatures[pk] = p.signatures
     bulk_insert(conn, DET, ("rollout_pk", "envelope"), details)
     bulk_insert(conn, NODE, ("rollout_pk", *NODE_COLUMNS), nodes)
     bulk_insert(conn, FIND, ("rollout_pk", *FINDING_COLUMNS), findings)
     bulk_insert(conn, COMP, ("rollout_pk", *COMPONENT_COLUMNS), components)
     insert_media(conn, {sha: data for p in todo for sha, data in p.media.items()})
-    return Written(inserted, deleted, docs)
+    return Written(inserted, deleted, docs, signatures)
 
 
 def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordError], *,

@@ -11,6 +11,7 @@ from app import charts, urls
 from app.queries import runs as q_runs
 from app.queries.steps import StepRange, run_totals, step_stats, task_totals
 from app.views.common import PageModel
+from app.views.paired import PairedSection, paired_section
 from ingest.stats import ENDINGS
 
 
@@ -29,7 +30,9 @@ class ComparePage(PageModel):
     """`charts`: per comparable chart id, its title, caption and overlaid figure's `json_url` /
     `csv_url`; `endings`: per ending the counts and shares per run (in `runs` order) and `delta`
     (last − first run); `tasks`: per task the rollouts, mean reward (errors scored 0) and errors
-    per run and `delta`, largest change first (the first 200 of `tasks_total`)."""
+    per run and `delta`, largest change first (the first 200 of `tasks_total`); `paired`: the
+    paired comparison by task of two runs (app/views/paired.py `PairedSection`), None with
+    `paired_note` saying why when more than two runs are compared."""
 
     runs: list[CompareRun]
     steps: str
@@ -38,12 +41,15 @@ class ComparePage(PageModel):
     endings: list[dict[str, Any]]
     tasks: list[dict[str, Any]]
     tasks_total: int
+    paired: PairedSection | None
+    paired_note: str | None
 
 
 def compare_page(session: Session, run_ids: list[str], *, steps: StepRange, window: int,
-                 json: bool = False) -> ComparePage | None:
+                 json: bool = False, paired_offset: int = 0) -> ComparePage | None:
     """Two or more runs on one step axis: every comparable chart overlaid, and the differences per
     ending (share of rollouts) and per task (mean reward, errors scored 0) over the step range.
+    With exactly two runs, the paired comparison by task (`paired`, its page from `paired_offset`).
     `json`: run and rollouts links go to JSON twins (charts' `json_url`/`csv_url` are data already)."""
     runs = [q_runs.get_run(session=session, run_id=r) for r in run_ids]
     missing = [r for r, got in zip(run_ids, runs) if got is None]
@@ -86,6 +92,10 @@ def compare_page(session: Session, run_ids: list[str], *, steps: StepRange, wind
         charts=figures,
         endings=ending_rows,
         tasks=task_rows_[:200], tasks_total=len(task_rows_),
+        paired=(paired_section(session, run_ids[0], run_ids[1], steps=steps, offset=paired_offset, json=json)
+                if len(run_ids) == 2 else None),
+        paired_note=(None if len(run_ids) == 2 else
+                     f"The paired comparison by task needs exactly two runs; {len(run_ids)} are compared."),
     )
 
 

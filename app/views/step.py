@@ -17,6 +17,7 @@ from app.queries import annotations as q_annotations
 from app.queries import runs as q_runs
 from app.queries.steps import StepRange, StepStats, next_step, one_step, step_stats, task_rows
 from app.store import rollups
+from app.views import failures
 from app.views.chart import RunRef
 from app.views.common import NoteView, PageModel, note_view, num
 from app.views.step_alerts import StepAlertView, step_alert
@@ -65,6 +66,9 @@ class StepPage(PageModel):
     notes: list[NoteView]
     # the step alert (docs/analytics.md "Step alerts"): the figures that left the trailing spread, or None
     alert: StepAlertView | None = None
+    # failure signatures new at this step (docs/failures.md): id, template, count at this step, url
+    # (the failures page at it), rollouts_url (this step's rollouts carrying it)
+    new_signatures: list[dict[str, Any]] = []
 
 
 def _groups_table(run_id: str, rows: list[dict], json: bool = False) -> list[dict]:
@@ -119,7 +123,8 @@ def step_page(session: Session, run_id: str, step: int, *, json: bool = False) -
     most affected, reward with and without errors against the previous steps, findings, the
     rollouts that carried no gradient with their reason, the step's notes (`notes`: author,
     text, step, updated_at as RFC 3339 `Z`; by time), and its step alert (`alert`: the figures
-    that left the trailing steps' spread, app/views/step_alerts.py; None when not flagged). `json`: every link
+    that left the trailing steps' spread, app/views/step_alerts.py; None when not flagged), and the failure
+    signatures new at this step (`new_signatures`, app/views/failures.py `new_at`). `json`: every link
     goes to a JSON twin (the chart link to the reward chart's twin)."""
     run = q_runs.get_run(session=session, run_id=run_id)
     if run is None:
@@ -187,6 +192,7 @@ def step_page(session: Session, run_id: str, step: int, *, json: bool = False) -
                                               ext=".json" if json else ""),
         "notes": step_notes(session, run_id, step),
         "alert": step_alert(session, run_id, step, json=json),
+        "new_signatures": failures.new_at(session, run_id, step, json=json),
     })
 
 

@@ -50,6 +50,8 @@ CASES = [
     ("GET", "/runs/G/charts/findings.csv?steps=x-y", "steps"),
     ("GET", "/compare.json?runs=G", "runs"),
     ("GET", "/compare/charts/reward.csv?runs=G", "runs"),
+    ("GET", "/compare.json?runs=G&paired_offset=-1", "paired_offset"),
+    ("GET", "/compare/task.json?runs=G&task=t", "runs"),
     ("GET", "/runs/G/steps/x.json", "step"),
     ("GET", "/runs/G/facets.json?steps=9-1", "steps"),
     ("GET", "/runs/G/facets.json?ending=done", "ending"),

@@ -13,7 +13,20 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.api.v1 import alerts, export, findings, groups, index, ingest, labels, quarantine, rollouts, runs, status
+from app.api.v1 import (
+    alerts,
+    export,
+    failures,
+    findings,
+    groups,
+    index,
+    ingest,
+    labels,
+    quarantine,
+    rollouts,
+    runs,
+    status,
+)
 from app.deps import READ_ON_READS, RefuseUnknownQuery
 
 # The error responses of each operation are written into the document by app.api.v1.openapi (from
@@ -22,5 +35,5 @@ from app.deps import READ_ON_READS, RefuseUnknownQuery
 router = APIRouter(prefix="/api/v1", dependencies=[RefuseUnknownQuery, READ_ON_READS])
 router.add_api_route("", index.api_index, response_model=index.ApiIndex, tags=["index"])
 router.add_api_route("/", index.api_index, response_model=index.ApiIndex, include_in_schema=False)
-for module in (runs, alerts, rollouts, groups, findings, labels, export, ingest, status, quarantine):
+for module in (runs, alerts, failures, rollouts, groups, findings, labels, export, ingest, status, quarantine):
     router.include_router(module.router)

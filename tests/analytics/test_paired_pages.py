@@ -1,0 +1,116 @@
+"""The paired comparison through the real HTTP app on SQLite and Postgres: two runs ingested
+from native JSONL, `/compare.json`'s `paired` section (its shape is what the MCP server reads),
+the page, the side-by-side task page and its twin, and their errors."""
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import ingest, rollout, write_jsonl
+
+EVIL = "<script>alert('task')</script>&amp;"
+
+
+def _two_runs(engine, tmp_path):
+    """base and new over tasks whose answers are known: `up` improves, `down` regresses (an
+    errored rollout with a stored reward 1 scores 0), `flat` the same, `one` has a single
+    rollout in base, `old` is only in base, EVIL's name must be escaped."""
+    rs = []
+
+    def add(run, task, rewards, step_of=lambda i: i % 2, ending=lambda i: "submitted"):
+        rs.extend(rollout(f"{run}-{task}-{i}", run=run, step=step_of(i), reward=r, ending=ending(i),
+                          task={"key": task}) for i, r in enumerate(rewards))
+
+    add("base", "up", [0.0] * 7 + [1.0])
+    add("new", "up", [1.0] * 7 + [0.0])
+    add("base", "down", [1.0] * 8)
+    add("new", "down", [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0], ending=lambda i: "error" if i == 7 else "submitted")
+    add("base", "flat", [0.2, 0.4, 0.6, 0.8])
+    add("new", "flat", [0.8, 0.6, 0.4, 0.2])
+    add("base", "one", [0.5])
+    add("new", "one", [0.5, 1.0])
+    add("base", "old", [1.0, 0.0])
+    add("base", EVIL, [0.0, 1.0])
+    add("new", EVIL, [1.0, 0.0, 1.0])
+    rs.append(rollout("new-nostep", run="new", step=None, reward=None, ending="truncated", task={"key": "flat"}))
+    report = ingest(engine, write_jsonl(tmp_path / "runs.jsonl", rs))
+    assert report.ok
+
+
+def test_paired_section_of_compare_json(client, engine, tmp_path):
+    _two_runs(engine, tmp_path)
+    d = client.get("/compare.json?runs=base,new").json()
+    assert d["paired_note"] is None
+    p = d["paired"]
+    assert p["runs"] == ["base", "new"] and p["level"] == 0.95 and p["tasks_total"] == 6
+    by = {t["task"]: t for t in p["tasks"]}
+    assert set(by) == {"up", "down", "flat", "one", "old", EVIL}
+    # beyond their interval first: the regression (|diff| 0.75) and the improvement (0.75)
+    assert {t["task"] for t in p["tasks"][:2]} == {"up", "down"}
+    assert by["up"]["verdict"] == "improved" and by["up"]["ci_low"] > 0
+    assert by["up"]["diff"] == pytest.approx(0.75) and (by["up"]["n_a"], by["up"]["n_b"]) == (8, 8)
+    # the errored rollout's stored reward 1 is scored 0: 1 of 8, as compare's task table
+    assert by["down"]["mean_b"] == pytest.approx(1 / 8) and by["down"]["verdict"] == "regressed"
+    assert by["down"]["ci_high"] < 0
+    table = {t["task"]: t for t in d["tasks"]}
+    for key, t in by.items():
+        assert [t["mean_a"], t["mean_b"]] == [pytest.approx(m) if m is not None else None
+                                              for m in table[key]["mean_reward"]], key
+    # the rollout without a reward counts nowhere
+    assert by["flat"]["n_b"] == 4 and by["flat"]["diff"] == 0.0 and by["flat"]["verdict"] == "unclear"
+    assert by["one"]["ci_low"] is None and by["one"]["note"] == "fewer than 2 rollouts in a run: no interval"
+    assert by["old"]["diff"] is None and by["old"]["note"] == "not in run B"
+    assert p["verdicts"] == {"regressed": 1, "improved": 1, "unclear": 4}
+    # sign test: up, one and EVIL better in B, down worse, flat a tie, old left out: 2·5/16
+    assert p["sign_test"] == {"n_plus": 3, "n_minus": 1, "ties": 1, "p": 0.625}
+    assert by["up"]["urls"] == ["/runs/base/rollouts.json?task=up", "/runs/new/rollouts.json?task=up"]
+    assert by["up"]["url"] == "/compare/task.json?runs=base%2Cnew&task=up"
+    assert p["next_url"] is None and p["offset"] == 0
+    # a step range leaves the stepless rollouts out and the other steps
+    ranged = {t["task"]: t for t in client.get("/compare.json?runs=base,new&steps=1").json()["paired"]["tasks"]}
+    assert (ranged["up"]["n_a"], ranged["up"]["n_b"]) == (4, 4) and "steps=1" in ranged["up"]["url"]
+    assert client.get("/compare.json?runs=base,new&paired_offset=5").json()["paired"]["tasks"][0]["task"] == \
+        p["tasks"][5]["task"]
+
+
+def test_side_by_side_task_page_and_twin(client, engine, tmp_path):
+    _two_runs(engine, tmp_path)
+    d = client.get("/compare/task.json?runs=base,new&task=down").json()
+    a, b = d["sides"]
+    assert (a["run"]["id"], b["run"]["id"]) == ("base", "new") and (a["total"], b["total"]) == (8, 8)
+    errored = next(r for r in b["rollouts"] if r["ending"] == "error")
+    assert errored["reward"] == 1.0 and errored["url"] == "/runs/new/rollouts/new-down-7.json"
+    assert client.get(errored["url"]).status_code == 200
+    listed = client.get("/compare.json?runs=base,new").json()["paired"]["tasks"]
+    assert d["paired"] == next(t for t in listed if t["task"] == "down") | {"url": d["paired"]["url"]}
+    assert d["compare_url"] == "/compare.json?runs=base%2Cnew"
+    html = client.get("/compare/task?runs=base,new&task=down")
+    assert html.status_code == 200 and 'href="/runs/new/rollouts/new-down-7"' in html.text
+    assert "regressed" in html.text and html.text.count('class="side"') == 2
+    empty = client.get("/compare/task.json?runs=base,new&task=nowhere").json()
+    assert [s["total"] for s in empty["sides"]] == [0, 0] and empty["paired"]["diff"] is None
+
+
+def test_task_names_are_escaped_in_both_pages(client, engine, tmp_path):
+    _two_runs(engine, tmp_path)
+    page = client.get("/compare?runs=base,new").text
+    task = client.get("/compare/task", params={"runs": "base,new", "task": EVIL}).text
+    for html in (page, task):
+        assert "<script>alert" not in html
+        assert "&lt;script&gt;alert(&#39;task&#39;)&lt;/script&gt;&amp;amp;" in html
+    assert 'id="compare-paired"' in page and "side by side" in page
+
+
+def test_errors_and_more_than_two_runs(client, engine, tmp_path):
+    _two_runs(engine, tmp_path)
+    ingest(engine, write_jsonl(tmp_path / "third.jsonl", [rollout("x", run="third", task={"key": "up"})]))
+    three = client.get("/compare.json?runs=base,new,third").json()
+    assert three["paired"] is None and "exactly two runs" in three["paired_note"]
+    assert "exactly two runs" in client.get("/compare?runs=base,new,third").text
+    missing = client.get("/compare/task.json?runs=base,nope&task=up")
+    assert missing.status_code == 404 and missing.json()["error"]["message"] == "no run 'nope'"
+    assert client.get("/compare.json?runs=nope,new").json()["error"]["message"] == "no run 'nope'"
+    for bad in ("runs=base,new", "runs=base,new,third&task=up", "runs=base&task=up", "runs=base,new&task=up&steps=x",
+                "runs=base,new&task=" + "x" * 501):
+        assert client.get(f"/compare/task.json?{bad}").status_code == 422, bad
+    for bad in ("paired_offset=-1", "paired_offset=x", "paired_offset=99999999999"):
+        assert client.get(f"/compare.json?runs=base,new&{bad}").status_code == 422, bad
