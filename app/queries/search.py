@@ -6,10 +6,11 @@ with `ts_headline()` for the snippets of the page's hits only. The query: app/qu
 A search reads the matching texts that pass the filters, newest first, at most SCAN_CAP of them
 (never the whole index: beyond the cap the result says `capped` and its facets count the
 texts read), groups them by rollout, and orders the rollouts by their most telling match
-(a rollout error, then an ending, a tool error, a tool output, a message: KIND_ORDER), newest
-first within each. A page is `limit` rollouts after the cursor `after` (`"<order>.<rollout_pk>"`,
-from `next`). Facets count rollouts per step and per ending, and texts per kind, over every
-rollout read, whatever the page.
+(a rollout error, then an ending, a tool error, a tool output, a message: KIND_ORDER); within
+a kind, those of the step where most rollouts match alike first (an incident: many rollouts
+failing alike at one step), then newest first. A page is `limit` rollouts after the cursor
+`after` (`"<order>.<alike>.<rollout_pk>"`, from `next`). Facets count rollouts per step and per
+ending, and texts per kind, over every rollout read, whatever the page.
 
 Snippets are returned as segments `[{"text", "hit"}]`, so templates escape the trace text and
 mark hits without ever rendering it as HTML.
@@ -34,7 +35,7 @@ KIND_ORDER = ("rollout_error", "ending", "tool_error", "tool_output", "message")
 _RANK = {k: i for i, k in enumerate(KIND_ORDER)}
 START, STOP = "\x02", "\x03"  # hit markers inside snippets; no trace text keeps them (stripped)
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
-_CURSOR = re.compile(r"^(\d)\.(\d{1,10})$")
+_CURSOR = re.compile(r"^(\d)\.(\d{1,10})\.(\d{1,10})$")
 CURSOR_PATTERN = _CURSOR.pattern
 SD, R = models.SearchDoc.__table__, models.Rollout.__table__
 
@@ -67,6 +68,7 @@ class RolloutHits:
     matches: list[dict] = field(default_factory=list)
     counts: Counter = field(default_factory=Counter)
     order: int = len(KIND_ORDER)
+    alike: int = 0  # rollouts read at this step whose most telling match is of the same kind
 
     def add(self, match: dict) -> None:
         """Count in one more matching text of this rollout."""
@@ -76,12 +78,13 @@ class RolloutHits:
 
     @property
     def cursor(self) -> str:
-        """This rollout's place in the order, as `after=` takes it: `"<order>.<rollout_pk>"`."""
-        return f"{self.order}.{self.rollout_pk}"
+        """This rollout's place in the order, as `after=` takes it: `"<order>.<alike>.<rollout_pk>"`."""
+        return f"{self.order}.{self.alike}.{self.rollout_pk}"
 
-    def key(self) -> tuple[int, int]:
-        """The sort key: most telling match first, then newest."""
-        return (self.order, -self.rollout_pk)
+    def key(self) -> tuple[int, int, int]:
+        """The sort key: the most telling match first, then the step where most rollouts match
+        alike (an incident), then newest."""
+        return (self.order, -self.alike, -self.rollout_pk)
 
 
 @dataclass
@@ -98,14 +101,14 @@ class SearchResult:
     capped: bool
 
 
-def check_cursor(after: str | None) -> tuple[int, int] | None:
-    """`after` as (order, rollout_pk); ValueError when it is not a cursor this search made."""
+def check_cursor(after: str | None) -> tuple[int, int, int] | None:
+    """`after` as a sort key (RolloutHits.key); ValueError when it is not a cursor this search made."""
     if after is None:
         return None
     m = _CURSOR.match(after)
     if not m or int(m.group(1)) >= len(KIND_ORDER):
-        raise ValueError(f"after: expected a cursor from `next` (order.rollout), got {after!r}")
-    return (int(m.group(1)), -int(m.group(2)))
+        raise ValueError(f"after: expected a cursor from `next` (order.alike.rollout), got {after!r}")
+    return (int(m.group(1)), -int(m.group(2)), -int(m.group(3)))
 
 
 def _doc_filters(query: Query) -> list:
@@ -188,6 +191,9 @@ def search(*, session: Session, query: Query, limit: int = 20, after: str | None
                                                    r.ending, r.ending_detail)
         g.add({"pk": r.pk, "node_idx": r.node_idx, "kind": r.kind, "role": r.role, "truncated": bool(r.truncated)})
         kinds[r.kind] += 1
+    alike = Counter((g.order, g.step) for g in groups.values())
+    for g in groups.values():
+        g.alike = alike[(g.order, g.step)]
     ordered = sorted(groups.values(), key=RolloutHits.key)
     if start is not None:
         ordered = [g for g in ordered if g.key() > start]

@@ -44,8 +44,9 @@ def test_the_demo_incident_is_found(client, demo_run):
     assert d["query"]["terms"] == [{"word": "sandbox", "prefix": True}]
     step18 = next(f for f in d["facets"]["step"] if f["value"] == 18)
     assert step18["count"] >= len(crashed)
-    # the most telling matches first: the rollout errors, which name the crash
+    # the most telling matches first: the rollout errors, which name the crash; the incident's first
     assert d["hits"][0]["matches"][0]["kind"] == "rollout_error" and d["hits"][0]["ending"] == "error"
+    assert {h["rollout_id"] for h in d["hits"][:len(crashed)]} == crashed
     assert any(s["hit"] and s["text"].lower() == "sandbox" for s in d["hits"][0]["matches"][0]["snippet"])
     # the step facet's link narrows the search to step 18: every crash there, first
     at18 = client.get(step18["url"]).json()
