@@ -118,7 +118,7 @@ def generate(n: int, steps: int, seed: int = 0):
                 finds.append((pk, flag, "warning", 1, None, f"{flag} (bench)", None))
             words = " ".join(WORDS[i] for i in word_ix[k])
             extra = f" {RARE}" if (pk - 1) in rare_at else ""
-            docs.append((pk, pk, RUN, 3, f"tool {COMMON}: {words}{extra}"))
+            docs.append((pk, pk, RUN, 3, "tool_output", "tool", False, f"tool {COMMON}: {words}{extra}"))
         for g in range(groups):
             members = rows[g * group_size:(g + 1) * group_size]
             gid = members[0][5]
@@ -147,7 +147,8 @@ def load_sqlite(engine, n: int, steps: int) -> None:
                         "VALUES (?, ?, ?, ?, ?, ?, ?)", finds)
         cur.executemany("INSERT INTO finding (run_id, group_id, kind, severity, message) VALUES (?, ?, ?, ?, ?)",
                         group_finds)
-        cur.executemany("INSERT INTO search_doc (pk, rollout_pk, run_id, node_idx, text) VALUES (?, ?, ?, ?, ?)", docs)
+        cur.executemany("INSERT INTO search_doc (pk, rollout_pk, run_id, node_idx, kind, role, truncated, text) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", docs)
         cur.execute("COMMIT")
     cur.execute("INSERT INTO search_fts(search_fts) VALUES ('rebuild')")  # the index, built once
     cur.execute("ANALYZE")
@@ -173,7 +174,8 @@ def load_postgres(engine, n: int, steps: int) -> None:
             with conn.cursor().copy("COPY finding (run_id, group_id, kind, severity, message) FROM STDIN") as cp:
                 for r in group_finds:
                     cp.write_row(r)
-            with conn.cursor().copy("COPY search_doc (pk, rollout_pk, run_id, node_idx, text) FROM STDIN") as cp:
+            with conn.cursor().copy("COPY search_doc (pk, rollout_pk, run_id, node_idx, kind, role, truncated, text) "
+                                    "FROM STDIN") as cp:
                 for r in docs:
                     cp.write_row(r)
     conn.execute("SELECT setval(pg_get_serial_sequence('rollout', 'pk'), (SELECT max(pk) FROM rollout))")

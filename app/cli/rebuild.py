@@ -58,4 +58,4 @@ def rebuild_analytics(
         steps = rollups.rebuild(conn, run)
         flagged = step_alerts.rebuild(conn, run)
         docs = search.rebuild(conn, run)
-    out.print(f"rollups of {steps} steps, {flagged} steps flagged, {docs} messages indexed for search")
+    out.print(f"rollups of {steps} steps, {flagged} steps flagged, {docs} texts indexed for search")

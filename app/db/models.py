@@ -411,17 +411,21 @@ class RunTaskRollup(SQLModel, table=True):
 
 
 class SearchDoc(SQLModel, table=True):
-    """One message's searchable text (content, reasoning, tool calls, tool output). SQLite indexes
-    it with the FTS5 table `search_fts` (external content, filled by app.store.search.add_docs);
-    Postgres with a GIN index on the stored column `tsv` (app/store/search.py says how). Both are
-    made by migrations (0007_analytics, 0009, 0011), not by this model."""
+    """One searchable text: a message, a tool output or error, a rollout error or an ending
+    (`kind`, app/store/search.py), the message's `role`, whether the middle of a long text was
+    left out (`truncated`). SQLite indexes it with the FTS5 table `search_fts` (external content,
+    filled by app.store.search.add_docs); Postgres with a GIN index on the stored column `tsv`.
+    Both are made by migrations (0021_search_incidents), not by this model."""
 
     __tablename__ = "search_doc"
 
     pk: int | None = Field(default=None, primary_key=True)
     rollout_pk: int = Field(foreign_key="rollout.pk", ondelete="CASCADE", index=True)
     run_id: str = Field(max_length=200)
-    node_idx: int
+    node_idx: int | None = None  # None: a rollout error or the ending
+    kind: str = Field(max_length=16)
+    role: str | None = Field(default=None, max_length=16)
+    truncated: bool = False
     text: str = Field(sa_column=Column(sa.Text, nullable=False))
 
 class ApiToken(SQLModel, table=True):

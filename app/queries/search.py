@@ -1,28 +1,43 @@
-"""Full-text search over message content and tool output (the index app/store/search.py keeps
-at ingest). SQLite: FTS5 `MATCH` with `snippet()`; Postgres: the stored column `tsv` `@@
-plainto_tsquery('simple', q)` on its GIN index, with `ts_headline()` for the snippet
-of the page's hits only.
+"""Full-text search over messages, tool outputs and errors, rollout errors and endings (the
+index app/store/search.py keeps at ingest), grouped by rollout. SQLite: FTS5 `MATCH` with
+`snippet()`; Postgres: the stored column `tsv` `@@ to_tsquery('simple', q)` on its GIN index,
+with `ts_headline()` for the snippets of the page's hits only. The query: app/queries/search_query.py.
 
-A query is a list of words; a message matches when it holds every word (FTS5's implicit AND of
-quoted terms, plainto_tsquery's &). Hits come newest first (by index row), keyset-paged with
-`before`. The snippet is returned as segments `[{"text", "hit"}]`, so templates escape the
-trace text and mark hits without ever rendering it as HTML.
+A search reads the matching texts that pass the filters, newest first, at most SCAN_CAP of them
+(never the whole index: beyond the cap the result says `capped` and its facets count the
+texts read), groups them by rollout, and orders the rollouts by their most telling match
+(a rollout error, then an ending, a tool error, a tool output, a message: KIND_ORDER); within
+a kind, those of the step where most rollouts match alike first (an incident: many rollouts
+failing alike at one step), then newest first. A page is `limit` rollouts after the cursor
+`after` (`"<order>.<alike>.<rollout_pk>"`, from `next`). Facets count rollouts per step and per
+ending, and texts per kind, over every rollout read, whatever the page.
+
+Snippets are returned as segments `[{"text", "hit"}]`, so templates escape the trace text and
+mark hits without ever rendering it as HTML.
 """
 from __future__ import annotations
 
 import re
+from collections import Counter
+from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 from sqlmodel import Session
 
-RARE_MATCHES = 2000  # Postgres: a word matching fewer messages is searched through its matches (see search)
+from app.db import models
+from app.queries.search_query import Query
+from app.queries.steps import StepRange
+
+SCAN_CAP = 2_000  # matching texts read per search, newest first (bench/analytics.py: a common word)
+RARE_MATCHES = SCAN_CAP  # Postgres: a query matching fewer texts is read through its matches (`_matches`)
+SHOWN_PER_ROLLOUT = 5  # matches shown with a snippet per rollout (the rest counted)
+KIND_ORDER = ("rollout_error", "ending", "tool_error", "tool_output", "message")
+_RANK = {k: i for i, k in enumerate(KIND_ORDER)}
 START, STOP = "\x02", "\x03"  # hit markers inside snippets; no trace text keeps them (stripped)
-WORD = re.compile(r"\w+", re.UNICODE)
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
-
-
-def words(text: str) -> list[str]:
-    return WORD.findall(text)[:16]
+_CURSOR = re.compile(r"^(\d)\.(\d{1,10})\.(\d{1,10})$")
+CURSOR_PATTERN = _CURSOR.pattern
+SD, R = models.SearchDoc.__table__, models.Rollout.__table__
 
 
 def segments(snippet: str) -> list[dict]:
@@ -38,69 +53,178 @@ def segments(snippet: str) -> list[dict]:
     return out
 
 
-def search(*, session: Session, text: str, run_id: str | None = None, limit: int = 20,
-           before: int | None = None) -> tuple[list[dict], int | None]:
-    """Matching messages, newest first: dicts with run_id, rollout_id, attempt, step, rollout_pk,
-    node_idx, role and `snippet` (segments); and the `before` cursor of the next page (or None).
-    An empty query (no words) matches nothing."""
-    terms = words(text)
-    if not terms:
-        return [], None
-    bind = session.get_bind()
-    params = {"n": limit + 1, "run": run_id, "before": before}
-    run_clause = " AND d.run_id = :run" if run_id is not None else ""
-    if bind.dialect.name == "sqlite":
-        params["q"] = " ".join('"' + t.replace('"', '""') + '"' for t in terms)
-        before_clause = " AND search_fts.rowid < :before" if before is not None else ""
-        sql = f"""
-            SELECT d.pk, d.run_id, d.rollout_pk, d.node_idx,
-                   snippet(search_fts, 0, '{START}', '{STOP}', '…', 24) AS snip
-            FROM search_fts JOIN search_doc d ON d.pk = search_fts.rowid
-            WHERE search_fts MATCH :q{run_clause}{before_clause}
-            ORDER BY search_fts.rowid DESC LIMIT :n"""
-    else:
-        params["q"] = " ".join(terms)
-        before_clause = " AND d.pk < :before" if before is not None else ""
-        match = f"d.tsv @@ plainto_tsquery('simple', :q){run_clause}{before_clause}"
-        # A rare word: its few matches straight from the GIN index, newest first. Left to itself
-        # the planner walks the primary key backwards and checks every row's tsv (the word is
-        # rarer than its statistics say): 0.2 s for a word in 10 of a million messages. A word
-        # with RARE_MATCHES matches or more is common: the backwards walk finds a page soon.
-        params["rare"] = RARE_MATCHES
-        n_rare = session.execute(sa.text(
-            f"SELECT count(*) FROM (SELECT 1 FROM search_doc d WHERE {match} LIMIT :rare) AS m"), params).scalar_one()
-        if n_rare < RARE_MATCHES:  # the page's keys from the matches, then their rows by key
-            source = (f"WITH rare AS MATERIALIZED (SELECT pk FROM search_doc d WHERE {match} LIMIT :rare), "
-                      "top AS MATERIALIZED (SELECT pk FROM rare ORDER BY pk DESC LIMIT :n) "
-                      "SELECT d.pk, d.run_id, d.rollout_pk, d.node_idx, d.text "
-                      "FROM top JOIN search_doc d ON d.pk = top.pk")
-        else:
-            source = f"SELECT d.pk, d.run_id, d.rollout_pk, d.node_idx, d.text FROM search_doc d WHERE {match}"
-        sql = f"""
-            WITH hits AS ({source} ORDER BY d.pk DESC LIMIT :n)
-            SELECT pk, run_id, rollout_pk, node_idx,
-                   ts_headline('simple', text, plainto_tsquery('simple', :q),
-                               'StartSel="{START}", StopSel="{STOP}", MaxWords=30, MinWords=12, MaxFragments=1') AS snip
-            FROM hits ORDER BY pk DESC"""
-    rows = session.execute(sa.text(sql), params).all()
-    page = rows[:limit]
-    meta = {}
-    if page:
-        from app.db.models import Node, Rollout
+@dataclass
+class RolloutHits:
+    """One rollout's matches: `matches` (dicts: pk, node_idx, kind, role, truncated, and
+    `snippet` once the page is chosen), `counts` per kind, `order` its rank in KIND_ORDER."""
 
-        R, N = Rollout.__table__, Node.__table__
-        pks = sorted({r.rollout_pk for r in page})
-        meta = {m.pk: m for m in session.execute(
-            sa.select(R.c.pk, R.c.rollout_id, R.c.attempt, R.c.step).where(R.c.pk.in_(pks)))}
-        roles = {(n.rollout_pk, n.idx): n.role for n in session.execute(
-            sa.select(N.c.rollout_pk, N.c.idx, N.c.role).where(
-                sa.tuple_(N.c.rollout_pk, N.c.idx).in_([(r.rollout_pk, r.node_idx) for r in page])))}
-    hits = []
-    for r in page:
-        m = meta.get(r.rollout_pk)
-        if m is None:  # deleted meanwhile
-            continue
-        hits.append({"run_id": r.run_id, "rollout_id": m.rollout_id, "attempt": m.attempt, "step": m.step,
-                     "rollout_pk": r.rollout_pk, "node_idx": r.node_idx,
-                     "role": roles.get((r.rollout_pk, r.node_idx)), "snippet": segments(r.snip)})
-    return hits, (page[-1].pk if len(rows) > limit else None)
+    rollout_pk: int
+    run_id: str
+    rollout_id: str
+    attempt: int
+    step: int | None
+    ending: str
+    ending_detail: str | None
+    matches: list[dict] = field(default_factory=list)
+    counts: Counter = field(default_factory=Counter)
+    order: int = len(KIND_ORDER)
+    alike: int = 0  # rollouts read at this step whose most telling match is of the same kind
+
+    def add(self, match: dict) -> None:
+        """Count in one more matching text of this rollout."""
+        self.matches.append(match)
+        self.counts[match["kind"]] += 1
+        self.order = min(self.order, _RANK.get(match["kind"], len(KIND_ORDER)))
+
+    @property
+    def cursor(self) -> str:
+        """This rollout's place in the order, as `after=` takes it: `"<order>.<alike>.<rollout_pk>"`."""
+        return f"{self.order}.{self.alike}.{self.rollout_pk}"
+
+    def key(self) -> tuple[int, int, int]:
+        """The sort key: the most telling match first, then the step where most rollouts match
+        alike (an incident), then newest."""
+        return (self.order, -self.alike, -self.rollout_pk)
+
+
+@dataclass
+class SearchResult:
+    """`rollouts` the page (RolloutHits, best first), `next` the cursor of the next page or None,
+    `facets` {"step": [(step, rollouts)], "ending": [(ending, rollouts)], "kind": [(kind, texts)]},
+    `total_rollouts` / `total_matches` over what was read, `capped` when SCAN_CAP texts were read."""
+
+    rollouts: list[RolloutHits]
+    next: str | None
+    facets: dict[str, list[tuple]]
+    total_rollouts: int
+    total_matches: int
+    capped: bool
+
+
+def check_cursor(after: str | None) -> tuple[int, int, int] | None:
+    """`after` as a sort key (RolloutHits.key); ValueError when it is not a cursor this search made."""
+    if after is None:
+        return None
+    m = _CURSOR.match(after)
+    if not m or int(m.group(1)) >= len(KIND_ORDER):
+        raise ValueError(f"after: expected a cursor from `next` (order.alike.rollout), got {after!r}")
+    return (int(m.group(1)), -int(m.group(2)), -int(m.group(3)))
+
+
+def _doc_filters(query: Query) -> list:
+    """The filters on the text's own row: run, kind, role."""
+    f = query.filters
+    out = []
+    if "run" in f:
+        out.append(SD.c.run_id == f["run"])
+    if "kind" in f:
+        out.append(SD.c.kind == f["kind"])
+    if "role" in f:
+        out.append(SD.c.role == f["role"])
+    return out
+
+
+def _rollout_filters(query: Query) -> list:
+    """The filters on the text's rollout: steps, ending, flag."""
+    f = query.filters
+    out = []
+    steps = f.get("steps")
+    if isinstance(steps, StepRange) and (steps.first is not None or steps.last is not None):
+        out.append(steps.where(R.c.step))
+    if "ending" in f:
+        out.append(R.c.ending == f["ending"])
+    if "flag" in f:
+        from app.queries.findings import has_finding
+        from ingest import checks
+
+        out.append(has_finding(checks.legacy_kind(str(f["flag"]))))
+    return out
+
+
+_COLUMNS = (SD.c.pk, SD.c.rollout_pk, SD.c.node_idx, SD.c.kind, SD.c.role, SD.c.truncated,
+            R.c.run_id, R.c.rollout_id, R.c.attempt, R.c.step, R.c.ending, R.c.ending_detail)
+
+
+def _matches(session: Session, query: Query, cap: int) -> list:
+    """The matching texts that pass the filters, newest first, at most `cap` (+1 to tell)."""
+    where = [*_doc_filters(query), *_rollout_filters(query)]
+    if session.get_bind().dialect.name == "sqlite":  # FTS5 gives its matches newest first itself
+        fts = sa.table("search_fts", sa.column("rowid", sa.Integer))
+        joined = fts.join(SD, SD.c.pk == fts.c.rowid).join(R, R.c.pk == SD.c.rollout_pk)
+        stmt = (sa.select(*_COLUMNS).select_from(joined)
+                .where(sa.text("search_fts MATCH :q"), *where).order_by(fts.c.rowid.desc()).limit(cap + 1))
+        return session.execute(stmt, {"q": query.fts5()}).all()
+    # Postgres: a rare query's matches straight from the GIN index (fewer than RARE_MATCHES);
+    # left to itself the planner may walk the primary key backwards checking every row's tsv
+    # (0.2 s for a word in 10 of a million messages). A common one finds its newest texts soon that way.
+    tsq = sa.func.to_tsquery(sa.literal_column("'simple'"), sa.bindparam("q"))
+    match = sa.literal_column("search_doc.tsv").op("@@")(tsq)
+    params = {"q": query.tsquery()}
+    matching = sa.select(SD.c.pk).where(match, *_doc_filters(query))
+    n = session.execute(sa.select(sa.func.count()).select_from(matching.limit(RARE_MATCHES).subquery()),
+                        params).scalar_one()
+    if n < RARE_MATCHES:  # driven by the matches: the CTE is computed once, from the GIN index
+        found = matching.cte("found").prefix_with("MATERIALIZED")
+        joined = found.join(SD, SD.c.pk == found.c.pk).join(R, R.c.pk == SD.c.rollout_pk)
+        stmt = sa.select(*_COLUMNS).select_from(joined).where(*_rollout_filters(query))
+    else:
+        stmt = sa.select(*_COLUMNS).select_from(SD.join(R, R.c.pk == SD.c.rollout_pk)).where(match, *where)
+    return session.execute(stmt.order_by(SD.c.pk.desc()).limit(cap + 1), params).all()
+
+
+def search(*, session: Session, query: Query, limit: int = 20, after: str | None = None) -> SearchResult:
+    """The rollouts whose texts match every term of `query` and pass its filters, grouped (see
+    the module): a page of `limit` rollouts after cursor `after` (ValueError for a bad one), with
+    facets over every rollout read. A query without terms matches nothing."""
+    start = check_cursor(after)
+    if not query.terms:
+        return SearchResult([], None, {"step": [], "ending": [], "kind": []}, 0, 0, False)
+    rows = _matches(session, query, SCAN_CAP)
+    capped = len(rows) > SCAN_CAP
+    rows = rows[:SCAN_CAP]
+    groups: dict[int, RolloutHits] = {}
+    kinds: Counter = Counter()
+    for r in rows:
+        g = groups.get(r.rollout_pk)
+        if g is None:
+            g = groups[r.rollout_pk] = RolloutHits(r.rollout_pk, r.run_id, r.rollout_id, r.attempt, r.step,
+                                                   r.ending, r.ending_detail)
+        g.add({"pk": r.pk, "node_idx": r.node_idx, "kind": r.kind, "role": r.role, "truncated": bool(r.truncated)})
+        kinds[r.kind] += 1
+    alike = Counter((g.order, g.step) for g in groups.values())
+    for g in groups.values():
+        g.alike = alike[(g.order, g.step)]
+    ordered = sorted(groups.values(), key=RolloutHits.key)
+    if start is not None:
+        ordered = [g for g in ordered if g.key() > start]
+    page = ordered[:limit]
+    for g in page:
+        g.matches.sort(key=lambda m: (_RANK[m["kind"]], m["node_idx"] if m["node_idx"] is not None else -1))
+    _snippets(session, query, [m for g in page for m in g.matches[:SHOWN_PER_ROLLOUT]])
+    steps = Counter(g.step for g in groups.values())
+    endings = Counter(g.ending for g in groups.values())
+    facets = {"step": sorted(steps.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)),
+              "ending": sorted(endings.items(), key=lambda kv: (-kv[1], kv[0])),
+              "kind": [(k, kinds[k]) for k in KIND_ORDER if kinds[k]]}
+    nxt = page[-1].cursor if len(ordered) > limit else None
+    return SearchResult(page, nxt, facets, len(groups), len(rows), capped)
+
+
+def _snippets(session: Session, query: Query, matches: list[dict]) -> None:
+    """Set `snippet` (segments) on each of `matches`, read for these texts only."""
+    if not matches:
+        return
+    pks = [m["pk"] for m in matches]
+    marks = ", ".join("?" * len(pks))
+    if session.get_bind().dialect.name == "sqlite":
+        rows = session.connection().exec_driver_sql(
+            f"SELECT rowid, snippet(search_fts, 0, '{START}', '{STOP}', '…', 24) FROM search_fts "
+            f"WHERE search_fts MATCH ? AND rowid IN ({marks})", (query.fts5(), *pks)).all()
+    else:
+        rows = session.execute(sa.text(
+            "SELECT pk, ts_headline('simple', text, to_tsquery('simple', :q), "
+            f"'StartSel=\"{START}\", StopSel=\"{STOP}\", MaxWords=30, MinWords=12, MaxFragments=1') "
+            "FROM search_doc WHERE pk = ANY(:pks)"), {"q": query.tsquery(), "pks": pks}).all()
+    snip = dict(rows)
+    for m in matches:
+        m["snippet"] = segments(snip.get(m["pk"], ""))

@@ -5,7 +5,8 @@ task changes also a CSV download (`.csv`, one row per point).
 `/runs/{run}/charts/{chart}[.json|.csv]?steps=A-B&smooth=N`, `/runs/{run}/steps/{step}`,
 `/runs/{run}/task-changes?a=&b=`, `/runs/{run}/failures`,
 `/compare?runs=a,b[,c...]&steps=&smooth=&paired_offset=`, `/compare/task?runs=a,b&task=&steps=`,
-`/search?q=&run=&before=`, `/runs/{run}/messages/{rollout_pk}/{idx}` (redirects to the message
+`/search?q=&run=&steps=&ending=&role=&kind=&flag=&after=`,
+`/runs/{run}/messages/{rollout_pk}/{idx}` (redirects to the message
 on its rollout page: branch, page and anchor).
 
 This router is included before app.routes.pages, whose `/runs/{run_id:path}` catches the rest.
@@ -24,6 +25,7 @@ from app.deps import RefuseUnknownQuery, SessionDep
 from app.errors import ApiError, not_found
 from app.params import (
     SORT_PATTERN,
+    STEP_RANGE_OR_BLANK,
     Count,
     Filters,
     OptCount,
@@ -33,8 +35,10 @@ from app.params import (
     check_rollout_filters,
     step_range,
 )
-from app.queries import rollout_facets
+from app.queries import rollout_facets, search_query
 from app.queries import runs as q_runs
+from app.queries import search as search_q
+from app.queries.search_query import ENDINGS, KINDS, MAX_QUERY_CHARS, ROLES
 from app.queries.steps import one_step
 from app.render import csv_response, page_route, respond, split_suffix, suffix_of, wants_json
 from app.views import chart as chart_view
@@ -72,19 +76,53 @@ def _existing_runs(session, ids: list[str]) -> list[str]:
     return ids
 
 
+SearchQuery = Annotated[str, Query(max_length=MAX_QUERY_CHARS, pattern=r"^[^\x00]*$", description=(
+    "words (each a prefix), \"phrases\" and filters `run:X step:N|A-B ending:X role:X kind:X flag:X`, "
+    "all ANDed (docs/search.md)"))]
+SearchAfter = Annotated[OptStr, Query(description="the cursor `next` of the previous page",
+                                      json_schema_extra={"pattern": f"^$|{search_q.CURSOR_PATTERN}"})]
+
+
+def _opt(description: str, values: tuple[str, ...] | None = None):
+    extra = {"enum": ["", *values]} if values else {"maxLength": 500}
+    return Annotated[OptStr, Query(description=description, json_schema_extra=extra)]
+
+
+SearchSteps = Annotated[OptStr, Query(description="a step range `A-B` (`A-`, `-B`, `A`)",
+                                      json_schema_extra={"pattern": STEP_RANGE_OR_BLANK})]
+SearchEnding = _opt("an ending", ENDINGS)
+SearchRole = _opt("a message role", ROLES)
+SearchKind = _opt("what matched: message, tool_output, tool_error, rollout_error, ending", KINDS)
+SearchFlag = _opt("a finding kind")
+
+
 @page_route(router, "/search")
-def search(request: Request, session: SessionDep, q: str = "", run: OptStr = None, before: OptCount = None,
+def search(request: Request, session: SessionDep, q: SearchQuery = "", run: OptStr = None,
+           steps: SearchSteps = None, ending: SearchEnding = None, role: SearchRole = None,
+           kind: SearchKind = None, flag: SearchFlag = None, after: SearchAfter = None,
            limit: SearchLimit = None):
-    """Full-text search over message content and tool output: messages holding every word of
-    `q`, newest first, within `run` or across runs. Each hit has a snippet (segments, `hit` marks
-    a match) and `url`, the deep link to its message. Keyset pages: `before` from `next_url`.
-    An unknown `run` is a 404 naming `run`."""
-    if "\x00" in q:
-        raise HTTPException(400, "NUL character in the query")
-    if run is not None and not _known_run(session, run):
-        raise ApiError(404, f"no run {run!r}", field="run")
+    """Full-text search over messages, tool outputs and errors, rollout errors and endings
+    (docs/search.md): the rollouts whose texts hold every word (as a prefix) and phrase of `q`,
+    with the filters of `q` and of the parameters (`run`, `steps`, `ending`, `role`, `kind`,
+    `flag`), grouped by rollout (the most telling match first: rollout error, ending, tool
+    error, tool output, message), `limit` rollouts a page (default 20) after cursor `after`.
+    The twin: `hits` (per rollout: `counts` per kind, `matches` with snippet segments, `url`),
+    `facets` (`step`, `ending`: rollouts; `kind`: texts; each value with a `url` that filters),
+    `query` (`terms`, `filters`), `next` / `next_url`, `notes`. 422 for a query longer than
+    1,000 characters, with NUL, `OR`/`NOT`, a bad filter value or cursor; 404 for an unknown run."""
+    try:
+        query = search_query.parse(q, run=run, steps=steps, ending=ending, role=role, kind=kind, flag=flag)
+        search_q.check_cursor(after)
+    except search_query.QueryError as exc:
+        raise ApiError(422, str(exc), field=exc.field) from None
+    except ValueError as exc:
+        raise ApiError(422, str(exc), field="after") from None
+    wanted = query.filters.get("run")
+    if wanted is not None and not _known_run(session, str(wanted)):
+        raise ApiError(404, f"no run {wanted!r}", field="run")
     json = wants_json(request)
-    data = search_view.search_page(session, q[:500], run_id=run, limit=limit or 20, before=before, json=json)
+    params = {"run": run, "steps": steps, "ending": ending, "role": role, "kind": kind, "flag": flag}
+    data = search_view.search_page(session, query, params=params, limit=limit or 20, after=after, json=json)
     return respond(request, "search.html", data, json=json)
 
 

@@ -24,7 +24,7 @@ from app.db import models
 from app.db.engine import JSONText
 from app.db.tokenarrays import pack_bits, pack_floats, pack_ids
 from app.store.media import split_media
-from app.store.search import search_texts
+from app.store.search import search_docs
 from app.store.signatures import mined_texts
 from ingest.advantages import estimator_name, recorded_advantage
 from ingest.checks import CheckContext, run_rollout_checks
@@ -61,7 +61,7 @@ class Prepared:
     nodes: list[tuple]  # `node` rows in NODE_COLUMNS order (no rollout_pk)
     findings: list[tuple] = field(default_factory=list)  # `finding` rows in FINDING_COLUMNS order
     n_findings: int = 0  # findings that fired (checks that could not decide are stored, not counted)
-    search: list[tuple[int, str]] = field(default_factory=list)  # (node idx, searchable text), app.store.search
+    search: list[tuple] = field(default_factory=list)  # search documents (app.store.search.Doc)
     media: dict[str, bytes] = field(default_factory=dict)  # sha256 hex → bytes taken out of the messages
     components: list[tuple] = field(default_factory=list)  # `reward_component` rows in COMPONENT_COLUMNS order
     signatures: list[tuple[str, str]] = field(default_factory=list)  # (kind, text) to mine, app.store.signatures
@@ -101,7 +101,7 @@ def prepare(r: Rollout, context: CheckContext | None = None) -> Prepared:
         findings=[(f.kind, f.severity, f.node_idx, f.position, f.message, _json_text(dumps(finding_detail(f.detail))))
                   for f in findings],
         n_findings=len(checked.findings),
-        search=search_texts(r),
+        search=search_docs(r),
         media=media,
         components=component_rows(r),
         signatures=mined_texts(r),

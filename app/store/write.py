@@ -105,8 +105,8 @@ class Written:
     """What one batch changed, for `BATCH_HOOKS`: `inserted` are the summary rows now stored
     (dicts of `rollout` columns, with `pk`), new rollouts and replacements alike; `deleted` are
     the summary rows removed (the old versions of the replaced rollouts); `search` the
-    searchable text of the inserted rollouts' messages, (rollout_pk, run_id, node idx, text)
-    (app.store.search, made outside the transaction by app.store.prepare); `signatures` the texts
+    search documents of the inserted rollouts, (rollout_pk, run_id, node idx, kind, role,
+    truncated, text) (app.store.search, made outside the transaction by app.store.prepare); `signatures` the texts
     failure signatures are mined from (app.store.signatures), by rollout pk."""
 
     inserted: list[dict[str, Any]] = field(default_factory=list)
@@ -260,7 +260,7 @@ def _insert_rows(conn: sa.Connection, todo: list[Prepared], deleted: list[dict[s
         findings += [(pk, *row) for row in p.findings]
         components += [(pk, *row) for row in p.components]
         inserted.append(dict(p.summary, pk=pk))
-        docs += [(pk, p.identity[0], idx, text) for idx, text in p.search]
+        docs += [(pk, p.identity[0], *doc) for doc in p.search]
         if p.signatures:
             signatures[pk] = p.signatures
     bulk_insert(conn, DET, ("rollout_pk", "envelope"), details)

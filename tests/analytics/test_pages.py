@@ -11,6 +11,7 @@ from sqlmodel import Session
 
 from app import charts
 from app.queries import search as search_q
+from app.queries import search_query
 from app.queries.steps import StepRange, heatmap_tasks, step_stats
 from ingest import demo
 from tests.helpers import ingest, rollout, write_jsonl
@@ -203,12 +204,13 @@ def test_search_hits_link_to_messages_and_follow_replacement(client, engine, tmp
     ingest(engine, write_jsonl(tmp_path / "a.jsonl", [rollout("q1", run="r1", messages=msgs),
                                                       rollout("q2", run="r2", messages=[msgs[0]])]))
     d = client.get("/search.json?q=zanzibar").json()
-    assert len(d["hits"]) == 3
+    assert len(d["hits"]) == 2 and d["total_matches"] == 3  # grouped by rollout
     assert {h["run_id"] for h in d["hits"]} == {"r1", "r2"}
     one = client.get("/search.json?q=zanzibar&run=r1").json()["hits"]
-    assert len(one) == 2 and {h["node_idx"] for h in one} == {0, 1}
-    hit = next(h for h in one if h["node_idx"] == 1)
-    assert any(s["hit"] and s["text"].lower() == "zanzibar" for s in hit["snippet"])
+    assert len(one) == 1 and {m["node_idx"] for m in one[0]["matches"]} == {0, 1}
+    assert one[0]["counts"] == {"message": 2}
+    hit = next(m for m in one[0]["matches"] if m["node_idx"] == 1)
+    assert hit["role"] == "assistant" and any(s["hit"] and s["text"].lower() == "zanzibar" for s in hit["snippet"])
     resp = client.get(hit["url"], follow_redirects=False)
     assert resp.status_code == 307 and resp.headers["location"] == "/runs/r1/rollouts/q1?branch=0&offset=0#node-1"
     html = client.get("/search?q=zanzibar+bug").text
@@ -216,17 +218,16 @@ def test_search_hits_link_to_messages_and_follow_replacement(client, engine, tmp
     assert client.get("/search.json?q=zanzibar+nowhere").json()["hits"] == []
     # words inside markup and paths are words on both databases (Postgres's parser keeps tags apart)
     for word in ("script", "kumquat", "opt"):
-        assert len(client.get(f"/search.json?q={word}").json()["hits"]) == 2, word
+        assert client.get(f"/search.json?q={word}").json()["total_matches"] == 2, word
     # paging
-    first = client.get("/search.json?q=zanzibar&limit=2").json()
-    assert len(first["hits"]) == 2 and first["next_url"].startswith("/search.json?q=zanzibar&before=")
-    assert all(h["rollout_url"].startswith(f"/runs/{h['run_id']}/rollouts/{h['rollout_id']}.json")
-               for h in first["hits"])
-    assert client.get(first["hits"][0]["rollout_url"]).headers["content-type"] == "application/json"
+    first = client.get("/search.json?q=zanzibar&limit=1").json()
+    assert len(first["hits"]) == 1 and first["next_url"].startswith("/search.json?q=zanzibar&after=")
+    assert all(h["url"].startswith(f"/runs/{h['run_id']}/rollouts/{h['rollout_id']}.json") for h in first["hits"])
+    assert client.get(first["hits"][0]["url"]).headers["content-type"] == "application/json"
     rest = client.get(first["next_url"]).json()
-    assert len(rest["hits"]) == 1
-    page = client.get("/search?q=zanzibar&limit=2").text
-    assert ('href="/search?q=zanzibar&amp;before=' in page
+    assert len(rest["hits"]) == 1 and rest["hits"][0]["run_id"] != first["hits"][0]["run_id"]
+    page = client.get("/search?q=zanzibar&limit=1").text
+    assert ('href="/search?q=zanzibar&amp;after=' in page
             and ".json" not in page.split("<main", 1)[-1].split("</main>")[0])
     # a replaced rollout's old text leaves the index with it
     ingest(engine, write_jsonl(tmp_path / "b.jsonl", [rollout("q1", run="r1", messages=[
@@ -275,24 +276,27 @@ def test_each_chart_reads_only_the_sections_it_draws(engine, demo_run):
 
 def test_search_pages_the_same_through_a_words_matches_or_the_newest_messages(engine, tmp_path, monkeypatch):
     """Postgres searches a rare word through its matches and a common one by walking the newest
-    messages: both give the same pages."""
+    texts: both give the same pages."""
     rs = [rollout(f"s{i}", step=i, messages=[{"role": "user", "content": f"quokka number {i}"},
                                              {"role": "assistant", "content": "quokka" if i % 2 else "nothing"}])
           for i in range(7)]
     ingest(engine, write_jsonl(tmp_path / "s.jsonl", rs))
+    query = search_query.parse("quokka", run="r1")
 
     def pages():
-        out, before = [], None
+        out, after = [], None
         with Session(engine) as s:
             while True:
-                hits, before = search_q.search(session=s, text="quokka", run_id="r1", limit=3, before=before)
-                out.append([(h["rollout_id"], h["node_idx"], h["snippet"]) for h in hits])
-                if before is None:
-                    return out
+                res = search_q.search(session=s, query=query, limit=3, after=after)
+                out.append([(g.rollout_id, [(m["node_idx"], m["snippet"]) for m in g.matches]) for g in res.rollouts])
+                after = res.next
+                if after is None:
+                    return out, res.facets
 
     rare = pages()
     monkeypatch.setattr(search_q, "RARE_MATCHES", 1)
-    assert pages() == rare and sum(len(p) for p in rare) == 10
+    assert pages() == rare and sum(len(g[1]) for p in rare[0] for g in p) == 10
+    assert [n for _, n in rare[1]["step"]] == [1] * 7
 
 
 def test_a_download_suffix_a_page_lacks_is_a_404_not_a_bad_parameter(client, demo_run):

@@ -67,10 +67,26 @@ def test_search_marks_hits_and_opens_the_message(server, browser):
     marks = page.locator("#hits mark")
     assert marks.first.inner_text().lower() == "quokka"
     assert page.locator("#hits b").count() == 0  # trace text stays text
-    page.locator("#hits li a").first.click()
+    page.locator("#hits .matches li a").first.click()
     page.wait_for_load_state("networkidle")
     assert "#node-0" in page.url and "/runs/base/rollouts/" in page.url
     assert problems == []
+    page.close()
+
+
+def test_search_finds_the_incident_on_a_phone(server, browser):
+    """On a 390 px phone: the crashed rollouts grouped, the step facet narrows to them, and
+    nothing is wider than the screen."""
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    page.goto(f"{server}/search?q=sandb")
+    page.wait_for_load_state("networkidle")
+    assert page.locator("#hits > li").count() == 3  # the three crashed rollouts of step 2, by their ending
+    assert "step 2 · error (sandbox_crash)" in page.locator("#hits").inner_text()
+    overflow = page.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth")
+    assert overflow <= 0, overflow
+    page.locator("#facets .facet-link", has_text="error").click()
+    page.wait_for_load_state("networkidle")
+    assert "ending=error" in page.url and page.locator("#hits > li").count() == 3
     page.close()
 
 

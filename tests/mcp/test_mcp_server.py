@@ -12,6 +12,7 @@ raises "cannot be called from a running event loop".
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -317,7 +318,7 @@ def test_search_finds_the_sandbox_crash(demo_answers):
     assert not result.is_error, _text(result)
     hits = result.structured_content["hits"]
     assert hits and {h["step"] for h in hits} >= {18}
-    assert "sandbox" in _text(result).lower() and "0 hits" not in _text(result)
+    assert "sandbox" in _text(result).lower() and not re.search(r"\b0 hits", _text(result))  # "20 hits" is some
 
 
 def test_failure_signatures_name_the_sandbox_crash_on_top(demo_answers):

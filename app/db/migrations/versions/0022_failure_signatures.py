@@ -6,7 +6,7 @@ written with the rollout and deleted with it. Rollouts stored before this migrat
 (docs/failures.md: re-ingest or `rollscope recheck` mines them).
 
 Revision ID: 0022_failure_signatures
-Revises: 0020_reward_components
+Revises: 0021_search_incidents
 """
 from alembic import op
 import sqlalchemy as sa
@@ -15,7 +15,7 @@ import sqlmodel
 
 
 revision = "0022_failure_signatures"
-down_revision = "0020_reward_components"
+down_revision = "0021_search_incidents"
 branch_labels = None
 depends_on = None
 
