@@ -378,8 +378,8 @@ def search_answer(d: dict, link: Link) -> Answer:
         matches = h.get("matches")
         rows = matches if isinstance(matches, list) else [h]
         shown = [{k: v for k, v in {"message": m.get("node_idx", m.get("message")), "role": m.get("role"),
-                                    "field": m.get("field") or m.get("source"), "snippet": _snippet(m.get("snippet")),
-                                    "partial": m.get("partial") or m.get("middle_not_indexed"),
+                                    "field": m.get("kind") or m.get("field"), "snippet": _snippet(m.get("snippet")),
+                                    "partial": m.get("truncated") or m.get("partial"),
                                     "url": link(m.get("url"))}.items() if v not in (None, "")}
                  for m in rows if isinstance(m, dict)]
         hits.append({k: v for k, v in {
@@ -392,11 +392,11 @@ def search_answer(d: dict, link: Link) -> Answer:
     by_step = _pairs(facets.get("step") or facets.get("by_step") or facets.get("steps"))
     by_ending = _pairs(facets.get("ending") or facets.get("by_ending") or facets.get("endings"))
     query = d.get("q", d.get("query"))
-    total = d.get("total")
+    total = d.get("total_rollouts", d.get("total"))
     data = {k: v for k, v in {
         "query": query, "run": d.get("run"), "total": total, "hits": hits,
         "facets": {"step": dict(by_step), "ending": dict(by_ending)} if by_step or by_ending else None,
-        "next_url": link(d.get("next_url")), "before": _query_value(d.get("next_url"), "before"),
+        "next_url": link(d.get("next_url")), "after": d.get("next") or _query_value(d.get("next_url"), "after"),
         "error": d.get("error") if isinstance(d.get("error"), str) else None,
         "url": link(_search_url(query, d.get("run")))}.items() if v is not None}
     unit = "rollout" if any(isinstance(h.get("matches"), list) for h in d.get("hits") or [] if isinstance(h, dict)) \
@@ -407,6 +407,10 @@ def search_answer(d: dict, link: Link) -> Answer:
              + (f"; {len(hits)} on this page" if isinstance(total, int) and total > len(hits) else "") + "."]
     if data.get("error"):
         lines.append(str(data["error"]))
+    notes = [n for n in d.get("notes") or [] if isinstance(n, str)]
+    if notes:
+        data["notes"] = notes
+        lines.extend(f"Note: {n}" for n in notes[:5])
     if by_step:
         lines.append("By step: " + ", ".join(f"{k}: {v}" for k, v in by_step[:30]) + ".")
     if by_ending:
@@ -419,8 +423,8 @@ def search_answer(d: dict, link: Link) -> Answer:
             where_ = f"message {m['message']}" if m.get("message") is not None else (m.get("field") or "match")
             lines.append(f"    {where_}" + (f" ({m['role']})" if m.get("role") else "") + f": {m.get('snippet', '')!r}"
                          + (" [middle of a long text not indexed]" if m.get("partial") else ""))
-    if data.get("before") is not None:
-        lines.append(f"More: call search again with before={data['before']}.")
+    if data.get("after") is not None:
+        lines.append(f"More: call search again with after={data['after']!r}.")
     lines.append(f"Page: {data.get('url')}")
     return Answer(_lines(*lines), data)
 

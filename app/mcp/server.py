@@ -20,6 +20,7 @@ from pydantic import Field, ValidationError
 from app import urls
 from app.mcp import answers
 from app.mcp.reader import Reader, ReadError, one_line
+from app.queries.search_query import MAX_QUERY_CHARS
 from app.text import reveal_invisible
 
 INSTRUCTIONS = """Rollscope is a trace inspector for agentic RL training runs. Start with list_runs, then
@@ -204,19 +205,21 @@ def build_server(reader: Reader) -> MCPServer:
 
     @server.tool(annotations=READ_ONLY)
     async def search(
-        query: Annotated[str, Field(min_length=1, max_length=500, description="Words to find in messages, tool "
-                                                                              "output and errors.")],
+        query: Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS,
+                                    description="Words to find in messages, tool output, tool errors, rollout errors "
+                                                "and endings: `sandb` matches words starting so, \"a phrase\" in "
+                                                "quotes, filters run: step:A-B ending: role: kind: flag: "
+                                                "(docs/search.md).")],
         run: Annotated[Id | None, Field(description="Search one run only.")] = None,
-        before: Annotated[int | None, Field(ge=0, le=2**31 - 1, description="The cursor of the next page, from "
-                                                                             "the previous answer's `before`.")]
-        = None,
-        limit: Annotated[int, Field(ge=1, le=200, description="Hits per page.")] = 20,
+        after: Annotated[str | None, Field(max_length=200, description="The cursor of the next page, from the "
+                                                                       "previous answer's `after`.")] = None,
+        limit: Annotated[int, Field(ge=1, le=100, description="Rollouts per page.")] = 20,
     ) -> CallToolResult:
         """Full-text search over rollouts' messages, tool output and errors, within one run or
-        across runs: the hits with a snippet (matches in «»), their step and ending, counts by
-        step and ending when the server gives them, and each hit's link."""
+        across runs: the rollouts with matches (each with its snippets, matches in «»), their step
+        and ending, counts by step and ending, and each hit's link."""
         async def build():
-            d = await reader.get(urls.search(json=True, q=query, run=_s(run), before=before, limit=limit))
+            d = await reader.get(urls.search(json=True, q=query, run=_s(run), after=after, limit=limit))
             return answers.search_answer(d, reader.link)
         return await answer(build)
 

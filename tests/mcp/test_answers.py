@@ -56,19 +56,22 @@ def test_failures_answer_to_the_contract():
 
 
 def test_search_answer_grouped_hits_and_facets():
-    twin = {"q": "sandbox", "run": "demo-grpo", "total": 41,
+    # the shape of app/views/search.py SearchPage's twin
+    twin = {"q": "sandbox", "run": "demo-grpo", "total_rollouts": 41, "notes": ["a note"],
             "hits": [{"run_id": "demo-grpo", "rollout_id": "s018-g0-r0", "step": 18, "ending": "error",
-                      "ending_detail": "sandbox_crash", "rollout_url": "/runs/demo-grpo/rollouts/s018-g0-r0.json",
-                      "count": 1, "matches": [{"field": "error", "snippet": [{"text": "sandbox", "hit": True},
-                                                                             {"text": " exited", "hit": False}],
-                                               "url": "/runs/demo-grpo/rollouts/s018-g0-r0"}]}],
+                      "ending_detail": "sandbox_crash", "url": "/runs/demo-grpo/rollouts/s018-g0-r0.json",
+                      "counts": {"rollout_error": 1},
+                      "matches": [{"kind": "rollout_error", "role": None, "node_idx": None, "truncated": True,
+                                   "snippet": [{"text": "sandbox", "hit": True}, {"text": " exited", "hit": False}],
+                                   "url": "/runs/demo-grpo/rollouts/s018-g0-r0"}]}],
             "facets": {"step": [{"value": 18, "count": 20}, {"value": 19, "count": 11}],
                        "ending": {"error": 41}},
-            "next_url": "/search.json?q=sandbox&run=demo-grpo&before=99"}
+            "next": "c99", "next_url": "/search.json?q=sandbox&run=demo-grpo&after=c99"}
     a = answers.search_answer(twin, link)
     assert a.text.splitlines()[0] == "41 hits for 'sandbox' in run demo-grpo (41 rollouts); 1 on this page."
     assert "By step: 18: 20, 19: 11." in a.text and "By ending: error: 41." in a.text
-    assert "«sandbox» exited" in a.text and "before=99" in a.text
+    assert "«sandbox» exited" in a.text and "after='c99'" in a.text and "Note: a note" in a.text
+    assert "rollout_error: '«sandbox» exited' [middle of a long text not indexed]" in a.text
     assert a.data["facets"] == {"step": {18: 20, 19: 11}, "ending": {"error": 41}}
     assert a.data["hits"][0]["url"] == f"{BASE}/runs/demo-grpo/rollouts/s018-g0-r0"
     one = answers.search_answer({"q": "x", "hits": [{"rollout_id": "r", "snippet": []}]}, link)

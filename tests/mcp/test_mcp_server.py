@@ -1,9 +1,8 @@
 """`rollscope mcp`, the real console script, driven by the `mcp` SDK's own client over stdio (and
 streamable HTTP), on the demo run built by `rollscope demo` + `rollscope ingest`, on SQLite and
-Postgres: the eight tools and their arguments, the step-18 sandbox crash in step_story (and, once
-the parallel search / failure-signature / paired-compare work is merged, in search,
-failure_signatures and compare_runs), filters and pages, bounded rollouts, one-line tool
-errors, the read lock, `--url` against a real uvicorn server, and `--http`.
+Postgres: the eight tools and their arguments, the step-18 sandbox crash in step_story, search (paged
+by its cursor), failure_signatures and compare_runs' paired difference, filters and pages,
+bounded rollouts, one-line tool errors, the read lock, `--url` against a real uvicorn server, and `--http`.
 
 Every async client call runs in a fresh thread (`_call`): in a worker that also holds a
 Playwright sync session the test's own thread has a running event loop, and `anyio.run` there
@@ -168,6 +167,9 @@ async def _demo_calls(session, out: dict) -> None:
     await call("compare_list", "compare_runs", runs=[RUN, OTHER])
     await call("search_tool", "search", query="edit_file", run=RUN, limit=3)
     await call("search", "search", query="sandbox", run=RUN)
+    s1 = await call("search_p1", "search", query='"host lost" step:18', run=RUN, limit=15)
+    await call("search_p2", "search", query='"host lost" step:18', run=RUN, limit=15,
+               after=(s1.structured_content or {}).get("after"))
     failures = await call("failures", "failure_signatures", run=RUN)
     top = ((failures.structured_content or {}).get("signatures") or [{"id": 1}])[0]
     await call("by_signature", "list_rollouts", run=RUN, signature=top.get("id"), limit=200)
@@ -311,7 +313,6 @@ def test_search_answers_hits_with_links(demo_answers):
     assert "«" in _text(result) and "edit" in _text(result)  # each match marked (the databases mark words apart)
 
 
-# --- to the contract of the parallel work (issue 24, items 1-3): these pass once it is merged ---------------
 
 def test_search_finds_the_sandbox_crash(demo_answers):
     result = demo_answers["search"]
@@ -319,6 +320,15 @@ def test_search_finds_the_sandbox_crash(demo_answers):
     hits = result.structured_content["hits"]
     assert hits and {h["step"] for h in hits} >= {18}
     assert "sandbox" in _text(result).lower() and not re.search(r"\b0 hits", _text(result))  # "20 hits" is some
+
+
+def test_search_pages_by_the_cursor_to_the_step_18_crashes(demo_answers):
+    first, second = demo_answers["search_p1"], demo_answers["search_p2"]
+    assert not first.is_error and not second.is_error, (_text(first), _text(second))
+    assert first.structured_content["after"] and "after=" in _text(first)
+    ids = [h["rollout"] for h in first.structured_content["hits"] + second.structured_content["hits"]]
+    assert len(ids) == len(set(ids)) == 20 and all(h["step"] == 18 for h in second.structured_content["hits"])
+    assert "after" not in second.structured_content
 
 
 def test_failure_signatures_name_the_sandbox_crash_on_top(demo_answers):
