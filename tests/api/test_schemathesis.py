@@ -46,6 +46,7 @@ pytestmark = pytest.mark.slow
 
 EXAMPLES = int(os.environ.get("SCHEMATHESIS_EXAMPLES", "3"))
 SEED = 21
+REQUEST_TIMEOUT = 60  # seconds; schemathesis waits 10 by default, and a loaded 2-core machine took longer once
 SCOPES = [None, "read", "write", "admin"]
 COMBINATIONS = [pytest.param((dialect, scope), id=f"{dialect}-{scope or 'no-token'}",
                              marks=[pytest.mark.postgres] if dialect == "postgres" else [])
@@ -170,7 +171,7 @@ def test_a_locked_server_answers_as_its_document_says(locked_schema, tmp_path):
             case = op.Case(path_parameters={p.name: PARAMS[p.name] for p in op.path_parameters},
                            **({"body": BODIES[body.media_type], "media_type": body.media_type} if body else {}))
             for headers in ({}, {"Authorization": f"Bearer {token}"}):
-                response = case.call_and_validate(base_url=base, headers=headers, checks=all_checks())
+                response = case.call_and_validate(base_url=base, headers=headers, checks=all_checks(), timeout=REQUEST_TIMEOUT)
                 seen[(bool(headers), response.status_code)] += 1
                 if not headers and op.path != "/healthz":
                     assert response.status_code == 401, op.label
@@ -190,7 +191,7 @@ def test_api_conforms_to_its_schema(case, served):
     TALLY["requests"][case.operation.label] += 1
     TALLY["combinations"][combination] += 1
     try:
-        case.call_and_validate(base_url=base, headers=headers, checks=all_checks())
+        case.call_and_validate(base_url=base, headers=headers, checks=all_checks(), timeout=REQUEST_TIMEOUT)
     except FailureGroup as group:
         for f in group.exceptions:
             TALLY["failures"][type(f).__name__] += 1
