@@ -13,6 +13,7 @@ minute, so the ratio holds when the machine is busy (figures in rollouts/s do no
     .venv/bin/python bench/ingest.py --quick    # SQLite only, 300 rollouts, under a minute
     .venv/bin/python bench/ingest.py --spool-mb 2000   # also drain a 2 GB spool with the worker CLI
     .venv/bin/python bench/ingest.py --latency         # only the append → page latency
+    .venv/bin/python bench/ingest.py --text-only       # Trackio's text-only workload, 2,000 rollouts + one of 5,000 turns
 
 The workload (bench/workload.py) is the issue's: rollouts of 20 turns and ~8k tokens with ids,
 masks and logprobs (`--demo` uses the demo run instead). Beside the figures it prints
@@ -21,6 +22,10 @@ masks and logprobs (`--demo` uses the demo run instead). Beside the figures it p
 prints its peak RSS; the latency step appends rollouts one by one to a spool a running worker
 tails and times each until its page answers. The last line reads
 `sqlite: N rollouts/s, floor M rollouts/s, ratio R` (N through the worker).
+
+Beside the CLI path's figures it prints the re-ingest rate of the same, unchanged file against
+the fresh rate, and the time per stage of the fresh ingest (ingest/stages.py: read, decode,
+normalise, hash, checks, rows, write; `--quick` included).
 """
 from __future__ import annotations
 
@@ -383,6 +388,27 @@ def latency(work: Path, n: int = 20) -> None:
           f"max {times[-1]:.2f} s (worker poll 0.5 s); {load()}")
 
 
+def text_only(work: Path, n: int) -> None:
+    """The peers' text-only workload (bench/workload.py `text_rollout`: 20-turn agent rollouts,
+    messages and tool calls, no token arrays) through the CLI's path on SQLite: `n` rollouts
+    (rollouts/s, re-ingest, time per stage), then one rollout of 5,000 turns (seconds)."""
+    path = workload.write_text(work / "text.jsonl", n)
+    print(f"text-only workload: {n} rollouts of {workload.TURNS} turns, {path.stat().st_size / 1e6:.1f} MB; {load()}")
+    rollscope(path, f"sqlite:///{work / 'text.db'}", "text-only sqlite")
+    long = workload.write_text(work / "long.jsonl", 1, turns=5000, start=n)
+    engine = make_engine(f"sqlite:///{work / 'long.db'}", writer=True)
+    upgrade(engine)
+    with stages.measure() as table:
+        t = time.perf_counter()
+        rep = ingest_paths(engine, [long], ReadContext())
+        dt = time.perf_counter() - t
+    engine.dispose()
+    print(f"[text-only sqlite] one rollout of 5,000 turns ({long.stat().st_size / 1e6:.1f} MB): {dt:.2f} s "
+          f"({rep.total.inserted} stored); {load()}")
+    for line in stages.table_lines(table, 1):
+        print(line)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="SQLite only, 300 rollouts (under a minute)")
@@ -392,11 +418,17 @@ def main() -> None:
     ap.add_argument("--spool-mb", type=int, default=0,
                     help="also drain a spool of this many MB (2000 = the issue's 2 GB)")
     ap.add_argument("--latency", action="store_true", help="only the append → page latency (SQLite)")
+    ap.add_argument("--text-only", action="store_true",
+                    help="only the text-only workload (no token arrays; -n rollouts, default 2000) and a "
+                         "5,000-turn rollout, SQLite")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         if args.latency:
             latency(work)
+            return
+        if args.text_only:
+            text_only(work, args.n or 2000)
             return
         path = args.file
         if path is None and args.demo:
