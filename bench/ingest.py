@@ -13,7 +13,7 @@ minute, so the ratio holds when the machine is busy (figures in rollouts/s do no
     .venv/bin/python bench/ingest.py --quick    # SQLite only, 300 rollouts, under a minute
     .venv/bin/python bench/ingest.py --spool-mb 2000   # also drain a 2 GB spool with the worker CLI
     .venv/bin/python bench/ingest.py --latency         # only the append → page latency
-    .venv/bin/python bench/ingest.py --text-only       # Trackio's text-only workload, 2,000 rollouts + one of 5,000 turns
+    .venv/bin/python bench/ingest.py --text-only       # text-only (Trackio's) workload + a 5,000-turn rollout
 
 The workload (bench/workload.py) is the issue's: rollouts of 20 turns and ~8k tokens with ids,
 masks and logprobs (`--demo` uses the demo run instead). Beside the figures it prints
