@@ -2,7 +2,7 @@
 or checked, and a record whose hash the store already holds is passed on as a `Known` (its
 identity only) instead of a rollout.
 
-The raw hash is blake2b (128 bits, 32 hex digits) of the record's bytes (a JSONL line without
+The raw hash is sha256, cut to 128 bits (32 hex digits), of the record's bytes (a JSONL line without
 its line ending) salted with everything besides those bytes that shapes the rollout the reader
 makes of them: the reader and its revision, `--run`, the run a record without one falls under,
 and `--step`. The same hash therefore means the same rollout (its `source` aside), whose content
@@ -35,14 +35,15 @@ def salt(*parts: object) -> bytes:
 
 
 def raw_hash(raw: bytes, salted: bytes) -> str:
-    """The raw hash of one record (32 hex digits): blake2b of `salted` then `raw` without its
-    trailing line ending. About 1 ms per MB here (blake2b is the fastest hash in hashlib)."""
-    h = hashlib.blake2b(salted, digest_size=16)
+    """The raw hash of one record (32 hex digits): sha256 of `salted` then `raw` without its
+    trailing line ending, its first 128 bits. About 0.6 ms per MB here: with the CPU's SHA
+    instructions, sha256 is twice as fast as blake2b (and crc32 would be no faster)."""
+    h = hashlib.sha256(salted)
     end = len(raw)
     while end and raw[end - 1] in b"\r\n":
         end -= 1
     h.update(memoryview(raw)[:end])
-    return h.hexdigest()
+    return h.hexdigest()[:32]
 
 
 @dataclass(slots=True)

@@ -416,7 +416,7 @@ class Rollout(Model):
     errors: list[Error] = Field(default_factory=list)
     timing: dict[str, Any] = Field(default_factory=dict)
     source: dict[str, Any] = Field(default_factory=dict, description="where the record came from: format, file, line")
-    # blake2b of the raw record it was read from, salted (ingest/known.py), when its reader hashes
+    # sha256 (128 bits) of the raw record it was read from, salted (ingest/known.py), when its reader hashes
     # records: stored with it, so that the same bytes ingested again skip the work
     _raw_hash: str | None = PrivateAttr(default=None)
 

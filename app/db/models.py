@@ -121,7 +121,7 @@ class Rollout(SQLModel, table=True):
     trainer_filtered: str | None = None  # the trainer's reason for dropping it
     flags: list | None = _json()  # kinds of findings, for filtering
     content_hash: str = Field(max_length=64)
-    # blake2b of the raw record it was read from, salted (ingest/known.py); NULL when not hashed
+    # sha256 (128 bits) of the raw record it was read from, salted (ingest/known.py); NULL when not hashed
     raw_hash: str | None = Field(default=None, max_length=32)
     source_format: str | None = None
     source_file: str | None = None

@@ -1,7 +1,7 @@
 """raw hash: each rollout keeps the hash of the raw record it was read from, so that re-ingesting
 the same bytes skips decoding, validation and checks (ingest/known.py, app/store/known.py)
 
-`rollout.raw_hash`: blake2b (32 hex digits) of the record's bytes, salted with how it was read;
+`rollout.raw_hash`: sha256 cut to 32 hex digits of the record's bytes, salted with how it was read;
 NULL for rollouts stored before this migration or not read from a hashed record (those are
 decoded in full on re-ingest, as before). Indexed: a re-ingest looks up 200 hashes at a time.
 
