@@ -54,3 +54,4 @@ def test_a_database_at_the_head_is_opened_without_alembic(tmp_path):
     assert "alembic" in first and "sqlalchemy" in first
     again = loaded("ingest", str(path), env=env, cwd=tmp_path)  # at the head: one SELECT, no Alembic
     assert "alembic" not in again and "jinja2" not in again
+    assert "click" not in again  # typer's own copy serves; the exit code does not import click's
