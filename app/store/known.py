@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from app.db import models
+from app.store.outage import not_the_data
 from ingest.known import Identity, KnownLookup
 
 RO = models.Rollout.__table__
@@ -28,9 +29,16 @@ def stored_identities(conn: sa.Connection, hashes: list[str]) -> dict[str, Ident
 
 def known_lookup(engine: Engine) -> KnownLookup:
     """`ReadContext.known` for `engine`: each call is one short read transaction
-    (`stored_identities`)."""
+    (`stored_identities`). A database that is away or locked at that moment (app/store/outage.py
+    `not_the_data`) makes every record of the chunk unknown: they are read in full, and their
+    batch waits out the outage with the writer's retries, as before the look-up existed."""
     def lookup(hashes: list[str]) -> dict[str, Identity]:
-        with engine.connect() as conn:
-            return stored_identities(conn, hashes)
+        try:
+            with engine.connect() as conn:
+                return stored_identities(conn, hashes)
+        except sa.exc.DBAPIError as exc:
+            if not_the_data(exc):
+                return {}
+            raise
 
     return lookup

@@ -73,3 +73,16 @@ def test_an_id_met_twice_in_a_file_is_read_in_full_and_the_last_line_wins(engine
     assert (again.total.inserted, again.total.unchanged) == (0, 1)
     assert again.total.replaced == 2
     assert rows(engine)["a0"][0] == 1.0 and rows(engine)["a1"][0] == 1.0
+
+
+def test_a_database_away_at_the_look_up_makes_the_lines_unknown_not_lost():
+    # the look-up is an optimisation: when it cannot run, the lines are read in full and their
+    # batch waits out the outage with the writer's own retries
+    from app.db.engine import make_engine
+    from app.store.known import known_lookup
+
+    gone = make_engine("postgresql+psycopg://postgres@127.0.0.1:1/test")  # nothing listens on port 1
+    try:
+        assert known_lookup(gone)(["0" * 32]) == {}
+    finally:
+        gone.dispose()
