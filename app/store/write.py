@@ -36,7 +36,7 @@ from sqlalchemy.engine import Engine
 from app.db import models
 from app.db.engine import bulk_insert
 from app.db.engine import insert_for as _insert
-from app.store import rollups, search
+from app.store import gc_relaxed, rollups, search
 from app.store.groups import recheck_groups
 from app.store.media import insert_media
 from app.store.outage import RETRY_SECONDS, lost_a_race, not_the_data, with_retries
@@ -510,6 +510,7 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError | Known], *, on_
         if final:
             written()
 
+    collector = gc_relaxed.relax()  # fewer collector passes over the batch being prepared
     try:
         for item in items:
             if isinstance(item, Known):
@@ -543,6 +544,7 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError | Known], *, on_
                 on_item(item)
         flush(final=True)
     finally:
+        gc_relaxed.restore(collector)
         if writer is not None:
             writer.shutdown(wait=True)  # after an error: the batch being written ends, committed or not
     total.repeated += repeated
