@@ -13,6 +13,7 @@ minute, so the ratio holds when the machine is busy (figures in rollouts/s do no
     .venv/bin/python bench/ingest.py --quick    # SQLite only, 300 rollouts, under a minute
     .venv/bin/python bench/ingest.py --spool-mb 2000   # also drain a 2 GB spool with the worker CLI
     .venv/bin/python bench/ingest.py --latency         # only the append → page latency
+    .venv/bin/python bench/ingest.py --text-only       # text-only (Trackio's) workload + a 5,000-turn rollout
 
 The workload (bench/workload.py) is the issue's: rollouts of 20 turns and ~8k tokens with ids,
 masks and logprobs (`--demo` uses the demo run instead). Beside the figures it prints
@@ -21,6 +22,10 @@ masks and logprobs (`--demo` uses the demo run instead). Beside the figures it p
 prints its peak RSS; the latency step appends rollouts one by one to a spool a running worker
 tails and times each until its page answers. The last line reads
 `sqlite: N rollouts/s, floor M rollouts/s, ratio R` (N through the worker).
+
+Beside the CLI path's figures it prints the re-ingest rate of the same, unchanged file against
+the fresh rate, and the time per stage of the fresh ingest (ingest/stages.py: read, decode,
+normalise, hash, checks, rows, write; `--quick` included).
 """
 from __future__ import annotations
 
@@ -45,7 +50,7 @@ from app.db.engine import make_engine  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
 from app.store.write import BATCH  # noqa: E402
 from app.worker.sync import ingest_paths  # noqa: E402
-from ingest import demo  # noqa: E402
+from ingest import demo, stages  # noqa: E402
 from ingest.formats.base import ReadContext  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -195,7 +200,7 @@ def rollscope(path: Path, url: str, label: str) -> tuple[float, int]:
     (seconds, rollouts)."""
     engine = make_engine(url, writer=True)
     upgrade(engine)
-    with count_statements(engine) as n:
+    with count_statements(engine) as n, stages.measure() as table:
         t, cpu = time.perf_counter(), time.process_time()
         rep = ingest_paths(engine, [path], ReadContext())
         dt, cpu = time.perf_counter() - t, time.process_time() - cpu
@@ -213,6 +218,12 @@ def rollscope(path: Path, url: str, label: str) -> tuple[float, int]:
         dt2 = time.perf_counter() - t
     print(f"[{label}] re-ingest: {again.total.unchanged} unchanged, {again.total.inserted} new in {dt2:.2f} s; "
           f"{n[0]} statements = {n[0] / max(again.total.unchanged, 1):.3f} per rollout")
+    print(f"[{label}] re-ingest rate: {again.total.unchanged / dt2:,.0f} rollouts/s = "
+          f"{(again.total.unchanged / dt2) / (total.inserted / dt):.1f}x the fresh rate")
+    print(f"[{label}] time per stage, fresh ingest ({dt:.2f} s wall clock; stages nest and, on Postgres, "
+          "the write overlaps the next batch):")
+    for line in stages.table_lines(table, total.inserted):
+        print(line)
     engine.dispose()
     return dt, total.inserted
 
@@ -377,6 +388,27 @@ def latency(work: Path, n: int = 20) -> None:
           f"max {times[-1]:.2f} s (worker poll 0.5 s); {load()}")
 
 
+def text_only(work: Path, n: int) -> None:
+    """The peers' text-only workload (bench/workload.py `text_rollout`: 20-turn agent rollouts,
+    messages and tool calls, no token arrays) through the CLI's path on SQLite: `n` rollouts
+    (rollouts/s, re-ingest, time per stage), then one rollout of 5,000 turns (seconds)."""
+    path = workload.write_text(work / "text.jsonl", n)
+    print(f"text-only workload: {n} rollouts of {workload.TURNS} turns, {path.stat().st_size / 1e6:.1f} MB; {load()}")
+    rollscope(path, f"sqlite:///{work / 'text.db'}", "text-only sqlite")
+    long = workload.write_text(work / "long.jsonl", 1, turns=5000, start=n)
+    engine = make_engine(f"sqlite:///{work / 'long.db'}", writer=True)
+    upgrade(engine)
+    with stages.measure() as table:
+        t = time.perf_counter()
+        rep = ingest_paths(engine, [long], ReadContext())
+        dt = time.perf_counter() - t
+    engine.dispose()
+    print(f"[text-only sqlite] one rollout of 5,000 turns ({long.stat().st_size / 1e6:.1f} MB): {dt:.2f} s "
+          f"({rep.total.inserted} stored); {load()}")
+    for line in stages.table_lines(table, 1):
+        print(line)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="SQLite only, 300 rollouts (under a minute)")
@@ -386,11 +418,17 @@ def main() -> None:
     ap.add_argument("--spool-mb", type=int, default=0,
                     help="also drain a spool of this many MB (2000 = the issue's 2 GB)")
     ap.add_argument("--latency", action="store_true", help="only the append → page latency (SQLite)")
+    ap.add_argument("--text-only", action="store_true",
+                    help="only the text-only workload (no token arrays; -n rollouts, default 2000) and a "
+                         "5,000-turn rollout, SQLite")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         if args.latency:
             latency(work)
+            return
+        if args.text_only:
+            text_only(work, args.n or 2000)
             return
         path = args.file
         if path is None and args.demo:
@@ -426,8 +464,7 @@ def main() -> None:
                     drop()
                 results += [("postgres", parsers, rate, n / floor) for parsers, rate in rates.items()]
         floor = floor_sqlite(path, f"sqlite:///{work / 'floor.db'}")
-        if not args.quick:
-            rollscope(path, f"sqlite:///{work / 'bench.db'}", "sqlite")
+        rollscope(path, f"sqlite:///{work / 'bench.db'}", "sqlite")
         for parsers in PARSERS:
             dt, n = through_worker(path, f"sqlite:///{work / f'worker-{parsers}.db'}", "sqlite", work, parsers)
             results.append(("sqlite", parsers, n / dt, n / floor))

@@ -49,6 +49,40 @@ def rollout(k: int, rng: np.random.Generator, run: str = "bench") -> dict:
             "reward": float(rng.random() < 0.4), "ending": {"type": "submitted"}}
 
 
+def text_rollout(k: int, rng: np.random.Generator, turns: int = TURNS, run: str = "bench-text") -> dict:
+    """One text-only rollout (the peers' workload, as Trackio logs traces): a system and a user
+    prompt, then `turns` turns of (assistant with a tool call, tool result), the last assistant
+    turn answering; messages and tool calls only, no token arrays."""
+    nodes: list[dict] = []
+
+    def node(role: str, text: str, **msg) -> None:
+        nodes.append({"parent": len(nodes) - 1 if nodes else None,
+                      "message": {"role": role, "content": text, **msg}, "sampled": role == "assistant"})
+
+    node("system", "You are an agent that solves tasks with the shell tool.")
+    node("user", f"Task {k // GROUP}: fix the failing test in repo {k // GROUP % 97}.")
+    for t in range(turns):
+        last = t == turns - 1
+        calls = [] if last else [{"id": f"call_{t}", "name": "shell",
+                                  "arguments": f'{{"cmd": "pytest -x tests/t{t}.py"}}'}]
+        node("assistant", f"Step {t}: running the tests again ({rng.integers(1000)})." if not last
+             else "Done: the test passes.", **({"tool_calls": calls} if calls else {}))
+        if not last:
+            node("tool", f"collected {t + 3} items ... {'F' * (t % 4)}{'.' * 3}", tool_call_id=f"call_{t}")
+    return {"schema": "rollscope/1", "id": f"t{k:06d}", "run": {"id": run}, "step": k // (GROUP * 4),
+            "group": {"id": f"g{k // GROUP}", "index": k % GROUP}, "nodes": nodes,
+            "reward": float(rng.random() < 0.4), "ending": {"type": "submitted"}}
+
+
+def write_text(path: Path, n: int, turns: int = TURNS, seed: int = 0, start: int = 0) -> Path:
+    """`n` text-only rollouts of `turns` turns (`text_rollout`) into `path` (native JSONL)."""
+    rng = np.random.default_rng(seed)
+    with path.open("wb") as f:
+        for k in range(start, start + n):
+            f.write(orjson.dumps(text_rollout(k, rng, turns), option=orjson.OPT_APPEND_NEWLINE))
+    return path
+
+
 def write(path: Path, n: int, seed: int = 0, start: int = 0) -> Path:
     """`n` rollouts numbered from `start` into `path` (native JSONL)."""
     rng = np.random.default_rng(seed)

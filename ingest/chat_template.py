@@ -14,10 +14,11 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+if TYPE_CHECKING:  # jinja2 is imported when a template is first rendered (CLI start-up: ~0.1 s)
+    import jinja2
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 CONFIG_NAME = "tokenizer_config.json"
 TEMPLATE_FILE = "chat_template.jinja"
@@ -99,6 +100,8 @@ def _raise(message: str):
 
 def environment() -> ImmutableSandboxedEnvironment:
     """The sandboxed environment chat templates run in (as transformers compiles them)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
@@ -113,6 +116,8 @@ def render(template: str, messages: list[dict], *, tools: list | None = None, ad
            **variables: Any) -> str:
     """Render `messages` (OpenAI-shaped dicts) with a chat template. `variables`: bos_token,
     eos_token and any template kwargs. Raises TemplateError when the template fails."""
+    import jinja2
+
     try:
         compiled = _COMPILED.get(template)
         if compiled is None:

@@ -8,6 +8,7 @@ import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import orjson
@@ -15,8 +16,10 @@ import orjson
 from ingest.endings import normalise
 from ingest.errors import RecordError
 from ingest.formats.base import ReadContext, Reader, run_named
+from ingest.known import Known
 from ingest.schema import Rollout
 from ingest.source import Source
+from ingest.stages import stage
 
 TRACE_SUFFIXES = {".json", ".jsonl", ".csv", ".ndjson", ".gz", ".parquet"}
 
@@ -54,27 +57,45 @@ def read_records(reader: Reader, source: Source, ctx: ReadContext,
     normalised (ingest/endings.py `normalise`), each rejection given its raw line and, when it names
     one, its run (`RecordError.run`: `--run`, the reader's, else read from its raw text); rejections (and
     a rollout whose ending cannot be normalised) are also appended to `errors`. A JSON array cut
-    short (`Source.torn`) ends with the rejection of its torn tail, whatever the reader."""
+    short (`Source.torn`) ends with the rejection of its torn tail, whatever the reader. A record
+    the store holds with the same bytes (ingest/known.py) comes as a `Known`, whose `full()` gives
+    the record finished the same way."""
     for item in reader.read(source, ctx):
-        if isinstance(item, RecordError):
-            if item.raw is None and item.line is not None and item.line == source.last_line:
-                item.raw = source.last_raw
-            if item.run is None:
-                item.run = ctx.run_id or _run_in_raw(item.raw)
-            errors.append(item)
-        else:
-            if ctx.step is not None and item.step is None:
-                item.step = ctx.step
-            try:
-                normalise(item)
-            except Exception as exc:  # noqa: BLE001 - one rollout must not cost its neighbours
-                item = RecordError(str(item.source.get("file") or source.name), item.source.get("line"), None,
-                                   f"cannot normalise the ending of rollout {item.id!r}: {type(exc).__name__}: {exc}")
-                errors.append(item)
-        yield item
+        if isinstance(item, Known):  # the store holds these bytes: finished only if it asks for the rollout
+            item.full = partial(_finished, item.full, source, ctx, errors)
+            yield item
+            continue
+        yield _finish(item, source, ctx, errors)
     if source.torn is not None:  # a JSON array cut short: the complete elements went first, this is its tail
         errors.append(source.torn)
         yield source.torn
+
+
+def _finished(full: Callable[[], Rollout | RecordError], source: Source, ctx: ReadContext,
+              errors: list[RecordError]) -> Rollout | RecordError:
+    return _finish(full(), source, ctx, errors)
+
+
+def _finish(item: Rollout | RecordError, source: Source, ctx: ReadContext,
+            errors: list[RecordError]) -> Rollout | RecordError:
+    """One record of `read_records`, final (see there)."""
+    if isinstance(item, RecordError):
+        if item.raw is None and item.line is not None and item.line == source.last_line:
+            item.raw = source.last_raw
+        if item.run is None:
+            item.run = ctx.run_id or _run_in_raw(item.raw)
+        errors.append(item)
+        return item
+    if ctx.step is not None and item.step is None:
+        item.step = ctx.step
+    try:
+        with stage("normalise"):
+            normalise(item)
+    except Exception as exc:  # noqa: BLE001 - one rollout must not cost its neighbours
+        item = RecordError(str(item.source.get("file") or source.name), item.source.get("line"), None,
+                           f"cannot normalise the ending of rollout {item.id!r}: {type(exc).__name__}: {exc}")
+        errors.append(item)
+    return item
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from ingest.fields import INT32_MAX
 
@@ -416,6 +416,9 @@ class Rollout(Model):
     errors: list[Error] = Field(default_factory=list)
     timing: dict[str, Any] = Field(default_factory=dict)
     source: dict[str, Any] = Field(default_factory=dict, description="where the record came from: format, file, line")
+    # sha256 (128 bits) of the raw record it was read from, salted (ingest/known.py), when its reader hashes
+    # records: stored with it, so that the same bytes ingested again skip the work
+    _raw_hash: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _graph_is_well_formed(self) -> "Rollout":

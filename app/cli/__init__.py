@@ -45,6 +45,8 @@ def main() -> None:
     try:
         code = app(standalone_mode=False)  # click returns a command's exit code instead of exiting
         raise SystemExit(code if isinstance(code, int) else 0)
+    except SystemExit:
+        raise  # the command's exit code; before `click_exceptions()`, which imports click (70 ms)
     except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
     except click_exceptions() as exc:

@@ -79,6 +79,7 @@ class Rollout(SQLModel, table=True):
         # live sources (HTTP ingest, the OTLP receiver), found without a scan (migration 0008)
         sa.Index("ix_rollout_ingested_at", "ingested_at"),
         sa.Index("ix_rollout_source_file", "source_file"),
+        sa.Index("ix_rollout_raw_hash", "raw_hash"),  # re-ingest skips known records (migration 0023)
     )
 
     pk: int | None = Field(default=None, primary_key=True)
@@ -120,6 +121,8 @@ class Rollout(SQLModel, table=True):
     trainer_filtered: str | None = None  # the trainer's reason for dropping it
     flags: list | None = _json()  # kinds of findings, for filtering
     content_hash: str = Field(max_length=64)
+    # sha256 (128 bits) of the raw record it was read from, salted (ingest/known.py); NULL when not hashed
+    raw_hash: str | None = Field(default=None, max_length=32)
     source_format: str | None = None
     source_file: str | None = None
     source_line: int | None = None

@@ -10,7 +10,7 @@ R = Rollout.__table__
 N = Node.__table__
 
 # Columns a list row needs: nothing that grows with the trace.
-SUMMARY_COLUMNS = [c for c in R.c if c.name not in ("content_hash",)]
+SUMMARY_COLUMNS = [c for c in R.c if c.name not in ("content_hash", "raw_hash")]
 
 
 def attempt_columns() -> list:

@@ -33,6 +33,7 @@ from ingest.graph import branches
 from ingest.jsonio import dumps, loads  # dumps/loads keep integers past 64 bits
 from ingest.metrics import rollout_metrics
 from ingest.schema import TRAINER_LOGPROB_KEYS, Rollout
+from ingest.stages import stage
 
 Identity = tuple[str, str, int]  # (run id, rollout id, attempt)
 
@@ -89,8 +90,15 @@ def prepare(r: Rollout, context: CheckContext | None = None) -> Prepared:
     arrays are packed once. Raises on a rollout no column can hold (e.g. nesting deeper than the
     JSON serializer allows); `prepare_or_error` turns that into a RecordError.
     """
-    chash = content_hash(r)
-    checked = run_rollout_checks(r, context)
+    with stage("hash"):
+        chash = content_hash(r)
+    with stage("checks"):
+        checked = run_rollout_checks(r, context)
+    with stage("rows"):
+        return _prepared(r, checked, chash)
+
+
+def _prepared(r: Rollout, checked, chash: str) -> Prepared:
     findings, flags = checked.all, checked.kinds()
     media: dict[str, bytes] = {}
     return Prepared(
@@ -260,7 +268,7 @@ def _summary(r: Rollout, flags: list[str], chash: str) -> dict:
         n_tokens=sum(len(n.token_ids) for n in r.nodes),
         n_trained_tokens=sum(n.mask.count(True) for n in r.nodes),
         n_branches=len(branches(r.nodes)) if r.nodes else 0,
-        flags=flags, content_hash=chash,
+        flags=flags, content_hash=chash, raw_hash=r._raw_hash,
         source_format=r.source.get("format"), source_file=r.source.get("file"), source_line=r.source.get("line"),
         ingested_at=models.utcnow(),
         **rollout_metrics(r, min(versions) if versions else None),

@@ -36,7 +36,7 @@ from sqlalchemy.engine import Engine
 from app.db import models
 from app.db.engine import bulk_insert
 from app.db.engine import insert_for as _insert
-from app.store import rollups, search, signatures
+from app.store import gc_relaxed, rollups, search, signatures
 from app.store.groups import recheck_groups
 from app.store.media import insert_media
 from app.store.outage import RETRY_SECONDS, lost_a_race, not_the_data, with_retries
@@ -52,7 +52,9 @@ from app.store.prepare import (
 from app.store.quarantine import clear_landed, clear_unseen, files_with_entries, has_entries, quarantine_many
 from ingest.checks import CheckContext
 from ingest.errors import RecordError
+from ingest.known import Known
 from ingest.schema import Rollout
+from ingest.stages import stage
 
 BATCH = 200  # default of `ROLLSCOPE_WORKER__BATCH_SIZE` (app.config.WorkerSettings)
 
@@ -412,7 +414,12 @@ def write_in(conn: sa.Connection, prepared: list[Prepared], errors: list[RecordE
 
 # --- the stream -------------------------------------------------------------------------------
 
-def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=None,
+def _staged(write, *args) -> None:
+    with stage("write"):
+        write(*args)
+
+
+def store(engine: Engine, items: Iterable[Rollout | RecordError | Known], *, on_item=None,
           batch_size: int = BATCH, context: CheckContext | None = None, force: bool = False,
           quarantine_context: dict | None = None, retry_seconds: float = RETRY_SECONDS,
           whole_file: tuple[str, datetime] | None = None, order: IngestOrder | None = None) -> StoreResult:
@@ -436,6 +443,10 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
     quarantined by line; it costs a statement only for a file with quarantine entries (and one
     lookup for a file that yielded nothing). `order`: the files of the
     ingest call this store is one of (`IngestOrder`, see `write_batch`).
+
+    A `Known` item (a record stored with these very bytes, ingest/known.py) counts as unchanged
+    without being prepared or written, unless its identity was met earlier in this call (then
+    its rollout is read in full and written by the one rule, `decide`).
     """
     total = StoreResult()
     pending: list[Prepared] = []  # prepared as they arrive, each rollout let go once prepared
@@ -498,14 +509,26 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
         identities.clear()
         written()
         if writer is None:
-            write_batch_of(*batch)
+            with stage("write"):
+                write_batch_of(*batch)
             return
-        writing.append(writer.submit(write_batch_of, *batch))
+        writing.append(writer.submit(_staged, write_batch_of, *batch))
         if final:
             written()
 
+    collector = gc_relaxed.relax()  # fewer collector passes over the batch being prepared
     try:
         for item in items:
+            if isinstance(item, Known):
+                if item.identity not in seen:  # stored with these very bytes: unchanged, nothing to do
+                    seen.add(item.identity)
+                    total.unchanged += 1
+                    total.outcomes[item.identity] = OUTCOME["unchanged"]
+                    total.runs.add(item.identity[0])
+                    if on_item:
+                        on_item(item)
+                    continue
+                item = item.full()  # met earlier in this call, which may have replaced what is stored
             if isinstance(item, RecordError):
                 errors.append(item)
             else:
@@ -527,6 +550,7 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError], *, on_item=Non
                 on_item(item)
         flush(final=True)
     finally:
+        gc_relaxed.restore(collector)
         if writer is not None:
             writer.shutdown(wait=True)  # after an error: the batch being written ends, committed or not
     total.repeated += repeated

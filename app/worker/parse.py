@@ -21,6 +21,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.store import gc_relaxed
 from app.store.prepare import Prepared, prepare_or_error
 from ingest.errors import RecordError
 from ingest.files import read_records
@@ -102,6 +103,7 @@ def _child_init(worker_pid: int) -> None:
             pass
     if os.getppid() != worker_pid:
         os._exit(0)
+    gc_relaxed.relax()  # a parser process prepares rollouts all its life (app/store/gc_relaxed.py)
 
 
 class Parsers:

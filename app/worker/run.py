@@ -26,6 +26,7 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 
 from app.db.unusable import DatabaseUnusable, why_unusable
+from app.store.gc_relaxed import relaxed_gc
 from app.store.outage import worker_waits
 from app.worker.heartbeat import Heartbeat
 from app.worker.spool import Left, Spool
@@ -94,7 +95,8 @@ def run(engine: Engine, dirs: list[Path], *, stop: threading.Event | None = None
     try:
         if beat is not None:
             beat.start()
-        ran = _loop(spool, engine, stop, poll, once, log, heartbeat)
+        with relaxed_gc():  # a worker prepares rollouts all its life (app/store/gc_relaxed.py)
+            ran = _loop(spool, engine, stop, poll, once, log, heartbeat)
         if once and not stop.is_set():
             ran.left = spool.left_unread()
             for f in ran.left:

@@ -16,6 +16,7 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 
 from app.db import models
+from app.store.known import known_lookup
 from app.store.outage import RETRY_SECONDS, not_the_data
 from app.store.prepare import cause
 from app.store.quarantine import IngestContext, quarantine_many, with_source
@@ -141,7 +142,8 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
     owner: dict = {}  # identity → (FileReport, count it is in, findings) of the file whose record is stored
     files = list(_files(paths, roots or {}))
     order = {str((names or {}).get(path) or path): k for k, (path, _, _) in enumerate(files)}
-    ctx = replace(ctx, files=frozenset(path.resolve() for path, _, _ in files))
+    ctx = replace(ctx, files=frozenset(path.resolve() for path, _, _ in files),
+                  known=ctx.known or known_lookup(engine))  # unchanged records skip the work
     for k, (path, explicit, root) in enumerate(files):
         file_ctx = replace(ctx, root=root)
         source = None

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from ingest.errors import RecordError
 from ingest.fields import FieldError
 from ingest.jsonio import dumps
+from ingest.known import KnownLookup
 from ingest.schema import Rollout
 from ingest.source import Source
 
@@ -37,6 +38,8 @@ class ReadContext:
     (`ingest_paths`); None (the spool worker, HTTP) means unknown. `notes`: what a reader says
     about a file that gives no records by design (file name → one line, e.g. an ATIF continuation
     merged into its first part's rollout), for the ingest summary.
+    `known`: raw hashes → identities the store already holds under them (ingest/known.py), for
+    readers that skip records whose bytes are unchanged; None: read everything in full.
     """
 
     run_id: str | None = None
@@ -46,6 +49,7 @@ class ReadContext:
     extra: dict = field(default_factory=dict)
     files: frozenset[Path] | None = None
     notes: dict[str, str] = field(default_factory=dict)
+    known: KnownLookup | None = None
 
     def run_for(self, source: Source, record_run: str | None = None) -> str:
         """`--run`, else the record's own run, else the file's folder name, else "default"."""

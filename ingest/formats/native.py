@@ -7,8 +7,10 @@ from pydantic import ValidationError
 
 from ingest.errors import RecordError
 from ingest.formats.base import ReadContext, join_path, json_line, record_error, run_named
+from ingest.known import Known, raw_hash, salt
 from ingest.schema import SCHEMA_VERSION, Rollout
 from ingest.source import Source
+from ingest.stages import stage
 
 NAME = "native"
 EXPECTS = 'JSONL (or a JSON array) of records with `schema: "rollscope/1"`'
@@ -21,22 +23,68 @@ def sniff(source: Source) -> bool:
     return isinstance(first, dict) and str(first.get("schema", "")).startswith("rollscope/")
 
 
-def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError]:
+CHUNK_LINES, CHUNK_BYTES = 200, 16 << 20  # lines looked up in the store at once (ReadContext.known)
+
+
+def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError | Known]:
     """A record without `run` is filed under `ctx.run_for(source)` (`--run`, else the file's
-    folder name), the rule every reader follows; `--run` overrides a record's own run."""
+    folder name), the rule every reader follows; `--run` overrides a record's own run.
+
+    Each JSONL line is hashed first (ingest/known.py `raw_hash`, kept on the rollout); with
+    `ctx.known`, lines are looked up in chunks (200 lines or 16 MB, one lookup each) and a line
+    the store holds with these very bytes is yielded as a `Known`, not decoded."""
     run = ctx.run_for(source)
     if source.kind == "jsonl":
-        for line, raw in source.raw_lines():
-            rollout = _from_bytes(raw, source.name, line, ctx)
-            if rollout is None:  # the slow path names the line and field of what is wrong
-                value = source.parse_line(line, raw)
-                rollout = value if isinstance(value, RecordError) else parse_record(
-                    value, source.name, line, ctx, default_run=run)
-            yield rollout
+        salted = salt(NAME, SCHEMA_VERSION, ctx.run_id, run, ctx.step)
+
+        def full(line: int, raw: bytes, digest: str) -> Rollout | RecordError:
+            if source.last_line != line:  # read ahead in a chunk: a rejection names this line's text
+                source.last_line, source.last_raw = line, raw[:4096].decode("utf-8", "replace")
+            with stage("decode"):
+                rollout = _from_bytes(raw, source.name, line, ctx)
+                if rollout is None:  # the slow path names the line and field of what is wrong
+                    value = source.parse_line(line, raw)
+                    rollout = value if isinstance(value, RecordError) else parse_record(
+                        value, source.name, line, ctx, default_run=run)
+            if isinstance(rollout, Rollout):
+                rollout._raw_hash = digest
+            return rollout
+
+        for chunk in _hashed_chunks(source, salted, ctx.known is not None):
+            found = ctx.known([digest for _, _, digest in chunk]) if ctx.known is not None else {}
+            for line, raw, digest in chunk:
+                identity = found.get(digest)
+                if identity is not None:
+                    yield Known(identity, digest, {"format": NAME, "file": source.name, "line": line},
+                                lambda line=line, raw=raw, digest=digest: full(line, raw, digest))
+                else:
+                    yield full(line, raw, digest)
         return
     for i, value in source.records():
         yield value if isinstance(value, RecordError) else parse_record(
             value, source.name, None, ctx, prefix=None if i is None else f"[{i}]", default_run=run)
+
+
+def _hashed_chunks(source: Source, salted: bytes, chunked: bool) -> Iterator[list[tuple[int, bytes, str]]]:
+    """(line, bytes, raw hash) of the file's lines, a chunk at a time (`chunked`), else one by
+    one (nothing to look up: a line is decoded as soon as it is read)."""
+    chunk: list[tuple[int, bytes, str]] = []
+    size = 0
+    lines = source.raw_lines()
+    while True:
+        with stage("read"):
+            got = next(lines, None)
+        if got is None:
+            break
+        line, raw = got
+        with stage("hash"):
+            chunk.append((line, raw, raw_hash(raw, salted)))
+        size += len(raw)
+        if not chunked or len(chunk) >= CHUNK_LINES or size >= CHUNK_BYTES:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
 
 
 def _from_bytes(raw: bytes, file: str, line: int, ctx: ReadContext) -> Rollout | None:
