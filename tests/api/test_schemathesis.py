@@ -46,7 +46,7 @@ pytestmark = pytest.mark.slow
 
 EXAMPLES = int(os.environ.get("SCHEMATHESIS_EXAMPLES", "3"))
 SEED = 21
-REQUEST_TIMEOUT = 60  # seconds; schemathesis waits 10 by default, and a loaded 2-core machine took longer once
+REQUEST_TIMEOUT = 60  # seconds; schemathesis waits 10 by default: too little once on a loaded 2-core machine
 SCOPES = [None, "read", "write", "admin"]
 COMBINATIONS = [pytest.param((dialect, scope), id=f"{dialect}-{scope or 'no-token'}",
                              marks=[pytest.mark.postgres] if dialect == "postgres" else [])
@@ -171,7 +171,8 @@ def test_a_locked_server_answers_as_its_document_says(locked_schema, tmp_path):
             case = op.Case(path_parameters={p.name: PARAMS[p.name] for p in op.path_parameters},
                            **({"body": BODIES[body.media_type], "media_type": body.media_type} if body else {}))
             for headers in ({}, {"Authorization": f"Bearer {token}"}):
-                response = case.call_and_validate(base_url=base, headers=headers, checks=all_checks(), timeout=REQUEST_TIMEOUT)
+                response = case.call_and_validate(base_url=base, headers=headers, checks=all_checks(),
+                                                  timeout=REQUEST_TIMEOUT)
                 seen[(bool(headers), response.status_code)] += 1
                 if not headers and op.path != "/healthz":
                     assert response.status_code == 401, op.label
