@@ -1,0 +1,291 @@
+"""Read replicas on a real streaming replica (issue 25, "Read replicas"; docs/deploy.md).
+
+The module builds its own pair of Postgres servers on this machine: a primary (`initdb` in a
+temporary folder, `wal_level=replica`, replication allowed from 127.0.0.1) and a replica cloned
+from it with `pg_basebackup -R`, each on a free port, both stopped and removed at the end even when
+a test fails. The app runs against them as in production: `create_app` with
+`ROLLSCOPE_DB__READ_URL`, migrated on the primary (the replica replays the migrations), over the
+real HTTP app. The tests check that reads come from the replica (its `pg_stat_activity`, and a page
+only the replica can still show), that a client never reads a page older than its own write even
+while the replica's replay is paused, that a replica lagging past the limit is skipped, and that
+pages keep being served from the primary while the replica is stopped, and from the replica again
+after it comes back.
+
+Skipped, saying why, where the Postgres server programs (`initdb`, `pg_ctl`, `pg_basebackup`)
+are not installed.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from app import auth
+from app.config import Settings
+from app.db.replica import APPLICATION_NAME, format_lsn, parse_lsn
+from app.main import create_app
+from ingest.formats.native import write_line
+from tests.helpers import _free_port, rollout
+
+pytestmark = pytest.mark.postgres
+
+PROGRAMS = ("initdb", "pg_ctl", "pg_basebackup")
+DB = "rollscope"
+
+
+def _bin_dir() -> Path | None:
+    """The folder of the Postgres server programs: Debian's newest /usr/lib/postgresql/*/bin, or
+    the PATH's."""
+    for d in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name), reverse=True):
+        if all((Path(d) / p).exists() for p in PROGRAMS):
+            return Path(d)
+    found = [shutil.which(p) for p in PROGRAMS]
+    return Path(found[0]).parent if all(found) else None
+
+
+class Cluster:
+    """One Postgres server of the pair, run by its owner (`postgres` when the tests run as root:
+    the server refuses to run as root)."""
+
+    def __init__(self, bin_dir: Path, data: Path, port: int, owner: str | None):
+        self.bin, self.data, self.port, self.owner = bin_dir, data, port, owner
+
+    def run(self, program: str, *args: str, timeout: float = 60) -> None:
+        cmd = [str(self.bin / program), *args]
+        if self.owner:
+            cmd = ["runuser", "-u", self.owner, "--", *cmd]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        assert done.returncode == 0, f"{program} failed: {done.stdout}{done.stderr}"
+
+    def start(self) -> None:
+        self.run("pg_ctl", "-D", str(self.data), "-l", f"{self.data}.log", "-w", "-t", "30", "start")
+
+    def stop(self) -> None:
+        self.run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+    def url(self, db: str = DB) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{db}"
+
+    def connect(self, db: str = DB) -> psycopg.Connection:
+        return psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname=db, autocommit=True)
+
+    def one(self, sql: str, *params):
+        with self.connect() as conn:
+            return conn.execute(sql, params).fetchone()[0]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """(primary, replica): a primary with an empty database `rollscope`, and its streaming replica."""
+    bin_dir = _bin_dir()
+    if bin_dir is None:
+        pytest.skip(f"the Postgres server programs ({', '.join(PROGRAMS)}) are not installed: no replica to build")
+    owner = None
+    if os.geteuid() == 0:
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root without a `postgres` user to run the test's Postgres servers as")
+        if shutil.which("runuser") is None:
+            pytest.skip("running as root without `runuser` to start the test's Postgres servers as `postgres`")
+        owner = "postgres"
+    root = Path(tempfile.mkdtemp(prefix="rollscope-replica-"))  # not under pytest's root-only tmp folder
+    if owner:
+        shutil.chown(root, owner)
+    primary = Cluster(bin_dir, root / "primary", _free_port(), owner)
+    replica = Cluster(bin_dir, root / "replica", _free_port(), owner)
+    started = []
+    try:
+        primary.run("initdb", "-D", str(primary.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")
+        with open(primary.data / "postgresql.conf", "a") as conf:
+            # a throwaway cluster: durability off (fsync) buys speed; replication on
+            conf.write(f"listen_addresses = '127.0.0.1'\nport = {primary.port}\nunix_socket_directories = '{root}'\n"
+                       "wal_level = replica\nmax_wal_senders = 4\nfsync = off\nfull_page_writes = off\n"
+                       "shared_buffers = 16MB\nmax_connections = 40\n")
+        with open(primary.data / "pg_hba.conf", "a") as hba:
+            hba.write("host replication postgres 127.0.0.1/32 trust\n")
+        primary.start()
+        started.append(primary)
+        with primary.connect("postgres") as conn:
+            conn.execute(f"CREATE DATABASE {DB}")
+        primary.run("pg_basebackup", "-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres",
+                    "-D", str(replica.data), "-R", "-X", "stream", "-c", "fast")
+        with open(replica.data / "postgresql.conf", "a") as conf:
+            # the replica asks the primary again soon after a restart (default: 5 s)
+            conf.write(f"port = {replica.port}\nwal_retrieve_retry_interval = '200ms'\n")
+        replica.start()
+        started.append(replica)
+        yield primary, replica
+    finally:
+        for cluster in reversed(started):
+            try:
+                cluster.stop()
+            except (AssertionError, subprocess.SubprocessError):
+                pass  # already stopped by a test
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _wait(predicate, timeout: float = 15.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _replayed(replica: Cluster, lsn: int) -> bool:
+    return int(replica.one("SELECT pg_last_wal_replay_lsn() - '0/0'::pg_lsn")) >= lsn
+
+
+def _app(primary: Cluster, replica: Cluster, **db):
+    settings = Settings(db={"url": primary.url(), "read_url": replica.url(), **db})
+    return create_app(settings)
+
+
+def _dispose(app) -> None:
+    app.state.engine.dispose()
+    app.state.read_routing.replica.dispose()
+
+
+def _ingest(client: TestClient, token: str, run: str, rid: str) -> int:
+    body = write_line(rollout(rid, run=run, step=0))
+    r = client.post(f"/api/v1/ingest?run={run}", content=body, headers={"Authorization": f"Bearer {token}",
+                                                                       "Content-Type": "application/x-ndjson"})
+    assert r.status_code == 200 and r.json()["accepted"] == 1, r.text
+    return parse_lsn(r.headers["Rollscope-LSN"])
+
+
+def _labels(client: TestClient, run: str, rid: str, **kw) -> list[str]:
+    """The labels the rollouts list page shows on `rid` (a page read)."""
+    r = client.get(f"/runs/{run}/rollouts.json", **kw)
+    assert r.status_code == 200, r.text
+    row = next(x for x in r.json()["rollouts"] if x["id"] == rid)
+    return [lab["label"] if isinstance(lab, dict) else lab for lab in row.get("labels") or []]
+
+
+def test_reads_go_to_the_replica_but_never_behind_the_clients_own_write(pair):
+    primary, replica = pair
+    app = _app(primary, replica, read_max_lag_seconds=60, read_retry_seconds=1)
+    routing = app.state.read_routing
+    token, _ = auth.issue(app.state.engine, "write", "alice")
+    try:
+        with TestClient(app) as alice, TestClient(app) as bob:
+            lsn = _ingest(alice, token, "rw", "x")  # a write: on the primary (the replica refuses writes)
+            assert alice.cookies.get("rollscope_lsn") == format_lsn(lsn)
+            _wait(lambda: _replayed(replica, lsn), what="the replica to replay the ingest")
+            time.sleep(routing.probe_seconds)  # the last check of the replica may predate it
+
+            before = dict(routing.reads)
+            assert _labels(bob, "rw", "x") == [] and _labels(alice, "rw", "x") == []
+            assert routing.reads["replica"] == before["replica"] + 2, routing.reads
+            assert replica.one("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND datname = %s",
+                               APPLICATION_NAME, DB) >= 1
+
+            # the replica stops replaying: whatever is written now exists only on the primary
+            replica.one("SELECT pg_wal_replay_pause()")
+            _wait(lambda: replica.one("SELECT pg_get_wal_replay_pause_state()") == "paused", what="replay paused")
+            r = alice.put("/api/v1/runs/rw/rollouts/x/labels/reward-hacking",
+                          headers={"Authorization": f"Bearer {token}"})
+            assert r.status_code == 204 and parse_lsn(r.headers["Rollscope-LSN"]) > lsn
+            written = parse_lsn(r.headers["Rollscope-LSN"])
+            assert alice.cookies.get("rollscope_lsn") == format_lsn(written)
+            assert not _replayed(replica, written)
+
+            time.sleep(routing.probe_seconds)
+            before = dict(routing.reads)
+            # alice (her cookie) never sees the page from before her write: the primary serves her
+            for _ in range(3):
+                assert _labels(alice, "rw", "x") == ["reward-hacking"]
+                got = alice.get("/api/v1/runs/rw/rollouts/x/labels").json()["items"]
+                assert [x["label"] for x in got] == ["reward-hacking"]
+            assert routing.reads["primary"] == before["primary"] + 6
+            # bob has written nothing: the replica (within the lag allowed) may serve him, and does
+            assert _labels(bob, "rw", "x") == []
+            assert routing.reads["replica"] == before["replica"] + 1
+            # the header alone carries the write too (an API client without cookies)
+            with TestClient(app) as carol:
+                assert _labels(carol, "rw", "x", headers={"Rollscope-LSN": format_lsn(written)}) == ["reward-hacking"]
+                assert _labels(carol, "rw", "x", headers={"Rollscope-LSN": "not-an-lsn"}) == []
+            ready = bob.get("/readyz").json()
+            assert ready["status"] == "ready" and ready["replica"] == "ok" and ready["replica_lag_seconds"] > 0
+
+            # a server allowing 0.2 s of lag skips the paused replica for everyone
+            strict = _app(primary, replica, read_max_lag_seconds=0.2)
+            try:
+                with TestClient(strict) as dave:
+                    time.sleep(0.3)
+                    assert _labels(dave, "rw", "x") == ["reward-hacking"]
+                    ready = dave.get("/readyz").json()
+                    assert ready["replica"] == "lagging" and ready["replica_lag_seconds"] > 0.2, ready
+                    assert strict.state.read_routing.reads == {"replica": 0, "primary": 1}
+            finally:
+                _dispose(strict)
+
+            replica.one("SELECT pg_wal_replay_resume()")
+            _wait(lambda: _replayed(replica, written), what="the replica to replay the label")
+            time.sleep(routing.probe_seconds)
+            before = dict(routing.reads)
+            assert _labels(alice, "rw", "x") == ["reward-hacking"] and _labels(bob, "rw", "x") == ["reward-hacking"]
+            assert routing.reads["replica"] == before["replica"] + 2, "caught up: the replica serves alice again"
+    finally:
+        if replica.one("SELECT pg_is_wal_replay_paused()"):
+            replica.one("SELECT pg_wal_replay_resume()")
+        _dispose(app)
+
+
+def test_pages_are_served_from_the_primary_while_the_replica_is_gone(pair):
+    primary, replica = pair
+    app = _app(primary, replica, read_retry_seconds=1)
+    routing = app.state.read_routing
+    token, _ = auth.issue(app.state.engine, "write", "bob")
+    try:
+        with TestClient(app) as writer, TestClient(app) as reader:
+            lsn = _ingest(writer, token, "gone", "y")
+            _wait(lambda: _replayed(replica, lsn), what="the replica to replay the ingest")
+            time.sleep(routing.probe_seconds)
+            assert reader.get("/runs/gone/rollouts.json").status_code == 200
+            assert routing.reads["replica"] >= 1
+
+            replica.stop()
+            before = dict(routing.reads)
+            for path in ("/runs/gone/rollouts.json", "/runs/gone", "/api/v1/runs/gone/rollouts", "/runs/gone/rollouts/y"):
+                r = reader.get(path)
+                assert r.status_code == 200, (path, r.text)
+            assert routing.reads["replica"] == before["replica"], "no read served by a stopped replica"
+            assert routing.reads["primary"] == before["primary"] + 4
+            ready = reader.get("/readyz")
+            assert ready.status_code == 200 and ready.json()["replica"] == "down", ready.json()
+            assert ready.json()["replica_detail"]
+
+            replica.start()
+            _wait(lambda: replica.one("SELECT 1") == 1, what="the replica to accept connections")
+            time.sleep(routing.retry_seconds)  # the replica rests out its retry interval
+            deadline = time.monotonic() + 10
+            while routing.reads["replica"] == before["replica"]:
+                assert time.monotonic() < deadline, f"the replica was not used again: {routing.check(fresh=True)}"
+                assert reader.get("/runs/gone/rollouts.json").status_code == 200
+                time.sleep(0.1)
+            assert reader.get("/readyz").json()["replica"] == "ok"
+    finally:
+        _dispose(app)
+
+
+def test_lsn_text_round_trip_and_settings():
+    assert parse_lsn("16/B374D848") == (0x16 << 32) | 0xB374D848
+    assert format_lsn(parse_lsn("16/B374D848")) == "16/B374D848"
+    assert parse_lsn("0/0") == 0 and parse_lsn(" 0/3000060 ") == 0x3000060
+    for bad in (None, "", "16", "16/", "x/1", "1/2/3", "123456789/0", "0/3000060; x"):
+        assert parse_lsn(bad) is None, bad
+    with pytest.raises(ValueError, match="READ_URL needs a Postgres primary"):
+        Settings(db={"url": "sqlite:///x.db", "read_url": "postgresql://h/db"})
+    with pytest.raises(ValueError, match="postgresql"):
+        Settings(db={"url": "postgresql://h/db", "read_url": "sqlite:///x.db"})
+    assert Settings(db={"url": "postgresql://h/db", "read_url": ""}).db.read_url is None
