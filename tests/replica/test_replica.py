@@ -167,8 +167,8 @@ def _labels(client: TestClient, run: str, rid: str, **kw) -> list[str]:
     """The labels the rollouts list page shows on `rid` (a page read)."""
     r = client.get(f"/runs/{run}/rollouts.json", **kw)
     assert r.status_code == 200, r.text
-    row = next(x for x in r.json()["rollouts"] if x["id"] == rid)
-    return [lab["label"] if isinstance(lab, dict) else lab for lab in row.get("labels") or []]
+    row = next(x for x in r.json()["rollouts"] if x["rollout_id"] == rid)
+    return row["labels"]
 
 
 def test_reads_go_to_the_replica_but_never_behind_the_clients_own_write(pair):
