@@ -256,7 +256,8 @@ def test_pages_are_served_from_the_primary_while_the_replica_is_gone(pair):
 
             replica.stop()
             before = dict(routing.reads)
-            for path in ("/runs/gone/rollouts.json", "/runs/gone", "/api/v1/runs/gone/rollouts", "/runs/gone/rollouts/y"):
+            pages = ("/runs/gone/rollouts.json", "/runs/gone", "/api/v1/runs/gone/rollouts", "/runs/gone/rollouts/y")
+            for path in pages:
                 r = reader.get(path)
                 assert r.status_code == 200, (path, r.text)
             assert routing.reads["replica"] == before["replica"], "no read served by a stopped replica"
