@@ -161,9 +161,9 @@ class ReadRouting:
 
     def failed(self, exc: BaseException) -> None:
         """The replica failed a read's connection: down for `retry_seconds`, reads on the primary."""
-        with self._checking:
-            self._last = self._down(exc)
-            self._checked_at = self.clock()
+        # not under the check's lock: a check under way (up to the connect timeout) must not hold this read
+        self._last = self._down(exc)
+        self._checked_at = self.clock()
 
     # --- choosing ---------------------------------------------------------------------------------
 

@@ -17,8 +17,10 @@ are not installed.
 from __future__ import annotations
 
 import glob
+import html
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import tempfile
@@ -67,7 +69,12 @@ class Cluster:
         assert done.returncode == 0, f"{program} failed: {done.stdout}{done.stderr}"
 
     def start(self) -> None:
-        self.run("pg_ctl", "-D", str(self.data), "-l", f"{self.data}.log", "-w", "-t", "30", "start")
+        log = Path(f"{self.data}.log")
+        try:
+            self.run("pg_ctl", "-D", str(self.data), "-l", str(log), "-w", "-t", "30", "start")
+        except AssertionError as exc:
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
+            raise AssertionError(f"{exc}\nserver log:\n{tail}") from None
 
     def stop(self) -> None:
         self.run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
@@ -275,6 +282,47 @@ def test_pages_are_served_from_the_primary_while_the_replica_is_gone(pair):
                 assert reader.get("/runs/gone/rollouts.json").status_code == 200
                 time.sleep(0.1)
             assert reader.get("/readyz").json()["replica"] == "ok"
+    finally:
+        _dispose(app)
+
+
+LINK = re.compile(r'''(?:href|hx-get|data-href|data-url)="(/[^"#]*)"''')
+NOT_READS = ("/static/", "/media/", "/events", "/api/docs")  # files, endless event streams
+
+
+def test_every_page_a_run_links_to_reads_from_the_replica(pair):
+    """No page or API read does anything a hot standby refuses (a write, a lock, a sequence): the
+    run's pages and every page they link to answer 200, all served by the replica."""
+    primary, replica = pair
+    app = _app(primary, replica)
+    routing = app.state.read_routing
+    token, _ = auth.issue(app.state.engine, "write", "carol")
+    rs = [rollout(f"s{s}-g{g}-r{i}", run="sweep", step=s, group=f"s{s}-g{g}", index=i, reward=float(i % 2),
+                  ending="error" if i == 2 else "submitted") for s in (0, 1) for g in (0, 1) for i in range(3)]
+    try:
+        with TestClient(app) as writer, TestClient(app) as reader:
+            r = writer.post("/api/v1/ingest", content=b"".join(write_line(x) for x in rs),
+                            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson"})
+            assert r.status_code == 200 and r.json()["accepted"] == len(rs), r.text
+            lsn = parse_lsn(r.headers["Rollscope-LSN"])
+            _wait(lambda: _replayed(replica, lsn), what="the replica to replay the ingest")
+            time.sleep(routing.probe_seconds)
+            before = dict(routing.reads)
+            seen, todo = set(), ["/runs", "/runs/sweep", "/runs/sweep/rollouts", "/runs/sweep/rollouts/s1-g0-r2",
+                                 "/runs/sweep/groups/s1-g0", "/runs/sweep/steps/1", "/search?q=2%2B2",
+                                 "/runs/sweep/failures", "/quarantine", "/api/v1/runs/sweep/steps",
+                                 "/api/v1/runs/sweep/rollouts?limit=5", "/api/v1/runs/sweep/export?format=native"]
+            for page in list(todo[:6]):  # one level of links from the main pages
+                todo += [html.unescape(u) for u in LINK.findall(reader.get(page).text)]
+            for url in todo:
+                if url in seen or any(x in url for x in NOT_READS):
+                    continue
+                seen.add(url)
+                r = reader.get(url)
+                assert r.status_code == 200, (url, r.status_code, r.text[:500])
+            assert len(seen) >= 30, sorted(seen)
+            assert routing.reads["primary"] == before["primary"], "every read on the replica"
+            assert routing.reads["replica"] >= before["replica"] + len(seen)
     finally:
         _dispose(app)
 
