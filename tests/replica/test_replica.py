@@ -1,9 +1,9 @@
 """Read replicas on a real streaming replica (issue 25, "Read replicas"; docs/deploy.md).
 
-The module builds its own pair of Postgres servers on this machine: a primary (`initdb` in a
-temporary folder, `wal_level=replica`, replication allowed from 127.0.0.1) and a replica cloned
-from it with `pg_basebackup -R`, each on a free port, both stopped and removed at the end even when
-a test fails. The app runs against them as in production: `create_app` with
+The module builds its own pair of Postgres servers on this machine (tests/replica/cluster.py): a
+primary (`initdb` in a temporary folder, `wal_level=replica`, replication allowed from 127.0.0.1)
+and a replica cloned from it with `pg_basebackup -R`, each on a free port, both stopped and removed
+at the end even when a test fails. The app runs against them as in production: `create_app` with
 `ROLLSCOPE_DB__READ_URL`, migrated on the primary (the replica replays the migrations), over the
 real HTTP app. The tests check that reads come from the replica (its `pg_stat_activity`, and a page
 only the replica can still show), that a client never reads a page older than its own write even
@@ -16,18 +16,10 @@ are not installed.
 """
 from __future__ import annotations
 
-import glob
 import html
-import os
-import pwd
 import re
-import shutil
-import subprocess
-import tempfile
 import time
-from pathlib import Path
 
-import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
@@ -36,109 +28,20 @@ from app.config import Settings
 from app.db.replica import APPLICATION_NAME, format_lsn, parse_lsn
 from app.main import create_app
 from ingest.formats.native import write_line
-from tests.helpers import _free_port, rollout
+from tests.helpers import rollout
+from tests.replica.cluster import DB, Cluster, streaming_pair, unavailable
 
 pytestmark = pytest.mark.postgres
-
-PROGRAMS = ("initdb", "pg_ctl", "pg_basebackup")
-DB = "rollscope"
-
-
-def _bin_dir() -> Path | None:
-    """The folder of the Postgres server programs: Debian's newest /usr/lib/postgresql/*/bin, or
-    the PATH's."""
-    for d in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name), reverse=True):
-        if all((Path(d) / p).exists() for p in PROGRAMS):
-            return Path(d)
-    found = [shutil.which(p) for p in PROGRAMS]
-    return Path(found[0]).parent if all(found) else None
-
-
-class Cluster:
-    """One Postgres server of the pair, run by its owner (`postgres` when the tests run as root:
-    the server refuses to run as root)."""
-
-    def __init__(self, bin_dir: Path, data: Path, port: int, owner: str | None):
-        self.bin, self.data, self.port, self.owner = bin_dir, data, port, owner
-
-    def run(self, program: str, *args: str, timeout: float = 60) -> None:
-        cmd = [str(self.bin / program), *args]
-        if self.owner:
-            cmd = ["runuser", "-u", self.owner, "--", *cmd]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        assert done.returncode == 0, f"{program} failed: {done.stdout}{done.stderr}"
-
-    def start(self) -> None:
-        log = Path(f"{self.data}.log")
-        try:
-            self.run("pg_ctl", "-D", str(self.data), "-l", str(log), "-w", "-t", "30", "start")
-        except AssertionError as exc:
-            tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
-            raise AssertionError(f"{exc}\nserver log:\n{tail}") from None
-
-    def stop(self) -> None:
-        self.run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
-
-    def url(self, db: str = DB) -> str:
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{db}"
-
-    def connect(self, db: str = DB) -> psycopg.Connection:
-        return psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname=db, autocommit=True)
-
-    def one(self, sql: str, *params):
-        with self.connect() as conn:
-            return conn.execute(sql, params).fetchone()[0]
 
 
 @pytest.fixture(scope="module")
 def pair():
     """(primary, replica): a primary with an empty database `rollscope`, and its streaming replica."""
-    bin_dir = _bin_dir()
-    if bin_dir is None:
-        pytest.skip(f"the Postgres server programs ({', '.join(PROGRAMS)}) are not installed: no replica to build")
-    owner = None
-    if os.geteuid() == 0:
-        try:
-            pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("running as root without a `postgres` user to run the test's Postgres servers as")
-        if shutil.which("runuser") is None:
-            pytest.skip("running as root without `runuser` to start the test's Postgres servers as `postgres`")
-        owner = "postgres"
-    root = Path(tempfile.mkdtemp(prefix="rollscope-replica-"))  # not under pytest's root-only tmp folder
-    if owner:
-        shutil.chown(root, owner)
-    primary = Cluster(bin_dir, root / "primary", _free_port(), owner)
-    replica = Cluster(bin_dir, root / "replica", _free_port(), owner)
-    started = []
-    try:
-        primary.run("initdb", "-D", str(primary.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")
-        with open(primary.data / "postgresql.conf", "a") as conf:
-            # a throwaway cluster: durability off (fsync) buys speed; replication on
-            conf.write(f"listen_addresses = '127.0.0.1'\nport = {primary.port}\nunix_socket_directories = '{root}'\n"
-                       "wal_level = replica\nmax_wal_senders = 4\nfsync = off\nfull_page_writes = off\n"
-                       "shared_buffers = 16MB\nmax_connections = 40\n")
-        with open(primary.data / "pg_hba.conf", "a") as hba:
-            hba.write("host replication postgres 127.0.0.1/32 trust\n")
-        primary.start()
-        started.append(primary)
-        with primary.connect("postgres") as conn:
-            conn.execute(f"CREATE DATABASE {DB}")
-        primary.run("pg_basebackup", "-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres",
-                    "-D", str(replica.data), "-R", "-X", "stream", "-c", "fast")
-        with open(replica.data / "postgresql.conf", "a") as conf:
-            # the replica asks the primary again soon after a restart (default: 5 s)
-            conf.write(f"port = {replica.port}\nwal_retrieve_retry_interval = '200ms'\n")
-        replica.start()
-        started.append(replica)
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    with streaming_pair() as (primary, replica):
         yield primary, replica
-    finally:
-        for cluster in reversed(started):
-            try:
-                cluster.stop()
-            except (AssertionError, subprocess.SubprocessError):
-                pass  # already stopped by a test
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _wait(predicate, timeout: float = 15.0, what: str = "condition") -> None:
