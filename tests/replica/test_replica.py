@@ -28,7 +28,8 @@ from app.config import Settings
 from app.db.replica import APPLICATION_NAME, format_lsn, parse_lsn
 from app.main import create_app
 from ingest.formats.native import write_line
-from tests.helpers import rollout
+from rollscope.client import Client
+from tests.helpers import rollout, serving
 from tests.replica.cluster import DB, Cluster, streaming_pair, unavailable
 
 pytestmark = pytest.mark.postgres
@@ -139,11 +140,22 @@ def test_reads_go_to_the_replica_but_never_behind_the_clients_own_write(pair):
             finally:
                 _dispose(strict)
 
+            # the Python client over real HTTP (uvicorn): its httpx client keeps the cookie
+            served = _app(primary, replica, read_max_lag_seconds=60)
+            with serving(served) as url, Client(url, token) as api, Client(url) as other:
+                api.label("rw", "x", "seen-by-client")
+                assert [r["rollout_id"] for r in api.rollouts("rw", label="seen-by-client")] == ["x"]
+                assert list(other.rollouts("rw", label="seen-by-client")) == []  # the paused replica
+                assert served.state.read_routing.reads == {"primary": 1, "replica": 1}
+            served.state.read_routing.replica.dispose()
+
             replica.one("SELECT pg_wal_replay_resume()")
-            _wait(lambda: _replayed(replica, written), what="the replica to replay the label")
+            last = int(primary.one("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn"))
+            _wait(lambda: _replayed(replica, last), what="the replica to replay the labels")
             time.sleep(routing.probe_seconds)
             before = dict(routing.reads)
-            assert _labels(alice, "rw", "x") == ["reward-hacking"] and _labels(bob, "rw", "x") == ["reward-hacking"]
+            both = ["reward-hacking", "seen-by-client"]
+            assert _labels(alice, "rw", "x") == both and _labels(bob, "rw", "x") == both
             assert routing.reads["replica"] == before["replica"] + 2, "caught up: the replica serves alice again"
     finally:
         if replica.one("SELECT pg_is_wal_replay_paused()"):
