@@ -59,10 +59,30 @@ class DbSettings(BaseModel):
                                          "the database's write lock (SQLite busy timeout, Postgres `lock_timeout`) "
                                          "before it answers 503 with `Retry-After`")
 
+    read_url: str | None = Field(None, description="a streaming replica of the Postgres primary: page and API "
+                                 "reads (GET) go to it, every write stays on the primary, and a client that just "
+                                 "wrote reads from it only once it has replayed that write (docs/deploy.md, \"Read "
+                                 "replicas\"); unset: everything on the primary")
+    read_max_lag_seconds: float = Field(5.0, ge=0, le=86_400, description="a replica further behind the primary "
+                                        "than this (seconds since the last transaction it replayed, 0 when it has "
+                                        "replayed all the primary flushed) serves no reads until it catches up")
+    read_retry_seconds: float = Field(10.0, ge=0, le=3600, description="after the replica failed to answer, "
+                                      "reads stay on the primary this long before it is tried again")
+
     @field_validator("url")
     @classmethod
     def _url(cls, v: str) -> str:
         return normalize_db_url(v, source="ROLLSCOPE_DB__URL")
+
+    @field_validator("read_url")
+    @classmethod
+    def _read_url(cls, v: str | None) -> str | None:
+        if v in (None, ""):
+            return None
+        v = normalize_db_url(v, source="ROLLSCOPE_DB__READ_URL")
+        if not v.startswith("postgresql"):
+            raise ValueError("ROLLSCOPE_DB__READ_URL must be a postgresql:// URL (a streaming replica)")
+        return v
 
 
 class WebSettings(BaseModel):
@@ -192,12 +212,17 @@ class Settings(BaseSettings):
         """`database_url` and `db.url` name the same setting; after validation both hold it."""
         if self.database_url is None:
             self.database_url = self.db.url
-            return self
+            return self._replica_of_postgres()
         url = normalize_db_url(self.database_url)
         if "url" in self.db.model_fields_set and self.db.url != url:
             raise ValueError("ROLLSCOPE_DATABASE_URL and ROLLSCOPE_DB__URL disagree: set one of them")
         self.db = self.db.model_copy(update={"url": url})
         self.database_url = url
+        return self._replica_of_postgres()
+
+    def _replica_of_postgres(self) -> "Settings":
+        if self.db.read_url is not None and not self.db.url.startswith("postgresql"):
+            raise ValueError("ROLLSCOPE_DB__READ_URL needs a Postgres primary (ROLLSCOPE_DATABASE_URL is not one)")
         return self
 
 

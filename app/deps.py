@@ -16,6 +16,7 @@ from app import auth
 from app.config import Settings
 from app.db.engine import writes
 from app.errors import ApiError
+from app.read_your_writes import client_lsn
 from app.store.outage import lost_a_race
 
 T = TypeVar("T")
@@ -25,12 +26,32 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
     """A session for the request. Opening one touches no database (a connection is taken on the
     first query, in the endpoint's thread), so it opens on the event loop; closing it returns the
     connection to the pool, which is database work, so it closes in the thread pool. Each hop to
-    the thread pool waits for the GIL behind busy threads: under load they add up (bench/load.py)."""
-    session = Session(request.app.state.engine)
+    the thread pool waits for the GIL behind busy threads: under load they add up (bench/load.py).
+
+    With a read replica (`ROLLSCOPE_DB__READ_URL`) a GET's session is opened by app.db.replica in
+    the thread pool (it may check the replica, and takes the replica's connection up front so a
+    replica gone falls back to the primary); other methods' sessions stay on the primary."""
+    routing = getattr(request.app.state, "read_routing", None)
+    if routing is None or request.method != "GET":  # HEAD arrives as GET (app.main.HeadAsGet)
+        session = Session(request.app.state.engine)
+        try:
+            yield session
+        finally:
+            await run_in_threadpool(session.close)
+        return
+    session, conn = await run_in_threadpool(routing.open_session, client_lsn(request))
     try:
         yield session
     finally:
-        await run_in_threadpool(session.close)
+        await run_in_threadpool(_close, session, conn)
+
+
+def _close(session: Session, conn) -> None:
+    try:
+        session.close()
+    finally:
+        if conn is not None:
+            conn.close()
 
 
 class Writer:

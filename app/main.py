@@ -5,12 +5,13 @@ import gc
 import logging
 import re
 from pathlib import Path
+from typing import Literal
 from urllib.parse import parse_qsl, unquote
 
 import sqlalchemy as sa
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from starlette.routing import Match, Mount
 
 from app import errors
@@ -23,6 +24,8 @@ from app.auth import ReadTokenGate, mask_access_log
 from app.config import Settings, get_settings
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
+from app.db.replica import ReadRouting, replica_url
+from app.read_your_writes import StampWrites
 from app.receivers import otlp
 from app.render import compile_templates
 from app.routes import analytics, events, media, pages, status
@@ -153,11 +156,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     engine = make_engine(settings.db.url, pool_size=settings.db.pool_size, max_overflow=settings.db.max_overflow,
                          write_timeout=settings.db.write_timeout_seconds)  # writes: app.db.engine.writes
     upgrade(engine)
+    read_routing = replica_routing(settings, engine)
     compile_templates()
     app = FastAPI(title="Rollscope API", version="1.0.0", description=API_DESCRIPTION,
                   openapi_url="/api/openapi.json", docs_url=None, redoc_url=None)
     app.state.settings = settings
     app.state.engine = engine
+    app.state.read_routing = read_routing  # None without ROLLSCOPE_DB__READ_URL
     app.mount("/static", Static(directory=STATIC), name="static")
     app.state.ingest_gate = Gate(settings.api.ingest_max_inflight)
     app.include_router(status.router)
@@ -180,6 +185,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     openapi.install(app, locked=settings.require_read_token)
     app.add_middleware(AllowEveryMethod, routes_of=lambda: app)
+    if read_routing is not None:
+        app.add_middleware(StampWrites, routing=read_routing)
     app.add_middleware(ReadTokenGate, engine=engine, required=settings.require_read_token)
     app.add_middleware(RoutingPath)  # inside security_headers, so its 400s get the headers too
 
@@ -191,6 +198,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     watcher.install(app)  # the stale-worker watcher in the lifespan, when a webhook is set
     freeze_startup_heap()
     return app
+
+
+def replica_routing(settings: Settings, primary) -> ReadRouting | None:
+    """The read routing to `settings.db.read_url`'s replica (app.db.replica), None without one.
+    The replica's engine has the primary's pool sizes; it is not migrated (it replays the
+    primary's migrations)."""
+    if settings.db.read_url is None:
+        return None
+    replica = make_engine(replica_url(settings.db.read_url), pool_size=settings.db.pool_size,
+                          max_overflow=settings.db.max_overflow)
+    return ReadRouting(primary, replica, max_lag_seconds=settings.db.read_max_lag_seconds,
+                       retry_seconds=settings.db.read_retry_seconds)
 
 
 _FROZEN = False
@@ -265,6 +284,15 @@ class Ready(BaseModel):
     status: str
     database: str
     migration: str | None
+    replica: Literal["ok", "lagging", "down", "none"] = Field(
+        "none", description="the read replica (`ROLLSCOPE_DB__READ_URL`) as last checked: `ok` serves reads, "
+        "`lagging` is further behind than `ROLLSCOPE_DB__READ_MAX_LAG_SECONDS`, `down` does not answer "
+        "(reads go to the primary in both cases), `none`: no replica set")
+    replica_lag_seconds: float | None = Field(None, description="seconds the replica is behind: 0 when it has "
+                                              "replayed all the primary flushed; null when unknown or no replica")
+    replica_detail: str | None = Field(None, description="why the replica is down")
+    reads: dict[str, int] | None = Field(None, description="with a replica: read sessions this process opened on "
+                                         "each (`replica`, `primary`) since it started")
 
 
 @health.get("/healthz", response_model=Health)
@@ -276,7 +304,9 @@ def healthz() -> Health:
 @health.get("/readyz", response_model=Ready, responses={503: {"model": errors.ErrorBody}})
 def readyz(request: Request):
     """Readiness: the database answers and its schema is at the latest migration. 503 otherwise
-    (a load balancer sends no traffic until then)."""
+    (a load balancer sends no traffic until then). With a read replica, also its state and lag
+    (`replica`, `replica_lag_seconds`) and the reads each engine served: a replica lagging or down
+    leaves the server ready (reads fall back to the primary)."""
     from alembic.script import ScriptDirectory
 
     from app.db.migrate import alembic_config
@@ -290,4 +320,10 @@ def readyz(request: Request):
     if current != head:
         return errors.error_response(request, 503, f"database schema at {current}, code expects {head}",
                                      code="unavailable")
-    return Ready(status="ready", database="ok", migration=current)
+    routing = request.app.state.read_routing
+    if routing is None:
+        return Ready(status="ready", database="ok", migration=current)
+    # the last check, unless there was none yet: a load balancer's probe adds no load on the replica
+    check = routing.check() or routing.check(fresh=True)
+    return Ready(status="ready", database="ok", migration=current, replica=check.state,
+                 replica_lag_seconds=check.lag_seconds, replica_detail=check.detail, reads=dict(routing.reads))

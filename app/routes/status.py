@@ -83,7 +83,8 @@ def metrics(request: Request) -> PlainTextResponse:
     bytes not yet ingested (`rollscope_ingest_lag_bytes{source}`, against each file's size on
     disk now), records read and rejected by the spool workers ever (counters kept in the database:
     they survive restarts and add up across workers), per worker not stopped its last heartbeat
-    (Unix seconds) and interval, records in the last minute, and request latency (this process)."""
+    (Unix seconds) and interval, records in the last minute, request latency (this process), and
+    with a read replica the read sessions each engine opened (`rollscope_db_reads_total{engine}`)."""
     st = ingest_status(request.app.state.engine)
     lines = [
         "# HELP rollscope_rollouts_ingested Rollouts stored.", "# TYPE rollscope_rollouts_ingested gauge",
@@ -114,6 +115,11 @@ def metrics(request: Request) -> PlainTextResponse:
               "# TYPE rollscope_worker_heartbeat_interval_seconds gauge"]
     lines += [f'rollscope_worker_heartbeat_interval_seconds{{worker="{_esc(w.worker_id)}"}} {w.interval_seconds:g}'
               for w in running]
+    routing = request.app.state.read_routing
+    if routing is not None:  # with a read replica (app.db.replica): where this process's reads went
+        lines += ["# HELP rollscope_db_reads_total Read sessions opened, by engine (replica or primary).",
+                  "# TYPE rollscope_db_reads_total counter"]
+        lines += [f'rollscope_db_reads_total{{engine="{k}"}} {v}' for k, v in sorted(routing.reads.items())]
     lines += request.app.state.latency.lines()
     return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 

@@ -12,7 +12,7 @@ import re
 from enum import Enum
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
 from app.api.v1.rollouts import RunId, known_run
@@ -48,7 +48,7 @@ def file_name(run_id: str, fmt: str) -> str:
                                             f"(`{NDJSON}`) for every format but `parquet` "
                                             f"(`{PARQUET}`)"}})
 def export_run(
-    request: Request, session: SessionDep, run: RunId, filters: Filters,
+    session: SessionDep, run: RunId, filters: Filters,
     format: Annotated[ExportFormat, Query(description="native: rollscope/1 JSONL; verifiers: Episode JSONL; "  # noqa: A002
                                           "atif: ATIF-v1.7 JSONL; samples: flat training samples JSONL; "
                                           "parquet: the samples as Parquet; otlp: OTLP/JSON lines "
@@ -64,7 +64,8 @@ def export_run(
     the first byte is sent (the first chunk is read ahead)."""
     run_id = known_run(session, run, filters)
     fmt = ExportFormat(format).value
-    rollouts = Counted(iter_rollouts(request.app.state.engine, run_id, filters))
+    # the engine of the request's session: with a read replica, the export reads where the check did
+    rollouts = Counted(iter_rollouts(session.get_bind().engine, run_id, filters))
     body = Export(rollouts, fmt)
     chunks = iter(body)
     first = next(chunks, None)
