@@ -18,7 +18,8 @@ Templates are mined with Drain (He, Zhu, Zheng, Lyu: "Drain: An Online Log Parsi
 Fixed Depth Tree", ICWS 2017) as implemented by Drain3 (github.com/logpai/Drain3), configured
 here in code: numbers, paths and bare file names, uuids, hex, ids, IP addresses and quoted
 strings are masked before mining (`MASKS`), so they become parameters (`<NUM>`, `<PATH>`, ...);
-tokens Drain sees differ between messages of one template become `<*>`. A `Miner` holds at most
+a text that masking would leave without a literal word is masked with fewer masks
+(`FALLBACK_MASKS`), so no template is only parameters; tokens Drain sees differ between messages of one template become `<*>`. A `Miner` holds at most
 `MAX_TEMPLATES` templates; once full, a text that fits none of them exactly counts as `OTHER`.
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 
 from drain3 import TemplateMiner
 from drain3.drain import LogCluster
-from drain3.masking import MaskingInstruction
+from drain3.masking import LogMasker, MaskingInstruction
 from drain3.template_miner_config import TemplateMinerConfig
 
 from ingest.metrics import finite_number, tool_failure
@@ -52,7 +53,9 @@ _FILE_EXT = ("py|pyc|pyi|ipynb|js|mjs|ts|tsx|jsx|json|jsonl|yaml|yml|toml|ini|cf
              "c|h|cc|cpp|hpp|rs|go|java|kt|rb|php|html|css|sql|xml|so|whl|tar|gz|zip|parquet|db|lock|out|err")
 # Order matters: each pattern sees the text the earlier ones left (a uuid is not read as numbers).
 MASKS: tuple[tuple[str, str], ...] = (
-    ("STR", r"\"[^\"\n]{0,300}\"|'[^'\n]{0,300}'|`[^`\n]{0,300}`"),
+    # a quote opens where no word goes before it and closes where none follows (`don't ... it's`
+    # is no string); a backtick string is inline code, never a fence (```cpp ... ``` is kept)
+    ("STR", r"\"[^\"\n]{0,300}\"|(?<!\w)'[^'\n]{0,300}'(?!\w)|(?<!`)`[^`\n]{1,300}`(?!`)"),
     ("UUID", r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"),
     ("URL", r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,15}://[^\s\"'<>]+"),
     ("PATH", r"(?:(?<=\s)|(?<=^)|(?<=[(\[=:,]))(?:~|\.{1,2})?(?:/[\w.@+-]+){2,}/?|\b[A-Za-z]:\\[^\s\"']+"
@@ -63,6 +66,14 @@ MASKS: tuple[tuple[str, str], ...] = (
     ("ID", r"\b(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9][\w-]{5,}\b"),
     ("NUM", r"(?<![\w.])[-+]?\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?(?![\w])"),
 )
+# When the masked text keeps no literal word (only parameters and punctuation: a message that is
+# one quoted string, a path, a number), it is masked again with fewer masks, in this order: all but
+# STR, then NUM alone; the first that keeps a letter is mined (a template of masks says nothing).
+FALLBACK_MASKS: tuple[tuple[str, ...], ...] = (
+    tuple(name for name, _ in MASKS if name != "STR"),
+    ("NUM",),
+)
+_LETTER = re.compile(r"[^\W\d_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _MASK_TOKEN = re.compile(r"<(?:" + "|".join(name for name, _ in MASKS) + r")>|<\*>")
 
@@ -143,6 +154,9 @@ class Miner:
     def __init__(self, templates: Iterable[tuple[int, str]] = (), *, cap: int = MAX_TEMPLATES):
         self.cap = cap
         self._miner = TemplateMiner(persistence_handler=None, config=_config())
+        patterns = dict(MASKS)
+        self._fallbacks = [LogMasker([MaskingInstruction(patterns[name], name) for name in names], "<", ">")
+                           for names in FALLBACK_MASKS]
         drain = self._miner.drain
         for number, template in templates:
             if number == OTHER:
@@ -156,8 +170,15 @@ class Miner:
         return len(self._miner.drain.id_to_cluster)
 
     def mask(self, text: str) -> str:
-        """The text with MASKS applied and cut to MAX_TOKENS tokens (what Drain mines)."""
-        return " ".join(self._miner.masker.mask(text).split()[:MAX_TOKENS])
+        """The text with MASKS applied and cut to MAX_TOKENS tokens (what Drain mines); when that
+        keeps no literal word, with the fewer masks of FALLBACK_MASKS (the first that keeps one,
+        else the last)."""
+        masked = ""
+        for masker in (self._miner.masker, *self._fallbacks):
+            masked = " ".join(masker.mask(text).split()[:MAX_TOKENS])
+            if has_literal(masked):
+                break
+        return masked
 
     def mine(self, text: str) -> Mined | None:
         """The template of `text` (a `clean`ed text), learning from it while under the cap; None
@@ -175,6 +196,11 @@ class Miner:
                      changed=change == "cluster_template_changed")
 
 
+def has_literal(template: str) -> bool:
+    """Whether a (masked) text keeps a literal word: a letter outside its parameters."""
+    return _LETTER.search(_MASK_TOKEN.sub(" ", template)) is not None
+
+
 def is_parameter(token: str) -> bool:
     """Whether a template token is a parameter (`<NUM>`, `<PATH>`, ..., Drain's `<*>`)."""
     return _MASK_TOKEN.fullmatch(token) is not None
@@ -182,19 +208,22 @@ def is_parameter(token: str) -> bool:
 
 SURGE_MIN = 5  # failed rollouts at a step, at least, for a signature to be "new at" that step
 SURGE_FACTOR = 3.0  # ... and at least this many times its mean per step over the earlier steps
+MIN_HISTORY = 3  # ... with at least this many earlier steps of the run to compare with
 
 
 def new_at_step(steps: list[int], counts: dict[int, int]) -> int | None:
-    """The step at which a signature arrived, or None: the first step after the run's first one
-    (`steps`: the run's steps, in order) where its count (`counts`: step → failed rollouts
-    carrying it) is at least SURGE_MIN and at least SURGE_FACTOR times its mean count per step
-    over every earlier step of the run (steps without it count 0). A signature never seen before
-    arrives at the first step it reaches SURGE_MIN; one that was always there at a low rate arrives
-    where it surges (the demo's sandbox crash: a few a step, then 20 at step 18)."""
+    """The step at which a signature arrived, or None: the first step with at least MIN_HISTORY
+    earlier steps of the run (`steps`: the run's steps, in order) where its count (`counts`: step
+    → failed rollouts carrying it) is at least SURGE_MIN and at least SURGE_FACTOR times its mean
+    count per step over every earlier step of the run (steps without it count 0). A signature never
+    seen before arrives at the first such step it reaches SURGE_MIN; one that was always there at a
+    low rate arrives where it surges (the demo's sandbox crash: a few a step, then 20 at step 18).
+    Over fewer earlier steps there is no history to be new against (1 at step 0, then 5 at step 1
+    is no arrival)."""
     total = 0
     for i, step in enumerate(steps):
         n = counts.get(step, 0)
-        if i > 0 and n >= SURGE_MIN and n >= SURGE_FACTOR * total / i:
+        if i >= MIN_HISTORY and n >= SURGE_MIN and n >= SURGE_FACTOR * total / i:
             return step
         total += n
     return None

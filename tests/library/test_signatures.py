@@ -9,6 +9,7 @@ from ingest.signatures import (
     Miner,
     clean,
     failed,
+    has_literal,
     is_parameter,
     new_at_step,
     signature_texts,
@@ -91,4 +92,35 @@ def test_new_at_step_is_where_a_signature_arrives_or_surges():
     assert new_at_step(steps, {12: 6, 13: 7}) == 12  # never seen before, then 6
     assert new_at_step(steps, {0: 9, 1: 9, 2: 9}) is None  # there from the first step, steady
     assert new_at_step(steps, {4: 4}) is None  # too few to say
+    # no history to be new against: 1 at step 0, then 5 at step 1 ("Try another edit.")
+    assert new_at_step(steps, {0: 1, 1: 5, 2: 5}) is None
+    assert new_at_step(steps, {1: 6, 2: 6}) is None and new_at_step(steps, {3: 6}) == 3  # MIN_HISTORY
     assert new_at_step([], {}) is None
+
+
+@pytest.mark.parametrize("text, template", [
+    # a fenced code answer (NeMo Gym's coding tasks) is its code, not three quoted strings
+    ("```cpp #include <iostream> int main() { int n = 0; return 0; } ```",
+     "```cpp #include <iostream> int main() { int n = <NUM>; return <NUM>; } ```"),
+    ("```python print(1) ``` and `x` inline", "```python print(<NUM>) ``` and <STR> inline"),
+    # apostrophes are no quotes
+    ("I don't know, it's 'x' here", "I don't know, it's <STR> here"),
+    # a text that would be masks alone keeps its literal text, numbers masked
+    ('"It comes to 5."', '"It comes to <NUM>."'),
+    ("'/srv/job/7/run'", "'/srv/job/<NUM>/run'"),
+    ("`rm -rf /tmp/x/y`", "`rm -rf <PATH>`"),
+    ("42", "<NUM>"),  # nothing literal to keep
+])
+def test_masks_keep_structure_and_a_template_keeps_a_literal_word(text, template):
+    assert Miner().mask(clean(text)) == template
+
+
+def test_real_nemo_gym_code_answers_have_readable_templates():
+    from tests.conftest import data_path
+    from tests.helpers import read_folder
+
+    m = Miner()
+    templates = {m.mine(t).template for _, _, r in read_folder(data_path("realdata", "nemo-gym"))
+                 for _, t in signature_texts(r)}
+    assert templates and all(has_literal(t) for t in templates), templates
+    assert any(t.startswith("```cpp #include <iostream>") for t in templates), templates

@@ -179,3 +179,30 @@ def test_mining_costs_a_bounded_number_of_statements_per_batch(engine, tmp_path)
     finally:
         write.BATCH_HOOKS[:] = hooks
     assert with_hooks - without <= 8, (with_hooks, without)
+
+
+def test_real_nemo_gym_signatures_have_readable_templates(client, engine):
+    """NeMo Gym's fenced code answers are mined as their code (escaped on the page), never as a
+    template of masks alone such as `<STR><STR><STR>`."""
+    from ingest.signatures import has_literal
+    from tests.conftest import data_path
+
+    assert ingest(engine, data_path("realdata", "nemo-gym"), run="nemo").total.inserted
+    d = client.get("/runs/nemo/failures.json").json()
+    templates = [s["template"] for s in d["signatures"]]
+    assert templates and all(has_literal(t) for t in templates), templates
+    code = next(t for t in templates if t.startswith("```cpp #include <iostream>"))
+    page = client.get("/runs/nemo/failures").text
+    assert html.escape(code, quote=False) in page or html.escape(code) in page
+    assert "#include <iostream>" not in page
+
+
+def test_a_signature_is_not_new_without_a_history(client, engine, tmp_path):
+    """1 at step 0, then 5 at steps 1 and 2: too few earlier steps to call it new (MIN_HISTORY)."""
+    rs = [rollout(f"s{step}-{i}", step=step, reward=0.0,
+                  messages=[{"role": "user", "content": "fix it"}, {"role": "assistant", "content": "Try another edit."}])
+          for step, n in ((0, 1), (1, 5), (2, 5)) for i in range(n)]
+    assert ingest(engine, write_jsonl(tmp_path / "h.jsonl", rs)).ok
+    (sig,) = client.get("/runs/r1/failures.json").json()["signatures"]
+    assert sig["template"] == "Try another edit." and sig["count"] == 11 and sig["new_at_step"] is None
+    assert "new at step" not in client.get("/runs/r1/failures").text
