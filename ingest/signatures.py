@@ -19,8 +19,9 @@ Fixed Depth Tree", ICWS 2017) as implemented by Drain3 (github.com/logpai/Drain3
 here in code: numbers, paths and bare file names, uuids, hex, ids, IP addresses and quoted
 strings are masked before mining (`MASKS`), so they become parameters (`<NUM>`, `<PATH>`, ...);
 a text that masking would leave without a literal word is masked with fewer masks
-(`FALLBACK_MASKS`), so no template is only parameters; tokens Drain sees differ between messages of one template become `<*>`. A `Miner` holds at most
-`MAX_TEMPLATES` templates; once full, a text that fits none of them exactly counts as `OTHER`.
+(`FALLBACK_MASKS`), so no template is only parameters; tokens Drain sees differ between messages
+of one template become `<*>`. A `Miner` holds at most `MAX_TEMPLATES` templates; once full, a text
+that fits none of them exactly counts as `OTHER`.
 """
 from __future__ import annotations
 

@@ -199,8 +199,8 @@ def test_real_nemo_gym_signatures_have_readable_templates(client, engine):
 
 def test_a_signature_is_not_new_without_a_history(client, engine, tmp_path):
     """1 at step 0, then 5 at steps 1 and 2: too few earlier steps to call it new (MIN_HISTORY)."""
-    rs = [rollout(f"s{step}-{i}", step=step, reward=0.0,
-                  messages=[{"role": "user", "content": "fix it"}, {"role": "assistant", "content": "Try another edit."}])
+    said = [{"role": "user", "content": "fix it"}, {"role": "assistant", "content": "Try another edit."}]
+    rs = [rollout(f"s{step}-{i}", step=step, reward=0.0, messages=said)
           for step, n in ((0, 1), (1, 5), (2, 5)) for i in range(n)]
     assert ingest(engine, write_jsonl(tmp_path / "h.jsonl", rs)).ok
     (sig,) = client.get("/runs/r1/failures.json").json()["signatures"]
