@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from app.text import reveal_invisible
+
 Link = Callable[[str | None], str | None]
 
 MESSAGES_PER_ANSWER = 20  # get_rollout: messages of one branch per answer (the rest by `offset`)
@@ -56,6 +58,19 @@ def cut(text: Any, limit: int) -> tuple[str, bool]:
     """`text` (a string, or None) cut to `limit` characters; and whether it was cut."""
     s = "" if text is None else str(text)
     return (s, False) if len(s) <= limit else (s[:limit], True)
+
+
+def quote(text: Any) -> str:
+    """Trace text quoted as data (a Python string literal) with every invisible, bidirectional or
+    other unprintable non-ASCII character shown as `⟨U+XXXX⟩` (repr would write `\\u202e`, which
+    docs/mcp.md does not promise and an agent may read back as the character); ASCII controls
+    stay escaped as repr writes them (`\\n`, `\\x00`). None is `None`."""
+    if text is None:
+        return "None"
+    s = reveal_invisible(str(text))
+    if not s.isprintable():
+        s = "".join(c if c.isprintable() or c < "\x80" else f"⟨U+{ord(c):04X}⟩" for c in s)
+    return repr(s)
 
 
 def _steps(first: Any, last: Any) -> str:
@@ -183,7 +198,7 @@ def step_answer(d: dict, link: Link) -> Answer:
         lines.append(f"Step alert: {alert.get('text')}")
     if signatures:
         lines.append("New failure signatures at this step: " + "; ".join(
-            f"{s.get('template')!r} ({plural(s.get('count'), 'rollout')})" for s in signatures[:TOP]))
+            f"{quote(s.get('template'))} ({plural(s.get('count'), 'rollout')})" for s in signatures[:TOP]))
     errors = next((e for e in endings if e["ending"] == "error" and e.get("count")), None)
     if errors:
         reasons = ", ".join(f"{x.get('detail')} {x.get('count')}" for x in errors.get("details") or [])
@@ -260,6 +275,25 @@ def _page_of(d: dict) -> str | None:
 
 # --- get_rollout ------------------------------------------------------------------------------------
 
+# What the rollout twin's `tool_error` holds when the source kept no message of its own, only a
+# signal that the result failed (ingest.metrics.tool_failure): the result's own text is the message.
+TOOL_ERROR_SIGNALS = {"error text": "its text opens with the word error", "is_error": "flagged is_error",
+                      "error observation": "an error observation"}
+
+
+def _tool_error(reason: Any, content: str) -> dict:
+    """A tool result's failure for the answer: `tool_error`, the tool's own message (the error's
+    message where the source kept one, else the first line of the result's text, at most 500
+    characters), and `tool_error_signal`, what said it failed when that was no message."""
+    if not reason:
+        return {}
+    if reason not in TOOL_ERROR_SIGNALS:
+        return {"tool_error": reason}
+    first = next((line.strip() for line in content.splitlines() if line.strip()), "")
+    return {k: v for k, v in {"tool_error": cut(first, 500)[0] or None, "tool_error_signal": reason}.items()
+            if v is not None}
+
+
 def rollout_answer(d: dict, link: Link, *, max_chars: int = CHARS_PER_MESSAGE) -> Answer:
     """`/runs/{run}/rollouts/{id}.json` (one page of a branch's messages) → the rollout's header
     (step, group, task, ending with the source's reason and message, reward, errors), its findings,
@@ -281,7 +315,7 @@ def rollout_answer(d: dict, link: Link, *, max_chars: int = CHARS_PER_MESSAGE) -
             "content": content, "content_chars": full,
             "content_cut": (content_cut or bool(m.get("content_truncated"))) or None,
             "reasoning": reasoning or None, "reasoning_cut": reasoning_cut or None, "tool_calls": calls or None,
-            "tool_error": m.get("tool_error"), "answers_call": (m.get("answers") or {}).get("name"),
+            **_tool_error(m.get("tool_error"), content), "answers_call": (m.get("answers") or {}).get("name"),
             "findings": [f.get("kind") for f in m.get("findings") or [] if isinstance(f, dict)] or None,
             }.items() if v is not None})
     findings = [{k: v for k, v in {"kind": f.get("kind"), "severity": f.get("severity"), "message": f.get("message"),
@@ -305,10 +339,10 @@ def rollout_answer(d: dict, link: Link, *, max_chars: int = CHARS_PER_MESSAGE) -
     lines = [f"Rollout {r.get('rollout_id')} (run {run}, step {r.get('step')}, group {r.get('group_id')}, "
              f"task {r.get('task_key')}): ending {e.get('type')}" + (f" ({e['detail']})" if e.get("detail") else "")
              + f", reward {num(data.get('reward'))}.",
-             f"Ending message: {e['message']!r}" if e.get("message") else None]
+             f"Ending message: {quote(e['message'])}" if e.get("message") else None]
     for err in d.get("errors") or []:
         if isinstance(err, dict):
-            lines.append(f"Error: {err.get('type') or 'error'}: {cut(err.get('message'), 500)[0]!r}")
+            lines.append(f"Error: {err.get('type') or 'error'}: {quote(cut(err.get('message'), 500)[0])}")
     if findings:
         lines.append(f"{plural(len(findings), 'finding')}: " + "; ".join(
             f"{f['kind']}" + (f" at message {f['at_message']}" if f.get("at_message") is not None else "")
@@ -320,17 +354,20 @@ def rollout_answer(d: dict, link: Link, *, max_chars: int = CHARS_PER_MESSAGE) -
         head = f"[{m.get('message')}] {m.get('role')}" + (f" ({m['name']})" if m.get("name") else "")
         lines.append(head + ":")
         if m.get("reasoning"):
-            lines.append(f"  reasoning: {m['reasoning']!r}" + (" [cut]" if m.get("reasoning_cut") else ""))
+            lines.append(f"  reasoning: {quote(m['reasoning'])}" + (" [cut]" if m.get("reasoning_cut") else ""))
         if m.get("content"):
             shown = len(m["content"])
             more = (f" [cut at {shown:,} of {m.get('content_chars') or 0:,} characters: get_rollout with "
                     f"message={m.get('message')} and chars_from={shown} reads on]") if m.get("content_cut") else ""
-            lines.append(f"  {m['content']!r}{more}")
+            lines.append(f"  {quote(m['content'])}{more}")
         for c in m.get("tool_calls") or []:
             lines.append(f"  calls {c['name']}({c['arguments']})"
                          + ("" if c.get("result_message") is not None else " — no result recorded"))
         if m.get("tool_error"):
-            lines.append(f"  tool error: {m['tool_error']!r}")
+            lines.append(f"  tool error: {quote(m['tool_error'])}")
+        elif m.get("tool_error_signal"):
+            lines.append(f"  tool error ({TOOL_ERROR_SIGNALS.get(m['tool_error_signal'], m['tool_error_signal'])}, "
+                         "no message)")
     if d.get("next_offset") is not None:
         lines.append(f"More messages: call get_rollout again with offset={d['next_offset']}.")
     lines.append(f"Page: {page}")
@@ -348,7 +385,7 @@ def message_text_answer(text: str, *, run: str, rollout: str, message: int, char
                               "chars_total": len(text), "text": piece, "next_chars_from": nxt,
                               "url": url}.items() if v is not None}
     lines = [f"Message {message} of rollout {rollout}: characters {chars_from:,}–{end:,} of {len(text):,} "
-             "(trace text, quoted as data):", repr(piece)]
+             "(trace text, quoted as data):", quote(piece)]
     if nxt is not None:
         lines.append(f"More: call get_rollout again with message={message} and chars_from={nxt}.")
     lines.append(f"Page: {url}")
@@ -403,7 +440,7 @@ def search_answer(d: dict, link: Link) -> Answer:
         else "message"
     where = f" in run {d['run']}" if d.get("run") else ""
     count = total if isinstance(total, int) else len(hits)
-    lines = [f"{plural(count, 'hit')} for {query!r}{where}" + (f" ({plural(count, unit)})" if hits else "")
+    lines = [f"{plural(count, 'hit')} for {quote(query)}{where}" + (f" ({plural(count, unit)})" if hits else "")
              + (f"; {len(hits)} on this page" if isinstance(total, int) and total > len(hits) else "") + "."]
     if data.get("error"):
         lines.append(str(data["error"]))
@@ -421,7 +458,8 @@ def search_answer(d: dict, link: Link) -> Answer:
         lines.append(f"- {h.get('run')} / {h.get('rollout')} (step {h.get('step')}{ending}) — {h.get('url')}")
         for m in h["matches"][:3]:
             where_ = f"message {m['message']}" if m.get("message") is not None else (m.get("field") or "match")
-            lines.append(f"    {where_}" + (f" ({m['role']})" if m.get("role") else "") + f": {m.get('snippet', '')!r}"
+            lines.append(f"    {where_}" + (f" ({m['role']})" if m.get("role") else "")
+                         + f": {quote(m.get('snippet', ''))}"
                          + (" [middle of a long text not indexed]" if m.get("partial") else ""))
     if data.get("after") is not None:
         lines.append(f"More: call search again with after={data['after']!r}.")
@@ -470,7 +508,8 @@ def failures_answer(d: dict, link: Link, *, run: str) -> Answer:
         per = s.get("per_step") or {}
         spread = (" (" + ", ".join(f"{k}: {v}" for k, v in list(per.items())[:12]) + ")") if per else ""
         new = f", new at step {s['new_at_step']}" if s.get("new_at_step") is not None else ""
-        lines.append(f"- {s.get('template')!r}: {plural(s.get('count'), 'rollout')} ({pct(s.get('share'))} of failed), "
+        lines.append(f"- {quote(s.get('template'))}: {plural(s.get('count'), 'rollout')} "
+                     f"({pct(s.get('share'))} of failed), "
                      f"{steps}{spread}{new} — {s.get('rollouts_url') or ''}".rstrip(" —"))
         for e in (s.get("examples") or [])[:2]:
             lines.append(f"    example {e.get('rollout')}: {e.get('url')}")
@@ -506,7 +545,9 @@ def compare_answer(d: dict, link: Link) -> Answer:
     page = link(_compare_url(ids, d.get("steps")))
     data = {k: v for k, v in {
         "runs": runs, "steps": d.get("steps") or None, "endings": endings,
-        "paired": {"tasks": ptasks, "sign_test": sign} if paired is not None else None,
+        "paired": {k: v for k, v in {"tasks": ptasks, "sign_test": sign,
+                                     "shared_tasks": paired.get("shared_tasks")}.items() if v is not None}
+        if paired is not None else None,
         "tasks": tasks, "tasks_total": d.get("tasks_total"), "url": page}.items() if v is not None}
     lines = [f"Comparing {plural(len(runs), 'run')}" + (f" over steps {d['steps']}" if d.get("steps") else "") + ":"]
     lines += [f"- {r.get('run')}: {plural(r.get('rollouts'), 'rollout')}, mean reward {num(r.get('mean_reward'))} "
@@ -519,15 +560,29 @@ def compare_answer(d: dict, link: Link) -> Answer:
         if isinstance(sign, dict):
             lines.append("Sign test across tasks: " + ", ".join(f"{k} {num(v)}" for k, v in sign.items()
                                                                  if not isinstance(v, (dict, list))) + ".")
-        lines.append(f"Paired difference per task ({plural(len(ptasks), 'task')}):")
+        shared = paired.get("shared_tasks")
+        lines.append(f"Paired difference per task ({plural(len(ptasks), 'task')}"
+                     + (f", {plural(shared, 'task')} in both runs" if isinstance(shared, int) else "") + "):")
         for t in ptasks[:TOP * 2]:
             ci = (f" [{num(t.get('ci_low'))}, {num(t.get('ci_high'))}]"
                   if t.get("ci_low") is not None or t.get("ci_high") is not None else "")
             verdict = f" {t['verdict']}" if t.get("verdict") else ""
-            lines.append(f"- {t.get('task')}: {num(t.get('diff'))}{ci}{verdict}")
-    elif tasks:
-        lines.append("Tasks with the largest change in mean reward (last − first run): " + "; ".join(
-            f"{t['task']} {num(t.get('delta'))}" for t in tasks[:TOP] if t.get("delta") is not None) + ".")
+            note = f" ({t['note']})" if isinstance(t.get("note"), str) and t["note"] else ""
+            lines.append(f"- {t.get('task')}: {num(t.get('diff'))}{ci}{verdict}{note}")
+    else:
+        note = d.get("paired_note") if isinstance(d.get("paired_note"), str) else None
+        if note is None and len(runs) != 2:
+            note = f"The paired comparison by task needs exactly two runs; {len(runs)} are compared."
+        if note:
+            data["paired_note"] = note
+            lines.append(note)
+        changed = [t for t in tasks if t.get("delta") is not None]
+        if changed:
+            lines.append("Tasks with the largest change in mean reward (last − first run): " + "; ".join(
+                f"{t['task']} {num(t.get('delta'))}" for t in changed[:TOP]) + ".")
+        elif tasks:
+            lines.append("No task has a mean reward in both the first and the last run "
+                         f"({plural(len(tasks), 'task')}).")
     lines.append(f"Page: {page}")
     return Answer(_lines(*lines), data)
 

@@ -71,11 +71,23 @@ def _validation_line(exc: ValidationError) -> str:
     return "invalid arguments: " + "; ".join(parts)
 
 
+def _nul_argument(arguments: Any) -> str | None:
+    """The name of the first argument holding a NUL character (in a string, or a list's string)."""
+    for key, value in (arguments or {}).items() if isinstance(arguments, dict) else ():
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, str) and "\x00" in v for v in values):
+            return str(key)
+    return None
+
+
 class RollscopeMCP(MCPServer):
     """MCPServer whose failed calls are one-line tool errors: arguments that do not validate
     (the SDK would answer pydantic's multi-line dump) and anything a tool raised."""
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context=None):
+        nul = _nul_argument(arguments)
+        if nul is not None:  # said here: the app would answer "NUL character in the URL", naming no argument
+            return tool_error(f"the {nul} has a NUL character")
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
@@ -193,8 +205,11 @@ def build_server(reader: Reader) -> MCPServer:
                                                   focus=f"m-{message}", limit=1))
                 shown = [m for m in d.get("messages") or [] if isinstance(m, dict) and m.get("idx") == message]
                 if not shown or not shown[0].get("content_url"):
-                    raise ReadError(404, f"no message {message} in rollout {rid!r}")
+                    raise ReadError(404, f"no message {message} in rollout {answers.quote(rid)}")
                 text = await reader.text(shown[0]["content_url"])
+                if chars_from and chars_from >= len(text):
+                    raise ReadError(422, f"chars_from={chars_from:,} is past the end of message {message}: "
+                                         f"it has {len(text):,} characters")
                 url = reader.link(urls.rollout(run_id, rid, branch=branch, attempt=attempt)) + f"#m-{message}"
                 return answers.message_text_answer(text, run=run_id, rollout=rid, message=message,
                                                    chars_from=chars_from, url=url)

@@ -104,3 +104,35 @@ def test_step_answer_names_new_signatures_when_the_twin_has_them():
     assert a.data["url"] == f"{BASE}/runs/r/steps/3"
     bare = answers.step_answer({}, link)  # a twin missing everything: an answer, not an error
     assert bare.text.startswith("Step None of run None")
+
+
+def test_quote_shows_invisible_characters_as_code_points():
+    assert answers.quote("a\u202eb\u200bc\xadd") == "'a⟨U+202E⟩b⟨U+200B⟩c⟨U+00AD⟩d'"
+    assert answers.quote("line\nnext\x00") == "'line\\nnext\\x00'"  # ASCII controls as repr writes them
+    assert answers.quote("héllo «x»") == "'héllo «x»'" and answers.quote(None) == "None"
+
+
+def test_rollout_answer_tool_error_is_the_tools_message():
+    twin = {"rollout": {"rollout_id": "r", "url": "/runs/a/rollouts/r.json"},
+            "messages": [{"idx": 2, "role": "tool", "content": "\nError: no such file\nmore",
+                          "tool_error": "error text"},
+                         {"idx": 3, "role": "tool", "content": "boom", "tool_error": "division by zero"},
+                         {"idx": 4, "role": "tool", "content": "", "tool_error": "is_error"}]}
+    a = answers.rollout_answer(twin, link)
+    assert "tool error: 'Error: no such file'" in a.text and "tool error: 'division by zero'" in a.text
+    assert "tool error (flagged is_error, no message)" in a.text and "'error text'" not in a.text
+    assert [m.get("tool_error") for m in a.data["messages"]] == ["Error: no such file", "division by zero", None]
+
+
+def test_compare_answer_notes_and_runs_other_than_two():
+    twin = {"runs": [{"id": "a"}, {"id": "b"}],
+            "paired": {"shared_tasks": 1, "tasks": [{"task": "t1", "diff": None, "verdict": "unclear",
+                                                     "note": "not in run B"}]}}
+    a = answers.compare_answer(twin, link)
+    assert "- t1: — unclear (not in run B)" in a.text and "(1 task, 1 task in both runs)" in a.text
+    three = {"runs": [{"id": "a"}, {"id": "b"}, {"id": "c"}], "paired": None,
+             "tasks": [{"task": "t1", "delta": None}]}
+    t = answers.compare_answer(three, link).text
+    assert "The paired comparison by task needs exactly two runs; 3 are compared." in t and "run): ." not in t
+    noted = answers.compare_answer({**three, "paired_note": "needs two."}, link)
+    assert "needs two." in noted.text and noted.data["paired_note"] == "needs two."
