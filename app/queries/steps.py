@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from app.db import models
+from ingest.fields import INT32_MAX
 from ingest.stats import ENDINGS, NO_GRADIENT_REASONS
 
 SR = models.StepRollup.__table__
@@ -29,12 +30,16 @@ class StepRange:
 
     @classmethod
     def parse(cls, text: str | None) -> "StepRange":
-        """Raises ValueError for anything but `A-B`, `A-`, `-B` or `A` with whole numbers."""
+        """Raises ValueError for anything but `A-B`, `A-`, `-B` or `A` with whole numbers, and for
+        a number above 2147483647 (INT32_MAX: a step is a Postgres INTEGER)."""
         if not text:
             return cls()
         m = STEP_RANGE.match(text)
         if not m:
             raise ValueError(f"steps: expected A-B, A-, -B or A, got {text!r}")
+        for x in m.groups():
+            if x is not None and (len(x.lstrip("0")) > 10 or int(x) > INT32_MAX):
+                raise ValueError(f"steps: {x[:30]} is above {INT32_MAX} (the largest step)")
         if m.group(3) is not None:
             return cls(int(m.group(3)), int(m.group(3)))
         a, b = (int(x) if x is not None else None for x in m.group(1, 2))

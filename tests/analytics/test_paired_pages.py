@@ -114,3 +114,34 @@ def test_errors_and_more_than_two_runs(client, engine, tmp_path):
         assert client.get(f"/compare/task.json?{bad}").status_code == 422, bad
     for bad in ("paired_offset=-1", "paired_offset=x", "paired_offset=99999999999"):
         assert client.get(f"/compare.json?runs=base,new&{bad}").status_code == 422, bad
+
+
+BIG = "99999999999999999999999"
+
+
+@pytest.mark.parametrize("url", [
+    f"/compare.json?runs=base,new&steps={BIG}", f"/compare.json?runs=base,new&steps=1-{BIG}",
+    f"/compare.json?runs=base,new&steps={BIG}-", "/compare.json?runs=base,new&steps=-2147483648",
+    f"/compare/task.json?runs=base,new&task=up&steps={BIG}", f"/compare/charts/endings.json?runs=base,new&steps={BIG}",
+    f"/runs/base/charts/endings.json?steps={BIG}", f"/runs/base.json?steps={BIG}",
+    f"/runs/base/rollouts.json?steps={BIG}", f"/api/v1/runs/base/rollouts?steps={BIG}",
+    f"/search.json?q=x&steps={BIG}", f"/search.json?q=x%20step:{BIG}", "/search.json?q=x&steps=2147483648",
+    f"/runs/base/steps/{BIG}.json", f"/compare.json?runs=base,new&paired_offset={BIG}",
+    f"/runs/base/task-changes.json?a=0&b={BIG}",
+])
+def test_a_step_above_int32_is_a_422_naming_it(client, engine, tmp_path, url):
+    """Every step or count in a URL past 2147483647 (a Postgres INTEGER) is refused with a 422
+    naming the parameter, never a 500 (OverflowError) from the database."""
+    _two_runs(engine, tmp_path)
+    r = client.get(url)
+    assert r.status_code == 422, (url, r.status_code, r.text[:300])
+    err = r.json()["error"]
+    name = "step" if "/steps/" in url or "step:" in url else url.rsplit("?", 1)[-1].rsplit("&", 1)[-1].split("=")[0]
+    assert name in (err.get("field") or "") + err["message"], (url, err)
+
+
+def test_the_largest_step_is_still_taken(client, engine, tmp_path):
+    _two_runs(engine, tmp_path)
+    for url in ("/compare.json?runs=base,new&steps=2147483647", "/compare.json?runs=base,new&steps=0-2147483647",
+                "/search.json?q=x&steps=00002147483647"):
+        assert client.get(url).status_code == 200, url
