@@ -27,5 +27,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ix_rollout_raw_hash", table_name="rollout")
-    with op.batch_alter_table("rollout") as batch:
-        batch.drop_column("raw_hash")
+    # ALTER TABLE … DROP COLUMN (SQLite >= 3.35 has it), not a batch copy of `rollout`: the copy's
+    # DROP TABLE rollout failed on SQLite with "database table is locked" once 0021/0022 were below
+    op.drop_column("rollout", "raw_hash")
