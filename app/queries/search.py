@@ -10,7 +10,9 @@ texts read), groups them by rollout, and orders the rollouts by their most telli
 a kind, those of the step where most rollouts match alike first (an incident: many rollouts
 failing alike at one step), then newest first. A page is `limit` rollouts after the cursor
 `after` (`"<order>.<alike>.<rollout_pk>"`, from `next`). Facets count rollouts per step and per
-ending, and texts per kind, over every rollout read, whatever the page.
+ending, and texts per kind, over every rollout read, whatever the page. A long text indexed in
+parts (app.store.search.parts) is one matching text however many of its parts match: counted
+once, shown once (its first matching part's snippet).
 
 Snippets are returned as segments `[{"text", "hit"}]`, so templates escape the trace text and
 mark hits without ever rendering it as HTML.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
@@ -27,6 +30,8 @@ from sqlmodel import Session
 from app.db import models
 from app.queries.search_query import Query
 from app.queries.steps import StepRange
+from app.store import search as store_search
+from ingest.fields import INT32_MAX
 
 SCAN_CAP = 2_000  # matching texts read per search, newest first (bench/analytics.py: a common word)
 RARE_MATCHES = SCAN_CAP  # Postgres: a query matching fewer texts is read through its matches (`_matches`)
@@ -102,12 +107,13 @@ class SearchResult:
 
 
 def check_cursor(after: str | None) -> tuple[int, int, int] | None:
-    """`after` as a sort key (RolloutHits.key); ValueError when it is not a cursor this search made."""
+    """`after` as a sort key (RolloutHits.key); ValueError when it is not a cursor this search made
+    (an order past KIND_ORDER, more alike rollouts than SCAN_CAP, a rollout key past int32)."""
     if after is None:
         return None
     m = _CURSOR.match(after)
-    if not m or int(m.group(1)) >= len(KIND_ORDER):
-        raise ValueError(f"after: expected a cursor from `next` (order.alike.rollout), got {after!r}")
+    if not m or int(m.group(1)) >= len(KIND_ORDER) or int(m.group(2)) > SCAN_CAP or int(m.group(3)) > INT32_MAX:
+        raise ValueError(f"after: expected a cursor from `next` (order.alike.rollout), got {after[:60]!r}")
     return (int(m.group(1)), -int(m.group(2)), -int(m.group(3)))
 
 
@@ -182,9 +188,13 @@ def search(*, session: Session, query: Query, limit: int = 20, after: str | None
     rows = _matches(session, query, SCAN_CAP)
     capped = len(rows) > SCAN_CAP
     rows = rows[:SCAN_CAP]
+    keys = _text_keys(session, rows)
+    texts: dict[tuple, sa.Row] = {}
+    for r in rows:  # newest first: a long text's head (the smaller key) takes its tail's place
+        texts[keys[r.pk]] = r
     groups: dict[int, RolloutHits] = {}
     kinds: Counter = Counter()
-    for r in rows:
+    for r in texts.values():
         g = groups.get(r.rollout_pk)
         if g is None:
             g = groups[r.rollout_pk] = RolloutHits(r.rollout_pk, r.run_id, r.rollout_id, r.attempt, r.step,
@@ -207,7 +217,52 @@ def search(*, session: Session, query: Query, limit: int = 20, after: str | None
               "ending": sorted(endings.items(), key=lambda kv: (-kv[1], kv[0])),
               "kind": [(k, kinds[k]) for k in KIND_ORDER if kinds[k]]}
     nxt = page[-1].cursor if len(ordered) > limit else None
-    return SearchResult(page, nxt, facets, len(groups), len(rows), capped)
+    return SearchResult(page, nxt, facets, len(groups), len(texts), capped)
+
+
+def _text_keys(session: Session, rows: list) -> dict[int, tuple]:
+    """Each matching row's text (pk → a key the parts of one text share: a long text is indexed
+    in parts, app.store.search.parts, and is one match however many of them match). A message,
+    tool output or tool error is its rollout's node; the ending is one text per rollout; a
+    rollout error is its own row unless several errors of one rollout (and node) match, then
+    the rollout's stored errors tell which rows are parts of one text (`_error_text_numbers`)."""
+    keys: dict[int, tuple] = {}
+    errors: Counter = Counter()
+    for r in rows:
+        if r.kind == "ending":
+            keys[r.pk] = (r.rollout_pk, r.kind)
+        elif r.kind != "rollout_error" and r.node_idx is not None:
+            keys[r.pk] = (r.rollout_pk, r.kind, r.node_idx)
+        else:
+            keys[r.pk] = (r.rollout_pk, r.kind, r.node_idx, "row", r.pk)
+            errors[(r.rollout_pk, r.node_idx)] += 1
+    several = sorted({rollout_pk for (rollout_pk, _), n in errors.items() if n > 1})
+    for pk, number in _error_text_numbers(session, several).items():
+        if pk in keys:
+            keys[pk] = (keys[pk][0], "rollout_error", "text", number)
+    return keys
+
+
+def _error_text_numbers(session: Session, rollout_pks: list[int]) -> dict[int, int]:
+    """pk → the number of the error text it is a part of, for every rollout_error row of these
+    rollouts: their rows in key order against app.store.search.error_text_numbers of their
+    stored errors (the texts they were made of). A rollout whose rows and errors disagree is
+    left out (each row then counts alone)."""
+    out: dict[int, int] = {}
+    DET = models.RolloutDetail.__table__
+    for chunk in range(0, len(rollout_pks), 500):
+        part = rollout_pks[chunk:chunk + 500]
+        docs: dict[int, list[int]] = {}
+        for pk, rollout_pk in session.execute(sa.select(SD.c.pk, SD.c.rollout_pk).where(
+                SD.c.rollout_pk.in_(part), SD.c.kind == "rollout_error").order_by(SD.c.pk)):
+            docs.setdefault(rollout_pk, []).append(pk)
+        for rollout_pk, env in session.execute(sa.select(DET.c.rollout_pk, DET.c.envelope)
+                                               .where(DET.c.rollout_pk.in_(part))):
+            env = env if isinstance(env, Mapping) else {}
+            numbers = store_search.error_text_numbers(env.get("errors"), env.get("calls"))
+            if len(numbers) == len(docs.get(rollout_pk, ())):
+                out.update(zip(docs[rollout_pk], numbers))
+    return out
 
 
 def _snippets(session: Session, query: Query, matches: list[dict]) -> None:

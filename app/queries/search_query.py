@@ -15,12 +15,14 @@ index). A word with inner punctuation (`sandbox_crash`, `host-lost`, `/usr/bin`)
 of its parts, as both indexes split it. A phrase matches its words next to each other, in order,
 whole. `step:N` or `step:A-B` (`steps:` the same) is a step range (app.queries.steps.StepRange);
 `ending:` one of the endings; `role:` system, user, assistant or tool; `kind:` one of
-app.store.search.KINDS; `flag:` a finding kind; `run:` a run id. A `name:value` whose name is
+app.store.search.KINDS; `flag:` a registered finding kind (ingest.checks.kinds(), or an older
+name checks.legacy_kind maps to one); `run:` a run id. A `name:value` whose name is
 none of these is text.
 
 Refused with a `QueryError` (a 422): a query longer than MAX_QUERY_CHARS, a NUL character, `OR`
 or `NOT` (not supported: say what every text must hold), a filter given twice with different
-values (two step ranges narrow to the steps in both), a bad value. Answered with a note and no
+values (two step ranges narrow to the steps in both; ranges with no step in common are refused),
+a bad value (a step above INT32_MAX, an unknown ending, role, kind or finding kind). Answered with a note and no
 hits: no word at all (only punctuation).
 More than MAX_TERMS words or phrases: the first MAX_TERMS are used, and a note says so.
 """
@@ -31,6 +33,8 @@ from dataclasses import dataclass, field
 
 from app.queries.steps import StepRange
 from app.store.search import KINDS
+from ingest import checks
+from ingest.fields import INT32_MAX
 from ingest.schema import Ending
 
 MAX_QUERY_CHARS = 1_000  # a longer query is refused (422): a search is words, not a document
@@ -106,7 +110,10 @@ def _set(query: Query, name: str, value: object) -> None:
     if isinstance(old, StepRange) and isinstance(value, StepRange):  # both narrow: the steps in both
         firsts = [s for s in (old.first, value.first) if s is not None]
         lasts = [s for s in (old.last, value.last) if s is not None]
-        query.filters[name] = StepRange(max(firsts) if firsts else None, min(lasts) if lasts else None)
+        both = StepRange(max(firsts) if firsts else None, min(lasts) if lasts else None)
+        if both.first is not None and both.last is not None and both.first > both.last:
+            raise QueryError(f"steps given twice with no step in common: {old} and {value}", name)
+        query.filters[name] = both
         return
     if name in query.filters and str(old) != str(value):
         raise QueryError(f"{name} given twice: {query.filters[name]} and {value}", name)
@@ -120,13 +127,21 @@ def filter_value(name: str, value: str) -> object:
     if not value:
         raise QueryError(f"{name}: give a value ({name}:VALUE)", name)
     if name == "steps":
+        for number in re.findall(r"\d+", value):  # a step is an INTEGER column: never past int32
+            if len(number.lstrip("0")) > 10 or int(number) > INT32_MAX:
+                raise QueryError(f"step: {number[:30]} is above {INT32_MAX} (the largest step)", "steps")
         try:
             return StepRange.parse(value)
         except ValueError as exc:
             raise QueryError(str(exc).replace("steps:", "step:"), "steps") from None
+    if name == "flag":  # a registered check's kind, or its older name (checks.legacy_kind)
+        if checks.legacy_kind(value) not in checks.kinds():
+            raise QueryError(f"flag: {value[:200]!r} is not a finding kind; one of {', '.join(checks.kinds())}",
+                             name)
+        return value
     allowed = {"ending": ENDINGS, "role": ROLES, "kind": KINDS}.get(name)
     if allowed is not None and value not in allowed:
-        raise QueryError(f"{name} must be one of {', '.join(allowed)}", name)
+        raise QueryError(f"{name}: {value[:200]!r} must be one of {', '.join(allowed)}", name)
     if len(value) > 500:
         raise QueryError(f"{name}: at most 500 characters", name)
     return value

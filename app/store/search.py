@@ -12,7 +12,9 @@ What is indexed, one `search_doc` row per text, each with its `kind` and `role`:
 
 A text is indexed in parts of at most HEAD_TAIL_CHARS characters (`parts`): a text longer than
 2 × HEAD_TAIL_CHARS by its head and its tail (where tracebacks are), HEAD_TAIL_CHARS characters
-each, and both rows say `truncated` (the middle is not searchable). Terms match within one part.
+each, and both rows say `truncated` (the middle is not searchable). Terms match within one part;
+a search counts and shows a text once however many of its parts match (a message's parts share
+its node, an ending is one text; a rollout error's parts are told apart by `error_text_numbers`).
 Rows are written in the rollout's own transaction and deleted with it (ON DELETE CASCADE). The
 texts are made by app.store.prepare, outside the transaction; the batch hook writes a whole
 batch's documents with one executemany.
@@ -120,26 +122,41 @@ def _error_text(err: Mapping) -> str:
     return "\n".join(p for p in (head, err.get("traceback")) if isinstance(p, str) and p)
 
 
+def _error_texts(errors: Iterable[Any], calls: Iterable[Any]) -> list[tuple[int | None, str]]:
+    """(node idx or None, text) of each of a rollout's errors, then of its model calls' errors."""
+    out: list[tuple[int | None, str]] = []
+    for err in errors or ():
+        if isinstance(err, Mapping) and (text := _error_text(err)).strip():
+            out.append((None, text))
+    for call in calls or ():
+        err = call.get("error") if isinstance(call, Mapping) else None
+        if isinstance(err, Mapping) and (text := _error_text(err)).strip():
+            node = call.get("node")
+            out.append((node if isinstance(node, int) and not isinstance(node, bool) else None, text))
+    return out
+
+
 def rollout_docs(errors: Iterable[Any], ending: Mapping | None, calls: Iterable[Any]) -> list[Doc]:
     """The documents of a rollout's errors (`errors`: dicts with type, message, status_code,
     traceback), its model calls' errors (`calls`: dicts with `node` and `error`) and its ending
     (`ending`: dict with type, detail, message, evidence)."""
     out: list[Doc] = []
-    for err in errors or ():
-        if isinstance(err, Mapping) and (text := _error_text(err)).strip():
-            out += _docs(None, "rollout_error", None, text)
-    for call in calls or ():
-        err = call.get("error") if isinstance(call, Mapping) else None
-        if isinstance(err, Mapping) and (text := _error_text(err)).strip():
-            node = call.get("node")
-            out += _docs(node if isinstance(node, int) and not isinstance(node, bool) else None,
-                         "rollout_error", None, text)
+    for node, text in _error_texts(errors, calls):
+        out += _docs(node, "rollout_error", None, text)
     if isinstance(ending, Mapping) and (ending.get("detail") or ending.get("message")):
         evidence = ending.get("evidence") if isinstance(ending.get("evidence"), Mapping) else {}
         said = " ".join(f"{k} {v}" for k, v in sorted(evidence.items()) if v is not None and k != "extra")
         text = "\n".join(str(p) for p in (ending.get("type"), ending.get("detail"), ending.get("message"), said) if p)
         out += _docs(None, "ending", None, text)
     return out
+
+
+def error_text_numbers(errors: Iterable[Any], calls: Iterable[Any]) -> list[int]:
+    """For each `rollout_error` document `rollout_docs` makes of these errors, in order (the
+    order of their keys), the number of the error text it is a part of: [0, 0, 1] when the
+    first error was long enough to be indexed in two parts. What tells the parts of one text
+    from two texts (app.queries.search counts a text once)."""
+    return [i for i, (_, text) in enumerate(_error_texts(errors, calls)) for _ in parts(text)]
 
 
 def search_docs(r) -> list[Doc]:

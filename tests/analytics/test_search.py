@@ -72,7 +72,7 @@ def test_the_demo_incident_is_found(client, demo_run):
     flagged = client.get("/search.json", params={"q": '"host lost" flag:unanswered_tool_call', "steps": "18"}).json()
     assert {h["rollout_id"] for h in flagged["hits"]} == crashed
     assert client.get("/search.json", params={"q": '"host lost"', "steps": "18",
-                                              "flag": "reward_hacking_nowhere"}).json()["hits"] == []
+                                              "flag": "reward_hacking_nowhere"}).status_code == 422
     html = client.get("/search", params={"q": '"host lost" step:18'}).text
     assert "<mark>host" in html.lower() and 'href="/search?q=' in html and "by step" in html
 
@@ -276,3 +276,89 @@ def test_migration_0021_indexes_the_rollouts_stored_before_it(client, engine, db
     upgrade(engine)
     assert docs() == before
     assert client.get('/search.json?q="host lost"').json()["hits"] == answer
+
+
+@pytest.mark.parametrize("params", [
+    {"q": "step:99999999999999999999999 x"}, {"q": "step:2147483648 x"}, {"q": "step:1-2147483648 x"},
+    {"q": "step:-99999999999999999999999 x"}, {"q": "step:99999999999999999999999- x"},
+    {"q": "x", "steps": "99999999999999999999999"}, {"q": "x", "steps": "0-2147483648"},
+])
+def test_a_step_past_int32_is_a_422_naming_the_filter(client, engine, tmp_path, params):
+    """Every number of the query language is bounded to the step column's range (int32): a
+    422 naming `steps`, never an OverflowError from the database driver."""
+    _ingest_small(engine, tmp_path)
+    r = client.get("/search.json", params=params)
+    assert r.status_code == 422, (params, r.text)
+    assert r.json()["error"]["field"] == "steps" and "2147483647" in r.json()["error"]["message"]
+    assert client.get("/search", params=params).status_code == 422
+    ok = client.get("/search.json", params={"q": "host step:2147483647"})  # the largest step: an answer
+    assert ok.status_code == 200 and ok.json()["hits"] == []
+
+
+@pytest.mark.parametrize("after", ["0.99999999999999999999.1", "0.1.99999999999999999999", "4.2147483648.1",
+                                   "0.1.2147483648", "9.1.1", "0.1.-1", "0.1"])
+def test_a_forged_cursor_is_a_422(client, engine, tmp_path, after):
+    _ingest_small(engine, tmp_path)
+    r = client.get("/search.json", params={"q": "host", "after": after})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "after", (after, r.text)
+
+
+@pytest.mark.parametrize("params, field, named", [
+    ({"q": "quokka flag:bogus"}, "flag", "bogus"),
+    ({"q": "quokka", "flag": "reward_hacking_nowhere"}, "flag", "reward_hacking_nowhere"),
+    ({"q": "host step:18 step:19"}, "steps", ("18", "19")),
+    ({"q": "host step:18", "steps": "19"}, "steps", ("18", "19")),
+    ({"q": "host step:1-3 step:5-"}, "steps", ("1-3", "5-")),
+])
+def test_an_unknown_flag_or_steps_with_nothing_in_common_are_a_422(client, engine, tmp_path, params, field, named):
+    """docs/search.md: a bad filter value, or two values of one filter that cannot both hold, is
+    a 422 naming the filter (and the values), not an empty answer or an inverted range."""
+    _ingest_small(engine, tmp_path)
+    r = client.get("/search.json", params=params)
+    assert r.status_code == 422, (params, r.text)
+    err = r.json()["error"]
+    assert err["field"] == field
+    assert all(v in err["message"] for v in ((named,) if isinstance(named, str) else named)), err
+
+
+def test_a_known_flag_and_overlapping_steps_still_search(client, engine, tmp_path):
+    _ingest_small(engine, tmp_path)
+    from ingest import checks
+
+    kind = checks.kinds()[0]
+    assert client.get("/search.json", params={"q": f"host flag:{kind}"}).status_code == 200
+    assert client.get("/search.json", params={"q": "host", "flag": kind}).status_code == 200
+    assert _ids(client, "host step:1-2 step:2-3") == [("r1", "b")]
+    assert _ids(client, "host step:2", steps="2") == [("r1", "b")]
+
+
+def test_a_long_text_is_one_match_however_many_of_its_parts_match(client, engine, tmp_path):
+    """A text longer than HEAD_TAIL_CHARS is indexed in two parts (head and tail); a word in both
+    is one matching text: counted once per rollout, in the kind facet and in total_matches, and
+    shown once. Two separate errors of one rollout stay two."""
+    word = "lorem ipsum dolor sit amet\n"
+    big = word * (5_000_000 // len(word))
+    long_err = word * (3 * store_search.HEAD_TAIL_CHARS // len(word))
+    msgs = [{"role": "user", "content": "print it"},
+            {"role": "assistant", "content": "ok", "tool_calls": [{"id": "c", "name": "cat", "arguments": "{}"}]},
+            {"role": "tool", "tool_call_id": "c", "name": "cat", "content": big},
+            {"role": "assistant", "content": word * 4000}]  # 1× to 2× HEAD_TAIL_CHARS: two parts
+    errors = [{"type": "Boom", "message": "lorem one", "traceback": long_err},
+              {"type": "Boom", "message": "lorem two", "traceback": long_err},
+              {"type": "Boom", "message": "lorem three"}]
+    ingest(engine, write_jsonl(tmp_path / "big.jsonl", [rollout("big", messages=msgs, tokens=False,
+                                                                ending="error", errors=errors)]))
+    with engine.connect() as conn:  # the index holds the parts
+        parts = dict(conn.execute(sa.select(models.SearchDoc.kind, sa.func.count())
+                                  .group_by(models.SearchDoc.kind)).all())
+    assert parts["tool_output"] == 2 and parts["message"] == 4 and parts["rollout_error"] == 5
+    d = client.get("/search.json?q=lorem").json()
+    hit = d["hits"][0]
+    assert hit["counts"] == {"rollout_error": 3, "tool_output": 1, "message": 1}, hit["counts"]
+    assert d["total_matches"] == 5 and d["total_rollouts"] == 1
+    assert {f["value"]: f["count"] for f in d["facets"]["kind"]} == {"rollout_error": 3, "tool_output": 1,
+                                                                     "message": 1}
+    shown = [(m["kind"], m["node_idx"]) for m in hit["matches"]]
+    assert shown == [("rollout_error", None)] * 3 + [("tool_output", 2), ("message", 3)] and hit["more"] == 0
+    d = client.get("/search.json?q=lorem&kind=tool_output").json()
+    assert d["total_matches"] == 1 and d["hits"][0]["counts"] == {"tool_output": 1}
