@@ -238,6 +238,7 @@ def test_written_file_reads_back_through_the_native_reader(tmp_path: Path):
     expected = list(demo.generate(steps=2, groups=2, group_size=4))
     for got, want in zip(records, expected):
         got.source = {}
+        got._raw_hash = None  # the reader's hash of the line it read (ingest/known.py), not the rollout's content
         assert got == want
 
 
