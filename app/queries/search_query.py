@@ -138,7 +138,7 @@ def filter_value(name: str, value: str) -> object:
         if checks.legacy_kind(value) not in checks.kinds():
             raise QueryError(f"flag: {value[:200]!r} is not a finding kind; one of {', '.join(checks.kinds())}",
                              name)
-        return value
+        return checks.legacy_kind(value)  # an old name and its new one are one filter
     allowed = {"ending": ENDINGS, "role": ROLES, "kind": KINDS}.get(name)
     if allowed is not None and value not in allowed:
         raise QueryError(f"{name}: {value[:200]!r} must be one of {', '.join(allowed)}", name)

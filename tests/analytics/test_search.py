@@ -328,6 +328,8 @@ def test_a_known_flag_and_overlapping_steps_still_search(client, engine, tmp_pat
     kind = checks.kinds()[0]
     assert client.get("/search.json", params={"q": f"host flag:{kind}"}).status_code == 200
     assert client.get("/search.json", params={"q": "host", "flag": kind}).status_code == 200
+    old = client.get("/search.json", params={"q": "host flag:tool_call_markup_unparsed", "flag": "unparsed_tool_call"})
+    assert old.status_code == 200 and old.json()["query"]["filters"] == {"flag": "unparsed_tool_call"}
     assert _ids(client, "host step:1-2 step:2-3") == [("r1", "b")]
     assert _ids(client, "host step:2", steps="2") == [("r1", "b")]
 
