@@ -19,6 +19,7 @@ from app.db import models
 from app.queries.steps import StepRange
 
 R = models.Rollout.__table__
+TR = models.TaskRollup.__table__
 TASK_ROLLOUTS_LIMIT = 500  # rollouts listed per run on the side-by-side page
 
 
@@ -46,6 +47,14 @@ def task_rewards(*, session: Session, run_id: str, steps: StepRange = StepRange(
     for task, reward in session.execute(q):
         by.setdefault(task, []).append(reward)
     return {k: np.asarray(v, dtype=np.float64) for k, v in by.items()}
+
+
+def task_keys(*, session: Session, run_id: str, steps: StepRange = StepRange()) -> set[str]:
+    """Every task key the run has a rollout of over the step range, scored or not (a run without
+    rewards still has its tasks: the paired section lists them as in one run only). Read from the
+    per-(step, task) rollups' covering index, not the rollouts."""
+    q = sa.select(TR.c.task_key).where(TR.c.run_id == run_id, TR.c.rollouts > 0, steps.where(TR.c.step)).distinct()
+    return set(session.execute(q).scalars())
 
 
 def task_rollouts(*, session: Session, run_id: str, task: str, steps: StepRange = StepRange(),

@@ -5,7 +5,8 @@ app/queries/paired.py's (errors scored 0, as compare's task table).
 """
 from __future__ import annotations
 
-import numpy as np
+import math
+
 from sqlmodel import Session
 
 from app import paired_stats, urls
@@ -20,6 +21,8 @@ REWARD = "mean reward, errors scored 0 (as the run page and compare's task table
 METHOD = ("per task, B − A with a 95 % percentile interval of the stratified bootstrap (each run's rollouts "
           "of the task resampled on their own; exact for pass/fail rewards); sign test across tasks, "
           "exact two-sided binomial p")
+NO_REWARD = "no scored reward in run {}"
+NO_REWARD_EITHER = "no scored reward in either run"
 
 
 class PairedTask(PageModel):
@@ -36,7 +39,7 @@ class PairedTask(PageModel):
     diff: float | None
     ci_low: float | None
     ci_high: float | None
-    verdict: str
+    verdict: str | None
     note: str | None
     url: str
     urls: list[str]
@@ -54,8 +57,11 @@ class SignTestOut(PageModel):
 
 class PairedSection(PageModel):
     """Run A = `runs[0]`, B = `runs[1]`. `tasks`: regressed and improved first (largest |diff|
-    first), then unclear; `PAIRED_LIMIT` per page from `offset`, `tasks_total` in all,
-    `next_url` the next page (None on the last). `verdicts`: tasks per verdict over all tasks.
+    first), then unclear, then the tasks not compared (no verdict; `note` says why);
+    `PAIRED_LIMIT` per page from `offset`, `tasks_total` in all, `next_url` the next page (None
+    on the last). `shared_tasks`: tasks both runs have scored rollouts of (the ones compared);
+    `only_a` / `only_b`: tasks only one run has rollouts of. `verdicts`: tasks per verdict over
+    the compared tasks; the sign test is over them too.
     `resamples`: bootstrap replicates per task on the sampled path (pass/fail tasks are exact).
     `reward` and `method` say what was compared and how."""
 
@@ -67,6 +73,9 @@ class PairedSection(PageModel):
     seed: int
     sign_test: SignTestOut
     verdicts: dict[str, int]
+    shared_tasks: int
+    only_a: int
+    only_b: int
     tasks: list[PairedTask]
     tasks_total: int
     offset: int
@@ -78,30 +87,52 @@ def _order(t: paired_stats.TaskDiff, key: str) -> tuple:
     return (t.verdict == "unclear", t.ci_low is None, t.diff is None, -abs(t.diff or 0.0), key)
 
 
+def uncompared(key: str, ra: dict, rb: dict, in_a: bool, in_b: bool) -> paired_stats.TaskDiff | None:
+    """The task's entry when it cannot be compared: in one run only ("not in run A" / "not in run
+    B") or in both without a scored reward in one (`NO_REWARD`): no diff, no interval, no verdict.
+    None when both runs have scored rollouts of it."""
+    a, b = ra.get(key), rb.get(key)
+    if a is not None and b is not None:
+        return None
+    if not in_a and not in_b:
+        note = "in neither run"
+    elif not in_a or not in_b:
+        note = "not in run A" if not in_a else "not in run B"
+    else:
+        note = NO_REWARD.format("A" if a is None else "B") if (a is None) != (b is None) else NO_REWARD_EITHER
+    ma = math.fsum((a / a.size).tolist()) if a is not None else None
+    mb = math.fsum((b / b.size).tolist()) if b is not None else None
+    return paired_stats.TaskDiff(0 if a is None else int(a.size), 0 if b is None else int(b.size), ma, mb,
+                                 None, None, None, None, note)
+
+
 def paired_section(session: Session, run_a: str, run_b: str, *, steps: StepRange = StepRange(), offset: int = 0,
                    json: bool = False) -> PairedSection:
     """The paired comparison of B = `run_b` against A = `run_a` over the step range (both runs
-    exist: the caller checked). Links go to JSON twins when `json`."""
+    exist: the caller checked). Only tasks both runs have scored rollouts of are compared
+    (`shared_tasks`); the others follow them, with a `note` and no verdict. Links go to JSON
+    twins when `json`."""
     ra = q_paired.task_rewards(session=session, run_id=run_a, steps=steps)
     rb = q_paired.task_rewards(session=session, run_id=run_b, steps=steps)
-    keys = sorted(set(ra) | set(rb))
-    empty = np.empty(0)
-    diffs, resamples = paired_stats.paired_differences(keys, [ra.get(k, empty) for k in keys],
-                                                       [rb.get(k, empty) for k in keys])
+    ka = q_paired.task_keys(session=session, run_id=run_a, steps=steps) | set(ra)
+    kb = q_paired.task_keys(session=session, run_id=run_b, steps=steps) | set(rb)
+    shared = sorted(set(ra) & set(rb))
+    diffs, resamples = paired_stats.paired_differences(shared, [ra[k] for k in shared], [rb[k] for k in shared])
     sign = paired_stats.sign_test_of(diffs)
-    order = sorted(range(len(keys)), key=lambda i: _order(diffs[i], keys[i]))
-    page = order[offset:offset + PAIRED_LIMIT]
+    ordered = [(shared[i], diffs[i]) for i in sorted(range(len(shared)), key=lambda i: _order(diffs[i], shared[i]))]
+    rest = [(k, uncompared(k, ra, rb, k in ka, k in kb)) for k in sorted((ka | kb) - set(shared))]
+    ordered += sorted(rest, key=lambda kd: (kd[1].note, kd[0]))
     rng = str(steps) or None
-    tasks = [PairedTask(task=keys[i], **vars(diffs[i]),
-                        url=task_url([run_a, run_b], keys[i], json=json, steps=rng),
-                        urls=[urls.rollouts(r, json=json, task=keys[i], steps=rng) for r in (run_a, run_b)])
-             for i in page]
-    more = offset + PAIRED_LIMIT < len(keys)
+    tasks = [PairedTask(task=k, **vars(d), url=task_url([run_a, run_b], k, json=json, steps=rng),
+                        urls=[urls.rollouts(r, json=json, task=k, steps=rng) for r in (run_a, run_b)])
+             for k, d in ordered[offset:offset + PAIRED_LIMIT]]
+    more = offset + PAIRED_LIMIT < len(ordered)
     return PairedSection(
         runs=[run_a, run_b], reward=REWARD, method=METHOD, level=paired_stats.LEVEL, resamples=resamples,
         seed=paired_stats.SEED, sign_test=SignTestOut(**vars(sign)),
         verdicts={v: sum(d.verdict == v for d in diffs) for v in paired_stats.VERDICTS},
-        tasks=tasks, tasks_total=len(keys), offset=offset, limit=PAIRED_LIMIT,
+        shared_tasks=len(shared), only_a=len(ka - kb), only_b=len(kb - ka),
+        tasks=tasks, tasks_total=len(ordered), offset=offset, limit=PAIRED_LIMIT,
         next_url=(urls.compare([run_a, run_b], json=json, steps=rng, paired_offset=offset + PAIRED_LIMIT)
                   if more else None))
 
@@ -162,9 +193,10 @@ def task_pair_page(session: Session, run_a: str, run_b: str, task: str, *, steps
                                   url=urls.rollout(rid, r.rollout_id, json=json, attempt=r.attempt or None))
                       for r in rows],
             total=total, rollouts_url=urls.rollouts(rid, json=json, task=task, steps=rng)))
-    ra, rb = (q_paired.task_rewards(session=session, run_id=r, steps=steps, task=task).get(task, np.empty(0))
-              for r in (run_a, run_b))
-    (d,), _ = paired_stats.paired_differences([task], [ra], [rb])
+    ra, rb = (q_paired.task_rewards(session=session, run_id=r, steps=steps, task=task) for r in (run_a, run_b))
+    d = uncompared(task, ra, rb, sides[0].total > 0, sides[1].total > 0)
+    if d is None:
+        (d,), _ = paired_stats.paired_differences([task], [ra[task]], [rb[task]])
     return TaskPairPage(
         task=task, steps=str(steps), sides=sides, limit=q_paired.TASK_ROLLOUTS_LIMIT,
         paired=PairedTask(task=task, **vars(d), url=task_url([run_a, run_b], task, json=json, steps=rng),

@@ -58,8 +58,10 @@ def test_paired_section_of_compare_json(client, engine, tmp_path):
     # the rollout without a reward counts nowhere
     assert by["flat"]["n_b"] == 4 and by["flat"]["diff"] == 0.0 and by["flat"]["verdict"] == "unclear"
     assert by["one"]["ci_low"] is None and by["one"]["note"] == "fewer than 2 rollouts in a run: no interval"
-    assert by["old"]["diff"] is None and by["old"]["note"] == "not in run B"
-    assert p["verdicts"] == {"regressed": 1, "improved": 1, "unclear": 4}
+    assert by["old"]["diff"] is None and by["old"]["note"] == "not in run B" and by["old"]["verdict"] is None
+    assert p["tasks"][-1]["task"] == "old"  # the task not compared comes last
+    assert p["verdicts"] == {"regressed": 1, "improved": 1, "unclear": 3}
+    assert (p["shared_tasks"], p["only_a"], p["only_b"]) == (5, 1, 0)
     # sign test: up, one and EVIL better in B, down worse, flat a tie, old left out: 2·5/16
     assert p["sign_test"] == {"n_plus": 3, "n_minus": 1, "ties": 1, "p": 0.625}
     assert by["up"]["urls"] == ["/runs/base/rollouts.json?task=up", "/runs/new/rollouts.json?task=up"]
@@ -145,3 +147,33 @@ def test_the_largest_step_is_still_taken(client, engine, tmp_path):
     for url in ("/compare.json?runs=base,new&steps=2147483647", "/compare.json?runs=base,new&steps=0-2147483647",
                 "/search.json?q=x&steps=00002147483647"):
         assert client.get(url).status_code == 200, url
+
+
+def test_runs_with_no_task_in_common(client, engine, tmp_path):
+    """B has other tasks and no rewards at all: nothing is compared, both runs' tasks are listed
+    (compared first: none; then A's "not in run B", then B's "not in run A") with no verdict, and
+    the summary says plainly that the runs share no task; a task in both runs but scored in one
+    only is listed too ("no scored reward in run B")."""
+    _two_runs(engine, tmp_path)
+    ingest(engine, write_jsonl(tmp_path / "norew.jsonl", [
+        rollout(f"nr-{t}-{i}", run="norew", step=i, reward=None, task={"key": t})
+        for t in ("other/a", "other/b", "up", EVIL) for i in range(3)]))
+    d = client.get("/compare.json?runs=base,norew").json()["paired"]
+    by = {t["task"]: t for t in d["tasks"]}
+    assert set(by) == {"up", "down", "flat", "one", "old", EVIL, "other/a", "other/b"}
+    assert d["tasks_total"] == 8 and d["shared_tasks"] == 0 and (d["only_a"], d["only_b"]) == (4, 2)
+    assert d["verdicts"] == {"regressed": 0, "improved": 0, "unclear": 0}
+    assert d["sign_test"]["p"] is None and all(t["verdict"] is None and t["diff"] is None for t in d["tasks"])
+    assert by["other/a"]["note"] == "not in run A" and by["old"]["note"] == "not in run B"
+    assert by["up"]["note"] == "no scored reward in run B" and by["up"]["n_a"] == 8 and by["up"]["n_b"] == 0
+    html = client.get("/compare?runs=base,norew").text
+    summary = html[html.index('id="paired-summary"'):]
+    summary = summary[:summary.index("</p>")]
+    assert "No task in common" in summary and "unclear" not in summary and "regressed" not in summary
+    assert "4 only in A (base), 2 only in B (norew)" in summary and "2 in both without a scored reward" in summary
+    assert html.count("not in run A") == 2 and "&lt;script&gt;" in html and "<script>alert" not in html
+    one = client.get("/compare/task.json?runs=base,norew&task=other/a").json()["paired"]
+    assert one["note"] == "not in run A" and one["verdict"] is None and one["n_b"] == 0
+    assert "not in run A: not compared" in client.get("/compare/task?runs=base,norew&task=other/a").text
+    both = client.get("/compare/task.json?runs=base,norew&task=up").json()["paired"]
+    assert both == by["up"] | {"url": both["url"]}
