@@ -121,11 +121,15 @@ def test_a_killed_worker_goes_stale_and_every_view_says_so(db_url, tmp_path):
             assert probe() is None  # the first poll only records
             ingest_probe = IngestProbe(engine)  # what an open /ingest page's watcher polls
             assert ingest_probe() is None
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(10)
+            # the late bytes land while the worker is frozen (it cannot read them) and before it can
+            # go stale (0.6 s): written after the kill, a loaded machine let the alert watcher see the
+            # stale worker with nothing behind it
             late = _appended(100_000)
+            proc.send_signal(signal.SIGSTOP)
             with f.open("ab") as out:
                 out.write(late)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
             assert wait_for(lambda: _one_worker(base)["state"] == "stale", 10)
             assert ingest_probe() is not None  # the page hears the worker go stale and the bytes wait
             assert ingest_probe() is None
