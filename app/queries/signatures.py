@@ -44,6 +44,11 @@ def has_signature(run_id: str, number: int):
     return sa.exists(sa.select(RS.c.rollout_pk).where(RS.c.rollout_pk == R.c.pk, RS.c.signature_pk == sig))
 
 
+def template_of(*, session: Session, run_id: str, number: int) -> str | None:
+    """Signature `number`'s template in the run (None when the run has no such signature)."""
+    return session.execute(sa.select(FS.c.template).where(FS.c.run_id == run_id, FS.c.number == number)).scalar()
+
+
 def signature_counts(*, session: Session, run_id: str) -> list[SignatureCounts]:
     """Every signature of the run that some stored rollout carries, with its counts per step: one
     GROUP BY (signature, step) over rollout_signature joined to the rollouts' ending and reward."""

@@ -14,6 +14,7 @@ from app import urls
 from app.queries import findings as q_findings
 from app.queries import rollout_facets, rollout_list
 from app.queries import runs as q_runs
+from app.queries import signatures as q_signatures
 from app.queries.common import SUMMARY_COLUMNS
 from app.queries.rollout_list import RolloutFilters
 from app.queries.steps import step_stats
@@ -48,6 +49,15 @@ class RolloutListRow(RolloutSummary):
     gradient_tokens: int = 0
 
 
+class SignatureFilter(PageModel):
+    """The `signature` filter's signature: its id, template (None when the run has no such
+    signature) and its place on the run's failures page."""
+
+    id: int
+    template: str | None
+    url: str
+
+
 class RolloutsPage(PageModel):
     """One page of rows. Every page has its own URL: `next` / `prev` are the cursors of the
     neighbouring pages (`after=` / `before=`), `next_url` / `prev_url` / `first_url` their links on
@@ -75,6 +85,7 @@ class RolloutsPage(PageModel):
     facets: dict[str, list[Any]] | None  # see app.queries.rollout_facets.facets; `timed_out`: facet names
     facets_base: str
     component_sort_url: str | None = None  # with a `component` filter: the list sorted by it, highest first
+    signature: SignatureFilter | None = None  # with a `signature` filter: which signature that is
 
 
 def rollouts_page(session: Session, run_id: str, filters: RolloutFilters, *, sort: str | None = None,
@@ -134,6 +145,10 @@ def rollouts_page(session: Session, run_id: str, filters: RolloutFilters, *, sor
         facets_base=urls.rollouts(run_id, json=twin),
         component_sort_url=url(twin, sort=f"-{rollout_list.COMPONENT_SORT}{filters.component}")
         if filters.component and sort != f"-{rollout_list.COMPONENT_SORT}{filters.component}" else None,
+        signature=None if filters.signature is None else SignatureFilter(
+            id=filters.signature,
+            template=q_signatures.template_of(session=session, run_id=run_id, number=filters.signature),
+            url=urls.failures(run_id, json=twin) + ("" if twin else f"#signature-{filters.signature}")),
     )
 
 
