@@ -5,6 +5,10 @@ Each reader reads ~`SIZE_MB` of its own format, built by repeating a real record
 convert, validate. The store is not involved, so these figures are the ceiling a reader puts on
 live ingest (compare with `bench/ingest_and_pages.py`'s rollouts/s: a reader must not be the
 bottleneck). Run: `make bench` or `.venv/bin/python bench/readers.py [SIZE_MB]`.
+
+Then one native record holding `BIG_MB` of tool output, read as a JSON object and as a JSON list
+of that one record (a list past `STREAM_BYTES` is cut into elements as it is read): the two MB/s
+should be alike (a list of one 40 MB record once took 290 s where the object took 0.4 s).
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from ingest.source import open_source  # noqa: E402
 REAL = ROOT / "tests" / "fixtures" / "realdata"
 CASES = ROOT / "tests" / "fixtures" / "cases"
 SIZE_MB = float(sys.argv[1]) if len(sys.argv) > 1 else 8.0
+BIG_MB = 40  # past ingest.source.STREAM_BYTES (32 MB), so the list is streamed
 
 
 def first_line(path: Path) -> dict:
@@ -74,11 +79,42 @@ def inputs(tmp: Path) -> dict[str, Path]:
     return out
 
 
+def read_all(path: Path) -> tuple[int, int]:
+    """(rollouts, rejected) read from `path` by the reader its content names."""
+    source = open_source(path)
+    reader = registry.detect(source)
+    n = bad = 0
+    for item in reader.read(source, ReadContext(run_id="bench")):
+        if isinstance(item, Rollout):
+            n += 1
+        else:
+            bad += 1
+    return n, bad
+
+
+def shapes(tmp: Path, native: Path) -> None:
+    """MB/s of one `BIG_MB` record as a JSON object and as a JSON list of it."""
+    record = json.loads(native.read_text().splitlines()[0])
+    line = 'tool output "quoted" \\ C:\\dir {"k": [1, 2]}\n'
+    record["pad"] = line * int(BIG_MB * 1e6 / len(line))
+    body = json.dumps(record).encode()
+    print(f"\n{'native, one big record':<24} {'MB':>6} {'seconds':>8} {'MB/s':>7}")
+    for shape, data in (("object", body), ("list of one", b"[\n" + body + b"\n]\n")):
+        path = tmp / f"big-{shape.replace(' ', '-')}.json"
+        path.write_bytes(data)
+        start = time.perf_counter()
+        n, bad = read_all(path)
+        secs = time.perf_counter() - start
+        assert (n, bad) == (1, 0), (shape, n, bad)
+        print(f"{shape:<24} {len(data) / 1e6:>6.1f} {secs:>8.2f} {len(data) / 1e6 / secs:>7.1f}")
+        path.unlink()
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         files = inputs(Path(d))
         print(f"{'reader':<10} {'MB':>6} {'seconds':>8} {'MB/s':>7} {'rollouts/s':>11} {'rejected':>8}")
-        for name in registry.names():
+        for name in [n for n in registry.names() if n in files]:  # the formats with an input built above
             path = files[name]
             size = path.stat().st_size / 1e6
             start = time.perf_counter()
@@ -93,6 +129,7 @@ def main() -> None:
                     bad += 1
             secs = time.perf_counter() - start
             print(f"{name:<10} {size:>6.1f} {secs:>8.2f} {size / secs:>7.1f} {n / secs:>11.0f} {bad:>8}")
+        shapes(Path(d), files["native"])
 
 
 if __name__ == "__main__":

@@ -5,7 +5,10 @@
   a JSON document is read whole (it is one value), except a top-level array larger than
   `STREAM_BYTES`: its elements are cut out of the file one at a time (`elements()`), so memory
   stays bounded by the largest element whatever the file's size (a 124 MB array took 630 MB
-  parsed whole). Readers iterate a document's records with `records()`, which serves both.
+  parsed whole), each byte searched and each element parsed once (time linear in the file,
+  however long one element). Readers iterate a document's records with `records()`, which
+  serves both; an array that is one record, not a list of them, is read whole after all
+  (`load_whole`, decided by ingest/formats/registry.py `detect`).
 - The format is decided by content: a first line that is a JSON value followed by more lines is
   JSONL. A JSONL file whose first line is broken (a torn JSON value, or not JSON at all) is still
   JSONL when a later line parses as an object, so one bad first line costs one record, not the file.
@@ -36,6 +39,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import itertools
 import re
 import stat
 import sys
@@ -102,6 +106,9 @@ class Source:
     # and this names the torn tail; `ingest.files.read_records` yields it after the records
     torn: RecordError | None = None
     decoded_from: str | None = None  # `UTF-16LE` / `UTF-16BE`: the file's text, decoded to UTF-8 in `data`
+    # a streamed array's elements from its first good one on, cut out and parsed once while opening
+    # (for `first`): the next `elements()` continues from there instead of reading them again
+    pending: Iterator[tuple[int, Any]] | None = field(default=None, repr=False)
 
     @property
     def disk(self) -> Path:
@@ -228,9 +235,30 @@ class Source:
         for i, value in self.records():
             yield None, "" if i is None else f"[{i}]", i or 0, value
 
+    def load_whole(self) -> bool:
+        """A streamed array (`streamed`) read whole after all, as a smaller file is: for a reader
+        that takes the whole array as one record (a Tunix Steps or Conversation list, an OpenHands
+        event list), whose size is then the file's. True when `document` (and `first`) now hold
+        the array; False, still streamed, when it is not valid JSON (its elements then say where)."""
+        if not self.streamed:
+            return self.document is not None
+        try:
+            doc = loads(self.read_bytes().removeprefix(BOM))
+        except (ValueError, UnicodeDecodeError):
+            return False
+        self.streamed, self.pending, self.document, self.first = False, None, doc, doc
+        self.position, self.last_line, self.last_raw = 0, None, None
+        return True
+
     def elements(self) -> Iterator[tuple[int, Any]]:
         """(i, parsed element or RecordError) for each element of the top-level JSON array in
-        this file, read `READ_CHUNK` bytes at a time (memory bounded by the largest element)."""
+        this file, read `READ_CHUNK` bytes at a time (memory bounded by the largest element).
+        The first call after opening continues what opening read (`pending`): no element is cut
+        out or parsed twice."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            yield from pending
+            return
         with self._open() as f:
             for i, offset, raw, problem in _array_elements(f):
                 self.position = offset + len(raw)
@@ -285,8 +313,26 @@ class Source:
 # braces, quotes (and, at the array's own level, commas) matter, and `re` skips everything else.
 _STRUCT_TOP = re.compile(rb'[\[\]{}",]')
 _STRUCT_IN = re.compile(rb'[\[\]{}"]')
-_STRING_REST = re.compile(rb'(?:[^"\\]|\\.)*"', re.S)
 NL = b"\n"
+
+
+# The inside of a JSON string: runs of plain bytes and escapes (a backslash and the byte after it),
+# possessive (`*+`, Python 3.11): the engine keeps no backtracking state per character. The regex
+# this replaces, `(?:[^"\\]|\\.)*"`, kept state for every character and was tried again from the
+# string's start at each chunk read: a list holding one 40 MB record took 290 s and 4.7 GB to
+# read, where the same record as an object took 0.4 s.
+_STRING_BODY = re.compile(rb'[^"\\]*+(?:\\.[^"\\]*+)*+', re.S)
+
+
+def _string_end(buf: bytes, pos: int) -> tuple[bool, int]:
+    """Reading the JSON string that `pos` (a position at or after its opening quote + 1, and not
+    inside an escape) is in: (True, the index just past its closing `"`), or (False, where to
+    search again once more bytes are read: the end of `buf`, or a backslash it ends with). Each
+    byte is searched once, however many chunks the string spans."""
+    end = _STRING_BODY.match(buf, pos).end()
+    if end < len(buf) and buf[end] == 0x22:  # "
+        return True, end + 1
+    return False, end
 
 
 def _closers(text: bytes) -> str:
@@ -323,9 +369,9 @@ def _array_elements(f) -> Iterator[tuple[int, int, bytes, str | None]]:
     index = 0
     while True:
         if in_str:
-            m = _STRING_REST.match(buf, pos)
-            if m is not None:
-                pos, in_str = m.end(), False
+            closed, pos = _string_end(buf, pos)
+            if closed:
+                in_str = False
                 continue
         else:
             m = (_STRUCT_TOP if depth == 1 else _STRUCT_IN).search(buf, pos)
@@ -380,7 +426,9 @@ def _array_elements(f) -> Iterator[tuple[int, int, bytes, str | None]]:
         buf, base, pos = buf[cut:], base + cut, pos - cut
         if sep is not None:
             sep -= cut
-        chunk = f.read(READ_CHUNK)
+        # an element longer than a chunk doubles what is read next: the bytes held are copied a
+        # bounded number of times per element (linear), not once per chunk (quadratic)
+        chunk = f.read(max(READ_CHUNK, len(buf)))
         if chunk:
             buf += chunk
         else:
@@ -640,9 +688,14 @@ def _torn_array(name: str, raw: bytes) -> tuple[list, RecordError] | None:
 def _open_array(path: Path, size: int, gz: bool = False) -> Source:
     """A top-level JSON array too big to load: streamed; `first` holds its first element."""
     src = Source(path, "json", [], size=size, streamed=True, gzip=gz)
-    for _, value in src.elements():
+    elements, before = src.elements(), []
+    for i, value in elements:
+        before.append((i, value))
         if not isinstance(value, RecordError):
             src.first = [value]
+            src.pending = itertools.chain(before, elements)  # read once: the reader continues from here
             break
-    src.position, src.last_line, src.last_raw = 0, None, None
+    src.position = 0
+    if src.pending is None:
+        src.last_line, src.last_raw = None, None
     return src

@@ -93,7 +93,10 @@ def detect(source: Source) -> Reader | None:
     JSONL is judged by its first record, and when no reader knows that record, by the next ones
     (up to `PROBE_LINES` lines): one unknown record at the top (`{"foo": 1}`, a header some tool
     wrote) costs that record, rejected on its own line by the reader that takes the rest, not
-    the file. `source.first` is left at the record that was recognised."""
+    the file. `source.first` is left at the record that was recognised. A top-level array too big
+    to load is judged by its first element (`_detect_streamed`)."""
+    if source.streamed:
+        return _detect_streamed(source)
     for reader in READERS:
         if reader.sniff(source):
             return reader
@@ -113,6 +116,27 @@ def detect(source: Source) -> Reader | None:
         return None
     finally:
         source.position, source.last_line, source.last_raw = position, None, None
+
+
+def _detect_streamed(source: Source) -> Reader | None:
+    """A top-level array too big to load (`Source.streamed`, `first` holding its first element) is
+    read element by element when that element alone is a record of the reader that claims the
+    array (a list of records: native, chat, tau-bench...). Otherwise the array is one record (a
+    Tunix Steps or Conversation list, a mini-swe-agent message list, an OpenHands event list,
+    whose first element alone is no record) and is read whole (`Source.load_whole`), then
+    detected as a smaller file is: streamed, these were taken for chat or read as nothing."""
+    elements = source.first
+    reader = next((r for r in READERS if r.sniff(source)), None)
+    if reader is not None and elements:
+        source.first = elements[0]
+        try:
+            if reader.sniff(source):
+                return reader
+        finally:
+            source.first = elements
+    if not source.load_whole():
+        return reader
+    return detect(source)
 
 
 def claims(source: Source) -> list[str]:

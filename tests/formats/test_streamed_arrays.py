@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import tracemalloc
+from pathlib import Path
 
 import orjson
 import pytest
@@ -106,3 +107,100 @@ def test_a_broken_array_says_where_it_broke(tmp_path, monkeypatch, tail, at, why
     assert [r.id for r in out if isinstance(r, Rollout)] == ["r0", "r1", "r2"]
     err = [e for e in out if isinstance(e, RecordError)][-1]
     assert err.field == at and why in err.message
+
+
+def _one_big_record(pad_mb: int) -> bytes:
+    """A native rollout holding `pad_mb` MB of tool-output-like text, dense with escapes (quotes,
+    backslashes, newlines), as compact JSON."""
+    line = 'tool output "quoted" \\ C:\\dir\\ {"k": [1, 2]}\n'
+    pad = line * (pad_mb * 1_000_000 // len(line))
+    return orjson.dumps(rollout("big", extra={"pad": pad}).to_json_dict())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+def test_a_list_holding_one_huge_record_reads_in_one_pass_and_bounded_memory(tmp_path, monkeypatch, gz):
+    """A list of one 30 MB record, streamed: each byte is searched once (a string spanning many
+    chunks was searched again from its start at every chunk, by a regex keeping state per
+    character: a 40 MB record took minutes and gigabytes, the same record as an object 0.4 s),
+    and the element is parsed once (opening parsed it for `first`, then reading parsed it again)."""
+    import gzip
+
+    monkeypatch.setattr(source_mod, "STREAM_BYTES", 1 << 20)
+    record = _one_big_record(30)
+    parsed = []
+    real_loads = source_mod.loads
+    monkeypatch.setattr(source_mod, "loads", lambda raw: parsed.append(len(raw)) or real_loads(raw))
+
+    def read(path):
+        parsed.clear()
+        tracemalloc.start()
+        try:
+            source = open_source(path)
+            out = list(native.read(source, ReadContext()))
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert [r.id for r in out if isinstance(r, Rollout)] == ["big"] and len(out) == 1
+        return source, peak
+
+    obj = tmp_path / "big-object.json"
+    obj.write_bytes(record)
+    _, object_peak = read(obj)  # the parser's own working memory (orjson: many times the text)
+    path = tmp_path / ("big.json.gz" if gz else "big.json")
+    path.write_bytes(gzip.compress(b"[\n" + record + b"\n]\n", compresslevel=1) if gz else b"[\n" + record + b"\n]\n")
+    source, peak = read(path)
+    assert source.streamed
+    assert len(parsed) == 1, parsed  # opening (for the reader's sniffing) and reading parse it once
+    # the list costs what the object costs, plus the element's bytes held while it is parsed: the
+    # backtracking search held gigabytes
+    assert peak < object_peak + 4 * len(record), \
+        f"peak {peak / 1e6:.0f} MB, {object_peak / 1e6:.0f} MB as an object, for a {len(record) / 1e6:.0f} MB record"
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64])
+def test_strings_split_anywhere_by_the_reads_are_cut_out_whole(tmp_path, monkeypatch, chunk):
+    """Element boundaries are found whatever the read size: a read may end inside an escape
+    (`\\` then `"`), after an escaped backslash, or inside a string that holds brackets and commas."""
+    monkeypatch.setattr(source_mod, "STREAM_BYTES", 1 << 4)
+    monkeypatch.setattr(source_mod, "READ_CHUNK", chunk)
+    texts = ['a \\" b', "ends in a backslash \\", '\\\\"', "] }, [ {", '"', "\\" * 7, "é \u2028 \n"]
+    path = tmp_path / "split.json"
+    items = [rollout(f"r{i}", extra={"t": t, "u": t + "x"}).to_json_dict() for i, t in enumerate(texts)]
+    path.write_bytes(json.dumps(items, indent=1).encode())
+    source = open_source(path)
+    assert source.streamed
+    out = list(native.read(source, ReadContext()))
+    assert [r.id for r in out if isinstance(r, Rollout)] == [f"r{i}" for i in range(len(texts))]
+    assert [v for _, v in source.elements()] == items
+
+
+@pytest.mark.parametrize("fixture", [
+    "tunix/v0.1.7/submitted.Steps.json",  # one episode as a list of steps
+    "tunix/v0.1.7/submitted.Conversation.json",  # one episode as a list of messages
+    "tunix/v0.1.7/orchestrator_group.Token.json",  # a list of batches
+    "mini-swe-agent/github_issue.traj.json",  # one trajectory as a list of messages
+    "openhands/basic.json",  # one trajectory as a list of events
+    "tau-bench/gpt-4o-airline.sample.json",  # a list of records: streamed
+])
+def test_a_big_list_is_read_as_the_same_list_small(tmp_path, monkeypatch, fixture):
+    """Every format that takes a list-shaped file reads it the same past `STREAM_BYTES`: a list of
+    records element by element, a list that is one record (its first element alone is none) whole.
+    Streamed, a Tunix Steps list was recognised by no reader, a Conversation or a mini-swe-agent
+    list was taken for chat, and an OpenHands event list gave no rollout."""
+    from ingest.formats.registry import detect as detect_reader
+
+    path = Path(__file__).parents[1] / "fixtures" / "realdata" / fixture
+
+    def read():
+        source = open_source(path)
+        reader = detect_reader(source)
+        out = list(reader.read(source, ReadContext()))
+        return source, reader.NAME, sorted(r.id for r in out if isinstance(r, Rollout))
+
+    _, small_reader, small = read()
+    assert small
+    monkeypatch.setattr(source_mod, "STREAM_BYTES", 1)
+    source, big_reader, big = read()
+    assert (big_reader, big) == (small_reader, small)
+    assert source.streamed == fixture.startswith("tau-bench")
