@@ -150,7 +150,7 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
         name = (names or {}).get(path)
         try:
             source = read_as(path, Path(name)) if name else open_source(path)
-            reader = registry.get(ctx.format) if ctx.format else registry.detect(source)
+            reader = registry.for_format(ctx.format, source) if ctx.format else registry.detect(source)
             if reader is None:
                 from ingest.formats.registry import explain
 

@@ -125,18 +125,33 @@ def _detect_streamed(source: Source) -> Reader | None:
     Tunix Steps or Conversation list, a mini-swe-agent message list, an OpenHands event list,
     whose first element alone is no record) and is read whole (`Source.load_whole`), then
     detected as a smaller file is: streamed, these were taken for chat or read as nothing."""
-    elements = source.first
     reader = next((r for r in READERS if r.sniff(source)), None)
-    if reader is not None and elements:
-        source.first = elements[0]
-        try:
-            if reader.sniff(source):
-                return reader
-        finally:
-            source.first = elements
+    if reader is not None and _reads_elements(reader, source):
+        return reader
     if not source.load_whole():
         return reader
     return detect(source)
+
+
+def _reads_elements(reader: Reader, source: Source) -> bool:
+    """Whether `reader` claims the first element of the streamed array `source`, alone, as a record."""
+    elements = source.first
+    if not elements:
+        return False
+    source.first = elements[0]
+    try:
+        return bool(reader.sniff(source))
+    finally:
+        source.first = elements
+
+
+def for_format(name: str, source: Source) -> Reader:
+    """`get(name)` to read `source` with (`--format NAME`): a top-level array too big to load
+    whose first element alone is no record of that reader is read whole first, as `detect` does."""
+    reader = get(name)
+    if source.streamed and not _reads_elements(reader, source):
+        source.load_whole()
+    return reader
 
 
 def claims(source: Source) -> list[str]:

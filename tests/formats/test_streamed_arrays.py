@@ -204,3 +204,17 @@ def test_a_big_list_is_read_as_the_same_list_small(tmp_path, monkeypatch, fixtur
     source, big_reader, big = read()
     assert (big_reader, big) == (small_reader, small)
     assert source.streamed == fixture.startswith("tau-bench")
+
+
+@pytest.mark.parametrize("fmt", [None, "tunix"], ids=["detected", "format-given"])
+def test_a_big_tunix_steps_list_is_stored_as_the_small_one(tmp_path, monkeypatch, engine, fmt):
+    """Through the store (SQLite and Postgres), detected or with `--format tunix`: a Tunix Steps
+    list past `STREAM_BYTES` is one episode, read whole."""
+    from app.worker.sync import ingest_paths
+
+    path = Path(__file__).parents[1] / "fixtures" / "realdata" / "tunix/v0.1.7/submitted.Steps.json"
+    monkeypatch.setattr(source_mod, "STREAM_BYTES", 1)
+    report = ingest_paths(engine, [path], ReadContext(run_id="big", format=fmt))
+    assert report.total.inserted == 1 and not report.errors
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(models.Rollout.__table__)).scalar() == 1
