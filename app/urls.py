@@ -142,7 +142,7 @@ def compare_task(run_ids: list[str], task: str, *, json: bool = False, **params:
 
 
 def search(*, json: bool = False, **params: Any) -> str:
-    """Full-text search over messages; `params`: `q`, `run`, `before`."""
+    """The search page (docs/search.md); `params`: `q`, `run`, `steps`, `ending`, `role`, `kind`, `flag`, `after`, `limit`."""
     return _url("/search", json, params)
 
 
