@@ -142,7 +142,8 @@ def compare_task(run_ids: list[str], task: str, *, json: bool = False, **params:
 
 
 def search(*, json: bool = False, **params: Any) -> str:
-    """The search page (docs/search.md); `params`: `q`, `run`, `steps`, `ending`, `role`, `kind`, `flag`, `after`, `limit`."""
+    """The search page (docs/search.md); `params`: `q`, `run`, `steps`, `ending`, `role`, `kind`,
+    `flag`, `after`, `limit`."""
     return _url("/search", json, params)
 
 
