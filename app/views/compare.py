@@ -92,8 +92,8 @@ def compare_page(session: Session, run_ids: list[str], *, steps: StepRange, wind
         charts=figures,
         endings=ending_rows,
         tasks=task_rows_[:200], tasks_total=len(task_rows_),
-        paired=(paired_section(session, run_ids[0], run_ids[1], steps=steps, offset=paired_offset, json=json)
-                if len(run_ids) == 2 else None),
+        paired=(paired_section(session, run_ids[0], run_ids[1], steps=steps, offset=paired_offset, json=json,
+                               smooth=window) if len(run_ids) == 2 else None),
         paired_note=(None if len(run_ids) == 2 else
                      f"The paired comparison by task needs exactly two runs; {len(run_ids)} are compared."),
     )

@@ -107,7 +107,7 @@ def uncompared(key: str, ra: dict, rb: dict, in_a: bool, in_b: bool) -> paired_s
 
 
 def paired_section(session: Session, run_a: str, run_b: str, *, steps: StepRange = StepRange(), offset: int = 0,
-                   json: bool = False) -> PairedSection:
+                   json: bool = False, smooth: int | None = None) -> PairedSection:
     """The paired comparison of B = `run_b` against A = `run_a` over the step range (both runs
     exist: the caller checked). Only tasks both runs have scored rollouts of are compared
     (`shared_tasks`); the others follow them, with a `note` and no verdict. Links go to JSON
@@ -133,8 +133,8 @@ def paired_section(session: Session, run_a: str, run_b: str, *, steps: StepRange
         verdicts={v: sum(d.verdict == v for d in diffs) for v in paired_stats.VERDICTS},
         shared_tasks=len(shared), only_a=len(ka - kb), only_b=len(kb - ka),
         tasks=tasks, tasks_total=len(ordered), offset=offset, limit=PAIRED_LIMIT,
-        next_url=(urls.compare([run_a, run_b], json=json, steps=rng, paired_offset=offset + PAIRED_LIMIT)
-                  if more else None))
+        next_url=(urls.compare([run_a, run_b], json=json, steps=rng, smooth=smooth,
+                               paired_offset=offset + PAIRED_LIMIT) if more else None))
 
 
 def task_url(run_ids: list[str], task: str, *, json: bool = False, **params) -> str:

@@ -74,6 +74,16 @@ def test_paired_section_of_compare_json(client, engine, tmp_path):
         p["tasks"][5]["task"]
 
 
+def test_the_next_page_of_the_paired_section_keeps_the_steps_and_smoothing(client, engine, tmp_path, monkeypatch):
+    from app.views import paired
+    _two_runs(engine, tmp_path)
+    monkeypatch.setattr(paired, "PAIRED_LIMIT", 2)
+    p = client.get("/compare.json?runs=base,new&steps=0-9&smooth=5").json()["paired"]
+    assert p["next_url"] == "/compare.json?runs=base%2Cnew&steps=0-9&smooth=5&paired_offset=2"
+    last = client.get("/compare.json?runs=base,new&paired_offset=4").json()["paired"]
+    assert last["next_url"] is None and len(last["tasks"]) == 2
+
+
 def test_side_by_side_task_page_and_twin(client, engine, tmp_path):
     _two_runs(engine, tmp_path)
     d = client.get("/compare/task.json?runs=base,new&task=down").json()
