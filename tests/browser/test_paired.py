@@ -84,8 +84,9 @@ ONE_LINE = """td => { const r = document.createRange(); r.selectNodeContents(td)
 def test_the_paired_pages_fit_a_390px_phone(demo_server, browser):
     """At 390 px no page is wider than the window (a wide table scrolls inside its own box): the
     paired table (its numbers never break inside "0.67 (28)"), the side-by-side task page (its two
-    columns stacked, not overlapping), the step story and the rollouts list filtered by a failure
-    signature (its template shown)."""
+    columns stacked, not overlapping), the step story, the rollouts list filtered by a failure
+    signature (its template shown), the run page (steps and checks tables) and a rollout (its
+    reward components and tool calls)."""
     import urllib.request
 
     sig = json.load(urllib.request.urlopen(f"{demo_server}/runs/demo-grpo/failures.json"))["signatures"][0]
@@ -93,7 +94,8 @@ def test_the_paired_pages_fit_a_390px_phone(demo_server, browser):
     for path in ("/compare?runs=demo-grpo,demo-grpo-b", "/compare?runs=demo-grpo,norew",
                  "/compare/task?runs=demo-grpo,demo-grpo-b&task=calc/seconds-in-week",
                  "/compare/task?runs=demo-grpo,norew&task=other/task-1", "/runs/demo-grpo/steps/18",
-                 f"/runs/demo-grpo/rollouts?signature={sig['id']}"):
+                 f"/runs/demo-grpo/rollouts?signature={sig['id']}", "/runs/demo-grpo",
+                 "/runs/demo-grpo/rollouts/s018-g0-r0"):
         page.goto(demo_server + path)
         page.wait_for_load_state("networkidle")
         width = page.evaluate("() => document.scrollingElement.scrollWidth")
