@@ -257,7 +257,8 @@ def rollouts_answer(d: dict, link: Link) -> Answer:
     for r in rows[:ROWS_PER_ANSWER]:
         ending = r.get("ending", "") + (f" ({r['ending_detail']})" if r.get("ending_detail") else "")
         flags = f" [{', '.join(r['flags'])}]" if r.get("flags") else ""
-        lines.append(f"- {r.get('rollout')} step {r.get('step')} {r.get('task') or ''}: {ending}, reward "
+        step = f" step {r['step']}" if r.get("step") is not None else ""
+        lines.append(f"- {r.get('rollout')}{step} {r.get('task') or ''}: {ending}, reward "
                      f"{num(r.get('reward'))}{flags} — {r.get('url')}")
     if d.get("next"):
         lines.append(f"More: call list_rollouts again with the same filters and after={d['next']!r}.")
@@ -336,8 +337,10 @@ def rollout_answer(d: dict, link: Link, *, max_chars: int = CHARS_PER_MESSAGE) -
         "offset": d.get("offset"), "messages": messages, "next_offset": d.get("next_offset"),
         "url": page, "group_url": link(r.get("group_url"))}.items() if v is not None}
     e = data["ending"]
-    lines = [f"Rollout {r.get('rollout_id')} (run {run}, step {r.get('step')}, group {r.get('group_id')}, "
-             f"task {r.get('task_key')}): ending {e.get('type')}" + (f" ({e['detail']})" if e.get("detail") else "")
+    where = ", ".join(f"{k} {v}" for k, v in (("run", run), ("step", r.get("step")), ("group", r.get("group_id")),
+                                              ("task", r.get("task_key"))) if v is not None)
+    lines = [f"Rollout {r.get('rollout_id')} ({where}): ending {e.get('type')}"
+             + (f" ({e['detail']})" if e.get("detail") else "")
              + f", reward {num(data.get('reward'))}.",
              f"Ending message: {quote(e['message'])}" if e.get("message") else None]
     for err in d.get("errors") or []:
@@ -455,7 +458,9 @@ def search_answer(d: dict, link: Link) -> Answer:
     for h in hits[:ROWS_PER_ANSWER]:
         ending = f", {h['ending']}" + (f" ({h['ending_detail']})" if h.get("ending_detail") else "") \
             if h.get("ending") else ""
-        lines.append(f"- {h.get('run')} / {h.get('rollout')} (step {h.get('step')}{ending}) — {h.get('url')}")
+        where = ", ".join(x for x in (f"step {h['step']}" if h.get("step") is not None else None,
+                                      ending.removeprefix(", ")) if x)
+        lines.append(f"- {h.get('run')} / {h.get('rollout')}" + (f" ({where})" if where else "") + f" — {h.get('url')}")
         for m in h["matches"][:3]:
             where_ = f"message {m['message']}" if m.get("message") is not None else (m.get("field") or "match")
             lines.append(f"    {where_}" + (f" ({m['role']})" if m.get("role") else "")
@@ -557,10 +562,13 @@ def compare_answer(d: dict, link: Link) -> Answer:
         lines.append("Endings (share, last − first run): " + ", ".join(
             f"{e['ending']} {'+' if e['delta'] > 0 else ''}{100 * e['delta']:.1f} pts" for e in moved) + ".")
     if paired is not None:
-        if isinstance(sign, dict):
+        shared = paired.get("shared_tasks")
+        if shared == 0:
+            lines.append(f"No task in common: none of the {plural(len(ptasks), 'task')} has scored rollouts in both "
+                         "runs, so there is no paired difference and no sign test.")
+        elif isinstance(sign, dict):
             lines.append("Sign test across tasks: " + ", ".join(f"{k} {num(v)}" for k, v in sign.items()
                                                                  if not isinstance(v, (dict, list))) + ".")
-        shared = paired.get("shared_tasks")
         lines.append(f"Paired difference per task ({plural(len(ptasks), 'task')}"
                      + (f", {plural(shared, 'task')} in both runs" if isinstance(shared, int) else "") + "):")
         for t in ptasks[:TOP * 2]:
@@ -569,6 +577,9 @@ def compare_answer(d: dict, link: Link) -> Answer:
             verdict = f" {t['verdict']}" if t.get("verdict") else ""
             note = f" ({t['note']})" if isinstance(t.get("note"), str) and t["note"] else ""
             lines.append(f"- {t.get('task')}: {num(t.get('diff'))}{ci}{verdict}{note}")
+        if len(ptasks) > TOP * 2:
+            lines.append(f"... and {plural(len(ptasks) - TOP * 2, 'more task')} (structured content has them all; "
+                         "the page lists them).")
     else:
         note = d.get("paired_note") if isinstance(d.get("paired_note"), str) else None
         if note is None and len(runs) != 2:

@@ -136,3 +136,28 @@ def test_compare_answer_notes_and_runs_other_than_two():
     assert "The paired comparison by task needs exactly two runs; 3 are compared." in t and "run): ." not in t
     noted = answers.compare_answer({**three, "paired_note": "needs two."}, link)
     assert "needs two." in noted.text and noted.data["paired_note"] == "needs two."
+
+
+def test_compare_answer_with_no_task_in_common_says_so_and_counts_the_rest():
+    tasks = [{"task": f"t{i}", "diff": None, "verdict": None, "note": "not in run B" if i < 8 else "not in run A"}
+             for i in range(13)]
+    twin = {"runs": [{"id": "a"}, {"id": "b"}],
+            "paired": {"shared_tasks": 0, "tasks": tasks, "sign_test": {"n_plus": 0, "n_minus": 0, "p": None}}}
+    a = answers.compare_answer(twin, link)
+    assert "No task in common: none of the 13 tasks has scored rollouts in both runs" in a.text
+    assert "Sign test" not in a.text and "p —" not in a.text
+    assert "- t9: — (not in run A)" in a.text and "... and 3 more tasks" in a.text
+
+
+def test_a_rollout_or_hit_without_a_step_says_nothing_of_its_step():
+    r = answers.rollout_answer({"rollout": {"rollout_id": "task0-trial0", "step": None, "group_id": None,
+                                            "task_key": "t0", "url": "/runs/tau/rollouts/task0-trial0.json"}},
+                               link)
+    assert r.text.startswith("Rollout task0-trial0 (") and "step None" not in r.text and "task t0" in r.text
+    s = answers.search_answer({"q": "x", "hits": [{"run_id": "tau", "rollout_id": "r", "step": None,
+                                                   "ending": "submitted", "matches": []}]}, link)
+    assert "- tau / r (submitted)" in s.text and "step None" not in s.text
+    rows = answers.rollouts_answer({"run": {"id": "tau"}, "rollouts": [
+        {"rollout_id": "r", "step": None, "task_key": "t0", "ending": "submitted", "url": "/runs/tau/rollouts/r"}]},
+        link)
+    assert "- r t0: submitted" in rows.text and "step None" not in rows.text
