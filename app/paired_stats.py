@@ -112,6 +112,12 @@ def verdict(ci_low: float | None, ci_high: float | None) -> str:
     return "unclear"
 
 
+def mean(x: np.ndarray | None) -> float | None:
+    """Σ x/n, exactly rounded (`math.fsum`): huge finite rewards keep a finite mean. None for no
+    rewards (None or empty)."""
+    return math.fsum((x / x.size).tolist()) if x is not None and x.size else None
+
+
 def _two_valued(x: np.ndarray) -> tuple[float, float, int] | None:
     """(lo, hi, count of hi) when `x` takes at most two values, else None."""
     lo, hi = float(x.min()), float(x.max())
@@ -210,8 +216,7 @@ def paired_differences(keys: list[str], a: list[np.ndarray], b: list[np.ndarray]
         ci[i] = (float(lo), float(hi))
     out = []
     for i in range(len(a)):
-        ma = math.fsum((a[i] / a[i].size).tolist()) if a[i].size else None
-        mb = math.fsum((b[i] / b[i].size).tolist()) if b[i].size else None
+        ma, mb = mean(a[i]), mean(b[i])
         diff = mb - ma if ma is not None and mb is not None else None
         lo, hi = ci.get(i, (None, None))
         note = None

@@ -5,8 +5,6 @@ app/queries/paired.py's (errors scored 0, as compare's task table).
 """
 from __future__ import annotations
 
-import math
-
 from sqlmodel import Session
 
 from app import paired_stats, urls
@@ -100,9 +98,8 @@ def uncompared(key: str, ra: dict, rb: dict, in_a: bool, in_b: bool) -> paired_s
         note = "not in run A" if not in_a else "not in run B"
     else:
         note = NO_REWARD.format("A" if a is None else "B") if (a is None) != (b is None) else NO_REWARD_EITHER
-    ma = math.fsum((a / a.size).tolist()) if a is not None else None
-    mb = math.fsum((b / b.size).tolist()) if b is not None else None
-    return paired_stats.TaskDiff(0 if a is None else int(a.size), 0 if b is None else int(b.size), ma, mb,
+    return paired_stats.TaskDiff(0 if a is None else int(a.size), 0 if b is None else int(b.size),
+                                 paired_stats.mean(a), paired_stats.mean(b),
                                  None, None, None, None, note)
 
 
