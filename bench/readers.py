@@ -79,17 +79,19 @@ def inputs(tmp: Path) -> dict[str, Path]:
     return out
 
 
-def read_all(path: Path) -> tuple[int, int]:
-    """(rollouts, rejected) read from `path` by the reader its content names."""
+def read_all(path: Path) -> tuple[str | None, int, int]:
+    """(the reader's name, rollouts, rejected) read from `path` by the reader its content names."""
     source = open_source(path)
     reader = registry.detect(source)
+    if reader is None:
+        return None, 0, 0
     n = bad = 0
     for item in reader.read(source, ReadContext(run_id="bench")):
         if isinstance(item, Rollout):
             n += 1
         else:
             bad += 1
-    return n, bad
+    return reader.NAME, n, bad
 
 
 def shapes(tmp: Path, native: Path) -> None:
@@ -103,7 +105,7 @@ def shapes(tmp: Path, native: Path) -> None:
         path = tmp / f"big-{shape.replace(' ', '-')}.json"
         path.write_bytes(data)
         start = time.perf_counter()
-        n, bad = read_all(path)
+        _, n, bad = read_all(path)
         secs = time.perf_counter() - start
         assert (n, bad) == (1, 0), (shape, n, bad)
         print(f"{shape:<24} {len(data) / 1e6:>6.1f} {secs:>8.2f} {len(data) / 1e6 / secs:>7.1f}")
@@ -118,16 +120,9 @@ def main() -> None:
             path = files[name]
             size = path.stat().st_size / 1e6
             start = time.perf_counter()
-            source = open_source(path)
-            reader = registry.detect(source)
-            assert reader is not None and reader.NAME == name, (name, reader and reader.NAME)
-            n = bad = 0
-            for item in reader.read(source, ReadContext(run_id="bench")):
-                if isinstance(item, Rollout):
-                    n += 1
-                else:
-                    bad += 1
+            read_by, n, bad = read_all(path)
             secs = time.perf_counter() - start
+            assert read_by == name, (name, read_by)
             print(f"{name:<10} {size:>6.1f} {secs:>8.2f} {size / secs:>7.1f} {n / secs:>11.0f} {bad:>8}")
         shapes(Path(d), files["native"])
 
