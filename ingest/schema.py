@@ -206,6 +206,9 @@ class Node(Model):
     reward: float | None = Field(None, description="reward credited at this node (the step's reward r_t)")
     mc_return: float | None = Field(None,
                                     description="discounted Monte Carlo return G_t = r_t + γ·G_{t+1} at this node")
+    # the per-token arrays as numpy arrays, built once for every stage that scans tokens
+    # (ingest/arrays.py `node_arrays`); not part of the format
+    _arrays: Any = PrivateAttr(default=None)
 
     def mark_placeholders(self) -> None:
         """Record negative ids other than -1 (placeholders such as -100, -200) as `[position, id]`
