@@ -6,6 +6,10 @@ goes to the replica when all of these hold, else to the primary:
 
 - the replica answered its last check: a failed check or a failed connection puts it down for
   `read_retry_seconds`, after which it is tried again;
+- it is a standby of this very primary: its `system_identifier` (pg_control_system(), the id
+  `initdb` gave the cluster, which `pg_basebackup` copies) is the primary's. A URL that names a
+  standby of another cluster (a staging replica, a neighbour's) serves no read: its pages would
+  be another database's;
 - it lags at most `read_max_lag_seconds` (see "Lag");
 - it has replayed the client's own last write: the primary's LSN that the write's response gave
   the client (`Rollscope-LSN` header and cookie, app.read_your_writes) is at or before the
@@ -45,10 +49,12 @@ _LSN = re.compile(r"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")
 log = logging.getLogger("rollscope.replica")
 
 # positions as numbers of bytes (`pg_lsn - '0/0'` is numeric), compared in Python
-_PRIMARY_FLUSHED = sa.text("SELECT pg_current_wal_flush_lsn() - '0/0'::pg_lsn")
+_PRIMARY_FLUSHED = sa.text("SELECT pg_current_wal_flush_lsn() - '0/0'::pg_lsn, "
+                           "(SELECT system_identifier FROM pg_control_system())")
 _PRIMARY_INSERTED = sa.text("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn")
 _REPLICA = sa.text("SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn() - '0/0'::pg_lsn, "
-                   "EXTRACT(EPOCH FROM clock_timestamp() - pg_last_xact_replay_timestamp())")
+                   "EXTRACT(EPOCH FROM clock_timestamp() - pg_last_xact_replay_timestamp()), "
+                   "(SELECT system_identifier FROM pg_control_system())")
 
 
 def parse_lsn(text: str | None) -> int | None:
@@ -127,7 +133,7 @@ class ReadRouting:
     def _probe(self) -> ReplicaCheck:
         try:
             with self.replica.connect() as conn:
-                in_recovery, replay, age = conn.execute(_REPLICA).one()
+                in_recovery, replay, age, system_id = conn.execute(_REPLICA).one()
         except (sa.exc.DBAPIError, OSError) as exc:
             return self._down(exc)
         if not in_recovery:
@@ -136,9 +142,13 @@ class ReadRouting:
         replay = int(replay) if replay is not None else None
         try:
             with self.primary.connect() as conn:
-                flushed = int(conn.execute(_PRIMARY_FLUSHED).scalar_one())
+                flushed, primary_id = conn.execute(_PRIMARY_FLUSHED).one()
         except (sa.exc.DBAPIError, OSError) as exc:
             return ReplicaCheck("lagging", None, replay, f"primary unreachable: {_why(exc)}")
+        if system_id != primary_id:
+            return self._down_for(f"not a standby of this primary (its system identifier {system_id} is not "
+                                  f"the primary's {primary_id}: pg_control_system())")
+        flushed = int(flushed)
         if replay is not None and replay >= flushed:
             lag = 0.0
         else:

@@ -25,10 +25,12 @@ from fastapi.testclient import TestClient
 
 from app import auth
 from app.config import Settings
-from app.db.replica import APPLICATION_NAME, format_lsn, parse_lsn
+from app.db.engine import make_engine
+from app.db.replica import APPLICATION_NAME, ReadRouting, format_lsn, parse_lsn, replica_url
 from app.main import create_app
 from ingest.formats.native import write_line
 from rollscope.client import Client
+from tests.conftest import PG_URL
 from tests.helpers import rollout, serving
 from tests.replica.cluster import DB, Cluster, streaming_pair, unavailable
 
@@ -240,6 +242,26 @@ def test_every_page_a_run_links_to_reads_from_the_replica(pair):
             assert routing.reads["replica"] >= before["replica"] + len(seen)
     finally:
         _dispose(app)
+
+
+def test_a_standby_of_another_primary_serves_no_read(pair):
+    """The replica URL names a real, streaming standby, but of the pair's primary, not of the
+    primary the app writes to (this machine's Postgres): its pages would be another database's, so
+    it is down, saying why, and every read goes to the primary. Its own primary it serves."""
+    primary, replica = pair
+    ours = make_engine(PG_URL)
+    theirs = make_engine(replica_url(replica.url()))
+    own = make_engine(primary.url())
+    try:
+        routing = ReadRouting(ours, theirs, max_lag_seconds=30, retry_seconds=60)
+        check = routing.check(fresh=True)
+        assert check.state == "down", check
+        assert "not a standby of this primary" in check.detail and "system identifier" in check.detail
+        assert routing.engine_for() is ours
+        assert ReadRouting(own, theirs, max_lag_seconds=30, retry_seconds=60).check(fresh=True).state == "ok"
+    finally:
+        for e in (ours, theirs, own):
+            e.dispose()
 
 
 def test_lsn_text_round_trip_and_settings():
