@@ -22,8 +22,8 @@ none of these is text.
 Refused with a `QueryError` (a 422): a query longer than MAX_QUERY_CHARS, a NUL character, `OR`
 or `NOT` (not supported: say what every text must hold), a filter given twice with different
 values (two step ranges narrow to the steps in both; ranges with no step in common are refused),
-a bad value (a step above INT32_MAX, an unknown ending, role, kind or finding kind). Answered with a note and no
-hits: no word at all (only punctuation).
+a bad value (a step above INT32_MAX, an unknown ending, role, kind or finding kind) or none
+(`flag:` alone). Answered with a note and no hits: no word at all (only punctuation).
 More than MAX_TERMS words or phrases: the first MAX_TERMS are used, and a note says so.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ MAX_TERMS = 16  # words and phrases used of one query
 ROLES = ("system", "user", "assistant", "tool")
 ENDINGS = tuple(e.value for e in Ending)
 FILTERS = ("run", "steps", "ending", "role", "kind", "flag")
-_ITEM = re.compile(r'(?P<name>[A-Za-z_]+):(?:"(?P<qval>[^"]*)"?|(?P<val>\S+))'  # a filter
+_ITEM = re.compile(r'(?P<name>[A-Za-z_]+):(?:"(?P<qval>[^"]*)"?|(?P<val>\S*))'  # a filter (`flag:` alone: no value)
                    r'|"(?P<phrase>[^"]*)(?P<close>"|$)'  # a phrase, maybe left open
                    r'|(?P<word>[^\s"]+)')
 PART = re.compile(r"[^\W_]+")

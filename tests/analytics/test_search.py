@@ -146,6 +146,7 @@ def test_query_language_kinds_and_roles(client, engine, tmp_path):
     ("quokka OR host", "q"), ("NOT quokka", "q"), ("x" * (MAX_QUERY_CHARS + 1), "q"),
     ("w " * 5000, "q"), ("quokka ending:bogus", "ending"), ("quokka kind:tokens", "kind"), ("quokka step:9-3", "steps"),
     ('quokka step:""', "steps"), ("quokka run:r1 run:r2", "run"),
+    ("quokka flag:", "flag"), ("flag: quokka", "flag"), ("quokka ending:", "ending"),  # a filter with no value
 ])
 def test_bad_queries_are_a_clear_422(client, q, field):
     r = client.get("/search.json", params={"q": q})
