@@ -184,6 +184,11 @@ def test_runs_with_no_task_in_common(client, engine, tmp_path):
     assert html.count("not in run A") == 2 and "&lt;script&gt;" in html and "<script>alert" not in html
     one = client.get("/compare/task.json?runs=base,norew&task=other/a").json()["paired"]
     assert one["note"] == "not in run A" and one["verdict"] is None and one["n_b"] == 0
-    assert "not in run A: not compared" in client.get("/compare/task?runs=base,norew&task=other/a").text
+    page = client.get("/compare/task?runs=base,norew&task=other/a").text
+    assert "not in run A: not compared" in page
+    assert "A has no scored rollout, B has no scored rollout" in page and "over 0" not in page
+    up = client.get("/compare/task?runs=base,norew&task=up").text
+    up = " ".join(up[up.index('id="task-paired"'):up.index("(errors scored 0)")].split())
+    assert up.endswith("A 0.125 over 8 scored rollouts, B has no scored rollout"), up
     both = client.get("/compare/task.json?runs=base,norew&task=up").json()["paired"]
     assert both == by["up"] | {"url": both["url"]}
