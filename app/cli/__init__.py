@@ -65,8 +65,9 @@ def main() -> None:
         sys.argv.remove("--debug")
     sys.argv[1:] = hoist_db(sys.argv[1:])
     try:
-        cli = build(command_named(sys.argv[1:]))
-        code = cli(standalone_mode=False)  # click returns a command's exit code instead of exiting
+        named = command_named(sys.argv[1:])
+        # standalone_mode=False: click returns a command's exit code instead of exiting
+        code = (build(named) if named else app)(standalone_mode=False)
         raise SystemExit(code if isinstance(code, int) else 0)
     except SystemExit:
         raise  # the command's exit code; before `click_exceptions()`, which imports click (70 ms)
