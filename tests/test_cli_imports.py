@@ -89,7 +89,7 @@ def test_a_command_built_alone_parses_as_in_the_whole_app(tmp_path):
 
 def test_printing_a_string_compiles_no_highlighter(capsys):
     """The consoles print strings as given: rich's default highlighter compiles its regular
-    expressions at the first string printed (0.1-0.3 s of a CLI start here)."""
+    expressions at the first string printed (13 ms of a CLI start here)."""
     from rich.highlighter import ReprHighlighter
 
     from app.cli.common import console, out
