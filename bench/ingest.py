@@ -13,7 +13,8 @@ minute, so the ratio holds when the machine is busy (figures in rollouts/s do no
     .venv/bin/python bench/ingest.py --quick    # SQLite only, 300 rollouts, under a minute
     .venv/bin/python bench/ingest.py --spool-mb 2000   # also drain a 2 GB spool with the worker CLI
     .venv/bin/python bench/ingest.py --latency         # only the append → page latency
-    .venv/bin/python bench/ingest.py --text-only       # text-only (Trackio's) workload + a 5,000-turn rollout
+    .venv/bin/python bench/ingest.py --text-only       # text-only (Trackio's) workload + a 5,000-turn rollout,
+                                                       # Trackio itself logging the same (offline, local SQLite)
 
 The workload (bench/workload.py) is the issue's: rollouts of 20 turns and ~8k tokens with ids,
 masks and logprobs (`--demo` uses the demo run instead). Beside the figures it prints
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import os
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -391,10 +393,21 @@ def latency(work: Path, n: int = 20) -> None:
 def text_only(work: Path, n: int) -> None:
     """The peers' text-only workload (bench/workload.py `text_rollout`: 20-turn agent rollouts,
     messages and tool calls, no token arrays) through the CLI's path on SQLite: `n` rollouts
-    (rollouts/s, re-ingest, time per stage), then one rollout of 5,000 turns (seconds)."""
+    (rollouts/s, re-ingest, time per stage), then one rollout of 5,000 turns (seconds). Trackio
+    logs the same rollouts in the same run (`trackio_logs`): 200 and `n` rollouts and the 5,000-turn
+    one, each beside Rollscope's figure with the ratio rollscope / trackio (> 1: Rollscope ahead)."""
     path = workload.write_text(work / "text.jsonl", n)
     print(f"text-only workload: {n} rollouts of {workload.TURNS} turns, {path.stat().st_size / 1e6:.1f} MB; {load()}")
-    rollscope(path, f"sqlite:///{work / 'text.db'}", "text-only sqlite")
+    dt, stored = rollscope(path, f"sqlite:///{work / 'text.db'}", "text-only sqlite")
+    sides = [(stored, stored / dt, trackio_logs(path, work / f"trackio-{n}"))]
+    if n > 200:  # the issue's smaller size, both sides again
+        small = workload.write_text(work / "text-200.jsonl", 200)
+        dt, stored = rollscope(small, f"sqlite:///{work / 'text-200.db'}", "text-only sqlite, 200 rollouts")
+        sides.insert(0, (stored, stored / dt, trackio_logs(small, work / "trackio-200")))
+    for stored, ours, (logged, secs, cpu) in sides:
+        print(f"[text-only] trackio: {logged} rollouts in {secs:.2f} s = {logged / secs:,.0f} rollouts/s (CPU "
+              f"{cpu:.2f} s); rollscope {ours:,.0f} rollouts/s; speed ratio rollscope / trackio "
+              f"{ours / (logged / secs):.2f}")
     long = workload.write_text(work / "long.jsonl", 1, turns=5000, start=n)
     engine = make_engine(f"sqlite:///{work / 'long.db'}", writer=True)
     upgrade(engine)
@@ -407,6 +420,57 @@ def text_only(work: Path, n: int) -> None:
           f"({rep.total.inserted} stored); {load()}")
     for line in stages.table_lines(table, 1):
         print(line)
+    _, secs, cpu = trackio_logs(long, work / "trackio-long")
+    print(f"[text-only] trackio: one rollout of 5,000 turns in {secs:.2f} s (CPU {cpu:.2f} s); rollscope "
+          f"{dt:.2f} s; speed ratio rollscope / trackio {secs / dt:.2f}")
+
+
+def trackio_logs(path: Path, home: Path) -> tuple[int, float, float]:
+    """Trackio (the installed `trackio`, local mode: no Space, no server, no network) logs each
+    rollout of the native file `path` as one `trackio.Trace` (its messages, tool calls in OpenAI's
+    shape, id / group / reward as metadata) with `trackio.log`, then `trackio.finish()`, which
+    waits for its background writer to commit them to SQLite under `home` (`TRACKIO_DIR`).
+    Timed: log and finish, from messages already in memory (as a trainer holds them; the file is
+    parsed beforehand, so Trackio is spared the read and parse Rollscope's figure includes).
+    Not timed: import and `trackio.init`. Runs in a fresh interpreter: Trackio reads
+    `TRACKIO_DIR` at import and keeps its current run in module state. Returns (traces Trackio
+    stored, counted back from its database; seconds; CPU seconds of its process, its writer thread
+    included). Raises CalledProcessError with Trackio's output if it fails."""
+    proc = subprocess.run([sys.executable, "-c", TRACKIO_CHILD, str(path)], capture_output=True, text=True,
+                          env={**os.environ, "TRACKIO_DIR": str(home), "HF_HUB_OFFLINE": "1"}, check=False)
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, "trackio", proc.stdout, proc.stderr)
+    stored, secs, cpu = proc.stdout.split()[-3:]
+    return int(stored), float(secs), float(cpu)
+
+
+# The child `trackio_logs` runs: prints "STORED SECONDS CPU_SECONDS" last.
+TRACKIO_CHILD = """
+import contextlib, io, os, sqlite3, sys, time
+import orjson
+import trackio
+
+def openai(message):
+    calls = message.get("tool_calls")
+    if calls:
+        message = {**message, "tool_calls": [{"id": c["id"], "type": "function",
+                   "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls]}
+    return message
+
+with open(sys.argv[1], "rb") as f:
+    records = [orjson.loads(line) for line in f]
+traces = [([openai(n["message"]) for n in r["nodes"]],
+           {"id": r["id"], "group": r["group"]["id"], "reward": r["reward"]}, r["step"]) for r in records]
+with contextlib.redirect_stdout(io.StringIO()):
+    trackio.init(project="bench", name="text", embed=False, auto_log_cpu=False, auto_log_gpu=False)
+    t, cpu = time.perf_counter(), time.process_time()
+    for messages, metadata, step in traces:
+        trackio.log({"trace": trackio.Trace(messages=messages, metadata=metadata)}, step=step)
+    trackio.finish()
+    secs, cpu = time.perf_counter() - t, time.process_time() - cpu
+db = os.path.join(os.environ["TRACKIO_DIR"], "bench.db")
+print(sqlite3.connect(db).execute("SELECT count(*) FROM traces").fetchone()[0], secs, cpu)
+"""
 
 
 def main() -> None:

@@ -55,3 +55,52 @@ def test_a_database_at_the_head_is_opened_without_alembic(tmp_path):
     again = loaded("ingest", str(path), env=env, cwd=tmp_path)  # at the head: one SELECT, no Alembic
     assert "alembic" not in again and "jinja2" not in again
     assert "click" not in again  # typer's own copy serves; the exit code does not import click's
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["ingest", "a.jsonl", "--db", "sqlite:///x.db"], "ingest"),  # --db hoisted before the command
+    (["--db=sqlite:///x.db", "token", "list"], "token"),
+    (["rebuild-analytics"], "rebuild-analytics"),
+    (["--help"], None), ([], None), (["ingst", "a.jsonl"], None),  # help and typos: the whole app answers
+    (["--db", "sqlite:///ingest"], None),  # the URL is not a command
+])
+def test_main_builds_only_the_command_it_runs(args, named):
+    from app.cli import COMMANDS, build, command_named, hoist_db
+
+    assert command_named(hoist_db(args)) == named
+    cli = build(named)
+    built = [c.name for c in cli.registered_commands] + [g.name for g in cli.registered_groups]
+    assert sorted(built) == sorted([named] if named else COMMANDS)
+
+
+def test_a_command_built_alone_parses_as_in_the_whole_app(tmp_path):
+    """The same words give the same result through the one-command app `main` runs and the whole
+    app the tests invoke: the group's `--db` and the command's own options both parse."""
+    from typer.testing import CliRunner
+
+    from app.cli import app, build
+
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    for cli in (app, build("link")):
+        res = CliRunner().invoke(cli, ["--db", db, "link", "--base", "http://h:1", "run-1", "r-2"])
+        assert res.exit_code == 0, res.output
+        assert res.output.strip().startswith("http://h:1/runs/run-1/"), res.output
+
+
+def test_printing_a_string_compiles_no_highlighter(capsys):
+    """The consoles print strings as given: rich's default highlighter compiles its regular
+    expressions at the first string printed (13 ms of a CLI start here)."""
+    from rich.highlighter import ReprHighlighter
+
+    from app.cli.common import console, out
+
+    calls = []
+    original = ReprHighlighter.highlight
+    ReprHighlighter.highlight = lambda self, text: calls.append(text) or original(self, text)
+    try:
+        console.print("database: sqlite:////tmp/x.db 12 rows", markup=False)
+        out.print("1 new, 0 replaced")
+    finally:
+        ReprHighlighter.highlight = original
+    assert calls == []
+    assert "12 rows" in capsys.readouterr().err
