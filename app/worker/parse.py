@@ -3,11 +3,14 @@ a pool of parser processes while the worker writes the stretch before it.
 
 Reading, validating and preparing a rollout (endings normalised by the reader's output path,
 ingest/files.py; then app.store.prepare: checks, hash, packed token arrays) is pure CPU work that
-touches no database; writing it is mostly the database's own work. With `parsers` > 0 the worker
-keeps that many processes parsing the next stretches of a file while it commits the current one,
-so on a machine with two cores or more the two overlap. The offsets still move only in the
-transaction that writes a stretch's rows, in file order (app/worker/spool.py), so exactly-once does
-not depend on the pool: a parsed stretch that is never written is simply read again.
+touches no database; writing it is mostly the database's own work. With `parsers` > 0 a stretch
+is cut into pieces of whole lines (`Stretch`); the pool's processes parse pieces of the next
+stretches while the worker writes the current one, and the worker, instead of waiting for a piece
+the pool has, parses a piece nobody has started (`Parsers.parsed`): on two cores the wall time
+tends to max(parse, write) rather than their sum, and no core idles while the pool warms up. The
+offsets still move only in the transaction that writes a stretch's rows, in file order
+(app/worker/spool.py), so exactly-once does not depend on the pool: a parsed stretch that is never
+written is simply read again.
 """
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ import multiprocessing
 import os
 import signal
 import sys
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import CancelledError, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,32 +110,158 @@ def _child_init(worker_pid: int) -> None:
     gc_relaxed.relax()  # a parser process prepares rollouts all its life (app/store/gc_relaxed.py)
 
 
+def sniff_format(data: bytes, name: str, line: int) -> str | None:
+    """The reader that `parse_lines` would detect for a stretch `data` of the file `name` (after
+    `line` lines) by its first record, without parsing more; None when no reader claims that
+    record (the stretch is then parsed whole, where detection, the refusal or the broken lines
+    are decided and reported)."""
+    source = Source(Path(name), "jsonl", None, size=len(data), data=data, line_base=line)
+    source.first = next((v for _, v in source.lines() if isinstance(v, dict)), None)
+    source.position, source.last_line, source.last_raw = 0, None, None
+    first = source.first
+    reader = detect(source) if first is not None else None
+    # told by a later record (an unknown header first): parsed whole, where detection decides
+    return reader.NAME if reader is not None and source.first is first else None
+
+
+MIN_PIECE_LINES = 8  # a stretch is cut into pieces of at least this many lines
+
+
+@dataclass
+class Piece:
+    """Whole lines of a stretch to parse: `args` for `parse_lines`, and `job`: None (nobody has
+    started it), a Future (the pool has it) or its Parsed (done here)."""
+
+    args: tuple
+    job: Future | Parsed | None = None
+
+
+@dataclass
+class Stretch:
+    """A stretch read from a file (`chunk`: app/worker/stretches.py Chunk) and the pieces it is
+    parsed in, in line order."""
+
+    chunk: object
+    pieces: list[Piece]
+
+
+def pieces(data: bytes, name: str, start: int, line: int, n_lines: int, fmt: str | None, root: Path | None,
+           k: int) -> list[Piece]:
+    """`data` (`n_lines` complete lines from byte `start`, after `line` lines) cut at line ends
+    into at most `k` pieces of about as many lines each, none under MIN_PIECE_LINES."""
+    k = max(1, min(k, n_lines // MIN_PIECE_LINES))
+    out: list[Piece] = []
+    pos, at = 0, line
+    for j in range(k):
+        take = n_lines * (j + 1) // k - (at - line)
+        end = pos
+        for _ in range(take):
+            end = data.index(b"\n", end) + 1
+        if j == k - 1:
+            end = len(data)
+        out.append(Piece((data[pos:end], name, start + pos, at, fmt, root)))
+        pos, at = end, at + take
+    return out
+
+
+def _ready() -> None:
+    """Nothing: sent to a new parser process so it imports the parsing code before work comes."""
+
+
 class Parsers:
-    """Where the next stretches are parsed while the worker writes: `n` parser processes
+    """Where pieces of stretches are parsed besides the worker itself: `n` parser processes
     (`spawn`ed on first use: no database connection or thread of the worker is inherited), or,
     with `n` = 0, one thread of the worker's own. The thread shares the interpreter lock, but a
     write spends much of its time where the lock is let go (the database's own work: SQLite's
     B-trees, waiting on Postgres), and parsing fills that time."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, log: Callable[[str], None] = lambda _msg: None):
         self.n = n
+        self.log = log
         self._pool: Executor | None = None
 
+    @property
+    def capacity(self) -> int:
+        """Pieces given to the pool at once: one per process and one queued, so that a process
+        never waits for the worker to hand it the next (one for the thread)."""
+        return self.n + 1 if self.n else 1
+
+    def warm(self) -> None:
+        """Start the processes now (a process imports the parsing code for about a second), so
+        that they are ready when the first stretch is read."""
+        if self.n:
+            for _ in range(self.n):
+                self._submit(_ready)
+
     def submit(self, *args) -> Future:
-        """`parse_lines(*args)` in a parser process (or the parser thread). A pool that broke
-        (a parser was killed) is replaced."""
+        """`parse_lines(*args)` in a parser process (or the parser thread)."""
+        return self._submit(parse_lines, *args)
+
+    def _submit(self, fn, *args) -> Future:
+        """`fn(*args)` in the pool. A pool that broke (a parser was killed) is replaced."""
         if self._pool is None:
             self._pool = (ProcessPoolExecutor(self.n, mp_context=multiprocessing.get_context("spawn"),
                                               initializer=_child_init, initargs=(os.getpid(),))
                           if self.n else ThreadPoolExecutor(1, thread_name_prefix="rollscope-parser"))
         try:
-            return self._pool.submit(parse_lines, *args)
+            return self._pool.submit(fn, *args)
         except BrokenProcessPool:
             self.close()
-            return self.submit(*args)
+            return self._submit(fn, *args)
+
+    def top_up(self, stretches) -> None:
+        """Give the pool the first pieces nobody has started, in file order, until it holds
+        `capacity` unfinished ones. The first piece of the first stretch is left to the worker,
+        which needs it at once."""
+        busy = sum(1 for s in stretches for p in s.pieces if isinstance(p.job, Future) and not p.job.done())
+        first = stretches[0].pieces[0] if stretches else None
+        for s in stretches:
+            for piece in s.pieces:
+                if busy >= self.capacity:
+                    return
+                if piece.job is None and piece is not first:
+                    piece.job = self.submit(*piece.args)
+                    busy += 1
+
+    def parsed(self, stretch: Stretch, later) -> Parsed:
+        """The whole of `stretch` parsed: its pieces nobody started are parsed here; while a piece
+        the pool has is not done, the worker parses (with parser processes) the last piece of the
+        `later` stretches nobody has started, rather than wait. A piece whose process died (the
+        OOM killer, a signal) is parsed here; the pool is replaced."""
+        out: list[Parsed] = []
+        for piece in stretch.pieces:
+            if piece.job is None:
+                piece.job = parse_lines(*piece.args)
+            while self.n and isinstance(piece.job, Future) and not piece.job.done():
+                self.top_up(later)
+                spare = next((p for s in reversed(later) for p in reversed(s.pieces) if p.job is None), None)
+                if spare is None:
+                    break
+                spare.job = parse_lines(*spare.args)
+            if isinstance(piece.job, Future):
+                try:
+                    piece.job = piece.job.result()
+                except (BrokenProcessPool, CancelledError) as exc:
+                    self.log(f"{piece.args[1]}: a parser process died ({exc!r}); parsing in the worker")
+                    self.close()
+                    piece.job = parse_lines(*piece.args)
+            out.append(piece.job)
+        return _joined(out)
 
     def close(self) -> None:
         """Stop the processes (what they were parsing is dropped)."""
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+
+def _joined(parts: list[Parsed]) -> Parsed:
+    """The pieces of a stretch as one Parsed: the first refusal, else their rollouts and
+    rejections in line order."""
+    if len(parts) == 1:
+        return parts[0]
+    refused = next((p for p in parts if p.refused is not None), None)
+    if refused is not None:
+        return refused
+    return Parsed(next((p.fmt for p in parts if p.fmt), None), [r for p in parts for r in p.prepared],
+                  [e for p in parts for e in p.rejected])
