@@ -419,7 +419,8 @@ def _staged(write, *args) -> None:
         write(*args)
 
 
-def store(engine: Engine, items: Iterable[Rollout | RecordError | Known], *, on_item=None,
+def store(engine: Engine, items: Iterable[Rollout | RecordError | Known | tuple[Identity, Prepared | RecordError]],
+          *, on_item=None,
           batch_size: int = BATCH, context: CheckContext | None = None, force: bool = False,
           quarantine_context: dict | None = None, retry_seconds: float = RETRY_SECONDS,
           whole_file: tuple[str, datetime] | None = None, order: IngestOrder | None = None) -> StoreResult:
@@ -446,7 +447,9 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError | Known], *, on_
 
     A `Known` item (a record stored with these very bytes, ingest/known.py) counts as unchanged
     without being prepared or written, unless its identity was met earlier in this call (then
-    its rollout is read in full and written by the one rule, `decide`).
+    its rollout is read in full and written by the one rule, `decide`). A pair (identity,
+    Prepared or RecordError) is a rollout prepared elsewhere, detached (a parser process:
+    app/worker/parse.py `parse_items`), then written like any other.
     """
     total = StoreResult()
     pending: list[Prepared] = []  # prepared as they arrive, each rollout let go once prepared
@@ -532,18 +535,19 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError | Known], *, on_
             if isinstance(item, RecordError):
                 errors.append(item)
             else:
-                identity = (item.run.id, item.id, item.attempt)
+                ready = isinstance(item, tuple)  # prepared elsewhere: (identity, Prepared | RecordError)
+                identity = item[0] if ready else (item.run.id, item.id, item.attempt)
                 if identity in seen:
                     repeated += 1
                 if identity in identities:  # the same rollout twice in one batch: write the first
                     flush()
                 seen.add(identity)
                 identities.add(identity)
-                p = prepare_or_error(item, context)
+                p = item[1] if ready else prepare_or_error(item, context)
                 if isinstance(p, RecordError):
                     failed.append(p)
                 else:
-                    pending.append(p.detached())
+                    pending.append(p if ready else p.detached())
             if len(pending) + len(failed) >= batch_size or len(errors) >= batch_size:
                 flush()
             if on_item:

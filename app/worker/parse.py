@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from app.store import gc_relaxed
@@ -38,12 +38,14 @@ from ingest.source import Source
 class Parsed:
     """A stretch parsed: `fmt` the reader that read it (None when nothing could be read),
     `prepared` its rollouts, `rejected` its records that cannot be ingested (line and byte named),
-    `refused` why no reader knows these lines (the file is then refused whole)."""
+    `refused` why no reader knows these lines (the file is then refused whole); `items` what
+    `parse_items` read (`rollscope ingest`), in line order."""
 
     fmt: str | None
     prepared: list[Prepared] = field(default_factory=list)
     rejected: list[RecordError] = field(default_factory=list)
     refused: str | None = None
+    items: list = field(default_factory=list)  # `parse_items`: everything read, in line order
 
 
 def parse_lines(data: bytes, name: str, start: int, line: int, fmt: str | None, root: Path | None) -> Parsed:
@@ -129,28 +131,30 @@ MIN_PIECE_LINES = 8  # a stretch is cut into pieces of at least this many lines
 
 @dataclass
 class Piece:
-    """Whole lines of a stretch to parse: `args` for `parse_lines`, and `job`: None (nobody has
-    started it), a Future (the pool has it) or its Parsed (done here)."""
+    """Whole lines of a stretch to parse: `fn(*args)` (`parse_lines` for the worker,
+    `parse_items` for `rollscope ingest`), and `job`: None (nobody has started it), a Future (the
+    pool has it) or its Parsed (done here)."""
 
     args: tuple
     job: Future | Parsed | None = None
+    fn: Callable[..., Parsed] = parse_lines
 
 
 @dataclass
 class Stretch:
-    """A stretch read from a file (`chunk`: app/worker/stretches.py Chunk) and the pieces it is
-    parsed in, in line order."""
+    """A stretch read from a file (`chunk`: app/worker/stretches.py Chunk, or whatever its
+    reader keeps) and the pieces it is parsed in, in line order."""
 
     chunk: object
     pieces: list[Piece]
 
 
-def pieces(data: bytes, name: str, start: int, line: int, n_lines: int, fmt: str | None, root: Path | None,
-           k: int) -> list[Piece]:
-    """`data` (`n_lines` complete lines from byte `start`, after `line` lines) cut at line ends
-    into at most `k` pieces of about as many lines each, none under MIN_PIECE_LINES."""
+def cut(data: bytes, start: int, line: int, n_lines: int, k: int) -> list[tuple[bytes, int, int]]:
+    """`data` (`n_lines` complete lines from byte `start`, after `line` lines; anything after the
+    last newline goes with the last piece) cut at line ends into at most `k` pieces of about as
+    many lines each, none under MIN_PIECE_LINES: (bytes, start byte, lines before it) each."""
     k = max(1, min(k, n_lines // MIN_PIECE_LINES))
-    out: list[Piece] = []
+    out: list[tuple[bytes, int, int]] = []
     pos, at = 0, line
     for j in range(k):
         take = n_lines * (j + 1) // k - (at - line)
@@ -159,9 +163,66 @@ def pieces(data: bytes, name: str, start: int, line: int, n_lines: int, fmt: str
             end = data.index(b"\n", end) + 1
         if j == k - 1:
             end = len(data)
-        out.append(Piece((data[pos:end], name, start + pos, at, fmt, root)))
+        out.append((data[pos:end], start + pos, at))
         pos, at = end, at + take
     return out
+
+
+def pieces(data: bytes, name: str, start: int, line: int, n_lines: int, fmt: str | None, root: Path | None,
+           k: int) -> list[Piece]:
+    """The worker's pieces of a stretch (`cut`), each parsed by `parse_lines`."""
+    return [Piece((part, name, at, before, fmt, root)) for part, at, before in cut(data, start, line, n_lines, k)]
+
+
+@dataclass(frozen=True)
+class KnownRef:
+    """A record the store holds with these very bytes (ingest/known.py `Known`), as a parser
+    process hands it over: without the means to read it in full, which the caller rebuilds from
+    the line's bytes (`line`: its number in the file)."""
+
+    identity: tuple[str, str, int]
+    raw_hash: str
+    source: dict
+
+
+_KNOWN: dict[str, object] = {}  # database URL → the known-records lookup of this process
+
+
+def _known_for(url: str):
+    """This process's lookup of known records in the database at `url` (app/store/known.py),
+    made once: a parser process asks the database itself, as the worker's own reader would."""
+    if url not in _KNOWN:
+        from app.db.engine import make_engine
+        from app.store.known import known_lookup
+
+        _KNOWN[url] = known_lookup(make_engine(url))
+    return _KNOWN[url]
+
+
+def parse_items(data: bytes, path: Path, start: int, line: int, ctx: ReadContext, known_url: str | None) -> Parsed:
+    """Complete JSONL lines `data` of the native file `path`, from byte `start` after `line`
+    lines, read as `rollscope ingest` reads them (`ctx`; with `known_url`, records the database
+    there holds with these very bytes come as `KnownRef`s) and prepared: `Parsed.items` holds, in
+    line order, the reader's rejections (RecordError), `KnownRef`s, and for each rollout a
+    (identity, Prepared or the RecordError preparing it gave)."""
+    from ingest.formats import native
+    from ingest.known import Known
+
+    source = Source(path, "jsonl", None, size=len(data), data=data, line_base=line)
+    source.first = next((v for _, v in source.lines() if isinstance(v, dict)), None)
+    source.position, source.last_line, source.last_raw = 0, None, None
+    if known_url is not None:
+        ctx = replace(ctx, known=_known_for(known_url))
+    items: list = []
+    for item in read_records(native, source, ctx, []):
+        if isinstance(item, Known):
+            items.append(KnownRef(item.identity, item.raw_hash, item.source))
+        elif isinstance(item, RecordError):
+            items.append(item)
+        else:
+            p = prepare_or_error(item)
+            items.append(((item.run.id, item.id, item.attempt), p if isinstance(p, RecordError) else p.detached()))
+    return Parsed(native.NAME, items=items)
 
 
 def _ready() -> None:
@@ -193,10 +254,6 @@ class Parsers:
             for _ in range(self.n):
                 self._submit(_ready)
 
-    def submit(self, *args) -> Future:
-        """`parse_lines(*args)` in a parser process (or the parser thread)."""
-        return self._submit(parse_lines, *args)
-
     def _submit(self, fn, *args) -> Future:
         """`fn(*args)` in the pool. A pool that broke (a parser was killed) is replaced."""
         if self._pool is None:
@@ -220,7 +277,7 @@ class Parsers:
                 if busy >= self.capacity:
                     return
                 if piece.job is None and piece is not first:
-                    piece.job = self.submit(*piece.args)
+                    piece.job = self._submit(piece.fn, *piece.args)
                     busy += 1
 
     def parsed(self, stretch: Stretch, later) -> Parsed:
@@ -231,20 +288,20 @@ class Parsers:
         out: list[Parsed] = []
         for piece in stretch.pieces:
             if piece.job is None:
-                piece.job = parse_lines(*piece.args)
+                piece.job = piece.fn(*piece.args)
             while self.n and isinstance(piece.job, Future) and not piece.job.done():
                 self.top_up(later)
                 spare = next((p for s in reversed(later) for p in reversed(s.pieces) if p.job is None), None)
                 if spare is None:
                     break
-                spare.job = parse_lines(*spare.args)
+                spare.job = spare.fn(*spare.args)
             if isinstance(piece.job, Future):
                 try:
                     piece.job = piece.job.result()
                 except (BrokenProcessPool, CancelledError) as exc:
                     self.log(f"{piece.args[1]}: a parser process died ({exc!r}); parsing in the worker")
                     self.close()
-                    piece.job = parse_lines(*piece.args)
+                    piece.job = piece.fn(*piece.args)
             out.append(piece.job)
         return _joined(out)
 
@@ -264,4 +321,4 @@ def _joined(parts: list[Parsed]) -> Parsed:
     if refused is not None:
         return refused
     return Parsed(next((p.fmt for p in parts if p.fmt), None), [r for p in parts for r in p.prepared],
-                  [e for p in parts for e in p.rejected])
+                  [e for p in parts for e in p.rejected], items=[i for p in parts for i in p.items])
