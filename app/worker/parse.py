@@ -240,6 +240,7 @@ class Parsers:
         self.n = n
         self.log = log
         self._pool: Executor | None = None
+        self._warming: list[Future] = []  # `warm`'s probes, until the processes are up
 
     @property
     def capacity(self) -> int:
@@ -248,11 +249,23 @@ class Parsers:
         return self.n + 1 if self.n else 1
 
     def warm(self) -> None:
-        """Start the processes now (a process imports the parsing code for about a second), so
-        that they are ready when the first stretch is read."""
-        if self.n:
-            for _ in range(self.n):
-                self._submit(_ready)
+        """Start the processes now (a process imports the parsing code for about a second, far
+        longer on a busy machine): until they are up the worker parses everything itself
+        (`top_up` hands out nothing), so it never waits for a process still starting."""
+        if self.n and self._pool is None:
+            self._warming = [self._submit(_ready) for _ in range(self.n)]
+
+    @property
+    def ready(self) -> bool:
+        """Whether the pool takes pieces: the thread always; processes once `warm` started them
+        and they are up."""
+        if not self.n:
+            return True
+        if self._pool is None:
+            return False
+        if self._warming and all(f.done() for f in self._warming):
+            self._warming = []
+        return not self._warming
 
     def _submit(self, fn, *args) -> Future:
         """`fn(*args)` in the pool. A pool that broke (a parser was killed) is replaced."""
@@ -270,6 +283,8 @@ class Parsers:
         """Give the pool the first pieces nobody has started, in file order, until it holds
         `capacity` unfinished ones. The first piece of the first stretch is left to the worker,
         which needs it at once."""
+        if not self.ready:
+            return
         busy = sum(1 for s in stretches for p in s.pieces if isinstance(p.job, Future) and not p.job.done())
         first = stretches[0].pieces[0] if stretches else None
         for s in stretches:
@@ -301,15 +316,21 @@ class Parsers:
                 except (BrokenProcessPool, CancelledError) as exc:
                     self.log(f"{piece.args[1]}: a parser process died ({exc!r}); parsing in the worker")
                     self.close()
+                    self.warm()  # a new pool, taking pieces once it is up
                     piece.job = piece.fn(*piece.args)
             out.append(piece.job)
         return _joined(out)
 
     def close(self) -> None:
-        """Stop the processes (what they were parsing is dropped)."""
+        """Stop the processes (what they were parsing is dropped). Processes still starting are
+        killed rather than waited for (an import can take seconds on a busy machine)."""
         if self._pool is not None:
+            if not self.ready:
+                for proc in list(getattr(self._pool, "_processes", {}).values()):
+                    proc.kill()
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        self._warming = []
 
 
 def _joined(parts: list[Parsed]) -> Parsed:

@@ -9,8 +9,9 @@ very bytes (`Known`: the parser process asks the database itself), and rollouts,
 batches, the decisions and the quarantine are those of the inline path (tests/worker/test_pooled.py
 compares them); only where the CPU work runs changes.
 
-Not pooled (read inline, as before): files under POOL_MIN_BYTES (a process costs about a second of
-CPU to start), other formats, gzip, zip members, decoded UTF-16, a renamed spool file, a run
+Not pooled (read inline, as before): files under POOL_MIN_BYTES (a process costs a second or more
+of CPU to start: measured here, ready after 6-7 s and a loss for a 31 MB file on a machine at load
+8), other formats, gzip, zip members, decoded UTF-16, a renamed spool file, a run
 checked against a tokenizer (the check context stays in this process), a caller's own `known`
 lookup, and an in-memory database.
 """
@@ -32,7 +33,7 @@ from ingest.formats.base import ReadContext
 from ingest.known import Known
 from ingest.source import Source
 
-POOL_MIN_BYTES = 4 << 20  # smaller files are read inline
+POOL_MIN_BYTES = 64 << 20  # smaller files are read inline (see above)
 STRETCH_LINES, STRETCH_BYTES = 200, 16 << 20  # read from the file at once, then cut into pieces
 
 
@@ -88,6 +89,8 @@ def pooled_items(pool: Parsers, source: Source, ctx: ReadContext, errors: list[R
         pool.top_up(ahead)
         head = ahead.popleft()
         parsed = pool.parsed(head, ahead)
+        if ahead and _mostly_new(parsed.items):
+            pool.warm()  # (once) more of the file to read, and it is not known already: worth a process
         for item in parsed.items:
             if isinstance(item, KnownRef):
                 yield Known(item.identity, item.raw_hash, item.source,
@@ -97,6 +100,13 @@ def pooled_items(pool: Parsers, source: Source, ctx: ReadContext, errors: list[R
                 errors.append(item)
             yield item
         source.position = head.chunk[1] + len(head.chunk[0])  # for progress bars
+
+
+def _mostly_new(items: list) -> bool:
+    """Whether most records of a stretch are rollouts to prepare (not known to the store: a
+    re-ingest of unchanged data needs no parser process)."""
+    new = sum(1 for item in items if isinstance(item, tuple))
+    return new * 2 > len(items)
 
 
 def _stretches(path: Path) -> Iterator[tuple[bytes, int, int, int]]:

@@ -179,7 +179,6 @@ def _ingest_files(engine: Engine, files: list, ctx: ReadContext, report: IngestR
                   names, on_file, on_item, batch_size: int, check_context, retry_seconds: float) -> None:
     """`ingest_paths`'s loop over its files, adding to `report`; `pool`: the parser processes of
     the call (None: every file read inline)."""
-    warm = False
     for k, (path, explicit, root) in enumerate(files):
         file_ctx = replace(ctx, root=root)
         source = None
@@ -208,9 +207,6 @@ def _ingest_files(engine: Engine, files: list, ctx: ReadContext, report: IngestR
         if key_of is not None:
             items = watch.watch(items, source.name, reader.NAME, key_of, source.kind)
         elif pool is not None and poolable(reader, source, renamed=name is not None):
-            if not warm:
-                pool.warm()
-                warm = True
             items = pooled_items(pool, source, file_ctx, file_errors, known_url)
         try:
             result = store(engine, items, on_item=on_item,
