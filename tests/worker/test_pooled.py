@@ -3,11 +3,14 @@ the inline path does: rows, rejections, repeated and replaced records, re-ingest
 bytes (known records) and of a record met twice."""
 from __future__ import annotations
 
+import time
+
 import pytest
 import sqlalchemy as sa
 
 from app.db import models
 from app.db.engine import make_engine
+from app.worker.parse import Parsers
 from app.worker.sync import ingest_paths
 from ingest.formats.base import ReadContext
 from tests.helpers import rollout
@@ -57,7 +60,18 @@ def test_pooled_ingest_stores_and_reports_what_the_inline_path_does(tmp_path, mo
     monkeypatch.setattr(pooled, "STRETCH_LINES", 20)  # several stretches, each in pieces
     used = []
     monkeypatch.setattr("app.worker.sync.pooled_items", lambda *a: used.append(a[0].n) or pooled.pooled_items(*a))
+    ready = Parsers.ready.fget
+
+    def up(self):  # wait for the process to start: here it must take pieces, however slow to start
+        while self._pool is not None and not ready(self):
+            time.sleep(0.05)
+        return ready(self)
+
+    monkeypatch.setattr(Parsers, "ready", property(up))
     src = _file(tmp_path / "a.jsonl")
+    # new records first (the process starts), then records the store holds: known in the process
+    mixed = tmp_path / "b.jsonl"
+    mixed.write_bytes(b"".join(line(f"n{i:03d}", step=20) for i in range(30)) + src.read_bytes())
     reports = {}
     for parsers in (0, 1):
         url = f"sqlite:///{tmp_path / f'{parsers}.db'}"
@@ -65,12 +79,14 @@ def test_pooled_ingest_stores_and_reports_what_the_inline_path_does(tmp_path, mo
         upgrade(eng)
         fresh = ingest_paths(eng, [src], ReadContext(), parsers=parsers)
         again = ingest_paths(eng, [src], ReadContext(), parsers=parsers)
+        more = ingest_paths(eng, [mixed], ReadContext(), parsers=parsers)
         eng.dispose()
-        reports[parsers] = (_summary(fresh), _summary(again), _state(url))
-    assert used == [1, 1]  # the parser process read the file, fresh and again
+        reports[parsers] = (_summary(fresh), _summary(again), _summary(more), _state(url))
+    assert used == [1, 1, 1]  # the parser process read the files
     assert reports[1] == reports[0]
-    fresh, again, (rows, quarantined, _) = reports[1]
+    fresh, again, more, (rows, quarantined, _) = reports[1]
     # 91 lines: 2 rejected, p005 met again (the later wins), line 81 repeats line 31
-    assert fresh[0] == 87 and fresh[4] == 2 and [q[0] for q in quarantined] == [18, 42]
+    assert fresh[0] == 87 and fresh[4] == 2 and [q[0] for q in quarantined] == [18, 42, 48, 72]  # a, b
     assert again[2] >= 86 and again[0] == 0  # unchanged, known by their bytes
     assert dict((r[0], r[4]) for r in rows)["p005"] == 0.25
+    assert more[0] == 30 and more[2] >= 86
