@@ -34,7 +34,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from app.db import models
-from app.db.engine import bulk_insert
+from app.db.engine import bulk_insert, json_text
 from app.db.engine import insert_for as _insert
 from app.store import gc_relaxed, rollups, search, signatures
 from app.store.groups import recheck_groups
@@ -242,8 +242,32 @@ def _delete(conn: sa.Connection, pks: list[int]) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in conn.execute(RO.delete().where(RO.c.pk.in_(pks)).returning(*RO.c))]
 
 
+SUMMARY_COLUMNS = tuple(c.name for c in RO.c if c.name != "pk")  # what `Prepared.summary` holds
+_JSON_SUMMARY = frozenset(c.name for c in RO.c if isinstance(c.type, sa.JSON))
+
+
+def _insert_summaries(conn: sa.Connection, todo: list[Prepared]) -> list[int]:
+    """Insert the summary rows of `todo`; returns their pks, in order. Postgres: the keys drawn
+    from the table's sequence in one statement, then one COPY (SQLAlchemy's multi-row INSERT ...
+    RETURNING cost ~0.7 ms of Python per rollout there, binding ~45 values a row); JSON columns go
+    as the JSON text the INSERT would have bound (None as JSON null). SQLite: one multi-row
+    INSERT ... RETURNING."""
+    if conn.dialect.name != "postgresql":
+        returned = conn.execute(RO.insert().returning(RO.c.pk, RO.c.run_id, RO.c.rollout_id, RO.c.attempt),
+                                [p.summary for p in todo])
+        pk_of = {(r.run_id, r.rollout_id, r.attempt): r.pk for r in returned}
+        return [pk_of[p.identity] for p in todo]
+    pks = sorted(conn.exec_driver_sql(
+        "SELECT nextval(pg_get_serial_sequence('rollout', 'pk')) FROM generate_series(1, %(n)s)",
+        {"n": len(todo)}).scalars())
+    bulk_insert(conn, RO, ("pk", *SUMMARY_COLUMNS), [
+        (pk, *[json_text(s[c]) if c in _JSON_SUMMARY else s[c] for c in SUMMARY_COLUMNS])
+        for pk, s in zip(pks, (p.summary for p in todo))])
+    return pks
+
+
 def _insert_rows(conn: sa.Connection, todo: list[Prepared], deleted: list[dict[str, Any]]) -> Written:
-    """Insert summary rows (one multi-row INSERT ... RETURNING), then envelopes, nodes, findings
+    """Insert summary rows (`_insert_summaries`), then envelopes, nodes, findings
     and reward components (one executemany each), and the media rows not yet stored
     (app/store/media.py `insert_media`: one lookup, one INSERT ... ON CONFLICT DO NOTHING); returns
     what the batch wrote: the summary rows with their pk, the `deleted` rows, and the messages'
@@ -251,12 +275,8 @@ def _insert_rows(conn: sa.Connection, todo: list[Prepared], deleted: list[dict[s
     if not todo:
         return Written([], deleted)
     signatures = {}
-    returned = conn.execute(RO.insert().returning(RO.c.pk, RO.c.run_id, RO.c.rollout_id, RO.c.attempt),
-                            [p.summary for p in todo])
-    pk_of = {(r.run_id, r.rollout_id, r.attempt): r.pk for r in returned}
     details, nodes, findings, inserted, docs, components = [], [], [], [], [], []
-    for p in todo:
-        pk = pk_of[p.identity]
+    for p, pk in zip(todo, _insert_summaries(conn, todo)):
         details.append((pk, p.envelope))
         nodes += [(pk, *row) for row in p.nodes]
         findings += [(pk, *row) for row in p.findings]
