@@ -148,6 +148,12 @@ def _json_loads(text):
 JSON_CODEC = {"json_serializer": _json_dumps, "json_deserializer": _json_loads}
 
 
+def json_text(value) -> str:
+    """The JSON text a JSON column binds for `value` (None as JSON null), for rows written by
+    `bulk_insert`, which binds nothing itself."""
+    return _json_dumps(value)
+
+
 def insert_for(conn: sa.Connection, table: sa.Table):
     """The dialect's INSERT, which has ON CONFLICT on both SQLite and Postgres."""
     if conn.dialect.name == "postgresql":

@@ -3,11 +3,14 @@ a pool of parser processes while the worker writes the stretch before it.
 
 Reading, validating and preparing a rollout (endings normalised by the reader's output path,
 ingest/files.py; then app.store.prepare: checks, hash, packed token arrays) is pure CPU work that
-touches no database; writing it is mostly the database's own work. With `parsers` > 0 the worker
-keeps that many processes parsing the next stretches of a file while it commits the current one,
-so on a machine with two cores or more the two overlap. The offsets still move only in the
-transaction that writes a stretch's rows, in file order (app/worker/spool.py), so exactly-once does
-not depend on the pool: a parsed stretch that is never written is simply read again.
+touches no database; writing it is mostly the database's own work. With `parsers` > 0 a stretch
+is cut into pieces of whole lines (`Stretch`); the pool's processes parse pieces of the next
+stretches while the worker writes the current one, and the worker, instead of waiting for a piece
+the pool has, parses a piece nobody has started (`Parsers.parsed`): on two cores the wall time
+tends to max(parse, write) rather than their sum, and no core idles while the pool warms up. The
+offsets still move only in the transaction that writes a stretch's rows, in file order
+(app/worker/spool.py), so exactly-once does not depend on the pool: a parsed stretch that is never
+written is simply read again.
 """
 from __future__ import annotations
 
@@ -16,9 +19,10 @@ import multiprocessing
 import os
 import signal
 import sys
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import CancelledError, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from app.store import gc_relaxed
@@ -34,12 +38,14 @@ from ingest.source import Source
 class Parsed:
     """A stretch parsed: `fmt` the reader that read it (None when nothing could be read),
     `prepared` its rollouts, `rejected` its records that cannot be ingested (line and byte named),
-    `refused` why no reader knows these lines (the file is then refused whole)."""
+    `refused` why no reader knows these lines (the file is then refused whole); `items` what
+    `parse_items` read (`rollscope ingest`), in line order."""
 
     fmt: str | None
     prepared: list[Prepared] = field(default_factory=list)
     rejected: list[RecordError] = field(default_factory=list)
     refused: str | None = None
+    items: list = field(default_factory=list)  # `parse_items`: everything read, in line order
 
 
 def parse_lines(data: bytes, name: str, start: int, line: int, fmt: str | None, root: Path | None) -> Parsed:
@@ -106,32 +112,234 @@ def _child_init(worker_pid: int) -> None:
     gc_relaxed.relax()  # a parser process prepares rollouts all its life (app/store/gc_relaxed.py)
 
 
+def sniff_format(data: bytes, name: str, line: int) -> str | None:
+    """The reader that `parse_lines` would detect for a stretch `data` of the file `name` (after
+    `line` lines) by its first record, without parsing more; None when no reader claims that
+    record (the stretch is then parsed whole, where detection, the refusal or the broken lines
+    are decided and reported)."""
+    source = Source(Path(name), "jsonl", None, size=len(data), data=data, line_base=line)
+    source.first = next((v for _, v in source.lines() if isinstance(v, dict)), None)
+    source.position, source.last_line, source.last_raw = 0, None, None
+    first = source.first
+    reader = detect(source) if first is not None else None
+    # told by a later record (an unknown header first): parsed whole, where detection decides
+    return reader.NAME if reader is not None and source.first is first else None
+
+
+MIN_PIECE_LINES = 8  # a stretch is cut into pieces of at least this many lines
+
+
+@dataclass
+class Piece:
+    """Whole lines of a stretch to parse: `fn(*args)` (`parse_lines` for the worker,
+    `parse_items` for `rollscope ingest`), and `job`: None (nobody has started it), a Future (the
+    pool has it) or its Parsed (done here)."""
+
+    args: tuple
+    job: Future | Parsed | None = None
+    fn: Callable[..., Parsed] = parse_lines
+
+
+@dataclass
+class Stretch:
+    """A stretch read from a file (`chunk`: app/worker/stretches.py Chunk, or whatever its
+    reader keeps) and the pieces it is parsed in, in line order."""
+
+    chunk: object
+    pieces: list[Piece]
+
+
+def cut(data: bytes, start: int, line: int, n_lines: int, k: int) -> list[tuple[bytes, int, int]]:
+    """`data` (`n_lines` complete lines from byte `start`, after `line` lines; anything after the
+    last newline goes with the last piece) cut at line ends into at most `k` pieces of about as
+    many lines each, none under MIN_PIECE_LINES: (bytes, start byte, lines before it) each."""
+    k = max(1, min(k, n_lines // MIN_PIECE_LINES))
+    out: list[tuple[bytes, int, int]] = []
+    pos, at = 0, line
+    for j in range(k):
+        take = n_lines * (j + 1) // k - (at - line)
+        end = pos
+        for _ in range(take):
+            end = data.index(b"\n", end) + 1
+        if j == k - 1:
+            end = len(data)
+        out.append((data[pos:end], start + pos, at))
+        pos, at = end, at + take
+    return out
+
+
+def pieces(data: bytes, name: str, start: int, line: int, n_lines: int, fmt: str | None, root: Path | None,
+           k: int) -> list[Piece]:
+    """The worker's pieces of a stretch (`cut`), each parsed by `parse_lines`."""
+    return [Piece((part, name, at, before, fmt, root)) for part, at, before in cut(data, start, line, n_lines, k)]
+
+
+@dataclass(frozen=True)
+class KnownRef:
+    """A record the store holds with these very bytes (ingest/known.py `Known`), as a parser
+    process hands it over: without the means to read it in full, which the caller rebuilds from
+    the line's bytes (`line`: its number in the file)."""
+
+    identity: tuple[str, str, int]
+    raw_hash: str
+    source: dict
+
+
+_KNOWN: dict[str, object] = {}  # database URL → the known-records lookup of this process
+
+
+def _known_for(url: str):
+    """This process's lookup of known records in the database at `url` (app/store/known.py),
+    made once: a parser process asks the database itself, as the worker's own reader would."""
+    if url not in _KNOWN:
+        from app.db.engine import make_engine
+        from app.store.known import known_lookup
+
+        _KNOWN[url] = known_lookup(make_engine(url))
+    return _KNOWN[url]
+
+
+def parse_items(data: bytes, path: Path, start: int, line: int, ctx: ReadContext, known_url: str | None) -> Parsed:
+    """Complete JSONL lines `data` of the native file `path`, from byte `start` after `line`
+    lines, read as `rollscope ingest` reads them (`ctx`; with `known_url`, records the database
+    there holds with these very bytes come as `KnownRef`s) and prepared: `Parsed.items` holds, in
+    line order, the reader's rejections (RecordError), `KnownRef`s, and for each rollout a
+    (identity, Prepared or the RecordError preparing it gave)."""
+    from ingest.formats import native
+    from ingest.known import Known
+
+    source = Source(path, "jsonl", None, size=len(data), data=data, line_base=line)
+    source.first = next((v for _, v in source.lines() if isinstance(v, dict)), None)
+    source.position, source.last_line, source.last_raw = 0, None, None
+    if known_url is not None:
+        ctx = replace(ctx, known=_known_for(known_url))
+    items: list = []
+    for item in read_records(native, source, ctx, []):
+        if isinstance(item, Known):
+            items.append(KnownRef(item.identity, item.raw_hash, item.source))
+        elif isinstance(item, RecordError):
+            items.append(item)
+        else:
+            p = prepare_or_error(item)
+            items.append(((item.run.id, item.id, item.attempt), p if isinstance(p, RecordError) else p.detached()))
+    return Parsed(native.NAME, items=items)
+
+
+def _ready() -> None:
+    """Nothing: sent to a new parser process so it imports the parsing code before work comes."""
+
+
 class Parsers:
-    """Where the next stretches are parsed while the worker writes: `n` parser processes
+    """Where pieces of stretches are parsed besides the worker itself: `n` parser processes
     (`spawn`ed on first use: no database connection or thread of the worker is inherited), or,
     with `n` = 0, one thread of the worker's own. The thread shares the interpreter lock, but a
     write spends much of its time where the lock is let go (the database's own work: SQLite's
     B-trees, waiting on Postgres), and parsing fills that time."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, log: Callable[[str], None] = lambda _msg: None):
         self.n = n
+        self.log = log
         self._pool: Executor | None = None
+        self._warming: list[Future] = []  # `warm`'s probes, until the processes are up
 
-    def submit(self, *args) -> Future:
-        """`parse_lines(*args)` in a parser process (or the parser thread). A pool that broke
-        (a parser was killed) is replaced."""
+    @property
+    def capacity(self) -> int:
+        """Pieces given to the pool at once: one per process and one queued, so that a process
+        never waits for the worker to hand it the next (one for the thread)."""
+        return self.n + 1 if self.n else 1
+
+    def warm(self) -> None:
+        """Start the processes now (a process imports the parsing code for about a second, far
+        longer on a busy machine): until they are up the worker parses everything itself
+        (`top_up` hands out nothing), so it never waits for a process still starting."""
+        if self.n and self._pool is None:
+            self._warming = [self._submit(_ready) for _ in range(self.n)]
+
+    @property
+    def ready(self) -> bool:
+        """Whether the pool takes pieces: the thread always; processes once `warm` started them
+        and they are up."""
+        if not self.n:
+            return True
+        if self._pool is None:
+            return False
+        if self._warming and all(f.done() for f in self._warming):
+            self._warming = []
+        return not self._warming
+
+    def _submit(self, fn, *args) -> Future:
+        """`fn(*args)` in the pool. A pool that broke (a parser was killed) is replaced."""
         if self._pool is None:
             self._pool = (ProcessPoolExecutor(self.n, mp_context=multiprocessing.get_context("spawn"),
                                               initializer=_child_init, initargs=(os.getpid(),))
                           if self.n else ThreadPoolExecutor(1, thread_name_prefix="rollscope-parser"))
         try:
-            return self._pool.submit(parse_lines, *args)
+            return self._pool.submit(fn, *args)
         except BrokenProcessPool:
             self.close()
-            return self.submit(*args)
+            return self._submit(fn, *args)
+
+    def top_up(self, stretches) -> None:
+        """Give the pool the first pieces nobody has started, in file order, until it holds
+        `capacity` unfinished ones. The first piece of the first stretch is left to the worker,
+        which needs it at once."""
+        if not self.ready:
+            return
+        busy = sum(1 for s in stretches for p in s.pieces if isinstance(p.job, Future) and not p.job.done())
+        first = stretches[0].pieces[0] if stretches else None
+        for s in stretches:
+            for piece in s.pieces:
+                if busy >= self.capacity:
+                    return
+                if piece.job is None and piece is not first:
+                    piece.job = self._submit(piece.fn, *piece.args)
+                    busy += 1
+
+    def parsed(self, stretch: Stretch, later) -> Parsed:
+        """The whole of `stretch` parsed: its pieces nobody started are parsed here; while a piece
+        the pool has is not done, the worker parses (with parser processes) the last piece of the
+        `later` stretches nobody has started, rather than wait. A piece whose process died (the
+        OOM killer, a signal) is parsed here; the pool is replaced."""
+        out: list[Parsed] = []
+        for piece in stretch.pieces:
+            if piece.job is None:
+                piece.job = piece.fn(*piece.args)
+            while self.n and isinstance(piece.job, Future) and not piece.job.done():
+                self.top_up(later)
+                spare = next((p for s in reversed(later) for p in reversed(s.pieces) if p.job is None), None)
+                if spare is None:
+                    break
+                spare.job = spare.fn(*spare.args)
+            if isinstance(piece.job, Future):
+                try:
+                    piece.job = piece.job.result()
+                except (BrokenProcessPool, CancelledError) as exc:
+                    self.log(f"{piece.args[1]}: a parser process died ({exc!r}); parsing in the worker")
+                    self.close()
+                    self.warm()  # a new pool, taking pieces once it is up
+                    piece.job = piece.fn(*piece.args)
+            out.append(piece.job)
+        return _joined(out)
 
     def close(self) -> None:
-        """Stop the processes (what they were parsing is dropped)."""
+        """Stop the processes (what they were parsing is dropped). Processes still starting are
+        killed rather than waited for (an import can take seconds on a busy machine)."""
         if self._pool is not None:
+            if not self.ready:
+                for proc in list(getattr(self._pool, "_processes", {}).values()):
+                    proc.kill()
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        self._warming = []
+
+
+def _joined(parts: list[Parsed]) -> Parsed:
+    """The pieces of a stretch as one Parsed: the first refusal, else their rollouts and
+    rejections in line order."""
+    if len(parts) == 1:
+        return parts[0]
+    refused = next((p for p in parts if p.refused is not None), None)
+    if refused is not None:
+        return refused
+    return Parsed(next((p.fmt for p in parts if p.fmt), None), [r for p in parts for r in p.prepared],
+                  [e for p in parts for e in p.rejected], items=[i for p in parts for i in p.items])

@@ -50,7 +50,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -61,7 +60,7 @@ from app.db import models
 from app.store.quarantine import IngestContext, clear_unseen, clear_whole_file, quarantine_many, with_source
 from app.store.write import StoreResult, store, write_in
 from app.worker.claims import LEASE, Claims
-from app.worker.parse import Parsed, Parsers, parse_lines
+from app.worker.parse import Parsed, Parsers, Stretch, pieces, sniff_format
 from app.worker.spool_files import (
     INGEST,
     SQLITE_REFUSED,
@@ -128,9 +127,9 @@ class Spool:
     parsers: int = 0  # processes parsing the next stretches of a file while one is written (app/worker/parse.py)
     own: list[Path] = field(default_factory=list)  # files of the worker's own, never read (`own_files`: + the db)
     _idle: dict[int, tuple[int, int]] = field(default_factory=dict)  # pk → (size, offset) when nothing was readable
-    # pk → stretches read ahead of the file's offset, in order, each with its parse under way (a
-    # future) or None (not sent: parsed here when its turn comes)
-    _ahead: dict[int, deque[tuple[Chunk, Future | None]]] = field(default_factory=dict)
+    # pk → stretches read ahead of the file's offset, in order, each in pieces parsed here or in
+    # the pool (app/worker/parse.py `Stretch`)
+    _ahead: dict[int, deque[Stretch]] = field(default_factory=dict)
     _pool: Parsers = field(init=False)
     _parse_ahead: bool = field(init=False, default=False)
     _said: dict[int, str] = field(default_factory=dict)  # pk → the last wait or takeover said of it
@@ -146,7 +145,8 @@ class Spool:
         self.claims = Claims(self.engine, self._say, mine=lambda path: within(path, self.roots))
         # what the reader says is that a file cannot be read: an error
         self.reader = StretchReader(self._say_error, self.batch_lines, self.batch_bytes, self.torn_after, self.settle)
-        self._pool = Parsers(self.parsers)
+        self._pool = Parsers(self.parsers, log=self.log)
+        self._pool.warm()
         # without parser processes, a thread parses ahead only where the database works in its
         # own process (Postgres): the worker waits on it meanwhile. On SQLite the write is the
         # worker's own CPU, and a second thread only contends for Python's lock (measured: no gain)
@@ -301,9 +301,10 @@ class Spool:
     def _release(self, pk: int | None) -> None:
         if pk is None:
             return
-        for _chunk, parsing in self._ahead.pop(pk, ()):  # stale once let go: another worker may move on
-            if parsing is not None:
-                parsing.cancel()
+        for stretch in self._ahead.pop(pk, ()):  # stale once let go: another worker may move on
+            for piece in stretch.pieces:
+                if isinstance(piece.job, Future):
+                    piece.job.cancel()
         self.claims.release(pk)
 
     def _step(self, row, *, read_ahead: bool = True) -> int:
@@ -318,7 +319,7 @@ class Spool:
             return 0
         if mode == "whole":
             return self._whole_file(row, path)
-        chunk, parsing = self._next_chunk(row, path, read_ahead=read_ahead)
+        chunk, stretch = self._next_chunk(row, path, read_ahead=read_ahead)
         if chunk is None:
             state = self.reader.gz.get(row.pk)
             if state is not None and state.broken is not None:  # every whole line before it is in
@@ -326,7 +327,7 @@ class Spool:
             self._idle[row.pk] = (row.size, row.offset)
             return 0
         self._idle.pop(row.pk, None)
-        parsed = self._parsed(row, chunk, parsing)
+        parsed = self._parsed(row, chunk, stretch)
         if parsed.refused is not None:
             self._ahead.pop(row.pk, None)
             return self._refuse(row, parsed.refused)
@@ -390,50 +391,53 @@ class Spool:
         for msg in rejected_lines(rejected + refused):
             self.log(msg)
 
-    def _next_chunk(self, row, path: Path, *, read_ahead: bool = True) -> tuple[Chunk | None, Future | None]:
-        """The stretch at the file's stored offset, with its parse when it is under way.
+    def _next_chunk(self, row, path: Path, *, read_ahead: bool = True) -> tuple[Chunk | None, Stretch | None]:
+        """The stretch at the file's stored offset, with the pieces it is parsed in.
 
-        A plain JSONL file whose format is known is read ahead, up to `parsers` + 1 stretches
-        (2 without parser processes, on Postgres; none on SQLite), and they are parsed in the pool
-        (`Parsers`: processes, or one thread) while the worker writes. A lone stretch (nothing
-        more to read yet) is parsed here, at once."""
+        A plain JSONL file whose format is known (or told by its first records, `sniff_format`)
+        is read ahead, up to `parsers` + 2 stretches (2 without parser processes, on Postgres;
+        none on SQLite), and their pieces are parsed in the pool (`Parsers`: processes, or one
+        thread) while the worker writes. A lone stretch (nothing more to read yet) is parsed
+        here, in pieces shared with the pool when there are parser processes."""
         ahead = self._ahead.get(row.pk)
-        if ahead and ahead[0][0].start != row.offset:
+        if ahead and ahead[0].chunk.start != row.offset:
             ahead = None  # the offset moved (another worker, a truncation): what was read ahead is stale
         if not ahead:
             self._ahead.pop(row.pk, None)
             chunk = self.reader.read(row, path)
             if chunk is None:
                 return None, None
-            ahead = self._ahead[row.pk] = deque([(chunk, None)])
-        if read_ahead and self._parse_ahead and row.format and not is_gzip(row.head):
-            while len(ahead) <= max(self.parsers, 1) and ahead[-1][0].torn is None:
-                last = ahead[-1][0]
+            ahead = self._ahead[row.pk] = deque([self._stretch(row, chunk, row.format)])
+        fmt = ahead[0].pieces[0].args[4] if ahead[0].pieces else None
+        if read_ahead and self._parse_ahead and fmt and not is_gzip(row.head):
+            while len(ahead) <= (self.parsers + 1 if self.parsers else 1) and ahead[-1].chunk.torn is None:
+                last = ahead[-1].chunk
                 nxt = self.reader.read(row, path, at=(last.end, last.line + last.n_lines))
                 if nxt is None:
                     break
-                ahead.append((nxt, None))
-            if len(ahead) > 1:
-                for k, (chunk, parsing) in enumerate(ahead):
-                    if parsing is None and chunk.data:
-                        ahead[k] = (chunk, self._pool.submit(*self._parse_args(row, chunk)))
-        return ahead.popleft()
+                ahead.append(self._stretch(row, nxt, fmt))
+            if len(ahead) > 1 or self.parsers:
+                self._pool.top_up(ahead)
+        head = ahead.popleft()
+        return head.chunk, head
 
-    def _parse_args(self, row, chunk: Chunk) -> tuple:
-        return (chunk.data, row.name, chunk.start, chunk.line, row.format, self._root_of(row.name))
-
-    def _parsed(self, row, chunk: Chunk, parsing: Future | None) -> Parsed:
-        """The stretch's parse: waited for when a parser process has it, else done here."""
+    def _stretch(self, row, chunk: Chunk, fmt: str | None) -> Stretch:
+        """`chunk` and its pieces: one without parser processes, else up to two per parser and
+        one for the worker. A file of no known format yet is told by the stretch at its start
+        (`sniff_format`); when that fails the stretch is parsed whole, as one piece."""
         if not chunk.data:
+            return Stretch(chunk, [])
+        if fmt is None and self.parsers and chunk.start == 0 and not is_gzip(row.head):
+            fmt = sniff_format(chunk.data, row.name, chunk.line)
+        k = 2 * (self.parsers + 1) if self.parsers and fmt else 1
+        return Stretch(chunk, pieces(chunk.data, row.name, chunk.start, chunk.line, chunk.n_lines, fmt,
+                                     self._root_of(row.name), k))
+
+    def _parsed(self, row, chunk: Chunk, stretch: Stretch | None) -> Parsed:
+        """The stretch's parse, shared between the worker and the pool (`Parsers.parsed`)."""
+        if not chunk.data or stretch is None or not stretch.pieces:
             return Parsed(row.format)
-        if parsing is not None:
-            try:
-                return parsing.result()
-            except BrokenProcessPool as exc:  # a parser died (the OOM killer, a signal): parse here
-                self.log(f"{row.name}: a parser process died ({exc}); parsing in the worker")
-                self._pool.close()
-                self._ahead.clear()
-        return parse_lines(*self._parse_args(row, chunk))
+        return self._pool.parsed(stretch, self._ahead.get(row.pk) or ())
 
     def _corrupt(self, row, state: GzState) -> int:
         """A gzip file whose data is damaged, read up to the damage: rejected once (one

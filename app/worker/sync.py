@@ -21,6 +21,8 @@ from app.store.outage import RETRY_SECONDS, not_the_data
 from app.store.prepare import cause
 from app.store.quarantine import IngestContext, quarantine_many, with_source
 from app.store.write import BATCH, IngestOrder, StoreResult, ensure_run, store, store_tokenizer
+from app.worker.parse import Parsers
+from app.worker.pooled import auto_parsers, database_url, poolable, pooled_items
 from ingest.checks import CheckContext
 from ingest.errors import RecordError
 from ingest.files import TRACE_SUFFIXES, Renderings, RenderingWatch, read_records, walk
@@ -105,7 +107,7 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
                  check_context: CheckContext | None = None, on_file: Callable[[Path, Source], None] | None = None,
                  on_item: Callable[[object], None] | None = None, batch_size: int = BATCH,
                  roots: dict[Path, Path] | None = None, names: dict[Path, str] | None = None,
-                 retry_seconds: float = RETRY_SECONDS) -> IngestReport:
+                 retry_seconds: float = RETRY_SECONDS, parsers: int | None = None) -> IngestReport:
     """Ingest every file under `paths`, `batch_size` rollouts per transaction
     (`ROLLSCOPE_WORKER__BATCH_SIZE`). `on_file`/`on_item` drive progress displays.
 
@@ -132,6 +134,10 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
     stored, each a rollout of its own, and listed in `IngestReport.renderings`
     (`ingest.files.RenderingWatch`); their rows say so. A record a later file takes over counts on
     that file's row (`_credit`).
+
+    `parsers`: processes that read, check and prepare a big native JSONL file while this one
+    writes (app/worker/pooled.py; None: one on a machine with two cores or more, `auto_parsers`);
+    what is stored and reported is the same either way.
     """
     if check_context is None and tokenizer_key:
         from app.store.tokenizers import tokenizer_context
@@ -142,8 +148,37 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
     owner: dict = {}  # identity → (FileReport, count it is in, findings) of the file whose record is stored
     files = list(_files(paths, roots or {}))
     order = {str((names or {}).get(path) or path): k for k, (path, _, _) in enumerate(files)}
+    # parser processes look known records up themselves, in the same database
+    known_url = database_url(engine) if ctx.known is None else None
     ctx = replace(ctx, files=frozenset(path.resolve() for path, _, _ in files),
                   known=ctx.known or known_lookup(engine))  # unchanged records skip the work
+    parsers = auto_parsers() if parsers is None else parsers
+    pool = Parsers(parsers) if parsers and check_context is None and known_url is not None else None
+    try:
+        _ingest_files(engine, files, ctx, report, watch, owner, order, pool, known_url, names=names,
+                      on_file=on_file, on_item=on_item, batch_size=batch_size, check_context=check_context,
+                      retry_seconds=retry_seconds)
+    finally:
+        if pool is not None:
+            pool.close()
+    report.renderings = watch.found()
+    rows = {f.path: f for f in report.files}
+    for found in report.renderings:
+        for name in found.files:
+            if name in rows:
+                rows[name].renders += len(found.files) - 1
+    if tokenizer_key:
+        with engine.begin() as conn:
+            for run_id in report.total.runs:
+                ensure_run(conn, run_id, tokenizer_sha256=tokenizer_key)
+    return report
+
+
+def _ingest_files(engine: Engine, files: list, ctx: ReadContext, report: IngestReport, watch: RenderingWatch,
+                  owner: dict, order: dict[str, int], pool: Parsers | None, known_url: str | None, *,
+                  names, on_file, on_item, batch_size: int, check_context, retry_seconds: float) -> None:
+    """`ingest_paths`'s loop over its files, adding to `report`; `pool`: the parser processes of
+    the call (None: every file read inline)."""
     for k, (path, explicit, root) in enumerate(files):
         file_ctx = replace(ctx, root=root)
         source = None
@@ -171,6 +206,8 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
         key_of = getattr(reader, "episode_key", None)
         if key_of is not None:
             items = watch.watch(items, source.name, reader.NAME, key_of, source.kind)
+        elif pool is not None and poolable(reader, source, renamed=name is not None):
+            items = pooled_items(pool, source, file_ctx, file_errors, known_url)
         try:
             result = store(engine, items, on_item=on_item,
                            batch_size=batch_size, context=check_context,
@@ -192,17 +229,6 @@ def ingest_paths(engine: Engine, paths: list[Path], ctx: ReadContext, *, tokeniz
         report.files.append(row)
         report.errors += file_errors
         report.total.add(result)
-    report.renderings = watch.found()
-    rows = {f.path: f for f in report.files}
-    for found in report.renderings:
-        for name in found.files:
-            if name in rows:
-                rows[name].renders += len(found.files) - 1
-    if tokenizer_key:
-        with engine.begin() as conn:
-            for run_id in report.total.runs:
-                ensure_run(conn, run_id, tokenizer_sha256=tokenizer_key)
-    return report
 
 
 def _credit(report: IngestReport, owner: dict, row: FileReport) -> None:

@@ -175,10 +175,13 @@ def _rows(engine) -> tuple[list, list]:
 
 
 @pytest.mark.slow
-def test_parser_processes_store_exactly_what_the_worker_alone_stores(engine, tmp_path):
+@pytest.mark.parametrize("stretch", [7, 40])
+def test_parser_processes_store_exactly_what_the_worker_alone_stores(engine, tmp_path, stretch):
     # A file many stretches long, read ahead and parsed by a parser process while the worker
     # writes: the same rows, the same rejections (line and byte), the same offsets as parsing
-    # in the worker itself; a restart with a different pool reads nothing twice.
+    # in the worker itself; a restart with a different pool reads nothing twice. Stretches of
+    # 40 lines are parsed in pieces of 10, shared by the worker and the pool (line 62, rejected,
+    # starts a piece), the first one too (its format told by its first record).
     from app.db.engine import make_engine
     from app.db.migrate import upgrade
 
@@ -188,10 +191,10 @@ def test_parser_processes_store_exactly_what_the_worker_alone_stores(engine, tmp
     lines[37] = b'{"schema": "rollscope/1", "id": "bad", "run": {"id": "r"}, "nodes": 7}\n'
     lines[61] = b'{"schema": "rollscope/1", "id": \n'
     (spool / "big.jsonl").write_bytes(b"".join(lines))
-    run(engine, [spool], once=True, log=lambda _m: None, batch_lines=7, parsers=1)
+    run(engine, [spool], once=True, log=lambda _m: None, batch_lines=stretch, parsers=1)
     alone = make_engine(f"sqlite:///{tmp_path / 'alone.db'}", writer=True)
     upgrade(alone)
-    run(alone, [spool], once=True, log=lambda _m: None, batch_lines=7, parsers=0)
+    run(alone, [spool], once=True, log=lambda _m: None, batch_lines=stretch, parsers=0)
     pooled, reference = _rows(engine), _rows(alone)
     assert len(pooled[0]) == 88 and [q[0] for q in pooled[1]] == [38, 62]
     assert pooled == reference
@@ -204,9 +207,29 @@ def test_parser_processes_store_exactly_what_the_worker_alone_stores(engine, tmp
     assert f == (starts[-1], 90, 88, 2, "native")
     with (spool / "big.jsonl").open("ab") as out:  # more arrives; a worker with two parsers takes it
         out.write(b"".join(line(f"q{i:03d}", step=20) for i in range(30)))
-    run(engine, [spool], once=True, log=lambda _m: None, batch_lines=4, parsers=2)
+    run(engine, [spool], once=True, log=lambda _m: None, batch_lines=4 if stretch == 7 else 30, parsers=2)
     assert count(engine, R) == 118 and count(engine, Q) == 2
     alone.dispose()
+
+
+def test_a_stretch_is_cut_into_pieces_at_line_ends():
+    # Pieces of a stretch (app/worker/parse.py `pieces`): whole lines, in order, each knowing the
+    # byte and line it starts at; none shorter than MIN_PIECE_LINES, however many are asked for.
+    from app.worker.parse import MIN_PIECE_LINES, pieces
+
+    lines = [b'{"n": %d, "pad": "%s"}\n' % (i, b"x" * (i % 5)) for i in range(41)]
+    data = b"".join(lines)
+    for k in (1, 2, 4, 5, 100):
+        cut = pieces(data, "a.jsonl", 1000, 7, len(lines), "native", None, k)
+        assert len(cut) == max(1, min(k, len(lines) // MIN_PIECE_LINES))
+        assert b"".join(p.args[0] for p in cut) == data
+        at, line_no = 1000, 7
+        for p in cut:
+            chunk, name, start, first_line, fmt, _root = p.args
+            assert (name, start, first_line, fmt) == ("a.jsonl", at, line_no, "native")
+            assert chunk.endswith(b"\n") and chunk.count(b"\n") >= (MIN_PIECE_LINES if len(cut) > 1 else 1)
+            at, line_no = at + len(chunk), line_no + chunk.count(b"\n")
+        assert line_no == 7 + len(lines)
 
 
 @pytest.mark.slow
