@@ -244,3 +244,13 @@ def test_the_schema_copy_has_no_python_hook_on_nodes():
     copied = fastdecode._schema(Rollout.__pydantic_core_schema__)
     assert hooks(copied) == []
     assert len(hooks(Rollout.__pydantic_core_schema__)) >= 6  # the original keeps them
+
+
+def test_a_node_with_its_arrays_built_equals_one_without():
+    raw = orjson.dumps(_base())
+    fast, slow = fastdecode.rollout(raw), Rollout.model_validate_json(raw)
+    assert fast.nodes[1].__pydantic_private__["_arrays"] is not None
+    assert slow.nodes[1].__pydantic_private__["_arrays"] is None
+    assert fast == slow
+    slow.nodes[1].token_ids = [1, 2, 3, 4]
+    assert fast != slow
