@@ -121,6 +121,13 @@ def _base() -> dict:
                 {"parent": 1, "message": {"role": "tool", "content": "done", "tool_call_id": "c1"}}]}
 
 
+def _text_only(d: dict) -> dict:
+    for node in d["nodes"]:
+        for key in ("token_ids", "mask", "is_content", "logprobs", "advantages"):
+            node.pop(key, None)
+    return d
+
+
 def _node(d: dict, **change) -> dict:
     d["nodes"][1].update(change)
     return d
@@ -141,6 +148,8 @@ CASES = [
         content=[{"type": "text", "text": "a"}, {"type": "image_url", "n": 18446744073709551616}]) or d, "fast"),
     ("extra keys in the envelope", lambda d: d.update(collector="x") or d["run"].update(k=1) or d, "fast"),
     ("big int in envelope extra", lambda d: d.update(big=123456789012345678901234567890) or d, "fast"),
+    ("big int, no tokens", lambda d: _text_only(d).update(big=-123456789012345678901234567890) or d, "fast"),
+    ("big float, no tokens", lambda d: _text_only(d).update(big=1e300) or d, "fast"),
     ("id -1 (not recorded)", lambda d: _node(d, token_ids=[-1, 9, 10, 11]), "fast"),
     ("no nodes", lambda d: d.pop("nodes") and d.pop("calls") and d, "fast"),
     ("bool id", lambda d: _node(d, token_ids=[8, True, 10, 11]), "refused"),
