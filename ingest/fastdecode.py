@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections import deque
 from functools import lru_cache
 from itertools import chain, repeat
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -47,9 +47,8 @@ _NODE_MODELS = (Node, Message, ToolCall)
 _chain = chain.from_iterable
 _set = object.__setattr__
 _unknown = attrgetter("__pydantic_extra__")
-_message = attrgetter("message")
-_tool_calls = attrgetter("tool_calls")
-_extra = attrgetter("extra")
+_dict_of = attrgetter("__dict__")
+_item = itemgetter
 _PRIVATE = {"_arrays": None}  # Node's private attributes as `model_post_init` sets them
 
 
@@ -121,27 +120,30 @@ def _finish(nodes: list[Node]) -> None:
     something (module docstring). Vectorised: C-level maps over nodes, numpy over tokens."""
     if not nodes:
         return
-    messages = list(map(_message, nodes))
+    # fields read through each model's __dict__ (itemgetter), not as attributes: a third of the
+    # time on a 5,000-turn rollout
+    ds = list(map(_dict_of, nodes))
+    messages = list(map(_item("message"), ds))
     if any(map(_unknown, nodes)) or any(map(_unknown, messages)):
         raise Odd
-    calls = list(filter(None, map(_tool_calls, messages)))
+    calls = list(filter(None, map(_item("tool_calls"), map(_dict_of, messages))))
     if calls and any(map(_unknown, _chain(calls))):
         raise Odd
     deque(map(_set, nodes, repeat("__pydantic_private__"), map(dict.copy, repeat(_PRIVATE, len(nodes)))),
           maxlen=0)
-    ids = list(map(attrgetter("token_ids"), nodes))
+    ids = list(map(_item("token_ids"), ds))
     sizes = list(map(len, ids))
-    per_field = {name: list(map(attrgetter(name), nodes)) for name in ("mask", "is_content", *FLOAT_ARRAYS)}
+    per_field = {name: list(map(_item(name), ds)) for name in ("mask", "is_content", *FLOAT_ARRAYS)}
     for name, lists in per_field.items():
         if not any(lists):
             continue
         lens = [len(v) if v else 0 for v in lists] if None in lists else list(map(len, lists))
         if lens != sizes and any(k and k != n for k, n in zip(lens, sizes)):
             raise Odd  # fitted by Node._lockstep
-    if any(map(_extra, nodes)):
-        for node, n in zip(nodes, sizes):
-            for key in TRAINER_LOGPROB_KEYS if node.extra else ():
-                v = node.extra.get(key)
+    if any(map(_item("extra"), ds)):
+        for d, n in zip(ds, sizes):
+            for key in TRAINER_LOGPROB_KEYS if d["extra"] else ():
+                v = d["extra"].get(key)
                 if isinstance(v, list) and v and len(v) != n:
                     raise Odd  # fitted by Node._lockstep
     total = sum(sizes)
