@@ -24,6 +24,13 @@ the node's 400 tokens. The copy (`_schema`) leaves them out and keeps what they 
 - `model_post_init`: `_finish` sets each node's private attributes as it would.
 
 The envelope and `calls` keep every hook; `Rollout._graph_is_well_formed` runs as usual.
+
+Measured (CPU time, 2-core machine under load, same run; tests/formats/test_fast_decode.py proves
+the results the same): a 20-turn text-only rollout 0.50 → 0.25 ms; a 20-turn, 8k-token rollout
+2.2-3.0 → 1.6-2.3 ms (about 0.75) with its numpy arrays built, 0.66-0.86 of pydantic followed by
+`node_arrays` on every node. Most of what is left is pydantic-core's own parse of the token arrays
+(twice orjson's time; orjson first, then the rest re-validated, was measured slower) and, on a
+5,000-turn rollout, the cyclic collector walking the nodes as they are made (app/store/gc_relaxed.py).
 """
 from __future__ import annotations
 
