@@ -67,18 +67,22 @@ def float_array(values: list | None) -> np.ndarray | None:
         return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
 
 
-_FIELDS = ("token_ids", "mask", "is_content", "logprobs", "advantages", "reference_logprobs")
-
-
 def _key(node) -> tuple:
     """The node's lists themselves and their lengths: the cache holds the lists, so an id cannot
-    be reused by a new list while the arrays built from the old one are cached."""
+    be reused by a new list while the arrays built from the old one are cached. Spelled out (it runs
+    once per node and stage): `advantages` and `reference_logprobs` may be None, the others are lists."""
     d = node.__dict__
-    return tuple((d[f], len(d[f]) if isinstance(d[f], list) else 0) for f in _FIELDS)
+    t, m, c, lp, a, r = (d["token_ids"], d["mask"], d["is_content"], d["logprobs"], d["advantages"],
+                         d["reference_logprobs"])
+    return ((t, len(t)), (m, len(m)), (c, len(c)), (lp, len(lp)),
+            (a, 0 if a is None else len(a)), (r, 0 if r is None else len(r)))
 
 
 def _same(a: tuple, b: tuple) -> bool:
-    return all(x[0] is y[0] and x[1] == y[1] for x, y in zip(a, b))
+    for x, y in zip(a, b):
+        if x[0] is not y[0] or x[1] != y[1]:
+            return False
+    return True
 
 
 def node_arrays(node) -> NodeArrays:

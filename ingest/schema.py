@@ -210,6 +210,14 @@ class Node(Model):
     # (ingest/arrays.py `node_arrays`); not part of the format
     _arrays: Any = PrivateAttr(default=None)
 
+    def __eq__(self, other: object) -> bool:
+        """Pydantic's equality, the `_arrays` cache aside: it is built from the very lists compared,
+        and a node whose arrays a stage (or the decoder) has built equals one whose have not been."""
+        if type(other) is not Node:
+            return super().__eq__(other)
+        return (self.__dict__ == other.__dict__ and self.__pydantic_extra__ == other.__pydantic_extra__
+                and _uncached(self) == _uncached(other))
+
     def mark_placeholders(self) -> None:
         """Record negative ids other than -1 (placeholders such as -100, -200) as `[position, id]`
         in `extra.placeholder_token_ids`. The ids stay as written (numbers exactly as the source
@@ -257,6 +265,11 @@ class Node(Model):
             return list(values) + [fill] * (n - len(values))
         self.extra.setdefault("overflow", {})[name] = list(values[n:])
         return list(values[:n])
+
+
+def _uncached(node: Node) -> dict[str, Any]:
+    """A node's private attributes but its `_arrays` cache."""
+    return {k: v for k, v in (node.__pydantic_private__ or {}).items() if k != "_arrays"}
 
 
 class Usage(Model):
