@@ -2,14 +2,14 @@
 the faults of writers that build these arrays by hand and let them drift apart."""
 from __future__ import annotations
 
-import math
 from array import array
 from collections.abc import Iterator
 
 import numpy as np
 
+from ingest.arrays import node_arrays
 from ingest.checks.context import CheckContext
-from ingest.checks.registry import Hit, Skip, check, memo, plural
+from ingest.checks.registry import Hit, Skip, check, plural
 from ingest.schema import TRAINER_LOGPROB_KEYS, Rollout
 
 REPLACEMENT_HEX = "efbfbd"
@@ -33,27 +33,27 @@ def array_len_mismatch(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
                       {"array": name, "source_length": n_src, "tokens": len(node.token_ids)})
 
 
-def _bounds(values: list) -> tuple[float, float] | None:
-    """(min, max) of a list of logprobs when all are None ((inf, -inf): nothing to check) or all
-    finite numbers, decided at C speed (one conversion to float64, numpy's min and max); None
-    when it has to be looked at value by value (a mix with None, NaN, ±inf)."""
-    if not values:
-        return math.inf, -math.inf
-    try:  # `None in values` first would compare every float with None, slowly
-        a = np.frombuffer(array("d", values), dtype=np.float64)
-    except TypeError:  # a None among them
-        return (math.inf, -math.inf) if values[0] is None and values.count(None) == len(values) else None
-    except OverflowError:  # a number beyond float64
-        return None
-    low, high = float(a.min()), float(a.max())  # NaN propagates into both
-    return (low, high) if math.isfinite(low) and math.isfinite(high) else None
+def _logprobs(node) -> np.ndarray | None:
+    """The node's behaviour logprobs as float64 (NaN where null; `ingest.arrays.node_arrays`),
+    None when it has none: the list is looked at first, so a node without logprobs costs no
+    array."""
+    return node_arrays(node).logprobs if node.logprobs else None
 
 
-def _all_within(r: Rollout, i: int, low: float, high: float) -> bool:
-    """True when every logprob of node `i` is None or within [low, high] (bounds derived once per
-    check run, for the two logprob checks); False means look closer."""
-    b = memo("logprob_bounds", lambda: [_bounds(n.logprobs) for n in r.nodes])[i]
-    return b is not None and (b[0] > b[1] or (low <= b[0] and b[1] <= high))
+def _nulls(values: list, nan: np.ndarray) -> np.ndarray:
+    """Which NaN entries of a logprob array (`nan`: its isnan) are nulls in the source list
+    `values`, not NaN numbers: all of them, decided at C speed (`list.count`), unless the list
+    holds a NaN number; then each NaN position is looked at (rare: strict JSON has no NaN)."""
+    if values.count(None) == int(nan.sum()):
+        return nan
+    out = np.zeros(len(values), dtype=bool)
+    out[[k for k in np.flatnonzero(nan).tolist() if values[k] is None]] = True
+    return out
+
+
+def _positions(flags: np.ndarray) -> list[int]:
+    """The indices where `flags` is true, as Python ints."""
+    return np.flatnonzero(flags).tolist()
 
 
 @check("suspected_logprob_padding", "warning", label="suspected logprob padding")
@@ -64,18 +64,13 @@ def suspected_logprob_padding(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     for i, node in enumerate(r.nodes):
         if not node.mask or not node.logprobs:
             continue
-        run, start = 0, None
-        for k in range(len(node.mask) - 1, -1, -1):  # from the end: only the trailing run matters
-            if not node.mask[k]:
-                continue
-            lp = node.logprobs[k]
-            if lp is not None and lp == 0.0:
-                run, start = run + 1, k
-            else:
-                break
+        a = node_arrays(node)
+        sampled = np.flatnonzero(a.mask)  # only the trailing run of sampled tokens matters
+        other = np.flatnonzero(a.logprobs[sampled] != 0.0)  # a null (NaN) ends the run too
+        run = len(sampled) - (int(other[-1]) + 1 if len(other) else 0)
         if run >= 2:
             yield Hit(f"node {i}: last {run} sampled logprobs are exactly 0.0 (suspected padding)",
-                      i, start, {"run": run})
+                      i, int(sampled[len(sampled) - run]), {"run": run})
 
 
 @check("invalid_logprob", "error", label="invalid logprob")
@@ -86,17 +81,34 @@ def invalid_logprob(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     trainer's (`extra.trainer_logprobs` / `extra.old_logprobs`), where a non-number (a string, a
     boolean) or an integer too large for a float (10**400) is invalid too."""
     for i, node in enumerate(r.nodes):
-        if not _all_within(r, i, -FLOAT32_MAX, LOGPROB_EPS):
-            bad = [k for k, lp in enumerate(node.logprobs)
-                   if lp is not None and not (-FLOAT32_MAX <= lp <= LOGPROB_EPS)]
-            if bad:
-                yield _invalid(i, "logprobs", node.logprobs, bad)
+        a = _logprobs(node)
+        if a is not None:
+            ok = (a >= -FLOAT32_MAX) & (a <= LOGPROB_EPS)  # NaN: not ok, unless it is a null
+            if not ok.all():
+                nan = np.isnan(a)
+                bad = _positions(~ok & ~_nulls(node.logprobs, nan) if nan.any() else ~ok)
+                if bad:
+                    yield _invalid(i, "logprobs", node.logprobs, bad)
         for key in TRAINER_LOGPROB_KEYS:
             values = node.extra.get(key)
             if isinstance(values, list) and values:
-                bad = [k for k, v in enumerate(values) if v is not None and not _valid_logprob(v)]
+                bad = _invalid_trainer(values)
                 if bad:
                     yield _invalid(i, key, values, bad)
+
+
+def _invalid_trainer(values: list) -> list[int]:
+    """Positions of a trainer logprob array (as the source wrote it: any JSON value) that are
+    neither null nor a valid logprob (`_valid_logprob`). At C speed when every value is a float or
+    an int that fits one (numpy bounds; the values are exactly floats); else value by value."""
+    if set(map(type, values)) <= {float, int}:
+        try:
+            a = np.frombuffer(array("d", values), dtype=np.float64)
+        except OverflowError:  # an integer beyond float64: decided value by value
+            pass
+        else:
+            return _positions(~((a >= -FLOAT32_MAX) & (a <= LOGPROB_EPS)))
+    return [k for k, v in enumerate(values) if v is not None and not _valid_logprob(v)]
 
 
 def _valid_logprob(v) -> bool:
@@ -143,14 +155,17 @@ def placeholder_token_id(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     if not any(n.token_ids for n in r.nodes):
         raise Skip("no token ids recorded")
     for i, node in enumerate(r.nodes):
-        if not node.token_ids or min(node.token_ids) >= -1:
+        if not node.token_ids:
             continue
-        bad = [k for k, t in enumerate(node.token_ids) if t < -1]
-        if bad:
-            values = sorted({node.token_ids[k] for k in bad})
-            yield Hit(f"node {i}: {plural(len(bad), 'placeholder id')} ({', '.join(map(str, values[:5]))}) "
-                      "in token_ids",
-                      i, bad[0], {"positions": bad[:200], "count": len(bad), "values": values[:10]})
+        ids = node_arrays(node).token_ids
+        if ids.min() >= -1:
+            continue
+        at = np.flatnonzero(ids < -1)
+        bad = at.tolist()
+        values = np.unique(ids[at]).tolist()
+        yield Hit(f"node {i}: {plural(len(bad), 'placeholder id')} ({', '.join(map(str, values[:5]))}) "
+                  "in token_ids",
+                  i, bad[0], {"positions": bad[:200], "count": len(bad), "values": values[:10]})
 
 
 @check("implausible_logprob", "warning", label="implausible logprob")
@@ -159,14 +174,28 @@ def implausible_logprob(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     IMPLAUSIBLE_LOGPROB (-20, probability < 2e-9): the sign that ids and logprobs belong to
     different tokens. Positive logprobs are reported as `invalid_logprob`."""
     sampled = [(i, n) for i, n in enumerate(r.nodes) if n.message.role == "assistant" and n.token_ids]
-    if all(n.logprobs.count(None) == len(n.logprobs) for _, n in sampled):
+    if all(_all_null(n) for _, n in sampled):
         raise Skip("no behaviour logprobs recorded on sampled tokens")
     for i, node in sampled:
-        if _all_within(r, i, IMPLAUSIBLE_LOGPROB, math.inf):
+        a = _logprobs(node)
+        if a is None:
             continue
-        low = [k for k, lp in enumerate(node.logprobs) if lp is not None and lp < IMPLAUSIBLE_LOGPROB
-               and (not node.mask or node.mask[k])]
-        if low:
-            yield Hit(f"node {i}: {plural(len(low), 'sampled token')} with logprob below {IMPLAUSIBLE_LOGPROB:g}",
-                      i, low[0], {"positions": low[:200], "count": len(low), "threshold": IMPLAUSIBLE_LOGPROB,
-                                  "min": min(node.logprobs[k] for k in low)})
+        low_flags = a < IMPLAUSIBLE_LOGPROB  # NaN (null) is not below
+        if node.mask:
+            low_flags &= node_arrays(node).mask
+        if not low_flags.any():
+            continue
+        low = _positions(low_flags)
+        lowest = node.logprobs[low[int(np.argmin(a[low]))]]  # the source's value, the first of the lowest
+        yield Hit(f"node {i}: {plural(len(low), 'sampled token')} with logprob below {IMPLAUSIBLE_LOGPROB:g}",
+                  i, low[0], {"positions": low[:200], "count": len(low), "threshold": IMPLAUSIBLE_LOGPROB,
+                              "min": lowest})
+
+
+def _all_null(node) -> bool:
+    """Every behaviour logprob of the node is null (none given counts as all null)."""
+    a = _logprobs(node)
+    if a is None:
+        return True
+    nan = np.isnan(a)
+    return bool(nan.all()) and bool(_nulls(node.logprobs, nan).all())
