@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
+
+from ingest.arrays import node_arrays
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, Skip, check, plural
 from ingest.checks.template import MAX_FINDINGS, requests
@@ -32,10 +35,14 @@ def token_out_of_vocab(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     if not any(n.token_ids for n in r.nodes):
         raise Skip("no token ids recorded")
     for i, node in enumerate(r.nodes):
-        if not node.token_ids or max(node.token_ids) < size:
+        if not node.token_ids:
             continue
-        bad = [k for k, t in enumerate(node.token_ids) if t >= size]
-        ids = sorted({node.token_ids[k] for k in bad})
+        a = node_arrays(node).token_ids
+        if a.max() < size:
+            continue
+        at = np.flatnonzero(a >= size)
+        bad = at.tolist()
+        ids = np.unique(a[at]).tolist()
         sampled = node.message.role == "assistant"
         yield Hit(f"node {i}: {plural(len(bad), 'sampled id' if sampled else 'id')} "
                   f"({', '.join(map(str, ids[:5]))}) not in the tokenizer ({size} ids)", i, bad[0],
