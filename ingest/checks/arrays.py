@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ingest.arrays import node_arrays
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, Skip, check, plural
+from ingest.checks.scan import tokens, with_extra
 from ingest.schema import TRAINER_LOGPROB_KEYS, Rollout
 
 REPLACEMENT_HEX = "efbfbd"
@@ -26,18 +26,12 @@ def array_len_mismatch(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
 
     A short logprob array shifts every later position: the trainer pairs each token with the
     next token's logprob (rllm-org/rllm#898)."""
-    for i, node in enumerate(r.nodes):
+    for i in with_extra(r):
+        node = r.nodes[i]
         for name, n_src in (node.extra.get("source_lengths") or {}).items():
             yield Hit(f"node {i}: {name} has {n_src} entries for {len(node.token_ids)} tokens",
                       i, min(n_src, len(node.token_ids)),
                       {"array": name, "source_length": n_src, "tokens": len(node.token_ids)})
-
-
-def _logprobs(node) -> np.ndarray | None:
-    """The node's behaviour logprobs as float64 (NaN where null; `ingest.arrays.node_arrays`),
-    None when it has none: the list is looked at first, so a node without logprobs costs no
-    array."""
-    return node_arrays(node).logprobs if node.logprobs else None
 
 
 def _nulls(values: list, nan: np.ndarray) -> np.ndarray:
@@ -61,10 +55,13 @@ def suspected_logprob_padding(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """A trailing run (>= 2) of exact 0.0 logprobs on a node's sampled tokens: 0.0 is
     probability 1, which writers use as padding. `position` is the token index within the node
     where the run starts, `detail.run` its length."""
-    for i, node in enumerate(r.nodes):
-        if not node.mask or not node.logprobs:
+    t = tokens(r)
+    if t.logprobs is None or t.mask is None:
+        return
+    for s in t.slots((t.logprobs == 0.0) & t.mask):  # a node with no sampled 0.0 has no run
+        i, a = t.nodes[s], t.arrays[s]
+        if a.logprobs is None:
             continue
-        a = node_arrays(node)
         sampled = np.flatnonzero(a.mask)  # only the trailing run of sampled tokens matters
         other = np.flatnonzero(a.logprobs[sampled] != 0.0)  # a null (NaN) ends the run too
         run = len(sampled) - (int(other[-1]) + 1 if len(other) else 0)
@@ -80,21 +77,46 @@ def invalid_logprob(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     logprob arrays are checked: the behaviour logprobs (`detail.array` "logprobs") and the
     trainer's (`extra.trainer_logprobs` / `extra.old_logprobs`), where a non-number (a string, a
     boolean) or an integer too large for a float (10**400) is invalid too."""
-    for i, node in enumerate(r.nodes):
-        a = _logprobs(node)
-        if a is not None:
-            ok = (a >= -FLOAT32_MAX) & (a <= LOGPROB_EPS)  # NaN: not ok, unless it is a null
-            if not ok.all():
-                nan = np.isnan(a)
-                bad = _positions(~ok & ~_nulls(node.logprobs, nan) if nan.any() else ~ok)
-                if bad:
-                    yield _invalid(i, "logprobs", node.logprobs, bad)
+    bad_at = _invalid_behaviour(r)
+    trainer = [i for i in with_extra(r) if any(isinstance(r.nodes[i].extra.get(k), list) for k in TRAINER_LOGPROB_KEYS)]
+    for i in sorted(set(bad_at) | set(trainer)):
+        node = r.nodes[i]
+        if i in bad_at:
+            yield _invalid(i, "logprobs", node.logprobs, bad_at[i])
         for key in TRAINER_LOGPROB_KEYS:
             values = node.extra.get(key)
             if isinstance(values, list) and values:
                 bad = _invalid_trainer(values)
                 if bad:
                     yield _invalid(i, key, values, bad)
+
+
+def _invalid_behaviour(r: Rollout) -> dict[int, list[int]]:
+    """node → positions of its behaviour logprobs that are not null and not within
+    [-FLOAT32_MAX, LOGPROB_EPS] (NaN numbers included), for the nodes that have any: decided on the
+    flat logprobs, a node looked at alone only when it has one."""
+    t = tokens(r)
+    if t.logprobs is None:
+        return {}
+    lp = t.logprobs
+    ok = (lp >= -FLOAT32_MAX) & (lp <= LOGPROB_EPS)
+    if ok.all():
+        return {}
+    nan = np.isnan(lp)
+    look = t.per_node_any(~ok & ~nan)
+    if nan.any():  # a NaN is a null unless the source list holds a NaN number
+        nans = np.add.reduceat(nan.view(np.uint8), t.starts[:-1], dtype=np.int64)
+        for s in np.flatnonzero(t.has_logprobs & (nans > 0) & ~look).tolist():
+            look[s] = r.nodes[t.nodes[s]].logprobs.count(None) != nans[s]
+    out = {}
+    for s in np.flatnonzero(look).tolist():
+        i, a = t.nodes[s], t.arrays[s].logprobs
+        values = r.nodes[i].logprobs
+        slot_nan = np.isnan(a)
+        bad = _positions(~((a >= -FLOAT32_MAX) & (a <= LOGPROB_EPS)) & ~_nulls(values, slot_nan))
+        if bad:
+            out[i] = bad
+    return out
 
 
 def _invalid_trainer(values: list) -> list[int]:
@@ -132,12 +154,23 @@ def _shown(v) -> str:
 def bytes_lost_upstream(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """The source's token bytes are U+FFFD replacement bytes: the true bytes were lost before
     the trace was written, and text is not rebuilt from them."""
-    for i, node in enumerate(r.nodes):
-        pieces = node.extra.get("token_bytes") or []
+    for i in with_extra(r):
+        pieces = r.nodes[i].extra.get("token_bytes") or []
+        if _none_lost(pieces):
+            continue
         lost = [k for k, h in enumerate(pieces) if isinstance(h, str) and REPLACEMENT_HEX in h.replace(" ", "")]
         if lost:
             yield Hit(f"node {i}: {len(lost)} token(s) carry U+FFFD; the true bytes are gone", i, lost[0],
                       {"positions": lost})
+
+
+def _none_lost(pieces: list) -> bool:
+    """True when no piece can hold REPLACEMENT_HEX: decided on all the pieces joined, at C speed,
+    when they are all text (a match across two pieces only sends it to the exact look)."""
+    try:
+        return REPLACEMENT_HEX not in "".join(pieces).replace(" ", "")
+    except TypeError:  # a piece that is not text
+        return False
 
 
 # A sampled token whose behaviour logprob is below this was drawn with probability < 2e-9: with
@@ -152,14 +185,13 @@ def placeholder_token_id(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """A negative sentinel (-100, -200: the ignore index or image placeholder of a collator)
     inside `token_ids`. The rollout is kept; the finding names the positions. (-1 is the
     readers' documented "id not recorded" and is not reported.)"""
-    if not any(n.token_ids for n in r.nodes):
+    t = tokens(r)
+    if not t.nodes:
         raise Skip("no token ids recorded")
-    for i, node in enumerate(r.nodes):
-        if not node.token_ids:
-            continue
-        ids = node_arrays(node).token_ids
-        if ids.min() >= -1:
-            continue
+    if t.ids.min() >= -1:
+        return
+    for s in t.slots(t.ids < -1):
+        i, ids = t.nodes[s], t.arrays[s].token_ids
         at = np.flatnonzero(ids < -1)
         bad = at.tolist()
         values = np.unique(ids[at]).tolist()
@@ -173,29 +205,32 @@ def implausible_logprob(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """A sampled token (assistant message) whose behaviour logprob is below
     IMPLAUSIBLE_LOGPROB (-20, probability < 2e-9): the sign that ids and logprobs belong to
     different tokens. Positive logprobs are reported as `invalid_logprob`."""
-    sampled = [(i, n) for i, n in enumerate(r.nodes) if n.message.role == "assistant" and n.token_ids]
-    if all(_all_null(n) for _, n in sampled):
+    t = tokens(r)
+    sampled = [s for s, i in enumerate(t.nodes) if r.nodes[i].message.role == "assistant"]
+    if all(_all_null(r, t, s) for s in sampled):
         raise Skip("no behaviour logprobs recorded on sampled tokens")
-    for i, node in sampled:
-        a = _logprobs(node)
-        if a is None:
+    low_any = t.per_node_any(t.logprobs < IMPLAUSIBLE_LOGPROB)  # NaN (null) is not below
+    for s in sampled:
+        if not low_any[s]:
             continue
-        low_flags = a < IMPLAUSIBLE_LOGPROB  # NaN (null) is not below
-        if node.mask:
-            low_flags &= node_arrays(node).mask
+        i, a = t.nodes[s], t.arrays[s]
+        node = r.nodes[i]
+        low_flags = a.logprobs < IMPLAUSIBLE_LOGPROB
+        if a.mask is not None:
+            low_flags &= a.mask
         if not low_flags.any():
             continue
         low = _positions(low_flags)
-        lowest = node.logprobs[low[int(np.argmin(a[low]))]]  # the source's value, the first of the lowest
+        lowest = node.logprobs[low[int(np.argmin(a.logprobs[low]))]]  # the source's value, the first of the lowest
         yield Hit(f"node {i}: {plural(len(low), 'sampled token')} with logprob below {IMPLAUSIBLE_LOGPROB:g}",
                   i, low[0], {"positions": low[:200], "count": len(low), "threshold": IMPLAUSIBLE_LOGPROB,
                               "min": lowest})
 
 
-def _all_null(node) -> bool:
-    """Every behaviour logprob of the node is null (none given counts as all null)."""
-    a = _logprobs(node)
+def _all_null(r: Rollout, t, s: int) -> bool:
+    """Every behaviour logprob of node slot `s` is null (none given counts as all null)."""
+    a = t.arrays[s].logprobs
     if a is None:
         return True
     nan = np.isnan(a)
-    return bool(nan.all()) and bool(_nulls(node.logprobs, nan).all())
+    return bool(nan.all()) and bool(_nulls(r.nodes[t.nodes[s]].logprobs, nan).all())

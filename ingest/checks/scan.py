@@ -1,0 +1,90 @@
+"""What several checks read of one rollout, derived once per check run (`registry.memo`): the
+rollout's tokens as flat numpy arrays, the nodes that carry `extra`, its branches.
+
+The token checks decide "nothing to report" with a few numpy calls over the whole rollout (one
+`min` over every id, one comparison over every logprob) instead of a few per node, and look at a
+node's own arrays only where the flat arrays show something (issue 25: no Python loop over
+tokens; numpy's cost per call is that of a few hundred tokens, so per node it would not pay).
+
+`Tokens` (shapes: T = total tokens of the nodes with token ids, S = how many such nodes):
+- `nodes`: the S node indices with token ids, in node order; `arrays`: their `NodeArrays`
+  (`ingest.arrays.node_arrays`); `starts`: S + 1 offsets (int64), node `nodes[s]`'s tokens are
+  `starts[s]:starts[s + 1]` of every flat array;
+- `ids`: int64 [T];
+- `mask`: bool [T], False on a node without a mask (`has_mask` [S] says which have one); None
+  when no node has one;
+- `logprobs`: float64 [T], NaN for a null and on a node without logprobs (`has_logprobs` [S]);
+  None when no node has any.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ingest.arrays import NodeArrays, node_arrays
+from ingest.checks.registry import memo
+from ingest.graph import branches as _branches
+from ingest.schema import Rollout
+
+
+@dataclass(frozen=True)
+class Tokens:
+    nodes: list[int]
+    arrays: list[NodeArrays]
+    starts: np.ndarray
+    ids: np.ndarray
+    mask: np.ndarray | None
+    has_mask: np.ndarray
+    logprobs: np.ndarray | None
+    has_logprobs: np.ndarray
+
+    def per_node_any(self, flags: np.ndarray) -> np.ndarray:
+        """bool [S]: whether each node has a true entry in `flags` (bool [T])."""
+        if not self.nodes:
+            return np.zeros(0, dtype=bool)
+        return np.logical_or.reduceat(flags, self.starts[:-1])
+
+    def per_node_all(self, flags: np.ndarray) -> np.ndarray:
+        """bool [S]: whether every entry of each node in `flags` (bool [T]) is true."""
+        if not self.nodes:
+            return np.zeros(0, dtype=bool)
+        return np.logical_and.reduceat(flags, self.starts[:-1])
+
+    def slots(self, flags: np.ndarray) -> list[int]:
+        """The slots s (positions in `nodes`) whose node has a true entry in `flags` (bool [T])."""
+        return np.flatnonzero(self.per_node_any(flags)).tolist()
+
+
+def tokens(r: Rollout) -> Tokens:
+    """The rollout's tokens as flat arrays (see the module docstring), once per check run."""
+    return memo("tokens", lambda: _tokens(r))
+
+
+def _tokens(r: Rollout) -> Tokens:
+    nodes = [i for i, n in enumerate(r.nodes) if n.token_ids]
+    arrays = [node_arrays(r.nodes[i]) for i in nodes]
+    lengths = [a.n for a in arrays]
+    starts = np.zeros(len(nodes) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=starts[1:])
+    ids = np.concatenate([a.token_ids for a in arrays]) if arrays else np.zeros(0, dtype=np.int64)
+    has_mask = np.array([a.mask is not None for a in arrays], dtype=bool)
+    has_lp = np.array([a.logprobs is not None for a in arrays], dtype=bool)
+    mask = logprobs = None
+    if has_mask.any():
+        mask = np.concatenate([a.mask if a.mask is not None else np.zeros(a.n, dtype=bool) for a in arrays])
+    if has_lp.any():
+        logprobs = np.concatenate([a.logprobs if a.logprobs is not None else np.full(a.n, np.nan)
+                                   for a in arrays])
+    return Tokens(nodes, arrays, starts, ids, mask, has_mask, logprobs, has_lp)
+
+
+def with_extra(r: Rollout) -> list[int]:
+    """Indices of the nodes whose `extra` is not empty (most nodes of most formats have none:
+    the checks that read `extra` look at these only), once per check run."""
+    return memo("with_extra", lambda: [i for i, n in enumerate(r.nodes) if n.extra])
+
+
+def branches(r: Rollout) -> list[list[int]]:
+    """`ingest.graph.branches` of the rollout's nodes, once per check run."""
+    return memo("branches", lambda: _branches(r.nodes))
