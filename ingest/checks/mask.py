@@ -10,20 +10,24 @@ import numpy as np
 from ingest.arrays import node_arrays
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, Skip, check, plural
-from ingest.graph import branches, on_restated_branch
+from ingest.checks.scan import Tokens, branches, tokens
+from ingest.graph import on_restated_branch
 from ingest.schema import Rollout
 
 SAMPLED_ROLE = "assistant"
 
 
-def _require_mask(r: Rollout) -> None:
-    if not any(n.mask for n in r.nodes):
+def _require_mask(r: Rollout) -> Tokens:
+    """The rollout's flat tokens (ingest/checks/scan.py), which have a mask; Skip when none has."""
+    t = tokens(r)
+    if t.mask is None:
         raise Skip("no loss mask recorded")
+    return t
 
 
-def _trains(node) -> bool:
-    """Whether any token of the node has loss mask 1 (on the node's mask array)."""
-    return bool(node.mask) and bool(node_arrays(node).mask.any())
+def _assistant(r: Rollout, t: Tokens, slots: list[int]) -> list[int]:
+    """The slots among `slots` whose node is an assistant message."""
+    return [s for s in slots if r.nodes[t.nodes[s]].message.role == SAMPLED_ROLE]
 
 
 @check("mask_on_unsampled", "error", label="mask on unsampled tokens")
@@ -31,11 +35,13 @@ def mask_on_unsampled(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """Loss mask 1 on tokens of a message the policy did not sample (system, user, tool,
     environment): they are trained on as if the policy had written them. One finding per
     message, with its role and the token positions (case 30)."""
-    _require_mask(r)
-    for i, node in enumerate(r.nodes):
-        if node.message.role == SAMPLED_ROLE or not node.mask:
+    t = _require_mask(r)
+    for s in t.slots(t.mask):
+        i = t.nodes[s]
+        node = r.nodes[i]
+        if node.message.role == SAMPLED_ROLE:
             continue
-        on = np.flatnonzero(node_arrays(node).mask).tolist()
+        on = np.flatnonzero(t.arrays[s].mask).tolist()
         if on:
             yield Hit(f"node {i} ({node.message.role}): loss mask 1 on {plural(len(on), 'token')} "
                       "the policy did not sample",
@@ -51,15 +57,13 @@ def sampled_mask_zero(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     inside a turn, on content tokens (`is_content` 1) with mask 0, and on a whole turn left
     out while other turns train. An unsampled assistant node with mask 0 on a branch that restates
     the history (`token_drift`, e.g. verifiers' restated turn) is context, not a sample."""
-    _require_mask(r)
-    if not any(_trains(n) for n in r.nodes):
+    t = _require_mask(r)
+    if not t.mask.any():
         raise Skip("the whole loss mask is 0 (a filter zeroed the rollout: it trains on nothing)")
-    for i, node in enumerate(r.nodes):
-        if node.message.role != SAMPLED_ROLE or not node.mask:
-            continue
-        a = node_arrays(node)
-        if a.mask.all():
-            continue  # a turn trained on whole has no mask-0 tokens to report
+    # a turn trained on whole has no mask-0 tokens to report
+    for s in _assistant(r, t, np.flatnonzero(t.has_mask & ~t.per_node_all(t.mask)).tolist()):
+        i, a = t.nodes[s], t.arrays[s]
+        node = r.nodes[i]
         if not node.sampled and not a.mask.any() and on_restated_branch(r.nodes, i):
             continue  # a history turn the prompt restated (verifiers: a new, unsampled node): context, not a sample
         if a.is_content is not None and a.is_content.any():
@@ -82,10 +86,10 @@ def terminal_env_tokenized(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """The environment message of a terminal step (a tool or user message at the end of a
     branch, after the policy's last turn) was tokenized into the training sequence, although
     nothing follows it: the sample carries context the policy never conditioned on."""
-    if not any(n.token_ids for n in r.nodes):
+    if not tokens(r).nodes:
         raise Skip("no token ids recorded")
     seen: set[int] = set()
-    for path in branches(r.nodes):
+    for path in branches(r):
         leaf = path[-1] if path else None
         if leaf is None or leaf in seen:
             continue
@@ -153,21 +157,27 @@ def mask_on_padding(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
         raise Skip("no pad or EOS id known (the run has no tokenizer) and no model call records its "
                    "output tokens")
     pad_list, eos_list = sorted(pads), sorted(eos)
-    for i, node in enumerate(r.nodes):
-        if node.message.role != SAMPLED_ROLE or not _trains(node):
-            continue
-        a = node_arrays(node)
+    t = tokens(r)
+    is_eos = np.isin(t.ids, eos_list) if eos_list else np.zeros(len(t.ids), dtype=bool)
+    is_pad = np.isin(t.ids, pad_list) & t.mask if pad_list else np.zeros(len(t.ids), dtype=bool)
+    eos_any, pad_any = t.per_node_any(is_eos), t.per_node_any(is_pad)
+    trained = np.add.reduceat(t.mask.view(np.uint8), t.starts[:-1], dtype=np.int64) if t.nodes else []
+    for s in _assistant(r, t, np.flatnonzero(np.asarray(trained) > 0).tolist()):
+        i, a = t.nodes[s], t.arrays[s]
+        node = r.nodes[i]
+        n_gen = generated.get(i)
+        if not eos_any[s] and not pad_any[s] and (n_gen is None or trained[s] <= n_gen):
+            continue  # no pad, no EOS, no more trained tokens than generated: nothing to report
         on_flags = a.mask
         on = np.flatnonzero(on_flags)
-        is_eos = np.flatnonzero(np.isin(a.token_ids, eos_list)) if eos_list else on[:0]
-        first_eos = int(is_eos[0]) if len(is_eos) else None
+        eos_at = np.flatnonzero(np.isin(a.token_ids, eos_list)) if eos_list else on[:0]
+        first_eos = int(eos_at[0]) if len(eos_at) else None
         # a pad id that is also an EOS id (Qwen's <|endoftext|>) is the turn's end the first time
         pad_flags = on_flags & np.isin(a.token_ids, pad_list) if pad_list else np.zeros_like(on_flags)
         if first_eos is not None:
             pad_flags[first_eos] = False
         pad_at = np.flatnonzero(pad_flags).tolist()
         after_eos = on[on > first_eos].tolist() if first_eos is not None else []
-        n_gen = generated.get(i)
         beyond = on[n_gen:].tolist() if n_gen is not None and len(on) > n_gen else []
         positions = sorted(set(pad_at) | set(after_eos) | set(beyond))
         if not positions:
