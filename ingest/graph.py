@@ -82,9 +82,15 @@ class Pairing:
 
 def pairing_fields(m) -> dict:
     """The fields of a message (`ingest.schema.Message`) that pairing reads (`pair`), without its
-    content: a full `model_dump` of every message cost about 10 µs each."""
+    content: a full `model_dump` of every message cost about 10 µs each. A message that is neither
+    an assistant's nor a tool's gets one shared dict with role None (pairing passes it by)."""
+    if m.role not in ("assistant", "tool"):
+        return _BYSTANDER  # pairing reads nothing else of a system or user message
     return {"role": m.role, "tool_call_id": m.tool_call_id, "name": m.name,
             "tool_calls": [{"id": tc.id, "name": tc.name, "extra": tc.extra} for tc in m.tool_calls or ()]}
+
+
+_BYSTANDER: dict = {"role": None}  # shared, never written: `pair` only reads a message dict
 
 
 def on_restated_branch(nodes: Sequence[GraphNode], i: int) -> bool:
