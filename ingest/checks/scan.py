@@ -1,5 +1,7 @@
 """What several checks read of one rollout, derived once per check run (`registry.memo`): the
-rollout's tokens as flat numpy arrays, the nodes that carry `extra`, its branches.
+rollout's tokens as flat numpy arrays, which nodes each check needs to look at (`NodeIndex`:
+a 5,000-turn rollout's checks then pass over the few that matter, not every node each), its
+branches.
 
 The token checks decide "nothing to report" with a few numpy calls over the whole rollout (one
 `min` over every id, one comparison over every logprob) instead of a few per node, and look at a
@@ -79,10 +81,41 @@ def _tokens(r: Rollout) -> Tokens:
     return Tokens(nodes, arrays, starts, ids, mask, has_mask, logprobs, has_lp)
 
 
+@dataclass(frozen=True)
+class NodeIndex:
+    """Which nodes a check needs to look at, in node order: `assistant` (role assistant),
+    `with_calls` (a message with `tool_calls`), `with_extra` (a non-empty node `extra`: most nodes
+    of most formats have none), `timed` (a node `timestamp` or a message `extra.timing`)."""
+
+    assistant: list[int]
+    with_calls: list[int]
+    with_extra: list[int]
+    timed: list[int]
+
+
+def index(r: Rollout) -> NodeIndex:
+    """The rollout's `NodeIndex`, built in one pass over its nodes once per check run."""
+    return memo("node_index", lambda: _index(r))
+
+
+def _index(r: Rollout) -> NodeIndex:
+    assistant, with_calls, with_extra, timed = [], [], [], []
+    for i, n in enumerate(r.nodes):
+        m = n.message
+        if m.role == "assistant":
+            assistant.append(i)
+        if m.tool_calls:
+            with_calls.append(i)
+        if n.extra:
+            with_extra.append(i)
+        if n.timestamp is not None or (m.extra and m.extra.get("timing") is not None):
+            timed.append(i)
+    return NodeIndex(assistant, with_calls, with_extra, timed)
+
+
 def with_extra(r: Rollout) -> list[int]:
-    """Indices of the nodes whose `extra` is not empty (most nodes of most formats have none:
-    the checks that read `extra` look at these only), once per check run."""
-    return memo("with_extra", lambda: [i for i, n in enumerate(r.nodes) if n.extra])
+    """Indices of the nodes whose `extra` is not empty (`NodeIndex.with_extra`)."""
+    return index(r).with_extra
 
 
 def branches(r: Rollout) -> list[list[int]]:

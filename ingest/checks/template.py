@@ -27,6 +27,7 @@ import numpy as np
 from ingest.chat_template import TemplateError, render
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, Skip, check, memo, plural
+from ingest.checks.scan import index, with_extra
 from ingest.schema import Message, Rollout
 
 THINK_TOKENS = ("<think>", "</think>")
@@ -166,7 +167,8 @@ def stripped_reasoning(r: Rollout, ctx: CheckContext) -> dict[int, dict]:
     """node → facts, for each request whose prompt lost reasoning the previous request sampled:
     the prompt diverges from previous prompt + completion inside that completion, the previous
     turn had reasoning, and tokens of it vanished (replaced by fewer, e.g. an empty think block)."""
-    if not any(n.extra.get("prompt_ids") is not None or n.extra.get("token_drift") for n in r.nodes):
+    if not any(r.nodes[i].extra.get("prompt_ids") is not None or r.nodes[i].extra.get("token_drift")
+               for i in with_extra(r)):
         return {}  # prompts are the graph's own prefixes: one cannot drop what the other sampled
     reqs = [q for q in requests(r) if q.prompt is not None]
     out = {}
@@ -282,25 +284,29 @@ def tool_results_split(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     token (positions are those of the stored node; `detail.pooled` says so). Where no result
     carries tokens but each request records its full prompt (chat records with `turns`), the
     turns are counted in the ids the next prompt adds, the k-th opening starting the k-th result."""
+    parallel = [i for i in index(r).with_calls
+                if r.nodes[i].message.role == "assistant" and len(r.nodes[i].message.tool_calls) >= 2]
+    if not parallel:
+        return
     children: dict[int, list[int]] = {}
     for j, n in enumerate(r.nodes):
         if n.parent is not None:
             children.setdefault(n.parent, []).append(j)
     candidates = []
-    for i, node in enumerate(r.nodes):
-        if node.message.role == "assistant" and len(node.message.tool_calls or []) >= 2:
-            results, cur = [], i  # the chain of tool messages that follows the call
-            while len(results) < len(node.message.tool_calls):
-                nxt = next((j for j in children.get(cur, []) if r.nodes[j].message.role == "tool"), None)
-                if nxt is None:
-                    break
-                results.append(nxt)
-                cur = nxt
-            with_tokens = [j for j in results if r.nodes[j].token_ids]
-            if len(with_tokens) >= 2 or (len(results) >= 2 and with_tokens == results[-1:]):
-                candidates.append((i, results, with_tokens, None))  # one delta on the last: the reader could not split
-            elif len(results) >= 2 and (span := _results_span(r, i)) is not None:
-                candidates.append((i, results, results, span))  # no message tokens: the next prompt has them
+    for i in parallel:
+        node = r.nodes[i]
+        results, cur = [], i  # the chain of tool messages that follows the call
+        while len(results) < len(node.message.tool_calls):
+            nxt = next((j for j in children.get(cur, []) if r.nodes[j].message.role == "tool"), None)
+            if nxt is None:
+                break
+            results.append(nxt)
+            cur = nxt
+        with_tokens = [j for j in results if r.nodes[j].token_ids]
+        if len(with_tokens) >= 2 or (len(results) >= 2 and with_tokens == results[-1:]):
+            candidates.append((i, results, with_tokens, None))  # one delta on the last: the reader could not split
+        elif len(results) >= 2 and (span := _results_span(r, i)) is not None:
+            candidates.append((i, results, results, span))  # no message tokens: the next prompt has them
     if not candidates:
         return
     start_id = ctx.turn_start_id()

@@ -9,7 +9,7 @@ import orjson
 
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, check, memo
-from ingest.checks.scan import branches
+from ingest.checks.scan import branches, index
 from ingest.graph import CallRef, Pairing, on_restated_branch, pair, pairing_fields
 from ingest.jsonio import cut_short
 from ingest.metrics import tool_failure
@@ -50,14 +50,15 @@ def _answered_where_restated(r: Rollout) -> set[tuple[int, int]]:
     def key(m):
         return m.role, m.text(), tuple(tc.id for tc in m.tool_calls or [])
 
-    restated = {key(r.nodes[j].message): j for j, n in enumerate(r.nodes)
-                if not n.sampled and n.message.tool_calls and on_restated_branch(r.nodes, j)}
+    restated = {key(r.nodes[j].message): j for j in index(r).with_calls
+                if not r.nodes[j].sampled and on_restated_branch(r.nodes, j)}
     if not restated:
         return set()
     answered = {(c.node, c.position) for calls in _calls_per_branch(r) for c in calls if c.result_node is not None}
     out = set()
-    for i, n in enumerate(r.nodes):
-        j = restated.get(key(n.message)) if n.sampled and n.message.tool_calls else None
+    for i in index(r).with_calls:
+        n = r.nodes[i]
+        j = restated.get(key(n.message)) if n.sampled else None
         if j is not None:
             out |= {(i, k) for k in range(len(n.message.tool_calls)) if (j, k) in answered}
     return out
@@ -185,8 +186,8 @@ def malformed_tool_arguments(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     well-formed object is never flagged, whether written as a string or as an object.
     `detail.shape` says which; these are usually why the call failed.
     `position` is the call's index within its message's `tool_calls`."""
-    for i, node in enumerate(r.nodes):
-        for pos, tc in enumerate(node.message.tool_calls or []):
+    for i in index(r).with_calls:
+        for pos, tc in enumerate(r.nodes[i].message.tool_calls):
             shape = arguments_shape(tc.arguments)
             if shape != "object":
                 yield Hit(f"node {i}: arguments of call {tc.id or tc.name!r} are {SHAPE_WORDS[shape]}", i, pos,
@@ -210,8 +211,10 @@ def unparsed_tool_call(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     `tool_call_markup_unparsed`."""
     if not uses_structured_calls(r):
         return
-    last = next((i for i in range(len(r.nodes) - 1, -1, -1) if r.nodes[i].message.role == "assistant"), None)
-    for i, node in enumerate(r.nodes):
+    assistant = index(r).assistant
+    last = assistant[-1] if assistant else None
+    for i in assistant:  # markup is looked for in assistant messages only
+        node = r.nodes[i]
         found = unparsed_call(node.message)
         if found is None:
             continue
