@@ -172,12 +172,14 @@ def superseded_results(pairing_calls: Sequence[CallRef]) -> dict[int, int]:
 def _match(msg: dict, open_calls: list[CallRef]) -> tuple[CallRef | None, list[CallRef]]:
     wanted = msg.get("tool_call_id")
     if wanted is not None:
-        match = next((c for c in reversed(open_calls) if c.id == wanted), None)
-        if match is not None:
-            # Reused ids: the nearest preceding unanswered call with this id, but among several
-            # open calls of one node (parallel), answer them in order.
-            return next(c for c in open_calls if c.id == wanted and c.node == match.node), []
-        if any(c.id is not None for c in open_calls) or not open_calls:
+        for match in reversed(open_calls):
+            if match.id == wanted:
+                # Reused ids: the nearest preceding unanswered call with this id, but among several
+                # open calls of one node (parallel), answer them in order.
+                for c in open_calls:
+                    if c.id == wanted and c.node == match.node:
+                        return c, []
+        if not open_calls or any(c.id is not None for c in open_calls):
             return None, []  # names a call that is not waiting
     name = msg.get("name")
     candidates = [c for c in open_calls if name and c.name == name] or open_calls

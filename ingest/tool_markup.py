@@ -137,8 +137,10 @@ def unparsed_call(message) -> Markup | None:
     if message.role != "assistant":
         return None
     found = message_markups(message)
+    if not found:
+        return None
     if not message.tool_calls:
-        return found[0] if found else None
+        return found[0]
     left = Counter(tc.name for tc in message.tool_calls)
     for m in found:
         if not m.complete:

@@ -64,21 +64,35 @@ def tokens(r: Rollout) -> Tokens:
 
 
 def _tokens(r: Rollout) -> Tokens:
-    nodes = [i for i, n in enumerate(r.nodes) if n.token_ids]
-    arrays = [node_arrays(r.nodes[i]) for i in nodes]
-    lengths = [a.n for a in arrays]
+    nodes, arrays, lengths = [], [], []
+    for i, n in enumerate(r.nodes):
+        if n.token_ids:
+            a = node_arrays(n)
+            nodes.append(i)
+            arrays.append(a)
+            lengths.append(a.n)
     starts = np.zeros(len(nodes) + 1, dtype=np.int64)
+    if not nodes:  # text only: nothing to concatenate
+        none = np.zeros(0, dtype=bool)
+        return Tokens(nodes, arrays, starts, np.zeros(0, dtype=np.int64), None, none, None, none)
     np.cumsum(lengths, out=starts[1:])
     ids = np.concatenate([a.token_ids for a in arrays]) if arrays else np.zeros(0, dtype=np.int64)
     has_mask = np.array([a.mask is not None for a in arrays], dtype=bool)
     has_lp = np.array([a.logprobs is not None for a in arrays], dtype=bool)
-    mask = logprobs = None
-    if has_mask.any():
-        mask = np.concatenate([a.mask if a.mask is not None else np.zeros(a.n, dtype=bool) for a in arrays])
-    if has_lp.any():
-        logprobs = np.concatenate([a.logprobs if a.logprobs is not None else np.full(a.n, np.nan)
-                                   for a in arrays])
-    return Tokens(nodes, arrays, starts, ids, mask, has_mask, logprobs, has_lp)
+    return Tokens(nodes, arrays, starts, ids, _flat(arrays, starts, has_mask, "mask", False),
+                  has_mask, _flat(arrays, starts, has_lp, "logprobs", np.nan), has_lp)
+
+
+def _flat(arrays: list[NodeArrays], starts: np.ndarray, given: np.ndarray, name: str, fill) -> np.ndarray | None:
+    """The nodes' `name` arrays end to end, `fill` on a node without one; None when none has one."""
+    if given.all():
+        return np.concatenate([getattr(a, name) for a in arrays]) if arrays else None
+    if not given.any():
+        return None
+    out = np.full(int(starts[-1]), fill, dtype=bool if name == "mask" else np.float64)
+    for s in np.flatnonzero(given).tolist():
+        out[starts[s]:starts[s + 1]] = getattr(arrays[s], name)
+    return out
 
 
 @dataclass(frozen=True)
