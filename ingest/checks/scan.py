@@ -98,11 +98,13 @@ def _flat(arrays: list[NodeArrays], starts: np.ndarray, given: np.ndarray, name:
 @dataclass(frozen=True)
 class NodeIndex:
     """Which nodes a check needs to look at, in node order: `assistant` (role assistant),
-    `with_calls` (a message with `tool_calls`), `with_extra` (a non-empty node `extra`: most nodes
+    `with_calls` (a message with `tool_calls`), `parallel` (an assistant message with two or more),
+    `with_extra` (a non-empty node `extra`: most nodes
     of most formats have none), `timed` (a node `timestamp` or a message `extra.timing`)."""
 
     assistant: list[int]
     with_calls: list[int]
+    parallel: list[int]
     with_extra: list[int]
     timed: list[int]
 
@@ -113,18 +115,20 @@ def index(r: Rollout) -> NodeIndex:
 
 
 def _index(r: Rollout) -> NodeIndex:
-    assistant, with_calls, with_extra, timed = [], [], [], []
+    assistant, with_calls, parallel, with_extra, timed = [], [], [], [], []
     for i, n in enumerate(r.nodes):
         m = n.message
         if m.role == "assistant":
             assistant.append(i)
         if m.tool_calls:
             with_calls.append(i)
+            if len(m.tool_calls) >= 2 and m.role == "assistant":
+                parallel.append(i)
         if n.extra:
             with_extra.append(i)
         if n.timestamp is not None or (m.extra and m.extra.get("timing") is not None):
             timed.append(i)
-    return NodeIndex(assistant, with_calls, with_extra, timed)
+    return NodeIndex(assistant, with_calls, parallel, with_extra, timed)
 
 
 def with_extra(r: Rollout) -> list[int]:

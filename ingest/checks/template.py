@@ -284,8 +284,7 @@ def tool_results_split(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     token (positions are those of the stored node; `detail.pooled` says so). Where no result
     carries tokens but each request records its full prompt (chat records with `turns`), the
     turns are counted in the ids the next prompt adds, the k-th opening starting the k-th result."""
-    parallel = [i for i in index(r).with_calls
-                if r.nodes[i].message.role == "assistant" and len(r.nodes[i].message.tool_calls) >= 2]
+    parallel = index(r).parallel
     if not parallel:
         return
     children: dict[int, list[int]] = {}
