@@ -15,6 +15,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+from ingest.arrays import node_arrays
+
 
 @dataclass
 class Member:
@@ -148,11 +152,19 @@ def recorded_advantage(rollout) -> float | None:
     for v in (rollout.extra.get("advantage"), rollout.metrics.get("advantage")):
         if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
             return float(v)
-    values = {round(a, 6) for n in rollout.nodes if n.advantages
-              for a, m in zip(n.advantages, n.mask or [True] * len(n.advantages))
-              if m and a is not None and math.isfinite(a)}
-    if len(values) == 1:
-        return float(values.pop())
+    first, low, high = None, math.inf, -math.inf
+    for n in rollout.nodes:
+        if not n.advantages:
+            continue
+        a = node_arrays(n)
+        kept = a.advantages[np.isfinite(a.advantages) & a.mask] if a.mask is not None else \
+            a.advantages[np.isfinite(a.advantages)]  # null is NaN: left out as not finite
+        if len(kept):
+            first = float(kept[0]) if first is None else first
+            low, high = min(low, float(kept.min())), max(high, float(kept.max()))
+    # rounding is monotonic: every sampled value rounds alike when the lowest and the highest do
+    if first is not None and round(low, 6) == round(high, 6):
+        return float(round(first, 6))
 
 
 # --- the three estimators side by side, for the group page ------------------------------------

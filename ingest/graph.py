@@ -82,9 +82,15 @@ class Pairing:
 
 def pairing_fields(m) -> dict:
     """The fields of a message (`ingest.schema.Message`) that pairing reads (`pair`), without its
-    content: a full `model_dump` of every message cost about 10 µs each."""
+    content: a full `model_dump` of every message cost about 10 µs each. A message that is neither
+    an assistant's nor a tool's gets one shared dict with role None (pairing passes it by)."""
+    if m.role not in ("assistant", "tool"):
+        return _BYSTANDER  # pairing reads nothing else of a system or user message
     return {"role": m.role, "tool_call_id": m.tool_call_id, "name": m.name,
             "tool_calls": [{"id": tc.id, "name": tc.name, "extra": tc.extra} for tc in m.tool_calls or ()]}
+
+
+_BYSTANDER: dict = {"role": None}  # shared, never written: `pair` only reads a message dict
 
 
 def on_restated_branch(nodes: Sequence[GraphNode], i: int) -> bool:
@@ -166,12 +172,14 @@ def superseded_results(pairing_calls: Sequence[CallRef]) -> dict[int, int]:
 def _match(msg: dict, open_calls: list[CallRef]) -> tuple[CallRef | None, list[CallRef]]:
     wanted = msg.get("tool_call_id")
     if wanted is not None:
-        match = next((c for c in reversed(open_calls) if c.id == wanted), None)
-        if match is not None:
-            # Reused ids: the nearest preceding unanswered call with this id, but among several
-            # open calls of one node (parallel), answer them in order.
-            return next(c for c in open_calls if c.id == wanted and c.node == match.node), []
-        if any(c.id is not None for c in open_calls) or not open_calls:
+        for match in reversed(open_calls):
+            if match.id == wanted:
+                # Reused ids: the nearest preceding unanswered call with this id, but among several
+                # open calls of one node (parallel), answer them in order.
+                for c in open_calls:
+                    if c.id == wanted and c.node == match.node:
+                        return c, []
+        if not open_calls or any(c.id is not None for c in open_calls):
             return None, []  # names a call that is not waiting
     name = msg.get("name")
     candidates = [c for c in open_calls if name and c.name == name] or open_calls

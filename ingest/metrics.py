@@ -33,8 +33,12 @@ from __future__ import annotations
 
 import math
 import re
+from array import array
 from typing import Any
 
+import numpy as np
+
+from ingest.arrays import node_arrays
 from ingest.call_timing import coverage, model_call_span
 from ingest.graph import branches, pair, pairing_fields, superseded_results
 from ingest.schema import TRAINER_LOGPROB_KEYS, Message, Rollout
@@ -151,20 +155,53 @@ def mismatch(r: Rollout) -> dict:
         if key is None or key in (lengths := node.extra.get("source_lengths") or {}) or "logprobs" in lengths:
             continue
         trainer = node.extra[key]
-        for i, (b, t) in enumerate(zip(node.logprobs, trainer)):
-            if node.mask and (i >= len(node.mask) or not node.mask[i]):
-                continue
-            b, t = _num(b), _num(t)
-            if b is None or t is None:
-                continue
-            d = t - b
-            n += 1
-            total.append(abs(d))
-            worst = abs(d) if worst is None or abs(d) > worst else worst
-            ratio = math.exp(d) if d < 700 else math.inf
-            if not RATIO_LOW <= ratio <= RATIO_HIGH:
-                outside += 1
+        deltas = _deltas(node, trainer)
+        if deltas is None:  # values that are not all numbers: pair by pair
+            deltas = [_num(t) - _num(b) for i, (b, t) in enumerate(zip(node.logprobs, trainer))
+                      if not (node.mask and (i >= len(node.mask) or not node.mask[i]))
+                      and _num(b) is not None and _num(t) is not None]
+        if not len(deltas):
+            continue
+        d = np.asarray(deltas, dtype=np.float64)
+        size = np.abs(d)
+        n += len(d)
+        total += size.tolist()
+        top = float(size.max())
+        worst = top if worst is None or top > worst else worst
+        outside += _outside(d)
     return {"tokens": n, "abs_sum": math.fsum(total), "abs_max": worst, "out_of_range": outside}
+
+
+def _deltas(node, trainer: list) -> np.ndarray | None:
+    """trainer − behaviour over the node's sampled tokens (mask 1, or every token without a mask)
+    where both are finite numbers, at C speed (float64 [k]); None when the trainer array holds
+    anything but floats and ints that fit a float (then `mismatch` pairs them one by one)."""
+    if not node.logprobs or set(map(type, trainer)) - {float, int}:
+        return None if node.logprobs else np.zeros(0)
+    try:
+        t = np.frombuffer(array("d", trainer), dtype=np.float64)
+    except OverflowError:
+        return None
+    a = node_arrays(node)
+    m = min(len(t), a.n)  # `zip` of the two lists
+    b, t = a.logprobs[:m], t[:m]
+    keep = np.isfinite(b) & np.isfinite(t)
+    if a.mask is not None:
+        keep &= a.mask[:m]
+    return t[keep] - b[keep]
+
+
+def _outside(d: np.ndarray) -> int:
+    """How many importance ratios exp(d) fall outside [RATIO_LOW, RATIO_HIGH] (inf for d >= 700),
+    each decided as `math.exp` decides it: numpy's exp may differ from it in the last bit, so the
+    ratios within 1e-9 of a bound are computed again with `math.exp`."""
+    ratio = np.exp(np.minimum(d, 700.0))
+    ratio[d >= 700] = np.inf
+    out = (ratio < RATIO_LOW) | (ratio > RATIO_HIGH)
+    near = (np.abs(ratio - RATIO_LOW) < 1e-9) | (np.abs(ratio - RATIO_HIGH) < 1e-9)
+    for k in np.flatnonzero(near).tolist():
+        out[k] = not RATIO_LOW <= math.exp(float(d[k])) <= RATIO_HIGH
+    return int(out.sum())
 
 
 def trainer_filtered(r: Rollout) -> str | None:

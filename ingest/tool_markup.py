@@ -106,6 +106,8 @@ def message_markups(message) -> tuple[Markup, ...]:
     evidence share one scan. Kept beside the message, not on it: a message compares and
     serialises as before."""
     text = message.text()
+    if not _may_hold_markup(text):
+        return ()  # no opening in the text: nothing to scan, nothing to keep
     memo = _MEMO.get(id(message))
     if memo is not None and memo[0]() is message and (memo[1] is text or memo[1] == text):
         return memo[2]
@@ -119,6 +121,12 @@ def message_markups(message) -> tuple[Markup, ...]:
     return found
 
 
+def _may_hold_markup(text: Any) -> bool:
+    """Whether `text` holds an opening `find_all` looks for (three substring tests at C speed: most
+    messages hold none, and then there is nothing to scan or keep)."""
+    return isinstance(text, str) and (HERMES_BEGIN in text or PYTHON_TAG in text or MISTRAL_BEGIN in text)
+
+
 def unparsed_call(message) -> Markup | None:
     """The tool-call markup left unparsed in an assistant message (`ingest.schema.Message`), or None
     (any other role). With no structured tool call: the first markup of its text. With structured
@@ -129,8 +137,10 @@ def unparsed_call(message) -> Markup | None:
     if message.role != "assistant":
         return None
     found = message_markups(message)
+    if not found:
+        return None
     if not message.tool_calls:
-        return found[0] if found else None
+        return found[0]
     left = Counter(tc.name for tc in message.tool_calls)
     for m in found:
         if not m.complete:

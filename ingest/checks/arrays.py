@@ -2,14 +2,14 @@
 the faults of writers that build these arrays by hand and let them drift apart."""
 from __future__ import annotations
 
-import math
 from array import array
 from collections.abc import Iterator
 
 import numpy as np
 
 from ingest.checks.context import CheckContext
-from ingest.checks.registry import Hit, Skip, check, memo, plural
+from ingest.checks.registry import Hit, Skip, check, plural
+from ingest.checks.scan import tokens, with_extra
 from ingest.schema import TRAINER_LOGPROB_KEYS, Rollout
 
 REPLACEMENT_HEX = "efbfbd"
@@ -26,34 +26,28 @@ def array_len_mismatch(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
 
     A short logprob array shifts every later position: the trainer pairs each token with the
     next token's logprob (rllm-org/rllm#898)."""
-    for i, node in enumerate(r.nodes):
+    for i in with_extra(r):
+        node = r.nodes[i]
         for name, n_src in (node.extra.get("source_lengths") or {}).items():
             yield Hit(f"node {i}: {name} has {n_src} entries for {len(node.token_ids)} tokens",
                       i, min(n_src, len(node.token_ids)),
                       {"array": name, "source_length": n_src, "tokens": len(node.token_ids)})
 
 
-def _bounds(values: list) -> tuple[float, float] | None:
-    """(min, max) of a list of logprobs when all are None ((inf, -inf): nothing to check) or all
-    finite numbers, decided at C speed (one conversion to float64, numpy's min and max); None
-    when it has to be looked at value by value (a mix with None, NaN, ±inf)."""
-    if not values:
-        return math.inf, -math.inf
-    try:  # `None in values` first would compare every float with None, slowly
-        a = np.frombuffer(array("d", values), dtype=np.float64)
-    except TypeError:  # a None among them
-        return (math.inf, -math.inf) if values[0] is None and values.count(None) == len(values) else None
-    except OverflowError:  # a number beyond float64
-        return None
-    low, high = float(a.min()), float(a.max())  # NaN propagates into both
-    return (low, high) if math.isfinite(low) and math.isfinite(high) else None
+def _nulls(values: list, nan: np.ndarray) -> np.ndarray:
+    """Which NaN entries of a logprob array (`nan`: its isnan) are nulls in the source list
+    `values`, not NaN numbers: all of them, decided at C speed (`list.count`), unless the list
+    holds a NaN number; then each NaN position is looked at (rare: strict JSON has no NaN)."""
+    if values.count(None) == int(nan.sum()):
+        return nan
+    out = np.zeros(len(values), dtype=bool)
+    out[[k for k in np.flatnonzero(nan).tolist() if values[k] is None]] = True
+    return out
 
 
-def _all_within(r: Rollout, i: int, low: float, high: float) -> bool:
-    """True when every logprob of node `i` is None or within [low, high] (bounds derived once per
-    check run, for the two logprob checks); False means look closer."""
-    b = memo("logprob_bounds", lambda: [_bounds(n.logprobs) for n in r.nodes])[i]
-    return b is not None and (b[0] > b[1] or (low <= b[0] and b[1] <= high))
+def _positions(flags: np.ndarray) -> list[int]:
+    """The indices where `flags` is true, as Python ints."""
+    return np.flatnonzero(flags).tolist()
 
 
 @check("suspected_logprob_padding", "warning", label="suspected logprob padding")
@@ -61,21 +55,19 @@ def suspected_logprob_padding(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """A trailing run (>= 2) of exact 0.0 logprobs on a node's sampled tokens: 0.0 is
     probability 1, which writers use as padding. `position` is the token index within the node
     where the run starts, `detail.run` its length."""
-    for i, node in enumerate(r.nodes):
-        if not node.mask or not node.logprobs:
+    t = tokens(r)
+    if t.logprobs is None or t.mask is None:
+        return
+    for s in t.slots((t.logprobs == 0.0) & t.mask):  # a node with no sampled 0.0 has no run
+        i, a = t.nodes[s], t.arrays[s]
+        if a.logprobs is None:
             continue
-        run, start = 0, None
-        for k in range(len(node.mask) - 1, -1, -1):  # from the end: only the trailing run matters
-            if not node.mask[k]:
-                continue
-            lp = node.logprobs[k]
-            if lp is not None and lp == 0.0:
-                run, start = run + 1, k
-            else:
-                break
+        sampled = np.flatnonzero(a.mask)  # only the trailing run of sampled tokens matters
+        other = np.flatnonzero(a.logprobs[sampled] != 0.0)  # a null (NaN) ends the run too
+        run = len(sampled) - (int(other[-1]) + 1 if len(other) else 0)
         if run >= 2:
             yield Hit(f"node {i}: last {run} sampled logprobs are exactly 0.0 (suspected padding)",
-                      i, start, {"run": run})
+                      i, int(sampled[len(sampled) - run]), {"run": run})
 
 
 @check("invalid_logprob", "error", label="invalid logprob")
@@ -85,18 +77,60 @@ def invalid_logprob(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     logprob arrays are checked: the behaviour logprobs (`detail.array` "logprobs") and the
     trainer's (`extra.trainer_logprobs` / `extra.old_logprobs`), where a non-number (a string, a
     boolean) or an integer too large for a float (10**400) is invalid too."""
-    for i, node in enumerate(r.nodes):
-        if not _all_within(r, i, -FLOAT32_MAX, LOGPROB_EPS):
-            bad = [k for k, lp in enumerate(node.logprobs)
-                   if lp is not None and not (-FLOAT32_MAX <= lp <= LOGPROB_EPS)]
-            if bad:
-                yield _invalid(i, "logprobs", node.logprobs, bad)
+    bad_at = _invalid_behaviour(r)
+    trainer = [i for i in with_extra(r) if any(isinstance(r.nodes[i].extra.get(k), list) for k in TRAINER_LOGPROB_KEYS)]
+    for i in sorted(set(bad_at) | set(trainer)):
+        node = r.nodes[i]
+        if i in bad_at:
+            yield _invalid(i, "logprobs", node.logprobs, bad_at[i])
         for key in TRAINER_LOGPROB_KEYS:
             values = node.extra.get(key)
             if isinstance(values, list) and values:
-                bad = [k for k, v in enumerate(values) if v is not None and not _valid_logprob(v)]
+                bad = _invalid_trainer(values)
                 if bad:
                     yield _invalid(i, key, values, bad)
+
+
+def _invalid_behaviour(r: Rollout) -> dict[int, list[int]]:
+    """node → positions of its behaviour logprobs that are not null and not within
+    [-FLOAT32_MAX, LOGPROB_EPS] (NaN numbers included), for the nodes that have any: decided on the
+    flat logprobs, a node looked at alone only when it has one."""
+    t = tokens(r)
+    if t.logprobs is None:
+        return {}
+    lp = t.logprobs
+    ok = (lp >= -FLOAT32_MAX) & (lp <= LOGPROB_EPS)
+    if ok.all():
+        return {}
+    nan = np.isnan(lp)
+    look = t.per_node_any(~ok & ~nan)
+    if nan.any():  # a NaN is a null unless the source list holds a NaN number
+        nans = np.add.reduceat(nan.view(np.uint8), t.starts[:-1], dtype=np.int64)
+        for s in np.flatnonzero(t.has_logprobs & (nans > 0) & ~look).tolist():
+            look[s] = r.nodes[t.nodes[s]].logprobs.count(None) != nans[s]
+    out = {}
+    for s in np.flatnonzero(look).tolist():
+        i, a = t.nodes[s], t.arrays[s].logprobs
+        values = r.nodes[i].logprobs
+        slot_nan = np.isnan(a)
+        bad = _positions(~((a >= -FLOAT32_MAX) & (a <= LOGPROB_EPS)) & ~_nulls(values, slot_nan))
+        if bad:
+            out[i] = bad
+    return out
+
+
+def _invalid_trainer(values: list) -> list[int]:
+    """Positions of a trainer logprob array (as the source wrote it: any JSON value) that are
+    neither null nor a valid logprob (`_valid_logprob`). At C speed when every value is a float or
+    an int that fits one (numpy bounds; the values are exactly floats); else value by value."""
+    if set(map(type, values)) <= {float, int}:
+        try:
+            a = np.frombuffer(array("d", values), dtype=np.float64)
+        except OverflowError:  # an integer beyond float64: decided value by value
+            pass
+        else:
+            return _positions(~((a >= -FLOAT32_MAX) & (a <= LOGPROB_EPS)))
+    return [k for k, v in enumerate(values) if v is not None and not _valid_logprob(v)]
 
 
 def _valid_logprob(v) -> bool:
@@ -120,12 +154,23 @@ def _shown(v) -> str:
 def bytes_lost_upstream(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """The source's token bytes are U+FFFD replacement bytes: the true bytes were lost before
     the trace was written, and text is not rebuilt from them."""
-    for i, node in enumerate(r.nodes):
-        pieces = node.extra.get("token_bytes") or []
+    for i in with_extra(r):
+        pieces = r.nodes[i].extra.get("token_bytes") or []
+        if _none_lost(pieces):
+            continue
         lost = [k for k, h in enumerate(pieces) if isinstance(h, str) and REPLACEMENT_HEX in h.replace(" ", "")]
         if lost:
             yield Hit(f"node {i}: {len(lost)} token(s) carry U+FFFD; the true bytes are gone", i, lost[0],
                       {"positions": lost})
+
+
+def _none_lost(pieces: list) -> bool:
+    """True when no piece can hold REPLACEMENT_HEX: decided on all the pieces joined, at C speed,
+    when they are all text (a match across two pieces only sends it to the exact look)."""
+    try:
+        return REPLACEMENT_HEX not in "".join(pieces).replace(" ", "")
+    except TypeError:  # a piece that is not text
+        return False
 
 
 # A sampled token whose behaviour logprob is below this was drawn with probability < 2e-9: with
@@ -140,17 +185,19 @@ def placeholder_token_id(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """A negative sentinel (-100, -200: the ignore index or image placeholder of a collator)
     inside `token_ids`. The rollout is kept; the finding names the positions. (-1 is the
     readers' documented "id not recorded" and is not reported.)"""
-    if not any(n.token_ids for n in r.nodes):
+    t = tokens(r)
+    if not t.nodes:
         raise Skip("no token ids recorded")
-    for i, node in enumerate(r.nodes):
-        if not node.token_ids or min(node.token_ids) >= -1:
-            continue
-        bad = [k for k, t in enumerate(node.token_ids) if t < -1]
-        if bad:
-            values = sorted({node.token_ids[k] for k in bad})
-            yield Hit(f"node {i}: {plural(len(bad), 'placeholder id')} ({', '.join(map(str, values[:5]))}) "
-                      "in token_ids",
-                      i, bad[0], {"positions": bad[:200], "count": len(bad), "values": values[:10]})
+    if t.ids.min() >= -1:
+        return
+    for s in t.slots(t.ids < -1):
+        i, ids = t.nodes[s], t.arrays[s].token_ids
+        at = np.flatnonzero(ids < -1)
+        bad = at.tolist()
+        values = np.unique(ids[at]).tolist()
+        yield Hit(f"node {i}: {plural(len(bad), 'placeholder id')} ({', '.join(map(str, values[:5]))}) "
+                  "in token_ids",
+                  i, bad[0], {"positions": bad[:200], "count": len(bad), "values": values[:10]})
 
 
 @check("implausible_logprob", "warning", label="implausible logprob")
@@ -158,15 +205,32 @@ def implausible_logprob(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """A sampled token (assistant message) whose behaviour logprob is below
     IMPLAUSIBLE_LOGPROB (-20, probability < 2e-9): the sign that ids and logprobs belong to
     different tokens. Positive logprobs are reported as `invalid_logprob`."""
-    sampled = [(i, n) for i, n in enumerate(r.nodes) if n.message.role == "assistant" and n.token_ids]
-    if all(n.logprobs.count(None) == len(n.logprobs) for _, n in sampled):
+    t = tokens(r)
+    sampled = [s for s, i in enumerate(t.nodes) if r.nodes[i].message.role == "assistant"]
+    if all(_all_null(r, t, s) for s in sampled):
         raise Skip("no behaviour logprobs recorded on sampled tokens")
-    for i, node in sampled:
-        if _all_within(r, i, IMPLAUSIBLE_LOGPROB, math.inf):
+    low_any = t.per_node_any(t.logprobs < IMPLAUSIBLE_LOGPROB)  # NaN (null) is not below
+    for s in sampled:
+        if not low_any[s]:
             continue
-        low = [k for k, lp in enumerate(node.logprobs) if lp is not None and lp < IMPLAUSIBLE_LOGPROB
-               and (not node.mask or node.mask[k])]
-        if low:
-            yield Hit(f"node {i}: {plural(len(low), 'sampled token')} with logprob below {IMPLAUSIBLE_LOGPROB:g}",
-                      i, low[0], {"positions": low[:200], "count": len(low), "threshold": IMPLAUSIBLE_LOGPROB,
-                                  "min": min(node.logprobs[k] for k in low)})
+        i, a = t.nodes[s], t.arrays[s]
+        node = r.nodes[i]
+        low_flags = a.logprobs < IMPLAUSIBLE_LOGPROB
+        if a.mask is not None:
+            low_flags &= a.mask
+        if not low_flags.any():
+            continue
+        low = _positions(low_flags)
+        lowest = node.logprobs[low[int(np.argmin(a.logprobs[low]))]]  # the source's value, the first of the lowest
+        yield Hit(f"node {i}: {plural(len(low), 'sampled token')} with logprob below {IMPLAUSIBLE_LOGPROB:g}",
+                  i, low[0], {"positions": low[:200], "count": len(low), "threshold": IMPLAUSIBLE_LOGPROB,
+                              "min": lowest})
+
+
+def _all_null(r: Rollout, t, s: int) -> bool:
+    """Every behaviour logprob of node slot `s` is null (none given counts as all null)."""
+    a = t.arrays[s].logprobs
+    if a is None:
+        return True
+    nan = np.isnan(a)
+    return bool(nan.all()) and bool(_nulls(r.nodes[t.nodes[s]].logprobs, nan).all())

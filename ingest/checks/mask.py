@@ -5,17 +5,29 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
+
+from ingest.arrays import node_arrays
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, Skip, check, plural
-from ingest.graph import branches, on_restated_branch
+from ingest.checks.scan import Tokens, branches, tokens
+from ingest.graph import on_restated_branch
 from ingest.schema import Rollout
 
 SAMPLED_ROLE = "assistant"
 
 
-def _require_mask(r: Rollout) -> None:
-    if not any(n.mask for n in r.nodes):
+def _require_mask(r: Rollout) -> Tokens:
+    """The rollout's flat tokens (ingest/checks/scan.py), which have a mask; Skip when none has."""
+    t = tokens(r)
+    if t.mask is None:
         raise Skip("no loss mask recorded")
+    return t
+
+
+def _assistant(r: Rollout, t: Tokens, slots: list[int]) -> list[int]:
+    """The slots among `slots` whose node is an assistant message."""
+    return [s for s in slots if r.nodes[t.nodes[s]].message.role == SAMPLED_ROLE]
 
 
 @check("mask_on_unsampled", "error", label="mask on unsampled tokens")
@@ -23,11 +35,13 @@ def mask_on_unsampled(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """Loss mask 1 on tokens of a message the policy did not sample (system, user, tool,
     environment): they are trained on as if the policy had written them. One finding per
     message, with its role and the token positions (case 30)."""
-    _require_mask(r)
-    for i, node in enumerate(r.nodes):
-        if node.message.role == SAMPLED_ROLE or not any(node.mask):
+    t = _require_mask(r)
+    for s in t.slots(t.mask):
+        i = t.nodes[s]
+        node = r.nodes[i]
+        if node.message.role == SAMPLED_ROLE:
             continue
-        on = [k for k, m in enumerate(node.mask) if m]
+        on = np.flatnonzero(t.arrays[s].mask).tolist()
         if on:
             yield Hit(f"node {i} ({node.message.role}): loss mask 1 on {plural(len(on), 'token')} "
                       "the policy did not sample",
@@ -43,24 +57,25 @@ def sampled_mask_zero(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     inside a turn, on content tokens (`is_content` 1) with mask 0, and on a whole turn left
     out while other turns train. An unsampled assistant node with mask 0 on a branch that restates
     the history (`token_drift`, e.g. verifiers' restated turn) is context, not a sample."""
-    _require_mask(r)
-    if not any(any(n.mask) for n in r.nodes):
+    t = _require_mask(r)
+    if not t.mask.any():
         raise Skip("the whole loss mask is 0 (a filter zeroed the rollout: it trains on nothing)")
-    for i, node in enumerate(r.nodes):
-        if node.message.role != SAMPLED_ROLE or not node.mask or all(node.mask):
-            continue  # a turn trained on whole has no mask-0 tokens to report
-        if not node.sampled and not any(node.mask) and on_restated_branch(r.nodes, i):
+    # a turn trained on whole has no mask-0 tokens to report
+    for s in _assistant(r, t, np.flatnonzero(t.has_mask & ~t.per_node_all(t.mask)).tolist()):
+        i, a = t.nodes[s], t.arrays[s]
+        node = r.nodes[i]
+        if not node.sampled and not a.mask.any() and on_restated_branch(r.nodes, i):
             continue  # a history turn the prompt restated (verifiers: a new, unsampled node): context, not a sample
-        n = len(node.mask)
-        if node.is_content and any(node.is_content):
-            off = [k for k in range(n) if node.is_content[k] and not node.mask[k]]
+        if a.is_content is not None and a.is_content.any():
+            off = np.flatnonzero(a.is_content & ~a.mask).tolist()
             how = "content tokens (is_content 1)"
         else:
-            on = [k for k in range(n) if node.mask[k]]
-            if not on:
-                off, how = list(range(n)), "the whole turn"
+            on = np.flatnonzero(a.mask)
+            if not len(on):
+                off, how = list(range(len(a.mask))), "the whole turn"
             else:
-                off, how = [k for k in range(on[0], on[-1]) if not node.mask[k]], "inside the turn"
+                off = (np.flatnonzero(~a.mask[on[0]:on[-1]]) + on[0]).tolist()
+                how = "inside the turn"
         if off:
             yield Hit(f"node {i}: loss mask 0 on {plural(len(off), 'sampled token')} ({how})", i, off[0],
                       {"positions": off[:500], "count": len(off), "where": how})
@@ -71,10 +86,10 @@ def terminal_env_tokenized(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """The environment message of a terminal step (a tool or user message at the end of a
     branch, after the policy's last turn) was tokenized into the training sequence, although
     nothing follows it: the sample carries context the policy never conditioned on."""
-    if not any(n.token_ids for n in r.nodes):
+    if not tokens(r).nodes:
         raise Skip("no token ids recorded")
     seen: set[int] = set()
-    for path in branches(r.nodes):
+    for path in branches(r):
         leaf = path[-1] if path else None
         if leaf is None or leaf in seen:
             continue
@@ -82,7 +97,7 @@ def terminal_env_tokenized(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
         if node.message.role in ("tool", "user") and node.token_ids and \
                 any(r.nodes[j].message.role == SAMPLED_ROLE for j in path[:-1]):
             seen.add(leaf)
-            trained = sum(1 for m in node.mask if m)
+            trained = int(np.count_nonzero(node_arrays(node).mask)) if node.mask else 0
             yield Hit(f"node {leaf} ({node.message.role}): the terminal environment message has "
                       f"{plural(len(node.token_ids), 'token')} in the sequence"
                       + (f", {trained} with loss mask 1" if trained else ""),
@@ -141,20 +156,34 @@ def mask_on_padding(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     if not pads and not eos and not generated:
         raise Skip("no pad or EOS id known (the run has no tokenizer) and no model call records its "
                    "output tokens")
-    for i, node in enumerate(r.nodes):
-        if node.message.role != SAMPLED_ROLE or not any(node.mask):
-            continue
-        on = [k for k, m in enumerate(node.mask) if m]
-        first_eos = next((k for k, t in enumerate(node.token_ids) if t in eos), None)
-        # a pad id that is also an EOS id (Qwen's <|endoftext|>) is the turn's end the first time
-        pad_at = [k for k in on if node.token_ids[k] in pads and k != first_eos]
-        after_eos = [k for k in on if first_eos is not None and k > first_eos]
+    pad_list, eos_list = sorted(pads), sorted(eos)
+    t = tokens(r)
+    is_eos = np.isin(t.ids, eos_list) if eos_list else np.zeros(len(t.ids), dtype=bool)
+    is_pad = np.isin(t.ids, pad_list) & t.mask if pad_list else np.zeros(len(t.ids), dtype=bool)
+    eos_any, pad_any = t.per_node_any(is_eos), t.per_node_any(is_pad)
+    trained = np.add.reduceat(t.mask.view(np.uint8), t.starts[:-1], dtype=np.int64) if t.nodes else []
+    for s in _assistant(r, t, np.flatnonzero(np.asarray(trained) > 0).tolist()):
+        i, a = t.nodes[s], t.arrays[s]
+        node = r.nodes[i]
         n_gen = generated.get(i)
-        beyond = on[n_gen:] if n_gen is not None and len(on) > n_gen else []
+        if not eos_any[s] and not pad_any[s] and (n_gen is None or trained[s] <= n_gen):
+            continue  # no pad, no EOS, no more trained tokens than generated: nothing to report
+        on_flags = a.mask
+        on = np.flatnonzero(on_flags)
+        eos_at = np.flatnonzero(np.isin(a.token_ids, eos_list)) if eos_list else on[:0]
+        first_eos = int(eos_at[0]) if len(eos_at) else None
+        # a pad id that is also an EOS id (Qwen's <|endoftext|>) is the turn's end the first time
+        pad_flags = on_flags & np.isin(a.token_ids, pad_list) if pad_list else np.zeros_like(on_flags)
+        if first_eos is not None:
+            pad_flags[first_eos] = False
+        pad_at = np.flatnonzero(pad_flags).tolist()
+        after_eos = on[on > first_eos].tolist() if first_eos is not None else []
+        beyond = on[n_gen:].tolist() if n_gen is not None and len(on) > n_gen else []
         positions = sorted(set(pad_at) | set(after_eos) | set(beyond))
         if not positions:
             continue
-        pad_id = next((node.token_ids[k] for k in pad_at), next(iter(sorted(pads)), None))
+        on = on.tolist()
+        pad_id = next((node.token_ids[k] for k in pad_at), next(iter(pad_list), None))
         pad_text = next((t for t, tid in ctx.special_tokens.items() if tid == pad_id), None)
         why = [w for w, hit in (("pad", pad_at), ("after_eos", after_eos), ("more_than_generated", beyond)) if hit]
         said = []

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, check, plural
+from ingest.checks.scan import index
 from ingest.schema import Rollout
 
 
@@ -13,7 +14,8 @@ def empty_response(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """An assistant message with no text, reasoning or tool call (PrimeIntellect-ai/prime-rl#2316).
     A message whose source recorded tokens but no text (content null) is not empty: its text
     was simply not written."""
-    for i, node in enumerate(r.nodes):
+    for i in index(r).assistant:
+        node = r.nodes[i]
         m = node.message
         if m.content is None and node.token_ids:
             continue
@@ -46,8 +48,8 @@ def empty_reasoning_only(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     """A turn that has reasoning (a reasoning field or thinking content blocks) and no answer:
     no text and no tool call. The model thought and then said nothing (often a generation cut
     inside the reasoning, or a parser that put the answer into the reasoning)."""
-    for i, node in enumerate(r.nodes):
-        m = node.message
+    for i in index(r).assistant:
+        m = r.nodes[i].message
         if m.role == "assistant" and _has_reasoning(m) and not _answer_text(m).strip() and not m.tool_calls:
             yield Hit(f"node {i}: reasoning but no answer, text or tool call", i, None,
                       {"reasoning_chars": len(m.reasoning_content or "")})

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, check
+from ingest.checks.scan import with_extra
 from ingest.schema import Rollout
 
 
@@ -18,9 +19,10 @@ def token_drift(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     stripped, `reasoning_stripped` is reported instead."""
     from ingest.checks.template import stripped_reasoning
 
-    classified = stripped_reasoning(r, ctx) if any(n.extra.get("token_drift") for n in r.nodes) else {}
-    for i, node in enumerate(r.nodes):
-        drift = node.extra.get("token_drift")
+    marked = [i for i in with_extra(r) if r.nodes[i].extra.get("token_drift")]
+    classified = stripped_reasoning(r, ctx) if marked else {}
+    for i in marked:
+        drift = r.nodes[i].extra.get("token_drift")
         if drift and i not in classified:
             yield Hit(f"node {i}: prompt diverges from previous prompt + completion at index "
                       f"{drift.get('index')} (expected {drift.get('expected')}, found {drift.get('found')})",

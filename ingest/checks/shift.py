@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, Skip, check
+from ingest.checks.scan import with_extra
 from ingest.metrics import TRAINER_LOGPROB_KEYS, finite_number
 from ingest.schema import Rollout
 
@@ -51,7 +52,8 @@ def agreement(second: list, behaviour: list, offset: int) -> tuple[int, float, f
 
 def second_arrays(r: Rollout) -> Iterator[tuple[int, str, list]]:
     """(node index, key, array) for every sampled node carrying a trainer logprob array."""
-    for i, node in enumerate(r.nodes):
+    for i in with_extra(r):
+        node = r.nodes[i]
         if node.message.role != "assistant":
             continue
         for key in TRAINER_LOGPROB_KEYS:

@@ -14,6 +14,7 @@ recorded the request's full prompt, else the tokens of the nodes before it on it
 """
 from __future__ import annotations
 
+import itertools
 import json
 import struct
 from collections.abc import Iterator
@@ -21,9 +22,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import islice
 
+import numpy as np
+
 from ingest.chat_template import TemplateError, render
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, Skip, check, memo, plural
+from ingest.checks.scan import index, with_extra
 from ingest.schema import Message, Rollout
 
 THINK_TOKENS = ("<think>", "</think>")
@@ -59,7 +63,7 @@ class Request:
         (None when they have none)."""
         if (rec := self.recorded) is not None:
             return rec
-        before = [t for j in self.path[:-1] for t in self.rollout.nodes[j].token_ids]
+        before = list(itertools.chain.from_iterable(self.rollout.nodes[j].token_ids for j in self.path[:-1]))
         return before if before else None
 
     def prompt_head(self, n: int) -> list[tuple[int | None, int, int]]:
@@ -99,16 +103,27 @@ def branch_heads(r: Rollout, n: int) -> dict[int, list[tuple[int, int, int]]]:
 
 
 def requests(r: Rollout) -> list[Request]:
-    """Every request (assistant node with token ids), in node order."""
-    return [Request(i, list(node.token_ids), r) for i, node in enumerate(r.nodes)
-            if node.message.role == "assistant" and node.token_ids]
+    """Every request (assistant node with token ids), in node order; built once per check run
+    (several checks read them, and a request keeps the prompt it built)."""
+    return memo("requests", lambda: [Request(i, list(node.token_ids), r) for i, node in enumerate(r.nodes)
+                                     if node.message.role == "assistant" and node.token_ids])
 
 
 def _first_divergence(expected: list[int], found: list[int]) -> int | None:
-    for k, e in enumerate(expected):
-        if k >= len(found) or found[k] != e:
-            return k
-    return None
+    """The first index where `found` differs from `expected` or ends before it; None when
+    `found` starts with all of `expected`. Compared at C speed (equal lists first, then numpy)."""
+    n = min(len(expected), len(found))
+    if expected[:n] == found[:n]:
+        return n if n < len(expected) else None
+    try:
+        return int(np.flatnonzero(_ids(expected[:n]) != _ids(found[:n]))[0])
+    except OverflowError:  # a recorded id beyond int64: compared one by one
+        return next(k for k in range(n) if expected[k] != found[k])
+
+
+def _ids(ids: list[int]) -> np.ndarray:
+    """int64 array of a list of ids; OverflowError for an id beyond int64."""
+    return np.fromiter(ids, dtype=np.int64, count=len(ids))
 
 
 def _pack(ids: list[int]) -> bytes:
@@ -152,7 +167,8 @@ def stripped_reasoning(r: Rollout, ctx: CheckContext) -> dict[int, dict]:
     """node → facts, for each request whose prompt lost reasoning the previous request sampled:
     the prompt diverges from previous prompt + completion inside that completion, the previous
     turn had reasoning, and tokens of it vanished (replaced by fewer, e.g. an empty think block)."""
-    if not any(n.extra.get("prompt_ids") is not None or n.extra.get("token_drift") for n in r.nodes):
+    if not any(r.nodes[i].extra.get("prompt_ids") is not None or r.nodes[i].extra.get("token_drift")
+               for i in with_extra(r)):
         return {}  # prompts are the graph's own prefixes: one cannot drop what the other sampled
     reqs = [q for q in requests(r) if q.prompt is not None]
     out = {}
@@ -193,8 +209,13 @@ def _role_after(ctx: CheckContext, ids: list[int], k: int) -> str:
 
 def _turn_openings(ctx: CheckContext, ids: list[int], start_id: int) -> list[int]:
     """Positions of turn starts in `ids` that do not open the model's own turn."""
-    return [k for k, t in enumerate(ids)
-            if t == start_id and not _role_after(ctx, ids, k).startswith(("assistant", "model"))]
+    if start_id not in ids:
+        return []
+    try:
+        at = np.flatnonzero(_ids(ids) == start_id).tolist()
+    except OverflowError:  # a recorded id beyond int64: looked at one by one
+        at = [k for k, t in enumerate(ids) if t == start_id]
+    return [k for k in at if not _role_after(ctx, ids, k).startswith(("assistant", "model"))]
 
 
 def _message_dict(m: Message) -> dict:
@@ -263,25 +284,28 @@ def tool_results_split(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     token (positions are those of the stored node; `detail.pooled` says so). Where no result
     carries tokens but each request records its full prompt (chat records with `turns`), the
     turns are counted in the ids the next prompt adds, the k-th opening starting the k-th result."""
+    parallel = index(r).parallel
+    if not parallel:
+        return
     children: dict[int, list[int]] = {}
     for j, n in enumerate(r.nodes):
         if n.parent is not None:
             children.setdefault(n.parent, []).append(j)
     candidates = []
-    for i, node in enumerate(r.nodes):
-        if node.message.role == "assistant" and len(node.message.tool_calls or []) >= 2:
-            results, cur = [], i  # the chain of tool messages that follows the call
-            while len(results) < len(node.message.tool_calls):
-                nxt = next((j for j in children.get(cur, []) if r.nodes[j].message.role == "tool"), None)
-                if nxt is None:
-                    break
-                results.append(nxt)
-                cur = nxt
-            with_tokens = [j for j in results if r.nodes[j].token_ids]
-            if len(with_tokens) >= 2 or (len(results) >= 2 and with_tokens == results[-1:]):
-                candidates.append((i, results, with_tokens, None))  # one delta on the last: the reader could not split
-            elif len(results) >= 2 and (span := _results_span(r, i)) is not None:
-                candidates.append((i, results, results, span))  # no message tokens: the next prompt has them
+    for i in parallel:
+        node = r.nodes[i]
+        results, cur = [], i  # the chain of tool messages that follows the call
+        while len(results) < len(node.message.tool_calls):
+            nxt = next((j for j in children.get(cur, []) if r.nodes[j].message.role == "tool"), None)
+            if nxt is None:
+                break
+            results.append(nxt)
+            cur = nxt
+        with_tokens = [j for j in results if r.nodes[j].token_ids]
+        if len(with_tokens) >= 2 or (len(results) >= 2 and with_tokens == results[-1:]):
+            candidates.append((i, results, with_tokens, None))  # one delta on the last: the reader could not split
+        elif len(results) >= 2 and (span := _results_span(r, i)) is not None:
+            candidates.append((i, results, results, span))  # no message tokens: the next prompt has them
     if not candidates:
         return
     start_id = ctx.turn_start_id()
@@ -290,7 +314,7 @@ def tool_results_split(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     found = 0
     for i, chain, results, span in candidates:
         if span is None:
-            ids = [t for j in results for t in r.nodes[j].token_ids]
+            ids = list(itertools.chain.from_iterable(r.nodes[j].token_ids for j in results))
             where = [(j, k) for j in results for k in _turn_openings(ctx, r.nodes[j].token_ids, start_id)]
         else:
             ids = span

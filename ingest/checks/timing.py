@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from ingest.call_timing import CallSpan, end_without_start, model_call_span, tool_call_span
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, Skip, check
+from ingest.checks.scan import index
 from ingest.checks.tools import _pairings
 from ingest.schema import Rollout
 
@@ -40,7 +41,8 @@ def timing_incomplete(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
             yield Hit(f"model call {k} {_SAID['no_start']}", c.node, None,
                       {"call": "model", "index": k, **_no_start(end)})
     seen: set[tuple[int, int]] = set()
-    for p in _pairings(r):
+    # a tool call's span needs a timestamp or a result's `extra.timing`: none in the rollout, none to look at
+    for p in _pairings(r) if index(r).timed else ():
         for c in p.calls:
             if c.result_node is None or (c.node, c.position) in seen:
                 continue

@@ -5,9 +5,12 @@ import json
 from collections import Counter
 from collections.abc import Iterator
 
+import orjson
+
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, check, memo
-from ingest.graph import CallRef, Pairing, branches, on_restated_branch, pair, pairing_fields
+from ingest.checks.scan import branches, index
+from ingest.graph import CallRef, Pairing, on_restated_branch, pair, pairing_fields
 from ingest.jsonio import cut_short
 from ingest.metrics import tool_failure
 from ingest.schema import Rollout
@@ -18,7 +21,7 @@ def _pairings(r: Rollout) -> list[Pairing]:
     """The pairing of each branch; derived once per check run (four checks read it)."""
     def build() -> list[Pairing]:
         messages = [pairing_fields(n.message) for n in r.nodes]
-        return [pair(path, messages) for path in branches(r.nodes)]
+        return [pair(path, messages) for path in branches(r)]
 
     return memo("tool_pairings", build)
 
@@ -47,14 +50,15 @@ def _answered_where_restated(r: Rollout) -> set[tuple[int, int]]:
     def key(m):
         return m.role, m.text(), tuple(tc.id for tc in m.tool_calls or [])
 
-    restated = {key(r.nodes[j].message): j for j, n in enumerate(r.nodes)
-                if not n.sampled and n.message.tool_calls and on_restated_branch(r.nodes, j)}
+    restated = {key(r.nodes[j].message): j for j in index(r).with_calls
+                if not r.nodes[j].sampled and on_restated_branch(r.nodes, j)}
     if not restated:
         return set()
     answered = {(c.node, c.position) for calls in _calls_per_branch(r) for c in calls if c.result_node is not None}
     out = set()
-    for i, n in enumerate(r.nodes):
-        j = restated.get(key(n.message)) if n.sampled and n.message.tool_calls else None
+    for i in index(r).with_calls:
+        n = r.nodes[i]
+        j = restated.get(key(n.message)) if n.sampled else None
         if j is not None:
             out |= {(i, k) for k in range(len(n.message.tool_calls)) if (j, k) in answered}
     return out
@@ -141,6 +145,11 @@ def arguments_shape(arguments: str) -> str:
     reader keeps an object's serialisation as the raw text), "double_encoded" (a JSON string
     holding the JSON object), "cut_off" (JSON that ends early), "not_json", "scalar" (a bare
     string, number, boolean or null), "array", or "missing" (no arguments at all)."""
+    try:  # the common shape, at C speed: what orjson reads as an object, json reads as one too
+        if isinstance(orjson.loads(arguments), dict):
+            return "object"
+    except orjson.JSONDecodeError:
+        pass
     if not arguments.strip():
         return "missing"
     try:
@@ -177,8 +186,8 @@ def malformed_tool_arguments(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     well-formed object is never flagged, whether written as a string or as an object.
     `detail.shape` says which; these are usually why the call failed.
     `position` is the call's index within its message's `tool_calls`."""
-    for i, node in enumerate(r.nodes):
-        for pos, tc in enumerate(node.message.tool_calls or []):
+    for i in index(r).with_calls:
+        for pos, tc in enumerate(r.nodes[i].message.tool_calls):
             shape = arguments_shape(tc.arguments)
             if shape != "object":
                 yield Hit(f"node {i}: arguments of call {tc.id or tc.name!r} are {SHAPE_WORDS[shape]}", i, pos,
@@ -202,8 +211,10 @@ def unparsed_tool_call(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     `tool_call_markup_unparsed`."""
     if not uses_structured_calls(r):
         return
-    last = next((i for i in range(len(r.nodes) - 1, -1, -1) if r.nodes[i].message.role == "assistant"), None)
-    for i, node in enumerate(r.nodes):
+    assistant = index(r).assistant
+    last = assistant[-1] if assistant else None
+    for i in assistant:  # markup is looked for in assistant messages only
+        node = r.nodes[i]
         found = unparsed_call(node.message)
         if found is None:
             continue

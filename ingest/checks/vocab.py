@@ -13,8 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
+
 from ingest.checks.context import CheckContext
 from ingest.checks.registry import Hit, Skip, check, plural
+from ingest.checks.scan import tokens
 from ingest.checks.template import MAX_FINDINGS, requests
 from ingest.schema import Rollout
 
@@ -29,13 +32,17 @@ def token_out_of_vocab(r: Rollout, ctx: CheckContext) -> Iterator[Hit]:
     size = ctx.vocab_size()
     if size is None:
         raise Skip("the vocabulary size is unknown: the run has no tokenizer (ingest with --tokenizer)")
-    if not any(n.token_ids for n in r.nodes):
+    t = tokens(r)
+    if not t.nodes:
         raise Skip("no token ids recorded")
-    for i, node in enumerate(r.nodes):
-        if not node.token_ids or max(node.token_ids) < size:
-            continue
-        bad = [k for k, t in enumerate(node.token_ids) if t >= size]
-        ids = sorted({node.token_ids[k] for k in bad})
+    if t.ids.max() < size:
+        return
+    for s in t.slots(t.ids >= size):
+        i, a = t.nodes[s], t.arrays[s].token_ids
+        node = r.nodes[i]
+        at = np.flatnonzero(a >= size)
+        bad = at.tolist()
+        ids = np.unique(a[at]).tolist()
         sampled = node.message.role == "assistant"
         yield Hit(f"node {i}: {plural(len(bad), 'sampled id' if sampled else 'id')} "
                   f"({', '.join(map(str, ids[:5]))}) not in the tokenizer ({size} ids)", i, bad[0],

@@ -95,7 +95,9 @@ def test_the_check_and_the_ending_share_one_scan_per_message(monkeypatch):
     assert len(calls) == 1  # normalise (the ending's evidence) scanned it; the check reused the scan
     fresh = Rollout.model_validate_json(r.to_json())  # the kept scan is not part of the message
     assert fresh.nodes[1].message == r.nodes[1].message and fresh.to_json() == r.to_json()
-    r.nodes[1].message.content = "Sunny."  # an edited message is scanned again, not answered from memory
+    r.nodes[1].message.content = f"<think>{HERMES}</think>Sunny."  # an edited message is scanned again,
+    assert unparsed(r) == [] and len(calls) == 2  # not answered from memory
+    r.nodes[1].message.content = "Sunny."  # a text with no opening (<tool_call>, ...) needs no scan at all
     assert unparsed(r) == [] and len(calls) == 2
 
 
