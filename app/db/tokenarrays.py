@@ -1,46 +1,34 @@
 """Per-token arrays as compact binary: int32 ids, float32 values (NaN = missing), packed bits.
 
 Stored little-endian. A bit array needs its length to unpack; the node row keeps `n_tokens`.
+Packing takes the node's numpy arrays (ingest/arrays.py `node_arrays`: int64 ids, bool masks,
+float64 values with NaN for null), built once per node for every stage: no Python loop over
+tokens.
 """
 from __future__ import annotations
 
-import sys
-from array import array
-from collections.abc import Sequence
-
 import numpy as np
 
-# array('i'/'f') packs in C with no per-call numpy overhead (token arrays are many and short);
-# stored bytes are little-endian.
-_SWAP = sys.byteorder != "little"
 
-
-def pack_ids(ids: Sequence[int]) -> bytes:
-    a = array("i", ids)
-    if _SWAP:
-        a.byteswap()
-    return a.tobytes()
+def pack_ids(ids: np.ndarray) -> bytes:
+    """int32 little-endian bytes of an int64 id array. Raises OverflowError(message, position)
+    for the first id past int32 (the schema refuses them; a blob never wraps one silently)."""
+    packed = ids.astype("<i4")
+    if len(ids) and not np.array_equal(packed, ids):
+        bad = int(np.flatnonzero(packed != ids)[0])
+        raise OverflowError(f"token_ids[{bad}] = {int(ids[bad])}: token ids are int32", bad)
+    return packed.tobytes()
 
 
 def unpack_ids(blob: bytes | None) -> np.ndarray:
     return np.frombuffer(blob or b"", dtype="<i4")
 
 
-def pack_floats(values: Sequence[float | None] | None) -> bytes | None:
-    """float32; `None` becomes NaN. Returns None for an absent array. Beyond float32 becomes ±inf
-    (the invalid_logprob check reports it)."""
-    if values is None:
-        return None
-    try:  # first as if no None were there: `None in values` compares every float with None, slowly
-        a = array("f", values)
-    except TypeError:
-        a = array("f", [_NAN if v is None else v for v in values])
-    if _SWAP:
-        a.byteswap()
-    return a.tobytes()
-
-
-_NAN = float("nan")
+def pack_floats(values: np.ndarray) -> bytes:
+    """float32 little-endian bytes of a float64 array (NaN, the null of `node_arrays`, stays NaN);
+    beyond float32 becomes ±inf (the invalid_logprob check reports it), as a C cast makes it."""
+    with np.errstate(over="ignore"):
+        return values.astype("<f4").tobytes()
 
 
 def unpack_floats(blob: bytes | None) -> np.ndarray | None:
@@ -49,8 +37,9 @@ def unpack_floats(blob: bytes | None) -> np.ndarray | None:
     return np.frombuffer(blob, dtype="<f4")
 
 
-def pack_bits(bits: Sequence[bool]) -> bytes:
-    return np.packbits(np.frombuffer(bytes(bits), dtype=np.uint8)).tobytes()
+def pack_bits(bits: np.ndarray) -> bytes:
+    """A bool array as bits, first value in the highest bit of the first byte (np.packbits)."""
+    return np.packbits(bits).tobytes()
 
 
 def unpack_bits(blob: bytes | None, n: int) -> np.ndarray:

@@ -16,8 +16,10 @@ import hashlib
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
+import numpy as np
 import orjson
 
 from app.db import models
@@ -27,12 +29,13 @@ from app.store.media import split_media
 from app.store.search import search_docs
 from app.store.signatures import mined_texts
 from ingest.advantages import estimator_name, recorded_advantage
+from ingest.arrays import node_arrays
 from ingest.checks import CheckContext, run_rollout_checks
 from ingest.errors import RecordError
 from ingest.graph import branches
 from ingest.jsonio import dumps, loads  # dumps/loads keep integers past 64 bits
 from ingest.metrics import rollout_metrics
-from ingest.schema import TRAINER_LOGPROB_KEYS, Rollout
+from ingest.schema import TRAINER_LOGPROB_KEYS, Node, Rollout
 from ingest.stages import stage
 
 Identity = tuple[str, str, int]  # (run id, rollout id, attempt)
@@ -85,27 +88,33 @@ def prepare(r: Rollout, context: CheckContext | None = None) -> Prepared:
     """Run the checks on `r`, a reader's final rollout (with the run's tokenizer and chat
     template in `context`, when known), and build every row of it, with its `content_hash`.
 
-    Serialisation is orjson's, in one pass per part: the whole rollout once for the hash, the
-    envelope and each message once for their columns (stored as that text, not re-encoded); token
-    arrays are packed once. Raises on a rollout no column can hold (e.g. nesting deeper than the
-    JSON serializer allows); `prepare_or_error` turns that into a RecordError.
+    Each part is serialised once, by orjson (the envelope, each message), and each token array
+    packed once from the node's numpy arrays (ingest/arrays.py, shared with the checks, which run
+    first and build them); the content hash is computed from those same bytes (`content_hash`).
+    Raises on a rollout no column can hold (e.g. nesting deeper than the JSON serializer allows,
+    a token id past int32); `prepare_or_error` turns that into a RecordError.
     """
-    with stage("hash"):
-        chash = content_hash(r)
     with stage("checks"):
         checked = run_rollout_checks(r, context)
     with stage("rows"):
-        return _prepared(r, checked, chash)
+        media: dict[str, bytes] = {}
+        envelope = r.to_json(exclude=_NODES)
+        h = _hasher(r)
+        nodes, tally = _node_rows(r, media, h)
+    with stage("hash"):
+        chash = _digest(h, envelope)
+    with stage("rows"):
+        return _prepared(r, checked, chash, envelope, nodes, media, tally)
 
 
-def _prepared(r: Rollout, checked, chash: str) -> Prepared:
+def _prepared(r: Rollout, checked, chash: str, envelope: bytes, nodes: list[tuple], media: dict[str, bytes],
+              tally: "_Tally") -> Prepared:
     findings, flags = checked.all, checked.kinds()
-    media: dict[str, bytes] = {}
     return Prepared(
         rollout=r, identity=(r.run.id, r.id, r.attempt),
         run={"id": r.run.id, "name": r.run.name, "type": r.run.type},
-        summary=_summary(r, flags, chash), envelope=_json_text(r.to_json(exclude=_NODES)),
-        nodes=_node_rows(r, media),
+        summary=_summary(r, flags, chash, tally), envelope=_json_text(envelope),
+        nodes=nodes,
         findings=[(f.kind, f.severity, f.node_idx, f.position, f.message, _json_text(dumps(finding_detail(f.detail))))
                   for f in findings],
         n_findings=len(checked.findings),
@@ -132,7 +141,7 @@ def component_rows(r: Rollout) -> list[tuple[str, float | None, float]]:
     return out
 
 
-_NOT_HASHED, _NODES = frozenset({"source"}), frozenset({"nodes"})
+_NODES = frozenset({"nodes"})
 
 
 def _json_text(raw: bytes) -> JSONText:
@@ -190,10 +199,38 @@ def raw_text(r: Rollout | RolloutRef) -> str | None:
         return None
 
 
+HASH_VERSION = "v2:"  # marks this definition of the content hash (docs/store.md); 61 hex digits follow
+
+
 def content_hash(rollout: Rollout) -> str:
-    """The hash that decides unchanged / replaced (app/store/write.py): the sha256 (64 hex
-    digits) of the canonical native JSON (sorted keys) without `source`."""
-    return hashlib.sha256(rollout.to_json(exclude=_NOT_HASHED, sort_keys=True)).hexdigest()
+    """The hash that decides unchanged / replaced (app/store/write.py): "v2:" and the first 61
+    hex digits of a sha256 over the rollout's canonical parts (`_digest`). What `prepare` puts in
+    `summary["content_hash"]`, from the bytes it stores; this builds them for one rollout alone."""
+    h = _hasher(rollout)
+    _node_rows(rollout, {}, h)
+    return _digest(h, rollout.to_json(exclude=_NODES))
+
+
+def _hasher(r: Rollout):
+    """A sha256 for `r`'s content hash, fed first with its number of nodes (8 bytes)."""
+    return hashlib.sha256(len(r.nodes).to_bytes(8, "little"))
+
+
+def _digest(h, envelope: bytes) -> str:
+    """The content hash: `h` (`_hasher`), which `_node_rows` fed with the nodes, fed last with the
+    envelope (`Rollout.to_json` without nodes) as canonical JSON.
+
+    The byte stream, each part a JSON value (self-delimiting) or bytes whose length an earlier
+    part gives, so no two rollouts share it: the number of nodes; each node's message as
+    canonical JSON (sorted keys); the nodes' headers, one JSON array (each node's other fields,
+    with sorted keys, and the lengths of its arrays, -1 for one it has not); the arrays of all
+    nodes, kind by kind (ids int32, masks one byte per value, the float arrays as float64, NaN
+    for null: one token id, mask bit or logprob changes the hash), little-endian; the envelope,
+    sorted keys, without `source` (the same rollout from any file, line or reader)."""
+    env = loads(envelope)
+    env.pop("source", None)
+    h.update(dumps(env, sort_keys=True))
+    return HASH_VERSION + h.hexdigest()[:61]
 
 
 def _json_safe(value):
@@ -244,9 +281,19 @@ def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
-def _summary(r: Rollout, flags: list[str], chash: str) -> dict:
-    versions = [c.policy_version for c in r.calls if c.policy_version is not None]
-    versions += [n.policy_version for n in r.nodes if n.policy_version is not None]
+@dataclass(slots=True)
+class _Tally:
+    """Counts over a rollout's nodes, taken while its node rows are built (`_node_rows`)."""
+
+    versions: list[int] = field(default_factory=list)  # the nodes' policy versions, in order
+    n_turns: int = 0
+    n_tool_calls: int = 0
+    n_tokens: int = 0
+    n_trained_tokens: int = 0
+
+
+def _summary(r: Rollout, flags: list[str], chash: str, tally: _Tally) -> dict:
+    versions = [c.policy_version for c in r.calls if c.policy_version is not None] + tally.versions
     reward = r.total_reward()
     return dict(
         run_id=r.run.id, rollout_id=r.id, attempt=r.attempt, step=r.step,
@@ -263,10 +310,10 @@ def _summary(r: Rollout, flags: list[str], chash: str) -> dict:
         policy_version_min=min(versions) if versions else None,
         policy_version_max=max(versions) if versions else None,
         n_nodes=len(r.nodes),
-        n_turns=sum(1 for n in r.nodes if n.message.role == "assistant"),
-        n_tool_calls=sum(len(n.message.tool_calls or []) for n in r.nodes),
-        n_tokens=sum(len(n.token_ids) for n in r.nodes),
-        n_trained_tokens=sum(n.mask.count(True) for n in r.nodes),
+        n_turns=tally.n_turns,
+        n_tool_calls=tally.n_tool_calls,
+        n_tokens=tally.n_tokens,
+        n_trained_tokens=tally.n_trained_tokens,
         n_branches=len(branches(r.nodes)) if r.nodes else 0,
         flags=flags, content_hash=chash, raw_hash=r._raw_hash,
         source_format=r.source.get("format"), source_file=r.source.get("file"), source_line=r.source.get("line"),
@@ -282,33 +329,158 @@ NODE_COLUMNS = ("idx", "parent", "role", "sampled", "timestamp", "content_len", 
 FINDING_COLUMNS = ("kind", "severity", "node_idx", "position", "message", "detail")
 
 
-def _node_rows(r: Rollout, media: dict[str, bytes]) -> list[tuple]:
-    """`node` rows as tuples in NODE_COLUMNS order (JSON columns as JSON text). The bytes of the
-    media carried inline go to `media` (sha256 → bytes), their base64 out of the message
-    (app/store/media.py `split_media`)."""
-    rows = []
+# A node's fields hashed in its JSON header (`_node_rows`): all but the message and the arrays,
+# hashed apart. Taken from the model, so a field added to `Node` later is hashed too.
+_ARRAYS = ("token_ids", "mask", "is_content", "logprobs", "advantages", "reference_logprobs")
+_FLOATS = ("logprobs", "advantages", "reference_logprobs")
+_header = itemgetter(*(f for f in Node.model_fields if f not in {"message", *_ARRAYS}))
+_ABSENT = -1  # the length of an array a node does not have (None; an empty mask or logprobs)
+_NO_TOKENS = (0, _ABSENT, _ABSENT, _ABSENT, _ABSENT, _ABSENT)  # lengths of a node without arrays
+_NO_ARRAYS = (b"", None, None, None, None, None)  # its array columns
+
+
+def _node_rows(r: Rollout, media: dict[str, bytes], h) -> tuple[list[tuple], _Tally]:
+    """`node` rows as tuples in NODE_COLUMNS order (JSON columns as JSON text) and the counts the
+    summary takes from the nodes; feeds `h` (`_hasher`) with the nodes' part of the content hash
+    (`_digest`). The bytes of the media carried inline go to `media` (sha256 → bytes), their base64 out
+    of the message (app/store/media.py `split_media`).
+
+    Token arrays are packed for the whole rollout at once (`_Packed`: one numpy cast per array
+    kind, then a slice of bytes per node), from the nodes' numpy arrays (ingest/arrays.py).
+    Raises OverflowError for a token id past int32."""
+    heads, headers, tally, packed = [], [], _Tally(), _Packed()
+    feed = h.update
+    versions = tally.versions
     for i, n in enumerate(r.nodes):
-        m = n.message
-        if m.extra.get("media"):
-            stripped, found = split_media(m.to_json_dict())
+        d = n.__dict__  # a model's field values: read from its dict, a hot loop (10,000 nodes a rollout)
+        m = d["message"]
+        md = m.__dict__
+        extra, calls, content, role = md["extra"], md["tool_calls"], md["content"], md["role"]
+        if extra and extra.get("media"):
+            whole = m.to_json_dict()
+            stripped, found = split_media(whole)
             media.update(found)
-            message = dumps(stripped)
+            message, canonical = dumps(stripped), dumps(whole, sort_keys=True)
         else:
             message = m.to_json()
-        rows.append((
-            i, n.parent, m.role, n.sampled, _finite(n.timestamp), len(m.text()), _json_text(message),
-            _text(m.tool_call_id), _text(m.name) if m.role == "tool" else None,
-            _json_text(orjson.dumps([{"id": tc.id, "name": tc.name} for tc in m.tool_calls])) if m.tool_calls else None,
-            len(n.token_ids), pack_ids(n.token_ids),
-            pack_bits(n.mask) if n.mask else None,
-            pack_bits(n.is_content) if n.is_content else None,
-            pack_floats(n.logprobs) if n.logprobs else None,
-            pack_floats(n.advantages), pack_floats(n.reference_logprobs),
-            _json_text(dumps(n.loss_weights)) if n.loss_weights is not None else None,
-            n.policy_version, _finite(n.reward), _finite(n.mc_return),
-            _json_text(dumps(_second_logprobs_kept(n.extra))) if n.extra else None,
-        ))
-    return rows
+            # canonical already unless a dict whose key order came from the source is in it
+            plain = not extra and type(content) is not list and not (calls and any(tc.extra for tc in calls))
+            canonical = message if plain else dumps(loads(message), sort_keys=True)
+        advantages, reference = d["advantages"], d["reference_logprobs"]
+        if d["token_ids"] or d["mask"] or d["is_content"] or d["logprobs"] or advantages or reference:
+            lengths = packed.add(n)
+        elif advantages is None and reference is None:  # no tokens (text-only traces)
+            lengths = _NO_TOKENS
+        else:  # no tokens, but an empty advantages or reference_logprobs array: an empty blob
+            lengths = (*_NO_TOKENS[:4], *(_ABSENT if x is None else 0 for x in (advantages, reference)))
+        headers.append([*_header(d), *lengths])  # lists: jsonio's big-integer path walks lists, not tuples
+        feed(canonical)
+        version = d["policy_version"]
+        if version is not None:
+            versions.append(version)
+        if role == "assistant":
+            tally.n_turns += 1
+        if calls:
+            tally.n_tool_calls += len(calls)
+        ts, reward, mc_return, node_extra = d["timestamp"], d["reward"], d["mc_return"], d["extra"]
+        heads.append((lengths, (
+            i, d["parent"], role, d["sampled"], ts if ts is None else _finite(ts),
+            len(content) if type(content) is str else len(m.text()), _json_text(message),
+            _text(md["tool_call_id"]), _text(md["name"]) if role == "tool" else None,
+            _json_text(orjson.dumps([{"id": tc.id, "name": tc.name} for tc in calls])) if calls else None,
+            len(d["token_ids"])), (
+            _json_text(dumps(d["loss_weights"])) if d["loss_weights"] is not None else None,
+            version, reward if reward is None else _finite(reward),
+            mc_return if mc_return is None else _finite(mc_return),
+            _json_text(dumps(_second_logprobs_kept(node_extra))) if node_extra else None)))
+    packed.finish()
+    tally.n_tokens, tally.n_trained_tokens = packed.n_tokens, packed.n_trained
+    row = packed.row
+    rows = [(*head, *(_NO_ARRAYS if lengths is _NO_TOKENS else row(lengths)), *tail) for lengths, head, tail in heads]
+    feed(dumps(headers, sort_keys=True))
+    for part in packed.hashed:
+        feed(part)
+    return rows, tally
+
+
+class _Packed:
+    """The token arrays of a rollout's nodes (`add`, node by node), packed (`finish`): ids as
+    int32, masks as bits, float arrays as float32 (NaN for null; beyond float32 ±inf, as a C cast
+    makes it), little-endian, one buffer per kind that `row` slices node by node, in node order.
+    `hashed`: what the content hash takes of them (ids int32, masks one byte per value, the float
+    arrays as float64, so a change below float32's precision still changes the hash)."""
+
+    def __init__(self):
+        self._ids: list[np.ndarray] = []
+        self._bits: dict[str, list[np.ndarray]] = {"mask": [], "is_content": []}
+        self._floats: dict[str, list[np.ndarray]] = {k: [] for k in _FLOATS}
+        self._at = dict.fromkeys(("ids", *self._bits, *self._floats), 0)
+
+    def add(self, n: Node) -> tuple[int, ...]:
+        """Take node `n`'s arrays (ingest/arrays.py `node_arrays`); returns their lengths in
+        `_ARRAYS` order, `_ABSENT` for one the node does not have (an empty mask or logprobs is
+        "not given"; an empty advantages or reference_logprobs list is had, with 0 values)."""
+        a = node_arrays(n)
+        self._ids.append(a.token_ids)
+        lengths = [a.n]
+        for name, values in (("mask", a.mask), ("is_content", a.is_content)):
+            lengths.append(_ABSENT if values is None else len(values))
+            if values is not None:
+                self._bits[name].append(values)
+        for name, values, held in (("logprobs", a.logprobs, n.logprobs or None),
+                                   ("advantages", a.advantages, n.advantages),
+                                   ("reference_logprobs", a.reference_logprobs, n.reference_logprobs)):
+            lengths.append(_ABSENT if held is None else len(held))
+            if values is not None:
+                self._floats[name].append(values)
+        return tuple(lengths)
+
+    def finish(self) -> None:
+        """Pack what `add` took: `ids`, `bits`, `floats`, `hashed`, `n_tokens`, `n_trained`."""
+        ids = self._ids
+        all_ids = np.concatenate(ids) if ids else _NO_IDS
+        self.n_tokens = len(all_ids)
+        try:
+            self.ids = pack_ids(all_ids)
+        except OverflowError as exc:  # name the node and the position in it, not the rollout's
+            at, node = exc.args[1], 0
+            while at >= len(ids[node]):
+                at, node = at - len(ids[node]), node + 1
+            raise OverflowError(f"token id {int(ids[node][at])} past int32 (a node's token_ids[{at}], "
+                                f"the {node + 1}th with tokens)") from None
+        masks = {k: np.concatenate(v) if v else _NO_BITS for k, v in self._bits.items()}
+        self.n_trained = int(np.count_nonzero(masks["mask"]))
+        self.bits = {k: [pack_bits(x) for x in v] for k, v in self._bits.items()}
+        wide = {k: np.concatenate(v).astype("<f8", copy=False) if v else _NO_FLOATS for k, v in self._floats.items()}
+        self.floats = {k: pack_floats(v) for k, v in wide.items()}
+        self.hashed = [self.ids, *masks.values(), *wide.values()]  # contiguous arrays: hashed as their bytes
+
+    def row(self, lengths: tuple[int, ...]) -> tuple:
+        """The next node's six array columns (token_ids, mask, is_content, logprobs, advantages,
+        reference_logprobs) from its lengths (`add`): the next slice of each buffer, or None for
+        an array it does not have."""
+        n, mask, is_content, *floats = lengths
+        at = self._at
+        out = [self.ids[4 * at["ids"]:4 * (at["ids"] + n)]]
+        at["ids"] += n
+        for name, k in (("mask", mask), ("is_content", is_content)):
+            if k == _ABSENT:
+                out.append(None)
+            else:
+                out.append(self.bits[name][at[name]])
+                at[name] += 1
+        for name, k in zip(_FLOATS, floats):
+            if k == _ABSENT:
+                out.append(None)
+            else:
+                out.append(self.floats[name][4 * at[name]:4 * (at[name] + k)])
+                at[name] += k
+        return tuple(out)
+
+
+_NO_IDS = np.zeros(0, dtype=np.int64)
+_NO_BITS = np.zeros(0, dtype=bool)
+_NO_FLOATS = np.zeros(0, dtype="<f8")
 
 
 _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}

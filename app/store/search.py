@@ -82,17 +82,24 @@ def message_text(message: Mapping | None) -> str:
     """The searchable text of a message dict (content, reasoning, tool calls), whole."""
     if not message:
         return ""
+    calls = [(call.get("name", ""), call.get("arguments", "")) for call in message.get("tool_calls") or []
+             if isinstance(call, dict)]
+    return _text_of(message.get("content"), message.get("reasoning_content"), calls)
+
+
+def _text_of(content: Any, reasoning: Any, calls: Iterable[tuple[Any, Any]]) -> str:
+    """The searchable text of a message from its content (a string or a list of parts), its
+    reasoning and its tool calls' (name, arguments): the one definition, for a stored message
+    dict (`message_text`) and a rollout's messages (`search_docs`)."""
     parts: list[str] = []
-    content = message.get("content")
     if isinstance(content, str):
         parts.append(content)
     elif isinstance(content, list):
         parts += [str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"]
-    if isinstance(message.get("reasoning_content"), str):
-        parts.append(message["reasoning_content"])
-    for call in message.get("tool_calls") or []:
-        if isinstance(call, dict):
-            parts.append(f"{call.get('name', '')} {call.get('arguments', '')}")
+    if isinstance(reasoning, str):
+        parts.append(reasoning)
+    for name, arguments in calls:
+        parts.append(f"{name} {arguments}")
     return parts[0] if len(parts) == 1 else "\n".join(p for p in parts if p)
 
 
@@ -100,14 +107,19 @@ def message_docs(idx: int, message: Mapping | None) -> list[Doc]:
     """The documents of message `idx` (a dict with `role`, `content`, `reasoning_content`,
     `tool_calls`, `extra`): none when it has no text, else one per part (`parts`). A tool result
     is `tool_error` when ingest.metrics.tool_failure says it failed, else `tool_output`."""
-    text = message_text(message)
-    if not text.strip():
+    if not message:
         return []
     role = message.get("role") if isinstance(message.get("role"), str) else None
+    extra = message.get("extra")
+    return _message_docs(idx, role, message_text(message), extra if isinstance(extra, dict) else {})
+
+
+def _message_docs(idx: int, role: str | None, text: str, extra: dict) -> list[Doc]:
+    if not text.strip():
+        return []
     kind = "message"
     if role == "tool":
-        extra = message.get("extra")
-        kind = "tool_error" if tool_failure(extra if isinstance(extra, dict) else {}, text) else "tool_output"
+        kind = "tool_error" if tool_failure(extra, text) else "tool_output"
     return _docs(idx, kind, role, text)
 
 
@@ -165,9 +177,13 @@ def search_docs(r) -> list[Doc]:
     out: list[Doc] = []
     for i, n in enumerate(r.nodes):
         m = n.message
-        out += message_docs(i, {"role": m.role, "content": m.content, "reasoning_content": m.reasoning_content,
-                                "tool_calls": [{"name": tc.name, "arguments": tc.arguments}
-                                               for tc in m.tool_calls or []], "extra": m.extra})
+        content, reasoning, calls = m.content, m.reasoning_content, m.tool_calls
+        if type(content) is str and reasoning is None and not calls:
+            text = content  # what _text_of gives such a message, without building its parts
+        else:
+            text = _text_of(content, reasoning, [(tc.name, tc.arguments) for tc in calls or ()])
+        if text:
+            out += _message_docs(i, m.role, text, m.extra)
     calls = [{"node": c.node, "error": c.error.model_dump()} for c in r.calls if c.error is not None]
     return out + rollout_docs([e.model_dump() for e in r.errors], r.ending.model_dump(mode="json"), calls)
 
