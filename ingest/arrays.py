@@ -68,30 +68,29 @@ def float_array(values: list | None) -> np.ndarray | None:
 
 
 def _key(node) -> tuple:
-    """The node's lists themselves and their lengths: the cache holds the lists, so an id cannot
-    be reused by a new list while the arrays built from the old one are cached. Spelled out (it runs
-    once per node and stage): `advantages` and `reference_logprobs` may be None, the others are lists."""
+    """The node's six lists themselves, then their lengths (0 for an absent one): the cache holds
+    the lists, so an id cannot be reused by a new list while the arrays built from the old one are
+    cached. Flat, and compared field by field in `node_arrays`: it runs once per node and stage."""
     d = node.__dict__
     t, m, c, lp, a, r = (d["token_ids"], d["mask"], d["is_content"], d["logprobs"], d["advantages"],
                          d["reference_logprobs"])
-    return ((t, len(t)), (m, len(m)), (c, len(c)), (lp, len(lp)),
-            (a, 0 if a is None else len(a)), (r, 0 if r is None else len(r)))
-
-
-def _same(a: tuple, b: tuple) -> bool:
-    for x, y in zip(a, b):
-        if x[0] is not y[0] or x[1] != y[1]:
-            return False
-    return True
+    return (t, m, c, lp, a, r, len(t), len(m), len(c), len(lp), 0 if a is None else len(a),
+            0 if r is None else len(r))
 
 
 def node_arrays(node) -> NodeArrays:
     """`node`'s per-token arrays (ingest/schema.py `Node`), built on the first call and cached
     on the node while its lists are the same objects of the same lengths."""
+    private = node.__pydantic_private__
+    cached = private.get("_arrays") if private else None
+    if cached is not None:
+        k, d = cached.key, node.__dict__
+        t, m, c, lp, a, r = (d["token_ids"], d["mask"], d["is_content"], d["logprobs"], d["advantages"],
+                             d["reference_logprobs"])
+        if t is k[0] and m is k[1] and c is k[2] and lp is k[3] and a is k[4] and r is k[5] and \
+                (len(t), len(m), len(c), len(lp), 0 if a is None else len(a), 0 if r is None else len(r)) == k[6:]:
+            return cached
     key = _key(node)
-    cached = node.__pydantic_private__.get("_arrays") if node.__pydantic_private__ else None
-    if cached is not None and _same(cached.key, key):
-        return cached
     arrays = NodeArrays(ids_array(node.token_ids), bool_array(node.mask), bool_array(node.is_content),
                         float_array(node.logprobs), float_array(node.advantages),
                         float_array(node.reference_logprobs), key)
