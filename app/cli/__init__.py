@@ -15,7 +15,7 @@ import sys
 import typer
 from rich.text import Text
 
-from app.cli import common, demo, export, ingest, link, mcp, quarantine, rebuild, schema, serve, token, worker
+from app.cli import common, db, demo, export, ingest, link, mcp, quarantine, rebuild, schema, serve, token, worker
 from app.cli.common import console
 from app.cli.exits import exit_codes
 
@@ -33,6 +33,7 @@ app.command(epilog=exit_codes("demo"))(demo.demo)
 app.command("rebuild-analytics", epilog=exit_codes("rebuild-analytics"))(rebuild.rebuild_analytics)
 app.command(epilog=exit_codes("schema"))(schema.schema)
 app.command(epilog=exit_codes("mcp"))(mcp.mcp)
+app.add_typer(db.db_app, name="db")
 
 
 def main() -> None:
