@@ -13,8 +13,17 @@ and measure the parser): it writes the summary rows the pipeline would write (`r
 rollout for its tool output), then builds the rollups with `app.store.rollups.rebuild`, the same
 code ingest runs per batch.
 
+At scale on Postgres (`--runs R`, R > 1): N rollouts over R runs are loaded with SQL alone by
+bench/generate_pg.py (10 M in well under an hour, where this loader would take many), `--steps`
+per run, and the pages of its first run are timed (compare: its first two runs; search: the
+first run, and all runs). `--partitions P` partitions the tables first (app/db/partition.py,
+`rollscope db partition`); 0 leaves them plain. The load's time, per stage, and the database's
+size are printed.
+
 Run: `.venv/bin/python bench/analytics.py [--rollouts N] [--steps S] [--db sqlite|postgres|both]
-[--requests K] [--keep DIR]`. Not part of the test suite.
+[--requests K] [--keep DIR] [--runs R] [--partitions P]`; at 10 M: `nice -n 19 .venv/bin/python
+bench/analytics.py --rollouts 10000000 --db postgres --runs 50 --partitions 16`. Not part of the
+test suite.
 """
 from __future__ import annotations
 
@@ -45,6 +54,7 @@ from app.store import rollups  # noqa: E402
 PG = os.environ.get("ROLLSCOPE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 PORT = int(os.environ.get("BENCH_PORT", "8133"))  # analytics: 81 + "33"
 RUN = "bench-1m"
+COMPARED = f"{RUN}-copy"  # the second run of /compare (`use_generated` names two generated runs)
 ENDINGS = ["submitted", "task_detected", "truncated", "length_cut", "error"]
 DETAILS = {"error": ["sandbox_crash", "tool_server_timeout", "connection_reset"], "truncated": ["max_turns"],
            "length_cut": ["max_output_tokens"], "submitted": ["agent_completed"], "task_detected": ["env_done"]}
@@ -220,7 +230,7 @@ def endpoints(steps: int, client: httpx.Client) -> list[tuple[str, str, str]]:
     out = [("chart", f"chart {c}", f"{r}/charts/{c}.json") for c in charts.REGISTRY]
     out += [("page", "run page", r), ("page", "step page", f"{r}/steps/{steps // 2}"),
             ("page", "compare (the run and a copy of its rollups under another id)",
-             f"/compare.json?runs={RUN},{RUN}-copy"),
+             f"/compare.json?runs={RUN},{COMPARED}"),
             ("list", "rollouts: first page", f"{r}/rollouts"),
             ("list", "rollouts: filtered (ending=error, task prefix)", f"{r}/rollouts?ending=error&task=task-01*"),
             ("list", "rollouts: deep page", deep),
@@ -278,10 +288,49 @@ def copy_rollups(conn: sa.Connection) -> bool:
     return True
 
 
+def use_generated() -> None:
+    """Time the pages of bench/generate_pg.py's first run, compared with its second."""
+    global RUN, COMPARED
+    from bench.generate_pg import run_name
+
+    RUN, COMPARED = run_name(0), run_name(1)
+
+
+def bench_generated(name: str, url: str, n: int, runs: int, steps: int, partitions: int, requests: int,
+                    reuse: bool, load_only: bool) -> None:
+    """Postgres at scale: load database `name` with bench/generate_pg.py (unless `reuse`), then time."""
+    from bench import generate_pg
+
+    use_generated()
+    if not reuse:
+        t = time.perf_counter()
+        times = generate_pg.load(name, n, runs, steps, partitions, say=lambda m: print(f"[postgres] {m}"))
+        stages = ", ".join(f"{k} {v:.0f} s" for k, v in times.items())
+        print(f"[postgres] loaded {n:,} rollouts ({runs} runs of {steps:,} steps, "
+              f"{f'{partitions} partitions' if partitions else 'no partitions'}) in {time.perf_counter() - t:.0f} s "
+              f"(SQL, bench/generate_pg.py: {stages}); load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    else:
+        print("[postgres] reusing the loaded database")
+    with make_engine(url).connect() as conn:
+        from app.db.partition import partition_count
+
+        parts = partition_count(conn, "rollout")
+        total = conn.execute(sa.text("SELECT count(*) FROM rollout")).scalar()
+        size = conn.execute(sa.text("SELECT pg_database_size(current_database())")).scalar()
+    print(f"[postgres] {total:,} rollouts, rollout table {f'in {parts} partitions' if parts else 'not partitioned'}, "
+          f"database {size / 2**30:.1f} GB")
+    if not load_only:
+        serve_and_measure("postgres", url, steps, requests)
+
+
 def bench(label: str, url: str, n: int, steps: int, requests: int, reuse: bool = False,
-          load_only: bool = False) -> None:
+          load_only: bool = False, partitions: int = 0) -> None:
     engine = make_engine(url, writer=True)
     upgrade(engine)
+    if partitions and not url.startswith("sqlite"):
+        from app.db.partition import partition
+
+        partition(engine, partitions)
     with engine.connect() as conn:
         loaded = conn.execute(sa.select(sa.func.count()).select_from(models.StepRollup.__table__)).scalar()
     if reuse and loaded:
@@ -347,7 +396,12 @@ def main() -> None:
                     help="time the databases a previous --keep run loaded "
                          "(SQLite in --keep, Postgres rs_bench_analytics)")
     ap.add_argument("--load-only", action="store_true", help="load (and keep) the databases, time nothing")
+    ap.add_argument("--runs", type=int, default=1,
+                    help="Postgres: more than 1 loads N rollouts over this many runs with bench/generate_pg.py")
+    ap.add_argument("--partitions", type=int, default=0, help="Postgres: hash partitions per table (0: none)")
     a = ap.parse_args()
+    if a.runs > 1 and a.db != "postgres":
+        ap.error("--runs needs --db postgres")
     if a.db in ("sqlite", "both"):
         with tempfile.TemporaryDirectory() as tmp:
             path = (a.keep or Path(tmp)) / "bench-analytics.db"
@@ -369,8 +423,12 @@ def main() -> None:
                 c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
                 c.execute(f'CREATE DATABASE "{name}"')
         try:
-            bench("postgres", u.set(database=name).render_as_string(hide_password=False), a.rollouts, a.steps,
-                  a.requests, a.reuse, a.load_only)
+            url = u.set(database=name).render_as_string(hide_password=False)
+            if a.runs > 1:
+                bench_generated(name, url, a.rollouts, a.runs, a.steps, a.partitions, a.requests, a.reuse,
+                                a.load_only)
+            else:
+                bench("postgres", url, a.rollouts, a.steps, a.requests, a.reuse, a.load_only, a.partitions)
         finally:
             if not keep:
                 with psycopg.connect(**admin) as c:

@@ -161,8 +161,8 @@ WHERE r.run_id = %(run)s
 
 DOCS = """
 INSERT INTO search_doc (rollout_pk, run_id, node_idx, kind, role, truncated, text)
-SELECT pk, run_id, 2, 'tool_output', 'tool', false, tool_text(pk) || CASE WHEN pk = ANY(%(rare)s::bigint[]) THEN ' xylophone'
-    ELSE '' END
+SELECT pk, run_id, 2, 'tool_output', 'tool', false,
+    tool_text(pk) || CASE WHEN pk = ANY(%(rare)s::bigint[]) THEN ' xylophone' ELSE '' END
 FROM rollout WHERE run_id = %(run)s
 """
 
@@ -187,11 +187,13 @@ CROSS JOIN LATERAL (VALUES
 WHERE f.keep
 """
 
-TOOL_TEXT = """
-CREATE OR REPLACE FUNCTION tool_text(pk bigint) RETURNS text LANGUAGE sql IMMUTABLE AS $$
-    SELECT 'tool result: ' || 'w' || lpad(((pk * 7919 + 1) % 3000)::text, 4, '0') || ' ' || 'w' || lpad(((pk * 104729 + 17) % 3000)::text, 4, '0') || ' ' || 'w' || lpad(((pk * 1299709 + 101) % 3000)::text, 4, '0') || ' ' || 'w' || lpad(((pk * 15485863 + 7) % 3000)::text, 4, '0') || ' ' || 'w' || lpad(((pk * 32452843 + 3) % 3000)::text, 4, '0') || ' ' || 'w' || lpad(((pk * 49979687 + 11) % 3000)::text, 4, '0') || ' ' || 'w' || lpad(((pk * 67867967 + 29) % 3000)::text, 4, '0') || ' ' || 'w' || lpad(((pk * 86028121 + 5) % 3000)::text, 4, '0') || ' ' || 'w' || lpad(((pk * 104395301 + 13) % 3000)::text, 4, '0') || ' ' || 'w' || lpad(((pk * 122949823 + 19) % 3000)::text, 4, '0') || ' ' || 'w' || lpad(((pk * 141650939 + 23) % 3000)::text, 4, '0') || ' ' || 'w' || lpad(((pk * 160481183 + 2) % 3000)::text, 4, '0')
-$$
-"""
+# word j of a text: (pk * P_j + j) mod 3000, P_j a prime: spread, and the same on every load
+PRIMES = (7919, 104729, 1299709, 15485863, 32452843, 49979687, 67867967, 86028121, 104395301, 122949823,
+          141650939, 160481183)
+WORD = "'w' || lpad(((pk * {p} + {j}) % 3000)::text, 4, '0')"
+TOOL_TEXT = ("CREATE OR REPLACE FUNCTION tool_text(pk bigint) RETURNS text LANGUAGE sql IMMUTABLE AS $$ "
+             "SELECT 'tool result: ' || " + " || ' ' || ".join(WORD.format(p=p, j=j) for j, p in enumerate(PRIMES))
+             + " $$")
 
 
 def load(name: str, n: int, runs: int, steps: int, partitions: int, say=print) -> dict[str, float]:
@@ -279,8 +281,9 @@ def copy_rollups(conn: sa.Connection, source: str, targets: list[str]) -> None:
     for t in ROLLUPS:
         cols = [c for c in conn.execute(sa.text(f"SELECT * FROM {t} LIMIT 0")).keys() if c not in ("pk", "run_id")]
         listed = ", ".join(cols)
-        conn.execute(sa.text(f"INSERT INTO {t} (run_id, {listed}) SELECT r, {listed} FROM {t}, unnest(CAST(:targets AS text[])) r "
-                             "WHERE run_id = :source"), {"source": source, "targets": targets})
+        conn.execute(sa.text(f"INSERT INTO {t} (run_id, {listed}) SELECT r, {listed} FROM {t}, "
+                             "unnest(CAST(:targets AS text[])) r WHERE run_id = :source"),
+                     {"source": source, "targets": targets})
 
 
 def size(name: str) -> int:
