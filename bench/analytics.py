@@ -54,7 +54,8 @@ from app.store import rollups  # noqa: E402
 PG = os.environ.get("ROLLSCOPE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 PORT = int(os.environ.get("BENCH_PORT", "8133"))  # analytics: 81 + "33"
 RUN = "bench-1m"
-COMPARED = f"{RUN}-copy"  # the second run of /compare (`use_generated` names two generated runs)
+PAIRED: str | None = None  # a second run with rollouts, for the paired compare (`use_generated`)
+PAIRED_REQUESTS = 3  # the paired compare reads every rollout of both runs: seconds a request at 10 M
 ENDINGS = ["submitted", "task_detected", "truncated", "length_cut", "error"]
 DETAILS = {"error": ["sandbox_crash", "tool_server_timeout", "connection_reset"], "truncated": ["max_turns"],
            "length_cut": ["max_output_tokens"], "submitted": ["agent_completed"], "task_detected": ["env_done"]}
@@ -230,7 +231,7 @@ def endpoints(steps: int, client: httpx.Client) -> list[tuple[str, str, str]]:
     out = [("chart", f"chart {c}", f"{r}/charts/{c}.json") for c in charts.REGISTRY]
     out += [("page", "run page", r), ("page", "step page", f"{r}/steps/{steps // 2}"),
             ("page", "compare (the run and a copy of its rollups under another id)",
-             f"/compare.json?runs={RUN},{COMPARED}"),
+             f"/compare.json?runs={RUN},{RUN}-copy"),
             ("list", "rollouts: first page", f"{r}/rollouts"),
             ("list", "rollouts: filtered (ending=error, task prefix)", f"{r}/rollouts?ending=error&task=task-01*"),
             ("list", "rollouts: deep page", deep),
@@ -244,23 +245,59 @@ def endpoints(steps: int, client: httpx.Client) -> list[tuple[str, str, str]]:
             ("search", f"search rare word ({RARE})", f"/search.json?q={RARE}&run={RUN}"),
             ("search", f"search common word ({COMMON})", f"/search.json?q={COMMON}&run={RUN}"),
             ("search", "search common word, all runs", f"/search.json?q={COMMON}")]
+    if PAIRED:
+        out.append(("page", f"compare with {PAIRED} (paired by task, from the rows; {PAIRED_REQUESTS} requests)",
+                    f"/compare.json?runs={RUN},{PAIRED}"))
     return out
 
 
-def measure(base: str, pid: int, steps: int, requests: int) -> list[tuple]:
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of these processes so far (0 for one that is gone)."""
+    tick, total = os.sysconf("SC_CLK_TCK"), 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def server_pids(pid: int, url: str) -> list[int]:
+    """The app server and, on Postgres, the backends serving its database (readable /proc: run as
+    root or the server's user; otherwise the app server's CPU alone)."""
+    if url.startswith("sqlite"):
+        return [pid]
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    with psycopg.connect(host=u.host, port=u.port or 5432, user=u.username, password=u.password,
+                         dbname=u.database) as c:
+        rows = c.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                         "AND pid <> pg_backend_pid()").fetchall()
+    return [pid, *(r[0] for r in rows)]
+
+
+def measure(base: str, pid: int, steps: int, requests: int, url: str = "sqlite") -> list[tuple]:
+    """Per endpoint: (group, label, first status, last status, p50 ms, p95 ms, CPU ms a request of
+    the server and its database backends: what the machine's load does not inflate)."""
     rss = RSS(pid)
     results = []
-    with httpx.Client(base_url=base, timeout=120) as client:
+    with httpx.Client(base_url=base, timeout=300) as client:
         for group, label, path in endpoints(steps, client):
             first = client.get(path)
+            pids = server_pids(pid, url)
+            cpu0 = cpu_seconds(pids)
             times = []
-            for _ in range(requests):
+            for _ in range(PAIRED_REQUESTS if PAIRED and path.endswith(f",{PAIRED}") else requests):
                 t = time.perf_counter()
                 resp = client.get(path)
                 times.append((time.perf_counter() - t) * 1000)
             times.sort()
             p95 = times[min(len(times) - 1, int(round(0.95 * (len(times) - 1))))]
-            results.append((group, label, first.status_code, resp.status_code, statistics.median(times), p95))
+            cpu = (cpu_seconds(pids) - cpu0) * 1000 / len(times)
+            results.append((group, label, first.status_code, resp.status_code, statistics.median(times), p95, cpu))
     return results, rss.stop()
 
 
@@ -289,11 +326,12 @@ def copy_rollups(conn: sa.Connection) -> bool:
 
 
 def use_generated() -> None:
-    """Time the pages of bench/generate_pg.py's first run, compared with its second."""
-    global RUN, COMPARED
+    """Time the pages of bench/generate_pg.py's first run (compare: with a copy of its rollups, as
+    at 1 M, and with its second run)."""
+    global RUN, PAIRED
     from bench.generate_pg import run_name
 
-    RUN, COMPARED = run_name(0), run_name(1)
+    RUN, PAIRED = run_name(0), run_name(1)
 
 
 def bench_generated(name: str, url: str, n: int, runs: int, steps: int, partitions: int, requests: int,
@@ -311,7 +349,8 @@ def bench_generated(name: str, url: str, n: int, runs: int, steps: int, partitio
               f"(SQL, bench/generate_pg.py: {stages}); load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     else:
         print("[postgres] reusing the loaded database")
-    with make_engine(url).connect() as conn:
+    with make_engine(url).begin() as conn:
+        copy_rollups(conn)
         from app.db.partition import partition_count
 
         parts = partition_count(conn, "rollout")
@@ -369,7 +408,7 @@ def serve_and_measure(label: str, url: str, steps: int, requests: int) -> None:
             except httpx.HTTPError:
                 time.sleep(0.2)
         load_before = os.getloadavg()
-        results, peak = measure(base, server.pid, steps, requests)
+        results, peak = measure(base, server.pid, steps, requests, url)
         load_after = os.getloadavg()
     finally:
         server.terminate()
@@ -377,11 +416,11 @@ def serve_and_measure(label: str, url: str, steps: int, requests: int) -> None:
     load = lambda t: " ".join(f"{x:.1f}" for x in t)  # noqa: E731
     print(f"[{label}] machine load average (1, 5, 15 min): {load(load_before)} before, {load(load_after)} after "
           f"({os.cpu_count()} cores)")
-    print(f"[{label}] {'endpoint':58} {'status':>6} {'p50 ms':>8} {'p95 ms':>8}  goal")
-    for group, name, s0, s1, p50, p95 in results:
+    print(f"[{label}] {'endpoint':58} {'status':>6} {'p50 ms':>8} {'p95 ms':>8}  goal       CPU ms/request")
+    for group, name, s0, s1, p50, p95, cpu in results:
         goal = GOALS[group]
         ok = "ok" if p95 < goal and s0 == 200 else "MISSED"
-        print(f"[{label}] {name:58} {s1:>6} {p50:8.1f} {p95:8.1f}  <{goal} {ok}")
+        print(f"[{label}] {name:58} {s1:>6} {p50:8.1f} {p95:8.1f}  <{goal} {ok:6} {cpu:8.1f}")
     print(f"[{label}] server peak RSS: {peak / 2**20:.0f} MB (goal < 300 MB)")
 
 
