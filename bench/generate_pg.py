@@ -105,7 +105,8 @@ def take_indexes(conn) -> list[str]:
     for name, _ in idx:
         conn.execute(f"DROP INDEX {name}")
     again += [f'ALTER TABLE {t} ADD CONSTRAINT "{n}" {d}' for t, n, d, k in cons if k != "f"]
-    again += [d for _, d in idx]
+    # a partitioned table's index reads "ON ONLY": made so, it would cover no partition (INVALID)
+    again += [d.replace(" ON ONLY ", " ON ", 1) for _, d in idx]
     again += [f'ALTER TABLE {t} ADD CONSTRAINT "{n}" {d}' for t, n, d, k in cons if k == "f"]
     again += [f'ALTER TABLE {t} ADD CONSTRAINT "{n}" {d}' for t, n, d in incoming]
     return again

@@ -83,6 +83,11 @@ def test_partitioning_keeps_rows_pages_and_reingest(tmp_path, db_url):
     assert {c.table: c.rows for c in done} == {t: before[t] for t in TABLES}
     with engine.connect() as conn:
         assert all(partition_count(conn, t) == 4 for t in TABLES)
+        # every index made again covers every partition (an index "ON ONLY" the parent is INVALID)
+        assert conn.execute(sa.text("SELECT count(*) FROM pg_index WHERE NOT indisvalid")).scalar() == 0
+        n_indexes = lambda t: conn.execute(sa.text("SELECT count(*) FROM pg_index WHERE indrelid = to_regclass(:t)"),  # noqa: E731
+                                           {"t": t}).scalar()
+        assert all(n_indexes(f"{t}_p3") == n_indexes(t) > 0 for t in TABLES)
     assert at_head(engine)  # the schema keeps its revision: later migrations run from it
     assert _counts(engine) == before
     assert _answers(db_url) == pages
