@@ -13,8 +13,17 @@ and measure the parser): it writes the summary rows the pipeline would write (`r
 rollout for its tool output), then builds the rollups with `app.store.rollups.rebuild`, the same
 code ingest runs per batch.
 
+At scale on Postgres (`--runs R`, R > 1): N rollouts over R runs are loaded with SQL alone by
+bench/generate_pg.py (10 M in well under an hour, where this loader would take many), `--steps`
+per run, and the pages of its first run are timed (compare: its first two runs; search: the
+first run, and all runs). `--partitions P` partitions the tables first (app/db/partition.py,
+`rollscope db partition`); 0 leaves them plain. The load's time, per stage, and the database's
+size are printed.
+
 Run: `.venv/bin/python bench/analytics.py [--rollouts N] [--steps S] [--db sqlite|postgres|both]
-[--requests K] [--keep DIR]`. Not part of the test suite.
+[--requests K] [--keep DIR] [--runs R] [--partitions P]`; at 10 M: `nice -n 19 .venv/bin/python
+bench/analytics.py --rollouts 10000000 --db postgres --runs 50 --partitions 16`. Not part of the
+test suite.
 """
 from __future__ import annotations
 
@@ -45,6 +54,8 @@ from app.store import rollups  # noqa: E402
 PG = os.environ.get("ROLLSCOPE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 PORT = int(os.environ.get("BENCH_PORT", "8133"))  # analytics: 81 + "33"
 RUN = "bench-1m"
+PAIRED: str | None = None  # a second run with rollouts, for the paired compare (`use_generated`)
+PAIRED_REQUESTS = 3  # the paired compare reads every rollout of both runs: seconds a request at 10 M
 ENDINGS = ["submitted", "task_detected", "truncated", "length_cut", "error"]
 DETAILS = {"error": ["sandbox_crash", "tool_server_timeout", "connection_reset"], "truncated": ["max_turns"],
            "length_cut": ["max_output_tokens"], "submitted": ["agent_completed"], "task_detected": ["env_done"]}
@@ -234,23 +245,59 @@ def endpoints(steps: int, client: httpx.Client) -> list[tuple[str, str, str]]:
             ("search", f"search rare word ({RARE})", f"/search.json?q={RARE}&run={RUN}"),
             ("search", f"search common word ({COMMON})", f"/search.json?q={COMMON}&run={RUN}"),
             ("search", "search common word, all runs", f"/search.json?q={COMMON}")]
+    if PAIRED:
+        out.append(("page", f"compare with {PAIRED} (paired by task, from the rows; {PAIRED_REQUESTS} requests)",
+                    f"/compare.json?runs={RUN},{PAIRED}"))
     return out
 
 
-def measure(base: str, pid: int, steps: int, requests: int) -> list[tuple]:
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of these processes so far (0 for one that is gone)."""
+    tick, total = os.sysconf("SC_CLK_TCK"), 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def server_pids(pid: int, url: str) -> list[int]:
+    """The app server and, on Postgres, the backends serving its database (readable /proc: run as
+    root or the server's user; otherwise the app server's CPU alone)."""
+    if url.startswith("sqlite"):
+        return [pid]
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    with psycopg.connect(host=u.host, port=u.port or 5432, user=u.username, password=u.password,
+                         dbname=u.database) as c:
+        rows = c.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                         "AND pid <> pg_backend_pid()").fetchall()
+    return [pid, *(r[0] for r in rows)]
+
+
+def measure(base: str, pid: int, steps: int, requests: int, url: str = "sqlite") -> list[tuple]:
+    """Per endpoint: (group, label, first status, last status, p50 ms, p95 ms, CPU ms a request of
+    the server and its database backends: what the machine's load does not inflate)."""
     rss = RSS(pid)
     results = []
-    with httpx.Client(base_url=base, timeout=120) as client:
+    with httpx.Client(base_url=base, timeout=300) as client:
         for group, label, path in endpoints(steps, client):
             first = client.get(path)
+            pids = server_pids(pid, url)
+            cpu0 = cpu_seconds(pids)
             times = []
-            for _ in range(requests):
+            for _ in range(PAIRED_REQUESTS if PAIRED and path.endswith(f",{PAIRED}") else requests):
                 t = time.perf_counter()
                 resp = client.get(path)
                 times.append((time.perf_counter() - t) * 1000)
             times.sort()
             p95 = times[min(len(times) - 1, int(round(0.95 * (len(times) - 1))))]
-            results.append((group, label, first.status_code, resp.status_code, statistics.median(times), p95))
+            cpu = (cpu_seconds(pids) - cpu0) * 1000 / len(times)
+            results.append((group, label, first.status_code, resp.status_code, statistics.median(times), p95, cpu))
     return results, rss.stop()
 
 
@@ -278,10 +325,51 @@ def copy_rollups(conn: sa.Connection) -> bool:
     return True
 
 
+def use_generated() -> None:
+    """Time the pages of bench/generate_pg.py's first run (compare: with a copy of its rollups, as
+    at 1 M, and with its second run)."""
+    global RUN, PAIRED
+    from bench.generate_pg import run_name
+
+    RUN, PAIRED = run_name(0), run_name(1)
+
+
+def bench_generated(name: str, url: str, n: int, runs: int, steps: int, partitions: int, requests: int,
+                    reuse: bool, load_only: bool) -> None:
+    """Postgres at scale: load database `name` with bench/generate_pg.py (unless `reuse`), then time."""
+    from bench import generate_pg
+
+    use_generated()
+    if not reuse:
+        t = time.perf_counter()
+        times = generate_pg.load(name, n, runs, steps, partitions, say=lambda m: print(f"[postgres] {m}"))
+        stages = ", ".join(f"{k} {v:.0f} s" for k, v in times.items())
+        print(f"[postgres] loaded {n:,} rollouts ({runs} runs of {steps:,} steps, "
+              f"{f'{partitions} partitions' if partitions else 'no partitions'}) in {time.perf_counter() - t:.0f} s "
+              f"(SQL, bench/generate_pg.py: {stages}); load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    else:
+        print("[postgres] reusing the loaded database")
+    with make_engine(url).begin() as conn:
+        copy_rollups(conn)
+        from app.db.partition import partition_count
+
+        parts = partition_count(conn, "rollout")
+        total = conn.execute(sa.text("SELECT count(*) FROM rollout")).scalar()
+        size = conn.execute(sa.text("SELECT pg_database_size(current_database())")).scalar()
+    print(f"[postgres] {total:,} rollouts, rollout table {f'in {parts} partitions' if parts else 'not partitioned'}, "
+          f"database {size / 2**30:.1f} GB")
+    if not load_only:
+        serve_and_measure("postgres", url, steps, requests)
+
+
 def bench(label: str, url: str, n: int, steps: int, requests: int, reuse: bool = False,
-          load_only: bool = False) -> None:
+          load_only: bool = False, partitions: int = 0) -> None:
     engine = make_engine(url, writer=True)
     upgrade(engine)
+    if partitions and not url.startswith("sqlite"):
+        from app.db.partition import partition
+
+        partition(engine, partitions)
     with engine.connect() as conn:
         loaded = conn.execute(sa.select(sa.func.count()).select_from(models.StepRollup.__table__)).scalar()
     if reuse and loaded:
@@ -320,7 +408,7 @@ def serve_and_measure(label: str, url: str, steps: int, requests: int) -> None:
             except httpx.HTTPError:
                 time.sleep(0.2)
         load_before = os.getloadavg()
-        results, peak = measure(base, server.pid, steps, requests)
+        results, peak = measure(base, server.pid, steps, requests, url)
         load_after = os.getloadavg()
     finally:
         server.terminate()
@@ -328,11 +416,11 @@ def serve_and_measure(label: str, url: str, steps: int, requests: int) -> None:
     load = lambda t: " ".join(f"{x:.1f}" for x in t)  # noqa: E731
     print(f"[{label}] machine load average (1, 5, 15 min): {load(load_before)} before, {load(load_after)} after "
           f"({os.cpu_count()} cores)")
-    print(f"[{label}] {'endpoint':58} {'status':>6} {'p50 ms':>8} {'p95 ms':>8}  goal")
-    for group, name, s0, s1, p50, p95 in results:
+    print(f"[{label}] {'endpoint':58} {'status':>6} {'p50 ms':>8} {'p95 ms':>8}  goal       CPU ms/request")
+    for group, name, s0, s1, p50, p95, cpu in results:
         goal = GOALS[group]
         ok = "ok" if p95 < goal and s0 == 200 else "MISSED"
-        print(f"[{label}] {name:58} {s1:>6} {p50:8.1f} {p95:8.1f}  <{goal} {ok}")
+        print(f"[{label}] {name:58} {s1:>6} {p50:8.1f} {p95:8.1f}  <{goal} {ok:6} {cpu:8.1f}")
     print(f"[{label}] server peak RSS: {peak / 2**20:.0f} MB (goal < 300 MB)")
 
 
@@ -347,7 +435,12 @@ def main() -> None:
                     help="time the databases a previous --keep run loaded "
                          "(SQLite in --keep, Postgres rs_bench_analytics)")
     ap.add_argument("--load-only", action="store_true", help="load (and keep) the databases, time nothing")
+    ap.add_argument("--runs", type=int, default=1,
+                    help="Postgres: more than 1 loads N rollouts over this many runs with bench/generate_pg.py")
+    ap.add_argument("--partitions", type=int, default=0, help="Postgres: hash partitions per table (0: none)")
     a = ap.parse_args()
+    if a.runs > 1 and a.db != "postgres":
+        ap.error("--runs needs --db postgres")
     if a.db in ("sqlite", "both"):
         with tempfile.TemporaryDirectory() as tmp:
             path = (a.keep or Path(tmp)) / "bench-analytics.db"
@@ -369,8 +462,12 @@ def main() -> None:
                 c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
                 c.execute(f'CREATE DATABASE "{name}"')
         try:
-            bench("postgres", u.set(database=name).render_as_string(hide_password=False), a.rollouts, a.steps,
-                  a.requests, a.reuse, a.load_only)
+            url = u.set(database=name).render_as_string(hide_password=False)
+            if a.runs > 1:
+                bench_generated(name, url, a.rollouts, a.runs, a.steps, a.partitions, a.requests, a.reuse,
+                                a.load_only)
+            else:
+                bench("postgres", url, a.rollouts, a.steps, a.requests, a.reuse, a.load_only, a.partitions)
         finally:
             if not keep:
                 with psycopg.connect(**admin) as c:

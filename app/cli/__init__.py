@@ -1,5 +1,5 @@
 """The `rollscope` command: ingest, export, recheck, quarantine, worker, link, serve, demo,
-rebuild-analytics, schema, token, mcp. One module per command group; this one assembles them (in the
+rebuild-analytics, schema, token, mcp, db. One module per command group; this one assembles them (in the
 order `rollscope --help` lists them) and holds the console entry point, `main`.
 
 Configuration comes from the environment through `get_settings()` (`ROLLSCOPE_DATABASE_URL`,
@@ -15,7 +15,7 @@ import sys
 import typer
 from rich.text import Text
 
-from app.cli import common, demo, export, ingest, link, mcp, quarantine, rebuild, schema, serve, token, worker
+from app.cli import common, db, demo, export, ingest, link, mcp, quarantine, rebuild, schema, serve, token, worker
 from app.cli.common import console
 from app.cli.exits import exit_codes
 
@@ -23,7 +23,7 @@ from app.cli.exits import exit_codes
 COMMANDS: dict[str, object] = {
     "ingest": ingest.ingest, "export": export.export, "recheck": rebuild.recheck, "quarantine": quarantine.quarantine,
     "worker": worker.worker, "link": link.link, "token": token.token_app, "serve": serve.serve, "demo": demo.demo,
-    "rebuild-analytics": rebuild.rebuild_analytics, "schema": schema.schema, "mcp": mcp.mcp,
+    "rebuild-analytics": rebuild.rebuild_analytics, "schema": schema.schema, "mcp": mcp.mcp, "db": db.db_app,
 }
 
 

@@ -40,6 +40,8 @@ CODES: dict[str, list[str]] = {
               _USAGE_DB, _DB + " when it starts"],
     "demo": ["0 the demo run and its tokenizer were written", _USAGE + ", or a file that cannot be written"],
     "rebuild-analytics": ["0 rebuilt", _USAGE_DB, _DB],
+    "db partition": ["0 every table is partitioned (now, or already)",
+                     _USAGE_DB + ", a SQLite database (no partitions), or --partitions out of 2..1024", _DB],
     "schema": ["0 the schema was printed or written", "1 the file cannot be written", _USAGE],
     "mcp": ["0 the client closed stdio, or (--http) stopped by Ctrl-C or SIGTERM",
             "1 the first read failed (the server answered an error)",
