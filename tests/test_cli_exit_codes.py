@@ -104,3 +104,11 @@ def test_serve_on_a_taken_port_is_exit_1_not_the_databases_3(tmp_path):
     assert res.returncode == 1, res.stderr[-2000:]
     assert res.stderr.strip().splitlines()[-1] == (f"error: the server could not start on 127.0.0.1:{port} "
                                                    "(uvicorn's reason is above)")
+
+
+def test_ingest_with_nothing_to_ingest_is_exit_2_and_touches_no_database(tmp_path):
+    db = tmp_path / "never.db"
+    res = subprocess.run([sys.executable, "-m", "app.cli", "--db", f"sqlite:///{db}", "ingest"], cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "give files or folders" in res.stdout + res.stderr and not db.exists()

@@ -65,8 +65,10 @@ def ingest(
                                      "characters",
                                      param_hint="--run") from None
 
-    engine = open_engine()
     paths = list(paths or [])
+    if not paths and not retry_quarantined:  # before any database is opened, made or migrated
+        raise typer.BadParameter("give files or folders to ingest, or --retry-quarantined", param_hint="PATHS")
+    engine = open_engine()
     retries = {}
     if retry_quarantined:
         from app.store.quarantine_retry import plan_retry
