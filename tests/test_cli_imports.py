@@ -73,14 +73,19 @@ def test_main_builds_only_the_command_it_runs(args, named):
     assert sorted(built) == sorted([named] if named else COMMANDS)
 
 
-def test_a_command_built_alone_parses_as_in_the_whole_app(tmp_path):
+def test_a_command_built_alone_parses_as_in_the_whole_app(tmp_path, monkeypatch):
     """The same words give the same result through the one-command app `main` runs and the whole
     app the tests invoke: the group's `--db` and the command's own options both parse."""
     from typer.testing import CliRunner
 
-    from app.cli import app, build
+    from app.cli import app, build, common
 
     db = f"sqlite:///{tmp_path / 'x.db'}"
+    # `--db` exports the URL to this process's environment (common.choose_database): undone after
+    # the test, or every later subprocess of this test worker would inherit it
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db)
+    monkeypatch.delenv("ROLLSCOPE_DB__URL", raising=False)
+    monkeypatch.setattr(common, "_db_source", common._db_source)
     for cli in (app, build("link")):
         res = CliRunner().invoke(cli, ["--db", db, "link", "--base", "http://h:1", "run-1", "r-2"])
         assert res.exit_code == 0, res.output
