@@ -112,3 +112,17 @@ def read_folder(folder: Path, errors: list | None = None) -> Iterator[tuple[Path
         for item in read_records(reader, source, ctx, errors if errors is not None else []):
             if not isinstance(item, RecordError):
                 yield path, reader.NAME, item
+
+
+def bench_workload():
+    """bench/workload.py (the benchmarks' generated rollouts), imported for a test without leaving
+    bench/ on sys.path."""
+    import sys
+
+    bench = str(Path(__file__).resolve().parents[1] / "bench")
+    sys.path.insert(0, bench)
+    try:
+        import workload
+    finally:
+        sys.path.remove(bench)
+    return workload

@@ -28,19 +28,10 @@ from ingest.files import walk
 from ingest.formats.registry import detect
 from ingest.source import open_source
 from tests.conftest import FIXTURES
+from tests.helpers import bench_workload
 
-ROOT = Path(__file__).resolve().parents[2]
 FROZEN = Path(__file__).with_name("sameness.json")
 Input = tuple[str, list, CheckContext | None]
-
-
-def _workload():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import workload
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    return workload
 
 
 def _native(records: list[dict], folder: Path, name: str) -> list:
@@ -67,7 +58,7 @@ def inputs(folder: Path) -> Iterator[Input]:
     demo_ctx = load_context(folder / "demo.tokenizer.json")
     yield "demo", [r for _, _, r in read_folder(demo)], demo_ctx
 
-    wl = _workload()
+    wl = bench_workload()
     rng = np.random.default_rng(7)
     agentic = _native([wl.rollout(k, rng) for k in range(12)], folder, "agentic")
     text = _native([wl.text_rollout(k, rng) for k in range(12)], folder, "text")

@@ -6,7 +6,6 @@ messages (file, line, field) are those of the pydantic path."""
 from __future__ import annotations
 
 import copy
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,8 +22,7 @@ from ingest.jsonio import dumps
 from ingest.schema import Rollout
 from ingest.source import open_source
 from tests.conftest import FIXTURES
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import bench_workload
 
 
 def _state(m):
@@ -82,12 +80,7 @@ def _lines(path: Path) -> list[bytes]:
 
 @pytest.fixture(scope="module")
 def workload():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import workload
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    return workload
+    return bench_workload()
 
 
 def test_real_files_decode_the_same_and_all_go_fast(tmp_path, workload):
