@@ -226,8 +226,8 @@ def test_rebuild_analytics_backfills_signatures_as_ingest_mined_them(client, eng
 
     msgs = ["alpha failed with code 1", "beta broke badly today", "alpha failed with code 2", "gamma is new"]
     for run in ("r1", "r2"):
-        rs = [rollout(f"{run}-{i}", run=run, step=i // 3, ending="error" if i % 2 else "truncated", reward=None if i % 2 else 0.0,
-                      errors=[{"type": "E", "message": msgs[i % 4]}] if i % 2 else [],
+        rs = [rollout(f"{run}-{i}", run=run, step=i // 3, ending="error" if i % 2 else "truncated",
+                      reward=None if i % 2 else 0.0, errors=[{"type": "E", "message": msgs[i % 4]}] if i % 2 else [],
                       messages=[{"role": "user", "content": "go"}, {"role": "assistant", "content": f"gave up {i}"}])
               for i in range(12)]
         assert ingest(engine, write_jsonl(tmp_path / f"{run}.jsonl", rs)).ok
