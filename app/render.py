@@ -34,6 +34,7 @@ from app import urls
 from app.text import reveal_invisible
 from ingest.jsonio import dumps
 from ingest.stats import gradient_tokens, own_no_gradient
+from ingest.words import plural
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 templates = Jinja2Blocks(directory=str(TEMPLATES))  # autoescape on for .html (Starlette default)
@@ -135,11 +136,6 @@ def percent(x, digits: int = 1) -> str:
     if x is None:
         return "–"
     return f"{100 * x:.{digits}f}%"
-
-
-def plural(n, one: str, many: str | None = None) -> str:
-    """`1 turn`, `2 turns`; `many` for irregular plurals (`branch`, `branches`)."""
-    return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
 def _finalize(value: Any) -> Any:

@@ -1,5 +1,5 @@
 """`rollscope recheck` and `rollscope rebuild-analytics`: recompute from what is stored (today's
-checks; the per-step rollups and the search index)."""
+checks; the per-step rollups, step alerts, search index and failure signatures)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -49,13 +49,15 @@ def recheck(
 def rebuild_analytics(
     run: Annotated[str | None, typer.Option(help="Only this run (default: every run).")] = None,
 ) -> None:
-    """Recompute the per-step rollups, the step alerts and the search index from what is stored
-    (ingest keeps them current; this is for databases that hold rollouts from before they
-    existed, or after the alert settings changed)."""
-    from app.store import rollups, search, step_alerts
+    """Recompute the per-step rollups, the step alerts, the search index and the failure
+    signatures from what is stored (ingest keeps them current; this is for databases that hold
+    rollouts from before they existed, or after the alert settings changed)."""
+    from app.store import rollups, search, signatures, step_alerts
 
     with open_engine().begin() as conn:
         steps = rollups.rebuild(conn, run)
         flagged = step_alerts.rebuild(conn, run)
         docs = search.rebuild(conn, run)
-    out.print(f"rollups of {steps} steps, {flagged} steps flagged, {docs} texts indexed for search")
+        signed = signatures.rebuild(conn, run)
+    out.print(f"rollups of {steps} steps, {flagged} steps flagged, {docs} texts indexed for search, "
+              f"{signed} failure signatures of rollouts")

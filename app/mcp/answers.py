@@ -13,9 +13,11 @@ returned.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 from app.text import reveal_invisible
+from ingest import words
 
 Link = Callable[[str | None], str | None]
 
@@ -34,10 +36,8 @@ class Answer:
     data: dict[str, Any] = field(default_factory=dict)
 
 
-def plural(n: int | None, one: str, many: str | None = None) -> str:
-    """`1 hit`, `2 hits`, `1,920 rollouts` (`many` for irregular plurals)."""
-    n = n or 0
-    return f"{n:,} {one if n == 1 else (many or one + 's')}"
+# `1 hit`, `2 hits`, `1,920 rollouts`: the digits grouped in an answer
+plural = partial(words.plural, thousands=True)
 
 
 def num(x: Any, digits: int = 3) -> str:

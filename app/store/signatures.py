@@ -107,3 +107,29 @@ def mine_run(conn: sa.Connection, run_id: str, rollouts: list[tuple[int, int | N
     rows = [(pk, stored[n][0], run_id, step, kind) for pk, step, kind, n in found]
     bulk_insert(conn, RS, ("rollout_pk", "signature_pk", "run_id", "step", "kind"), rows)
     return len(rows)
+
+
+def rebuild(conn: sa.Connection, run_id: str | None = None, *, chunk: int = 200) -> int:
+    """Mine the failure signatures of every stored rollout again (of one run, or all), in the
+    caller's transaction: the run's templates and rollout rows are dropped, then its rollouts are
+    read back (app/store/load.py) and mined in row order, `chunk` at a time, as ingest mined them
+    batch by batch; returns the rollout_signature rows written. For databases holding rollouts
+    stored before signatures existed (`rollscope rebuild-analytics`); on rollouts ingest already
+    mined it gives the same templates and rows (same texts, same order)."""
+    from sqlmodel import Session
+
+    from app.store.load import load
+
+    R = models.Rollout.__table__
+    q = sa.select(R.c.run_id).distinct().order_by(R.c.run_id)
+    runs = [run_id] if run_id is not None else list(conn.execute(q).scalars())
+    total = 0
+    for run in runs:
+        conn.execute(RS.delete().where(RS.c.run_id == run))
+        conn.execute(FS.delete().where(FS.c.run_id == run))
+        stored = conn.execute(sa.select(R.c.pk, R.c.step).where(R.c.run_id == run).order_by(R.c.pk)).all()
+        session = Session(bind=conn)
+        for i in range(0, len(stored), chunk):
+            part = [(pk, step, mined_texts(load(session, pk))) for pk, step in stored[i:i + chunk]]
+            total += mine_run(conn, run, [p for p in part if p[2]])
+    return total

@@ -8,9 +8,10 @@ from collections.abc import Iterator
 import numpy as np
 
 from ingest.checks.context import CheckContext
-from ingest.checks.registry import Hit, Skip, check, plural
+from ingest.checks.registry import Hit, Skip, check
 from ingest.checks.scan import tokens, with_extra
 from ingest.schema import TRAINER_LOGPROB_KEYS, Rollout
+from ingest.words import plural
 
 REPLACEMENT_HEX = "efbfbd"
 FLOAT32_MAX = 3.4028234663852886e38  # logprobs are stored as float32

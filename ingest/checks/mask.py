@@ -9,10 +9,11 @@ import numpy as np
 
 from ingest.arrays import node_arrays
 from ingest.checks.context import CheckContext
-from ingest.checks.registry import Hit, Skip, check, plural
+from ingest.checks.registry import Hit, Skip, check
 from ingest.checks.scan import Tokens, branches, tokens
 from ingest.graph import on_restated_branch
 from ingest.schema import Rollout
+from ingest.words import plural
 
 SAMPLED_ROLE = "assistant"
 

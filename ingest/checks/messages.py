@@ -4,9 +4,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ingest.checks.context import CheckContext
-from ingest.checks.registry import Hit, check, plural
+from ingest.checks.registry import Hit, check
 from ingest.checks.scan import index
 from ingest.schema import Rollout
+from ingest.words import plural
 
 
 @check("empty_response", "warning", label="empty response")

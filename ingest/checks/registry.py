@@ -180,5 +180,3 @@ def label(kind: str) -> str:
     return c.label if c else kind.replace("_", " ")
 
 
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")

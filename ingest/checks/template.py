@@ -26,9 +26,10 @@ import numpy as np
 
 from ingest.chat_template import TemplateError, render
 from ingest.checks.context import CheckContext
-from ingest.checks.registry import Hit, Skip, check, memo, plural
+from ingest.checks.registry import Hit, Skip, check, memo
 from ingest.checks.scan import index, with_extra
 from ingest.schema import Message, Rollout
+from ingest.words import plural
 
 THINK_TOKENS = ("<think>", "</think>")
 MAX_FINDINGS = 10

@@ -16,10 +16,11 @@ from collections.abc import Iterator
 import numpy as np
 
 from ingest.checks.context import CheckContext
-from ingest.checks.registry import Hit, Skip, check, plural
+from ingest.checks.registry import Hit, Skip, check
 from ingest.checks.scan import tokens
 from ingest.checks.template import MAX_FINDINGS, requests
 from ingest.schema import Rollout
+from ingest.words import plural
 
 
 @check("token_out_of_vocab", "error", label="token out of vocabulary")

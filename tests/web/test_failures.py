@@ -206,3 +206,44 @@ def test_a_signature_is_not_new_without_a_history(client, engine, tmp_path):
     (sig,) = client.get("/runs/r1/failures.json").json()["signatures"]
     assert sig["template"] == "Try another edit." and sig["count"] == 11 and sig["new_at_step"] is None
     assert "new at step" not in client.get("/runs/r1/failures").text
+
+
+def _per_rollout(engine) -> list[tuple]:
+    R, FS, RS = (t.__table__ for t in (models.Rollout, models.FailureSignature, models.RolloutSignature))
+    q = (sa.select(R.c.rollout_id, RS.c.step, RS.c.kind, FS.c.number).join(RS, RS.c.rollout_pk == R.c.pk)
+         .join(FS, FS.c.pk == RS.c.signature_pk).order_by(R.c.rollout_id, RS.c.kind, FS.c.number))
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(q)]
+
+
+def test_rebuild_analytics_backfills_signatures_as_ingest_mined_them(client, engine, db_url, tmp_path, monkeypatch):
+    """Rollouts stored before signatures existed (here: their rows deleted) get them from
+    `rollscope rebuild-analytics`: the same templates, numbers and rollout rows ingest wrote, over
+    more than one chunk and two runs; a second rebuild changes nothing."""
+    from typer.testing import CliRunner
+
+    from app.cli import app as cli
+
+    msgs = ["alpha failed with code 1", "beta broke badly today", "alpha failed with code 2", "gamma is new"]
+    for run in ("r1", "r2"):
+        rs = [rollout(f"{run}-{i}", run=run, step=i // 3, ending="error" if i % 2 else "truncated",
+                      reward=None if i % 2 else 0.0, errors=[{"type": "E", "message": msgs[i % 4]}] if i % 2 else [],
+                      messages=[{"role": "user", "content": "go"}, {"role": "assistant", "content": f"gave up {i}"}])
+              for i in range(12)]
+        assert ingest(engine, write_jsonl(tmp_path / f"{run}.jsonl", rs)).ok
+    before, rows = _rows(engine), _per_rollout(engine)
+    assert before[1] > 0 and {r[0].split("-")[0] for r in rows} == {"r1", "r2"}
+    failures = client.get("/runs/r1/failures.json").json()
+    with engine.begin() as conn:
+        conn.execute(models.RolloutSignature.__table__.delete())
+        conn.execute(models.FailureSignature.__table__.delete())
+    assert _rows(engine)[:2] == (0, 0)
+
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    monkeypatch.setattr(store_signatures.rebuild, "__kwdefaults__", {"chunk": 5})  # several chunks a run
+    for _ in range(2):
+        res = CliRunner().invoke(cli, ["rebuild-analytics"])
+        assert res.exit_code == 0, res.output
+        assert f"{before[1]} failure signatures of rollouts" in res.output
+        assert _rows(engine) == before and _per_rollout(engine) == rows
+    assert client.get("/runs/r1/failures.json").json() == failures
