@@ -201,7 +201,7 @@ class Node(Model):
     logprobs: list[float | None] = Field(default_factory=list)
     advantages: list[float | None] | None = None
     reference_logprobs: list[float | None] | None = None
-    loss_weights: dict[str, list[float]] | None = None
+    loss_weights: dict[str, list[float | None]] | None = None
     policy_version: Version | None = None
     reward: float | None = Field(None, description="reward credited at this node (the step's reward r_t)")
     mc_return: float | None = Field(None,
@@ -322,12 +322,30 @@ class Call(Model):
 class Reward(Model):
     """One named component of the reward (verifiers `Reward`, an Inspect scorer, a verl/NeMo Gym
     reward extra...). The total is `Rollout.reward` when given, else Σ score·weight; a metric
-    kept beside the reward but not summed into it has weight 0."""
+    kept beside the reward but not summed into it has weight 0.
+
+    A weight that is NaN or ±Infinity (non-strict JSON) is kept: written as `weight: null` with
+    `weight_non_finite` saying which (strict JSON, as `Rollout.reward_non_finite`), and read back
+    from that pair as the same float."""
 
     score: Number | None
     weight: float = 1.0
+    weight_non_finite: Literal["nan", "inf", "-inf"] | None = Field(
+        None, description="set (with weight null) when the source weight was NaN or ±Infinity: "
+                          "the native format is strict JSON")
     explanation: str | None = Field(
         None, description="the scorer's or judge's own explanation of this score (model output: untrusted text)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _non_finite_weight(cls, data: Any) -> Any:
+        """`weight: null` with `weight_non_finite` is the non-finite weight written as strict JSON:
+        read back as that float (the marker is made again whenever it is written)."""
+        if isinstance(data, dict) and data.get("weight", 0) is None and data.get("weight_non_finite") in _NON_FINITE:
+            out = {k: v for k, v in data.items() if k != "weight_non_finite"}
+            out["weight"] = _NON_FINITE[data["weight_non_finite"]]
+            return out
+        return data
 
 
 # --- envelope -------------------------------------------------------------------------------
@@ -477,6 +495,23 @@ class Rollout(Model):
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def _non_finite(x: float) -> str:
+    """"nan", "inf" or "-inf" for a non-finite float (the `*_non_finite` markers)."""
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def _strict_json_model(model: Any) -> Any:
+    """`model` as strict JSON writes it: a rollout's non-finite `reward` and a reward component's
+    non-finite `weight` as null with their `*_non_finite` marker (a copy; `model` itself when
+    nothing is non-finite)."""
+    if isinstance(model, Rollout) and model.reward is not None and not math.isfinite(model.reward):
+        return model.model_copy(update={"reward": None, "reward_non_finite": _non_finite(model.reward)})
+    if isinstance(model, Reward) and not math.isfinite(model.weight):
+        return model.model_copy(update={"weight": None, "weight_non_finite": _non_finite(model.weight)})
+    return model
 
 
 @lru_cache(maxsize=None)
@@ -487,9 +522,7 @@ def _fields(cls: type[BaseModel]) -> tuple[tuple[str, str, bool], ...]:
 
 
 def _dump(model: BaseModel, exclude: frozenset[str] | set[str] = frozenset()) -> Any:
-    if isinstance(model, Rollout) and model.reward is not None and not math.isfinite(model.reward):
-        note = "nan" if math.isnan(model.reward) else ("inf" if model.reward > 0 else "-inf")
-        model = model.model_copy(update={"reward": None, "reward_non_finite": note})
+    model = _strict_json_model(model)
     out: dict[str, Any] = {}
     for name, key, omit_none in _fields(type(model)):
         if name in exclude:
@@ -508,9 +541,7 @@ def _shallow(model: Any, exclude: frozenset[str] | set[str] = frozenset()) -> di
     this for each nested model and serialises everything else itself)."""
     if not isinstance(model, BaseModel):
         raise TypeError(f"{type(model).__name__} is not JSON serializable")
-    if isinstance(model, Rollout) and model.reward is not None and not math.isfinite(model.reward):
-        note = "nan" if math.isnan(model.reward) else ("inf" if model.reward > 0 else "-inf")
-        model = model.model_copy(update={"reward": None, "reward_non_finite": note})
+    model = _strict_json_model(model)
     values = model.__dict__  # pydantic keeps field values there; a dict lookup beats getattr
     out = {key: values[name] for name, key, omit_none in _fields(type(model))
            if not (omit_none and values[name] is None) and name not in exclude}
