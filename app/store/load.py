@@ -14,6 +14,7 @@ writer engine's reads take the write lock: app/db/engine.py).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 
 import sqlalchemy as sa
@@ -23,12 +24,12 @@ from sqlmodel import Session
 
 from app.db.models import Node as NodeRow
 from app.db.models import Rollout as RolloutRow
-from app.db.tokenarrays import floats_or_none, unpack_bits, unpack_floats, unpack_ids
+from app.db.tokenarrays import floats_kept, unpack_bits, unpack_floats, unpack_ids
 from app.queries import rollout_list
 from app.queries import rollouts as queries
 from app.store.media import fetch_media, marked, restore_media
 from ingest.formats.base import pydantic_path
-from ingest.schema import Rollout
+from ingest.schema import TRAINER_LOGPROB_KEYS, Rollout
 
 PAGE = 200
 
@@ -64,16 +65,33 @@ def _node(row: NodeRow) -> dict:
     if row.is_content is not None:
         out["is_content"] = unpack_bits(row.is_content, n).tolist()
     if row.logprobs is not None:
-        out["logprobs"] = floats_or_none(unpack_floats(row.logprobs))
+        out["logprobs"] = floats_kept(unpack_floats(row.logprobs))
     for name in ("advantages", "reference_logprobs"):
         blob = getattr(row, name)
         if blob is not None:
-            out[name] = floats_or_none(unpack_floats(blob))
+            out[name] = floats_kept(unpack_floats(blob))
     for name in ("loss_weights", "policy_version", "reward", "mc_return"):
         if getattr(row, name) is not None:
             out[name] = getattr(row, name)
     if row.extra:
-        out["extra"] = row.extra
+        out["extra"] = _trainer_logprobs_back(row.extra)
+    return out
+
+
+_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _trainer_logprobs_back(extra: dict) -> dict:
+    """A node's stored `extra` with its trainer logprob arrays' "NaN", "Infinity", "-Infinity"
+    (how the store writes their non-finite values in JSON: app/store/prepare.py
+    `_second_logprobs_kept`) as the floats they were read as."""
+    if not any(isinstance(extra.get(k), list) for k in TRAINER_LOGPROB_KEYS):
+        return extra
+    out = dict(extra)
+    for k in TRAINER_LOGPROB_KEYS:
+        values = out.get(k)
+        if isinstance(values, list) and any(isinstance(v, str) for v in values):
+            out[k] = [_NON_FINITE.get(v, v) if isinstance(v, str) else v for v in values]
     return out
 
 
