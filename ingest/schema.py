@@ -24,7 +24,17 @@ from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetPydanticSchema,
+    PrivateAttr,
+    model_validator,
+)
+from pydantic_core import core_schema
 
 from ingest.fields import INT32_MAX
 
@@ -64,6 +74,42 @@ Id = Annotated[str, Field(min_length=1, max_length=300, pattern=r"^[^\x00-\x1f\x
 TOKEN_ID_MIN, TOKEN_ID_MAX = -(2**31), INT32_MAX
 TokenId = Annotated[int, Field(strict=True)]  # never true or "7"
 Number = Annotated[float, Field(strict=True)]  # a JSON number (ints accepted), never true or "1.0"
+NodeIndex = Annotated[int, Field(strict=True)]  # a node's position (`parent`, `calls[].node`): never "0", 0.0 or true
+
+
+# Flags (`mask`, `is_content`, `sampled`) and their lists are built in pydantic-core alone (no
+# Python per value), so the native fast path (ingest/fastdecode.py), which copies this schema,
+# refuses exactly what pydantic refuses. pydantic's own bool would also read "1", "yes", "true" and
+# "off" as flags: a string is a writer bug, and a field error here.
+_FLAG_VALUES = [True, False, 0, 1]  # 0 and 1 also as 0.0 and 1.0 (a float loss-mask tensor's `tolist()`)
+
+
+def _flag_schema(_source: Any, _handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+    """One flag (`sampled`): true or false, or the number 0 or 1, read as a bool."""
+    return core_schema.custom_error_schema(
+        core_schema.chain_schema([core_schema.literal_schema(_FLAG_VALUES), core_schema.bool_schema()]),
+        custom_error_type="flag_type", custom_error_message="Input should be true or false (or the number 0 or 1)")
+
+
+def _flags_schema(_source: Any, _handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+    """A per-token flag array (`mask`, `is_content`): each entry true or false, or the number 0 or
+    1, kept as written (a list of 0/1 stays ints: numpy and every check read them alike). Three
+    tries, each stopping at its first bad entry: all booleans (as fast as pydantic's own bool),
+    all 0/1, then any mix; a list none takes is one `flags_type` error, whose first bad entry
+    ingest/formats/base.py `record_error` names."""
+    return core_schema.union_schema(
+        [core_schema.list_schema(core_schema.bool_schema(strict=True), fail_fast=True),
+         core_schema.list_schema(core_schema.literal_schema([0, 1]), fail_fast=True),
+         core_schema.list_schema(core_schema.literal_schema(_FLAG_VALUES), fail_fast=True)],
+        mode="left_to_right", custom_error_type="flags_type",
+        custom_error_message="Input should be a list of true or false (or the numbers 0 and 1)")
+
+
+_FLAG_JSON = {"anyOf": [{"type": "boolean"}, {"enum": [0, 1]}]}
+Flag = Annotated[bool, GetPydanticSchema(_flag_schema, lambda _s, _h: dict(_FLAG_JSON))]
+# entries may be the ints 0 and 1, as written
+Flags = Annotated[list[bool], GetPydanticSchema(_flags_schema,
+                                                lambda _s, _h: {"type": "array", "items": dict(_FLAG_JSON)})]
 
 
 class Model(BaseModel):
@@ -191,21 +237,21 @@ class Node(Model):
     `mask[i]` is the loss mask (1 = sampled by the policy and carries gradient).
     """
 
-    parent: int | None = None
+    parent: NodeIndex | None = None
     message: Message
-    sampled: bool = False
+    sampled: Flag = False
     timestamp: float | None = Field(None, description="epoch seconds")
     token_ids: list[TokenId] = Field(default_factory=list)
-    mask: list[bool] = Field(default_factory=list)
-    is_content: list[bool] = Field(default_factory=list)
-    logprobs: list[float | None] = Field(default_factory=list)
-    advantages: list[float | None] | None = None
-    reference_logprobs: list[float | None] | None = None
-    loss_weights: dict[str, list[float | None]] | None = None
+    mask: Flags = Field(default_factory=list)
+    is_content: Flags = Field(default_factory=list)
+    logprobs: list[Number | None] = Field(default_factory=list)
+    advantages: list[Number | None] | None = None
+    reference_logprobs: list[Number | None] | None = None
+    loss_weights: dict[str, list[Number | None]] | None = None
     policy_version: Version | None = None
-    reward: float | None = Field(None, description="reward credited at this node (the step's reward r_t)")
-    mc_return: float | None = Field(None,
-                                    description="discounted Monte Carlo return G_t = r_t + γ·G_{t+1} at this node")
+    reward: Number | None = Field(None, description="reward credited at this node (the step's reward r_t)")
+    mc_return: Number | None = Field(None,
+                                     description="discounted Monte Carlo return G_t = r_t + γ·G_{t+1} at this node")
     # the per-token arrays as numpy arrays, built once for every stage that scans tokens
     # (ingest/arrays.py `node_arrays`); not part of the format
     _arrays: Any = PrivateAttr(default=None)
@@ -307,7 +353,7 @@ FinishReason = Literal["stop", "length", "tool_call", "content_filter", "compact
 class Call(Model):
     """One model request (verifiers `ModelCall`), plus the policy version that served it."""
 
-    node: int | None = Field(None, description="index of the node this call produced")
+    node: NodeIndex | None = Field(None, description="index of the node this call produced")
     model: str | None = None
     endpoint: str | None = None
     sampling: dict[str, Any] | None = None
@@ -329,7 +375,7 @@ class Reward(Model):
     from that pair as the same float."""
 
     score: Number | None
-    weight: float = 1.0
+    weight: Number = 1.0
     weight_non_finite: Literal["nan", "inf", "-inf"] | None = Field(
         None, description="set (with weight null) when the source weight was NaN or ±Infinity: "
                           "the native format is strict JSON")
