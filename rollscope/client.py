@@ -56,8 +56,8 @@ from rollscope.schemas import BranchTokens, Rollout, RolloutRow, RunRow
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["ApiError", "BranchTokens", "Client", "ExportBrokenOff", "Rollout", "RolloutRow", "RolloutWriter", "RunRow", "rollout_url",
-           "server_url", "to_record"]
+__all__ = ["ApiError", "BranchTokens", "Client", "ExportBrokenOff", "Rollout", "RolloutRow", "RolloutWriter", "RunRow",
+           "rollout_url", "server_url", "to_record"]
 
 DEFAULT_BASE = "http://127.0.0.1:8000"
 

@@ -17,6 +17,9 @@ from app.cli import app
 from app.config import Settings
 from app.db import models
 from app.main import create_app
+from ingest.formats.base import ReadContext
+from ingest.formats.native import parse_record
+from ingest.jsonio import loads
 from rollscope.client import ApiError, Client, ExportBrokenOff
 from tests.helpers import ingest, serving, stored
 
@@ -64,9 +67,6 @@ def test_non_finite_loss_and_reward_weights_load_back_export_and_reingest_unchan
     assert res.exit_code == 0, res.output
     assert "wrote 1 rollouts" in res.output and out.read_text().count("\n") == 1
 
-    from ingest.formats.native import parse_record
-    from ingest.formats.base import ReadContext
-    from ingest.jsonio import loads
     exported = parse_record(loads(out.read_bytes()), "out.jsonl", 1, ReadContext())
     assert math.isnan(exported.rewards["a"].weight) and exported.rewards["b"].weight == -math.inf
     assert exported.total_reward() is not None and math.isnan(exported.total_reward())  # as read at first
