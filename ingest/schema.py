@@ -24,7 +24,17 @@ from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetPydanticSchema,
+    PrivateAttr,
+    model_validator,
+)
+from pydantic_core import core_schema
 
 from ingest.fields import INT32_MAX
 
@@ -64,6 +74,42 @@ Id = Annotated[str, Field(min_length=1, max_length=300, pattern=r"^[^\x00-\x1f\x
 TOKEN_ID_MIN, TOKEN_ID_MAX = -(2**31), INT32_MAX
 TokenId = Annotated[int, Field(strict=True)]  # never true or "7"
 Number = Annotated[float, Field(strict=True)]  # a JSON number (ints accepted), never true or "1.0"
+NodeIndex = Annotated[int, Field(strict=True)]  # a node's position (`parent`, `calls[].node`): never "0", 0.0 or true
+
+
+# Flags (`mask`, `is_content`, `sampled`) and their lists are built in pydantic-core alone (no
+# Python per value), so the native fast path (ingest/fastdecode.py), which copies this schema,
+# refuses exactly what pydantic refuses. pydantic's own bool would also read "1", "yes", "true" and
+# "off" as flags: a string is a writer bug, and a field error here.
+_FLAG_VALUES = [True, False, 0, 1]  # 0 and 1 also as 0.0 and 1.0 (a float loss-mask tensor's `tolist()`)
+
+
+def _flag_schema(_source: Any, _handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+    """One flag (`sampled`): true or false, or the number 0 or 1, read as a bool."""
+    return core_schema.custom_error_schema(
+        core_schema.chain_schema([core_schema.literal_schema(_FLAG_VALUES), core_schema.bool_schema()]),
+        custom_error_type="flag_type", custom_error_message="Input should be true or false (or the number 0 or 1)")
+
+
+def _flags_schema(_source: Any, _handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+    """A per-token flag array (`mask`, `is_content`): each entry true or false, or the number 0 or
+    1, kept as written (a list of 0/1 stays ints: numpy and every check read them alike). Three
+    tries, each stopping at its first bad entry: all booleans (as fast as pydantic's own bool),
+    all 0/1, then any mix; a list none takes is one `flags_type` error, whose first bad entry
+    ingest/formats/base.py `record_error` names."""
+    return core_schema.union_schema(
+        [core_schema.list_schema(core_schema.bool_schema(strict=True), fail_fast=True),
+         core_schema.list_schema(core_schema.literal_schema([0, 1]), fail_fast=True),
+         core_schema.list_schema(core_schema.literal_schema(_FLAG_VALUES), fail_fast=True)],
+        mode="left_to_right", custom_error_type="flags_type",
+        custom_error_message="Input should be a list of true or false (or the numbers 0 and 1)")
+
+
+_FLAG_JSON = {"anyOf": [{"type": "boolean"}, {"enum": [0, 1]}]}
+Flag = Annotated[bool, GetPydanticSchema(_flag_schema, lambda _s, _h: dict(_FLAG_JSON))]
+# entries may be the ints 0 and 1, as written
+Flags = Annotated[list[bool], GetPydanticSchema(_flags_schema,
+                                                lambda _s, _h: {"type": "array", "items": dict(_FLAG_JSON)})]
 
 
 class Model(BaseModel):
@@ -191,21 +237,21 @@ class Node(Model):
     `mask[i]` is the loss mask (1 = sampled by the policy and carries gradient).
     """
 
-    parent: int | None = None
+    parent: NodeIndex | None = None
     message: Message
-    sampled: bool = False
+    sampled: Flag = False
     timestamp: float | None = Field(None, description="epoch seconds")
     token_ids: list[TokenId] = Field(default_factory=list)
-    mask: list[bool] = Field(default_factory=list)
-    is_content: list[bool] = Field(default_factory=list)
-    logprobs: list[float | None] = Field(default_factory=list)
-    advantages: list[float | None] | None = None
-    reference_logprobs: list[float | None] | None = None
-    loss_weights: dict[str, list[float]] | None = None
+    mask: Flags = Field(default_factory=list)
+    is_content: Flags = Field(default_factory=list)
+    logprobs: list[Number | None] = Field(default_factory=list)
+    advantages: list[Number | None] | None = None
+    reference_logprobs: list[Number | None] | None = None
+    loss_weights: dict[str, list[Number | None]] | None = None
     policy_version: Version | None = None
-    reward: float | None = Field(None, description="reward credited at this node (the step's reward r_t)")
-    mc_return: float | None = Field(None,
-                                    description="discounted Monte Carlo return G_t = r_t + γ·G_{t+1} at this node")
+    reward: Number | None = Field(None, description="reward credited at this node (the step's reward r_t)")
+    mc_return: Number | None = Field(None,
+                                     description="discounted Monte Carlo return G_t = r_t + γ·G_{t+1} at this node")
     # the per-token arrays as numpy arrays, built once for every stage that scans tokens
     # (ingest/arrays.py `node_arrays`); not part of the format
     _arrays: Any = PrivateAttr(default=None)
@@ -307,7 +353,7 @@ FinishReason = Literal["stop", "length", "tool_call", "content_filter", "compact
 class Call(Model):
     """One model request (verifiers `ModelCall`), plus the policy version that served it."""
 
-    node: int | None = Field(None, description="index of the node this call produced")
+    node: NodeIndex | None = Field(None, description="index of the node this call produced")
     model: str | None = None
     endpoint: str | None = None
     sampling: dict[str, Any] | None = None
@@ -322,12 +368,30 @@ class Call(Model):
 class Reward(Model):
     """One named component of the reward (verifiers `Reward`, an Inspect scorer, a verl/NeMo Gym
     reward extra...). The total is `Rollout.reward` when given, else Σ score·weight; a metric
-    kept beside the reward but not summed into it has weight 0."""
+    kept beside the reward but not summed into it has weight 0.
+
+    A weight that is NaN or ±Infinity (non-strict JSON) is kept: written as `weight: null` with
+    `weight_non_finite` saying which (strict JSON, as `Rollout.reward_non_finite`), and read back
+    from that pair as the same float."""
 
     score: Number | None
-    weight: float = 1.0
+    weight: Number = 1.0
+    weight_non_finite: Literal["nan", "inf", "-inf"] | None = Field(
+        None, description="set (with weight null) when the source weight was NaN or ±Infinity: "
+                          "the native format is strict JSON")
     explanation: str | None = Field(
         None, description="the scorer's or judge's own explanation of this score (model output: untrusted text)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _non_finite_weight(cls, data: Any) -> Any:
+        """`weight: null` with `weight_non_finite` is the non-finite weight written as strict JSON:
+        read back as that float (the marker is made again whenever it is written)."""
+        if isinstance(data, dict) and data.get("weight", 0) is None and data.get("weight_non_finite") in _NON_FINITE:
+            out = {k: v for k, v in data.items() if k != "weight_non_finite"}
+            out["weight"] = _NON_FINITE[data["weight_non_finite"]]
+            return out
+        return data
 
 
 # --- envelope -------------------------------------------------------------------------------
@@ -477,6 +541,23 @@ class Rollout(Model):
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def _non_finite(x: float) -> str:
+    """"nan", "inf" or "-inf" for a non-finite float (the `*_non_finite` markers)."""
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def _strict_json_model(model: Any) -> Any:
+    """`model` as strict JSON writes it: a rollout's non-finite `reward` and a reward component's
+    non-finite `weight` as null with their `*_non_finite` marker (a copy; `model` itself when
+    nothing is non-finite)."""
+    if isinstance(model, Rollout) and model.reward is not None and not math.isfinite(model.reward):
+        return model.model_copy(update={"reward": None, "reward_non_finite": _non_finite(model.reward)})
+    if isinstance(model, Reward) and not math.isfinite(model.weight):
+        return model.model_copy(update={"weight": None, "weight_non_finite": _non_finite(model.weight)})
+    return model
 
 
 @lru_cache(maxsize=None)
@@ -487,9 +568,7 @@ def _fields(cls: type[BaseModel]) -> tuple[tuple[str, str, bool], ...]:
 
 
 def _dump(model: BaseModel, exclude: frozenset[str] | set[str] = frozenset()) -> Any:
-    if isinstance(model, Rollout) and model.reward is not None and not math.isfinite(model.reward):
-        note = "nan" if math.isnan(model.reward) else ("inf" if model.reward > 0 else "-inf")
-        model = model.model_copy(update={"reward": None, "reward_non_finite": note})
+    model = _strict_json_model(model)
     out: dict[str, Any] = {}
     for name, key, omit_none in _fields(type(model)):
         if name in exclude:
@@ -508,9 +587,7 @@ def _shallow(model: Any, exclude: frozenset[str] | set[str] = frozenset()) -> di
     this for each nested model and serialises everything else itself)."""
     if not isinstance(model, BaseModel):
         raise TypeError(f"{type(model).__name__} is not JSON serializable")
-    if isinstance(model, Rollout) and model.reward is not None and not math.isfinite(model.reward):
-        note = "nan" if math.isnan(model.reward) else ("inf" if model.reward > 0 else "-inf")
-        model = model.model_copy(update={"reward": None, "reward_non_finite": note})
+    model = _strict_json_model(model)
     values = model.__dict__  # pydantic keeps field values there; a dict lookup beats getattr
     out = {key: values[name] for name, key, omit_none in _fields(type(model))
            if not (omit_none and values[name] is None) and name not in exclude}

@@ -200,15 +200,7 @@ class Source:
         try:
             return loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
-            # torn only when the line has not ended: a line with its newline is complete, and what
-            # is wrong with it is the JSON (with the parser's position), even when it is cut short
-            # (a writer restarted after dying mid-line, whose client ended the line)
-            short = cut_short(raw)
-            if short and not raw.endswith(b"\n"):
-                msg = f"torn line: the record ends mid-JSON (as when a writer stops mid-line): {exc}"
-            else:
-                msg = f"invalid JSON: {exc}" + ("; the JSON value stops short of the line's end" if short else "")
-            return RecordError(self.name, lineno, None, msg, self.last_raw)
+            return RecordError(self.name, lineno, None, _unparsed_line(raw, exc), self.last_raw)
 
     def records(self) -> Iterator[tuple[int | None, Any]]:
         """A JSON document's records: (i, element) for each element of a top-level array, else
@@ -664,6 +656,24 @@ def _open_json(path: Path, size: int, member: str | None = None, data: bytes | N
             return make("jsonl", first_good[1])
         lineno = getattr(whole_exc, "lineno", None)
         raise RecordError(name, lineno, None, f"not JSON or JSONL: {whole_exc}") from None
+
+
+def _unparsed_line(raw: bytes, exc: Exception) -> str:
+    """Why a JSONL line did not parse (the RecordError names the file and line). A record cut off
+    (`cut_short`: it opens `{` or `[` and the text ends inside it) is said plainly, with how many
+    bytes it has and whether the line was ended after the cut (a writer restarted after dying
+    mid-line, whose client ended the line) or not (the file's last line: the writer stopped
+    mid-line); the parser's message would only give a position inside the record. Any other
+    line is `invalid JSON` with the parser's message and position."""
+    if not cut_short(raw):
+        return f"invalid JSON: {exc}"
+    body = raw.rstrip(b"\r\n")
+    closer = "}" if body.lstrip()[:1] == b"{" else "]"
+    if len(body) < len(raw):
+        return (f"cut-off line: truncated JSON, the record ends early (after {len(body)} bytes, before its "
+                f"closing {closer}) and the line was ended there: the rest of the record is missing")
+    return (f"cut-off line: truncated JSON, the record ends early (after {len(body)} bytes, before its closing "
+            f"{closer}) and the line has no newline: the writer stopped mid-line")
 
 
 def _torn_array(name: str, raw: bytes) -> tuple[list, RecordError] | None:

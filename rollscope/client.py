@@ -56,8 +56,8 @@ from rollscope.schemas import BranchTokens, Rollout, RolloutRow, RunRow
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["ApiError", "BranchTokens", "Client", "Rollout", "RolloutRow", "RolloutWriter", "RunRow", "rollout_url",
-           "server_url", "to_record"]
+__all__ = ["ApiError", "BranchTokens", "Client", "ExportBrokenOff", "Rollout", "RolloutRow", "RolloutWriter", "RunRow",
+           "rollout_url", "server_url", "to_record"]
 
 DEFAULT_BASE = "http://127.0.0.1:8000"
 
@@ -273,6 +273,11 @@ def _params(params: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if v is not None}
 
 
+class ExportBrokenOff(Exception):
+    """The server began an export and broke it off before its end (a stored rollout it could
+    not read back: its log names the rollout). Nothing is written to the file."""
+
+
 class Client:
     """A Rollscope server at `url` (e.g. `http://127.0.0.1:8000`), with an API token when the
     call needs one (`read` where reading is locked, `write` for labels and notes, `admin` to
@@ -385,17 +390,31 @@ class Client:
         """Stream the run's export into the file `out`, chunk by chunk as it arrives; returns the
         bytes written. `format`: native, verifiers, atif, samples, parquet, otlp or nemo_gym (what
         `rollscope export` writes; docs/formats.md); `filters` as for `rollouts`. On an error
-        answer (an unknown format is a 422) the file is not created (ApiError)."""
+        answer (an unknown format is a 422) the file is not created (ApiError); an export the
+        server breaks off midway raises ExportBrokenOff and leaves no file either (the body is
+        written beside `out` and moved into place once whole; an existing `out` stays as it was)."""
+        import httpx
+
         path = Path(out)
-        with self._http.stream("GET", f"/runs/{_seg(run)}/export", params=_params({**filters, "format": format}),
-                               headers={"Accept": "*/*"}) as r:
-            if r.status_code >= 400:
-                r.read()
-                self._raise_for(r)
-            n = 0
-            with path.open("wb") as f:
-                for chunk in r.iter_bytes():
-                    n += f.write(chunk)
+        partial = path.with_name(f".{path.name}.partial")
+        try:
+            with self._http.stream("GET", f"/runs/{_seg(run)}/export",
+                                   params=_params({**filters, "format": format}), headers={"Accept": "*/*"}) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    self._raise_for(r)
+                n = 0
+                with partial.open("wb") as f:
+                    try:
+                        for chunk in r.iter_bytes():
+                            n += f.write(chunk)
+                    except httpx.RemoteProtocolError as exc:  # the body never ended
+                        raise ExportBrokenOff(
+                            f"the export of run {run!r} broke off after {n} bytes: the server met an error (its "
+                            f"log names the rollout); nothing written to {path} ({exc})") from None
+            os.replace(partial, path)
+        finally:
+            partial.unlink(missing_ok=True)
         return n
 
     # --- writes (token needed) ---

@@ -34,9 +34,10 @@ def export(
     Samples and Parquet need token arrays: a run with none exits 1 and writes nothing. An unknown
     run exits 1 naming it and writes no file (the API answers 404). A filter value the API refuses
     (422: an unknown ending or finding kind, a reward that is NaN or infinite) exits 2 naming the
-    option and the value, and writes no file: the same checks (app.params)."""
+    option and the value, and writes no file: the same checks (app.params). A stored rollout
+    that cannot be read back exits 1 naming it, and writes no file."""
     from app.queries.rollout_list import RolloutFilters
-    from app.store.load import iter_rollouts
+    from app.store.load import UnreadableRollout, iter_rollouts
     from ingest import checks
     from ingest.export import Counted, NoSamples, write
     from ingest.formats.registry import WRITERS
@@ -62,6 +63,9 @@ def export(
         raise typer.Exit(2) from None
     except NoSamples as exc:
         console.print(Text.assemble(("error: ", "red"), f"run {run!r}: {exc}"), soft_wrap=True)
+        raise typer.Exit(1) from None
+    except UnreadableRollout as exc:  # never a shorter file that looks complete
+        console.print(Text.assemble(("error: ", "red"), f"{exc}; nothing written"), soft_wrap=True)
         raise typer.Exit(1) from None
     out_console = Console(file=_Revealing("stdout"), soft_wrap=True)
     if WRITERS[format].samples:  # one sample per branch with token ids: say how many rollouts gave them

@@ -22,8 +22,10 @@ def recheck(
     stored before a check existed get it without re-ingesting the files). The checks use the
     tokenizer and chat template stored with the run (`app.store.tokenizers.run_context`), as
     ingest did, unless --tokenizer names another. Labels and notes are kept. Exits 2 when the run
-    has no rollouts or a tokenizer cannot be read."""
+    has no rollouts or a tokenizer cannot be read, 1 naming a stored rollout that cannot be read
+    back."""
     from app.config import get_settings
+    from app.store.load import UnreadableRollout
     from app.store.recheck import recheck_run
 
     if added_token and tokenizer is None:
@@ -42,6 +44,10 @@ def recheck(
     except KeyError:
         console.print(Text.assemble(("error: ", "red"), f"run {run!r} has no stored rollouts"), soft_wrap=True)
         raise typer.Exit(2) from None
+    except UnreadableRollout as exc:
+        console.print(Text.assemble(("error: ", "red"), f"{exc}; the batches before it were checked again, it and "
+                                                        "the rollouts after it were not"), soft_wrap=True)
+        raise typer.Exit(1) from None
     out.print(Text(f"re-checked {total.inserted + total.replaced} rollouts of {run}: {total.findings} findings"
                    + (f", {total.rejected} could not be stored again" if total.rejected else "")))
 

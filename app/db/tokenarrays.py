@@ -1,11 +1,18 @@
 """Per-token arrays as compact binary: int32 ids, float32 values (NaN = missing), packed bits.
 
 Stored little-endian. A bit array needs its length to unpack; the node row keeps `n_tokens`.
+Two NaNs are told apart in a float array: numpy's NaN (0x7FC00000) is a null (no value), and
+`NAN_MARK` (0x7FC00001, also a quiet NaN) a NaN the source wrote as a number (non-strict JSON),
+which `invalid_logprob` reports: so a re-check of the stored rollout reports it too. Anything
+reading values sees a NaN either way (missing); `floats_kept` (reading a rollout back whole)
+tells them apart.
 Packing takes the node's numpy arrays (ingest/arrays.py `node_arrays`: int64 ids, bool masks,
 float64 values with NaN for null), built once per node for every stage: no Python loop over
 tokens.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -24,11 +31,18 @@ def unpack_ids(blob: bytes | None) -> np.ndarray:
     return np.frombuffer(blob or b"", dtype="<i4")
 
 
-def pack_floats(values: np.ndarray) -> bytes:
+NAN_MARK = 0x7FC00001  # float32 bits of a NaN the source wrote as a number (not a null)
+
+
+def pack_floats(values: np.ndarray, nan_numbers: np.ndarray | None = None) -> bytes:
     """float32 little-endian bytes of a float64 array (NaN, the null of `node_arrays`, stays NaN);
-    beyond float32 becomes ±inf (the invalid_logprob check reports it), as a C cast makes it."""
+    beyond float32 becomes ±inf (the invalid_logprob check reports it), as a C cast makes it.
+    `nan_numbers`: positions of NaNs the source wrote as numbers, stored as `NAN_MARK`."""
     with np.errstate(over="ignore"):
-        return values.astype("<f4").tobytes()
+        packed = values.astype("<f4")
+    if nan_numbers is not None and len(nan_numbers):
+        packed.view("<u4")[nan_numbers] = NAN_MARK
+    return packed.tobytes()
 
 
 def unpack_floats(blob: bytes | None) -> np.ndarray | None:
@@ -60,3 +74,13 @@ def floats_or_none(arr: np.ndarray | None) -> list[float | None] | None:
     if arr is None:
         return None
     return [f32(x) for x in arr]
+
+
+def floats_kept(arr: np.ndarray | None) -> list[float | None] | None:
+    """float32 array → the list it was packed from (`pack_floats`): each value as `f32` gives it,
+    None for a null, float NaN where `NAN_MARK` says the source wrote NaN as a number."""
+    out = floats_or_none(arr)
+    if out:
+        for k in np.flatnonzero(arr.view("<u4") == NAN_MARK).tolist():
+            out[k] = math.nan
+    return out

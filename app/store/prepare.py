@@ -224,13 +224,25 @@ def _digest(h, envelope: bytes) -> str:
     part gives, so no two rollouts share it: the number of nodes; each node's message as
     canonical JSON (sorted keys); the nodes' headers, one JSON array (each node's other fields,
     with sorted keys, and the lengths of its arrays, -1 for one it has not); the arrays of all
-    nodes, kind by kind (ids int32, masks one byte per value, the float arrays as float64, NaN
-    for null: one token id, mask bit or logprob changes the hash), little-endian; the envelope,
-    sorted keys, without `source` (the same rollout from any file, line or reader)."""
+    nodes, kind by kind (ids int32, masks one byte per value, the float arrays as the float32
+    bytes stored: one token id, mask bit or stored logprob changes the hash), little-endian; the
+    envelope, sorted keys, without `source` (the same rollout from any file, line or reader).
+
+    Every part is taken as it is stored (NUL as U+FFFD, non-finite numbers as null, a node's
+    `extra` with its trainer logprobs' NaN as "NaN", floats as float32), so a rollout read back
+    from the store (`rollscope recheck`, an export ingested again) hashes as its source did."""
     env = loads(envelope)
     env.pop("source", None)
-    h.update(dumps(env, sort_keys=True))
+    h.update(_storable(dumps(env, sort_keys=True)))
     return HASH_VERSION + h.hexdigest()[:61]
+
+
+def _storable(canonical: bytes) -> bytes:
+    """Canonical JSON as the store keeps it: NUL made U+FFFD (`_json_text`'s rule), keys in the
+    order they came (sorted, or a model's field order)."""
+    if b"\\u0000" not in canonical:  # orjson escapes NUL; no escape, no NUL (the usual case)
+        return canonical
+    return dumps(_no_nul(loads(canonical)))
 
 
 def _json_safe(value):
@@ -333,7 +345,9 @@ FINDING_COLUMNS = ("kind", "severity", "node_idx", "position", "message", "detai
 # hashed apart. Taken from the model, so a field added to `Node` later is hashed too.
 _ARRAYS = ("token_ids", "mask", "is_content", "logprobs", "advantages", "reference_logprobs")
 _FLOATS = ("logprobs", "advantages", "reference_logprobs")
-_header = itemgetter(*(f for f in Node.model_fields if f not in {"message", *_ARRAYS}))
+_HEADER_FIELDS = tuple(f for f in Node.model_fields if f not in {"message", *_ARRAYS})
+_header = itemgetter(*_HEADER_FIELDS)
+_EXTRA_AT = _HEADER_FIELDS.index("extra")
 _ABSENT = -1  # the length of an array a node does not have (None; an empty mask or logprobs)
 _NO_TOKENS = (0, _ABSENT, _ABSENT, _ABSENT, _ABSENT, _ABSENT)  # lengths of a node without arrays
 _NO_ARRAYS = (b"", None, None, None, None, None)  # its array columns
@@ -373,8 +387,12 @@ def _node_rows(r: Rollout, media: dict[str, bytes], h) -> tuple[list[tuple], _Ta
             lengths = _NO_TOKENS
         else:  # no tokens, but an empty advantages or reference_logprobs array: an empty blob
             lengths = (*_NO_TOKENS[:4], *(_ABSENT if x is None else 0 for x in (advantages, reference)))
-        headers.append([*_header(d), *lengths])  # lists: jsonio's big-integer path walks lists, not tuples
-        feed(canonical)
+        ts, reward, mc_return, node_extra = d["timestamp"], d["reward"], d["mc_return"], d["extra"]
+        extra_kept = _second_logprobs_kept(node_extra) if node_extra else node_extra
+        header = [*_header(d), *lengths]  # lists: jsonio's big-integer path walks lists, not tuples
+        header[_EXTRA_AT] = extra_kept  # hashed as stored
+        headers.append(header)
+        feed(_storable(canonical))
         version = d["policy_version"]
         if version is not None:
             versions.append(version)
@@ -382,7 +400,6 @@ def _node_rows(r: Rollout, media: dict[str, bytes], h) -> tuple[list[tuple], _Ta
             tally.n_turns += 1
         if calls:
             tally.n_tool_calls += len(calls)
-        ts, reward, mc_return, node_extra = d["timestamp"], d["reward"], d["mc_return"], d["extra"]
         heads.append((lengths, (
             i, d["parent"], role, d["sampled"], ts if ts is None else _finite(ts),
             len(content) if type(content) is str else len(m.text()), _json_text(message),
@@ -392,12 +409,12 @@ def _node_rows(r: Rollout, media: dict[str, bytes], h) -> tuple[list[tuple], _Ta
             _json_text(dumps(d["loss_weights"])) if d["loss_weights"] is not None else None,
             version, reward if reward is None else _finite(reward),
             mc_return if mc_return is None else _finite(mc_return),
-            _json_text(dumps(_second_logprobs_kept(node_extra))) if node_extra else None)))
+            _json_text(dumps(extra_kept)) if node_extra else None)))
     packed.finish()
     tally.n_tokens, tally.n_trained_tokens = packed.n_tokens, packed.n_trained
     row = packed.row
     rows = [(*head, *(_NO_ARRAYS if lengths is _NO_TOKENS else row(lengths)), *tail) for lengths, head, tail in heads]
-    feed(dumps(headers, sort_keys=True))
+    feed(_storable(dumps(headers, sort_keys=True)))
     for part in packed.hashed:
         feed(part)
     return rows, tally
@@ -408,12 +425,13 @@ class _Packed:
     int32, masks as bits, float arrays as float32 (NaN for null; beyond float32 ±inf, as a C cast
     makes it), little-endian, one buffer per kind that `row` slices node by node, in node order.
     `hashed`: what the content hash takes of them (ids int32, masks one byte per value, the float
-    arrays as float64, so a change below float32's precision still changes the hash)."""
+    arrays as the float32 bytes stored: a rollout read back from the store packs to the same)."""
 
     def __init__(self):
         self._ids: list[np.ndarray] = []
         self._bits: dict[str, list[np.ndarray]] = {"mask": [], "is_content": []}
         self._floats: dict[str, list[np.ndarray]] = {k: [] for k in _FLOATS}
+        self._held: dict[str, list[list]] = {k: [] for k in _FLOATS}  # the lists the float arrays came from
         self._at = dict.fromkeys(("ids", *self._bits, *self._floats), 0)
 
     def add(self, n: Node) -> tuple[int, ...]:
@@ -433,6 +451,7 @@ class _Packed:
             lengths.append(_ABSENT if held is None else len(held))
             if values is not None:
                 self._floats[name].append(values)
+                self._held[name].append(held)
         return tuple(lengths)
 
     def finish(self) -> None:
@@ -452,8 +471,8 @@ class _Packed:
         self.n_trained = int(np.count_nonzero(masks["mask"]))
         self.bits = {k: [pack_bits(x) for x in v] for k, v in self._bits.items()}
         wide = {k: np.concatenate(v).astype("<f8", copy=False) if v else _NO_FLOATS for k, v in self._floats.items()}
-        self.floats = {k: pack_floats(v) for k, v in wide.items()}
-        self.hashed = [self.ids, *masks.values(), *wide.values()]  # contiguous arrays: hashed as their bytes
+        self.floats = {k: pack_floats(v, _nan_numbers(v, self._held[k])) for k, v in wide.items()}
+        self.hashed = [self.ids, *masks.values(), *self.floats.values()]  # hashed as the bytes stored
 
     def row(self, lengths: tuple[int, ...]) -> tuple:
         """The next node's six array columns (token_ids, mask, is_content, logprobs, advantages,
@@ -476,6 +495,19 @@ class _Packed:
                 out.append(self.floats[name][4 * at[name]:4 * (at[name] + k)])
                 at[name] += k
         return tuple(out)
+
+
+def _nan_numbers(values: np.ndarray, held: list[list]) -> np.ndarray | None:
+    """Positions in `values` (one float kind of all nodes, end to end, NaN for null) of the NaNs
+    the source wrote as numbers rather than as null (`held`: the nodes' lists, in order), or None
+    when there are none: decided at C speed (`list.count`) unless some NaN is not a null (rare:
+    strict JSON has no NaN)."""
+    nan = np.isnan(values)
+    n_nan = int(np.count_nonzero(nan))
+    if not n_nan or sum(v.count(None) for v in held) == n_nan:
+        return None
+    flat = [x for v in held for x in v]
+    return np.array([k for k in np.flatnonzero(nan).tolist() if flat[k] is not None], dtype=np.int64)
 
 
 _NO_IDS = np.zeros(0, dtype=np.int64)

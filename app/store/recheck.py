@@ -16,7 +16,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from app.db import models
-from app.store.load import load
+from app.store.load import load_page
 from app.store.tokenizers import run_context
 from app.store.write import BATCH, StoreResult, store
 from ingest.checks import CheckContext
@@ -33,10 +33,15 @@ def stored_pks(engine: Engine, run_id: str) -> list[int]:
 
 
 def _read_back(engine: Engine, pks: list[int], page: int) -> Iterator[Rollout]:
+    """The stored rollouts `pks`, `page` at a time, each page read whole in one short read that
+    is closed before its first rollout is handed on: the store writes a batch while this waits
+    between pages, and no read may be open then (a SQLite writer engine's read holds the write
+    lock: the batch would wait its 30 s busy timeout and fail "database is locked"). A rollout
+    deleted meanwhile is left out. Raises UnreadableRollout for one that does not load back."""
     for start in range(0, len(pks), page):
         with Session(engine) as session:
-            for pk in pks[start:start + page]:
-                yield load(session, pk)
+            rollouts = load_page(session, pks[start:start + page])
+        yield from rollouts
 
 
 def recheck_run(engine: Engine, run_id: str, *, context: CheckContext | None = None, batch_size: int = BATCH,

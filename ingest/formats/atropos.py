@@ -254,8 +254,7 @@ def _rollout(source: Source, ctx: ReadContext, d: dict, i: int, n: int, line: in
             fill_node(node, advantages=adv[s:e] if adv is not None else None,
                       reference_logprobs=ref[s:e] if ref is not None else None)
             if per_token["token_weights"] is not None:
-                node.loss_weights = {"token_weights": [x if x is not None else 0.0
-                                                       for x in per_token["token_weights"][s:e]]}
+                node.loss_weights = {"token_weights": list(per_token["token_weights"][s:e])}  # null: none given
             if per_token["token_scores"] is not None:
                 node.extra["token_scores"] = per_token["token_scores"][s:e]
         else:

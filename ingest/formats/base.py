@@ -148,6 +148,16 @@ def pydantic_path(loc: tuple) -> str:
     return out
 
 
+def _first_bad_flag(path: str, values: list) -> tuple[str, str]:
+    """A flag array's error (ingest/schema.py `Flags`, refused as a whole) as the path and message
+    of its first entry that is neither true, false, 0 nor 1 (`mask[3]`, and the value)."""
+    for k, v in enumerate(values):
+        if not (isinstance(v, bool) or (type(v) in (int, float) and v in (0, 1))):
+            shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
+            return f"{path}[{k}]", f"expected true or false (or the number 0 or 1), got {shown}"
+    return path, "expected a list of true or false (or the numbers 0 and 1)"
+
+
 def _pydantic_message(err: dict) -> str:
     msg = str(err["msg"]).removeprefix("Value error, ")
     if err["type"] == "string_pattern_mismatch":
@@ -184,6 +194,8 @@ def record_error(file: str, line: int | None, prefix: str | None, exc: BaseExcep
         err = exc.errors()[0]
         path = pydantic_path(err["loc"])
         msg = _pydantic_message(err)
+        if err["type"] == "flags_type" and isinstance(err.get("input"), list):
+            path, msg = _first_bad_flag(path, err["input"])
         named, msg = _named_field(msg)
         if named:
             path = join_path(path, named) or ""

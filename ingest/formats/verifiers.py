@@ -289,8 +289,7 @@ def _node(raw: Any, i: int, policy_version: int | None) -> Node:
     if lw is not None:
         if not isinstance(lw, dict):
             raise FieldError(f"{p}.loss_weights", "expected {name: [float]}")
-        node.loss_weights = {str(k): [float(x) for x in (floats(v, f"{p}.loss_weights.{k}") or [])]
-                             for k, v in lw.items()}
+        node.loss_weights = {str(k): floats(v, f"{p}.loss_weights.{k}") or [] for k, v in lw.items()}
     if node.sampled:
         node.policy_version = policy_version
     return node

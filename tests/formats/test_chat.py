@@ -168,7 +168,9 @@ def test_case11_torn_tail():
     good = [r for r in out if isinstance(r, Rollout)]
     errs = [r for r in out if isinstance(r, RecordError)]
     assert [r.id for r in good] == ["t-0", "t-1"]
-    assert len(errs) == 1 and errs[0].line == 3 and "torn" in errs[0].message
+    assert len(errs) == 1 and errs[0].line == 3
+    assert errs[0].message == ("cut-off line: truncated JSON, the record ends early (after 128 bytes, before its "
+                               "closing }) and the line has no newline: the writer stopped mid-line")
     assert good[1].reward == 0.0 and good[1].nodes[1].message.content == "hey"
     assert good[0].source["line"] == 1
 
@@ -177,6 +179,9 @@ def test_case11b_malformed_middle_line():
     out = read(case("11b-malformed-middle-line.jsonl"))
     assert [type(r).__name__ for r in out] == ["Rollout", "RecordError", "Rollout"]
     assert out[1].line == 2
+    # said plainly: cut off, not a parser position inside the record ("line 2 column 1 (char 30)")
+    assert str(out[1]).endswith(":2: cut-off line: truncated JSON, the record ends early (after 29 bytes, before "
+                                "its closing }) and the line was ended there: the rest of the record is missing")
     assert [r.id for r in out if isinstance(r, Rollout)] == ["t-0", "t-1"]
 
 

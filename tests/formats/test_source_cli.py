@@ -68,22 +68,25 @@ def test_a_broken_gzip_file_is_rejected_by_name(db_url, monkeypatch, tmp_path):
     assert "broken gzip file" in res.output or "torn line" in res.output, res.output
 
 
-def test_not_json_is_invalid_json_and_only_an_unended_last_line_is_torn(engine, db_url, monkeypatch, tmp_path):
-    """A line that ends with its newline is complete: what is wrong with it is its JSON, with the
-    parser's position (`{"bad` in the middle of a file is not "torn"); only a last line without its
-    newline, cut short, is a torn line (its writer stopped mid-line)."""
+def test_not_json_is_invalid_json_and_a_cut_off_record_is_said_plainly(engine, db_url, monkeypatch, tmp_path):
+    """A line that is not JSON is `invalid JSON` with the parser's position (`hello world`, junk
+    after a record); a record cut off (`{"bad`, half a record) is a `cut-off line: truncated JSON`,
+    whether the line was ended after the cut (a restarted writer) or not (the last line: its writer
+    stopped mid-line)."""
     good = (REAL / "verifiers/train_max_turns.jsonl").read_bytes().rstrip(b"\n")
     f = tmp_path / "mixed.jsonl"
     f.write_bytes(good + b"\nhello world\n" + good[:300] + b"\n" + good + b' trailing words\n{"bad\n' + good[:300])
     res = run_cli(db_url, monkeypatch, "--run", "m", "--verbose", f)
     out = " ".join(res.output.split())
     assert count(engine, "m") == 1
-    assert f"{f}:2: invalid JSON:" in out and f"{f}:2: torn" not in out  # hello world: simply not JSON
-    assert f"{f}:3: invalid JSON:" in out and "stops short of the line's end" in out  # cut short, then ended
-    assert f"{f}:4: invalid JSON:" in out  # complete JSON with junk after it is not torn
-    assert f"{f}:5: invalid JSON: Invalid control character at: line 1 column 6 (char 5)" in out  # {"bad
-    assert f"{f}:6: torn line: the record ends mid-JSON" in out  # the last line, never ended
-    assert out.count("torn line") == 1
+    assert f"{f}:2: invalid JSON:" in out and f"{f}:2: cut-off" not in out  # hello world: simply not JSON
+    assert (f"{f}:3: cut-off line: truncated JSON, the record ends early (after 300 bytes, before its closing }}) "
+            "and the line was ended there: the rest of the record is missing") in out  # cut short, then ended
+    assert f"{f}:4: invalid JSON:" in out  # complete JSON with junk after it is not cut off
+    assert f"{f}:5: cut-off line: truncated JSON, the record ends early (after 5 bytes" in out  # {"bad, ended
+    assert (f"{f}:6: cut-off line: truncated JSON, the record ends early (after 300 bytes, before its closing }}) "
+            "and the line has no newline: the writer stopped mid-line") in out  # the last line, never ended
+    assert out.count("cut-off line") == 3 and "torn" not in out
 
 
 def test_skipped_sidecars_get_one_short_line_and_a_named_file_the_full_explanation(db_url, monkeypatch, tmp_path):

@@ -118,6 +118,44 @@ def test_invalid_graphs_and_counters_are_rejected_with_the_field(engine, tmp_pat
     assert all(raw and raw.startswith("{") for raw in raws)  # the record itself is kept
 
 
+def test_strings_and_booleans_in_masks_logprobs_and_parents_are_field_errors(engine, tmp_path):
+    """No lax coercion (pydantic's would read "yes" and "1" as a mask bit, "-0.1" and true as
+    logprobs, "0" as a parent): each is a field error naming the node, the array and the
+    position; the record is quarantined, its neighbours kept, and a re-ingest adds nothing.
+    The numbers 0 and 1 are a mask (1.0 and 0.0 too: a float loss-mask tensor's `tolist()`)."""
+    base = rollout("ok").to_json_dict()
+
+    def node1(**change):
+        return [base["nodes"][0], {**base["nodes"][1], **change}]
+
+    good = [dict(base, id="ints", nodes=node1(mask=[1, 0, 1])),
+            dict(base, id="floats", nodes=node1(mask=[1.0, 0.0, 1.0], sampled=1))]
+    bad = {"yes": (node1(mask=[True, "yes", True]), "nodes[1].mask[1]", "true or false"),
+           "one": (node1(mask=["1", True, True]), "nodes[1].mask[0]", "true or false"),
+           "half": (node1(mask=[True, True, 0.5]), "nodes[1].mask[2]", "true or false"),
+           "text-lp": (node1(logprobs=[-0.5, "-0.1", -0.5]), "nodes[1].logprobs[1]", "valid number"),
+           "bool-lp": (node1(logprobs=[True, -0.5, -0.5]), "nodes[1].logprobs[0]", "valid number"),
+           "text-parent": (node1(parent="0"), "nodes[1].parent", "valid integer"),
+           "text-sampled": (node1(sampled="yes"), "nodes[1].sampled", "true or false")}
+    path = tmp_path / "lax.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in [base, *good, *(dict(base, id=k, nodes=v[0])
+                                                                     for k, v in bad.items())]) + "\n")
+    report = ingest(engine, path)
+    assert report.total.inserted == 3, [str(e) for e in report.errors]
+    by_line = {e.line: e for e in report.errors}
+    for line, (rid, (_, field, words)) in enumerate(bad.items(), start=4):
+        err = by_line[line]
+        assert err.field == field and words in err.message, (rid, str(err))
+        assert str(err).startswith(f"{path}:{line}: {field}"), str(err)
+    assert count(engine, models.Quarantine.__table__) == len(bad)
+    with engine.connect() as conn:
+        masks = dict(conn.execute(sa.select(models.Rollout.rollout_id, models.Rollout.n_trained_tokens)).all())
+    assert masks == {"ok": 3, "ints": 2, "floats": 2}
+    again = ingest(engine, path)
+    assert (again.total.inserted, again.total.replaced, again.total.unchanged) == (0, 0, 3)
+    assert count(engine, models.Quarantine.__table__) == len(bad)
+
+
 def test_two_writers_at_once_both_succeed(db_url, tmp_path):
     from ingest.demo import write
 

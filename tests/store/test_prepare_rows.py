@@ -133,7 +133,7 @@ def _set(path, value):
 
 @pytest.mark.parametrize("edit", [
     _set(("nodes", 1, "token_ids", 1), 7),
-    _set(("nodes", 1, "logprobs", 0), -0.5 + 1e-15),  # below float32's precision
+    _set(("nodes", 1, "logprobs", 0), -0.5 + 2 ** -20),  # within float32's precision
     _set(("nodes", 1, "logprobs", 1), -0.0),  # a value where there was null
     _set(("nodes", 1, "mask", 1), True),
     _set(("nodes", 1, "advantages"), None),
@@ -155,3 +155,24 @@ def test_any_change_of_content_changes_the_hash(edit):
     d = copy.deepcopy(BASE)
     edit(d)
     assert chash(d) != chash(BASE)
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    # a change below float32's precision: the stored float32 bytes are the same
+    (_set(("nodes", 1, "logprobs", 0), -0.123456789012345), _set(("nodes", 1, "logprobs", 0), -0.12345679)),
+    # NUL is stored as U+FFFD: in a message, a node's extra, the envelope
+    (_set(("nodes", 0, "message", "content"), "a\x00b"), _set(("nodes", 0, "message", "content"), "a\ufffdb")),
+    (_set(("nodes", 1, "custom", "x"), "\x00"), _set(("nodes", 1, "custom", "x"), "\ufffd")),
+    (_set(("task",), {"key": "k\x00"}), _set(("task",), {"key": "k\ufffd"})),
+    # trainer logprobs keep NaN as "NaN" in the stored extra (app/store/prepare.py `_second_logprobs_kept`)
+    (_set(("nodes", 1, "trainer_logprobs"), [-1.0, float("nan"), -2.0]),
+     _set(("nodes", 1, "trainer_logprobs"), [-1.0, "NaN", -2.0])),
+], ids=["below float32", "NUL in a message", "NUL in extra", "NUL in the envelope", "trainer NaN"])
+def test_the_hash_is_of_what_is_stored(a, b):
+    """Two rollouts the store keeps as the same rows hash the same: a rollout read back from the
+    store (`rollscope recheck`, an export ingested again) is found unchanged, not replaced."""
+    da, db = copy.deepcopy(BASE), copy.deepcopy(BASE)
+    a(da)
+    b(db)
+    assert chash(da) == chash(db)
+    assert chash(da) != chash(BASE)

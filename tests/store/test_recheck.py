@@ -115,3 +115,68 @@ def test_recheck_of_a_tokenizer_stored_before_its_source_was_kept(client, engine
     reasons = {s["kind"]: s["reason"] for s in skipped}
     assert "token_out_of_vocab" not in reasons and "duplicate_bos" not in reasons
     assert "stored before its encoder was kept" in reasons["template_mismatch"]
+
+
+def _finding_rows(engine, run: str) -> list[tuple]:
+    with engine.connect() as conn:
+        return sorted(conn.execute(
+            sa.select(R.c.rollout_id, F.c.kind, F.c.severity, F.c.node_idx, F.c.position, F.c.message, F.c.detail)
+            .join(R, R.c.pk == F.c.rollout_pk).where(R.c.run_id == run)).all(), key=repr)
+
+
+# Full-precision logprobs (vLLM writes float64), a NaN behaviour logprob (non-strict JSON, on
+# purpose), NUL in a message, trainer logprobs with NaN, non-finite loss weights: each stored in
+# another form than the source's (float32, null, U+FFFD, "NaN", null), each read back by recheck.
+AS_STORED = (
+    '{"schema": "rollscope/1", "id": "p", "run": {"id": "prec"}, "step": 1, "nodes": ['
+    '{"message": {"role": "user", "content": "a\\u0000b"}, "token_ids": [1, 2], "mask": [0, 0]}, '
+    '{"parent": 0, "message": {"role": "assistant", "content": "yo"}, "sampled": true, "token_ids": [3, 4, 5, 6], '
+    '"mask": [1, 1, 1, 1], "logprobs": [-0.123456789012345, NaN, -1.0000000000000002e-07, null], '
+    '"advantages": [0.333333333333333, 0.333333333333333, 0.333333333333333, 0.333333333333333], '
+    '"loss_weights": {"w": [1.0, NaN, 1.0, Infinity]}, '
+    '"trainer_logprobs": [-0.12345678, NaN, -2.5e-07, -0.5]}]}\n')
+
+
+def test_a_rechecked_rollout_reingested_as_it_was_is_unchanged_with_the_same_findings(engine, db_url, tmp_path,
+                                                                                       monkeypatch):
+    """recheck stores what it read back (float32 logprobs, nulls, U+FFFD): its content hash is the
+    source's (the hash is of the stored parts), and it finds what ingest found, the
+    `invalid_logprob` of a NaN logprob (stored as a marked NaN, not as a null) included."""
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    src = tmp_path / "prec.jsonl"
+    src.write_text(AS_STORED)
+    assert ingest(engine, src).total.inserted == 1
+    at_ingest = _finding_rows(engine, "prec")
+    invalid = [f for f in at_ingest if f.kind == "invalid_logprob"]
+    assert {(f.detail["array"], f.position) for f in invalid} == {("logprobs", 1), ("trainer_logprobs", 1)}
+
+    res = CliRunner().invoke(app, ["recheck", "--run", "prec"])
+    assert res.exit_code == 0, res.output
+    assert _finding_rows(engine, "prec") == at_ingest
+
+    again = ingest(engine, src).total
+    assert (again.inserted, again.replaced, again.unchanged) == (0, 0, 1), again.outcomes
+    res = CliRunner().invoke(app, ["recheck", "--run", "prec"])  # and again: nothing drifts
+    assert res.exit_code == 0, res.output
+    assert _finding_rows(engine, "prec") == at_ingest
+    assert ingest(engine, src).total.unchanged == 1
+
+
+def test_recheck_of_a_run_of_several_batches(engine, db_url, tmp_path, monkeypatch):
+    """More rollouts than one batch: each page is read and its read closed before the batch is
+    written (a SQLite writer engine's open read held the write lock: "database is locked" after
+    the 30 s busy timeout)."""
+    from tests.helpers import rollout, write_jsonl
+
+    monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
+    monkeypatch.setenv("ROLLSCOPE_WORKER__BATCH_SIZE", "40")
+    src = write_jsonl(tmp_path / "big.jsonl", [rollout(f"b{k:03d}", run="big", step=k // 20) for k in range(130)])
+    assert ingest(engine, src).total.inserted == 130
+    before = _finding_rows(engine, "big")
+    res = CliRunner().invoke(app, ["recheck", "--run", "big"])
+    assert res.exit_code == 0, res.output
+    assert "re-checked 130 rollouts of big" in res.output
+    assert _finding_rows(engine, "big") == before
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(R).where(R.c.run_id == "big")).scalar_one() == 130
+    assert ingest(engine, src).total.unchanged == 130

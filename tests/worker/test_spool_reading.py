@@ -97,7 +97,8 @@ def test_a_broken_first_line_followed_by_records_is_tailed_without_waiting_to_se
         assert wait_for(lambda: ids(engine) == ["x1", "x2"], 20)
     (entry,) = _entries(engine)
     # ended by the restarted client: a complete line whose JSON stops short, not a torn one
-    assert (entry.source_file, entry.line) == (str(f), 1) and "stops short of the line's end" in entry.error
+    assert (entry.source_file, entry.line) == (str(f), 1) and "cut-off line: truncated JSON" in entry.error
+    assert "the line was ended there" in entry.error
     row = _file_row(engine, f)
     assert (row.line, row.records, row.rejected) == (3, 2, 1)
 
