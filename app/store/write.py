@@ -29,13 +29,14 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from app.db import models
-from app.db.engine import bulk_insert, json_text
+from app.db.engine import bind_processors, bulk_insert
 from app.db.engine import insert_for as _insert
 from app.store import gc_relaxed, rollups, search, signatures
 from app.store.groups import recheck_groups
@@ -244,26 +245,34 @@ def _delete(conn: sa.Connection, pks: list[int]) -> list[dict[str, Any]]:
 
 
 SUMMARY_COLUMNS = tuple(c.name for c in RO.c if c.name != "pk")  # what `Prepared.summary` holds
-_JSON_SUMMARY = frozenset(c.name for c in RO.c if isinstance(c.type, sa.JSON))
+_SUMMARY_VALUES = itemgetter(*SUMMARY_COLUMNS)  # a summary's values in SUMMARY_COLUMNS order
 
 
 def _insert_summaries(conn: sa.Connection, todo: list[Prepared]) -> list[int]:
-    """Insert the summary rows of `todo`; returns their pks, in order. Postgres: the keys drawn
-    from the table's sequence in one statement, then one COPY (SQLAlchemy's multi-row INSERT ...
-    RETURNING cost ~0.7 ms of Python per rollout there, binding ~45 values a row); JSON columns go
-    as the JSON text the INSERT would have bound (None as JSON null). SQLite: one multi-row
-    INSERT ... RETURNING."""
-    if conn.dialect.name != "postgresql":
-        returned = conn.execute(RO.insert().returning(RO.c.pk, RO.c.run_id, RO.c.rollout_id, RO.c.attempt),
-                                [p.summary for p in todo])
-        pk_of = {(r.run_id, r.rollout_id, r.attempt): r.pk for r in returned}
-        return [pk_of[p.identity] for p in todo]
-    pks = sorted(conn.exec_driver_sql(
-        "SELECT nextval(pg_get_serial_sequence('rollout', 'pk')) FROM generate_series(1, %(n)s)",
-        {"n": len(todo)}).scalars())
-    bulk_insert(conn, RO, ("pk", *SUMMARY_COLUMNS), [
-        (pk, *[json_text(s[c]) if c in _JSON_SUMMARY else s[c] for c in SUMMARY_COLUMNS])
-        for pk, s in zip(pks, (p.summary for p in todo))])
+    """Insert the summary rows of `todo` with keys given here, in one `bulk_insert` (executemany,
+    COPY); returns their pks, in order. The keys are those the database would have given, taken
+    in one statement: on Postgres drawn from the table's sequence; on SQLite the next ones after
+    the largest stored (what SQLite gives a row inserted without one; the transaction holds the
+    write lock, so no other writer takes them meanwhile). Values go as SQLAlchemy would bind them
+    (`bind_processors`: JSON as its text, None as JSON null; on SQLite datetimes as text, floats
+    as floats): an INSERT through SQLAlchemy cost ~0.7 ms of Python per rollout on Postgres,
+    binding ~45 values a row, and on SQLite its multi-row INSERT ... RETURNING a third of that."""
+    if conn.dialect.name == "postgresql":
+        pks = sorted(conn.exec_driver_sql(
+            "SELECT nextval(pg_get_serial_sequence('rollout', 'pk')) FROM generate_series(1, %(n)s)",
+            {"n": len(todo)}).scalars())
+    else:
+        first = conn.exec_driver_sql("SELECT coalesce(max(pk), 0) + 1 FROM rollout").scalar_one()
+        pks = list(range(first, first + len(todo)))
+    values = _SUMMARY_VALUES
+    processed = [(i + 1, f) for i, f in enumerate(bind_processors(conn, RO, SUMMARY_COLUMNS)) if f is not None]
+    rows = []
+    for pk, p in zip(pks, todo):
+        row = [pk, *values(p.summary)]
+        for i, f in processed:
+            row[i] = f(row[i])
+        rows.append(row)
+    bulk_insert(conn, RO, ("pk", *SUMMARY_COLUMNS), rows)
     return pks
 
 
