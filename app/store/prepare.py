@@ -24,7 +24,7 @@ import orjson
 
 from app.db import models
 from app.db.engine import JSONText
-from app.db.tokenarrays import pack_bits, pack_floats, pack_ids
+from app.db.tokenarrays import pack_floats, pack_ids
 from app.store.media import split_media
 from app.store.search import search_docs
 from app.store.signatures import mined_texts
@@ -345,10 +345,10 @@ def _node_rows(r: Rollout, media: dict[str, bytes], h) -> tuple[list[tuple], _Ta
     (`_digest`). The bytes of the media carried inline go to `media` (sha256 → bytes), their base64 out
     of the message (app/store/media.py `split_media`).
 
-    Token arrays are packed for the whole rollout at once (`_Packed`: one numpy cast per array
+    Token arrays are packed for the whole rollout at once (`_pack`: one numpy cast per array
     kind, then a slice of bytes per node), from the nodes' numpy arrays (ingest/arrays.py).
     Raises OverflowError for a token id past int32."""
-    heads, headers, tally, packed = [], [], _Tally(), _Packed()
+    heads, tails, headers, tally, arrays, all_lengths = [], [], [], _Tally(), [], []
     feed = h.update
     versions = tally.versions
     for i, n in enumerate(r.nodes):
@@ -366,13 +366,21 @@ def _node_rows(r: Rollout, media: dict[str, bytes], h) -> tuple[list[tuple], _Ta
             # canonical already unless a dict whose key order came from the source is in it
             plain = not extra and type(content) is not list and not (calls and any(tc.extra for tc in calls))
             canonical = message if plain else dumps(loads(message), sort_keys=True)
-        advantages, reference = d["advantages"], d["reference_logprobs"]
-        if d["token_ids"] or d["mask"] or d["is_content"] or d["logprobs"] or advantages or reference:
-            lengths = packed.add(n)
+        token_ids, logprobs, advantages, reference = (d["token_ids"], d["logprobs"], d["advantages"],
+                                                      d["reference_logprobs"])
+        if token_ids or d["mask"] or d["is_content"] or logprobs or advantages or reference:
+            a = node_arrays(n)
+            arrays.append(a)
+            # an empty mask or logprobs is "not given"; an empty advantages or reference_logprobs is had
+            lengths = (a.n, _ABSENT if a.mask is None else len(a.mask),
+                       _ABSENT if a.is_content is None else len(a.is_content),
+                       len(logprobs) if logprobs else _ABSENT, _ABSENT if advantages is None else len(advantages),
+                       _ABSENT if reference is None else len(reference))
         elif advantages is None and reference is None:  # no tokens (text-only traces)
             lengths = _NO_TOKENS
         else:  # no tokens, but an empty advantages or reference_logprobs array: an empty blob
             lengths = (*_NO_TOKENS[:4], *(_ABSENT if x is None else 0 for x in (advantages, reference)))
+        all_lengths.append(lengths)
         headers.append([*_header(d), *lengths])  # lists: jsonio's big-integer path walks lists, not tuples
         feed(canonical)
         version = d["policy_version"]
@@ -383,104 +391,108 @@ def _node_rows(r: Rollout, media: dict[str, bytes], h) -> tuple[list[tuple], _Ta
         if calls:
             tally.n_tool_calls += len(calls)
         ts, reward, mc_return, node_extra = d["timestamp"], d["reward"], d["mc_return"], d["extra"]
-        heads.append((lengths, (
+        heads.append((
             i, d["parent"], role, d["sampled"], ts if ts is None else _finite(ts),
             len(content) if type(content) is str else len(m.text()), _json_text(message),
             _text(md["tool_call_id"]), _text(md["name"]) if role == "tool" else None,
             _json_text(orjson.dumps([{"id": tc.id, "name": tc.name} for tc in calls])) if calls else None,
-            len(d["token_ids"])), (
+            len(token_ids)))
+        tails.append((
             _json_text(dumps(d["loss_weights"])) if d["loss_weights"] is not None else None,
             version, reward if reward is None else _finite(reward),
             mc_return if mc_return is None else _finite(mc_return),
-            _json_text(dumps(_second_logprobs_kept(node_extra))) if node_extra else None)))
-    packed.finish()
-    tally.n_tokens, tally.n_trained_tokens = packed.n_tokens, packed.n_trained
-    row = packed.row
-    rows = [(*head, *(_NO_ARRAYS if lengths is _NO_TOKENS else row(lengths)), *tail) for lengths, head, tail in heads]
+            _json_text(dumps(_second_logprobs_kept(node_extra))) if node_extra else None))
+    if arrays:
+        columns, hashed, tally.n_tokens, tally.n_trained_tokens = _pack(arrays, all_lengths)
+        rows = [(*head, *cols, *tail) for head, cols, tail in zip(heads, zip(*columns), tails)]
+    else:  # no node has arrays: every array column empty or NULL, nothing packed
+        rows = [(*head, *(_NO_ARRAYS if lengths is _NO_TOKENS else _empty_arrays(lengths)), *tail)
+                for head, lengths, tail in zip(heads, all_lengths, tails)]
+        hashed = _NOTHING_PACKED
     feed(dumps(headers, sort_keys=True))
-    for part in packed.hashed:
+    for part in hashed:
         feed(part)
     return rows, tally
 
 
-class _Packed:
-    """The token arrays of a rollout's nodes (`add`, node by node), packed (`finish`): ids as
-    int32, masks as bits, float arrays as float32 (NaN for null; beyond float32 ±inf, as a C cast
-    makes it), little-endian, one buffer per kind that `row` slices node by node, in node order.
-    `hashed`: what the content hash takes of them (ids int32, masks one byte per value, the float
-    arrays as float64, so a change below float32's precision still changes the hash)."""
-
-    def __init__(self):
-        self._ids: list[np.ndarray] = []
-        self._bits: dict[str, list[np.ndarray]] = {"mask": [], "is_content": []}
-        self._floats: dict[str, list[np.ndarray]] = {k: [] for k in _FLOATS}
-        self._at = dict.fromkeys(("ids", *self._bits, *self._floats), 0)
-
-    def add(self, n: Node) -> tuple[int, ...]:
-        """Take node `n`'s arrays (ingest/arrays.py `node_arrays`); returns their lengths in
-        `_ARRAYS` order, `_ABSENT` for one the node does not have (an empty mask or logprobs is
-        "not given"; an empty advantages or reference_logprobs list is had, with 0 values)."""
-        a = node_arrays(n)
-        self._ids.append(a.token_ids)
-        lengths = [a.n]
-        for name, values in (("mask", a.mask), ("is_content", a.is_content)):
-            lengths.append(_ABSENT if values is None else len(values))
-            if values is not None:
-                self._bits[name].append(values)
-        for name, values, held in (("logprobs", a.logprobs, n.logprobs or None),
-                                   ("advantages", a.advantages, n.advantages),
-                                   ("reference_logprobs", a.reference_logprobs, n.reference_logprobs)):
-            lengths.append(_ABSENT if held is None else len(held))
-            if values is not None:
-                self._floats[name].append(values)
-        return tuple(lengths)
-
-    def finish(self) -> None:
-        """Pack what `add` took: `ids`, `bits`, `floats`, `hashed`, `n_tokens`, `n_trained`."""
-        ids = self._ids
-        all_ids = np.concatenate(ids) if ids else _NO_IDS
-        self.n_tokens = len(all_ids)
-        try:
-            self.ids = pack_ids(all_ids)
-        except OverflowError as exc:  # name the node and the position in it, not the rollout's
-            at, node = exc.args[1], 0
-            while at >= len(ids[node]):
-                at, node = at - len(ids[node]), node + 1
-            raise OverflowError(f"token id {int(ids[node][at])} past int32 (a node's token_ids[{at}], "
-                                f"the {node + 1}th with tokens)") from None
-        masks = {k: np.concatenate(v) if v else _NO_BITS for k, v in self._bits.items()}
-        self.n_trained = int(np.count_nonzero(masks["mask"]))
-        self.bits = {k: [pack_bits(x) for x in v] for k, v in self._bits.items()}
-        wide = {k: np.concatenate(v).astype("<f8", copy=False) if v else _NO_FLOATS for k, v in self._floats.items()}
-        self.floats = {k: pack_floats(v) for k, v in wide.items()}
-        self.hashed = [self.ids, *masks.values(), *wide.values()]  # contiguous arrays: hashed as their bytes
-
-    def row(self, lengths: tuple[int, ...]) -> tuple:
-        """The next node's six array columns (token_ids, mask, is_content, logprobs, advantages,
-        reference_logprobs) from its lengths (`add`): the next slice of each buffer, or None for
-        an array it does not have."""
-        n, mask, is_content, *floats = lengths
-        at = self._at
-        out = [self.ids[4 * at["ids"]:4 * (at["ids"] + n)]]
-        at["ids"] += n
-        for name, k in (("mask", mask), ("is_content", is_content)):
-            if k == _ABSENT:
-                out.append(None)
-            else:
-                out.append(self.bits[name][at[name]])
-                at[name] += 1
-        for name, k in zip(_FLOATS, floats):
-            if k == _ABSENT:
-                out.append(None)
-            else:
-                out.append(self.floats[name][4 * at[name]:4 * (at[name] + k)])
-                at[name] += k
-        return tuple(out)
+def _empty_arrays(lengths: tuple[int, ...]) -> tuple:
+    """The array columns of a node with no token: empty ids, and for each other array b"" when
+    the node has it empty (an empty advantages list), None when it has not."""
+    return (b"", *(None if k == _ABSENT else b"" for k in lengths[1:]))
 
 
-_NO_IDS = np.zeros(0, dtype=np.int64)
+def _pack(arrays: list, lengths: list[tuple[int, ...]]) -> tuple[list[list], list, int, int]:
+    """The token arrays of a rollout's nodes, packed: ids as int32, masks as bits, float arrays
+    as float32 (NaN for null; beyond float32 ±inf, as a C cast makes it), little-endian, each kind
+    cast once for the whole rollout and cut into one slice per node.
+
+    `arrays`: the NodeArrays (ingest/arrays.py `node_arrays`) of the nodes that have any, in node
+    order; `lengths`: per node (all of them), the lengths of its arrays in `_ARRAYS` order,
+    `_ABSENT` for one it has not (a node without arrays: zeros and `_ABSENT`). Returns the six
+    array columns (each a list with one value per node: bytes, or None for an array the node has
+    not), what the content hash takes of them (ids int32, masks one byte per value, the float
+    arrays as float64, so a change below float32's precision still changes the hash), the number
+    of tokens and of mask-1 tokens. Raises OverflowError naming the node for an id past int32."""
+    ids = [a.token_ids for a in arrays]
+    all_ids = np.concatenate(ids)
+    try:
+        id_bytes = pack_ids(all_ids)
+    except OverflowError as exc:  # name the node and the position in it, not the rollout's
+        at, node = exc.args[1], 0
+        while at >= len(ids[node]):
+            at, node = at - len(ids[node]), node + 1
+        raise OverflowError(f"token id {int(ids[node][at])} past int32 (a node's token_ids[{at}], "
+                            f"the {node + 1}th with tokens)") from None
+    columns = [_slices(id_bytes, [k[0] for k in lengths], 4)]
+    hashed: list = [id_bytes]
+    n_trained = 0
+    for col, name in ((1, "mask"), (2, "is_content")):
+        given = [v for v in (getattr(a, name) for a in arrays) if v is not None]
+        bits = np.concatenate(given) if given else _NO_BITS
+        if col == 1:
+            n_trained = int(np.count_nonzero(bits))
+        hashed.append(bits)
+        columns.append(_bit_slices(bits, [k[col] for k in lengths]))
+    for col, name in ((3, "logprobs"), (4, "advantages"), (5, "reference_logprobs")):
+        given = [v for v in (getattr(a, name) for a in arrays) if v is not None]
+        wide = np.concatenate(given).astype("<f8", copy=False) if given else _NO_FLOATS
+        hashed.append(wide)
+        columns.append(_slices(pack_floats(wide), [k[col] for k in lengths], 4))
+    return columns, hashed, len(all_ids), n_trained
+
+
+def _slices(buf: bytes, lengths: list[int], width: int) -> list[bytes | None]:
+    """`buf` cut in order into one slice of `width` × length bytes per length; None for `_ABSENT`."""
+    out, at = [], 0
+    for k in lengths:
+        if k == _ABSENT:
+            out.append(None)
+        else:
+            out.append(buf[at:at + width * k])
+            at += width * k
+    return out
+
+
+def _bit_slices(bits: np.ndarray, lengths: list[int]) -> list[bytes | None]:
+    """`bits` (the given bit arrays of the nodes, one after another) packed node by node as
+    `pack_bits` packs each (first value in the highest bit, the last byte padded with zeros), in
+    one call for them all: each node's bits are first moved to start on a byte of their own. None
+    for `_ABSENT`."""
+    given = [k for k in lengths if k != _ABSENT]
+    if not given:
+        return [None] * len(lengths)
+    nbytes = [(k + 7) // 8 for k in given]
+    starts = np.repeat(8 * (np.cumsum(nbytes) - nbytes) - (np.cumsum(given) - given), given)
+    padded = np.zeros(8 * sum(nbytes), dtype=bool)
+    padded[np.arange(len(bits)) + starts] = bits
+    packed = np.packbits(padded).tobytes()
+    sizes = iter(nbytes)
+    return _slices(packed, [k if k == _ABSENT else next(sizes) for k in lengths], 1)
+
+
 _NO_BITS = np.zeros(0, dtype=bool)
 _NO_FLOATS = np.zeros(0, dtype="<f8")
+_NOTHING_PACKED = (b"", _NO_BITS, _NO_BITS, _NO_FLOATS, _NO_FLOATS, _NO_FLOATS)  # what a rollout without arrays hashes
 
 
 _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
