@@ -9,6 +9,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import create_engine
 
+from app.db.checkpoint import FALLBACK_PAGES, Checkpointer
 from ingest.jsonio import dumps, loads
 
 WRITE_TIMEOUT = 5.0  # seconds a web write waits for the write lock (ROLLSCOPE_DB__WRITE_TIMEOUT_SECONDS)
@@ -26,7 +27,9 @@ def make_engine(url: str, *, writer: bool = False, pool_size: int = 5, max_overf
     cannot upgrade its snapshot, whatever the busy timeout). Readers (the web app) keep deferred
     transactions, so under WAL they never wait for a writer; the web app's writes go through
     `writes(engine)`, which waits at most `write_timeout` seconds for the lock (default: 5 s, or
-    for a `writer` engine, a command's, as long as its other transactions: 30 s).
+    for a `writer` engine, a command's, as long as its other transactions: 30 s). A `writer`
+    engine on a SQLite file checkpoints its WAL in a thread after each commit
+    (app/db/checkpoint.py), not inside the commit.
     """
     if url.startswith("sqlite"):
         _bind_directly()
@@ -55,8 +58,31 @@ def make_engine(url: str, *, writer: bool = False, pool_size: int = 5, max_overf
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute(f"PRAGMA busy_timeout={READ_BUSY_MS}")
             cur.execute("PRAGMA foreign_keys=ON")
+            if checkpointer is not None:  # its thread checkpoints; this connection only past the safety net
+                cur.execute(f"PRAGMA wal_autocheckpoint={FALLBACK_PAGES}")
             cur.close()
             record.info["busy_ms"] = READ_BUSY_MS
+
+        database = engine.url.database
+        checkpointer = Checkpointer(database) if writer and database and database != ":memory:" \
+            and not database.startswith("file:") else None
+        if checkpointer is not None:
+            # the WAL is checkpointed by a thread once a transaction that committed hands its
+            # connection back (app/db/checkpoint.py), not inside the commit
+            @event.listens_for(engine, "commit")
+            def _committed(conn):  # noqa: ANN001
+                conn.connection.info["committed"] = True
+
+            @event.listens_for(engine.pool, "checkin")
+            def _checked_in(dbapi_conn, record):  # noqa: ANN001
+                if record is not None and record.info.pop("committed", False):
+                    checkpointer.soon()
+
+            @event.listens_for(engine, "engine_disposed")
+            def _disposed(_engine):  # noqa: ANN001
+                checkpointer.stop()
+
+        engine.rollscope_checkpointer = checkpointer
 
     else:
         # Postgres: each process keeps `pool_size` connections, up to `max_overflow` more under load

@@ -32,7 +32,6 @@ from ingest.advantages import estimator_name, recorded_advantage
 from ingest.arrays import node_arrays
 from ingest.checks import CheckContext, run_rollout_checks
 from ingest.errors import RecordError
-from ingest.graph import branches
 from ingest.jsonio import dumps, loads  # dumps/loads keep integers past 64 bits
 from ingest.metrics import rollout_metrics
 from ingest.schema import TRAINER_LOGPROB_KEYS, Node, Rollout
@@ -290,6 +289,7 @@ class _Tally:
     n_tool_calls: int = 0
     n_tokens: int = 0
     n_trained_tokens: int = 0
+    n_branches: int = 0  # leaves: nodes no node names as its parent (ingest.graph.branches, one per leaf)
 
 
 def _summary(r: Rollout, flags: list[str], chash: str, tally: _Tally) -> dict:
@@ -314,7 +314,7 @@ def _summary(r: Rollout, flags: list[str], chash: str, tally: _Tally) -> dict:
         n_tool_calls=tally.n_tool_calls,
         n_tokens=tally.n_tokens,
         n_trained_tokens=tally.n_trained_tokens,
-        n_branches=len(branches(r.nodes)) if r.nodes else 0,
+        n_branches=tally.n_branches,
         flags=flags, content_hash=chash, raw_hash=r._raw_hash,
         source_format=r.source.get("format"), source_file=r.source.get("file"), source_line=r.source.get("line"),
         ingested_at=models.utcnow(),
@@ -348,7 +348,7 @@ def _node_rows(r: Rollout, media: dict[str, bytes], h) -> tuple[list[tuple], _Ta
     Token arrays are packed for the whole rollout at once (`_pack`: one numpy cast per array
     kind, then a slice of bytes per node), from the nodes' numpy arrays (ingest/arrays.py).
     Raises OverflowError for a token id past int32."""
-    heads, tails, headers, tally, arrays, all_lengths = [], [], [], _Tally(), [], []
+    heads, tails, headers, tally, arrays, all_lengths, parents = [], [], [], _Tally(), [], [], []
     feed = h.update
     versions = tally.versions
     for i, n in enumerate(r.nodes):
@@ -391,8 +391,10 @@ def _node_rows(r: Rollout, media: dict[str, bytes], h) -> tuple[list[tuple], _Ta
         if calls:
             tally.n_tool_calls += len(calls)
         ts, reward, mc_return, node_extra = d["timestamp"], d["reward"], d["mc_return"], d["extra"]
+        parent = d["parent"]
+        parents.append(parent)
         heads.append((
-            i, d["parent"], role, d["sampled"], ts if ts is None else _finite(ts),
+            i, parent, role, d["sampled"], ts if ts is None else _finite(ts),
             len(content) if type(content) is str else len(m.text()), _json_text(message),
             _text(md["tool_call_id"]), _text(md["name"]) if role == "tool" else None,
             _json_text(orjson.dumps([{"id": tc.id, "name": tc.name} for tc in calls])) if calls else None,
@@ -412,6 +414,8 @@ def _node_rows(r: Rollout, media: dict[str, bytes], h) -> tuple[list[tuple], _Ta
     feed(dumps(headers, sort_keys=True))
     for part in hashed:
         feed(part)
+    nodes = len(heads)  # a parent outside the nodes (a broken graph) is no node's: it leaves a leaf a leaf
+    tally.n_branches = nodes - len({p for p in parents if p is not None and 0 <= p < nodes})
     return rows, tally
 
 
