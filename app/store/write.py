@@ -249,31 +249,48 @@ _SUMMARY_VALUES = itemgetter(*SUMMARY_COLUMNS)  # a summary's values in SUMMARY_
 
 
 def _insert_summaries(conn: sa.Connection, todo: list[Prepared]) -> list[int]:
-    """Insert the summary rows of `todo` with keys given here, in one `bulk_insert` (executemany,
-    COPY); returns their pks, in order. The keys are those the database would have given, taken
-    in one statement: on Postgres drawn from the table's sequence; on SQLite the next ones after
-    the largest stored (what SQLite gives a row inserted without one; the transaction holds the
-    write lock, so no other writer takes them meanwhile). Values go as SQLAlchemy would bind them
-    (`bind_processors`: JSON as its text, None as JSON null; on SQLite datetimes as text, floats
-    as floats): an INSERT through SQLAlchemy cost ~0.7 ms of Python per rollout on Postgres,
-    binding ~45 values a row, and on SQLite its multi-row INSERT ... RETURNING a third of that."""
-    if conn.dialect.name == "postgresql":
-        pks = sorted(conn.exec_driver_sql(
-            "SELECT nextval(pg_get_serial_sequence('rollout', 'pk')) FROM generate_series(1, %(n)s)",
-            {"n": len(todo)}).scalars())
-    else:
-        first = conn.exec_driver_sql("SELECT coalesce(max(pk), 0) + 1 FROM rollout").scalar_one()
-        pks = list(range(first, first + len(todo)))
+    """Insert the summary rows of `todo`; returns their pks, in order. Values go as SQLAlchemy
+    would bind them (`bind_processors`: JSON as its text, None as JSON null; on SQLite datetimes
+    as text, floats as floats) but are bound by the driver alone: SQLAlchemy's INSERT cost ~0.7 ms
+    of Python per rollout on Postgres, binding ~45 values a row, and on SQLite its multi-row
+    INSERT ... RETURNING a third of that. Postgres: the keys drawn from the table's sequence in one
+    statement, then one COPY (`bulk_insert`). SQLite: one multi-row INSERT ... RETURNING per
+    `_SQLITE_ROWS` rows, with the keys SQLite gives (`_returning_insert`)."""
     values = _SUMMARY_VALUES
-    processed = [(i + 1, f) for i, f in enumerate(bind_processors(conn, RO, SUMMARY_COLUMNS)) if f is not None]
+    processed = [(i, f) for i, f in enumerate(bind_processors(conn, RO, SUMMARY_COLUMNS)) if f is not None]
     rows = []
-    for pk, p in zip(pks, todo):
-        row = [pk, *values(p.summary)]
+    for p in todo:
+        row = list(values(p.summary))
         for i, f in processed:
             row[i] = f(row[i])
         rows.append(row)
-    bulk_insert(conn, RO, ("pk", *SUMMARY_COLUMNS), rows)
+    if conn.dialect.name != "postgresql":
+        pk_of = {}
+        for i in range(0, len(rows), _SQLITE_ROWS):
+            pk_of.update(_returning_insert(conn, rows[i:i + _SQLITE_ROWS]))
+        return [pk_of[p.identity] for p in todo]
+    pks = sorted(conn.exec_driver_sql(
+        "SELECT nextval(pg_get_serial_sequence('rollout', 'pk')) FROM generate_series(1, %(n)s)",
+        {"n": len(todo)}).scalars())
+    bulk_insert(conn, RO, ("pk", *SUMMARY_COLUMNS), [[pk, *row] for pk, row in zip(pks, rows)])
     return pks
+
+
+_SQLITE_ROWS = 500  # summary rows per statement: 500 × 44 values, within SQLite's 32,766 bound parameters
+
+
+def _returning_insert(conn: sa.Connection, rows: list[list]) -> dict[Identity, int]:
+    """SQLite: insert summary rows (values in SUMMARY_COLUMNS order, bindable) in one multi-row
+    INSERT ... RETURNING; (run, id, attempt) → the pk SQLite gave. A column None in every row is
+    written as the literal NULL, not bound (app.db.engine `_without_nulls`)."""
+    given = [col.count(None) != len(rows) for col in zip(*rows)]
+    one = f"({', '.join('?' if g else 'NULL' for g in given)})"
+    keep = [i for i, g in enumerate(given) if g]
+    params = [row[i] for row in rows for i in keep]
+    returned = conn.exec_driver_sql(
+        f"INSERT INTO rollout ({', '.join(SUMMARY_COLUMNS)}) VALUES {', '.join([one] * len(rows))} "
+        "RETURNING pk, run_id, rollout_id, attempt", tuple(params))
+    return {(run, rid, attempt): pk for pk, run, rid, attempt in returned}
 
 
 def _insert_rows(conn: sa.Connection, todo: list[Prepared], deleted: list[dict[str, Any]]) -> Written:
