@@ -9,9 +9,9 @@ rollout with advantages filled in). Quarantined records are unique by file, line
 A batch (`BATCH` rollouts) costs a constant number of statements, whatever its size: create the
 runs it names (every batch: a run deleted while its file is ingested is made again), look up
 `(run, id, attempt) → hash` of all its rollouts, delete the ones it replaces, insert the new
-summary rows (SQLite: multi-row INSERT ... RETURNING pk; Postgres: keys drawn from the sequence,
-then COPY), then `bulk_insert` (executemany, COPY) for envelopes, nodes and findings, and the
-quarantined records of the same stretch of input.
+summary rows bound by the driver alone (SQLite: multi-row INSERT ... RETURNING pk; Postgres: keys
+drawn from the sequence, then COPY), then `bulk_insert` (executemany, COPY) for envelopes, nodes
+and findings, and the quarantined records of the same stretch of input.
 When anything in the batch fails (a value no column can hold, another writer inserting the same
 rollout at the same moment), the transaction is rolled back and the batch is written again one
 rollout per savepoint, so that one bad rollout costs only itself (the pattern of Arize-ai/phoenix
