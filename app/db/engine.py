@@ -1,12 +1,15 @@
 """Engines: SQLite pragmas, transaction modes and JSON encoding live here, in one place."""
 from __future__ import annotations
 
+import sqlite3
+
 import orjson
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import create_engine
 
+from app.db.checkpoint import FALLBACK_PAGES, Checkpointer
 from ingest.jsonio import dumps, loads
 
 WRITE_TIMEOUT = 5.0  # seconds a web write waits for the write lock (ROLLSCOPE_DB__WRITE_TIMEOUT_SECONDS)
@@ -24,9 +27,12 @@ def make_engine(url: str, *, writer: bool = False, pool_size: int = 5, max_overf
     cannot upgrade its snapshot, whatever the busy timeout). Readers (the web app) keep deferred
     transactions, so under WAL they never wait for a writer; the web app's writes go through
     `writes(engine)`, which waits at most `write_timeout` seconds for the lock (default: 5 s, or
-    for a `writer` engine, a command's, as long as its other transactions: 30 s).
+    for a `writer` engine, a command's, as long as its other transactions: 30 s). A `writer`
+    engine on a SQLite file checkpoints its WAL in a thread after each commit
+    (app/db/checkpoint.py), not inside the commit.
     """
     if url.startswith("sqlite"):
+        _bind_directly()
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **JSON_CODEC)
 
         # pysqlite's own transaction handling breaks SAVEPOINT and ignores BEGIN modes; take it
@@ -52,8 +58,31 @@ def make_engine(url: str, *, writer: bool = False, pool_size: int = 5, max_overf
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute(f"PRAGMA busy_timeout={READ_BUSY_MS}")
             cur.execute("PRAGMA foreign_keys=ON")
+            if checkpointer is not None:  # its thread checkpoints; this connection only past the safety net
+                cur.execute(f"PRAGMA wal_autocheckpoint={FALLBACK_PAGES}")
             cur.close()
             record.info["busy_ms"] = READ_BUSY_MS
+
+        database = engine.url.database
+        checkpointer = Checkpointer(database) if writer and database and database != ":memory:" \
+            and not database.startswith("file:") else None
+        if checkpointer is not None:
+            # the WAL is checkpointed by a thread once a transaction that committed hands its
+            # connection back (app/db/checkpoint.py), not inside the commit
+            @event.listens_for(engine, "commit")
+            def _committed(conn):  # noqa: ANN001
+                conn.connection.info["committed"] = True
+
+            @event.listens_for(engine.pool, "checkin")
+            def _checked_in(dbapi_conn, record):  # noqa: ANN001
+                if record is not None and record.info.pop("committed", False):
+                    checkpointer.soon()
+
+            @event.listens_for(engine, "engine_disposed")
+            def _disposed(_engine):  # noqa: ANN001
+                checkpointer.stop()
+
+        engine.rollscope_checkpointer = checkpointer
 
     else:
         # Postgres: each process keeps `pool_size` connections, up to `max_overflow` more under load
@@ -74,6 +103,18 @@ def make_engine(url: str, *, writer: bool = False, pool_size: int = 5, max_overf
                                       else READ_BUSY_MS / 1000 if writer else WRITE_TIMEOUT)
     engine.rollscope_writers = {}  # timeout → its write engine (`writes`)
     return engine
+
+
+def _bind_directly() -> None:
+    """Make sqlite3 bind None and bytes without its adaptation protocol. sqlite3 binds int, float
+    and str at once, but None and bytes only after looking for an adapter, then `__adapt__` on the
+    protocol and `__conform__` on the value (attribute lookups that fail): ~0.5 µs a value on this
+    machine, a third of the CPU of inserting the bench workload's node rows (27 columns, most of
+    them NULL, the token arrays bytes). An adapter registered for their exact types is found by
+    the first lookup and hands the value back unchanged, so the values bound are the same ones.
+    Process-wide (sqlite3 keeps one adapter table); registering again replaces them with the same."""
+    sqlite3.register_adapter(type(None), {}.get)  # a C callable that returns None for its argument
+    sqlite3.register_adapter(bytes, bytes)  # bytes(b) is b itself
 
 
 def writes(engine: Engine, timeout: float | None = None) -> Engine:
@@ -163,17 +204,35 @@ def insert_for(conn: sa.Connection, table: sa.Table):
     return insert(table)
 
 
+_PROCESSORS: dict[tuple[str, str, tuple[str, ...]], list] = {}
+
+
+def bind_processors(conn: sa.Connection, table: sa.Table, columns: tuple[str, ...]) -> list:
+    """Per column of `table` in `columns`, the function SQLAlchemy applies to a value it binds
+    there on this connection's dialect, or None when it binds the value as it is (JSON columns:
+    `json_text`): what turns a row of Python values into one `bulk_insert` takes, the values stored
+    being those an INSERT through SQLAlchemy stores (on SQLite: a datetime as its text, an int given
+    to a float column as a float)."""
+    key = (conn.dialect.name, table.name, columns)
+    if key not in _PROCESSORS:
+        _PROCESSORS[key] = [json_text if isinstance(table.c[c].type, sa.JSON) else
+                            table.c[c].type.dialect_impl(conn.dialect).bind_processor(conn.dialect) for c in columns]
+    return _PROCESSORS[key]
+
+
 def bulk_insert(conn: sa.Connection, table: sa.Table, columns: tuple[str, ...], rows: list[tuple]) -> None:
     """INSERT ready rows (tuples in `columns` order; JSON columns as JSON text, binary as bytes)
     in the caller's transaction, with no per-value work by SQLAlchemy: `COPY ... FROM STDIN` on
     Postgres (psycopg's per-row executemany cost ~20 µs a row in Python, more than the database's
-    own work), the driver's `executemany` on SQLite. A failure is raised as SQLAlchemy's
-    DBAPIError of the same kind, so callers treat it like any other statement's."""
+    own work), the driver's `executemany` on SQLite (a column None in every row bound as the
+    literal NULL, `_without_nulls`). Datetimes are bound as they are: on SQLite, pass them as
+    `sqlite_datetime` text. A failure is raised as SQLAlchemy's DBAPIError of the same kind, so
+    callers treat it like any other statement's."""
     if not rows:
         return
     names = ", ".join(columns)
     if conn.dialect.name != "postgresql":
-        conn.exec_driver_sql(f"INSERT INTO {table.name} ({names}) VALUES ({', '.join('?' * len(columns))})", rows)
+        conn.exec_driver_sql(*_without_nulls(table.name, names, rows))
         return
     statement = f"COPY {table.name} ({names}) FROM STDIN"
     raw = conn.connection.dbapi_connection
@@ -185,3 +244,17 @@ def bulk_insert(conn: sa.Connection, table: sa.Table, columns: tuple[str, ...], 
         is_disconnect = conn.dialect.is_disconnect(exc, raw, None)
         raise sa.exc.DBAPIError.instance(statement, None, exc, type(raw).Error,
                                          connection_invalidated=is_disconnect) from exc
+
+
+def _without_nulls(table: str, names: str, rows: list[tuple]) -> tuple[str, list[tuple]]:
+    """The SQLite INSERT of `rows` into `table` (`names`: its columns, comma-separated), with a
+    column that is None in every row written as the literal NULL and left out of the rows: the
+    same values stored, but no value bound for it (binding is most of the driver's cost per row,
+    and most of a node row's columns are NULL in a whole batch: no timestamps, rewards, extras)."""
+    values = list(zip(*rows))  # column by column (tuples: `count` runs in C)
+    given = [col.count(None) != len(rows) for col in values]
+    if all(given) or not any(given):
+        return f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(given))})", rows
+    marks = ", ".join("?" if g else "NULL" for g in given)
+    return (f"INSERT INTO {table} ({names}) VALUES ({marks})",
+            list(zip(*[col for col, g in zip(values, given) if g])))

@@ -89,10 +89,15 @@ def upgrade(engine: Engine) -> None:
     from app.db.engine import make_engine
 
     cfg = alembic_config()
-    if engine.dialect.name == "sqlite":
+    own = engine.dialect.name == "sqlite"
+    if own:
         engine = make_engine(engine.url.render_as_string(hide_password=False), writer=True)
-    with engine.begin() as conn:
-        if conn.dialect.name == "postgresql":
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": LOCK_KEY})
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "head")
+    try:
+        with engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": LOCK_KEY})
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+    finally:
+        if own:  # its connections closed and its WAL checkpoint thread ended (app/db/checkpoint.py)
+            engine.dispose()

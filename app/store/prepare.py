@@ -24,7 +24,7 @@ import orjson
 
 from app.db import models
 from app.db.engine import JSONText
-from app.db.tokenarrays import pack_bits, pack_floats, pack_ids
+from app.db.tokenarrays import pack_floats, pack_ids
 from app.store.media import split_media
 from app.store.search import search_docs
 from app.store.signatures import mined_texts
@@ -32,7 +32,6 @@ from ingest.advantages import estimator_name, recorded_advantage
 from ingest.arrays import node_arrays
 from ingest.checks import CheckContext, run_rollout_checks
 from ingest.errors import RecordError
-from ingest.graph import branches
 from ingest.jsonio import dumps, loads  # dumps/loads keep integers past 64 bits
 from ingest.metrics import rollout_metrics
 from ingest.schema import TRAINER_LOGPROB_KEYS, Node, Rollout
@@ -302,6 +301,7 @@ class _Tally:
     n_tool_calls: int = 0
     n_tokens: int = 0
     n_trained_tokens: int = 0
+    n_branches: int = 0  # leaves: nodes no node names as its parent (ingest.graph.branches, one per leaf)
 
 
 def _summary(r: Rollout, flags: list[str], chash: str, tally: _Tally) -> dict:
@@ -326,7 +326,7 @@ def _summary(r: Rollout, flags: list[str], chash: str, tally: _Tally) -> dict:
         n_tool_calls=tally.n_tool_calls,
         n_tokens=tally.n_tokens,
         n_trained_tokens=tally.n_trained_tokens,
-        n_branches=len(branches(r.nodes)) if r.nodes else 0,
+        n_branches=tally.n_branches,
         flags=flags, content_hash=chash, raw_hash=r._raw_hash,
         source_format=r.source.get("format"), source_file=r.source.get("file"), source_line=r.source.get("line"),
         ingested_at=models.utcnow(),
@@ -359,10 +359,10 @@ def _node_rows(r: Rollout, media: dict[str, bytes], h) -> tuple[list[tuple], _Ta
     (`_digest`). The bytes of the media carried inline go to `media` (sha256 → bytes), their base64 out
     of the message (app/store/media.py `split_media`).
 
-    Token arrays are packed for the whole rollout at once (`_Packed`: one numpy cast per array
+    Token arrays are packed for the whole rollout at once (`_pack`: one numpy cast per array
     kind, then a slice of bytes per node), from the nodes' numpy arrays (ingest/arrays.py).
     Raises OverflowError for a token id past int32."""
-    heads, headers, tally, packed = [], [], _Tally(), _Packed()
+    heads, tails, headers, tally, arrays, held, all_lengths, parents = [], [], [], _Tally(), [], [], [], []
     feed = h.update
     versions = tally.versions
     for i, n in enumerate(r.nodes):
@@ -380,14 +380,23 @@ def _node_rows(r: Rollout, media: dict[str, bytes], h) -> tuple[list[tuple], _Ta
             # canonical already unless a dict whose key order came from the source is in it
             plain = not extra and type(content) is not list and not (calls and any(tc.extra for tc in calls))
             canonical = message if plain else dumps(loads(message), sort_keys=True)
-        advantages, reference = d["advantages"], d["reference_logprobs"]
-        if d["token_ids"] or d["mask"] or d["is_content"] or d["logprobs"] or advantages or reference:
-            lengths = packed.add(n)
+        token_ids, logprobs, advantages, reference = (d["token_ids"], d["logprobs"], d["advantages"],
+                                                      d["reference_logprobs"])
+        if token_ids or d["mask"] or d["is_content"] or logprobs or advantages or reference:
+            a = node_arrays(n)
+            arrays.append(a)
+            held.append(n)
+            # an empty mask or logprobs is "not given"; an empty advantages or reference_logprobs is had
+            lengths = (a.n, _ABSENT if a.mask is None else len(a.mask),
+                       _ABSENT if a.is_content is None else len(a.is_content),
+                       len(logprobs) if logprobs else _ABSENT, _ABSENT if advantages is None else len(advantages),
+                       _ABSENT if reference is None else len(reference))
         elif advantages is None and reference is None:  # no tokens (text-only traces)
             lengths = _NO_TOKENS
         else:  # no tokens, but an empty advantages or reference_logprobs array: an empty blob
             lengths = (*_NO_TOKENS[:4], *(_ABSENT if x is None else 0 for x in (advantages, reference)))
-        ts, reward, mc_return, node_extra = d["timestamp"], d["reward"], d["mc_return"], d["extra"]
+        all_lengths.append(lengths)
+        node_extra = d["extra"]
         extra_kept = _second_logprobs_kept(node_extra) if node_extra else node_extra
         header = [*_header(d), *lengths]  # lists: jsonio's big-integer path walks lists, not tuples
         header[_EXTRA_AT] = extra_kept  # hashed as stored
@@ -400,101 +409,110 @@ def _node_rows(r: Rollout, media: dict[str, bytes], h) -> tuple[list[tuple], _Ta
             tally.n_turns += 1
         if calls:
             tally.n_tool_calls += len(calls)
-        heads.append((lengths, (
-            i, d["parent"], role, d["sampled"], ts if ts is None else _finite(ts),
+        ts, reward, mc_return = d["timestamp"], d["reward"], d["mc_return"]
+        parent = d["parent"]
+        parents.append(parent)
+        heads.append((
+            i, parent, role, d["sampled"], ts if ts is None else _finite(ts),
             len(content) if type(content) is str else len(m.text()), _json_text(message),
             _text(md["tool_call_id"]), _text(md["name"]) if role == "tool" else None,
             _json_text(orjson.dumps([{"id": tc.id, "name": tc.name} for tc in calls])) if calls else None,
-            len(d["token_ids"])), (
+            len(token_ids)))
+        tails.append((
             _json_text(dumps(d["loss_weights"])) if d["loss_weights"] is not None else None,
             version, reward if reward is None else _finite(reward),
             mc_return if mc_return is None else _finite(mc_return),
-            _json_text(dumps(extra_kept)) if node_extra else None)))
-    packed.finish()
-    tally.n_tokens, tally.n_trained_tokens = packed.n_tokens, packed.n_trained
-    row = packed.row
-    rows = [(*head, *(_NO_ARRAYS if lengths is _NO_TOKENS else row(lengths)), *tail) for lengths, head, tail in heads]
+            _json_text(dumps(extra_kept)) if node_extra else None))
+    if arrays:
+        columns, hashed, tally.n_tokens, tally.n_trained_tokens = _pack(arrays, held, all_lengths)
+        rows = [(*head, *cols, *tail) for head, cols, tail in zip(heads, zip(*columns), tails)]
+    else:  # no node has arrays: every array column empty or NULL, nothing packed
+        rows = [(*head, *(_NO_ARRAYS if lengths is _NO_TOKENS else _empty_arrays(lengths)), *tail)
+                for head, lengths, tail in zip(heads, all_lengths, tails)]
+        hashed = _NOTHING_PACKED
     feed(_storable(dumps(headers, sort_keys=True)))
-    for part in packed.hashed:
+    for part in hashed:
         feed(part)
+    nodes = len(heads)  # a parent outside the nodes (a broken graph) is no node's: it leaves a leaf a leaf
+    tally.n_branches = nodes - len({p for p in parents if p is not None and 0 <= p < nodes})
     return rows, tally
 
 
-class _Packed:
-    """The token arrays of a rollout's nodes (`add`, node by node), packed (`finish`): ids as
-    int32, masks as bits, float arrays as float32 (NaN for null; beyond float32 ±inf, as a C cast
-    makes it), little-endian, one buffer per kind that `row` slices node by node, in node order.
-    `hashed`: what the content hash takes of them (ids int32, masks one byte per value, the float
-    arrays as the float32 bytes stored: a rollout read back from the store packs to the same)."""
+def _empty_arrays(lengths: tuple[int, ...]) -> tuple:
+    """The array columns of a node with no token: empty ids, and for each other array b"" when
+    the node has it empty (an empty advantages list), None when it has not."""
+    return (b"", *(None if k == _ABSENT else b"" for k in lengths[1:]))
 
-    def __init__(self):
-        self._ids: list[np.ndarray] = []
-        self._bits: dict[str, list[np.ndarray]] = {"mask": [], "is_content": []}
-        self._floats: dict[str, list[np.ndarray]] = {k: [] for k in _FLOATS}
-        self._held: dict[str, list[list]] = {k: [] for k in _FLOATS}  # the lists the float arrays came from
-        self._at = dict.fromkeys(("ids", *self._bits, *self._floats), 0)
 
-    def add(self, n: Node) -> tuple[int, ...]:
-        """Take node `n`'s arrays (ingest/arrays.py `node_arrays`); returns their lengths in
-        `_ARRAYS` order, `_ABSENT` for one the node does not have (an empty mask or logprobs is
-        "not given"; an empty advantages or reference_logprobs list is had, with 0 values)."""
-        a = node_arrays(n)
-        self._ids.append(a.token_ids)
-        lengths = [a.n]
-        for name, values in (("mask", a.mask), ("is_content", a.is_content)):
-            lengths.append(_ABSENT if values is None else len(values))
-            if values is not None:
-                self._bits[name].append(values)
-        for name, values, held in (("logprobs", a.logprobs, n.logprobs or None),
-                                   ("advantages", a.advantages, n.advantages),
-                                   ("reference_logprobs", a.reference_logprobs, n.reference_logprobs)):
-            lengths.append(_ABSENT if held is None else len(held))
-            if values is not None:
-                self._floats[name].append(values)
-                self._held[name].append(held)
-        return tuple(lengths)
+def _pack(arrays: list, nodes: list[Node], lengths: list[tuple[int, ...]]) -> tuple[list[list], list, int, int]:
+    """The token arrays of a rollout's nodes, packed: ids as int32, masks as bits, float arrays
+    as float32 (NaN for null; beyond float32 ±inf, as a C cast makes it), little-endian, each kind
+    cast once for the whole rollout and cut into one slice per node.
 
-    def finish(self) -> None:
-        """Pack what `add` took: `ids`, `bits`, `floats`, `hashed`, `n_tokens`, `n_trained`."""
-        ids = self._ids
-        all_ids = np.concatenate(ids) if ids else _NO_IDS
-        self.n_tokens = len(all_ids)
-        try:
-            self.ids = pack_ids(all_ids)
-        except OverflowError as exc:  # name the node and the position in it, not the rollout's
-            at, node = exc.args[1], 0
-            while at >= len(ids[node]):
-                at, node = at - len(ids[node]), node + 1
-            raise OverflowError(f"token id {int(ids[node][at])} past int32 (a node's token_ids[{at}], "
-                                f"the {node + 1}th with tokens)") from None
-        masks = {k: np.concatenate(v) if v else _NO_BITS for k, v in self._bits.items()}
-        self.n_trained = int(np.count_nonzero(masks["mask"]))
-        self.bits = {k: [pack_bits(x) for x in v] for k, v in self._bits.items()}
-        wide = {k: np.concatenate(v).astype("<f8", copy=False) if v else _NO_FLOATS for k, v in self._floats.items()}
-        self.floats = {k: pack_floats(v, _nan_numbers(v, self._held[k])) for k, v in wide.items()}
-        self.hashed = [self.ids, *masks.values(), *self.floats.values()]  # hashed as the bytes stored
+    `arrays`: the NodeArrays (ingest/arrays.py `node_arrays`) of the nodes that have any, in node
+    order, and those `nodes` (whose float lists tell a NaN written as a number from a null:
+    `_nan_numbers`); `lengths`: per node (all of them), the lengths of its arrays in `_ARRAYS` order,
+    `_ABSENT` for one it has not (a node without arrays: zeros and `_ABSENT`). Returns the six
+    array columns (each a list with one value per node: bytes, or None for an array the node has
+    not), what the content hash takes of them (ids int32, masks one byte per value, the float
+    arrays as the float32 bytes stored: a rollout read back from the store packs to the same), the number
+    of tokens and of mask-1 tokens. Raises OverflowError naming the node for an id past int32."""
+    ids = [a.token_ids for a in arrays]
+    all_ids = np.concatenate(ids)
+    try:
+        id_bytes = pack_ids(all_ids)
+    except OverflowError as exc:  # name the node and the position in it, not the rollout's
+        at, node = exc.args[1], 0
+        while at >= len(ids[node]):
+            at, node = at - len(ids[node]), node + 1
+        raise OverflowError(f"token id {int(ids[node][at])} past int32 (a node's token_ids[{at}], "
+                            f"the {node + 1}th with tokens)") from None
+    columns = [_slices(id_bytes, [k[0] for k in lengths], 4)]
+    hashed: list = [id_bytes]
+    n_trained = 0
+    for col, name in ((1, "mask"), (2, "is_content")):
+        given = [v for v in (getattr(a, name) for a in arrays) if v is not None]
+        bits = np.concatenate(given) if given else _NO_BITS
+        if col == 1:
+            n_trained = int(np.count_nonzero(bits))
+        hashed.append(bits)
+        columns.append(_bit_slices(bits, [k[col] for k in lengths]))
+    for col, name in ((3, "logprobs"), (4, "advantages"), (5, "reference_logprobs")):
+        given = [(v, getattr(n, name)) for v, n in zip((getattr(a, name) for a in arrays), nodes) if v is not None]
+        wide = np.concatenate([v for v, _ in given]).astype("<f8", copy=False) if given else _NO_FLOATS
+        packed = pack_floats(wide, _nan_numbers(wide, [lst for _, lst in given]))
+        hashed.append(packed)  # hashed as the bytes stored
+        columns.append(_slices(packed, [k[col] for k in lengths], 4))
+    return columns, hashed, len(all_ids), n_trained
 
-    def row(self, lengths: tuple[int, ...]) -> tuple:
-        """The next node's six array columns (token_ids, mask, is_content, logprobs, advantages,
-        reference_logprobs) from its lengths (`add`): the next slice of each buffer, or None for
-        an array it does not have."""
-        n, mask, is_content, *floats = lengths
-        at = self._at
-        out = [self.ids[4 * at["ids"]:4 * (at["ids"] + n)]]
-        at["ids"] += n
-        for name, k in (("mask", mask), ("is_content", is_content)):
-            if k == _ABSENT:
-                out.append(None)
-            else:
-                out.append(self.bits[name][at[name]])
-                at[name] += 1
-        for name, k in zip(_FLOATS, floats):
-            if k == _ABSENT:
-                out.append(None)
-            else:
-                out.append(self.floats[name][4 * at[name]:4 * (at[name] + k)])
-                at[name] += k
-        return tuple(out)
+
+def _slices(buf: bytes, lengths: list[int], width: int) -> list[bytes | None]:
+    """`buf` cut in order into one slice of `width` × length bytes per length; None for `_ABSENT`."""
+    out, at = [], 0
+    for k in lengths:
+        if k == _ABSENT:
+            out.append(None)
+        else:
+            out.append(buf[at:at + width * k])
+            at += width * k
+    return out
+
+
+def _bit_slices(bits: np.ndarray, lengths: list[int]) -> list[bytes | None]:
+    """`bits` (the given bit arrays of the nodes, one after another) packed node by node as
+    `pack_bits` packs each (first value in the highest bit, the last byte padded with zeros), in
+    one call for them all: each node's bits are first moved to start on a byte of their own. None
+    for `_ABSENT`."""
+    given = [k for k in lengths if k != _ABSENT]
+    if not given:
+        return [None] * len(lengths)
+    nbytes = [(k + 7) // 8 for k in given]
+    starts = np.repeat(8 * (np.cumsum(nbytes) - nbytes) - (np.cumsum(given) - given), given)
+    padded = np.zeros(8 * sum(nbytes), dtype=bool)
+    padded[np.arange(len(bits)) + starts] = bits
+    packed = np.packbits(padded).tobytes()
+    sizes = iter(nbytes)
+    return _slices(packed, [k if k == _ABSENT else next(sizes) for k in lengths], 1)
 
 
 def _nan_numbers(values: np.ndarray, held: list[list]) -> np.ndarray | None:
@@ -510,9 +528,9 @@ def _nan_numbers(values: np.ndarray, held: list[list]) -> np.ndarray | None:
     return np.array([k for k in np.flatnonzero(nan).tolist() if flat[k] is not None], dtype=np.int64)
 
 
-_NO_IDS = np.zeros(0, dtype=np.int64)
 _NO_BITS = np.zeros(0, dtype=bool)
 _NO_FLOATS = np.zeros(0, dtype="<f8")
+_NOTHING_PACKED = (b"", _NO_BITS, _NO_BITS, _NO_FLOATS, _NO_FLOATS, _NO_FLOATS)  # what a rollout without arrays hashes
 
 
 _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}

@@ -56,6 +56,8 @@ def parts(text: str) -> list[tuple[str, bool]]:
     joined text: Postgres keeps word positions up to 16,383 only, and a phrase near the end of a
     long text would not match there."""
     n = len(text)
+    if n <= HEAD_TAIL_CHARS and text.isascii() and "\x00" not in text:  # the usual message: as it is
+        return [(text, False)] if text.strip() else []
     if n <= HEAD_TAIL_CHARS:
         out = [(text, False)]
     else:
