@@ -6,6 +6,8 @@ template once (a SQLite file; a Postgres database) and each test gets a copy of 
 `empty_db_url` gives an empty, unmigrated database instead, for tests of the migrations. A test
 marked `with_demo` gets, in `db_url`, a copy of a template that also holds the demo run
 (`demo_jsonl` ingested: 1,920 rollouts, 20-60 s to ingest here), ingested once per process.
+(Not one xdist group: `--dist loadgroup` groups nothing under pytest 9.2, whose items no longer
+read the `_nodeid` xdist rewrites.)
 
 Postgres: `ROLLSCOPE_TEST_POSTGRES_URL` (default postgresql+psycopg://postgres@127.0.0.1:5432/test)
 names a server where each test gets its own database, dropped afterwards. If the server is not
@@ -45,15 +47,6 @@ def _pg_admin():
     u = make_url(PG_URL)
     return psycopg.connect(host=u.host, port=u.port or 5432, user=u.username, password=u.password,
                            dbname=u.database or "postgres", autocommit=True)
-
-
-def pytest_collection_modifyitems(config, items):
-    """Tests that use the demo templates (`with_demo`, `sqlite_demo_template`) are one xdist
-    group: under `--dist loadgroup` (make test) they run on one worker, which ingests the demo
-    once a session rather than once per worker."""
-    for item in items:
-        if item.get_closest_marker("with_demo") or "sqlite_demo_template" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("demo"))
 
 
 @pytest.fixture(autouse=True)
