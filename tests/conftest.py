@@ -3,7 +3,11 @@
 Every test gets its own database, already migrated: each pytest(-xdist) process migrates one
 template once (a SQLite file; a Postgres database) and each test gets a copy of it (a file copy;
 `CREATE DATABASE ... TEMPLATE`), which is 5-50 times cheaper than migrating a new one.
-`empty_db_url` gives an empty, unmigrated database instead, for tests of the migrations.
+`empty_db_url` gives an empty, unmigrated database instead, for tests of the migrations. A test
+marked `with_demo` gets, in `db_url`, a copy of a template that also holds the demo run
+(`demo_jsonl` ingested: 1,920 rollouts, 20-60 s to ingest here), ingested once per process.
+(Not one xdist group: `--dist loadgroup` groups nothing under pytest 9.2, whose items no longer
+read the `_nodeid` xdist rewrites.)
 
 Postgres: `ROLLSCOPE_TEST_POSTGRES_URL` (default postgresql+psycopg://postgres@127.0.0.1:5432/test)
 names a server where each test gets its own database, dropped afterwards. If the server is not
@@ -69,6 +73,45 @@ def _sqlite_template(tmp_path_factory) -> Path:
     eng = make_engine(f"sqlite:///{path}", writer=True)
     upgrade(eng)
     eng.dispose()
+    _fold_wal(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def demo_jsonl(tmp_path_factory) -> Path:
+    """The demo run as `rollscope demo` writes it (ingest/demo: run `demo-grpo`, 30 steps of 8
+    groups of 8, the step-18 sandbox crash; no tokenizer file), written once per test process.
+    Shared: read it, never change it."""
+    from ingest import demo
+
+    path = tmp_path_factory.mktemp("demo") / "demo.jsonl"
+    demo.write(path, tokenizer=False)
+    return path
+
+
+def _ingest_demo(url: str, demo_path: Path) -> None:
+    from tests.helpers import ingest
+
+    eng = make_engine(url, writer=True)
+    try:
+        assert ingest(eng, demo_path).ok
+    finally:
+        eng.dispose()
+
+
+@pytest.fixture(scope="session")
+def sqlite_demo_template(_sqlite_template, demo_jsonl, tmp_path_factory) -> Path:
+    """A migrated SQLite file holding the demo run (`demo_jsonl` ingested through the real
+    pipeline), made once per test process, its WAL folded in: copy it, never open it."""
+    path = tmp_path_factory.mktemp("demo-template") / "rollscope.db"
+    shutil.copyfile(_sqlite_template, path)
+    _ingest_demo(f"sqlite:///{path}", demo_jsonl)
+    _fold_wal(path)
+    return path
+
+
+def _fold_wal(path: Path) -> None:
+    """Checkpoint the SQLite file's WAL into it, so the file alone is the whole database."""
     conn = sqlite3.connect(path)
     try:
         busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
@@ -76,7 +119,6 @@ def _sqlite_template(tmp_path_factory) -> Path:
         conn.close()
     wal = path.with_name(path.name + "-wal")
     assert busy == 0 and (not wal.exists() or wal.stat().st_size == 0), "the template's WAL is not folded in"
-    return path
 
 
 @pytest.fixture(scope="session")
@@ -111,15 +153,32 @@ def _pg_template(_pg_dropper) -> str:
         _pg_dropper(name)
 
 
+@pytest.fixture(scope="session")
+def _pg_demo_template(_pg_template, _pg_dropper, demo_jsonl) -> str:
+    """A Postgres database holding the demo run (as `sqlite_demo_template`), made once per test
+    process from the migrated template; the template of `with_demo` tests' databases."""
+    name = f"rs_demo_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}_{uuid.uuid4().hex[:8]}"
+    with _pg_admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{_pg_template}"')
+    try:
+        _ingest_demo(_pg_url(name), demo_jsonl)
+        yield name
+    finally:
+        _pg_dropper(name)
+
+
 def _database(request, tmp_path, *, migrated: bool):
-    """A fresh database of the test's dialect, empty or a copy of the migrated template."""
+    """A fresh database of the test's dialect, empty or a copy of the migrated template (of the
+    demo template for a test marked `with_demo`)."""
+    demo_run = migrated and request.node.get_closest_marker("with_demo") is not None
     if request.param == "sqlite":
         path = tmp_path / "rollscope.db"
         if migrated:
-            shutil.copyfile(request.getfixturevalue("_sqlite_template"), path)
+            shutil.copyfile(request.getfixturevalue("sqlite_demo_template" if demo_run else "_sqlite_template"), path)
         yield f"sqlite:///{path}"
         return
-    template = f' TEMPLATE "{request.getfixturevalue("_pg_template")}"' if migrated else ""
+    source = request.getfixturevalue("_pg_demo_template" if demo_run else "_pg_template")
+    template = f' TEMPLATE "{source}"' if migrated else ""
     drop = request.getfixturevalue("_pg_dropper")
     name = f"rs_test_{uuid.uuid4().hex[:12]}"
     with _pg_admin() as conn:

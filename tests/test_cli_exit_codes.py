@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from app.cli import app
 from app.cli.exits import CODES
 from tests.conftest import ROOT
+from tests.helpers import run_cli
 
 
 def _commands(group, prefix=()) -> list[tuple[str, ...]]:
@@ -46,8 +47,8 @@ def test_every_command_help_lists_its_exit_codes():
 
 
 def _worker(*args: str, db: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app.cli", "--db", db, "worker", "--once", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    """`rollscope --db DB worker --once ARGS`, in-process (tests.helpers.run_cli)."""
+    return run_cli("--db", db, "worker", "--once", *args)
 
 
 def test_a_missing_spool_folder_is_exit_2_naming_it_unless_create(tmp_path):
@@ -69,21 +70,18 @@ def test_a_missing_spool_folder_is_exit_2_naming_it_unless_create(tmp_path):
     assert typo.is_dir() and f"worker: created the spool folder {typo}" in res.stderr
 
 
-def test_an_empty_spool_value_is_exit_2_not_the_working_folder(tmp_path):
+def test_an_empty_spool_value_is_exit_2_not_the_working_folder(tmp_path, monkeypatch):
     """`--spool ""` (an unset `$SPOOL` in a script) or one of blanks is one line and exit 2,
     before the database is opened: never the working folder read as the spool; so is an empty
     ROLLSCOPE_WORKER__SPOOL_DIR when no --spool is given."""
     db = f"sqlite:///{tmp_path / 'w.db'}"
+    monkeypatch.chdir(tmp_path)  # the working folder the empty value must not become
     for value in ("", "  "):
-        res = subprocess.run([sys.executable, "-m", "app.cli", "--db", db, "worker", "--once", "--spool", value],
-                             cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+        res = _worker("--spool", value, db=db)
         assert res.returncode == 2, res.stderr
         assert res.stderr.strip().splitlines() == [
             f"error: an empty --spool value ({value!r}): give a folder (an unset variable in a script?)"]
-    res = subprocess.run([sys.executable, "-m", "app.cli", "--db", db, "worker", "--once"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(ROOT), "ROLLSCOPE_WORKER__SPOOL_DIR": ""})
+    res = run_cli("--db", db, "worker", "--once", env={"ROLLSCOPE_WORKER__SPOOL_DIR": ""})
     assert res.returncode == 2 and "ROLLSCOPE_WORKER__SPOOL_DIR is set but empty" in res.stderr, res.stderr
     assert not (tmp_path / "w.db").exists()  # refused before the database was opened
     worker = " ".join(CliRunner().invoke(app, ["worker", "--help"], terminal_width=400).output.split())

@@ -10,16 +10,13 @@ import sqlalchemy as sa
 from app.db import models
 from app.queries.search_query import MAX_QUERY_CHARS
 from app.store import search as store_search
-from ingest import demo
 from tests.helpers import ingest, rollout, write_jsonl
 
 
 @pytest.fixture
-def demo_run(engine, tmp_path):
-    """The whole demo run (30 steps of 64 rollouts), as `rollscope demo` ingests it."""
-    path = tmp_path / "demo.jsonl"
-    demo.write(path, tokenizer=False)
-    assert ingest(engine, path).ok
+def demo_run(db_url):
+    """The whole demo run (30 steps of 64 rollouts), as `rollscope demo` ingests it: the test is
+    marked `with_demo`, so `db_url` holds it already (tests/conftest.py)."""
     return "demo-grpo"
 
 
@@ -37,6 +34,7 @@ def _all_hits(client, url: str) -> list[dict]:
     return out
 
 
+@pytest.mark.with_demo
 def test_the_demo_incident_is_found(client, demo_run):
     crashed = _crashes(client, demo_run, 18)
     assert len(crashed) >= 10  # the incident: most of step 18's errors

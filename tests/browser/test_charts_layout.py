@@ -20,23 +20,24 @@ MORE = ("demo-grpo-c", "demo-grpo-d")  # compare with four runs: a legend of man
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, sqlite_demo_template):
+    import shutil
+
     from app.db.engine import make_engine
-    from app.db.migrate import upgrade
     from ingest import demo
     from tests.helpers import ingest
 
     folder = tmp_path_factory.mktemp("charts")
-    main, other = folder / "demo.jsonl", folder / "other.jsonl"
-    demo.write(main, tokenizer=False)  # the demo run: 30 steps, the step-18 sandbox crash
+    # the demo run (30 steps, the step-18 sandbox crash), ingested once per test process
+    shutil.copyfile(sqlite_demo_template, folder / "rollscope.db")
+    other = folder / "other.jsonl"
     demo.write(other, tokenizer=False, run_id=OTHER, seed=1, groups=2)  # a second, smaller run
     more = [folder / f"{r}.jsonl" for r in MORE]
     for seed, (r, path) in enumerate(zip(MORE, more), 2):
         demo.write(path, tokenizer=False, run_id=r, seed=seed, groups=1)
     url = f"sqlite:///{folder / 'rollscope.db'}"
     engine = make_engine(url, writer=True)
-    upgrade(engine)
-    assert ingest(engine, main, other, *more).ok
+    assert ingest(engine, other, *more).ok
     engine.dispose()
     with live_server(url) as base:
         yield base

@@ -51,25 +51,25 @@ def test_the_regression_comes_first_and_opens_side_by_side(server, browser, widt
 
 
 @pytest.fixture(scope="module")
-def demo_server(tmp_path_factory):
+def demo_server(tmp_path_factory, sqlite_demo_template):
     """The demo run (`rollscope demo`), a second demo run on the same tasks and `norew`: other
     tasks, no rewards."""
+    import shutil
+
     from app.db.engine import make_engine
-    from app.db.migrate import upgrade
     from ingest import demo
     from tests.browser import live_server
     from tests.helpers import ingest, write_jsonl
 
     folder = tmp_path_factory.mktemp("paired-demo")
-    demo.write(folder / "a.jsonl", tokenizer=False)
+    shutil.copyfile(sqlite_demo_template, folder / "rollscope.db")  # the demo run, ingested once per process
     demo.write(folder / "b.jsonl", tokenizer=False, run_id="demo-grpo-b", seed=1, groups=2)
     norew = [rollout(f"nr-{t}-{i}", run="norew", step=i, reward=None, task={"key": f"other/task-{t}"})
              for t in range(16) for i in range(3)]
     write_jsonl(folder / "norew.jsonl", norew)
     url = f"sqlite:///{folder / 'rollscope.db'}"
     engine = make_engine(url, writer=True)
-    upgrade(engine)
-    assert ingest(engine, folder / "a.jsonl", folder / "b.jsonl", folder / "norew.jsonl").ok
+    assert ingest(engine, folder / "b.jsonl", folder / "norew.jsonl").ok
     engine.dispose()
     with live_server(url) as base:
         yield base

@@ -3,22 +3,19 @@ as a user runs it (a subprocess on a real SQLite file)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 from tests.conftest import data_path
+from tests.helpers import run_cli
 
 REAL = data_path("realdata")
 
 
 def rs(*args, db):
-    env = dict(os.environ, ROLLSCOPE_DATABASE_URL=db)
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=120)
+    """`rollscope ARGS` on `db`, in-process (tests.helpers.run_cli): the same entry point and exit codes."""
+    return run_cli(*args, env={"ROLLSCOPE_DATABASE_URL": db})
 
 
 @pytest.mark.slow

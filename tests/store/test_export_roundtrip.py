@@ -5,13 +5,13 @@ SWE-agent and mini-swe-agent, OpenHands, Inspect)."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
 from app.db.engine import make_engine
-from app.db.migrate import upgrade
 from app.queries.rollout_list import RolloutFilters
 from app.store.load import iter_rollouts
 from ingest import export
@@ -36,9 +36,10 @@ SOURCES = {  # run → files (real data of each format read)
 
 
 @pytest.fixture
-def fresh(tmp_path):
+def fresh(tmp_path, _sqlite_template):
+    """A writer engine on a second, fresh SQLite file at the latest schema (a copy of the migrated template)."""
+    shutil.copyfile(_sqlite_template, tmp_path / "fresh.db")
     eng = make_engine(f"sqlite:///{tmp_path / 'fresh.db'}", writer=True)
-    upgrade(eng)
     yield eng
     eng.dispose()
 

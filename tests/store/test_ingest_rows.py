@@ -6,13 +6,13 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from app.cli import app as cli
 from app.db import models
 from app.db.engine import make_engine
-from app.db.migrate import upgrade
 from app.worker.sync import ingest_paths
 from ingest.formats.base import ReadContext
 from tests.conftest import FIXTURES
@@ -23,10 +23,14 @@ PLAIN, WITH_ADV = VF / "train_group.jsonl", VF / "train_group_with_advantages.js
 OTHER = VF / "train_max_turns.jsonl"
 
 
-def fresh(tmp_path: Path, name: str):
-    eng = make_engine(f"sqlite:///{tmp_path / name}.db", writer=True)
-    upgrade(eng)
-    return eng
+@pytest.fixture
+def fresh(tmp_path, _sqlite_template):
+    """fresh(name): a writer engine on a new SQLite file `name`.db at the latest schema (a copy of
+    the migrated template)."""
+    def make(name: str):
+        shutil.copyfile(_sqlite_template, tmp_path / f"{name}.db")
+        return make_engine(f"sqlite:///{tmp_path / name}.db", writer=True)
+    return make
 
 
 def rows(report) -> dict[str, tuple]:
@@ -34,15 +38,15 @@ def rows(report) -> dict[str, tuple]:
                                 f.result.findings) for f in report.files}
 
 
-def test_each_row_counts_what_its_file_stored(tmp_path):
+def test_each_row_counts_what_its_file_stored(fresh, tmp_path):
     """Three real files in one ingest, forced into one run: the later file's copies of four ids win
     (`decide`), so their counts are on its row, as if it alone had been ingested; the earlier row
     keeps nothing of them and says which file took them over."""
     files = [PLAIN, WITH_ADV, OTHER]
-    together = ingest_paths(fresh(tmp_path, "all"), files, ReadContext(run_id="R"))
+    together = ingest_paths(fresh("all"), files, ReadContext(run_id="R"))
     alone = {}
     for i, f in enumerate(files):
-        alone.update(rows(ingest_paths(fresh(tmp_path, f"one{i}"), [f], ReadContext(run_id="R"))))
+        alone.update(rows(ingest_paths(fresh(f"one{i}"), [f], ReadContext(run_id="R"))))
     got = rows(together)
     assert got[WITH_ADV.name] == alone[WITH_ADV.name] and alone[WITH_ADV.name][0] == 4
     assert got[OTHER.name] == alone[OTHER.name]
@@ -59,13 +63,13 @@ def test_each_row_counts_what_its_file_stored(tmp_path):
     assert again[WITH_ADV.name][:2] == (0, 0) and again[WITH_ADV.name][2] == 4
 
 
-def test_a_stored_record_taken_over_is_replaced_on_the_later_row(tmp_path):
+def test_a_stored_record_taken_over_is_replaced_on_the_later_row(fresh, tmp_path):
     """The earlier file was ingested before: its records read unchanged, then the later file of the
     same ingest replaces them; the counts are the later row's, as ingesting it next on its own gives."""
-    eng = fresh(tmp_path, "before")
+    eng = fresh("before")
     ingest_paths(eng, [PLAIN], ReadContext(run_id="R"))
     got = rows(ingest_paths(eng, [PLAIN, WITH_ADV], ReadContext(run_id="R")))
-    seq = fresh(tmp_path, "seq")
+    seq = fresh("seq")
     ingest_paths(seq, [PLAIN], ReadContext(run_id="R"))
     assert got[WITH_ADV.name] == rows(ingest_paths(seq, [WITH_ADV], ReadContext(run_id="R")))[WITH_ADV.name]
     assert got[WITH_ADV.name][:3] == (0, 4, 0) and got[PLAIN.name] == (0, 0, 0, 0, 0)
@@ -85,15 +89,15 @@ def run_type(engine, run: str) -> str:
         return conn.execute(sa.select(models.Run.type).where(models.Run.id == run)).scalar_one()
 
 
-def test_the_run_type_does_not_follow_the_file_order(tmp_path):
+def test_the_run_type_does_not_follow_the_file_order(fresh, tmp_path):
     """An eval file and a train file of one run: `train`, whichever is read first (and across
     separate ingests); `eval` while every rollout of the run says eval."""
     ev, tr = VF / "eval_multi_tool.jsonl", WITH_ADV
     for k, order in enumerate(([ev, tr], [tr, ev])):
-        eng = fresh(tmp_path, f"order{k}")
+        eng = fresh(f"order{k}")
         ingest_paths(eng, order, ReadContext(run_id="R"))
         assert run_type(eng, "R") == "train", order
-    eng = fresh(tmp_path, "apart")
+    eng = fresh("apart")
     ingest_paths(eng, [ev], ReadContext(run_id="R"))
     assert run_type(eng, "R") == "eval"
     ingest_paths(eng, [tr], ReadContext(run_id="R"))
@@ -106,7 +110,7 @@ TUNIX = FIXTURES / "realdata" / "tunix" / "v0.1.7"
 MODES = ("Trajectory", "Steps", "Token", "Conversation")
 
 
-def test_renderings_of_the_same_episodes_are_named_with_their_count(tmp_path, monkeypatch):
+def test_renderings_of_the_same_episodes_are_named_with_their_count(fresh, tmp_path, monkeypatch):
     """Tunix's collector renders one episode in four modes: a folder of them stores each episode
     four times (each a rollout), and the ingest says which files and how many."""
     folder = tmp_path / "dumps"
@@ -114,7 +118,7 @@ def test_renderings_of_the_same_episodes_are_named_with_their_count(tmp_path, mo
     for mode in MODES:
         shutil.copy(TUNIX / f"submitted_gamma09_final_bonus.{mode}.json", folder)
     shutil.copy(TUNIX / "single_turn.Token.json", folder)  # another episode, one rendering
-    report = ingest_paths(fresh(tmp_path, "t"), [folder], ReadContext())
+    report = ingest_paths(fresh("t"), [folder], ReadContext())
     assert report.total.inserted == 5
     [found] = report.renderings
     assert (found.episodes, found.rollouts, found.modes) == (1, 4, tuple(sorted(MODES)))
@@ -129,12 +133,12 @@ def test_renderings_of_the_same_episodes_are_named_with_their_count(tmp_path, mo
     assert "4 rollouts stored" in flat and "submitted_gamma09_final_bonus.Steps.json" in flat
 
 
-def test_the_orchestrator_and_its_learner_log(tmp_path):
+def test_the_orchestrator_and_its_learner_log(fresh, tmp_path):
     """The orchestrator's Token and Trajectory batches and the GRPO learner's CSV log of the same
     six episodes: three renderings; one mode alone is none."""
     files = [TUNIX / "orchestrator_group.Token.json", TUNIX / "orchestrator_group.Trajectory.json",
              TUNIX / "trajectory_log_orchestrator_group.csv"]
-    [found] = ingest_paths(fresh(tmp_path, "o"), files, ReadContext(run_id="R")).renderings
+    [found] = ingest_paths(fresh("o"), files, ReadContext(run_id="R")).renderings
     assert (found.episodes, found.rollouts) == (6, 18)
     tokens = [TUNIX / f"{case}.Token.json" for case in ("submitted", "submitted_no_rollout_prompt_or_logprobs")]
-    assert ingest_paths(fresh(tmp_path, "one"), tokens, ReadContext(run_id="R")).renderings == []
+    assert ingest_paths(fresh("one"), tokens, ReadContext(run_id="R")).renderings == []

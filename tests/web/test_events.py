@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,11 +19,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy.engine import make_url
 
 from app import auth
 from app.config import Settings
 from app.db.engine import make_engine
-from app.db.migrate import upgrade
 from app.main import create_app
 from tests.helpers import ingest, rollout, serving, write_jsonl
 
@@ -88,11 +89,10 @@ def live_app(db_url, **settings):
         yield app, base
 
 
-def fresh(url: str):
-    """A writer engine on a new SQLite file at the latest schema."""
-    engine = make_engine(url, writer=True)
-    upgrade(engine)
-    return engine
+def fresh(url: str, template: Path):
+    """A writer engine on a new SQLite file at the latest schema (a copy of the migrated `template`)."""
+    shutil.copyfile(template, make_url(url).database)
+    return make_engine(url, writer=True)
 
 
 def add(engine, tmp_path: Path, name: str, step: int, n: int, run: str = "live") -> None:
@@ -126,9 +126,9 @@ def test_one_event_per_change_and_only_heartbeats_while_idle(db_url, engine, tmp
         s.close()
 
 
-def test_one_watcher_per_run_shared_by_every_listener(tmp_path):
+def test_one_watcher_per_run_shared_by_every_listener(tmp_path, _sqlite_template):
     url = f"sqlite:///{tmp_path / 'live.db'}"
-    engine = fresh(url)
+    engine = fresh(url, _sqlite_template)
     with live_app(url, web={"live_poll_seconds": 0.1, "live_heartbeat_seconds": 0.2}) as (app, base):
         add(engine, tmp_path, "a", 0, 1)
         add(engine, tmp_path, "b", 0, 1, run="other")
@@ -158,9 +158,9 @@ def test_one_watcher_per_run_shared_by_every_listener(tmp_path):
     engine.dispose()
 
 
-def test_a_stale_since_gets_one_catch_up_event_at_once(tmp_path):
+def test_a_stale_since_gets_one_catch_up_event_at_once(tmp_path, _sqlite_template):
     url = f"sqlite:///{tmp_path / 'live.db'}"
-    engine = fresh(url)
+    engine = fresh(url, _sqlite_template)
     add(engine, tmp_path, "a", 0, 1)
     with live_app(url) as (app, base):
         old = httpx.get(f"{base}/runs/live.json").json()["version"]
@@ -176,9 +176,9 @@ def test_a_stale_since_gets_one_catch_up_event_at_once(tmp_path):
     engine.dispose()
 
 
-def test_unknown_run_is_404_and_a_locked_server_wants_a_token(tmp_path):
+def test_unknown_run_is_404_and_a_locked_server_wants_a_token(tmp_path, _sqlite_template):
     url = f"sqlite:///{tmp_path / 'live.db'}"
-    engine = fresh(url)
+    engine = fresh(url, _sqlite_template)
     add(engine, tmp_path, "a", 0, 1)
     token, _ = auth.issue(engine, "read")
     with live_app(url, require_read_token=True) as (app, base):
@@ -196,9 +196,9 @@ def test_unknown_run_is_404_and_a_locked_server_wants_a_token(tmp_path):
     engine.dispose()
 
 
-def test_ingest_events_follow_the_ingest_status(tmp_path):
+def test_ingest_events_follow_the_ingest_status(tmp_path, _sqlite_template):
     url = f"sqlite:///{tmp_path / 'live.db'}"
-    engine = fresh(url)
+    engine = fresh(url, _sqlite_template)
     with live_app(url) as (app, base):
         s = Listener(f"{base}/ingest/events")
         time.sleep(0.4)
@@ -221,9 +221,9 @@ def _free_port() -> int:
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT")
-def test_ctrl_c_stops_rollscope_serve_with_a_stream_open(tmp_path):
+def test_ctrl_c_stops_rollscope_serve_with_a_stream_open(tmp_path, _sqlite_template):
     url = f"sqlite:///{tmp_path / 'live.db'}"
-    engine = fresh(url)
+    engine = fresh(url, _sqlite_template)
     add(engine, tmp_path, "a", 0, 1)
     engine.dispose()
     port = _free_port()
@@ -258,9 +258,9 @@ def test_ctrl_c_stops_rollscope_serve_with_a_stream_open(tmp_path):
             proc.wait()
 
 
-def test_a_deleted_run_says_gone_and_ends_its_stream(tmp_path):
+def test_a_deleted_run_says_gone_and_ends_its_stream(tmp_path, _sqlite_template):
     url = f"sqlite:///{tmp_path / 'live.db'}"
-    engine = fresh(url)
+    engine = fresh(url, _sqlite_template)
     add(engine, tmp_path, "a", 0, 1)
     admin, _ = auth.issue(engine, "admin")
     with live_app(url) as (app, base):

@@ -12,7 +12,6 @@ import sqlalchemy as sa
 
 from app.db import models
 from app.store import signatures as store_signatures
-from ingest import demo
 from ingest.signatures import OTHER, Miner
 from tests.helpers import ingest, rollout, write_jsonl
 
@@ -28,10 +27,11 @@ def _rows(engine) -> tuple[int, int, list]:
     return fs, rs, [tuple(t) for t in templates]
 
 
-def test_demo_sandbox_crash_is_the_top_signature_new_at_step_18(client, engine, tmp_path):
-    path = tmp_path / "demo.jsonl"
-    demo.write(path, tokenizer=False)  # the demo as `rollscope demo` writes it: 30 steps × 64 rollouts
-    assert ingest(engine, path).ok
+@pytest.mark.with_demo
+def test_demo_sandbox_crash_is_the_top_signature_new_at_step_18(client, engine, demo_jsonl):
+    # the demo as `rollscope demo` writes it (30 steps × 64 rollouts), ingested: `db_url` holds it
+    # already (with_demo: a copy of a database it was ingested into once, tests/conftest.py)
+    path = demo_jsonl
     d = client.get("/runs/demo-grpo/failures.json").json()
     top = d["signatures"][0]
     assert top["template"] == CRASH

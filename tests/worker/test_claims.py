@@ -51,6 +51,8 @@ def test_a_worker_restarted_after_sigkill_takes_over_its_dead_predecessors_file_
         held, stored = _claim(engine), rollouts_stored(engine)
         assert held.claimed_by is not None and held.offset < f.stat().st_size, held
         killed_at = time.monotonic()
+        # the successor reads the rest in big batches: what is proven is the takeover, not 190 small commits
+        monkeypatch.setenv("ROLLSCOPE_WORKER__BATCH_SIZE", "200")
         second = start_worker(url, tmp_path / "spool")
         # the file is read on well before the dead worker's lease (60 s from its last commit) lapses
         assert wait_for(lambda: rollouts_stored(engine) > stored, LEASE.total_seconds() / 3), rollouts_stored(engine)

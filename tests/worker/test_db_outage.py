@@ -19,7 +19,7 @@ from app.db.engine import make_engine
 from app.worker.run import wait_for
 from ingest.formats.native import write_line
 from tests.conftest import ROOT, _pg_admin
-from tests.helpers import rollout
+from tests.helpers import rollout, run_cli
 from tests.worker import new_pg_database, start_worker, stop_worker_and_drop
 
 pytestmark = pytest.mark.slow
@@ -73,9 +73,10 @@ def test_cli_against_an_unreachable_database_prints_one_line(tmp_path):
     assert "Traceback" in debug.stderr
 
 
-def _cli(*args: str, env: dict, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], env={**os.environ, **env}, cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, **kw)
+def _cli(*args: str, env: dict) -> subprocess.CompletedProcess:
+    """`rollscope ARGS` in-process (tests.helpers.run_cli): the entry point's retries, exit codes
+    and lines as the installed command has them; the real interpreter is started above."""
+    return run_cli(*args, env=env)
 
 
 def test_a_database_down_at_start_is_retried_with_the_ingest_budget_then_one_line(tmp_path):

@@ -17,11 +17,12 @@ from sqlalchemy.engine import make_url
 from app.worker.run import wait_for
 from ingest.formats.native import write_line
 from tests.conftest import PG_URL, ROOT
-from tests.helpers import rollout
+from tests.helpers import rollout, run_cli
 from tests.worker import new_pg_database, start_worker
 
 
 def _cli(*args: str, env: dict) -> subprocess.CompletedProcess:
+    """The real `rollscope` in a new interpreter (its entry point and `--debug` traceback)."""
     return subprocess.run([sys.executable, "-m", "app.cli", *args], env={**os.environ, **env}, cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
 
@@ -49,7 +50,7 @@ def test_an_unusable_database_fails_at_once_naming_it_and_what_is_wrong(tmp_path
     for url, why in cases:
         for args in (("ingest", str(data)), ("worker", "--once", "--spool", str(tmp_path / "spool"))):
             t0 = time.monotonic()
-            out = _cli("--db", url, *args, env=env)
+            out = run_cli("--db", url, *args, env=env)  # in-process: the same main(), no interpreter start
             took = time.monotonic() - t0
             lines = out.stderr.strip().splitlines()
             assert out.returncode == 2, (url, args, out.stderr)
@@ -65,10 +66,10 @@ def test_an_unusable_database_fails_at_once_naming_it_and_what_is_wrong(tmp_path
 
 
 def test_a_url_that_does_not_parse_is_named_with_its_password_masked(tmp_path):
-    out = _cli("--db", "postgresql://postgres:s3cret-pw@127.0.0.1:notaport/x", "quarantine", env={})
+    out = run_cli("--db", "postgresql://postgres:s3cret-pw@127.0.0.1:notaport/x", "quarantine")
     assert out.returncode == 2 and "Traceback" not in out.stderr and "s3cret-pw" not in out.stderr
     assert "postgresql+psycopg://postgres:***@127.0.0.1:notaport/x" in out.stderr and "not a valid URL" in out.stderr
-    out = _cli("--db", "mysql://root:s3cret-pw@x/y", "quarantine", env={})
+    out = run_cli("--db", "mysql://root:s3cret-pw@x/y", "quarantine")
     assert out.returncode == 2 and "s3cret-pw" not in out.stderr and "mysql://root:***@x/y" in out.stderr, out.stderr
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import gzip
 import json
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,8 +16,7 @@ import sqlalchemy as sa
 
 from app.db import models
 from app.worker.run import wait_for
-from tests.conftest import ROOT
-from tests.helpers import rollout
+from tests.helpers import rollout, run_cli
 from tests.worker.test_spool import count, ids, line, worker
 
 R, Q, S = models.Rollout.__table__, models.Quarantine.__table__, models.SpoolFile.__table__
@@ -35,8 +33,8 @@ def _entries(engine) -> list:
 
 
 def _cli(*args: str, db: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app.cli", "--db", db, *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    """`rollscope --db DB ARGS`, in-process (tests.helpers.run_cli): the same entry point and exit codes."""
+    return run_cli("--db", db, *args)
 
 
 def test_a_jsonl_first_line_written_slower_than_the_settle_time_lands_without_an_error(engine, tmp_path):

@@ -6,7 +6,6 @@ worker never reads its own SQLite database, its side files or its lock, even ins
 folder; any other SQLite database there is refused once by name, not re-read as it changes."""
 from __future__ import annotations
 
-import os
 import socket
 import sqlite3
 import subprocess
@@ -19,7 +18,7 @@ import sqlalchemy as sa
 from app.db import models
 from app.worker.heartbeat import Heartbeat
 from app.worker.run import run, wait_for
-from tests.conftest import ROOT
+from tests.helpers import run_cli
 from tests.worker.test_spool import count, ids, line, worker
 
 Q, S, H = models.Quarantine.__table__, models.SpoolFile.__table__, models.WorkerHeartbeat.__table__
@@ -120,8 +119,7 @@ def test_the_worker_never_reads_its_own_database_and_refuses_another_sqlite_file
     db = f"sqlite:///{spool / 'sq.db'}"
 
     def once() -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "app.cli", "--db", db, "worker", "--once", "--spool", str(spool)],
-                              cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ})
+        return run_cli("--db", db, "worker", "--once", "--spool", str(spool))  # in-process: the same entry point
 
     try:
         for k in range(3):
