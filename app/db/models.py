@@ -387,6 +387,10 @@ class TaskRollup(SQLModel, table=True):
     endings: dict | None = _json()
     # per ending, rollouts per agent and finding kind (ingest/stats.py by_ending; 0010)
     by_ending: dict | None = _json()
+    # Σx² and Σx³ of the `scored` rewards (errors scored 0), exactly rounded; None when nothing is
+    # scored or beyond a float: compare's paired section reads a task's spread from them (0024)
+    reward_sum_sq: float | None = None
+    reward_sum_cube: float | None = None
 
 
 class RunTaskRollup(SQLModel, table=True):
@@ -410,7 +414,10 @@ class RunTaskRollup(SQLModel, table=True):
     mean_reward_no_errors: float | None = None
     endings: dict | None = _json()  # rollouts per ending
     by_ending: dict | None = _json()  # per ending, rollouts per agent and finding kind (ingest/stats.py by_ending)
-    sums: dict | None = _json()  # {"errors_as_zero": "n/d", "errors_dropped": "n/d"}
+    # {"errors_as_zero": "n/d", "errors_dropped": "n/d"}; and (0024) Σx², Σx³ of the scored rewards,
+    # exact sums of the step rows' `reward_sum_sq` / `reward_sum_cube`: {"squares": "n/d", "cubes":
+    # "n/d", "no_moments": step rows scored without them}
+    sums: dict | None = _json()
 
 
 class SearchDoc(SQLModel, table=True):
