@@ -428,6 +428,8 @@ class SearchDoc(SQLModel, table=True):
     Both are made by migrations (0021_search_incidents), not by this model."""
 
     __tablename__ = "search_doc"
+    # a search in one run walks its texts newest first from the run's first and last key (0025)
+    __table_args__ = (sa.Index("ix_search_doc_run_pk", "run_id", "pk"),)
 
     pk: int | None = Field(default=None, primary_key=True)
     rollout_pk: int = Field(foreign_key="rollout.pk", ondelete="CASCADE", index=True)
