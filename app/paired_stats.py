@@ -64,6 +64,7 @@ import sys
 import zlib
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
 from statistics import NormalDist
 
 import numpy as np
@@ -265,6 +266,7 @@ class Moments:
     sum_sq: Fraction | None
     sum_cube: Fraction | None
 
+    @cached_property
     def central(self) -> tuple[float, float] | None:
         """(m2, m3): the plug-in variance Σ(x − mean)²/n and third central moment, computed
         exactly from the sums and rounded once; (0, 0) for rewards that are one value within the
@@ -287,7 +289,7 @@ def moments_interval(a: Moments, b: Moments, level: float = LEVEL) -> tuple[floa
     """The bootstrap's percentile interval of mean(b*) − mean(a*) at `level`, from the moments
     of each run's rewards (Cornish-Fisher, see the module): (low, high), or None when a run
     has no sums or the figures leave the floats."""
-    ca, cb = a.central(), b.central()
+    ca, cb = a.central, b.central
     if ca is None or cb is None:
         return None
     diff = b.mean - a.mean

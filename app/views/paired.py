@@ -124,12 +124,12 @@ def uncompared(key: str, sa: dict[str, TaskSummary], sb: dict[str, TaskSummary])
 
 def read_plan(shared: list[str], sa: dict[str, TaskSummary], sb: dict[str, TaskSummary]) -> list[str]:
     """The shared tasks compared from every reward: those with at most `EXACT_MAX` scored
-    rollouts in each run (or without moments in the rollups: rewards past ~1e96), smallest first
+    rollouts in each run (or without sums in the rollups: rewards past ~1e96), smallest first
     (then by key) while the rewards read stay within `READ_CAP`. The same tasks whichever page
     asks (compare, or one task side by side), so both show the same interval."""
     small = sorted((sa[k].scored.n + sb[k].scored.n, k) for k in shared
                    if max(sa[k].scored.n, sb[k].scored.n) <= EXACT_MAX
-                   or sa[k].scored.central() is None or sb[k].scored.central() is None)
+                   or sa[k].scored.sum_sq is None or sb[k].scored.sum_sq is None)
     chosen, total = [], 0
     for size, k in small:
         if total + size > READ_CAP:
