@@ -205,6 +205,10 @@ class Finding(SQLModel, table=True):
                  postgresql_where=sa.text("rollout_pk IS NOT NULL")),
         sa.Index("ix_finding_rollout_pk", "rollout_pk", sqlite_where=sa.text("rollout_pk IS NOT NULL"),
                  postgresql_where=sa.text("rollout_pk IS NOT NULL")),
+        # a run's group findings of one kind (0025): the list's `flag` filter and facet for a
+        # group-scope kind found its groups by reading every group finding of every run
+        sa.Index("ix_finding_group_kind", "run_id", "kind", "group_id", sqlite_where=sa.text("rollout_pk IS NULL"),
+                 postgresql_where=sa.text("rollout_pk IS NULL")),
     )
 
     pk: int | None = Field(default=None, primary_key=True)

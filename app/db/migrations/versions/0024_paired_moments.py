@@ -32,7 +32,13 @@ def upgrade() -> None:
 
     from app.store import rollups  # computed from the summary rows already stored
 
-    rollups.rebuild(op.get_bind())
+    bind = op.get_bind()
+    rollups.rebuild(bind)
+    # every rollup row was rewritten: fresh statistics for the planner (Postgres analyzes a
+    # partitioned parent only when told; SQLite only tables with rows, as 0010)
+    for table in ("step_rollup", "task_rollup", "run_task_rollup"):
+        if bind.dialect.name == "postgresql" or bind.execute(sa.text(f"SELECT 1 FROM {table} LIMIT 1")).first():
+            op.execute(f"ANALYZE {table}")
 
 
 def downgrade() -> None:
