@@ -56,6 +56,7 @@ PORT = int(os.environ.get("BENCH_PORT", "8133"))  # analytics: 81 + "33"
 RUN = "bench-1m"
 PAIRED: str | None = None  # a second run with rollouts, for the paired compare (`use_generated`)
 PAIRED_REQUESTS = 3  # the paired compare reads every rollout of both runs: seconds a request at 10 M
+ONLY: list[str] = []  # --only: labels to time (all when empty)
 ENDINGS = ["submitted", "task_detected", "truncated", "length_cut", "error"]
 DETAILS = {"error": ["sandbox_crash", "tool_server_timeout", "connection_reset"], "truncated": ["max_turns"],
            "length_cut": ["max_output_tokens"], "submitted": ["agent_completed"], "task_detected": ["env_done"]}
@@ -248,7 +249,7 @@ def endpoints(steps: int, client: httpx.Client) -> list[tuple[str, str, str]]:
     if PAIRED:
         out.append(("page", f"compare with {PAIRED} (paired by task, from the rows; {PAIRED_REQUESTS} requests)",
                     f"/compare.json?runs={RUN},{PAIRED}"))
-    return out
+    return [e for e in out if not ONLY or any(w in e[1] for w in ONLY)]
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -425,6 +426,7 @@ def serve_and_measure(label: str, url: str, steps: int, requests: int) -> None:
 
 
 def main() -> None:
+    global ONLY, PAIRED_REQUESTS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rollouts", type=int, default=1_000_000)
     ap.add_argument("--steps", type=int, default=1_000)
@@ -433,12 +435,20 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="write the SQLite file here and keep it")
     ap.add_argument("--reuse", action="store_true",
                     help="time the databases a previous --keep run loaded "
-                         "(SQLite in --keep, Postgres rs_bench_analytics)")
+                         "(SQLite in --keep, Postgres --pg-db)")
     ap.add_argument("--load-only", action="store_true", help="load (and keep) the databases, time nothing")
     ap.add_argument("--runs", type=int, default=1,
                     help="Postgres: more than 1 loads N rollouts over this many runs with bench/generate_pg.py")
     ap.add_argument("--partitions", type=int, default=0, help="Postgres: hash partitions per table (0: none)")
+    ap.add_argument("--pg-db", default="rs_bench_analytics",
+                    help="Postgres: the database's name (with --reuse: one bench/generate_pg.py --db loaded)")
+    ap.add_argument("--only", default="",
+                    help="time only the endpoints whose label holds one of these comma-separated words")
+    ap.add_argument("--paired-requests", type=int, default=PAIRED_REQUESTS,
+                    help="requests timed of the paired compare (it read every rollout of both runs: seconds each)")
     a = ap.parse_args()
+    ONLY = [w for w in a.only.split(",") if w]
+    PAIRED_REQUESTS = a.paired_requests
     if a.runs > 1 and a.db != "postgres":
         ap.error("--runs needs --db postgres")
     if a.db in ("sqlite", "both"):
@@ -452,7 +462,7 @@ def main() -> None:
         from sqlalchemy.engine import make_url
 
         u = make_url(PG)
-        name = "rs_bench_analytics"
+        name = a.pg_db
         admin = dict(host=u.host, port=u.port or 5432, user=u.username, password=u.password,
                      dbname=u.database or "postgres", autocommit=True)
         keep = a.reuse or a.load_only or a.keep is not None

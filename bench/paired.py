@@ -37,6 +37,7 @@ from app.db.engine import make_engine  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
 from app.main import create_app  # noqa: E402
 from app.queries.steps import StepRange  # noqa: E402
+from app.store import rollups  # noqa: E402
 from app.views import paired as paired_view  # noqa: E402
 
 TASKS = int(os.environ.get("ROLLSCOPE_BENCH_TASKS", "1000"))
@@ -61,9 +62,10 @@ def time_stats(kind: str, tasks: int) -> float:
 
 def store_runs(url: str, kind: str) -> None:
     """Two runs' rollout rows (the columns the paired section reads) written straight into a
-    migrated database: the real ingest pipeline is measured in bench/ingest.py, and at 32,000
-    rollouts it would be this bench's whole time. Compare's other sections read rollups, which
-    this leaves empty."""
+    migrated database, then their rollups built by `rollups.rebuild` (what ingest keeps per
+    batch; the paired section reads every task's count, mean and moments from them): the real
+    ingest pipeline is measured in bench/ingest.py, and at 32,000 rollouts it would be this
+    bench's whole time."""
     engine = make_engine(url, writer=True)
     upgrade(engine)
     run_t, rollout_t = models.Run.__table__, models.Rollout.__table__
@@ -77,6 +79,7 @@ def store_runs(url: str, kind: str) -> None:
                    "content_hash": f"{run}-{t}-{i}",
                    "ingested_at": datetime.now(timezone.utc)}
                 for t, rs in enumerate(rewards(kind, TASKS, shift, seed)) for i, r in enumerate(rs)])
+        rollups.rebuild(conn)
     engine.dispose()
 
 

@@ -277,8 +277,30 @@ def compute_step(rows: list[Mapping], *, max_staleness: int | None = None,
             "task_key": key, "rollouts": len(t), "mean_reward": _mean(t0), "mean_reward_no_errors": _mean(t1),
             "scored": len(t0), "scored_no_errors": len(t1), "errors": e.get("error", 0),
             "endings": {k: e[k] for k in ENDINGS if e.get(k)}, "by_ending": by_ending(t),
+            "reward_sum_sq": power_sum(t0, 2), "reward_sum_cube": power_sum(t0, 3),
         })
     return step_row, task_rows
+
+
+POWER_SUM_MAX = 1e290  # a database's float sum of a billion such step sums stays finite (1e299)
+
+
+def power_sum(values: list[float], k: int) -> float | None:
+    """Σ xᵏ of `values`, exactly rounded (fsum of the rounded powers), or None when there are no
+    values or a power or the sum passes `POWER_SUM_MAX` (|x| past ~1e145 for squares, ~1e96 for
+    cubes). A task's rollups keep Σx² and Σx³ of its rewards (errors scored 0) so that compare's
+    paired section can read a task's spread and skew without reading its rewards
+    (app/paired_stats.py `moments_interval`)."""
+    if k not in (2, 3):
+        raise ValueError(f"power_sum: k is 2 or 3, got {k}")
+    if not values:
+        return None
+    powers = [x * x for x in values] if k == 2 else [x * x * x for x in values]  # inf past the floats, no error
+    try:
+        total = math.fsum(powers)
+    except (OverflowError, ValueError):  # inf - inf, or an overflowing partial sum
+        return None
+    return total if math.isfinite(total) and abs(total) <= POWER_SUM_MAX else None
 
 
 def by_ending(rows: list[Mapping]) -> dict:

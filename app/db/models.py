@@ -205,6 +205,10 @@ class Finding(SQLModel, table=True):
                  postgresql_where=sa.text("rollout_pk IS NOT NULL")),
         sa.Index("ix_finding_rollout_pk", "rollout_pk", sqlite_where=sa.text("rollout_pk IS NOT NULL"),
                  postgresql_where=sa.text("rollout_pk IS NOT NULL")),
+        # a run's group findings of one kind (0025): the list's `flag` filter and facet for a
+        # group-scope kind found its groups by reading every group finding of every run
+        sa.Index("ix_finding_group_kind", "run_id", "kind", "group_id", sqlite_where=sa.text("rollout_pk IS NULL"),
+                 postgresql_where=sa.text("rollout_pk IS NULL")),
     )
 
     pk: int | None = Field(default=None, primary_key=True)
@@ -387,6 +391,10 @@ class TaskRollup(SQLModel, table=True):
     endings: dict | None = _json()
     # per ending, rollouts per agent and finding kind (ingest/stats.py by_ending; 0010)
     by_ending: dict | None = _json()
+    # Σx² and Σx³ of the `scored` rewards (errors scored 0), exactly rounded; None when nothing is
+    # scored or beyond a float: compare's paired section reads a task's spread from them (0024)
+    reward_sum_sq: float | None = None
+    reward_sum_cube: float | None = None
 
 
 class RunTaskRollup(SQLModel, table=True):
@@ -410,7 +418,10 @@ class RunTaskRollup(SQLModel, table=True):
     mean_reward_no_errors: float | None = None
     endings: dict | None = _json()  # rollouts per ending
     by_ending: dict | None = _json()  # per ending, rollouts per agent and finding kind (ingest/stats.py by_ending)
-    sums: dict | None = _json()  # {"errors_as_zero": "n/d", "errors_dropped": "n/d"}
+    # {"errors_as_zero": "n/d", "errors_dropped": "n/d"}; and (0024) Σx², Σx³ of the scored rewards,
+    # exact sums of the step rows' `reward_sum_sq` / `reward_sum_cube`: {"squares": "n/d", "cubes":
+    # "n/d", "no_moments": step rows scored without them}
+    sums: dict | None = _json()
 
 
 class SearchDoc(SQLModel, table=True):
@@ -421,6 +432,8 @@ class SearchDoc(SQLModel, table=True):
     Both are made by migrations (0021_search_incidents), not by this model."""
 
     __tablename__ = "search_doc"
+    # a search in one run walks its texts newest first from the run's first and last key (0025)
+    __table_args__ = (sa.Index("ix_search_doc_run_pk", "run_id", "pk"),)
 
     pk: int | None = Field(default=None, primary_key=True)
     rollout_pk: int = Field(foreign_key="rollout.pk", ondelete="CASCADE", index=True)

@@ -151,14 +151,34 @@ _COLUMNS = (SD.c.pk, SD.c.rollout_pk, SD.c.node_idx, SD.c.kind, SD.c.role, SD.c.
             R.c.run_id, R.c.rollout_id, R.c.attempt, R.c.step, R.c.ending, R.c.ending_detail)
 
 
+def _run_keys(session: Session, query: Query) -> tuple[int, int] | None:
+    """Under a run filter, the keys of the run's first and last text (two descents of the
+    (run_id, pk) index; (1, 0), an empty range, for a run without texts); None without one.
+    A search walks the texts newest first: bounded by these keys, the walk starts at the run's
+    newest text instead of passing every text of the runs ingested after it (a common word in
+    the first of 50 runs of 200,000 rollouts: 10 s)."""
+    run = query.filters.get("run")
+    if run is None:
+        return None
+    ends = [sa.select(agg(SD.c.pk)).where(SD.c.run_id == str(run)).scalar_subquery()
+            for agg in (sa.func.min, sa.func.max)]
+    lo, hi = session.execute(sa.select(*ends)).one()
+    return (1, 0) if lo is None else (int(lo), int(hi))
+
+
 def _matches(session: Session, query: Query, cap: int) -> list:
     """The matching texts that pass the filters, newest first, at most `cap` (+1 to tell)."""
     where = [*_doc_filters(query), *_rollout_filters(query)]
+    keys = _run_keys(session, query)
+    # the text's rollout is in the text's run: with both keys, Postgres probes the one partition
+    # of a partitioned `rollout` holding it, not each of them (app/db/partition.py)
+    of_rollout = sa.and_(R.c.pk == SD.c.rollout_pk, R.c.run_id == SD.c.run_id)
     if session.get_bind().dialect.name == "sqlite":  # FTS5 gives its matches newest first itself
         fts = sa.table("search_fts", sa.column("rowid", sa.Integer))
-        joined = fts.join(SD, SD.c.pk == fts.c.rowid).join(R, R.c.pk == SD.c.rollout_pk)
+        joined = fts.join(SD, SD.c.pk == fts.c.rowid).join(R, of_rollout)
+        in_run = [fts.c.rowid.between(*keys)] if keys else []  # FTS5 reads only this range of its doclists
         stmt = (sa.select(*_COLUMNS).select_from(joined)
-                .where(sa.text("search_fts MATCH :q"), *where).order_by(fts.c.rowid.desc()).limit(cap + 1))
+                .where(sa.text("search_fts MATCH :q"), *in_run, *where).order_by(fts.c.rowid.desc()).limit(cap + 1))
         return session.execute(stmt, {"q": query.fts5()}).all()
     # Postgres: a rare query's matches straight from the GIN index (fewer than RARE_MATCHES);
     # left to itself the planner may walk the primary key backwards checking every row's tsv
@@ -166,15 +186,16 @@ def _matches(session: Session, query: Query, cap: int) -> list:
     tsq = sa.func.to_tsquery(sa.literal_column("'simple'"), sa.bindparam("q"))
     match = sa.literal_column("search_doc.tsv").op("@@")(tsq)
     params = {"q": query.tsquery()}
-    matching = sa.select(SD.c.pk).where(match, *_doc_filters(query))
+    in_run = [SD.c.pk.between(*keys)] if keys else []
+    matching = sa.select(SD.c.pk).where(match, *in_run, *_doc_filters(query))
     n = session.execute(sa.select(sa.func.count()).select_from(matching.limit(RARE_MATCHES).subquery()),
                         params).scalar_one()
     if n < RARE_MATCHES:  # driven by the matches: the CTE is computed once, from the GIN index
         found = matching.cte("found").prefix_with("MATERIALIZED")
-        joined = found.join(SD, SD.c.pk == found.c.pk).join(R, R.c.pk == SD.c.rollout_pk)
+        joined = found.join(SD, SD.c.pk == found.c.pk).join(R, of_rollout)
         stmt = sa.select(*_COLUMNS).select_from(joined).where(*_rollout_filters(query))
     else:
-        stmt = sa.select(*_COLUMNS).select_from(SD.join(R, R.c.pk == SD.c.rollout_pk)).where(match, *where)
+        stmt = sa.select(*_COLUMNS).select_from(SD.join(R, of_rollout)).where(match, *in_run, *where)
     return session.execute(stmt.order_by(SD.c.pk.desc()).limit(cap + 1), params).all()
 
 

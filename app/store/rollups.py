@@ -231,14 +231,19 @@ def _fraction(text: str | None) -> Fraction:
 
 def _contribution(t: Mapping) -> dict:
     """What one task_rollup row adds to its run's task row: counts, endings and the exact sums
-    mean·scored (a mean stands for `scored` rollouts; a missing mean adds nothing)."""
+    mean·scored (a mean stands for `scored` rollouts; a missing mean adds nothing); the exact
+    Σx², Σx³ of its scored rewards, and `no_moments` 1 for a scored row without them."""
     m0, m1 = t.get("mean_reward"), t.get("mean_reward_no_errors")
+    q2, q3 = t.get("reward_sum_sq"), t.get("reward_sum_cube")
+    moments = m0 is not None and q2 is not None and q3 is not None
     return {"rollouts": t["rollouts"], "errors": t["errors"],
             "scored": t["scored"] if m0 is not None else 0,
             "scored_no_errors": t["scored_no_errors"] if m1 is not None else 0,
             "endings": t.get("endings") or {}, "by_ending": t.get("by_ending") or {},
             "s0": Fraction(m0) * t["scored"] if m0 is not None else Fraction(0),
-            "s1": Fraction(m1) * t["scored_no_errors"] if m1 is not None else Fraction(0)}
+            "s1": Fraction(m1) * t["scored_no_errors"] if m1 is not None else Fraction(0),
+            "q2": Fraction(q2) if moments else Fraction(0), "q3": Fraction(q3) if moments else Fraction(0),
+            "no_moments": int(m0 is not None and t["scored"] > 0 and not moments)}
 
 
 def _lock_tasks(conn: sa.Connection, keys: list[tuple[str, str]]) -> None:
@@ -254,6 +259,7 @@ def _lock_tasks(conn: sa.Connection, keys: list[tuple[str, str]]) -> None:
 
 
 TASK_NUMBERS = ("rollouts", "errors", "scored", "scored_no_errors")
+TASK_SUMS = ("s0", "s1", "q2", "q3", "no_moments")  # added exactly (fractions, integers)
 
 
 def _apply_run_tasks(conn: sa.Connection, old: list[Mapping], new: list[Mapping]) -> None:
@@ -266,14 +272,14 @@ def _apply_run_tasks(conn: sa.Connection, old: list[Mapping], new: list[Mapping]
         for t in rows:
             c = _contribution(t)
             d = delta.setdefault((t["run_id"], t["task_key"]), {k: 0 for k in TASK_NUMBERS} | {
-                "endings": Counter(), "by_ending": Counter(), "s0": Fraction(0), "s1": Fraction(0)})
-            for k in (*TASK_NUMBERS, "s0", "s1"):
+                "endings": Counter(), "by_ending": Counter()} | {k: Fraction(0) for k in TASK_SUMS})
+            for k in (*TASK_NUMBERS, *TASK_SUMS):
                 d[k] += sign * c[k]
             for e, n in c["endings"].items():
                 d["endings"][e] += sign * n
             for path, n in _flat(c["by_ending"]).items():
                 d["by_ending"][path] += sign * n
-    keys = sorted(k for k, d in delta.items() if any(d[x] for x in (*TASK_NUMBERS, "s0", "s1"))
+    keys = sorted(k for k, d in delta.items() if any(d[x] for x in (*TASK_NUMBERS, *TASK_SUMS))
                   or any(d["endings"].values()) or any(d["by_ending"].values()))
     if not keys:
         return
@@ -293,6 +299,9 @@ def _apply_run_tasks(conn: sa.Connection, old: list[Mapping], new: list[Mapping]
         nested.update(d["by_ending"])
         s0 = _fraction(sums.get("errors_as_zero")) + d["s0"]
         s1 = _fraction(sums.get("errors_dropped")) + d["s1"]
+        q2 = _fraction(sums.get("squares")) + d["q2"]
+        q3 = _fraction(sums.get("cubes")) + d["q3"]
+        no_moments = int(sums.get("no_moments") or 0) + int(d["no_moments"])
         if row["rollouts"] <= 0:
             gone.append(key)
             continue
@@ -300,7 +309,8 @@ def _apply_run_tasks(conn: sa.Connection, old: list[Mapping], new: list[Mapping]
                          endings={e: n for e, n in sorted(endings.items()) if n}, by_ending=_nest(nested),
                          mean_reward=_ratio(s0, row["scored"]),
                          mean_reward_no_errors=_ratio(s1, row["scored_no_errors"]),
-                         sums={"errors_as_zero": str(s0), "errors_dropped": str(s1)}))
+                         sums={"errors_as_zero": str(s0), "errors_dropped": str(s1), "squares": str(q2),
+                               "cubes": str(q3), "no_moments": no_moments}))
     if rows:
         ins = insert_for(conn, RT)
         for part in _param_chunks(rows):
@@ -337,7 +347,8 @@ def _ratio(total: Fraction, n: int) -> float | None:
 
 
 TASK_COLUMNS = [TR.c.run_id, TR.c.step, TR.c.task_key, TR.c.rollouts, TR.c.errors, TR.c.scored, TR.c.scored_no_errors,
-                TR.c.mean_reward, TR.c.mean_reward_no_errors, TR.c.endings, TR.c.by_ending]
+                TR.c.mean_reward, TR.c.mean_reward_no_errors, TR.c.endings, TR.c.by_ending, TR.c.reward_sum_sq,
+                TR.c.reward_sum_cube]
 
 
 def apply(conn: sa.Connection, *, inserted: Iterable[Mapping] = (), deleted: Iterable[Mapping] = (),
@@ -398,7 +409,7 @@ def apply(conn: sa.Connection, *, inserted: Iterable[Mapping] = (), deleted: Ite
         for task in sorted({t["task_key"] for t in old_tasks if (t["run_id"], t["step"]) == (run_id, step)} - present):
             task_out.append({"run_id": run_id, "step": step, "task_key": task, "rollouts": 0, "mean_reward": None,
                              "mean_reward_no_errors": None, "scored": 0, "scored_no_errors": 0, "errors": 0,
-                             "endings": None, "by_ending": None})
+                             "endings": None, "by_ending": None, "reward_sum_sq": None, "reward_sum_cube": None})
     _upsert(conn, SR, STEP_KEY, step_out)
     _upsert(conn, TR, TASK_KEY, task_out)
     _apply_run_tasks(conn, old_tasks, task_out)

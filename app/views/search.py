@@ -73,6 +73,7 @@ class SearchPage(PageModel):
     total_rollouts: int
     total_matches: int
     capped: bool
+    scan_cap: int
     next: str | None
     next_url: str | None
     notes: list[str]
@@ -123,6 +124,7 @@ def search_page(session: Session, query: Query, *, params: dict[str, str | None]
         q=query.text, query=query.to_json(), run=str(run) if run else None,
         runs=q_runs.run_ids(session=session), kinds=list(KINDS), hits=hits, facets=facets,
         total_rollouts=res.total_rollouts, total_matches=res.total_matches, capped=res.capped,
+        scan_cap=search_q.SCAN_CAP,
         next=res.next, next_url=urls.search(json=json, **keep, after=res.next) if res.next else None,
         notes=notes, limit=limit, max_query_chars=MAX_QUERY_CHARS, head_tail_chars=HEAD_TAIL_CHARS,
     )

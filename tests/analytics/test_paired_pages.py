@@ -74,6 +74,47 @@ def test_paired_section_of_compare_json(client, engine, tmp_path):
         p["tasks"][5]["task"]
 
 
+def test_tasks_past_the_read_bound_are_compared_from_the_rollups_moments(client, engine, tmp_path, monkeypatch):
+    """Bounded work at any run size: a task with more than EXACT_MAX scored rollouts in a run, or
+    past READ_CAP rewards read (smallest tasks first), gets its interval from the rollups' moments
+    (method "moments"), with the same verdicts here as from every reward; the page and its twin
+    say how many, and the side-by-side page repeats the compare page's entry."""
+    from app.views import paired
+    _two_runs(engine, tmp_path)
+    every = client.get("/compare.json?runs=base,new").json()["paired"]
+    assert {t["method"] for t in every["tasks"] if t["verdict"]} == {"bootstrap"}
+    assert every["from_moments"] == 0 and every["rewards_read"] == 48 and every["read_cap"] == paired.READ_CAP
+    monkeypatch.setattr(paired, "EXACT_MAX", 2)  # up, down, flat and EVIL (n 8, 8, 4, 2|3): from moments
+    few = client.get("/compare.json?runs=base,new").json()["paired"]
+    by, was = {t["task"]: t for t in few["tasks"]}, {t["task"]: t for t in every["tasks"]}
+    assert {k: t["method"] for k, t in by.items()} == {"up": "moments", "down": "moments", "flat": "moments",
+                                                       EVIL: "moments", "one": "bootstrap", "old": None}
+    assert {k: t["verdict"] for k, t in by.items()} == {k: t["verdict"] for k, t in was.items()}
+    assert few["from_moments"] == 4 and few["rewards_read"] == 3 and few["sign_test"] == every["sign_test"]
+    for k in ("up", "down", "flat"):  # the same means (the rollups' are the task table's), another interval
+        assert by[k]["diff"] == pytest.approx(was[k]["diff"]) and (by[k]["n_a"], by[k]["n_b"]) == (was[k]["n_a"],
+                                                                                                    was[k]["n_b"])
+    assert by["flat"]["ci_low"] < 0 < by["flat"]["ci_high"] and by["up"]["ci_low"] > 0 > by["down"]["ci_high"]
+    assert by["one"]["note"] == "fewer than 2 rollouts in a run: no interval"
+    # the cap: 8 rewards read at most, the smallest tasks first (one: 3, EVIL: 5); the rest from moments
+    monkeypatch.setattr(paired, "EXACT_MAX", 100)
+    monkeypatch.setattr(paired, "READ_CAP", 8)
+    capped = client.get("/compare.json?runs=base,new").json()["paired"]
+    by = {t["task"]: t for t in capped["tasks"]}
+    assert {k for k, t in by.items() if t["method"] == "bootstrap"} == {"one", EVIL}
+    assert capped["rewards_read"] == 8 and capped["from_moments"] == 3
+    assert {k: t["verdict"] for k, t in by.items()} == {k: t["verdict"] for k, t in was.items()}
+    side = client.get("/compare/task.json?runs=base,new&task=up").json()["paired"]
+    assert side == by["up"] | {"url": side["url"]} and side["method"] == "moments"
+    html = client.get("/compare?runs=base,new").text
+    assert "3 of the compared tasks had their interval from the rollups' moments" in html
+    assert "past the 8 rewards a comparison reads (8 read)" in html
+    assert "from the rollups' moments" in client.get("/compare/task?runs=base,new&task=up").text
+    # over a step range the moments are summed from the step rows
+    ranged = {t["task"]: t for t in client.get("/compare.json?runs=base,new&steps=0-1").json()["paired"]["tasks"]}
+    assert ranged["up"]["method"] == "moments" and ranged["up"]["verdict"] == "improved"
+
+
 def test_the_next_page_of_the_paired_section_keeps_the_steps_and_smoothing(client, engine, tmp_path, monkeypatch):
     from app.views import paired
     _two_runs(engine, tmp_path)

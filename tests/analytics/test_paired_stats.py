@@ -115,3 +115,48 @@ def test_sign_test_matches_the_binomial_sum_at_every_split():
         for k in range(n + 1):
             tail = sum(math.comb(n, i) for i in range(min(k, n - k) + 1))
             assert ps.sign_test(k, n - k).p == min(1.0, 2 * tail / 2**n), (k, n)
+
+
+def _moments(x: np.ndarray) -> ps.Moments:
+    """What the rollups keep of these rewards (ingest/stats.py): n, the exactly rounded mean, Σx², Σx³."""
+    from fractions import Fraction
+
+    from ingest.stats import _mean, power_sum
+
+    v = x.tolist()
+    return ps.Moments(len(v), _mean(v), Fraction(power_sum(v, 2)), Fraction(power_sum(v, 3)))
+
+
+@pytest.mark.parametrize("kind", ["pass/fail", "partial credit, skewed", "pass/fail, ideal law"])
+def test_the_moments_interval_is_the_bootstraps_from_a_few_hundred_rollouts(kind):
+    """Compare reads a large task's moments, not its rewards: the Cornish-Fisher interval agrees
+    with the bootstrap on every reward (20,000 replicates, Monte Carlo error ~0.02 SE; the ideal
+    law's ends on its lattice of steps 1/n) within 0.08 of the interval's standard error."""
+    rng = np.random.default_rng(11)
+    if kind == "pass/fail":
+        a, b = (rng.random(300) < 0.55).astype(float), (rng.random(420) < 0.63).astype(float)
+    elif kind == "partial credit, skewed":  # heavy right tail: skewness ~1.6 per reward
+        a, b = np.round(rng.beta(0.5, 3.0, 250), 3), np.round(rng.beta(0.6, 3.0, 350), 3)
+    else:
+        a, b = (rng.random(150) < 0.4).astype(float), (rng.random(150) < 0.5).astype(float)
+    (boot,), _ = ps.paired_differences(["t"], [a], [b], resamples=20_000)
+    got = ps.moments_difference(_moments(a), _moments(b))
+    se = math.sqrt(a.var() / a.size + b.var() / b.size)
+    tolerance = 0.08 * se + (1 / 150 if kind.endswith("ideal law") else 0.0)
+    assert got.method == ps.MOMENTS and boot.method == ps.BOOTSTRAP
+    assert got.diff == pytest.approx(boot.diff, abs=1e-15) and (got.n_a, got.n_b) == (a.size, b.size)
+    assert abs(got.ci_low - boot.ci_low) < tolerance and abs(got.ci_high - boot.ci_high) < tolerance
+    assert got.verdict == boot.verdict
+
+
+def test_the_moments_of_one_value_give_the_difference_itself_and_no_sums_no_interval():
+    from fractions import Fraction
+
+    flat = ps.moments_difference(_moments(np.full(500, 0.1)), _moments(np.full(400, 0.3)))
+    assert flat.ci_low == flat.ci_high == flat.diff == pytest.approx(0.2) and flat.verdict == "improved"
+    same = ps.moments_difference(_moments(np.full(500, 0.7)), _moments(np.full(400, 0.7)))
+    assert same.diff == 0 and same.verdict == "unclear"
+    one = ps.moments_difference(ps.Moments(1, 0.5, Fraction(1, 4), Fraction(1, 8)), _moments(np.ones(9)))
+    assert one.ci_low is None and one.note == ps.NO_INTERVAL
+    none = ps.moments_difference(ps.Moments(300, 1e100, None, None), _moments(np.ones(9)))
+    assert none.ci_low is None and none.note == ps.TOO_LARGE and none.verdict == "unclear"

@@ -47,7 +47,8 @@ def _independent(engine) -> dict:
             endings.setdefault((run_id, step), {})[ending] = n
         tasks = {(r.run_id, r.step, r.task_key): r for r in conn.execute(
             sa.select(R.c.run_id, R.c.step, R.c.task_key, sa.func.count().label("n"),
-                      sa.func.avg(reward0).label("m0")).where(R.c.task_key.is_not(None))
+                      sa.func.avg(reward0).label("m0"), sa.func.sum(reward0 * reward0).label("q2"),
+                      sa.func.sum(reward0 * reward0 * reward0).label("q3")).where(R.c.task_key.is_not(None))
             .group_by(R.c.run_id, R.c.step, R.c.task_key))}
     return {"steps": steps, "endings": endings, "tasks": tasks}
 
@@ -117,12 +118,13 @@ def _check_checks(engine, steps: dict) -> None:
 
 
 def _check_run_tasks(tasks: dict, run_tasks: dict) -> None:
-    """Each (run, task) row against its step rows: sums of the counts and endings, and means
-    weighted by the scored counts, summed exactly."""
+    """Each (run, task) row against its step rows: sums of the counts and endings, means
+    weighted by the scored counts, and Σx², Σx³ of the scored rewards, summed exactly."""
     expected: dict = {}
     for (run_id, _, task), t in tasks.items():
         e = expected.setdefault((run_id, task), {"rollouts": 0, "errors": 0, "scored": 0, "scored_no_errors": 0,
-                                                 "endings": {}, "by_ending": {}, "s0": Fraction(0), "s1": Fraction(0)})
+                                                 "endings": {}, "by_ending": {}, "s0": Fraction(0), "s1": Fraction(0),
+                                                 "q2": Fraction(0), "q3": Fraction(0)})
         for k in ("rollouts", "errors", "scored", "scored_no_errors"):
             e[k] += t[k]
         for k, n in (t["endings"] or {}).items():
@@ -135,6 +137,9 @@ def _check_run_tasks(tasks: dict, run_tasks: dict) -> None:
         e["s0"] += Fraction(t["mean_reward"]) * t["scored"] if t["mean_reward"] is not None else 0
         e["s1"] += Fraction(t["mean_reward_no_errors"]) * t["scored_no_errors"] \
             if t["mean_reward_no_errors"] is not None else 0
+        if t["mean_reward"] is not None:
+            e["q2"] += Fraction(t["reward_sum_sq"])
+            e["q3"] += Fraction(t["reward_sum_cube"])
     assert set(run_tasks) == set(expected)
     for key, row in run_tasks.items():
         e = expected[key]
@@ -146,6 +151,8 @@ def _check_run_tasks(tasks: dict, run_tasks: dict) -> None:
         assert row["mean_reward"] == (float(e["s0"] / e["scored"]) if e["scored"] else None), key
         assert row["mean_reward_no_errors"] == (float(e["s1"] / e["scored_no_errors"]) if e["scored_no_errors"]
                                                 else None), key
+        sums = row["sums"]
+        assert (Fraction(sums["squares"]), Fraction(sums["cubes"]), sums["no_moments"]) == (e["q2"], e["q3"], 0), key
 
 
 def _close(a, b) -> bool:
@@ -168,6 +175,8 @@ def _check(engine) -> None:
     for key, row in tasks.items():
         assert row["rollouts"] == ind["tasks"][key].n
         assert _close(row["mean_reward"], ind["tasks"][key].m0)
+        # Σx², Σx³ of the scored rewards (errors 0): compare's paired section reads a task's spread from them
+        assert _close(row["reward_sum_sq"], ind["tasks"][key].q2) and _close(row["reward_sum_cube"], ind["tasks"][key].q3)
     _check_run_tasks(tasks, run_tasks)
     _check_checks(engine, steps)
     # and a full rebuild from scratch yields the very same rows, bit for bit

@@ -363,3 +363,43 @@ def test_a_long_text_is_one_match_however_many_of_its_parts_match(client, engine
     assert shown == [("rollout_error", None)] * 3 + [("tool_output", 2), ("message", 3)] and hit["more"] == 0
     d = client.get("/search.json?q=lorem&kind=tool_output").json()
     assert d["total_matches"] == 1 and d["hits"][0]["counts"] == {"tool_output": 1}
+
+
+def test_a_common_word_in_one_run_reads_the_runs_newest_texts_up_to_the_cap(client, engine, tmp_path, monkeypatch):
+    """The bound on a search's work: a word in every text of two runs, searched in the first run
+    ingested, reads only that run's texts, newest first, at most SCAN_CAP (set to 3 here) of its
+    5 matches: the page says "3+ matching texts" and the twin `capped`, `scan_cap`; the walk
+    starts at the run's newest text (its keys from the (run_id, pk) index), not at the later
+    run's, and a run without texts reads none."""
+    from app.queries import search as search_q
+    from app.queries.search_query import parse
+
+    def said(run: str, i: int) -> list[dict]:
+        return [{"role": "user", "content": f"quokka census {run} {i}"}, {"role": "assistant", "content": "ok"}]
+
+    for run in ("first", "later"):
+        ingest(engine, write_jsonl(tmp_path / f"{run}.jsonl", [
+            rollout(f"{run}-{i}", run=run, step=i, messages=said(run, i), tokens=False) for i in range(5)]))
+    ingest(engine, write_jsonl(tmp_path / "quiet.jsonl", [rollout("q", run="quiet", messages=[
+        {"role": "user", "content": "nothing"}, {"role": "assistant", "content": "ok"}], tokens=False)]))
+    with engine.connect() as conn:
+        first = conn.execute(sa.select(sa.func.min(models.SearchDoc.pk), sa.func.max(models.SearchDoc.pk))
+                             .where(models.SearchDoc.run_id == "first")).one()
+    from sqlmodel import Session
+    with Session(engine) as s:
+        assert search_q._run_keys(s, parse("quokka", run="first")) == tuple(first)
+        assert search_q._run_keys(s, parse("quokka", run="nowhere-here")) == (1, 0)
+        assert search_q._run_keys(s, parse("quokka")) is None
+    monkeypatch.setattr(search_q, "SCAN_CAP", 3)
+    d = client.get("/search.json", params={"q": "quokka", "run": "first"}).json()
+    assert d["capped"] and d["total_matches"] == 3 and d["scan_cap"] == 3
+    assert [h["rollout_id"] for h in d["hits"]] == ["first-4", "first-3", "first-2"]  # the run's newest
+    page = client.get("/search", params={"q": "quokka", "run": "first"}).text
+    assert "3+ matching texts (the newest 3 read)" in page
+    assert [h["rollout_id"] for h in client.get("/search.json", params={"q": "quokka"}).json()["hits"]] == \
+        ["later-4", "later-3", "later-2"]
+    assert client.get("/search.json", params={"q": "quokka", "run": "quiet"}).json()["hits"] == []
+    monkeypatch.undo()
+    d = client.get("/search.json", params={"q": "quokka", "run": "first"}).json()
+    assert not d["capped"] and d["total_matches"] == 5 and {h["run_id"] for h in d["hits"]} == {"first"}
+    assert "5 matching texts</p>" in client.get("/search", params={"q": "quokka", "run": "first"}).text
