@@ -176,7 +176,8 @@ def _check(engine) -> None:
         assert row["rollouts"] == ind["tasks"][key].n
         assert _close(row["mean_reward"], ind["tasks"][key].m0)
         # Σx², Σx³ of the scored rewards (errors 0): compare's paired section reads a task's spread from them
-        assert _close(row["reward_sum_sq"], ind["tasks"][key].q2) and _close(row["reward_sum_cube"], ind["tasks"][key].q3)
+        assert _close(row["reward_sum_sq"], ind["tasks"][key].q2)
+        assert _close(row["reward_sum_cube"], ind["tasks"][key].q3)
     _check_run_tasks(tasks, run_tasks)
     _check_checks(engine, steps)
     # and a full rebuild from scratch yields the very same rows, bit for bit
