@@ -188,7 +188,9 @@ def stored(url_for, dialect: str) -> dict[str, list[list]]:
     return rows
 
 
-def _url_for(dialect: str, folder: Path):
+def database_url(dialect: str, folder: Path) -> str:
+    """A new, empty database of `dialect` for `stored`: a SQLite file in `folder`, or a Postgres
+    database made on the test server (dropped by `drop_made`)."""
     if dialect == "sqlite":
         return f"sqlite:///{folder / 'rows.db'}"
     import uuid
@@ -205,7 +207,8 @@ def _url_for(dialect: str, folder: Path):
 _made: list[str] = []
 
 
-def _drop_made() -> None:
+def drop_made() -> None:
+    """Drop the Postgres databases `database_url` made."""
     from tests.conftest import _pg_admin
 
     with _pg_admin() as conn:
@@ -219,18 +222,18 @@ def main(argv: list[str]) -> None:
         if "--write" in argv:
             frozen = json.loads(FROZEN.read_text()) if FROZEN.exists() else {}
             for d in dialects:
-                frozen[d] = digests(stored(_url_for, d))
+                frozen[d] = digests(stored(database_url, d))
             FROZEN.write_text(json.dumps(frozen, indent=1, sort_keys=True) + "\n")
         elif "--dump" in argv:
             out = Path(argv[argv.index("--dump") + 1])
             for d in dialects:
                 (out / d).mkdir(parents=True, exist_ok=True)
-                for name, rows in stored(_url_for, d).items():
+                for name, rows in stored(database_url, d).items():
                     (out / d / f"{name}.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
         else:
             print(__doc__)
     finally:
-        _drop_made()
+        drop_made()
 
 
 if __name__ == "__main__":

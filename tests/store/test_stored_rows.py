@@ -9,29 +9,13 @@ import json
 
 import pytest
 
-from tests.conftest import _pg_admin, _pg_url
 from tests.store import stored_rows
 
 
 @pytest.fixture
-def url_for(tmp_path):
-    made: list[str] = []
-
-    def url(dialect, folder):
-        if dialect == "sqlite":
-            return f"sqlite:///{tmp_path / 'rows.db'}"
-        import uuid
-
-        name = f"rs_rows_{uuid.uuid4().hex[:10]}"
-        with _pg_admin() as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        made.append(name)
-        return _pg_url(name)
-
-    yield url
-    with _pg_admin() as conn:
-        for name in made:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def url_for():
+    yield stored_rows.database_url
+    stored_rows.drop_made()
 
 
 @pytest.mark.parametrize("dialect", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
