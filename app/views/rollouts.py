@@ -88,6 +88,17 @@ class RolloutsPage(PageModel):
     signature: SignatureFilter | None = None  # with a `signature` filter: which signature that is
 
 
+
+def with_finding_links(session, run_id: str, rows: list[RolloutSummary], url_of) -> None:
+    """Fill each row's `findings` (the list's findings column, a rollout page's header): the
+    rollout's own kinds (its `flags`, old names read as new) and its group's, sorted, each linking
+    to `url_of(kind)` (a rollouts list filtered by it). One query for the groups of all rows."""
+    by_group = q_findings.group_kinds(session=session, run_id=run_id,
+                                      group_ids=sorted({r.group_id for r in rows if r.group_id is not None}))
+    for r in rows:
+        kinds = sorted({checks.legacy_kind(k) for k in (r.flags or [])} | set(by_group.get(r.group_id, [])))
+        r.findings = [FindingLink(kind=k, label=checks.label(k), url=url_of(k)) for k in kinds]
+
 def rollouts_page(session: Session, run_id: str, filters: RolloutFilters, *, sort: str | None = None,
                   after: str | None = None, before: str | None = None, limit: int, keep_limit: int | None = None,
                   twin: bool = False) -> RolloutsPage | None:
@@ -117,11 +128,7 @@ def rollouts_page(session: Session, run_id: str, filters: RolloutFilters, *, sor
                for k in (st.get("findings") or {})}
     rows = [RolloutListRow.model_validate({**d, "gradient_tokens": gradient_tokens(d)})
             for d in with_labels(session, run_id, [summary_fields(r, json=twin) for r in got["rows"]])]
-    by_group = q_findings.group_kinds(session=session, run_id=run_id,
-                                      group_ids=sorted({r.group_id for r in rows if r.group_id is not None}))
-    for r in rows:  # the findings column: the rollout's own kinds and its group's, each a filter link
-        kinds = sorted({checks.legacy_kind(k) for k in (r.flags or [])} | set(by_group.get(r.group_id, [])))
-        r.findings = [FindingLink(kind=k, label=checks.label(k), url=url(twin, flag=k)) for k in kinds]
+    with_finding_links(session, run_id, rows, lambda kind: url(twin, flag=kind))
     total, capped = rollout_facets.count(session=session, run_id=run_id, filters=filters)
     return RolloutsPage(
         run=RunLink(id=run.id, name=run.name, url=urls.run(run.id, json=twin)),

@@ -166,10 +166,13 @@ def _pydantic_message(err: dict) -> str:
 
 
 def _named_field(msg: str) -> tuple[str | None, str]:
-    """A whole-record validator names its field first ("nodes[3].parent = 9: ..."): split it off."""
-    head, sep, _ = msg.partition(" = ")
+    """A whole-record validator names its field and value first ("nodes[3].parent = 9: the
+    parent must be ..."): the field, and the rest with the value last ("the parent must be ...
+    (got 9)"), so that the field is said once."""
+    head, sep, rest = msg.partition(" = ")
     if sep and head and all(c.isalnum() or c in "_.[]" for c in head) and not head[0].isdigit():
-        return head, msg
+        value, colon, text = rest.partition(": ")
+        return head, f"{text} (got {value})" if colon and text else msg
     return None, msg
 
 

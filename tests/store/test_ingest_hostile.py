@@ -110,8 +110,9 @@ def test_invalid_graphs_and_counters_are_rejected_with_the_field(engine, tmp_pat
     assert report.total.inserted == 1
     msgs = {e.line: (e.field, e.message) for e in report.errors}
     assert len(msgs) == 6
-    assert "nodes[0].parent" in msgs[2][1] and "nodes[1].parent = 99" in msgs[3][1]
-    assert "calls[0].node = 7" in msgs[4][1]
+    assert msgs[2] == ("nodes[0].parent", "the parent must be null (it is the first node) (got 0)")
+    assert msgs[3] == ("nodes[1].parent", "the parent must be an earlier node (0..0) or null (got 99)")
+    assert msgs[4] == ("calls[0].node", "no such node (2 nodes) (got 7)")
     assert msgs[5][0] == "id" and msgs[6][0] == "step" and msgs[7][0] == "attempt"
     with engine.connect() as conn:
         raws = [r.raw for r in conn.execute(sa.select(models.Quarantine.__table__))]

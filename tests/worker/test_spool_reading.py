@@ -148,6 +148,8 @@ def test_a_json_array_torn_mid_write_keeps_its_elements_and_is_completed_by_the_
         assert entry.source_file == str(f) and entry.field == "[2]"
         assert f"element [2] (truncated?), which starts at line 4, byte {third}: missing" in entry.error
         assert "torn JSON array" in entry.error and entry.raw.startswith('{"schema"')
+        # the file's row is written after the records' own transactions (Spool._whole_file)
+        assert wait_for(lambda: _file_row(engine, f).status == "done", 30)
         row = _file_row(engine, f)
         assert (row.records, row.rejected, row.status) == (2, 1, "done") and "torn JSON array" in row.last_error
         with f.open("ab") as out:

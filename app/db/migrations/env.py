@@ -6,10 +6,19 @@ from sqlmodel import SQLModel
 
 import app.db.models  # noqa: F401  (registers the tables)
 from app.config import get_settings
+from app.db import derived
 from app.db.engine import make_engine
 from app.db.migrate import include_name
 
 target_metadata = SQLModel.metadata
+
+
+def _migrate() -> None:
+    """The migrations, then the derived tables they marked stale (app/db/derived.py), at the head."""
+    context.run_migrations()
+    migration = context.get_context()
+    at_head = set(migration.get_current_heads()) == set(context.script.get_heads())
+    derived.rebuild_stale(migration.connection, context.config.attributes, at_head)
 
 
 def run() -> None:
@@ -18,7 +27,7 @@ def run() -> None:
         context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True,
                           include_name=include_name)
         with context.begin_transaction():
-            context.run_migrations()
+            _migrate()
         return
     url = context.config.get_main_option("sqlalchemy.url") or get_settings().db.url
     engine = make_engine(url)
@@ -26,7 +35,7 @@ def run() -> None:
         context.configure(connection=conn, target_metadata=target_metadata, render_as_batch=True,
                           include_name=include_name)
         with context.begin_transaction():
-            context.run_migrations()
+            _migrate()
 
 
 run()

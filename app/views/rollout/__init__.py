@@ -23,11 +23,12 @@ from app.queries import runs as q_runs
 from app.store.media import stored_media
 from app.views import tokens as tokenview
 from app.views.common import iso, note_view, num, summary_fields, with_labels
+from app.views.rollouts import with_finding_links
 from app.views.rollout import branches as branchview
 from app.views.rollout import links
 from app.views.rollout.findings import link_findings, page_findings
 from app.views.rollout.messages import MessageContext, message_views, pair_calls, with_stored
-from app.views.rollout.models import RolloutPage
+from app.views.rollout.models import RolloutHeader, RolloutPage
 from app.views.rollout.rewards import component_views
 from app.views.rollout.timeline import timeline
 from app.views.rollout.windows import Pieces, _declares_byte_level, _load_vocab
@@ -107,10 +108,12 @@ def rollout_page(session: Session, run_id: str, rollout_id: str, *, web: WebSett
     summary = with_labels(session, run_id, [summary_fields(row, n_attempts=len(attempts), json=json)])[0]
     labels = q_annotations.labels_of(session=session, run_id=run_id, rollout_ids=[rollout_id]).get(rollout_id, [])
     notes = q_annotations.notes_of(session=session, run_id=run_id, rollout_id=rollout_id)
+    header = RolloutHeader.model_validate(summary)  # its findings: its own kinds and its group's, as a list row
+    with_finding_links(session, run_id, [header], lambda kind: urls.rollouts(run_id, json=json, flag=kind))
     return RolloutPage.model_validate({
         "run": {"id": run_id, "name": run.name if run else None, "url": urls.run(run_id, json=json),
                 "tokenizer": bool(vocab)},
-        "rollout": summary,
+        "rollout": header,
         "list_nav": links.list_nav(session, run_id, row, came_from, json),
         "attempts": attempts,
         **_envelope_fields(envelope, summary, findings, pairs, messages, link),

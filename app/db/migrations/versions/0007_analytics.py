@@ -99,8 +99,8 @@ def upgrade() -> None:
                    "GENERATED ALWAYS AS (to_tsvector('simple', text)) STORED")
         op.execute("CREATE INDEX ix_search_doc_tsv ON search_doc USING gin (tsv)")
 
-    # Existing rollouts get their rollups from 0010_rollup_checks, the last migration that changes
-    # what the rollups hold (rollups.rebuild writes the tables of the newest schema).
+    # Existing rollouts get their rollups at the head (0010 and later mark them stale,
+    # app/db/derived.py: rollups.rebuild writes the tables of the newest schema).
 
 
 SQLITE_FTS = [

@@ -18,10 +18,12 @@ Revises: 0009_search_insert
   statistics took "rollout_pk IS NULL" for a handful of rows and read every group finding
   through it (the rollouts list's findings column, 20 ms a page at 150,000 groups).
 
-Every rollup is recomputed here from the stored rows (`rollups.rebuild`), as `rollscope
+Every rollup is recomputed from the stored rows, at the head (app/db/derived.py) (`rollups.rebuild`), as `rollscope
 rebuild-analytics` does.
 """
 from alembic import op
+
+from app.db import derived
 import sqlalchemy as sa
 import sqlmodel
 from sqlalchemy.dialects import postgresql
@@ -75,16 +77,14 @@ def upgrade() -> None:
         op.create_index(name, "finding", cols, unique=False, sqlite_where=sa.text("rollout_pk IS NOT NULL"),
                         postgresql_where=sa.text("rollout_pk IS NOT NULL"))
 
-    from app.store import rollups  # computed from the summary rows and findings already stored
-
+    derived.stale("rollups")  # recomputed at the head from the summary rows and findings stored
     bind = op.get_bind()
-    rollups.rebuild(bind)
     # SQLite keeps no statistics of the new indexes until ANALYZE (without them it ran the ending
     # facet under a task filter through the ending index, 0.5 s). Only for tables with rows: the
     # statistics of an empty table would tell the planner it stays empty (Postgres keeps its
     # statistics per column and analyzes by itself).
     if bind.dialect.name == "sqlite":
-        for table in ("rollout", "finding", "task_rollup", "run_task_rollup"):
+        for table in ("rollout", "finding"):  # the rollups: when recomputed (app/db/derived.py)
             if bind.execute(sa.text(f"SELECT 1 FROM {table} LIMIT 1")).first() is not None:
                 op.execute(f"ANALYZE {table}")
 

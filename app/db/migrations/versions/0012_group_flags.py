@@ -4,13 +4,13 @@ The step and task rollups' finding counts (`stats.findings`, `by_ending`: the ro
 `flag` facet, the findings chart, a step's story) held the rollouts' own findings only, so a
 group finding (zero-variance group, advantage mismatch, ...) was missing from them while the
 list's `flag=<kind>` filter, which their links open, selects the group's members. They now count
-each member of a flagged group, as the checks table does. Every rollup is recomputed here from
+each member of a flagged group, as the checks table does. Every rollup is recomputed, at the head (app/db/derived.py), from
 the stored rows (`rollups.rebuild`), as `rollscope rebuild-analytics` does. No schema change.
 
 Revision ID: 0012_group_flags
 Revises: 0011_search_words
 """
-from alembic import op
+from app.db import derived
 
 
 revision = "0012_group_flags"
@@ -20,9 +20,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    from app.store import rollups  # computed from the summary rows and findings already stored
-
-    rollups.rebuild(op.get_bind())
+    derived.stale("rollups")  # recomputed at the head from the summary rows and findings stored
 
 
 def downgrade() -> None:

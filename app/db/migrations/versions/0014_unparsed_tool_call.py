@@ -1,8 +1,8 @@
 """checks: `tool_call_markup_unparsed` is renamed `unparsed_tool_call` (issue 20 fixes the name)
 
 Stored findings of the old kind take the new name, and so do the rollouts' `flags` lists; the
-step and task rollups (which count findings per kind) are recomputed from the stored rows
-(`rollups.rebuild`), as `rollscope rebuild-analytics` does. The detail gains nothing here: its
+step and task rollups (which count findings per kind) are recomputed from the stored rows, at the
+head (app/db/derived.py), as `rollscope rebuild-analytics` does. The detail gains nothing here: its
 `convention` already named the dialect (new findings also carry it as `dialect`). Pages and the
 `flag` filter read the old name as the new one (`ingest.checks.legacy_kind`), so pasted links keep
 working. No schema change.
@@ -12,6 +12,8 @@ Revises: 0013_spool_tail
 """
 from alembic import op
 import sqlalchemy as sa
+
+from app.db import derived
 
 
 revision = "0014_unparsed_tool_call"
@@ -36,14 +38,9 @@ def _rename(old: str, new: str) -> None:
 
 
 def upgrade() -> None:
-    from app.store import rollups  # counted per kind from the findings renamed here
-
     _rename(OLD, NEW)
-    rollups.rebuild(op.get_bind())
+    derived.stale("rollups")  # counted per kind from the findings renamed here, at the head
 
 
 def downgrade() -> None:
-    from app.store import rollups
-
-    _rename(NEW, OLD)
-    rollups.rebuild(op.get_bind())
+    _rename(NEW, OLD)  # the older code's counts come back with its `rollscope rebuild-analytics`

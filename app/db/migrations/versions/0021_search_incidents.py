@@ -15,6 +15,8 @@ from alembic import op
 import sqlalchemy as sa
 import sqlmodel
 
+from app.db import derived
+
 
 revision = "0021_search_incidents"
 down_revision = "0020_reward_components"
@@ -64,9 +66,7 @@ def upgrade() -> None:
             sa.Column("kind", sqlmodel.sql.sqltypes.AutoString(length=16), nullable=False),
             sa.Column("role", sqlmodel.sql.sqltypes.AutoString(length=16), nullable=True),
             sa.Column("truncated", sa.Boolean(), nullable=False))
-    from app.store import search  # indexes what is stored, as `rollscope rebuild-analytics` does
-
-    search.rebuild(op.get_bind())
+    derived.stale("search")  # indexes what is stored, at the head, as `rollscope rebuild-analytics` does
 
 
 def downgrade() -> None:

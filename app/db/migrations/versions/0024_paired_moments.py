@@ -8,7 +8,7 @@ paired section reads a task's spread from the rollups instead of every reward of
 - `run_task_rollup.sums` gains "squares" and "cubes" (their exact sums over the task's step rows,
   as fractions) and "no_moments" (step rows scored without them). No schema change there.
 
-Every rollup is recomputed here from the stored rows (`rollups.rebuild`), as `rollscope
+Every rollup is recomputed from the stored rows, at the head (app/db/derived.py) (`rollups.rebuild`), as `rollscope
 rebuild-analytics` does.
 
 Revision ID: 0024_paired_moments
@@ -16,6 +16,8 @@ Revises: 0023_raw_hash
 """
 from alembic import op
 import sqlalchemy as sa
+
+from app.db import derived
 
 
 revision = "0024_paired_moments"
@@ -30,15 +32,7 @@ def upgrade() -> None:
     for name in COLUMNS:
         op.add_column("task_rollup", sa.Column(name, sa.Float(), nullable=True))
 
-    from app.store import rollups  # computed from the summary rows already stored
-
-    bind = op.get_bind()
-    rollups.rebuild(bind)
-    # every rollup row was rewritten: fresh statistics for the planner (Postgres analyzes a
-    # partitioned parent only when told; SQLite only tables with rows, as 0010)
-    for table in ("step_rollup", "task_rollup", "run_task_rollup"):
-        if bind.dialect.name == "postgresql" or bind.execute(sa.text(f"SELECT 1 FROM {table} LIMIT 1")).first():
-            op.execute(f"ANALYZE {table}")
+    derived.stale("rollups")  # recomputed at the head from the summary rows stored
 
 
 def downgrade() -> None:
