@@ -15,6 +15,8 @@ the node's 400 tokens. The copy (`_schema`) leaves them out and keeps what they 
 - `_timestamp_a_number`: the copy's `timestamp` is a strict float (a JSON number, ints becoming
   floats): a boolean or string timestamp, which the hook would move to `extra.unread_times`,
   fails, and the line goes to pydantic.
+- `_non_finite_values`: a node with a `non_finite` marker sends the line to pydantic (rare: a
+  NaN logprob exported).
 - `_fold_unknown_into_extra`: unknown keys stay in `__pydantic_extra__`; a node, message or tool
   call that has one sends the line to pydantic (no folding here: one way to fold).
 - `_lockstep`: `_finish` checks lengths and ids by arrays: an array whose length is neither 0 nor
@@ -48,7 +50,7 @@ from ingest.fields import INT32_MAX
 from ingest.schema import TRAINER_LOGPROB_KEYS, Message, Node, Rollout, ToolCall
 
 # the Python hooks of a node that the copy leaves out (see the module docstring)
-_HOOKS = frozenset({"_lockstep", "_fold_unknown_into_extra", "_timestamp_a_number"})
+_HOOKS = frozenset({"_lockstep", "_fold_unknown_into_extra", "_timestamp_a_number", "_non_finite_values"})
 _NODE_MODELS = (Node, Message, ToolCall)
 
 _chain = chain.from_iterable
@@ -131,8 +133,8 @@ def _finish(nodes: list[Node]) -> None:
     # time on a 5,000-turn rollout
     ds = list(map(_dict_of, nodes))
     messages = list(map(_item("message"), ds))
-    if any(map(_unknown, nodes)) or any(map(_unknown, messages)):
-        raise Odd
+    if any(map(_unknown, nodes)) or any(map(_unknown, messages)) or any(map(_item("non_finite"), ds)):
+        raise Odd  # unknown keys (folded into `extra`), non-finite values (put back): Node's hooks
     calls = list(filter(None, map(_item("tool_calls"), map(_dict_of, messages))))
     if calls and any(map(_unknown, _chain(calls))):
         raise Odd

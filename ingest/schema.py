@@ -23,6 +23,7 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
+import numpy as np
 import orjson
 from pydantic import (
     AfterValidator,
@@ -252,6 +253,11 @@ class Node(Model):
     reward: Number | None = Field(None, description="reward credited at this node (the step's reward r_t)")
     mc_return: Number | None = Field(None,
                                      description="discounted Monte Carlo return G_t = r_t + γ·G_{t+1} at this node")
+    non_finite: dict[Literal["logprobs", "advantages", "reference_logprobs"],
+                     dict[Literal["nan", "inf", "-inf"], list[NodeIndex]]] | None = Field(
+        None, description="positions of the per-token values that are NaN or ±Infinity, written null in "
+                          "the array (the native format is strict JSON): {array: {\"nan\"|\"inf\"|\"-inf\": "
+                          "[positions]}}; read back as those floats")
     # the per-token arrays as numpy arrays, built once for every stage that scans tokens
     # (ingest/arrays.py `node_arrays`); not part of the format
     _arrays: Any = PrivateAttr(default=None)
@@ -271,6 +277,15 @@ class Node(Model):
         if not self.token_ids or min(self.token_ids) >= -1 or "placeholder_token_ids" in self.extra:
             return
         self.extra["placeholder_token_ids"] = [[i, t] for i, t in enumerate(self.token_ids) if t < -1]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _non_finite_values(cls, data: Any) -> Any:
+        """`non_finite` put back: each listed position of its array (written null) becomes that
+        float (the marker is made again whenever it is written: `non_finite_marks`)."""
+        if isinstance(data, dict) and data.get("non_finite") is not None:
+            return with_non_finite(data)
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -558,6 +573,73 @@ def _strict_json_model(model: Any) -> Any:
     if isinstance(model, Reward) and not math.isfinite(model.weight):
         return model.model_copy(update={"weight": None, "weight_non_finite": _non_finite(model.weight)})
     return model
+
+
+NON_FINITE_ARRAYS = ("logprobs", "advantages", "reference_logprobs")
+
+
+def with_non_finite(node: dict[str, Any]) -> dict[str, Any]:
+    """A node's JSON object with its `non_finite` marker applied: a copy whose arrays hold NaN or
+    ±Infinity at the positions listed (each must be null there), without the marker. Raises
+    ValueError naming the marker's field (`non_finite.logprobs.nan[0] = 7: ...`) for a marker
+    that is not `{array: {"nan"|"inf"|"-inf": [positions]}}` or names a position that is not null."""
+    marks = node["non_finite"]
+    if not isinstance(marks, dict):
+        raise ValueError(f"non_finite = {json_text(marks)}: must be an object "
+                         '{array: {"nan"|"inf"|"-inf": [positions]}}')
+    out = {k: v for k, v in node.items() if k != "non_finite"}
+    for name, words in marks.items():
+        values = node.get(name)
+        if name not in NON_FINITE_ARRAYS or not isinstance(values, list) or not isinstance(words, dict):
+            raise ValueError(f"non_finite.{name} = {json_text(words)}: must name a per-token array the node "
+                             f"has ({', '.join(NON_FINITE_ARRAYS)}) and map \"nan\", \"inf\" or \"-inf\" "
+                             "to its positions")
+        values = out[name] = list(values)
+        for word, positions in words.items():
+            if word not in _NON_FINITE or not isinstance(positions, list):
+                raise ValueError(f"non_finite.{name}.{word} = {json_text(positions)}: "
+                                 'must be "nan", "inf" or "-inf" with a list of positions')
+            for k, at in enumerate(positions):
+                if type(at) is not int or not 0 <= at < len(values) or values[at] is not None:
+                    raise ValueError(f"non_finite.{name}.{word}[{k}] = {json_text(at)}: must be the position "
+                                     f"of a null in {name} (0..{len(values) - 1})")
+                values[at] = _NON_FINITE[word]
+    return out
+
+
+def non_finite_marks(node: dict[str, Any]) -> dict[str, Any]:
+    """A node's JSON object (`to_json_dict`) as strict JSON holds it: NaN and ±Infinity in its
+    float arrays written null and listed in `non_finite` (`with_non_finite` reads them back). The
+    object itself when every value is finite or null; else a copy. numpy decides per array (a
+    null and a NaN both become NaN there; the lists' own nulls are counted in C)."""
+    marks: dict[str, dict[str, list[int]]] = {}
+    changed: dict[str, list] = {}
+    for name in NON_FINITE_ARRAYS:
+        values = node.get(name)
+        if not values:
+            continue
+        wide = np.array(values, dtype=np.float64)
+        bad = ~np.isfinite(wide)
+        n_bad = int(np.count_nonzero(bad))
+        if not n_bad or (n_bad == values.count(None) and not np.isinf(wide).any()):
+            continue
+        values = changed[name] = list(values)
+        for at in np.flatnonzero(bad).tolist():
+            if values[at] is not None:
+                marks.setdefault(name, {}).setdefault(_non_finite(values[at]), []).append(at)
+                values[at] = None
+    if not marks:
+        return node
+    return {**node, **changed, "non_finite": marks}
+
+
+def json_text(value: Any) -> str:
+    """A short JSON rendering of a value for an error message."""
+    try:
+        text = orjson.dumps(value).decode()
+    except TypeError:
+        text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 @lru_cache(maxsize=None)

@@ -80,6 +80,7 @@ class StoreResult:
     # what each rollout written decided ("new" | "replaced" | "superseded", `decide`) and its findings: how
     # the ingest summary moves a record's count to the later file of the call that took it over
     written: dict[Identity, tuple[str, int]] = field(default_factory=dict)
+    held: dict[str, int] = field(default_factory=dict)  # later file of the call whose copy is stored → records skipped
     cleared: int = 0  # quarantined records cleared because the record now landed
     unseen: int = 0  # quarantined records deleted because a whole read of their file no longer met them
     batches: int = 0  # transactions that wrote a batch
@@ -98,6 +99,8 @@ class StoreResult:
         self.replaced_ids += other.replaced_ids
         self.outcomes.update(other.outcomes)
         self.written.update(other.written)
+        for name, n in other.held.items():
+            self.held[name] = self.held.get(name, 0) + n
         self.batches += other.batches
         self.cleared += other.cleared
         self.unseen += other.unseen
@@ -348,6 +351,8 @@ def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordE
                 continue
             if decision == "skipped":
                 res.repeated += 1
+                held_by = existing[p.identity][2] or ""
+                res.held[held_by] = res.held.get(held_by, 0) + 1
                 continue
             if decision != "new":
                 replaced.append(existing[p.identity][0])

@@ -39,6 +39,7 @@ class FileReport:
     errors: list[RecordError] = field(default_factory=list)
     note: str | None = None  # what the reader said of a file it read on purpose without records (ReadContext.notes)
     superseded: dict[str, int] = field(default_factory=dict)  # later file of the call → its records taken over
+    same_as: dict[str, int] = field(default_factory=dict)  # earlier file of the call → records it already stored
     renders: int = 0  # other files of the ingest with the same episodes in other renderings (IngestReport.renderings)
 
     def notes(self) -> str | None:
@@ -48,10 +49,12 @@ class FileReport:
         if self.renders:
             parts.append(f"the same episodes as {self.renders} other file{'s' if self.renders != 1 else ''} "
                          "in other renderings: see the warning")
-        if self.superseded:
-            n = sum(self.superseded.values())
-            parts.append(f"{n} record{'s' if n != 1 else ''} taken over by a later file: "
-                         + ", ".join(Path(f).name for f in self.superseded))
+        for files, what in ((self.superseded, "taken over by a later file"),
+                            (self.same_as, "the same as an earlier file's"),
+                            (self.result.held, "stored from a later file")):
+            if files:
+                n = sum(files.values())
+                parts.append(f"{n} record{'s' if n != 1 else ''} {what}: " + ", ".join(Path(f).name for f in files))
         return "; ".join(parts) or None
 
 
@@ -232,21 +235,28 @@ def _ingest_files(engine: Engine, files: list, ctx: ReadContext, report: IngestR
 
 
 def _credit(report: IngestReport, owner: dict, row: FileReport) -> None:
-    """Each row counts the records that are stored as that file's. A record a later file of the
-    same ingest supersedes (the same rollout id, other content: the later file wins,
-    app/store/write.py `decide`) counts on the later file's row, as what it is to the store
-    (new when the earlier file's copy was new in this ingest, else replaced), with the later
-    copy's findings; the earlier row loses it and says so (`FileReport.superseded`). Called
-    before `row`'s result is added to `report.total`."""
+    """Each row counts the records that are stored as that file's, as what they are to the
+    database as it was before the ingest. A record a later file of the same ingest supersedes (the
+    same rollout id, other content: the later file wins, app/store/write.py `decide`) counts on
+    the later file's row, as the earlier row counted it (new when it was new in this ingest, else
+    replaced), with the later copy's findings; the earlier row loses it and says so
+    (`FileReport.superseded`). A record a later file repeats with the same content stays the
+    earlier file's (its copy is the one stored): the later row does not count it as unchanged
+    but says so (`FileReport.same_as`), and it counts as repeated. Called before `row`'s result
+    is added to `report.total`."""
     res = row.result
     for identity, outcome in res.outcomes.items():
         decision, findings = res.written.get(identity, (None, 0))
+        prev = owner.get(identity)
         if decision != "superseded":
-            if outcome in ("inserted", "replaced", "unchanged"):
+            if outcome == "unchanged" and prev is not None and prev[0] is not row:
+                res.unchanged -= 1  # read earlier in this ingest, which stored this very content
+                res.repeated += 1
+                row.same_as[prev[0].path] = row.same_as.get(prev[0].path, 0) + 1
+            elif outcome in ("inserted", "replaced", "unchanged"):
                 owner[identity] = (row, outcome, findings)
             continue
         kind = "replaced"
-        prev = owner.get(identity)
         if prev is not None and prev[0] is not row:
             before, counted, found = prev
             setattr(before.result, counted, getattr(before.result, counted) - 1)
@@ -254,7 +264,7 @@ def _credit(report: IngestReport, owner: dict, row: FileReport) -> None:
             before.result.findings -= found
             report.total.findings -= found
             before.superseded[row.path] = before.superseded.get(row.path, 0) + 1
-            kind = "inserted" if counted == "inserted" else "replaced"
+            kind = "inserted" if counted == "inserted" else "replaced"  # new to the database before this ingest
         setattr(res, kind, getattr(res, kind) + 1)
         owner[identity] = (row, kind, findings)
 

@@ -170,7 +170,7 @@ def _named_field(msg: str) -> tuple[str | None, str]:
     parent must be ..."): the field, and the rest with the value last ("the parent must be ...
     (got 9)"), so that the field is said once."""
     head, sep, rest = msg.partition(" = ")
-    if sep and head and all(c.isalnum() or c in "_.[]" for c in head) and not head[0].isdigit():
+    if sep and head and all(c.isalnum() or c in "_.[]-" for c in head) and not head[0].isdigit():
         value, colon, text = rest.partition(": ")
         return head, f"{text} (got {value})" if colon and text else msg
     return None, msg

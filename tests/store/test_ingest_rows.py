@@ -75,6 +75,32 @@ def test_a_stored_record_taken_over_is_replaced_on_the_later_row(fresh, tmp_path
     assert got[WITH_ADV.name][:3] == (0, 4, 0) and got[PLAIN.name] == (0, 0, 0, 0, 0)
 
 
+def test_three_files_with_the_same_ids_count_once_and_again_count_nothing(fresh, tmp_path):
+    """The real verifiers folder forced into one run: traces.jsonl and train_group.jsonl hold the
+    same four ids with the same content, train_group_with_advantages.jsonl the same ids with
+    other content. The first ingest counts four new (on the last file's row, whose copies are
+    stored), not "4 new" twice plus "4 replaced"; the second counts nothing new or replaced, each
+    earlier row saying which later file's copies are stored."""
+    trace = VF / "run_dir" / "train_group" / "traces.jsonl"
+    files = [trace, PLAIN, WITH_ADV]
+    eng = fresh("three")
+    first = ingest_paths(eng, files, ReadContext(run_id="R"))
+    got = rows(first)
+    assert got == {trace.name: (0, 0, 0, 0, 0), PLAIN.name: (0, 0, 0, 0, 0), WITH_ADV.name: (4, 0, 0, 0, 1)}
+    assert (first.total.inserted, first.total.replaced, first.total.unchanged, first.total.repeated) == (4, 0, 0, 8)
+    by_name = {Path(f.path).name: f for f in first.files}
+    assert by_name[trace.name].superseded == {str(WITH_ADV): 4}
+    assert by_name[PLAIN.name].same_as == {str(trace): 4} and "the same as an earlier file's" in by_name[PLAIN.name].notes()
+    second = ingest_paths(eng, files, ReadContext(run_id="R"))
+    assert rows(second) == {trace.name: (0, 0, 0, 0, 0), PLAIN.name: (0, 0, 0, 0, 0), WITH_ADV.name: (0, 0, 4, 0, 0)}
+    assert (second.total.inserted, second.total.replaced, second.total.unchanged) == (0, 0, 4)
+    for name in (trace.name, PLAIN.name):
+        f = next(f for f in second.files if Path(f.path).name == name)
+        assert f.result.held == {str(WITH_ADV): 4} and f"stored from a later file: {WITH_ADV.name}" in f.notes()
+    with eng.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(models.Rollout.__table__)).scalar_one() == 4
+
+
 def test_the_cli_rows(tmp_path, monkeypatch):
     monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", f"sqlite:///{tmp_path / 'cli.db'}")
     out = CliRunner().invoke(cli, ["ingest", "--run", "R", str(PLAIN), str(WITH_ADV)], terminal_width=300)

@@ -77,6 +77,67 @@ def test_non_finite_loss_and_reward_weights_load_back_export_and_reingest_unchan
     assert (again.inserted, again.replaced, again.unchanged) == (0, 0, 1)
 
 
+# NaN and ±Infinity among the per-token values (non-strict JSON on purpose): stored as marked
+# NaN / inf (app/db/tokenarrays.py), reported by invalid_logprob and implausible_logprob
+NON_FINITE_TOKENS = _line(
+    "nft", 0,
+    '{"message": {"role": "user", "content": "hi"}, "token_ids": [1, 2]}, '
+    '{"parent": 0, "message": {"role": "assistant", "content": "yo"}, "sampled": true, "token_ids": [3, 4, 5, 6], '
+    '"mask": [1, 1, 1, 1], "logprobs": [-0.5, NaN, -Infinity, null], "advantages": [0.5, NaN, null, Infinity], '
+    '"reference_logprobs": [-Infinity, -0.25, NaN, -0.5]}')
+
+
+def test_non_finite_token_values_export_as_strict_json_and_reingest_unchanged_with_their_findings(
+        engine, db_url, tmp_path, monkeypatch):
+    """A native export writes a NaN or ±Infinity logprob, advantage or reference logprob as null
+    with the node's `non_finite` marker (strict JSON), which reads back as the same float: the
+    export re-ingests `unchanged`, and a fresh database given only the export finds what the
+    source's ingest found (invalid_logprob, implausible_logprob...)."""
+    import json
+
+    from ingest.schema import Rollout
+
+    src = tmp_path / "nft.jsonl"
+    src.write_text(NON_FINITE_TOKENS)
+    assert ingest(engine, src).total.inserted == 1
+    out = tmp_path / "out.jsonl"
+    res = _cli(db_url, monkeypatch, "export", "--run", "rb", "--out", out)
+    assert res.exit_code == 0, res.output
+
+    def refuse(word):
+        raise ValueError(f"bare {word} in strict JSON")
+
+    node = json.loads(out.read_text(), parse_constant=refuse)["nodes"][1]
+    assert node["logprobs"] == [-0.5, None, None, None] and node["advantages"] == [0.5, None, None, None]
+    assert node["non_finite"] == {"logprobs": {"nan": [1], "-inf": [2]}, "advantages": {"nan": [1], "inf": [3]},
+                                  "reference_logprobs": {"-inf": [0], "nan": [2]}}
+    back = Rollout.model_validate_json(out.read_bytes()).nodes[1]
+    assert math.isnan(back.logprobs[1]) and back.logprobs[2:] == [-math.inf, None]
+    assert math.isnan(back.advantages[1]) and back.advantages[2:] == [None, math.inf]
+    assert back.non_finite is None  # put back into the arrays, not kept
+
+    with engine.connect() as conn:
+        found = sorted(conn.execute(sa.select(models.Finding.__table__.c.kind, models.Finding.__table__.c.position)
+                                    ).all())
+    assert ("invalid_logprob", 1) in found
+    again = ingest(engine, out).total  # the export is the stored content
+    assert (again.inserted, again.replaced, again.unchanged) == (0, 0, 1), again.outcomes
+    with engine.connect() as conn:
+        assert sorted(conn.execute(sa.select(models.Finding.__table__.c.kind, models.Finding.__table__.c.position)
+                                   ).all()) == found
+
+
+def test_a_non_finite_marker_that_names_no_null_is_refused_naming_its_field(engine, tmp_path):
+    line = NON_FINITE_TOKENS.replace("NaN, -Infinity, null]", "-1.0, -2.0, null]", 1).replace(
+        '"sampled": true,', '"sampled": true, "non_finite": {"logprobs": {"nan": [1]}},')
+    src = tmp_path / "bad.jsonl"
+    src.write_text(line)
+    report = ingest(engine, src)
+    (err,) = report.errors
+    assert (err.line, err.field) == (1, "nodes[1].non_finite.logprobs.nan[0]")
+    assert err.message == "must be the position of a null in logprobs (0..3) (got 1)"
+
+
 def _three(engine, tmp_path, bad: str = "r1") -> None:
     """Three rollouts of run `rb` (steps 0, 1, 2); `bad`'s stored loss weights are then edited by
     hand into something the schema refuses."""
