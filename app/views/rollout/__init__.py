@@ -23,7 +23,6 @@ from app.queries import runs as q_runs
 from app.store.media import stored_media
 from app.views import tokens as tokenview
 from app.views.common import iso, note_view, num, summary_fields, with_labels
-from app.views.rollouts import with_finding_links
 from app.views.rollout import branches as branchview
 from app.views.rollout import links
 from app.views.rollout.findings import link_findings, page_findings
@@ -32,6 +31,7 @@ from app.views.rollout.models import RolloutHeader, RolloutPage
 from app.views.rollout.rewards import component_views
 from app.views.rollout.timeline import timeline
 from app.views.rollout.windows import Pieces, _declares_byte_level, _load_vocab
+from app.views.rollouts import with_finding_links
 from ingest.graph import branches, fork_points, pair_tool_calls
 from ingest.stats import gradient_tokens, own_no_gradient
 
