@@ -16,7 +16,7 @@ from app.queries.rollout_list import RolloutFilters
 from app.store.load import iter_rollouts
 from ingest import export
 from ingest.formats.samples import training_samples
-from tests.conftest import FIXTURES
+from tests.conftest import DIALECTS, FIXTURES, _database
 from tests.helpers import ingest, stored
 
 REAL = FIXTURES / "realdata"
@@ -44,10 +44,44 @@ def fresh(tmp_path, _sqlite_template):
     eng.dispose()
 
 
+TUNIX_TOKENIZER = (FIXTURES / "tokenizers" / "mistral-v1-tokenizer.model",
+                   {32000: "<pad>", 32001: "<start_of_turn>", 32002: "<end_of_turn>"})
+VF_TOKENIZER = REAL / "verifiers/tokenizer"
+# the real files with tokens, with their tokenizers (every Tunix collect mode, verifiers with its
+# chat template), and without: runs "t-<name>" of the `sources` database
+TOKEN_RUNS = {"tx": ([REAL / "tunix/v0.1.7"], TUNIX_TOKENIZER), "vf": ([REAL / "verifiers"], (VF_TOKENIZER, None)),
+              "ng": ([REAL / "nemo-gym"], None), "at": ([REAL / "atropos"], None),
+              "atif": (SOURCES["atif"], None), "tau": ([REAL / "tau-bench"], None),
+              "insp": ([REAL / "inspect_ai"], None)}
+
+
+@pytest.fixture(scope="module", params=DIALECTS)
+def sources(request, tmp_path_factory):
+    """A writer engine on one database per dialect holding every run of `SOURCES` and of
+    `TOKEN_RUNS` (as "t-<run>"), ingested once for the module: the round-trip tests only read it
+    (each exports from it into its own `fresh` database)."""
+    from app.worker.sync import register_tokenizer
+    from ingest.checks.context import load_context
+
+    made = _database(request, tmp_path_factory.mktemp("sources"), migrated=True)
+    eng = make_engine(next(made), writer=True)
+    try:
+        for run, paths in SOURCES.items():
+            assert ingest(eng, *paths, run=run).ok, run
+        for run, (paths, tok) in TOKEN_RUNS.items():
+            key = register_tokenizer(eng, *tok) if tok else None
+            ctx = load_context(VF_TOKENIZER) if run == "vf" else None
+            assert ingest(eng, *paths, run=f"t-{run}", tokenizer_key=key, check_context=ctx).ok, run
+        yield eng
+    finally:
+        eng.dispose()
+        made.close()
+
+
 @pytest.mark.parametrize("fmt", ["native", "verifiers", "atif", "otlp", "nemo_gym"])
-def test_round_trip_gives_the_same_content(engine, fresh, tmp_path, fmt):
+def test_round_trip_gives_the_same_content(sources, fresh, tmp_path, fmt):
+    engine = sources
     for run, paths in SOURCES.items():
-        assert ingest(engine, *paths, run=run).ok, run
         before = stored(engine, run)
         assert before, run
         out = tmp_path / f"{run}.{fmt}.jsonl"
@@ -258,7 +292,7 @@ def _kinds_by_rollout(engine, run: str) -> dict[str, set[str]]:
 
 
 @pytest.mark.parametrize("fmt", sorted(__import__("ingest.formats.registry", fromlist=["WRITERS"]).WRITERS))
-def test_no_round_trip_adds_a_finding(engine, fresh, tmp_path, fmt):
+def test_no_round_trip_adds_a_finding(sources, fresh, tmp_path, fmt):
     """Issue 19: export → re-ingest made up findings (every Tunix `ENV_TIMEOUT` rollout gained
     `terminal_env_tokenized` through `samples`/`parquet`: its last turn has no tokens, and the
     sample's mask runs ended the branch at the tool tokens before it). For every writer and the
@@ -269,17 +303,12 @@ def test_no_round_trip_adds_a_finding(engine, fresh, tmp_path, fmt):
     from ingest.checks.context import load_context
     from ingest.formats.registry import WRITERS
 
-    tunix_tok = (FIXTURES / "tokenizers" / "mistral-v1-tokenizer.model",
-                 {32000: "<pad>", 32001: "<start_of_turn>", 32002: "<end_of_turn>"})
-    vf_tok = REAL / "verifiers/tokenizer"
-    runs = {"tx": ([REAL / "tunix/v0.1.7"], tunix_tok), "vf": ([REAL / "verifiers"], (vf_tok, None)),
-            "ng": ([REAL / "nemo-gym"], None), "at": ([REAL / "atropos"], None),
-            "atif": (SOURCES["atif"], None), "tau": ([REAL / "tau-bench"], None), "insp": ([REAL / "inspect_ai"], None)}
+    engine = sources
     checked = 0
-    for run, (paths, tok) in runs.items():
-        keys = [register_tokenizer(e, *tok) if tok else None for e in (engine, fresh)]
-        ctx = load_context(vf_tok) if run == "vf" else None
-        assert ingest(engine, *paths, run=run, tokenizer_key=keys[0], check_context=ctx).ok, run
+    for name, (_, tok) in TOKEN_RUNS.items():
+        run = f"t-{name}"
+        key = register_tokenizer(fresh, *tok) if tok else None
+        ctx = load_context(VF_TOKENIZER) if name == "vf" else None
         before = _kinds_by_rollout(engine, run)
         out = tmp_path / (f"{run}.parquet" if fmt == "parquet" else f"{run}.{fmt}.jsonl")
         try:
@@ -287,7 +316,7 @@ def test_no_round_trip_adds_a_finding(engine, fresh, tmp_path, fmt):
         except ValueError as e:  # a run without token arrays has no training samples
             assert WRITERS[fmt].samples and "no token arrays" in str(e), (run, e)
             continue
-        report = ingest(fresh, out, run=run, tokenizer_key=keys[1], check_context=ctx)
+        report = ingest(fresh, out, run=run, tokenizer_key=key, check_context=ctx)
         assert report.ok, (run, [str(e) for e in report.errors])
         for rid, kinds in _kinds_by_rollout(fresh, run).items():
             base = rid.rsplit(".b", 1)[0] if rid not in before and WRITERS[fmt].samples else rid

@@ -11,8 +11,6 @@ charts. Each must answer 200, and a JSON answer must parse."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import quote, urldefrag
 
@@ -22,17 +20,16 @@ from fastapi.testclient import TestClient
 from app.config import Settings
 from app.main import create_app
 from tests.conftest import FIXTURES
+from tests.helpers import run_cli
 from tests.producers.inspect_task import write_logs
 
 pytestmark = pytest.mark.slow
-RS = str(Path(sys.executable).parent / "rollscope")
 LINK = re.compile(r'''(?:href|hx-get|data-href|data-url)="([^"]+)"''')
 TOKENIZER = FIXTURES / "tokenizers" / "mistral-v1-tokenizer.model"
 
 
 def _ingest(db: str, *paths: Path, args: tuple[str, ...] = ()) -> None:
-    done = subprocess.run([RS, "ingest", *map(str, paths), "--db", db, *args], capture_output=True, text=True,
-                          timeout=600)
+    done = run_cli("ingest", *map(str, paths), "--db", db, *args)  # in this process: no interpreter start each
     assert done.returncode in (0, 1), done.stdout[-2000:] + done.stderr[-2000:]  # 1: some records quarantined
 
 
