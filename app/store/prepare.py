@@ -345,7 +345,9 @@ FINDING_COLUMNS = ("kind", "severity", "node_idx", "position", "message", "detai
 # hashed apart. Taken from the model, so a field added to `Node` later is hashed too.
 _ARRAYS = ("token_ids", "mask", "is_content", "logprobs", "advantages", "reference_logprobs")
 _FLOATS = ("logprobs", "advantages", "reference_logprobs")
-_HEADER_FIELDS = tuple(f for f in Node.model_fields if f not in {"message", *_ARRAYS})
+# `non_finite` is the native format's marker of NaN/±Infinity token values, put back into the
+# arrays when a node is read (always None here): not content, and not hashed
+_HEADER_FIELDS = tuple(f for f in Node.model_fields if f not in {"message", "non_finite", *_ARRAYS})
 _header = itemgetter(*_HEADER_FIELDS)
 _EXTRA_AT = _HEADER_FIELDS.index("extra")
 _ABSENT = -1  # the length of an array a node does not have (None; an empty mask or logprobs)
