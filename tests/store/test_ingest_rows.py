@@ -90,7 +90,8 @@ def test_three_files_with_the_same_ids_count_once_and_again_count_nothing(fresh,
     assert (first.total.inserted, first.total.replaced, first.total.unchanged, first.total.repeated) == (4, 0, 0, 8)
     by_name = {Path(f.path).name: f for f in first.files}
     assert by_name[trace.name].superseded == {str(WITH_ADV): 4}
-    assert by_name[PLAIN.name].same_as == {str(trace): 4} and "the same as an earlier file's" in by_name[PLAIN.name].notes()
+    plain = by_name[PLAIN.name]
+    assert plain.same_as == {str(trace): 4} and "the same as an earlier file's" in plain.notes()
     second = ingest_paths(eng, files, ReadContext(run_id="R"))
     assert rows(second) == {trace.name: (0, 0, 0, 0, 0), PLAIN.name: (0, 0, 0, 0, 0), WITH_ADV.name: (0, 0, 4, 0, 0)}
     assert (second.total.inserted, second.total.replaced, second.total.unchanged) == (0, 0, 4)
