@@ -56,7 +56,7 @@ serve: $(STAMP)
 
 test: $(STAMP)
 	./scripts/ensure-services.sh
-	$(PY) -m pytest -n 2 -q --durations=25
+	$(PY) -m pytest -n 2 --dist loadfile -q --durations=25
 	# then, alone: the test that restarts the Postgres server (nothing else may use it meanwhile)
 	ROLLSCOPE_TEST_PG_RESTART=1 $(PY) -m pytest -q tests/worker/test_pg_restart.py
 

@@ -60,6 +60,28 @@ def _fresh_settings():
 
 DIALECTS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
+# The files that cost a worker 40 s or more (`make test`'s --durations and a JUnit report,
+# 2026-12-07, heaviest first). `make test` hands out whole files (`--dist loadfile`: a module's
+# fixtures are made once, by the one worker running it) in collection order; these go first, so
+# that the run does not end on one of them while the other worker idles.
+HEAVY_FIRST = (
+    "web/test_page_sweep.py", "store/test_export_roundtrip.py", "analytics/test_search.py",
+    "browser/test_live.py", "producers/test_verifiers.py", "web/test_attempts_and_display.py",
+    "producers/test_inspect.py", "mcp/test_mcp_server.py", "analytics/test_step_alerts.py",
+    "web/test_urls_and_query_values.py", "api/test_schemathesis.py", "browser/test_paired.py",
+    "browser/test_charts_layout.py", "browser/test_views.py", "worker/test_crash_safety.py",
+)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """`HEAVY_FIRST`'s files first, in its order; every other test after them as collected."""
+    here = Path(__file__).parent
+    gone = [name for name in HEAVY_FIRST if not (here / name).exists()]
+    if gone:
+        raise pytest.UsageError(f"tests/conftest.py HEAVY_FIRST names files that are not there: {gone}")
+    rank = {name: k for k, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.relative_to(here).as_posix(), len(rank)))
+
 
 def _pg_url(name: str) -> str:
     return make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
