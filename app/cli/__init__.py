@@ -44,7 +44,13 @@ def build(only: str | None = None) -> typer.Typer:
     return cli
 
 
-app = build()
+def __getattr__(name: str):
+    """`app`, the whole `rollscope` app (tests and `python -m app.cli` use it), built on first use
+    (PEP 562) and kept: a run of the command builds only the command it runs (`main`)."""
+    if name == "app":
+        globals()["app"] = whole = build()
+        return whole
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def command_named(args: list[str]) -> str | None:
@@ -67,7 +73,7 @@ def main() -> None:
     try:
         named = command_named(sys.argv[1:])
         # standalone_mode=False: click returns a command's exit code instead of exiting
-        code = (build(named) if named else app)(standalone_mode=False)
+        code = build(named)(standalone_mode=False)  # no command named: the whole app answers
         raise SystemExit(code if isinstance(code, int) else 0)
     except SystemExit:
         raise  # the command's exit code; before `click_exceptions()`, which imports click (70 ms)
