@@ -34,11 +34,16 @@ class _NodeLike(Protocol):
 
 
 def branches(nodes: Sequence[_NodeLike]) -> list[list[int]]:
-    """Every root-to-leaf path as a list of node indices, ordered by leaf index. O(n)."""
+    """Every root-to-leaf path as a list of node indices, ordered by leaf index. O(n). A chain
+    (each node the child of the one before it, the usual agent trace) is told in C: its one
+    branch is every node in order."""
+    parents = [n.parent for n in nodes]
+    if parents and parents[0] is None and parents[1:] == list(range(len(parents) - 1)):
+        return [list(range(len(parents)))]
     has_child = [False] * len(nodes)
-    for n in nodes:
-        if n.parent is not None and 0 <= n.parent < len(nodes):
-            has_child[n.parent] = True
+    for p in parents:
+        if p is not None and 0 <= p < len(nodes):
+            has_child[p] = True
     paths = []
     for leaf, child in enumerate(has_child):
         if child:

@@ -16,7 +16,7 @@ import hashlib
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,7 @@ from ingest.checks import CheckContext, run_rollout_checks
 from ingest.errors import RecordError
 from ingest.jsonio import dumps, loads  # dumps/loads keep integers past 64 bits
 from ingest.metrics import rollout_metrics
-from ingest.schema import TRAINER_LOGPROB_KEYS, Node, Rollout
+from ingest.schema import TRAINER_LOGPROB_KEYS, Message, Node, Rollout, ToolCall, _fields
 from ingest.stages import stage
 
 Identity = tuple[str, str, int]  # (run id, rollout id, attempt)
@@ -370,7 +370,11 @@ def _node_rows(r: Rollout, media: dict[str, bytes], h) -> tuple[list[tuple], _Ta
         m = d["message"]
         md = m.__dict__
         extra, calls, content, role = md["extra"], md["tool_calls"], md["content"], md["role"]
-        if extra and extra.get("media"):
+        if not extra and (type(content) is str or content is None) and _PLAIN_FIELDS and (
+                not calls or not any(map(_extra_of, calls))):
+            # the usual message (text, plain tool calls): `Message.to_json`'s dict built here
+            message = canonical = _dumps(_plain_message(md, role, content, calls))
+        elif extra and extra.get("media"):
             whole = m.to_json_dict()
             stripped, found = split_media(whole)
             media.update(found)
@@ -436,6 +440,42 @@ def _node_rows(r: Rollout, media: dict[str, bytes], h) -> tuple[list[tuple], _Ta
     nodes = len(heads)  # a parent outside the nodes (a broken graph) is no node's: it leaves a leaf a leaf
     tally.n_branches = nodes - len({p for p in parents if p is not None and 0 <= p < nodes})
     return rows, tally
+
+
+# `Message.to_json`'s fields as `_plain_message` writes them: checked against the models at import
+# (a field added to Message or ToolCall turns the shortcut off, never makes it wrong)
+_PLAIN_FIELDS = (_fields(Message) == (("role", "role", False), ("content", "content", True),
+                                      ("reasoning_content", "reasoning_content", True),
+                                      ("tool_calls", "tool_calls", True), ("tool_call_id", "tool_call_id", True),
+                                      ("name", "name", True))
+                 and _fields(ToolCall) == (("id", "id", True), ("name", "name", False),
+                                           ("arguments", "arguments", False)))
+_dumps = orjson.dumps
+_extra_of = attrgetter("extra")
+
+
+def _plain_message(md: dict, role: str, content: str | None, calls) -> dict:
+    """The dict `Message.to_json` serialises (ingest/schema.py `_shallow`: fields in order, None
+    left out, `extra` last when not empty) of a message without `extra`, whose content is text
+    or None and whose tool calls have no `extra` (`md`: its __dict__): the same bytes, built
+    without the generic walk (20-25% of `_node_rows` on a text-only rollout)."""
+    out = {"role": role}
+    if content is not None:
+        out["content"] = content
+    if (v := md["reasoning_content"]) is not None:
+        out["reasoning_content"] = v
+    if calls is not None:
+        out["tool_calls"] = [{"name": c["name"], "arguments": c["arguments"]} if c["id"] is None else
+                             {"id": c["id"], "name": c["name"], "arguments": c["arguments"]}
+                             for c in map(_dict_of, calls)]
+    if (v := md["tool_call_id"]) is not None:
+        out["tool_call_id"] = v
+    if (v := md["name"]) is not None:
+        out["name"] = v
+    return out
+
+
+_dict_of = attrgetter("__dict__")
 
 
 def _empty_arrays(lengths: tuple[int, ...]) -> tuple:
