@@ -364,6 +364,7 @@ def _node_rows(r: Rollout, media: dict[str, bytes], h) -> tuple[list[tuple], _Ta
     Raises OverflowError for a token id past int32."""
     heads, tails, headers, tally, arrays, held, all_lengths, parents = [], [], [], _Tally(), [], [], [], []
     feed = h.update
+    messages: list[bytes] = []  # the nodes' canonical messages as stored, hashed at once (the same digest)
     versions = tally.versions
     for i, n in enumerate(r.nodes):
         d = n.__dict__  # a model's field values: read from its dict, a hot loop (10,000 nodes a rollout)
@@ -405,7 +406,7 @@ def _node_rows(r: Rollout, media: dict[str, bytes], h) -> tuple[list[tuple], _Ta
         header = [*_header(d), *lengths]  # lists: jsonio's big-integer path walks lists, not tuples
         header[_EXTRA_AT] = extra_kept  # hashed as stored
         headers.append(header)
-        feed(_storable(canonical))
+        messages.append(canonical if _NUL not in canonical else _storable(canonical))
         version = d["policy_version"]
         if version is not None:
             versions.append(version)
@@ -414,12 +415,14 @@ def _node_rows(r: Rollout, media: dict[str, bytes], h) -> tuple[list[tuple], _Ta
         if calls:
             tally.n_tool_calls += len(calls)
         ts, reward, mc_return = d["timestamp"], d["reward"], d["mc_return"]
-        parent = d["parent"]
+        parent, call_id, name = d["parent"], md["tool_call_id"], md["name"] if role == "tool" else None
         parents.append(parent)
         heads.append((
             i, parent, role, d["sampled"], ts if ts is None else _finite(ts),
-            len(content) if type(content) is str else len(m.text()), _json_text(message),
-            _text(md["tool_call_id"]), _text(md["name"]) if role == "tool" else None,
+            len(content) if type(content) is str else len(m.text()),
+            JSONText(message.decode()) if _NUL not in message else _json_text(message),
+            call_id if call_id is None or "\x00" not in call_id else _text(call_id),
+            name if name is None or "\x00" not in name else _text(name),
             _json_text(orjson.dumps([{"id": tc.id, "name": tc.name} for tc in calls])) if calls else None,
             len(token_ids)))
         tails.append((
@@ -434,6 +437,7 @@ def _node_rows(r: Rollout, media: dict[str, bytes], h) -> tuple[list[tuple], _Ta
         rows = [(*head, *(_NO_ARRAYS if lengths is _NO_TOKENS else _empty_arrays(lengths)), *tail)
                 for head, lengths, tail in zip(heads, all_lengths, tails)]
         hashed = _NOTHING_PACKED
+    feed(b"".join(messages))
     feed(_storable(dumps(headers, sort_keys=True)))
     for part in hashed:
         feed(part)
@@ -451,6 +455,7 @@ _PLAIN_FIELDS = (_fields(Message) == (("role", "role", False), ("content", "cont
                  and _fields(ToolCall) == (("id", "id", True), ("name", "name", False),
                                            ("arguments", "arguments", False)))
 _dumps = orjson.dumps
+_NUL = b"\\u0000"  # how orjson writes NUL: no escape, no NUL (`_json_text`, `_storable`)
 _extra_of = attrgetter("extra")
 
 
