@@ -114,8 +114,7 @@ def _prepared(r: Rollout, checked, chash: str, envelope: bytes, nodes: list[tupl
         run={"id": r.run.id, "name": r.run.name, "type": r.run.type},
         summary=_summary(r, flags, chash, tally), envelope=_json_text(envelope),
         nodes=nodes,
-        findings=[(f.kind, f.severity, f.node_idx, f.position, f.message, _json_text(dumps(finding_detail(f.detail))))
-                  for f in findings],
+        findings=[(f.kind, f.severity, f.node_idx, f.position, f.message, _finding_json(f.detail)) for f in findings],
         n_findings=len(checked.findings),
         search=search_docs(r),
         media=media,
@@ -262,6 +261,21 @@ def finding_detail(detail: dict) -> dict:
     (`sampling.max_tokens` = 10**30 as a `cap`). A check's evidence never makes a rollout
     impossible to store (issue 20, section 3: a check never rejects a rollout)."""
     return _json_safe(_big_ints_as_text(detail))
+
+
+def _finding_json(detail: dict) -> JSONText:
+    """`finding_detail(detail)` as the JSON text stored: when orjson writes the detail (big
+    integers made text) as it is, without NUL, those bytes; they are what serialising
+    `finding_detail`'s parsed copy gives again (orjson reads back what it wrote, keys in order,
+    floats exact, NaN already null), without the parse and the second serialisation (a text-only
+    rollout has a dozen findings, skipped outcomes included). Anything else takes the general way."""
+    try:
+        raw = _dumps(_big_ints_as_text(detail))
+    except TypeError:  # a value orjson does not write (jsonio's fallback), a lone surrogate, deep nesting
+        raw = _NUL
+    if _NUL in raw:
+        return _json_text(dumps(finding_detail(detail)))
+    return JSONText(raw.decode())
 
 
 def _big_ints_as_text(value):
