@@ -89,10 +89,13 @@ def pairing_fields(m) -> dict:
     """The fields of a message (`ingest.schema.Message`) that pairing reads (`pair`), without its
     content: a full `model_dump` of every message cost about 10 µs each. A message that is neither
     an assistant's nor a tool's gets one shared dict with role None (pairing passes it by)."""
-    if m.role not in ("assistant", "tool"):
+    d = m.__dict__  # a model's field values, read from its dict: once per node of every rollout
+    role = d["role"]
+    if role != "assistant" and role != "tool":
         return _BYSTANDER  # pairing reads nothing else of a system or user message
-    return {"role": m.role, "tool_call_id": m.tool_call_id, "name": m.name,
-            "tool_calls": [{"id": tc.id, "name": tc.name, "extra": tc.extra} for tc in m.tool_calls or ()]}
+    calls = d["tool_calls"]
+    return {"role": role, "tool_call_id": d["tool_call_id"], "name": d["name"],
+            "tool_calls": [{"id": tc.id, "name": tc.name, "extra": tc.extra} for tc in calls] if calls else []}
 
 
 _BYSTANDER: dict = {"role": None}  # shared, never written: `pair` only reads a message dict
