@@ -34,11 +34,16 @@ class _NodeLike(Protocol):
 
 
 def branches(nodes: Sequence[_NodeLike]) -> list[list[int]]:
-    """Every root-to-leaf path as a list of node indices, ordered by leaf index. O(n)."""
+    """Every root-to-leaf path as a list of node indices, ordered by leaf index. O(n). A chain
+    (each node the child of the one before it, the usual agent trace) is told in C: its one
+    branch is every node in order."""
+    parents = [n.parent for n in nodes]
+    if parents and parents[0] is None and parents[1:] == list(range(len(parents) - 1)):
+        return [list(range(len(parents)))]
     has_child = [False] * len(nodes)
-    for n in nodes:
-        if n.parent is not None and 0 <= n.parent < len(nodes):
-            has_child[n.parent] = True
+    for p in parents:
+        if p is not None and 0 <= p < len(nodes):
+            has_child[p] = True
     paths = []
     for leaf, child in enumerate(has_child):
         if child:
@@ -84,10 +89,13 @@ def pairing_fields(m) -> dict:
     """The fields of a message (`ingest.schema.Message`) that pairing reads (`pair`), without its
     content: a full `model_dump` of every message cost about 10 µs each. A message that is neither
     an assistant's nor a tool's gets one shared dict with role None (pairing passes it by)."""
-    if m.role not in ("assistant", "tool"):
+    d = m.__dict__  # a model's field values, read from its dict: once per node of every rollout
+    role = d["role"]
+    if role != "assistant" and role != "tool":
         return _BYSTANDER  # pairing reads nothing else of a system or user message
-    return {"role": m.role, "tool_call_id": m.tool_call_id, "name": m.name,
-            "tool_calls": [{"id": tc.id, "name": tc.name, "extra": tc.extra} for tc in m.tool_calls or ()]}
+    calls = d["tool_calls"]
+    return {"role": role, "tool_call_id": d["tool_call_id"], "name": d["name"],
+            "tool_calls": [{"id": tc.id, "name": tc.name, "extra": tc.extra} for tc in calls] if calls else []}
 
 
 _BYSTANDER: dict = {"role": None}  # shared, never written: `pair` only reads a message dict

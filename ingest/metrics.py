@@ -92,6 +92,7 @@ def tool_latency(r: Rollout) -> float | None:
 
 
 ERROR_WORD = re.compile(r"\s*error\b", re.IGNORECASE)  # a tool result that opens with the word "error"
+_opens_with_error = ERROR_WORD.match
 
 
 def tool_errors(r: Rollout) -> int:
@@ -130,17 +131,18 @@ def tool_failure(extra: dict, text: str) -> str | None:
     `extra.observation == "error"`, OpenHands' ErrorObservation), else the result's text opens
     with the word `error`, any case (`Error: ...`, `error: ...`, `ERROR ...`). The answer is
     the error's own message where there is one (`division by zero`), else the signal's name."""
-    err = extra.get("error")
-    if err:
-        if isinstance(err, dict):
-            msg = err.get("message") or err.get("type")
-            return str(msg) if msg else "error"
-        return str(err)
-    if extra.get("is_error") is True:
-        return "is_error"
-    if extra.get("observation") == "error":
-        return "error observation"
-    return "error text" if ERROR_WORD.match(text) is not None else None
+    if extra:  # most results have none: only the text decides
+        err = extra.get("error")
+        if err:
+            if isinstance(err, dict):
+                msg = err.get("message") or err.get("type")
+                return str(msg) if msg else "error"
+            return str(err)
+        if extra.get("is_error") is True:
+            return "is_error"
+        if extra.get("observation") == "error":
+            return "error observation"
+    return "error text" if _opens_with_error(text) is not None else None
 
 
 def mismatch(r: Rollout) -> dict:
@@ -151,6 +153,8 @@ def mismatch(r: Rollout) -> dict:
     position, rllm-org/rllm#898), so an overlap would be a figure about nothing."""
     n, total, worst, outside = 0, [], None, 0
     for node in r.nodes:
+        if not node.extra:  # most nodes: no trainer logprobs (a 5,000-turn rollout passes 10,000 of them)
+            continue
         key = next((k for k in TRAINER_LOGPROB_KEYS if isinstance(node.extra.get(k), list)), None)
         if key is None or key in (lengths := node.extra.get("source_lengths") or {}) or "logprobs" in lengths:
             continue

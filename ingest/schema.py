@@ -171,7 +171,8 @@ class Message(Model):
     def text(self) -> str:
         """The message body as plain text: see `content_text`. Its length is the stored
         `content_len`; the rollout page and the `.txt` view show this same text."""
-        return content_text(self.content)
+        content = self.content
+        return content if type(content) is str else content_text(content)
 
 
 def content_text(content: Any) -> str:
