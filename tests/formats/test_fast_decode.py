@@ -191,6 +191,11 @@ CASES = [
     ("bool policy version", lambda d: _node(d, policy_version=True), "refused"),
     ("loss weights", lambda d: _node(d, loss_weights={"a": [1, 1.0, 0, 0]}), "fast"),
     ("wrong schema field type", lambda d: d.update(step=-1) or d, "refused"),
+    # the native export's marker of NaN / ±Infinity token values (Node._non_finite_values)
+    ("non-finite marker", lambda d: _node(d, logprobs=[None, -1.0, None, -1.0],
+                                          non_finite={"logprobs": {"nan": [0], "-inf": [2]}}), "slow"),
+    ("non-finite marker on a number", lambda d: _node(d, logprobs=[-1.0, -1.0, None, -1.0],
+                                                      non_finite={"logprobs": {"nan": [0]}}), "refused"),
 ]
 
 
