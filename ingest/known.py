@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 Identity = tuple[str, str, int]  # (run id, rollout id, attempt)
-# raw hashes → the identity stored under each, for those the store holds
-KnownLookup = Callable[[list[str]], dict[str, Identity]]
+# raw hashes → the identity stored under each and the file its copy was read from, for those
+# the store holds
+KnownLookup = Callable[[list[str]], dict[str, tuple[Identity, str | None]]]
 
 # Bump when a reader's mapping from bytes to rollout changes: stored raw hashes then no longer
 # match, and the next ingest of the same bytes reads them in full (and replaces what changed).

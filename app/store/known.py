@@ -16,15 +16,15 @@ from ingest.known import Identity, KnownLookup
 RO = models.Rollout.__table__
 
 
-def stored_identities(conn: sa.Connection, hashes: list[str]) -> dict[str, Identity]:
-    """raw hash → (run id, rollout id, attempt) of the stored rollouts read from records with
-    one of `hashes` (32 hex digits each, ingest/known.py `raw_hash`); hashes nobody stored are
-    absent. One SELECT."""
+def stored_identities(conn: sa.Connection, hashes: list[str]) -> dict[str, tuple[Identity, str | None]]:
+    """raw hash → ((run id, rollout id, attempt), source file) of the stored rollouts read from
+    records with one of `hashes` (32 hex digits each, ingest/known.py `raw_hash`); hashes nobody
+    stored are absent. One SELECT."""
     if not hashes:
         return {}
-    rows = conn.execute(sa.select(RO.c.raw_hash, RO.c.run_id, RO.c.rollout_id, RO.c.attempt)
+    rows = conn.execute(sa.select(RO.c.raw_hash, RO.c.run_id, RO.c.rollout_id, RO.c.attempt, RO.c.source_file)
                         .where(RO.c.raw_hash.in_(sorted(set(hashes)))))
-    return {r.raw_hash: (r.run_id, r.rollout_id, r.attempt) for r in rows}
+    return {r.raw_hash: ((r.run_id, r.rollout_id, r.attempt), r.source_file) for r in rows}
 
 
 def known_lookup(engine: Engine) -> KnownLookup:
@@ -32,7 +32,7 @@ def known_lookup(engine: Engine) -> KnownLookup:
     (`stored_identities`). A database that is away or locked at that moment (app/store/outage.py
     `not_the_data`) makes every record of the chunk unknown: they are read in full, and their
     batch waits out the outage with the writer's retries, as before the look-up existed."""
-    def lookup(hashes: list[str]) -> dict[str, Identity]:
+    def lookup(hashes: list[str]) -> dict[str, tuple[Identity, str | None]]:
         try:
             with engine.connect() as conn:
                 return stored_identities(conn, hashes)

@@ -81,6 +81,7 @@ class StoreResult:
     # the ingest summary moves a record's count to the later file of the call that took it over
     written: dict[Identity, tuple[str, int]] = field(default_factory=dict)
     held: dict[str, int] = field(default_factory=dict)  # later file of the call whose copy is stored → records skipped
+    later: list = field(default_factory=list)  # Prepared held back for a later line of the same file (`decide`)
     cleared: int = 0  # quarantined records cleared because the record now landed
     unseen: int = 0  # quarantined records deleted because a whole read of their file no longer met them
     batches: int = 0  # transactions that wrote a batch
@@ -101,6 +102,7 @@ class StoreResult:
         self.written.update(other.written)
         for name, n in other.held.items():
             self.held[name] = self.held.get(name, 0) + n
+        self.later += other.later
         self.batches += other.batches
         self.cleared += other.cleared
         self.unseen += other.unseen
@@ -172,25 +174,45 @@ class IngestOrder:
 
 # --- the one decision -------------------------------------------------------------------------
 
-Stored = tuple[int, str, str | None]  # (pk, content hash, source file) of a stored rollout
-# How each decision is reported in `StoreResult.outcomes`.
+Stored = tuple[int, str, str | None, int | None]  # (pk, content hash, source file, line) of a stored rollout
+# How each decision is reported in `StoreResult.outcomes` ("again" keeps the first record's).
 OUTCOME = {"new": "inserted", "replaced": "replaced", "superseded": "replaced", "unchanged": "unchanged",
-           "skipped": "repeated"}
+           "skipped": "repeated", "later": "repeated"}
 
 
-def decide(p: Prepared, old: Stored | None, *, force: bool = False, order: IngestOrder | None = None) -> str:
+def decide(p: Prepared, old: Stored | None, *, force: bool = False, order: IngestOrder | None = None,
+           again: bool = False) -> str:
     """What writing `p` does, given the stored rollout of its identity (`old`, None when there
-    is none): "new"; "unchanged" (same content hash, and not `force`); "skipped" (a later file of
-    this ingest call, `order`, has it: it stays that file's); "superseded" (an earlier file of
-    this call has it: replaced, the later file wins, counted as repeated); else "replaced".
-    `force` (re-checking stored rollouts) replaces whatever is stored."""
+    is none). `force` (re-checking stored rollouts) replaces whatever is stored. Otherwise, in
+    this order:
+
+    - "new": nothing stored;
+    - "skipped": a later file of this ingest call (`order`) has it: it stays that file's, even
+      where this copy is the same;
+    - "later": the copy stored came from a later line of this very file, which this call reads
+      too: held back, and written only if that line no longer carries the identity (`store`);
+    - "unchanged": same content hash; "repeat" when `again` (an earlier record of this store
+      call, in the same file, wrote this identity): nothing to write, counted once;
+    - "again" (`again`, other content): the later record of the file wins, counted once, as
+      the first was;
+    - "superseded": an earlier file of this call has it: replaced, the later file wins, counted
+      as repeated;
+    - else "replaced"."""
     if old is None:
         return "new"
-    if old[1] == p.summary["content_hash"] and not force:
-        return "unchanged"
-    k = order.of(old[2]) if order is not None and not force else None
+    if force:
+        return "replaced"
+    k = order.of(old[2]) if order is not None else None
     if k is not None and k > order.current:
         return "skipped"
+    line = p.summary.get("source_line")
+    if order is not None and k == order.current and old[2] == p.summary.get("source_file") \
+            and None not in (old[3], line) and old[3] > line:
+        return "later"
+    if old[1] == p.summary["content_hash"]:
+        return "repeat" if again else "unchanged"
+    if again:
+        return "again"
     if k is not None and k < order.current:
         return "superseded"
     return "replaced"
@@ -227,14 +249,15 @@ def _ensure_runs(conn: sa.Connection, batch: list[Prepared], known: set[str]) ->
 
 
 def _existing(conn: sa.Connection, batch: list[Prepared]) -> dict[Identity, Stored]:
-    """(run, id, attempt) → (pk, content hash, source file) of the batch's rollouts already
-    stored: one query (a superset by run and id, filtered here; the identity index serves it)."""
+    """(run, id, attempt) → (pk, content hash, source file, source line) of the batch's rollouts
+    already stored: one query (a superset by run and id, filtered here; the identity index serves it)."""
     runs = sorted({p.identity[0] for p in batch})
     ids = sorted({p.identity[1] for p in batch})
     rows = conn.execute(sa.select(RO.c.pk, RO.c.run_id, RO.c.rollout_id, RO.c.attempt, RO.c.content_hash,
-                                  RO.c.source_file).where(RO.c.run_id.in_(runs), RO.c.rollout_id.in_(ids)))
+                                  RO.c.source_file, RO.c.source_line)
+                       .where(RO.c.run_id.in_(runs), RO.c.rollout_id.in_(ids)))
     wanted = {p.identity for p in batch}
-    return {(r.run_id, r.rollout_id, r.attempt): (r.pk, r.content_hash, r.source_file) for r in rows
+    return {(r.run_id, r.rollout_id, r.attempt): (r.pk, r.content_hash, r.source_file, r.source_line) for r in rows
             if (r.run_id, r.rollout_id, r.attempt) in wanted}
 
 
@@ -326,7 +349,8 @@ def _insert_rows(conn: sa.Connection, todo: list[Prepared], deleted: list[dict[s
 def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordError], *,
                 known_runs: set[str] | None = None, quarantined_files: set[str] | None = None,
                 force: bool = False, quarantine_context: dict | None = None,
-                order: IngestOrder | None = None, groups_now: bool = True) -> StoreResult:
+                order: IngestOrder | None = None, groups_now: bool = True,
+                written_before: set[Identity] | frozenset[Identity] = frozenset()) -> StoreResult:
     """Write prepared rollouts (distinct identities) and quarantine `errors`, in the caller's
     transaction, with a constant number of statements; each rollout as `decide` says.
     `known_runs`: runs this call created already. `quarantined_files`: the source files with
@@ -335,8 +359,10 @@ def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordE
     `quarantine_context`: how the input was read, kept with its quarantined records
     (app.store.quarantine.IngestContext). `order`: the files of this ingest call (`IngestOrder`).
     `groups_now`: recompute the findings of the groups written before the hooks run (the
-    fallback does it once for the whole batch, `write_one_by_one`). Raises on any database error:
-    the caller rolls back and uses `write_one_by_one`."""
+    fallback does it once for the whole batch, `write_one_by_one`). `written_before`: the
+    identities earlier records of the same `store` call counted (`decide`'s "again"); a rollout
+    `decide` holds back ("later") is returned in `StoreResult.later`, unwritten. Raises on any
+    database error: the caller rolls back and uses `write_one_by_one`."""
     res = StoreResult()
     known_runs = known_runs if known_runs is not None else set()
     if batch:
@@ -344,8 +370,15 @@ def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordE
         existing = _existing(conn, batch)
         todo, replaced, repeats = [], [], 0
         for p in batch:
-            decision = decide(p, existing.get(p.identity), force=force, order=order)
-            res.outcomes[p.identity] = OUTCOME[decision]
+            decision = decide(p, existing.get(p.identity), force=force, order=order,
+                              again=p.identity in written_before)
+            if decision not in ("again", "repeat"):  # the first record's outcome stands
+                res.outcomes[p.identity] = OUTCOME[decision]
+            if decision == "later":
+                res.later.append(p)
+                continue
+            if decision == "repeat":  # counted as repeated by `store`
+                continue
             if decision == "unchanged":
                 res.unchanged += 1
                 continue
@@ -356,9 +389,9 @@ def write_batch(conn: sa.Connection, batch: list[Prepared], errors: list[RecordE
                 continue
             if decision != "new":
                 replaced.append(existing[p.identity][0])
-            if decision == "superseded":
-                repeats += 1
-                res.repeated += 1
+            if decision in ("superseded", "again"):
+                repeats += 1  # not counted as replaced; "again" is counted as repeated by `store`
+                res.repeated += decision == "superseded"
             elif decision == "replaced":
                 res.replaced_ids.append(p.identity)
             res.written[p.identity] = (decision, p.n_findings)
@@ -396,7 +429,8 @@ def _run_hooks(conn: sa.Connection, written: Written) -> None:
 def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[RecordError], *,
                      known_runs: set[str] | None = None, quarantined_files: set[str] | None = None,
                      force: bool = False, quarantine_context: dict | None = None,
-                     order: IngestOrder | None = None) -> StoreResult:
+                     order: IngestOrder | None = None,
+                     written_before: set[Identity] | frozenset[Identity] = frozenset()) -> StoreResult:
     """Write a batch inside the caller's transaction, each rollout in its own savepoint through
     `write_batch` (the same decision and rules, with its share of `BATCH_HOOKS`); the batch's
     groups are rechecked once at the end.
@@ -417,7 +451,7 @@ def write_one_by_one(conn: sa.Connection, batch: list[Prepared], errors: list[Re
             try:
                 with conn.begin_nested():
                     one = write_batch(conn, [p], [], known_runs=known_runs, quarantined_files=quarantined_files,
-                                      force=force, order=order, groups_now=False)
+                                      force=force, order=order, groups_now=False, written_before=written_before)
                 res.add(one)  # counted once it is committed
                 break
             except sa.exc.IntegrityError:
@@ -513,6 +547,10 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError | Known | tuple[
     files_checked: set[str] = set()  # source files whose quarantine entries were looked up
     quarantined_files: set[str] = set()  # ... and those that have some (records landing clear them)
     repeated = 0
+    last_line: dict[Identity, int | None] = {}  # the source line of each identity's latest record
+    # identities counted (new, replaced or unchanged) by earlier records of this call; read by the
+    # batch being written, added to after each batch (the next waits for it) and by known records
+    counted: set[Identity] = set()
     writer = ThreadPoolExecutor(1, thread_name_prefix="rollscope-store") if engine.dialect.name != "sqlite" else None
     writing: list[Future] = []  # the batch being written, if any
 
@@ -522,12 +560,15 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError | Known | tuple[
             writing.pop().result()
 
     def write(conn: sa.Connection, prepared: list[Prepared], batch_errors: list[RecordError], final: bool,
-              one_by_one: bool = False):
-        """The batch in one go, or (`one_by_one`) its fallback: the same rules either way."""
+              before: set[Identity] | frozenset[Identity], one_by_one: bool = False, held_back: bool = False):
+        """The batch in one go, or (`one_by_one`) its fallback: the same rules either way.
+        `before`: the identities earlier records of this call counted. `held_back`: the rollouts
+        `decide` held back for a later line that did not carry their identity after all."""
         files = files_with_entries(conn, prepared, batch_errors, files_checked, quarantined_files)
         res = (write_one_by_one if one_by_one else write_batch)(
             conn, prepared, batch_errors, known_runs=known_runs, force=force,
-            quarantine_context=quarantine_context, quarantined_files=files, order=order)
+            quarantine_context=quarantine_context, quarantined_files=files,
+            order=None if held_back else order, written_before=before)
         if final and whole_file is not None and (whole_file[0] in files or (
                 whole_file[0] not in files_checked and has_entries(conn, whole_file[0]))):
             # the whole file was read: what it no longer rejects leaves the quarantine
@@ -535,20 +576,23 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError | Known | tuple[
         return res
 
     def write_batch_of(prepared: list[Prepared], batch_errors: list[RecordError], unstorable: list[RecordError],
-                       final: bool) -> None:
+                       final: bool, before: set[Identity] | frozenset[Identity] = frozenset(),
+                       held_back: bool = False) -> None:
         committed = lambda: total.inserted + total.replaced  # noqa: E731
         try:
-            res = with_retries(engine, lambda conn: write(conn, prepared, batch_errors, final), committed,
-                               retry_seconds)
+            res = with_retries(engine, lambda conn: write(conn, prepared, batch_errors, final, before,
+                                                          held_back=held_back), committed, retry_seconds)
         except Exception as exc:  # noqa: BLE001 - the fallback isolates the one that failed
             if not_the_data(exc):
                 raise  # retried already, or cannot be used: writing row by row cannot help
-            res = with_retries(engine, lambda conn: write(conn, prepared, batch_errors, final, one_by_one=True),
+            res = with_retries(engine, lambda conn: write(conn, prepared, batch_errors, final, before,
+                                                          one_by_one=True, held_back=held_back),
                                committed, retry_seconds)
             res.fallbacks += 1
         res.errors = unstorable + res.errors
         res.batches += 1
         known_runs.update(p.identity[0] for p in prepared)
+        counted.update(i for i, o in res.outcomes.items() if o in ("inserted", "replaced", "unchanged"))
         total.add(res)
 
     def flush(final: bool = False) -> None:
@@ -557,12 +601,13 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError | Known | tuple[
         if not pending and not errors and not failed and not (final and whole_file is not None and (
                 whole_file[0] in quarantined_files or whole_file[0] not in files_checked)):
             return
-        batch = (list(pending), errors + failed, list(failed), final)
+        batch = [list(pending), errors + failed, list(failed), final]
         pending.clear()
         failed.clear()
         errors.clear()
         identities.clear()
         written()
+        batch.append(counted)  # what earlier records of this call counted (`decide`'s again)
         if writer is None:
             with stage("write"):
                 write_batch_of(*batch)
@@ -577,6 +622,7 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError | Known | tuple[
             if isinstance(item, Known):
                 if item.identity not in seen:  # stored with these very bytes: unchanged, nothing to do
                     seen.add(item.identity)
+                    counted.add(item.identity)
                     total.unchanged += 1
                     total.outcomes[item.identity] = OUTCOME["unchanged"]
                     total.runs.add(item.identity[0])
@@ -596,6 +642,7 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError | Known | tuple[
                 seen.add(identity)
                 identities.add(identity)
                 p = item[1] if ready else prepare_or_error(item, context)
+                last_line[identity] = None if isinstance(p, RecordError) else p.summary.get("source_line")
                 if isinstance(p, RecordError):
                     failed.append(p)
                 else:
@@ -605,6 +652,12 @@ def store(engine: Engine, items: Iterable[Rollout | RecordError | Known | tuple[
             if on_item:
                 on_item(item)
         flush(final=True)
+        # held back for a later line of the same file that turned out not to carry the identity
+        # (the file changed since its copy was stored): written now, by the one rule
+        held = [p for p in total.later if last_line.get(p.identity) == p.summary.get("source_line")]
+        total.later = []
+        if held:
+            write_batch_of(held, [], [], False, frozenset(), True)
     finally:
         gc_relaxed.restore(collector)
         if writer is not None:

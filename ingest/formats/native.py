@@ -54,9 +54,12 @@ def read(source: Source, ctx: ReadContext) -> Iterator[Rollout | RecordError | K
         for chunk in _hashed_chunks(source, salted, ctx.known is not None):
             found = ctx.known([digest for _, _, digest in chunk]) if ctx.known is not None else {}
             for line, raw, digest in chunk:
-                identity = found.get(digest)
-                if identity is not None:
-                    yield Known(identity, digest, {"format": NAME, "file": source.name, "line": line},
+                hit = found.get(digest)
+                # stored from these bytes of this very file: unchanged. The same bytes stored from
+                # another file are decided in full (app/store/write.py `decide`: which file of
+                # the ingest keeps the copy)
+                if hit is not None and hit[1] == source.name:
+                    yield Known(hit[0], digest, {"format": NAME, "file": source.name, "line": line},
                                 lambda line=line, raw=raw, digest=digest: full(line, raw, digest))
                 else:
                     yield full(line, raw, digest)

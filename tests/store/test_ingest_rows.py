@@ -102,6 +102,66 @@ def test_three_files_with_the_same_ids_count_once_and_again_count_nothing(fresh,
         assert conn.execute(sa.select(sa.func.count()).select_from(models.Rollout.__table__)).scalar_one() == 4
 
 
+def _line(rid: str, content: str) -> str:
+    import json
+
+    from tests.helpers import rollout
+
+    d = rollout(rid, run="o").to_json_dict()
+    d["nodes"][0]["message"]["content"] = content
+    return json.dumps(d)
+
+
+def _counts(report) -> tuple:
+    t = report.total
+    return t.inserted, t.replaced, t.unchanged, t.repeated
+
+
+def test_one_file_repeating_an_id_is_stored_once_and_never_rewritten(db_url, engine, tmp_path):
+    """x, z, z (other content), z (the first content again): the last z is stored (the later
+    record wins), counted once as new; every later ingest of the file writes nothing (it used to
+    replace z twice each time, flipping it between the two contents); when the file changes so
+    that z's last line no longer carries it, the z still in the file is stored."""
+    from tests.helpers import ingest
+
+    f = tmp_path / "dup.jsonl"
+    f.write_text("\n".join([_line("x", "X"), _line("z", "C"), _line("z", "C2"), _line("y", "Y")]) + "\n")
+    assert _counts(ingest(engine, f)) == (3, 0, 0, 1)
+    for _ in range(2):
+        assert _counts(ingest(engine, f)) == (0, 0, 3, 1)
+    with engine.connect() as conn:
+        rows = dict(conn.execute(sa.select(models.Rollout.rollout_id, models.Rollout.source_line)).all())
+    assert rows == {"x": 1, "z": 3, "y": 4}
+    f.write_text("\n".join([_line("x", "X"), _line("z", "D"), _line("y", "Y")]) + "\n")  # z's line 3 gone
+    assert _counts(ingest(engine, f)) == (0, 1, 2, 0)
+    with engine.connect() as conn:
+        rows = dict(conn.execute(sa.select(models.Rollout.rollout_id, models.Rollout.source_line)).all())
+    assert rows == {"x": 1, "z": 2, "y": 4}  # y is unchanged: its stored copy keeps its line
+    f.write_text("\n".join([_line("z", "E"), _line("z", "E")]) + "\n")  # the same record twice
+    assert _counts(ingest(engine, f)) == (0, 1, 0, 1)
+    assert _counts(ingest(engine, f)) == (0, 0, 1, 1)
+
+
+def test_three_files_one_id_credit_the_file_whose_copy_is_stored(fresh, tmp_path):
+    """a: x=A and q; b: x=B; c: x=A. The stored x is c's; the second ingest says so (a's x is
+    "stored from a later file", not unchanged on a's row)."""
+    folder = tmp_path / "f"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text(_line("x", "A") + "\n" + _line("q", "Q") + "\n")
+    (folder / "b.jsonl").write_text(_line("x", "B") + "\n")
+    (folder / "c.jsonl").write_text(_line("x", "A") + "\n")
+    eng = fresh("f")
+    first = ingest_paths(eng, [folder], ReadContext(run_id="o"))
+    assert rows(first) == {"a.jsonl": (1, 0, 0, 0, 0), "b.jsonl": (0, 0, 0, 0, 0), "c.jsonl": (1, 0, 0, 0, 0)}
+    second = ingest_paths(eng, [folder], ReadContext(run_id="o"))
+    assert rows(second) == {"a.jsonl": (0, 0, 1, 0, 0), "b.jsonl": (0, 0, 0, 0, 0), "c.jsonl": (0, 0, 1, 0, 0)}
+    by_name = {Path(f.path).name: f for f in second.files}
+    assert by_name["a.jsonl"].result.held == {str(folder / "c.jsonl"): 1}
+    with eng.connect() as conn:
+        assert conn.execute(sa.select(models.Rollout.source_file).where(models.Rollout.rollout_id == "x")
+                            ).scalar_one() == str(folder / "c.jsonl")
+
+
 def test_the_cli_rows(tmp_path, monkeypatch):
     monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", f"sqlite:///{tmp_path / 'cli.db'}")
     out = CliRunner().invoke(cli, ["ingest", "--run", "R", str(PLAIN), str(WITH_ADV)], terminal_width=300)

@@ -61,8 +61,8 @@ def test_the_same_bytes_read_another_way_are_not_taken_for_known(engine, tmp_pat
 
 
 def test_an_id_met_twice_in_a_file_is_read_in_full_and_the_last_line_wins(engine, tmp_path):
-    # a0's stored copy comes from its second line; on re-ingest the first line replaces it, so the
-    # second (stored with these bytes when the lookup ran) must be read and written again
+    # a0's stored copy comes from its last line; on re-ingest the first line is held back for it
+    # (app/store/write.py `decide`: "later") and nothing is rewritten (it used to replace a0 twice)
     path = tmp_path / "a.jsonl"
     path.write_bytes(write_line(rollout("a0", reward=0.0)) + write_line(rollout("a1"))
                      + write_line(rollout("a0", reward=1.0)))
@@ -70,8 +70,8 @@ def test_an_id_met_twice_in_a_file_is_read_in_full_and_the_last_line_wins(engine
     again = ingest(engine, path)
     for report in (first, again):
         assert report.total.repeated == 1
-    assert (again.total.inserted, again.total.unchanged) == (0, 1)
-    assert again.total.replaced == 2
+    assert (first.total.inserted, first.total.replaced) == (2, 0)
+    assert (again.total.inserted, again.total.replaced, again.total.unchanged) == (0, 0, 2)
     assert rows(engine)["a0"][0] == 1.0 and rows(engine)["a1"][0] == 1.0
 
 
