@@ -596,14 +596,20 @@ def with_non_finite(node: dict[str, Any]) -> dict[str, Any]:
                              f"has ({', '.join(NON_FINITE_ARRAYS)}) and map \"nan\", \"inf\" or \"-inf\" "
                              "to its positions")
         values = out[name] = list(values)
+        span = f"0..{len(values) - 1}" if values else "it is empty"
         for word, positions in words.items():
             if word not in _NON_FINITE or not isinstance(positions, list):
                 raise ValueError(f"non_finite.{name}.{word} = {json_text(positions)}: "
                                  'must be "nan", "inf" or "-inf" with a list of positions')
             for k, at in enumerate(positions):
-                if type(at) is not int or not 0 <= at < len(values) or values[at] is not None:
+                if type(at) is not int or not 0 <= at < len(values):
                     raise ValueError(f"non_finite.{name}.{word}[{k}] = {json_text(at)}: must be the position "
-                                     f"of a null in {name} (0..{len(values) - 1})")
+                                     f"of a null in {name} ({span})")
+                if values[at] is not None:
+                    again = isinstance(values[at], float) and not math.isfinite(values[at])
+                    raise ValueError(f"non_finite.{name}.{word}[{k}] = {at}: "
+                                     + (f"position {at} is listed twice" if again
+                                        else f"{name}[{at}] is a number, not null"))
                 values[at] = _NON_FINITE[word]
     return out
 

@@ -128,6 +128,8 @@ def test_non_finite_token_values_export_as_strict_json_and_reingest_unchanged_wi
 
 
 def test_a_non_finite_marker_that_names_no_null_is_refused_naming_its_field(engine, tmp_path):
+    import json
+
     line = NON_FINITE_TOKENS.replace("NaN, -Infinity, null]", "-1.0, -2.0, null]", 1).replace(
         '"sampled": true,', '"sampled": true, "non_finite": {"logprobs": {"nan": [1]}},')
     src = tmp_path / "bad.jsonl"
@@ -135,7 +137,15 @@ def test_a_non_finite_marker_that_names_no_null_is_refused_naming_its_field(engi
     report = ingest(engine, src)
     (err,) = report.errors
     assert (err.line, err.field) == (1, "nodes[1].non_finite.logprobs.nan[0]")
-    assert err.message == "must be the position of a null in logprobs (0..3) (got 1)"
+    assert err.message == "logprobs[1] is a number, not null (got 1)"
+    for marker, field, message in (
+            ({"logprobs": {"nan": [3, 3]}}, "nan[1]", "position 3 is listed twice (got 3)"),
+            ({"logprobs": {"nan": [3], "inf": [3]}}, "inf[0]", "position 3 is listed twice (got 3)"),
+            ({"logprobs": {"nan": [4]}}, "nan[0]", "must be the position of a null in logprobs (0..3) (got 4)")):
+        src.write_text(NON_FINITE_TOKENS.replace('"sampled": true,',
+                                                 f'"sampled": true, "non_finite": {json.dumps(marker)},'))
+        (err,) = ingest(engine, src).errors
+        assert (err.field, err.message) == (f"nodes[1].non_finite.logprobs.{field}", message)
 
 
 def _three(engine, tmp_path, bad: str = "r1") -> None:
