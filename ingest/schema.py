@@ -517,6 +517,15 @@ class Rollout(Model):
     _raw_hash: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
+    def _reward_marker_agrees(self) -> "Rollout":
+        """`reward_non_finite` stands for the reward itself (written null beside it): with a
+        reward number beside it the record says two things, and is refused."""
+        if self.reward_non_finite is not None and self.reward is not None:
+            raise ValueError(f"reward_non_finite = {json_text(self.reward_non_finite)}: the reward must then be "
+                             f"null, it is {self.reward!r}")
+        return self
+
+    @model_validator(mode="after")
     def _graph_is_well_formed(self) -> "Rollout":
         """A node's parent comes before it (so the graph has no cycles); calls name real nodes."""
         for i, node in enumerate(self.nodes):

@@ -196,3 +196,16 @@ def test_the_api_export_never_ends_short(engine, db_url, tmp_path, monkeypatch, 
         assert not (tmp_path / "later.jsonl").exists() and list(tmp_path.glob(".later*")) == []
         assert any("stored rollout 'r1' (attempt 0) of run 'rb' cannot be read back" in r.getMessage()
                    for r in caplog.records), caplog.text
+
+
+def test_a_reward_marker_beside_a_reward_number_is_refused(engine, tmp_path):
+    """`reward_non_finite` stands for the reward (written null beside it): beside a number the
+    record says two things; it is quarantined naming the field, its neighbours kept."""
+    src = tmp_path / "marker.jsonl"
+    src.write_text(_line("ok", 0) + _line("two", 0, extra=', "reward": 1.0, "reward_non_finite": "nan"')
+                   + _line("nan", 0, extra=', "reward": null, "reward_non_finite": "nan"'))
+    report = ingest(engine, src)
+    (err,) = report.errors
+    assert (err.line, err.field) == (2, "reward_non_finite")
+    assert err.message == 'the reward must then be null, it is 1.0 (got "nan")'
+    assert report.total.inserted == 2
