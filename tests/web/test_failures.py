@@ -84,7 +84,7 @@ def test_unknown_run_and_an_empty_one(client, engine, tmp_path):
     assert ingest(engine, write_jsonl(tmp_path / "ok.jsonl", [rollout("a"), rollout("b")])).ok
     d = client.get("/runs/r1/failures.json").json()
     assert d["signatures"] == [] and d["failed_rollouts"] == 0 and d["rollouts"] == 2
-    assert "No failure signatures" in client.get("/runs/r1/failures").text
+    assert "No failure signatures: no rollout of this run recorded" in client.get("/runs/r1/failures").text
     assert client.get("/runs/r1/rollouts.json?signature=3").json()["total"] == 0
 
 
@@ -238,6 +238,9 @@ def test_rebuild_analytics_backfills_signatures_as_ingest_mined_them(client, eng
         conn.execute(models.RolloutSignature.__table__.delete())
         conn.execute(models.FailureSignature.__table__.delete())
     assert _rows(engine)[:2] == (0, 0)
+    page = client.get("/runs/r1/failures").text  # says why there are none, and what mines them
+    assert "No failure signatures, though 12 rollouts of this run failed" in page
+    assert "rollscope rebuild-analytics --run r1" in page and "no rollout of this run recorded" not in page
 
     monkeypatch.setenv("ROLLSCOPE_DATABASE_URL", db_url)
     monkeypatch.setattr(store_signatures.rebuild, "__kwdefaults__", {"chunk": 5})  # several chunks a run
