@@ -46,8 +46,9 @@ def _keep_rewriting(path: Path, rid: str, stop: threading.Event) -> threading.Th
     return t
 
 
-def _once(db: str, spool: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "app.cli", "--db", db, "worker", "--once", "--spool", str(spool)],
+def _once(db: str, spool: Path, *options: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "app.cli", "--db", db, "worker", "--once", "--spool", str(spool),
+                             *options],
                             env={**os.environ}, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -69,7 +70,10 @@ def test_once_waits_for_a_document_being_written_then_reads_it(tmp_path):
     stop = threading.Event()
     writer = _keep_rewriting(doc, "d1", stop)
     t0 = time.monotonic()
-    proc = _once(db, spool)
+    # --once waits for a changing document until `settle` + `poll` after its first idle look, so
+    # the writer must stop within `poll` of that look: this test stops it once it sees the file's
+    # row, which under a loaded machine took more than the default 0.5 s (CI, 2026-12-07)
+    proc = _once(db, spool, "--poll", "3")
     try:
         # the document is still changing when the worker first looks at it; then it stops
         assert wait_for(lambda: _seen(engine, str(doc)), 60)
