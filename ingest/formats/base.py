@@ -20,7 +20,7 @@ from ingest.errors import RecordError
 from ingest.fields import FieldError
 from ingest.jsonio import dumps
 from ingest.known import KnownLookup
-from ingest.schema import Rollout
+from ingest.schema import Rollout, json_text
 from ingest.source import Source
 
 
@@ -159,9 +159,15 @@ def _first_bad_flag(path: str, values: list) -> tuple[str, str]:
 
 
 def _pydantic_message(err: dict) -> str:
+    """pydantic's message for one error, with what was written when the value was of the wrong
+    type (`Input should be a valid number, got "-0.1"`: the record's own value, as JSON, cut at
+    80 characters)."""
     msg = str(err["msg"]).removeprefix("Value error, ")
     if err["type"] == "string_pattern_mismatch":
         msg = "ids must not contain control characters (tab, newline, NUL, ...)"
+    elif (err["type"].endswith(("_type", "_parsing")) or err["type"] == "int_from_float") and "input" in err \
+            and (err["input"] is None or isinstance(err["input"], (str, int, float, bool))):
+        msg = f"{msg}, got {json_text(err['input'])}"
     return msg
 
 

@@ -288,3 +288,26 @@ def test_a_gzip_file_cut_short_keeps_its_records_before_the_cut(engine, tmp_path
     assert n == report.total.inserted > 0
     again = ingest(engine, cut, run="cut")
     assert again.total.inserted == 0 and again.total.replaced == 0
+
+
+def test_a_value_of_the_wrong_type_is_named_with_what_was_written(engine, tmp_path):
+    """A string logprob, a word as a parent, a float as a parent, a string reward: each error names
+    the field and the value as the record wrote it (JSON), once."""
+    base = rollout("ok").to_json_dict()
+    bad = [("lp", {"logprobs": ["x", -1.0, None, -1.0]}, "nodes[1].logprobs[0]", 'got "x"'),
+           ("par", {"parent": "zero"}, "nodes[1].parent", 'got "zero"'),
+           ("flt", {"parent": 0.0}, "nodes[1].parent", "got 0.0"),
+           ("rew", {"reward": "1.0"}, "nodes[1].reward", 'got "1.0"')]
+    lines = []
+    for rid, change, _, _ in bad:
+        d = json.loads(json.dumps(base))
+        d["id"] = rid
+        d["nodes"][1].update(change)
+        lines.append(json.dumps(d))
+    path = tmp_path / "types.jsonl"
+    path.write_text("\n".join([json.dumps(base), *lines]) + "\n")
+    report = ingest(engine, path)
+    assert report.total.inserted == 1
+    got = {e.line: (e.field, e.message) for e in report.errors}
+    for k, (_, _, field, value) in enumerate(bad, start=2):
+        assert got[k][0] == field and got[k][1].endswith(value) and got[k][1].count("got") == 1, got[k]
