@@ -283,7 +283,7 @@ class Node(Model):
     @classmethod
     def _non_finite_values(cls, data: Any) -> Any:
         """`non_finite` put back: each listed position of its array (written null) becomes that
-        float (the marker is made again whenever it is written: `non_finite_marks`)."""
+        float (the marker is made again whenever it is written: `_strict_json_model`)."""
         if isinstance(data, dict) and data.get("non_finite") is not None:
             return with_non_finite(data)
         return data
@@ -576,12 +576,15 @@ def _non_finite(x: float) -> str:
 
 def _strict_json_model(model: Any) -> Any:
     """`model` as strict JSON writes it: a rollout's non-finite `reward` and a reward component's
-    non-finite `weight` as null with their `*_non_finite` marker (a copy; `model` itself when
-    nothing is non-finite)."""
+    non-finite `weight` as null with their `*_non_finite` marker, a node's non-finite per-token
+    values as null with its `non_finite` marker (a copy; `model` itself when nothing is
+    non-finite)."""
     if isinstance(model, Rollout) and model.reward is not None and not math.isfinite(model.reward):
         return model.model_copy(update={"reward": None, "reward_non_finite": _non_finite(model.reward)})
     if isinstance(model, Reward) and not math.isfinite(model.weight):
         return model.model_copy(update={"weight": None, "weight_non_finite": _non_finite(model.weight)})
+    if isinstance(model, Node) and (marked := _non_finite_marks(model)) is not None:
+        return model.model_copy(update=marked)
     return model
 
 
@@ -623,15 +626,15 @@ def with_non_finite(node: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def non_finite_marks(node: dict[str, Any]) -> dict[str, Any]:
-    """A node's JSON object (`to_json_dict`) as strict JSON holds it: NaN and ±Infinity in its
-    float arrays written null and listed in `non_finite` (`with_non_finite` reads them back). The
-    object itself when every value is finite or null; else a copy. numpy decides per array (a
-    null and a NaN both become NaN there; the lists' own nulls are counted in C)."""
+def _non_finite_marks(node: "Node") -> dict[str, Any] | None:
+    """The fields of `node` as strict JSON holds them when a float array has NaN or ±Infinity:
+    those values null and listed in `non_finite` (`with_non_finite` reads them back); None when
+    every value is finite or null. numpy decides per array (a null and a NaN both become NaN
+    there; the list's own nulls are counted in C)."""
     marks: dict[str, dict[str, list[int]]] = {}
-    changed: dict[str, list] = {}
+    changed: dict[str, Any] = {}
     for name in NON_FINITE_ARRAYS:
-        values = node.get(name)
+        values = getattr(node, name)
         if not values:
             continue
         wide = np.array(values, dtype=np.float64)
@@ -644,9 +647,7 @@ def non_finite_marks(node: dict[str, Any]) -> dict[str, Any]:
             if values[at] is not None:
                 marks.setdefault(name, {}).setdefault(_non_finite(values[at]), []).append(at)
                 values[at] = None
-    if not marks:
-        return node
-    return {**node, **changed, "non_finite": marks}
+    return {**changed, "non_finite": marks} if marks else None
 
 
 def json_text(value: Any) -> str:

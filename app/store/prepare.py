@@ -38,6 +38,7 @@ from ingest.schema import TRAINER_LOGPROB_KEYS, Message, Node, Rollout, ToolCall
 from ingest.stages import stage
 
 Identity = tuple[str, str, int]  # (run id, rollout id, attempt)
+_NUL = b"\\u0000"  # how orjson writes NUL: no escape, no NUL (the usual case) in what it wrote
 
 
 @dataclass(slots=True, frozen=True)
@@ -144,7 +145,7 @@ _NODES = frozenset({"nodes"})
 
 def _json_text(raw: bytes) -> JSONText:
     """Serialised JSON for a JSON column, without NUL (U+FFFD instead; see the module doc)."""
-    if b"\\u0000" in raw:  # orjson escapes NUL; no escape, no NUL (the usual case)
+    if _NUL in raw:  # orjson escapes NUL; no escape, no NUL (the usual case)
         raw = dumps(_no_nul(loads(raw)))
     return JSONText(raw.decode())
 
@@ -238,7 +239,7 @@ def _digest(h, envelope: bytes) -> str:
 def _storable(canonical: bytes) -> bytes:
     """Canonical JSON as the store keeps it: NUL made U+FFFD (`_json_text`'s rule), keys in the
     order they came (sorted, or a model's field order)."""
-    if b"\\u0000" not in canonical:  # orjson escapes NUL; no escape, no NUL (the usual case)
+    if _NUL not in canonical:  # orjson escapes NUL; no escape, no NUL (the usual case)
         return canonical
     return dumps(_no_nul(loads(canonical)))
 
@@ -247,7 +248,7 @@ def _json_safe(value):
     """A JSON-ready copy: strict (NaN/inf → null) and without NUL characters, which Postgres
     text and JSONB cannot hold; NUL becomes U+FFFD on every database (one rule)."""
     raw = dumps(value)
-    if b"\\u0000" not in raw:  # orjson escapes NUL; no escape, no NUL (the usual case)
+    if _NUL not in raw:  # orjson escapes NUL; no escape, no NUL (the usual case)
         return loads(raw)
     return _no_nul(loads(raw))
 
@@ -471,7 +472,6 @@ _PLAIN_FIELDS = (_fields(Message) == (("role", "role", False), ("content", "cont
                  and _fields(ToolCall) == (("id", "id", True), ("name", "name", False),
                                            ("arguments", "arguments", False)))
 _dumps = orjson.dumps
-_NUL = b"\\u0000"  # how orjson writes NUL: no escape, no NUL (`_json_text`, `_storable`)
 _extra_of = attrgetter("extra")
 
 

@@ -9,7 +9,7 @@ from ingest import fastdecode
 from ingest.errors import RecordError
 from ingest.formats.base import ReadContext, join_path, json_line, record_error, run_named
 from ingest.known import Known, raw_hash, salt
-from ingest.schema import SCHEMA_VERSION, Rollout, non_finite_marks
+from ingest.schema import SCHEMA_VERSION, Rollout
 from ingest.source import Source
 from ingest.stages import stage
 
@@ -138,12 +138,10 @@ def parse_record(value: object, file: str, line: int | None, ctx: ReadContext,
 def write_line(rollout: Rollout) -> bytes:
     """One native JSONL line (with trailing newline) for `rollout`: strict JSON, integers past 64
     bits with every digit. A NaN or ±Infinity in a node's logprobs, advantages or reference
-    logprobs is written null with the node's `non_finite` marker (`ingest.schema.non_finite_marks`),
-    so that reading the line back gives the same rollout (its invalid_logprob finding included)."""
-    out = rollout.to_json_dict()
-    if out.get("nodes"):
-        out["nodes"] = [non_finite_marks(n) for n in out["nodes"]]
-    return json_line(out)
+    logprobs is written null with the node's `non_finite` marker (the model's JSON form,
+    ingest/schema.py `_strict_json_model`), so that reading the line back gives the same rollout
+    (its invalid_logprob finding included)."""
+    return json_line(rollout.to_json_dict())
 
 
 def write(rollouts: Iterable[Rollout]) -> Iterator[tuple[bytes, int]]:
