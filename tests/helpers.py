@@ -5,6 +5,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
+
 from app.worker.sync import IngestReport, ingest_paths
 from ingest.formats.base import ReadContext
 from ingest.formats.native import write_line
@@ -62,6 +64,11 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# A client for tests that check answers, not latency: a loaded CI machine has taken over httpx's
+# default 5 s to answer the first request of a fresh server.
+http = httpx.Client(timeout=30)
 
 
 @contextmanager

@@ -95,8 +95,10 @@ async def receive_traces(request: Request, _: WriteToken) -> Response:
     """Take an OTLP `ExportTraceServiceRequest` (protobuf or JSON, gzip allowed); answer in the
     request's encoding (app/receivers/otlp_response.py).
 
-    200: `ExportTraceServiceResponse` (`partial_success.rejected_spans` counts spans of traces that
-    could not become rollouts). Failures, each a `google.rpc.Status`: 400 not OTLP (a `BadRequest`
+    200: `ExportTraceServiceResponse` (`partial_success.rejected_spans` counts the spans of the
+    traces this request sent spans of that were finished and could not become rollouts, whether
+    this request's flush or the idle loop's stored them; a trace finished later by idling is
+    quarantined without an answer to report it to). Failures, each a `google.rpc.Status`: 400 not OTLP (a `BadRequest`
     names the field, `ExportTraceServiceRequest` for a body that is not JSON or protobuf at all)
     or gzip/deflate that does not inflate; 413 body above `api.max_body_bytes` (64 MiB
     after inflating); 408 (`Connection: close`) no bytes of the body for `api.body_timeout_seconds`
@@ -126,7 +128,9 @@ async def receive_traces(request: Request, _: WriteToken) -> Response:
         refused = await run_in_threadpool(rec.accept, spans, getattr(request.state, "token_name", None))
         if refused is not None:
             return failure(media, refused.status, refused.message, retry_after=refused.retry_after)
-        rejected, reason = await run_in_threadpool(rec.flush)
+        await run_in_threadpool(rec.flush)
+        # this request's traces only, whichever flush stored them (the idle loop may have taken one)
+        rejected, reason = rec.rejections(s.trace_id for s in spans)
     except (OperationalError, DBAPIError) as exc:
         return failure(media, 503, f"the database is unavailable ({type(exc).__name__}); the spans are kept, "
                        "retry later", retry_after=RETRY_DOWN)

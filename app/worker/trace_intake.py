@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import OrderedDict
 from typing import NamedTuple
 
 from fastapi.concurrency import run_in_threadpool
@@ -57,8 +58,14 @@ class TraceIntake:
         # trace id → the name of the token that last sent spans of it (a rejected trace's quarantine
         # source, `http:<name>`); not kept across a restart: a trace restored from the spool is `http`
         self.senders: dict[str, str | None] = {}
+        # trace id → (spans rejected, reason) of a trace quarantined by any flush, until the request
+        # that sent spans of it reads it (`rejections`); bounded like the assembler's `done`
+        self.outcomes: OrderedDict[str, tuple[int, str]] = OrderedDict()
         self.restored = False
         self.lock = threading.Lock()
+        # one flush at a time: a request's flush waits for the idle loop's, so the outcome of a
+        # trace the idle loop took is known before the request answers
+        self.flushing = threading.Lock()
         self.task: asyncio.Task | None = None
         self.pruned_at = 0.0
 
@@ -94,19 +101,37 @@ class TraceIntake:
                     self.assembler.add(self.spool.read(a.trace_id, a.start)[0], now)
                 self.ends[a.trace_id] = max(self.ends.get(a.trace_id, 0), a.end)
                 self.senders[a.trace_id] = token_name
+                self.outcomes.pop(a.trace_id, None)  # an earlier store's outcome is not this request's
             self.assembler.add(spans, now)
         return None
 
     def flush(self, *, everything: bool = False) -> tuple[int, str | None]:
-        """Store every finished trace: (spans rejected, first reason). Raises the database's
-        error after putting the traces back."""
+        """Store every finished trace: (spans rejected, first reason), over every trace this call
+        stored. Raises the database's error after putting the traces back."""
+        with self.flushing:
+            return self._flush(everything)
+
+    def rejections(self, trace_ids) -> tuple[int, str | None]:
+        """(spans rejected, first reason) over the traces `trace_ids` that a flush has quarantined
+        since they were last asked for: what a request that sent spans of them reports as its
+        `partial_success`, whichever flush (its own or the idle loop's) stored them."""
+        rejected, reason = 0, None
+        with self.lock:
+            for tid in dict.fromkeys(trace_ids):
+                got = self.outcomes.pop(tid, None)
+                if got is not None:
+                    rejected += got[0]
+                    reason = reason or got[1]
+        return rejected, reason
+
+    def _flush(self, everything: bool) -> tuple[int, str | None]:
         with self.lock:
             ready = self.assembler.take_finished(time.monotonic(), everything=everything)
             ends = {tid: self.ends.pop(tid, None) for tid, _ in ready}
         if not ready:
             return 0, None
         items: list[tuple[str, Rollout | RecordError, int | None]] = []
-        rejected, reason = 0, None
+        refused: dict[str, tuple[int, str]] = {}
         for tid, spans in ready:
             if ends[tid] is not None:  # spooled: the file holds every span taken for it, by any process
                 got, end = self.spool.read(tid)
@@ -123,8 +148,7 @@ class TraceIntake:
                     err = trace_rejection(tid, spans, exc)
             err.source = http_source(self.senders.get(tid))  # type: ignore[attr-defined]  # quarantine_many
             items.append((tid, err, ends[tid]))
-            rejected += len(spans)
-            reason = reason or err.message
+            refused[tid] = (len(spans), err.message)
         try:
             self.spool.commit(items)
         except (OperationalError, DBAPIError):
@@ -137,7 +161,11 @@ class TraceIntake:
         with self.lock:
             for tid, _ in ready:
                 self.senders.pop(tid, None)
-        return rejected, reason
+            self.outcomes.update(refused)
+            while len(self.outcomes) > self.assembler.keep_max:
+                self.outcomes.popitem(last=False)
+        first = next(iter(refused.values()), (0, None))[1]
+        return sum(n for n, _ in refused.values()), first
 
     def prune(self) -> None:
         """Now and then, delete spool files of traces stored longer ago than the assembler keeps them."""

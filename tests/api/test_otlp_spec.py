@@ -25,7 +25,7 @@ from app.auth import issue
 from app.config import Settings
 from app.main import create_app
 from app.receivers.body import BodyBudget
-from tests.helpers import serving
+from tests.helpers import http, serving
 
 PROTOBUF, JSON = "application/x-protobuf", "application/json"
 CHAT = {"gen_ai.operation.name": "chat",
@@ -142,7 +142,7 @@ def test_sdk_exporter_export_succeeds_and_its_failures_are_final(tmp_db, caplog)
     caplog.set_level(logging.INFO, logger="rollscope.access")
     with serve(tmp_db, api={"max_body_bytes": 64 << 10, "body_memory_bytes": 1 << 20}) as (base, app, token):
         assert exporter(base, token).export(sdk_spans()) is SpanExportResult.SUCCESS
-        assert len(httpx.get(f"{base}/api/v1/runs/spec/rollouts").json()["items"]) == 1  # stored
+        assert len(http.get(f"{base}/api/v1/runs/spec/rollouts").json()["items"]) == 1  # stored
         # statuses the specification makes final: the exporter gives up after one request each
         for exp, spans, status in [
             (exporter(base, None), sdk_spans(), 401),  # no token
@@ -197,16 +197,16 @@ def test_each_rejected_trace_is_its_own_quarantine_entry_naming_its_attribute(tm
     with serve(tmp_db) as (base, app, token):
         auth = {"Authorization": f"Bearer {token}", "Content-Type": PROTOBUF}
         for k, (attrs, _, _) in enumerate(BAD_TRACES):
-            r = httpx.post(f"{base}/v1/traces", content=protobuf_body(sdk_spans(root_attrs=attrs, trace_id=k + 1)),
+            r = http.post(f"{base}/v1/traces", content=protobuf_body(sdk_spans(root_attrs=attrs, trace_id=k + 1)),
                            headers=auth)
             partial = ExportTraceServiceResponse.FromString(r.content)
             assert r.status_code == 200 and partial.HasField("partial_success"), attrs
             assert partial.partial_success.rejected_spans == 2
         # the first again, with another error: still one entry for its trace (the latest error)
-        r = httpx.post(f"{base}/v1/traces", headers=auth, content=protobuf_body(
+        r = http.post(f"{base}/v1/traces", headers=auth, content=protobuf_body(
             sdk_spans(root_attrs={"rollscope.step": "xyz"}, trace_id=1)))
         assert ExportTraceServiceResponse.FromString(r.content).HasField("partial_success")
-        items = httpx.get(f"{base}/api/v1/quarantine", headers=auth).json()["items"]
+        items = http.get(f"{base}/api/v1/quarantine", headers=auth).json()["items"]
     assert len(items) == len(BAD_TRACES) and {q["file"] for q in items} == {"/v1/traces"}
     by_trace = {json.loads(q["raw"])["trace_id"]: q for q in items}
     assert sorted(by_trace) == [f"{k + 1:032x}" for k in range(len(BAD_TRACES))]
@@ -222,26 +222,26 @@ def test_each_rejected_trace_is_its_own_quarantine_entry_naming_its_attribute(tm
 def test_success_is_an_export_response_and_rejections_are_a_partial_success(tmp_db):
     with serve(tmp_db) as (base, app, token):
         auth = {"Authorization": f"Bearer {token}"}
-        r = httpx.post(f"{base}/v1/traces", content=protobuf_body(sdk_spans()),
+        r = http.post(f"{base}/v1/traces", content=protobuf_body(sdk_spans()),
                        headers={**auth, "Content-Type": PROTOBUF})
         assert r.status_code == 200 and r.headers["Content-Type"] == PROTOBUF
         ok = ExportTraceServiceResponse.FromString(r.content)
         assert not ok.HasField("partial_success")  # "MUST leave the partial_success field unset"
         # a trace with no GenAI span is taken but cannot become a rollout: rejected, quarantined
         plain = sdk_spans(genai=False)
-        r = httpx.post(f"{base}/v1/traces", content=protobuf_body(plain), headers={**auth, "Content-Type": PROTOBUF})
+        r = http.post(f"{base}/v1/traces", content=protobuf_body(plain), headers={**auth, "Content-Type": PROTOBUF})
         partial = ExportTraceServiceResponse.FromString(r.content)
         assert r.status_code == 200 and partial.HasField("partial_success")
         assert partial.partial_success.rejected_spans == 2 and "GenAI" in partial.partial_success.error_message
         # the same in JSON (proto3 JSON mapping: int64 as a string)
-        r = httpx.post(f"{base}/v1/traces", content=json_body(sdk_spans()), headers={**auth, "Content-Type": JSON})
+        r = http.post(f"{base}/v1/traces", content=json_body(sdk_spans()), headers={**auth, "Content-Type": JSON})
         assert r.status_code == 200 and r.headers["Content-Type"] == JSON and r.json() == {}
-        r = httpx.post(f"{base}/v1/traces", content=json_body(sdk_spans(genai=False)),
+        r = http.post(f"{base}/v1/traces", content=json_body(sdk_spans(genai=False)),
                        headers={**auth, "Content-Type": JSON})
         assert r.status_code == 200 and r.json()["partialSuccess"]["rejectedSpans"] == "2"
         assert "GenAI" in r.json()["partialSuccess"]["errorMessage"]
         # an empty request is a success ("Full Success")
-        r = httpx.post(f"{base}/v1/traces", content=b"", headers={**auth, "Content-Type": PROTOBUF})
+        r = http.post(f"{base}/v1/traces", content=b"", headers={**auth, "Content-Type": PROTOBUF})
         assert r.status_code == 200 and ExportTraceServiceResponse.FromString(r.content) == ExportTraceServiceResponse()
 
 
@@ -255,7 +255,7 @@ def test_every_failure_is_a_status_in_the_request_encoding(tmp_db, media):
 
         def post(body: bytes, token: str | None = token, **headers) -> tuple[httpx.Response, status_pb2.Status]:
             h = {"Content-Type": media, **({"Authorization": f"Bearer {token}"} if token else {}), **headers}
-            r = httpx.post(f"{base}/v1/traces", content=body, headers=h)
+            r = http.post(f"{base}/v1/traces", content=body, headers=h)
             return r, status_of(r, media)
 
         r, st = post(good, token=None)
@@ -310,7 +310,7 @@ def test_every_failure_is_a_status_in_the_request_encoding(tmp_db, media):
         assert post(raw, **{"Content-Encoding": "deflate"})[0].status_code == 200
 
         # a media type OTLP does not have: there is no encoding of its own to answer in, so JSON
-        r = httpx.post(f"{base}/v1/traces", content=b"x", headers={"Content-Type": "text/plain",
+        r = http.post(f"{base}/v1/traces", content=b"x", headers={"Content-Type": "text/plain",
                                                                     "Authorization": f"Bearer {token}"})
         st = status_of(r, JSON)
         assert r.status_code == 415 and "text/plain" in st.message and PROTOBUF in st.message
@@ -331,7 +331,7 @@ def test_database_down_is_503_status_with_retry_after(tmp_db):
         db.rename(tmp_db / "away.db")  # the database disappears, and cannot be re-created as a file
         db.mkdir()
         try:
-            r = httpx.post(f"{base}/v1/traces", content=protobuf_body(sdk_spans()), headers={
+            r = http.post(f"{base}/v1/traces", content=protobuf_body(sdk_spans()), headers={
                 "Content-Type": PROTOBUF, "Authorization": f"Bearer {token}"})
         finally:
             db.rmdir()

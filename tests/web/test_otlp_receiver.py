@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 from google.rpc import status_pb2
 
@@ -18,15 +18,13 @@ from app.config import Settings
 from app.main import create_app
 from ingest.formats import swe_agent
 from ingest.formats.base import ReadContext
+from ingest.otel.wire import decode_json
 from ingest.source import open_source
 from tests.conftest import data_path
-from tests.helpers import serving
+from tests.helpers import http, serving
 
 RUN_FILE = data_path("realdata", "swe-agent", "marshmallow-code__marshmallow-1867.function_calling_replace.traj")
 
-
-# Requests here test answers, not latency: a loaded CI machine once took over httpx's default 5 s.
-_http = httpx.Client(timeout=30)
 
 
 @contextmanager
@@ -108,7 +106,7 @@ def test_sdk_exporter_sends_one_real_run(db_url, tmp_path, kind):
     run = real_run()
     with serve(db_url, tmp_path) as (base, app):
         replay(run, exporter(kind, base, app.state.write_token), run_id=f"otlp-{kind}")
-        d = _http.get(f"{base}/runs/otlp-{kind}/rollouts/{run.id}.json").json()
+        d = http.get(f"{base}/runs/otlp-{kind}/rollouts/{run.id}.json").json()
     # 24 messages, 11 tool calls each answered (hand count in tests/formats/test_agent_harnesses.py)
     assert [m["role"] for m in d["messages"]] == [n.message.role for n in run.nodes]
     assert len(d["messages"]) == 24
@@ -124,22 +122,22 @@ def test_sdk_exporter_sends_one_real_run(db_url, tmp_path, kind):
 def test_requires_a_write_token(db_url, tmp_path):
     with serve(db_url, tmp_path) as (base, app):
         body = json.dumps({"resourceSpans": []})
-        r = _http.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json"})
+        r = http.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json"})
         assert r.status_code == 401 and r.headers["WWW-Authenticate"] == "Bearer"
         # a google.rpc.Status in the request's encoding (tests/api/test_otlp_spec.py has every failure)
         assert r.headers["Content-Type"] == "application/json"
         assert r.json()["message"].startswith("this needs a write token") and r.json()["code"] == 16  # UNAUTHENTICATED
-        r = _http.post(f"{base}/v1/traces", content=b"", headers={"Content-Type": "application/x-protobuf"})
+        r = http.post(f"{base}/v1/traces", content=b"", headers={"Content-Type": "application/x-protobuf"})
         assert r.status_code == 401 and r.headers["Content-Type"] == "application/x-protobuf"
         assert status_pb2.Status.FromString(r.content).message.startswith("this needs a write token")
-        r = _http.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json",
+        r = http.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json",
                                                                    "Authorization": "Bearer rs_wrong"})
         assert r.status_code == 401
         read, _ = issue(app.state.engine, "read")
-        r = _http.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json",
+        r = http.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json",
                                                                    "Authorization": f"Bearer {read}"})
         assert r.status_code == 403 and r.json()["code"] == 7  # PERMISSION_DENIED
-        r = _http.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json",
+        r = http.post(f"{base}/v1/traces", content=body, headers={"Content-Type": "application/json",
                                                                    "Authorization": f"Bearer {app.state.write_token}"})
         assert r.status_code == 200
 
@@ -155,7 +153,7 @@ def _span_json(trace: str, span: str, parent: str | None, name: str, attrs: dict
 
 def _post(base, spans, token, **headers):
     body = json.dumps({"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"spans": spans}]}]})
-    return _http.post(f"{base}/v1/traces", content=body, headers={
+    return http.post(f"{base}/v1/traces", content=body, headers={
         "Content-Type": "application/json", "Authorization": f"Bearer {token}", **headers})
 
 
@@ -174,7 +172,7 @@ def test_idle_trace_is_stored_and_backpressure(db_url, tmp_path):
         assert app.state.otlp_receiver.assembler.pending_spans == 1
         for _ in range(200):
             time.sleep(0.1)
-            got = _http.get(f"{base}/runs/otel/rollouts/{trace}.json")
+            got = http.get(f"{base}/runs/otel/rollouts/{trace}.json")
             if got.status_code == 200:
                 break
         assert got.status_code == 200 and [m["role"] for m in got.json()["messages"]] == ["user", "assistant"]
@@ -190,17 +188,17 @@ def test_bad_bodies(db_url, tmp_path):
     with serve(db_url, tmp_path) as (base, app):
         r = _post(base, [{"traceId": "xyz", "spanId": "01" * 8, "name": "a"}], app.state.write_token)
         assert r.status_code == 400 and "traceId" in r.json()["message"]
-        r = _http.post(f"{base}/v1/traces", content=b"x", headers={"Content-Type": "text/plain",
+        r = http.post(f"{base}/v1/traces", content=b"x", headers={"Content-Type": "text/plain",
                                                                     "Authorization": f"Bearer {app.state.write_token}"})
         assert r.status_code == 415
-        r = _http.post(f"{base}/v1/traces", content=b"\xff\x00garbage", headers={
+        r = http.post(f"{base}/v1/traces", content=b"\xff\x00garbage", headers={
             "Content-Type": "application/x-protobuf", "Authorization": f"Bearer {app.state.write_token}"})
         assert r.status_code == 400
         # a trace with no GenAI span: taken, counted as rejected, quarantined
         r = _post(base, [_span_json("ee" * 16, "01" * 8, None, "GET /", {"http.method": "GET"}, 5)],
                   app.state.write_token)
         assert r.status_code == 200 and r.json()["partialSuccess"]["rejectedSpans"] == "1"
-        q = _http.get(f"{base}/quarantine.json").json()
+        q = http.get(f"{base}/quarantine.json").json()
         assert "no GenAI" in json.dumps(q)
 
 
@@ -233,7 +231,7 @@ def test_database_down_is_503_and_nothing_is_lost(tmp_path):
         assert rec.flush() == (0, None) and rec.assembler.pending_spans == 0
         r = _post(base, [chat, root], token)  # the client's retry: the same spans, nothing doubled
         assert r.status_code == 200
-        got = _http.get(f"{base}/runs/otel/rollouts/{trace}.json").json()
+        got = http.get(f"{base}/runs/otel/rollouts/{trace}.json").json()
         assert [m["role"] for m in got["messages"]] == ["user", "assistant"]
 
 
@@ -244,5 +242,46 @@ def test_clean_shutdown_stores_unfinished_traces(db_url, tmp_path):
                      app.state.write_token).status_code == 200
         assert app.state.otlp_receiver.assembler.pending_spans == 1
     with serve(db_url, tmp_path) as (base, app):
-        got = _http.get(f"{base}/runs/otel/rollouts/{trace}.json")
+        got = http.get(f"{base}/runs/otel/rollouts/{trace}.json")
         assert got.status_code == 200 and len(got.json()["messages"]) == 2
+
+
+def _plain_root(trace: str) -> dict:
+    """A finished trace of one plain HTTP span (no GenAI): taken, then quarantined."""
+    return _span_json(trace, "0a" * 8, None, "GET /", {"http.method": "GET"}, 1000)
+
+
+def test_each_answer_counts_its_own_rejected_traces_whichever_flush_took_them(db_url, tmp_path):
+    # the idle loop (every 0.2 s here) flushes beside the requests: a trace it takes between a
+    # request's spooling and that request's own flush is still that request's partial_success
+    with serve(db_url, tmp_path, worker={"otlp_idle_seconds": 0.4}) as (base, app):
+        rec = app.state.otlp_receiver
+        # the bookkeeping itself: a trace another flush quarantined is reported once, to its sender
+        ids = ["e0" * 16, "e1" * 16]
+        with rec.flushing:  # hold the idle loop off while the two traces are taken and flushed here
+            assert rec.accept(decode_json(_body([_plain_root(t) for t in ids]))) is None
+            assert rec._flush(False)[0] == 2
+        got, reason = rec.rejections(ids[:1] + ["ff" * 16])
+        assert got == 1 and "GenAI" in reason
+        assert rec.rejections(ids) == (1, reason)  # the first was already reported
+        assert rec.rejections(ids) == (0, None)
+
+        def send(k: int) -> tuple[int, dict]:
+            trace = f"{k:032x}"
+            if k % 3 == 0:  # a GenAI trace beside them: stored, a full success
+                return k, _post(base, [_span_json(trace, "0b" * 8, None, "chat m", CHAT, 1000)],
+                                app.state.write_token).json()
+            return k, _post(base, [_plain_root(trace)], app.state.write_token).json()
+
+        with ThreadPoolExecutor(4) as pool:
+            answers = dict(pool.map(send, range(1, 61)))
+        for k, body in answers.items():
+            if k % 3 == 0:
+                assert body == {}, (k, body)
+            else:
+                assert body["partialSuccess"]["rejectedSpans"] == "1", (k, body)
+        assert rec.outcomes == {}
+
+
+def _body(spans: list[dict]) -> bytes:
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}).encode()
