@@ -38,16 +38,18 @@ STATIC = Path(__file__).resolve().parent.parent / "static"
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
 
-_KEPT_ESCAPES = re.compile(r"(%2[fF]|%25)")
+_KEPT_ESCAPES = re.compile(r"(%2[fFeE]|%25)")
 
 
 def routing_path(raw_path: str) -> str:
-    """The raw path percent-decoded except `%2F` and `%25`.
+    """The raw path percent-decoded except `%2F`, `%2E` and `%25`.
 
     Starlette routes on the fully decoded path, where `/runs/team%2Fexp-12` is indistinguishable
     from `/runs/team/exp-12`. Routing on this form keeps an encoded slash inside its segment, so
     run, rollout and group ids may contain `/`; the handlers unquote the ids they receive (which
-    is exact: `%25` stays encoded too). No UTF-8 sequence contains the bytes of `/` or `%`, so
+    is exact: `%25` stays encoded too). `%2E` stays encoded so that an id ending in `.json` has a
+    page of its own: its links end in `%2Ejson` (app.urls.q), where a bare `.json` is the twin
+    suffix (app.render.by_id). No UTF-8 sequence contains the bytes of `/`, `.` or `%`, so
     decoding the pieces between the kept escapes separately is safe.
     """
     parts = _KEPT_ESCAPES.split(raw_path)

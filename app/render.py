@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
@@ -233,18 +234,21 @@ def page_route(router: APIRouter, path: str, offers: tuple[str, ...] = (".json",
 T = TypeVar("T")
 
 
-def by_id(value: str, accept_json: bool, build: Callable[[str, bool], T | None]) -> tuple[T | None, bool]:
-    """The page of the id in a path's last segment, and whether it is the JSON twin.
+def by_id(segment: str, accept_json: bool, build: Callable[[str, bool], T | None]) -> tuple[T | None, bool]:
+    """The page of the id in a path's last segment, as routed (`%2F`, `%2E`, `%25` still
+    encoded, app.main.routing_path), and whether it is the JSON twin.
 
-    A trailing `.json` asks for the twin, unless the id itself ends in `.json`: when the
-    stripped id has no page (`build(stripped, True)` is None), the whole segment is the id, and
-    its twin is `<id>.json.json` or `Accept: application/json` (`accept_json`). `build(id,
-    json)` returns None for an id that does not exist; nothing is looked up twice on a hit."""
-    if value.endswith(".json"):
-        got = build(value[: -len(".json")], True)
+    A trailing bare `.json` asks for the twin; an id's own trailing `.json` is written
+    `%2Ejson` in links (app.urls.q), so `/rollouts/a%2Ejson` is the page of `a.json` even where
+    a rollout `a` exists. A hand-typed `/rollouts/a.json` whose stripped id has no page
+    (`build(stripped, True)` is None) is still the page of `a.json`. `build(id, json)` gets the
+    unquoted id and returns None for an id that does not exist; nothing is looked up twice on a
+    hit."""
+    if segment.endswith(".json"):
+        got = build(unquote(segment[: -len(".json")]), True)
         if got is not None:
             return got, True
-    return build(value, accept_json), accept_json
+    return build(unquote(segment), accept_json), accept_json
 
 
 def _accept_quality(accept: str) -> dict[str, float]:

@@ -2,7 +2,7 @@
 
 One builder per resource (datasette's `url_builder.py` is the model), so a route and the links
 to it change together. Ids are percent-encoded as one path segment (`/` → `%2F`; the app routes
-on a path where `%2F` and `%25` stay encoded, see app.main.routing_path). Query parameters keep
+on a path where `%2F`, `%2E` and `%25` stay encoded, see app.main.routing_path). Query parameters keep
 the order given and drop `None` values; `json=True` gives the JSON twin (`.json` after the path).
 
 Templates reach these builders as the Jinja global `urls` (app.render).
@@ -19,9 +19,12 @@ _UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*\Z")  # what quote() leaves as it is
 
 
 def q(value: Any) -> str:
-    """One path segment: every reserved character encoded, `/` included."""
+    """One path segment: every reserved character encoded, `/` included, and the dot of a
+    trailing `.json` (`a.json` → `a%2Ejson`), which would otherwise read as the JSON twin's
+    suffix (app.render.by_id)."""
     text = str(value)
-    return text if _UNRESERVED.match(text) else quote(text, safe="")
+    out = text if _UNRESERVED.match(text) else quote(text, safe="")
+    return out[:-5] + "%2Ejson" if out.endswith(".json") else out
 
 
 def _qv(value: Any) -> str:

@@ -5,8 +5,9 @@ URLs are stable and readable; training code may print them into its logs:
 `/runs/{run}/rollouts?step=&ending=&group=&task=&reward_min=&reward_max=&flag=&label=&staleness=&after=`,
 `/runs/{run}/rollouts/{rollout_id}`, `/runs/{run}/groups/{group_id}`, `/quarantine?file=&before=`.
 
-Ids may contain `/`: links encode it as `%2F`, and the app routes on a path where `%2F` and `%25`
-stay encoded (app.main.routing_path), so every id parameter is unquoted here, once. Routes with
+Ids may contain `/`: links encode it as `%2F`, and the app routes on a path where `%2F`, `%2E`
+and `%25` stay encoded (app.main.routing_path), so every id parameter is unquoted here, once. An
+id ending in `.json` is linked as `...%2Ejson`, apart from its twin's suffix (app.render.by_id). Routes with
 a fixed tail come before the catch-all run page, and `{run_id:path}` also accepts ids typed with
 bare slashes.
 
@@ -63,10 +64,10 @@ from ingest.schema import content_text
 router = APIRouter(tags=["pages"], dependencies=[RefuseUnknownQuery])
 
 
-def _shown(value: str) -> str:
-    """An id as a 404 names it: without the twin's `.json` suffix (neither it nor the id with it
-    exists)."""
-    return value[: -len(".json")] if value.endswith(".json") else value
+def _shown(segment: str) -> str:
+    """The id of a routed path segment (app.render.by_id) as a 404 names it: unquoted, without
+    the twin's bare `.json` suffix (neither it nor the id with it exists)."""
+    return unquote(segment[: -len(".json")] if segment.endswith(".json") else segment)
 
 
 def _missing(session, run_id: str, what: str | None = None):
@@ -213,19 +214,19 @@ def rollout(request: Request, session: SessionDep, run_id: str, rollout_id: str,
             return rollout_page(session, run, rid, web=request.app.state.settings.web, branch=branch or 0,
                                 offset=offset or 0, attempt=attempt, all_tokens=json or tokens == "all", focus=focus,
                                 limit=limit, came_from=_list_filters(list_), json=json, with_graph=graph == 1)
-    data, json = by_id(unquote(rollout_id), accepts_json(request), build)
-    what = lambda: _missing_rollout(session, run, unquote(rollout_id), attempt)  # noqa: E731
+    data, json = by_id(rollout_id, accepts_json(request), build)
+    what = lambda: _missing_rollout(session, run, rollout_id, attempt)  # noqa: E731
     return respond(request, template, data, json=json, block=block, missing=lambda: _missing(session, run, what())())
 
 
-def _missing_rollout(session, run: str, rollout_id: str, attempt: int | None) -> str:
-    """What a rollout page's 404 names: `rollout 'x'`, or `attempt N of rollout 'x'` when the
-    rollout exists but has no attempt N."""
+def _missing_rollout(session, run: str, segment: str, attempt: int | None) -> str:
+    """What a rollout page's 404 names (`segment` as routed): `rollout 'x'`, or `attempt N of
+    rollout 'x'` when the rollout exists but has no attempt N."""
     from app.queries.rollouts import get_rollout
 
-    shown = _shown(rollout_id)
+    shown = _shown(segment)
     if attempt is not None and any(get_rollout(session=session, run_id=run, rollout_id=r) is not None
-                                   for r in dict.fromkeys((rollout_id, shown))):
+                                   for r in dict.fromkeys((unquote(segment), shown))):
         return f"attempt {attempt} of rollout {shown!r}"
     return f"rollout {shown!r}"
 
@@ -252,15 +253,15 @@ def group(request: Request, session: SessionDep, run_id: str, group_id: str,
         raise ApiError(422, f"a diff names two members: give both a= and b= ({missing} is missing)", field=missing)
     run = unquote(run_id)
     if a is not None and b is not None:
-        data, json = by_id(unquote(group_id), accepts_json(request),
+        data, json = by_id(group_id, accepts_json(request),
                            lambda gid, json: group_extras.diff_page(session, run, gid, a, b))
         return respond(request, "diff.html", data, json=json,
-                       missing=_missing(session, run, f"group {unquote(group_id)!r} with members {a!r} and {b!r}"))
-    data, json = by_id(unquote(group_id), accepts_json(request),
+                       missing=_missing(session, run, f"group {_shown(group_id)!r} with members {a!r} and {b!r}"))
+    data, json = by_id(group_id, accepts_json(request),
                        lambda gid, json: group_page(session, run, gid, sort=None if sort == "index" else sort,
                                                     json=json))
     return respond(request, "group.html", data, json=json,
-                   missing=_missing(session, run, f"group {_shown(unquote(group_id))!r}"))
+                   missing=_missing(session, run, f"group {_shown(group_id)!r}"))
 
 
 @page_route(router, "/runs/{run_id:path}/rollouts", offers=(".json", ".csv"))
@@ -306,8 +307,8 @@ def run(request: Request, session: SessionDep, run_id: str, steps: OptStr = None
     `smooth=N` adds an N-step moving average to the charts. Read from the per-step rollups.
     `since=<version>` (a live page polling with htmx): 204 when nothing changed since that version."""
     steps_range = step_range(steps)
-    data, json = by_id(unquote(run_id), accepts_json(request), lambda rid, json: run_page(
+    data, json = by_id(run_id, accepts_json(request), lambda rid, json: run_page(
         session, rid, json=json, steps_range=steps_range, window=smooth or 1))
     if data is not None and since and since == data.version and request.headers.get("hx-request"):
         return Response(status_code=204)  # a live page polling: nothing new, htmx keeps what it shows
-    return respond(request, "run.html", data, json=json, missing=_missing(session, _shown(unquote(run_id))))
+    return respond(request, "run.html", data, json=json, missing=_missing(session, _shown(run_id)))

@@ -158,6 +158,31 @@ def test_ids_ending_in_json_open_as_pages(client, engine, tmp_path):
     assert client.get("/runs/r.json/rollouts/x.json.json").json()["rollout"]["rollout_id"] == "x.json"
 
 
+def test_an_id_ending_in_json_beside_the_same_id_without_it_has_its_own_page(client, engine, tmp_path):
+    """Rollouts `a` and `a.json`, runs `r` and `r.json`: `/rollouts/a.json` is `a`'s twin, so the
+    page of `a.json` is linked as `a%2Ejson` (app.urls.q), and every link the pages give reaches
+    the id it names."""
+    from app import urls
+
+    rs = [rollout(i, run=run, group="g", index=k) for run in ("r", "r.json") for k, i in enumerate(("a", "a.json"))]
+    assert ingest(engine, write_jsonl(tmp_path / "j.jsonl", rs)).ok
+    assert urls.rollout("r.json", "a.json") == "/runs/r%2Ejson/rollouts/a%2Ejson"
+    for run in ("r", "r.json"):
+        for rid in ("a", "a.json"):
+            page = client.get(urls.rollout(run, rid))
+            assert page.status_code == 200 and page.headers["content-type"].startswith("text/html"), (run, rid)
+            assert client.get(urls.rollout(run, rid, json=True)).json()["rollout"]["rollout_id"] == rid, (run, rid)
+        assert client.get(urls.run(run, json=True)).json()["run"]["id"] == run
+        listed = client.get(urls.rollouts(run)).text
+        assert f'href="{urls.rollout(run, "a.json")}' in listed and f'href="{urls.rollout(run, "a")}' in listed
+    # a bare `.json` is the twin of the id without it; a hand-typed one still finds a lone id
+    assert client.get("/runs/r/rollouts/a.json").json()["rollout"]["rollout_id"] == "a"
+    assert client.get("/runs/r.json").json()["run"]["id"] == "r"
+    assert client.get("/runs/r/rollouts/a%2ejson").headers["content-type"].startswith("text/html")
+    missing = client.get("/runs/r/rollouts/b%2Ejson.json")
+    assert missing.status_code == 404 and "'b.json'" in missing.json()["error"]["message"]
+
+
 def test_dot_segments_are_not_ids(engine, tmp_path):
     """"." and ".." would be collapsed by browsers as path segments: refused at ingest."""
     import json
