@@ -5,6 +5,7 @@ point, whose loaded modules are read back from `sys.modules`."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -109,3 +110,26 @@ def test_printing_a_string_compiles_no_highlighter(capsys):
         ReprHighlighter.highlight = original
     assert calls == []
     assert "12 rows" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["ingest", "a.jsonl", "--db"], "'--db': needs a value: a database URL"),
+    (["--db=", "ingest", "a.jsonl"], "'--db': needs a value"),
+    (["ingest", "--db", "--run", "x", "a.jsonl"], "'--db': needs a value"),  # an option is not a URL
+    (["ingest", "--db", "sqlite:///a.db", "a.jsonl", "--db=sqlite:///b.db"],
+     "'--db': given 2 times (sqlite:///a.db, sqlite:///b.db): name one database"),
+])
+def test_a_db_option_without_one_database_is_a_usage_error_naming_it(args, said, tmp_path):
+    """`--db` with no value used to say "No such option: --db"; two different values took the
+    later one silently. Both are usage errors (exit code 2) naming `--db`, from the real CLI."""
+    proc = subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2 and said in proc.stderr + proc.stdout, proc.stderr + proc.stdout
+    assert "No such option" not in proc.stderr
+
+
+def test_the_same_database_named_twice_is_one_database():
+    from app.cli import hoist_db
+
+    assert hoist_db(["ingest", "--db", "sqlite:///a.db", "x", "--db=sqlite:///a.db"]) == \
+        ["--db", "sqlite:///a.db", "ingest", "x"]

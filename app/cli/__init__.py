@@ -69,8 +69,8 @@ def main() -> None:
     debug = "--debug" in sys.argv[1:]
     if debug:
         sys.argv.remove("--debug")
-    sys.argv[1:] = hoist_db(sys.argv[1:])
     try:
+        sys.argv[1:] = hoist_db(sys.argv[1:])
         named = command_named(sys.argv[1:])
         # standalone_mode=False: click returns a command's exit code instead of exiting
         code = build(named)(standalone_mode=False)  # no command named: the whole app answers
@@ -127,24 +127,37 @@ def main() -> None:
         raise SystemExit(1) from None
 
 
+_DB_NEEDS_URL = "needs a value: a database URL (sqlite:///path.db or postgresql://...)"
+
+
 def hoist_db(args: list[str]) -> list[str]:
     """`--db URL` (or `--db=URL`) is accepted anywhere on the command line, before or after the
     command (`rollscope ingest x.jsonl --db sqlite:///x.db`): moved to the front, where the
-    group's option is parsed. A `--db` after `--` is left alone."""
+    group's option is parsed. A `--db` after `--` is left alone. Raises `typer.BadParameter`
+    (a usage error, exit code 2) for a `--db` without a value (at the end, or followed by another
+    option) and for two `--db` naming different databases (which one was meant is not known)."""
     end = args.index("--") if "--" in args else len(args)
-    head, rest, moved, i = args[:end], args[end:], [], 0
+    head, rest, i = args[:end], args[end:], 0
     kept: list[str] = []
+    urls: list[str] = []
     while i < len(head):
-        if head[i] == "--db" and i + 1 < len(head):
-            moved += head[i:i + 2]
+        if head[i] == "--db":
+            if i + 1 >= len(head) or head[i + 1].startswith("-"):
+                raise typer.BadParameter(_DB_NEEDS_URL, param_hint="'--db'")
+            urls.append(head[i + 1])
             i += 2
             continue
         if head[i].startswith("--db="):
-            moved.append(head[i])
+            urls.append(head[i].removeprefix("--db="))
+            if not urls[-1]:
+                raise typer.BadParameter(_DB_NEEDS_URL, param_hint="'--db'")
         else:
             kept.append(head[i])
         i += 1
-    return moved + kept + rest
+    if len(set(urls)) > 1:
+        raise typer.BadParameter(f"given {len(urls)} times ({', '.join(urls)}): name one database",
+                                 param_hint="'--db'")
+    return (["--db", urls[0]] if urls else []) + kept + rest
 
 
 def click_exceptions() -> tuple[type[Exception], ...]:
