@@ -254,11 +254,13 @@ class Node(Model):
     reward: Number | None = Field(None, description="reward credited at this node (the step's reward r_t)")
     mc_return: Number | None = Field(None,
                                      description="discounted Monte Carlo return G_t = r_t + γ·G_{t+1} at this node")
-    non_finite: dict[Literal["logprobs", "advantages", "reference_logprobs"],
+    non_finite: dict[Literal["logprobs", "advantages", "reference_logprobs", "extra.trainer_logprobs",
+                             "extra.old_logprobs"],
                      dict[Literal["nan", "inf", "-inf"], list[NodeIndex]]] | None = Field(
         None, description="positions of the per-token values that are NaN or ±Infinity, written null in "
                           "the array (the native format is strict JSON): {array: {\"nan\"|\"inf\"|\"-inf\": "
-                          "[positions]}}; read back as those floats")
+                          "[positions]}}, `array` a per-token field or a trainer logprob array of `extra` "
+                          "(`extra.trainer_logprobs`, `extra.old_logprobs`); read back as those floats")
     # the per-token arrays as numpy arrays, built once for every stage that scans tokens
     # (ingest/arrays.py `node_arrays`); not part of the format
     _arrays: Any = PrivateAttr(default=None)
@@ -588,7 +590,8 @@ def _strict_json_model(model: Any) -> Any:
     return model
 
 
-NON_FINITE_ARRAYS = ("logprobs", "advantages", "reference_logprobs")
+NON_FINITE_ARRAYS = ("logprobs", "advantages", "reference_logprobs",
+                     *(f"extra.{key}" for key in TRAINER_LOGPROB_KEYS))
 
 
 def with_non_finite(node: dict[str, Any]) -> dict[str, Any]:
@@ -602,12 +605,16 @@ def with_non_finite(node: dict[str, Any]) -> dict[str, Any]:
                          '{array: {"nan"|"inf"|"-inf": [positions]}}')
     out = {k: v for k, v in node.items() if k != "non_finite"}
     for name, words in marks.items():
-        values = node.get(name)
+        values = _marked_array(node, name)
         if name not in NON_FINITE_ARRAYS or not isinstance(values, list) or not isinstance(words, dict):
             raise ValueError(f"non_finite.{name} = {json_text(words)}: must name a per-token array the node "
                              f"has ({', '.join(NON_FINITE_ARRAYS)}) and map \"nan\", \"inf\" or \"-inf\" "
                              "to its positions")
-        values = out[name] = list(values)
+        values = list(values)
+        if name.startswith("extra."):
+            out["extra"] = {**out["extra"], name.removeprefix("extra."): values}
+        else:
+            out[name] = values
         span = f"0..{len(values) - 1}" if values else "it is empty"
         for word, positions in words.items():
             if word not in _NON_FINITE or not isinstance(positions, list):
@@ -626,6 +633,14 @@ def with_non_finite(node: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _marked_array(node: dict[str, Any], name: str) -> Any:
+    """The array a `non_finite` key names in a node's JSON object: a field, or `extra.<key>`."""
+    if name.startswith("extra."):
+        extra = node.get("extra")
+        return extra.get(name.removeprefix("extra.")) if isinstance(extra, dict) else None
+    return node.get(name)
+
+
 def _non_finite_marks(node: "Node") -> dict[str, Any] | None:
     """The fields of `node` as strict JSON holds them when a float array has NaN or ±Infinity:
     those values null and listed in `non_finite` (`with_non_finite` reads them back); None when
@@ -633,16 +648,25 @@ def _non_finite_marks(node: "Node") -> dict[str, Any] | None:
     there; the list's own nulls are counted in C)."""
     marks: dict[str, dict[str, list[int]]] = {}
     changed: dict[str, Any] = {}
+    extra = node.extra
     for name in NON_FINITE_ARRAYS:
-        values = getattr(node, name)
-        if not values:
+        in_extra = name.startswith("extra.")
+        values = extra.get(name[6:]) if in_extra else getattr(node, name)
+        if not values or not isinstance(values, list):
             continue
-        wide = np.array(values, dtype=np.float64)
+        try:  # a trainer array in `extra` is as the source wrote it: numbers and nulls, or not marked
+            wide = np.array(values, dtype=np.float64)
+        except (TypeError, ValueError):
+            continue
         bad = ~np.isfinite(wide)
         n_bad = int(np.count_nonzero(bad))
-        if not n_bad or (n_bad == values.count(None) and not np.isinf(wide).any()):
+        if not n_bad or wide.ndim != 1 or (n_bad == values.count(None) and not np.isinf(wide).any()):
             continue
-        values = changed[name] = list(values)
+        values = list(values)
+        if in_extra:
+            extra = changed["extra"] = {**extra, name[6:]: values}
+        else:
+            changed[name] = values
         for at in np.flatnonzero(bad).tolist():
             if values[at] is not None:
                 marks.setdefault(name, {}).setdefault(_non_finite(values[at]), []).append(at)

@@ -84,13 +84,15 @@ NON_FINITE_TOKENS = _line(
     '{"message": {"role": "user", "content": "hi"}, "token_ids": [1, 2]}, '
     '{"parent": 0, "message": {"role": "assistant", "content": "yo"}, "sampled": true, "token_ids": [3, 4, 5, 6], '
     '"mask": [1, 1, 1, 1], "logprobs": [-0.5, NaN, -Infinity, null], "advantages": [0.5, NaN, null, Infinity], '
-    '"reference_logprobs": [-Infinity, -0.25, NaN, -0.5]}')
+    '"reference_logprobs": [-Infinity, -0.25, NaN, -0.5], '
+    '"extra": {"trainer_logprobs": [-0.4, NaN, Infinity, null], "old_logprobs": [-0.5, -1.0, NaN, -0.5]}}')
 
 
 def test_non_finite_token_values_export_as_strict_json_and_reingest_unchanged_with_their_findings(
         engine, db_url, tmp_path, monkeypatch):
-    """A native export writes a NaN or ±Infinity logprob, advantage or reference logprob as null
-    with the node's `non_finite` marker (strict JSON), which reads back as the same float: the
+    """A native export writes a NaN or ±Infinity logprob, advantage or reference logprob (and
+    trainer logprob kept in `extra`) as null with the node's `non_finite` marker (strict JSON),
+    which reads back as the same float: the
     export re-ingests `unchanged`, and a fresh database given only the export finds what the
     source's ingest found (invalid_logprob, implausible_logprob...)."""
     import json
@@ -110,10 +112,15 @@ def test_non_finite_token_values_export_as_strict_json_and_reingest_unchanged_wi
     node = json.loads(out.read_text(), parse_constant=refuse)["nodes"][1]
     assert node["logprobs"] == [-0.5, None, None, None] and node["advantages"] == [0.5, None, None, None]
     assert node["non_finite"] == {"logprobs": {"nan": [1], "-inf": [2]}, "advantages": {"nan": [1], "inf": [3]},
-                                  "reference_logprobs": {"-inf": [0], "nan": [2]}}
+                                  "reference_logprobs": {"-inf": [0], "nan": [2]},
+                                  "extra.trainer_logprobs": {"nan": [1], "inf": [2]},
+                                  "extra.old_logprobs": {"nan": [2]}}
+    assert node["extra"]["trainer_logprobs"] == [-0.4, None, None, None]
     back = Rollout.model_validate_json(out.read_bytes()).nodes[1]
     assert math.isnan(back.logprobs[1]) and back.logprobs[2:] == [-math.inf, None]
     assert math.isnan(back.advantages[1]) and back.advantages[2:] == [None, math.inf]
+    trainer = back.extra["trainer_logprobs"]
+    assert math.isnan(trainer[1]) and trainer[2:] == [math.inf, None] and math.isnan(back.extra["old_logprobs"][2])
     assert back.non_finite is None  # put back into the arrays, not kept
 
     with engine.connect() as conn:
