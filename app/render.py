@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import io
+import shlex
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -164,6 +165,7 @@ templates.env.filters["no_gradient"] = own_no_gradient
 templates.env.filters["sig"] = significant
 templates.env.filters["pct"] = percent
 templates.env.filters["exact_time"] = exact_time
+templates.env.filters["shell"] = shlex.quote  # a word of a command shown to copy (a run id: `--run {{ id | shell }}`)
 templates.env.globals["urls"] = urls
 
 

@@ -170,7 +170,7 @@ def no_gradient_reason(row: Mapping, *, zero_variance_groups: set[str], latest: 
 def empty_checks() -> dict:
     """The checks part of a step's stats when nothing was found or skipped (see
     app/store/rollups.py `finding_counts` for what each part counts)."""
-    return {"found": {}, "skipped": {}, "skip_reasons": {}, "group_skip_reasons": {}}
+    return {"found": {}, "skipped": {}, "skip_reasons": {}, "group_skip_reasons": {}, "ran": {}}
 
 
 def scored_with_errors(rows: list[Mapping]) -> list[float]:

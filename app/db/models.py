@@ -127,6 +127,9 @@ class Rollout(SQLModel, table=True):
     source_file: str | None = None
     source_line: int | None = None
     ingested_at: datetime = Field(default_factory=utcnow, sa_column=Column(UTCDateTime, nullable=False))
+    # the checks version that ran on it (ingest/checks/registry.py `version`): a check whose `since`
+    # is later did not run on it; NULL when stored before versions were kept (migration 0026)
+    checks_version: int | None = None
 
 
 class RolloutDetail(SQLModel, table=True):

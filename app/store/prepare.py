@@ -31,6 +31,7 @@ from app.store.signatures import mined_texts
 from ingest.advantages import estimator_name, recorded_advantage
 from ingest.arrays import node_arrays
 from ingest.checks import CheckContext, run_rollout_checks
+from ingest.checks import version as checks_version
 from ingest.errors import RecordError
 from ingest.jsonio import dumps, loads  # dumps/loads keep integers past 64 bits
 from ingest.metrics import rollout_metrics
@@ -344,7 +345,7 @@ def _summary(r: Rollout, flags: list[str], chash: str, tally: _Tally) -> dict:
         n_branches=tally.n_branches,
         flags=flags, content_hash=chash, raw_hash=r._raw_hash,
         source_format=r.source.get("format"), source_file=r.source.get("file"), source_line=r.source.get("line"),
-        ingested_at=models.utcnow(),
+        ingested_at=models.utcnow(), checks_version=checks_version(),
         **rollout_metrics(r, min(versions) if versions else None),
     )
 

@@ -145,7 +145,9 @@ def finding_counts(conn: sa.Connection, keys: list[tuple[str, int | None]],
       counted once per kind and scope;
     - `skip_reasons`: kind → message → skipped outcomes of the step's rollouts (rollout scope);
     - `group_skip_reasons`: kind → message → groups with that skipped outcome, each group counted
-      at the first step of its members (so a run's total counts every group once).
+      at the first step of its members (so a run's total counts every group once);
+    - `ran`: checks version (as text, `null` for a rollout stored before versions were kept) →
+      rollouts of the step whose checks were that version (`rollout.checks_version`).
 
     and, second, (run, group) → the kinds of the group-scope findings (not skipped outcomes) of
     every group with a member in these steps: a group's finding counts for each of its members
@@ -190,6 +192,9 @@ def finding_counts(conn: sa.Connection, keys: list[tuple[str, int | None]],
                      .select_from(first.join(F, sa.and_(F.c.rollout_pk.is_(None), F.c.run_id == first.c.run_id,
                                                         F.c.group_id == first.c.group_id)))
                      .where(F.c.severity == SKIPPED).group_by(first.c.run_id, first.c.step, F.c.kind, F.c.message))
+    # rollouts per checks version (the kind column carries it)
+    ran = (sa.select(sa.literal("ran"), R.c.run_id, R.c.step, sa.cast(R.c.checks_version, sa.String), sa.literal(0),
+                     no_message, sa.func.count()).where(in_keys).group_by(R.c.run_id, R.c.step, R.c.checks_version))
     # the kinds each of these groups was flagged with (the message column carries the group id)
     group_kinds = (sa.select(sa.literal("group_kind"), groups.c.run_id, sa.cast(sa.null(), sa.Integer), F.c.kind,
                              sa.literal(0), groups.c.group_id, sa.func.count())
@@ -197,14 +202,16 @@ def finding_counts(conn: sa.Connection, keys: list[tuple[str, int | None]],
                                                        F.c.group_id == groups.c.group_id)))
                    .where(F.c.severity != SKIPPED).group_by(groups.c.run_id, groups.c.group_id, F.c.kind))
     for tag, run_id, step, kind, skip, message, n in conn.execute(
-            sa.union_all(*counts, reasons, group_reasons, group_kinds)):
+            sa.union_all(*counts, reasons, group_reasons, group_kinds, ran)):
         if tag == "group_kind":
             kinds.setdefault((run_id, message), set()).add(kind)
             continue
         c = out.get((run_id, step))
         if c is None:  # a group whose first step is not among these
             continue
-        if tag == "count":
+        if tag == "ran":
+            c["ran"][kind or "null"] = n
+        elif tag == "count":
             d = c["skipped" if skip else "found"]
             d[kind] = d.get(kind, 0) + n
         else:

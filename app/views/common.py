@@ -120,6 +120,7 @@ def summary_fields(row, n_attempts: int | None = None, *, json: bool = False) ->
     d.pop("sort_value", None)  # a component sort's value (app.queries.rollout_list.SORT_VALUE)
     d.pop("latest_attempt", None)
     d.pop("raw_hash", None)  # the ingest's bookkeeping (ingest/known.py), not a field of any page
+    d.pop("checks_version", None)  # counted by the run page's checks table (app/views/runs.py), not listed
     d["reward"] = num(d.get("reward"))
     d["ingested_at"] = iso(d.get("ingested_at"))
     if n_attempts is not None:

@@ -103,7 +103,10 @@ class HeadlineCharts(PageModel):
 class CheckRow(PageModel):
     """What one registered check did in this run: rollouts with a finding (`url`: those
     rollouts), rollouts it decided on (`checked`), rollouts it could not decide on (`skipped`)
-    and the commonest reasons why. A group-scope check counts the rollouts of its groups."""
+    and the commonest reasons why, rollouts stored before the check existed (`not_run`: their
+    checks version is older than its `since`) and rollouts stored before Rollscope kept which
+    checks ran (`unrecorded`); `rollscope recheck` runs today's checks on both. A group-scope
+    check counts the rollouts of its groups."""
 
     kind: str
     label: str
@@ -115,6 +118,8 @@ class CheckRow(PageModel):
     skipped: int
     skip_reasons: list[dict[str, Any]]
     url: str
+    not_run: int = 0
+    unrecorded: int = 0
 
 
 class RunPage(PageModel):
@@ -311,8 +316,11 @@ def _checks_table(run_id: str, stats, n_rollouts: int) -> list[CheckRow]:
     with_finding: dict[str, int] = {}
     undecided: dict[str, int] = {}
     reasons: dict[tuple[str, str, bool], int] = {}
+    by_version: dict[str, int] = {}  # checks version ("null": not kept) → rollouts
     for s in stats:
         c = s.get("checks") or {}
+        for version, n in (c.get("ran") or {}).items():
+            by_version[version] = by_version.get(version, 0) + n
         for kind, n in (c.get("found") or {}).items():
             kind = checks.legacy_kind(kind)
             with_finding[kind] = with_finding.get(kind, 0) + n
@@ -328,12 +336,16 @@ def _checks_table(run_id: str, stats, n_rollouts: int) -> list[CheckRow]:
     for (kind, message, _), n in sorted(reasons.items(), key=lambda x: (x[0][0], -x[1], x[0][1], x[0][2])):
         if len(top.setdefault(kind, [])) < 3:
             top[kind].append((message, n))
-    table = [CheckRow(kind=kind, label=c.label, scope=c.scope, severity=c.severity, rule=c.doc,
-                      rollouts=with_finding.get(kind, 0), skipped=undecided.get(kind, 0),
-                      checked=max(0, n_rollouts - undecided.get(kind, 0)),
-                      skip_reasons=[{"reason": m, "count": n} for m, n in top.get(kind, [])],
-                      url=urls.rollouts(run_id, flag=kind))
-             for kind, c in checks.REGISTRY.items()]
+    unrecorded = by_version.pop("null", 0)
+    table = []
+    for kind, c in checks.REGISTRY.items():
+        not_run = sum(n for version, n in by_version.items() if int(version) < c.since)
+        table.append(CheckRow(kind=kind, label=c.label, scope=c.scope, severity=c.severity, rule=c.doc,
+                              rollouts=with_finding.get(kind, 0), skipped=undecided.get(kind, 0),
+                              checked=max(0, n_rollouts - undecided.get(kind, 0) - not_run - unrecorded),
+                              not_run=not_run, unrecorded=unrecorded,
+                              skip_reasons=[{"reason": m, "count": n} for m, n in top.get(kind, [])],
+                              url=urls.rollouts(run_id, flag=kind)))
     return table
 
 

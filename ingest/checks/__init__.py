@@ -25,7 +25,19 @@ from ingest.checks.groups import (
     prompt_key,
     prompt_text,
 )
-from ingest.checks.registry import REGISTRY, SKIPPED, Check, CheckResults, FindingData, Hit, Skip, check, kinds, label
+from ingest.checks.registry import (
+    REGISTRY,
+    SKIPPED,
+    Check,
+    CheckResults,
+    FindingData,
+    Hit,
+    Skip,
+    check,
+    kinds,
+    label,
+    version,
+)
 
 # Kinds stored under an older name: one `<array>_len_mismatch` per array before the registry
 # (migration 0003 renames them to `array_len_mismatch` with `detail.array`), and
@@ -60,4 +72,4 @@ def run_group_checks(group: Group, ctx: CheckContext | None = None) -> CheckResu
 
 __all__ = ["REGISTRY", "SKIPPED", "Check", "CheckContext", "CheckResults", "FindingData", "Group", "GroupMember",
            "Hit", "legacy_kind", "Skip", "check", "kinds", "label", "run_group_checks", "run_rollout_checks",
-           "Sibling", "groups_from_rollouts", "link_siblings", "prompt_key", "prompt_text"]
+           "Sibling", "groups_from_rollouts", "link_siblings", "prompt_key", "prompt_text", "version"]

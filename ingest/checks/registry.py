@@ -73,17 +73,20 @@ class Check:
     fn: Callable[..., Iterable[Hit]]
     doc: str
     at: Literal["token", "call"] = "token"  # what a finding's `position` indexes in its node
+    since: int = 1  # the checks version (`version()`) that first runs it
 
 
 REGISTRY: dict[str, Check] = {}
 
 
 def check(kind: str, severity: Severity, scope: Scope = "rollout", label: str | None = None,
-          at: Literal["token", "call"] = "token"):
+          at: Literal["token", "call"] = "token", since: int = 1):
     """Register a check function under a static `kind` (snake_case). `at` says what a finding's
-    `position` indexes within its node: a token ("token") or a tool call ("call"). Raises
-    ValueError when the kind is registered twice, or the severity or scope is not one of the
-    declared values."""
+    `position` indexes within its node: a token ("token") or a tool call ("call"). `since`: the
+    checks version that first runs it; a check added later declares one more than `version()`
+    was (tests/checks/test_registry.py holds the kinds of each version), so that a rollout stored
+    before it, and stamped with the older version, shows it as not run. Raises ValueError when the
+    kind is registered twice, or the severity or scope is not one of the declared values."""
     if severity not in ("info", "warning", "error"):
         raise ValueError(f"check {kind!r}: severity {severity!r} is not info, warning or error")
     if scope not in ("rollout", "group"):
@@ -93,7 +96,8 @@ def check(kind: str, severity: Severity, scope: Scope = "rollout", label: str | 
         if kind in REGISTRY:
             raise ValueError(f"check kind {kind!r} registered twice")
         doc = (fn.__doc__ or "").strip().split("\n\n")[0]
-        REGISTRY[kind] = Check(kind, severity, scope, label or kind.replace("_", " "), fn, " ".join(doc.split()), at)
+        REGISTRY[kind] = Check(kind, severity, scope, label or kind.replace("_", " "), fn, " ".join(doc.split()), at,
+                               since)
         return fn
 
     return register
@@ -167,6 +171,13 @@ def _subject_name(subject: Any) -> str:
     run = getattr(getattr(subject, "run", None), "id", None)
     where = f" ({src.get('file')}:{src.get('line')})" if src.get("file") else ""
     return f"rollout {run}/{getattr(subject, 'id', '?')}#{getattr(subject, 'attempt', 0)}{where}"
+
+
+def version() -> int:
+    """The checks version of this registry: the largest `since` of its checks. Stored with each
+    rollout its checks ran on (`rollout.checks_version`), so a page can tell a check that ran and
+    found nothing from one that did not exist yet (app/views/runs.py `_checks_table`)."""
+    return max((c.since for c in REGISTRY.values()), default=0)
 
 
 def kinds(scope: Scope | None = None) -> list[str]:
