@@ -30,6 +30,18 @@ def test_twin_carries_the_graph_once_and_api_caps_message_text(engine, client, t
     g = client.get(d["graph_url"])
     assert g.status_code == 200 and len(g.json()["graph"]["nodes"]) == n
     assert client.get("/runs/big/rollouts/long.json?graph=2").status_code == 422
+    # above TWIN_GRAPH_BUDGET nodes even the first page links the graph (a 5,000-turn rollout: 1.2 MB)
+    from app.views.rollout.branches import TWIN_GRAPH_BUDGET
+
+    m = TWIN_GRAPH_BUDGET + 1
+    chain = [{"parent": i - 1 if i else None, "message": {"role": "assistant" if i % 2 else "user", "content": "t"}}
+             for i in range(m)]
+    wide = Rollout.model_validate({"schema": "rollscope/1", "id": "wide", "run": {"id": "big"}, "step": 1,
+                                   "reward": 1.0, "ending": {"type": "submitted"}, "nodes": chain})
+    assert ingest(engine, write_jsonl(tmp_path / "wide.jsonl", [wide])).ok
+    first = client.get("/runs/big/rollouts/wide.json").json()
+    assert first["graph"] is None and first["graph_url"].endswith("graph=1")
+    assert len(client.get(first["graph_url"]).json()["graph"]["nodes"]) == m
     # the HTML page never builds the twin's graph
     assert client.get("/runs/big/rollouts/long?tokens=all").status_code == 200
 

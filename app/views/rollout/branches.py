@@ -35,16 +35,22 @@ def rerendered(forks: list, paths: list[list[int]]) -> tuple[list[tuple[int, int
     return out, ([set(p) for p in paths] if out else [])
 
 
+# The most graph nodes a twin's first page carries unasked (about 260 bytes each): a 5,000-turn
+# rollout's 10,002 nodes made its first page 1.2 MB; above this the page links them (`graph_url`).
+TWIN_GRAPH_BUDGET = 1_000
+
+
 def graph_fields(gnodes, paths: list[list[int]], link: NodeLinks, *, with_graph: bool) -> dict:
-    """The drawn graph (`svg`) and, in the JSON twin, the whole graph on a branch's first page or
-    with `with_graph` (`graph`), else the link to it (`graph_url`)."""
+    """The drawn graph (`svg`) and, in the JSON twin, the whole graph with `with_graph`, or on a
+    branch's first page of a graph of at most TWIN_GRAPH_BUDGET nodes (`graph`), else the link to
+    it (`graph_url`, the same page with `graph=1`)."""
     json, branch, offset = link.json, link.branch, link.offset
 
     def graph_href(b: int, idx: int) -> str:
         return urls.rollout(link.run_id, link.rollout_id, json=json, branch=b, attempt=link.attempt,
                             focus=f"m-{idx}") + f"#m-{idx}"
 
-    whole = offset == 0 or with_graph
+    whole = with_graph or (offset == 0 and len(gnodes) <= TWIN_GRAPH_BUDGET)
     return {"graph": graph_svg.graph_data(gnodes, paths) if json and whole else None,
             "graph_url": link.page_url(branch, offset, graph=1) if json and not whole else None,
             "svg": graph_svg.layout(gnodes, paths, branch, graph_href)}

@@ -218,9 +218,9 @@ class RolloutPage(PageModel):
     branch: int
     branch_prev_url: str | None
     branch_next_url: str | None
-    # JSON twin, on the first page of a branch (offset 0) or with `graph=1`: nodes with parent,
-    # role, sampled, tokens, kind, branches. Later pages carry `graph_url` instead (a 5,000-turn
-    # rollout's 10,002 nodes were 1.1 MB of every 50-message page).
+    # JSON twin, on the first page of a branch (offset 0) of a graph of at most 1,000 nodes, or
+    # with `graph=1`: nodes with parent, role, sampled, tokens, kind, branches. Other pages carry
+    # `graph_url` instead (a 5,000-turn rollout's 10,002 nodes were 1.2 MB of each page).
     graph: dict[str, Any] | None
     graph_url: str | None
     svg: dict[str, Any]  # the drawn graph's geometry (app/views/graph_svg.py)
