@@ -13,7 +13,8 @@ pytestmark = pytest.mark.browser
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     rs = [rollout("a/b", run="team/exp-12", group="g/1", index=0, step=2),
-          rollout("c", run="team/exp-12", group="g/1", index=1, step=2, reward=0.0)]
+          rollout("c", run="team/exp-12", group="g/1", index=1, step=2, reward=0.0),
+          rollout("x", run="dots"), rollout("x.json", run="dots")]
     with served_rollouts(tmp_path_factory.mktemp("web"), rs) as base:
         yield base
 
@@ -38,6 +39,21 @@ def test_click_through_a_run_id_with_a_slash(server, browser):
     page.get_by_role("button", name="filter").click()
     page.wait_for_load_state("networkidle")
     assert page.locator("#rows tr").count() == 2
+    assert problems == []
+    page.close()
+
+
+def test_a_rollout_id_ending_in_json_opens_its_page_beside_the_same_id_without_it(server, browser):
+    """The link to `x.json` is written `x%2Ejson` (`/rollouts/x.json` is the twin of `x`): the
+    browser keeps the escape as it follows the link, and each link opens its own page."""
+    page, problems = open_page(browser, f"{server}/runs/dots/rollouts")
+    for rid, path in (("x.json", "/runs/dots/rollouts/x%2Ejson"), ("x", "/runs/dots/rollouts/x")):
+        page.get_by_role("link", name=rid, exact=True).click()
+        page.wait_for_load_state("networkidle")
+        assert page.url.split("?")[0] == server + path
+        assert page.locator("h1").inner_text().split()[0] == rid, page.url
+        page.go_back()
+        page.wait_for_load_state("networkidle")
     assert problems == []
     page.close()
 
