@@ -15,16 +15,12 @@ from urllib.parse import quote, quote_plus, urlencode
 
 from starlette.requests import Request
 
+from rollscope.paths import segment
+
 _UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*\Z")  # what quote() leaves as it is
 
 
-def q(value: Any) -> str:
-    """One path segment: every reserved character encoded, `/` included, and the dot of a
-    trailing `.json` (`a.json` → `a%2Ejson`), which would otherwise read as the JSON twin's
-    suffix (app.render.by_id)."""
-    text = str(value)
-    out = text if _UNRESERVED.match(text) else quote(text, safe="")
-    return out[:-5] + "%2Ejson" if out.endswith(".json") else out
+q = segment  # one path segment (rollscope/paths.py): `/` encoded, an id's own trailing `.json` as `%2Ejson`
 
 
 def _qv(value: Any) -> str:

@@ -49,8 +49,9 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
+from rollscope.paths import segment
 from rollscope.schemas import BranchTokens, Rollout, RolloutRow, RunRow
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def rollout_url(*args: str | None, base: str | None = None, branch: int | None =
     else:
         raise TypeError(f"rollout_url takes (run, rollout_id) or (base, run, rollout_id), got {len(args)} arguments")
     params = {k: v for k, v in (("attempt", attempt or None), ("branch", branch), ("token", token)) if v is not None}
-    url = f"{server_url(base)}/runs/{quote(str(run), safe='')}/rollouts/{quote(str(rollout_id), safe='')}"
+    url = f"{server_url(base)}/runs/{segment(run)}/rollouts/{segment(rollout_id)}"
     anchor = f"#m-{int(node)}" if node is not None else (f"#t-{int(at)}" if at is not None else "")
     return url + (f"?{urlencode(params)}" if params else "") + anchor
 
@@ -265,8 +266,7 @@ class ApiError(Exception):
         self.status, self.code, self.message, self.field = status, code, message, field
 
 
-def _seg(value: str | int) -> str:
-    return quote(str(value), safe="")
+_seg = segment  # an id in an API path, written as the app's links write it
 
 
 def _params(params: Mapping[str, Any]) -> dict[str, Any]:

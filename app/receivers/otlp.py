@@ -84,6 +84,15 @@ class OtlpRoute(APIRoute):
         return otlp_handler
 
 
+def _decode_json_request(body: bytes) -> list[SpanRecord]:
+    """The spans of an OTLP/JSON request. `{}` is the empty request (proto3 JSON: every field at
+    its default), a success as an empty protobuf body is; a file of `{}` is no OTLP file, so this
+    is the receiver's rule, not `decode_json`'s."""
+    if body.strip() == b"{}":
+        return []
+    return decode_json(body)
+
+
 # the BadRequest's field when the body as a whole is at fault (not JSON, not protobuf, does not inflate)
 WHOLE_REQUEST = "ExportTraceServiceRequest"
 
@@ -114,7 +123,7 @@ async def receive_traces(request: Request, _: WriteToken) -> Response:
     try:
         async with read_body(request, limit=request.app.state.settings.api.max_body_bytes,
                              budget=budget(request.app)) as body:
-            decode = decode_protobuf if media == PROTOBUF else decode_json
+            decode = decode_protobuf if media == PROTOBUF else _decode_json_request
             spans: list[SpanRecord] = await run_in_threadpool(decode, body)
     except BodyError as exc:
         headers = {k: v for k, v in exc.headers().items() if k != "Retry-After"}
@@ -125,12 +134,13 @@ async def receive_traces(request: Request, _: WriteToken) -> Response:
     rec = intake(request.app)
     rec.start()
     try:
+        since = rec.seq  # before the spans are taken: a rejection after it may be of this request's spans
         refused = await run_in_threadpool(rec.accept, spans, getattr(request.state, "token_name", None))
         if refused is not None:
             return failure(media, refused.status, refused.message, retry_after=refused.retry_after)
         await run_in_threadpool(rec.flush)
-        # this request's traces only, whichever flush stored them (the idle loop may have taken one)
-        rejected, reason = rec.rejections(s.trace_id for s in spans)
+        # this request's spans only, whichever flush stored their trace (the idle loop may have taken it)
+        rejected, reason = rec.rejections(spans, since)
     except (OperationalError, DBAPIError) as exc:
         return failure(media, 503, f"the database is unavailable ({type(exc).__name__}); the spans are kept, "
                        "retry later", retry_after=RETRY_DOWN)

@@ -13,9 +13,11 @@ entry per trace (ingest/otel/rejection.py).
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from fastapi.concurrency import run_in_threadpool
@@ -32,17 +34,28 @@ from ingest.otel.semconv import is_genai_trace
 from ingest.otel.wire import SpanRecord
 from ingest.schema import Rollout
 
+log = logging.getLogger("rollscope.otlp")
 RETRY_FULL, RETRY_DOWN = 1, 5  # Retry-After seconds for 429 and 503
 PRUNE_EVERY = 60.0  # seconds between sweeps of stored traces' spool files
 
 
 class Refusal(NamedTuple):
-    """Why spans cannot be taken now: the HTTP status (429 too many waiting, 503 the spool cannot
-    be written), a message, and the `Retry-After` seconds."""
+    """Why spans cannot be taken: the HTTP status (413 more spans in one request than may ever
+    wait, 429 too many waiting now, 503 the spool cannot be written), a message, and the
+    `Retry-After` seconds (None: retrying the same request cannot help)."""
 
     status: int
     message: str
-    retry_after: int
+    retry_after: int | None
+
+
+class Outcome(NamedTuple):
+    """A quarantined trace, as the requests that sent spans of it are told: the flush's sequence
+    number (`TraceIntake.seq`), the ids of the spans rejected, and why."""
+
+    seq: int
+    span_ids: frozenset[str]
+    reason: str
 
 
 class TraceIntake:
@@ -58,9 +71,9 @@ class TraceIntake:
         # trace id → the name of the token that last sent spans of it (a rejected trace's quarantine
         # source, `http:<name>`); not kept across a restart: a trace restored from the spool is `http`
         self.senders: dict[str, str | None] = {}
-        # trace id → (spans rejected, reason) of a trace quarantined by any flush, until the request
-        # that sent spans of it reads it (`rejections`); bounded like the assembler's `done`
-        self.outcomes: OrderedDict[str, tuple[int, str]] = OrderedDict()
+        # trace id → its last quarantine (`rejections`), newest last, bounded like the assembler's `done`
+        self.outcomes: OrderedDict[str, Outcome] = OrderedDict()
+        self.seq = 0  # outcomes recorded so far: a request reads it before its spans are taken
         self.restored = False
         self.lock = threading.Lock()
         # one flush at a time: a request's flush waits for the idle loop's, so the outcome of a
@@ -86,6 +99,9 @@ class TraceIntake:
         """Spool and hold one request's spans, sent with the token named `token_name`; a 429 or
         503 refusal when they cannot be taken."""
         self.restore()
+        if len(spans) > self.max_pending:  # never takeable: a 429 would be retried for ever
+            return Refusal(413, f"{len(spans)} spans in one request, more than the {self.max_pending} that may wait "
+                           "to be stored (worker.otlp_max_pending_spans): send them in smaller requests", None)
         with self.lock:
             if self.assembler.pending_spans + len(spans) > self.max_pending and spans:
                 return Refusal(429, f"{self.assembler.pending_spans} spans are waiting to be stored; retry later",
@@ -101,7 +117,6 @@ class TraceIntake:
                     self.assembler.add(self.spool.read(a.trace_id, a.start)[0], now)
                 self.ends[a.trace_id] = max(self.ends.get(a.trace_id, 0), a.end)
                 self.senders[a.trace_id] = token_name
-                self.outcomes.pop(a.trace_id, None)  # an earlier store's outcome is not this request's
             self.assembler.add(spans, now)
         return None
 
@@ -111,17 +126,19 @@ class TraceIntake:
         with self.flushing:
             return self._flush(everything)
 
-    def rejections(self, trace_ids) -> tuple[int, str | None]:
-        """(spans rejected, first reason) over the traces `trace_ids` that a flush has quarantined
-        since they were last asked for: what a request that sent spans of them reports as its
-        `partial_success`, whichever flush (its own or the idle loop's) stored them."""
+    def rejections(self, spans: Iterable[SpanRecord], since: int) -> tuple[int, str | None]:
+        """(spans rejected, first reason): the spans of `spans` (one request's) in a trace that a
+        flush quarantined after `since` (the request's reading of `seq` before `accept`). What
+        the request reports as its `partial_success`, whichever flush (its own or the idle loop's)
+        took the trace, and whatever other requests carried spans of it: each request is told of
+        its own spans, every request that sent a rejected span is told."""
         rejected, reason = 0, None
         with self.lock:
-            for tid in dict.fromkeys(trace_ids):
-                got = self.outcomes.pop(tid, None)
-                if got is not None:
-                    rejected += got[0]
-                    reason = reason or got[1]
+            for s in spans:
+                got = self.outcomes.get(s.trace_id)
+                if got is not None and got.seq > since and s.span_id in got.span_ids:
+                    rejected += 1
+                    reason = reason or got.reason
         return rejected, reason
 
     def _flush(self, everything: bool) -> tuple[int, str | None]:
@@ -131,24 +148,30 @@ class TraceIntake:
         if not ready:
             return 0, None
         items: list[tuple[str, Rollout | RecordError, int | None]] = []
-        refused: dict[str, tuple[int, str]] = {}
+        refused: dict[str, tuple[frozenset[str], str]] = {}
         for tid, spans in ready:
             if ends[tid] is not None:  # spooled: the file holds every span taken for it, by any process
                 got, end = self.spool.read(tid)
                 if got:
                     spans, ends[tid] = got, end
-            if not is_genai_trace(spans):
-                err = trace_rejection(tid, spans, "no GenAI or OpenInference span")
-            else:
-                try:
-                    items.append((tid, rollout_from_spans(spans, source={"format": "otlp", "file": RECEIVER,
-                                                                         "line": None, "trace_id": tid}), ends[tid]))
-                    continue
-                except Exception as exc:  # noqa: BLE001 - one odd trace is quarantined, never a 500
-                    err = trace_rejection(tid, spans, exc)
+            try:
+                if not is_genai_trace(spans):
+                    err = trace_rejection(tid, spans, "no GenAI or OpenInference span")
+                else:
+                    try:
+                        items.append((tid, rollout_from_spans(spans, source={"format": "otlp", "file": RECEIVER,
+                                                                             "line": None, "trace_id": tid}),
+                                      ends[tid]))
+                        continue
+                    except Exception as exc:  # noqa: BLE001 - one odd trace is quarantined, never a 500
+                        err = trace_rejection(tid, spans, exc)
+            except Exception as exc:  # noqa: BLE001 - nor a server that cannot start (restore flushes)
+                log.exception("trace %s could not be read or described", tid)
+                why = f"the trace could not be read ({type(exc).__name__}: {exc})"[:500]
+                err = RecordError(RECEIVER, None, None, why, key=tid)
             err.source = http_source(self.senders.get(tid))  # type: ignore[attr-defined]  # quarantine_many
             items.append((tid, err, ends[tid]))
-            refused[tid] = (len(spans), err.message)
+            refused[tid] = (frozenset(s.span_id for s in spans), err.message)
         try:
             self.spool.commit(items)
         except (OperationalError, DBAPIError):
@@ -161,11 +184,14 @@ class TraceIntake:
         with self.lock:
             for tid, _ in ready:
                 self.senders.pop(tid, None)
-            self.outcomes.update(refused)
+            for tid, (span_ids, why) in refused.items():
+                self.seq += 1
+                self.outcomes.pop(tid, None)
+                self.outcomes[tid] = Outcome(self.seq, span_ids, why)
             while len(self.outcomes) > self.assembler.keep_max:
                 self.outcomes.popitem(last=False)
-        first = next(iter(refused.values()), (0, None))[1]
-        return sum(n for n, _ in refused.values()), first
+        first = next(iter(refused.values()), (None, None))[1]
+        return sum(len(ids) for ids, _ in refused.values()), first
 
     def prune(self) -> None:
         """Now and then, delete spool files of traces stored longer ago than the assembler keeps them."""

@@ -5,6 +5,8 @@ field is the span attribute the value came from (`attributes["rollscope.step"]`,
 trace's own (`rollscope.run`, else `service.name`) and the raw text is the trace's spans as JSON."""
 from __future__ import annotations
 
+import json
+
 import orjson
 
 from ingest.errors import RecordError
@@ -57,7 +59,11 @@ def raw_trace(trace_id: str, spans: list[SpanRecord]) -> str:
     body = {"trace_id": trace_id, "spans": [
         {"span_id": s.span_id, "parent_span_id": s.parent_span_id, "name": s.name, "attributes": s.attributes,
          "resource": s.resource} for s in spans]}
-    return orjson.dumps(body, default=str)[:RAW_LIMIT].decode("utf-8", "replace")
+    try:
+        raw = orjson.dumps(body, default=str)
+    except TypeError:  # an integer attribute past 64 bits, which orjson refuses: every digit kept
+        raw = json.dumps(body, default=str, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return raw[:RAW_LIMIT].decode("utf-8", "replace")
 
 
 def trace_rejection(trace_id: str, spans: list[SpanRecord], exc: BaseException | str) -> RecordError:

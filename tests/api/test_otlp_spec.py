@@ -159,7 +159,7 @@ def test_sdk_exporter_waits_out_a_429_and_then_succeeds(tmp_db, caplog):
     from opentelemetry.sdk.trace.export import SpanExportResult
 
     caplog.set_level(logging.INFO, logger="rollscope.access")
-    with serve(tmp_db, worker={"otlp_max_pending_spans": 1}) as (base, app, token):
+    with serve(tmp_db, worker={"otlp_max_pending_spans": 2}) as (base, app, token):
         waiting = sdk_spans(root=False)[:1]  # a chat span whose root has not come: it waits
         assert exporter(base, token).export(waiting) is SpanExportResult.SUCCESS
 
@@ -249,7 +249,7 @@ def test_success_is_an_export_response_and_rejections_are_a_partial_success(tmp_
 def test_every_failure_is_a_status_in_the_request_encoding(tmp_db, media):
     limit = 64 << 10
     with serve(tmp_db, api={"max_body_bytes": limit, "body_memory_bytes": 1 << 20},
-               worker={"otlp_max_pending_spans": 1}) as (base, app, token):
+               worker={"otlp_max_pending_spans": 2}) as (base, app, token):
         encode = protobuf_body if media == PROTOBUF else json_body
         good = encode(sdk_spans())
 

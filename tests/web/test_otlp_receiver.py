@@ -179,9 +179,10 @@ def test_idle_trace_is_stored_and_backpressure(db_url, tmp_path):
         assert got.json()["ending"]["type"] == "submitted"
         # too many spans waiting: 429 with Retry-After, nothing taken
         spans = [_span_json("cd" * 16, f"{k + 1:016x}", "ff" * 8, "chat m", CHAT, 1000 + k) for k in range(4)]
-        r = _post(base, spans, app.state.write_token)
+        assert _post(base, spans[:2], app.state.write_token).status_code == 200  # they wait for their root
+        r = _post(base, spans[2:], app.state.write_token)
         assert r.status_code == 429 and r.headers["Retry-After"] == "1"
-        assert app.state.otlp_receiver.assembler.pending_spans == 0
+        assert app.state.otlp_receiver.assembler.pending_spans == 2
 
 
 def test_bad_bodies(db_url, tmp_path):
@@ -251,20 +252,21 @@ def _plain_root(trace: str) -> dict:
     return _span_json(trace, "0a" * 8, None, "GET /", {"http.method": "GET"}, 1000)
 
 
-def test_each_answer_counts_its_own_rejected_traces_whichever_flush_took_them(db_url, tmp_path):
+def test_each_answer_counts_its_own_rejected_spans_whichever_flush_took_them(db_url, tmp_path):
     # the idle loop (every 0.2 s here) flushes beside the requests: a trace it takes between a
     # request's spooling and that request's own flush is still that request's partial_success
     with serve(db_url, tmp_path, worker={"otlp_idle_seconds": 0.4}) as (base, app):
         rec = app.state.otlp_receiver
-        # the bookkeeping itself: a trace another flush quarantined is reported once, to its sender
-        ids = ["e0" * 16, "e1" * 16]
+        # the bookkeeping itself: each asker is told of its own spans of a trace quarantined after it came
+        since = rec.seq
+        spans = decode_json(_body([_plain_root(t) for t in ("e0" * 16, "e1" * 16)]))
         with rec.flushing:  # hold the idle loop off while the two traces are taken and flushed here
-            assert rec.accept(decode_json(_body([_plain_root(t) for t in ids]))) is None
+            assert rec.accept(spans) is None
             assert rec._flush(False)[0] == 2
-        got, reason = rec.rejections(ids[:1] + ["ff" * 16])
+        got, reason = rec.rejections(spans[:1], since)
         assert got == 1 and "GenAI" in reason
-        assert rec.rejections(ids) == (1, reason)  # the first was already reported
-        assert rec.rejections(ids) == (0, None)
+        assert rec.rejections(spans, since) == (2, reason)  # a resent copy of the request is told too
+        assert rec.rejections(spans, rec.seq) == (0, None)  # a request that came after them is not
 
         def send(k: int) -> tuple[int, dict]:
             trace = f"{k:032x}"
@@ -280,7 +282,51 @@ def test_each_answer_counts_its_own_rejected_traces_whichever_flush_took_them(db
                 assert body == {}, (k, body)
             else:
                 assert body["partialSuccess"]["rejectedSpans"] == "1", (k, body)
-        assert rec.outcomes == {}
+
+        # one trace in two requests at once, its root in one and a child in the other: the root
+        # finishes the trace, so its request is always told of its span; the child's request is
+        # told of its own span when the trace it joined was quarantined before it answered
+        def split(k: int) -> tuple[dict, dict]:
+            trace = f"{k:032x}"
+            with ThreadPoolExecutor(2) as two:
+                root = two.submit(_post, base, [_plain_root(trace)], app.state.write_token)
+                child = two.submit(_post, base, [_span_json(trace, "0c" * 8, "0a" * 8, "GET /x",
+                                                            {"http.method": "GET"}, 1001)], app.state.write_token)
+                return root.result().json(), child.result().json()
+
+        for k in range(100, 130):
+            root, child = split(k)
+            assert root["partialSuccess"]["rejectedSpans"] == "1", (k, root, child)
+            assert child == {} or child["partialSuccess"]["rejectedSpans"] == "1", (k, root, child)
+
+
+def test_one_request_of_more_spans_than_may_wait_is_413_and_an_empty_json_request_is_a_success(db_url, tmp_path):
+    with serve(db_url, tmp_path, worker={"otlp_max_pending_spans": 3}) as (base, app):
+        spans = [_span_json("cd" * 16, f"{k + 1:016x}", "ff" * 8, "chat m", CHAT, 1000 + k) for k in range(4)]
+        r = _post(base, spans, app.state.write_token)
+        assert r.status_code == 413 and "Retry-After" not in r.headers and "smaller requests" in r.json()["message"]
+        assert app.state.otlp_receiver.assembler.pending_spans == 0
+        r = http.post(f"{base}/v1/traces", content=b" {} ", headers={
+            "Content-Type": "application/json", "Authorization": f"Bearer {app.state.write_token}"})
+        assert r.status_code == 200 and r.json() == {}
+
+
+def test_a_trace_with_an_integer_past_64_bits_is_quarantined_and_the_server_restarts(db_url, tmp_path):
+    """An attribute orjson cannot write (2**70) once made a 500 and a spooled trace that stopped
+    every later start (the spool is restored at start-up)."""
+    big = {"key": "foo.count", "value": {"intValue": str(2 ** 70)}}
+    plain = _plain_root("f0" * 16)
+    plain["attributes"].append(big)
+    chat = _span_json("f1" * 16, "0d" * 8, None, "chat m", CHAT, 1000)
+    chat["attributes"].append({"key": "rollscope.step", "value": {"intValue": str(2 ** 70)}})
+    with serve(db_url, tmp_path) as (base, app):
+        for span in (plain, chat):
+            r = _post(base, [span], app.state.write_token)
+            assert r.status_code == 200 and r.json()["partialSuccess"]["rejectedSpans"] == "1", r.text
+        rows = http.get(f"{base}/quarantine.json").json()
+        assert str(2 ** 70) in str(rows)
+    with serve(db_url, tmp_path) as (base, app):  # the spool read back at start-up: it starts
+        assert http.get(f"{base}/runs.json").status_code == 200
 
 
 def _body(spans: list[dict]) -> bytes:

@@ -181,6 +181,14 @@ def test_an_id_ending_in_json_beside_the_same_id_without_it_has_its_own_page(cli
     assert client.get("/runs/r/rollouts/a%2ejson").headers["content-type"].startswith("text/html")
     missing = client.get("/runs/r/rollouts/b%2Ejson.json")
     assert missing.status_code == 404 and "'b.json'" in missing.json()["error"]["message"]
+    # the links training code prints (the client's `rollout_url`, `rollscope link`) are the app's
+    from rollscope.client import rollout_url
+    from tests.helpers import run_cli
+
+    assert rollout_url("r.json", "a.json", base="http://h") == "http://h" + urls.rollout("r.json", "a.json")
+    printed = run_cli("link", "--base", "http://h", "r.json", "a.json").stdout.split()
+    assert "http://h" + urls.rollout("r.json", "a.json") in printed
+    assert client.get(urls.rollout("r.json", "a.json")).headers["content-type"].startswith("text/html")
 
 
 def test_dot_segments_are_not_ids(engine, tmp_path):
