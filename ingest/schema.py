@@ -654,13 +654,15 @@ def _non_finite_marks(node: "Node") -> dict[str, Any] | None:
         values = extra.get(name[6:]) if in_extra else getattr(node, name)
         if not values or not isinstance(values, list):
             continue
-        try:  # a trainer array in `extra` is as the source wrote it: numbers and nulls, or not marked
+        try:
             wide = np.array(values, dtype=np.float64)
-        except (TypeError, ValueError):
-            continue
-        bad = ~np.isfinite(wide)
+            bad = ~np.isfinite(wide)
+        except (TypeError, ValueError):  # a trainer array in `extra` is as the source wrote it: other values too
+            bad = np.array([type(v) is float and not math.isfinite(v) for v in values])
+            wide = None
         n_bad = int(np.count_nonzero(bad))
-        if not n_bad or wide.ndim != 1 or (n_bad == values.count(None) and not np.isinf(wide).any()):
+        only_nulls = wide is not None and n_bad == values.count(None) and not np.isinf(wide).any()
+        if not n_bad or bad.ndim != 1 or only_nulls:
             continue
         values = list(values)
         if in_extra:

@@ -116,6 +116,8 @@ def test_printing_a_string_compiles_no_highlighter(capsys):
     (["ingest", "a.jsonl", "--db"], "'--db': needs a value: a database URL"),
     (["--db=", "ingest", "a.jsonl"], "'--db': needs a value"),
     (["ingest", "--db", "--run", "x", "a.jsonl"], "'--db': needs a value"),  # an option is not a URL
+    (["--db", "ingest", "a.jsonl"], "'--db': needs a value"),  # nor is a command's name
+    (["--db", "", "token", "list"], "'--db': needs a value"),  # nor an empty word (it used the default)
     (["ingest", "--db", "sqlite:///a.db", "a.jsonl", "--db=sqlite:///b.db"],
      "'--db': given 2 times (sqlite:///a.db, sqlite:///b.db): name one database"),
 ])

@@ -135,14 +135,16 @@ def hoist_db(args: list[str]) -> list[str]:
     command (`rollscope ingest x.jsonl --db sqlite:///x.db`): moved to the front, where the
     group's option is parsed. A `--db` after `--` is left alone. Raises `typer.BadParameter`
     (a usage error, exit code 2) for a `--db` without a value (at the end, or followed by another
-    option) and for two `--db` naming different databases (which one was meant is not known)."""
+    option, an empty word or a command's name) and for two `--db` naming different databases
+    (which one was meant is not known)."""
     end = args.index("--") if "--" in args else len(args)
     head, rest, i = args[:end], args[end:], 0
     kept: list[str] = []
     urls: list[str] = []
     while i < len(head):
         if head[i] == "--db":
-            if i + 1 >= len(head) or head[i + 1].startswith("-"):
+            # no value: the end, another option, an empty word, or a command's name (`--db ingest x`)
+            if i + 1 >= len(head) or head[i + 1].startswith("-") or not head[i + 1] or head[i + 1] in COMMANDS:
                 raise typer.BadParameter(_DB_NEEDS_URL, param_hint="'--db'")
             urls.append(head[i + 1])
             i += 2

@@ -85,7 +85,7 @@ NON_FINITE_TOKENS = _line(
     '{"parent": 0, "message": {"role": "assistant", "content": "yo"}, "sampled": true, "token_ids": [3, 4, 5, 6], '
     '"mask": [1, 1, 1, 1], "logprobs": [-0.5, NaN, -Infinity, null], "advantages": [0.5, NaN, null, Infinity], '
     '"reference_logprobs": [-Infinity, -0.25, NaN, -0.5], '
-    '"extra": {"trainer_logprobs": [-0.4, NaN, Infinity, null], "old_logprobs": [-0.5, -1.0, NaN, -0.5]}}')
+    '"extra": {"trainer_logprobs": [-0.4, NaN, Infinity, null], "old_logprobs": ["x", -1.0, NaN, -0.5]}}')
 
 
 def test_non_finite_token_values_export_as_strict_json_and_reingest_unchanged_with_their_findings(
