@@ -31,7 +31,8 @@ def _qv(value: Any) -> str:
 
 
 def _url(path: str, json: bool, params: dict[str, Any]) -> str:
-    query = "&".join(f"{_qv(k)}={_qv(v)}" for k, v in params.items() if v is not None)
+    query = "&".join(f"{_qv(k)}={_qv(x)}" for k, v in params.items() if v is not None
+                     for x in (v if isinstance(v, list) else [v]))  # a list: the key repeated
     return path + (".json" if json else "") + (f"?{query}" if query else "")
 
 
@@ -130,14 +131,26 @@ def task_changes(run_id: str, a: int, b: int, *, ext: str = "") -> str:
     return f"/runs/{q(run_id)}/task-changes{ext}?" + urlencode({"a": a, "b": b})
 
 
+def _runs(run_ids: list[str]) -> str | list[str]:
+    """The `runs` of a compare link: `a,b`, or `runs=` once per run when an id holds a comma."""
+    return list(run_ids) if any("," in r for r in run_ids) else ",".join(run_ids)
+
+
 def compare(run_ids: list[str], *, json: bool = False, **params: Any) -> str:
     """Runs overlaid on one step axis; `params`: `steps`, `smooth`, `paired_offset`."""
-    return _url("/compare", json, {"runs": ",".join(run_ids), **{k: v for k, v in params.items() if v not in ("", 1)}})
+    return _url("/compare", json, {"runs": _runs(run_ids), **{k: v for k, v in params.items() if v not in ("", 1)}})
+
+
+def compare_chart(chart_id: str, run_ids: list[str], suffix: str, **params: Any) -> str:
+    """One chart of the runs overlaid, `suffix` `.json` (figure data) or `.csv`; `params`:
+    `steps`, `smooth`."""
+    return _url(f"/compare/charts/{q(chart_id)}{suffix}", False,
+                {"runs": _runs(run_ids), **{k: v for k, v in params.items() if v not in (None, "", 1)}})
 
 
 def compare_task(run_ids: list[str], task: str, *, json: bool = False, **params: Any) -> str:
     """Two runs' rollouts of one task side by side; `params`: `steps`."""
-    return _url("/compare/task", json, {"runs": ",".join(run_ids), "task": task, **params})
+    return _url("/compare/task", json, {"runs": _runs(run_ids), "task": task, **params})
 
 
 def search(*, json: bool = False, **params: Any) -> str:

@@ -61,8 +61,10 @@ def _known_run(session, run_id: str) -> bool:
 
 
 def _run_ids(runs: list[str]) -> list[str]:
-    """`runs=a,b` or `runs=a&runs=b` (the runs list's checkboxes) → distinct ids, in order."""
-    ids = list(dict.fromkeys(r for part in runs for r in (x.strip() for x in part.split(",")) if r))
+    """`runs=a,b`, or `runs=a&runs=b` (the runs list's checkboxes; each value one id, commas
+    and all) → distinct ids, in order."""
+    parts = runs if len(runs) > 1 else [x.strip() for x in runs[0].split(",")] if runs else []
+    ids = list(dict.fromkeys(r for r in parts if r))
     if not 2 <= len(ids) <= 8:
         raise ApiError(422, "runs: give 2 to 8 different run ids, comma-separated (runs=a,b)", field="runs")
     return ids

@@ -3,7 +3,6 @@ axis, and the differences per ending and per task over the step range, from the 
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
 
 from sqlmodel import Session
 
@@ -61,10 +60,9 @@ def compare_page(session: Session, run_ids: list[str], *, steps: StepRange, wind
     whole = steps.first is None and steps.last is None
     stats = {r: step_stats(session=session, run_id=r, steps=steps, include_unstepped=whole,
                            sections=("endings", "reward")) for r in run_ids}
-    params = {"runs": ",".join(run_ids), "steps": str(steps) or None, "smooth": window}
-    q_ = urlencode({k: v for k, v in params.items() if v not in (None, "", 1)})
-    figures = {c.id: {"title": c.title, "caption": c.caption, "json_url": f"/compare/charts/{c.id}.json?{q_}",
-                      "csv_url": f"/compare/charts/{c.id}.csv?{q_}"}
+    figures = {c.id: {"title": c.title, "caption": c.caption,
+                      **{f"{ext}_url": urls.compare_chart(c.id, run_ids, f".{ext}", steps=str(steps), smooth=window)
+                         for ext in ("json", "csv")}}
                for c in charts.REGISTRY.values() if c.comparable}
     totals = {r: run_totals(stats[r]) for r in run_ids}
     ending_rows = []

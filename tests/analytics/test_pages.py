@@ -198,6 +198,22 @@ def test_compare_two_runs(client, engine, tmp_path):
     assert client.get("/compare/charts/reward.json?runs=base").status_code == 422
 
 
+def test_compare_runs_whose_id_holds_a_comma(client, engine, tmp_path):
+    """The runs list's checkboxes send `runs=` once per run, each value one id: `a,b` is a run;
+    the compare links write `runs=` once per run when an id holds a comma."""
+    from app import urls
+
+    rs = [rollout(f"{run}-{i}", run=run, step=0, reward=float(i)) for run in ("a,b", "r", "a", "b") for i in range(2)]
+    ingest(engine, write_jsonl(tmp_path / "c.jsonl", rs))
+    d = client.get("/compare.json?runs=a%2Cb&runs=r").json()
+    assert [r["id"] for r in d["runs"]] == ["a,b", "r"]
+    assert [r["id"] for r in client.get("/compare.json?runs=a,b").json()["runs"]] == ["a", "b"]  # one value: split
+    assert urls.compare(["a,b", "r"]) == "/compare?runs=a%2Cb&runs=r"
+    assert client.get(urls.compare(["a,b", "r"])).status_code == 200
+    for chart in d["charts"].values():
+        assert client.get(chart["json_url"]).status_code == 200 and "runs=a%2Cb&runs=r" in chart["json_url"]
+
+
 def test_search_hits_link_to_messages_and_follow_replacement(client, engine, tmp_path):
     msgs = [{"role": "user", "content": "Please fix the <script>alert(1)</script> zanzibar bug in /opt/kumquat/run.sh"},
             {"role": "assistant", "content": "Looking at zanzibar now"}]
