@@ -271,11 +271,14 @@ def task_changes(request: Request, session: SessionDep, run_id: str, a: Annotate
 
 
 @router.get("/runs/{run_id:path}/messages/{rollout_pk}/{idx}")
-def message(session: SessionDep, run_id: str, rollout_pk: Annotated[int, Path(ge=0, le=INT32_MAX)],
-            idx: Annotated[int, Path(ge=0, le=INT32_MAX)]):
+@router.get("/runs/{run_id:path}/messages/{rollout_pk}/{idx}.json")  # registered first (the lower decorator)
+def message(request: Request, session: SessionDep, run_id: str,
+            rollout_pk: Annotated[int, Path(ge=0, le=INT32_MAX)], idx: Annotated[int, Path(ge=0, le=INT32_MAX)]):
     """The deep link to one message: redirects to its rollout page, on the branch and page that
-    hold it, at its anchor (`#node-N`). Search hits link here."""
-    url = search_view.message_url(session, unquote(run_id), rollout_pk, idx)
+    hold it, at its anchor (`#node-N`); with `.json`, to that page's JSON twin. Search hits link
+    here."""
+    json = request.url.path.endswith(".json")
+    url = search_view.message_url(session, unquote(run_id), rollout_pk, idx, json=json)
     if url is None:
         raise HTTPException(404, "not found")
     return RedirectResponse(url, status_code=307)

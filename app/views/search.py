@@ -4,8 +4,6 @@ message that each hit carries. The query: app/queries/search_query.py and app/qu
 the shape of the JSON twin: docs/search.md."""
 from __future__ import annotations
 
-from urllib.parse import urlencode
-
 from sqlmodel import Session
 
 from app import urls
@@ -133,10 +131,10 @@ def search_page(session: Session, query: Query, *, params: dict[str, str | None]
 MESSAGES_PER_PAGE = 50  # as the rollout page (ROLLSCOPE_WEB__MESSAGES_PER_PAGE's default)
 
 
-def message_url(session: Session, run_id: str, rollout_pk: int, idx: int) -> str | None:
-    """The rollout-page URL showing message `idx` of a stored rollout: the first branch that
-    holds it, the page of that branch it falls on, and its anchor; None when there is no such
-    message in the run."""
+def message_url(session: Session, run_id: str, rollout_pk: int, idx: int, *, json: bool = False) -> str | None:
+    """The rollout-page URL (its JSON twin's when `json`) showing message `idx` of a stored
+    rollout: the first branch that holds it, the page of that branch it falls on, and its anchor;
+    None when there is no such message in the run."""
     row = q_rollouts.rollout_by_pk(session=session, run_id=run_id, rollout_pk=rollout_pk)
     if row is None:
         return None
@@ -149,5 +147,5 @@ def message_url(session: Session, run_id: str, rollout_pk: int, idx: int) -> str
             params = {"branch": b, "offset": path.index(idx) // MESSAGES_PER_PAGE * MESSAGES_PER_PAGE}
             if row.attempt or n_attempts > 1:
                 params["attempt"] = row.attempt
-            return f"{urls.run(run_id)}/rollouts/{urls.q(row.rollout_id)}?{urlencode(params)}#node-{idx}"
+            return urls.rollout(run_id, row.rollout_id, json=json, **params) + f"#node-{idx}"
     return None

@@ -124,7 +124,12 @@ def test_query_language_kinds_and_roles(client, engine, tmp_path):
     assert [m["kind"] for m in first["matches"]] == ["tool_error", "message"]
     assert first["matches"][0]["role"] == "tool" and first["matches"][0]["node_idx"] == 3
     assert first["matches"][0]["url"] == "/runs/r1/messages/1/3"
-    assert client.get(first["matches"][0]["url"], follow_redirects=False).status_code == 307
+    page = client.get(first["matches"][0]["url"], follow_redirects=False)
+    assert page.status_code == 307 and page.headers["location"].endswith("#node-3")
+    twin = client.get(first["matches"][0]["url"] + ".json", follow_redirects=False)  # it was a 422
+    assert twin.status_code == 307 and twin.headers["location"] == page.headers["location"].replace(
+        "/rollouts/a?", "/rollouts/a.json?")
+    assert client.get(first["matches"][0]["url"] + ".json").json()["rollout"]["rollout_id"] == "a"
     # paging: one rollout a page, the cursor `next`, then nothing more
     p1 = client.get("/search.json?q=host&limit=1").json()
     assert len(p1["hits"]) == 1 and p1["next"] and "after=" in p1["next_url"]
