@@ -5,6 +5,7 @@ from sqlmodel import Session
 
 from app import urls
 from app.queries import quarantine as q_quarantine
+from app.queries import runs as q_runs
 from app.store.quarantine import HTTP
 from app.views.common import PageModel, iso, readable
 
@@ -53,27 +54,37 @@ def source_parts(source: str | None) -> tuple[str, str | None]:
     return "file", None
 
 
-def record(r, *, twin: bool) -> QuarantineRecord:
-    """The page's row of one `quarantine` entry."""
+def record(r, *, twin: bool, runs: set[str] | None = None) -> QuarantineRecord:
+    """The page's row of one `quarantine` entry; its run linked when it is among `runs` (the runs
+    with a page: a record rejected before any rollout of its run was stored names a run with
+    none), or when `runs` is None."""
     kind, token = source_parts(r.source)
+    linked = r.run_id is not None and (runs is None or r.run_id in runs)
     return QuarantineRecord(
         id=r.pk, file=r.source_file, line=r.line, field=r.field, error=r.error, raw=r.raw,
-        run=r.run_id, run_url=urls.run(r.run_id, json=twin) if r.run_id else None,
+        run=r.run_id, run_url=urls.run(r.run_id, json=twin) if linked else None,
         source=r.source, source_kind=kind, token=token,
         first_seen=iso(r.first_seen), last_seen=iso(r.last_seen),
         first_seen_text=readable(r.first_seen), last_seen_text=readable(r.last_seen), at=iso(r.first_seen),
         file_url=urls.quarantine(json=twin, file=r.source_file))
 
 
+def runs_with_pages(session: Session, rows) -> set[str]:
+    """The runs named by quarantine `rows` that have a page (a stored run): `record`'s `runs`."""
+    named = {r.run_id for r in rows if r.run_id is not None}
+    return {rid for rid in named if q_runs.get_run(session=session, run_id=rid) is not None}
+
+
 def quarantine_page(session: Session, *, file: str | None, before: int | None, limit: int,
                     keep_limit: int | None = None, twin: bool = False) -> QuarantinePage:
     """One page of quarantined records (of one file when `file` is given)."""
     rows, nxt = q_quarantine.list_quarantine(session=session, file=file, before=before, limit=limit)
+    runs = runs_with_pages(session, rows)
     return QuarantinePage(
         total=q_quarantine.count_quarantine(session=session),
         matching=q_quarantine.count_quarantine(session=session, file=file) if file is not None else None,
         file=file,
-        records=[record(r, twin=twin) for r in rows],
+        records=[record(r, twin=twin, runs=runs) for r in rows],
         next=nxt,
         next_url=urls.quarantine(json=twin, file=file, limit=keep_limit, before=nxt) if nxt is not None else None,
         clear_url=urls.quarantine(json=twin),

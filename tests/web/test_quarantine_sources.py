@@ -108,4 +108,13 @@ def test_the_api_lists_the_quarantine_in_pages(client, engine, tmp_path):
     assert q["first_seen"].endswith("Z") and q["last_seen"] == q["first_seen"]
     assert client.get(f"/api/v1/quarantine?file={tmp_path}/other.jsonl").json()["items"] == []
     assert client.get("/api/v1/quarantine?limit=100000").status_code == 422
+    # a run none of whose records was stored has no page: named, not linked (it linked a 404)
+    lone = tmp_path / "lone.jsonl"
+    lone.write_bytes(BAD)
+    assert not ingest(engine, lone, run="nothing-stored").ok
+    for got in (client.get("/api/v1/quarantine?limit=1").json()["items"][0], client.get("/quarantine.json").json()
+                ["records"][0]):
+        assert (got["run"], got["run_url"]) == ("nothing-stored", None)
+    assert client.get("/runs/nothing-stored").status_code == 404
+    assert 'href="/runs/nothing-stored"' not in client.get("/quarantine").text
     assert "/api/v1/quarantine" in client.get("/api/openapi.json").json()["paths"]

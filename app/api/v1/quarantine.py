@@ -12,7 +12,7 @@ from app.deps import SessionDep
 from app.errors import ApiError
 from app.params import OptCount, OptStr
 from app.queries import quarantine as q_quarantine
-from app.views.quarantine import QuarantineRecord, record
+from app.views.quarantine import QuarantineRecord, record, runs_with_pages
 
 router = APIRouter(tags=["ingest"])
 
@@ -31,7 +31,9 @@ def list_quarantine_api(request: Request, session: SessionDep,
     if limit is not None and limit > api.max_page_size:
         raise ApiError(422, f"limit must be at most {api.max_page_size}", field="limit")
     rows, nxt = q_quarantine.list_quarantine(session=session, file=file, before=after, limit=limit or api.page_size)
+    runs = runs_with_pages(session, rows)
+    items = [record(r, twin=True, runs=runs) for r in rows]
     if nxt is None:
-        return Page[QuarantineRecord](items=[record(r, twin=True) for r in rows])
-    return Page[QuarantineRecord](items=[record(r, twin=True) for r in rows], next=str(nxt),
+        return Page[QuarantineRecord](items=items)
+    return Page[QuarantineRecord](items=items, next=str(nxt),
                                   next_url=urls.api_quarantine(file=file, limit=limit, after=nxt))
