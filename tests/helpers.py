@@ -66,9 +66,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-# A client for tests that check answers, not latency: a loaded CI machine has taken over httpx's
-# default 5 s to answer the first request of a fresh server.
-http = httpx.Client(timeout=30)
+# Tests check answers, not latency: a loaded CI machine has taken over httpx's default 5 s to
+# answer the first request of a fresh server. Every client of a live server waits this long.
+ANSWER_TIMEOUT = 30
+http = httpx.Client(timeout=ANSWER_TIMEOUT)
 
 
 @contextmanager

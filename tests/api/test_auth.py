@@ -11,6 +11,7 @@ from app.cli import app as cli
 from app.config import Settings
 from app.db import models
 from app.main import create_app
+from tests.helpers import ANSWER_TIMEOUT, http
 
 
 def test_tokens_are_stored_hashed_and_verify_until_revoked(engine):
@@ -102,11 +103,11 @@ def test_a_token_in_a_write_url_is_refused_and_no_token_reaches_the_access_log(d
     try:
         for _ in range(300):
             try:
-                if httpx.get(f"{base}/healthz").status_code == 200:
+                if http.get(f"{base}/healthz").status_code == 200:
                     break
             except httpx.TransportError:
                 time.sleep(0.1)
-        with httpx.Client(base_url=base) as c:
+        with httpx.Client(base_url=base, timeout=ANSWER_TIMEOUT) as c:
             r = c.post(f"/api/v1/ingest?run=r&token={write}", content=body)
             assert r.status_code == 401 and "Authorization: Bearer" in r.json()["error"]["message"]
             # with the header as well: the URL has logged the token already, so still refused

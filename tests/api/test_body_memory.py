@@ -24,6 +24,7 @@ import httpx
 from app.auth import issue
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
+from tests.helpers import http
 
 GB = 1 << 30
 MB = 1 << 20
@@ -87,7 +88,7 @@ def server_process(tmp: Path, template: Path | None = None, **env: str) -> Itera
     try:
         for _ in range(600):
             try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                if http.get(f"{base}/healthz", timeout=1).status_code == 200:
                     break
             except httpx.TransportError:
                 time.sleep(0.05)
@@ -115,7 +116,7 @@ def test_gzip_bombs_in_flight_are_refused_and_memory_stays_bounded(tmp_path, _sq
 
         def post(target):
             path, media = target
-            return httpx.post(base + path, content=body, headers={**auth, "Content-Type": media}, timeout=60)
+            return http.post(base + path, content=body, headers={**auth, "Content-Type": media}, timeout=60)
 
         with ThreadPoolExecutor(len(posts)) as pool:
             answers = list(pool.map(post, posts))
@@ -144,7 +145,7 @@ def test_an_ordinary_large_body_costs_about_its_size_not_its_parsed_records(tmp_
     body = gzip.compress(raw, 1)
     with server_process(tmp_path, _sqlite_template) as (base, token, pid):
         before = peak_rss_mb(pid)
-        r = httpx.post(base + "/api/v1/ingest", content=body, timeout=120,
+        r = http.post(base + "/api/v1/ingest", content=body, timeout=120,
                        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson",
                                 "Content-Encoding": "gzip"})
         assert r.status_code == 200, r.text

@@ -12,7 +12,6 @@ import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import httpx
 import pytest
 from google.rpc import code_pb2, status_pb2
 
@@ -20,7 +19,7 @@ from app import auth
 from app.config import Settings
 from app.main import create_app
 from ingest.formats.native import write_line
-from tests.helpers import rollout, serving
+from tests.helpers import http, rollout, serving
 
 TIMEOUT = 0.3  # the setting under test; the sockets themselves wait up to 30 s for the answer
 
@@ -66,7 +65,7 @@ def test_stalled_bodies_hold_no_ingest_slot_and_are_answered_408(tmp_db):
         stalled += [_stall(base, "/v1/traces", token, media) for media in ("application/x-protobuf",
                                                                           "application/json")]
         line = write_line(rollout("r0", run="run"))
-        r = httpx.post(base + "/api/v1/ingest", content=line, timeout=30,
+        r = http.post(base + "/api/v1/ingest", content=line, timeout=30,
                        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson"})
         assert r.status_code == 200 and r.json()["accepted"] == 1, r.text  # was 429: four stalled bodies held the slots
         answers = [_answer(s) for s in stalled]

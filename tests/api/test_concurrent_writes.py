@@ -21,7 +21,7 @@ from app import auth
 from app.config import Settings
 from app.main import create_app
 from ingest.formats.native import write_line
-from tests.helpers import ingest, rollout, serving, write_jsonl
+from tests.helpers import ANSWER_TIMEOUT, ingest, rollout, serving, write_jsonl
 
 THREADS, WRITES, BURSTS = 4, 100, 5
 WRITE_TIMEOUT = 0.002  # seconds: short, so that writes meet a taken lock and the 503 path is exercised
@@ -138,7 +138,7 @@ def test_four_threads_of_writes_never_5xx(db_url, engine, tmp_path, write_timeou
         for t in threads:
             t.join(120)
         assert len(expect) == THREADS, "a writer thread failed"
-        with httpx.Client(base_url=base) as c:
+        with httpx.Client(base_url=base, timeout=ANSWER_TIMEOUT) as c:
             notes = {r: {n["author"]: n["text"] for n in c.get(f"/api/v1/runs/keep/rollouts/{r}/notes").json()["items"]}
                      for r in KEEP}
             labels = {r: c.get(f"/api/v1/runs/keep/rollouts/{r}/labels").json()["items"] for r in KEEP}

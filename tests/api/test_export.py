@@ -20,7 +20,7 @@ from ingest.export import Export
 from ingest.formats.registry import WRITERS
 from tests.browser import live_server
 from tests.conftest import FIXTURES
-from tests.helpers import ingest, stored
+from tests.helpers import http, ingest, stored
 
 REAL = FIXTURES / "realdata"
 SOURCES = [REAL / "verifiers/train_group_with_advantages.jsonl", REAL / "verifiers/train_max_turns.jsonl",
@@ -50,7 +50,7 @@ def fresh(tmp_path):
 
 
 def _get(base: str, fmt: str, **params) -> httpx.Response:
-    r = httpx.get(base + EXPORT, params={"format": fmt, **params}, timeout=60)
+    r = http.get(base + EXPORT, params={"format": fmt, **params}, timeout=60)
     assert r.status_code == 200, r.text
     return r
 
@@ -106,26 +106,26 @@ def test_filters_errors_and_tokens(db_url, engine, fresh, tmp_path):
         assert len(lines) == 1 and json.loads(lines[0])["traces"][0]["stop_condition"] == "max_turns"
         assert _get(base, "native", step=123456).content == b""
         for fmt in ("parquet", "samples"):  # no sample to train on: refused before the first byte, as the CLI does
-            r = httpx.get(base + EXPORT, params={"format": fmt, "step": 123456})
+            r = http.get(base + EXPORT, params={"format": fmt, "step": 123456})
             assert r.status_code == 422 and r.json()["error"]["message"] == "no training samples: no rollouts match"
 
-        r = httpx.get(base + EXPORT, params={"format": "csv"})
+        r = http.get(base + EXPORT, params={"format": "csv"})
         assert r.status_code == 422 and r.json()["error"]["field"] == "format"
         assert set(r.json()) == {"error"} and r.json()["error"]["code"] == "invalid"
-        r = httpx.get(base + EXPORT, params={"ending": "bogus"})
+        r = http.get(base + EXPORT, params={"ending": "bogus"})
         assert r.status_code == 422 and r.json()["error"]["field"] == "ending"
-        r = httpx.get(base + EXPORT, params={"formt": "native"})
+        r = http.get(base + EXPORT, params={"formt": "native"})
         assert r.status_code == 422 and r.json()["error"]["code"] == "unknown_parameter"
         assert ingest(engine, REAL / "tau-bench", run="tau").ok  # text only: no token ids
-        r = httpx.get(base + "/api/v1/runs/tau/export", params={"format": "parquet"})
+        r = http.get(base + "/api/v1/runs/tau/export", params={"format": "parquet"})
         assert r.status_code == 422 and "carry no token arrays" in r.json()["error"]["message"]
-        assert httpx.get(base + "/api/v1/runs/tau/export", params={"format": "native"}).status_code == 200
-        r = httpx.get(base + "/api/v1/runs/nope/export")
+        assert http.get(base + "/api/v1/runs/tau/export", params={"format": "native"}).status_code == 200
+        r = http.get(base + "/api/v1/runs/nope/export")
         assert r.status_code == 404 and r.json()["error"]["field"] == "run"
     with live_server(db_url, require_read_token=True) as base:
-        r = httpx.get(base + EXPORT)
+        r = http.get(base + EXPORT)
         assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
-        r = httpx.get(base + EXPORT, headers={"Authorization": "Bearer rs_not-a-token"})
+        r = http.get(base + EXPORT, headers={"Authorization": "Bearer rs_not-a-token"})
         assert r.status_code == 401
-        r = httpx.get(base + EXPORT, headers={"Authorization": f"Bearer {read}"})
+        r = http.get(base + EXPORT, headers={"Authorization": f"Bearer {read}"})
         assert r.status_code == 200 and len(r.content.splitlines()) == 9

@@ -30,7 +30,7 @@ from app.config import Settings
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
 from app.main import create_app
-from tests.helpers import ingest, rollout, serving, write_jsonl
+from tests.helpers import ANSWER_TIMEOUT, ingest, rollout, serving, write_jsonl
 
 # A value for each path parameter of the document that names something in the seeded run.
 PARAMS = {"run": "run", "rollout": "r0", "group": "g", "branch": "0", "step": "0", "label": "reviewed"}
@@ -64,7 +64,7 @@ def _fill(path: str) -> str:
 def test_405_lists_every_method_of_every_api_path(server):
     base, doc, _ = server
     checked = 0
-    with httpx.Client(base_url=base) as c:
+    with httpx.Client(base_url=base, timeout=ANSWER_TIMEOUT) as c:
         for path, ops in doc["paths"].items():
             methods = {m.upper() for m in ops}
             allow = methods | ({"HEAD"} if "GET" in methods else set())
@@ -100,7 +100,7 @@ def test_405_lists_every_method_of_every_api_path(server):
 ])
 def test_405_on_pages_static_and_receivers_names_every_method(server, path, allow):
     base, _, _ = server
-    with httpx.Client(base_url=base) as c:
+    with httpx.Client(base_url=base, timeout=ANSWER_TIMEOUT) as c:
         for method in ("PATCH", "DELETE", "PUT"):
             if method in allow:
                 continue
@@ -141,7 +141,7 @@ def test_head_answers_as_get_without_a_body(server):
     base, doc, _ = server
     routes = _every_get_route()
     assert len(routes) > 40 and "/runs/run/rollouts/r0" in routes
-    with httpx.Client(base_url=base) as c:
+    with httpx.Client(base_url=base, timeout=ANSWER_TIMEOUT) as c:
         for path in HEAD_PATHS + routes:
             if path.endswith("/events"):  # an event stream never ends: its HEAD answers the GET's status at once
                 with c.stream("GET", path) as got:
@@ -159,7 +159,7 @@ def test_head_answers_as_get_without_a_body(server):
 
 def test_nul_in_a_path_segment_or_query_is_a_400_and_the_document_says_so(server):
     base, doc, _ = server
-    with httpx.Client(base_url=base) as c:
+    with httpx.Client(base_url=base, timeout=ANSWER_TIMEOUT) as c:
         for url in ("/api/v1/runs/a%00b", "/api/v1/runs/run/rollouts/r%000", "/api/v1/runs/run/rollouts?task=a%00",
                     "/runs/a%00b", "/runs/run/rollouts?task=%00"):
             r = c.get(url, headers={"Accept": "application/json"})

@@ -22,7 +22,7 @@ from app.worker.run import run as run_worker
 from ingest.formats.native import write_line
 from rollscope.client import RolloutWriter, rollout_url
 from tests.conftest import ROOT, data_path
-from tests.helpers import rollout, serving
+from tests.helpers import http, rollout, serving
 
 R = models.Rollout.__table__
 
@@ -95,9 +95,8 @@ def test_full_queue_gets_429_and_the_client_retry_lands_everything(db_url, engin
     with served(db_url, ingest_max_inflight=1) as (app, base):
         gate = app.state.ingest_gate
         assert gate.enter()  # the queue is full
-        import httpx
 
-        r = httpx.post(f"{base}/api/v1/ingest", content=ndjson(rollout("x")),
+        r = http.post(f"{base}/api/v1/ingest", content=ndjson(rollout("x")),
                        headers={"Authorization": f"Bearer {token}"})
         assert r.status_code == 429 and r.headers["Retry-After"] == "1"
         threading.Timer(1.5, gate.leave).start()  # room again in a moment

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.browser import live_server, open_page, tunix_database
-from tests.helpers import rollout
+from tests.helpers import http, rollout
 
 pytestmark = pytest.mark.browser
 DETAIL = "sandbox_crashed_while_running_the_hidden_tests_of_the_task"
@@ -99,11 +99,10 @@ def test_narrow_cells_end_in_an_ellipsis_with_the_value_on_hover(server, browser
 def test_static_files_come_compressed_and_cached_over_real_http(server):
     import re
 
-    import httpx
 
-    html = httpx.get(f"{server}/runs").text
+    html = http.get(f"{server}/runs").text
     for path in [*re.findall(r'(?:src|href)="(/static/[^"]+)"', html), "/static/vendor/plotly-2.35.2.min.js"]:
-        r = httpx.get(server + path, headers={"Accept-Encoding": "gzip"})
+        r = http.get(server + path, headers={"Accept-Encoding": "gzip"})
         assert r.status_code == 200 and r.headers["content-encoding"] == "gzip", path
         assert r.headers["cache-control"] == "public, max-age=31536000, immutable", path  # every URL is versioned
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.browser import served_rollouts
-from tests.helpers import rollout
+from tests.helpers import ANSWER_TIMEOUT, rollout
 
 pytestmark = pytest.mark.browser
 
@@ -89,7 +89,8 @@ def test_the_paired_pages_fit_a_390px_phone(demo_server, browser):
     reward components and tool calls)."""
     import urllib.request
 
-    sig = json.load(urllib.request.urlopen(f"{demo_server}/runs/demo-grpo/failures.json"))["signatures"][0]
+    twin = urllib.request.urlopen(f"{demo_server}/runs/demo-grpo/failures.json", timeout=ANSWER_TIMEOUT)
+    sig = json.load(twin)["signatures"][0]
     page = browser.new_page(viewport={"width": 390, "height": 800})
     for path in ("/compare?runs=demo-grpo,demo-grpo-b", "/compare?runs=demo-grpo,norew",
                  "/compare/task?runs=demo-grpo,demo-grpo-b&task=calc/seconds-in-week",

@@ -37,6 +37,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode
 
+from tests.helpers import http
 from tests.producers.fake_openai import MODEL, FakeOpenAI
 
 RS = str(Path(sys.executable).parent / "rollscope")
@@ -73,7 +74,7 @@ def server(tmp_path_factory):
     try:
         for _ in range(300):
             try:
-                if httpx.get(url + "/api/v1/runs", timeout=1).status_code == 200:
+                if http.get(url + "/api/v1/runs", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
@@ -270,7 +271,7 @@ def sent(server):
 
 
 def api(server, path: str) -> httpx.Response:
-    return httpx.get(server["url"] + path, timeout=30)
+    return http.get(server["url"] + path, timeout=30)
 
 
 def wait_for(server, ids: set[str], timeout: float = 60) -> None:

@@ -25,7 +25,7 @@ from app import auth
 from app.config import Settings
 from app.db.engine import make_engine
 from app.main import create_app
-from tests.helpers import ingest, rollout, serving, write_jsonl
+from tests.helpers import http, ingest, rollout, serving, write_jsonl
 
 FAST = {"web": {"live_poll_seconds": 0.05, "live_heartbeat_seconds": 0.2}}
 
@@ -103,7 +103,7 @@ def add(engine, tmp_path: Path, name: str, step: int, n: int, run: str = "live")
 def test_one_event_per_change_and_only_heartbeats_while_idle(db_url, engine, tmp_path):
     add(engine, tmp_path, "a", 0, 2)
     with live_app(db_url) as (app, base):
-        page_version = httpx.get(f"{base}/runs/live.json").json()["version"]
+        page_version = http.get(f"{base}/runs/live.json").json()["version"]
         s = Listener(f"{base}/runs/live/events", params={"since": page_version})
         assert s.status == 200 and s.content_type.startswith("text/event-stream")
         time.sleep(0.6)  # idle: heartbeats, no event
@@ -114,7 +114,7 @@ def test_one_event_per_change_and_only_heartbeats_while_idle(db_url, engine, tmp
         assert ev["data"]["rollouts"] == 5 and ev["data"]["steps"] == 2
         assert ev["data"]["new_steps"] == [1] and ev["data"]["changed_steps"] == [1]
         assert {"endings", "reward", "task_heatmap"} <= set(ev["data"]["charts"])
-        new_version = httpx.get(f"{base}/runs/live.json").json()["version"]
+        new_version = http.get(f"{base}/runs/live.json").json()["version"]
         assert ev["id"] == ev["data"]["version"] == new_version  # the version the run page renders
         time.sleep(0.6)  # idle again: still exactly one event
         assert len(s.events) == 1
@@ -163,7 +163,7 @@ def test_a_stale_since_gets_one_catch_up_event_at_once(tmp_path, _sqlite_templat
     engine = fresh(url, _sqlite_template)
     add(engine, tmp_path, "a", 0, 1)
     with live_app(url) as (app, base):
-        old = httpx.get(f"{base}/runs/live.json").json()["version"]
+        old = http.get(f"{base}/runs/live.json").json()["version"]
         add(engine, tmp_path, "b", 1, 1)
         s = Listener(f"{base}/runs/live/events", params={"since": old})
         ev = s.wait(1)[0]["data"]
@@ -183,15 +183,15 @@ def test_unknown_run_is_404_and_a_locked_server_wants_a_token(tmp_path, _sqlite_
     token, _ = auth.issue(engine, "read")
     with live_app(url, require_read_token=True) as (app, base):
         for path in ("/runs/live/events", "/ingest/events", "/runs/live/live/run", "/ingest/live"):
-            r = httpx.get(base + path)
+            r = http.get(base + path)
             assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", path
-        r = httpx.get(f"{base}/runs/nope/events", headers={"Authorization": f"Bearer {token}",
+        r = http.get(f"{base}/runs/nope/events", headers={"Authorization": f"Bearer {token}",
                                                                   "Accept": "application/json"})
         assert r.status_code == 404 and "nope" in r.json()["error"]["message"]
         s = Listener(f"{base}/runs/live/events?token={token}")
         assert s.status == 200
         s.close()
-        r = httpx.get(f"{base}/runs/live/live/run", headers={"Authorization": f"Bearer {token}"})
+        r = http.get(f"{base}/runs/live/live/run", headers={"Authorization": f"Bearer {token}"})
         assert r.status_code == 200 and "run-steps" in r.json()["fragments"]
     engine.dispose()
 
@@ -206,7 +206,7 @@ def test_ingest_events_follow_the_ingest_status(tmp_path, _sqlite_template):
         add(engine, tmp_path, "a", 0, 2)
         ev = s.wait(1)[0]
         assert ev["event"] == "ingest" and ev["data"]["version"]
-        frag = httpx.get(f"{base}/ingest/live").json()["fragments"]["ingest-status"]
+        frag = http.get(f"{base}/ingest/live").json()["fragments"]["ingest-status"]
         assert frag.startswith('<div id="ingest-status">') and "2 rollouts stored" in frag
         time.sleep(0.4)
         assert len(s.events) == 1
@@ -236,7 +236,7 @@ def test_ctrl_c_stops_rollscope_serve_with_a_stream_open(tmp_path, _sqlite_templ
         deadline = time.monotonic() + 30
         while True:
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                if http.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
@@ -266,7 +266,7 @@ def test_a_deleted_run_says_gone_and_ends_its_stream(tmp_path, _sqlite_template)
     with live_app(url) as (app, base):
         s = Listener(f"{base}/runs/live/events")
         time.sleep(0.2)
-        assert httpx.delete(f"{base}/api/v1/runs/live", headers={"Authorization": f"Bearer {admin}"}).is_success
+        assert http.delete(f"{base}/api/v1/runs/live", headers={"Authorization": f"Bearer {admin}"}).is_success
         assert s.wait(1)[0]["event"] == "gone"
         s.thread.join(5)
         assert not s.thread.is_alive()  # the server ended the stream

@@ -25,7 +25,7 @@ from app.main import create_app
 from app.store.load import load
 from app.store.prepare import content_hash
 from app.store.recheck import recheck_run
-from tests.helpers import ingest, serving
+from tests.helpers import ANSWER_TIMEOUT, ingest, serving
 
 PNG = b"\x89PNG\r\n\x1a\n" + os.urandom(34 * 1024 - 8)  # 34,816 bytes
 SHA = hashlib.sha256(PNG).hexdigest()
@@ -117,7 +117,7 @@ def test_hostile_media_over_http(db_url, engine, tmp_path):
     sha = {name: hashlib.sha256(b).hexdigest() for name, b in
            (("svg", SVG), ("html", HTML), ("gif", POLYGLOT), ("big", big))}
     app = create_app(Settings(database_url=db_url, web=WebSettings(media_max_bytes=2048)))
-    with serving(app) as base, httpx.Client(base_url=base) as http:
+    with serving(app) as base, httpx.Client(base_url=base, timeout=ANSWER_TIMEOUT) as http:
         for name in ("svg", "html", "big"):
             r = http.get(f"/media/{sha[name]}")
             assert r.status_code == 200, name
@@ -147,6 +147,6 @@ def test_media_needs_the_read_token_when_reads_are_locked(db_url, engine, tmp_pa
     assert ingest(engine, f, run="media").ok
     token = issue(engine, "read", name="t")[0]
     app = create_app(Settings(database_url=db_url, require_read_token=True))
-    with serving(app) as base, httpx.Client(base_url=base) as http:
+    with serving(app) as base, httpx.Client(base_url=base, timeout=ANSWER_TIMEOUT) as http:
         assert http.get(f"/media/{SHA}").status_code == 401
         assert http.get(f"/media/{SHA}", headers={"Authorization": f"Bearer {token}"}).content == PNG

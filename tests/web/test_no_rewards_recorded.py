@@ -12,7 +12,7 @@ import httpx
 from app.config import Settings
 from app.main import create_app
 from tests.conftest import FIXTURES
-from tests.helpers import ingest, serving
+from tests.helpers import ANSWER_TIMEOUT, ingest, serving
 
 INSPECT = FIXTURES / "realdata/inspect_ai/log_tool_call_error.json"  # a real Inspect log with no scorer
 
@@ -31,7 +31,7 @@ def test_a_run_without_rewards_has_no_mean_reward(db_url, engine, tmp_path):
     assert ingest(engine, _errored_copy(tmp_path), run="norew").ok
     assert ingest(engine, FIXTURES / "realdata/verifiers/train_group.jsonl", run="rew").ok  # rewards: unchanged
     app = create_app(Settings(database_url=db_url))
-    with serving(app) as base, httpx.Client(base_url=base) as c:
+    with serving(app) as base, httpx.Client(base_url=base, timeout=ANSWER_TIMEOUT) as c:
         run = c.get("/runs/norew.json").json()
         assert run["totals"]["endings"]["error"] == 1
         assert run["totals"]["mean_reward"] is None and run["totals"]["mean_reward_no_errors"] is None

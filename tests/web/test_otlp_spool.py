@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from app.auth import issue
 from app.config import Settings
 from app.main import create_app
+from tests.helpers import http
 from tests.web.test_otlp_receiver import CHAT, _post, _span_json
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,7 +40,7 @@ def _start(env: dict, port: int) -> subprocess.Popen:
                              "127.0.0.1", "--port", str(port), "--log-level", "warning"], cwd=REPO, env=env)
     for _ in range(300):
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/runs.json", timeout=1).status_code == 200:
+            if http.get(f"http://127.0.0.1:{port}/runs.json", timeout=1).status_code == 200:
                 return proc
         except httpx.HTTPError:
             pass
@@ -80,7 +81,7 @@ def test_spans_answered_200_survive_sigkill(tmp_path):
     try:  # the chat and the tool span, each in its own request, answered 200; the root not yet sent
         assert _post(base, [_span_json(TRACE, CHAT_ID, ROOT, "chat m", CHAT, 2)], token).status_code == 200
         assert _post(base, [_span_json(TRACE, TOOL_ID, ROOT, "execute_tool bash", TOOL, 3)], token).status_code == 200
-        assert httpx.get(f"{base}/runs/killed/rollouts/r1.json").status_code == 404
+        assert http.get(f"{base}/runs/killed/rollouts/r1.json").status_code == 404
     finally:
         _kill(proc)
     assert _rows(url)[0] == []  # nothing was stored before the kill
@@ -88,7 +89,7 @@ def test_spans_answered_200_survive_sigkill(tmp_path):
     proc = _start(env, port)
     try:
         assert _post(base, [_span_json(TRACE, ROOT, None, "invoke_agent a", AGENT, 1)], token).status_code == 200
-        got = httpx.get(f"{base}/runs/killed/rollouts/r1.json")
+        got = http.get(f"{base}/runs/killed/rollouts/r1.json")
         assert got.status_code == 200
         d = got.json()
         assert [m["role"] for m in d["messages"]] == ["user", "assistant", "tool"]
@@ -104,7 +105,7 @@ def test_spans_answered_200_survive_sigkill(tmp_path):
 
     proc = _start(env, port)  # a restart after completion: nothing to assemble, nothing stored again
     try:
-        assert httpx.get(f"{base}/runs/killed/rollouts/r1.json").status_code == 200
+        assert http.get(f"{base}/runs/killed/rollouts/r1.json").status_code == 200
     finally:
         proc.terminate()
         proc.wait(10)

@@ -8,12 +8,10 @@ import json
 import re
 from datetime import datetime
 
-import httpx
-
 from app.auth import issue
 from app.config import Settings
 from app.main import create_app
-from tests.helpers import ingest, serving
+from tests.helpers import http, ingest, serving
 from tests.store.test_quarantine_lifecycle import BAD, line
 
 TOKEN_NAME = "trainer <b>7</b>"  # a token's name is text a person typed: shown, never markup
@@ -33,25 +31,25 @@ def test_quarantine_page_and_twin_show_run_source_and_when(db_url, tmp_path):
     assert not ingest(app.state.engine, f, run="from-cli").ok
     with serving(app) as base:
         body = line("h1") + BAD
-        r = httpx.post(f"{base}/api/v1/ingest?run=posted", content=body, headers=auth)
+        r = http.post(f"{base}/api/v1/ingest?run=posted", content=body, headers=auth)
         assert r.status_code == 200 and r.json()["rejected"] == 1
-        first = httpx.get(f"{base}/quarantine.json").json()
-        r = httpx.post(f"{base}/api/v1/ingest?run=posted", content=body, headers=auth)  # the same body again
+        first = http.get(f"{base}/quarantine.json").json()
+        r = http.post(f"{base}/api/v1/ingest?run=posted", content=body, headers=auth)  # the same body again
         assert r.status_code == 200 and r.json()["rejected"] == 1
         # a trace with no GenAI span, sent to the OTLP receiver: quarantined as sent by the token
-        r = httpx.post(f"{base}/v1/traces", headers={**auth, "Content-Type": "application/json"}, content=json.dumps(
+        r = http.post(f"{base}/v1/traces", headers={**auth, "Content-Type": "application/json"}, content=json.dumps(
             {"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"spans": [_span("ee" * 16)]}]}]}))
         assert r.status_code == 200 and r.json()["partialSuccess"]["rejectedSpans"] == "1"
 
-        d = httpx.get(f"{base}/quarantine.json").json()
+        d = http.get(f"{base}/quarantine.json").json()
         by_file = {q["file"]: q for q in d["records"]}
         assert d["total"] == 3 and len(by_file) == 3
-        http = next(q for name, q in by_file.items() if name.startswith("http/"))
-        assert (http["run"], http["source"], http["source_kind"], http["token"], http["run_url"]) == \
+        posted = next(q for name, q in by_file.items() if name.startswith("http/"))
+        assert (posted["run"], posted["source"], posted["source_kind"], posted["token"], posted["run_url"]) == \
             ("posted", f"http:{TOKEN_NAME}", "http", TOKEN_NAME, "/runs/posted.json")
-        was = next(q for q in first["records"] if q["file"] == http["file"])
-        assert http["first_seen"] == was["first_seen"] == http["at"]  # rejected again: first seen kept ...
-        assert _t(http["last_seen"]) > _t(was["last_seen"])  # ... and last seen moved on
+        was = next(q for q in first["records"] if q["file"] == posted["file"])
+        assert posted["first_seen"] == was["first_seen"] == posted["at"]  # rejected again: first seen kept ...
+        assert _t(posted["last_seen"]) > _t(was["last_seen"])  # ... and last seen moved on
         otlp = by_file["/v1/traces"]
         assert (otlp["source_kind"], otlp["token"], otlp["run"]) == ("http", TOKEN_NAME, None)
         cli = by_file[str(f)]
@@ -60,18 +58,18 @@ def test_quarantine_page_and_twin_show_run_source_and_when(db_url, tmp_path):
             assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", q["last_seen"])
             assert q["first_seen_text"].endswith(" UTC") and "." not in q["first_seen_text"]
 
-        html = httpx.get(f"{base}/quarantine").text
+        html = http.get(f"{base}/quarantine").text
         assert "<th>run</th><th>source</th>" in html and "<th>first seen</th><th>last seen</th>" in html
         assert "<b>7</b>" not in html and "trainer &lt;b&gt;7&lt;/b&gt;" in html  # escaped, never markup
         assert html.count("HTTP, token <code>trainer &lt;b&gt;7&lt;/b&gt;</code>") == 2
         assert '<a href="/runs/posted"><span class="clip" title="posted">posted</span></a>' in html
         assert '<a href="/runs/from-cli"><span class="clip" title="from-cli">from-cli</span></a>' in html
         # in words, the exact time to the second on hover (app.render.ago)
-        assert f'<time datetime="{http["last_seen"][:19]}Z" title="{http["last_seen_text"]}">' in html
+        assert f'<time datetime="{posted["last_seen"][:19]}Z" title="{posted["last_seen_text"]}">' in html
         assert '<td class="q-source">file</td>' in html  # read at its name: said once, in the file column
         # the page shows times to the second, never the stored microseconds; so does /ingest
         assert not re.search(r">\d{4}-\d\d-\d\dT[\d:.]+", html)
-        status = httpx.get(f"{base}/ingest").text
+        status = http.get(f"{base}/ingest").text
         assert re.search(r'<time datetime="[\d-]+T[\d:]+Z" title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC">'
                          r'(just now|\d+ (s|min) ago)</time>', status)
         assert not re.search(r">\d{4}-\d\d-\d\dT[\d:.]+", status)
@@ -86,11 +84,11 @@ def test_http_ingest_with_an_unnamed_token_names_its_prefix_and_keeps_any_run(db
     token, info = issue(app.state.engine, "write")  # no name: known by its prefix (app.deps.token_label)
     with serving(app) as base:
         long_run = "r" * 300  # longer than a run id can be (200): the rejection still keeps it
-        r = httpx.post(f"{base}/api/v1/ingest?run={long_run}", content=line("h") + BAD,
+        r = http.post(f"{base}/api/v1/ingest?run={long_run}", content=line("h") + BAD,
                        headers={"Authorization": f"Bearer {token}"})
         # the torn line is rejected; the good one too where a run id is bounded (Postgres: varchar(200))
         assert r.status_code == 200 and r.json()["rejected"] >= 1, r.text
-        qs = httpx.get(f"{base}/quarantine.json").json()["records"]
+        qs = http.get(f"{base}/quarantine.json").json()["records"]
     assert {(q["source"], q["token"], q["run"]) for q in qs} == {(f"http:{info.prefix}", info.prefix, long_run)}
     assert token.startswith(info.prefix)
 

@@ -16,7 +16,6 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import httpx
 import pytest
 import sqlalchemy as sa
 
@@ -30,7 +29,7 @@ from app.main import create_app
 from app.worker.run import wait_for
 from ingest.formats.native import write_line
 from tests.conftest import ROOT
-from tests.helpers import rollout, serving, write_jsonl
+from tests.helpers import http, rollout, serving, write_jsonl
 
 S = models.SpoolFile.__table__
 
@@ -82,7 +81,7 @@ def _read_all(engine, f: Path) -> bool:
 
 
 def _status(base: str) -> dict:
-    return httpx.get(f"{base}/api/v1/ingest/status").json()
+    return http.get(f"{base}/api/v1/ingest/status").json()
 
 
 def _one_worker(base: str) -> dict:
@@ -116,7 +115,7 @@ def test_a_killed_worker_goes_stale_and_every_view_says_so(db_url, tmp_path):
             w = _one_worker(base)
             assert (w["pid"], w["spools"], w["interval_seconds"]) == (proc.pid, [str(spool)], 0.2)
             assert w["worker_id"].startswith(f"{w['host']}:{proc.pid}:s") and w["version"]
-            before = httpx.get(f"{base}/runs/live.json").json()["version"]
+            before = http.get(f"{base}/runs/live.json").json()["version"]
             probe = RunProbe(engine, "live")  # what a live run page's watcher polls
             assert probe() is None  # the first poll only records
             ingest_probe = IngestProbe(engine)  # what an open /ingest page's watcher polls
@@ -140,10 +139,10 @@ def test_a_killed_worker_goes_stale_and_every_view_says_so(db_url, tmp_path):
             assert (src["holder"], src["holder_state"]) == (w["worker_id"], "stale")
             assert w["worker_id"] in src["holder_problem"] and "stale" in src["holder_problem"]
             assert st["bytes_behind"] == len(late) and st["records_total"] == 2 and st["rejected_total"] == 0
-            page = httpx.get(f"{base}/ingest").text
+            page = http.get(f"{base}/ingest").text
             assert "holder-problem" in page and 'class="worker-stale"' in page and w["worker_id"] in page
 
-            (stopped,) = httpx.get(f"{base}/runs/live.json").json()["ingestion"]["stopped"]
+            (stopped,) = http.get(f"{base}/runs/live.json").json()["ingestion"]["stopped"]
             assert stopped["message"].startswith("ingestion stopped ") and \
                 stopped["message"].endswith(f"ago: no live worker for spool {spool}")
             assert (stopped["worker"], stopped["worker_state"], stopped["lag_bytes"], stopped["files"]) == \
@@ -151,15 +150,15 @@ def test_a_killed_worker_goes_stale_and_every_view_says_so(db_url, tmp_path):
             # an open page hears of it: the banner is part of the version its events carry
             event = probe()
             assert event is not None and event["version"] != before
-            assert event["version"] == httpx.get(f"{base}/runs/live.json").json()["version"]
+            assert event["version"] == http.get(f"{base}/runs/live.json").json()["version"]
             assert probe() is None  # and nothing more while the banner says the same
-            run_page = httpx.get(f"{base}/runs/live").text
+            run_page = http.get(f"{base}/runs/live").text
             assert "ingestion stopped" in run_page and f"no live worker for spool {spool}" in run_page
             # a page left open polls with the version it has: no rollout arrived, but it is sent the banner
-            polled = httpx.get(f"{base}/runs/live", params={"since": before}, headers={"HX-Request": "true"})
+            polled = http.get(f"{base}/runs/live", params={"since": before}, headers={"HX-Request": "true"})
             assert polled.status_code == 200 and "ingestion stopped" in polled.text
 
-            metrics = httpx.get(f"{base}/metrics").text
+            metrics = http.get(f"{base}/metrics").text
             assert f'rollscope_ingest_lag_bytes{{source="{f}"}} {len(late)}' in metrics
             beat = [ln for ln in metrics.splitlines()
                     if ln.startswith(f'rollscope_worker_last_heartbeat_timestamp_seconds{{worker="{w["worker_id"]}"}}')]
@@ -185,7 +184,7 @@ def test_a_killed_worker_goes_stale_and_every_view_says_so(db_url, tmp_path):
             states = {x["worker_id"]: x["state"] for x in _status(base)["workers"]}
             assert states[w["worker_id"]] == "gone" and "live" in states.values()
             assert _status(base)["sources"][0]["bytes_behind"] == 0
-            assert httpx.get(f"{base}/runs/live.json").json()["ingestion"] is None
+            assert http.get(f"{base}/runs/live.json").json()["ingestion"] is None
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -222,7 +221,7 @@ def test_a_spool_folder_deleted_under_a_live_worker_is_named_on_ingest(db_url, t
         assert _one_worker(base)["missing_spools"] == []
         spool.rename(tmp_path / "moved")  # deleted or unmounted under the worker
         assert _one_worker(base)["missing_spools"] == [str(spool)]
-        page = httpx.get(f"{base}/ingest").text
+        page = http.get(f"{base}/ingest").text
         assert f"{spool} does not exist (deleted or unmounted?)" in page
         (tmp_path / "moved").rename(spool)
         assert _one_worker(base)["missing_spools"] == []
@@ -239,11 +238,11 @@ def test_a_clean_stop_marks_the_worker_gone_not_stale(db_url, tmp_path):
         (src,) = _status(base)["sources"]
         assert src["holder_state"] == "gone" and "gone" in src["holder_problem"]
         assert src["bytes_behind"] == len(write_line(rollout("b", run="live")))
-        metrics = httpx.get(f"{base}/metrics").text
+        metrics = http.get(f"{base}/metrics").text
         assert "rollscope_worker_last_heartbeat_timestamp_seconds{" not in metrics  # gone: not alerted on
         settings = Settings(database_url=db_url, alerts={"webhook_url": "http://127.0.0.1:9/never"})
         assert watch_once(engine, settings) == 0  # gone is not stale: no alert
-        (stopped,) = httpx.get(f"{base}/runs/live.json").json()["ingestion"]["stopped"]
+        (stopped,) = http.get(f"{base}/runs/live.json").json()["ingestion"]["stopped"]
         assert stopped["worker_state"] == "gone"
 
 
