@@ -9,16 +9,12 @@ Templates reach these builders as the Jinja global `urls` (app.render).
 """
 from __future__ import annotations
 
-import re
 from typing import Any
 from urllib.parse import quote, quote_plus, urlencode
 
 from starlette.requests import Request
 
-from rollscope.paths import segment
-
-_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*\Z")  # what quote() leaves as it is
-
+from rollscope.paths import UNRESERVED, segment
 
 q = segment  # one path segment (rollscope/paths.py): `/` encoded, an id's own trailing `.json` as `%2Ejson`
 
@@ -27,7 +23,7 @@ def _qv(value: Any) -> str:
     """A query value as urlencode writes it (quote_plus); most values need no quoting, and a run
     page builds thousands of links, so those skip it."""
     text = str(value)
-    return text if _UNRESERVED.match(text) else quote_plus(text)
+    return text if UNRESERVED.match(text) else quote_plus(text)
 
 
 def _url(path: str, json: bool, params: dict[str, Any]) -> str:

@@ -651,7 +651,7 @@ def _non_finite_marks(node: "Node") -> dict[str, Any] | None:
     extra = node.extra
     for name in NON_FINITE_ARRAYS:
         in_extra = name.startswith("extra.")
-        values = extra.get(name[6:]) if in_extra else getattr(node, name)
+        values = extra.get(name.removeprefix("extra.")) if in_extra else getattr(node, name)
         if not values or not isinstance(values, list):
             continue
         try:
@@ -666,7 +666,7 @@ def _non_finite_marks(node: "Node") -> dict[str, Any] | None:
             continue
         values = list(values)
         if in_extra:
-            extra = changed["extra"] = {**extra, name[6:]: values}
+            extra = changed["extra"] = {**extra, name.removeprefix("extra."): values}
         else:
             changed[name] = values
         for at in np.flatnonzero(bad).tolist():

@@ -7,7 +7,7 @@ import re
 from typing import Any
 from urllib.parse import quote
 
-_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*\Z")  # what quote() leaves as it is
+UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*\Z")  # what quote() leaves as it is
 
 
 def segment(value: Any) -> str:
@@ -15,5 +15,5 @@ def segment(value: Any) -> str:
     of a trailing `.json` (`a.json` → `a%2Ejson`), which would otherwise read as the JSON twin's
     suffix (app.render.by_id)."""
     text = str(value)
-    out = text if _UNRESERVED.match(text) else quote(text, safe="")
+    out = text if UNRESERVED.match(text) else quote(text, safe="")
     return out[:-5] + "%2Ejson" if out.endswith(".json") else out

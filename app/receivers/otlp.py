@@ -104,10 +104,9 @@ async def receive_traces(request: Request, _: WriteToken) -> Response:
     """Take an OTLP `ExportTraceServiceRequest` (protobuf or JSON, gzip allowed); answer in the
     request's encoding (app/receivers/otlp_response.py).
 
-    200: `ExportTraceServiceResponse` (`partial_success.rejected_spans` counts the spans of the
-    traces this request sent spans of that were finished and could not become rollouts, whether
-    this request's flush or the idle loop's stored them; a trace finished later by idling is
-    quarantined without an answer to report it to). Failures, each a `google.rpc.Status`: 400 not OTLP (a `BadRequest`
+    200: `ExportTraceServiceResponse` (`partial_success.rejected_spans` counts this request's own
+    spans in traces quarantined by the time it answers, whichever flush took them:
+    `TraceIntake.rejections`). Failures, each a `google.rpc.Status`: 400 not OTLP (a `BadRequest`
     names the field, `ExportTraceServiceRequest` for a body that is not JSON or protobuf at all)
     or gzip/deflate that does not inflate; 413 body above `api.max_body_bytes` (64 MiB
     after inflating); 408 (`Connection: close`) no bytes of the body for `api.body_timeout_seconds`

@@ -39,6 +39,7 @@ from ingest.schema import TRAINER_LOGPROB_KEYS, Message, Node, Rollout, ToolCall
 from ingest.stages import stage
 
 Identity = tuple[str, str, int]  # (run id, rollout id, attempt)
+CHECKS_VERSION = checks_version()  # the registry is whole once ingest.checks is imported
 _NUL = b"\\u0000"  # how orjson writes NUL: no escape, no NUL (the usual case) in what it wrote
 
 
@@ -345,7 +346,7 @@ def _summary(r: Rollout, flags: list[str], chash: str, tally: _Tally) -> dict:
         n_branches=tally.n_branches,
         flags=flags, content_hash=chash, raw_hash=r._raw_hash,
         source_format=r.source.get("format"), source_file=r.source.get("file"), source_line=r.source.get("line"),
-        ingested_at=models.utcnow(), checks_version=checks_version(),
+        ingested_at=models.utcnow(), checks_version=CHECKS_VERSION,
         **rollout_metrics(r, min(versions) if versions else None),
     )
 

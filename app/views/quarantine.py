@@ -54,15 +54,14 @@ def source_parts(source: str | None) -> tuple[str, str | None]:
     return "file", None
 
 
-def record(r, *, twin: bool, runs: set[str] | None = None) -> QuarantineRecord:
+def record(r, *, twin: bool, runs: set[str]) -> QuarantineRecord:
     """The page's row of one `quarantine` entry; its run linked when it is among `runs` (the runs
-    with a page: a record rejected before any rollout of its run was stored names a run with
-    none), or when `runs` is None."""
+    with a page, `runs_with_pages`: a record rejected before any rollout of its run was stored
+    names a run with none)."""
     kind, token = source_parts(r.source)
-    linked = r.run_id is not None and (runs is None or r.run_id in runs)
     return QuarantineRecord(
         id=r.pk, file=r.source_file, line=r.line, field=r.field, error=r.error, raw=r.raw,
-        run=r.run_id, run_url=urls.run(r.run_id, json=twin) if linked else None,
+        run=r.run_id, run_url=urls.run(r.run_id, json=twin) if r.run_id in runs else None,
         source=r.source, source_kind=kind, token=token,
         first_seen=iso(r.first_seen), last_seen=iso(r.last_seen),
         first_seen_text=readable(r.first_seen), last_seen_text=readable(r.last_seen), at=iso(r.first_seen),

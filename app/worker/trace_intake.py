@@ -154,21 +154,10 @@ class TraceIntake:
                 got, end = self.spool.read(tid)
                 if got:
                     spans, ends[tid] = got, end
-            try:
-                if not is_genai_trace(spans):
-                    err = trace_rejection(tid, spans, "no GenAI or OpenInference span")
-                else:
-                    try:
-                        items.append((tid, rollout_from_spans(spans, source={"format": "otlp", "file": RECEIVER,
-                                                                             "line": None, "trace_id": tid}),
-                                      ends[tid]))
-                        continue
-                    except Exception as exc:  # noqa: BLE001 - one odd trace is quarantined, never a 500
-                        err = trace_rejection(tid, spans, exc)
-            except Exception as exc:  # noqa: BLE001 - nor a server that cannot start (restore flushes)
-                log.exception("trace %s could not be read or described", tid)
-                why = f"the trace could not be read ({type(exc).__name__}: {exc})"[:500]
-                err = RecordError(RECEIVER, None, None, why, key=tid)
+            err = _rollout_or_rejection(tid, spans)
+            if isinstance(err, Rollout):
+                items.append((tid, err, ends[tid]))
+                continue
             err.source = http_source(self.senders.get(tid))  # type: ignore[attr-defined]  # quarantine_many
             items.append((tid, err, ends[tid]))
             refused[tid] = (frozenset(s.span_id for s in spans), err.message)
@@ -215,6 +204,25 @@ class TraceIntake:
                 await run_in_threadpool(self.prune)
             except (OperationalError, DBAPIError):
                 pass  # kept; tried again next period
+
+
+def _rollout_or_rejection(tid: str, spans: list[SpanRecord]) -> Rollout | RecordError:
+    """One finished trace as a rollout, or as the RecordError that quarantines it: not GenAI, or
+    refused by the mapping. Never raises: a trace that cannot even be described is quarantined
+    with the reason, since a raise here would be a 500, and at start-up (`restore` flushes) a
+    server that cannot start."""
+    try:
+        if not is_genai_trace(spans):
+            return trace_rejection(tid, spans, "no GenAI or OpenInference span")
+        try:
+            return rollout_from_spans(spans, source={"format": "otlp", "file": RECEIVER, "line": None,
+                                                     "trace_id": tid})
+        except Exception as exc:  # noqa: BLE001 - one odd trace is quarantined, never a 500
+            return trace_rejection(tid, spans, exc)
+    except Exception as exc:  # noqa: BLE001 - nor a server that cannot start
+        log.exception("trace %s could not be read or described", tid)
+        return RecordError(RECEIVER, None, None, f"the trace could not be read ({type(exc).__name__}: {exc})"[:500],
+                           key=tid)
 
 
 def intake(app) -> TraceIntake:

@@ -84,7 +84,7 @@ def check(kind: str, severity: Severity, scope: Scope = "rollout", label: str | 
     """Register a check function under a static `kind` (snake_case). `at` says what a finding's
     `position` indexes within its node: a token ("token") or a tool call ("call"). `since`: the
     checks version that first runs it; a check added later declares one more than `version()`
-    was (tests/checks/test_registry.py holds the kinds of each version), so that a rollout stored
+    was (tests/checks/test_checks_version.py holds the kinds of each version), so that a rollout stored
     before it, and stamped with the older version, shows it as not run. Raises ValueError when the
     kind is registered twice, or the severity or scope is not one of the declared values."""
     if severity not in ("info", "warning", "error"):
