@@ -111,9 +111,10 @@ class WorkerSettings(BaseModel):
 
     batch_size: int = Field(200, ge=1, le=100_000, description="rollouts written per transaction")
     spool_dir: Path = Field(Path("./spool"), description="folder the worker takes trace files from")
-    parsers: int = Field(0, ge=0, le=64, description="worker: processes that parse and check the next stretches of a "
-                         "file while the worker writes one (0: the worker parses; on a machine with spare cores 1 or 2 "
-                         "raise throughput by about a third, each process takes 150-300 MB)")
+    parsers: int | None = Field(None, ge=0, le=64, description="worker: processes that parse and check the next "
+                                "stretches of a file while the worker writes one (unset: one on a machine with two "
+                                "cores or more, else none; 0: the worker parses alone). Forked from the worker, they "
+                                "share its memory until they write to it")
     otlp_spool_dir: Path = Field(Path("./otlp-spool"), description="`/v1/traces`: folder where spans wait for "
                                  "their trace to finish (one file per trace), so a killed server loses none")
     otlp_idle_seconds: float = Field(30.0, gt=0, le=86_400, description="`/v1/traces`: a trace whose root span has "

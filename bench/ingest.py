@@ -51,6 +51,7 @@ from app.db import models  # noqa: E402
 from app.db.engine import make_engine  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
 from app.store.write import BATCH  # noqa: E402
+from app.worker.parse import auto_parsers  # noqa: E402
 from app.worker.sync import ingest_paths  # noqa: E402
 from ingest import demo, stages  # noqa: E402
 from ingest.formats.base import ReadContext  # noqa: E402
@@ -58,10 +59,11 @@ from ingest.formats.base import ReadContext  # noqa: E402
 sys.path.insert(0, str(ROOT / "bench"))
 import workload  # noqa: E402
 
-# The worker as `rollscope worker` runs by default (no parser process), then with one
-# (`--parsers 1`, for machines with a spare core); the ratio is printed for each, the last line
-# for the last. BENCH_PARSERS=0,1,2 tries others.
+# The worker alone (`--parsers 0`), then with one parser process, forked beside it (`rollscope
+# worker`'s default on two cores or more: app/worker/parse.py `auto_parsers`); the ratio is
+# printed for each, the worker's default last. BENCH_PARSERS=0,1,2 tries others.
 PARSERS = tuple(int(p) for p in os.environ.get("BENCH_PARSERS", "0,1").split(","))
+DEFAULT_PARSERS = auto_parsers()
 PG = os.environ.get("ROLLSCOPE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 
@@ -301,13 +303,13 @@ def drain_spool(work: Path, mb: int) -> None:
         rng_seed += 1
     url = f"sqlite:///{work / 'spool.db'}"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ROLLSCOPE_DATABASE_URL": url}
-    parsers = PARSERS[0]  # the worker as it runs by default, unless BENCH_PARSERS says otherwise
+    parsers = DEFAULT_PARSERS  # the worker as it runs by default
     t = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--spool", str(spool.parent), "--once",
                              "--parsers", str(parsers)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    tree = 0.0  # the worker and its parser processes together, sampled every 0.2 s
+    tree = 0.0  # the worker and its parser processes together (PSS), sampled every 0.2 s
     while proc.poll() is None:
-        tree = max(tree, _tree_rss_mb(proc.pid))
+        tree = max(tree, _tree_pss_mb(proc.pid))
         time.sleep(0.2)
     dt = time.perf_counter() - t
     if proc.returncode:
@@ -317,17 +319,19 @@ def drain_spool(work: Path, mb: int) -> None:
         stored = c.execute(sa.select(sa.func.count()).select_from(models.Rollout.__table__)).scalar_one()
     engine.dispose()
     print(f"[sqlite] spool of {size / 1e9:.2f} GB ({n} rollouts, {rng_seed} files) drained by `rollscope worker "
-          f"--once --parsers {parsers}`: {stored} stored in {dt:.1f} s = {stored / dt:,.0f} rollouts/s; peak RSS of "
-          f"the worker and its parsers together {tree:,.0f} MB; {load()}")
+          f"--once --parsers {parsers}`: {stored} stored in {dt:.1f} s = {stored / dt:,.0f} rollouts/s; peak memory of "
+          f"the worker and its parsers together {tree:,.0f} MB (PSS: shared pages counted once); {load()}")
 
 
-def _tree_rss_mb(pid: int) -> float:
-    """Resident MB of a process and its children, from /proc (0 once it is gone). Reads only
+def _tree_pss_mb(pid: int) -> float:
+    """Proportional set size in MB of a process and its children, from /proc (0 once it is
+    gone): each resident page counted once, shared among the processes that map it (a forked
+    parser shares the worker's pages; summing their RSS would count those twice). Reads only
     their own files: a scan of every process's status took most of a core every 0.2 s."""
-    def rss_kb(p: str) -> int:
+    def pss_kb(p: str) -> int:
         try:
-            for ln in Path(f"/proc/{p}/status").read_text().splitlines():
-                if ln.startswith("VmRSS:"):
+            for ln in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                if ln.startswith("Pss:"):
                     return int(ln.split()[1])
         except OSError:
             pass
@@ -339,7 +343,7 @@ def _tree_rss_mb(pid: int) -> float:
             kids += children.read_text().split()
         except OSError:
             continue
-    return (rss_kb(str(pid)) + sum(rss_kb(k) for k in kids)) / 1024
+    return (pss_kb(str(pid)) + sum(pss_kb(k) for k in kids)) / 1024
 
 
 def latency(work: Path, n: int = 20) -> None:
@@ -537,9 +541,9 @@ def main() -> None:
         if args.spool_mb:
             drain_spool(work, args.spool_mb)
         print(load())
-        # the default worker (no parser process) last, SQLite on the very last line
-        for label, parsers, ours, fl in sorted(results, key=lambda r: (r[1] == 0, r[0] == "sqlite")):
-            how = f" (--parsers {parsers})" if parsers else ""
+        # the worker as it runs by default last, SQLite on the very last line
+        for label, parsers, ours, fl in sorted(results, key=lambda r: (r[1] == DEFAULT_PARSERS, r[0] == "sqlite")):
+            how = f" (--parsers {parsers})" if parsers != DEFAULT_PARSERS else ""
             print(f"{label}{how}: {ours:,.0f} rollouts/s, floor {fl:,.0f} rollouts/s, ratio {ours / fl:.2f}")
 
 

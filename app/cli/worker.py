@@ -25,8 +25,9 @@ def worker(
                                        "being written is waited for up to the settle time (2 s); a file left unread "
                                        "is named with why, and the exit code is then 1.")] = False,
     parsers: Annotated[int | None, typer.Option(help="Processes that parse and check the next stretches of a file "
-                                                "while the worker writes one: for machines with spare cores (default "
-                                                "ROLLSCOPE_WORKER__PARSERS, 0: the worker parses).",
+                                                "while the worker writes one (default ROLLSCOPE_WORKER__PARSERS, "
+                                                "else one on a machine with two cores or more; 0: the worker parses "
+                                                "alone).",
                                                 min=0, max=64)] = None,
     heartbeat: Annotated[Path | None, typer.Option(help="A file touched on every pass, for health checks "
                                                    "(docker-compose.yml).")] = None,
@@ -67,7 +68,7 @@ def worker(
     console.print(f"worker: reading {', '.join(str(d) for d in dirs)}", markup=False, soft_wrap=True)
     ran = run(engine, dirs, stop=stop, poll=poll, once=once, torn_after=torn_after, heartbeat=heartbeat,
               batch_lines=get_settings().worker.batch_size, beat_every=get_settings().worker.heartbeat_seconds,
-              parsers=get_settings().worker.parsers if parsers is None else parsers,
+              parsers=_parsers(parsers),
               log=lambda msg: console.print(msg, markup=False, soft_wrap=True))
     from app.alerts.webhook import idle
 
@@ -96,6 +97,17 @@ def _spool_folder(path: Path, *, create: bool) -> None:
     except OSError as exc:
         _fail(f"cannot create the spool folder {shown}: {exc.strerror or exc}")
     console.print(f"worker: created the spool folder {shown}", markup=False, soft_wrap=True)
+
+
+def _parsers(given: int | None) -> int:
+    """Parser processes: `--parsers`, else ROLLSCOPE_WORKER__PARSERS, else one on a machine with
+    two cores or more (app/worker/parse.py `auto_parsers`)."""
+    from app.config import get_settings
+    from app.worker.parse import auto_parsers
+
+    if given is None:
+        given = get_settings().worker.parsers
+    return auto_parsers() if given is None else given
 
 
 def _fail(msg: str) -> None:

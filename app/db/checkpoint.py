@@ -21,6 +21,8 @@ from __future__ import annotations
 import sqlite3
 import threading
 
+from app.forking import quiet_while_forking
+
 FALLBACK_PAGES = 25_000  # ~100 MB of WAL: the writer's connections checkpoint themselves past it
 IDLE_SECONDS = 5.0
 
@@ -33,6 +35,7 @@ class Checkpointer:
         self._wake = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._busy = threading.Lock()  # held around every SQLite call of the thread (app/forking.py)
         self._stopped = False
         self.done = 0  # checkpoints run (for tests)
 
@@ -56,6 +59,7 @@ class Checkpointer:
             thread.join(30)
 
     def _run(self) -> None:
+        quiet_while_forking(self._busy)  # a parser process may be forked while this thread runs
         conn = None
         try:
             while True:
@@ -67,17 +71,19 @@ class Checkpointer:
                 self._wake.clear()
                 if self._stopped:
                     return
-                try:
-                    if conn is None:
-                        conn = sqlite3.connect(self.database, isolation_level=None, check_same_thread=False)
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                    self.done += 1
-                except sqlite3.Error:
-                    # busy (another checkpoint), the file gone or unusable: the next commit asks
-                    # again, and the writer's own autocheckpoint (FALLBACK_PAGES) bounds the WAL
-                    if conn is not None:
-                        conn.close()
-                        conn = None
+                with self._busy:
+                    try:
+                        if conn is None:
+                            conn = sqlite3.connect(self.database, isolation_level=None, check_same_thread=False)
+                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                        self.done += 1
+                    except sqlite3.Error:
+                        # busy (another checkpoint), the file gone or unusable: the next commit asks
+                        # again, and the writer's own autocheckpoint (FALLBACK_PAGES) bounds the WAL
+                        if conn is not None:
+                            conn.close()
+                            conn = None
         finally:
             if conn is not None:
-                conn.close()
+                with self._busy:
+                    conn.close()

@@ -19,12 +19,14 @@ import multiprocessing
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from app.forking import can_fork
 from app.store import gc_relaxed
 from app.store.prepare import Prepared, prepare_or_error
 from ingest.errors import RecordError
@@ -98,10 +100,12 @@ def _name_bytes(errors: list[RecordError], data: bytes, start: int, line: int) -
 
 
 def _child_init(worker_pid: int) -> None:
-    """In each parser process: leave Ctrl-C to the worker (it stops the pool), and die with the
-    worker (Linux PR_SET_PDEATHSIG), so a worker killed with SIGKILL leaves no parser behind;
-    a worker that died before this ran is noticed by the parent pid."""
+    """In each parser process: leave Ctrl-C to the worker (it stops the pool), end on SIGTERM
+    (a forked process inherits the worker's clean-stop handler), and die with the worker (Linux
+    PR_SET_PDEATHSIG), so a worker killed with SIGKILL leaves no parser behind; a worker that
+    died before this ran is noticed by the parent pid."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG = 1
@@ -185,18 +189,21 @@ class KnownRef:
     source: dict
 
 
-_KNOWN: dict[str, object] = {}  # database URL → the known-records lookup of this process
+# (pid, database URL) → the known-records lookup of that process: a forked parser process makes
+# its own, with connections of its own (it never uses, nor closes, those it inherited)
+_KNOWN: dict[tuple[int, str], object] = {}
 
 
 def _known_for(url: str):
     """This process's lookup of known records in the database at `url` (app/store/known.py),
     made once: a parser process asks the database itself, as the worker's own reader would."""
-    if url not in _KNOWN:
+    key = (os.getpid(), url)
+    if key not in _KNOWN:
         from app.db.engine import make_engine
         from app.store.known import known_lookup
 
-        _KNOWN[url] = known_lookup(make_engine(url))
-    return _KNOWN[url]
+        _KNOWN[key] = known_lookup(make_engine(url))
+    return _KNOWN[key]
 
 
 def parse_items(data: bytes, path: Path, start: int, line: int, ctx: ReadContext, known_url: str | None) -> Parsed:
@@ -225,14 +232,31 @@ def parse_items(data: bytes, path: Path, start: int, line: int, ctx: ReadContext
     return Parsed(native.NAME, items=items)
 
 
+def auto_parsers() -> int:
+    """Parser processes `rollscope ingest` and `rollscope worker` use by default: one when this
+    process may run on two cores or more, else none."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return 1 if cores >= 2 else 0
+
+
+def start_method() -> str:
+    """How parser processes start: "fork" where this process may fork now (app/forking.py; the
+    first submit starts every process of a pool at once), else "spawn"."""
+    return "fork" if can_fork() and "fork" in multiprocessing.get_all_start_methods() else "spawn"
+
+
 def _ready() -> None:
     """Nothing: sent to a new parser process so it imports the parsing code before work comes."""
 
 
 class Parsers:
-    """Where pieces of stretches are parsed besides the worker itself: `n` parser processes
-    (`spawn`ed on first use: no database connection or thread of the worker is inherited), or,
-    with `n` = 0, one thread of the worker's own. The thread shares the interpreter lock, but a
+    """Where pieces of stretches are parsed besides the worker itself: `n` parser processes,
+    started on first use (`forked` where app/forking.py allows it: ready in milliseconds with the
+    parsing code imported; else `spawn`ed, which imports it for a second or more), or, with
+    `n` = 0, one thread of the worker's own. The thread shares the interpreter lock, but a
     write spends much of its time where the lock is let go (the database's own work: SQLite's
     B-trees, waiting on Postgres), and parsing fills that time."""
 
@@ -244,9 +268,10 @@ class Parsers:
 
     @property
     def capacity(self) -> int:
-        """Pieces given to the pool at once: one per process and one queued, so that a process
-        never waits for the worker to hand it the next (one for the thread)."""
-        return self.n + 1 if self.n else 1
+        """Unfinished pieces the pool holds at most: with processes, every piece read ahead (the
+        worker takes back the last ones still queued when it has nothing else to do, `parsed`);
+        one for the thread."""
+        return 1 << 30 if self.n else 1
 
     def warm(self) -> None:
         """Start the processes now (a process imports the parsing code for about a second, far
@@ -270,11 +295,13 @@ class Parsers:
     def _submit(self, fn, *args) -> Future:
         """`fn(*args)` in the pool. A pool that broke (a parser was killed) is replaced."""
         if self._pool is None:
-            self._pool = (ProcessPoolExecutor(self.n, mp_context=multiprocessing.get_context("spawn"),
+            self._pool = (ProcessPoolExecutor(self.n, mp_context=multiprocessing.get_context(start_method()),
                                               initializer=_child_init, initargs=(os.getpid(),))
                           if self.n else ThreadPoolExecutor(1, thread_name_prefix="rollscope-parser"))
         try:
-            return self._pool.submit(fn, *args)
+            with warnings.catch_warnings():  # Python 3.12+ warns of any fork beside threads; ours are quiet
+                warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
+                return self._pool.submit(fn, *args)
         except BrokenProcessPool:
             self.close()
             return self._submit(fn, *args)
@@ -298,15 +325,17 @@ class Parsers:
     def parsed(self, stretch: Stretch, later) -> Parsed:
         """The whole of `stretch` parsed: its pieces nobody started are parsed here; while a piece
         the pool has is not done, the worker parses (with parser processes) the last piece of the
-        `later` stretches nobody has started, rather than wait. A piece whose process died (the
-        OOM killer, a signal) is parsed here; the pool is replaced."""
+        `later` stretches that no process has begun (taken back from the pool's queue), rather
+        than wait: the processes work from the front, the worker from the back, and neither idles
+        while pieces are left. A piece whose process died (the OOM killer, a signal) is parsed
+        here; the pool is replaced."""
         out: list[Parsed] = []
         for piece in stretch.pieces:
             if piece.job is None:
                 piece.job = piece.fn(*piece.args)
             while self.n and isinstance(piece.job, Future) and not piece.job.done():
                 self.top_up(later)
-                spare = next((p for s in reversed(later) for p in reversed(s.pieces) if p.job is None), None)
+                spare = _take_back(later)
                 if spare is None:
                     break
                 spare.job = spare.fn(*spare.args)
@@ -331,6 +360,20 @@ class Parsers:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
         self._warming = []
+
+
+def _take_back(stretches) -> Piece | None:
+    """The last piece of `stretches` that no process has begun: one nobody started, or one
+    still queued in the pool, whose job is then cancelled (a piece a process already runs is
+    left to it). None when every piece is begun."""
+    for s in reversed(stretches):
+        for piece in reversed(s.pieces):
+            if piece.job is None:
+                return piece
+            if isinstance(piece.job, Future) and piece.job.cancel():
+                piece.job = None
+                return piece
+    return None
 
 
 def _joined(parts: list[Parsed]) -> Parsed:

@@ -9,15 +9,15 @@ very bytes (`Known`: the parser process asks the database itself), and rollouts,
 batches, the decisions and the quarantine are those of the inline path (tests/worker/test_pooled.py
 compares them); only where the CPU work runs changes.
 
-Not pooled (read inline, as before): files under POOL_MIN_BYTES (a process costs a second or more
-of CPU to start: measured here, ready after 6-7 s and a loss for a 31 MB file on a machine at load
-8), other formats, gzip, zip members, decoded UTF-16, a renamed spool file, a run
+Not pooled (read inline, as before): files under POOL_MIN_BYTES (1 MB where the processes are
+forked, ready in milliseconds; 64 MB where they must be spawned: a spawned process costs a second
+or more of CPU to start, measured here ready after 6-7 s and a loss for a 31 MB file on a machine
+at load 8), other formats, gzip, zip members, decoded UTF-16, a renamed spool file, a run
 checked against a tokenizer (the check context stays in this process), a caller's own `known`
 lookup, and an in-memory database.
 """
 from __future__ import annotations
 
-import os
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import replace
@@ -26,25 +26,17 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
-from app.worker.parse import KnownRef, Parsers, Piece, Stretch, cut, parse_items
+from app.worker.parse import KnownRef, Parsers, Piece, Stretch, cut, parse_items, start_method
 from ingest.errors import RecordError
 from ingest.files import read_records
 from ingest.formats.base import ReadContext
 from ingest.known import Known
 from ingest.source import Source
 
-POOL_MIN_BYTES = 64 << 20  # smaller files are read inline (see above)
+# smaller files are read inline (see above): by how the processes start (app/worker/parse.py
+# `start_method`): forked, ready in milliseconds; spawned, after a second or more of imports
+POOL_MIN_BYTES = {"fork": 1 << 20, "spawn": 64 << 20}
 STRETCH_LINES, STRETCH_BYTES = 200, 16 << 20  # read from the file at once, then cut into pieces
-
-
-def auto_parsers() -> int:
-    """Parser processes `rollscope ingest` uses by default: one when this process may run on two
-    cores or more, else none."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return 1 if cores >= 2 else 0
 
 
 def database_url(engine: Engine) -> str | None:
@@ -61,7 +53,7 @@ def poolable(reader, source: Source, *, renamed: bool) -> bool:
     """Whether the file is read with parser processes (see the module's docstring)."""
     return (reader.NAME == "native" and source.kind == "jsonl" and source.member is None and source.data is None
             and not source.gzip and source.file is None and source.decoded_from is None and not renamed
-            and source.line_base == 0 and source.size >= POOL_MIN_BYTES)
+            and source.line_base == 0 and source.size >= POOL_MIN_BYTES[start_method()])
 
 
 def pooled_items(pool: Parsers, source: Source, ctx: ReadContext, errors: list[RecordError],

@@ -26,6 +26,7 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 
 from app.db.unusable import DatabaseUnusable, why_unusable
+from app.forking import not_inherited
 from app.store.gc_relaxed import relaxed_gc
 from app.store.outage import worker_waits
 from app.worker.heartbeat import Heartbeat
@@ -64,6 +65,7 @@ def sqlite_lock(engine: Engine):
         f.close()
         raise WorkerLocked(f"another worker is writing to {db} (SQLite has one writer; "
                            "use Postgres for several workers)") from None
+    not_inherited(f)  # a forked parser process (app/worker/parse.py) must not keep the lock alive
     return f
 
 

@@ -21,8 +21,8 @@ from app.store.outage import RETRY_SECONDS, not_the_data
 from app.store.prepare import cause
 from app.store.quarantine import IngestContext, quarantine_many, with_source
 from app.store.write import BATCH, IngestOrder, StoreResult, ensure_run, store, store_tokenizer
-from app.worker.parse import Parsers
-from app.worker.pooled import auto_parsers, database_url, poolable, pooled_items
+from app.worker.parse import Parsers, auto_parsers
+from app.worker.pooled import database_url, poolable, pooled_items
 from ingest.checks import CheckContext
 from ingest.errors import RecordError
 from ingest.files import TRACE_SUFFIXES, Renderings, RenderingWatch, read_records, walk

@@ -56,7 +56,7 @@ def test_pooled_ingest_stores_and_reports_what_the_inline_path_does(tmp_path, mo
     import app.worker.pooled as pooled
     from app.db.migrate import upgrade
 
-    monkeypatch.setattr(pooled, "POOL_MIN_BYTES", 0)
+    monkeypatch.setattr(pooled, "POOL_MIN_BYTES", {"fork": 0, "spawn": 0})
     monkeypatch.setattr(pooled, "STRETCH_LINES", 20)  # several stretches, each in pieces
     used = []
     monkeypatch.setattr("app.worker.sync.pooled_items", lambda *a: used.append(a[0].n) or pooled.pooled_items(*a))
