@@ -13,6 +13,7 @@ says no: the caller spawns a fresh interpreter instead.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import weakref
 
@@ -34,9 +35,10 @@ def not_inherited(f) -> None:
 
 
 def can_fork() -> bool:
-    """Whether this process may fork now: os.fork exists and every thread but the calling one
-    is registered as quiet (`quiet_while_forking`)."""
-    if not hasattr(os, "register_at_fork"):
+    """Whether this process may fork now: on Linux (macOS's system libraries are not safe to use
+    in a forked child, which is why Python spawns there), with every thread but the calling one
+    registered as quiet (`quiet_while_forking`)."""
+    if not sys.platform.startswith("linux"):
         return False
     me = threading.current_thread()
     return all(t is me or t in _quiet for t in threading.enumerate())

@@ -186,7 +186,7 @@ class Source:
         """JSONL: (line number, bytes) for each non-empty line, not parsed (for a reader that
         validates bytes directly, and `parse_line` when it cannot)."""
         for lineno, raw in self._binary_lines():
-            if not raw.strip():
+            if raw[:1].isspace() and not raw.strip():  # (a record's line starts with `{`: no copy of it)
                 continue
             self.last_line = lineno
             self.last_raw = raw[:4096].decode("utf-8", "replace")
