@@ -260,8 +260,9 @@ def test_a_killed_worker_leaves_no_parser_process_behind(tmp_path):
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
-    # A parser still starting (spawn: importing the app, seconds under load) dies when it gets to
-    # its initializer, which finds its worker gone (app/worker/parse.py `_child_init`).
+    # A parser dies with its worker: a forked one (the default) at once (PR_SET_PDEATHSIG), a
+    # spawned one still starting (importing the app, seconds under load) when it gets to its
+    # initializer, which finds its worker gone (app/worker/parse.py `_child_init`).
     assert wait_for(lambda: not any(Path(f"/proc/{k}").exists() and "zombie" not in
                                     Path(f"/proc/{k}/status").read_text(errors="replace") for k in kids), 90), kids
 
