@@ -281,6 +281,11 @@ class Parsers:
             self._warming = [self._submit(_ready) for _ in range(self.n)]
 
     @property
+    def started(self) -> bool:
+        """Whether `warm` (or a first piece) started the processes (or the thread)."""
+        return self._pool is not None
+
+    @property
     def ready(self) -> bool:
         """Whether the pool takes pieces: the thread always; processes once `warm` started them
         and they are up."""

@@ -31,7 +31,7 @@ from ingest.errors import RecordError
 from ingest.files import read_records
 from ingest.formats.base import ReadContext
 from ingest.known import Known
-from ingest.source import Source
+from ingest.source import READ_BUFFER, Source
 
 # smaller files are read inline (see above): by how the processes start (app/worker/parse.py
 # `start_method`): forked, ready in milliseconds; spawned, after a second or more of imports
@@ -66,13 +66,15 @@ def pooled_items(pool: Parsers, source: Source, ctx: ReadContext, errors: list[R
     child_ctx = replace(ctx, known=None, notes={})
     stretches = _stretches(source.disk)
     ahead: deque[Stretch] = deque()
-    k = 2 * (pool.n + 1)
     while True:
         while len(ahead) < pool.n + 2:
             got = next(stretches, None)
             if got is None:
                 break
             data, start, line, n_lines = got
+            # in pieces for the processes once they run; whole until then (a file the store holds
+            # already is read with one lookup of known records per stretch, as inline)
+            k = 2 * (pool.n + 1) if pool.started else 1
             ahead.append(Stretch((data, start, line), [
                 Piece((part, source.path, at, before, child_ctx, known_url), fn=parse_items)
                 for part, at, before in cut(data, start, line, n_lines, k)]))
@@ -105,7 +107,7 @@ def _stretches(path: Path) -> Iterator[tuple[bytes, int, int, int]]:
     """(bytes, start byte, lines before, complete lines) of `path`, STRETCH_LINES lines or
     STRETCH_BYTES at a time; a last line without its newline ends the last stretch."""
     start = line = 0
-    with path.open("rb") as f:
+    with path.open("rb", buffering=READ_BUFFER) as f:
         while True:
             lines, size = [], 0
             while len(lines) < STRETCH_LINES and size < STRETCH_BYTES:
