@@ -11,7 +11,7 @@ import time
 import pytest
 
 from app.db.checkpoint import FALLBACK_PAGES
-from app.db.engine import make_engine
+from app.db.engine import WRITER_CACHE_KB, make_engine
 from tests.helpers import bench_workload, ingest
 
 
@@ -44,6 +44,8 @@ def test_the_wal_is_checkpointed_after_each_batch_by_a_thread(db_url, tmp_path):
     try:
         with engine.connect() as conn:  # the writer's own connections: autocheckpoint only as a safety net
             assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == FALLBACK_PAGES
+            # and a page cache of WRITER_CACHE_KB (SQLite's default, kept by readers, is 2 MB)
+            assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == -WRITER_CACHE_KB
         report = ingest(engine, path)
         assert report.total.inserted == 60
         _settled(engine)
@@ -74,5 +76,6 @@ def test_a_reader_engine_keeps_sqlite_autocheckpoint(db_url):
         assert engine.rollscope_checkpointer is None
         with engine.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 1000
+            assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == -2000
     finally:
         engine.dispose()
