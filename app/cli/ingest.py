@@ -4,6 +4,7 @@ rejected record; `--retry-quarantined` reads again the files the quarantine name
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -17,6 +18,7 @@ from ingest.fields import INT32_MAX
 
 MAX_ERRORS_SHOWN = 20
 MAX_FILES_SHOWN = 50
+REFRESH_SECONDS = 0.1  # the progress bar, redrawn at most this often
 
 
 def ingest(
@@ -96,18 +98,24 @@ def ingest(
             console.print(Text.assemble(("error: ", "red"), str(exc)), soft_wrap=True)
             raise typer.Exit(2) from None
 
+    # refreshed from here, not by rich's thread: a process with a thread of its own cannot fork
+    # its parser processes (app/forking.py), and would spawn them, a second of imports each
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
-        current: dict = {}
+                  console=console, transient=True, auto_refresh=False) as progress:
+        current: dict = {"shown": 0.0}
 
         def on_file(path, source):
             if "task" in current:
                 progress.remove_task(current["task"])
             current["source"] = source
             current["task"] = progress.add_task(path.name, total=source.size or None)
+            progress.refresh()
 
         def on_item(_item):
             progress.update(current["task"], completed=current["source"].position)
+            if time.monotonic() - current["shown"] >= REFRESH_SECONDS:
+                progress.refresh()
+                current["shown"] = time.monotonic()
 
         options = dict(tokenizer_key=key, check_context=check_context, on_file=on_file, on_item=on_item,
                        batch_size=get_settings().worker.batch_size, retry_seconds=get_settings().db.retry_seconds)

@@ -29,6 +29,8 @@ from pathlib import Path
 from app.forking import can_fork
 from app.store import gc_relaxed
 from app.store.prepare import Prepared, prepare_or_error
+from app.worker.handoff import Handoff, drop
+from app.worker.handoff import run as handoff_run
 from ingest.errors import RecordError
 from ingest.files import read_records
 from ingest.formats.base import ReadContext
@@ -99,13 +101,19 @@ def _name_bytes(errors: list[RecordError], data: bytes, start: int, line: int) -
             err.message += f" (line starts at byte {starts[k]})"
 
 
-def _child_init(worker_pid: int) -> None:
-    """In each parser process: leave Ctrl-C to the worker (it stops the pool), end on SIGTERM
-    (a forked process inherits the worker's clean-stop handler), and die with the worker (Linux
+_FORKED = False  # this process is a parser process forked from its worker (`_child_init`)
+
+
+def _child_init(worker_pid: int, method: str) -> None:
+    """In each parser process: leave Ctrl-C and SIGTERM to the worker, which stops the pool
+    (systemd sends SIGTERM to the whole group: a parser that died of it would be taken for a
+    crash, and replaced, while the worker stops), and die with the worker (Linux
     PR_SET_PDEATHSIG), so a worker killed with SIGKILL leaves no parser behind; a worker that
     died before this ran is noticed by the parent pid."""
+    global _FORKED
+    _FORKED = method == "fork"
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG = 1
@@ -218,7 +226,10 @@ def parse_items(data: bytes, path: Path, start: int, line: int, ctx: ReadContext
     source = Source(path, "jsonl", None, size=len(data), data=data, line_base=line)
     source.first = next((v for _, v in source.lines() if isinstance(v, dict)), None)
     source.position, source.last_line, source.last_raw = 0, None, None
-    if known_url is not None:
+    if known_url is not None and not (_FORKED and known_url.startswith("sqlite")):
+        # (a forked process opens no SQLite file: SQLite's own bookkeeping of the worker's open
+        # files and locks came with the fork, and a new connection would share it. Its records
+        # are read in full, and the store finds the unchanged ones by their content hash)
         ctx = replace(ctx, known=_known_for(known_url))
     items: list = []
     for item in read_records(native, source, ctx, []):
@@ -264,6 +275,9 @@ class Parsers:
         self.n = n
         self.log = log
         self._pool: Executor | None = None
+        self.method: str | None = None  # how the running processes were started ("fork", "spawn")
+        self._handoff: Handoff | None = None  # the files pieces and results pass through (processes)
+        self._inputs: dict[Future, str] = {}  # a queued job → its piece's file
         self._warming: list[Future] = []  # `warm`'s probes, until the processes are up
 
     @property
@@ -281,6 +295,11 @@ class Parsers:
             self._warming = [self._submit(_ready) for _ in range(self.n)]
 
     @property
+    def start_method(self) -> str:
+        """How the processes were started ("fork", "spawn"), or would be now (`start_method()`)."""
+        return self.method if self._pool is not None and self.method else start_method()
+
+    @property
     def started(self) -> bool:
         """Whether `warm` (or a first piece) started the processes (or the thread)."""
         return self._pool is not None
@@ -294,22 +313,58 @@ class Parsers:
         if self._pool is None:
             return False
         if self._warming and all(f.done() for f in self._warming):
+            for f in self._warming:
+                try:
+                    self._result(f)
+                except Exception:  # noqa: BLE001 - a probe lost with its process: the next piece tells
+                    pass
             self._warming = []
         return not self._warming
 
     def _submit(self, fn, *args) -> Future:
-        """`fn(*args)` in the pool. A pool that broke (a parser was killed) is replaced."""
+        """`fn(*args)` in the pool (processes: through a file, app/worker/handoff.py). A pool that
+        broke (a parser was killed) is replaced."""
         if self._pool is None:
-            self._pool = (ProcessPoolExecutor(self.n, mp_context=multiprocessing.get_context(start_method()),
-                                              initializer=_child_init, initargs=(os.getpid(),))
-                          if self.n else ThreadPoolExecutor(1, thread_name_prefix="rollscope-parser"))
+            if self.n:
+                self.method = start_method()
+                self._handoff = Handoff()
+                self._pool = ProcessPoolExecutor(self.n, mp_context=multiprocessing.get_context(self.method),
+                                                 initializer=_child_init, initargs=(os.getpid(), self.method))
+            else:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="rollscope-parser")
         try:
+            if not self.n:
+                return self._pool.submit(fn, *args)
+            path = self._handoff.put(fn, args)
             with warnings.catch_warnings():  # Python 3.12+ warns of any fork beside threads; ours are quiet
                 warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
-                return self._pool.submit(fn, *args)
+                job = self._pool.submit(handoff_run, path)
+            self._inputs[job] = path
+            return job
         except BrokenProcessPool:
             self.close()
             return self._submit(fn, *args)
+
+    def _result(self, job: Future):
+        """What `job` returned (waiting for it); raises what it raised, BrokenProcessPool when its
+        process died."""
+        self._inputs.pop(job, None)
+        out = job.result()
+        return self._handoff.take(out) if self.n else out
+
+    def _take_back(self, stretches) -> Piece | None:
+        """The last piece of `stretches` that no process has begun: one nobody started, or one
+        still queued in the pool, whose job is then cancelled (a piece a process already runs is
+        left to it). None when every piece is begun."""
+        for s in reversed(stretches):
+            for piece in reversed(s.pieces):
+                if piece.job is None:
+                    return piece
+                if isinstance(piece.job, Future) and piece.job.cancel():
+                    drop(self._inputs.pop(piece.job, ""))
+                    piece.job = None
+                    return piece
+        return None
 
     def top_up(self, stretches) -> None:
         """Give the pool the first pieces nobody has started, in file order, until it holds
@@ -340,13 +395,13 @@ class Parsers:
                 piece.job = piece.fn(*piece.args)
             while self.n and isinstance(piece.job, Future) and not piece.job.done():
                 self.top_up(later)
-                spare = _take_back(later)
+                spare = self._take_back(later)
                 if spare is None:
                     break
                 spare.job = spare.fn(*spare.args)
             if isinstance(piece.job, Future):
                 try:
-                    piece.job = piece.job.result()
+                    piece.job = self._result(piece.job)
                 except (BrokenProcessPool, CancelledError) as exc:
                     self.log(f"{piece.args[1]}: a parser process died ({exc!r}); parsing in the worker")
                     self.close()
@@ -364,21 +419,11 @@ class Parsers:
                     proc.kill()
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        if self._handoff is not None:
+            self._handoff.close()
+            self._handoff = None
+        self._inputs.clear()
         self._warming = []
-
-
-def _take_back(stretches) -> Piece | None:
-    """The last piece of `stretches` that no process has begun: one nobody started, or one
-    still queued in the pool, whose job is then cancelled (a piece a process already runs is
-    left to it). None when every piece is begun."""
-    for s in reversed(stretches):
-        for piece in reversed(s.pieces):
-            if piece.job is None:
-                return piece
-            if isinstance(piece.job, Future) and piece.job.cancel():
-                piece.job = None
-                return piece
-    return None
 
 
 def _joined(parts: list[Parsed]) -> Parsed:

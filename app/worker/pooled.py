@@ -5,7 +5,9 @@ stretches of whole lines cut into pieces (app/worker/parse.py `cut`); parser pro
 check and prepare pieces (`parse_items`) while this process writes the batches before them, and
 parses a piece nobody has started rather than wait (`Parsers.parsed`). What reaches the store is
 what the reader would have yielded, in line order: rejections, records the store holds with these
-very bytes (`Known`: the parser process asks the database itself), and rollouts, prepared. So the
+very bytes (`Known`: a parser process asks the database itself, except a forked one on SQLite,
+which reads every record in full: the store finds the unchanged ones by content hash), and
+rollouts, prepared. So the
 batches, the decisions and the quarantine are those of the inline path (tests/worker/test_pooled.py
 compares them); only where the CPU work runs changes.
 
@@ -26,7 +28,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
-from app.worker.parse import KnownRef, Parsers, Piece, Stretch, cut, parse_items, start_method
+from app.worker.parse import KnownRef, Parsers, Piece, Stretch, cut, parse_items
 from ingest.errors import RecordError
 from ingest.files import read_records
 from ingest.formats.base import ReadContext
@@ -49,11 +51,12 @@ def database_url(engine: Engine) -> str | None:
     return url.render_as_string(hide_password=False)
 
 
-def poolable(reader, source: Source, *, renamed: bool) -> bool:
-    """Whether the file is read with parser processes (see the module's docstring)."""
+def poolable(reader, source: Source, *, renamed: bool, method: str) -> bool:
+    """Whether the file is read with parser processes (see the module's docstring) that start by
+    `method` (`Parsers.start_method`: how they were, or would now be, started)."""
     return (reader.NAME == "native" and source.kind == "jsonl" and source.member is None and source.data is None
             and not source.gzip and source.file is None and source.decoded_from is None and not renamed
-            and source.line_base == 0 and source.size >= POOL_MIN_BYTES[start_method()])
+            and source.line_base == 0 and source.size >= POOL_MIN_BYTES[method])
 
 
 def pooled_items(pool: Parsers, source: Source, ctx: ReadContext, errors: list[RecordError],

@@ -209,7 +209,7 @@ def _ingest_files(engine: Engine, files: list, ctx: ReadContext, report: IngestR
         key_of = getattr(reader, "episode_key", None)
         if key_of is not None:
             items = watch.watch(items, source.name, reader.NAME, key_of, source.kind)
-        elif pool is not None and poolable(reader, source, renamed=name is not None):
+        elif pool is not None and poolable(reader, source, renamed=name is not None, method=pool.start_method):
             items = pooled_items(pool, source, file_ctx, file_errors, known_url)
         try:
             result = store(engine, items, on_item=on_item,

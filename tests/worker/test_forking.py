@@ -4,6 +4,8 @@ be idle, and neither an unknown thread nor the worker's SQLite lock leaks into a
 from __future__ import annotations
 
 import os
+import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -72,6 +74,13 @@ def test_parsers_are_forked_beside_a_checkpoint_thread_and_parse_what_the_worker
             return {k: v for k, v in p.summary.items() if k != "ingested_at"}, p.nodes, p.findings, p.search
 
         assert list(map(rows, got.prepared)) == list(map(rows, want.prepared))
+        # SIGTERM (systemd signals the whole group) is left to the worker: the parser carries on
+        os.kill(kid, signal.SIGTERM)
+        time.sleep(0.5)
+        assert "zombie" not in Path(f"/proc/{kid}/status").read_text()
+        again = pool.parsed(Stretch(None, pieces(data, "a.jsonl", 0, 0, n, "native", None, 4)), ())
+        assert [p.identity[1] for p in again.prepared] == [f"f{i:03d}" for i in range(64)]
+        assert _children(os.getpid()) == [kid]
     finally:
         pool.close()
         lock.close()
@@ -116,3 +125,151 @@ def test_a_fork_waits_until_a_quiet_thread_lets_go_of_its_lock():
     t.join(5)
     assert let_go and forked >= let_go[0]  # the fork waited for the thread's work to end
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+KILLED_MID_PIECE = r"""
+import multiprocessing.connection, os, select, signal, sys, threading, time
+import numpy as np, orjson
+sys.path.append("bench")  # (after the project: bench/ingest.py is not the ingest package)
+import workload
+from app.worker.parse import Parsers, Stretch, pieces
+from app.worker.run import wait_for
+
+# every message through the pool's pipes, of this process and (forked) its parser: its size
+sent = multiprocessing.connection.Connection._send_bytes
+def measured(self, buf):
+    with open(os.environ["SIZES"], "a") as f:
+        f.write(f"{len(buf)}\n")
+    return sent(self, buf)
+multiprocessing.connection.Connection._send_bytes = measured
+
+rng = np.random.default_rng(0)
+data = b"".join(orjson.dumps(workload.rollout(k, rng)) + b"\n" for k in range(48))
+pool = Parsers(1)
+pool.warm()
+assert wait_for(lambda: pool.ready, 30)
+kid = next(iter(pool._pool._processes))
+stretch = Stretch(None, pieces(data, "a.jsonl", 0, 0, 48, "native", None, 4))
+pool.top_up([stretch])  # the process has three pieces of 12 rollouts, 1.3 MB each
+threading.Timer(float(sys.argv[1]), os.kill, (kid, signal.SIGKILL)).start()
+got = pool.parsed(stretch, ())
+pool.close()
+sizes = [int(n) for n in open(os.environ["SIZES"]).read().split()]
+print("largest message", max(sizes), "of", select.PIPE_BUF)
+print("parsed", len(got.prepared), [p.identity[1] for p in got.prepared] == [f"r{k:06d}" for k in range(48)])
+"""
+
+
+@pytest.mark.parametrize("after", [0.02, 0.15, 0.4])
+def test_a_parser_killed_while_it_works_costs_no_piece_and_no_hang(after, tmp_path):
+    # A parser process killed (the OOM killer) at any moment of its work, a result half written
+    # included: the worker parses what it had, then closes the pool and exits. Pieces and results
+    # pass through files (app/worker/handoff.py), so no pipe holds half a message: before, the
+    # pool's thread waited forever for the rest of one, and the worker hung. (Each message is
+    # written whole or not at all only under PIPE_BUF: measured here, both ways.)
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", KILLED_MID_PIECE, str(after)], cwd=root, capture_output=True,
+                          text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(root), "SIZES": str(tmp_path / "sizes")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    largest, _, pipe_buf = proc.stdout.split("largest message ")[1].split()[:3]
+    assert int(largest) < int(pipe_buf), proc.stdout
+    assert proc.stdout.split()[-2:] == ["48", "True"], proc.stdout + proc.stderr[-3000:]
+
+
+INGEST_CLI = r"""
+import sys, threading
+import app.worker.parse as parse
+asked = parse.start_method
+def recorded():
+    how = asked()
+    print("start method", how, sorted(t.name for t in threading.enumerate()), file=sys.stderr)
+    return how
+parse.start_method = recorded
+from app.cli import main
+sys.argv[1:] = ["ingest", sys.argv[1]]
+main()
+"""
+
+
+def test_rollscope_ingest_forks_its_parser_process(tmp_path):
+    # `rollscope ingest` of a 26 MB native file reads it with a parser process, forked: its
+    # progress bar is drawn by the command itself, not by rich's thread, which would leave the
+    # process unable to fork (then a spawned process, a second of imports, only from 64 MB)
+    import subprocess
+
+    import numpy as np
+    import orjson
+
+    root = Path(__file__).resolve().parents[2]
+    sys.path.append(str(root / "bench"))
+    import workload
+
+    rng = np.random.default_rng(1)
+    f = tmp_path / "agentic.jsonl"
+    f.write_bytes(b"".join(orjson.dumps(workload.rollout(k, rng)) + b"\n" for k in range(250)))
+    assert f.stat().st_size > 20 << 20  # two stretches: the second read by the process
+    env = {**os.environ, "PYTHONPATH": str(root), "ROLLSCOPE_DATABASE_URL": f"sqlite:///{tmp_path / 'i.db'}"}
+    proc = subprocess.run([sys.executable, "-c", INGEST_CLI, str(f)], cwd=root, capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    methods = [ln for ln in proc.stderr.splitlines() if ln.startswith("start method")]
+    assert methods and all(m.startswith("start method fork ['MainThread'") for m in methods), methods
+    assert "250" in proc.stdout  # every rollout stored (the summary's `new` column)
+
+
+def test_sigterm_to_the_whole_group_stops_the_worker_cleanly(tmp_path):
+    # systemd (KillMode=control-group) and a shell's `kill -TERM -PGID` signal the worker and its
+    # parser process together: the parser leaves the stop to the worker, which finishes the
+    # stretch in hand and exits 0, with no parser taken for dead; a second run stores the rest,
+    # each rollout once.
+    import subprocess
+
+    import numpy as np
+    import orjson
+    import sqlalchemy as sa
+
+    root = Path(__file__).resolve().parents[2]
+    sys.path.append(str(root / "bench"))
+    import workload
+
+    spool = tmp_path / "spool" / "run"
+    spool.mkdir(parents=True)
+    rng = np.random.default_rng(2)
+    (spool / "a.jsonl").write_bytes(b"".join(orjson.dumps(workload.rollout(k, rng)) + b"\n" for k in range(600)))
+    db = tmp_path / "w.db"
+    env = {**os.environ, "PYTHONPATH": str(root), "ROLLSCOPE_DATABASE_URL": f"sqlite:///{db}",
+           "ROLLSCOPE_WORKER__BATCH_SIZE": "50"}
+    env.pop("ROLLSCOPE_WORKER__PARSERS", None)  # the default: one parser on two cores
+    cmd = [sys.executable, "-m", "app.cli", "worker", "--spool", str(spool.parent)]
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+    def stored() -> int:
+        if not db.exists():
+            return 0
+        try:
+            with sqlite3.connect(db, timeout=10) as conn:
+                return conn.execute("SELECT count(*) FROM rollout").fetchone()[0]
+        except sqlite3.OperationalError:
+            return 0
+
+    try:
+        assert wait_for(lambda: stored() >= 50, 120), "nothing stored"
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out
+    assert "parser process died" not in out, out
+    assert 0 < stored() <= 600
+    done = subprocess.run([*cmd, "--once"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    engine = make_engine(f"sqlite:///{db}")
+    with engine.connect() as conn:
+        ids = conn.execute(sa.text("SELECT rollout_id FROM rollout")).scalars().all()
+    engine.dispose()
+    assert sorted(ids) == [f"r{k:06d}" for k in range(600)]
