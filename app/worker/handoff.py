@@ -10,9 +10,10 @@ PIPE_BUF (4 KB on Linux) is written whole or not at all (POSIX `write`), so a pr
 now leaves no half message, and the pool sees it die (BrokenProcessPool) as it should: the
 worker parses the piece itself (app/worker/parse.py `Parsers.parsed`).
 
-The files live in a folder of their own under /dev/shm (memory) where it exists, else the temp
-folder; the folder is removed when the pool closes, and one left by a worker that was killed is
-removed by the next worker to start a pool (its pid is gone).
+The files live in a folder of their own under /dev/shm (memory) where it has room (512 MB
+free: a container's is often 64 MB), else in the temp folder; the folder is removed when the
+pool closes, and one left by a worker that was killed is removed by the next worker to start a
+pool (its pid is gone).
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ import traceback
 from pathlib import Path
 
 PREFIX = "rollscope-parse-"
+SHM = "/dev/shm"
+SHM_MIN_FREE = 512 << 20  # a container's /dev/shm is often 64 MB: then the temp folder is used
 
 
 class Handoff:
@@ -33,7 +36,7 @@ class Handoff:
 
     def __init__(self, base: str | None = None):
         if base is None:
-            base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+            base = SHM if _roomy(SHM) else None
         remove_stale(Path(base or tempfile.gettempdir()))
         self.dir = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=base)
         self._numbers = itertools.count()
@@ -42,8 +45,12 @@ class Handoff:
         """Write the call `fn(*args)` to a file; returns its path, what `run` takes in the parser
         process (`fn` must be importable by name, as for the pool itself)."""
         path = os.path.join(self.dir, f"{next(self._numbers)}.in")
-        with open(path, "wb") as f:
-            pickle.dump((fn, args), f, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            with open(path, "wb") as f:
+                pickle.dump((fn, args), f, protocol=pickle.HIGHEST_PROTOCOL)
+        except BaseException:
+            drop(path)  # (a full disk: no half-written piece left behind)
+            raise
         return path
 
     def take(self, out: str):
@@ -84,6 +91,15 @@ def run(path: str) -> str:
             pickle.dump((False, RuntimeError(f"in a parser process: {exc!r} (pickling {outcome[1]!r})")), f)
     os.replace(out + ".part", out)
     return out
+
+
+def _roomy(folder: str) -> bool:
+    """Whether `folder` exists, is writable and has SHM_MIN_FREE bytes free."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    return os.access(folder, os.W_OK) and st.f_bavail * st.f_frsize >= SHM_MIN_FREE
 
 
 def drop(path: str) -> None:

@@ -292,7 +292,13 @@ class Parsers:
         longer on a busy machine): until they are up the worker parses everything itself
         (`top_up` hands out nothing), so it never waits for a process still starting."""
         if self.n and self._pool is None:
-            self._warming = [self._submit(_ready) for _ in range(self.n)]
+            try:
+                self._warming = [self._submit(_ready) for _ in range(self.n)]
+            except OSError as exc:  # no folder for the handoff (app/worker/handoff.py): the worker parses
+                self.log(f"cannot start parser processes ({exc}); parsing in the worker")
+                self.close()
+                self.n = 0  # for good: no process, and no thread either (the worker parses alone)
+                self._pool = None
 
     @property
     def start_method(self) -> str:
@@ -379,7 +385,12 @@ class Parsers:
                 if busy >= self.capacity:
                     return
                 if piece.job is None and piece is not first:
-                    piece.job = self._submit(piece.fn, *piece.args)
+                    try:
+                        piece.job = self._submit(piece.fn, *piece.args)
+                    except OSError as exc:  # the piece's file cannot be written (a full disk): the worker parses
+                        self.log(f"{piece.args[1]}: cannot hand a piece to a parser process ({exc}); "
+                                 "parsing in the worker")
+                        return
                     busy += 1
 
     def parsed(self, stretch: Stretch, later) -> Parsed:
@@ -406,6 +417,10 @@ class Parsers:
                     self.log(f"{piece.args[1]}: a parser process died ({exc!r}); parsing in the worker")
                     self.close()
                     self.warm()  # a new pool, taking pieces once it is up
+                    piece.job = piece.fn(*piece.args)
+                except Exception as exc:  # noqa: BLE001 - the handoff failed (a full disk): parse it here
+                    self.log(f"{piece.args[1]}: a parser process could not parse a piece ({exc!r}); "
+                             "parsing it in the worker")
                     piece.job = piece.fn(*piece.args)
             out.append(piece.job)
         return _joined(out)

@@ -9,6 +9,7 @@ import sqlite3
 import sys
 import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,15 @@ def _open_files(pid: int) -> set[str]:
     return out
 
 
+def _parsed_by_the_pool(pool: Parsers, data: bytes, n: int, k: int, given: int | None = None):
+    """`data` (n lines) cut in k pieces, all but the first handed to the pool (`given` of them:
+    all but the first unless said), then parsed."""
+    stretch = Stretch(None, pieces(data, "a.jsonl", 0, 0, n, "native", None, k))
+    pool.top_up([stretch])
+    assert sum(isinstance(p.job, Future) for p in stretch.pieces) == (k - 1 if given is None else given)
+    return pool.parsed(stretch, ())
+
+
 def test_parsers_are_forked_beside_a_checkpoint_thread_and_parse_what_the_worker_would(tmp_path):
     db = tmp_path / "w.db"
     engine = make_engine(f"sqlite:///{db}", writer=True)
@@ -66,7 +76,7 @@ def test_parsers_are_forked_beside_a_checkpoint_thread_and_parse_what_the_worker
         # what the child parses is what this process parses
         data = b"".join(line(f"f{i:03d}", reward=i % 2, step=i // 8) for i in range(64))
         n = data.count(b"\n")
-        got = pool.parsed(Stretch(None, pieces(data, "a.jsonl", 0, 0, n, "native", None, 4)), ())
+        got = _parsed_by_the_pool(pool, data, n, 4)
         want = parse_lines(data, "a.jsonl", 0, 0, "native", None)
         assert [p.identity[1] for p in got.prepared] == [p.identity[1] for p in want.prepared] == \
             [f"f{i:03d}" for i in range(64)]
@@ -78,7 +88,7 @@ def test_parsers_are_forked_beside_a_checkpoint_thread_and_parse_what_the_worker
         os.kill(kid, signal.SIGTERM)
         time.sleep(0.5)
         assert "zombie" not in Path(f"/proc/{kid}/status").read_text()
-        again = pool.parsed(Stretch(None, pieces(data, "a.jsonl", 0, 0, n, "native", None, 4)), ())
+        again = _parsed_by_the_pool(pool, data, n, 4)
         assert [p.identity[1] for p in again.prepared] == [f"f{i:03d}" for i in range(64)]
         assert _children(os.getpid()) == [kid]
     finally:
@@ -273,3 +283,57 @@ def test_sigterm_to_the_whole_group_stops_the_worker_cleanly(tmp_path):
         ids = conn.execute(sa.text("SELECT rollout_id FROM rollout")).scalars().all()
     engine.dispose()
     assert sorted(ids) == [f"r{k:06d}" for k in range(600)]
+
+
+def test_a_piece_or_result_that_cannot_be_handed_over_is_parsed_in_the_worker(monkeypatch):
+    # The handoff's folder full (a container's small /dev/shm is avoided, a full temp disk is
+    # not): a piece that cannot be written, or a result that cannot be read back, is parsed by
+    # the worker itself, and nothing is lost.
+    from app.worker import handoff
+
+    data = b"".join(line(f"h{i:03d}", reward=i % 2) for i in range(64))
+    pool, said = Parsers(1, log=lambda msg: said.append(msg)), []
+    put, take = handoff.Handoff.put, handoff.Handoff.take
+    puts, takes = [], []
+
+    def full_after_two(self, fn, args):
+        puts.append(fn)
+        if len(puts) > 2:  # the probe and one piece
+            raise OSError(28, "No space left on device")
+        return put(self, fn, args)
+
+    def lost_once(self, out):
+        takes.append(out)
+        if len(takes) == 2:  # the piece's result
+            handoff.drop(out)
+            raise OSError(2, "No such file or directory")
+        return take(self, out)
+
+    monkeypatch.setattr(handoff.Handoff, "put", full_after_two)
+    monkeypatch.setattr(handoff.Handoff, "take", lost_once)
+    try:
+        pool.warm()
+        assert wait_for(lambda: pool.ready, 30)
+        got = _parsed_by_the_pool(pool, data, 64, 4, given=1)  # the next piece's file: no space
+    finally:
+        pool.close()
+    assert [p.identity[1] for p in got.prepared] == [f"h{i:03d}" for i in range(64)]
+    assert any("No space left" in m for m in said) and any("could not parse a piece" in m for m in said), said
+
+
+def test_no_folder_for_the_handoff_leaves_the_worker_parsing_alone(monkeypatch):
+    from app.worker import handoff
+
+    def unwritable(*_a, **_k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(handoff.tempfile, "mkdtemp", unwritable)
+    said: list[str] = []
+    pool = Parsers(1, log=said.append)
+    pool.warm()
+    data = b"".join(line(f"u{i:03d}") for i in range(16))
+    got = pool.parsed(Stretch(None, pieces(data, "a.jsonl", 0, 0, 16, "native", None, 4)), ())
+    pool.close()
+    assert [p.identity[1] for p in got.prepared] == [f"u{i:03d}" for i in range(16)]
+    assert said and "cannot start parser processes" in said[0]
+    assert not _children(os.getpid())
