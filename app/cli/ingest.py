@@ -4,6 +4,7 @@ rejected record; `--retry-quarantined` reads again the files the quarantine name
 from __future__ import annotations
 
 import contextlib
+import signal
 import time
 from pathlib import Path
 from typing import Annotated
@@ -100,6 +101,9 @@ def ingest(
 
     # refreshed from here, not by rich's thread: a process with a thread of its own cannot fork
     # its parser processes (app/forking.py), and would spawn them, a second of imports each
+    # SIGTERM (`timeout`, `docker stop`) stops it as Ctrl-C does: the batch in hand is rolled back
+    # and the parser processes and their files go (app/worker/handoff.py)
+    signal.signal(signal.SIGTERM, _stop)
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
                   console=console, transient=True, auto_refresh=False) as progress:
         current: dict = {"shown": 0.0}
@@ -188,3 +192,8 @@ def ingest(
         f"{total.inserted} new, {total.replaced} replaced, {total.unchanged} unchanged, "
         f"{len(errors)} rejected, {len(skipped)} skipped; runs: {', '.join(sorted(total.runs)) or '-'}"))
     raise typer.Exit(1 if errors else 0)
+
+
+def _stop(signum, _frame) -> None:
+    """SIGTERM: unwind as an exit with the shell's code for it (128 + 15), cleaning up on the way."""
+    raise SystemExit(128 + signum)

@@ -64,18 +64,38 @@ class Handoff:
             raise value
         return value
 
+    @staticmethod
+    def take_back(path: str) -> bool:
+        """Claim the piece at `path` back from the pool: True when no parser process has begun it
+        (it will find it gone, `run`), False when one has. One rename decides, atomically, who
+        parses it: never both, never neither. (Not `Future.cancel()`: Python 3.11's pool thread
+        dies on a cancelled job when a process dies, python/cpython#107219, and every job
+        queued after it then waits forever.)"""
+        try:
+            os.rename(path, path[:-len(".in")] + ".back")
+        except FileNotFoundError:
+            return False
+        drop(path[:-len(".in")] + ".back")
+        return True
+
     def close(self) -> None:
         """Remove the folder and whatever is left in it (pieces taken back, a dead process's)."""
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def run(path: str) -> str:
-    """In a parser process: the call written at `path` (removed once read), made, and its result
-    (or the exception it raised, with its traceback as a note) written beside it; returns the
-    result's path. Only the two paths go through the pool's pipes."""
-    with open(path, "rb") as f:
+def run(path: str) -> str | None:
+    """In a parser process: the call written at `path`, claimed (renamed) and read, made, and its
+    result (or the exception it raised, with its traceback as a note) written beside it; returns
+    the result's path, or None when the worker took the piece back first (`take_back`). Only the
+    paths go through the pool's pipes."""
+    mine = path[:-len(".in")] + ".run"
+    try:
+        os.rename(path, mine)
+    except FileNotFoundError:
+        return None  # taken back: the worker parses it
+    with open(mine, "rb") as f:
         fn, args = pickle.load(f)
-    drop(path)
+    drop(mine)
     try:
         outcome = (True, fn(*args))
     except Exception as exc:  # noqa: BLE001 - handed back whole, raised in the worker

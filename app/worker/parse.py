@@ -29,7 +29,7 @@ from pathlib import Path
 from app.forking import can_fork
 from app.store import gc_relaxed
 from app.store.prepare import Prepared, prepare_or_error
-from app.worker.handoff import Handoff, drop
+from app.worker.handoff import Handoff
 from app.worker.handoff import run as handoff_run
 from ingest.errors import RecordError
 from ingest.files import read_records
@@ -253,6 +253,9 @@ def auto_parsers() -> int:
     return 1 if cores >= 2 else 0
 
 
+WAIT_CHECK = 1.0  # seconds between looks at the pool while the worker waits for a piece
+
+
 def start_method() -> str:
     """How parser processes start: "fork" where this process may fork now (app/forking.py; the
     first submit starts every process of a pool at once), else "spawn"."""
@@ -353,24 +356,42 @@ class Parsers:
 
     def _result(self, job: Future):
         """What `job` returned (waiting for it); raises what it raised, BrokenProcessPool when its
-        process died."""
+        process died or the pool's thread ended (checked every WAIT_CHECK seconds: a wait never
+        outlives the pool)."""
         self._inputs.pop(job, None)
-        out = job.result()
-        return self._handoff.take(out) if self.n else out
+        if not self.n:
+            return job.result()
+        while True:
+            try:
+                out = job.result(timeout=WAIT_CHECK)
+                break
+            except TimeoutError:
+                thread = getattr(self._pool, "_executor_manager_thread", None)
+                if self._pool is None or (thread is not None and not thread.is_alive()):
+                    raise BrokenProcessPool("the parser pool stopped (its thread ended)") from None
+        if out is None:
+            raise CancelledError("taken back")  # (never waited on: `_take_back` hands it to the worker)
+        return self._handoff.take(out)
 
     def _take_back(self, stretches) -> Piece | None:
         """The last piece of `stretches` that no process has begun: one nobody started, or one
-        still queued in the pool, whose job is then cancelled (a piece a process already runs is
-        left to it). None when every piece is begun."""
+        still queued in the pool, claimed back (app/worker/handoff.py `take_back`; a piece a
+        process already runs is left to it). None when every piece is begun."""
         for s in reversed(stretches):
             for piece in reversed(s.pieces):
                 if piece.job is None:
                     return piece
-                if isinstance(piece.job, Future) and piece.job.cancel():
-                    drop(self._inputs.pop(piece.job, ""))
+                job = piece.job
+                if isinstance(job, Future) and job in self._inputs and not job.done() \
+                        and self._handoff.take_back(self._inputs[job]):
+                    del self._inputs[job]  # its process will find nothing to do (`run` gives None)
                     piece.job = None
                     return piece
         return None
+
+    def _orphaned(self, job) -> bool:
+        """Whether `job` is a job of a pool closed since (a process died): nobody will answer it."""
+        return isinstance(job, Future) and self.n > 0 and job not in self._inputs
 
     def top_up(self, stretches) -> None:
         """Give the pool the first pieces nobody has started, in file order, until it holds
@@ -402,7 +423,7 @@ class Parsers:
         here; the pool is replaced."""
         out: list[Parsed] = []
         for piece in stretch.pieces:
-            if piece.job is None:
+            if piece.job is None or self._orphaned(piece.job):
                 piece.job = piece.fn(*piece.args)
             while self.n and isinstance(piece.job, Future) and not piece.job.done():
                 self.top_up(later)
@@ -432,7 +453,9 @@ class Parsers:
             if not self.ready:
                 for proc in list(getattr(self._pool, "_processes", {}).values()):
                     proc.kill()
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            for path in self._inputs.values():  # queued pieces: their processes skip them
+                self._handoff.take_back(path)
+            self._pool.shutdown(wait=True)
             self._pool = None
         if self._handoff is not None:
             self._handoff.close()

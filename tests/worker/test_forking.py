@@ -337,3 +337,85 @@ def test_no_folder_for_the_handoff_leaves_the_worker_parsing_alone(monkeypatch):
     assert [p.identity[1] for p in got.prepared] == [f"u{i:03d}" for i in range(16)]
     assert said and "cannot start parser processes" in said[0]
     assert not _children(os.getpid())
+
+
+TAKEN_BACK_THEN_KILLED = r"""
+import os, signal, sys
+import numpy as np, orjson
+sys.path.append("bench")
+import workload
+from app.worker.parse import Parsers, Stretch, pieces
+from app.worker.run import wait_for
+
+rng = np.random.default_rng(3)
+lines = [orjson.dumps(workload.rollout(k, rng)) + b"\n" for k in range(64)]
+first, second = b"".join(lines[:32]), b"".join(lines[32:])
+pool = Parsers(1)
+pool.warm()
+assert wait_for(lambda: pool.ready, 30)
+kid = next(iter(pool._pool._processes))
+a = Stretch(None, pieces(first, "a.jsonl", 0, 0, 32, "native", None, 4))
+b = Stretch(None, pieces(second, "a.jsonl", len(first), 32, 32, "native", None, 4))
+pool.top_up([a, b])  # seven pieces queued for the one process
+spare = pool._take_back([b])
+assert spare is b.pieces[-1], "the last queued piece is claimed back"
+spare.job = spare.fn(*spare.args)
+os.kill(kid, signal.SIGKILL)  # then the process dies, with pieces queued after the one taken back
+got = [p.identity[1] for s in (a, b) for p in pool.parsed(s, [b] if s is a else []).prepared]
+pool.close()
+print("parsed", len(got), got == [f"r{k:06d}" for k in range(64)])
+"""
+
+
+def test_a_piece_taken_back_then_a_parser_killed_leaves_no_job_unanswered(tmp_path):
+    # Taking a queued piece back with Future.cancel() killed the pool's thread on Python 3.11
+    # when a process then died (python/cpython#107219: it set an exception on the cancelled job),
+    # and every job queued after it was never answered: the worker waited forever (found by a
+    # tester killing parsers in a loop). Pieces are now claimed back by renaming their file.
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", TAKEN_BACK_THEN_KILLED], cwd=root, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-2:] == ["64", "True"], proc.stdout + proc.stderr[-3000:]
+    assert "InvalidStateError" not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_sigterm_to_rollscope_ingest_removes_its_parser_files(tmp_path):
+    # `timeout` and `docker stop` send SIGTERM: the ingest stops as on Ctrl-C (exit 143), and
+    # the folder its parser process's pieces pass through goes with it.
+    import subprocess
+
+    import numpy as np
+    import orjson
+
+    from app.worker import handoff
+
+    root = Path(__file__).resolve().parents[2]
+    sys.path.append(str(root / "bench"))
+    import workload
+
+    rng = np.random.default_rng(4)
+    f = tmp_path / "agentic.jsonl"
+    f.write_bytes(b"".join(orjson.dumps(workload.rollout(k, rng)) + b"\n" for k in range(1200)))
+    env = {**os.environ, "PYTHONPATH": str(root), "ROLLSCOPE_DATABASE_URL": f"sqlite:///{tmp_path / 'i.db'}"}
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "ingest", str(f)], cwd=root, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    import tempfile
+
+    bases = [Path(handoff.SHM), Path(tempfile.gettempdir())]
+
+    def folders() -> list[Path]:
+        return [d for b in bases if b.is_dir() for d in b.glob(f"{handoff.PREFIX}{proc.pid}-*")]
+
+    try:
+        assert wait_for(lambda: bool(folders()) or proc.poll() is not None, 120)
+        assert folders(), "no parser process was started"
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, out
+    assert not folders()
