@@ -101,14 +101,15 @@ def ingest(
 
     # refreshed from here, not by rich's thread: a process with a thread of its own cannot fork
     # its parser processes (app/forking.py), and would spawn them, a second of imports each
-    # SIGTERM (`timeout`, `docker stop`) stops it as Ctrl-C does: the batch in hand is rolled back
-    # and the parser processes and their files go (app/worker/handoff.py)
+    # SIGTERM (`timeout`, `docker stop`) stops it at the next record read: the batch in hand is
+    # rolled back and the parser processes and their files go (app/worker/handoff.py)
     signal.signal(signal.SIGTERM, _stop)
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
                   console=console, transient=True, auto_refresh=False) as progress:
         current: dict = {"shown": 0.0}
 
         def on_file(path, source):
+            _stop_if_asked()
             if "task" in current:
                 progress.remove_task(current["task"])
             current["source"] = source
@@ -116,6 +117,7 @@ def ingest(
             progress.refresh()
 
         def on_item(_item):
+            _stop_if_asked()
             progress.update(current["task"], completed=current["source"].position)
             if time.monotonic() - current["shown"] >= REFRESH_SECONDS:
                 progress.refresh()
@@ -194,6 +196,18 @@ def ingest(
     raise typer.Exit(1 if errors else 0)
 
 
+_TERMINATED: list[int] = []  # the signal that asked the ingest to stop
+
+
 def _stop(signum, _frame) -> None:
-    """SIGTERM: unwind as an exit with the shell's code for it (128 + 15), cleaning up on the way."""
-    raise SystemExit(128 + signum)
+    """SIGTERM: noted; the ingest stops at its next record (`_stop_if_asked`), not wherever the
+    signal lands (in the middle of forking a parser process, or of the pool's own locks, an
+    exception raised there was lost or left a lock held)."""
+    _TERMINATED.append(signum)
+
+
+def _stop_if_asked() -> None:
+    """Unwind as an exit with the shell's code for the signal (128 + 15), cleaning up on the way:
+    the batch in hand rolled back, the parser processes and their files gone."""
+    if _TERMINATED:
+        raise SystemExit(128 + _TERMINATED[0])
