@@ -50,8 +50,24 @@ def _parsed_by_the_pool(pool: Parsers, data: bytes, n: int, k: int, given: int |
     return pool.parsed(stretch, ())
 
 
+def _fresh(name: str, *args: str) -> None:
+    """Run this module's `name(*args)` in a fresh interpreter: whether a process may fork depends
+    on its threads, and a test process holds the threads (and children) of the tests before."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    code = f"import sys; from tests.worker.test_forking import {name}; {name}(*sys.argv[1:])"
+    proc = subprocess.run([sys.executable, "-c", code, *args], cwd=root, capture_output=True, text=True,
+                          timeout=180, env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
 def test_parsers_are_forked_beside_a_checkpoint_thread_and_parse_what_the_worker_would(tmp_path):
-    db = tmp_path / "w.db"
+    _fresh("forked_beside_a_checkpoint_thread", str(tmp_path))
+
+
+def forked_beside_a_checkpoint_thread(tmp: str) -> None:
+    db = Path(tmp) / "w.db"
     engine = make_engine(f"sqlite:///{db}", writer=True)
     upgrade(engine)
     with engine.begin() as conn:  # a writer's commit starts the checkpoint thread (registered as quiet)
@@ -98,6 +114,11 @@ def test_parsers_are_forked_beside_a_checkpoint_thread_and_parse_what_the_worker
 
 
 def test_a_thread_not_known_to_be_quiet_makes_parsers_spawn():
+    _fresh("spawned_beside_an_unknown_thread")
+
+
+def spawned_beside_an_unknown_thread() -> None:
+    assert can_fork()
     stop = threading.Event()
     other = threading.Thread(target=stop.wait, name="someone-else", daemon=True)
     other.start()
@@ -110,6 +131,10 @@ def test_a_thread_not_known_to_be_quiet_makes_parsers_spawn():
 
 
 def test_a_fork_waits_until_a_quiet_thread_lets_go_of_its_lock():
+    _fresh("fork_waits_for_a_quiet_thread")
+
+
+def fork_waits_for_a_quiet_thread() -> None:
     busy = threading.Lock()
     working, stop = threading.Event(), threading.Event()
     let_go = []
@@ -321,13 +346,17 @@ def test_a_piece_or_result_that_cannot_be_handed_over_is_parsed_in_the_worker(mo
     assert any("No space left" in m for m in said) and any("could not parse a piece" in m for m in said), said
 
 
-def test_no_folder_for_the_handoff_leaves_the_worker_parsing_alone(monkeypatch):
+def test_no_folder_for_the_handoff_leaves_the_worker_parsing_alone():
+    _fresh("no_folder_for_the_handoff")
+
+
+def no_folder_for_the_handoff() -> None:
     from app.worker import handoff
 
     def unwritable(*_a, **_k):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(handoff.tempfile, "mkdtemp", unwritable)
+    handoff.tempfile.mkdtemp = unwritable  # (a fresh interpreter: nothing to restore)
     said: list[str] = []
     pool = Parsers(1, log=said.append)
     pool.warm()
