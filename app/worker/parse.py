@@ -288,6 +288,7 @@ class Parsers:
         self._handoff: Handoff | None = None  # the files pieces and results pass through (processes)
         self._inputs: dict[Future, str] = {}  # a queued job → its piece's file
         self._warming: list[Future] = []  # `warm`'s probes, until the processes are up
+        self._alone = False  # no process could be started: the worker parses alone
 
     @property
     def capacity(self) -> int:
@@ -300,14 +301,13 @@ class Parsers:
         """Start the processes now (a process imports the parsing code for about a second, far
         longer on a busy machine): until they are up the worker parses everything itself
         (`top_up` hands out nothing), so it never waits for a process still starting."""
-        if self.n and self._pool is None:
+        if self.n and self._pool is None and not self._alone:
             try:
                 self._warming = [self._submit(_ready) for _ in range(self.n)]
             except OSError as exc:  # no folder for the handoff (app/worker/handoff.py): the worker parses
                 self.log(f"cannot start parser processes ({exc}); parsing in the worker")
                 self.close()
-                self.n = 0  # for good: no process, and no thread either (the worker parses alone)
-                self._pool = None
+                self._alone = True  # for good: the worker parses every piece itself
 
     @property
     def start_method(self) -> str:
@@ -325,7 +325,7 @@ class Parsers:
         and they are up."""
         if not self.n:
             return True
-        if self._pool is None:
+        if self._pool is None or self._alone:
             return False
         if self._warming and all(f.done() for f in self._warming):
             for f in self._warming:

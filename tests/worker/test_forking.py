@@ -361,11 +361,15 @@ def no_folder_for_the_handoff() -> None:
     pool = Parsers(1, log=said.append)
     pool.warm()
     data = b"".join(line(f"u{i:03d}") for i in range(16))
-    got = pool.parsed(Stretch(None, pieces(data, "a.jsonl", 0, 0, 16, "native", None, 4)), ())
+    stretch = Stretch(None, pieces(data, "a.jsonl", 0, 0, 16, "native", None, 4))
+    pool.top_up([stretch])
+    got = pool.parsed(stretch, ())
+    alone = threading.active_count() == 1  # no thread either: the worker parsed every piece
     pool.close()
     assert [p.identity[1] for p in got.prepared] == [f"u{i:03d}" for i in range(16)]
     assert said and "cannot start parser processes" in said[0]
     assert not _children(os.getpid())
+    assert alone
 
 
 TAKEN_BACK_THEN_KILLED = r"""
