@@ -7,9 +7,8 @@ parses a piece nobody has started rather than wait (`Parsers.parsed`). What reac
 what the reader would have yielded, in line order: rejections, records the store holds with these
 very bytes (`Known`: a parser process asks the database itself, except a forked one on SQLite,
 which reads every record in full: the store finds the unchanged ones by content hash), and
-rollouts, prepared. So the
-batches, the decisions and the quarantine are those of the inline path (tests/worker/test_pooled.py
-compares them); only where the CPU work runs changes.
+rollouts, prepared. So the batches, the decisions and the quarantine are those of the inline
+path (tests/worker/test_pooled.py compares them); only where the CPU work runs changes.
 
 Not pooled (read inline, as before): files under POOL_MIN_BYTES (1 MB where the processes are
 forked, ready in milliseconds; 64 MB where they must be spawned: a spawned process costs a second

@@ -50,6 +50,19 @@ def _parsed_by_the_pool(pool: Parsers, data: bytes, n: int, k: int, given: int |
     return pool.parsed(stretch, ())
 
 
+def _agentic_file(path: Path, n: int, seed: int) -> Path:
+    """`n` rollouts of the bench workload (bench/workload.py: 105 KB each) as native JSONL."""
+    import numpy as np
+    import orjson
+
+    sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))  # after the project's own
+    import workload
+
+    rng = np.random.default_rng(seed)
+    path.write_bytes(b"".join(orjson.dumps(workload.rollout(k, rng)) + b"\n" for k in range(n)))
+    return path
+
+
 def _fresh(name: str, *args: str) -> None:
     """Run this module's `name(*args)` in a fresh interpreter: whether a process may fork depends
     on its threads, and a test process holds the threads (and children) of the tests before."""
@@ -235,16 +248,8 @@ def test_rollscope_ingest_forks_its_parser_process(tmp_path):
     # process unable to fork (then a spawned process, a second of imports, only from 64 MB)
     import subprocess
 
-    import numpy as np
-    import orjson
-
     root = Path(__file__).resolve().parents[2]
-    sys.path.append(str(root / "bench"))
-    import workload
-
-    rng = np.random.default_rng(1)
-    f = tmp_path / "agentic.jsonl"
-    f.write_bytes(b"".join(orjson.dumps(workload.rollout(k, rng)) + b"\n" for k in range(250)))
+    f = _agentic_file(tmp_path / "agentic.jsonl", 250, seed=1)
     assert f.stat().st_size > 20 << 20  # two stretches: the second read by the process
     env = {**os.environ, "PYTHONPATH": str(root), "ROLLSCOPE_DATABASE_URL": f"sqlite:///{tmp_path / 'i.db'}"}
     proc = subprocess.run([sys.executable, "-c", INGEST_CLI, str(f)], cwd=root, capture_output=True, text=True,
@@ -262,18 +267,12 @@ def test_sigterm_to_the_whole_group_stops_the_worker_cleanly(tmp_path):
     # each rollout once.
     import subprocess
 
-    import numpy as np
-    import orjson
     import sqlalchemy as sa
 
     root = Path(__file__).resolve().parents[2]
-    sys.path.append(str(root / "bench"))
-    import workload
-
     spool = tmp_path / "spool" / "run"
     spool.mkdir(parents=True)
-    rng = np.random.default_rng(2)
-    (spool / "a.jsonl").write_bytes(b"".join(orjson.dumps(workload.rollout(k, rng)) + b"\n" for k in range(600)))
+    _agentic_file(spool / "a.jsonl", 600, seed=2)
     db = tmp_path / "w.db"
     env = {**os.environ, "PYTHONPATH": str(root), "ROLLSCOPE_DATABASE_URL": f"sqlite:///{db}",
            "ROLLSCOPE_WORKER__BATCH_SIZE": "50"}
@@ -420,18 +419,10 @@ def test_sigterm_to_rollscope_ingest_removes_its_parser_files(tmp_path):
     # the folder its parser process's pieces pass through goes with it.
     import subprocess
 
-    import numpy as np
-    import orjson
-
     from app.worker import handoff
 
     root = Path(__file__).resolve().parents[2]
-    sys.path.append(str(root / "bench"))
-    import workload
-
-    rng = np.random.default_rng(4)
-    f = tmp_path / "agentic.jsonl"
-    f.write_bytes(b"".join(orjson.dumps(workload.rollout(k, rng)) + b"\n" for k in range(1200)))
+    f = _agentic_file(tmp_path / "agentic.jsonl", 1200, seed=4)
     env = {**os.environ, "PYTHONPATH": str(root), "ROLLSCOPE_DATABASE_URL": f"sqlite:///{tmp_path / 'i.db'}"}
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "ingest", str(f)], cwd=root, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
